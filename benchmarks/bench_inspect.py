@@ -1,0 +1,87 @@
+"""Time `ckptdoctor inspect` on a big burn run against `find` on the same run.
+
+    python benchmarks/bench_inspect.py [--epochs 50000] [--repeat 5]
+
+Builds a burn run of EPOCHS epochs x 3 small valid burnpack files in a temporary folder, then
+takes the median wall time of `find DIR -type f -printf '%s %p\\n'` and of
+`ckptdoctor inspect --format json DIR`, measured in the same run (warm cache for both), and
+prints their ratio. Target: at most 4x find. Also prints the wall time of `ckptdoctor --help`
+and of `inspect` on a bundled example (target: under 0.3 s each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ckptdoctor.testing import SMALL_MODEL
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "ckptdoctor"]
+
+
+def build_run(folder: Path, epochs: int) -> None:
+    records = {
+        "model": SMALL_MODEL.model_record(),
+        "optim": SMALL_MODEL.optimizer_record(),
+        "scheduler": SMALL_MODEL.scheduler_record(),
+    }
+    folder.mkdir(parents=True)
+    for epoch in range(1, epochs + 1):
+        for role, data in records.items():
+            with open(folder / f"{role}-{epoch}.bpk", "wb") as handle:
+                handle.write(data)
+
+
+def wall(command: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="ckptdoctor-bench-"))
+    try:
+        run = scratch / "checkpoint"
+        started = time.perf_counter()
+        build_run(run, args.epochs)
+        print(f"built {args.epochs:,} epochs x 3 files in {time.perf_counter() - started:.1f} s: {run}")
+
+        # one untimed pass each so that both start from the same warm page cache
+        wall(["find", str(run), "-type", "f", "-printf", "%s %p\\n"], 1)
+        wall([*CLI, "inspect", "--format", "json", str(run)], 1)
+
+        find_s = wall(["find", str(run), "-type", "f", "-printf", "%s %p\\n"], args.repeat)
+        inspect_s = wall([*CLI, "inspect", "--format", "json", str(run)], args.repeat)
+        print(f"find:                          {find_s:7.3f} s (median of {args.repeat})")
+        print(f"ckptdoctor inspect --format json: {inspect_s:7.3f} s (median of {args.repeat})")
+        ratio = inspect_s / find_s
+        print(f"ratio inspect / find:          {ratio:7.2f}x  (target <= 4x: {'met' if ratio <= 4 else 'NOT met'})")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    example = ROOT / "examples" / "runs" / "burn-missing-optimizer"
+    help_s = wall([*CLI, "--help"], args.repeat)
+    example_s = wall([*CLI, "inspect", str(example)], args.repeat)
+    print(f"ckptdoctor --help:             {help_s:7.3f} s  (target < 0.3 s: {'met' if help_s < 0.3 else 'NOT met'})")
+    print(f"ckptdoctor inspect (example):  {example_s:7.3f} s  (target < 0.3 s: {'met' if example_s < 0.3 else 'NOT met'})")
+    print(f"cpus: {os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()

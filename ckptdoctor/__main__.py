@@ -1,0 +1,3 @@
+from ckptdoctor.cli import main
+
+main()

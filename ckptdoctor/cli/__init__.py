@@ -1,0 +1,67 @@
+"""The ``ckptdoctor`` command: one thin module per subcommand, wired together here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from ckptdoctor import __version__
+from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
+from ckptdoctor.cli.inspect import inspect
+from ckptdoctor.cli.rules import rules
+
+app = typer.Typer(
+    name="ckptdoctor",
+    help="A checkpoint doctor for training runs: what is there, what is broken, where to resume.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command()(inspect)
+app.command()(rules)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ckptdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """A checkpoint doctor for training runs: what is there, what is broken, where to resume."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C, raised past the CLI framework so that the exit code is 130, not 1."""
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        app()
+    except Interrupted:
+        print("Interrupted.", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as error:  # the last line of defence: a message, never a traceback
+        if os.environ.get("CKPTDOCTOR_DEBUG"):
+            raise
+        print(
+            f"ckptdoctor: internal error: {type(error).__name__}: {error}\n"
+            "Please report it; set CKPTDOCTOR_DEBUG=1 for a traceback.",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,135 @@
+"""Options every command shares, and the one place that turns a report into output and an exit code."""
+
+from __future__ import annotations
+
+import enum
+import io
+import os
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ckptdoctor.model import Report, Severity
+from ckptdoctor.render import human
+from ckptdoctor.render import json as json_render
+
+
+class OutputFormat(str, enum.Enum):
+    HUMAN = "human"
+    JSON = "json"
+
+
+class FailOn(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+Paths = Annotated[
+    list[str] | None,
+    typer.Argument(help="Run folders, parents of runs, or single files.", show_default="."),
+]
+FormatOption = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="Output format.", case_sensitive=False)
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
+OutputOption = Annotated[
+    str | None,
+    typer.Option("--output", "-o", help="Write the report to this file instead of stdout.", metavar="FILE"),
+]
+FailOnOption = Annotated[
+    FailOn,
+    typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False),
+]
+ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0 (for cron).")]
+AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
+
+
+WIDTH_OFF_TERMINAL = 120
+"""Pipes and files get wide lines rather than rich's 80 columns: logs are read in editors."""
+
+
+def stdout_console(file: io.StringIO | None = None) -> Console:
+    if file is not None:
+        return Console(file=file, width=WIDTH_OFF_TERMINAL, no_color=True, highlight=False)
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = WIDTH_OFF_TERMINAL
+    return console
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def exit_code(report: Report, fail_on: FailOn, exit_zero: bool) -> int:
+    if report.errors:
+        return EXIT_USAGE
+    if exit_zero:
+        return EXIT_OK
+    threshold = Severity(fail_on.value).rank
+    return EXIT_FINDINGS if any(f.severity.rank >= threshold for f in report.findings) else EXIT_OK
+
+
+def emit(
+    report: Report,
+    *,
+    fmt: OutputFormat,
+    as_json: bool,
+    output: str | None,
+    fail_on: FailOn,
+    exit_zero: bool,
+    quiet: bool,
+    show_all: bool = False,
+    empty: tuple[str, ...] = (),
+) -> None:
+    """Print (or write) the report, say what went wrong on stderr, and exit with the right code."""
+    code = exit_code(report, fail_on, exit_zero)
+    errors = stderr_console()
+    for error in report.errors:
+        errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)
+    if quiet and code == EXIT_OK:
+        raise typer.Exit(code)
+    if fmt is OutputFormat.JSON or as_json:
+        text = json_render.render(report)
+    else:
+        buffer = io.StringIO() if output else None
+        console = stdout_console(buffer)
+        if not report.runs and not report.findings and report.errors:
+            raise typer.Exit(code)
+        for path in empty:
+            errors.print(f"No checkpoints found in {path}", markup=False)
+        human.render(report, console, show_all)
+        if buffer is None:
+            _summary(report, errors)
+            raise typer.Exit(code)
+        text = buffer.getvalue()
+    _write(text, output)
+    raise typer.Exit(code)
+
+
+def _summary(report: Report, console: Console) -> None:
+    counts = [f"{report.count(s)} {s.value}{'s' if report.count(s) != 1 and s is not Severity.INFO else ''}" for s in reversed(Severity)]
+    runs = len(report.runs)
+    console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}.", style="dim", markup=False)
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        stderr_console().print(f"ckptdoctor: error: cannot write {output}: {error.strerror}", markup=False)
+        raise typer.Exit(EXIT_USAGE) from error

@@ -1,0 +1,93 @@
+"""``ckptdoctor inspect``: which checkpoints a run has, which are whole, and which to resume from."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckptdoctor import scan
+from ckptdoctor.model import Report
+from ckptdoctor.cli._output import (
+    EXIT_FINDINGS,
+    EXIT_USAGE,
+    AllFlag,
+    ExitZeroFlag,
+    FailOn,
+    FailOnOption,
+    FormatOption,
+    JsonFlag,
+    OutputFormat,
+    OutputOption,
+    Paths,
+    QuietFlag,
+    emit,
+    stderr_console,
+)
+
+ResumeFlag = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Print only the index to resume from (exit 1 when there is none), for job scripts.",
+    ),
+]
+
+
+def inspect(
+    paths: Paths = None,
+    fmt: FormatOption = OutputFormat.HUMAN,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    exit_zero: ExitZeroFlag = False,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+    resume: ResumeFlag = False,
+) -> None:
+    """Find runs, group their files into checkpoints, and name the checkpoint to resume from.
+
+    Reads only the first and last few KiB of each file (and a format's declared header).
+
+    Examples:
+
+      ckptdoctor inspect runs/exp1
+
+      ckptdoctor inspect --json lightning_logs/ > report.json
+
+      --resume-epoch $(ckptdoctor inspect --resume runs/exp1/checkpoint)
+    """
+    report, found = scan.inspect(paths or ["."])
+    if resume:
+        _print_resume(report, found)
+    emit(
+        report,
+        fmt=fmt,
+        as_json=as_json,
+        output=output,
+        fail_on=fail_on,
+        exit_zero=exit_zero,
+        quiet=quiet,
+        show_all=show_all,
+        empty=found.empty,
+    )
+
+
+def _print_resume(report: Report, found: scan.Scan) -> None:
+    errors = stderr_console()
+    for error in report.errors:
+        errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)
+    if report.errors:
+        raise typer.Exit(EXIT_USAGE)
+    if len(report.runs) > 1:
+        paths = ", ".join(run.path for run in report.runs)
+        errors.print(f"ckptdoctor: error: --resume needs one run; found {len(report.runs)}: {paths}", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    run = report.runs[0] if report.runs else None
+    checkpoint = run.resume if run else None
+    if run is None or checkpoint is None:
+        where = run.path if run else ", ".join(found.empty)
+        errors.print(f"No checkpoint to resume from in {where}", markup=False)
+        raise typer.Exit(EXIT_FINDINGS)
+    typer.echo(checkpoint.index)
+    raise typer.Exit(0)

@@ -1,0 +1,145 @@
+"""Paths the user gave -> folders with their entries, without following symlinks out.
+
+Discovery never reads file contents; it only lists folders and stats files. Folder symlinks
+are listed but not entered (no loops, nothing outside the tree), and folders that cannot be
+listed are reported rather than skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+
+from ckptdoctor.model import Entry
+
+SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", "__pycache__", ".ckptdoctor"})
+"""Folders that never hold a run's checkpoints (ckptdoctor's own trash and journal included)."""
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+class PathNotFound(Exception):
+    """A path the user gave does not exist or cannot be looked at (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One folder and everything directly inside it."""
+
+    path: str
+    """The folder as the user gave it, joined with its path below that."""
+    os_path: str
+    entries: tuple[Entry, ...]
+    single_file: bool = False
+    """The user named one file: the listing holds just that file."""
+
+
+@dataclass(frozen=True)
+class Unlisted:
+    """A folder below a user's path that could not be listed."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    listings: tuple[Listing, ...]
+    unlisted: tuple[Unlisted, ...]
+
+
+def display(path: str) -> str:
+    """A path as it can be printed: undecodable bytes of a file name become ``\\xNN``."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
+def discover(path: str) -> Discovery:
+    """List every folder at or below ``path`` (or just ``path`` when it names a file)."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise PathNotFound(_reason(error)) from error
+    if not stat.S_ISDIR(info.st_mode):
+        parent = os.path.dirname(path) or "."
+        entry = _entry(os.path.basename(path), display(path), path, info, os.path.islink(path))
+        return Discovery((Listing(display(parent), parent, (entry,), single_file=True),), ())
+
+    listings: list[Listing] = []
+    unlisted: list[Unlisted] = []
+    pending = [(path, display(path))]
+    while pending:
+        os_dir, shown_dir = pending.pop()
+        try:
+            entries, subfolders = _list(os_dir, shown_dir)
+        except OSError as error:
+            unlisted.append(Unlisted(shown_dir, _reason(error)))
+            continue
+        listings.append(Listing(shown_dir, os_dir, entries))
+        pending.extend(reversed(subfolders))
+    listings.sort(key=lambda listing: _natural_key(listing.path))
+    return Discovery(tuple(listings), tuple(unlisted))
+
+
+def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[str, str]]]:
+    entries: list[Entry] = []
+    subfolders: list[tuple[str, str]] = []
+    with os.scandir(os_dir) as scan:
+        for item in scan:
+            shown = os.path.join(shown_dir, display(item.name))
+            try:
+                is_symlink = item.is_symlink()
+                if item.is_dir(follow_symlinks=False):
+                    entries.append(Entry(item.name, shown, item.path, 0, is_dir=True))
+                    if item.name not in SKIPPED_FOLDERS:
+                        subfolders.append((item.path, shown))
+                    continue
+                info = item.stat(follow_symlinks=True)
+            except FileNotFoundError:
+                if is_symlink:
+                    entries.append(
+                        Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True)
+                    )
+                # else: it vanished between listing and stat; it is no longer part of the run
+                continue
+            except OSError:
+                # ELOOP and friends: a symlink that cannot be resolved is as good as dangling
+                entries.append(Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True))
+                continue
+            entries.append(_entry(item.name, shown, item.path, info, is_symlink))
+    return tuple(entries), subfolders
+
+
+def _entry(name: str, shown: str, os_path: str, info: os.stat_result, is_symlink: bool) -> Entry:
+    is_dir = stat.S_ISDIR(info.st_mode)
+    return Entry(
+        name=name,
+        path=shown,
+        os_path=os_path,
+        size=0 if is_dir else info.st_size,
+        is_dir=is_dir,
+        is_symlink=is_symlink,
+        inode=(info.st_dev, info.st_ino),
+        mtime=info.st_mtime,
+    )
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def _natural_key(text: str) -> list[tuple[int, int | str]]:
+    """Sort key that orders ``run-10`` after ``run-9``."""
+    parts: list[tuple[int, int | str]] = []
+    for chunk in _DIGITS.split(text):
+        if chunk.isdigit():
+            parts.append((0, int(chunk)))
+        elif chunk:
+            parts.append((1, chunk))
+    return parts
+

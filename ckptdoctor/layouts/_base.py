@@ -1,0 +1,196 @@
+"""What every layout shares: how a name is claimed, and how claims become a run.
+
+A layout only knows its framework's file names and which roles a checkpoint needs; grouping
+files by index, attributing staging leftovers, and giving each checkpoint a status is done
+here once for all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ckptdoctor.discover import Listing
+from ckptdoctor.model import (
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    FileIssue,
+    FileReport,
+    Problem,
+    Role,
+    Run,
+    Status,
+    Unit,
+)
+from ckptdoctor.readers import expected_formats
+from ckptdoctor.readers.sniff import Format
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A layout's reading of one file name."""
+
+    roles: tuple[Role, ...]
+    index: int
+    prefix: str
+    unit: Unit | None = None
+    """The unit the name spells out (``epoch_3``, ``step-500``), if any."""
+
+
+class Layout:
+    """A framework's naming convention. Subclasses override the name rules only."""
+
+    name: str = "unknown"
+    default_unit: Unit = Unit.SAVE
+    content: frozenset[Format] = frozenset()
+    """Formats this framework writes; they decide between layouts that claim the same names."""
+
+    def claim(self, name: str) -> Claim | None:
+        """The roles and index of a checkpoint file of this layout, or None."""
+        raise NotImplementedError
+
+    def stray(self, name: str) -> Claim | None:
+        """A checkpoint-like name under a prefix this layout does not use."""
+        return None
+
+    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+        """The roles a checkpoint of this run needs to be complete."""
+        seen = {role for claim in claims for role in claim.roles}
+        return tuple(role for role in Role if role in seen and role is not Role.TEMP)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
+        return ""
+
+
+ROLE_WORDS: dict[str, Role] = {
+    "model": Role.MODEL,
+    "weights": Role.MODEL,
+    "net": Role.MODEL,
+    "optim": Role.OPTIMIZER,
+    "optimizer": Role.OPTIMIZER,
+    "sched": Role.SCHEDULER,
+    "scheduler": Role.SCHEDULER,
+}
+"""Words that name a role in checkpoint file names (``lr_scheduler`` splits into ``scheduler``)."""
+
+
+def guess_roles(prefix: str) -> tuple[Role, ...]:
+    """What a file under an unfamiliar prefix most likely holds, judged from its name."""
+    lowered = prefix.lower()
+    for word in re.split(r"[-_.]+", lowered):
+        if word in ROLE_WORDS:
+            return (ROLE_WORDS[word],)
+    if "optim" in lowered or "adam" in lowered or "sgd" in lowered:
+        return (Role.OPTIMIZER,)
+    if "sched" in lowered:
+        return (Role.SCHEDULER,)
+    return (Role.MODEL,)
+
+
+TEMP_SUFFIX = re.compile(r"(?:\.\d+-\d+)?\.(?:tmp|temp|partial)$|\.tmp\d*$", re.IGNORECASE)
+"""``x.tmp``, ``x.partial`` and the atomic writers' ``x.<pid>-<n>.tmp`` scratch files."""
+
+
+def temp_base(name: str) -> str | None:
+    """The final name a staging file was going to become, or None if it is not one."""
+    match = TEMP_SUFFIX.search(name)
+    return name[: match.start()] if match and match.start() > 0 else None
+
+
+def group(
+    listing: Listing,
+    layout: Layout,
+    probe: Callable[[Entry], FileReport],
+    claims: dict[str, Claim] | None = None,
+) -> Run | None:
+    """Build the run ``layout`` sees in ``listing``; None when it claims nothing there."""
+    if claims is None:
+        claims = claim_all(layout, listing.entries)
+    if not claims:
+        return None
+    by_index: dict[int, list[CheckpointFile]] = defaultdict(list)
+    loose: list[CheckpointFile] = []
+    others: list[Entry] = []
+    units: Counter[Unit] = Counter()
+    for entry in listing.entries:
+        claim = claims.get(entry.name)
+        if claim is not None:
+            by_index[claim.index].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe)))
+            if claim.unit is not None:
+                units[claim.unit] += 1
+            continue
+        base = temp_base(entry.name)
+        if base is not None and (layout.claim(base) or expected_formats(base) is not None):
+            # a staging file of a save that never finished: it makes that checkpoint partial
+            target = layout.claim(base)
+            staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
+            (by_index[target.index] if target else loose).append(staged)
+            continue
+        stray = layout.stray(entry.name)
+        if stray is not None and not entry.is_dir:
+            loose.append(CheckpointFile(entry, stray.roles, stray.prefix, _report(entry, probe)))
+            continue
+        others.append(entry)
+
+    required = layout.required(list(claims.values()))
+    checkpoints = tuple(
+        _checkpoint(index, tuple(files), required, listing.single_file)
+        for index, files in sorted(by_index.items())
+    )
+    unit = units.most_common(1)[0][0] if units else layout.default_unit
+    return Run(
+        path=listing.path,
+        layout=layout.name,
+        unit=unit,
+        checkpoints=checkpoints,
+        required=required,
+        other_files=tuple(others),
+        loose_files=tuple(loose),
+        single_file=listing.single_file,
+    )
+
+
+def claim_all(layout: Layout, entries: Iterable[Entry]) -> dict[str, Claim]:
+    claims: dict[str, Claim] = {}
+    for entry in entries:
+        claim = layout.claim(entry.name)
+        if claim is not None:
+            claims[entry.name] = claim
+    return claims
+
+
+_ROLE_ORDER = {role: position for position, role in enumerate(Role)}
+_PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED, Problem.TEMP})
+_CORRUPT = frozenset({Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING})
+
+
+def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[Role, ...], single: bool) -> Checkpoint:
+    files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.name)))
+    present = {role for f in files for role in f.roles}
+    missing = () if single else tuple(role for role in required if role not in present)
+    problems = {problem for f in files for problem in f.report.problems}
+    if any(Role.TEMP in f.roles for f in files) or problems & _PARTIAL:
+        status = Status.PARTIAL
+    elif problems & _CORRUPT:
+        status = Status.CORRUPT
+    elif missing:
+        status = Status.INCOMPLETE
+    else:
+        status = Status.COMPLETE
+    return Checkpoint(index, files, status, missing)
+
+
+def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
+    if entry.is_dir:
+        return FileReport("folder", (_issue(Problem.NOT_A_CHECKPOINT, "a folder where a checkpoint file belongs"),))
+    if entry.dangling:
+        return FileReport("symlink", (_issue(Problem.DANGLING, "a symlink whose target is missing"),))
+    return probe(entry)
+
+
+def _issue(problem: Problem, detail: str) -> FileIssue:
+    return FileIssue(problem, detail)

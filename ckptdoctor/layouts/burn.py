@@ -1,0 +1,60 @@
+"""burn (tracel-ai/burn): ``checkpoint/{model,optim,scheduler}-<epoch>.<ext>``.
+
+burn's ``FileCheckpointer`` writes one file per checkpointer name and epoch (1-based), in the
+artifact directory's ``checkpoint/`` folder; the burnpack era writes ``.bpk``, the recorder era
+``.mpk`` (``CompactRecorder``), ``.bin``, ``.json`` and their gzip forms. Resuming needs all
+three files of an epoch; the RL learner writes ``policy-`` and ``learning-agent-`` instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ckptdoctor.layouts._base import Claim, Layout, guess_roles
+from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.readers.sniff import Format
+
+EXTENSIONS = r"bpk|mpk|mpk\.gz|bin|bin\.gz|json|json\.gz"
+_NAME = re.compile(rf"^(?P<prefix>[A-Za-z][\w.-]*?)-(?P<index>\d+)\.(?P<ext>{EXTENSIONS})$")
+
+SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
+REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
+PREFIXES = {**SUPERVISED, **REINFORCEMENT}
+
+
+class BurnLayout(Layout):
+    name = "burn"
+    default_unit = Unit.EPOCH
+    content = frozenset(
+        {
+            Format.BURNPACK,
+            Format.MSGPACK,
+            Format.MSGPACK_GZ,
+            Format.JSON,
+            Format.JSON_GZ,
+            Format.BINCODE_GZ,
+            Format.UNKNOWN,  # bincode (.bin) has no signature
+        }
+    )
+
+    def claim(self, name: str) -> Claim | None:
+        match = _NAME.match(name)
+        if match is None or match["prefix"] not in PREFIXES:
+            return None
+        return Claim((PREFIXES[match["prefix"]],), int(match["index"]), match["prefix"])
+
+    def stray(self, name: str) -> Claim | None:
+        match = _NAME.match(name)
+        if match is None or match["prefix"] in PREFIXES:
+            return None
+        return Claim(guess_roles(match["prefix"]), int(match["index"]), match["prefix"])
+
+    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+        if any(claim.prefix in REINFORCEMENT for claim in claims):
+            return (Role.MODEL, Role.OPTIMIZER)
+        return (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        return f"pass `.checkpoint({checkpoint.index})` to burn's `SupervisedTraining` (or `LearnerBuilder`)"
+

@@ -1,0 +1,107 @@
+"""Plain PyTorch / safetensors runs written by a hand-made training loop.
+
+Split runs save one file per role and index (``model_3.pt``, ``optimizer-epoch-3.pth``,
+``weights.step.500.safetensors``); bundled runs save one file per index holding everything
+(``epoch_12.pt``, ``checkpoint_3.pth``, ``ckpt-500.pt``). Nothing in the framework says which
+roles a checkpoint needs, so a checkpoint is complete when it has every role the run's other
+checkpoints have: a run that never saved a scheduler does not need one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ckptdoctor.layouts._base import ROLE_WORDS, Claim, Layout
+from ckptdoctor.model import Role, Unit
+from ckptdoctor.readers.sniff import Format
+
+_SUFFIX = re.compile(r"\.(?:pth\.tar|safetensors|ckpt|pth|pt|bin|tar)$", re.IGNORECASE)
+_SEPARATORS = re.compile(r"[-_.=]+")
+_LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*\d+)", re.IGNORECASE)
+_UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)(\d+)$")
+
+UNIT_WORDS = {
+    "epoch": Unit.EPOCH,
+    "ep": Unit.EPOCH,
+    "step": Unit.STEP,
+    "steps": Unit.STEP,
+    "iter": Unit.ITERATION,
+    "iteration": Unit.ITERATION,
+    "it": Unit.ITERATION,
+}
+BUNDLE_WORDS = frozenset({"checkpoint", "ckpt", "state", "snapshot"})
+BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
+"""What a one-file-per-index save holds by convention; ``verify`` confirms it from the keys."""
+
+
+class TorchLayout(Layout):
+    name = "torch"
+    default_unit = Unit.EPOCH
+    content = frozenset(
+        {
+            Format.TORCH_ZIP,
+            Format.TORCH_LEGACY,
+            Format.TORCH_TAR,
+            Format.TORCH_PREVIEW,
+            Format.PICKLE,
+            Format.SAFETENSORS,
+        }
+    )
+
+    def claim(self, name: str) -> Claim | None:
+        parsed = _parse(name)
+        if parsed is None:
+            return None
+        if parsed.roles:
+            return Claim(parsed.roles, parsed.index, parsed.prefix, parsed.unit)
+        if parsed.unit is not None or BUNDLE_WORDS.intersection(parsed.words):
+            return Claim(BUNDLED_ROLES, parsed.index, parsed.prefix or "checkpoint", parsed.unit)
+        return None
+
+    def stray(self, name: str) -> Claim | None:
+        parsed = _parse(name)
+        if parsed is None or parsed.roles or parsed.unit is not None or not parsed.words:
+            return None
+        if BUNDLE_WORDS.intersection(parsed.words):
+            return None
+        return Claim((Role.MODEL,), parsed.index, parsed.prefix)
+
+
+@dataclass(frozen=True)
+class _Name:
+    roles: tuple[Role, ...]
+    index: int
+    unit: Unit | None
+    words: tuple[str, ...]
+    """Tokens that are neither role, unit nor number (``resnet``, ``checkpoint``, ``ema``)."""
+    prefix: str
+    """The name up to its index, as written: what a checkpointer was told to call its files."""
+
+
+def _parse(name: str) -> _Name | None:
+    suffix = _SUFFIX.search(name)
+    if suffix is None:
+        return None
+    stem = name[: suffix.start()]
+    roles: list[Role] = []
+    words: list[str] = []
+    index: int | None = None
+    unit: Unit | None = None
+    named_unit: Unit | None = None
+    for token in _SEPARATORS.split(stem.lower()):
+        spelled = _UNIT_NUMBER.match(token)
+        if spelled:
+            unit, index = UNIT_WORDS[spelled[1]], int(spelled[2])
+        elif token.isdigit():
+            index, unit = int(token), named_unit or unit
+        elif token in UNIT_WORDS:
+            named_unit = UNIT_WORDS[token]
+        elif token in ROLE_WORDS:
+            roles.append(ROLE_WORDS[token])
+        elif token and token != "lr":
+            words.append(token)
+    if index is None:
+        return None
+    prefix = _SEPARATORS.sub("_", _LEADING_WORDS.match(stem).group(1)).strip("_").lower()  # type: ignore[union-attr]
+    return _Name(tuple(dict.fromkeys(roles)), index, unit or named_unit, tuple(words), prefix)

@@ -1,0 +1,269 @@
+"""The data that flows through ckptdoctor: files, checkpoints, runs and findings.
+
+Everything here is a frozen dataclass or an enum so that every stage (layouts, rules,
+renderers) can share values without defensive copies, and so that renderers cannot
+change what the core decided.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is; ordered so that thresholds (`--fail-on`) compare."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+class Status(str, enum.Enum):
+    """The state of one checkpoint (DESIGN §2.1)."""
+
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    PARTIAL = "partial"
+    CORRUPT = "corrupt"
+
+
+class Role(str, enum.Enum):
+    """What a file holds for its checkpoint (DESIGN §2.2)."""
+
+    MODEL = "model"
+    OPTIMIZER = "optimizer"
+    SCHEDULER = "scheduler"
+    TRAINER_STATE = "trainer-state"
+    RNG_STATE = "rng-state"
+    TRAINING_ARGS = "training-args"
+    SCALER = "scaler"
+    CONFIG = "config"
+    SHARD_INDEX = "shard-index"
+    METADATA = "metadata"
+    POINTER = "pointer"
+    TEMP = "temp"
+    """A staging artefact of an interrupted save, attributed to the checkpoint it belonged to."""
+
+
+class Unit(str, enum.Enum):
+    """What a run's checkpoint index counts."""
+
+    EPOCH = "epoch"
+    STEP = "step"
+    ITERATION = "iteration"
+    SAVE = "save"
+
+
+class Problem(str, enum.Enum):
+    """What a reader can find wrong with one file; each maps to one integrity rule by name."""
+
+    EMPTY = "empty-file"
+    TEMP = "temp-file"
+    TRUNCATED = "truncated"
+    TRAILING_BYTES = "trailing-bytes"
+    NOT_A_CHECKPOINT = "not-a-checkpoint"
+    MALFORMED = "malformed"
+    LEGACY = "legacy-format"
+    UNREADABLE = "unreadable"
+    DANGLING = "stale-pointer"
+    """A symlink whose target is gone."""
+
+
+@dataclass(frozen=True)
+class FileIssue:
+    """One problem a reader found in a file, with the sentence that explains it."""
+
+    problem: Problem
+    detail: str
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """What a reader learned about one file from its header and trailer."""
+
+    format: str
+    """Content format as sniffed, e.g. ``burnpack``, ``torch-zip``, ``safetensors``."""
+    issues: tuple[FileIssue, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    """Small key/value facts for consistency rules: precision, recorder, optimizer kind, ..."""
+
+    def fact(self, key: str) -> str | None:
+        for name, value in self.facts:
+            if name == key:
+                return value
+        return None
+
+    @property
+    def problems(self) -> frozenset[Problem]:
+        return frozenset(issue.problem for issue in self.issues)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry seen by discovery, before any layout looked at it."""
+
+    name: str
+    """The file name as the OS gave it (may carry surrogate escapes)."""
+    path: str
+    """The path as the user gave it, joined with the name: what every report shows."""
+    os_path: str
+    """The path to open: may differ from ``path`` where a name is not valid UTF-8."""
+    size: int
+    is_dir: bool = False
+    is_symlink: bool = False
+    dangling: bool = False
+    inode: tuple[int, int] | None = None
+    """(device, inode), so that hard links and symlinked copies are counted once."""
+    mtime: float = 0.0
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A file that belongs to a checkpoint, with the roles it holds."""
+
+    entry: Entry
+    roles: tuple[Role, ...]
+    prefix: str
+    """The name prefix the file was saved under (burn's checkpointer name, ``model``, ...)."""
+    report: FileReport
+
+    @property
+    def path(self) -> str:
+        return self.entry.path
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def bytes(self) -> int:
+        return self.entry.size
+
+    @property
+    def bundled(self) -> bool:
+        return len(self.roles) > 1
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """All files saved for one index (epoch, step, ...) of a run."""
+
+    index: int
+    files: tuple[CheckpointFile, ...]
+    status: Status
+    missing: tuple[Role, ...] = ()
+    """Required roles with no file (what makes the checkpoint incomplete)."""
+
+    @property
+    def bytes(self) -> int:
+        return _unique_bytes(f.entry for f in self.files)
+
+    def files_for(self, role: Role) -> tuple[CheckpointFile, ...]:
+        return tuple(f for f in self.files if role in f.roles)
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        return frozenset(role for f in self.files for role in f.roles)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a folder of checkpoints in one layout."""
+
+    path: str
+    layout: str
+    unit: Unit
+    checkpoints: tuple[Checkpoint, ...]
+    """In natural numeric order of index."""
+    required: tuple[Role, ...]
+    """Roles every checkpoint of this run needs to be complete."""
+    other_files: tuple[Entry, ...] = ()
+    """Files in the run folder that no layout claimed: reported, never dropped."""
+    loose_files: tuple[CheckpointFile, ...] = ()
+    """Checkpoint-like files that belong to no checkpoint: staging leftovers, stray prefixes."""
+    single_file: bool = False
+    """The user pointed at one file: only that file is judged, not the run's completeness."""
+
+    @property
+    def resume(self) -> Checkpoint | None:
+        """The newest complete checkpoint (DESIGN §2.1)."""
+        for checkpoint in reversed(self.checkpoints):
+            if checkpoint.status is Status.COMPLETE:
+                return checkpoint
+        return None
+
+    @property
+    def bytes(self) -> int:
+        entries = [f.entry for c in self.checkpoints for f in c.files]
+        entries += [f.entry for f in self.loose_files]
+        entries += [e for e in self.other_files if not e.is_dir]
+        return _unique_bytes(entries)
+
+    def checkpoint(self, index: int) -> Checkpoint | None:
+        for checkpoint in self.checkpoints:
+            if checkpoint.index == index:
+                return checkpoint
+        return None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (or worth knowing) about a run, a checkpoint or a file."""
+
+    code: str
+    name: str
+    severity: Severity
+    run: str | None
+    index: int | None
+    path: str | None
+    message: str
+    fixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanError:
+    """A path the user gave that could not be scanned at all (exit 2)."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """The result of one command over all the paths the user gave."""
+
+    command: str
+    runs: tuple[Run, ...]
+    findings: tuple[Finding, ...]
+    errors: tuple[ScanError, ...] = ()
+    extra: tuple[tuple[str, object], ...] = field(default=())
+    """Command-specific blocks for the JSON report (``plan``, ``disk``, ...)."""
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity is severity)
+
+    def worst(self) -> Severity | None:
+        ranked = sorted((f.severity for f in self.findings), key=lambda s: s.rank)
+        return ranked[-1] if ranked else None
+
+
+def _unique_bytes(entries: Iterable[Entry]) -> int:
+    """Sum sizes, counting each inode once (hard links, symlinked copies)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for entry in entries:
+        if entry.inode is not None:
+            if entry.inode in seen:
+                continue
+            seen.add(entry.inode)
+        total += entry.size
+    return total

@@ -1,0 +1,99 @@
+"""Read one file statically: sniff its format from content, then let that format's reader judge it.
+
+``probe`` is the only place that touches the file system; the readers it calls are pure
+functions of a :class:`Sample` so that they can be tested and fuzzed on bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
+from ckptdoctor.readers import burnpack, burnrecord, pickle, safetensors, torchzip
+from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
+from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
+
+__all__ = ["BytesSample", "Format", "Sample", "expected_formats", "probe", "read_header"]
+
+_READERS: dict[Format, Callable[[Sample], FileReport]] = {
+    Format.BURNPACK: burnpack.read,
+    Format.SAFETENSORS: safetensors.read,
+    Format.TORCH_ZIP: torchzip.read,
+    Format.TORCH_LEGACY: pickle.read_legacy,
+    Format.TORCH_TAR: pickle.read_tar,
+    Format.TORCH_PREVIEW: pickle.read_preview,
+    Format.PICKLE: pickle.read_pickle,
+    Format.MSGPACK: burnrecord.read_msgpack,
+    Format.JSON: burnrecord.read_json,
+    Format.GZIP: burnrecord.read_gzip,
+}
+
+_TORCH = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE})
+_BY_SUFFIX: tuple[tuple[str, frozenset[Format]], ...] = (
+    (".bpk", frozenset({Format.BURNPACK})),
+    (".mpk.gz", frozenset({Format.MSGPACK_GZ})),
+    (".mpk", frozenset({Format.MSGPACK})),
+    (".json.gz", frozenset({Format.JSON_GZ})),
+    (".json", frozenset({Format.JSON})),
+    (".bin.gz", frozenset({Format.BINCODE_GZ})),
+    # burn's bincode has no signature; torch's pytorch_model.bin is a torch archive or pickle
+    (".bin", _TORCH | {Format.UNKNOWN}),
+    (".safetensors", frozenset({Format.SAFETENSORS})),
+    (".pt", _TORCH),
+    (".pth", _TORCH),
+    (".ckpt", _TORCH),
+    (".tar", _TORCH),
+)
+"""What content each checkpoint file suffix admits; ``.pth.tar`` falls under ``.tar``."""
+
+_ABOUT: dict[Format, str] = {
+    Format.GIT_LFS_POINTER: "a Git LFS pointer, not the weights: the file was never fetched (git lfs pull)",
+    Format.HTML: "an HTML page, not a checkpoint: a download saved an error or login page",
+    Format.ZEROS: "all zero bytes: space was allocated but the data never written",
+}
+
+
+def expected_formats(name: str) -> frozenset[Format] | None:
+    """The formats a file of this name may hold, or None when its suffix says nothing."""
+    lowered = name.lower()
+    for suffix, formats in _BY_SUFFIX:
+        if lowered.endswith(suffix):
+            return formats
+    return None
+
+
+def read_header(sample: Sample, name: str = "") -> FileReport:
+    """Judge a file from its header and trailer, and its content against its name."""
+    kind = sniff(sample)
+    if kind is Format.EMPTY:
+        return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
+    if kind in NOT_CHECKPOINTS:
+        return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
+    reader = _READERS.get(kind)
+    report = reader(sample) if reader else FileReport(kind.value)
+    expected = expected_formats(name)
+    if expected is not None and Format(report.format) not in expected:
+        wanted = " or ".join(sorted(f.value for f in expected if f is not Format.UNKNOWN))
+        issue = FileIssue(
+            Problem.NOT_A_CHECKPOINT,
+            f"holds {report.format} data, not the {wanted} its name promises",
+        )
+        return FileReport(report.format, (issue, *report.issues), report.facts)
+    return report
+
+
+def probe(entry: Entry) -> FileReport:
+    """Open, sample and judge one file; a file that cannot be read says why."""
+    try:
+        with FileSample.open(entry.os_path) as sample:
+            return read_header(sample, entry.name)
+    except FileNotFoundError:
+        return _unreadable("it vanished while being scanned")
+    except IsADirectoryError:
+        return _unreadable("it is a folder, not a file")
+    except OSError as error:
+        return _unreadable(error.strerror or str(error))
+
+
+def _unreadable(why: str) -> FileReport:
+    return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.UNREADABLE, why),))

@@ -1,0 +1,119 @@
+"""The bytes a reader may look at: a file's head and tail, more only when a format asks.
+
+Readers are pure functions of a :class:`Sample`. ``inspect`` hands them a file-backed sample
+that reads the first and last few KiB and, when a format declares a longer header (burnpack
+metadata, a safetensors header), exactly that header. Tests and fuzzers hand them bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+HEAD = 16 * 1024
+TAIL = 4 * 1024
+MAX_HEADER = 16 * 1024 * 1024
+"""The longest header a reader may ask for; a declared header beyond this is itself a finding."""
+CHUNK = 1024 * 1024
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
+
+class Sample:
+    """A view of one file's bytes; subclasses decide where they come from."""
+
+    size: int
+
+    def head(self, n: int = HEAD) -> bytes:
+        """Up to ``n`` bytes from the start (fewer when the file is shorter)."""
+        return self.range(0, n)
+
+    def tail(self, n: int = TAIL) -> bytes:
+        """Up to the last ``n`` bytes."""
+        start = max(0, self.size - n)
+        return self.range(start, self.size - start)
+
+    def range(self, offset: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def chunks(self) -> Iterator[bytes]:
+        """The whole file, streamed: only for formats that cannot be checked otherwise."""
+        offset = 0
+        while offset < self.size:
+            data = self.range(offset, CHUNK)
+            if not data:
+                return
+            yield data
+            offset += len(data)
+
+
+class BytesSample(Sample):
+    """A sample over bytes in memory (tests, fuzzing, decompressed payloads)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self.size = len(data)
+
+    def range(self, offset: int, n: int) -> bytes:
+        return self._data[offset : offset + max(0, n)]
+
+
+class FileSample(Sample):
+    """A sample over an open file; the first head and tail reads are cached."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.size = os.fstat(fd).st_size
+        first = os.read(fd, HEAD + TAIL) if self.size <= HEAD + TAIL else os.read(fd, HEAD)
+        self._head = first
+        self._tail_start = self.size - TAIL
+        self._tail = first[self._tail_start :] if self.size <= HEAD + TAIL else b""
+
+    @classmethod
+    def open(cls, os_path: str) -> FileSample:
+        try:
+            # O_NOATIME keeps a scan from touching access times; only a file's owner may ask
+            fd = os.open(os_path, os.O_RDONLY | _NOATIME)
+        except PermissionError:
+            fd = os.open(os_path, os.O_RDONLY)
+        try:
+            return cls(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> FileSample:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def range(self, offset: int, n: int) -> bytes:
+        end = min(self.size, offset + max(0, n))
+        if end <= len(self._head):
+            return self._head[offset:end]
+        if self._tail_start >= 0 and offset >= self._tail_start:
+            if not self._tail:
+                self._tail = os.pread(self._fd, TAIL, self._tail_start)
+            return self._tail[offset - self._tail_start : end - self._tail_start]
+        return os.pread(self._fd, end - offset, offset) if end > offset else b""
+
+
+class EdgeSample(Sample):
+    """Only the two ends of a longer stream (a decompressed payload), and its length."""
+
+    def __init__(self, head: bytes, tail: bytes, size: int) -> None:
+        self._head = head
+        self._tail = tail
+        self.size = size
+
+    def range(self, offset: int, n: int) -> bytes:
+        end = min(self.size, offset + max(0, n))
+        if end <= len(self._head):
+            return self._head[offset:end]
+        tail_start = self.size - len(self._tail)
+        if offset >= tail_start:
+            return self._tail[offset - tail_start : end - tail_start]
+        raise ValueError("the middle of a stream is not kept")

@@ -1,0 +1,135 @@
+"""burn's burnpack (``.bpk``): 10-byte header, CBOR metadata, 256-aligned tensor data.
+
+Layout (burn-format reference §11): ``NRUB``, u16 version, u32 metadata size M, M bytes of
+CBOR, zero padding to D = ceil((10 + M) / 256) * 256, then tensors at ``D + data_offsets``.
+The file is exactly ``D + max(end)`` bytes long; files from burn before 0.20 have no padding
+and are exactly ``10 + M + max(end)``.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import cbor2
+
+from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers.sniff import Format
+
+HEADER = struct.Struct("<4sHI")
+ALIGNMENT = 256
+MAX_METADATA = 104_857_600
+SUPPORTED_VERSION = 1
+
+_OPTIMIZER_TENSOR = re.compile(r"^\d+\.")
+
+OPTIMIZER_LEAVES: tuple[tuple[str, str], ...] = (
+    (".momentum.max_moment_2", "adam-amsgrad"),
+    (".momentum.moment_1", "adam"),
+    (".momentum.exp_avg_diff", "adan"),
+    (".momentum.velocity", "sgd-momentum"),
+    (".lr_decay.sum", "adagrad"),
+    (".square_avg.square_avg", "rmsprop"),
+)
+"""Tensor-name endings that reveal the optimizer (reference §11.6), most specific first."""
+
+
+def read(sample: Sample) -> FileReport:
+    header = sample.head(HEADER.size)
+    if len(header) < HEADER.size:
+        return _report(Problem.TRUNCATED, f"only {sample.size} bytes: shorter than the 10-byte burnpack header")
+    _magic, version, metadata_size = HEADER.unpack(header)
+    if version > SUPPORTED_VERSION:
+        return _report(Problem.MALFORMED, f"burnpack version {version}; this burn reads version {SUPPORTED_VERSION} at most")
+    if metadata_size > min(MAX_METADATA, MAX_HEADER):
+        return _report(Problem.MALFORMED, f"declares {metadata_size} bytes of metadata, beyond burn's limit")
+    metadata_end = HEADER.size + metadata_size
+    if sample.size < metadata_end:
+        return _report(
+            Problem.TRUNCATED,
+            f"cut inside its metadata: {sample.size} of at least {metadata_end} bytes",
+        )
+    try:
+        metadata = cbor2.loads(sample.range(HEADER.size, metadata_size))
+    except Exception as error:  # cbor2 raises several unrelated types on bad input
+        return _report(Problem.MALFORMED, f"metadata is not valid CBOR ({error})")
+    tensors = metadata.get("tensors") if isinstance(metadata, Mapping) else None
+    if not isinstance(tensors, Mapping):
+        return _report(Problem.MALFORMED, "metadata has no 'tensors' map")
+
+    try:
+        extents = [_extent(name, descriptor) for name, descriptor in tensors.items()]
+    except ValueError as error:
+        return _report(Problem.MALFORMED, str(error))
+    data_end = max((end for _, end in extents), default=0)
+    data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT
+    expected = data_start + data_end
+    facts = _facts(tensors, metadata)
+    unaligned = metadata_end + data_end
+    if sample.size == unaligned and unaligned != expected and tensors:
+        facts.append(("aligned", "no"))  # burn < 0.20 wrote no padding; still readable
+        expected = unaligned
+    issues: list[FileIssue] = []
+    if sample.size < expected:
+        issues.append(FileIssue(
+            Problem.TRUNCATED,
+            f"{sample.size} bytes, but its metadata needs {expected} "
+            f"({expected - sample.size} missing): the save was cut short",
+        ))
+    elif sample.size > expected:
+        issues.append(FileIssue(
+            Problem.TRAILING_BYTES,
+            f"{sample.size - expected} bytes beyond the {expected} its metadata accounts for",
+        ))
+    return FileReport(Format.BURNPACK.value, tuple(issues), tuple(facts))
+
+
+def _extent(name: object, descriptor: object) -> tuple[int, int]:
+    if not isinstance(descriptor, Mapping):
+        raise ValueError(f"tensor {name!r} has no descriptor map")
+    offsets = descriptor.get("data_offsets")
+    if (
+        not isinstance(offsets, (list, tuple))
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and o >= 0 for o in offsets)
+    ):
+        raise ValueError(f"tensor {name!r} has no valid data_offsets")
+    start, end = offsets
+    if end < start:
+        raise ValueError(f"tensor {name!r} has corrupted offset data: end {end} < start {start}")
+    return start, end
+
+
+def _facts(tensors: Mapping[Any, Any], metadata: Mapping[Any, Any]) -> list[tuple[str, str]]:
+    names = [str(name) for name in tensors]
+    scalars = metadata.get("scalars")
+    facts = [("tensors", str(len(names)))]
+    if names and all(_OPTIMIZER_TENSOR.match(name) for name in names):
+        facts.append(("record", "optimizer"))
+        facts.append(("optimizer", optimizer_kind(names)))
+    elif not names and isinstance(scalars, Mapping) and any(str(k).endswith(".__rank") for k in scalars):
+        facts.append(("record", "optimizer"))
+        facts.append(("optimizer", "sgd"))  # plain SGD keeps no tensors, only ranks
+    elif not names:
+        facts.append(("record", "scheduler"))
+    else:
+        facts.append(("record", "model"))
+    dtypes = sorted({str(d.get("dtype")) for d in tensors.values() if isinstance(d, Mapping)})
+    floats = [d for d in dtypes if d in ("F64", "F32", "Flex32", "F16", "BF16")]
+    if floats:
+        facts.append(("precision", ",".join(floats)))
+    return facts
+
+
+def optimizer_kind(tensor_names: list[str]) -> str:
+    for ending, kind in OPTIMIZER_LEAVES:
+        if any(name.endswith(ending) for name in tensor_names):
+            return kind
+    return "unknown"
+
+
+def _report(problem: Problem, detail: str) -> FileReport:
+    return FileReport(Format.BURNPACK.value, (FileIssue(problem, detail),))

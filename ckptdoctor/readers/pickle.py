@@ -1,0 +1,46 @@
+"""Bare pickles and torch's pre-zip formats, judged without unpickling anything.
+
+A pickle ends with the STOP opcode (``.``), so a pickle cut short is visible from its last
+byte. torch's legacy (non-zip) and tar formats are only recognised here; they are still
+loadable by some torch versions but are obsolete (CKD210).
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sniff import Format
+
+STOP = b"."
+
+
+def read_pickle(sample: Sample) -> FileReport:
+    if sample.tail(1) != STOP:
+        issue = FileIssue(Problem.TRUNCATED, "the pickle does not end with its STOP opcode: cut short")
+        return FileReport(Format.PICKLE.value, (issue,))
+    return FileReport(Format.PICKLE.value)
+
+
+def read_legacy(sample: Sample) -> FileReport:
+    issue = FileIssue(
+        Problem.LEGACY,
+        "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); "
+        "it cannot be memory-mapped",
+    )
+    return FileReport(Format.TORCH_LEGACY.value, (issue,))
+
+
+def read_tar(sample: Sample) -> FileReport:
+    issue = FileIssue(
+        Problem.LEGACY,
+        "saved in torch's obsolete tar format; torch.load(weights_only=True) refuses it",
+    )
+    return FileReport(Format.TORCH_TAR.value, (issue,))
+
+
+def read_preview(sample: Sample) -> FileReport:
+    issue = FileIssue(
+        Problem.MALFORMED,
+        "a torch preview-release archive (PYTORCH1); torch refuses it as an unsupported archive format",
+    )
+    return FileReport(Format.TORCH_PREVIEW.value, (issue,))

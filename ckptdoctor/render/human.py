@@ -1,0 +1,183 @@
+"""The human report: a table per run, its findings with fixes, and the resume point last."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ckptdoctor.model import (
+    Checkpoint,
+    CheckpointFile,
+    Finding,
+    Report,
+    Role,
+    Run,
+    Severity,
+    Status,
+)
+from ckptdoctor.rules._rule import Rule
+from ckptdoctor.units import size
+
+NEWEST_ROWS = 20
+MAX_FIXES = 3
+MAX_MESSAGES = 10
+COLUMNS = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
+
+_STATUS_STYLE = {
+    Status.COMPLETE: ("✓", "green"),
+    Status.INCOMPLETE: ("✗", "red"),
+    Status.PARTIAL: ("✗", "red"),
+    Status.CORRUPT: ("✗", "red"),
+}
+_SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", "yellow"), Severity.INFO: ("•", "cyan")}
+
+
+def render(report: Report, console: Console, show_all: bool = False) -> None:
+    by_run: dict[str | None, list[Finding]] = {}
+    for finding in report.findings:
+        by_run.setdefault(finding.run, []).append(finding)
+    outside = by_run.pop(None, [])
+    if outside:
+        console.print(_findings(outside, console.width))
+    for run in report.runs:
+        console.print(_run_block(run, by_run.get(run.path, []), show_all, console.width))
+        console.print()
+
+
+def resume_line(run: Run) -> Text:
+    checkpoint = run.resume
+    if checkpoint is None:
+        return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")
+    names = ", ".join(f.name for f in checkpoint.files)
+    return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f": {names}")
+
+
+def rule_table(rules: Iterable[Rule]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("CODE", "NAME", "SEVERITY", "SUMMARY"):
+        table.add_column(column, overflow="fold")
+    for rule in rules:
+        _glyph, style = _SEVERITY_STYLE[rule.severity]
+        table.add_row(rule.code, rule.name, Text(rule.severity.value, style=style), rule.summary)
+    return table
+
+
+def rule_page(rule: Rule) -> RenderableType:
+    """``ckptdoctor rules CODE``: everything the rule table knows, like an error-explanation page."""
+    _, style = _SEVERITY_STYLE[rule.severity]
+    parts: list[RenderableType] = [
+        Text.assemble((f"{rule.code} {rule.name}", "bold"), "  ", (rule.severity.value, style)),
+        Text(rule.summary),
+        Text(""),
+        Text("What it means", style="bold"),
+        Text(rule.meaning),
+        Text(""),
+        Text("When it happens", style="bold"),
+        Text(rule.causes),
+        Text(""),
+        Text("How to fix it", style="bold"),
+        *[Text(f"  • {fix}") for fix in rule.fix_texts()],
+    ]
+    if rule.messages:
+        parts += [Text(""), Text("Messages it explains", style="bold")]
+        parts += [Text(f"  {message}") for message in rule.messages]
+    if rule.related:
+        parts += [Text(""), Text.assemble(("Related: ", "bold"), ", ".join(rule.related))]
+    return Group(*parts)
+
+
+def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) -> RenderableType:
+    count = len(run.checkpoints)
+    plural = "s" if count != 1 else ""
+    title = Text.assemble(
+        (run.path, "bold"),
+        f"  {run.layout} · {count} {run.unit.value}{plural} · {size(run.bytes)}",
+    )
+    parts: list[RenderableType] = [title]
+    if run.checkpoints:
+        parts.append(_table(run, show_all))
+    if run.other_files:
+        n = len(run.other_files)
+        parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
+    if findings:
+        parts.append(_findings(findings, width))
+    parts.append(resume_line(run))
+    return Group(*parts)
+
+
+def _table(run: Run, show_all: bool) -> RenderableType:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column(run.unit.value.upper(), justify="right", no_wrap=True)
+    roles = [role for role in COLUMNS if role in run.required or any(role in c.roles for c in run.checkpoints)]
+    for role in roles:
+        table.add_column(role.value.upper(), no_wrap=True)
+    table.add_column("SIZE", justify="right", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    shown = run.checkpoints if show_all else run.checkpoints[-NEWEST_ROWS:]
+    for checkpoint in shown:
+        table.add_row(str(checkpoint.index), *(_cell(checkpoint, role) for role in roles), size(checkpoint.bytes), _status(checkpoint))
+    hidden = len(run.checkpoints) - len(shown)
+    parts: list[RenderableType] = [table]
+    if hidden:
+        parts.insert(0, Text(f"… {hidden} older checkpoint{'s' if hidden != 1 else ''} not shown (--all shows every one)", style="dim"))
+    return Group(*parts)
+
+
+def _cell(checkpoint: Checkpoint, role: Role) -> Text:
+    files = checkpoint.files_for(role)
+    if not files:
+        return Text("missing", style="red") if role in checkpoint.missing else Text("—", style="dim")
+    return Text(" + ").join(_file_text(f, role) for f in files)
+
+
+def _file_text(file: CheckpointFile, role: Role) -> Text:
+    if file.bundled and file.roles[0] is not role:
+        return Text("(bundled)", style="dim")
+    if file.report.problems:
+        return Text(f"{file.name} ✗", style="red")
+    return Text(file.name)
+
+
+def _status(checkpoint: Checkpoint) -> Text:
+    glyph, style = _STATUS_STYLE[checkpoint.status]
+    text = Text(f"{glyph} {checkpoint.status.value}", style=style)
+    staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
+    if staged:
+        text.append(f" (leftover {', '.join(staged)})", style="dim")
+    return text
+
+
+def _findings(findings: list[Finding], width: int) -> RenderableType:
+    """Findings of one rule together: each message, then the fixes once (worded for the first)."""
+    groups: dict[str, list[Finding]] = {}
+    for finding in sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
+        groups.setdefault(finding.code, []).append(finding)
+    lines: list[RenderableType] = []
+    for code, group in groups.items():
+        first = group[0]
+        glyph, style = _SEVERITY_STYLE[first.severity]
+        heading = f"{glyph} {code} {first.name}"
+        if len(group) == 1:
+            lines.append(_hanging(heading, style, f"  {first.message}", 2, width))
+        else:
+            lines.append(Text.assemble((heading, style), (f"  ({len(group)})", "dim")))
+            lines.extend(_hanging("  •", "", f" {f.message}", 4, width) for f in group[:MAX_MESSAGES])
+            if len(group) > MAX_MESSAGES:
+                lines.append(Text(f"  … and {len(group) - MAX_MESSAGES} more (--json lists them all)", style="dim"))
+        for fix in first.fixes[:MAX_FIXES]:
+            lines.append(_hanging("    fix:", "dim", f" {fix}", 6, width))
+        if len(first.fixes) > MAX_FIXES:
+            lines.append(Text(f"    more fixes: ckptdoctor rules {code}", style="dim"))
+    return Group(*lines)
+
+
+def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
+    """``lead`` + ``body`` wrapped to ``width`` with continuation lines indented (no trailing spaces)."""
+    wrapped = textwrap.fill(lead + body, width=max(width, 40), subsequent_indent=" " * indent, break_on_hyphens=False)
+    text = Text(wrapped)
+    text.stylize(style, 0, len(lead))
+    return text

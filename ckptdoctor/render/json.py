@@ -1,0 +1,102 @@
+"""The ``ckptdoctor.report.v1`` JSON document (DESIGN §3.3): fields are only ever added."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ckptdoctor import __version__
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Report, Run, Severity
+from ckptdoctor.rules._rule import Rule
+
+SCHEMA = "ckptdoctor.report.v1"
+
+
+def render(report: Report) -> str:
+    return json.dumps(document(report), indent=2) + "\n"
+
+
+def document(report: Report) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "schema": SCHEMA,
+        "version": __version__,
+        "command": report.command,
+        "runs": [_run(run) for run in report.runs],
+        "findings": [_finding(finding) for finding in report.findings],
+        "summary": {severity.value: report.count(severity) for severity in reversed(Severity)},
+    }
+    if report.errors:
+        body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
+    body.update(report.extra)
+    return body
+
+
+def rules_document(rules: tuple[Rule, ...]) -> str:
+    return json.dumps({"schema": "ckptdoctor.rules.v1", "version": __version__, "rules": [rule_entry(r) for r in rules]}, indent=2) + "\n"
+
+
+def rule_entry(rule: Rule) -> dict[str, Any]:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "severity": rule.severity.value,
+        "summary": rule.summary,
+        "meaning": rule.meaning,
+        "causes": rule.causes,
+        "fixes": list(rule.fix_texts()),
+        "messages": list(rule.messages),
+        "related": list(rule.related),
+    }
+
+
+def _run(run: Run) -> dict[str, Any]:
+    resume = run.resume
+    return {
+        "path": run.path,
+        "layout": run.layout,
+        "unit": run.unit.value,
+        "bytes": run.bytes,
+        "required": [role.value for role in run.required],
+        "checkpoints": [_checkpoint(c) for c in run.checkpoints],
+        "resume": None if resume is None else {"index": resume.index, "paths": [f.path for f in resume.files]},
+        "loose_files": [_file(f) for f in run.loose_files],
+        "other_files": [_other(e) for e in run.other_files],
+    }
+
+
+def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "index": checkpoint.index,
+        "status": checkpoint.status.value,
+        "bytes": checkpoint.bytes,
+        "missing": [role.value for role in checkpoint.missing],
+        "files": [_file(f) for f in checkpoint.files],
+    }
+
+
+def _file(file: CheckpointFile) -> dict[str, Any]:
+    return {
+        "role": "bundled" if file.bundled else file.roles[0].value,
+        "roles": [role.value for role in file.roles],
+        "path": file.path,
+        "bytes": file.bytes,
+        "format": file.report.format,
+        "problems": [{"problem": i.problem.value, "detail": i.detail} for i in file.report.issues],
+    }
+
+
+def _other(entry: Entry) -> dict[str, Any]:
+    return {"path": entry.path, "bytes": entry.size, "kind": "folder" if entry.is_dir else "file"}
+
+
+def _finding(finding: Finding) -> dict[str, Any]:
+    return {
+        "code": finding.code,
+        "name": finding.name,
+        "severity": finding.severity.value,
+        "run": finding.run,
+        "index": finding.index,
+        "path": finding.path,
+        "message": finding.message,
+        "fixes": list(finding.fixes),
+    }

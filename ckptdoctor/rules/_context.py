@@ -1,0 +1,115 @@
+"""What every check needs about the run it looks at, and how it words a finding."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ckptdoctor.layouts import Layout
+from ckptdoctor.model import Checkpoint, Finding, Role, Run, Severity
+from ckptdoctor.rules._rule import Rule
+
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where size outliers start (configurable later through ``[tool.ckptdoctor]``)."""
+
+    undersized: float = 0.5
+    """A file below this fraction of its role's median is undersized (CKD208)."""
+    oversized: float = 2.0
+    """A file above this multiple of its role's median is oversized (CKD209)."""
+    optimizer_margin: float = 1.5
+    """Optimizer state may exceed its kind's usual ratio to the model by this factor."""
+    min_peers: int = 3
+    """Medians need at least this many files of a role."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run: Run
+    layout: Layout
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def fix_context(self) -> dict[str, str]:
+        return {"run": self.run.path, "unit": self.run.unit.value, "resume": resume_sentence(self.run, self.layout)}
+
+    def finding(
+        self,
+        rule: Rule,
+        message: str,
+        *,
+        index: int | None = None,
+        path: str | None = None,
+        severity: Severity | None = None,
+        context: Mapping[str, str] | None = None,
+        extra_fixes: tuple[str, ...] = (),
+    ) -> Finding:
+        values = self.fix_context
+        if index is not None:
+            values["index"] = str(index)
+        if path is not None:
+            values["path"] = path
+            values["name"] = path.rsplit("/", 1)[-1]
+        values.update(context or {})
+        return make_finding(rule, message, self.run.path, index, path, severity, values, extra_fixes)
+
+    def sibling_name(self, role: Role, index: int) -> str | None:
+        """The name a missing file of ``role`` would have at ``index``, from the run's other files."""
+        for checkpoint in sorted(self.run.checkpoints, key=lambda c: abs(c.index - index)):
+            for file in checkpoint.files_for(role):
+                if not file.bundled and Role.TEMP not in file.roles:
+                    return renumber(file.name, checkpoint.index, index)
+        return None
+
+
+def make_finding(
+    rule: Rule,
+    message: str,
+    run: str | None,
+    index: int | None = None,
+    path: str | None = None,
+    severity: Severity | None = None,
+    context: Mapping[str, str] | None = None,
+    extra_fixes: tuple[str, ...] = (),
+) -> Finding:
+    return Finding(
+        code=rule.code,
+        name=rule.name,
+        severity=severity or rule.severity,
+        run=run,
+        index=index,
+        path=path,
+        message=message,
+        fixes=extra_fixes + rule.fix_texts(context),
+    )
+
+
+def renumber(name: str, old: int, new: int) -> str:
+    """``optim-4.bpk`` at index 4 -> ``optim-5.bpk``; zero padding is kept."""
+    for match in reversed(list(_DIGITS.finditer(name))):
+        if int(match.group()) == old:
+            digits = str(new).zfill(len(match.group()))
+            return name[: match.start()] + digits + name[match.end() :]
+    return name
+
+
+def describe(run: Run, checkpoint: Checkpoint) -> str:
+    """``epoch 4 (model-4.bpk, optim-4.bpk, scheduler-4.bpk)``."""
+    names = ", ".join(f.name for f in checkpoint.files)
+    return f"{run.unit.value} {checkpoint.index} ({names})"
+
+
+def resume_sentence(run: Run, layout: Layout) -> str:
+    checkpoint = run.resume
+    if checkpoint is None:
+        return (
+            f"No complete checkpoint is left in {run.path}: restore one from a backup, "
+            "or start the run again"
+        )
+    hint = layout.resume_hint(run, checkpoint)
+    sentence = f"Resume from {run.unit.value} {checkpoint.index}, the newest complete checkpoint ({', '.join(f.name for f in checkpoint.files)})"
+    return f"{sentence}: {hint}" if hint else sentence

@@ -1,0 +1,79 @@
+"""The shape of one rule of the rule table, and how its fixes are worded for a user.
+
+A rule is data: the documentation that `ckptdoctor rules CODE` prints, SARIF help text and the
+README table all come from the same record. Fixes are templates so that a finding can name
+the user's own files ("Resume from epoch 4, ...") while `rules` prints the same advice in
+general terms.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ckptdoctor.model import Severity
+
+GENERIC_CONTEXT: Mapping[str, str] = {
+    "resume": "Resume from the newest complete checkpoint (`ckptdoctor inspect --resume RUN_DIR` prints its index)",
+    "run": "RUN_DIR",
+    "path": "the file",
+    "name": "the file",
+    "unit": "epoch",
+    "index": "N",
+    "expected": "the missing file",
+    "prefix": "the prefix",
+    "known": "the run's own prefix",
+    "format": "the expected format",
+    "ratio": "the usual ratio",
+}
+"""What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the rule table (DESIGN §3.4) with the documentation that explains it."""
+
+    code: str
+    """``CKD`` + three digits; hundreds group families; never reused."""
+    name: str
+    """Kebab-case symbolic name, accepted wherever a code is."""
+    severity: Severity
+    """Default severity; a check may lower or raise it where the table says so."""
+    summary: str
+    """One line: what fired."""
+    meaning: str
+    """What it means for the run, in a paragraph."""
+    causes: str
+    """When it happens: the situations that produce it."""
+    fixes: tuple[str, ...]
+    """Concrete fixes, as templates over the placeholders of ``GENERIC_CONTEXT``."""
+    messages: tuple[str, ...] = ()
+    """Exact error messages of other tools that this rule explains."""
+    related: tuple[str, ...] = ()
+    """Codes of related rules."""
+
+    @property
+    def family(self) -> int:
+        return int(self.code[3]) * 100
+
+    def fix_texts(self, context: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The fixes worded for ``context`` (a run's own names), generic where it is silent."""
+        values = _Context(context or {})
+        return tuple(_FORMATTER.vformat(fix, (), values) for fix in self.fixes)
+
+    def placeholders(self) -> frozenset[str]:
+        """Every placeholder the fixes use (tests check each is known)."""
+        names: set[str] = set()
+        for fix in self.fixes:
+            names.update(field for _, field, _, _ in _FORMATTER.parse(fix) if field)
+        return frozenset(names)
+
+
+class _Context(dict[str, str]):
+    def __init__(self, specific: Mapping[str, str]) -> None:
+        super().__init__(GENERIC_CONTEXT)
+        self.update(specific)
+
+
+_FORMATTER = string.Formatter()

@@ -1,0 +1,445 @@
+"""Completeness rules (CKD1xx): is every file a checkpoint needs there, and is there one to resume from?
+
+These checks look at names and presence only: required roles per checkpoint, shards and commit
+markers, stray prefixes, mixed formats and `latest`-style pointers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity
+from ckptdoctor.rules._context import RunContext
+from ckptdoctor.rules._rule import Rule
+
+MISSING_OPTIMIZER = Rule(
+    code="CKD101",
+    name="missing-optimizer",
+    severity=Severity.ERROR,
+    summary="A checkpoint has model weights but no optimizer state, so it cannot be resumed as saved.",
+    meaning=(
+        "Resuming a run needs the optimizer's state (for Adam/AdamW, two moment estimates per parameter and a step count) "
+        "as well as the weights. burn refuses outright: resuming from epoch N restores the model, optimizer and scheduler "
+        "files of that epoch and panics with `Can load optimizer checkpoint.` when the optimizer file is missing. "
+        "HF Trainer is quieter and worse: it loads `optimizer.pt` and `scheduler.pt` only when both exist, and otherwise "
+        "carries on with a fresh optimizer, so the run continues with a loss spike nobody explains. ckptdoctor marks the "
+        "checkpoint incomplete, never picks it as the resume point, and names the newest complete checkpoint instead."
+    ),
+    causes=(
+        "The save was interrupted between the model file and the optimizer file: burn hands model, optimizer and scheduler "
+        "to three background writers, so a killed process (OOM, pre-empted node, job time limit) or a full disk can leave "
+        "the newest epoch's model without its optimizer. A cleanup script or a hand-made retention rule deleted optimizer "
+        "files to save space (they are the largest files, about twice the model for Adam). The optimizer checkpointer was "
+        "pointed at another folder or file prefix than the model checkpointer, or renamed between runs, so its files are "
+        "somewhere else (see CKD111). HF Trainer ran with `save_only_model=True`, which never writes `optimizer.pt`. The "
+        "checkpoint was copied from another machine or bucket without its optimizer state."
+    ),
+    fixes=(
+        "{resume}.",
+        "Point the optimizer checkpointer at the same folder and prefix as the run that saved, so that the resume finds {expected} in {run}: in burn, build all three checkpointers with `with_default_checkpointers()` on the same directory (or create custom `FileCheckpointer`s with that directory and the names `model`, `optim`, `scheduler`); in HF, pass `resume_from_checkpoint` the `checkpoint-N` folder itself.",
+        "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {run}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
+        "If no copy exists, resume from the weights alone with a fresh optimizer: in burn, load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files); in torch, `model.load_state_dict(...)` and build a new optimizer. This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up lost, and the learning-rate schedule restarts too unless you restore it separately (advance the scheduler to where {unit} {index} left it).",
+        "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {run}` moves them into a quarantine folder (`ckptdoctor repair --undo {run}` puts them back).",
+        "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {run} --keep-last 2`.",
+    ),
+    messages=(
+        "Can load optimizer checkpoint.",
+        "optimizer.pt",
+        "optimizer.bin",
+    ),
+    related=("CKD102", "CKD103", "CKD110", "CKD111", "CKD203", "CKD501"),
+)
+
+MISSING_MODEL = Rule(
+    code="CKD102",
+    name="missing-model",
+    severity=Severity.ERROR,
+    summary="A checkpoint has optimizer or scheduler state but no model weights.",
+    meaning=(
+        "Without the weights there is nothing to resume: optimizer moments and a scheduler position are useless on their "
+        "own. burn panics with `Can load model checkpoint.` when asked to resume from this epoch, and HF Trainer refuses a "
+        "`checkpoint-N` folder that has no `model.safetensors`, `pytorch_model.bin`, shard index or adapter weights with "
+        "`Can't find a valid checkpoint at …`. The checkpoint is incomplete and is never chosen as the resume point."
+    ),
+    causes=(
+        "The model file was deleted or moved afterwards: a cleanup script, a sync or upload that skipped large files, a "
+        "manual `rm` of the wrong pattern. The model checkpointer writes to another folder or prefix than the optimizer "
+        "checkpointer (see CKD111). The save was killed or the disk filled before the model file was created. DeepSpeed "
+        "ZeRO-3 without `stage3_gather_16bit_weights_on_model_save` leaves HF no weights file, only the sharded "
+        "`global_stepN/` folder. A PEFT run saved adapter weights where full weights were expected."
+    ),
+    fixes=(
+        "{resume}.",
+        "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        "If the model checkpointer writes elsewhere, point it at {run} with the prefix the run used when it saved (burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`).",
+        "DeepSpeed ZeRO-3: the weights are inside `global_stepN/`; rebuild full weights with the `zero_to_fp32.py` script DeepSpeed copied into the checkpoint folder, and set `stage3_gather_16bit_weights_on_model_save: true` for future saves.",
+        "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {run}`.",
+    ),
+    messages=(
+        "Can load model checkpoint.",
+        "Can't find a valid checkpoint at",
+        "Saving the full checkpoint instead, use zero_to_fp32.py to recover weights",
+    ),
+    related=("CKD101", "CKD103", "CKD105", "CKD110", "CKD111"),
+)
+
+MISSING_SCHEDULER = Rule(
+    code="CKD103",
+    name="missing-scheduler",
+    severity=Severity.ERROR,
+    summary="A checkpoint has no learning-rate scheduler state.",
+    meaning=(
+        "The scheduler's state records how far the run is into its warm-up and decay. burn requires it: resuming an epoch "
+        "loads model, optimizer and scheduler, and panics with `Can load learning rate scheduler checkpoint.` when the "
+        "scheduler file is missing, even for a constant learning rate. That is why the default severity is error; outside "
+        "burn the check lowers it to a warning, because other frameworks can resume without it, but the schedule then "
+        "starts over (a second warm-up, or the wrong learning rate for the rest of the run). HF Trainer loads `optimizer.pt` "
+        "and `scheduler.pt` only as a pair, so a missing `scheduler.pt` silently restarts the optimizer as well."
+    ),
+    causes=(
+        "The save was interrupted before the scheduler file was written (burn hands it to its writer last; a killed process "
+        "or a full disk can leave it out). A cleanup script removed the small scheduler files as junk (a burn scheduler with "
+        "a constant learning rate is only 256 bytes). The scheduler checkpointer writes to another folder or prefix. The "
+        "training script never saved the scheduler (a plain `torch.save` of model and optimizer only). DeepSpeed manages the "
+        "scheduler, so HF writes no `scheduler.pt` and the state lives in the DeepSpeed files instead."
+    ),
+    fixes=(
+        "{resume}.",
+        "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        "Point the scheduler checkpointer at {run} with the same prefix as before (burn: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`).",
+        "If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and rebuild the scheduler at the right position yourself: torch schedulers take `last_epoch=`, and a burn scheduler can be stepped forward in your own loading code (burn's `.checkpoint(...)` insists on all three files).",
+        "Save the scheduler with every checkpoint from now on: in your own loop put `scheduler.state_dict()` in the same save as the model and optimizer.",
+        "Quarantine the incomplete {unit} with `ckptdoctor repair {run}` so nothing resumes from it.",
+    ),
+    messages=(
+        "Can load learning rate scheduler checkpoint.",
+        "scheduler.pt",
+        "scheduler.bin",
+    ),
+    related=("CKD101", "CKD102", "CKD110"),
+)
+
+MISSING_TRAINER_STATE = Rule(
+    code="CKD104",
+    name="missing-trainer-state",
+    severity=Severity.ERROR,
+    summary="An HF Trainer `checkpoint-N` folder has no `trainer_state.json`: its save did not finish.",
+    meaning=(
+        "HF Trainer writes `trainer_state.json` last, after the weights, optimizer, scheduler and RNG state, so a folder "
+        "without it is a save that never completed, and the files it does hold may be cut short. Trainer does not check: "
+        "`get_last_checkpoint` picks the highest `checkpoint-N` by name, so `resume_from_checkpoint=True` walks straight "
+        "into the unfinished folder and fails with `No such file or directory: …/trainer_state.json`. The file also holds "
+        "`global_step`, the epoch and the log history; without it Trainer cannot tell where to continue."
+    ),
+    causes=(
+        "The job was killed, pre-empted, hit its time limit or ran out of disk while saving the checkpoint. The folder was "
+        "copied or synced while the save was still running. The file was deleted by hand or by a script that only kept "
+        "weights."
+    ),
+    fixes=(
+        "{resume}.",
+        "Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+        "Resume from an explicit folder instead of `True`: `trainer.train(resume_from_checkpoint='{run}/checkpoint-N')`, with N the newest complete step.",
+        "If the other files of the folder verify (`ckptdoctor verify {run}`), its weights are still usable for evaluation or export; do not resume from it, since the step count and log history are gone.",
+        "Make sure the next saves can finish: `ckptdoctor diskcheck {run}` compares the size of a save with the free space.",
+    ),
+    messages=("trainer_state.json",),
+    related=("CKD110", "CKD113", "CKD202", "CKD501"),
+)
+
+MISSING_SHARD = Rule(
+    code="CKD105",
+    name="missing-shard",
+    severity=Severity.ERROR,
+    summary="An index or metadata file names shards that are not there, or fewer rank files were saved than expected.",
+    meaning=(
+        "Large and distributed checkpoints are split into several files, and every one is needed: safetensors shards "
+        "listed in `model.safetensors.index.json`, DeepSpeed ZeRO optimizer partitions (one "
+        "`zero_pp_rank_<r>_mp_rank_00_optim_states.pt` per data-parallel rank), DCP `__<i>_<j>.distcp` files named by "
+        "`.metadata`. A missing shard means missing tensors: DeepSpeed refuses to load or consolidate the checkpoint "
+        "(`Expected N of '*_optim_states.pt' … but found M files`), and HF cannot load the weights."
+    ),
+    causes=(
+        "One rank failed or was killed while the others finished their part of the save. Ranks wrote to node-local disks "
+        "instead of a shared filesystem, so each node holds only its own files. A copy, upload or download stopped part-way "
+        "or skipped a file. A tag folder was overwritten by a run with a different number of GPUs, mixing two saves. A "
+        "cleanup script deleted files by pattern."
+    ),
+    fixes=(
+        "{resume}.",
+        "Copy {expected} from the node or bucket that holds it into the checkpoint folder; with node-local storage, gather every node's files into one folder, then run `ckptdoctor verify {run}`.",
+        "Save to a filesystem that every rank can see, so that all partitions of a checkpoint land in the same folder.",
+        "Do not reuse a DeepSpeed tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
+        "Quarantine the incomplete checkpoint so nothing resumes from it: `ckptdoctor repair {run}`.",
+    ),
+    messages=(
+        "Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
+        "_optim_states.pt",
+    ),
+    related=("CKD106", "CKD110", "CKD101", "CKD102"),
+)
+
+MISSING_COMMIT_MARKER = Rule(
+    code="CKD106",
+    name="missing-commit-marker",
+    severity=Severity.ERROR,
+    summary="A checkpoint lacks the marker its framework writes last to say the save finished.",
+    meaning=(
+        "Some frameworks commit a checkpoint by writing one small file at the very end: DCP's `.metadata` (the coordinator "
+        "writes it after every rank's data), Orbax's `commit_success.txt` (with the folder renamed from "
+        "`*.orbax-checkpoint-tmp`), Megatron-LM's `latest_checkpointed_iteration.txt`, advanced only once an `iter_*` "
+        "folder is fully written. Without the marker the data files may be incomplete, and loaders treat the checkpoint as "
+        "absent: Orbax skips it, and DCP cannot even tell which tensors the folder holds."
+    ),
+    causes=(
+        "The job was killed or pre-empted after the data files and before the marker. An asynchronous save is still running "
+        "or was interrupted (Megatron creates the `iter_*` folder before the data is durable). Only the coordinator's node "
+        "has `.metadata` because each node saved to its own local disk. A copy skipped dotfiles (`cp dir/* dest` does not "
+        "copy `.metadata`)."
+    ),
+    fixes=(
+        "{resume}.",
+        "If an asynchronous save may still be running, wait for it to finish and rerun `ckptdoctor inspect {run}`.",
+        "Copy the marker from the coordinator's node (rank 0) or the original location; shell globs skip dotfiles, so copy folders with `cp -a src/. dest` or `rsync -a`.",
+        "Megatron-LM: do not edit the tracker to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
+        "Quarantine the uncommitted folder with `ckptdoctor repair {run}` so no tool resumes from it.",
+    ),
+    messages=(),
+    related=("CKD202", "CKD113", "CKD105", "CKD110"),
+)
+
+NO_RESUMABLE_CHECKPOINT = Rule(
+    code="CKD110",
+    name="no-resumable-checkpoint",
+    severity=Severity.ERROR,
+    summary="The run has no complete checkpoint at all: there is nothing to resume from.",
+    meaning=(
+        "Every checkpoint in this run is missing a file, cut short or damaged, or there are none, so a resume will fail or, "
+        "worse, quietly start from scratch: HF Trainer raises `No valid checkpoint found in output directory`, DeepSpeed "
+        "only warns and returns `(None, None)`, burn with `.checkpoint(N)` but no checkpointer starts at epoch N+1 with "
+        "fresh weights. The run's other findings say what is wrong with each checkpoint."
+    ),
+    causes=(
+        "The run crashed before its first save finished. The disk filled up, so every recent save was cut short while "
+        "retention deleted the older complete ones. The path points at the wrong folder: another run, the parent of burn's "
+        "`checkpoint/`, a folder holding only `tmp-checkpoint-*` staging leftovers. Checkpoints were renamed so that the "
+        "framework's pattern (HF `checkpoint-N`) no longer matches. Files were copied without the optimizer or scheduler."
+    ),
+    fixes=(
+        "Check that {run} is the folder the job saved into (burn: `<dir>/checkpoint`; HF: `output_dir`; Lightning: `lightning_logs/version_N/checkpoints`); `ckptdoctor inspect` on a parent folder finds every run below it.",
+        "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
+        "HF: if the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`.",
+        "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
+        "Otherwise start again in a clean folder, after quarantining what is here with `ckptdoctor repair {run}` so no tool picks it up.",
+        "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
+    ),
+    messages=("No valid checkpoint found in output directory",),
+    related=("CKD101", "CKD102", "CKD103", "CKD113", "CKD203", "CKD501"),
+)
+
+STRAY_PREFIX = Rule(
+    code="CKD111",
+    name="stray-prefix",
+    severity=Severity.WARNING,
+    summary="Checkpoint-like files use a name prefix the run does not otherwise use (`optimizer-3.bpk` beside `optim-*.bpk`).",
+    meaning=(
+        "Checkpointers find their files by name: burn's `FileCheckpointer` reads exactly `<dir>/<name>-<epoch>.bpk`. Files "
+        "under another prefix were written by a checkpointer that was named or configured differently, often the same run "
+        "before a rename, or a second run sharing the folder. The resume does not see them (burn panics with `Can load "
+        "optimizer checkpoint.` although an optimizer file for that epoch is right there under the other prefix), they do "
+        "not count towards the run's checkpoints, and retention never deletes them, so they pile up."
+    ),
+    causes=(
+        "A custom checkpointer was given a different name (`optimizer` instead of burn's `optim`), or the name changed "
+        "between versions of the training script. The resume script points the optimizer checkpointer at another prefix "
+        "than the one that saved. Two runs or two learners write into one checkpoint folder. Files were renamed by hand."
+    ),
+    fixes=(
+        "If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index (in burn, `optimizer-3.bpk` becomes `optim-3.bpk`), then run `ckptdoctor verify {run}`.",
+        "Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
+        "If the files belong to another run, move them into that run's own folder; give every run its own checkpoint directory.",
+        "If nobody needs them, quarantine them with `ckptdoctor repair {run}`; retention never deletes files under a prefix the run does not use.",
+    ),
+    messages=("Can load optimizer checkpoint.",),
+    related=("CKD101", "CKD102", "CKD103", "CKD112"),
+)
+
+MIXED_FORMATS = Rule(
+    code="CKD112",
+    name="mixed-formats",
+    severity=Severity.WARNING,
+    summary="One run holds checkpoints in several file formats or recorder settings (`.mpk` and `.bpk`, full and half precision).",
+    meaning=(
+        "A resume reads one format with one set of settings. burn 0.22 and later read only burnpack (`.bpk`): recorder-era "
+        "files (`.mpk`, `.mpk.gz`, `.bin`, `.json`) are invisible to its checkpointer, and reading one as burnpack fails with "
+        "`Invalid magic number`. Recorder-era burn, when a record does not load, names the settings that differ "
+        "(`Metadata has a different float type …`, `… format …`, `… Burn version …`). So the newest checkpoint in one format "
+        "may not be resumable by the code that wrote the other, and which checkpoint is the real resume point depends on "
+        "the version you run."
+    ),
+    causes=(
+        "The training code was upgraded (burn 0.21 to 0.22 replaced recorders with burnpack; the recorder changed from "
+        "`CompactRecorder` to `DefaultRecorder`) and kept saving into the old folder. Two scripts with different settings "
+        "share one folder. Half-precision and full-precision checkpoints were copied together."
+    ),
+    fixes=(
+        "Resume with the code version and recorder settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+        "Keep one format per folder: move the files that are not {format} into a folder of their own (e.g. `{run}-legacy`).",
+        "To carry a recorder-era run into burn 0.22 or later, load the weights with the burn version that wrote them, re-save them as burnpack and start a new run from them; the optimizer state does not carry over.",
+        "Keep one recorder and one precision per run; when a load fails, burn's `Metadata has a different …` lines name the setting that changed.",
+    ),
+    messages=(
+        "Invalid magic number",
+        "Metadata has a different float type",
+        "Metadata has a different int type",
+        "Metadata has a different format",
+        "Metadata has a different Burn version",
+    ),
+    related=("CKD210", "CKD303", "CKD205", "CKD111"),
+)
+
+STALE_POINTER = Rule(
+    code="CKD113",
+    name="stale-pointer",
+    severity=Severity.ERROR,
+    summary="A `latest`-style pointer names a checkpoint that is missing or incomplete, or a symlink dangles.",
+    meaning=(
+        "Resume code that asks for the latest checkpoint trusts the pointer: DeepSpeed's `latest` file, Megatron-LM's "
+        "`latest_checkpointed_iteration.txt`, Lightning's `last.ckpt` (a copy or a symlink), HF's `best_model_checkpoint` "
+        "in `trainer_state.json`. When it names something that is gone or half-written, the resume fails, or quietly "
+        "starts from scratch: DeepSpeed only warns `Unable to find latest file at …` and returns `(None, None)`, and "
+        "Lightning warns that there is no last checkpoint and loads nothing."
+    ),
+    causes=(
+        "Retention or a cleanup script deleted the checkpoint the pointer names (a `last.ckpt` symlink left dangling after "
+        "pruning). The run folder was moved, so absolute paths and symlinks point at the old place. The save that should have "
+        "updated the pointer was interrupted, or rank 0 wrote it on a node-local disk. The pointer was edited by hand. A "
+        "Megatron tracker points at a layout that is not there (DeepSpeed `global_step*` folders, or other tensor/pipeline "
+        "parallel naming)."
+    ),
+    fixes=(
+        "{resume}.",
+        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {run}` rewrites `latest`-style pointers (`ckptdoctor repair --undo {run}` restores them).",
+        "By hand: DeepSpeed, write the tag without a newline (`printf global_stepN > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`); Megatron-LM, write the iteration number into `{run}/latest_checkpointed_iteration.txt`.",
+        "Lightning: replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
+        "HF: if `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
+    ),
+    messages=(
+        "Unable to find latest file at",
+        "Unable to find 'latest' file at",
+        "ERROR: Invalid metadata file",
+        "there is no last checkpoint available",
+        "model_optim_rng.pt",
+    ),
+    related=("CKD110", "CKD106", "CKD104", "CKD211"),
+)
+
+RULES: tuple[Rule, ...] = (
+    MISSING_OPTIMIZER,
+    MISSING_MODEL,
+    MISSING_SCHEDULER,
+    MISSING_TRAINER_STATE,
+    MISSING_SHARD,
+    MISSING_COMMIT_MARKER,
+    NO_RESUMABLE_CHECKPOINT,
+    STRAY_PREFIX,
+    MIXED_FORMATS,
+    STALE_POINTER,
+)
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+_MISSING_RULE = {Role.MODEL: MISSING_MODEL, Role.OPTIMIZER: MISSING_OPTIMIZER, Role.SCHEDULER: MISSING_SCHEDULER}
+
+
+def missing_roles(ctx: RunContext) -> Iterator[Finding]:
+    """CKD101-103: a checkpoint lacks a role the layout (or the rest of the run) needs."""
+    run = ctx.run
+    for checkpoint in run.checkpoints:
+        present = ", ".join(f.name for f in checkpoint.files) or "nothing"
+        for role in checkpoint.missing:
+            rule = _MISSING_RULE.get(role)
+            if rule is None:
+                continue
+            expected = ctx.sibling_name(role, checkpoint.index) or f"a {role.value} file"
+            message = f"{run.unit.value} {checkpoint.index} has {present} but no {role.value} state ({expected})"
+            strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
+            if strays:
+                message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
+            severity = None
+            if rule is MISSING_SCHEDULER and run.layout != "burn":
+                severity = Severity.WARNING  # only burn refuses to resume without one
+            yield ctx.finding(
+                rule,
+                message,
+                index=checkpoint.index,
+                path=checkpoint.files[0].path if checkpoint.files else None,
+                severity=severity,
+                context={"expected": expected},
+            )
+
+
+def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
+    """CKD110: not one checkpoint of the run is complete."""
+    run = ctx.run
+    if run.single_file or not run.checkpoints or run.resume is not None:
+        return
+    statuses = Counter(c.status.value for c in run.checkpoints)
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    yield ctx.finding(
+        NO_RESUMABLE_CHECKPOINT,
+        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is complete ({summary})",
+    )
+
+
+def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
+    """CKD111: checkpoint-like files under a prefix the run does not otherwise use."""
+    run = ctx.run
+    by_prefix: dict[str, list[CheckpointFile]] = defaultdict(list)
+    for file in run.loose_files:
+        if Role.TEMP not in file.roles:
+            by_prefix[file.prefix].append(file)
+    for prefix, files in sorted(by_prefix.items()):
+        role = files[0].roles[0]
+        known = sorted({f.prefix for c in run.checkpoints for f in c.files_for(role) if not f.bundled})
+        names = ", ".join(f.name for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        known_text = f"its {role.value} files use {', '.join(repr(k) for k in known)}" if known else f"it has no other {role.value} files"
+        yield ctx.finding(
+            STRAY_PREFIX,
+            f"{names} use{'s' if len(files) == 1 else ''} the prefix {prefix!r}, which this run does not otherwise use; {known_text}",
+            index=_index_of(ctx, files[0]) if len(files) == 1 else None,
+            path=files[0].path,
+            context={"prefix": prefix, "known": known[0] if known else role.value},
+        )
+
+
+def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
+    """CKD112: one run holds a role in several formats or recorder settings."""
+    run = ctx.run
+    for role in run.required:
+        variants: dict[str, list[int]] = defaultdict(list)
+        for checkpoint in run.checkpoints:
+            for file in checkpoint.files_for(role):
+                if file.report.issues and file.report.problems - {Problem.LEGACY}:
+                    continue
+                settings = file.report.fact("settings") or file.report.fact("precision")
+                label = file.report.format + (f" ({settings})" if settings else "")
+                variants[label].append(checkpoint.index)
+        if len(variants) < 2:
+            continue
+        parts = "; ".join(f"{label} in {run.unit.value}s {_span(indexes)}" for label, indexes in sorted(variants.items(), key=lambda kv: kv[1][0]))
+        yield ctx.finding(MIXED_FORMATS, f"{role.value} files are saved in {len(variants)} ways: {parts}")
+
+
+def _index_of(ctx: RunContext, file: CheckpointFile) -> int | None:
+    claim = ctx.layout.stray(file.name) or ctx.layout.claim(file.name)
+    return claim.index if claim else None
+
+
+def _span(indexes: list[int]) -> str:
+    return str(indexes[0]) if len(indexes) == 1 else f"{indexes[0]}–{indexes[-1]}" if len(indexes) > 2 else f"{indexes[0]} and {indexes[1]}"
+
+
+CHECKS = (missing_roles, no_resumable_checkpoint, stray_prefixes, mixed_formats)

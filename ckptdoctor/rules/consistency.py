@@ -1,0 +1,218 @@
+"""Consistency rules (CKD3xx): do a checkpoint's files fit each other, and the run's checkpoints one another?
+
+These checks compare what the readers found inside files: optimizer state against the model's
+parameters, optimizer kind, versions and precision, tensor names and shapes, values and devices.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import Severity
+from ckptdoctor.rules._rule import Rule
+
+OPTIMIZER_MODEL_MISMATCH = Rule(
+    code="CKD301",
+    name="optimizer-model-mismatch",
+    severity=Severity.ERROR,
+    summary="The optimizer state does not match the model's parameters (count or shapes).",
+    meaning=(
+        "Optimizer state is kept per parameter, so it belongs to exactly one set of parameters. Here the optimizer file holds "
+        "state for a different number of parameters, or for parameters of other sizes, than the model file of the same "
+        "checkpoint. torch refuses to load it (`loaded state dict contains a parameter group that doesn't match the size of "
+        "optimizer's group`); burn silently drops the state it cannot match and starts those moments from zero, so the "
+        "resume works but part of the optimizer state is lost. ckptdoctor compares element counts, not shapes, because burn "
+        "may store a parameter's state transposed."
+    ),
+    causes=(
+        "The set of trainable parameters changed between save and resume: a freeze/unfreeze schedule, a fine-tuning flag, "
+        "other LoRA targets, removed BatchNorm statistics. Model and optimizer files of different runs or epochs were mixed "
+        "in one checkpoint. Another learner's optimizer file landed under this run's name. burn optimizer files written "
+        "before PR #5177 still carry orphaned state from earlier resumes."
+    ),
+    fixes=(
+        "If only {unit} {index} is affected, resume from an earlier {unit} whose files belong together.",
+        "Resume with exactly the configuration that saved it (the same frozen layers, LoRA targets and training stage), so that the parameter groups line up.",
+        "If the model changed on purpose, load only the weights and build a fresh optimizer: Adam moments restart from zero (expect a short loss spike), and the learning-rate schedule must be restored separately.",
+        "Check that the model and optimizer files come from the same run and {unit}: `ckptdoctor verify {run}` shows the parameters each file covers.",
+        "Give every learner its own checkpoint folder so that optimizer files of different models never share a name.",
+    ),
+    messages=(
+        "loaded state dict contains a parameter group that doesn't match the size of optimizer's group",
+        "loaded state dict has a different number of parameter groups",
+        "Optimizer record tensors should carry a parameter id.",
+    ),
+    related=("CKD302", "CKD307", "CKD209", "CKD111"),
+)
+
+OPTIMIZER_CHANGED = Rule(
+    code="CKD302",
+    name="optimizer-changed",
+    severity=Severity.WARNING,
+    summary="The optimizer's kind or state layout changes between checkpoints of one run (Adam → SGD).",
+    meaning=(
+        "State saved by one optimizer does not carry over to another. burn gives no error at all: SGD resumed from Adam "
+        "state keeps nothing useful, and Adam resumed from SGD state drops it and starts its moments from zero. torch fails "
+        "on the first step with a `KeyError` for the state entry it expects (`'exp_avg'` when Adam meets SGD state). Within "
+        "this run, checkpoints from before and after the change are not interchangeable: resuming an older one with the "
+        "newer code, or the reverse, loses the optimizer state."
+    ),
+    causes=(
+        "The optimizer was switched mid-training (SGD for warm-up then Adam, a config change before a resume). A setting that "
+        "changes the state layout was flipped (AMSGrad, momentum on or off). Two scripts with different optimizers saved "
+        "into one folder."
+    ),
+    fixes=(
+        "Resume with the optimizer and settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` shows which kind each optimizer file holds.",
+        "If the switch is intended, resume from the weights with a fresh optimizer and accept that its state starts from zero, and start a new run folder at the switch so the two phases are not mixed.",
+        "Keep the optimizer's kind and settings in the run's saved config and compare them before resuming.",
+    ),
+    messages=("KeyError: 'exp_avg'",),
+    related=("CKD301", "CKD303", "CKD101"),
+)
+
+FORMAT_VERSION_CHANGED = Rule(
+    code="CKD303",
+    name="format-version-changed",
+    severity=Severity.WARNING,
+    summary="The framework version or precision settings differ between checkpoints of one run.",
+    meaning=(
+        "The checkpoints of this run were not all written by the same framework version or with the same precision "
+        "settings (burn recorder metadata, HF `transformers_version`, DeepSpeed `ds_version`, the float type of the "
+        "tensors). Usually newer code still reads older files, but not always: recorder-era burn names the difference "
+        "(`Metadata has a different Burn version`) when a record fails to load, and a precision change halves or doubles "
+        "file sizes and changes the numbers after a resume."
+    ),
+    causes=(
+        "The training environment was upgraded between a stop and a resume. Nodes or containers with different versions "
+        "wrote checkpoints into one folder. Precision settings changed between runs sharing a folder (`CompactRecorder` half "
+        "precision against full precision, fp16/bf16 flags)."
+    ),
+    fixes=(
+        "Resume with the framework version that wrote the checkpoint you resume from, and pin it in the environment (`requirements.txt`, `Cargo.lock`).",
+        "If you upgraded on purpose, check that the newest checkpoint loads with the new version (`ckptdoctor verify --load {run}` for torch files) before removing the old environment.",
+        "Keep one precision setting per run, and start a new run folder when you change it.",
+        "burn recorder era: a version difference alone is not an error; when a load does fail, the `Metadata has a different …` lines name what changed, and the burn version that wrote the file can still load it.",
+    ),
+    messages=("Metadata has a different Burn version",),
+    related=("CKD112", "CKD210", "CKD302", "CKD307"),
+)
+
+NONFINITE_VALUES = Rule(
+    code="CKD304",
+    name="nonfinite-values",
+    severity=Severity.ERROR,
+    summary="A float tensor holds NaN or Inf values (`--deep`).",
+    meaning=(
+        "A NaN or Inf in the weights or the optimizer state poisons every step after a resume: the loss turns NaN at once and "
+        "never recovers. The checkpoint was saved after training had already diverged, so it is no use as a resume point "
+        "even though every file is intact."
+    ),
+    causes=(
+        "The loss exploded (learning rate too high, no gradient clipping, fp16 overflow without loss scaling, a bad batch) and "
+        "the run kept saving. A division by zero put NaN into the optimizer moments. More rarely, corruption flipped a "
+        "float's exponent bits; CRC findings (CKD206) on the same file point that way."
+    ),
+    fixes=(
+        "Resume from an earlier {unit} whose tensors are all finite; `ckptdoctor verify --deep {run}` checks every checkpoint.",
+        "Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`, burn's `GradientClippingConfig`), and use loss scaling or bf16 instead of plain fp16.",
+        "Stop saving diverged state: check the loss for NaN before each save, or stop early on the validation loss, so that good checkpoints are not rotated out by broken ones.",
+        "Pin the last finite checkpoint so retention keeps it: `ckptdoctor prune {run} --keep E` with E that {unit}.",
+    ),
+    messages=(),
+    related=("CKD206", "CKD208"),
+)
+
+DEVICE_BOUND = Rule(
+    code="CKD305",
+    name="device-bound",
+    severity=Severity.INFO,
+    summary="Tensors were saved from a CUDA or MPS device.",
+    meaning=(
+        "torch records each tensor's device in the checkpoint and, unless told otherwise, puts the tensor back on that device "
+        "when loading. On a machine without it (a CPU-only host, a laptop, a CI runner) `torch.load` fails with `Attempting "
+        "to deserialize object on a CUDA device …`. The file is fine; this is a note for whoever loads it elsewhere."
+    ),
+    causes=(
+        "`torch.save` of tensors or a `state_dict` that lived on the GPU, the normal case during training. Multi-GPU ranks "
+        "saving `cuda:1`-style devices, which fail on hosts with fewer GPUs. MPS tensors saved on a Mac."
+    ),
+    fixes=(
+        "Load with `map_location`: `torch.load(f, map_location='cpu', weights_only=True)`, or `map_location='cuda:0'` on a single GPU.",
+        "To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
+        "If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
+    ),
+    messages=(
+        "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False",
+    ),
+    related=("CKD306", "CKD210"),
+)
+
+WRAPPER_PREFIX = Rule(
+    code="CKD306",
+    name="wrapper-prefix",
+    severity=Severity.INFO,
+    summary="Every key starts with `module.` or `_orig_mod.`: the wrapper's state_dict was saved, not the model's.",
+    meaning=(
+        "`DistributedDataParallel` and `DataParallel` keep the real model under `.module`, and `torch.compile` keeps it under "
+        "`._orig_mod`, so their `state_dict()` prefixes every key. Loading such a checkpoint into a bare model fails with "
+        '`Missing key(s)` and `Unexpected key(s) in state_dict: "module.…"`, and loading a bare checkpoint into a wrapper '
+        "fails the other way round. The weights are all there; only the names differ."
+    ),
+    causes=(
+        "`torch.save(ddp_model.state_dict())` instead of `ddp_model.module.state_dict()`. Saving a `torch.compile`d model. "
+        "Training code that saves from the wrapper while evaluation code loads into a plain model."
+    ),
+    fixes=(
+        "Strip the prefix when loading: `sd = {{k.removeprefix('module.'): v for k, v in sd.items()}}` (or `'_orig_mod.'`), then `model.load_state_dict(sd)`.",
+        "Or use torch's helper: `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, 'module.')`.",
+        "Save the inner model from now on: `model.module.state_dict()` for DDP and DataParallel, the original module (`model._orig_mod`) after `torch.compile`.",
+    ),
+    messages=(
+        'Unexpected key(s) in state_dict: "module.',
+        'Unexpected key(s) in state_dict: "_orig_mod.',
+    ),
+    related=("CKD307", "CKD305"),
+)
+
+SHAPE_CHANGED = Rule(
+    code="CKD307",
+    name="shape-changed",
+    severity=Severity.WARNING,
+    summary="The model's tensor names or shapes change between checkpoints of one run.",
+    meaning=(
+        "Every checkpoint of one run should describe the same model. Here tensors appear, disappear or change shape from one "
+        "checkpoint to another, so the code for one cannot load the others: torch fails with `size mismatch for …`, burn "
+        "with `shape mismatch, expected …`, `Missing tensors` or `Unused tensors`. The folder mixes different models, or the "
+        "model changed in the middle of the run."
+    ),
+    causes=(
+        "The architecture or config changed between a stop and a resume (layers added, a head replaced, a wider hidden "
+        "size). The vocabulary grew and the embeddings were resized. Two experiments saved into one folder. A naming change "
+        "such as a wrapper prefix (CKD306)."
+    ),
+    fixes=(
+        "Resume with the config that saved the checkpoint you resume from (HF: the checkpoint's own `config.json`).",
+        "If the vocabulary grew, resize the embeddings before loading (HF: `model.resize_token_embeddings(n)`).",
+        "Keep each model variant in its own run folder: move the other variant's checkpoints out of {run}.",
+        "`ckptdoctor verify {run}` lists each checkpoint's tensors, to find the {unit} where the model changed.",
+    ),
+    messages=(
+        "size mismatch for",
+        "shape mismatch, expected",
+        "Missing tensors:",
+        "Unused tensors:",
+    ),
+    related=("CKD301", "CKD306", "CKD303", "CKD208"),
+)
+
+RULES: tuple[Rule, ...] = (
+    OPTIMIZER_MODEL_MISMATCH,
+    OPTIMIZER_CHANGED,
+    FORMAT_VERSION_CHANGED,
+    NONFINITE_VALUES,
+    DEVICE_BOUND,
+    WRAPPER_PREFIX,
+    SHAPE_CHANGED,
+)
+
+CHECKS: tuple[()] = ()
+"""Checks of this family arrive with `verify` and `diskcheck`; the rules are documented already."""

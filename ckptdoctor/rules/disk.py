@@ -1,0 +1,169 @@
+"""Disk rules (CKD5xx): will the next save fit, and can it be written safely?
+
+These checks look at the volume under a run: free space and inodes against the size of the next
+save and the run's retention, writability, and the kind of filesystem.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import Severity
+from ckptdoctor.rules._rule import Rule
+
+INSUFFICIENT_SPACE = Rule(
+    code="CKD501",
+    name="insufficient-space",
+    severity=Severity.ERROR,
+    summary="Free space is below the estimated size of the next save plus headroom.",
+    meaning=(
+        "The next save will not fit. Optimizer state for Adam/AdamW is about twice the model, so one checkpoint (model plus "
+        "optimizer) needs about three times the model's size, and the old checkpoint stays on disk until the new one is "
+        "written. burn, `torch.save` and most frameworks write straight to the final file name, so a save that runs out of "
+        "space leaves a truncated checkpoint beside the good ones and stops the run: burn with `Can save optimizer "
+        "checkpoint.` or `Training interrupted: … No space left on device`, torch with `PytorchStreamWriter failed writing "
+        "file`. With burn's default retention, the delete of an older epoch queued after the failed save still goes "
+        "through, so a full disk can also cost one of the checkpoints you meant to keep."
+    ),
+    causes=(
+        "The model grew, or optimizer state joined the saves. Retention keeps more checkpoints than the disk holds (burn keeps "
+        "the last two epochs plus the best; HF without `save_total_limit`, DeepSpeed and DCP keep everything). Other jobs "
+        "share the volume. Leftovers of earlier failed saves take space. Checkpoints go to a small root or home partition "
+        "instead of a scratch volume."
+    ),
+    fixes=(
+        "Free disk space on the volume that holds {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; `ckptdoctor diskcheck {run}` shows the estimate against the free space.",
+        "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2` (add `--dry-run` to see the plan first).",
+        "Keep fewer checkpoints or save optimizer state less often: burn `KeepLastNCheckpoints::new(n)` in the checkpointing strategy, HF `save_total_limit` (and `save_only_model=True` for saves you will never resume from), Lightning `save_top_k`, Orbax `max_to_keep`, accelerate `total_limit`.",
+        "Save to a bigger disk: point the checkpoint directory at a scratch or data volume with room for several saves.",
+        "Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file); burn's checkpointer ignores errors creating it and only fails at the first save.",
+        "Remove the leftovers of a failed save, which still take space and confuse resumes: `ckptdoctor repair {run}`.",
+    ),
+    messages=(
+        "Can save optimizer checkpoint.",
+        "Can save model checkpoint.",
+        "Can save learning rate scheduler checkpoint.",
+        "Can save the state.",
+        "Error when saving the state",
+        "Can send message to checkpointer thread.",
+        "No space left on device",
+        "Disk quota exceeded",
+        "PytorchStreamWriter failed writing file",
+        "unexpected pos",
+    ),
+    related=("CKD502", "CKD503", "CKD505", "CKD203", "CKD101"),
+)
+
+SPACE_RUNWAY = Rule(
+    code="CKD502",
+    name="space-runway",
+    severity=Severity.WARNING,
+    summary="Under the run's retention, the disk fills up within a few saves.",
+    meaning=(
+        "The next save fits, but the ones after it will not: from the size of one checkpoint and how many the run's retention "
+        "keeps, ckptdoctor projects that the volume runs out within a few saves. When it does, a save fails part-way and "
+        "leaves a truncated checkpoint behind (CKD501, CKD203)."
+    ),
+    causes=(
+        "Retention that keeps everything: HF without `save_total_limit`, DeepSpeed and DCP (they never prune), Megatron-LM "
+        "without `--save-retain-interval`. A burn run resumed several times: the checkpointing strategy starts fresh on each "
+        "resume and never deletes the epochs from before it. Other jobs filling the same volume. Temporary and partial "
+        "files left by failed saves."
+    ),
+    fixes=(
+        "Set a retention limit in the trainer: burn `KeepLastNCheckpoints::new(n)`, HF `save_total_limit`, Lightning `save_top_k`, Orbax `max_to_keep`, accelerate `total_limit`, Megatron-LM `--save-retain-interval`.",
+        "Or prune from cron with a safe policy that always keeps the resume point: `ckptdoctor prune {run} --keep-last 2 --yes -q`.",
+        "Move the run to a bigger volume, or save less often.",
+        "Re-check after changing settings: `ckptdoctor diskcheck {run}` prints how many saves still fit.",
+    ),
+    messages=(),
+    related=("CKD501", "CKD505", "CKD202"),
+)
+
+NOT_WRITABLE = Rule(
+    code="CKD503",
+    name="not-writable",
+    severity=Severity.ERROR,
+    summary="The checkpoint directory is missing or not writable.",
+    meaning=(
+        "The next save will fail. burn creates the checkpoint folder but ignores errors doing so, then fails at the first save "
+        "with `Can save … checkpoint.` and a `Permission denied` or `No such file or directory` inside; torch and "
+        "safetensors fail with `[Errno 13] Permission denied` or `Read-only file system`. A whole epoch of training can run "
+        "before that first save fails."
+    ),
+    causes=(
+        "The folder belongs to another user (a container that ran as root, a shared project folder). The volume is mounted "
+        "read-only (a dataset mount, a snapshot, or a filesystem the kernel remounted read-only after errors). A typo in the "
+        "path, or a network volume that is not mounted. A parent folder without write or search permission."
+    ),
+    fixes=(
+        "Check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
+        "If the volume is read-only, `findmnt -T {run}` shows `ro` among its options: remount it read-write or save elsewhere.",
+        "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
+        "Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.",
+    ),
+    messages=(
+        "Permission denied",
+        "Read-only file system",
+    ),
+    related=("CKD501", "CKD211", "CKD504"),
+)
+
+NETWORK_FILESYSTEM = Rule(
+    code="CKD504",
+    name="network-filesystem",
+    severity=Severity.INFO,
+    summary="The run is on NFS, CIFS, FUSE or Lustre: non-atomic writes leave partial files on failure.",
+    meaning=(
+        "Network and FUSE filesystems fail in ways local disks rarely do: a dropped connection, a server-side quota or a "
+        "client cache that flushes late can cut a save part-way. Frameworks that write straight to the final name (burn, "
+        "plain `torch.save`, Lightning before 2.4) then leave a truncated checkpoint under its real name, and bucket mounts "
+        "(s3fs, gcsfuse) may upload only when the file is closed. Nothing is wrong yet; partial checkpoints are simply more "
+        "likely here."
+    ),
+    causes=(
+        "Checkpoints saved to a shared home or project directory, a cluster's parallel filesystem, or an object-store bucket "
+        "mounted through FUSE."
+    ),
+    fixes=(
+        "Save to a local disk (node-local SSD, `/tmp`) and copy finished checkpoints to the shared volume afterwards (`rsync`, or the framework's asynchronous upload).",
+        "In your own saving code, write atomically: save to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name.",
+        "Verify checkpoints after they land on the shared volume with `ckptdoctor verify {run}`, and keep more than one complete checkpoint.",
+    ),
+    messages=(),
+    related=("CKD203", "CKD202", "CKD211", "CKD501"),
+)
+
+LOW_INODES = Rule(
+    code="CKD505",
+    name="low-inodes",
+    severity=Severity.WARNING,
+    summary="Too few free inodes are left for the next save.",
+    meaning=(
+        "Every file and folder takes an inode, and a filesystem can run out of inodes before it runs out of bytes. Sharded "
+        "checkpoints use many per save (DCP writes a file per rank or per tensor, DeepSpeed one per rank, Orbax many small "
+        "files per step). When none are left, creating a file fails with `No space left on device` although `df -h` still "
+        "shows free space."
+    ),
+    causes=(
+        "Many small files on the same volume (datasets of small images, logs, caches, `__pycache__`). Many kept checkpoints of "
+        "a sharded layout. A filesystem created with few inodes."
+    ),
+    fixes=(
+        "Check with `df -i {run}`, and find where the inodes go with `du --inodes -s * | sort -n` on the volume.",
+        "Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2`.",
+        "Pack small files (datasets, logs) into archives or move them to another volume.",
+        "Write fewer files per checkpoint (DCP: `single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
+    ),
+    messages=("No space left on device",),
+    related=("CKD501", "CKD502"),
+)
+
+RULES: tuple[Rule, ...] = (
+    INSUFFICIENT_SPACE,
+    SPACE_RUNWAY,
+    NOT_WRITABLE,
+    NETWORK_FILESYSTEM,
+    LOW_INODES,
+)
+
+CHECKS: tuple[()] = ()
+"""Checks of this family arrive with `verify` and `diskcheck`; the rules are documented already."""

@@ -1,0 +1,540 @@
+"""Integrity rules (CKD2xx): is each file whole, readable and what its name says it is?
+
+These checks look at single files: their length against what their own format records, their first
+bytes, their headers and CRCs, leftovers of interrupted saves, and sizes against the run's other files.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from statistics import median
+
+from ckptdoctor.discover import Unlisted
+from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity
+from ckptdoctor.rules._context import RunContext, make_finding
+from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules.completeness import STALE_POINTER
+from ckptdoctor.units import size
+
+EMPTY_FILE = Rule(
+    code="CKD201",
+    name="empty-file",
+    severity=Severity.ERROR,
+    summary="A checkpoint file has 0 bytes.",
+    meaning=(
+        "The file was created but nothing was ever written into it, so every loader fails at its first read: burn with "
+        "`failed to fill whole buffer`, torch with an `EOFError` (`Ran out of input`, or no message at all), safetensors "
+        "with `header too small`. The checkpoint it belongs to is partial and cannot be resumed."
+    ),
+    causes=(
+        "The process was killed right after the file was created (burn and `torch.save` create the final file first and "
+        "then write into it). The disk or quota was already full, so creating the file worked and the first write failed. "
+        "A copy or download stopped before its first block. A script left a placeholder (`touch`)."
+    ),
+    fixes=(
+        "{resume}.",
+        "Quarantine the empty file with `ckptdoctor repair {run}` so no tool resumes from {unit} {index}.",
+        "Restore {name} from a backup or object-store copy if one exists, then run `ckptdoctor verify {run}`.",
+        "Check the disk before the next save, since an empty file often means it was already full: `ckptdoctor diskcheck {run}`.",
+        "If a copy or download produced it, copy it again and compare the size and `sha256sum` with the source.",
+    ),
+    messages=(
+        "failed to fill whole buffer",
+        "Ran out of input",
+        "header too small",
+        "HeaderTooSmall",
+    ),
+    related=("CKD203", "CKD202", "CKD501"),
+)
+
+TEMP_FILE = Rule(
+    code="CKD202",
+    name="temp-file",
+    severity=Severity.WARNING,
+    summary="A temporary or staging artefact of an interrupted save is lying in the run.",
+    meaning=(
+        "Frameworks that save atomically write under a temporary name and rename at the end: HF Trainer's "
+        "`tmp-checkpoint-*` folders (some versions), Orbax's `*.orbax-checkpoint-tmp*` folders, DCP's `.metadata.tmp`, "
+        "timm's `tmp.pth.tar`, and `*.tmp` or `*.partial` files of copy tools. One still lying there after the save ended "
+        "means that save never finished. It is never a valid resume point, it takes disk space, and some frameworks trip "
+        "over it on the next save (`[Errno 39] Directory not empty`, Orbax `[Errno 17] File exists`). While a save is "
+        "running such a file is expected; ckptdoctor's acting commands leave files younger than `--min-age` alone."
+    ),
+    causes=(
+        "The job was killed or pre-empted during a save, or the disk filled up before the final rename. HF Trainer 4.36–4.38 "
+        "and the 4.49 development builds raced between ranks renaming the staging folder on multi-node runs. Orbax leaves its "
+        "temporary folders after a pre-emption unless `cleanup_tmp_directories=True`. A copy tool (`rsync --partial`, a "
+        "browser download) was interrupted."
+    ),
+    fixes=(
+        "If no save is running, quarantine the leftovers with `ckptdoctor repair {run}` (`ckptdoctor repair --undo {run}` restores them).",
+        "Or delete {path} by hand once you are sure no job is writing to it.",
+        "Orbax: create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
+        "HF Trainer: if saves fail with `Directory not empty` on several nodes, move off the transformers versions that staged saves (4.36–4.38, the 4.49 development builds), and delete stale `tmp-checkpoint-*` folders and any `checkpoint-N` of the same step before resuming.",
+        "If leftovers keep appearing, check that saves have room to finish: `ckptdoctor diskcheck {run}`.",
+    ),
+    messages=(
+        "[Errno 39] Directory not empty",
+        "[Errno 17] File exists",
+    ),
+    related=("CKD106", "CKD201", "CKD203", "CKD501"),
+)
+
+TRUNCATED = Rule(
+    code="CKD203",
+    name="truncated",
+    severity=Severity.ERROR,
+    summary="A file is shorter than its own format says: the save or copy stopped part-way.",
+    meaning=(
+        "Checkpoint formats record their own length: a torch zip ends with a central directory that locates every member, "
+        "safetensors and burnpack headers give every tensor's offsets, gzip ends with a trailer. This file stops before that "
+        "point, so its tail (the last tensors, and for a torch zip the directory itself) is missing. torch fails with "
+        "`failed finding central directory`, safetensors with `incomplete metadata, file not fully covered`, burn with "
+        "`File truncated` (or `failed to fill whole buffer` when the cut is inside the header); a burnpack file cut by less "
+        "than its 256-byte alignment padding can even pass burn's own check. The checkpoint is partial: do not resume from it."
+    ),
+    causes=(
+        "The disk or quota filled up during the save; burn and `torch.save` write straight to the final name, so the cut "
+        "file keeps its real name. The process was killed mid-write (OOM, pre-emption, job time limit). A network or FUSE "
+        "filesystem failed a write. A copy, `rsync` or download was interrupted, or a sync took the file while it was still "
+        "being written."
+    ),
+    fixes=(
+        "{resume}.",
+        "Quarantine {name} with `ckptdoctor repair {run}` so no tool resumes from it.",
+        "If it was copied or downloaded, fetch it again and compare the size and `sha256sum` with the source.",
+        "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
+        "In your own saving code, write to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name, so a failed save never leaves a cut file under the real name.",
+    ),
+    messages=(
+        "failed finding central directory",
+        "failed reading zip archive: not a ZIP archive",
+        "File is not a zip file",
+        "MetadataIncompleteBuffer",
+        "incomplete metadata, file not fully covered",
+        "invalid header length",
+        "File truncated",
+        "unexpected EOF, expected",
+        "Compressed file ended before the end-of-stream marker was reached",
+    ),
+    related=("CKD201", "CKD204", "CKD208", "CKD501", "CKD504"),
+)
+
+TRAILING_BYTES = Rule(
+    code="CKD204",
+    name="trailing-bytes",
+    severity=Severity.WARNING,
+    summary="A file is longer than its own format says: there are extra bytes after its end.",
+    meaning=(
+        "The format's own bookkeeping ends before the file does. torch and burn ignore the extra bytes, but safetensors "
+        "refuses the file (`incomplete metadata, file not fully covered`), and checksums no longer match the original. "
+        "Extra bytes usually mean two writes overlapped or a transfer added data, so the content deserves a `--deep` look "
+        "before you trust it."
+    ),
+    causes=(
+        "A file was overwritten in place by a shorter save without being truncated first (a writer that does not open with "
+        "`O_TRUNC`, or two saves racing on one name). A download or copy appended data or retried a range twice. A storage "
+        "layer or tool padded the file. Two files were concatenated by mistake."
+    ),
+    fixes=(
+        "Check the content with `ckptdoctor verify --deep {run}`: CRCs and values tell a harmless tail from an overlapped write.",
+        "Re-save or re-download {name} and compare the size and `sha256sum` with the source.",
+        "If the deep check finds nothing wrong and a loader needs the exact length, cut a copy down to the length the finding gives with `truncate -s`.",
+        "Make sure only one process writes each checkpoint name: one file per rank, one job per run folder.",
+    ),
+    messages=(
+        "incomplete metadata, file not fully covered",
+        "MetadataIncompleteBuffer",
+    ),
+    related=("CKD203", "CKD206", "CKD209"),
+)
+
+NOT_A_CHECKPOINT = Rule(
+    code="CKD205",
+    name="not-a-checkpoint",
+    severity=Severity.ERROR,
+    summary="The content is not the format the name claims: a Git-LFS pointer, an HTML page, all zeros, or another format.",
+    meaning=(
+        "ckptdoctor trusts content, not extensions, and this file's first bytes say it is something else: a ~130-byte Git-LFS "
+        "pointer (`version https://git-lfs.github.com/spec/v1`) instead of the weights, an HTML error or login page saved by a "
+        "download, a file of zeros that was allocated but never written, or a file of another format under this name. "
+        "Loaders fail in confusing ways: torch with `invalid load key, 'v'.` (LFS) or `'<'` (HTML), safetensors with "
+        "`HeaderTooLarge`, burn with `Invalid magic number`, and torch reads an all-zero file as an empty legacy tar archive."
+    ),
+    causes=(
+        "The repository was cloned without Git LFS, so only pointers were checked out. A download link returned an error or "
+        "login page (expired link, private bucket, rate limit). A preallocated file whose data never reached the disk. A "
+        "file renamed to the wrong extension: a pickle renamed `.safetensors`, an `.mpk` renamed `.bpk`, a TorchScript "
+        "archive passed where a state dict was expected."
+    ),
+    fixes=(
+        "{resume}.",
+        "Git-LFS pointer: run `git lfs install` and then `git lfs pull` in the repository, and check that the file is no longer about 130 bytes.",
+        "HTML page: download again with authentication or a direct link (`curl -fL`, `huggingface-cli download`), then look at the first bytes with `head -c 64`.",
+        "Wrong extension: rename it to its real format, or convert it to {format} properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
+        "All zeros: the data never reached the disk; quarantine it with `ckptdoctor repair {run}` and restore {name} from a backup.",
+    ),
+    messages=(
+        "invalid load key, 'v'.",
+        "invalid load key, '<'.",
+        "Unsupported operand 118",
+        "HeaderTooLarge",
+        "header too large",
+        "Invalid magic number",
+        "files saved in the legacy .tar format",
+        "filename 'storages' not found",
+        "TorchScript archives passed to",
+        "Memo value not found at index",
+    ),
+    related=("CKD210", "CKD112", "CKD203", "CKD207"),
+)
+
+CRC_MISMATCH = Rule(
+    code="CKD206",
+    name="crc-mismatch",
+    severity=Severity.ERROR,
+    summary="A zip member's bytes do not match the CRC-32 recorded for them (`--deep`).",
+    meaning=(
+        "A torch zip checkpoint records a CRC-32 for every member, but `torch.load` never checks it: a flipped bit in tensor "
+        "data loads without any error and gives silently wrong weights, and a flip in `data.pkl` can drop a key or fail with "
+        "an odd `Unsupported global`. Python's `zipfile` does check (`Bad CRC-32 for file …`). The file is full-length but "
+        "damaged: treat its values as untrustworthy. Files saved with CRCs switched off (every CRC 0) are not reported."
+    ),
+    causes=(
+        "Bit rot or a failing disk; memory errors on the machine that wrote or copied the file; a faulty network filesystem "
+        "or object-store transfer; a tool that edited the archive in place; two writers overlapping on one file."
+    ),
+    fixes=(
+        "{resume}.",
+        "Restore {name} from a backup or object-store copy and compare its `sha256sum` with the original.",
+        "Check the hardware that wrote it (`dmesg`, `smartctl -a` on the disk, a memory test on the host), and check the run's other checkpoints with `ckptdoctor verify --deep {run}`.",
+        "Quarantine the file with `ckptdoctor repair {run}` so no resume picks it up.",
+    ),
+    messages=("Bad CRC-32 for file",),
+    related=("CKD207", "CKD203", "CKD304", "CKD403"),
+)
+
+MALFORMED = Rule(
+    code="CKD207",
+    name="malformed",
+    severity=Severity.ERROR,
+    summary="A header or metadata block cannot be decoded (zip directory, JSON, CBOR, MessagePack).",
+    meaning=(
+        "The file starts like its format and has a plausible length, but the structure that tells a loader what is inside "
+        "does not parse: a damaged zip central directory, a safetensors header that is not valid JSON or not the expected "
+        "schema, burnpack CBOR metadata that does not decode, a garbled recorder-era MessagePack record, or tensor offsets "
+        "that point outside the data. No loader can use it; the checkpoint is corrupt."
+    ),
+    causes=(
+        "Corruption on disk or in transfer. A writer bug or a crash while a header was being written. A file written by a "
+        "newer library than the one reading it (old safetensors releases cannot read some newer headers; burn refuses a "
+        "burnpack version above 1). A file edited by hand or rewritten by another tool."
+    ),
+    fixes=(
+        "{resume}.",
+        "Restore {name} from a backup or download it again, then run `ckptdoctor verify {run}`.",
+        "If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors`) before concluding the file is damaged.",
+        "Quarantine the file with `ckptdoctor repair {run}`.",
+        "If freshly written files show the same error, the saving code produces it: save with the library's own API (`save_pretrained`, `safetensors.torch.save_file`, burn's checkpointer) instead of a custom writer.",
+    ),
+    messages=(
+        "InvalidHeaderDeserialization",
+        "invalid JSON in header",
+        "invalid UTF-8 in header",
+        "invalid offset for tensor",
+        "invalid shape, data type, or offset for tensor",
+        "Metadata deserialization error",
+        "has corrupted offset data",
+        "potential DoS attack",
+        "Unsupported version",
+        "failed locating file",
+        "does not match expected size",
+    ),
+    related=("CKD205", "CKD206", "CKD203", "CKD403"),
+)
+
+UNDERSIZED = Rule(
+    code="CKD208",
+    name="undersized",
+    severity=Severity.WARNING,
+    summary="A file is far smaller than the same role's median in the run.",
+    meaning=(
+        "Checkpoints of one run hold the same tensors, so files of one role are nearly the same size. One that is much "
+        "smaller parses, but may lack data: a save cut short in a way its format cannot show, or a save of something other "
+        "than usual (fewer tensors, lower precision, an adapter instead of the full model). ckptdoctor cannot prove it is "
+        "broken, only that it is unlike its siblings."
+    ),
+    causes=(
+        "A save cut short at a point the format does not catch (a legacy or text format, a burnpack cut inside its alignment "
+        "padding). The script changed what it saves: weights only, an EMA copy, a LoRA adapter, fp16 instead of fp32. "
+        "Optimizer state saved before the first step, with no moments yet. A smaller model resumed into the same folder."
+    ),
+    fixes=(
+        "Compare it with its siblings: `ckptdoctor verify {run}` lists tensors, dtypes and bytes per file, and a missing tensor or changed dtype explains the size.",
+        "If tensors are missing, treat {unit} {index} as broken: resume from an earlier {unit} and quarantine this one with `ckptdoctor repair {run}`.",
+        "If the change was intended (new precision, adapter-only saves), save into a new run folder so that sizes stay comparable.",
+        "Look for write errors around that save in the training log, and check the disk: `ckptdoctor diskcheck {run}`.",
+    ),
+    messages=(),
+    related=("CKD203", "CKD209", "CKD303", "CKD307"),
+)
+
+OVERSIZED = Rule(
+    code="CKD209",
+    name="oversized",
+    severity=Severity.WARNING,
+    summary="A file is far larger than the same role's median, or optimizer state is far beyond its usual ratio to the model.",
+    meaning=(
+        "Adam and AdamW keep two moments per parameter, so optimizer state is normally about twice the model (SGD with "
+        "momentum about once, AMSGrad about three times). A file much bigger than its siblings, or optimizer state many "
+        "times the model, usually carries something it should not: state for parameters that no longer exist, whole "
+        "Python objects pickled instead of a `state_dict`, gradients or a second copy of the model. burn before PR #5177 "
+        "(July 2026) orphaned the Adam moments on every resume, adding about twice the model per restart; a 1.13 GB "
+        "optimizer file for a 70 MB model was reported. It costs disk space on every save and can fail to load on smaller "
+        "machines."
+    ),
+    causes=(
+        "Optimizer state accumulating across resumes (burn issue #5130). `torch.save(model)` or `torch.save(optimizer)` "
+        "instead of their `state_dict()`. Extra objects in the saved dict: datasets, logs, per-rank copies of the model. An "
+        "optimizer with more state than Adam. A larger model saved into the same folder."
+    ),
+    fixes=(
+        "See what the file holds: `ckptdoctor verify {run}` lists tensors and bytes per file; compare the optimizer with the model against {ratio}.",
+        "Save `model.state_dict()` and `optimizer.state_dict()`, not the objects, and keep logs, data and extra copies out of the checkpoint.",
+        "burn: upgrade to a release with PR #5177 (parameter ids persisted across resumes) so resumes stop orphaning optimizer state; the dead state already saved only goes away when you resume once with a fresh optimizer.",
+        "If the size is expected (a bigger model, an optimizer with more state), budget disk for it: `ckptdoctor diskcheck {run}`.",
+    ),
+    messages=(),
+    related=("CKD208", "CKD301", "CKD402", "CKD501"),
+)
+
+LEGACY_FORMAT = Rule(
+    code="CKD210",
+    name="legacy-format",
+    severity=Severity.INFO,
+    summary="A file uses a legacy format: non-zip or tar `torch.save`, or burn recorder-era `.mpk` where burnpack is expected.",
+    meaning=(
+        "The file is valid but old. A legacy non-zip `torch.save` file loads, but cannot be memory-mapped (`mmap can only be "
+        "used with files saved with …`) and has no CRCs for `--deep` to check; the tar format of the earliest torch cannot be "
+        "loaded with `weights_only=True` at all. burn 0.22 and later read only burnpack: their checkpointer looks for `.bpk` "
+        "and reports a missing file for a recorder-era `.mpk`. Nothing is wrong today, but an upgrade can make the run "
+        "unresumable. The opposite also happens: a file written by a newer torch than the reader fails with `Attempted to "
+        "read a PyTorch file with version …`."
+    ),
+    causes=(
+        "Files written by torch before 1.6 or with `_use_new_zipfile_serialization=False`. Checkpoints of burn 0.21 or earlier "
+        "(`CompactRecorder` writes `.mpk`) kept after upgrading burn. A file written by a newer torch than the one loading it."
+    ),
+    fixes=(
+        "torch: re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
+        "burn: resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
+        "`Attempted to read a PyTorch file with version …`: upgrade torch where you load; the file is newer than the reader.",
+        "Tar-format files cannot be loaded with `weights_only=True`; load them only if you trust their source, and re-save them in the zip format.",
+    ),
+    messages=(
+        "Attempted to read a PyTorch file with version",
+        "mmap can only be used with files saved with",
+        "File is an unsupported archive format from the preview release.",
+    ),
+    related=("CKD112", "CKD205", "CKD303"),
+)
+
+UNREADABLE = Rule(
+    code="CKD211",
+    name="unreadable",
+    severity=Severity.ERROR,
+    summary="A checkpoint file or a folder of the run could not be read at all, so ckptdoctor cannot vouch for it.",
+    meaning=(
+        "ckptdoctor never calls a file it could not read clean. Reading failed here (permission denied, the file vanished "
+        "during the scan, an I/O error from the disk or a network filesystem, a symlink whose target cannot be read), so "
+        "nothing is known about the content, and the checkpoint it belongs to does not count as complete. The training job "
+        "will most likely hit the same error when it resumes."
+    ),
+    causes=(
+        "Files owned by another user or written by a container running as root, or created with mode 0600 (safetensors 0.8 "
+        "writers create files only their owner can read). A cleanup, retention or sync job deleted or replaced files while "
+        "ckptdoctor was scanning. A failing disk, or a network mount that dropped (`Input/output error`, `Stale file handle`, "
+        "`Transport endpoint is not connected`). A symlink such as `last.ckpt` into a folder that is unmounted or not "
+        "readable, or a symlink loop."
+    ),
+    fixes=(
+        "Check access: `ls -l` on the file and `namei -l` on its path show which permission blocks you; fix with `chmod a+r` or `chown`, or run ckptdoctor as the user that trains.",
+        "If files were being written or deleted, wait for that job to finish and rerun `ckptdoctor inspect {run}`.",
+        "For I/O errors, check the storage (`dmesg`, `smartctl -a`, remount the network filesystem), then rerun `ckptdoctor verify {run}`.",
+        "For a symlink, check that its target exists and is readable (`readlink -f`), or replace the link with a copy of the target.",
+        "{resume}.",
+    ),
+    messages=(
+        "Input/output error",
+        "Stale file handle",
+        "Transport endpoint is not connected",
+        "Too many levels of symbolic links",
+    ),
+    related=("CKD503", "CKD504", "CKD113"),
+)
+
+RULES: tuple[Rule, ...] = (
+    EMPTY_FILE,
+    TEMP_FILE,
+    TRUNCATED,
+    TRAILING_BYTES,
+    NOT_A_CHECKPOINT,
+    CRC_MISMATCH,
+    MALFORMED,
+    UNDERSIZED,
+    OVERSIZED,
+    LEGACY_FORMAT,
+    UNREADABLE,
+)
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+_BY_PROBLEM = {
+    Problem.EMPTY: EMPTY_FILE,
+    Problem.TRUNCATED: TRUNCATED,
+    Problem.TRAILING_BYTES: TRAILING_BYTES,
+    Problem.NOT_A_CHECKPOINT: NOT_A_CHECKPOINT,
+    Problem.MALFORMED: MALFORMED,
+    Problem.UNREADABLE: UNREADABLE,
+}
+
+_EXPECTED_OPTIMIZER_RATIO = {
+    "adam": 2.0,
+    "adam-amsgrad": 3.0,
+    "adan": 4.0,
+    "sgd-momentum": 1.0,
+    "sgd": 0.0,
+    "adagrad": 1.0,
+    "rmsprop": 2.0,
+}
+"""Optimizer state over model size by kind (burn-format reference §11.6); unknown kinds get Adam's."""
+_OVERHEAD = 64 * 1024
+"""Headers and alignment make small files look larger than their tensors."""
+
+
+def file_problems(ctx: RunContext) -> Iterator[Finding]:
+    """CKD201, 202, 203, 204, 205, 207, 211 and CKD113's dangling symlinks, file by file."""
+    run = ctx.run
+    files = [(c.index, f) for c in run.checkpoints for f in c.files] + [(None, f) for f in run.loose_files]
+    for index, file in files:
+        if Role.TEMP in file.roles:
+            yield ctx.finding(
+                TEMP_FILE,
+                f"{file.name} is a staging file of a save that never finished",
+                index=index,
+                path=file.path,
+            )
+            continue
+        for issue in file.report.issues:
+            if issue.problem is Problem.DANGLING:
+                yield ctx.finding(STALE_POINTER, f"{file.name} is {issue.detail}", index=index, path=file.path)
+                continue
+            rule = _BY_PROBLEM.get(issue.problem)
+            if rule is None:
+                continue
+            yield ctx.finding(
+                rule,
+                f"{file.name}: {issue.detail}",
+                index=index,
+                path=file.path,
+                context={"format": file.report.format},
+            )
+
+
+def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
+    """CKD210, once per run and format: obsolete torch formats, burn recorder-era records."""
+    run = ctx.run
+    by_format: dict[str, list[CheckpointFile]] = defaultdict(list)
+    for checkpoint in run.checkpoints:
+        for file in checkpoint.files:
+            if Problem.LEGACY in file.report.problems or file.report.format in _BURN_RECORDS:
+                by_format[file.report.format].append(file)
+    for fmt, files in sorted(by_format.items()):
+        why = _BURN_RECORDS.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
+        count = f"{len(files)} files" if len(files) > 1 else files[0].name
+        yield ctx.finding(
+            LEGACY_FORMAT,
+            f"{count} {'are' if len(files) > 1 else 'is'} {why}",
+            path=files[0].path,
+            context={"format": fmt},
+        )
+
+
+_BURN_RECORDS = {
+    "msgpack": "a burn recorder-era record (.mpk); burn 0.22 and later read only burnpack (.bpk)",
+    "msgpack.gz": "a burn recorder-era record (.mpk.gz); burn 0.22 and later read only burnpack (.bpk)",
+    "json": "a burn recorder-era record (.json); burn 0.22 and later read only burnpack (.bpk)",
+    "json.gz": "a burn recorder-era record (.json.gz); burn 0.22 and later read only burnpack (.bpk)",
+    "bincode.gz": "a burn recorder-era record (.bin.gz); burn 0.22 and later read only burnpack (.bpk)",
+}
+
+
+def size_outliers(ctx: RunContext) -> Iterator[Finding]:
+    """CKD208 / CKD209: files far from their role's median size in the run."""
+    run, limits = ctx.run, ctx.thresholds
+    by_role: dict[tuple[Role, ...], list[tuple[int, CheckpointFile]]] = defaultdict(list)
+    for checkpoint in run.checkpoints:
+        for file in checkpoint.files:
+            if not file.report.issues and Role.TEMP not in file.roles:
+                by_role[file.roles].append((checkpoint.index, file))
+    for roles, files in by_role.items():
+        if len(files) < limits.min_peers:
+            continue
+        middle = median(f.bytes for _, f in files)
+        label = "bundled checkpoint" if len(roles) > 1 else roles[0].value
+        for index, file in files:
+            if file.bytes < middle * limits.undersized:
+                yield ctx.finding(
+                    UNDERSIZED,
+                    f"{file.name} is {size(file.bytes)}, {file.bytes / middle:.0%} of the run's median {label} file ({size(int(middle))})",
+                    index=index,
+                    path=file.path,
+                )
+            elif file.bytes > middle * limits.oversized:
+                yield ctx.finding(
+                    OVERSIZED,
+                    f"{file.name} is {size(file.bytes)}, {file.bytes / middle:.1f}× the run's median {label} file ({size(int(middle))})",
+                    index=index,
+                    path=file.path,
+                    context={"ratio": f"{file.bytes / middle:.1f}×"},
+                )
+
+
+def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
+    """CKD209: optimizer state far beyond what its kind keeps per parameter."""
+    run, limits = ctx.run, ctx.thresholds
+    over: list[tuple[int, CheckpointFile, float, str]] = []
+    for checkpoint in run.checkpoints:
+        models = [f for f in checkpoint.files_for(Role.MODEL) if not f.bundled and not f.report.issues]
+        optimizers = [f for f in checkpoint.files_for(Role.OPTIMIZER) if not f.bundled and not f.report.issues]
+        if len(models) != 1 or len(optimizers) != 1 or not models[0].bytes:
+            continue
+        kind = optimizers[0].report.fact("optimizer") or "unknown"
+        expected = _EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0)
+        if optimizers[0].bytes > models[0].bytes * max(expected, 1.0) * limits.optimizer_margin + _OVERHEAD:
+            over.append((checkpoint.index, optimizers[0], optimizers[0].bytes / models[0].bytes, kind))
+    for index, file, ratio, kind in over[:3]:
+        usual = _EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0)
+        yield ctx.finding(
+            OVERSIZED,
+            f"{file.name} is {ratio:.1f}× its model; {'Adam-like' if kind == 'unknown' else kind} optimizer state is usually about {usual:g}×",
+            index=index,
+            path=file.path,
+            context={"ratio": f"{ratio:.1f}×"},
+        )
+    if len(over) > 3:
+        yield ctx.finding(
+            OVERSIZED,
+            f"optimizer state is beyond its usual ratio to the model in {len(over) - 3} more checkpoints",
+        )
+
+
+def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
+    """CKD211 for folders below the user's paths that could not be listed."""
+    for folder in unlisted:
+        yield make_finding(UNREADABLE, f"could not list {folder.path}: {folder.reason}", None, path=folder.path, context={"path": folder.path, "name": folder.path})
+
+
+CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio)

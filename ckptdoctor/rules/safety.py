@@ -1,0 +1,109 @@
+"""Safety rules (CKD4xx): would loading a file run code, or is its container built to fool scanners?
+
+These checks look at pickles statically (imports and opcodes, never executed) and at the zip
+container around them.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import Severity
+from ckptdoctor.rules._rule import Rule
+
+UNSAFE_PICKLE = Rule(
+    code="CKD401",
+    name="unsafe-pickle",
+    severity=Severity.ERROR,
+    summary="A pickle imports something outside the allowlist, or uses opcodes torch never writes: loading it would run code.",
+    meaning=(
+        "A torch checkpoint's `data.pkl`, like any pickle in a `.pkl`, `.bin` or `.pt` file, is a small program that the "
+        "loader runs. Files torch writes need only a few dozen harmless imports and a fixed set of opcodes. This one imports "
+        "something else (`os.system`, `builtins.eval`, `subprocess`, a project's own classes) or uses opcodes torch never "
+        "emits, a common way to hide imports from scanners. Loading it with `torch.load(weights_only=False)`, `pickle.load` "
+        "or an old torch would run that code with your permissions. ckptdoctor found this statically, without running "
+        "anything."
+    ),
+    causes=(
+        "A malicious or tampered file from an untrusted source (a model hub, a shared drive, an email). A checkpoint that "
+        "pickled custom objects (a lambda, a loss object, the training script's own classes): not malicious, but still code "
+        "that runs on load. A pickle written by another tool with other opcodes."
+    ),
+    fixes=(
+        "Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
+        "Find out where the file came from and compare its `sha256sum` with the publisher's; if in doubt, delete it.",
+        "If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
+        "Check the other files from the same source: `ckptdoctor verify {run}`.",
+        "Share weights as safetensors, which cannot hold code.",
+    ),
+    messages=("Trying to load unsupported GLOBAL",),
+    related=("CKD402", "CKD403"),
+)
+
+NON_WEIGHTS_OBJECT = Rule(
+    code="CKD402",
+    name="non-weights-object",
+    severity=Severity.WARNING,
+    summary="A pickle needs known-benign globals that `torch.load(weights_only=True)` refuses (numpy scalars, `argparse.Namespace`, …).",
+    meaning=(
+        "As far as the static scan can tell the file is not dangerous: it imports only well-known harmless classes. But since "
+        "torch 2.6 `torch.load` defaults to `weights_only=True`, which allows only tensors and a few containers, so loading "
+        "fails with `Weights only load failed … Unsupported global: GLOBAL …`. Resume code hits this after a torch upgrade: "
+        "HF's `rng_state.pth`, Lightning hyper-parameters, timm's saved `args`."
+    ),
+    causes=(
+        "The checkpoint stores non-tensor Python objects: numpy arrays or scalars (RNG states, metrics), `argparse.Namespace` "
+        "arguments, Lightning `AttributeDict` hyper-parameters, OmegaConf configs, loss modules. It was written with torch "
+        "older than 2.6 and is now loaded with 2.6 or later."
+    ),
+    fixes=(
+        "Allowlist exactly the globals the finding names and keep `weights_only=True`: `torch.serialization.add_safe_globals([...])`, or the `torch.serialization.safe_globals([...])` context manager around the load.",
+        "For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
+        "Save plain types from now on: `vars(args)` instead of the `Namespace`, Python numbers or tensors instead of numpy scalars, plain dicts for hyper-parameters.",
+        "Upgrade the framework: newer accelerate and transformers releases allowlist the numpy globals their own RNG files need.",
+    ),
+    messages=(
+        "Weights only load failed",
+        "Unsupported global: GLOBAL",
+        "was not an allowed global by default",
+    ),
+    related=("CKD401", "CKD210"),
+)
+
+ZIP_ANOMALY = Rule(
+    code="CKD403",
+    name="zip-anomaly",
+    severity=Severity.ERROR,
+    summary="The zip container has tricks: encrypted or odd flag bits, local/central name mismatch, duplicate or compressed members.",
+    meaning=(
+        "torch writes its zips one plain way: stored (uncompressed) members, a fixed set of flag bits, and names that agree "
+        "between the local headers and the central directory. A file that differs was written or edited by another tool, "
+        "and some of these differences are known ways to slip a pickle past scanners: Python's `zipfile`, which most "
+        "scanners use, fails on or skips a member that torch's own reader still loads. Treat the file as unsafe until you "
+        "know where it came from; ckptdoctor reads members through the central directory itself and never skips one."
+    ),
+    causes=(
+        "A file crafted to evade scanners. A checkpoint re-zipped by a general-purpose tool (compressed members also break "
+        "`torch.load(mmap=True)` with `Trying to resize storage that is not resizable`). A tool that renamed members or "
+        "appended a second copy of one. Corruption in the zip headers."
+    ),
+    fixes=(
+        "Do not load it if it comes from an untrusted source; find out where it came from and compare its `sha256sum` with the publisher's.",
+        "If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
+        "Never re-compress checkpoints with `zip`; archive whole runs with `tar` instead.",
+        "Check every member's CRC and pickle: `ckptdoctor verify --deep {run}`.",
+    ),
+    messages=(
+        "File name in directory",
+        "password required for extraction",
+        "Trying to resize storage that is not resizable",
+    ),
+    related=("CKD401", "CKD206", "CKD207"),
+)
+
+RULES: tuple[Rule, ...] = (
+    UNSAFE_PICKLE,
+    NON_WEIGHTS_OBJECT,
+    ZIP_ANOMALY,
+)
+
+CHECKS: tuple[()] = ()
+"""Checks of this family arrive with `verify` and `diskcheck`; the rules are documented already."""

@@ -1,0 +1,51 @@
+"""Paths -> runs: discovery, layout recognition and header reads for every path the user gave."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ckptdoctor.discover import PathNotFound, Unlisted, discover, display
+from ckptdoctor.layouts import find_run
+from ckptdoctor.model import Report, Run, ScanError
+from ckptdoctor.readers import probe
+from ckptdoctor.rules import check
+from ckptdoctor.rules._context import Thresholds
+
+
+@dataclass(frozen=True)
+class Scan:
+    runs: tuple[Run, ...]
+    unlisted: tuple[Unlisted, ...]
+    errors: tuple[ScanError, ...]
+    empty: tuple[str, ...]
+    """Paths that exist but hold no checkpoint any layout recognises."""
+
+
+def scan(paths: Iterable[str]) -> Scan:
+    runs: list[Run] = []
+    unlisted: list[Unlisted] = []
+    errors: list[ScanError] = []
+    empty: list[str] = []
+    for path in paths:
+        try:
+            found = discover(path)
+        except PathNotFound as error:
+            errors.append(ScanError(display(path), str(error)))
+            continue
+        unlisted.extend(found.unlisted)
+        before = len(runs)
+        for listing in found.listings:
+            run = find_run(listing, probe)
+            if run is not None:
+                runs.append(run)
+        if len(runs) == before:
+            empty.append(display(path))
+    return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty))
+
+
+def inspect(paths: Iterable[str], thresholds: Thresholds | None = None) -> tuple[Report, Scan]:
+    """What ``ckptdoctor inspect`` reports: runs from headers and trailers, and cheap findings."""
+    result = scan(paths)
+    findings = check(result.runs, result.unlisted, thresholds or Thresholds())
+    return Report("inspect", result.runs, findings, result.errors), result
