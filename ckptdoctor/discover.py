@@ -52,6 +52,8 @@ class Discovery:
 
 def display(path: str) -> str:
     """A path as it can be printed: undecodable bytes of a file name become ``\\xNN``."""
+    if path.isascii():
+        return path
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
@@ -90,8 +92,9 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
     entries: list[Entry] = []
     subfolders: list[tuple[str, str]] = []
     with os.scandir(os_dir) as scan:
+        prefix = shown_dir.rstrip(os.sep) + os.sep
         for item in scan:
-            shown = os.path.join(shown_dir, display(item.name))
+            shown = prefix + display(item.name)
             try:
                 is_symlink = item.is_symlink()
                 if item.is_dir(follow_symlinks=False):

@@ -8,8 +8,10 @@ change what the core decided.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class Severity(str, enum.Enum):
@@ -78,6 +80,9 @@ class Problem(str, enum.Enum):
     """A symlink whose target is gone."""
 
 
+_NO_PROBLEMS: frozenset[Problem] = frozenset()
+
+
 @dataclass(frozen=True)
 class FileIssue:
     """One problem a reader found in a file, with the sentence that explains it."""
@@ -102,14 +107,17 @@ class FileReport:
                 return value
         return None
 
-    @property
+    @functools.cached_property
     def problems(self) -> frozenset[Problem]:
-        return frozenset(issue.problem for issue in self.issues)
+        return frozenset(issue.problem for issue in self.issues) if self.issues else _NO_PROBLEMS
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One directory entry seen by discovery, before any layout looked at it."""
+class Entry(NamedTuple):
+    """One directory entry seen by discovery, before any layout looked at it.
+
+    A NamedTuple rather than a frozen dataclass: a scan makes one per file, and building a
+    frozen dataclass costs several times as much (big runs have hundreds of thousands).
+    """
 
     name: str
     """The file name as the OS gave it (may carry surrogate escapes)."""
@@ -126,9 +134,8 @@ class Entry:
     mtime: float = 0.0
 
 
-@dataclass(frozen=True)
-class CheckpointFile:
-    """A file that belongs to a checkpoint, with the roles it holds."""
+class CheckpointFile(NamedTuple):
+    """A file that belongs to a checkpoint, with the roles it holds (one per file, like Entry)."""
 
     entry: Entry
     roles: tuple[Role, ...]

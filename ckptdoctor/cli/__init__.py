@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -50,6 +51,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> None:
+    # A short-lived process that builds one object per file of a run and keeps them all to the
+    # end: the cyclic collector would re-walk them over and over (and they hold no cycles).
+    gc.disable()
     signal.signal(signal.SIGINT, _interrupt)
     try:
         app()

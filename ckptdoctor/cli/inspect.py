@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from ckptdoctor import scan
-from ckptdoctor.model import Report
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
@@ -24,6 +23,7 @@ from ckptdoctor.cli._output import (
     emit,
     stderr_console,
 )
+from ckptdoctor.model import Report
 
 ResumeFlag = Annotated[
     bool,

@@ -10,10 +10,12 @@ import dataclasses
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, claim_all, group
+from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
+from ckptdoctor.readers import expected_formats
+from ckptdoctor.readers._parallel import probe_all
 from ckptdoctor.readers.sniff import Format
 
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
@@ -31,10 +33,10 @@ def layout_named(name: str) -> Layout:
 
 def find_run(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | None:
     """The run in ``listing``, if any layout recognises its files."""
-    probe = _cached(probe)
     candidates = [(layout, claims) for layout in LAYOUTS if (claims := claim_all(layout, listing.entries))]
     if not candidates:
         return _lone_file(listing, probe) if listing.single_file else None
+    probe = _probed_together(listing, probe, candidates)
     if len(candidates) > 1:
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
     layout, claims = candidates[0]
@@ -85,8 +87,21 @@ def _all_safetensors(run: Run) -> bool:
     return bool(files) and all(f.report.format == Format.SAFETENSORS.value for f in files)
 
 
-def _cached(probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:
-    reports: dict[str, FileReport] = {}
+def _probed_together(
+    listing: Listing,
+    probe: Callable[[Entry], FileReport],
+    candidates: list[tuple[Layout, dict[str, Claim]]],
+) -> Callable[[Entry], FileReport]:
+    """Probe every file a layout may look at in one batch (in parallel for big runs)."""
+    claimed = {name for _, claims in candidates for name in claims}
+    batch = [
+        entry
+        for entry in listing.entries
+        if not entry.is_dir
+        and not entry.dangling
+        and (entry.name in claimed or expected_formats(entry.name) is not None or temp_base(entry.name))
+    ]
+    reports = dict(zip((entry.os_path for entry in batch), probe_all(batch, probe), strict=True))
 
     def cached(entry: Entry) -> FileReport:
         report = reports.get(entry.os_path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.model import (
@@ -29,12 +29,12 @@ from ckptdoctor.readers import expected_formats
 from ckptdoctor.readers.sniff import Format
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A layout's reading of one file name."""
+class Claim(NamedTuple):
+    """A layout's reading of one file name (a NamedTuple: one is made per file)."""
 
     roles: tuple[Role, ...]
-    index: int
+    number: int
+    """The checkpoint index the name carries (``index`` is taken by tuple)."""
     prefix: str
     unit: Unit | None = None
     """The unit the name spells out (``epoch_3``, ``step-500``), if any."""
@@ -119,7 +119,7 @@ def group(
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
-            by_index[claim.index].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe)))
+            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe)))
             if claim.unit is not None:
                 units[claim.unit] += 1
             continue
@@ -128,7 +128,7 @@ def group(
             # a staging file of a save that never finished: it makes that checkpoint partial
             target = layout.claim(base)
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
-            (by_index[target.index] if target else loose).append(staged)
+            (by_index[target.number] if target else loose).append(staged)
             continue
         stray = layout.stray(entry.name)
         if stray is not None and not entry.is_dir:

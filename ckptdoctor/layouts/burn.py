@@ -17,6 +17,7 @@ from ckptdoctor.readers.sniff import Format
 
 EXTENSIONS = r"bpk|mpk|mpk\.gz|bin|bin\.gz|json|json\.gz"
 _NAME = re.compile(rf"^(?P<prefix>[A-Za-z][\w.-]*?)-(?P<index>\d+)\.(?P<ext>{EXTENSIONS})$")
+_KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(\d+)\.(?:{EXTENSIONS})$")
 
 SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
 REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
@@ -39,10 +40,11 @@ class BurnLayout(Layout):
     )
 
     def claim(self, name: str) -> Claim | None:
-        match = _NAME.match(name)
-        if match is None or match["prefix"] not in PREFIXES:
+        match = _KNOWN.match(name)
+        if match is None:
             return None
-        return Claim((PREFIXES[match["prefix"]],), int(match["index"]), match["prefix"])
+        prefix = match[1]
+        return Claim((PREFIXES[prefix],), int(match[2]), prefix)
 
     def stray(self, name: str) -> Claim | None:
         match = _NAME.match(name)

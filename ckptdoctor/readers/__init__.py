@@ -29,7 +29,7 @@ _READERS: dict[Format, Callable[[Sample], FileReport]] = {
 }
 
 _TORCH = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE})
-_BY_SUFFIX: tuple[tuple[str, frozenset[Format]], ...] = (
+_BY_SUFFIX: dict[str, frozenset[Format]] = dict((
     (".bpk", frozenset({Format.BURNPACK})),
     (".mpk.gz", frozenset({Format.MSGPACK_GZ})),
     (".mpk", frozenset({Format.MSGPACK})),
@@ -43,7 +43,7 @@ _BY_SUFFIX: tuple[tuple[str, frozenset[Format]], ...] = (
     (".pth", _TORCH),
     (".ckpt", _TORCH),
     (".tar", _TORCH),
-)
+))
 """What content each checkpoint file suffix admits; ``.pth.tar`` falls under ``.tar``."""
 
 _ABOUT: dict[Format, str] = {
@@ -55,11 +55,10 @@ _ABOUT: dict[Format, str] = {
 
 def expected_formats(name: str) -> frozenset[Format] | None:
     """The formats a file of this name may hold, or None when its suffix says nothing."""
-    lowered = name.lower()
-    for suffix, formats in _BY_SUFFIX:
-        if lowered.endswith(suffix):
-            return formats
-    return None
+    parts = name.lower().rsplit(".", 2)
+    if len(parts) == 3 and (formats := _BY_SUFFIX.get(f".{parts[1]}.{parts[2]}")):
+        return formats
+    return _BY_SUFFIX.get(f".{parts[-1]}") if len(parts) > 1 else None
 
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
@@ -85,14 +84,21 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
 def probe(entry: Entry) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why."""
     try:
-        with FileSample.open(entry.os_path) as sample:
-            return read_header(sample, entry.name)
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            report = read_header(sample, entry.name)
     except FileNotFoundError:
         return _unreadable("it vanished while being scanned")
     except IsADirectoryError:
         return _unreadable("it is a folder, not a file")
     except OSError as error:
         return _unreadable(error.strerror or str(error))
+    if report.issues:
+        return report
+    # clean reports of one run are alike: share one object (and its cached problem set)
+    return _CLEAN.setdefault((report.format, report.facts), report)
+
+
+_CLEAN: dict[tuple[str, tuple[tuple[str, str], ...]], FileReport] = {}
 
 
 def _unreadable(why: str) -> FileReport:

@@ -8,6 +8,7 @@ and are exactly ``10 + M + max(end)``.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Mapping
@@ -52,25 +53,15 @@ def read(sample: Sample) -> FileReport:
             Problem.TRUNCATED,
             f"cut inside its metadata: {sample.size} of at least {metadata_end} bytes",
         )
-    try:
-        metadata = cbor2.loads(sample.range(HEADER.size, metadata_size))
-    except Exception as error:  # cbor2 raises several unrelated types on bad input
-        return _report(Problem.MALFORMED, f"metadata is not valid CBOR ({error})")
-    tensors = metadata.get("tensors") if isinstance(metadata, Mapping) else None
-    if not isinstance(tensors, Mapping):
-        return _report(Problem.MALFORMED, "metadata has no 'tensors' map")
-
-    try:
-        extents = [_extent(name, descriptor) for name, descriptor in tensors.items()]
-    except ValueError as error:
-        return _report(Problem.MALFORMED, str(error))
-    data_end = max((end for _, end in extents), default=0)
+    parsed = _parse_metadata(sample.range(HEADER.size, metadata_size))
+    if isinstance(parsed, str):
+        return _report(Problem.MALFORMED, parsed)
+    data_end, facts = parsed
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT
     expected = data_start + data_end
-    facts = _facts(tensors, metadata)
     unaligned = metadata_end + data_end
-    if sample.size == unaligned and unaligned != expected and tensors:
-        facts.append(("aligned", "no"))  # burn < 0.20 wrote no padding; still readable
+    if sample.size == unaligned and unaligned != expected and data_end:
+        facts = (*facts, ("aligned", "no"))  # burn < 0.20 wrote no padding; still readable
         expected = unaligned
     issues: list[FileIssue] = []
     if sample.size < expected:
@@ -84,7 +75,28 @@ def read(sample: Sample) -> FileReport:
             Problem.TRAILING_BYTES,
             f"{sample.size - expected} bytes beyond the {expected} its metadata accounts for",
         ))
-    return FileReport(Format.BURNPACK.value, tuple(issues), tuple(facts))
+    return FileReport(Format.BURNPACK.value, tuple(issues), facts)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_metadata(blob: bytes) -> tuple[int, tuple[tuple[str, str], ...]] | str:
+    """The end of the tensor data and the facts a metadata block gives, or what is wrong with it.
+
+    Cached on the bytes: every epoch of a run saves the same model, so the metadata of its
+    files is byte-for-byte the same and is decoded once.
+    """
+    try:
+        metadata = cbor2.loads(blob)
+    except Exception as error:  # cbor2 raises several unrelated types on bad input
+        return f"metadata is not valid CBOR ({error})"
+    tensors = metadata.get("tensors") if isinstance(metadata, Mapping) else None
+    if not isinstance(tensors, Mapping):
+        return "metadata has no 'tensors' map"
+    try:
+        data_end = max((_extent(name, descriptor)[1] for name, descriptor in tensors.items()), default=0)
+    except ValueError as error:
+        return str(error)
+    return data_end, tuple(_facts(tensors, metadata))
 
 
 def _extent(name: object, descriptor: object) -> tuple[int, int]:

@@ -55,27 +55,30 @@ def sniff(sample: Sample) -> Format:
     if sample.size == 0:
         return Format.EMPTY
     head = sample.head()
-    if head.startswith(ZIP_LOCAL):
-        return _zip_kind(head)
+    magic = _MAGIC.get(head[:4])
+    if magic is not None:
+        return _zip_kind(head) if magic is Format.TORCH_ZIP else magic
     if head.startswith(b"PYTORCH1"):
         return Format.TORCH_PREVIEW
     if head.startswith(TORCH_LEGACY_MAGIC):
         return Format.TORCH_LEGACY
+    if head.startswith(GZIP_MAGIC):
+        return Format.GZIP
     if head.startswith(LFS_POINTER):
         return Format.GIT_LFS_POINTER
     if _is_html(head):
         return Format.HTML
     if not head.strip(b"\0") and not sample.tail().strip(b"\0"):
         return Format.ZEROS
-    if head.startswith(BURNPACK_MAGIC):
-        return Format.BURNPACK
-    if head.startswith(GZIP_MAGIC):
-        return Format.GZIP
     if len(head) > 262 and head[257:262] == b"ustar":
         return Format.TORCH_TAR
     if _is_safetensors(head, sample.size):
         return Format.SAFETENSORS
     return sniff_payload(head)
+
+
+_MAGIC = {BURNPACK_MAGIC: Format.BURNPACK, ZIP_LOCAL: Format.TORCH_ZIP}
+"""Four-byte magics that no text artefact (LFS pointer, HTML) can start with: checked first."""
 
 
 def sniff_payload(head: bytes) -> Format:

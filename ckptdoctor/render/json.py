@@ -13,7 +13,8 @@ SCHEMA = "ckptdoctor.report.v1"
 
 
 def render(report: Report) -> str:
-    return json.dumps(document(report), indent=2) + "\n"
+    # compact: json's C encoder only runs without indent, and reports of big runs are large
+    return json.dumps(document(report), separators=(",", ":")) + "\n"
 
 
 def document(report: Report) -> dict[str, Any]:
@@ -75,13 +76,15 @@ def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def _file(file: CheckpointFile) -> dict[str, Any]:
+    roles = file.roles
+    issues = file.report.issues
     return {
-        "role": "bundled" if file.bundled else file.roles[0].value,
-        "roles": [role.value for role in file.roles],
-        "path": file.path,
-        "bytes": file.bytes,
+        "role": "bundled" if len(roles) > 1 else roles[0].value,
+        "roles": [role.value for role in roles],
+        "path": file.entry.path,
+        "bytes": file.entry.size,
         "format": file.report.format,
-        "problems": [{"problem": i.problem.value, "detail": i.detail} for i in file.report.issues],
+        "problems": [{"problem": i.problem.value, "detail": i.detail} for i in issues] if issues else [],
     }
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ckptdoctor.layouts import Layout
-from ckptdoctor.model import Checkpoint, Finding, Role, Run, Severity
+from ckptdoctor.model import Checkpoint, CheckpointFile, Finding, Role, Run, Severity
 from ckptdoctor.rules._rule import Rule
 
 _DIGITS = re.compile(r"\d+")
@@ -32,6 +33,11 @@ class RunContext:
     run: Run
     layout: Layout
     thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @functools.cached_property
+    def files(self) -> list[tuple[int, CheckpointFile]]:
+        """Every file of every checkpoint with its index, in order: what most checks walk."""
+        return [(c.index, f) for c in self.run.checkpoints for f in c.files]
 
     @property
     def fix_context(self) -> dict[str, str]:

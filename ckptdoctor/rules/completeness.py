@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
-from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity
+from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule
 
@@ -418,24 +418,30 @@ def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
 def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD112: one run holds a role in several formats or recorder settings."""
     run = ctx.run
-    for role in run.required:
-        variants: dict[str, list[int]] = defaultdict(list)
-        for checkpoint in run.checkpoints:
-            for file in checkpoint.files_for(role):
-                if file.report.issues and file.report.problems - {Problem.LEGACY}:
-                    continue
-                settings = file.report.fact("settings") or file.report.fact("precision")
-                label = file.report.format + (f" ({settings})" if settings else "")
-                variants[label].append(checkpoint.index)
-        if len(variants) < 2:
+    # reports of clean files are shared objects: label each distinct one once
+    by_report: dict[tuple[Role, int], list[int]] = defaultdict(list)
+    reports: dict[int, FileReport] = {}
+    for index, file in ctx.files:
+        report = file.report
+        if len(file.roles) == 1 and not (report.issues and report.problems - {Problem.LEGACY}):
+            by_report[file.roles[0], id(report)].append(index)
+            reports[id(report)] = report
+    variants: dict[Role, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for (role, report_id), indexes in by_report.items():
+        report = reports[report_id]
+        settings = report.fact("settings") or report.fact("precision")
+        variants[role][f"{report.format} ({settings})" if settings else report.format].extend(indexes)
+    for role, labels in variants.items():
+        if len(labels) < 2 or role is Role.TEMP:
             continue
-        parts = "; ".join(f"{label} in {run.unit.value}s {_span(indexes)}" for label, indexes in sorted(variants.items(), key=lambda kv: kv[1][0]))
-        yield ctx.finding(MIXED_FORMATS, f"{role.value} files are saved in {len(variants)} ways: {parts}")
+        ordered = sorted(((label, sorted(indexes)) for label, indexes in labels.items()), key=lambda item: item[1][0])
+        parts = "; ".join(f"{label} in {run.unit.value}s {_span(indexes)}" for label, indexes in ordered)
+        yield ctx.finding(MIXED_FORMATS, f"{role.value} files are saved in {len(labels)} ways: {parts}")
 
 
 def _index_of(ctx: RunContext, file: CheckpointFile) -> int | None:
     claim = ctx.layout.stray(file.name) or ctx.layout.claim(file.name)
-    return claim.index if claim else None
+    return claim.number if claim else None
 
 
 def _span(indexes: list[int]) -> str:

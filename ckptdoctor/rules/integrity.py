@@ -416,9 +416,10 @@ _OVERHEAD = 64 * 1024
 
 def file_problems(ctx: RunContext) -> Iterator[Finding]:
     """CKD201, 202, 203, 204, 205, 207, 211 and CKD113's dangling symlinks, file by file."""
-    run = ctx.run
-    files = [(c.index, f) for c in run.checkpoints for f in c.files] + [(None, f) for f in run.loose_files]
+    files: list[tuple[int | None, CheckpointFile]] = [*ctx.files, *((None, f) for f in ctx.run.loose_files)]
     for index, file in files:
+        if not file.report.issues and Role.TEMP not in file.roles:
+            continue
         if Role.TEMP in file.roles:
             yield ctx.finding(
                 TEMP_FILE,
@@ -445,12 +446,10 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
 
 def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD210, once per run and format: obsolete torch formats, burn recorder-era records."""
-    run = ctx.run
     by_format: dict[str, list[CheckpointFile]] = defaultdict(list)
-    for checkpoint in run.checkpoints:
-        for file in checkpoint.files:
-            if Problem.LEGACY in file.report.problems or file.report.format in _BURN_RECORDS:
-                by_format[file.report.format].append(file)
+    for _, file in ctx.files:
+        if file.report.format in _BURN_RECORDS or Problem.LEGACY in file.report.problems:
+            by_format[file.report.format].append(file)
     for fmt, files in sorted(by_format.items()):
         why = _BURN_RECORDS.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
         count = f"{len(files)} files" if len(files) > 1 else files[0].name
@@ -473,18 +472,20 @@ _BURN_RECORDS = {
 
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
-    run, limits = ctx.run, ctx.thresholds
+    limits = ctx.thresholds
     by_role: dict[tuple[Role, ...], list[tuple[int, CheckpointFile]]] = defaultdict(list)
-    for checkpoint in run.checkpoints:
-        for file in checkpoint.files:
-            if not file.report.issues and Role.TEMP not in file.roles:
-                by_role[file.roles].append((checkpoint.index, file))
+    for index, file in ctx.files:
+        if not file.report.issues and Role.TEMP not in file.roles:
+            by_role[file.roles].append((index, file))
     for roles, files in by_role.items():
         if len(files) < limits.min_peers:
             continue
         middle = median(f.bytes for _, f in files)
+        low, high = middle * limits.undersized, middle * limits.oversized
         label = "bundled checkpoint" if len(roles) > 1 else roles[0].value
         for index, file in files:
+            if low <= file.bytes <= high:
+                continue
             if file.bytes < middle * limits.undersized:
                 yield ctx.finding(
                     UNDERSIZED,
@@ -504,11 +505,11 @@ def size_outliers(ctx: RunContext) -> Iterator[Finding]:
 
 def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
     """CKD209: optimizer state far beyond what its kind keeps per parameter."""
-    run, limits = ctx.run, ctx.thresholds
+    limits = ctx.thresholds
     over: list[tuple[int, CheckpointFile, float, str]] = []
-    for checkpoint in run.checkpoints:
-        models = [f for f in checkpoint.files_for(Role.MODEL) if not f.bundled and not f.report.issues]
-        optimizers = [f for f in checkpoint.files_for(Role.OPTIMIZER) if not f.bundled and not f.report.issues]
+    for checkpoint in ctx.run.checkpoints:
+        models = [f for f in checkpoint.files if f.roles == (Role.MODEL,) and not f.report.issues]
+        optimizers = [f for f in checkpoint.files if f.roles == (Role.OPTIMIZER,) and not f.report.issues]
         if len(models) != 1 or len(optimizers) != 1 or not models[0].bytes:
             continue
         kind = optimizers[0].report.fact("optimizer") or "unknown"
