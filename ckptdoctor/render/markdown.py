@@ -1,0 +1,36 @@
+"""The rule table as Markdown, for the README (kept in sync by a test).
+
+    python -m ckptdoctor.render.markdown   # rewrites the table in README.md
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ckptdoctor.rules import RULES, Rule
+
+START = "<!-- rules:start -->"
+END = "<!-- rules:end -->"
+
+
+def rule_table(rules: tuple[Rule, ...] = RULES) -> str:
+    lines = ["| code | name | severity | summary |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r.code} | `{r.name}` | {r.severity.value} | {_cell(r.summary)} |" for r in rules]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", r"\|")
+
+
+def with_table(readme: str) -> str:
+    """``readme`` with the text between the markers replaced by the current table."""
+    head, _, rest = readme.partition(START)
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n{rule_table()}\n{END}{tail}"
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
