@@ -13,7 +13,9 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import numpy
 import pytest
+from safetensors import numpy as safetensors_numpy
 
 import ckptdoctor.discover
 from ckptdoctor.readers._sample import FileSample
@@ -127,10 +129,12 @@ def denied_subfolder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[P
     write_burn_run(good, [1, 2, 3])
     denied = parent / "exp2" / "checkpoint"
     write_burn_run(denied, [1])
+    inside = good / "archive"  # a folder inside the readable run itself
+    write_burn_run(inside, [1])
     real_scandir = os.scandir
 
     def scandir(path=".", *args, **kwargs):
-        if os.fspath(path) == os.fspath(denied):
+        if os.fspath(path) in (os.fspath(denied), os.fspath(inside)):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_scandir(path, *args, **kwargs)
 
@@ -150,6 +154,8 @@ def test_permission_denied_subfolder_json(inspect_json, denied_subfolder) -> Non
     unreadable = _findings(result, "CKD211")
     assert unreadable, result.json["findings"]
     assert any(f["path"] == str(denied) and str(denied) in f["message"] for f in unreadable)
+    inside = parent / "exp1" / "checkpoint" / "archive"
+    assert any(f["path"] == str(inside) and str(inside) in f["message"] for f in unreadable)
     assert all(f["severity"] == "error" for f in unreadable)
     assert result.exit_code == 1
     _no_traceback(result.stdout, result.stderr)
@@ -225,27 +231,35 @@ def test_symlink_loop_human_finishes(looped_run: Path) -> None:
 
 @pytest.fixture
 def undecodable(tmp_path: Path) -> tuple[str, str]:
-    """A torch-like run with an undecodable file name, and a burn run in an undecodable folder."""
+    """A burn run in an undecodable folder (with an undecodable stray file), and a safetensors run
+    whose newest checkpoint's name is not UTF-8."""
     root = os.fsencode(tmp_path)
     burn = os.path.join(root, b"run\xfe", b"checkpoint")
     os.makedirs(burn)
     write_burn_run(os.fsdecode(burn), [1, 2])
     with open(os.path.join(burn, b"model-3\xff.bpk"), "wb") as handle:
         handle.write(SMALL_MODEL.model_record())
+    weights = os.path.join(root, b"weights")
+    os.makedirs(weights)
+    for name in (b"model_1.safetensors", b"model_2.safetensors", b"model_\xff_3.safetensors"):
+        with open(os.path.join(weights, name), "wb") as handle:
+            handle.write(safetensors_numpy.save({"w": numpy.zeros(4, dtype=numpy.float32)}))
     return os.fsdecode(tmp_path), os.fsdecode(burn)
 
 
 def test_non_utf8_names_json(inspect_json, undecodable) -> None:
     root, burn = undecodable
+    shown = burn.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     result = inspect_json(root)
     assert result.exit_code in (0, 1)
     _no_traceback(result.stdout, result.stderr)
     text = result.stdout
     text.encode("utf-8")  # the report is valid UTF-8 (json.loads already parsed it)
     runs = result.json["runs"]
-    assert len(runs) == 1
-    run = runs[0]
+    assert len(runs) == 2
+    run, weights = runs
     assert run["layout"] == "burn"
+    assert run["path"] == shown
     assert run["path"].endswith("run\\xfe/checkpoint")
     assert [c["index"] for c in run["checkpoints"]] == [1, 2]
     assert run["resume"]["index"] == 2
@@ -254,6 +268,13 @@ def test_non_utf8_names_json(inspect_json, undecodable) -> None:
     assert any(p.endswith("model-3\\xff.bpk") for p in listed), listed
     all_paths = [f["path"] for c in run["checkpoints"] for f in c["files"]] + listed
     assert all("\udcff" not in p and "\udcfe" not in p for p in all_paths)
+    # a checkpoint whose name is not UTF-8 is opened by its real bytes and judged by content
+    assert weights["layout"] == "safetensors"
+    newest = _checkpoint(weights, 3)
+    (file,) = newest["files"]
+    assert file["path"].endswith("weights/model_\\xff_3.safetensors")
+    assert file["format"] == "safetensors" and file["problems"] == []
+    assert weights["resume"]["index"] == 3
 
 
 def test_non_utf8_names_human(cli, undecodable) -> None:
@@ -263,6 +284,8 @@ def test_non_utf8_names_human(cli, undecodable) -> None:
     _no_traceback(result.stdout, result.stderr)
     assert "run\\xfe" in result.stdout
     assert "Resume from epoch 2" in result.stdout
+    assert "Resume from epoch 3: model_\\xff_3.safetensors" in result.stdout
+    assert "\ufffd" not in result.stdout
 
 
 def test_non_utf8_checkpoint_name_is_read(inspect_json, tmp_path: Path) -> None:
@@ -286,6 +309,29 @@ def test_non_utf8_checkpoint_name_is_read(inspect_json, tmp_path: Path) -> None:
     assert _checkpoint(run, 2)["status"] == "partial"
     truncated = _findings(result, "CKD203")
     assert [f["path"] for f in truncated] == [run["path"] + "/optim-2.bpk"]
+
+
+def test_non_utf8_name_in_findings(inspect_json, cli, tmp_path: Path) -> None:
+    """A finding about a file whose name is not UTF-8 names it the same way the paths do."""
+    folder = os.path.join(os.fsencode(tmp_path), b"weights")
+    os.makedirs(folder)
+    good = safetensors_numpy.save({"w": numpy.zeros(16, dtype=numpy.float32)})
+    with open(os.path.join(folder, b"model_1.safetensors"), "wb") as handle:
+        handle.write(good)
+    with open(os.path.join(folder, b"model_\xff_2.safetensors"), "wb") as handle:
+        handle.write(good[:-10])
+    result = inspect_json(os.fsdecode(folder))
+    _no_traceback(result.stdout, result.stderr)
+    (finding,) = [f for f in result.json["findings"] if f["code"] == "CKD203"]
+    assert finding["path"].endswith("model_\\xff_2.safetensors")
+    for text in (finding["message"], *finding["fixes"]):
+        assert "\udcff" not in text, text
+    assert "model_\\xff_2.safetensors" in finding["message"]
+
+    human = cli("inspect", os.fsdecode(folder))
+    assert human.exit_code == 1
+    _no_traceback(human.stdout, human.stderr)
+    assert "model_\\xff_2.safetensors" in human.stdout
 
 
 # --- a folder named like a checkpoint --------------------------------------------------------

@@ -26,7 +26,7 @@ LAYOUTS: tuple[Layout, ...] = (BurnLayout(), TorchLayout())
 
 def layout_named(name: str) -> Layout:
     for layout in LAYOUTS:
-        if layout.name == name:
+        if name == layout.name or name in layout.aliases:
             return layout
     return _BY_CONTENT_ONLY
 
@@ -41,8 +41,8 @@ def find_run(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | No
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
     layout, claims = candidates[0]
     run = group(listing, layout, probe, claims)
-    if run is not None and run.layout == "torch" and _all_safetensors(run):
-        run = dataclasses.replace(run, layout="safetensors")
+    if run is not None and run.layout == TorchLayout.name and _all_safetensors(run):
+        run = dataclasses.replace(run, layout=TorchLayout.aliases[0])
     return run
 
 

@@ -44,6 +44,8 @@ class Layout:
     """A framework's naming convention. Subclasses override the name rules only."""
 
     name: str = "unknown"
+    aliases: tuple[str, ...] = ()
+    """Other names a run of this layout is reported under (``safetensors`` for ``torch``)."""
     default_unit: Unit = Unit.SAVE
     content: frozenset[Format] = frozenset()
     """Formats this framework writes; they decide between layouts that claim the same names."""

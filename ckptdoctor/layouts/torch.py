@@ -37,6 +37,7 @@ BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
 
 class TorchLayout(Layout):
     name = "torch"
+    aliases = ("safetensors",)
     default_unit = Unit.EPOCH
     content = frozenset(
         {

@@ -49,6 +49,8 @@ def render(report: Report, console: Console, show_all: bool = False) -> None:
 
 
 def resume_line(run: Run) -> Text:
+    if run.single_file:
+        return Text(f"One file checked; `ckptdoctor inspect {run.path}` shows the whole run and where to resume.", style="dim")
     checkpoint = run.resume
     if checkpoint is None:
         return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")

@@ -110,6 +110,8 @@ def describe(run: Run, checkpoint: Checkpoint) -> str:
 
 
 def resume_sentence(run: Run, layout: Layout) -> str:
+    if run.single_file:
+        return f"Run `ckptdoctor inspect {run.path}` to see the whole run and the checkpoint to resume from"
     checkpoint = run.resume
     if checkpoint is None:
         return (

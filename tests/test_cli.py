@@ -1,0 +1,512 @@
+"""The command line's contracts (DESIGN §3): exit codes, output options, the JSON report's shape,
+`inspect --resume`, the human report, colour, the version, and never importing torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+import ckptdoctor
+from ckptdoctor.testing import write_burn_run
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "runs"
+
+
+# --- run builders (real burnpack files from the spec-following writer) ------------------------------
+
+
+def healthy(root: Path, epochs: range = range(1, 6)) -> Path:
+    folder = root / "checkpoint"
+    write_burn_run(folder, epochs)
+    return folder
+
+
+def missing_optimizer(root: Path) -> Path:
+    """The seed scenario: epoch 5 has a model but no optimizer file."""
+    folder = healthy(root, range(3, 6))
+    (folder / "optim-5.bpk").unlink()
+    return folder
+
+
+def warning_only(root: Path) -> Path:
+    """Bytes past the end of one file (CKD204, a warning) and nothing else."""
+    folder = healthy(root)
+    with open(folder / "optim-5.bpk", "ab") as handle:
+        handle.write(b"\x00" * 64)
+    return folder
+
+
+def info_only(root: Path) -> Path:
+    """A recorder-era burn run (CKD210, info) and nothing else."""
+    folder = root / "checkpoint"
+    folder.mkdir(parents=True)
+    metadata = {
+        "float": "f32",
+        "int": "i32",
+        "format": "burn_core::record::file::NamedMpkFileRecorder<burn_core::record::settings::FullPrecisionSettings>",
+        "version": "0.21.0",
+        "settings": "FullPrecisionSettings",
+    }
+    for epoch in (1, 2):
+        for role, item in (("model", {"w": None}), ("optim", {}), ("scheduler", 97)):
+            record = msgpack.packb({"metadata": metadata, "item": item, "_b": []})
+            (folder / f"{role}-{epoch}.mpk").write_bytes(record)
+    return folder
+
+
+def nothing_complete(root: Path) -> Path:
+    folder = root / "checkpoint"
+    write_burn_run(folder, range(1, 4), roles=("model",))
+    return folder
+
+
+def codes(result: Any) -> list[str]:
+    return [f["code"] for f in json.loads(result.stdout)["findings"]]
+
+
+# --- exit codes -----------------------------------------------------------------------------------
+
+
+def test_exit_0_on_a_healthy_run(tmp_path, cli):
+    result = cli("inspect", healthy(tmp_path))
+    assert result.exit_code == 0
+    assert "Resume from epoch 5" in result.stdout
+
+
+def test_exit_1_on_findings(tmp_path, cli):
+    result = cli("inspect", missing_optimizer(tmp_path))
+    assert result.exit_code == 1
+    assert "CKD101" in result.stdout
+
+
+def test_exit_2_on_a_path_that_does_not_exist(tmp_path, cli):
+    missing = tmp_path / "no" / "such" / "run"
+    result = cli("inspect", missing)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(missing) in lines[0]
+    assert "No such file or directory" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_exit_2_when_one_of_several_paths_does_not_exist(tmp_path, cli):
+    result = cli("inspect", healthy(tmp_path / "a"), tmp_path / "absent")
+    assert result.exit_code == 2
+    assert str(tmp_path / "absent") in result.stderr
+
+
+def test_exit_2_in_a_real_process_without_traceback(tmp_path):
+    missing = tmp_path / "absent"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # as from a job script
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "inspect", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert len(str(missing)) > 40  # long enough that a wrapping console would split the line
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert str(missing) in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_fail_on_warning_turns_a_warning_only_run_into_exit_1(tmp_path, cli):
+    folder = warning_only(tmp_path)
+    assert codes(cli("inspect", "--json", folder)) == ["CKD204"]
+    assert cli("inspect", folder).exit_code == 0
+    assert cli("inspect", "--fail-on", "error", folder).exit_code == 0
+    assert cli("inspect", "--fail-on", "warning", folder).exit_code == 1
+    assert cli("inspect", "--fail-on", "info", folder).exit_code == 1
+
+
+def test_fail_on_info_is_the_only_threshold_an_info_finding_reaches(tmp_path, cli):
+    folder = info_only(tmp_path)
+    assert codes(cli("inspect", "--json", folder)) == ["CKD210"]
+    assert cli("inspect", "--fail-on", "warning", folder).exit_code == 0
+    assert cli("inspect", "--fail-on", "info", folder).exit_code == 1
+
+
+def test_exit_zero_keeps_the_report_but_exits_0(tmp_path, cli):
+    folder = missing_optimizer(tmp_path)
+    result = cli("inspect", "--exit-zero", folder)
+    assert result.exit_code == 0
+    assert "CKD101" in result.stdout
+    assert codes(cli("inspect", "--exit-zero", "--json", folder)) == ["CKD101"]
+
+
+def test_exit_zero_does_not_hide_a_missing_path(tmp_path, cli):
+    assert cli("inspect", "--exit-zero", tmp_path / "absent").exit_code == 2
+
+
+def test_invalid_option_value_is_a_usage_error(tmp_path, cli):
+    result = cli("inspect", "--fail-on", "catastrophe", healthy(tmp_path))
+    assert result.exit_code == 2
+
+
+# --- output options --------------------------------------------------------------------------------
+
+
+def test_quiet_prints_nothing_on_success(tmp_path, cli):
+    result = cli("inspect", "-q", healthy(tmp_path))
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert result.stderr == ""
+
+
+def test_quiet_prints_the_report_on_failure(tmp_path, cli):
+    folder = missing_optimizer(tmp_path)
+    result = cli("inspect", "-q", folder)
+    assert result.exit_code == 1
+    assert "CKD101" in result.stdout
+    assert "Resume from epoch 4" in result.stdout
+    quiet_json = cli("inspect", "-q", "--json", folder)
+    assert codes(quiet_json) == ["CKD101"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "human"])
+def test_output_file_gets_the_report_and_stdout_stays_empty(tmp_path, cli, fmt):
+    folder = missing_optimizer(tmp_path / "run")
+    target = tmp_path / f"report.{fmt}"
+    args = ["--json"] if fmt == "json" else []
+    result = cli("inspect", *args, "-o", target, folder)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    text = target.read_text(encoding="utf-8")
+    if fmt == "json":
+        document = json.loads(text)
+        assert [f["code"] for f in document["findings"]] == ["CKD101"]
+        assert document == json.loads(cli("inspect", "--json", folder).stdout)
+    else:
+        assert "CKD101" in text
+        assert "Resume from epoch 4" in text
+        assert "\x1b[" not in text
+
+
+def test_output_file_long_option(tmp_path, cli):
+    target = tmp_path / "report.json"
+    result = cli("inspect", "--format", "json", "--output", target, healthy(tmp_path / "run"))
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert json.loads(target.read_text())["schema"] == "ckptdoctor.report.v1"
+
+
+def test_json_flag_equals_format_json(tmp_path, cli):
+    folder = missing_optimizer(tmp_path)
+    short = cli("inspect", "--json", folder)
+    long = cli("inspect", "--format", "json", folder)
+    assert short.exit_code == long.exit_code == 1
+    assert short.stdout == long.stdout
+    json.loads(short.stdout)
+
+
+# --- the JSON report (DESIGN §3.3) ------------------------------------------------------------------
+
+
+def test_json_report_shape(tmp_path, cli, monkeypatch):
+    folder = missing_optimizer(tmp_path / "exp1")
+    monkeypatch.chdir(tmp_path)
+    result = cli("inspect", "--json", "exp1")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+
+    assert {"schema", "version", "command", "runs", "findings", "summary"} <= set(report)
+    assert report["schema"] == "ckptdoctor.report.v1"
+    assert report["version"] == ckptdoctor.__version__
+    assert report["command"] == "inspect"
+
+    assert len(report["runs"]) == 1
+    run = report["runs"][0]
+    assert {"path", "layout", "unit", "bytes", "checkpoints", "resume"} <= set(run)
+    assert run["path"] == "exp1/checkpoint"  # as the user gave it, joined with the path below
+    assert run["layout"] == "burn"
+    assert run["unit"] == "epoch"
+    on_disk = {f"exp1/checkpoint/{p.name}": p.stat().st_size for p in folder.iterdir()}
+    assert run["bytes"] == sum(on_disk.values())
+
+    assert [c["index"] for c in run["checkpoints"]] == [3, 4, 5]
+    for item in run["checkpoints"]:
+        assert {"index", "status", "bytes", "files"} <= set(item)
+        assert isinstance(item["index"], int)
+        assert item["status"] in ("complete", "incomplete", "partial", "corrupt")
+        assert item["bytes"] == sum(f["bytes"] for f in item["files"])
+        for file in item["files"]:
+            assert {"role", "path", "bytes", "format"} <= set(file)
+            assert file["path"] in on_disk
+            assert file["bytes"] == on_disk[file["path"]]
+            assert file["format"] == "burnpack"
+    roles = {c["index"]: [f["role"] for f in c["files"]] for c in run["checkpoints"]}
+    assert roles[4] == ["model", "optimizer", "scheduler"]
+    assert sorted(roles[5]) == ["model", "scheduler"]
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete", "incomplete"]
+
+    assert run["resume"] == {
+        "index": 4,
+        "paths": [f"exp1/checkpoint/{n}" for n in ("model-4.bpk", "optim-4.bpk", "scheduler-4.bpk")],
+    }
+
+    assert len(report["findings"]) == 1
+    finding = report["findings"][0]
+    assert {"code", "name", "severity", "run", "index", "path", "message", "fixes"} <= set(finding)
+    assert finding["code"] == "CKD101"
+    assert finding["name"] == "missing-optimizer"
+    assert finding["severity"] == "error"
+    assert finding["run"] == "exp1/checkpoint"
+    assert finding["index"] == 5
+    assert finding["path"] == "exp1/checkpoint/model-5.bpk"
+    assert "optim-5.bpk" in finding["message"]
+    assert isinstance(finding["fixes"], list) and all(isinstance(f, str) for f in finding["fixes"])
+    assert finding["fixes"][0].startswith("Resume from epoch 4, the newest complete checkpoint")
+
+    assert report["summary"] == {"error": 1, "warning": 0, "info": 0}
+
+
+def test_json_resume_is_null_and_summary_counts_every_finding(tmp_path, cli):
+    folder = nothing_complete(tmp_path)
+    report = json.loads(cli("inspect", "--json", folder).stdout)
+    assert report["runs"][0]["resume"] is None
+    severities = [f["severity"] for f in report["findings"]]
+    assert report["summary"] == {s: severities.count(s) for s in ("error", "warning", "info")}
+    assert report["summary"]["error"] >= 1
+    run_level = [f for f in report["findings"] if f["code"] == "CKD110"]
+    assert len(run_level) == 1 and run_level[0]["index"] is None
+
+
+def test_json_report_for_several_runs(tmp_path, cli):
+    healthy(tmp_path / "runs" / "a")
+    missing_optimizer(tmp_path / "runs" / "b")
+    report = json.loads(cli("inspect", "--json", tmp_path / "runs").stdout)
+    paths = [run["path"] for run in report["runs"]]
+    assert paths == [str(tmp_path / "runs" / x / "checkpoint") for x in ("a", "b")]
+    assert [run["resume"]["index"] for run in report["runs"]] == [5, 4]
+    assert {f["run"] for f in report["findings"]} == {paths[1]}
+
+
+# --- inspect --resume --------------------------------------------------------------------------------
+
+
+def test_resume_prints_only_the_index(tmp_path, cli):
+    result = cli("inspect", "--resume", healthy(tmp_path / "ok"))
+    assert result.exit_code == 0
+    assert result.stdout == "5\n"
+    result = cli("inspect", "--resume", missing_optimizer(tmp_path / "seed"))
+    assert result.exit_code == 0
+    assert result.stdout == "4\n"
+
+
+def test_resume_exits_1_with_nothing_on_stdout_when_nothing_is_complete(tmp_path, cli):
+    result = cli("inspect", "--resume", nothing_complete(tmp_path))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.strip()
+
+
+def test_resume_on_a_missing_path_exits_2(tmp_path, cli):
+    result = cli("inspect", "--resume", tmp_path / "absent")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+
+
+# --- the human report ----------------------------------------------------------------------------
+
+
+def _blocks(stdout: str, run_paths: list[str]) -> list[list[str]]:
+    """The lines of each run's block, from its title line to the next run's title."""
+    lines = stdout.splitlines()
+    starts = []
+    for path in run_paths:
+        matches = [i for i, line in enumerate(lines) if line.startswith(path + "  ")]
+        assert len(matches) == 1, (path, stdout)
+        starts.append(matches[0])
+    assert starts == sorted(starts)
+    ends = [*starts[1:], len(lines)]
+    return [[line for line in lines[a:b] if line.strip()] for a, b in zip(starts, ends, strict=True)]
+
+
+def test_human_report_ends_each_run_with_its_resume_point(tmp_path, cli):
+    healthy(tmp_path / "runs" / "a")
+    missing_optimizer(tmp_path / "runs" / "b")
+    nothing_complete(tmp_path / "runs" / "c")
+    result = cli("inspect", tmp_path / "runs")
+    assert result.exit_code == 1
+    paths = [str(tmp_path / "runs" / x / "checkpoint") for x in ("a", "b", "c")]
+    a, b, c = _blocks(result.stdout, paths)
+    assert a[-1] == "Resume from epoch 5: model-5.bpk, optim-5.bpk, scheduler-5.bpk"
+    assert b[-1] == "Resume from epoch 4: model-4.bpk, optim-4.bpk, scheduler-4.bpk"
+    assert any("CKD101" in line for line in b)  # the findings sit above the resume line
+    assert c[-1].startswith("No checkpoint to resume from")
+    assert "CKD110" in c[-1]
+
+
+def test_human_report_has_a_row_per_checkpoint_with_its_status(tmp_path, cli):
+    result = cli("inspect", missing_optimizer(tmp_path))
+    rows = {int(m[1]): m[0] for m in re.finditer(r"^\s*(\d+)\s+model-\d+\.bpk.*$", result.stdout, re.MULTILINE)}
+    assert sorted(rows) == [3, 4, 5]
+    assert "complete" in rows[4] and "optim-4.bpk" in rows[4] and "scheduler-4.bpk" in rows[4]
+    assert "incomplete" in rows[5] and "missing" in rows[5]
+    header = next(line for line in result.stdout.splitlines() if line.lstrip().startswith("EPOCH"))
+    for column in ("MODEL", "OPTIMIZER", "SCHEDULER", "SIZE", "STATUS"):
+        assert column in header
+
+
+def _row_indexes(stdout: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^\s*(\d+)\s+model-\d+\.bpk", stdout, re.MULTILINE)]
+
+
+def test_human_report_shows_the_newest_20_rows_unless_all(tmp_path, cli):
+    folder = healthy(tmp_path, range(1, 26))
+    result = cli("inspect", folder)
+    assert result.exit_code == 0
+    assert _row_indexes(result.stdout) == list(range(6, 26))
+    assert "5 older checkpoints not shown" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("Resume from epoch 25")
+
+    everything = cli("inspect", "--all", folder)
+    assert _row_indexes(everything.stdout) == list(range(1, 26))
+    assert "not shown" not in everything.stdout
+
+
+def test_human_report_of_20_rows_hides_nothing(tmp_path, cli):
+    result = cli("inspect", healthy(tmp_path, range(1, 21)))
+    assert _row_indexes(result.stdout) == list(range(1, 21))
+    assert "not shown" not in result.stdout
+
+
+def test_human_report_off_a_terminal_has_no_escapes(tmp_path, cli):
+    result = cli("inspect", missing_optimizer(tmp_path), env={"NO_COLOR": ""})
+    assert "\x1b[" not in result.stdout
+    assert "\x1b[" not in result.stderr
+
+
+_SGR = re.compile(rb"\x1b\[([0-9;]*)m")
+
+
+def _colour_codes(output: bytes) -> set[int]:
+    """SGR parameters that set a foreground or background colour (not bold, dim or reset)."""
+    found: set[int] = set()
+    for params in _SGR.findall(output):
+        for part in params.split(b";"):
+            if part and (30 <= int(part) <= 49 or 90 <= int(part) <= 107):
+                found.add(int(part))
+    return found
+
+
+def _run_in_terminal(args: list[str], env: dict[str, str]) -> tuple[int, bytes]:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO once the child has closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    return proc.wait(timeout=60), output
+
+
+def test_no_color_is_respected_on_a_terminal(tmp_path):
+    folder = missing_optimizer(tmp_path)
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE")}
+    base["TERM"] = "xterm-256color"
+    args = [sys.executable, "-m", "ckptdoctor", "inspect", str(folder)]
+
+    code, coloured = _run_in_terminal(args, base)
+    assert code == 1
+    assert _colour_codes(coloured), "on a terminal the report is coloured (the control case)"
+
+    code, plain = _run_in_terminal(args, {**base, "NO_COLOR": "1"})
+    assert code == 1
+    assert b"CKD101" in plain
+    assert _colour_codes(plain) == set()
+
+
+# --- version and entry points ---------------------------------------------------------------------
+
+
+def test_version_option(cli):
+    result = cli("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"ckptdoctor {ckptdoctor.__version__}"
+
+
+def test_python_dash_m_version():
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"ckptdoctor {ckptdoctor.__version__}"
+    assert re.fullmatch(r"ckptdoctor \d+\.\d+\.\d+\S*", proc.stdout.strip())
+
+
+def test_help_lists_the_commands(cli):
+    result = cli("--help")
+    assert result.exit_code == 0
+    assert "inspect" in result.stdout and "rules" in result.stdout
+
+
+# --- torch is never imported by inspect, rules or --help -----------------------------------------------
+
+_PROBE = """
+import atexit, sys
+atexit.register(lambda: print("TORCH-IMPORTED=" + str("torch" in sys.modules), file=sys.stderr))
+{prelude}
+sys.argv = ["ckptdoctor", *sys.argv[1:]]
+from ckptdoctor.cli import main
+main()
+"""
+
+
+def _torch_imported(args: list[str], prelude: str = "") -> bool:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(prelude=prelude), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    markers = re.findall(r"TORCH-IMPORTED=(True|False)", proc.stderr)
+    assert markers, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return markers[-1] == "True"
+
+
+def _torch_run(tmp_path: Path) -> Path:
+    """A run with torch files, so that inspect has every reason to reach for torch."""
+    if (EXAMPLES / "torch-split").is_dir():
+        return EXAMPLES
+    return healthy(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["inspect"], ["inspect", "--json"], ["rules"], ["rules", "CKD101"], ["--help"], ["inspect", "--help"]],
+    ids=["inspect", "inspect-json", "rules", "rules-code", "help", "inspect-help"],
+)
+def test_torch_is_never_imported(tmp_path, args):
+    if args[0] == "inspect" and "--help" not in args:
+        args = [*args, str(_torch_run(tmp_path))]
+    assert _torch_imported(args) is False
+
+
+def test_torch_import_probe_detects_torch():
+    """The control: the same probe reports torch once a module of that name is loaded."""
+    prelude = "import types; sys.modules['torch'] = types.ModuleType('torch')"
+    assert _torch_imported(["rules"], prelude=prelude) is True
