@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -149,7 +150,8 @@ class CheckpointFile(NamedTuple):
 
     @property
     def name(self) -> str:
-        return self.entry.name
+        """The file name as reports print it (undecodable bytes escaped, as in ``path``)."""
+        return self.entry.path.rpartition(os.sep)[2]
 
     @property
     def bytes(self) -> int:
@@ -252,6 +254,8 @@ class Report:
     runs: tuple[Run, ...]
     findings: tuple[Finding, ...]
     errors: tuple[ScanError, ...] = ()
+    unrecognised: tuple[str, ...] = ()
+    """Checkpoint-like files (by suffix) in folders that no layout recognises: listed, not judged."""
     extra: tuple[tuple[str, object], ...] = field(default=())
     """Command-specific blocks for the JSON report (``plan``, ``disk``, ...)."""
 

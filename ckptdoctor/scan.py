@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import PathNotFound, Unlisted, discover, display
 from ckptdoctor.layouts import find_run
 from ckptdoctor.model import Report, Run, ScanError
-from ckptdoctor.readers import probe
+from ckptdoctor.readers import expected_formats, probe
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
 
@@ -20,6 +20,8 @@ class Scan:
     errors: tuple[ScanError, ...]
     empty: tuple[str, ...]
     """Paths that exist but hold no checkpoint any layout recognises."""
+    unrecognised: tuple[str, ...] = ()
+    """Files named like checkpoints (by suffix) in folders no layout recognises."""
 
 
 def scan(paths: Iterable[str]) -> Scan:
@@ -27,6 +29,7 @@ def scan(paths: Iterable[str]) -> Scan:
     unlisted: list[Unlisted] = []
     errors: list[ScanError] = []
     empty: list[str] = []
+    unrecognised: list[str] = []
     for path in paths:
         try:
             found = discover(path)
@@ -39,13 +42,18 @@ def scan(paths: Iterable[str]) -> Scan:
             run = find_run(listing, probe)
             if run is not None:
                 runs.append(run)
+            else:
+                unrecognised.extend(
+                    e.path for e in listing.entries if not e.is_dir and expected_formats(e.name) is not None
+                )
         if len(runs) == before:
             empty.append(display(path))
-    return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty))
+    return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised))
 
 
 def inspect(paths: Iterable[str], thresholds: Thresholds | None = None) -> tuple[Report, Scan]:
     """What ``ckptdoctor inspect`` reports: runs from headers and trailers, and cheap findings."""
     result = scan(paths)
     findings = check(result.runs, result.unlisted, thresholds or Thresholds())
-    return Report("inspect", result.runs, findings, result.errors), result
+    report = Report("inspect", result.runs, findings, result.errors, unrecognised=result.unrecognised)
+    return report, result

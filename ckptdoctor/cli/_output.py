@@ -67,7 +67,8 @@ def stdout_console(file: io.StringIO | None = None) -> Console:
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    # one message, one line: scripts grep stderr, and wrapped paths do not paste back
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def exit_code(report: Report, fail_on: FailOn, exit_zero: bool) -> int:
@@ -98,6 +99,10 @@ def emit(
         errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)
     if quiet and code == EXIT_OK:
         raise typer.Exit(code)
+    for path in empty:
+        errors.print(f"No checkpoints found in {path}", markup=False)
+    if report.unrecognised:
+        _hint_unrecognised(report.unrecognised, errors)
     if fmt is OutputFormat.JSON or as_json:
         text = json_render.render(report)
     else:
@@ -105,8 +110,6 @@ def emit(
         console = stdout_console(buffer)
         if not report.runs and not report.findings and report.errors:
             raise typer.Exit(code)
-        for path in empty:
-            errors.print(f"No checkpoints found in {path}", markup=False)
         human.render(report, console, show_all)
         if buffer is None:
             _summary(report, errors)
@@ -114,6 +117,15 @@ def emit(
         text = buffer.getvalue()
     _write(text, output)
     raise typer.Exit(code)
+
+
+def _hint_unrecognised(paths: tuple[str, ...], console: Console) -> None:
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    console.print(
+        f"{len(paths)} file{'s' if len(paths) != 1 else ''} named like checkpoints follow no layout "
+        f"ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {paths[0]}",
+        markup=False,
+    )
 
 
 def _summary(report: Report, console: Console) -> None:

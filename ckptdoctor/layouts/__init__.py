@@ -47,26 +47,32 @@ def find_run(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | No
 
 
 class _AnyFile(Layout):
-    """A file the user named directly whose name follows no convention: judged by content."""
+    """A file the user named directly whose name follows no convention: judged by content.
 
-    name = "unknown"
+    It is reported under the layout whose framework writes that content, if any.
+    """
+
+    def __init__(self, writer: Layout | None = None) -> None:
+        self.writer = writer
+        self.name = writer.name if writer else "unknown"
+        self.content = writer.content if writer else frozenset()
 
     def claim(self, name: str) -> Claim | None:
         return Claim((Role.MODEL,), 0, "")
+
+    def accepts(self, name: str, content: Format) -> bool:
+        return self.writer is not None and self.writer.accepts(name, content)
 
 
 _BY_CONTENT_ONLY = _AnyFile()
 
 
 def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | None:
-    run = group(listing, _BY_CONTENT_ONLY, probe)
-    if run is None:
-        return None
-    kinds = {_format(f.report) for c in run.checkpoints for f in c.files}
-    for layout in LAYOUTS:
-        if kinds and all(kind in layout.content for kind in kinds):
-            return dataclasses.replace(run, layout=layout.name)
-    return run
+    """A file named on its own whose name follows no layout: the framework that writes its content."""
+    (entry,) = listing.entries
+    content = _format(probe(entry)) if not entry.is_dir and not entry.dangling else None
+    writer = next((lay for lay in LAYOUTS if content and lay.accepts(entry.name, content)), None)
+    return group(listing, _AnyFile(writer), probe)
 
 
 def _content_score(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, probe: Callable[[Entry], FileReport]) -> int:
@@ -83,7 +89,8 @@ def _format(report: FileReport) -> Format | None:
 
 
 def _all_safetensors(run: Run) -> bool:
-    files = [f for c in run.checkpoints for f in c.files]
+    """A torch-layout run whose files (those that can be read at all) are all safetensors."""
+    files = [f for c in run.checkpoints for f in c.files if not f.report.issues]
     return bool(files) and all(f.report.format == Format.SAFETENSORS.value for f in files)
 
 

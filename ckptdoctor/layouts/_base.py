@@ -54,6 +54,10 @@ class Layout:
         """The roles and index of a checkpoint file of this layout, or None."""
         raise NotImplementedError
 
+    def accepts(self, name: str, content: Format) -> bool:
+        """Whether this framework writes ``content`` under a name like ``name``."""
+        return content in self.content
+
     def stray(self, name: str) -> Claim | None:
         """A checkpoint-like name under a prefix this layout does not use."""
         return None
@@ -121,7 +125,7 @@ def group(
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
-            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe)))
+            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe, layout)))
             if claim.unit is not None:
                 units[claim.unit] += 1
             continue
@@ -134,7 +138,7 @@ def group(
             continue
         stray = layout.stray(entry.name)
         if stray is not None and not entry.is_dir:
-            loose.append(CheckpointFile(entry, stray.roles, stray.prefix, _report(entry, probe)))
+            loose.append(CheckpointFile(entry, stray.roles, stray.prefix, _report(entry, probe, layout)))
             continue
         others.append(entry)
 
@@ -186,12 +190,25 @@ def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[R
     return Checkpoint(index, files, status, missing)
 
 
-def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
+def _report(entry: Entry, probe: Callable[[Entry], FileReport], layout: Layout | None = None) -> FileReport:
+    """The probe's report, and whether ``layout``'s framework writes what the file holds."""
     if entry.is_dir:
         return FileReport("folder", (_issue(Problem.NOT_A_CHECKPOINT, "a folder where a checkpoint file belongs"),))
     if entry.dangling:
         return FileReport("symlink", (_issue(Problem.DANGLING, "a symlink whose target is missing"),))
-    return probe(entry)
+    report = probe(entry)
+    if layout is None or report.issues:
+        return report
+    try:
+        content = Format(report.format)
+    except ValueError:
+        content = Format.UNKNOWN
+    if layout.accepts(entry.name, content):
+        return report
+    what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
+    writer = f", which {layout.name} does not write" if layout.content else ""
+    issue = _issue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}")
+    return FileReport(report.format, (issue,), report.facts)
 
 
 def _issue(problem: Problem, detail: str) -> FileIssue:

@@ -34,8 +34,8 @@ class BurnLayout(Layout):
             Format.MSGPACK_GZ,
             Format.JSON,
             Format.JSON_GZ,
+            Format.BINCODE,
             Format.BINCODE_GZ,
-            Format.UNKNOWN,  # bincode (.bin) has no signature
         }
     )
 

@@ -36,8 +36,8 @@ _BY_SUFFIX: dict[str, frozenset[Format]] = dict((
     (".json.gz", frozenset({Format.JSON_GZ})),
     (".json", frozenset({Format.JSON})),
     (".bin.gz", frozenset({Format.BINCODE_GZ})),
-    # burn's bincode has no signature; torch's pytorch_model.bin is a torch archive or pickle
-    (".bin", _TORCH | {Format.UNKNOWN}),
+    # burn's bincode records, or torch's pytorch_model.bin (an archive or a pickle)
+    (".bin", _TORCH | {Format.BINCODE}),
     (".safetensors", frozenset({Format.SAFETENSORS})),
     (".pt", _TORCH),
     (".pth", _TORCH),
@@ -72,7 +72,7 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
     report = reader(sample) if reader else FileReport(kind.value)
     expected = expected_formats(name)
     if expected is not None and Format(report.format) not in expected:
-        wanted = " or ".join(sorted(f.value for f in expected if f is not Format.UNKNOWN))
+        wanted = " or ".join(sorted(f.value for f in expected))
         issue = FileIssue(
             Problem.NOT_A_CHECKPOINT,
             f"holds {report.format} data, not the {wanted} its name promises",

@@ -8,6 +8,7 @@ and are exactly ``10 + M + max(end)``.
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import struct
@@ -56,11 +57,11 @@ def read(sample: Sample) -> FileReport:
     parsed = _parse_metadata(sample.range(HEADER.size, metadata_size))
     if isinstance(parsed, str):
         return _report(Problem.MALFORMED, parsed)
-    data_end, facts = parsed
+    data_end, packing, facts = parsed
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT
     expected = data_start + data_end
     unaligned = metadata_end + data_end
-    if sample.size == unaligned and unaligned != expected and data_end:
+    if sample.size == unaligned != expected and _unpadded(sample, packing, metadata_end, data_start):
         facts = (*facts, ("aligned", "no"))  # burn < 0.20 wrote no padding; still readable
         expected = unaligned
     issues: list[FileIssue] = []
@@ -79,7 +80,7 @@ def read(sample: Sample) -> FileReport:
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_metadata(blob: bytes) -> tuple[int, tuple[tuple[str, str], ...]] | str:
+def _parse_metadata(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ...]] | str:
     """The end of the tensor data and the facts a metadata block gives, or what is wrong with it.
 
     Cached on the bytes: every epoch of a run saves the same model, so the metadata of its
@@ -93,10 +94,47 @@ def _parse_metadata(blob: bytes) -> tuple[int, tuple[tuple[str, str], ...]] | st
     if not isinstance(tensors, Mapping):
         return "metadata has no 'tensors' map"
     try:
-        data_end = max((_extent(name, descriptor)[1] for name, descriptor in tensors.items()), default=0)
+        extents = sorted(_extent(name, descriptor) for name, descriptor in tensors.items())
     except ValueError as error:
         return str(error)
-    return data_end, tuple(_facts(tensors, metadata))
+    data_end = max((end for _, end in extents), default=0)
+    return data_end, _packing(extents), tuple(_facts(tensors, metadata))
+
+
+class _Packing(enum.Enum):
+    """How the tensors lie: tells burn >= 0.20's padded files from older unpadded ones."""
+
+    PADDED = "padded"
+    """Gaps between tensors: only the aligned writer leaves them."""
+    UNPADDED = "unpadded"
+    """Back to back, and some tensor starts off a 256-byte boundary: only the old writer."""
+    EITHER = "either"
+    """Back to back on 256-byte boundaries: the bytes before the data must decide."""
+
+
+def _packing(extents: list[tuple[int, int]]) -> _Packing:
+    position = 0
+    for start, end in extents:
+        if start != position:
+            return _Packing.PADDED
+        position = end
+    if any(start % ALIGNMENT for start, _ in extents):
+        return _Packing.UNPADDED
+    return _Packing.EITHER
+
+
+def _unpadded(sample: Sample, packing: _Packing, metadata_end: int, data_start: int) -> bool:
+    """Whether a file exactly ``10 + M + max(end)`` long is an old unpadded one, not a cut one.
+
+    A padded file cut by exactly its padding length has that length too. Its padding bytes are
+    zero; an old file has tensor data there. Zero tensor data is possible, so in that one case
+    the file is called cut: a false alarm on an old file beats a cut file called whole.
+    """
+    if packing is _Packing.UNPADDED:
+        return True
+    if packing is _Packing.PADDED:
+        return False
+    return bool(sample.range(metadata_end, data_start - metadata_end).strip(b"\0"))
 
 
 def _extent(name: object, descriptor: object) -> tuple[int, int]:

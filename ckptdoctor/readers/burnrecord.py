@@ -94,7 +94,9 @@ def _inner_report(payload: Sample) -> FileReport:
         return read_msgpack(payload, Format.MSGPACK_GZ)
     if kind is Format.JSON:
         return read_json(payload, Format.JSON_GZ)
-    return FileReport(Format.BINCODE_GZ.value)
+    if kind is Format.BINCODE:
+        return FileReport(Format.BINCODE_GZ.value)
+    return FileReport(Format.GZIP.value)
 
 
 def _report(format: Format, problem: Problem, detail: str) -> FileReport:

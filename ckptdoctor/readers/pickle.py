@@ -7,8 +7,10 @@ loadable by some torch versions but are obsolete (CKD210).
 
 from __future__ import annotations
 
+import pickletools
+
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers.sniff import Format
 
 STOP = b"."
@@ -18,7 +20,24 @@ def read_pickle(sample: Sample) -> FileReport:
     if sample.tail(1) != STOP:
         issue = FileIssue(Problem.TRUNCATED, "the pickle does not end with its STOP opcode: cut short")
         return FileReport(Format.PICKLE.value, (issue,))
+    if sample.size <= HEAD + TAIL:
+        # the whole file is in hand already: walk its opcodes (pickletools parses, never runs)
+        problem = _opcode_problem(sample.head(sample.size))
+        if problem:
+            return FileReport(Format.PICKLE.value, (FileIssue(Problem.MALFORMED, problem),))
     return FileReport(Format.PICKLE.value)
+
+
+def _opcode_problem(data: bytes) -> str | None:
+    position: int | None = 0
+    try:
+        for opcode, _, position in pickletools.genops(data):
+            if opcode.name == "STOP" and position is not None:
+                end = position + 1
+                return None if end == len(data) else f"{len(data) - end} bytes after the pickle's STOP opcode"
+    except (ValueError, KeyError, IndexError, EOFError, UnicodeDecodeError) as error:
+        return f"the pickle cannot be parsed near byte {position} ({error})"
+    return "the pickle has no STOP opcode"
 
 
 def read_legacy(sample: Sample) -> FileReport:

@@ -21,6 +21,8 @@ class Format(str, enum.Enum):
     JSON = "json"
     GZIP = "gzip"
     """A gzip stream whose payload could not be told apart (see the ``.gz`` variants)."""
+    BINCODE = "bincode"
+    """burn recorder-era bincode (``.bin``): recognised by the recorder metadata it starts with."""
     MSGPACK_GZ = "msgpack.gz"
     JSON_GZ = "json.gz"
     BINCODE_GZ = "bincode.gz"
@@ -37,7 +39,6 @@ class Format(str, enum.Enum):
     HTML = "html"
     ZEROS = "zeros"
     UNKNOWN = "unknown"
-    """Nothing recognisable; for burn ``.bin`` files this is bincode, which has no signature."""
 
 
 NOT_CHECKPOINTS = frozenset({Format.GIT_LFS_POINTER, Format.HTML, Format.ZEROS})
@@ -56,6 +57,9 @@ def sniff(sample: Sample) -> Format:
         return Format.EMPTY
     head = sample.head()
     magic = _MAGIC.get(head[:4])
+    if magic is None and len(head) < 4:
+        # cut before its magic was whole: still the format it began to be, and cut short
+        magic = next((kind for prefix, kind in _MAGIC.items() if prefix.startswith(head)), None)
     if magic is not None:
         return _zip_kind(head) if magic is Format.TORCH_ZIP else magic
     if head.startswith(b"PYTORCH1"):
@@ -94,6 +98,8 @@ def sniff_payload(head: bytes) -> Format:
     stripped = head.lstrip()
     if stripped.startswith((b"{", b"[")):
         return Format.JSON
+    if _is_burn_bincode(head):
+        return Format.BINCODE
     if head[:1] in (b"(", b"c", b"]", b"}") and head.rstrip().endswith(b"."):
         # pickle protocols 0 and 1 carry no magic; a short text that ends in STOP is one
         return Format.PICKLE
@@ -111,6 +117,20 @@ def _zip_kind(head: bytes) -> Format:
     if first_name.endswith(b".npy"):
         return Format.NUMPY
     return Format.ZIP
+
+
+def _is_burn_bincode(head: bytes) -> bool:
+    """burn's bincode records start with three length-prefixed strings: float type, int type and
+    the recorder's type name (``burn_core::record::file::BinFileRecorder<...>``)."""
+    position = 0
+    strings = []
+    for _ in range(3):
+        if position >= len(head) or head[position] >= 251:  # a longer varint: not these short names
+            return False
+        length = head[position]
+        strings.append(head[position + 1 : position + 1 + length])
+        position += 1 + length
+    return b"burn" in strings[2] and strings[0].isascii() and strings[1].isascii()
 
 
 def _is_html(head: bytes) -> bool:

@@ -25,6 +25,7 @@ def document(report: Report) -> dict[str, Any]:
         "runs": [_run(run) for run in report.runs],
         "findings": [_finding(finding) for finding in report.findings],
         "summary": {severity.value: report.count(severity) for severity in reversed(Severity)},
+        "unrecognised": list(report.unrecognised),
     }
     if report.errors:
         body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
