@@ -84,7 +84,7 @@ def discover(path: str) -> Discovery:
             continue
         listings.append(Listing(shown_dir, os_dir, entries))
         pending.extend(reversed(subfolders))
-    listings.sort(key=lambda listing: _natural_key(listing.path))
+    listings.sort(key=lambda listing: natural_key(listing.path))
     return Discovery(tuple(listings), tuple(unlisted))
 
 
@@ -136,7 +136,7 @@ def _reason(error: OSError) -> str:
     return error.strerror or str(error)
 
 
-def _natural_key(text: str) -> list[tuple[int, int | str]]:
+def natural_key(text: str) -> list[tuple[int, int | str]]:
     """Sort key that orders ``run-10`` after ``run-9``."""
     parts: list[tuple[int, int | str]] = []
     for chunk in _DIGITS.split(text):

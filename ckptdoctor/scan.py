@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ckptdoctor.discover import PathNotFound, Unlisted, discover, display
+from ckptdoctor.discover import PathNotFound, Unlisted, discover, display, natural_key
 from ckptdoctor.layouts import find_run
 from ckptdoctor.model import Report, Run, ScanError
 from ckptdoctor.readers import expected_formats, probe
@@ -48,6 +48,7 @@ def scan(paths: Iterable[str]) -> Scan:
                 )
         if len(runs) == before:
             empty.append(display(path))
+    unrecognised.sort(key=natural_key)
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised))
 
 

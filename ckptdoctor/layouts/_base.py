@@ -67,6 +67,10 @@ class Layout:
         seen = {role for claim in claims for role in claim.roles}
         return tuple(role for role in Role if role in seen and role is not Role.TEMP)
 
+    def file_name(self, role: Role, index: int) -> str | None:
+        """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
+        return None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""

@@ -57,6 +57,10 @@ class BurnLayout(Layout):
             return (Role.MODEL, Role.OPTIMIZER)
         return (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 
+    def file_name(self, role: Role, index: int) -> str | None:
+        prefix = next((name for name, known in SUPERVISED.items() if known is role), None)
+        return f"{prefix}-{index}.bpk" if prefix else None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f"pass `.checkpoint({checkpoint.index})` to burn's `SupervisedTraining` (or `LearnerBuilder`)"
 

@@ -69,7 +69,7 @@ class RunContext:
             for file in checkpoint.files_for(role):
                 if not file.bundled and Role.TEMP not in file.roles:
                     return renumber(file.name, checkpoint.index, index)
-        return None
+        return self.layout.file_name(role, index)
 
 
 def make_finding(

@@ -435,7 +435,7 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
         if len(labels) < 2 or role is Role.TEMP:
             continue
         ordered = sorted(((label, sorted(indexes)) for label, indexes in labels.items()), key=lambda item: item[1][0])
-        parts = "; ".join(f"{label} in {run.unit.value}s {_span(indexes)}" for label, indexes in ordered)
+        parts = "; ".join(f"{label} in {_span(run.unit.value, indexes)}" for label, indexes in ordered)
         yield ctx.finding(MIXED_FORMATS, f"{role.value} files are saved in {len(labels)} ways: {parts}")
 
 
@@ -444,8 +444,12 @@ def _index_of(ctx: RunContext, file: CheckpointFile) -> int | None:
     return claim.number if claim else None
 
 
-def _span(indexes: list[int]) -> str:
-    return str(indexes[0]) if len(indexes) == 1 else f"{indexes[0]}–{indexes[-1]}" if len(indexes) > 2 else f"{indexes[0]} and {indexes[1]}"
+def _span(unit: str, indexes: list[int]) -> str:
+    """``epoch 5``, ``epochs 3 and 4``, ``epochs 1–9``."""
+    if len(indexes) == 1:
+        return f"{unit} {indexes[0]}"
+    joined = f"{indexes[0]} and {indexes[1]}" if len(indexes) == 2 else f"{indexes[0]}–{indexes[-1]}"
+    return f"{unit}s {joined}"
 
 
 CHECKS = (missing_roles, no_resumable_checkpoint, stray_prefixes, mixed_formats)
