@@ -12,8 +12,6 @@ import typer
 from rich.console import Console
 
 from ckptdoctor.model import Report, Severity
-from ckptdoctor.render import human
-from ckptdoctor.render import json as json_render
 
 
 class OutputFormat(str, enum.Enum):
@@ -93,6 +91,10 @@ def emit(
     empty: tuple[str, ...] = (),
 ) -> None:
     """Print (or write) the report, say what went wrong on stderr, and exit with the right code."""
+    # renderers are imported when a report exists: `--help` must not pay for them
+    from ckptdoctor.render import human
+    from ckptdoctor.render import json as json_render
+
     code = exit_code(report, fail_on, exit_zero)
     errors = stderr_console()
     for error in report.errors:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptdoctor import scan
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
@@ -24,6 +23,9 @@ from ckptdoctor.cli._output import (
     stderr_console,
 )
 from ckptdoctor.model import Report
+
+if TYPE_CHECKING:
+    from ckptdoctor.scan import Scan
 
 ResumeFlag = Annotated[
     bool,
@@ -57,7 +59,9 @@ def inspect(
 
       --resume-epoch $(ckptdoctor inspect --resume runs/exp1/checkpoint)
     """
-    report, found = scan.inspect(paths or ["."])
+    from ckptdoctor.scan import inspect as inspect_paths  # the core loads only when a command runs
+
+    report, found = inspect_paths(paths or ["."])
     if resume:
         _print_resume(report, found)
     emit(
@@ -73,7 +77,7 @@ def inspect(
     )
 
 
-def _print_resume(report: Report, found: scan.Scan) -> None:
+def _print_resume(report: Report, found: Scan) -> None:
     errors = stderr_console()
     for error in report.errors:
         errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)

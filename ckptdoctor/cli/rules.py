@@ -14,9 +14,6 @@ from ckptdoctor.cli._output import (
     stderr_console,
     stdout_console,
 )
-from ckptdoctor.render import human
-from ckptdoctor.render import json as json_render
-from ckptdoctor.rules import RULES, Rule, find_rule, rules_explaining
 
 Query = Annotated[
     str | None,
@@ -35,6 +32,11 @@ def rules(query: Query = None, fmt: FormatOption = OutputFormat.HUMAN, as_json: 
 
       ckptdoctor rules "Can load optimizer checkpoint."
     """
+    # the rule table and renderers load only when the command runs: `--help` stays fast
+    from ckptdoctor.render import human
+    from ckptdoctor.render import json as json_render
+    from ckptdoctor.rules import RULES, Rule, find_rule, rules_explaining
+
     selected: tuple[Rule, ...]
     if query is None:
         selected = RULES

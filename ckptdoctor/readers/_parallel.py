@@ -7,12 +7,10 @@ back; clean reports are shared objects and pickle to almost nothing.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 from ckptdoctor.model import Entry, FileReport
 
@@ -28,6 +26,10 @@ def probe_all(entries: Sequence[Entry], probe: Callable[[Entry], FileReport]) ->
     workers = _cores()
     if len(entries) < PARALLEL_MIN or workers < 2 or not sys.platform.startswith("linux"):
         return [probe(entry) for entry in entries]
+    # imported only for big runs: process pools cost every other command start-up time
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     global _pending, _probe
     _pending, _probe = entries, probe
     try:
