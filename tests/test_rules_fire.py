@@ -986,3 +986,26 @@ def test_cutting_the_real_burn_file_is_reported_by_the_cli(tmp_path, corpus, ins
     assert checkpoint(report, 1)["status"] == "partial"
     assert the_run(report)["resume"] is None
     assert "CKD110" in codes(report)
+
+
+def test_burn_bincode_records_are_recognised_and_garbage_bin_is_not(tmp_path, inspect_json):
+    """burn's BinFileRecorder starts with its recorder metadata; anything else in a .bin is not bincode."""
+
+    def bincode(*strings: bytes) -> bytes:
+        return b"".join(bytes([len(s)]) + s for s in strings) + bytes(64)
+
+    record = bincode(b"f32", b"i32", b"burn_core::record::file::BinFileRecorder<FullPrecisionSettings>", b"0.21.0")
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    for epoch in (1, 2):
+        for role in ("model", "optim", "scheduler"):
+            (folder / f"{role}-{epoch}.bin").write_bytes(record)
+    report = inspect_json(tmp_path).json
+    files = [f for c in report["runs"][0]["checkpoints"] for f in c["files"]]
+    assert {f["format"] for f in files} == {"bincode"}
+    assert report["runs"][0]["resume"]["index"] == 2
+    (folder / "optim-2.bin").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    report = inspect_json(tmp_path).json
+    flagged = [f for f in report["findings"] if f["code"] == "CKD205"]
+    assert [Path(f["path"]).name for f in flagged] == ["optim-2.bin"]
+    assert report["runs"][0]["resume"]["index"] == 1

@@ -1,0 +1,87 @@
+"""The project's own promises: README commands and table, examples, parallel probing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.discover import discover
+from ckptdoctor.readers import _parallel, probe
+from ckptdoctor.render.markdown import rule_table, with_table
+from ckptdoctor.testing import write_burn_run
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def test_readme_rule_table_is_current():
+    text = README.read_text(encoding="utf-8")
+    assert with_table(text) == text, "run `python -m ckptdoctor.render.markdown` to refresh README.md"
+    assert rule_table() in text
+
+
+def test_readme_opens_with_the_install_and_test_commands():
+    commands = [line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("python -m pip")]
+    assert commands[0] == "python -m pip install . && ckptdoctor inspect --exit-zero examples/runs"
+    assert commands[1] == "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest"
+    assert "python -m pip install torch==2.13.0 -e '.[test]'" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_examples_say_what_the_readme_says(inspect_json):
+    """The bundled runs show the seed scenario, a cut save, and a healthy run."""
+    report = inspect_json(ROOT / "examples" / "runs").json
+    by_name = {Path(run["path"]).parts[-2] if run["layout"] == "burn" else Path(run["path"]).name: run for run in report["runs"]}
+    assert by_name["burn-healthy"]["resume"]["index"] == 5
+    assert by_name["burn-missing-optimizer"]["resume"]["index"] == 4
+    assert by_name["burn-truncated"]["resume"]["index"] == 4
+    assert by_name["torch-split"]["resume"]["index"] == 2
+    codes = {(Path(f["path"]).name, f["code"]) for f in report["findings"]}
+    assert codes == {("model-5.bpk", "CKD101"), ("optim-5.bpk", "CKD203"), ("optimizer_3.pt", "CKD203")}
+
+
+def test_parallel_probing_gives_the_serial_reports(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, range(1, 40))
+    (folder / "optim-7.bpk").write_bytes((folder / "optim-7.bpk").read_bytes()[:100])
+    (folder / "model-9.bpk").write_bytes(b"")
+    entries = [e for e in discover(str(folder)).listings[0].entries]
+    serial = [probe(e) for e in entries]
+    monkeypatch.setattr(_parallel, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(_parallel, "CHUNK", 16)
+    if _parallel._cores() < 2:
+        monkeypatch.setattr(_parallel, "_cores", lambda: 2)
+    parallel = _parallel.probe_all(entries, probe)
+    assert parallel == serial
+    assert sum(1 for r in parallel if r.issues) == 2
+
+
+def test_a_big_run_is_probed_in_parallel_end_to_end(tmp_path, monkeypatch, inspect_json):
+    write_burn_run(tmp_path / "checkpoint", range(1, 30))
+    (tmp_path / "checkpoint" / "scheduler-29.bpk").unlink()
+    monkeypatch.setattr(_parallel, "PARALLEL_MIN", 1)
+    report = inspect_json(tmp_path).json
+    assert report["runs"][0]["resume"]["index"] == 28
+    assert [f["code"] for f in report["findings"]] == ["CKD103"]
+
+
+@pytest.mark.skipif(shutil.which("ckptdoctor") is None, reason="the console script is not installed")
+def test_console_script_runs_the_example():
+    done = subprocess.run(
+        ["ckptdoctor", "inspect", "--json", str(ROOT / "examples" / "runs" / "burn-healthy")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs"][0]["layout"] == "burn"
+
+
+def test_python_dash_m_runs_rules():
+    done = subprocess.run([sys.executable, "-m", "ckptdoctor", "rules", "CKD101"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert "missing-optimizer" in done.stdout
