@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptdoctor import parallel
 from ckptdoctor.discover import discover
-from ckptdoctor.readers import _parallel, probe
+from ckptdoctor.readers import probe
 from ckptdoctor.render.markdown import rule_table, with_table
 from ckptdoctor.testing import write_burn_run
 
@@ -51,19 +52,20 @@ def test_parallel_probing_gives_the_serial_reports(tmp_path, monkeypatch):
     (folder / "model-9.bpk").write_bytes(b"")
     entries = [e for e in discover(str(folder)).listings[0].entries]
     serial = [probe(e) for e in entries]
-    monkeypatch.setattr(_parallel, "PARALLEL_MIN", 1)
-    monkeypatch.setattr(_parallel, "CHUNK", 16)
-    if _parallel._cores() < 2:
-        monkeypatch.setattr(_parallel, "_cores", lambda: 2)
-    parallel = _parallel.probe_all(entries, probe)
-    assert parallel == serial
-    assert sum(1 for r in parallel if r.issues) == 2
+    monkeypatch.setattr(parallel, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    chunks = parallel.map_chunks(lambda start, stop: [probe(e) for e in entries[start:stop]], len(entries), chunk=16)
+    assert len(chunks) == -(-len(entries) // 16)
+    together = [report for chunk in chunks for report in chunk]
+    assert together == serial
+    assert sum(1 for r in together if r.issues) == 2
 
 
 def test_a_big_run_is_probed_in_parallel_end_to_end(tmp_path, monkeypatch, inspect_json):
     write_burn_run(tmp_path / "checkpoint", range(1, 30))
     (tmp_path / "checkpoint" / "scheduler-29.bpk").unlink()
-    monkeypatch.setattr(_parallel, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
     report = inspect_json(tmp_path).json
     assert report["runs"][0]["resume"]["index"] == 28
     assert [f["code"] for f in report["findings"]] == ["CKD103"]

@@ -14,8 +14,8 @@ from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
+from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import expected_formats
-from ckptdoctor.readers._parallel import probe_all
 from ckptdoctor.readers.sniff import Format
 
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
@@ -108,7 +108,8 @@ def _probed_together(
         and not entry.dangling
         and (entry.name in claimed or expected_formats(entry.name) is not None or temp_base(entry.name))
     ]
-    reports = dict(zip((entry.os_path for entry in batch), probe_all(batch, probe), strict=True))
+    chunks = map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch))
+    reports = dict(zip((entry.os_path for entry in batch), (r for chunk in chunks for r in chunk), strict=True))
 
     def cached(entry: Entry) -> FileReport:
         report = reports.get(entry.os_path)
