@@ -60,8 +60,8 @@ class _AnyFile(Layout):
     def claim(self, name: str) -> Claim | None:
         return Claim((Role.MODEL,), 0, "")
 
-    def accepts(self, name: str, content: Format) -> bool:
-        return self.writer is not None and self.writer.accepts(name, content)
+    def accepts(self, content: Format) -> bool:
+        return self.writer is not None and self.writer.accepts(content)
 
 
 _BY_CONTENT_ONLY = _AnyFile()
@@ -71,7 +71,7 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     """A file named on its own whose name follows no layout: the framework that writes its content."""
     (entry,) = listing.entries
     content = _format(probe(entry)) if not entry.is_dir and not entry.dangling else None
-    writer = next((lay for lay in LAYOUTS if content and lay.accepts(entry.name, content)), None)
+    writer = next((lay for lay in LAYOUTS if content and lay.accepts(content)), None)
     return group(listing, _AnyFile(writer), probe)
 
 

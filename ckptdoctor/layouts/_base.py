@@ -54,8 +54,8 @@ class Layout:
         """The roles and index of a checkpoint file of this layout, or None."""
         raise NotImplementedError
 
-    def accepts(self, name: str, content: Format) -> bool:
-        """Whether this framework writes ``content`` under a name like ``name``."""
+    def accepts(self, content: Format) -> bool:
+        """Whether this framework writes ``content``."""
         return content in self.content
 
     def stray(self, name: str) -> Claim | None:
@@ -122,6 +122,7 @@ def group(
         claims = claim_all(layout, listing.entries)
     if not claims:
         return None
+    judge = _ContentCheck(layout, probe)
     by_index: dict[int, list[CheckpointFile]] = defaultdict(list)
     loose: list[CheckpointFile] = []
     others: list[Entry] = []
@@ -129,7 +130,7 @@ def group(
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
-            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, _report(entry, probe, layout)))
+            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, judge(entry)))
             if claim.unit is not None:
                 units[claim.unit] += 1
             continue
@@ -142,7 +143,7 @@ def group(
             continue
         stray = layout.stray(entry.name)
         if stray is not None and not entry.is_dir:
-            loose.append(CheckpointFile(entry, stray.roles, stray.prefix, _report(entry, probe, layout)))
+            loose.append(CheckpointFile(entry, stray.roles, stray.prefix, judge(entry)))
             continue
         others.append(entry)
 
@@ -179,7 +180,7 @@ _CORRUPT = frozenset({Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREA
 
 
 def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[Role, ...], single: bool) -> Checkpoint:
-    files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.name)))
+    files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
     problems = {problem for f in files for problem in f.report.problems}
@@ -194,26 +195,38 @@ def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[R
     return Checkpoint(index, files, status, missing)
 
 
-def _report(entry: Entry, probe: Callable[[Entry], FileReport], layout: Layout | None = None) -> FileReport:
-    """The probe's report, and whether ``layout``'s framework writes what the file holds."""
+def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
     if entry.is_dir:
-        return FileReport("folder", (_issue(Problem.NOT_A_CHECKPOINT, "a folder where a checkpoint file belongs"),))
+        return FileReport("folder", (FileIssue(Problem.NOT_A_CHECKPOINT, "a folder where a checkpoint file belongs"),))
     if entry.dangling:
-        return FileReport("symlink", (_issue(Problem.DANGLING, "a symlink whose target is missing"),))
-    report = probe(entry)
-    if layout is None or report.issues:
-        return report
-    try:
-        content = Format(report.format)
-    except ValueError:
-        content = Format.UNKNOWN
-    if layout.accepts(entry.name, content):
-        return report
-    what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
-    writer = f", which {layout.name} does not write" if layout.content else ""
-    issue = _issue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}")
-    return FileReport(report.format, (issue,), report.facts)
+        return FileReport("symlink", (FileIssue(Problem.DANGLING, "a symlink whose target is missing"),))
+    return probe(entry)
 
 
-def _issue(problem: Problem, detail: str) -> FileIssue:
-    return FileIssue(problem, detail)
+class _ContentCheck:
+    """Whether ``layout``'s framework writes what each file holds; judged once per shared report."""
+
+    def __init__(self, layout: Layout, probe: Callable[[Entry], FileReport]) -> None:
+        self.layout = layout
+        self.probe = probe
+        self.judged: dict[int, FileReport] = {}
+
+    def __call__(self, entry: Entry) -> FileReport:
+        report = _report(entry, self.probe)
+        if report.issues:
+            return report
+        judged = self.judged.get(id(report))
+        if judged is None:
+            judged = self.judged[id(report)] = self._judge(report)
+        return judged
+
+    def _judge(self, report: FileReport) -> FileReport:
+        try:
+            content = Format(report.format)
+        except ValueError:
+            content = Format.UNKNOWN
+        if self.layout.accepts(content):
+            return report
+        what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
+        writer = f", which {self.layout.name} does not write" if self.layout.content else ""
+        return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)

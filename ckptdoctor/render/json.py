@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from ckptdoctor import __version__
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Report, Run, Severity
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Report, Role, Run, Severity
 from ckptdoctor.rules._rule import Rule
 
 SCHEMA = "ckptdoctor.report.v1"
@@ -77,16 +78,25 @@ def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def _file(file: CheckpointFile) -> dict[str, Any]:
-    roles = file.roles
+    role, roles = _roles(file.roles)
     issues = file.report.issues
     return {
-        "role": "bundled" if len(roles) > 1 else roles[0].value,
-        "roles": [role.value for role in roles],
+        "role": role,
+        "roles": roles,
         "path": file.entry.path,
         "bytes": file.entry.size,
         "format": file.report.format,
         "problems": [{"problem": i.problem.value, "detail": i.detail} for i in issues] if issues else [],
     }
+
+
+@functools.cache
+def _roles(roles: tuple[Role, ...]) -> tuple[str, list[str]]:
+    """The ``role`` and ``roles`` fields; the few combinations a run has are built once.
+
+    The list is shared between files: the encoder only reads it.
+    """
+    return ("bundled" if len(roles) > 1 else roles[0].value), [role.value for role in roles]
 
 
 def _other(entry: Entry) -> dict[str, Any]:
