@@ -358,6 +358,8 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
     """CKD101-103: a checkpoint lacks a role the layout (or the rest of the run) needs."""
     run = ctx.run
     for checkpoint in run.checkpoints:
+        if not checkpoint.missing:
+            continue
         present = ", ".join(f.name for f in checkpoint.files) or "nothing"
         for role in checkpoint.missing:
             rule = _MISSING_RULE.get(role)

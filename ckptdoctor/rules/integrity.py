@@ -412,6 +412,8 @@ _EXPECTED_OPTIMIZER_RATIO = {
 """Optimizer state over model size by kind (burn-format reference §11.6); unknown kinds get Adam's."""
 _OVERHEAD = 64 * 1024
 """Headers and alignment make small files look larger than their tensors."""
+_MODEL_ONLY = (Role.MODEL,)
+_OPTIMIZER_ONLY = (Role.OPTIMIZER,)
 
 
 def file_problems(ctx: RunContext) -> Iterator[Finding]:
@@ -473,18 +475,18 @@ _BURN_RECORDS = {
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
     limits = ctx.thresholds
-    by_role: dict[tuple[Role, ...], list[tuple[int, CheckpointFile]]] = defaultdict(list)
+    by_role: dict[tuple[Role, ...], list[tuple[int, int, CheckpointFile]]] = defaultdict(list)
     for index, file in ctx.files:
         if not file.report.issues and Role.TEMP not in file.roles:
-            by_role[file.roles].append((index, file))
+            by_role[file.roles].append((file.entry.size, index, file))
     for roles, files in by_role.items():
         if len(files) < limits.min_peers:
             continue
-        middle = median(f.bytes for _, f in files)
+        middle = median(size for size, _, _ in files)
         low, high = middle * limits.undersized, middle * limits.oversized
         label = "bundled checkpoint" if len(roles) > 1 else roles[0].value
-        for index, file in files:
-            if low <= file.bytes <= high:
+        for file_size, index, file in files:
+            if low <= file_size <= high:
                 continue
             if file.bytes < middle * limits.undersized:
                 yield ctx.finding(
@@ -507,15 +509,29 @@ def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
     """CKD209: optimizer state far beyond what its kind keeps per parameter."""
     limits = ctx.thresholds
     over: list[tuple[int, CheckpointFile, float, str]] = []
+    allowed: dict[int, float] = {}  # per optimizer report (shared objects): its kind's usual ratio
     for checkpoint in ctx.run.checkpoints:
-        models = [f for f in checkpoint.files if f.roles == (Role.MODEL,) and not f.report.issues]
-        optimizers = [f for f in checkpoint.files if f.roles == (Role.OPTIMIZER,) and not f.report.issues]
-        if len(models) != 1 or len(optimizers) != 1 or not models[0].bytes:
+        model: CheckpointFile | None = None
+        optimizer: CheckpointFile | None = None
+        doubled = False  # two files of one role: no single ratio to judge
+        for file in checkpoint.files:
+            if file.report.issues:
+                continue
+            if file.roles == _MODEL_ONLY:
+                doubled |= model is not None
+                model = file
+            elif file.roles == _OPTIMIZER_ONLY:
+                doubled |= optimizer is not None
+                optimizer = file
+        if doubled or model is None or optimizer is None or not model.entry.size:
             continue
-        kind = optimizers[0].report.fact("optimizer") or "unknown"
-        expected = _EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0)
-        if optimizers[0].bytes > models[0].bytes * max(expected, 1.0) * limits.optimizer_margin + _OVERHEAD:
-            over.append((checkpoint.index, optimizers[0], optimizers[0].bytes / models[0].bytes, kind))
+        ratio = allowed.get(id(optimizer.report))
+        if ratio is None:
+            kind = optimizer.report.fact("optimizer") or "unknown"
+            ratio = allowed[id(optimizer.report)] = max(_EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0), 1.0) * limits.optimizer_margin
+        if optimizer.entry.size > model.entry.size * ratio + _OVERHEAD:
+            kind = optimizer.report.fact("optimizer") or "unknown"
+            over.append((checkpoint.index, optimizer, optimizer.entry.size / model.entry.size, kind))
     for index, file, ratio, kind in over[:3]:
         usual = _EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0)
         yield ctx.finding(
