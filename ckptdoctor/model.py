@@ -11,7 +11,7 @@ import enum
 import functools
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -217,11 +217,6 @@ class Run:
         entries += [e for e in self.other_files if not e.is_dir]
         return _unique_bytes(entries)
 
-    def checkpoint(self, index: int) -> Checkpoint | None:
-        for checkpoint in self.checkpoints:
-            if checkpoint.index == index:
-                return checkpoint
-        return None
 
 
 @dataclass(frozen=True)
@@ -256,15 +251,10 @@ class Report:
     errors: tuple[ScanError, ...] = ()
     unrecognised: tuple[str, ...] = ()
     """Checkpoint-like files (by suffix) in folders that no layout recognises: listed, not judged."""
-    extra: tuple[tuple[str, object], ...] = field(default=())
-    """Command-specific blocks for the JSON report (``plan``, ``disk``, ...)."""
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
 
-    def worst(self) -> Severity | None:
-        ranked = sorted((f.severity for f in self.findings), key=lambda s: s.rank)
-        return ranked[-1] if ranked else None
 
 
 def _unique_bytes(entries: Iterable[Entry]) -> int:

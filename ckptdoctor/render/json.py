@@ -30,7 +30,6 @@ def document(report: Report) -> dict[str, Any]:
     }
     if report.errors:
         body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
-    body.update(report.extra)
     return body
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ckptdoctor.layouts import Layout
-from ckptdoctor.model import Checkpoint, CheckpointFile, Finding, Role, Run, Severity
+from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
 from ckptdoctor.rules._rule import Rule
 
 _DIGITS = re.compile(r"\d+")
@@ -101,12 +101,6 @@ def renumber(name: str, old: int, new: int) -> str:
             digits = str(new).zfill(len(match.group()))
             return name[: match.start()] + digits + name[match.end() :]
     return name
-
-
-def describe(run: Run, checkpoint: Checkpoint) -> str:
-    """``epoch 4 (model-4.bpk, optim-4.bpk, scheduler-4.bpk)``."""
-    names = ", ".join(f.name for f in checkpoint.files)
-    return f"{run.unit.value} {checkpoint.index} ({names})"
 
 
 def resume_sentence(run: Run, layout: Layout) -> str:
