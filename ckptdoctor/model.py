@@ -70,7 +70,6 @@ class Problem(str, enum.Enum):
     """What a reader can find wrong with one file; each maps to one integrity rule by name."""
 
     EMPTY = "empty-file"
-    TEMP = "temp-file"
     TRUNCATED = "truncated"
     TRAILING_BYTES = "trailing-bytes"
     NOT_A_CHECKPOINT = "not-a-checkpoint"

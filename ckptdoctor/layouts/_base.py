@@ -135,9 +135,9 @@ def group(
                 units[claim.unit] += 1
             continue
         base = temp_base(entry.name)
-        if base is not None and (layout.claim(base) or expected_formats(base) is not None):
+        target = layout.claim(base) if base is not None else None
+        if base is not None and (target is not None or expected_formats(base) is not None):
             # a staging file of a save that never finished: it makes that checkpoint partial
-            target = layout.claim(base)
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
             (by_index[target.number] if target else loose).append(staged)
             continue
@@ -175,7 +175,7 @@ def claim_all(layout: Layout, entries: Iterable[Entry]) -> dict[str, Claim]:
 
 
 _ROLE_ORDER = {role: position for position, role in enumerate(Role)}
-_PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED, Problem.TEMP})
+_PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED})
 _CORRUPT = frozenset({Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING})
 
 
