@@ -49,6 +49,8 @@ class Layout:
     default_unit: Unit = Unit.SAVE
     content: frozenset[Format] = frozenset()
     """Formats this framework writes; they decide between layouts that claim the same names."""
+    refuses_without: frozenset[Role] = frozenset()
+    """Roles without which the framework's own resume fails (rather than carrying on without)."""
 
     def claim(self, name: str) -> Claim | None:
         """The roles and index of a checkpoint file of this layout, or None."""

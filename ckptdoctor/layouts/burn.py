@@ -27,6 +27,7 @@ PREFIXES = {**SUPERVISED, **REINFORCEMENT}
 class BurnLayout(Layout):
     name = "burn"
     default_unit = Unit.EPOCH
+    refuses_without = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
     content = frozenset(
         {
             Format.BURNPACK,

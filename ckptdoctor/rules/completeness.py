@@ -371,8 +371,8 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
             severity = None
-            if rule is MISSING_SCHEDULER and run.layout != "burn":
-                severity = Severity.WARNING  # only burn refuses to resume without one
+            if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.refuses_without:
+                severity = Severity.WARNING
             yield ctx.finding(
                 rule,
                 message,

@@ -453,23 +453,25 @@ def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
         if file.report.format in _BURN_RECORDS or Problem.LEGACY in file.report.problems:
             by_format[file.report.format].append(file)
     for fmt, files in sorted(by_format.items()):
-        why = _BURN_RECORDS.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
-        count = f"{len(files)} files" if len(files) > 1 else files[0].name
-        yield ctx.finding(
-            LEGACY_FORMAT,
-            f"{count} {'are' if len(files) > 1 else 'is'} {why}",
-            path=files[0].path,
-            context={"format": fmt},
-        )
+        several = len(files) > 1
+        if fmt in _BURN_RECORDS:
+            what = "burn recorder-era records" if several else "a burn recorder-era record"
+            why = f"{what} ({_BURN_RECORDS[fmt]}); burn 0.22 and later read only burnpack (.bpk)"
+        else:
+            why = next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
+        subject = f"{len(files)} files are" if several else f"{files[0].name} is"
+        yield ctx.finding(LEGACY_FORMAT, f"{subject} {why}", path=files[0].path, context={"format": fmt})
 
 
 _BURN_RECORDS = {
-    "msgpack": "a burn recorder-era record (.mpk); burn 0.22 and later read only burnpack (.bpk)",
-    "msgpack.gz": "a burn recorder-era record (.mpk.gz); burn 0.22 and later read only burnpack (.bpk)",
-    "json": "a burn recorder-era record (.json); burn 0.22 and later read only burnpack (.bpk)",
-    "json.gz": "a burn recorder-era record (.json.gz); burn 0.22 and later read only burnpack (.bpk)",
-    "bincode.gz": "a burn recorder-era record (.bin.gz); burn 0.22 and later read only burnpack (.bpk)",
+    "msgpack": ".mpk",
+    "msgpack.gz": ".mpk.gz",
+    "json": ".json",
+    "json.gz": ".json.gz",
+    "bincode": ".bin",
+    "bincode.gz": ".bin.gz",
 }
+"""burn's recorder-era formats, by the extension their recorder gives them."""
 
 
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
