@@ -14,8 +14,12 @@ from dataclasses import dataclass
 
 from ckptdoctor.model import Entry
 
-SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", "__pycache__", ".ckptdoctor"})
-"""Folders that never hold a run's checkpoints (ckptdoctor's own trash and journal included)."""
+SKIPPED_FOLDERS = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+)
+"""Folders below a user's path that never hold a run's checkpoints (ckptdoctor's own trash and
+journal included, and virtual environments, whose packages ship test ``.pt`` files). Naming
+one of them directly still scans it."""
 
 _DIGITS = re.compile(r"(\d+)")
 

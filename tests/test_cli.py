@@ -510,3 +510,27 @@ def test_torch_import_probe_detects_torch():
     """The control: the same probe reports torch once a module of that name is loaded."""
     prelude = "import types; sys.modules['torch'] = types.ModuleType('torch')"
     assert _torch_imported(["rules"], prelude=prelude) is True
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
+    """SIGINT in the middle of a big scan (parallel probing included) exits 130, quietly."""
+    import signal
+    import time
+
+    from ckptdoctor.testing import write_burn_run
+
+    write_burn_run(tmp_path / "checkpoint", range(1, 20_001))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ckptdoctor", "inspect", "--json", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)  # past start-up, inside the scan
+    if process.poll() is not None:
+        pytest.skip("the scan finished before it could be interrupted on this machine")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    assert "Interrupted" in stderr
