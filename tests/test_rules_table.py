@@ -159,3 +159,19 @@ def test_unknown_query_exits_1_with_a_clear_message(cli):
     assert "ckptdoctor rules" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_planned_commands_are_exactly_the_designed_ones_not_yet_registered():
+    """Fixes may name a designed command only while it is marked as not in this version yet."""
+    from ckptdoctor.cli import app
+    from ckptdoctor.rules._rule import PLANNED_COMMANDS
+
+    registered = {command.name or command.callback.__name__ for command in app.registered_commands}
+    designed = {"inspect", "verify", "prune", "repair", "diskcheck", "rules"}
+    assert registered | PLANNED_COMMANDS == designed
+    assert not registered & PLANNED_COMMANDS
+    for rule in RULES:
+        for fix in rule.fix_texts():
+            for command in PLANNED_COMMANDS:
+                if f"`ckptdoctor {command}" in fix:
+                    assert f"`{command}`" in fix.rsplit("(", 1)[-1], fix

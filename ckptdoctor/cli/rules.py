@@ -58,4 +58,4 @@ def rules(query: Query = None, fmt: FormatOption = OutputFormat.HUMAN, as_json: 
     for position, rule in enumerate(selected):
         if position:
             console.print()
-        console.print(human.rule_page(rule))
+        console.print(human.rule_page(rule, console.width))

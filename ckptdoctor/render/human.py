@@ -68,7 +68,7 @@ def rule_table(rules: Iterable[Rule]) -> Table:
     return table
 
 
-def rule_page(rule: Rule) -> RenderableType:
+def rule_page(rule: Rule, width: int) -> RenderableType:
     """``ckptdoctor rules CODE``: everything the rule table knows, like an error-explanation page."""
     _, style = _SEVERITY_STYLE[rule.severity]
     parts: list[RenderableType] = [
@@ -82,7 +82,7 @@ def rule_page(rule: Rule) -> RenderableType:
         Text(rule.causes),
         Text(""),
         Text("How to fix it", style="bold"),
-        *[Text(f"  • {fix}") for fix in rule.fix_texts()],
+        *[_hanging("  •", "", f" {fix}", 4, width) for fix in rule.fix_texts()],
     ]
     if rule.messages:
         parts += [Text(""), Text("Messages it explains", style="bold")]
