@@ -170,10 +170,19 @@ class Checkpoint:
     status: Status
     missing: tuple[Role, ...] = ()
     """Required roles with no file (what makes the checkpoint incomplete)."""
+    absent: tuple[str, ...] = ()
+    """Files the checkpoint's own metadata names (shards in an index) that are not there."""
+    folder: Entry | None = None
+    """The checkpoint's own folder, for layouts that save one folder per checkpoint."""
 
     @property
     def bytes(self) -> int:
         return _unique_bytes(f.entry for f in self.files)
+
+    @property
+    def path(self) -> str | None:
+        """The checkpoint's folder as reports show it, if it has one."""
+        return self.folder.path if self.folder else None
 
     def files_for(self, role: Role) -> tuple[CheckpointFile, ...]:
         return tuple(f for f in self.files if role in f.roles)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ckptdoctor.discover import PathNotFound, Unlisted, discover, display, natural_key
+from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
 from ckptdoctor.layouts import find_run
-from ckptdoctor.model import Report, Run, ScanError
+from ckptdoctor.model import Entry, Report, Run, ScanError
 from ckptdoctor.readers import expected_formats, probe
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -38,10 +40,16 @@ def scan(paths: Iterable[str]) -> Scan:
             continue
         unlisted.extend(found.unlisted)
         before = len(runs)
+        by_path = {listing.os_path: listing for listing in found.listings}
+        taken: list[str] = []  # checkpoint folders a run holds: not runs of their own
         for listing in found.listings:
-            run = find_run(listing, probe)
+            if _inside(listing.os_path, taken):
+                continue
+            run = find_run(listing, probe, functools.partial(_subfolder, by_path))
             if run is not None:
                 runs.append(run)
+                taken.extend(c.folder.os_path for c in run.checkpoints if c.folder is not None)
+                taken.extend(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
                 unrecognised.extend(
                     e.path for e in listing.entries if not e.is_dir and expected_formats(e.name) is not None
@@ -50,6 +58,14 @@ def scan(paths: Iterable[str]) -> Scan:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised))
+
+
+def _subfolder(listings: dict[str, Listing], entry: Entry) -> Listing | None:
+    return listings.get(entry.os_path)
+
+
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == folder or path.startswith(folder + os.sep) for folder in folders)
 
 
 def inspect(paths: Iterable[str], thresholds: Thresholds | None = None) -> tuple[Report, Scan]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
+from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.parallel import map_chunks
@@ -20,7 +21,7 @@ from ckptdoctor.readers.sniff import Format
 
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 
-LAYOUTS: tuple[Layout, ...] = (BurnLayout(), TorchLayout())
+LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), BurnLayout(), TorchLayout())
 """In order of preference when content cannot decide."""
 
 
@@ -31,16 +32,25 @@ def layout_named(name: str) -> Layout:
     return _BY_CONTENT_ONLY
 
 
-def find_run(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | None:
-    """The run in ``listing``, if any layout recognises its files."""
+def find_run(
+    listing: Listing,
+    probe: Callable[[Entry], FileReport],
+    subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
+) -> Run | None:
+    """The run in ``listing``, if any layout recognises its files (or its checkpoint folders)."""
     candidates = [(layout, claims) for layout in LAYOUTS if (claims := claim_all(layout, listing.entries))]
     if not candidates:
         return _lone_file(listing, probe) if listing.single_file else None
+    folder_layouts = [candidate for candidate in candidates if candidate[0].folders]
+    if folder_layouts:
+        # named checkpoint folders are the strongest signature a folder can have
+        layout, claims = max(folder_layouts, key=lambda candidate: len(candidate[1]))
+        return layout.build(listing, probe, claims, subfolder)
     probe = _probed_together(listing, probe, candidates)
     if len(candidates) > 1:
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
     layout, claims = candidates[0]
-    run = group(listing, layout, probe, claims)
+    run = layout.build(listing, probe, claims, subfolder)
     if run is not None and run.layout == TorchLayout.name and _all_safetensors(run):
         run = dataclasses.replace(run, layout=TorchLayout.aliases[0])
     return run
@@ -71,7 +81,7 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     """A file named on its own whose name follows no layout: the framework that writes its content."""
     (entry,) = listing.entries
     content = _format(probe(entry)) if not entry.is_dir and not entry.dangling else None
-    writer = next((lay for lay in LAYOUTS if content and lay.accepts(content)), None)
+    writer = next((lay for lay in LAYOUTS if content and not lay.folders and lay.accepts(content)), None)
     return group(listing, _AnyFile(writer), probe)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
@@ -49,8 +50,12 @@ class Layout:
     default_unit: Unit = Unit.SAVE
     content: frozenset[Format] = frozenset()
     """Formats this framework writes; they decide between layouts that claim the same names."""
-    refuses_without: frozenset[Role] = frozenset()
-    """Roles without which the framework's own resume fails (rather than carrying on without)."""
+    resume_needs: frozenset[Role] = frozenset()
+    """Roles the framework's own resume cannot do without: it fails, or silently drops state."""
+    legacy_formats: Mapping[str, str] = MappingProxyType({})
+    """Formats this framework wrote once and reads no more, with why (CKD210)."""
+    folders: bool = False
+    """Whether a checkpoint is a folder (HF Trainer's ``checkpoint-N/``) rather than files."""
 
     def claim(self, name: str) -> Claim | None:
         """The roles and index of a checkpoint file of this layout, or None."""
@@ -76,6 +81,80 @@ class Layout:
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
+        return None
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        """The run this layout sees in ``listing``."""
+        return group(listing, self, probe, claims)
+
+
+class FolderLayout(Layout):
+    """A framework that saves each checkpoint as a folder of files."""
+
+    folders = True
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        """The roles of a file inside a checkpoint folder, or None for files that hold none."""
+        raise NotImplementedError
+
+    def staging(self, name: str) -> Claim | None:
+        """A staging folder of an interrupted save (``tmp-checkpoint-N``), or None."""
+        return None
+
+    def absent(self, files: Sequence[CheckpointFile]) -> tuple[str, ...]:
+        """Files that the checkpoint's own metadata names but that are not among ``files``."""
+        return ()
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        judge = _ContentCheck(self, probe)
+        required = self.required(list(claims.values()))
+        checkpoints: list[Checkpoint] = []
+        loose: list[CheckpointFile] = []
+        others: list[Entry] = []
+        for entry in listing.entries:
+            claim = claims.get(entry.name)
+            staged = self.staging(entry.name) if entry.is_dir and claim is None else None
+            if claim is not None:
+                inside = subfolder(entry)
+                files: list[CheckpointFile] = []
+                for item in inside.entries if inside else ():
+                    roles = None if item.is_dir else self.role_of(item.name)
+                    if roles:
+                        files.append(CheckpointFile(item, roles, item.name, judge(item)))
+                    else:
+                        others.append(item)
+                checkpoints.append(
+                    _checkpoint(claim.number, tuple(files), required, False, entry, self.absent(files))
+                )
+            elif staged is not None:
+                loose.append(CheckpointFile(entry, (Role.TEMP,), staged.prefix, FileReport("folder")))
+            else:
+                others.append(entry)
+        checkpoints.sort(key=lambda checkpoint: checkpoint.index)
+        return Run(
+            path=listing.path,
+            layout=self.name,
+            unit=self.default_unit,
+            checkpoints=tuple(checkpoints),
+            required=required,
+            other_files=tuple(others),
+            loose_files=tuple(loose),
+        )
 
 
 ROLE_WORDS: dict[str, Role] = {
@@ -170,6 +249,8 @@ def group(
 def claim_all(layout: Layout, entries: Iterable[Entry]) -> dict[str, Claim]:
     claims: dict[str, Claim] = {}
     for entry in entries:
+        if layout.folders and not entry.is_dir:
+            continue
         claim = layout.claim(entry.name)
         if claim is not None:
             claims[entry.name] = claim
@@ -181,7 +262,14 @@ _PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED})
 _CORRUPT = frozenset({Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING})
 
 
-def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[Role, ...], single: bool) -> Checkpoint:
+def _checkpoint(
+    index: int,
+    files: tuple[CheckpointFile, ...],
+    required: tuple[Role, ...],
+    single: bool,
+    folder: Entry | None = None,
+    absent: tuple[str, ...] = (),
+) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
@@ -190,11 +278,11 @@ def _checkpoint(index: int, files: tuple[CheckpointFile, ...], required: tuple[R
         status = Status.PARTIAL
     elif problems & _CORRUPT:
         status = Status.CORRUPT
-    elif missing:
+    elif missing or absent:
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing)
+    return Checkpoint(index, files, status, missing, absent, folder)
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, Layout, guess_roles
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
@@ -27,7 +28,18 @@ PREFIXES = {**SUPERVISED, **REINFORCEMENT}
 class BurnLayout(Layout):
     name = "burn"
     default_unit = Unit.EPOCH
-    refuses_without = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
+    resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
+    legacy_formats = MappingProxyType({
+        fmt.value: f"written by a recorder of burn 0.21 or earlier ({extension}); burn 0.22 and later read only burnpack (.bpk)"
+        for fmt, extension in (
+            (Format.MSGPACK, ".mpk"),
+            (Format.MSGPACK_GZ, ".mpk.gz"),
+            (Format.JSON, ".json"),
+            (Format.JSON_GZ, ".json.gz"),
+            (Format.BINCODE, ".bin"),
+            (Format.BINCODE_GZ, ".bin.gz"),
+        )
+    })
     content = frozenset(
         {
             Format.BURNPACK,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
-from ckptdoctor.readers import burnpack, burnrecord, pickle, safetensors, torchzip
+from ckptdoctor.readers import burnpack, burnrecord, hfjson, pickle, safetensors, torchzip
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 
@@ -68,6 +68,8 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
     if kind in NOT_CHECKPOINTS:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
+    if kind is Format.JSON and hfjson.is_hf_json(name):
+        return hfjson.read(sample, name)
     reader = _READERS.get(kind)
     report = reader(sample) if reader else FileReport(kind.value)
     expected = expected_formats(name)

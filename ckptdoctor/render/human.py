@@ -25,7 +25,7 @@ from ckptdoctor.units import size
 NEWEST_ROWS = 20
 MAX_FIXES = 3
 MAX_MESSAGES = 10
-COLUMNS = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
+COLUMNS = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
 
 _STATUS_STYLE = {
     Status.COMPLETE: ("✓", "green"),
@@ -54,8 +54,8 @@ def resume_line(run: Run) -> Text:
     checkpoint = run.resume
     if checkpoint is None:
         return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")
-    names = ", ".join(f.name for f in checkpoint.files)
-    return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f": {names}")
+    where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
+    return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f": {where}")
 
 
 def rule_table(rules: Iterable[Rule]) -> Table:

@@ -113,5 +113,6 @@ def resume_sentence(run: Run, layout: Layout) -> str:
             "or start the run again"
         )
     hint = layout.resume_hint(run, checkpoint)
-    sentence = f"Resume from {run.unit.value} {checkpoint.index}, the newest complete checkpoint ({', '.join(f.name for f in checkpoint.files)})"
+    where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
+    sentence = f"Resume from {run.unit.value} {checkpoint.index}, the newest complete checkpoint ({where})"
     return f"{sentence}: {hint}" if hint else sentence

@@ -371,7 +371,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
             severity = None
-            if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.refuses_without:
+            if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.resume_needs:
                 severity = Severity.WARNING
             yield ctx.finding(
                 rule,

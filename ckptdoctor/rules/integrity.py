@@ -412,6 +412,8 @@ _EXPECTED_OPTIMIZER_RATIO = {
 """Optimizer state over model size by kind (burn-format reference §11.6); unknown kinds get Adam's."""
 _OVERHEAD = 64 * 1024
 """Headers and alignment make small files look larger than their tensors."""
+_SIZED = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
+"""Roles whose size says something; logs and configs (``trainer_state.json``) grow or vary freely."""
 _MODEL_ONLY = (Role.MODEL,)
 _OPTIMIZER_ONLY = (Role.OPTIMIZER,)
 
@@ -447,41 +449,26 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
 
 
 def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
-    """CKD210, once per run and format: obsolete torch formats, burn recorder-era records."""
+    """CKD210, once per run and format: obsolete torch formats, a framework's superseded formats."""
+    legacy = ctx.layout.legacy_formats
     by_format: dict[str, list[CheckpointFile]] = defaultdict(list)
     for _, file in ctx.files:
-        if file.report.format in _BURN_RECORDS or Problem.LEGACY in file.report.problems:
+        if file.report.format in legacy or Problem.LEGACY in file.report.problems:
             by_format[file.report.format].append(file)
     for fmt, files in sorted(by_format.items()):
-        several = len(files) > 1
-        if fmt in _BURN_RECORDS:
-            what = "burn recorder-era records" if several else "a burn recorder-era record"
-            why = f"{what} ({_BURN_RECORDS[fmt]}); burn 0.22 and later read only burnpack (.bpk)"
-        else:
-            why = next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
-        subject = f"{len(files)} files are" if several else f"{files[0].name} is"
-        yield ctx.finding(LEGACY_FORMAT, f"{subject} {why}", path=files[0].path, context={"format": fmt})
-
-
-_BURN_RECORDS = {
-    "msgpack": ".mpk",
-    "msgpack.gz": ".mpk.gz",
-    "json": ".json",
-    "json.gz": ".json.gz",
-    "bincode": ".bin",
-    "bincode.gz": ".bin.gz",
-}
-"""burn's recorder-era formats, by the extension their recorder gives them."""
+        why = legacy.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
+        subject = f"{len(files)} files" if len(files) > 1 else files[0].name
+        yield ctx.finding(LEGACY_FORMAT, f"{subject}: {why}", path=files[0].path, context={"format": fmt})
 
 
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
     limits = ctx.thresholds
-    by_role: dict[tuple[Role, ...], list[tuple[int, int, CheckpointFile]]] = defaultdict(list)
+    by_kind: dict[tuple[tuple[Role, ...], str], list[tuple[int, int, CheckpointFile]]] = defaultdict(list)
     for index, file in ctx.files:
-        if not file.report.issues and Role.TEMP not in file.roles:
-            by_role[file.roles].append((file.entry.size, index, file))
-    for roles, files in by_role.items():
+        if not file.report.issues and _SIZED.issuperset(file.roles):
+            by_kind[file.roles, file.prefix].append((file.entry.size, index, file))
+    for (roles, _), files in by_kind.items():
         if len(files) < limits.min_peers:
             continue
         middle = median(size for size, _, _ in files)

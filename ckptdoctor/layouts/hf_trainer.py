@@ -1,0 +1,94 @@
+"""Hugging Face transformers ``Trainer``: ``<output_dir>/checkpoint-<step>/`` folders.
+
+Each folder holds the model (``model.safetensors``, ``pytorch_model.bin``, shards with their
+index, or a PEFT adapter), ``optimizer.pt``, ``scheduler.pt``, RNG state, ``training_args.bin``
+and, written last, ``trainer_state.json``. The Trainer's own resume (``get_last_checkpoint``)
+takes the highest-numbered folder without looking inside it, and loads optimizer and scheduler
+only as a pair: a folder missing either resumes silently with a fresh optimizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.readers.sniff import Format
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_STAGING = re.compile(r"^tmp-checkpoint-(\d+|[a-z0-9_]+)$")
+_SHARD = re.compile(r"^(?:model|pytorch_model)-\d{5}-of-\d{5}\.(?:safetensors|bin)$")
+_RNG = re.compile(r"^rng_state(?:_\d+)?\.pth$")
+
+FILES: dict[str, tuple[Role, ...]] = {
+    "model.safetensors": (Role.MODEL,),
+    "pytorch_model.bin": (Role.MODEL,),
+    "adapter_model.safetensors": (Role.MODEL,),
+    "adapter_model.bin": (Role.MODEL,),
+    "pytorch_model_fsdp.bin": (Role.MODEL,),
+    "model.safetensors.index.json": (Role.SHARD_INDEX,),
+    "pytorch_model.bin.index.json": (Role.SHARD_INDEX,),
+    "optimizer.pt": (Role.OPTIMIZER,),
+    "optimizer.bin": (Role.OPTIMIZER,),
+    "scheduler.pt": (Role.SCHEDULER,),
+    "trainer_state.json": (Role.TRAINER_STATE,),
+    "training_args.bin": (Role.TRAINING_ARGS,),
+    "scaler.pt": (Role.SCALER,),
+    "config.json": (Role.CONFIG,),
+    "generation_config.json": (Role.CONFIG,),
+    "adapter_config.json": (Role.CONFIG,),
+}
+"""File names the Trainer writes into a checkpoint folder (framework reference §1.2)."""
+
+REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
+NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: "trainer_state.json", Role.MODEL: "model.safetensors"}
+
+
+class HfTrainerLayout(FolderLayout):
+    name = "hf-trainer"
+    default_unit = Unit.STEP
+    content = frozenset(
+        {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON}
+    )
+    resume_needs = frozenset(REQUIRED)
+
+    def claim(self, name: str) -> Claim | None:
+        match = _CHECKPOINT.match(name)
+        return Claim((), int(match[1]), "checkpoint", Unit.STEP) if match else None
+
+    def staging(self, name: str) -> Claim | None:
+        match = _STAGING.match(name)
+        if match is None:
+            return None
+        return Claim((Role.TEMP,), int(match[1]) if match[1].isdigit() else 0, "tmp-checkpoint")
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        if name in FILES:
+            return FILES[name]
+        if _SHARD.match(name):
+            return (Role.MODEL,)
+        if _RNG.match(name):
+            return (Role.RNG_STATE,)
+        return None
+
+    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+        return REQUIRED
+
+    def absent(self, files: Sequence[CheckpointFile]) -> tuple[str, ...]:
+        present = {f.entry.name for f in files}
+        named: set[str] = set()
+        for file in files:
+            if Role.SHARD_INDEX in file.roles and (shards := file.report.fact("shards")):
+                named.update(shards.split("\n"))
+        return tuple(sorted(named - present))
+
+    def file_name(self, role: Role, index: int) -> str | None:
+        return NAMES.get(role)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        return f'pass `resume_from_checkpoint="{checkpoint.path}"` to `trainer.train()`'
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside
+        return run.checkpoints[-1] if run.checkpoints else None
