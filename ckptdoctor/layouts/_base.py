@@ -41,6 +41,18 @@ class Claim(NamedTuple):
     """The unit the name spells out (``epoch_3``, ``step-500``), if any."""
 
 
+class Pointer(NamedTuple):
+    """A file that names a checkpoint the framework will follow."""
+
+    source: CheckpointFile
+    target: str
+    """What the pointer says, as written."""
+    number: int | None
+    """The checkpoint index it names, None when it names none that can exist (``index`` is taken by tuple)."""
+    meaning: str
+    """What the framework uses it for (``best_model_checkpoint``, ``latest``)."""
+
+
 class Layout:
     """A framework's naming convention. Subclasses override the name rules only."""
 
@@ -81,6 +93,10 @@ class Layout:
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """What the framework's pointer files (``latest``, ``best_model_checkpoint``, ...) name."""
+        return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -88,6 +88,18 @@ class HfTrainerLayout(FolderLayout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `resume_from_checkpoint="{checkpoint.path}"` to `trainer.train()`'
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``best_model_checkpoint`` in the newest ``trainer_state.json``: what retention and
+        ``load_best_model_at_end`` follow."""
+        for checkpoint in reversed(run.checkpoints):
+            for file in checkpoint.files_for(Role.TRAINER_STATE):
+                best = file.report.fact("best_model_checkpoint")
+                if best is None:
+                    continue
+                match = _CHECKPOINT.match(best.rstrip("/").rsplit("/", 1)[-1])
+                return (Pointer(file, best, int(match[1]) if match else None, "best_model_checkpoint"),)
+        return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
-from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity
+from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule
 
@@ -335,6 +335,36 @@ STALE_POINTER = Rule(
     related=("CKD110", "CKD106", "CKD104", "CKD211"),
 )
 
+UNSAFE_AUTO_RESUME = Rule(
+    code="CKD114",
+    name="unsafe-auto-resume",
+    severity=Severity.ERROR,
+    summary="The framework's own resume-from-latest would pick a checkpoint that is not complete.",
+    meaning=(
+        "Several frameworks resume from the highest-numbered checkpoint without looking inside it: HF Trainer's "
+        "`get_last_checkpoint` (behind `resume_from_checkpoint=True`), DeepSpeed's `latest` tag, Megatron-LM's tracker, "
+        "accelerate's newest `checkpoint_N`. When that newest checkpoint was cut short, the resume crashes on a missing "
+        "file (`trainer_state.json`), or, worse, silently continues without optimizer and scheduler state: HF loads them "
+        "only as a pair. ckptdoctor names the newest complete checkpoint and the exact argument that resumes from it."
+    ),
+    causes=(
+        "The job died while saving its newest checkpoint (disk full, pre-emption, time limit, OOM), so the highest-numbered "
+        "folder holds only part of its files. A cleanup or sync removed files from the newest folder. The run was started "
+        "with `save_only_model=True`, so no folder carries optimizer state."
+    ),
+    fixes=(
+        "{resume}.",
+        "Or move the incomplete newest checkpoint out of the run folder (or delete it once you are sure), so that the automatic resume finds the complete one.",
+        "Keep resuming with an explicit checkpoint path in job scripts: `ckptdoctor inspect --resume {run}` prints the index of the newest complete checkpoint.",
+    ),
+    messages=(
+        "No valid checkpoint found in output directory",
+        "Can't find a valid checkpoint at",
+        "trainer_state.json",
+    ),
+    related=("CKD101", "CKD104", "CKD110", "CKD113"),
+)
+
 RULES: tuple[Rule, ...] = (
     MISSING_OPTIMIZER,
     MISSING_MODEL,
@@ -346,12 +376,18 @@ RULES: tuple[Rule, ...] = (
     STRAY_PREFIX,
     MIXED_FORMATS,
     STALE_POINTER,
+    UNSAFE_AUTO_RESUME,
 )
 
 
 # --- checks ---------------------------------------------------------------------------------
 
-_MISSING_RULE = {Role.MODEL: MISSING_MODEL, Role.OPTIMIZER: MISSING_OPTIMIZER, Role.SCHEDULER: MISSING_SCHEDULER}
+_MISSING_RULE = {
+    Role.MODEL: MISSING_MODEL,
+    Role.OPTIMIZER: MISSING_OPTIMIZER,
+    Role.SCHEDULER: MISSING_SCHEDULER,
+    Role.TRAINER_STATE: MISSING_TRAINER_STATE,
+}
 
 
 def missing_roles(ctx: RunContext) -> Iterator[Finding]:
@@ -454,4 +490,59 @@ def _span(unit: str, indexes: list[int]) -> str:
     return f"{unit}s {joined}"
 
 
-CHECKS = (missing_roles, no_resumable_checkpoint, stray_prefixes, mixed_formats)
+def missing_shards(ctx: RunContext) -> Iterator[Finding]:
+    """CKD105: an index names shards that are not there."""
+    for checkpoint in ctx.run.checkpoints:
+        if not checkpoint.absent:
+            continue
+        index_file = next((f for f in checkpoint.files if Role.SHARD_INDEX in f.roles), None)
+        where = checkpoint.path or ctx.run.path
+        names = ", ".join(checkpoint.absent[:3]) + (f" and {len(checkpoint.absent) - 3} more" if len(checkpoint.absent) > 3 else "")
+        yield ctx.finding(
+            MISSING_SHARD,
+            f"{where}: {index_file.name if index_file else 'its index'} names {len(checkpoint.absent)} shard"
+            f"{'s' if len(checkpoint.absent) != 1 else ''} that {'are' if len(checkpoint.absent) != 1 else 'is'} not there ({names})",
+            index=checkpoint.index,
+            path=index_file.path if index_file else where,
+            context={"expected": checkpoint.absent[0]},
+        )
+
+
+def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
+    """CKD114: the framework's resume-from-latest would load an incomplete checkpoint."""
+    pick = ctx.layout.auto_resume_pick(ctx.run)
+    if pick is None or pick.status is Status.COMPLETE:
+        return
+    where = pick.path or f"{ctx.run.unit.value} {pick.index}"
+    yield ctx.finding(
+        UNSAFE_AUTO_RESUME,
+        f"{ctx.layout.name}'s resume from the latest checkpoint would pick {where}, which is {pick.status.value}",
+        index=pick.index,
+        path=pick.path,
+    )
+
+
+def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
+    """CKD113: a pointer the framework follows names a checkpoint that is gone or not complete."""
+    for pointer in ctx.layout.pointers(ctx.run):
+        target = next((c for c in ctx.run.checkpoints if c.index == pointer.number), None)
+        state = "not there" if target is None else None if target.status is Status.COMPLETE else target.status.value
+        if state is None:
+            continue
+        yield ctx.finding(
+            STALE_POINTER,
+            f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}",
+            index=pointer.number,
+            path=pointer.source.path,
+        )
+
+
+CHECKS = (
+    missing_roles,
+    missing_shards,
+    no_resumable_checkpoint,
+    unsafe_auto_resume,
+    stale_pointers,
+    stray_prefixes,
+    mixed_formats,
+)

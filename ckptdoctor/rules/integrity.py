@@ -427,7 +427,7 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
         if Role.TEMP in file.roles:
             yield ctx.finding(
                 TEMP_FILE,
-                f"{file.name} is a staging file of a save that never finished",
+                f"{file.name} is a staging {'folder' if file.entry.is_dir else 'file'} of a save that never finished",
                 index=index,
                 path=file.path,
             )
