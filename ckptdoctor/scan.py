@@ -41,15 +41,15 @@ def scan(paths: Iterable[str]) -> Scan:
         unlisted.extend(found.unlisted)
         before = len(runs)
         by_path = {listing.os_path: listing for listing in found.listings}
-        taken: list[str] = []  # checkpoint folders a run holds: not runs of their own
+        taken: set[str] = set()  # checkpoint folders a run holds: not runs of their own
         for listing in found.listings:
             if _inside(listing.os_path, taken):
                 continue
             run = find_run(listing, probe, functools.partial(_subfolder, by_path))
             if run is not None:
                 runs.append(run)
-                taken.extend(c.folder.os_path for c in run.checkpoints if c.folder is not None)
-                taken.extend(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
+                taken.update(c.folder.os_path for c in run.checkpoints if c.folder is not None)
+                taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
                 unrecognised.extend(
                     e.path for e in listing.entries if not e.is_dir and expected_formats(e.name) is not None
@@ -64,8 +64,16 @@ def _subfolder(listings: dict[str, Listing], entry: Entry) -> Listing | None:
     return listings.get(entry.os_path)
 
 
-def _inside(path: str, folders: list[str]) -> bool:
-    return any(path == folder or path.startswith(folder + os.sep) for folder in folders)
+def _inside(path: str, folders: set[str]) -> bool:
+    """Whether ``path`` is one of ``folders`` or below one (checked up the path, not across folders)."""
+    while folders:
+        if path in folders:
+            return True
+        parent = os.path.dirname(path)
+        if parent == path or not parent:
+            return False
+        path = parent
+    return False
 
 
 def inspect(paths: Iterable[str], thresholds: Thresholds | None = None) -> tuple[Report, Scan]:

@@ -10,12 +10,11 @@ import dataclasses
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, temp_base
+from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
-from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import expected_formats
 from ckptdoctor.readers.sniff import Format
 
@@ -118,13 +117,4 @@ def _probed_together(
         and not entry.dangling
         and (entry.name in claimed or expected_formats(entry.name) is not None or temp_base(entry.name))
     ]
-    chunks = map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch))
-    reports = dict(zip((entry.os_path for entry in batch), (r for chunk in chunks for r in chunk), strict=True))
-
-    def cached(entry: Entry) -> FileReport:
-        report = reports.get(entry.os_path)
-        if report is None:
-            report = reports[entry.os_path] = probe(entry)
-        return report
-
-    return cached
+    return probe_batch(batch, probe)

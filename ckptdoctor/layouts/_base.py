@@ -26,6 +26,7 @@ from ckptdoctor.model import (
     Status,
     Unit,
 )
+from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import expected_formats
 from ckptdoctor.readers.sniff import Format
 
@@ -137,7 +138,14 @@ class FolderLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        judge = _ContentCheck(self, probe)
+        inside = {name: subfolder(entry) for entry in listing.entries if (name := entry.name) in claims}
+        batch = [
+            item
+            for folder in inside.values()
+            for item in (folder.entries if folder else ())
+            if not item.is_dir and not item.dangling and self.role_of(item.name)
+        ]
+        judge = _ContentCheck(self, probe_batch(batch, probe))
         required = self.required(list(claims.values()))
         checkpoints: list[Checkpoint] = []
         loose: list[CheckpointFile] = []
@@ -146,9 +154,9 @@ class FolderLayout(Layout):
             claim = claims.get(entry.name)
             staged = self.staging(entry.name) if entry.is_dir and claim is None else None
             if claim is not None:
-                inside = subfolder(entry)
                 files: list[CheckpointFile] = []
-                for item in inside.entries if inside else ():
+                folder = inside[entry.name]
+                for item in folder.entries if folder else ():
                     roles = None if item.is_dir else self.role_of(item.name)
                     if roles:
                         files.append(CheckpointFile(item, roles, item.name, judge(item)))
@@ -260,6 +268,20 @@ def group(
         loose_files=tuple(loose),
         single_file=listing.single_file,
     )
+
+
+def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:
+    """Probe ``batch`` at once (on every core for big runs); a probe that serves from the results."""
+    chunks = map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch))
+    reports = dict(zip((entry.os_path for entry in batch), (r for chunk in chunks for r in chunk), strict=True))
+
+    def cached(entry: Entry) -> FileReport:
+        report = reports.get(entry.os_path)
+        if report is None:
+            report = reports[entry.os_path] = probe(entry)
+        return report
+
+    return cached
 
 
 def claim_all(layout: Layout, entries: Iterable[Entry]) -> dict[str, Claim]:

@@ -133,6 +133,9 @@ def _cell(checkpoint: Checkpoint, role: Role) -> Text:
     files = checkpoint.files_for(role)
     if not files:
         return Text("missing", style="red") if role in checkpoint.missing else Text("—", style="dim")
+    if len(files) > 2:  # shards: the count says enough, --json lists them
+        broken = any(f.report.problems for f in files)
+        return Text(f"{len(files)} files" + (" ✗" if broken else ""), style="red" if broken else "")
     return Text(" + ").join(_file_text(f, role) for f in files)
 
 
