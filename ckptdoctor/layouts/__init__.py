@@ -13,6 +13,7 @@ from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
+from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers import expected_formats
@@ -20,8 +21,11 @@ from ckptdoctor.readers.sniff import Format
 
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 
-LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), BurnLayout(), TorchLayout())
+_BURN, _TORCH = BurnLayout(), TorchLayout()
+LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), LightningLayout(), _BURN, _TORCH)
 """In order of preference when content cannot decide."""
+_CONTENT_WRITERS = (_BURN, _TORCH)
+"""Layouts a file named on its own is given by its content alone: the others are known by names."""
 
 
 def layout_named(name: str) -> Layout:
@@ -80,7 +84,7 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     """A file named on its own whose name follows no layout: the framework that writes its content."""
     (entry,) = listing.entries
     content = _format(probe(entry)) if not entry.is_dir and not entry.dangling else None
-    writer = next((lay for lay in LAYOUTS if content and not lay.folders and lay.accepts(content)), None)
+    writer = next((lay for lay in _CONTENT_WRITERS if content and lay.accepts(content)), None)
     return group(listing, _AnyFile(writer), probe)
 
 

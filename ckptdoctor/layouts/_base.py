@@ -82,6 +82,10 @@ class Layout:
         """A checkpoint-like name under a prefix this layout does not use."""
         return None
 
+    def pointer(self, name: str) -> Claim | None:
+        """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
+        return None
+
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
         seen = {role for claim in claims for role in claim.roles}
@@ -245,6 +249,10 @@ def group(
             # a staging file of a save that never finished: it makes that checkpoint partial
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
             (by_index[target.number] if target else loose).append(staged)
+            continue
+        pointer = layout.pointer(entry.name)
+        if pointer is not None:
+            loose.append(CheckpointFile(entry, pointer.roles, pointer.prefix, judge(entry)))
             continue
         stray = layout.stray(entry.name)
         if stray is not None and not entry.is_dir:

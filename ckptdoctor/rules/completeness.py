@@ -437,7 +437,7 @@ def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
     run = ctx.run
     by_prefix: dict[str, list[CheckpointFile]] = defaultdict(list)
     for file in run.loose_files:
-        if Role.TEMP not in file.roles:
+        if Role.TEMP not in file.roles and Role.POINTER not in file.roles:
             by_prefix[file.prefix].append(file)
     for prefix, files in sorted(by_prefix.items()):
         role = files[0].roles[0]

@@ -1,0 +1,45 @@
+"""PyTorch Lightning ``ModelCheckpoint``: ``…/version_N/checkpoints/epoch=E-step=S.ckpt``.
+
+Each ``.ckpt`` is one bundled file (weights, optimizer and scheduler states, loops). Names come
+from a template, by default ``{epoch}-{step}`` with the metric names inserted
+(``epoch=3-step=1200.ckpt``, ``epoch=2-val_loss=0.12.ckpt``), ``-vN`` when a name repeats;
+``last.ckpt`` (or ``last-vN.ckpt``) is a copy or a symlink of the newest save and is what
+``ckpt_path="last"`` resumes from.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ckptdoctor.layouts._base import Claim, Layout
+from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.readers.sniff import Format
+
+_TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
+_TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v\d+)?\.ckpt$")
+_LAST = re.compile(r"^last(?:-v?\d+)?\.ckpt$")
+
+BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
+"""What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
+
+
+class LightningLayout(Layout):
+    name = "lightning"
+    default_unit = Unit.EPOCH
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
+
+    def claim(self, name: str) -> Claim | None:
+        if not _TEMPLATED.match(name):
+            return None
+        tokens = dict(_TOKEN.findall(name[: -len(".ckpt")]))
+        if "epoch" in tokens:
+            return Claim(BUNDLED, int(tokens["epoch"]), "epoch", Unit.EPOCH)
+        if "step" in tokens:
+            return Claim(BUNDLED, int(tokens["step"]), "step", Unit.STEP)
+        return None
+
+    def pointer(self, name: str) -> Claim | None:
+        return Claim((Role.POINTER,), 0, "last") if _LAST.match(name) else None
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'

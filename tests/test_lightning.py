@@ -1,0 +1,124 @@
+"""Lightning runs: a real `Trainer.fit` with `ModelCheckpoint`, then broken as real saves break."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory) -> Path:
+    """`lightning_logs/version_0/checkpoints` after 4 epochs: save_top_k=2 and save_last."""
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    class Tiny(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, index):
+            loss = self.layer(batch).pow(2).mean()
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
+
+    root = tmp_path_factory.mktemp("pl")
+    torch.manual_seed(0)
+    for _ in range(2):  # two fits: version_0 and version_1, as a re-run leaves them
+        checkpoints = ModelCheckpoint(save_top_k=2, monitor="train_loss", save_last=True)
+        trainer = lightning.Trainer(
+            default_root_dir=root,
+            max_epochs=4,
+            callbacks=[checkpoints],
+            logger=CSVLogger(root),
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            log_every_n_steps=1,
+        )
+        trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4))
+    return root
+
+
+@pytest.fixture
+def root(fitted: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "pl"
+    shutil.copytree(fitted, copy, symlinks=True)
+    return copy
+
+
+def checkpoints(root: Path, version: int = 0) -> Path:
+    return root / "lightning_logs" / f"version_{version}" / "checkpoints"
+
+
+def newest(folder: Path) -> Path:
+    return max((p for p in folder.glob("epoch=*.ckpt")), key=lambda p: int(p.name.split("=")[1].split("-")[0]))
+
+
+def test_a_healthy_fit_is_quiet_with_one_run_per_version(root, inspect_json):
+    result = inspect_json(root)
+    report = result.json
+    assert result.exit_code == 0 and report["findings"] == []
+    assert [Path(run["path"]).parent.name for run in report["runs"]] == ["version_0", "version_1"]
+    for run in report["runs"]:
+        assert (run["layout"], run["unit"]) == ("lightning", "epoch")
+        assert [c["index"] for c in run["checkpoints"]] == [2, 3]
+        assert run["resume"]["index"] == 3
+        assert [Path(f["path"]).name for f in run["loose_files"]] == ["last.ckpt"]
+
+
+def test_a_truncated_last_ckpt_is_ckd203_and_the_resume_point_stays(root, inspect_json):
+    last = checkpoints(root) / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])
+    report = inspect_json(checkpoints(root)).json
+    (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
+    assert cut["path"].endswith("last.ckpt")
+    assert report["runs"][0]["resume"]["index"] == 3
+
+
+def test_a_truncated_newest_checkpoint_moves_the_resume_point(root, inspect_json):
+    target = newest(checkpoints(root))
+    target.write_bytes(target.read_bytes()[:-50])
+    report = inspect_json(checkpoints(root)).json
+    (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
+    assert cut["index"] == 3
+    assert report["runs"][0]["resume"]["index"] == 2
+    assert 'ckpt_path="' in cut["fixes"][0] and "epoch=2" in cut["fixes"][0]
+
+
+def test_a_dangling_last_ckpt_symlink_is_ckd113(root, inspect_json):
+    folder = checkpoints(root)
+    (folder / "last.ckpt").unlink()
+    os.symlink("epoch=9-step=99.ckpt", folder / "last.ckpt")
+    report = inspect_json(folder).json
+    (stale,) = [f for f in report["findings"] if f["code"] == "CKD113"]
+    assert stale["path"].endswith("last.ckpt")
+    assert report["runs"][0]["resume"]["index"] == 3
+
+
+def test_a_step_template_is_indexed_by_step(tmp_path, inspect_json):
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for step in (100, 200):
+        torch.save({"state_dict": {}, "pytorch-lightning_version": "2.6.0"}, folder / f"step={step}.ckpt")
+    run = inspect_json(folder).json["runs"][0]
+    assert (run["layout"], run["unit"], run["resume"]["index"]) == ("lightning", "step", 200)
+
+
+def test_versioned_names_join_their_checkpoint(tmp_path, inspect_json):
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("epoch=0-step=10.ckpt", "epoch=0-step=10-v1.ckpt", "epoch=1-val_loss=0.21.ckpt"):
+        torch.save({"state_dict": {}}, folder / name)
+    run = inspect_json(folder).json["runs"][0]
+    assert [(c["index"], len(c["files"])) for c in run["checkpoints"]] == [(0, 2), (1, 1)]
