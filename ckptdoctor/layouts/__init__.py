@@ -14,6 +14,7 @@ from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batc
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
+from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers import expected_formats
@@ -22,7 +23,7 @@ from ckptdoctor.readers.sniff import Format
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 
 _BURN, _TORCH = BurnLayout(), TorchLayout()
-LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), LightningLayout(), _BURN, _TORCH)
+LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), LightningLayout(), TimmLayout(), _BURN, _TORCH)
 """In order of preference when content cannot decide."""
 _CONTENT_WRITERS = (_BURN, _TORCH)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
@@ -41,7 +42,11 @@ def find_run(
     subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
 ) -> Run | None:
     """The run in ``listing``, if any layout recognises its files (or its checkpoint folders)."""
-    candidates = [(layout, claims) for layout in LAYOUTS if (claims := claim_all(layout, listing.entries))]
+    candidates = [
+        (layout, claims)
+        for layout in LAYOUTS
+        if (claims := claim_all(layout, listing.entries)) and layout.recognises(listing.entries)
+    ]
     if not candidates:
         return _lone_file(listing, probe) if listing.single_file else None
     folder_layouts = [candidate for candidate in candidates if candidate[0].folders]

@@ -86,6 +86,14 @@ class Layout:
         """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
         return None
 
+    def staging(self, name: str) -> Claim | None:
+        """A staging artefact of an interrupted save named by the framework (``tmp.pth.tar``)."""
+        return None
+
+    def recognises(self, entries: tuple[Entry, ...]) -> bool:
+        """Whether a folder whose names this layout claims is really this framework's."""
+        return True
+
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
         seen = {role for claim in claims for role in claim.roles}
@@ -126,10 +134,6 @@ class FolderLayout(Layout):
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
-
-    def staging(self, name: str) -> Claim | None:
-        """A staging folder of an interrupted save (``tmp-checkpoint-N``), or None."""
-        return None
 
     def absent(self, files: Sequence[CheckpointFile]) -> tuple[str, ...]:
         """Files that the checkpoint's own metadata names but that are not among ``files``."""
@@ -249,6 +253,10 @@ def group(
             # a staging file of a save that never finished: it makes that checkpoint partial
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
             (by_index[target.number] if target else loose).append(staged)
+            continue
+        staged_by_name = layout.staging(entry.name)
+        if staged_by_name is not None:
+            loose.append(CheckpointFile(entry, (Role.TEMP,), staged_by_name.prefix, _report(entry, probe)))
             continue
         pointer = layout.pointer(entry.name)
         if pointer is not None:
