@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
+from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.timm import TimmLayout
@@ -23,7 +24,7 @@ from ckptdoctor.readers.sniff import Format
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 
 _BURN, _TORCH = BurnLayout(), TorchLayout()
-LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), LightningLayout(), TimmLayout(), _BURN, _TORCH)
+LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), DeepSpeedLayout(), LightningLayout(), TimmLayout(), _BURN, _TORCH)
 """In order of preference when content cannot decide."""
 _CONTENT_WRITERS = (_BURN, _TORCH)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""

@@ -45,7 +45,8 @@ class Claim(NamedTuple):
 class Pointer(NamedTuple):
     """A file that names a checkpoint the framework will follow."""
 
-    source: CheckpointFile
+    source: CheckpointFile | None
+    """The pointer file; None when the framework expects one and there is none."""
     target: str
     """What the pointer says, as written."""
     number: int | None
@@ -135,9 +136,13 @@ class FolderLayout(Layout):
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
 
-    def absent(self, files: Sequence[CheckpointFile]) -> tuple[str, ...]:
-        """Files that the checkpoint's own metadata names but that are not among ``files``."""
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
         return ()
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        """The roles every checkpoint needs, given what the run's checkpoints hold."""
+        return self.required([])
 
     def build(
         self,
@@ -154,13 +159,11 @@ class FolderLayout(Layout):
             if not item.is_dir and not item.dangling and self.role_of(item.name)
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
-        required = self.required(list(claims.values()))
-        checkpoints: list[Checkpoint] = []
+        saved: list[tuple[Claim, Entry, list[CheckpointFile]]] = []
         loose: list[CheckpointFile] = []
         others: list[Entry] = []
         for entry in listing.entries:
             claim = claims.get(entry.name)
-            staged = self.staging(entry.name) if entry.is_dir and claim is None else None
             if claim is not None:
                 files: list[CheckpointFile] = []
                 folder = inside[entry.name]
@@ -170,14 +173,22 @@ class FolderLayout(Layout):
                         files.append(CheckpointFile(item, roles, item.name, judge(item)))
                     else:
                         others.append(item)
-                checkpoints.append(
-                    _checkpoint(claim.number, tuple(files), required, False, entry, self.absent(files))
-                )
-            elif staged is not None:
+                saved.append((claim, entry, files))
+            elif entry.is_dir and (staged := self.staging(entry.name)) is not None:
                 loose.append(CheckpointFile(entry, (Role.TEMP,), staged.prefix, FileReport("folder")))
+            elif not entry.is_dir and (pointer := self.pointer(entry.name)) is not None:
+                loose.append(CheckpointFile(entry, pointer.roles, pointer.prefix, judge(entry)))
             else:
                 others.append(entry)
-        checkpoints.sort(key=lambda checkpoint: checkpoint.index)
+        every = [files for _, _, files in saved]
+        required = self.required_of(every)
+        checkpoints = sorted(
+            (
+                _checkpoint(claim.number, tuple(files), required, False, entry, self.absent(files, every))
+                for claim, entry, files in saved
+            ),
+            key=lambda checkpoint: checkpoint.index,
+        )
         return Run(
             path=listing.path,
             layout=self.name,

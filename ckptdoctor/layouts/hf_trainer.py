@@ -75,7 +75,7 @@ class HfTrainerLayout(FolderLayout):
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         return REQUIRED
 
-    def absent(self, files: Sequence[CheckpointFile]) -> tuple[str, ...]:
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
         present = {f.entry.name for f in files}
         named: set[str] = set()
         for file in files:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
-from ckptdoctor.readers import burnpack, burnrecord, hfjson, pickle, safetensors, torchzip
+from ckptdoctor.readers import burnpack, burnrecord, hfjson, pickle, pointer, safetensors, torchzip
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 
@@ -66,6 +66,8 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
     kind = sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
+    if pointer.is_pointer(name):
+        return pointer.read(sample)
     if kind in NOT_CHECKPOINTS:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
     if kind is Format.JSON and hfjson.is_hf_json(name):

@@ -32,6 +32,8 @@ class Format(str, enum.Enum):
     TORCH_PREVIEW = "torch-preview"
     PICKLE = "pickle"
     SAFETENSORS = "safetensors"
+    TEXT = "text"
+    """A pointer file's few bytes of text (DeepSpeed's ``latest``)."""
     ZIP = "zip"
     NUMPY = "numpy"
     SEVEN_ZIP = "7z"

@@ -497,11 +497,12 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
             continue
         index_file = next((f for f in checkpoint.files if Role.SHARD_INDEX in f.roles), None)
         where = checkpoint.path or ctx.run.path
-        names = ", ".join(checkpoint.absent[:3]) + (f" and {len(checkpoint.absent) - 3} more" if len(checkpoint.absent) > 3 else "")
+        count = len(checkpoint.absent)
+        names = ", ".join(checkpoint.absent[:3]) + (f" and {count - 3} more" if count > 3 else "")
+        named_by = index_file.name if index_file else "the run's other checkpoints"
         yield ctx.finding(
             MISSING_SHARD,
-            f"{where}: {index_file.name if index_file else 'its index'} names {len(checkpoint.absent)} shard"
-            f"{'s' if len(checkpoint.absent) != 1 else ''} that {'are' if len(checkpoint.absent) != 1 else 'is'} not there ({names})",
+            f"{where} lacks {count} file{'s' if count != 1 else ''} that {named_by} name{'s' if index_file else ''}: {names}",
             index=checkpoint.index,
             path=index_file.path if index_file else where,
             context={"expected": checkpoint.absent[0]},
@@ -525,6 +526,14 @@ def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
 def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
     """CKD113: a pointer the framework follows names a checkpoint that is gone or not complete."""
     for pointer in ctx.layout.pointers(ctx.run):
+        if pointer.source is None:
+            yield ctx.finding(
+                STALE_POINTER,
+                f"{ctx.run.path} has no `{pointer.meaning}` file: {ctx.layout.name} will not know which checkpoint to load",
+                path=ctx.run.path,
+                context={"expected": pointer.meaning},
+            )
+            continue
         target = next((c for c in ctx.run.checkpoints if c.index == pointer.number), None)
         state = "not there" if target is None else None if target.status is Status.COMPLETE else target.status.value
         if state is None:

@@ -1,0 +1,77 @@
+"""DeepSpeed engine checkpoints: ``<save_dir>/global_step<N>/`` tag folders and a ``latest`` file.
+
+Each tag folder holds model states per model-parallel rank (``mp_rank_00_model_states.pt``)
+and, under ZeRO, one optimizer partition per data-parallel rank
+(``zero_pp_rank_<dp>_mp_rank_<mp>_optim_states.pt``). Rank 0 writes ``latest`` (the tag, no
+newline) after every rank finished; ``load_checkpoint()`` follows it, and without it only warns
+and loads nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
+from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.readers.sniff import Format
+
+_TAG = re.compile(r"^global_step(\d+)$")
+_MODEL = re.compile(r"_model_states\.pt$")
+_OPTIMIZER = re.compile(r"optim_states\.pt$")
+LATEST = "latest"
+
+
+class DeepSpeedLayout(FolderLayout):
+    name = "deepspeed"
+    default_unit = Unit.STEP
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
+    resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+
+    def claim(self, name: str) -> Claim | None:
+        match = _TAG.match(name)
+        return Claim((), int(match[1]), "global_step", Unit.STEP) if match else None
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        if _OPTIMIZER.search(name):
+            return (Role.OPTIMIZER,)
+        if _MODEL.search(name):
+            return (Role.MODEL,)
+        return None
+
+    def pointer(self, name: str) -> Claim | None:
+        return Claim((Role.POINTER,), 0, name) if name in (LATEST, "latest_universal") else None
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        # without ZeRO the optimizer lives inside the model states: only a run that ever wrote
+        # optimizer partitions needs them
+        seen = {role for files in saved for file in files for role in file.roles}
+        return tuple(role for role in (Role.MODEL, Role.OPTIMIZER) if role in seen) or (Role.MODEL,)
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Rank files the other tags have: every tag of one run is saved by the same ranks."""
+        expected = {file.entry.name for others in siblings for file in others}
+        return tuple(sorted(expected - {file.entry.name for file in files}))
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        if not run.checkpoints:
+            return ()
+        latest = next((f for f in run.loose_files if f.entry.name == LATEST), None)
+        if latest is None:
+            return (Pointer(None, "", None, LATEST),)
+        tag = latest.report.fact("points_to")
+        if tag is None:
+            return ()  # unreadable or malformed: its own finding says so
+        match = _TAG.match(tag)
+        return (Pointer(latest, tag, int(match[1]) if match else None, LATEST),)
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        for pointer in self.pointers(run):
+            return next((c for c in run.checkpoints if c.index == pointer.number), None)
+        return None
+
+    def file_name(self, role: Role, index: int) -> str | None:
+        return {Role.MODEL: "mp_rank_00_model_states.pt", Role.OPTIMIZER: "zero_pp_rank_0_mp_rank_00_optim_states.pt"}.get(role)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        return f'pass `tag="global_step{checkpoint.index}"` to `engine.load_checkpoint("{run.path}", tag=...)`'

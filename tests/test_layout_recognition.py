@@ -1,0 +1,63 @@
+"""Every layout's recogniser over every other layout's tree: each run is claimed by its own only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_deepspeed import deepspeed_run
+from test_timm import timm_run
+
+from ckptdoctor.discover import discover
+from ckptdoctor.layouts import LAYOUTS
+from ckptdoctor.layouts._base import claim_all
+from ckptdoctor.testing import write_burn_run
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> dict[str, Path]:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    burn = tmp_path / "burn" / "checkpoint"
+    write_burn_run(burn, (1, 2))
+    split = tmp_path / "split"
+    split.mkdir()
+    for epoch in (1, 2):
+        save_file({"w": torch.zeros(2)}, str(split / f"model_{epoch}.safetensors"))
+        torch.save({}, split / f"optimizer_{epoch}.pt")
+    lightning = tmp_path / "lightning" / "checkpoints"
+    lightning.mkdir(parents=True)
+    for epoch in (1, 2):
+        torch.save({"state_dict": {}}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
+    torch.save({"state_dict": {}}, lightning / "last.ckpt")
+    hf = tmp_path / "hf"
+    for step in (10, 20):
+        folder = hf / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
+        torch.save({}, folder / "optimizer.pt")
+        torch.save({}, folder / "scheduler.pt")
+        (folder / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    return {
+        "burn": burn,
+        "torch": split,
+        "lightning": lightning,
+        "hf-trainer": hf,
+        "deepspeed": deepspeed_run(tmp_path / "ds"),
+        "timm": timm_run(tmp_path / "timm", range(1, 3)),
+    }
+
+
+def test_each_tree_is_claimed_by_its_own_layout_only(trees):
+    for owner, folder in trees.items():
+        entries = discover(str(folder)).listings[0].entries
+        claimants = [layout.name for layout in LAYOUTS if claim_all(layout, entries) and layout.recognises(entries)]
+        assert claimants in ([owner], [owner, "torch"]), (owner, claimants)
+
+
+def test_each_tree_is_reported_under_its_layout(trees, inspect_json):
+    for owner, folder in trees.items():
+        report = inspect_json(folder).json
+        assert [run["layout"] for run in report["runs"]] == [owner], owner
+        assert report["findings"] == [], (owner, report["findings"])
