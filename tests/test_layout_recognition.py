@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_dcp import dcp_run
 from test_deepspeed import deepspeed_run
 from test_timm import timm_run
 
@@ -45,6 +46,7 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         "lightning": lightning,
         "hf-trainer": hf,
         "deepspeed": deepspeed_run(tmp_path / "ds"),
+        "dcp": dcp_run(tmp_path / "dcp"),
         "timm": timm_run(tmp_path / "timm", range(1, 3)),
     }
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
 from ckptdoctor.layouts.burn import BurnLayout
+from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
@@ -24,7 +25,15 @@ from ckptdoctor.readers.sniff import Format
 __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 
 _BURN, _TORCH = BurnLayout(), TorchLayout()
-LAYOUTS: tuple[Layout, ...] = (HfTrainerLayout(), DeepSpeedLayout(), LightningLayout(), TimmLayout(), _BURN, _TORCH)
+LAYOUTS: tuple[Layout, ...] = (
+    HfTrainerLayout(),
+    DeepSpeedLayout(),
+    DcpLayout(),
+    LightningLayout(),
+    TimmLayout(),
+    _BURN,
+    _TORCH,
+)
 """In order of preference when content cannot decide."""
 _CONTENT_WRITERS = (_BURN, _TORCH)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
@@ -46,7 +55,7 @@ def find_run(
     candidates = [
         (layout, claims)
         for layout in LAYOUTS
-        if (claims := claim_all(layout, listing.entries)) and layout.recognises(listing.entries)
+        if (claims := claim_all(layout, listing.entries, subfolder)) and layout.recognises(listing.entries)
     ]
     if not candidates:
         return _lone_file(listing, probe) if listing.single_file else None

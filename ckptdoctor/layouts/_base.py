@@ -136,6 +136,11 @@ class FolderLayout(Layout):
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
 
+    def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
+        """A checkpoint folder of this framework, judged by its name (and, where names are free,
+        by what it holds)."""
+        return self.claim(entry.name)
+
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
         """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
         return ()
@@ -311,12 +316,17 @@ def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) ->
     return cached
 
 
-def claim_all(layout: Layout, entries: Iterable[Entry]) -> dict[str, Claim]:
+def claim_all(
+    layout: Layout,
+    entries: Iterable[Entry],
+    subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
+) -> dict[str, Claim]:
     claims: dict[str, Claim] = {}
     for entry in entries:
-        if layout.folders and not entry.is_dir:
-            continue
-        claim = layout.claim(entry.name)
+        if isinstance(layout, FolderLayout):
+            claim = layout.claim_folder(entry, subfolder(entry)) if entry.is_dir else None
+        else:
+            claim = layout.claim(entry.name)
         if claim is not None:
             claims[entry.name] = claim
     return claims

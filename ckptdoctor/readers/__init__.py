@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
-from ckptdoctor.readers import burnpack, burnrecord, hfjson, pickle, pointer, safetensors, torchzip
+from ckptdoctor.readers import (
+    burnpack,
+    burnrecord,
+    dcp,
+    hfjson,
+    pickle,
+    pointer,
+    safetensors,
+    torchzip,
+)
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 
@@ -68,6 +77,10 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
     if pointer.is_pointer(name):
         return pointer.read(sample)
+    if dcp.is_data_file(name):
+        return dcp.read_data_file(sample)  # raw tensor bytes: zeros or any magic are fine here
+    if name == dcp.METADATA and kind is Format.PICKLE:
+        return dcp.read_metadata(sample)
     if kind in NOT_CHECKPOINTS:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
     if kind is Format.JSON and hfjson.is_hf_json(name):

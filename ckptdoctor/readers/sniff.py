@@ -32,6 +32,8 @@ class Format(str, enum.Enum):
     TORCH_PREVIEW = "torch-preview"
     PICKLE = "pickle"
     SAFETENSORS = "safetensors"
+    DISTCP = "distcp"
+    """torch.distributed.checkpoint data: raw tensor bytes, told by name only."""
     TEXT = "text"
     """A pointer file's few bytes of text (DeepSpeed's ``latest``)."""
     ZIP = "zip"

@@ -25,7 +25,7 @@ from ckptdoctor.units import size
 NEWEST_ROWS = 20
 MAX_FIXES = 3
 MAX_MESSAGES = 10
-COLUMNS = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
+COLUMNS = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE, Role.METADATA)
 
 _STATUS_STYLE = {
     Status.COMPLETE: ("✓", "green"),

@@ -387,6 +387,7 @@ _MISSING_RULE = {
     Role.OPTIMIZER: MISSING_OPTIMIZER,
     Role.SCHEDULER: MISSING_SCHEDULER,
     Role.TRAINER_STATE: MISSING_TRAINER_STATE,
+    Role.METADATA: MISSING_COMMIT_MARKER,
 }
 
 
@@ -490,12 +491,16 @@ def _span(unit: str, indexes: list[int]) -> str:
     return f"{unit}s {joined}"
 
 
+_NAMING_ROLES = frozenset({Role.SHARD_INDEX, Role.METADATA})
+"""Files that list a checkpoint's other files: a shard index, DCP's ``.metadata``."""
+
+
 def missing_shards(ctx: RunContext) -> Iterator[Finding]:
     """CKD105: an index names shards that are not there."""
     for checkpoint in ctx.run.checkpoints:
         if not checkpoint.absent:
             continue
-        index_file = next((f for f in checkpoint.files if Role.SHARD_INDEX in f.roles), None)
+        index_file = next((f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None)
         where = checkpoint.path or ctx.run.path
         count = len(checkpoint.absent)
         names = ", ".join(checkpoint.absent[:3]) + (f" and {count - 3} more" if count > 3 else "")

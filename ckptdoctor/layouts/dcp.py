@@ -1,0 +1,66 @@
+"""torch.distributed.checkpoint (DCP): one folder per checkpoint, named by the user.
+
+A checkpoint folder holds ``__<rank>_<n>.distcp`` data files and ``.metadata``, which the
+coordinator writes last (through ``.metadata.tmp`` and a rename) and which names every data
+file. A folder without ``.metadata`` was never committed; a ``.metadata.tmp`` left over means
+the commit itself was interrupted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Unit
+from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA
+from ckptdoctor.readers.sniff import Format
+
+_NUMBER = re.compile(r"(\d+)$")
+_MARKERS = (METADATA, METADATA + ".tmp")
+
+
+class DcpLayout(FolderLayout):
+    name = "dcp"
+    default_unit = Unit.STEP
+    content = frozenset({Format.DISTCP, Format.PICKLE})
+    resume_needs = frozenset({Role.MODEL, Role.METADATA})
+
+    def claim(self, name: str) -> Claim | None:
+        match = _NUMBER.search(name)
+        return Claim((), int(match[1]), name[: match.start()], Unit.STEP) if match else None
+
+    def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
+        """Only folders that hold DCP files, whatever they are called (``step-1000``, ``ckpt_3``)."""
+        if inside is None or not any(e.name.endswith(DATA_SUFFIX) or e.name in _MARKERS for e in inside.entries):
+            return None
+        return self.claim(entry.name)
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        if name.endswith(DATA_SUFFIX):
+            return (Role.MODEL,)
+        if name == METADATA:
+            return (Role.METADATA,)
+        if name == METADATA + ".tmp":
+            return (Role.TEMP,)
+        return None
+
+    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+        return (Role.MODEL, Role.METADATA)
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        present = {f.entry.name for f in files}
+        named = {
+            name
+            for f in files
+            if Role.METADATA in f.roles and (references := f.report.fact("references"))
+            for name in references.split("\n")
+        }
+        return tuple(sorted(named - present))
+
+    def file_name(self, role: Role, index: int) -> str | None:
+        return METADATA if role is Role.METADATA else None
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        return f'load it with `torch.distributed.checkpoint.load(state_dict, checkpoint_id="{checkpoint.path}")`'
