@@ -40,8 +40,17 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         torch.save({}, folder / "optimizer.pt")
         torch.save({}, folder / "scheduler.pt")
         (folder / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    accelerate = tmp_path / "acc" / "checkpoints"
+    for save in (0, 1):
+        folder = accelerate / f"checkpoint_{save}"
+        folder.mkdir(parents=True)
+        save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
+        torch.save({}, folder / "optimizer.bin")
+        torch.save({}, folder / "scheduler.bin")
+        torch.save({}, folder / "random_states_0.pkl")
     return {
         "burn": burn,
+        "accelerate": accelerate,
         "torch": split,
         "lightning": lightning,
         "hf-trainer": hf,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
+from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
@@ -27,6 +28,7 @@ __all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
 _BURN, _TORCH = BurnLayout(), TorchLayout()
 LAYOUTS: tuple[Layout, ...] = (
     HfTrainerLayout(),
+    AccelerateLayout(),
     DeepSpeedLayout(),
     DcpLayout(),
     LightningLayout(),

@@ -401,7 +401,9 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
         for role in checkpoint.missing:
             rule = _MISSING_RULE.get(role)
             if rule is None:
-                continue
+                if checkpoint.absent:
+                    continue  # the files it lacks are named by CKD105 already
+                rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
             expected = ctx.sibling_name(role, checkpoint.index) or f"a {role.value} file"
             message = f"{run.unit.value} {checkpoint.index} has {present} but no {role.value} state ({expected})"
             strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
