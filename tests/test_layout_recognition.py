@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from test_dcp import dcp_run
 from test_deepspeed import deepspeed_run
+from test_megatron import megatron_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
@@ -56,6 +57,7 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         "hf-trainer": hf,
         "deepspeed": deepspeed_run(tmp_path / "ds"),
         "dcp": dcp_run(tmp_path / "dcp"),
+        "megatron": megatron_run(tmp_path / "megatron"),
         "timm": timm_run(tmp_path / "timm", range(1, 3)),
     }
 

@@ -17,6 +17,7 @@ from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
+from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
@@ -30,6 +31,7 @@ LAYOUTS: tuple[Layout, ...] = (
     HfTrainerLayout(),
     AccelerateLayout(),
     DeepSpeedLayout(),
+    MegatronLayout(),
     DcpLayout(),
     LightningLayout(),
     TimmLayout(),

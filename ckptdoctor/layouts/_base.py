@@ -149,6 +149,27 @@ class FolderLayout(Layout):
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
         return self.required([])
 
+    def nested(self, name: str) -> bool:
+        """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
+        return False
+
+    def committed(self, pointers: Sequence[CheckpointFile]) -> int | None:
+        """The newest index the framework's tracker has committed; later ones never finished."""
+        return None
+
+    def _contents(
+        self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]
+    ) -> list[tuple[str, Entry]]:
+        """A checkpoint folder's entries, with those of its nested rank folders, by relative name."""
+        found: list[tuple[str, Entry]] = []
+        for item in folder.entries if folder else ():
+            nested = subfolder(item) if item.is_dir and self.nested(item.name) else None
+            if nested is None:
+                found.append((item.name, item))
+            else:
+                found.extend((f"{item.name}/{inner.name}", inner) for inner in nested.entries)
+        return found
+
     def build(
         self,
         listing: Listing,
@@ -160,7 +181,7 @@ class FolderLayout(Layout):
         batch = [
             item
             for folder in inside.values()
-            for item in (folder.entries if folder else ())
+            for _, item in self._contents(folder, subfolder)
             if not item.is_dir and not item.dangling and self.role_of(item.name)
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
@@ -171,11 +192,10 @@ class FolderLayout(Layout):
             claim = claims.get(entry.name)
             if claim is not None:
                 files: list[CheckpointFile] = []
-                folder = inside[entry.name]
-                for item in folder.entries if folder else ():
+                for relative, item in self._contents(inside[entry.name], subfolder):
                     roles = None if item.is_dir else self.role_of(item.name)
                     if roles:
-                        files.append(CheckpointFile(item, roles, item.name, judge(item)))
+                        files.append(CheckpointFile(item, roles, relative, judge(item)))
                     else:
                         others.append(item)
                 saved.append((claim, entry, files))
@@ -187,9 +207,18 @@ class FolderLayout(Layout):
                 others.append(entry)
         every = [files for _, _, files in saved]
         required = self.required_of(every)
+        newest = self.committed([f for f in loose if Role.POINTER in f.roles])
         checkpoints = sorted(
             (
-                _checkpoint(claim.number, tuple(files), required, False, entry, self.absent(files, every))
+                _checkpoint(
+                    claim.number,
+                    tuple(files),
+                    # a save newer than the tracker's commit never finished, whatever it holds
+                    (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
+                    False,
+                    entry,
+                    self.absent(files, every),
+                )
                 for claim, entry, files in saved
             ),
             key=lambda checkpoint: checkpoint.index,
@@ -300,6 +329,15 @@ def group(
         loose_files=tuple(loose),
         single_file=listing.single_file,
     )
+
+
+def missing_from_siblings(
+    files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]
+) -> tuple[str, ...]:
+    """Files the run's other checkpoints have and this one lacks (by name inside the checkpoint):
+    for frameworks whose every save is written by the same ranks under the same names."""
+    expected = {file.prefix for others in siblings for file in others}
+    return tuple(sorted(expected - {file.prefix for file in files}))
 
 
 def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.layouts._base import Claim, FolderLayout, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -45,9 +45,7 @@ class AccelerateLayout(FolderLayout):
         return tuple(role for role in wanted if role in seen or role in self.resume_needs)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Files the run's other saves have: every save of a run writes the same set (per process)."""
-        expected = {file.entry.name for others in siblings for file in others}
-        return tuple(sorted(expected - {file.entry.name for file in files}))
+        return missing_from_siblings(files, siblings)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # load_state() without an input_dir: the highest checkpoint_N, whatever is inside

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -49,9 +49,7 @@ class DeepSpeedLayout(FolderLayout):
         return tuple(role for role in (Role.MODEL, Role.OPTIMIZER) if role in seen) or (Role.MODEL,)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Rank files the other tags have: every tag of one run is saved by the same ranks."""
-        expected = {file.entry.name for others in siblings for file in others}
-        return tuple(sorted(expected - {file.entry.name for file in files}))
+        return missing_from_siblings(files, siblings)
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         if not run.checkpoints:

@@ -388,6 +388,15 @@ _MISSING_RULE = {
     Role.SCHEDULER: MISSING_SCHEDULER,
     Role.TRAINER_STATE: MISSING_TRAINER_STATE,
     Role.METADATA: MISSING_COMMIT_MARKER,
+    Role.POINTER: MISSING_COMMIT_MARKER,
+}
+_STATE = {
+    Role.MODEL: "model state",
+    Role.OPTIMIZER: "optimizer state",
+    Role.SCHEDULER: "scheduler state",
+    Role.TRAINER_STATE: "trainer state",
+    Role.METADATA: "commit marker",
+    Role.POINTER: "commit in the tracker",
 }
 
 
@@ -405,7 +414,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                     continue  # the files it lacks are named by CKD105 already
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
             expected = ctx.sibling_name(role, checkpoint.index) or f"a {role.value} file"
-            message = f"{run.unit.value} {checkpoint.index} has {present} but no {role.value} state ({expected})"
+            message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
             strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
