@@ -8,6 +8,7 @@ import pytest
 from test_dcp import dcp_run
 from test_deepspeed import deepspeed_run
 from test_megatron import megatron_run
+from test_orbax import orbax_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
@@ -58,6 +59,7 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         "deepspeed": deepspeed_run(tmp_path / "ds"),
         "dcp": dcp_run(tmp_path / "dcp"),
         "megatron": megatron_run(tmp_path / "megatron"),
+        "orbax": orbax_run(tmp_path / "orbax"),
         "timm": timm_run(tmp_path / "timm", range(1, 3)),
     }
 

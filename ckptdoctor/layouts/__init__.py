@@ -18,6 +18,7 @@ from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
+from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
@@ -33,6 +34,7 @@ LAYOUTS: tuple[Layout, ...] = (
     DeepSpeedLayout(),
     MegatronLayout(),
     DcpLayout(),
+    OrbaxLayout(),
     LightningLayout(),
     TimmLayout(),
     _BURN,

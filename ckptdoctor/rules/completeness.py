@@ -396,7 +396,7 @@ _STATE = {
     Role.SCHEDULER: "scheduler state",
     Role.TRAINER_STATE: "trainer state",
     Role.METADATA: "commit marker",
-    Role.POINTER: "commit in the tracker",
+    Role.POINTER: "commit marker",
 }
 
 
