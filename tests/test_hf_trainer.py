@@ -204,3 +204,23 @@ def test_layouts_do_not_claim_each_others_runs(run, tmp_path):
             claimed = claim_all(layout, listing.entries)
             assert bool(claimed) == (layout.name == owner), (layout.name, owner)
     assert isinstance(LAYOUTS[0], HfTrainerLayout)
+
+
+def test_a_trainer_run_under_deepspeed_needs_no_optimizer_pt(tmp_path, inspect_json):
+    """HF + DeepSpeed: checkpoint-N/global_stepN/ and checkpoint-N/latest hold the engine state."""
+    torch = pytest.importorskip("torch")
+    for step in (5, 10):
+        folder = tmp_path / "out" / f"checkpoint-{step}"
+        tag = folder / f"global_step{step}"
+        tag.mkdir(parents=True)
+        torch.save({"module": {}}, tag / "mp_rank_00_model_states.pt")
+        torch.save({}, tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        (folder / "latest").write_text(f"global_step{step}")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        torch.save({}, folder / "training_args.bin")
+    report = inspect_json(tmp_path / "out").json
+    assert report["findings"] == []
+    assert [run["layout"] for run in report["runs"]] == ["hf-trainer"]
+    assert report["runs"][0]["resume"]["index"] == 10
+    (tmp_path / "out" / "checkpoint-10" / "trainer_state.json").unlink()
+    assert "CKD104" in codes(inspect_json(tmp_path / "out").json)

@@ -36,6 +36,7 @@ FILES: dict[str, tuple[Role, ...]] = {
     "training_args.bin": (Role.TRAINING_ARGS,),
     "scaler.pt": (Role.SCALER,),
     "config.json": (Role.CONFIG,),
+    "latest": (Role.POINTER,),
     "generation_config.json": (Role.CONFIG,),
     "adapter_config.json": (Role.CONFIG,),
 }
@@ -49,7 +50,7 @@ class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
     default_unit = Unit.STEP
     content = frozenset(
-        {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON}
+        {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT}
     )
     resume_needs = frozenset(REQUIRED)
 
@@ -72,7 +73,11 @@ class HfTrainerLayout(FolderLayout):
             return (Role.RNG_STATE,)
         return None
 
-    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        if any(Role.POINTER in file.roles for files in saved for file in files):
+            # under DeepSpeed the engine saves weights, optimizer and scheduler in its own
+            # global_step*/ folder (with `latest`) inside each checkpoint-N: no optimizer.pt there
+            return (Role.TRAINER_STATE,)
         return REQUIRED
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
