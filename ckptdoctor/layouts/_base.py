@@ -331,6 +331,13 @@ def group(
     )
 
 
+def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
+    """The checkpoint the first pointer names: what a framework that resumes through it loads."""
+    for pointer in pointers:
+        return next((c for c in run.checkpoints if c.index == pointer.number), None)
+    return None
+
+
 def missing_from_siblings(
     files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]
 ) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, missing_from_siblings
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -64,9 +64,7 @@ class DeepSpeedLayout(FolderLayout):
         return (Pointer(latest, tag, int(match[1]) if match else None, LATEST),)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        for pointer in self.pointers(run):
-            return next((c for c in run.checkpoints if c.index == pointer.number), None)
-        return None
+        return followed(run, self.pointers(run))
 
     def file_name(self, role: Role, index: int) -> str | None:
         return {Role.MODEL: "mp_rank_00_model_states.pt", Role.OPTIMIZER: "zero_pp_rank_0_mp_rank_00_optim_states.pt"}.get(role)

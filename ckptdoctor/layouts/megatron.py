@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, missing_from_siblings
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -71,9 +71,7 @@ class MegatronLayout(FolderLayout):
         return (Pointer(tracker, text, int(text) if text.isdigit() else None, "latest checkpointed iteration"),)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        for pointer in self.pointers(run):
-            return next((c for c in run.checkpoints if c.index == pointer.number), None)
-        return None
+        return followed(run, self.pointers(run))
 
     def file_name(self, role: Role, index: int) -> str | None:
         return TRACKER if role is Role.POINTER else None
