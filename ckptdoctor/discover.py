@@ -118,8 +118,16 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
                 # ELOOP and friends: a symlink that cannot be resolved is as good as dangling
                 entries.append(Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True))
                 continue
-            entries.append(_entry(item.name, shown, item.path, info, is_symlink))
+            entry = _entry(item.name, shown, item.path, info, is_symlink)
+            entries.append(entry._replace(link=_readlink(item.path)) if is_symlink else entry)
     return tuple(entries), subfolders
+
+
+def _readlink(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def _entry(name: str, shown: str, os_path: str, info: os.stat_result, is_symlink: bool) -> Entry:

@@ -132,6 +132,8 @@ class Entry(NamedTuple):
     inode: tuple[int, int] | None = None
     """(device, inode), so that hard links and symlinked copies are counted once."""
     mtime: float = 0.0
+    link: str | None = None
+    """Where a symlink points, as written in the link (None for anything else)."""
 
 
 class CheckpointFile(NamedTuple):

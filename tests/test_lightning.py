@@ -122,3 +122,15 @@ def test_versioned_names_join_their_checkpoint(tmp_path, inspect_json):
         torch.save({"state_dict": {}}, folder / name)
     run = inspect_json(folder).json["runs"][0]
     assert [(c["index"], len(c["files"])) for c in run["checkpoints"]] == [(0, 2), (1, 1)]
+
+
+def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
+    folder = checkpoints(root)
+    target = newest(folder)
+    (folder / "last.ckpt").unlink()
+    os.symlink(target.name, folder / "last.ckpt")
+    assert [f["code"] for f in inspect_json(folder).json["findings"]] == []
+    target.write_bytes(target.read_bytes()[:-10])
+    report = inspect_json(folder).json
+    (stale,) = [f for f in report["findings"] if f["code"] == "CKD113"]
+    assert stale["path"].endswith("last.ckpt") and target.name in stale["message"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ckptdoctor.layouts._base import Claim, Layout
+from ckptdoctor.layouts._base import Claim, Layout, Pointer
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -40,6 +40,15 @@ class LightningLayout(Layout):
 
     def pointer(self, name: str) -> Claim | None:
         return Claim((Role.POINTER,), 0, "last") if _LAST.match(name) else None
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
+        found = []
+        for file in run.loose_files:
+            if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
+                claim = self.claim(file.entry.link.rsplit("/", 1)[-1])
+                found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
+        return tuple(found)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'
