@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
 from ckptdoctor.layouts import find_run
 from ckptdoctor.model import Entry, Report, Run, ScanError
-from ckptdoctor.readers import expected_formats, probe
+from ckptdoctor.readers import looks_like_checkpoint, probe
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
 
@@ -52,7 +52,7 @@ def scan(paths: Iterable[str]) -> Scan:
                 taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
                 unrecognised.extend(
-                    e.path for e in listing.entries if not e.is_dir and expected_formats(e.name) is not None
+                    e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name)
                 )
         if len(runs) == before:
             empty.append(display(path))

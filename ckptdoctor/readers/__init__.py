@@ -22,7 +22,7 @@ from ckptdoctor.readers import (
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 
-__all__ = ["BytesSample", "Format", "Sample", "expected_formats", "probe", "read_header"]
+__all__ = ["BytesSample", "Format", "Sample", "expected_formats", "looks_like_checkpoint", "probe", "read_header"]
 
 _READERS: dict[Format, Callable[[Sample], FileReport]] = {
     Format.BURNPACK: burnpack.read,
@@ -60,6 +60,14 @@ _ABOUT: dict[Format, str] = {
     Format.HTML: "an HTML page, not a checkpoint: a download saved an error or login page",
     Format.ZEROS: "all zero bytes: space was allocated but the data never written",
 }
+
+
+_CHECKPOINT_ONLY = (".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".bpk", ".mpk", ".mpk.gz", ".distcp")
+"""Suffixes that name checkpoints and little else (``.json`` and ``.bin`` name many things)."""
+
+
+def looks_like_checkpoint(name: str) -> bool:
+    return name.lower().endswith(_CHECKPOINT_ONLY)
 
 
 def expected_formats(name: str) -> frozenset[Format] | None:
