@@ -430,3 +430,15 @@ def test_bin_file_with_garbage_in_a_torch_run_is_not_clean(inspect_json, tmp_pat
     assert flagged, result.json["findings"]
     assert _by_index(run)[3]["status"] != "complete"
     assert run["resume"]["index"] == 2
+
+
+def test_torchscript_archives_are_torch_archives(tmp_path, inspect_json):
+    """torch.jit.save may lead with `<prefix>/extra/` or `code/` members, not data.pkl."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for epoch in (1, 2):
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(folder / f"model_{epoch}.pt"), _extra_files={"producer_info.json": "{}"})
+    report = inspect_json(folder).json
+    assert report["findings"] == []
+    assert {f["format"] for c in report["runs"][0]["checkpoints"] for f in c["files"]} == {"torch-zip"}

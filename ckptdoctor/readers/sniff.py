@@ -110,15 +110,20 @@ def sniff_payload(head: bytes) -> Format:
     return Format.UNKNOWN
 
 
+_TORCH_MEMBERS = (b"data.pkl", b"version", b".format_version", b"byteorder", b"constants.pkl")
+_TORCH_FOLDERS = (b"data/", b".data/", b"code/", b"extra/")
+
+
 def _zip_kind(head: bytes) -> Format:
-    """A torch archive's first member is ``<prefix>/data.pkl``; anything else is another zip."""
+    """torch's archives put every member under one ``<prefix>/``; ``torch.save`` writes
+    ``data.pkl`` first, TorchScript may lead with ``extra/`` or ``code/``. Anything else is another zip."""
     if len(head) < 30:
         return Format.TORCH_ZIP  # cut inside the first header: judged by the zip reader
     name_length = struct.unpack_from("<H", head, 26)[0]
-    first_name = head[30 : 30 + name_length]
-    if first_name.endswith(b"/data.pkl") or first_name.endswith(b"/version"):
+    _, slash, member = head[30 : 30 + name_length].partition(b"/")
+    if slash and (member in _TORCH_MEMBERS or member.startswith(_TORCH_FOLDERS)):
         return Format.TORCH_ZIP
-    if first_name.endswith(b".npy"):
+    if member.endswith(b".npy") or head[30 : 30 + name_length].endswith(b".npy"):
         return Format.NUMPY
     return Format.ZIP
 
