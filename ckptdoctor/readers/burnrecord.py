@@ -13,8 +13,6 @@ import re
 import zlib
 from collections.abc import Mapping
 
-import msgpack
-
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._sample import CHUNK, HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff_payload
@@ -26,6 +24,8 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 def read_msgpack(sample: Sample, format: Format = Format.MSGPACK) -> FileReport:
+    import msgpack  # only burn's recorder-era runs need it: kept off every other start-up
+
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
     unpacker.feed(sample.head(HEAD))
     facts: list[tuple[str, str]] = []

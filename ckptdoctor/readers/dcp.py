@@ -7,7 +7,6 @@ by unpickling. Data files are raw tensor bytes with no format of their own.
 
 from __future__ import annotations
 
-import pickletools
 import re
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
@@ -30,6 +29,8 @@ def read_data_file(sample: Sample) -> FileReport:
 def read_metadata(sample: Sample) -> FileReport:
     if sample.size > MAX_HEADER:
         return _report(Problem.MALFORMED, f"{sample.size} bytes: larger than ckptdoctor reads for metadata")
+    import pickletools  # only DCP runs need it: kept off every other start-up
+
     names: set[str] = set()
     try:
         for _, argument, _ in pickletools.genops(sample.head(sample.size)):

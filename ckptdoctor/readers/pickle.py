@@ -7,8 +7,6 @@ loadable by some torch versions but are obsolete (CKD210).
 
 from __future__ import annotations
 
-import pickletools
-
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers.sniff import Format
@@ -29,6 +27,8 @@ def read_pickle(sample: Sample) -> FileReport:
 
 
 def _opcode_problem(data: bytes) -> str | None:
+    import pickletools  # only small bare pickles are walked: kept off every other start-up
+
     position: int | None = 0
     try:
         for opcode, _, position in pickletools.genops(data):
