@@ -6,6 +6,7 @@ functions of a :class:`Sample` so that they can be tested and fuzzed on bytes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
@@ -83,16 +84,11 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
     kind = sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
-    if pointer.is_pointer(name):
-        return pointer.read(sample)
-    if dcp.is_data_file(name):
-        return dcp.read_data_file(sample)  # raw tensor bytes: zeros or any magic are fine here
-    if name == dcp.METADATA and kind is Format.PICKLE:
-        return dcp.read_metadata(sample)
+    named = _named_reader(name, kind)
+    if named is not None:
+        return named(sample)
     if kind in NOT_CHECKPOINTS:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
-    if kind is Format.JSON and hfjson.is_hf_json(name):
-        return hfjson.read(sample, name)
     reader = _READERS.get(kind)
     report = reader(sample) if reader else FileReport(kind.value)
     expected = expected_formats(name)
@@ -104,6 +100,20 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
         )
         return FileReport(report.format, (issue, *report.issues), report.facts)
     return report
+
+
+def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | None:
+    """Files whose name fixes what they hold: a framework's pointer and metadata files, and
+    DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
+    if pointer.is_pointer(name):
+        return pointer.read
+    if dcp.is_data_file(name):
+        return dcp.read_data_file
+    if name == dcp.METADATA and kind is Format.PICKLE:
+        return dcp.read_metadata
+    if kind is Format.JSON and hfjson.is_hf_json(name):
+        return functools.partial(hfjson.read, name=name)
+    return None
 
 
 def probe(entry: Entry) -> FileReport:
