@@ -104,7 +104,9 @@ _BY_CONTENT_ONLY = _AnyFile()
 def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | None:
     """A file named on its own whose name follows no layout: the framework that writes its content."""
     (entry,) = listing.entries
-    content = _format(probe(entry)) if not entry.is_dir and not entry.dangling else None
+    readable = not entry.is_dir and not entry.dangling
+    probe = probe_batch([entry] if readable else [], probe)  # read once: here and in grouping
+    content = _format(probe(entry)) if readable else None
     writer = next((lay for lay in _CONTENT_WRITERS if content and lay.accepts(content)), None)
     return group(listing, _AnyFile(writer), probe)
 
