@@ -177,11 +177,13 @@ class FolderLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        inside = {name: subfolder(entry) for entry in listing.entries if (name := entry.name) in claims}
+        contents = {
+            entry.name: self._contents(subfolder(entry), subfolder) for entry in listing.entries if entry.name in claims
+        }
         batch = [
             item
-            for folder in inside.values()
-            for _, item in self._contents(folder, subfolder)
+            for found in contents.values()
+            for _, item in found
             if not item.is_dir and not item.dangling and self.role_of(item.name)
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
@@ -192,7 +194,7 @@ class FolderLayout(Layout):
             claim = claims.get(entry.name)
             if claim is not None:
                 files: list[CheckpointFile] = []
-                for relative, item in self._contents(inside[entry.name], subfolder):
+                for relative, item in contents[entry.name]:
                     roles = None if item.is_dir else self.role_of(item.name)
                     if roles:
                         files.append(CheckpointFile(item, roles, relative, judge(item)))
