@@ -78,6 +78,11 @@ class Problem(str, enum.Enum):
     UNREADABLE = "unreadable"
     DANGLING = "stale-pointer"
     """A symlink whose target is gone."""
+    CRC_MISMATCH = "crc-mismatch"
+    NONFINITE = "nonfinite-values"
+    UNSAFE_PICKLE = "unsafe-pickle"
+    NON_WEIGHTS = "non-weights-object"
+    ZIP_ANOMALY = "zip-anomaly"
 
 
 _NO_PROBLEMS: frozenset[Problem] = frozenset()
@@ -91,15 +96,43 @@ class FileIssue:
     detail: str
 
 
+class Tensor(NamedTuple):
+    """One tensor a file holds, as its format records it (nothing is loaded)."""
+
+    name: str
+    """Dotted path inside the saved object (``state_dict.fc.weight``, ``state.0.exp_avg``)."""
+    dtype: str
+    """torch's spelling for every format (``float32``, ``bfloat16``, ``int64``, ``bool``)."""
+    shape: tuple[int, ...]
+    nbytes: int
+    device: str = "cpu"
+    """The device it was saved from (torch records it; other formats are always ``cpu``)."""
+    param: str | None = None
+    """The parameter id burn keys optimizer state by (burnpack ``param_id``, a record's ``ParamSerde.id``)."""
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
 @dataclass(frozen=True)
 class FileReport:
-    """What a reader learned about one file from its header and trailer."""
+    """What a reader learned about one file: from its header and trailer, or (``verify``) all of it."""
 
     format: str
     """Content format as sniffed, e.g. ``burnpack``, ``torch-zip``, ``safetensors``."""
     issues: tuple[FileIssue, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
     """Small key/value facts for consistency rules: precision, recorder, optimizer kind, ..."""
+    tensors: tuple[Tensor, ...] | None = None
+    """Every tensor, when the whole file was read (``verify``); None after a header read."""
+    keys: tuple[str, ...] = ()
+    """Top-level keys of the saved object (bundled checkpoints: ``state_dict``, ``optimizer_states``)."""
+    tensor_bytes: int = 0
+    """Bytes of tensor data, each shared storage counted once."""
 
     def fact(self, key: str) -> str | None:
         for name, value in self.facts:
@@ -211,6 +244,8 @@ class Run:
     """Checkpoint-like files that belong to no checkpoint: staging leftovers, stray prefixes."""
     single_file: bool = False
     """The user pointed at one file: only that file is judged, not the run's completeness."""
+    extra_files: tuple[CheckpointFile, ...] = ()
+    """Files outside every checkpoint that ``verify`` read whole (pickles, arrays, unknown content)."""
 
     @property
     def resume(self) -> Checkpoint | None:
@@ -224,6 +259,7 @@ class Run:
     def bytes(self) -> int:
         entries = [f.entry for c in self.checkpoints for f in c.files]
         entries += [f.entry for f in self.loose_files]
+        entries += [f.entry for f in self.extra_files]
         entries += [e for e in self.other_files if not e.is_dir]
         return _unique_bytes(entries)
 

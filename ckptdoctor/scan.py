@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
 from ckptdoctor.layouts import find_run
-from ckptdoctor.model import Entry, Report, Run, ScanError
+from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
 from ckptdoctor.readers import looks_like_checkpoint, probe
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -24,14 +24,18 @@ class Scan:
     """Paths that exist but hold no checkpoint any layout recognises."""
     unrecognised: tuple[str, ...] = ()
     """Files named like checkpoints (by suffix) in folders no layout recognises."""
+    unclaimed: tuple[Listing, ...] = ()
+    """Folders no layout recognises (their files are listed in ``unrecognised``)."""
 
 
-def scan(paths: Iterable[str]) -> Scan:
+def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = probe) -> Scan:
+    """Find the runs under ``paths``; ``read`` judges each file (a header read unless told)."""
     runs: list[Run] = []
     unlisted: list[Unlisted] = []
     errors: list[ScanError] = []
     empty: list[str] = []
     unrecognised: list[str] = []
+    unclaimed: list[Listing] = []
     for path in paths:
         try:
             found = discover(path)
@@ -45,19 +49,20 @@ def scan(paths: Iterable[str]) -> Scan:
         for listing in found.listings:
             if _inside(listing.os_path, taken):
                 continue
-            run = find_run(listing, probe, functools.partial(_subfolder, by_path))
+            run = find_run(listing, read, functools.partial(_subfolder, by_path))
             if run is not None:
                 runs.append(run)
                 taken.update(c.folder.os_path for c in run.checkpoints if c.folder is not None)
                 taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
+                unclaimed.append(listing)
                 unrecognised.extend(
                     e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name)
                 )
         if len(runs) == before:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)
-    return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised))
+    return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
 
 
 def _subfolder(listings: dict[str, Listing], entry: Entry) -> Listing | None:

@@ -15,6 +15,7 @@ from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
 from ckptdoctor.cli.inspect import inspect
 from ckptdoctor.cli.rules import rules
+from ckptdoctor.cli.verify import verify
 
 app = typer.Typer(
     name="ckptdoctor",
@@ -26,6 +27,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command()(inspect)
+app.command()(verify)
 app.command()(rules)
 
 

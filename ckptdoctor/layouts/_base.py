@@ -381,7 +381,11 @@ def claim_all(
 
 _ROLE_ORDER = {role: position for position, role in enumerate(Role)}
 _PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED})
-_CORRUPT = frozenset({Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING})
+_CORRUPT = frozenset({
+    Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING, Problem.CRC_MISMATCH,
+    Problem.NONFINITE, Problem.UNSAFE_PICKLE, Problem.ZIP_ANOMALY,
+})  # fmt: skip
+"""Problems that make a checkpoint no place to resume from (unsafe and NaN-filled files included)."""
 
 
 def _checkpoint(

@@ -6,6 +6,7 @@ functions of a :class:`Sample` so that they can be tested and fuzzed on bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from ckptdoctor.readers import (
     burnrecord,
     dcp,
     hfjson,
+    npy,
     pickle,
     pointer,
     safetensors,
@@ -23,7 +25,17 @@ from ckptdoctor.readers import (
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 
-__all__ = ["BytesSample", "Format", "Sample", "expected_formats", "looks_like_checkpoint", "probe", "read_header"]
+__all__ = [
+    "BytesSample",
+    "Format",
+    "Sample",
+    "expected_formats",
+    "looks_like_checkpoint",
+    "probe",
+    "read_header",
+    "verify",
+    "verify_sample",
+]
 
 _READERS: dict[Format, Callable[[Sample], FileReport]] = {
     Format.BURNPACK: burnpack.read,
@@ -37,6 +49,22 @@ _READERS: dict[Format, Callable[[Sample], FileReport]] = {
     Format.JSON: burnrecord.read_json,
     Format.GZIP: burnrecord.read_gzip,
 }
+
+_VERIFIERS: dict[Format, Callable[[Sample, int], FileReport]] = {
+    Format.BURNPACK: burnpack.verify,
+    Format.SAFETENSORS: safetensors.verify,
+    Format.TORCH_ZIP: torchzip.verify,
+    Format.ZIP: torchzip.verify,
+    Format.NUMPY: lambda sample, deep: torchzip.verify(sample, deep) if sample.head(4) == b"PK\x03\x04" else npy.read(sample),
+    Format.TORCH_LEGACY: pickle.verify_legacy,
+    Format.TORCH_TAR: pickle.verify_tar,
+    Format.PICKLE: pickle.verify_pickle,
+    Format.SEVEN_ZIP: lambda sample, deep: FileReport(
+        Format.SEVEN_ZIP.value,
+        (FileIssue(Problem.NOT_A_CHECKPOINT, "a 7z archive: what it holds cannot be checked; extract it and verify the files"),),
+    ),
+}
+"""Readers that read a whole file (``verify``); the others' header read already reads all they check."""
 
 _TORCH = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE})
 _BY_SUFFIX: dict[str, frozenset[Format]] = dict((
@@ -53,6 +81,10 @@ _BY_SUFFIX: dict[str, frozenset[Format]] = dict((
     (".pth", _TORCH),
     (".ckpt", _TORCH),
     (".tar", _TORCH),
+    (".pkl", _TORCH),  # accelerate torch.save()s its random_states_N.pkl
+    (".pickle", _TORCH),
+    (".npy", frozenset({Format.NUMPY})),
+    (".npz", frozenset({Format.NUMPY, Format.ZIP})),
 ))
 """What content each checkpoint file suffix admits; ``.pth.tar`` falls under ``.tar``."""
 
@@ -81,6 +113,22 @@ def expected_formats(name: str) -> frozenset[Format] | None:
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
     """Judge a file from its header and trailer, and its content against its name."""
+    return _judge(sample, name, _READERS.get)
+
+
+def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
+    """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads."""
+
+    def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
+        verifier = _VERIFIERS.get(kind)
+        if verifier is None:
+            return _READERS.get(kind)
+        return lambda sample: verifier(sample, deep)
+
+    return _judge(sample, name, reader)
+
+
+def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
     kind = sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
@@ -89,7 +137,7 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
         return named(sample)
     if kind in NOT_CHECKPOINTS:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
-    reader = _READERS.get(kind)
+    reader = reader_for(kind)
     report = reader(sample) if reader else FileReport(kind.value)
     expected = expected_formats(name)
     if expected is not None and Format(report.format) not in expected:
@@ -98,7 +146,7 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
             Problem.NOT_A_CHECKPOINT,
             f"holds {report.format} data, not the {wanted} its name promises",
         )
-        return FileReport(report.format, (issue, *report.issues), report.facts)
+        return dataclasses.replace(report, issues=(issue, *report.issues))
     return report
 
 
@@ -118,19 +166,34 @@ def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | N
 
 def probe(entry: Entry) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why."""
+    report = _read_file(entry, read_header)
+    if report.issues:
+        return report
+    # clean reports of one run are alike: share one object (and its cached problem set)
+    return _CLEAN.setdefault((report.format, report.facts), report)
+
+
+def verify(entry: Entry, deep: int = 0) -> FileReport:
+    """Read one file whole and judge it; safetensors files the library itself confirms."""
+    report = _read_file(entry, functools.partial(verify_sample, deep=deep))
+    if report.format == Format.SAFETENSORS.value and not report.issues:
+        refusal = safetensors.confirm(entry.os_path)
+        if refusal:
+            issue = FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}")
+            return dataclasses.replace(report, issues=(issue,))
+    return report
+
+
+def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport]) -> FileReport:
     try:
         with FileSample.open(entry.os_path, entry.size) as sample:
-            report = read_header(sample, entry.name)
+            return judge(sample, entry.name)
     except FileNotFoundError:
         return _unreadable("it vanished while being scanned")
     except IsADirectoryError:
         return _unreadable("it is a folder, not a file")
     except OSError as error:
         return _unreadable(error.strerror or str(error))
-    if report.issues:
-        return report
-    # clean reports of one run are alike: share one object (and its cached problem set)
-    return _CLEAN.setdefault((report.format, report.facts), report)
 
 
 _CLEAN: dict[tuple[str, tuple[tuple[str, str], ...]], FileReport] = {}

@@ -7,6 +7,7 @@ metadata, a safetensors header), exactly that header. Tests and fuzzers hand the
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 
@@ -34,6 +35,12 @@ class Sample:
 
     def range(self, offset: int, n: int) -> bytes:
         raise NotImplementedError
+
+    def readinto(self, offset: int, buffer: memoryview) -> int:
+        """Fill ``buffer`` from ``offset`` without allocating; returns the bytes read."""
+        data = self.range(offset, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
     def chunks(self) -> Iterator[bytes]:
         """The whole file, streamed: only for formats that cannot be checked otherwise."""
@@ -102,6 +109,9 @@ class FileSample(Sample):
             return self._tail[offset - self._tail_start : end - self._tail_start]
         return os.pread(self._fd, end - offset, offset) if end > offset else b""
 
+    def readinto(self, offset: int, buffer: memoryview) -> int:
+        return os.preadv(self._fd, [buffer], offset)
+
 
 class EdgeSample(Sample):
     """Only the two ends of a longer stream (a decompressed payload), and its length."""
@@ -119,3 +129,31 @@ class EdgeSample(Sample):
         if offset >= tail_start:
             return self._tail[offset - tail_start : end - tail_start]
         raise ValueError("the middle of a stream is not kept")
+
+
+class SampleReader(io.RawIOBase):
+    """A sample as a read-only file object, for parsers that want one (``tarfile``)."""
+
+    def __init__(self, sample: Sample) -> None:
+        self._sample = sample
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        got = self._sample.readinto(self._position, view[: max(0, min(len(view), self._sample.size - self._position))])
+        self._position += got
+        return got
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._sample.size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import re
 import struct
 from collections.abc import Mapping
@@ -17,7 +18,9 @@ from typing import Any
 
 import cbor2
 
-from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep
+from ckptdoctor.readers._dtypes import FLOATS, burn_dtype
 from ckptdoctor.readers._sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
 
@@ -183,3 +186,75 @@ def optimizer_kind(tensor_names: list[str]) -> str:
 
 def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.BURNPACK.value, (FileIssue(problem, detail),))
+
+
+def verify(sample: Sample, deep: int = 0) -> FileReport:
+    """Every descriptor checked against burn's writer (reference §11.4) and the tensors listed."""
+    header = read(sample)
+    if header.problems & {Problem.MALFORMED, Problem.NOT_A_CHECKPOINT} or sample.size < HEADER.size:
+        return header
+    metadata_size = HEADER.unpack(sample.head(HEADER.size))[2]
+    metadata_end = HEADER.size + metadata_size
+    descriptors = cbor2.loads(sample.range(HEADER.size, metadata_size))["tensors"]
+    aligned = header.fact("aligned") != "no"
+    data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT if aligned else metadata_end
+    issues = list(header.issues)
+    listed: list[Tensor] = []
+    regions: list[_deep.Region] = []
+    extents: list[tuple[int, int, str]] = []
+    missing_ids: list[str] = []
+    for name, descriptor in descriptors.items():
+        start, end = descriptor["data_offsets"]
+        shape = descriptor.get("shape")
+        dtype = burn_dtype(descriptor.get("dtype"))
+        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} has no valid shape"))
+            continue
+        param = descriptor.get("param_id")
+        if param is None:
+            missing_ids.append(str(name))
+        count = 1
+        for dim in shape:
+            count *= dim
+        if dtype is None:  # quantized: packed values and scales, no length to check against
+            listed.append(Tensor(str(name), _dtype_name(descriptor.get("dtype")), tuple(shape), end - start, param=_param(param)))
+            continue
+        if end - start != count * dtype[1]:
+            issues.append(FileIssue(
+                Problem.MALFORMED,
+                f"tensor {name} spans {end - start} bytes but its {dtype[0]} shape {list(shape)} needs {count * dtype[1]}",
+            ))
+        if aligned and start % ALIGNMENT:
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} starts at {start}, off burn's {ALIGNMENT}-byte alignment"))
+        extents.append((start, end, str(name)))
+        listed.append(Tensor(str(name), dtype[0], tuple(shape), end - start, param=_param(param)))
+        if dtype[0] in FLOATS:
+            regions.append(_deep.Region(data_start + start, end - start, dtype[0]))
+    extents.sort()
+    for (_, previous_end, previous), (start, _, name) in itertools.pairwise(extents):
+        if start < previous_end:
+            issues.append(FileIssue(Problem.MALFORMED, f"tensors {previous} and {name} overlap"))
+            break
+    if missing_ids and header.fact("record") in ("model", "optimizer"):
+        issues.append(FileIssue(
+            Problem.MALFORMED,
+            f"{len(missing_ids)} tensors carry no param_id ({', '.join(missing_ids[:3])}): burn cannot match "
+            "optimizer state to them (Optimizer record tensors should carry a parameter id.)",
+        ))
+    padding = sample.range(metadata_end, data_start - metadata_end)
+    if padding.strip(b"\0"):
+        issues.append(FileIssue(Problem.MALFORMED, "the padding between metadata and data is not zero"))
+    if deep and regions and not header.issues:
+        issues += _deep.nonfinite_issues(sample, regions, deep)
+    total = sum(t.nbytes for t in listed)
+    return FileReport(Format.BURNPACK.value, tuple(issues), header.facts, tuple(listed), (), total)
+
+
+def _param(value: object) -> str | None:
+    return str(value) if isinstance(value, int) else None
+
+
+def _dtype_name(value: object) -> str:
+    if isinstance(value, Mapping) and value:
+        return str(next(iter(value))).lower()
+    return str(value).lower()

@@ -7,9 +7,15 @@ loadable by some torch versions but are obsolete (CKD210).
 
 from __future__ import annotations
 
-from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import HEAD, TAIL, Sample
-from ckptdoctor.readers.sniff import Format
+import struct
+
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep
+from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
+from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._sample import HEAD, TAIL, Sample, SampleReader
+from ckptdoctor.readers._unpickler import TORCH_OPCODES, Walk, tensors, walk
+from ckptdoctor.readers.sniff import TORCH_LEGACY_MAGIC, Format
 
 STOP = b"."
 
@@ -63,3 +69,127 @@ def read_preview(sample: Sample) -> FileReport:
         "a torch preview-release archive (PYTORCH1); torch refuses it as an unsupported archive format",
     )
     return FileReport(Format.TORCH_PREVIEW.value, (issue,))
+
+
+MAX_PICKLE = 256 * 1024 * 1024
+"""Pickles are read whole up to this size (a legacy torch file's pickles hold no tensor data)."""
+_FIRST_READ = 4 * 1024 * 1024
+MAX_PICKLES = 16
+"""A file of more back-to-back pickles than this is not walked further (and says so)."""
+_LEGACY_PROTOCOL = bytes.fromhex("80024de9032e")
+_ELEMENT = struct.Struct("<Q")
+
+
+def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
+    """A bare pickle (``random_states_0.pkl``, ``training_args.bin``): every pickle in it, walked."""
+    issues: list[FileIssue] = []
+    position = 0
+    keys: tuple[str, ...] = ()
+    for number in range(MAX_PICKLES):
+        walked = _walk_growing(sample, position, None)
+        if number and walked.error and not walked.globals:
+            issues.append(FileIssue(Problem.MALFORMED, f"{sample.size - position} bytes after the pickle's STOP opcode"))
+            break
+        issues += judge(walked, "the pickle" if number == 0 else f"pickle {number + 1} (from byte {position})")
+        if number == 0 and isinstance(walked.root, dict):
+            keys = _keys(walked.root)
+        if walked.error:
+            break
+        position = walked.end
+        if position >= sample.size:
+            break
+    else:
+        issues.append(FileIssue(Problem.MALFORMED, f"more than {MAX_PICKLES} pickles back to back: the rest was not checked"))
+    return FileReport(Format.PICKLE.value, tuple(issues), (), (), keys)
+
+
+def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
+    """torch's pre-zip format: five pickles (magic, protocol, sys_info, the object, storage keys)
+    and then each storage as a u64 element count and its raw bytes (integrity reference §5.1)."""
+    legacy = read_legacy(sample).issues
+    if sample.range(len(TORCH_LEGACY_MAGIC), len(_LEGACY_PROTOCOL)) != _LEGACY_PROTOCOL:
+        issue = FileIssue(Problem.UNSAFE_PICKLE, "its second pickle is not torch's literal protocol number: a crafted file")
+        return FileReport(Format.TORCH_LEGACY.value, (*legacy, issue))
+    issues = list(legacy)
+    position = len(TORCH_LEGACY_MAGIC) + len(_LEGACY_PROTOCOL)
+    walks = []
+    for what in ("sys_info", "the object", "the storage list"):
+        walked = _walk_growing(sample, position, TORCH_OPCODES)
+        issues += judge(walked, f"{what} pickle")
+        if walked.error:
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues))
+        walks.append(walked)
+        position = walked.end
+    found = list(tensors(walks[1].root))
+    storages = {ref.storage.key: ref.storage for _, ref in found if ref.storage is not None}
+    keys = walks[2].root if isinstance(walks[2].root, list) else []
+    listed = tuple(
+        Tensor(name, ref.dtype, ref.size, _numel(ref.size) * TORCH_SIZES.get(ref.dtype, 1), ref.storage.location if ref.storage else "meta")
+        for name, ref in found
+    )
+    regions: list[_deep.Region] = []
+    tensor_bytes = 0
+    for key in keys:
+        storage = storages.get(str(key))
+        header = sample.range(position, _ELEMENT.size)
+        if storage is None or storage.dtype is None or len(header) < _ELEMENT.size:
+            why = "ends before" if len(header) < _ELEMENT.size else "cannot size"
+            problem = Problem.TRUNCATED if len(header) < _ELEMENT.size else Problem.MALFORMED
+            issues.append(FileIssue(problem, f"the file {why} storage {key}"))
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root))
+        (count,) = _ELEMENT.unpack(header)
+        nbytes = count * TORCH_SIZES.get(storage.dtype, 1)
+        if storage.dtype in FLOATS:
+            regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype))
+        position += _ELEMENT.size + nbytes
+        tensor_bytes += nbytes
+    if sample.size < position:
+        issues.append(FileIssue(Problem.TRUNCATED, f"{sample.size} bytes, but its storages need {position}: the save was cut short"))
+    elif sample.size > position:
+        issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - position} bytes after its last storage"))
+    elif deep and regions:
+        issues += _deep.nonfinite_issues(sample, regions, deep)
+    return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root), tensor_bytes)
+
+
+def verify_tar(sample: Sample, deep: int = 0) -> FileReport:
+    """torch's oldest format: a tar whose ``pickle`` member holds the object (walked, not loaded)."""
+    import tarfile
+
+    issues = list(read_tar(sample).issues)
+    try:
+        with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
+            member = next((m for m in archive.getmembers() if m.name == "pickle"), None)
+            if member is None or not member.isfile():
+                issues.append(FileIssue(Problem.MALFORMED, "the tar has no 'pickle' member"))
+            elif member.size > MAX_PICKLE:
+                issues.append(FileIssue(Problem.MALFORMED, "its pickle member is too large to analyse"))
+            else:
+                data = archive.extractfile(member)
+                issues += judge(walk(data.read() if data else b""), "its pickle member")
+    except (tarfile.TarError, OSError, EOFError) as error:
+        issues.append(FileIssue(Problem.MALFORMED, f"the tar cannot be read ({error})"))
+    return FileReport(Format.TORCH_TAR.value, tuple(issues))
+
+
+def _walk_growing(sample: Sample, start: int, opcodes: frozenset[str] | None) -> Walk:
+    """Walk the pickle at ``start``, reading more of the file only while the pickle needs it."""
+    length = _FIRST_READ
+    while True:
+        available = min(length, sample.size - start, MAX_PICKLE)
+        walked = walk(sample.range(start, available), 0, opcodes)
+        if walked.error is None or available >= min(sample.size - start, MAX_PICKLE):
+            walked.end += start
+            return walked
+        length *= 8
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _keys(root: object) -> tuple[str, ...]:
+    return tuple(str(key) for key in root) if isinstance(root, dict) else ()

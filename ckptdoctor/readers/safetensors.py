@@ -10,7 +10,9 @@ import json
 import struct
 from typing import Any
 
-from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep
+from ckptdoctor.readers._dtypes import FLOATS, SAFETENSORS_BITS
 from ckptdoctor.readers._sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import SAFETENSORS_MAX_HEADER, Format
 
@@ -77,3 +79,69 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.SAFETENSORS.value, (FileIssue(problem, detail),))
+
+
+def verify(sample: Sample, deep: int = 0) -> FileReport:
+    """The header checked more strictly than the library does (reference §9), tensors listed."""
+    report = read(sample)
+    if report.problems & {Problem.MALFORMED, Problem.NOT_A_CHECKPOINT} or sample.size < LENGTH.size:
+        return report
+    (length,) = LENGTH.unpack(sample.head(LENGTH.size))
+    if sample.size < LENGTH.size + length:
+        return report
+    header = json.loads(sample.range(LENGTH.size, length))
+    issues = list(report.issues)
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+    ):
+        issues.append(FileIssue(Problem.MALFORMED, "__metadata__ is not a map of strings (InvalidHeaderDeserialization)"))
+    listed: list[Tensor] = []
+    regions: list[_deep.Region] = []
+    extents: list[tuple[int, int, str]] = []
+    data_start = LENGTH.size + length
+    for name, info in header.items():
+        dtype = SAFETENSORS_BITS.get(str(info.get("dtype"))) if isinstance(info, dict) else None
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if dtype is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name!r} has an unknown dtype or an invalid shape"))
+            continue
+        start, end = info["data_offsets"]
+        count = 1
+        for dim in shape:
+            count *= dim
+        bits = count * dtype[1]
+        if bits % 8 or end - start != bits // 8:
+            issues.append(FileIssue(
+                Problem.MALFORMED,
+                f"tensor {name!r} spans {end - start} bytes but its {info['dtype']} shape {shape} needs "
+                f"{bits / 8:g} (TensorInvalidInfo)",
+            ))
+        extents.append((start, end, name))
+        listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
+        if dtype[0] in FLOATS:
+            regions.append(_deep.Region(data_start + start, end - start, dtype[0]))
+    extents.sort()
+    position = 0
+    for start, end, name in extents:
+        if start != position:
+            what = "overlaps the tensor before it" if start < position else f"leaves a gap of {start - position} bytes before it"
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name!r} {what} (InvalidOffset)"))
+            break
+        position = end
+    if deep and regions and not issues:
+        issues += _deep.nonfinite_issues(sample, regions, deep)
+    total = sum(t.nbytes for t in listed)
+    return FileReport(Format.SAFETENSORS.value, tuple(issues), report.facts, tuple(listed), (), total)
+
+
+def confirm(os_path: str) -> str | None:
+    """What the safetensors library itself says about a file our own parse accepted (no torch)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(os_path, framework="numpy") as opened:
+            opened.keys()
+    except (SafetensorError, OSError, ValueError) as error:
+        return str(error)
+    return None

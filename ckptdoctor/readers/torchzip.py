@@ -1,17 +1,29 @@
-"""torch's zip archives (``torch.save`` since 1.6), judged from the archive's tail.
+"""torch's zip archives (``torch.save`` since 1.6), and zips that only look like them.
 
-torch writes member data, the central directory, a ZIP64 end record and locator (always, even
-for tiny files) and the classic end record, with no comment (integrity reference §3.2). Any
-truncation removes the end record: torch then fails with ``failed finding central directory``.
+``read`` judges an archive from its tail: torch writes member data, the central directory, a
+ZIP64 end record and locator (always, even for tiny files) and the classic end record, with no
+comment (integrity reference §3.2). Any truncation removes the end record: torch then fails
+with ``failed finding central directory``.
+
+``verify`` reads the central directory and every local header itself (never through
+``zipfile``, which skips or refuses what torch still loads), walks every pickle with torch's
+own opcode set, checks each storage against its ``data/<key>`` member, and lists the tensors.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
+from collections import Counter
+from typing import NamedTuple
 
-from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep, npy
+from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
+from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import TAIL, Sample
-from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers._unpickler import TORCH_OPCODES, TensorRef, tensors, walk
+from ckptdoctor.readers.sniff import Format, sniff_payload
 
 END = struct.Struct("<4sHHHHIIH")
 END_SIGNATURE = b"PK\x05\x06"
@@ -19,15 +31,58 @@ ZIP64_LOCATOR = struct.Struct("<4sIQI")
 ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
 ZIP64_END = struct.Struct("<4sQHHIIQQQQ")
 ZIP64_END_SIGNATURE = b"PK\x06\x06"
+CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")
 CENTRAL_SIGNATURE = b"PK\x01\x02"
+LOCAL = struct.Struct("<4sHHHHHIIIHH")
+LOCAL_SIGNATURE = b"PK\x03\x04"
+ZIP64_EXTRA = 0x0001
+TORCH_FLAGS = 0x0808
+"""Sizes in a data descriptor (bit 3) and UTF-8 names (bit 11): all torch ever sets."""
+MAX_PICKLE = 256 * 1024 * 1024
+"""A pickle member longer than this is not read (``data.pkl`` of 20,000 tensors is 2 MB)."""
+MAX_DIRECTORY = 256 * 1024 * 1024
+
+
+class Directory(NamedTuple):
+    """Where the central directory is, from the end records."""
+
+    entries: int
+    offset: int
+    size: int
+    end: int
+    """Offset just past the classic end record and its comment."""
+
+
+class Member(NamedTuple):
+    name: str
+    flags: int
+    method: int
+    crc: int
+    compressed: int
+    size: int
+    header: int
+    data: int
+    """Offset of the member's bytes, from its local header (-1 when that header is bad)."""
 
 
 def read(sample: Sample) -> FileReport:
+    located = locate(sample)
+    if isinstance(located, FileIssue):
+        return FileReport(Format.TORCH_ZIP.value, (located,))
+    facts = (("members", str(located.entries)),)
+    if located.end < sample.size:
+        issue = FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record")
+        return FileReport(Format.TORCH_ZIP.value, (issue,), facts)
+    return FileReport(Format.TORCH_ZIP.value, (), facts)
+
+
+def locate(sample: Sample) -> Directory | FileIssue:
+    """The central directory's place, or what about the end records is wrong."""
     tail = sample.tail(TAIL)
     tail_start = sample.size - len(tail)
     position = _find_end(tail)
     if position is None:
-        return _report(
+        return FileIssue(
             Problem.TRUNCATED,
             "no end-of-central-directory record at its end: the archive was cut short "
             "(torch: failed finding central directory)",
@@ -35,33 +90,25 @@ def read(sample: Sample) -> FileReport:
     fields = END.unpack_from(tail, position)
     entries, cd_size, cd_offset, comment_length = fields[4], fields[5], fields[6], fields[7]
     end_at = tail_start + position
-    record_end = end_at + END.size + comment_length
     cd_limit = end_at
     locator_at = end_at - ZIP64_LOCATOR.size
     if locator_at >= 0 and sample.range(locator_at, 4) == ZIP64_LOCATOR_SIGNATURE:
         zip64_at = ZIP64_LOCATOR.unpack(sample.range(locator_at, ZIP64_LOCATOR.size))[2]
         record = sample.range(zip64_at, ZIP64_END.size)
         if len(record) < ZIP64_END.size or not record.startswith(ZIP64_END_SIGNATURE):
-            return _report(Problem.MALFORMED, "its ZIP64 end record is missing or damaged")
+            return FileIssue(Problem.MALFORMED, "its ZIP64 end record is missing or damaged")
         zip64 = ZIP64_END.unpack(record)
         entries, cd_size, cd_offset = zip64[7], zip64[8], zip64[9]
         cd_limit = zip64_at
     if cd_offset + cd_size != cd_limit:
-        return _report(
+        return FileIssue(
             Problem.MALFORMED,
             f"its central directory (at {cd_offset}, {cd_size} bytes) does not end where the "
             f"end record is ({cd_limit}): the archive was altered or spliced",
         )
     if entries and sample.range(cd_offset, 4) != CENTRAL_SIGNATURE:
-        return _report(Problem.MALFORMED, "its central directory does not start where the end record says")
-    facts = (("members", str(entries)),)
-    if record_end < sample.size:
-        issue = FileIssue(
-            Problem.TRAILING_BYTES,
-            f"{sample.size - record_end} bytes after the archive's end record",
-        )
-        return FileReport(Format.TORCH_ZIP.value, (issue,), facts)
-    return FileReport(Format.TORCH_ZIP.value, (), facts)
+        return FileIssue(Problem.MALFORMED, "its central directory does not start where the end record says")
+    return Directory(entries, cd_offset, cd_size, end_at + END.size + comment_length)
 
 
 def _find_end(tail: bytes) -> int | None:
@@ -74,6 +121,275 @@ def _find_end(tail: bytes) -> int | None:
                 return position
         position = tail.rfind(END_SIGNATURE, 0, position)
     return None
+
+
+def verify(sample: Sample, deep: int = 0) -> FileReport:
+    """Everything about the archive; ``deep`` > 0 also reads every byte with that many threads."""
+    located = locate(sample)
+    if isinstance(located, FileIssue):
+        return FileReport(Format.TORCH_ZIP.value, (located, *_salvage(sample)))
+    if located.size > MAX_DIRECTORY:
+        return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
+    members, issues = _members(sample, located)
+    if located.end < sample.size:
+        issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record"))
+    prefix = members[0].name.partition("/")[0] if members and "/" in members[0].name else None
+    by_name = {member.name: member for member in members}
+    pickle_member = by_name.get(f"{prefix}/data.pkl") if prefix else None
+    if pickle_member is None:
+        return _other_zip(sample, members, issues, deep)
+    issues += _torch_anomalies(members, prefix or "")
+    data = _member_bytes(sample, pickle_member)
+    if isinstance(data, FileIssue):
+        return FileReport(Format.TORCH_ZIP.value, (*issues, data))
+    walked = walk(data, opcodes=TORCH_OPCODES)
+    issues += judge(walked, "data.pkl")
+    for member in members:
+        if member.name.endswith(".pkl") and member is not pickle_member:
+            extra = _member_bytes(sample, member)
+            if isinstance(extra, FileIssue):
+                issues.append(extra)
+            else:
+                issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2])
+    found = list(tensors(walked.root))
+    listed, storage_issues, regions, tensor_bytes = _storages(found, by_name, prefix or "")
+    issues += storage_issues
+    if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
+        issues += _deep_issues(sample, members, regions, deep)
+    keys = tuple(str(key) for key in walked.root) if isinstance(walked.root, dict) else ()
+    return FileReport(Format.TORCH_ZIP.value, tuple(issues), (("members", str(len(members))),), listed, keys, tensor_bytes)
+
+
+def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[FileIssue]]:
+    blob = sample.range(directory.offset, directory.size)
+    members: list[Member] = []
+    issues: list[FileIssue] = []
+    position = 0
+    while position + CENTRAL.size <= len(blob) and len(members) < directory.entries:
+        fields = CENTRAL.unpack_from(blob, position)
+        if fields[0] != CENTRAL_SIGNATURE:
+            issues.append(FileIssue(Problem.MALFORMED, f"central directory entry {len(members)} is damaged"))
+            break
+        flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
+        name_length, extra_length, comment_length, header = fields[10], fields[11], fields[12], fields[16]
+        start = position + CENTRAL.size
+        raw_name = blob[start : start + name_length]
+        extra = blob[start + name_length : start + name_length + extra_length]
+        size, compressed, header = _zip64(extra, size, compressed, header)
+        name = raw_name.decode("utf-8", "replace")
+        data, local_issue = _local(sample, header, raw_name, name)
+        if local_issue:
+            issues.append(local_issue)
+        members.append(Member(name, flags, method, crc, compressed, size, header, data))
+        position = start + name_length + extra_length + comment_length
+    if len(members) < directory.entries:
+        issues.append(FileIssue(Problem.MALFORMED, f"the central directory lists {len(members)} of {directory.entries} members"))
+    for member in members:
+        if member.data >= 0 and member.data + member.compressed > directory.offset:
+            issues.append(FileIssue(Problem.MALFORMED, f"member {member.name} runs into the central directory"))
+    return members, issues
+
+
+def _zip64(extra: bytes, size: int, compressed: int, header: int) -> tuple[int, int, int]:
+    position = 0
+    while position + 4 <= len(extra):
+        kind, length = struct.unpack_from("<HH", extra, position)
+        if kind == ZIP64_EXTRA:
+            values = list(struct.unpack_from(f"<{min(length, 24) // 8}Q", extra, position + 4))
+            if size == 0xFFFFFFFF and values:
+                size = values.pop(0)
+            if compressed == 0xFFFFFFFF and values:
+                compressed = values.pop(0)
+            if header == 0xFFFFFFFF and values:
+                header = values.pop(0)
+        position += 4 + length
+    return size, compressed, header
+
+
+def _local(sample: Sample, header: int, raw_name: bytes, name: str) -> tuple[int, FileIssue | None]:
+    fields = sample.range(header, LOCAL.size)
+    if len(fields) < LOCAL.size or not fields.startswith(LOCAL_SIGNATURE):
+        return -1, FileIssue(Problem.MALFORMED, f"member {name} has no local header where the directory says")
+    name_length, extra_length = LOCAL.unpack(fields)[9:11]
+    local_name = sample.range(header + LOCAL.size, name_length)
+    data = header + LOCAL.size + name_length + extra_length
+    if local_name != raw_name:
+        shown = local_name.decode("utf-8", "replace")
+        return data, FileIssue(
+            Problem.ZIP_ANOMALY,
+            f"member {name} is called {shown} in its local header: scanners that read one name and loaders "
+            "that read the other see different files",
+        )
+    return data, None
+
+
+def _torch_anomalies(members: list[Member], prefix: str) -> list[FileIssue]:
+    issues: list[FileIssue] = []
+    duplicates = [name for name, count in Counter(m.name for m in members).items() if count > 1]
+    if duplicates:
+        issues.append(FileIssue(Problem.ZIP_ANOMALY, f"members stored twice ({', '.join(duplicates[:3])}): loaders take the last copy, scanners often the first"))
+    for member in members:
+        anomaly = _flag_anomaly(member) or (
+            f"member {member.name} is compressed (method {member.method}); torch never compresses, and "
+            "torch.load(mmap=True) fails on it"
+            if member.method != 0
+            else None
+        )
+        if anomaly:
+            issues.append(FileIssue(Problem.ZIP_ANOMALY, anomaly))
+    outside = [m.name for m in members if not m.name.startswith(f"{prefix}/")]
+    if outside:
+        issues.append(FileIssue(
+            Problem.ZIP_ANOMALY,
+            f"members outside the archive's {prefix}/ folder ({', '.join(outside[:3])}): torch refuses them "
+            "(file in archive is not in a subdirectory)",
+        ))
+    return issues
+
+
+def _flag_anomaly(member: Member) -> str | None:
+    odd = member.flags & ~TORCH_FLAGS
+    if not odd:
+        return None
+    what = "marked encrypted" if odd & 0x1 else f"flag bits {odd:#x} set"
+    return f"member {member.name} is {what}: torch ignores these bits, while zip libraries and scanners refuse the member"
+
+
+def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
+    if member.data < 0:
+        return FileIssue(Problem.MALFORMED, f"member {member.name} cannot be located")
+    if member.size > MAX_PICKLE or member.compressed > MAX_PICKLE:
+        return FileIssue(Problem.MALFORMED, f"member {member.name} is {member.size} bytes: too large to analyse")
+    raw = sample.range(member.data, member.compressed)
+    if len(raw) < member.compressed:
+        return FileIssue(Problem.TRUNCATED, f"member {member.name} is cut short")
+    if member.method == 0:
+        return raw
+    if member.method == 8:
+        try:
+            return zlib.decompressobj(-15).decompress(raw, MAX_PICKLE)
+        except zlib.error as error:
+            return FileIssue(Problem.MALFORMED, f"member {member.name} does not inflate ({error})")
+    return FileIssue(Problem.MALFORMED, f"member {member.name} uses compression method {member.method}, which cannot be checked")
+
+
+def _storages(
+    found: list[tuple[str, TensorRef]], by_name: dict[str, Member], prefix: str
+) -> tuple[tuple[Tensor, ...], list[FileIssue], list[_deep.Region], int]:
+    """Tensors as listed, what is wrong with their storages, and the float storages to scan."""
+    listed: list[Tensor] = []
+    issues: list[FileIssue] = []
+    regions: dict[str, _deep.Region] = {}
+    checked: dict[str, int] = {}
+    for name, ref in found:
+        element = TORCH_SIZES.get(ref.dtype, 1)
+        count = 1
+        for dim in ref.size:
+            count *= dim
+        storage = ref.storage
+        listed.append(Tensor(name, ref.dtype, ref.size, count * element, storage.location if storage else "meta"))
+        if storage is None:
+            continue
+        member = by_name.get(f"{prefix}/data/{storage.key}")
+        storage_bytes = storage.numel * (TORCH_SIZES.get(storage.dtype, 1) if storage.dtype else 1)
+        if member is None:
+            if storage.key not in checked:
+                issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} needs member data/{storage.key}, which is missing (torch: failed locating file data/{storage.key})"))
+            checked[storage.key] = storage_bytes
+            continue
+        if storage.key not in checked:
+            checked[storage.key] = storage_bytes
+            if member.size != storage_bytes:
+                issues.append(FileIssue(
+                    Problem.MALFORMED,
+                    f"member data/{storage.key} holds {member.size} bytes but tensor {name} needs {storage_bytes} "
+                    "(torch: record size does not match expected size)",
+                ))
+            elif ref.dtype in FLOATS and member.method == 0 and member.data >= 0:
+                regions[storage.key] = _deep.Region(member.data, member.size, ref.dtype)
+        extent = _extent(ref) * element
+        if extent > storage_bytes:
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} reaches byte {extent} of a {storage_bytes}-byte storage"))
+    return tuple(listed), issues, list(regions.values()), sum(checked.values())
+
+
+def _extent(ref: TensorRef) -> int:
+    if any(dim == 0 for dim in ref.size):
+        return 0
+    return ref.offset + sum((dim - 1) * stride for dim, stride in zip(ref.size, ref.stride, strict=False)) + 1
+
+
+def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int) -> list[FileIssue]:
+    stored = [m for m in members if m.method == 0 and m.data >= 0]
+    recorded = any(m.crc for m in stored if m.size)
+    by_offset = {region.offset: region for region in floats}
+    regions = [
+        _deep.Region(m.data, m.size, by_offset[m.data].dtype if m.data in by_offset else None, crc=recorded)
+        for m in stored
+    ]
+    try:
+        results = _deep.check(sample, regions, threads)
+    except _deep.FileChanged as changed:
+        return [FileIssue(Problem.UNREADABLE, str(changed))]
+    issues: list[FileIssue] = []
+    bad = [m.name for m, r in zip(stored, results, strict=True) if r.crc is not None and r.crc != m.crc]
+    if bad:
+        issues.append(FileIssue(
+            Problem.CRC_MISMATCH,
+            f"{len(bad)} member{'s' if len(bad) > 1 else ''} ({', '.join(bad[:3])}) do not match their recorded CRC-32: "
+            "the bytes changed after saving, and torch.load would return wrong values silently",
+        ))
+    nonfinite = [(m.name, r.nonfinite) for m, r in zip(stored, results, strict=True) if r.nonfinite]
+    if nonfinite:
+        total = sum(count for _, count in nonfinite)
+        names = ", ".join(name.partition("/")[2] for name, _ in nonfinite[:3])
+        issues.append(FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {len(nonfinite)} storages ({names})"))
+    return issues
+
+
+def _salvage(sample: Sample) -> list[FileIssue]:
+    """A cut archive still starts with ``data.pkl``: check what loading it would run."""
+    head = sample.range(0, LOCAL.size)
+    if len(head) < LOCAL.size or not head.startswith(LOCAL_SIGNATURE):
+        return []
+    name_length, extra_length = LOCAL.unpack(head)[9:11]
+    name = sample.range(LOCAL.size, name_length)
+    if not name.endswith(b"/data.pkl"):
+        return []
+    start = LOCAL.size + name_length + extra_length
+    walked = walk(sample.range(start, min(sample.size - start, MAX_PICKLE)), opcodes=TORCH_OPCODES)
+    walked.error = None  # the cut is already reported; only what it imports matters here
+    return judge(walked, "data.pkl")
+
+
+def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], deep: int) -> FileReport:
+    """A zip that is not a torch archive: NumPy's ``.npz``, or a pickle wrapped to pass for one."""
+    arrays: list[Tensor] = []
+    contents: list[str] = []
+    for member in members:
+        anomaly = _flag_anomaly(member)
+        if anomaly:
+            issues.append(FileIssue(Problem.ZIP_ANOMALY, anomaly))
+        if member.flags & 0x1 and member.method != 0:
+            issues.append(FileIssue(Problem.ZIP_ANOMALY, f"member {member.name} is encrypted: it cannot be checked"))
+            continue
+        data = _member_bytes(sample, member)
+        if isinstance(data, FileIssue):
+            issues.append(data)
+            continue
+        kind = sniff_payload(data[:64]) if data else Format.EMPTY
+        if kind is Format.NUMPY or member.name.endswith(".npy"):
+            report = npy.read_array(data, member.name.removesuffix(".npy"))
+            arrays += report.tensors or ()
+            issues += report.issues
+            contents.append("numpy")
+        elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
+            issues += judge(walk(data), member.name)
+            contents.append("pickle")
+    if not contents or "pickle" in contents:
+        issues.insert(0, FileIssue(Problem.NOT_A_CHECKPOINT, "a zip archive, not a torch checkpoint: it has no <folder>/data.pkl"))
+    fmt = Format.NUMPY.value if contents and set(contents) == {"numpy"} else Format.ZIP.value
+    return FileReport(fmt, tuple(issues), (), tuple(arrays), (), sum(t.nbytes for t in arrays))
 
 
 def _report(problem: Problem, detail: str) -> FileReport:

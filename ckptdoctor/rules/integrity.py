@@ -14,6 +14,8 @@ from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity
 from ckptdoctor.rules._context import RunContext, make_finding
 from ckptdoctor.rules._rule import Rule
 from ckptdoctor.rules.completeness import STALE_POINTER
+from ckptdoctor.rules.consistency import NONFINITE_VALUES
+from ckptdoctor.rules.safety import NON_WEIGHTS_OBJECT, UNSAFE_PICKLE, ZIP_ANOMALY
 from ckptdoctor.units import size
 
 EMPTY_FILE = Rule(
@@ -397,7 +399,13 @@ _BY_PROBLEM = {
     Problem.NOT_A_CHECKPOINT: NOT_A_CHECKPOINT,
     Problem.MALFORMED: MALFORMED,
     Problem.UNREADABLE: UNREADABLE,
+    Problem.CRC_MISMATCH: CRC_MISMATCH,
+    Problem.NONFINITE: NONFINITE_VALUES,
+    Problem.UNSAFE_PICKLE: UNSAFE_PICKLE,
+    Problem.NON_WEIGHTS: NON_WEIGHTS_OBJECT,
+    Problem.ZIP_ANOMALY: ZIP_ANOMALY,
 }
+"""Every problem a reader can find in one file, and the rule (of whichever family) that reports it."""
 
 _EXPECTED_OPTIMIZER_RATIO = {
     "adam": 2.0,
@@ -418,8 +426,10 @@ _OPTIMIZER_ONLY = (Role.OPTIMIZER,)
 
 
 def file_problems(ctx: RunContext) -> Iterator[Finding]:
-    """CKD201, 202, 203, 204, 205, 207, 211 and CKD113's dangling symlinks, file by file."""
-    files: list[tuple[int | None, CheckpointFile]] = [*ctx.files, *((None, f) for f in ctx.run.loose_files)]
+    """Each problem a reader found in a file (CKD2xx, and from ``verify`` CKD304 and CKD4xx), and
+    CKD113's dangling symlinks and CKD202's staging leftovers, file by file."""
+    outside = (*ctx.run.loose_files, *ctx.run.extra_files)
+    files: list[tuple[int | None, CheckpointFile]] = [*ctx.files, *((None, f) for f in outside)]
     for index, file in files:
         if not file.report.issues and Role.TEMP not in file.roles:
             continue

@@ -1,0 +1,135 @@
+"""``ckptdoctor verify``: read every file whole, statically, and say what is wrong, unsafe or inconsistent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from ckptdoctor.cli._output import (
+    AllFlag,
+    ExitZeroFlag,
+    FailOn,
+    FailOnOption,
+    FormatOption,
+    JsonFlag,
+    OutputFormat,
+    OutputOption,
+    Paths,
+    QuietFlag,
+    emit,
+    stderr_console,
+)
+
+DeepFlag = Annotated[
+    bool,
+    typer.Option("--deep", help="Read every byte: CRC-32 of every zip member, NaN and Inf in every float tensor."),
+]
+LoadFlag = Annotated[
+    bool,
+    typer.Option(
+        "--load",
+        help="Also load each file that passed with torch.load(weights_only=True, mmap=True) or safetensors "
+        "(needs the torch extra: pip install 'ckptdoctor[torch]').",
+    ),
+]
+JobsOption = Annotated[
+    int,
+    typer.Option("--jobs", "-j", min=0, help="Files read at once; 0 means one per CPU core.", show_default="0"),
+]
+
+PROGRESS_AFTER = 1.0
+"""Seconds of work after which a progress bar appears (on a terminal only)."""
+
+
+def verify(
+    paths: Paths = None,
+    deep: DeepFlag = False,
+    load: LoadFlag = False,
+    jobs: JobsOption = 0,
+    fmt: FormatOption = OutputFormat.HUMAN,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    exit_zero: ExitZeroFlag = False,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+) -> None:
+    """Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
+    and consistency between the files of a checkpoint and between checkpoints.
+
+    Nothing from a checkpoint is ever executed: pickles are parsed, never loaded.
+
+    Examples:
+
+      ckptdoctor verify runs/exp1
+
+      ckptdoctor verify --deep downloads/model.pt
+
+      ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
+    """
+    from ckptdoctor.verify import VerifyOptions
+    from ckptdoctor.verify import verify as verify_paths
+
+    if load:
+        _require_torch()
+    with _progress_bar(quiet) as progress:
+        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), progress=progress)
+    emit(
+        report,
+        fmt=fmt,
+        as_json=as_json,
+        output=output,
+        fail_on=fail_on,
+        exit_zero=exit_zero,
+        quiet=quiet,
+        show_all=show_all,
+        empty=found.empty,
+    )
+
+
+def _require_torch() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        stderr_console().print(
+            "ckptdoctor: error: --load needs torch: pip install 'ckptdoctor[torch]'", markup=False
+        )
+        raise typer.Exit(2)
+
+
+class _progress_bar:
+    """A rich progress bar on stderr, shown only on a terminal and only once the work is long."""
+
+    def __init__(self, quiet: bool) -> None:
+        console = stderr_console()
+        self._enabled = console.is_terminal and not quiet
+        self._console = console
+        self._started = time.monotonic()
+        self._bar: object = None
+        self._task: object = None
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        return self._update if self._enabled else None
+
+    def _update(self, done: int, total: int) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        if self._bar is None:
+            if time.monotonic() - self._started < PROGRESS_AFTER or done >= total:
+                return
+            bar = Progress(
+                "verifying", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=self._console, transient=True
+            )
+            bar.start()
+            self._bar, self._task = bar, bar.add_task("verify", total=total)
+        assert isinstance(self._bar, Progress)
+        self._bar.update(self._task, completed=done)  # type: ignore[arg-type]
+
+    def __exit__(self, *exc: object) -> None:
+        from rich.progress import Progress
+
+        if isinstance(self._bar, Progress):
+            self._bar.stop()

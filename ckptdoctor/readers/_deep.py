@@ -1,0 +1,154 @@
+"""``verify --deep``: every byte of a file, read once: CRC-32 of zip members, non-finite floats.
+
+Files are read with ``preadv`` into one reusable buffer per thread (never mapped: a file cut
+while mapped kills the process with SIGBUS), so memory stays flat whatever the file size.
+Big regions are split into parts that threads check at once; zlib, zlib-ng and numpy release
+the GIL, and the CRCs of the parts are combined. numpy is imported only here.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+from ckptdoctor.model import FileIssue, Problem
+from ckptdoctor.readers._sample import Sample
+
+BLOCK = 4 * 1024 * 1024
+"""Bytes read at a time by each thread."""
+PART = 64 * 1024 * 1024
+"""Regions longer than this are split so that threads share them."""
+_SLICE = 256 * 1024
+"""Bytes compared at a time by the 16-bit scans, so that their scratch stays in cache."""
+
+_crc32_combine: Callable[[int, int, int], int] | None
+try:  # zlib-ng's CRC-32 is several times faster than zlib's, and can combine parts
+    from zlib_ng.zlib_ng import crc32 as _crc32  # type: ignore[import-not-found,unused-ignore]
+    from zlib_ng.zlib_ng import crc32_combine as _crc32_combine  # type: ignore[import-not-found,unused-ignore,no-redef]
+except ImportError:  # pragma: no cover - zlib-ng ships wheels for every platform we test on
+    _crc32 = zlib.crc32
+    _crc32_combine = None
+
+
+class Region(NamedTuple):
+    """Bytes of a file to check: a zip member's (``crc``) and/or a float tensor's (``dtype``)."""
+
+    offset: int
+    length: int
+    dtype: str | None = None
+    """A float dtype to scan for NaN and Inf, or None."""
+    crc: bool = False
+
+
+class Checked(NamedTuple):
+    crc: int | None
+    nonfinite: int
+    """How many NaN or Inf values the region holds."""
+
+
+class FileChanged(Exception):
+    """The file became shorter while it was read."""
+
+
+def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Checked]:
+    """Check every region; results in the same order."""
+    parts: list[tuple[int, Region]] = []
+    for number, region in enumerate(regions):
+        step = PART if _crc32_combine is not None or not region.crc else max(region.length, 1)
+        start = 0
+        while True:
+            length = min(step, region.length - start)
+            parts.append((number, region._replace(offset=region.offset + start, length=length)))
+            start += length
+            if start >= region.length:
+                break
+    total = sum(region.length for region in regions)
+    if threads > 1 and total > PART:
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(lambda part: _check_part(sample, part[1]), parts))
+    else:
+        results = [_check_part(sample, part) for _, part in parts]
+    combined: list[Checked] = [Checked(0 if r.crc else None, 0) for r in regions]
+    for (number, part), result in zip(parts, results, strict=True):
+        before = combined[number]
+        crc = before.crc
+        if crc is not None and result.crc is not None:
+            crc = result.crc if part.offset == regions[number].offset else _combine(crc, result.crc, part.length)
+        combined[number] = Checked(crc, before.nonfinite + result.nonfinite)
+    return combined
+
+
+def _combine(first: int, second: int, second_length: int) -> int:
+    assert _crc32_combine is not None
+    return int(_crc32_combine(first, second, second_length))
+
+
+def _check_part(sample: Sample, region: Region) -> Checked:
+    buffer = memoryview(bytearray(min(BLOCK, max(region.length, 1))))
+    count = _nonfinite_counter(region.dtype) if region.dtype else None
+    crc = 0
+    nonfinite = 0
+    position, end = region.offset, region.offset + region.length
+    while position < end:
+        view = buffer[: min(len(buffer), end - position)]
+        got = sample.readinto(position, view)
+        if got <= 0:
+            raise FileChanged(f"the file ended at byte {position} while it was being read")
+        view = view[:got]
+        if region.crc:
+            crc = _crc32(view, crc)
+        if count is not None:
+            nonfinite += count(view)
+        position += got
+    return Checked(crc if region.crc else None, nonfinite)
+
+
+def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
+    import numpy as np  # only --deep pays for numpy
+
+    if dtype in ("float32", "float64"):
+        kind = np.float32 if dtype == "float32" else np.float64
+
+        def count_wide(view: memoryview) -> int:
+            values = np.frombuffer(view, kind, len(view) // kind().itemsize)
+            if not values.size:
+                return 0
+            with np.errstate(invalid="ignore"):
+                # NaN propagates through max/min and Inf is an extreme: both finite means all finite
+                if np.isfinite(values.max()) and np.isfinite(values.min()):
+                    return 0
+            return int(values.size - np.count_nonzero(np.isfinite(values)))
+
+        return count_wide
+    exponent = {"float16": 0x7C00, "bfloat16": 0x7F80}.get(dtype)
+    if exponent is None:
+        return None
+    scratch = np.empty(_SLICE // 2, np.uint16)
+
+    def count_narrow(view: memoryview) -> int:
+        # all exponent bits set means Inf or NaN: compare the magnitude bits against that
+        values = np.frombuffer(view, np.uint16, len(view) // 2)
+        found = 0
+        for start in range(0, values.size, scratch.size):
+            chunk = values[start : start + scratch.size]
+            magnitudes = scratch[: chunk.size]
+            np.bitwise_and(chunk, 0x7FFF, out=magnitudes)
+            if magnitudes.size and magnitudes.max() >= exponent:
+                found += int(np.count_nonzero(magnitudes >= exponent))
+        return found
+
+    return count_narrow
+
+
+def nonfinite_issues(sample: Sample, regions: list[Region], threads: int) -> list[FileIssue]:
+    try:
+        results = check(sample, regions, threads)
+    except FileChanged as changed:
+        return [FileIssue(Problem.UNREADABLE, str(changed))]
+    total = sum(result.nonfinite for result in results)
+    if not total:
+        return []
+    hit = sum(1 for result in results if result.nonfinite)
+    return [FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {hit} of {len(regions)} float tensors")]

@@ -1,0 +1,126 @@
+"""Whether loading a pickle would run code: an allowlist of imports, never a blocklist.
+
+Three tiers, judged on the exact ``module.name`` a pickle imports:
+
+- torch's own ``weights_only`` allowlist (what ``torch.load`` accepts by default): safe;
+- a short list of well-known harmless classes and functions of numpy, the standard library and
+  training frameworks (RNG states, argument namespaces, hyper-parameter dicts): not dangerous, but
+  ``torch.load(weights_only=True)`` refuses them (CKD402);
+- everything else, and every import whose name is computed at load time: unsafe (CKD401).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ckptdoctor.model import FileIssue, Problem
+from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
+from ckptdoctor.readers._unpickler import Walk
+
+_TENSOR_TYPES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte")
+_CUDA_STORAGES = (*_TENSOR_TYPES, "Bool", "ComplexDouble", "ComplexFloat")
+_REBUILDERS = (
+    "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
+    "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
+    "_rebuild_nested_tensor", "_rebuild_meta_tensor_no_storage", "_rebuild_wrapper_subclass",
+    "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy",
+)  # fmt: skip
+_SUB_BYTE = tuple(f"{kind}{bits}" for kind in ("int", "uint") for bits in range(1, 8))
+_QSCHEMES = (
+    "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine", "per_channel_symmetric",
+    "per_channel_affine_float_qparams",
+)  # fmt: skip
+
+TORCH_WEIGHTS_ONLY: frozenset[str] = frozenset({
+    "collections.OrderedDict", "collections.Counter", "torch.nn.parameter.Parameter",
+    "torch.serialization._get_layout", "torch.Size", "torch.Tensor", "torch.device",
+    "_codecs.encode", "builtins.bytearray", "builtins.set", "builtins.complex",
+    "torch.storage.TypedStorage", "torch.storage.UntypedStorage", "torch._tensor._rebuild_from_type_v2",
+    *(f"torch.{dtype}" for dtype in TORCH_SIZES),
+    *(f"torch.{name}" for name in _SUB_BYTE),
+    *(f"torch.{scheme}" for scheme in _QSCHEMES),
+    *(f"torch._utils.{name}" for name in _REBUILDERS),
+    *(f"torch.{name}" for name in TORCH_STORAGES),
+    *(f"torch.cuda.{kind}Storage" for kind in _CUDA_STORAGES),
+    *(f"torch.{kind}Tensor" for kind in (*_TENSOR_TYPES, "Bool")),
+    *(f"torch.cuda.{kind}Tensor" for kind in (*_TENSOR_TYPES, "Bool")),
+    *(f"torch.sparse.{kind}Tensor" for kind in _TENSOR_TYPES),
+    *(f"torch.cuda.sparse.{kind}Tensor" for kind in _TENSOR_TYPES),
+})  # fmt: skip
+"""The globals torch 2.13's ``torch.load(weights_only=True)`` accepts without being told
+(``torch._weights_only_unpickler._get_allowed_globals``); a test compares it with torch's own."""
+
+_NUMPY_DTYPES = (
+    "Float64DType", "Float32DType", "Float16DType", "Int64DType", "Int32DType", "Int16DType",
+    "Int8DType", "UInt64DType", "UInt32DType", "UInt16DType", "UInt8DType", "BoolDType",
+)  # fmt: skip
+KNOWN_BENIGN: frozenset[str] = frozenset({
+    # numpy arrays, scalars and random states (RNG files of HF Trainer, accelerate, Lightning)
+    *(f"{core}.multiarray.{name}" for core in ("numpy.core", "numpy._core") for name in ("_reconstruct", "scalar")),
+    "numpy.ndarray", "numpy.dtype",
+    *(f"numpy.dtypes.{name}" for name in _NUMPY_DTYPES),
+    "numpy.random._pickle.__randomstate_ctor", "numpy.random._pickle.__bit_generator_ctor",
+    "numpy.random._pickle.__generator_ctor", "numpy.random._mt19937.MT19937",
+    "numpy.random._pcg64.PCG64", "numpy.random.mtrand.RandomState",
+    # plain values of the standard library
+    "argparse.Namespace", "collections.defaultdict", "collections.deque", "builtins.slice",
+    "builtins.frozenset", "builtins.tuple", "builtins.list", "builtins.dict", "builtins.int",
+    "builtins.float", "builtins.str", "builtins.bytes", "builtins.bool", "builtins.range",
+    "copyreg._reconstructor", "builtins.object", "datetime.datetime", "datetime.date",
+    "datetime.timedelta", "datetime.timezone", "pathlib.PosixPath", "pathlib.WindowsPath",
+    "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "torch.torch_version.TorchVersion",
+    # training frameworks' own argument and hyper-parameter containers
+    "transformers.training_args.TrainingArguments", "transformers.training_args.OptimizerNames",
+    "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    "transformers.trainer_utils.IntervalStrategy", "transformers.trainer_utils.SchedulerType",
+    "transformers.trainer_utils.HubStrategy", "transformers.trainer_utils.SaveStrategy",
+    "transformers.debug_utils.DebugOption", "transformers.training_args.ParallelMode",
+    "transformers.trainer_pt_utils.AcceleratorConfig", "transformers.trainer_utils.FSDPOption",
+    "accelerate.utils.dataclasses.DistributedType", "accelerate.state.PartialState",
+    "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
+    "pytorch_lightning.utilities.parsing.AttributeDict",
+    "lightning.pytorch.utilities.parsing.AttributeDict",
+})  # fmt: skip
+"""Harmless to import and call (they build plain values), but outside torch's default allowlist."""
+
+_NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
+"""Modules torch refuses even when a user allowlists them: named first in a finding."""
+
+
+def judge(walk: Walk, where: str) -> list[FileIssue]:
+    """The safety findings for one walked pickle; ``where`` names it (``data.pkl``, ``the pickle``)."""
+    issues: list[FileIssue] = []
+    unsafe = [g.dotted for g in walk.globals if g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN]
+    unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
+    reasons: list[str] = []
+    if unsafe:
+        reasons.append(f"imports {_names(unsafe)}, outside every allowlist")
+    if walk.unresolved:
+        reasons.append(f"imports a global whose name is only known when it runs ({walk.unresolved[0]})")
+    if walk.foreign:
+        opcodes = ", ".join(sorted(walk.foreign, key=walk.foreign.__getitem__))
+        reasons.append(f"uses opcodes torch never writes ({opcodes}), the way hand-made pickles hide imports from scanners")
+    if walk.tricks:
+        reasons.append(f"is framed so that parsers disagree: {walk.tricks[0]}")
+    if walk.persistent:
+        reasons.append("asks its loader for objects by persistent id that are not torch storages")
+    if reasons:
+        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code"))
+    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN]
+    if benign:
+        listed = ", ".join(benign)
+        issues.append(FileIssue(
+            Problem.NON_WEIGHTS,
+            f"{where} needs {_names(benign)}: known to be harmless, but torch.load(weights_only=True) "
+            f"refuses them; load it with torch.serialization.safe_globals([{listed}])",
+        ))
+    if walk.error:
+        found = f"; imports found before that: {_names([g.dotted for g in walk.globals])}" if walk.globals else ""
+        issues.append(FileIssue(Problem.MALFORMED, f"{where} {walk.error}{found}"))
+    return issues
+
+
+def _names(names: Iterable[str], limit: int = 5) -> str:
+    listed = list(names)
+    shown = ", ".join(listed[:limit])
+    return f"{shown} and {len(listed) - limit} more" if len(listed) > limit else shown

@@ -1,0 +1,143 @@
+"""Paths -> runs with every file read whole: what ``ckptdoctor verify`` reports.
+
+The runs are found twice: once from headers (cheap, and it says which files matter), then again
+from the whole-file reports, so that a checkpoint whose file turns out corrupt, unsafe or
+inconsistent gets the status and findings it deserves from the same layout code as ``inspect``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ckptdoctor.discover import Listing, natural_key
+from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
+from ckptdoctor.parallel import cores
+from ckptdoctor.readers import expected_formats, probe
+from ckptdoctor.readers import verify as verify_file
+from ckptdoctor.rules import check
+from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.scan import Scan, scan
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes read so far, bytes to read) as files finish."""
+
+_ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
+"""Files outside checkpoints that verify reads too: they can carry code or arrays."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    deep: bool = False
+    """Read every byte: CRC-32 of zip members (CKD206) and NaN/Inf in float tensors (CKD304)."""
+    load: bool = False
+    """Also load each file that passed with the real library (torch or safetensors)."""
+    jobs: int = 0
+    """Files read at once (0: one per CPU core)."""
+
+
+def verify(
+    paths: Iterable[str],
+    options: VerifyOptions = VerifyOptions(),
+    thresholds: Thresholds | None = None,
+    progress: Progress | None = None,
+) -> tuple[Report, Scan]:
+    paths = list(paths)
+    first = scan(paths)
+    targets = _targets(first)
+    reports = _read_all(targets, options.deep, options.jobs or cores(), progress)
+    if options.load:
+        from ckptdoctor.readers.library import load_all  # torch is imported only here
+
+        reports.update(load_all([e for e in targets if e.os_path in reports], reports))
+    second = scan(paths, lambda entry: reports.get(entry.os_path) or probe(entry))
+    runs = [_with_extra_files(run, reports) for run in second.runs]
+    file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
+    runs += file_runs
+    findings = check(runs, second.unlisted, thresholds or Thresholds())
+    covered = {run.path for run in file_runs}
+    empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
+    report = Report("verify", tuple(runs), findings, second.errors)
+    return report, dataclasses.replace(second, empty=empty)
+
+
+def _targets(found: Scan) -> list[Entry]:
+    entries: dict[str, Entry] = {}
+    for run in found.runs:
+        files = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
+        files += [e for e in run.other_files if _worth_reading(e)]
+        entries.update((e.os_path, e) for e in files if _readable(e))
+    for listing in found.unclaimed:
+        entries.update((e.os_path, e) for e in listing.entries if _readable(e) and _worth_reading(e))
+    return sorted(entries.values(), key=lambda e: -e.size)  # big files first: the pool ends together
+
+
+def _readable(entry: Entry) -> bool:
+    return not entry.is_dir and not entry.dangling
+
+
+def _worth_reading(entry: Entry) -> bool:
+    name = entry.name.lower()
+    if name.endswith(_ALSO_READ):
+        return True
+    expected = expected_formats(name)
+    return expected is not None and not name.endswith(".json")
+
+
+def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:
+    total = sum(e.size for e in entries)
+    done = 0
+    reports: dict[str, FileReport] = {}
+    if jobs < 2 or len(entries) < 2 or not hasattr(os, "fork"):
+        threads = jobs if deep else 0
+        for entry in entries:
+            reports[entry.os_path] = verify_file(entry, threads)
+            done += entry.size
+            if progress:
+                progress(done, total)
+        return reports
+    # one file per worker process: walking pickles holds the GIL, so threads would not do
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(min(jobs, len(entries)), mp_context=context, initializer=_ignore_interrupts) as pool:
+        futures = {pool.submit(verify_file, entry, 1 if deep else 0): entry for entry in entries}
+        for future in as_completed(futures):
+            entry = futures[future]
+            reports[entry.os_path] = future.result()
+            done += entry.size
+            if progress:
+                progress(done, total)
+    return reports
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool
+
+
+def _with_extra_files(run: Run, reports: dict[str, FileReport]) -> Run:
+    read = [e for e in run.other_files if e.os_path in reports]
+    if not read:
+        return run
+    extra = tuple(CheckpointFile(e, (), "", reports[e.os_path]) for e in read)
+    others = tuple(e for e in run.other_files if e.os_path not in reports)
+    return dataclasses.replace(run, other_files=others, extra_files=extra)
+
+
+def _file_run(listing: Listing, reports: dict[str, FileReport]) -> Run | None:
+    """Files in a folder that follows no layout (a download folder, a scanner's corpus): each judged alone."""
+    files = sorted(
+        (CheckpointFile(e, (), "", reports[e.os_path]) for e in listing.entries if e.os_path in reports),
+        key=lambda f: natural_key(f.path),
+    )
+    if not files:
+        return None
+    return Run(listing.path, "unknown", Unit.SAVE, (), (), single_file=True, extra_files=tuple(files))
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
