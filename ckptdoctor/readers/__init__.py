@@ -120,12 +120,22 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
     """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads."""
 
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
+        if kind is Format.UNKNOWN and Format.PICKLE in (expected_formats(name) or ()):
+            return _unknown_as_pickle
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
             return _READERS.get(kind)
         return lambda sample: verifier(sample, deep)
 
     return _judge(sample, name, reader)
+
+
+def _unknown_as_pickle(sample: Sample) -> FileReport:
+    """Content of no known format under a name loaders unpickle (``.pt``, ``.bin``, ``.pkl``): they
+    would hand it to the unpickler, so it is walked as one; protocol 0 has no magic to sniff."""
+    walked = pickle.verify_pickle(sample)
+    unsafe = tuple(i for i in walked.issues if i.problem in (Problem.UNSAFE_PICKLE, Problem.NON_WEIGHTS))
+    return FileReport(Format.UNKNOWN.value, unsafe)
 
 
 def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:

@@ -49,6 +49,9 @@ def render(report: Report, console: Console, show_all: bool = False) -> None:
 
 
 def resume_line(run: Run) -> Text:
+    if run.layout == "unknown" and run.extra_files:
+        n = len(run.extra_files)
+        return Text(f"{n} file{'s' if n != 1 else ''} checked one by one: {run.path} follows no checkpoint layout.", style="dim")
     if run.single_file:
         return Text(f"One file checked; `ckptdoctor inspect {run.path}` shows the whole run and where to resume.", style="dim")
     checkpoint = run.resume
@@ -95,13 +98,13 @@ def rule_page(rule: Rule, width: int) -> RenderableType:
 def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) -> RenderableType:
     count = len(run.checkpoints)
     plural = "s" if count != 1 else ""
-    title = Text.assemble(
-        (run.path, "bold"),
-        f"  {run.layout} · {count} {run.unit.value}{plural} · {size(run.bytes)}",
-    )
+    what = f"{run.layout} · {count} {run.unit.value}{plural}" if run.checkpoints or not run.extra_files else f"{len(run.extra_files)} files"
+    title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
     parts: list[RenderableType] = [title]
     if run.checkpoints:
         parts.append(_table(run, show_all))
+    if run.single_file:
+        parts += [_contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors]
     if run.other_files:
         n = len(run.other_files)
         parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
@@ -109,6 +112,15 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
         parts.append(_findings(findings, width))
     parts.append(resume_line(run))
     return Group(*parts)
+
+
+def _contents(file: CheckpointFile) -> Text:
+    """What a file read whole holds, in one line: ``model.pt: 250 tensors, 1000 MiB of float32 on cpu``."""
+    tensors = file.report.tensors or ()
+    dtypes = ", ".join(sorted({t.dtype for t in tensors}))
+    devices = ", ".join(sorted({t.device for t in tensors}))
+    count = len(tensors)
+    return Text(f"{file.name}: {count} tensor{'s' if count != 1 else ''}, {size(file.report.tensor_bytes)} of {dtypes} on {devices}", style="dim")
 
 
 def _table(run: Run, show_all: bool) -> RenderableType:

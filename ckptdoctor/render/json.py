@@ -63,6 +63,7 @@ def _run(run: Run) -> dict[str, Any]:
         "resume": None if resume is None else {"index": resume.index, "paths": [f.path for f in resume.files]},
         "loose_files": [_file(f) for f in run.loose_files],
         "other_files": [_other(e) for e in run.other_files],
+        "extra_files": [_file(f) for f in run.extra_files],
     }
 
 
@@ -78,15 +79,23 @@ def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
 
 def _file(file: CheckpointFile) -> dict[str, Any]:
     role, roles = _roles(file.roles)
-    issues = file.report.issues
-    return {
+    report = file.report
+    issues = report.issues
+    body: dict[str, Any] = {
         "role": role,
         "roles": roles,
         "path": file.entry.path,
         "bytes": file.entry.size,
-        "format": file.report.format,
+        "format": report.format,
         "problems": [{"problem": i.problem.value, "detail": i.detail} for i in issues] if issues else [],
     }
+    if report.tensors is not None:  # read whole (verify): what it holds
+        body["tensors"] = len(report.tensors)
+        body["tensor_bytes"] = report.tensor_bytes
+        body["dtypes"] = sorted({t.dtype for t in report.tensors})
+        body["devices"] = sorted({t.device for t in report.tensors})
+        body["keys"] = list(report.keys)
+    return body
 
 
 @functools.cache
@@ -95,6 +104,8 @@ def _roles(roles: tuple[Role, ...]) -> tuple[str, list[str]]:
 
     The list is shared between files: the encoder only reads it.
     """
+    if not roles:
+        return "other", []
     return ("bundled" if len(roles) > 1 else roles[0].value), [role.value for role in roles]
 
 

@@ -6,7 +6,14 @@ parameters, optimizer kind, versions and precision, tensor names and shapes, val
 
 from __future__ import annotations
 
-from ckptdoctor.model import Severity
+import re
+from collections import Counter
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
+from ckptdoctor.readers._dtypes import FLOATS
+from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule
 
 OPTIMIZER_MODEL_MISMATCH = Rule(
@@ -214,5 +221,202 @@ RULES: tuple[Rule, ...] = (
     SHAPE_CHANGED,
 )
 
-CHECKS: tuple[()] = ()
-"""Checks of this family arrive with `verify` and `diskcheck`; the rules are documented already."""
+
+# --- checks: they compare what ``verify`` read inside files, and are silent after a header read ---
+
+MODEL_KEYS = ("state_dict", "model", "model_state_dict", "model_state", "module", "net", "network")
+"""Top-level keys under which bundled checkpoints keep the model (Lightning, timm, DeepSpeed, scripts)."""
+OPTIMIZER_KEYS = ("optimizer_states", "optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")
+WRAPPERS = ("module.", "_orig_mod.")
+_READABLE = frozenset({Problem.LEGACY, Problem.NON_WEIGHTS})
+"""Problems that leave a file's tensors fit to compare."""
+_TORCH_STATE = re.compile(r"^(?:(?P<outer>.+)\.)?state\.(?P<param>\d+)\.(?P<field>[^.]+)$")
+_TORCH_KINDS: tuple[tuple[str, str], ...] = (
+    ("max_exp_avg_sq", "adam-amsgrad"),
+    ("exp_avg_sq_row", "adafactor"),
+    ("exp_avg", "adam"),
+    ("exp_inf", "adamax"),
+    ("momentum_buffer", "sgd-momentum"),
+    ("square_avg", "rmsprop"),
+    ("acc_delta", "adadelta"),
+    ("sum", "adagrad"),
+)
+"""State fields torch's optimizers keep, most telling first: they name the optimizer."""
+
+
+class _Contents(NamedTuple):
+    """One checkpoint's model and optimizer tensors, as verify read them."""
+
+    model: list[Tensor]
+    optimizer: list[Tensor]
+    optimizer_kind: str | None
+
+
+def _contents(checkpoint: Checkpoint) -> _Contents | None:
+    model: list[Tensor] = []
+    optimizer: list[Tensor] = []
+    kind = None
+    read = False
+    for file in checkpoint.files:
+        tensors = file.report.tensors
+        if tensors is None or file.report.problems - _READABLE:
+            continue
+        read = True
+        roles = set(file.roles)
+        if Role.MODEL in roles:
+            model += _part(tensors, file.report.keys, MODEL_KEYS) if len(roles) > 1 else tensors
+        if Role.OPTIMIZER in roles:
+            optimizer += _part(tensors, file.report.keys, OPTIMIZER_KEYS) if len(roles) > 1 else tensors
+            kind = kind or file.report.fact("optimizer")
+    if not read:
+        return None
+    return _Contents(model, optimizer, kind or _torch_kind(optimizer))
+
+
+def _part(tensors: tuple[Tensor, ...], keys: tuple[str, ...], wanted: tuple[str, ...]) -> list[Tensor]:
+    """The tensors under the first of ``wanted`` keys a bundled file has, names relative to it."""
+    key = next((k for k in wanted if k in keys), None)
+    if key is None:
+        return []
+    prefix = f"{key}."
+    return [t._replace(name=t.name[len(prefix) :]) for t in tensors if t.name.startswith(prefix)]
+
+
+def _torch_kind(optimizer: list[Tensor]) -> str | None:
+    fields = {m.group("field") for t in optimizer if (m := _TORCH_STATE.match(t.name))}
+    return next((kind for field, kind in _TORCH_KINDS if field in fields), None)
+
+
+def _param_sizes(optimizer: list[Tensor]) -> dict[str, int]:
+    """Elements of each parameter the optimizer keeps state for (burn: by param id; torch: by index)."""
+    sizes: dict[str, int] = {}
+    for tensor in optimizer:
+        match = _TORCH_STATE.match(tensor.name)
+        key = tensor.param if tensor.param is not None else match.group("param") if match else None
+        if key is not None and tensor.shape:  # scalars (``step``) say nothing about the parameter
+            sizes.setdefault(key, tensor.numel)
+    return sizes
+
+
+def _read_checkpoints(ctx: RunContext) -> list[tuple[Checkpoint, _Contents]]:
+    return [(c, contents) for c in ctx.run.checkpoints if (contents := _contents(c)) is not None]
+
+
+def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
+    """CKD301: optimizer state for parameters the model of the same checkpoint does not have."""
+    for checkpoint, contents in _read_checkpoints(ctx):
+        if not contents.model or not contents.optimizer:
+            continue
+        sizes = _param_sizes(contents.optimizer)
+        burn_ids = {t.param: t.numel for t in contents.model if t.param is not None}
+        if burn_ids and all(t.param is not None for t in contents.optimizer):
+            wrong = [f"{key} ({n} elements)" for key, n in sizes.items() if burn_ids.get(key) != n]
+            what = "parameter ids the model does not have, or of other sizes"
+        else:
+            available = Counter(t.numel for t in contents.model if t.dtype in FLOATS)
+            wanted = Counter(sizes.values())
+            wrong = [f"{n} elements (×{count - available[n]})" for n, count in wanted.items() if count > available[n]]
+            what = "parameters of sizes the model does not have"
+        if wrong:
+            yield ctx.finding(
+                OPTIMIZER_MODEL_MISMATCH,
+                f"{ctx.run.unit.value} {checkpoint.index}: the optimizer keeps state for {len(sizes)} parameters, "
+                f"including {what}: {', '.join(wrong[:3])}; the model has {len(contents.model)} tensors",
+                index=checkpoint.index,
+                path=checkpoint.files_for(Role.OPTIMIZER)[0].path,
+            )
+
+
+def optimizer_changed(ctx: RunContext) -> Iterator[Finding]:
+    """CKD302: the optimizer's kind changes from one checkpoint to the next."""
+    previous: tuple[int, str] | None = None
+    for checkpoint, contents in _read_checkpoints(ctx):
+        kind = contents.optimizer_kind
+        if not kind or kind == "unknown":
+            continue
+        if previous and previous[1] != kind:
+            yield ctx.finding(
+                OPTIMIZER_CHANGED,
+                f"{ctx.run.unit.value} {checkpoint.index} holds {kind} optimizer state, "
+                f"{ctx.run.unit.value} {previous[0]} {previous[1]} state",
+                index=checkpoint.index,
+                path=checkpoint.files_for(Role.OPTIMIZER)[0].path,
+            )
+        previous = (checkpoint.index, kind)
+
+
+def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
+    """CKD303: the burn version of records, or the model's float precision, changes between checkpoints."""
+    previous: tuple[int, str] | None = None
+    for checkpoint, contents in _read_checkpoints(ctx):
+        models = checkpoint.files_for(Role.MODEL)
+        if not models or models[0].report.fact("precision") or models[0].report.fact("settings"):
+            continue  # burn's own precision settings: CKD112 reports those
+        label = models[0].report.fact("version") or ", ".join(sorted({t.dtype for t in contents.model if t.dtype in FLOATS}))
+        if not label:
+            continue
+        if previous and previous[1] != label:
+            yield ctx.finding(
+                FORMAT_VERSION_CHANGED,
+                f"{ctx.run.unit.value} {checkpoint.index}'s model is saved as {label}; {ctx.run.unit.value} {previous[0]}'s as {previous[1]}",
+                index=checkpoint.index,
+                path=models[0].path,
+            )
+        previous = (checkpoint.index, label)
+
+
+def device_bound(ctx: RunContext) -> Iterator[Finding]:
+    """CKD305: tensors saved from a GPU or MPS device (once per run)."""
+    bound = [
+        (file, sorted({t.device for t in file.report.tensors or () if t.device not in ("cpu", "meta")}))
+        for _, file in ctx.files
+    ]
+    bound = [(file, devices) for file, devices in bound if devices]
+    if bound:
+        file, devices = bound[0]
+        more = f" and {len(bound) - 1} more files" if len(bound) > 1 else ""
+        yield ctx.finding(
+            DEVICE_BOUND,
+            f"{file.name}{more} hold tensors saved from {', '.join(devices)}: loading needs that device or map_location",
+            path=file.path,
+        )
+
+
+def wrapper_prefix(ctx: RunContext) -> Iterator[Finding]:
+    """CKD306: every model key carries a ``module.`` or ``_orig_mod.`` wrapper prefix (once per run)."""
+    for checkpoint, contents in _read_checkpoints(ctx):
+        names = [t.name for t in contents.model]
+        wrapper = next((w for w in WRAPPERS if names and all(n.startswith(w) for n in names)), None)
+        if wrapper:
+            yield ctx.finding(
+                WRAPPER_PREFIX,
+                f"every model key starts with {wrapper!r} (saved from a wrapped model), from {ctx.run.unit.value} {checkpoint.index} on",
+                index=checkpoint.index,
+                path=checkpoint.files_for(Role.MODEL)[0].path,
+            )
+            return
+
+
+def shape_changed(ctx: RunContext) -> Iterator[Finding]:
+    """CKD307: the model's tensor names or shapes differ from the checkpoint before."""
+    previous: tuple[int, dict[str, tuple[int, ...]]] | None = None
+    for checkpoint, contents in _read_checkpoints(ctx):
+        shapes = {t.name: t.shape for t in contents.model}
+        if not shapes:
+            continue
+        if previous and previous[1] != shapes:
+            before = previous[1]
+            added = sorted(shapes.keys() - before.keys())
+            removed = sorted(before.keys() - shapes.keys())
+            resized = [f"{n} {list(before[n])} → {list(shapes[n])}" for n in sorted(shapes.keys() & before.keys()) if shapes[n] != before[n]]
+            parts = [f"{len(v)} {label} ({', '.join(v[:3])})" for label, v in (("added", added), ("removed", removed), ("resized", resized)) if v]
+            yield ctx.finding(
+                SHAPE_CHANGED,
+                f"{ctx.run.unit.value} {checkpoint.index}'s model differs from {ctx.run.unit.value} {previous[0]}'s: {'; '.join(parts)}",
+                index=checkpoint.index,
+                path=checkpoint.files_for(Role.MODEL)[0].path,
+            )
+        previous = (checkpoint.index, shapes)
+
+
+CHECKS = (optimizer_model_mismatch, optimizer_changed, format_version_changed, device_bound, wrapper_prefix, shape_changed)

@@ -425,6 +425,11 @@ _MODEL_ONLY = (Role.MODEL,)
 _OPTIMIZER_ONLY = (Role.OPTIMIZER,)
 
 
+_SELF_LOADED = frozenset({Role.RNG_STATE, Role.TRAINING_ARGS, Role.SCALER, Role.CONFIG})
+"""Side files that the framework which wrote them loads itself, with the globals they need allowed:
+their non-weights objects are expected (CKD402 as info)."""
+
+
 def file_problems(ctx: RunContext) -> Iterator[Finding]:
     """Each problem a reader found in a file (CKD2xx, and from ``verify`` CKD304 and CKD4xx), and
     CKD113's dangling symlinks and CKD202's staging leftovers, file by file."""
@@ -448,11 +453,17 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
             rule = _BY_PROBLEM.get(issue.problem)
             if rule is None:
                 continue
+            severity = None
+            message = f"{file.name}: {issue.detail}"
+            if issue.problem is Problem.NON_WEIGHTS and file.roles and set(file.roles) <= _SELF_LOADED:
+                severity = Severity.INFO
+                message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
             yield ctx.finding(
                 rule,
-                f"{file.name}: {issue.detail}",
+                message,
                 index=index,
                 path=file.path,
+                severity=severity,
                 context={"format": file.report.format},
             )
 
