@@ -290,7 +290,9 @@ def group(
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
-            by_index[claim.number].append(CheckpointFile(entry, claim.roles, claim.prefix, judge(entry)))
+            report = judge(entry)
+            roles = confirmed_roles(claim.roles, report)
+            by_index[claim.number].append(CheckpointFile(entry, roles, claim.prefix, report))
             if claim.unit is not None:
                 units[claim.unit] += 1
             continue
@@ -446,3 +448,28 @@ class _ContentCheck:
         what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
         writer = f", which {self.layout.name} does not write" if self.layout.content else ""
         return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)
+
+
+BUNDLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
+    (Role.MODEL, ("state_dict", "model", "model_state_dict", "model_state", "module", "net", "network")),
+    (Role.OPTIMIZER, ("optimizer_states", "optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")),
+    (Role.SCHEDULER, ("lr_schedulers", "scheduler", "lr_scheduler", "scheduler_state_dict", "scheduler_state")),
+)
+"""Top-level keys under which bundled checkpoints keep each part (Lightning, timm, DeepSpeed, scripts)."""
+_OPTIMIZER_STATE = ("state", "param_groups")
+
+
+def confirmed_roles(roles: tuple[Role, ...], report: FileReport) -> tuple[Role, ...]:
+    """A bundled file's roles as its top-level keys show them once ``verify`` has read it;
+    before that (or for a file of one role) as its name says."""
+    if len(roles) < 2 or report.tensors is None or not report.keys:
+        return roles
+    found = [role for role, keys in BUNDLE_KEYS if any(key in report.keys for key in keys)]
+    if not found:
+        if all(key in report.keys for key in _OPTIMIZER_STATE):
+            found = [Role.OPTIMIZER]
+        elif report.tensors:
+            found = [Role.MODEL]  # a bare state dict: its keys are tensor names
+        else:
+            return roles
+    return tuple(found) + tuple(role for role in roles if role not in (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER))

@@ -413,8 +413,11 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 if checkpoint.absent:
                     continue  # the files it lacks are named by CKD105 already
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
-            expected = ctx.sibling_name(role, checkpoint.index) or f"a {role.value} file"
+            expected = ctx.sibling_name(role, checkpoint.index) or f"a file with its {role.value} state"
             message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
+            keys = next((f.report.keys for f in checkpoint.files if f.report.keys and f.report.tensors is not None), ())
+            if keys:
+                message += f"; its top-level keys are {', '.join(keys[:8])}"
             strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ckptdoctor.layouts._base import BUNDLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
 from ckptdoctor.readers._dtypes import FLOATS
 from ckptdoctor.rules._context import RunContext
@@ -224,9 +225,7 @@ RULES: tuple[Rule, ...] = (
 
 # --- checks: they compare what ``verify`` read inside files, and are silent after a header read ---
 
-MODEL_KEYS = ("state_dict", "model", "model_state_dict", "model_state", "module", "net", "network")
-"""Top-level keys under which bundled checkpoints keep the model (Lightning, timm, DeepSpeed, scripts)."""
-OPTIMIZER_KEYS = ("optimizer_states", "optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")
+_KEYS = dict(BUNDLE_KEYS)
 WRAPPERS = ("module.", "_orig_mod.")
 _READABLE = frozenset({Problem.LEGACY, Problem.NON_WEIGHTS})
 """Problems that leave a file's tensors fit to compare."""
@@ -264,9 +263,9 @@ def _contents(checkpoint: Checkpoint) -> _Contents | None:
         read = True
         roles = set(file.roles)
         if Role.MODEL in roles:
-            model += _part(tensors, file.report.keys, MODEL_KEYS) if len(roles) > 1 else tensors
+            model += _part(tensors, file.report.keys, _KEYS[Role.MODEL]) if len(roles) > 1 else tensors
         if Role.OPTIMIZER in roles:
-            optimizer += _part(tensors, file.report.keys, OPTIMIZER_KEYS) if len(roles) > 1 else tensors
+            optimizer += _part(tensors, file.report.keys, _KEYS[Role.OPTIMIZER]) if len(roles) > 1 else tensors
             kind = kind or file.report.fact("optimizer")
     if not read:
         return None
