@@ -265,6 +265,10 @@ def test_healthy_run_has_no_findings(kind, tmp_path, request, inspect_json, cli)
             assert file["format"] in ("burnpack", "torch-zip", "safetensors")
     # the strictest threshold agrees: not even an info finding
     assert cli("inspect", "--fail-on", "info", path).exit_code == 0
+    # and reading every byte of every file finds nothing either
+    verified = cli("verify", "--deep", "--json", "--fail-on", "info", path)
+    assert verified.json["findings"] == [], verified.json["findings"]
+    assert verified.exit_code == 0
 
 
 # --- CKD101-CKD103: missing roles --------------------------------------------------------------------

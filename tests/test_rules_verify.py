@@ -1,0 +1,324 @@
+"""The rules only `verify` can fire (CKD206, CKD301-307): each fires on real files and stays quiet on healthy ones.
+
+Runs are written with real `torch.save`, `safetensors` and the spec-following burnpack writer; the
+consistency rules compare what `verify` read inside the files of one checkpoint and across a run.
+"""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.testing import BurnModel, Tensor, burnpack, write_burn_run
+
+torch = pytest.importorskip("torch")
+
+
+def codes(result) -> list[str]:
+    return [f["code"] for f in result.json["findings"]]
+
+
+def only(result, code: str) -> dict:
+    (finding,) = [f for f in result.json["findings"] if f["code"] == code]
+    return finding
+
+
+def verify(cli, *args):
+    return cli("verify", "--json", *args)
+
+
+def torch_run(folder: Path, epochs=(1, 2, 3), optimizer=lambda p: torch.optim.AdamW(p), model=None) -> torch.nn.Module:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    model = model or torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = optimizer(model.parameters())
+    for epoch in epochs:
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        torch.save(model.state_dict(), folder / f"model_{epoch}.pt")
+        torch.save(opt.state_dict(), folder / f"optimizer_{epoch}.pt")
+    return model
+
+
+# --- CKD206: CRC-32 of zip members (--deep) -----------------------------------------------------------
+
+
+def _flip_tensor_byte(path: Path) -> None:
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+        # data starts after the local header, its name and its extra field
+        with open(path, "r+b") as handle:
+            handle.seek(member.header_offset + 26)
+            name_length, extra_length = struct.unpack("<HH", handle.read(4))
+            handle.seek(member.header_offset + 30 + name_length + extra_length)
+            byte = handle.read(1)
+            handle.seek(-1, 1)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_ckd206_fires_with_deep_for_a_flipped_tensor_byte(tmp_path, cli):
+    torch_run(tmp_path / "run")
+    _flip_tensor_byte(tmp_path / "run" / "model_3.pt")
+    assert "CKD206" not in codes(verify(cli, tmp_path / "run")), "CRCs are read only with --deep"
+    result = verify(cli, "--deep", tmp_path / "run")
+    finding = only(result, "CKD206")
+    assert finding["index"] == 3 and finding["path"].endswith("model_3.pt")
+    assert result.exit_code == 1
+    run = result.json["runs"][0]
+    assert run["resume"]["index"] == 2, "a checkpoint with a bad CRC is no resume point"
+
+
+def test_ckd206_quiet_for_archives_saved_without_crcs(tmp_path, cli):
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch_run(tmp_path / "run")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert verify(cli, "--deep", tmp_path / "run").json["findings"] == []
+
+
+# --- CKD304: NaN / Inf (--deep), every float dtype and format -------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_ckd304_fires_for_nonfinite_torch_values(tmp_path, cli, dtype, value):
+    run = tmp_path / "run"
+    torch_run(run)
+    weights = torch.zeros(1000, dtype=getattr(torch, dtype))
+    weights[777] = value
+    torch.save({"w": weights}, run / "model_3.pt")
+    assert "CKD304" not in codes(verify(cli, run))
+    result = verify(cli, "--deep", run)
+    finding = only(result, "CKD304")
+    assert finding["index"] == 3 and "1 NaN or Inf" in finding["message"]
+
+
+def test_ckd304_fires_for_safetensors_and_burnpack(tmp_path, cli):
+    from safetensors.torch import save_file
+
+    run = tmp_path / "st"
+    run.mkdir()
+    for epoch in (1, 2):
+        tensor = torch.ones(64, dtype=torch.bfloat16)
+        if epoch == 2:
+            tensor[5] = float("nan")
+        save_file({"w": tensor}, run / f"model_{epoch}.safetensors")
+    assert only(verify(cli, "--deep", run), "CKD304")["index"] == 2
+
+    burn = tmp_path / "burn" / "checkpoint"
+    write_burn_run(burn, [1, 2])
+    nan = struct.pack("<f", float("nan")) * 16
+    model = burnpack({"fc.weight": Tensor("F32", (16,), 1, nan)})
+    (burn / "model-2.bpk").write_bytes(model)
+    result = verify(cli, "--deep", burn)
+    assert "CKD304" in codes(result)
+
+
+def test_ckd304_quiet_for_large_finite_values(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run)
+    torch.save({"w": torch.tensor([3.0e38, -3.0e38, 1e-45], dtype=torch.float32)}, run / "model_3.pt")
+    torch.save({"w": torch.tensor([65504.0, -65504.0], dtype=torch.float16)}, run / "model_2.pt")
+    assert "CKD304" not in codes(verify(cli, "--deep", run))
+
+
+# --- CKD301: optimizer state for other parameters ------------------------------------------------------
+
+
+def test_ckd301_fires_when_the_optimizer_belongs_to_another_model(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run)
+    other = torch.nn.Linear(5, 7)
+    opt = torch.optim.Adam(other.parameters())
+    other(torch.randn(2, 5)).sum().backward()
+    opt.step()
+    torch.save(opt.state_dict(), run / "optimizer_3.pt")
+    finding = only(verify(cli, run), "CKD301")
+    assert finding["index"] == 3 and finding["severity"] == "error"
+    assert "35 elements" in finding["message"]
+
+
+def test_ckd301_quiet_when_some_parameters_are_frozen(tmp_path, cli):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    model[0].requires_grad_(False)
+    torch_run(tmp_path / "run", model=model, optimizer=lambda p: torch.optim.AdamW([q for q in p if q.requires_grad]))
+    assert verify(cli, tmp_path / "run").json["findings"] == []
+
+
+def test_ckd301_fires_for_burn_state_keyed_by_unknown_param_ids(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    model = BurnModel({"fc.weight": (4, 3), "fc.bias": (4,)}, seed=1)
+    write_burn_run(folder, [1, 2], model=model)
+    stranger = BurnModel({"fc.weight": (4, 3), "fc.bias": (4,)}, seed=2)
+    (folder / "optim-2.bpk").write_bytes(stranger.optimizer_record())
+    finding = only(verify(cli, folder), "CKD301")
+    assert finding["index"] == 2 and finding["path"].endswith("optim-2.bpk")
+
+
+def test_ckd301_quiet_for_burn_state_of_transposed_params(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    model = BurnModel({"fc.weight": (4, 3), "fc.bias": (4,)})
+    write_burn_run(folder, [1, 2], model=model)
+    transposed = BurnModel({"fc.weight": (3, 4), "fc.bias": (4,)})  # same ids, state kept in the live shape
+    (folder / "optim-2.bpk").write_bytes(transposed.optimizer_record())
+    assert "CKD301" not in codes(verify(cli, folder))
+
+
+# --- CKD302: the optimizer changes -------------------------------------------------------------------
+
+
+def test_ckd302_fires_when_sgd_follows_adamw(tmp_path, cli):
+    run = tmp_path / "run"
+    model = torch_run(run, epochs=(1, 2, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    torch.save(model.state_dict(), run / "model_4.pt")
+    torch.save(opt.state_dict(), run / "optimizer_4.pt")
+    finding = only(verify(cli, run), "CKD302")
+    assert finding["index"] == 4 and "sgd-momentum" in finding["message"] and "adam" in finding["message"]
+
+
+def test_ckd302_fires_for_burn_adam_then_sgd(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2, 3])
+    write_burn_run(folder, [4], optimizer="sgd-momentum")
+    assert only(verify(cli, folder), "CKD302")["index"] == 4
+
+
+def test_ckd302_quiet_when_the_optimizer_stays(tmp_path, cli):
+    torch_run(tmp_path / "run", epochs=(1, 2, 3, 4))
+    assert "CKD302" not in codes(verify(cli, tmp_path / "run"))
+
+
+# --- CKD303: precision changes -----------------------------------------------------------------------
+
+
+def test_ckd303_fires_when_the_model_turns_bfloat16(tmp_path, cli):
+    run = tmp_path / "run"
+    model = torch_run(run)
+    torch.save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, run / "model_3.pt")
+    finding = only(verify(cli, run), "CKD303")
+    assert finding["index"] == 3 and "bfloat16" in finding["message"]
+
+
+def test_ckd303_quiet_for_a_steady_precision(tmp_path, cli):
+    torch_run(tmp_path / "run")
+    assert "CKD303" not in codes(verify(cli, tmp_path / "run"))
+
+
+# --- CKD305: saved from a device -----------------------------------------------------------------------
+
+
+def _relabel_device(path: Path, device: bytes) -> None:
+    """Rewrite data.pkl's storage locations ('cpu' -> a 3-letter device), as a GPU save records them."""
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for info, data in members:
+            if info.filename.endswith("data.pkl"):
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x03\x00\x00\x00" + device)
+            archive.writestr(info.filename, data)
+
+
+def test_ckd305_fires_for_tensors_saved_from_mps(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run)
+    _relabel_device(run / "model_3.pt", b"mps")
+    result = verify(cli, run)
+    finding = only(result, "CKD305")
+    assert finding["severity"] == "info" and "mps" in finding["message"]
+    files = [f for c in result.json["runs"][0]["checkpoints"] for f in c["files"]]
+    assert any(f["devices"] == ["mps"] for f in files)
+
+
+def test_ckd305_quiet_for_cpu_saves(tmp_path, cli):
+    torch_run(tmp_path / "run")
+    assert "CKD305" not in codes(verify(cli, tmp_path / "run"))
+
+
+# --- CKD306: wrapper prefixes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod."])
+def test_ckd306_fires_for_wrapped_model_keys(tmp_path, cli, prefix):
+    run = tmp_path / "run"
+    model = torch_run(run)
+    for epoch in (1, 2, 3):
+        torch.save({prefix + k: v for k, v in model.state_dict().items()}, run / f"model_{epoch}.pt")
+    finding = only(verify(cli, run), "CKD306")
+    assert prefix in finding["message"] and finding["index"] == 1
+
+
+def test_ckd306_quiet_when_only_some_keys_say_module(tmp_path, cli):
+    run = tmp_path / "run"
+    torch.save({"module.weight": torch.ones(2), "head.weight": torch.ones(2)}, (run.mkdir() or run) / "model_1.pt")
+    assert "CKD306" not in codes(verify(cli, run))
+
+
+# --- CKD307: model shapes change -----------------------------------------------------------------------
+
+
+def test_ckd307_fires_when_a_layer_grows(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run, epochs=(1, 2))
+    bigger = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    torch_run(run, epochs=(3,), model=bigger)
+    finding = only(verify(cli, run), "CKD307")
+    assert finding["index"] == 3 and "0.weight [8, 4] → [16, 4]" in finding["message"]
+
+
+def test_ckd307_fires_for_burn_models(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2])
+    write_burn_run(folder, [3], model=BurnModel({"fc1.weight": (32, 8), "fc1.bias": (32,), "fc2.weight": (4, 32), "fc2.bias": (4,)}))
+    assert only(verify(cli, folder), "CKD307")["index"] == 3
+
+
+def test_ckd307_quiet_for_the_same_model(tmp_path, cli):
+    torch_run(tmp_path / "run")
+    assert "CKD307" not in codes(verify(cli, tmp_path / "run"))
+
+
+# --- the verify command itself ---------------------------------------------------------------------------
+
+
+def test_verify_lists_tensors_per_file(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run)
+    result = verify(cli, run)
+    files = {Path(f["path"]).name: f for c in result.json["runs"][0]["checkpoints"] for f in c["files"]}
+    model = files["model_3.pt"]
+    assert model["tensors"] == 4 and model["dtypes"] == ["float32"] and model["devices"] == ["cpu"]
+    assert model["tensor_bytes"] == (8 * 4 + 8 + 2 * 8 + 2) * 4
+    assert files["optimizer_3.pt"]["keys"] == ["state", "param_groups"]
+
+
+def test_verify_jobs_give_the_same_report(tmp_path, cli):
+    torch_run(tmp_path / "run", epochs=range(1, 9))
+    one = verify(cli, "--jobs", "1", "--deep", tmp_path / "run").json
+    many = verify(cli, "--jobs", "4", "--deep", tmp_path / "run").json
+    assert one["runs"] == many["runs"] and one["findings"] == many["findings"]
+
+
+def test_verify_load_reports_what_the_library_refuses(tmp_path, cli, monkeypatch):
+    run = tmp_path / "run"
+    torch_run(run)
+    result = verify(cli, "--load", run)
+    assert result.json["findings"] == [] and result.exit_code == 0
+
+
+def test_verify_never_imports_torch_without_load(tmp_path):
+    import subprocess
+    import sys
+
+    torch_run(tmp_path / "run")
+    code = (
+        "import sys; from ckptdoctor.cli import main; sys.argv = ['ckptdoctor', 'verify', '--deep', '-q', sys.argv[1]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], check=True)
