@@ -133,6 +133,8 @@ class FileReport:
     """Top-level keys of the saved object (bundled checkpoints: ``state_dict``, ``optimizer_states``)."""
     tensor_bytes: int = 0
     """Bytes of tensor data, each shared storage counted once."""
+    weight_map: tuple[tuple[str, str], ...] = ()
+    """A shard index's map: (tensor name, shard file name) pairs."""
 
     def fact(self, key: str) -> str | None:
         for name, value in self.facts:

@@ -322,3 +322,42 @@ def test_verify_never_imports_torch_without_load(tmp_path):
         "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], check=True)
+
+
+# --- CKD308: shard index against shards ---------------------------------------------------------------
+
+
+def _sharded(run: Path, weight_map: dict[str, str], total: int = 48) -> Path:
+    """An HF Trainer checkpoint folder whose weights are sharded, with the given index."""
+    import json
+
+    from safetensors.torch import save_file
+
+    folder = run / "checkpoint-10"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 10, "log_history": []}))
+    save_file({"a": torch.ones(4), "b": torch.ones(4)}, folder / "model-00001-of-00002.safetensors")
+    save_file({"c": torch.ones(4)}, folder / "model-00002-of-00002.safetensors")
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return run
+
+
+FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+
+
+def test_ckd308_fires_when_the_index_names_the_wrong_shard(tmp_path, cli):
+    folder = _sharded(tmp_path / "m", {"a": FIRST, "b": SECOND, "c": SECOND})
+    finding = only(verify(cli, folder), "CKD308")
+    assert "1 tensors are not in the shard it names (b)" in finding["message"]
+
+
+def test_ckd308_fires_for_unlisted_tensors_and_a_wrong_total(tmp_path, cli):
+    assert "not in it (b)" in only(verify(cli, _sharded(tmp_path / "m", {"a": FIRST, "c": SECOND})), "CKD308")["message"]
+    wrong_total = _sharded(tmp_path / "t", {"a": FIRST, "b": FIRST, "c": SECOND}, total=4096)
+    assert "total_size is 4096" in only(verify(cli, wrong_total), "CKD308")["message"]
+
+
+def test_ckd308_quiet_for_a_matching_index(tmp_path, cli):
+    folder = _sharded(tmp_path / "m", {"a": FIRST, "b": FIRST, "c": SECOND})
+    assert "CKD308" not in codes(verify(cli, folder))

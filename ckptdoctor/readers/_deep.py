@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, Problem
@@ -66,6 +65,9 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
                 break
     total = sum(region.length for region in regions)
     if threads > 1 and total > PART:
+        # only big files are shared between threads
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(threads) as pool:
             results = list(pool.map(lambda part: _check_part(sample, part[1]), parts))
     else:

@@ -11,7 +11,6 @@ Whatever cannot be followed statically is reported as such, never guessed.
 from __future__ import annotations
 
 import io
-import pickletools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -118,6 +117,8 @@ _REBUILD_PARAMETER = frozenset({"_rebuild_parameter", "_rebuild_parameter_with_s
 
 def walk(data: bytes, start: int = 0, opcodes: frozenset[str] | None = None) -> Walk:
     """Follow the pickle that starts at ``start``; ``opcodes``, if given, is the allowed set."""
+    import pickletools  # a parser only; imported when a pickle is walked, not at every start-up
+
     machine = _Machine(opcodes)
     stream = io.BytesIO(data)
     stream.seek(start)

@@ -38,7 +38,12 @@ def read(sample: Sample, name: str) -> FileReport:
     if not isinstance(weight_map, dict):
         return _report(Problem.MALFORMED, "a shard index without a 'weight_map'")
     shards = sorted({str(shard) for shard in weight_map.values()})
-    return FileReport(Format.JSON.value, (), (("shards", "\n".join(shards)),))
+    facts = [("shards", "\n".join(shards))]
+    metadata = document.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("total_size"), int):
+        facts.append(("total_size", str(metadata["total_size"])))
+    pairs = tuple((str(tensor), str(shard)) for tensor, shard in weight_map.items())
+    return FileReport(Format.JSON.value, (), tuple(facts), weight_map=pairs)
 
 
 def _trainer_state_facts(state: dict[str, Any]) -> tuple[tuple[str, str], ...]:
