@@ -361,3 +361,62 @@ def test_ckd308_fires_for_unlisted_tensors_and_a_wrong_total(tmp_path, cli):
 def test_ckd308_quiet_for_a_matching_index(tmp_path, cli):
     folder = _sharded(tmp_path / "m", {"a": FIRST, "b": FIRST, "c": SECOND})
     assert "CKD308" not in codes(verify(cli, folder))
+
+
+# --- burn recorder-era records (named MessagePack, gzip, JSON) ----------------------------------------
+
+
+def _record(item: object, precision: str = "f32") -> dict:
+    metadata = {"float": precision, "int": "i32", "format": "burn_core::record::file::NamedMpkFileRecorder<FullPrecisionSettings>", "version": "0.21.0", "settings": "FullPrecisionSettings"}
+    return {"metadata": metadata, "item": item, "_b": []}
+
+
+def _data(values: list[float]) -> dict:
+    return {"bytes": struct.pack(f"<{len(values)}f", *values), "shape": [len(values)], "dtype": "F32"}
+
+
+def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids: tuple[str, str], weight: list[float], suffix: str = ".mpk") -> None:
+    import gzip
+    import json
+
+    import msgpack
+
+    model = {"fc": {"weight": {"id": ids[0], "param": _data(weight)}, "bias": {"id": ids[1], "param": _data([0.0] * 2)}}}
+    state = {
+        optimizer_ids[0]: {"V1": {"Rank1": {"momentum": {"time": 1, "moment_1": _data([0.0] * len(weight)), "moment_2": _data([0.0] * len(weight)), "max_moment_2": None}}}},
+        optimizer_ids[1]: {"V1": {"Rank1": {"momentum": {"time": 1, "moment_1": _data([0.0] * 2), "moment_2": _data([0.0] * 2), "max_moment_2": None}}}},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    for role, item in (("model", model), ("optim", state), ("scheduler", 5)):
+        if suffix == ".json.gz":
+            def plain(value: object) -> object:
+                if isinstance(value, dict):
+                    return {k: plain(v) for k, v in value.items()}
+                return list(value) if isinstance(value, bytes) else value
+
+            (folder / f"{role}-{epoch}{suffix}").write_bytes(gzip.compress(json.dumps(plain(_record(item))).encode()))
+        else:
+            (folder / f"{role}-{epoch}{suffix}").write_bytes(msgpack.packb(_record(item), use_bin_type=True))
+
+
+@pytest.mark.parametrize("suffix", [".mpk", ".json.gz"])
+def test_burn_records_list_tensors_with_param_ids(tmp_path, cli, suffix):
+    folder = tmp_path / "checkpoint"
+    ids = ("72d17eukbtkma", "0000000000001")
+    for epoch in (1, 2):
+        _write_records(folder, epoch, ids, ids, [1.0] * 6, suffix)
+    result = verify(cli, folder)
+    assert result.json["findings"] == [] or {f["code"] for f in result.json["findings"]} == {"CKD210"}
+    files = {Path(f["path"]).name: f for c in result.json["runs"][0]["checkpoints"] for f in c["files"]}
+    assert files[f"model-2{suffix}"]["tensors"] == 2 and files[f"optim-2{suffix}"]["tensors"] == 4
+
+
+def test_burn_records_fire_ckd301_and_ckd304(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    ids = ("72d17eukbtkma", "0000000000001")
+    _write_records(folder, 1, ids, ids, [1.0] * 6)
+    _write_records(folder, 2, ids, ("zzzzzzzzzzzzz", ids[1]), [1.0] * 6)
+    _write_records(folder, 3, ids, ids, [float("nan")] * 6)
+    result = verify(cli, "--deep", folder)
+    assert only(result, "CKD301")["index"] == 2
+    assert only(result, "CKD304")["index"] == 3

@@ -59,6 +59,9 @@ _VERIFIERS: dict[Format, Callable[[Sample, int], FileReport]] = {
     Format.TORCH_LEGACY: pickle.verify_legacy,
     Format.TORCH_TAR: pickle.verify_tar,
     Format.PICKLE: pickle.verify_pickle,
+    Format.MSGPACK: burnrecord.verify_msgpack,
+    Format.JSON: burnrecord.verify_json,
+    Format.GZIP: burnrecord.verify_gzip,
     Format.SEVEN_ZIP: lambda sample, deep: FileReport(
         Format.SEVEN_ZIP.value,
         (FileIssue(Problem.NOT_A_CHECKPOINT, "a 7z archive: what it holds cannot be checked; extract it and verify the files"),),

@@ -154,3 +154,9 @@ def nonfinite_issues(sample: Sample, regions: list[Region], threads: int) -> lis
         return []
     hit = sum(1 for result in results if result.nonfinite)
     return [FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {hit} of {len(regions)} float tensors")]
+
+
+def count_nonfinite(data: bytes, dtype: str) -> int:
+    """NaN and Inf values in tensor bytes already in memory (burn records decode whole)."""
+    count = _nonfinite_counter(dtype)
+    return count(memoryview(data)) if count else 0

@@ -9,11 +9,16 @@ gzip record is inflated (streamed, in constant memory) to tell whether it is who
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
-from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep
+from ckptdoctor.readers._dtypes import FLOATS, burn_dtype
 from ckptdoctor.readers._sample import CHUNK, HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
@@ -101,3 +106,96 @@ def _inner_report(payload: Sample) -> FileReport:
 
 def _report(format: Format, problem: Problem, detail: str) -> FileReport:
     return FileReport(format.value, (FileIssue(problem, detail),))
+
+
+MAX_RECORD = 2 * 1024 * 1024 * 1024
+"""Records are decoded whole (MessagePack and JSON have no index); larger ones keep the header check."""
+_RANK = re.compile(r"^Rank\d+$")
+
+
+def verify_msgpack(sample: Sample, deep: int = 0) -> FileReport:
+    return _verify_record(sample, read_msgpack(sample), _unpack_msgpack, deep)
+
+
+def verify_json(sample: Sample, deep: int = 0) -> FileReport:
+    return _verify_record(sample, read_json(sample), json.loads, deep)
+
+
+def verify_gzip(sample: Sample, deep: int = 0) -> FileReport:
+    header = read_gzip(sample)
+    if header.format not in (Format.MSGPACK_GZ.value, Format.JSON_GZ.value):
+        return header
+    decode = _unpack_msgpack if header.format == Format.MSGPACK_GZ.value else json.loads
+
+    def inflated(data: bytes) -> object:
+        return decode(zlib.decompress(data, _GZIP_WBITS))
+
+    return _verify_record(sample, header, inflated, deep)
+
+
+def _unpack_msgpack(data: bytes) -> object:
+    import msgpack
+
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def _verify_record(sample: Sample, header: FileReport, decode: Callable[[bytes], object], deep: int) -> FileReport:
+    """The record decoded whole: every tensor listed with its ParamId, each length checked."""
+    if header.issues or sample.size > MAX_RECORD:
+        return header
+    try:
+        record = decode(sample.range(0, sample.size))
+    except Exception as error:  # msgpack, json and zlib raise many unrelated types on bad input
+        return dataclasses.replace(header, issues=(FileIssue(Problem.MALFORMED, f"the record cannot be decoded ({error})"),))
+    item = record.get("item") if isinstance(record, Mapping) else None
+    tensors: list[Tensor] = []
+    issues: list[FileIssue] = []
+    nonfinite = 0
+    for name, param, data in _tensor_data(item, "", None):
+        tensor, payload, problem = _tensor(name, param, data)
+        if problem:
+            issues.append(FileIssue(Problem.MALFORMED, problem))
+        tensors.append(tensor)
+        if deep and payload is not None and tensor.dtype in FLOATS:
+            nonfinite += _deep.count_nonfinite(payload, tensor.dtype)
+    if nonfinite:
+        issues.append(FileIssue(Problem.NONFINITE, f"{nonfinite} NaN or Inf values in its float tensors"))
+    return dataclasses.replace(header, issues=tuple(issues), tensors=tuple(tensors), tensor_bytes=sum(t.nbytes for t in tensors))
+
+
+def _tensor_data(value: object, path: str, param: str | None) -> Iterator[tuple[str, str | None, Mapping[Any, Any]]]:
+    """(name, ParamId, TensorData map) for every tensor under ``value``; the optimizer's ``V1`` and
+    ``Rank<D>`` wrappers are left out of names, and a map of ``{id: {"V1": ...}}`` gives ids."""
+    if isinstance(value, Mapping):
+        if "shape" in value and ("bytes" in value or "value" in value):
+            yield path, param, value
+            return
+        if set(value) == {"id", "param"} and isinstance(value["id"], str):
+            yield from _tensor_data(value["param"], path, value["id"])
+            return
+        for key, child in value.items():
+            key = str(key)
+            child_param = key if isinstance(child, Mapping) and set(child) == {"V1"} else param
+            skip = key == "V1" or _RANK.match(key)
+            yield from _tensor_data(child, path if skip else f"{path}.{key}".lstrip("."), child_param)
+    elif isinstance(value, list):
+        for number, child in enumerate(value):
+            yield from _tensor_data(child, f"{path}.{number}".lstrip("."), param)
+
+
+def _tensor(name: str, param: str | None, data: Mapping[Any, Any]) -> tuple[Tensor, bytes | None, str | None]:
+    shape = data.get("shape")
+    shape = tuple(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else ()
+    count = 1
+    for dim in shape:
+        count *= dim
+    raw = data.get("bytes", data.get("value"))
+    payload = bytes(raw) if isinstance(raw, (bytes, list)) and "bytes" in data else None
+    dtype = burn_dtype(data.get("dtype"))
+    if dtype is None:
+        return Tensor(name, "unknown", shape, len(raw) if isinstance(raw, (bytes, list)) else 0, param=param), None, None
+    nbytes = len(raw) if isinstance(raw, (bytes, list)) else 0
+    problem = None
+    if "bytes" in data and nbytes != count * dtype[1]:
+        problem = f"tensor {name} holds {nbytes} bytes but its {dtype[0]} shape {list(shape)} needs {count * dtype[1]}"
+    return Tensor(name, dtype[0], shape, count * dtype[1], param=param), payload, problem
