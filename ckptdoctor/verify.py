@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
 from ckptdoctor.parallel import cores
-from ckptdoctor.readers import expected_formats, probe
+from ckptdoctor.readers import Format, expected_formats, probe, sniff_file
 from ckptdoctor.readers import verify as verify_file
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -27,6 +27,11 @@ Progress = Callable[[int, int], None]
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
+_SERIALIZED = frozenset({
+    Format.PICKLE, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.ZIP,
+    Format.NUMPY, Format.SEVEN_ZIP, Format.SAFETENSORS, Format.BURNPACK,
+})  # fmt: skip
+"""Content that is read whatever the file is called."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +85,14 @@ def _readable(entry: Entry) -> bool:
 
 
 def _worth_reading(entry: Entry) -> bool:
+    """Files that can carry code or tensors, by name or else by content (``torch.load`` takes any name)."""
     name = entry.name.lower()
     if name.endswith(_ALSO_READ):
         return True
     expected = expected_formats(name)
-    return expected is not None and not name.endswith(".json")
+    if expected is not None:
+        return not name.endswith(".json")
+    return entry.size > 0 and sniff_file(entry) in _SERIALIZED
 
 
 def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:
@@ -100,6 +108,8 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
                 progress(done, total)
         return reports
     # one file per worker process: walking pickles holds the GIL, so threads would not do
+    if deep:
+        import numpy  # noqa: F401  (imported once here, inherited by every forked worker)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

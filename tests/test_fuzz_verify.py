@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -31,8 +32,9 @@ from ckptdoctor.readers import BytesSample, verify_sample
 from ckptdoctor.readers.sniff import TORCH_LEGACY_MAGIC
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MANY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-NAMES = ("x.pt", "x.pth", "x.bin", "x.pkl", "x.safetensors", "x.bpk", "x.npy", "x.npz", "x.ckpt", "x.mpk")
+NAMES = ("x.pt", "x.pth", "x.bin", "x.pkl", "x.safetensors", "x.bpk", "x.npy", "x.npz", "x.ckpt", "x.mpk", "x.mpk.gz")
 BROKEN = frozenset({
     Problem.TRUNCATED, Problem.MALFORMED, Problem.UNSAFE_PICKLE, Problem.ZIP_ANOMALY,
     Problem.NOT_A_CHECKPOINT, Problem.CRC_MISMATCH,
@@ -96,6 +98,33 @@ def safetensors_torch_file() -> bytes:
     })  # fmt: skip
 
 
+@cache
+def burn_mpk_file(compressed: bool) -> bytes:
+    """burn's recorder-era NamedMpk(Gz)FileRecorder record, with finite float data."""
+    import gzip
+
+    import msgpack
+
+    weight = struct.pack("<64f", *(i / 8 for i in range(64)))
+    record = {
+        "metadata": {
+            "float": "f32",
+            "int": "i32",
+            "format": "burn_core::record::file::NamedMpkFileRecorder<burn_core::record::settings::FullPrecisionSettings>",
+            "version": "0.21.0",
+            "settings": "FullPrecisionSettings",
+        },
+        "item": {
+            "fc": {
+                "weight": {"id": "72d17eukbtkma", "param": {"bytes": weight, "shape": [8, 8], "dtype": "F32"}},
+                "bias": {"id": "0a9fqk2b3c4dm", "param": {"bytes": bytes(32), "shape": [8], "dtype": "F32"}},
+            }
+        },
+    }
+    packed = msgpack.packb(record)
+    return gzip.compress(packed, mtime=0) if compressed else packed
+
+
 PICKLED = {"lists": [1, 2, [3, "four"], []], "epoch": 7, "name": "run-1", "neg": -3, "big": 2**70}
 
 
@@ -133,6 +162,8 @@ VALID: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "burnpack-optim": (burnpack_file, "optim-3.bpk", "burnpack"),
     "pickle-4": (lambda: pickle_file(4), "state.pkl", "pickle"),
     "pickle-0": (lambda: pickle_file(0), "state.pkl", "pickle"),
+    "burn-mpk": (lambda: burn_mpk_file(False), "model-3.mpk", "msgpack"),
+    "burn-mpk-gz": (lambda: burn_mpk_file(True), "model-3.mpk.gz", "msgpack.gz"),
     "npy": (npy_file, "weights.npy", "numpy"),
     "npz": (lambda: npz_file(False), "weights.npz", "numpy"),
     "npz-compressed": (lambda: npz_file(True), "weights.npz", "numpy"),
@@ -169,7 +200,7 @@ def test_valid_files_verify_clean(kind: str, deep: int) -> None:
     assert not report.problems & BROKEN, report.issues
     if kind == "torch-legacy":
         assert report.problems == {Problem.LEGACY}
-    if kind != "torch-legacy":
+    else:
         assert report.issues == (), report.issues
     assert report.tensors or kind.startswith("pickle")
 
@@ -270,6 +301,17 @@ def test_flipped_tensor_byte_is_a_crc_mismatch(kind: str, data: st.DataObject, f
     assert any(member in issue.detail for issue in report.issues if issue.problem is Problem.CRC_MISMATCH)
 
 
+def test_one_bit_flip_in_an_npz_dtype() -> None:
+    """A single bit flip in a real ``np.savez`` file turns the ``'<f2'`` of a float16 member
+    into ``'<f\xb2'``: ``'\xb2'`` (superscript two) passes ``str.isdigit`` but not ``int``."""
+    original = npz_file(False)
+    position = original.index(b"'<f2'") + 3
+    mutant = bytearray(original)
+    mutant[position] ^= 0x80
+    for deep in (0, 1):
+        assert _is_flagged(_verify(bytes(mutant), "weights.npz", deep))
+
+
 def test_data_0_flip_is_a_crc_mismatch() -> None:
     """The plain case: the first byte of ``data/0``, the storage of the first tensor."""
     _, start, _ = next(r for r in tensor_regions("torch-zip") if r[0].endswith("/data/0"))
@@ -281,7 +323,7 @@ def test_data_0_flip_is_a_crc_mismatch() -> None:
 # --- arbitrary bytes ------------------------------------------------------------------------
 
 
-@FUZZ
+@MANY
 @given(data=st.binary(max_size=2048), name=st.sampled_from(NAMES), deep=st.sampled_from([0, 1]))
 @example(data=b"", name="x.pt", deep=1)
 @example(data=b"PK\x05\x06" + bytes(18), name="x.pt", deep=1)
@@ -312,7 +354,7 @@ PREFIXES = (
 )  # fmt: skip
 
 
-@FUZZ
+@MANY
 @given(prefix=st.sampled_from(PREFIXES), body=st.binary(max_size=1024), name=st.sampled_from(NAMES), deep=st.sampled_from([0, 1]))
 def test_bytes_behind_a_magic_never_raise(prefix: bytes, body: bytes, name: str, deep: int) -> None:
     """Random bytes reach far deeper into a reader when they start with its magic."""
@@ -356,6 +398,37 @@ def _zip_with_central_extra(extra: bytes) -> bytes:
     return bytes(data)
 
 
+_BURN_METADATA = {
+    "float": "f32",
+    "int": "i32",
+    "format": "burn_core::record::file::NamedMpkFileRecorder<burn_core::record::settings::FullPrecisionSettings>",
+    "version": "0.21.0",
+    "settings": "FullPrecisionSettings",
+}
+
+
+def _burn_mpk(item: object) -> bytes:
+    import msgpack
+
+    return msgpack.packb({"metadata": _BURN_METADATA, "item": item})
+
+
+def _burn_json(item: object) -> bytes:
+    import json
+
+    recorder = "burn_core::record::file::PrettyJsonFileRecorder<burn_core::record::settings::FullPrecisionSettings>"
+    return json.dumps({"metadata": {**_BURN_METADATA, "format": recorder}, "item": item}).encode()
+
+
+def _burn_mpk_nested(depth: int) -> bytes:
+    """A record whose one tensor sits ``depth`` maps deep (msgpack decodes up to 1024 levels)."""
+    import msgpack
+
+    leaf = msgpack.packb({"bytes": bytes(4), "shape": [1], "dtype": "F32"})
+    head = msgpack.packb("metadata") + msgpack.packb(_BURN_METADATA) + msgpack.packb("item")
+    return b"\x82" + head + b"\x81\xa1a" * depth + leaf
+
+
 def _tar_with_pax(headers: dict[str, str]) -> bytes:
     buffer = io.BytesIO()
     payload = pickle.dumps({}, protocol=2)
@@ -368,6 +441,17 @@ def _tar_with_pax(headers: dict[str, str]) -> bytes:
 
 
 CRAFTED = {
+    # a burnpack cut inside its CBOR metadata: the header read says truncated, verify parses on
+    "burnpack-cut-inside-metadata": (b"NRUB\x01\x00\x01\x00\x00\x00", "x.bpk"),
+    "burnpack-bool-dtype-list": (
+        _burnpack({"tensors": {"a": {"dtype": {"Bool": []}, "shape": [1], "data_offsets": [0, 1], "param_id": 1}}}, b"\x01"),
+        "x.bpk",
+    ),
+    # burn recorder-era records: tensor bytes as a list of ints, a dtype map, deep nesting
+    "burn-mpk-bytes-out-of-range": (_burn_mpk({"w": {"id": "a", "param": {"bytes": [256], "shape": [1], "dtype": "U8"}}}), "x.mpk"),
+    "burn-json-bytes-not-ints": (_burn_json({"w": {"id": "a", "param": {"bytes": ["x"], "shape": [1], "dtype": "U8"}}}), "x.json"),
+    "burn-mpk-bool-dtype-list": (_burn_mpk({"w": {"id": "a", "param": {"bytes": b"\x01", "shape": [1], "dtype": {"Bool": []}}}}), "x.mpk"),
+    "burn-mpk-1000-deep-item": (_burn_mpk_nested(1000), "x.mpk"),
     # npy headers are literals: a dict with an unhashable key, a dtype size that is not a number
     "npy-unhashable-key": (_npy("{'descr': '<f4', 'shape': (1,), []: 0}"), "x.npy"),
     "npy-superscript-itemsize": (_npy("{'descr': '<f\xb2', 'shape': (1,)}"), "x.npy"),
@@ -376,13 +460,13 @@ CRAFTED = {
         _safetensors({"a": {"dtype": "F32", "shape": [10**200, 10**200], "data_offsets": [0, 0]}}),
         "x.safetensors",
     ),
-    "burnpack-bool-dtype-list": (
-        _burnpack({"tensors": {"a": {"dtype": {"Bool": []}, "shape": [1], "data_offsets": [0, 1], "param_id": 1}}}, b"\x01"),
-        "x.bpk",
+    "safetensors-deeply-nested-header": (
+        struct.pack("<Q", 2002) + b'{"a":' + b"[" * 998 + b"]" * 998 + b"}",
+        "x.safetensors",
     ),
     "zip64-extra-longer-than-entry": (_zip_with_central_extra(b"\x01\x00\x18\x00" + bytes(8)), "x.pt"),
     "tar-bad-gnu-sparse-map": (_tar_with_pax({"GNU.sparse.map": "a,b", "GNU.sparse.size": "1"}), "x.pt"),
-    # a dict keyed by a 1,000-deep tuple: its repr (and str) overflow Python's recursion limit
+    # a dict keyed by a 1,000-deep tuple or list: its repr (and str) overflow the recursion limit
     "pickle-deep-tuple-key": (b"\x80\x02}" + b"(" * 1000 + b"t" * 1000 + b"K\x01s.", "x.pkl"),
     "pickle-deep-list-key": (b"\x80\x02}" + b"(" * 1000 + b"l" * 1000 + b"K\x01s.", "x.pkl"),
 }
@@ -396,18 +480,49 @@ def test_crafted_inputs_never_raise(case: str, deep: int) -> None:
     assert _is_flagged(report), report
 
 
+def _zip64_sized_member(size: int) -> bytes:
+    """A torch-like zip whose stored ``archive/version`` claims ``size`` bytes (by a ZIP64
+    extra), while its compressed size and its bytes stay 2: nothing else in it is wrong."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
+        archive.writestr("archive/version", b"3\n")
+    data = bytearray(buffer.getvalue())
+    central = data.index(b"PK\x01\x02", data.index(b"PK\x01\x02") + 4)
+    name_length = struct.unpack_from("<H", data, central + 28)[0]
+    extra = struct.pack("<HHQ", 1, 8, size)
+    at = central + 46 + name_length
+    data[at:at] = extra
+    struct.pack_into("<H", data, central + 30, len(extra))
+    struct.pack_into("<I", data, central + 24, 0xFFFFFFFF)
+    end = data.index(b"PK\x05\x06")
+    struct.pack_into("<I", data, end + 12, struct.unpack_from("<I", data, end + 12)[0] + len(extra))
+    return bytes(data)
+
+
 _CHILD = """
-import sys
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[3]), int(sys.argv[3]) + 5))
 from ckptdoctor.readers import BytesSample, verify_sample
-report = verify_sample(BytesSample(sys.stdin.buffer.read()), "x.pkl")
+report = verify_sample(BytesSample(sys.stdin.buffer.read()), sys.argv[1], deep=int(sys.argv[2]))
 print(report.format, sorted(p.value for p in report.problems))
 """
 
+IN_A_CHILD = {
+    # hashing a tuple nested 500,000 deep recurses in C with no recursion check: a segfault
+    "pickle-500k-deep-tuple-key": (b"\x80\x02}" + b"(" * 500_000 + b"t" * 500_000 + b"K\x01s.", "x.pkl", 0, 20),
+    # --deep splits a member into 64 MiB parts before reading any: 2**36 parts for a 254-byte file
+    "zip64-member-of-4-exbibytes-deep": (_zip64_sized_member(2**62), "x.pt", 1, 5),
+}
+"""case -> (bytes, name, deep, CPU seconds): inputs that kill or hang the process, run in a child."""
 
-def test_deeply_nested_pickle_key_does_not_kill_the_process() -> None:
-    """A 2 MB pickle: a dict keyed by a tuple nested a million deep. Hashing it recurses in C
-    (no recursion check), so it must be run in a child process: a crash there is a segfault."""
-    depth = 1_000_000
-    data = b"\x80\x02}" + b"(" * depth + b"t" * depth + b"K\x01s."
-    child = subprocess.run([sys.executable, "-c", _CHILD], input=data, capture_output=True, timeout=120)
-    assert child.returncode == 0, (child.returncode, child.stderr.decode(errors="replace")[-2000:])
+
+@pytest.mark.skipif(sys.platform == "win32", reason="resource limits are POSIX")
+@pytest.mark.parametrize("case", sorted(IN_A_CHILD))
+def test_crafted_inputs_finish_in_a_child(case: str) -> None:
+    data, name, deep, cpu_seconds = IN_A_CHILD[case]
+    command = [sys.executable, "-c", _CHILD, name, str(deep), str(cpu_seconds)]
+    child = subprocess.run(command, input=data, capture_output=True, timeout=cpu_seconds * 3)
+    died = f"killed by {signal.Signals(-child.returncode).name}" if child.returncode < 0 else f"exit {child.returncode}"
+    assert child.returncode == 0, (died, child.stderr.decode(errors="replace")[-2000:])

@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import pickletools
 import struct
+import tarfile
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -41,7 +43,9 @@ NEVER_CLEAN_CODES = {"CKD205", "CKD207", "CKD403", "CKD401"}
 
 def _invoke(*args: str | os.PathLike[str]) -> tuple[int, dict[str, Any], str]:
     """``ckptdoctor ARGS`` in-process: (exit code, parsed JSON, stdout + stderr)."""
-    result = CliRunner().invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "200"}
+    )
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     text = result.stdout + result.stderr
@@ -65,14 +69,20 @@ def _by_name(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def _for_path(report: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     """Findings about one file (paths in the report are as given, joined below)."""
-    return [f for f in report["findings"] if f["path"] and Path(f["path"]).resolve() == path.resolve()]
+    return [
+        f for f in report["findings"] if f["path"] and Path(f["path"]).resolve() == path.resolve()
+    ]
 
 
 def _file_entries(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         f
         for run in report["runs"]
-        for group in (*(c["files"] for c in run["checkpoints"]), run["loose_files"], run["extra_files"])
+        for group in (
+            *(c["files"] for c in run["checkpoints"]),
+            run["loose_files"],
+            run["extra_files"],
+        )
         for f in group
     ]
 
@@ -121,7 +131,12 @@ def _corpus_files(folder: str) -> list[str]:
 
 
 def _cases(wanted: str) -> list[Any]:
-    cases = [pytest.param(folder, name, id=f"{folder}/{name}") for folder in FOLDERS for name in _corpus_files(folder) if label(name) == wanted]
+    cases = [
+        pytest.param(folder, name, id=f"{folder}/{name}")
+        for folder in FOLDERS
+        for name in _corpus_files(folder)
+        if label(name) == wanted
+    ]
     return cases or [pytest.param("data", "(corpus absent)", id="corpus-absent")]
 
 
@@ -142,7 +157,9 @@ def test_picklescan_every_file_is_labelled(corpus: Path, folder: str) -> None:
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_picklescan_every_file_is_reported_and_exit_is_1(corpus: Path, picklescan_reports, folder: str) -> None:
+def test_picklescan_every_file_is_reported_and_exit_is_1(
+    corpus: Path, picklescan_reports, folder: str
+) -> None:
     code, report = picklescan_reports[folder]
     assert code == 1
     reported = sorted(Path(f["path"]).name for f in _file_entries(report))
@@ -152,19 +169,25 @@ def test_picklescan_every_file_is_reported_and_exit_is_1(corpus: Path, picklesca
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("unsafe"))
-def test_picklescan_malicious_is_flagged_unsafe(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
+def test_picklescan_malicious_is_flagged_unsafe(
+    corpus: Path, picklescan_reports, folder: str, name: str
+) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert _flagged_unsafe(findings), f"{name}: {[(f['code'], f['severity']) for f in findings]}"
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("not-unsafe"))
-def test_picklescan_benign_is_not_flagged_unsafe(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
+def test_picklescan_benign_is_not_flagged_unsafe(
+    corpus: Path, picklescan_reports, folder: str, name: str
+) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert [f["code"] for f in findings if f["code"] in UNSAFE_CODES] == [], findings
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("never-clean"))
-def test_picklescan_unanalysable_is_never_clean(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
+def test_picklescan_unanalysable_is_never_clean(
+    corpus: Path, picklescan_reports, folder: str, name: str
+) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert {f["code"] for f in findings} & NEVER_CLEAN_CODES, f"{name} was called clean: {findings}"
     assert any(f["severity"] == "error" for f in findings if f["code"] in NEVER_CLEAN_CODES)
@@ -229,7 +252,15 @@ def frame_divergence(canary: Path) -> bytes:
     bytes literal that swallows ``GLOBAL os system … REDUCE``; the C unpickler reading a file-like
     object (torch's BytesIO) refills past the frame, reads a zero length and runs the hidden ops."""
     hidden = b"cos\nsystem\n(V" + _touch(canary).encode() + b"\ntR."
-    return b"\x80\x04\x95" + struct.pack("<Q", 3) + b"B" + struct.pack("<H", 2 + len(hidden)) + b"\x00" * 4 + hidden + b"."
+    return (
+        b"\x80\x04\x95"
+        + struct.pack("<Q", 3)
+        + b"B"
+        + struct.pack("<H", 2 + len(hidden))
+        + b"\x00" * 4
+        + hidden
+        + b"."
+    )
 
 
 def inst_form(canary: Path) -> bytes:
@@ -250,7 +281,10 @@ def ext1_code(canary: Path) -> bytes:
 
 def _benign_zip() -> bytes:
     buffer = io.BytesIO()
-    torch.save({"weight": torch.arange(6, dtype=torch.float32).reshape(2, 3), "bias": torch.ones(2)}, buffer)
+    torch.save(
+        {"weight": torch.arange(6, dtype=torch.float32).reshape(2, 3), "bias": torch.ones(2)},
+        buffer,
+    )
     return buffer.getvalue()
 
 
@@ -289,18 +323,26 @@ def _central_entries(archive: bytes) -> list[tuple[int, str]]:
 
 
 def _local_offset(archive: bytes, name: str) -> int:
-    (offset,) = [struct.unpack_from("<I", archive, at + 42)[0] for at, n in _central_entries(archive) if n == name]
+    (offset,) = [
+        struct.unpack_from("<I", archive, at + 42)[0]
+        for at, n in _central_entries(archive)
+        if n == name
+    ]
     assert archive[offset : offset + 4] == b"PK\x03\x04"
     return offset
 
 
-def _patched(archive: bytes, name: str, *, flags: int = 0, crc_xor: int = 0, local_name: str | None = None) -> bytes:
+def _patched(
+    archive: bytes, name: str, *, flags: int = 0, crc_xor: int = 0, local_name: str | None = None
+) -> bytes:
     data = bytearray(archive)
     local = _local_offset(archive, name)
     for at, entry_name in _central_entries(archive):
         if entry_name == name:
             struct.pack_into("<H", data, at + 8, struct.unpack_from("<H", data, at + 8)[0] | flags)
-            struct.pack_into("<I", data, at + 16, struct.unpack_from("<I", data, at + 16)[0] ^ crc_xor)
+            struct.pack_into(
+                "<I", data, at + 16, struct.unpack_from("<I", data, at + 16)[0] ^ crc_xor
+            )
     struct.pack_into("<H", data, local + 6, struct.unpack_from("<H", data, local + 6)[0] | flags)
     if local_name is not None:
         assert len(local_name) == len(name)
@@ -323,7 +365,9 @@ def zip_deflated_member(canary: Path) -> bytes:
 
 def zip_name_mismatch(canary: Path) -> bytes:
     """The central directory says archive/data.pkl (what torch reads), the local header datap.kl."""
-    return _patched(zip_data_pkl_replaced(canary), "archive/data.pkl", local_name="archive/datap.kl")
+    return _patched(
+        zip_data_pkl_replaced(canary), "archive/data.pkl", local_name="archive/datap.kl"
+    )
 
 
 def zip_flag_0x1(canary: Path) -> bytes:
@@ -369,6 +413,64 @@ def legacy_object_replaced(canary: Path) -> bytes:
     return data[: ends[2]] + posix_system(canary) + data[ends[3] :]
 
 
+def legacy_storage_keys_replaced(canary: Path) -> bytes:
+    """The fifth pickle (storage keys) is unpickled by torch's legacy loader too."""
+    data = _legacy_bytes()
+    ends = _pickle_ends(data, 5)
+    return data[: ends[3]] + posix_system(canary) + data[ends[4] :]
+
+
+# torch's oldest (tar) format: torch.load unpickles the ``storages`` member first, then ``tensors``,
+# then ``pickle`` (torch.serialization._legacy_load.legacy_load); ``sys_info`` is never unpickled
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _tar_members() -> dict[str, bytes]:
+    """A benign tar-format file holding no storages (plain values, dumped, never loaded)."""
+    return {
+        "sys_info": pickle.dumps({"protocol_version": 1001, "little_endian": True}, 2),
+        "pickle": pickle.dumps({"epoch": 3}, 2),
+        "storages": pickle.dumps(0, 2) + pickle.dumps([], 2),
+        "tensors": pickle.dumps(0, 2),
+    }
+
+
+def _tar_with(member: str, canary: Path) -> bytes:
+    members = _tar_members()
+    members[member] = posix_system(canary) + members[member]
+    return _tar(members)
+
+
+def tar_pickle_member(canary: Path) -> bytes:
+    return _tar_with("pickle", canary)
+
+
+def tar_storages_member(canary: Path) -> bytes:
+    return _tar_with("storages", canary)
+
+
+def tar_tensors_member(canary: Path) -> bytes:
+    return _tar_with("tensors", canary)
+
+
+def tar_header_pickle_polyglot(canary: Path) -> bytes:
+    """A tar header (``ustar`` at 257) with a bad checksum whose first bytes are a pickle. tarfile
+    raises ReadError, and torch.load then falls back to the legacy loader, which unpickles the
+    file's first bytes as the magic number: the payload runs."""
+    evil = posix_system(canary)
+    assert len(evil) < 257
+    return (evil.ljust(257, b"\0") + b"ustar\x0000").ljust(512, b"\0") + bytes(1024)
+
+
 PAYLOADS: dict[str, tuple[str, Callable[[Path], bytes]]] = {
     "os_system_proto0": ("payload.pkl", os_system_proto0),
     "posix_system_proto2": ("payload.pkl", posix_system),
@@ -390,6 +492,11 @@ PAYLOADS: dict[str, tuple[str, Callable[[Path], bytes]]] = {
     "zip_two_prefixes_evil_last": ("model.pt", zip_two_prefixes_evil_last),
     "zip_frame_divergence": ("model.pt", zip_frame_divergence),
     "legacy_object_replaced": ("model.pt", legacy_object_replaced),
+    "legacy_storage_keys_replaced": ("model.pt", legacy_storage_keys_replaced),
+    "tar_pickle_member": ("model.tar", tar_pickle_member),
+    "tar_storages_member": ("model.tar", tar_storages_member),
+    "tar_tensors_member": ("model.tar", tar_tensors_member),
+    "tar_header_pickle_polyglot": ("model.pt", tar_header_pickle_polyglot),
 }
 
 
@@ -464,6 +571,40 @@ def test_legacy_payload_keeps_the_legacy_header(canary: Path) -> None:
     assert verify_sample(BytesSample(data), "model.pt").format == "torch-legacy"
 
 
+def test_tar_control_is_only_legacy(tmp_path: Path) -> None:
+    """The control for the tar payloads: the same archive without them is only obsolete."""
+    report = verify_sample(BytesSample(_tar(_tar_members())), "model.tar", deep=0)
+    assert report.format == "torch-tar"
+    assert [issue.problem for issue in report.issues] == [Problem.LEGACY]
+
+
+def test_polyglot_is_a_real_tar_failure(canary: Path) -> None:
+    """The fixture is the real trick: tarfile refuses it with the error torch catches."""
+    data = io.BytesIO(tar_header_pickle_polyglot(canary))
+    with (
+        pytest.raises(tarfile.ReadError),
+        tarfile.open(fileobj=data, mode="r:", format=tarfile.PAX_FORMAT),
+    ):
+        pass
+    ops = [op.name for op, _, _ in pickletools.genops(tar_header_pickle_polyglot(canary))]
+    assert ops[:2] == ["PROTO", "GLOBAL"]
+
+
+@pytest.mark.parametrize("name", ["model.weights", "weights"])
+def test_unsafe_archive_under_an_unusual_name_in_a_folder(
+    cli, tmp_path: Path, canary: Path, name: str
+) -> None:
+    """torch.load takes any file name; a folder verify must not pass over a torch archive whose
+    name it does not know (integrity reference §12 row 3, §15.1: sniff by content)."""
+    path = _write(tmp_path / "downloads", name, zip_data_pkl_replaced(canary))
+    named = cli("verify", "--json", path)
+    assert _flagged_unsafe(_for_path(named.json, path))
+    result = cli("verify", "--json", path.parent)
+    assert not canary.exists()
+    assert _flagged_unsafe(_for_path(result.json, path)), result.stdout + result.stderr
+    assert result.exit_code == 1
+
+
 @pytest.fixture
 def load_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every path ``torch.load`` is asked for during the test (and it still loads benign files)."""
@@ -478,7 +619,9 @@ def load_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_deep_and_load_never_run_a_malicious_zip(cli, tmp_path: Path, canary: Path, load_spy: list[str]) -> None:
+def test_deep_and_load_never_run_a_malicious_zip(
+    cli, tmp_path: Path, canary: Path, load_spy: list[str]
+) -> None:
     path = _write(tmp_path / "case", "model.pt", zip_data_pkl_replaced(canary))
     for flags in (("--deep",), ("--load",), ("--deep", "--load")):
         result = cli("verify", "--json", *flags, path)
@@ -572,7 +715,13 @@ def _bundled() -> dict[str, Any]:
 
 def _shared_views() -> dict[str, Any]:
     base = torch.arange(24, dtype=torch.float32)
-    return {"base": base, "view": base.view(4, 6), "slice": base[5:17], "transposed": base.view(4, 6).t(), "again": base}
+    return {
+        "base": base,
+        "view": base.view(4, 6),
+        "slice": base[5:17],
+        "transposed": base.view(4, 6).t(),
+        "again": base,
+    }
 
 
 BENIGN: dict[str, Callable[[], Any]] = {
@@ -643,7 +792,15 @@ def hf_run(tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
     output = tmp_path_factory.mktemp("hf") / "out"
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=32, n_positions=16, bos_token_id=0, eos_token_id=0)
+        transformers.GPT2Config(
+            n_layer=1,
+            n_head=2,
+            n_embd=8,
+            vocab_size=32,
+            n_positions=16,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
     )
 
     class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
@@ -667,7 +824,13 @@ def hf_run(tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
     return (output, *_verify(output))
 
 
-HF_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin", "model.safetensors"]
+HF_FILES = [
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "training_args.bin",
+    "model.safetensors",
+]
 
 
 @pytest.mark.parametrize("name", HF_FILES)
@@ -714,13 +877,20 @@ def accelerate_state(tmp_path_factory) -> dict[str, tuple[Path, int, dict[str, A
     scheduler.step()
     accelerator.save_state()
     explicit = tmp_path_factory.mktemp("acc_explicit") / "my_checkpoint"
-    accelerator.project_configuration.automatic_checkpoint_naming = False  # else output_dir is ignored
+    accelerator.project_configuration.automatic_checkpoint_naming = (
+        False  # else output_dir is ignored
+    )
     accelerator.save_state(str(explicit))
     automatic = project / "checkpoints" / "checkpoint_0"
-    return {"automatic": (automatic, *_verify(project / "checkpoints")), "explicit": (explicit, *_verify(explicit))}
+    return {
+        "automatic": (automatic, *_verify(project / "checkpoints")),
+        "explicit": (explicit, *_verify(explicit)),
+    }
 
 
-@pytest.mark.parametrize("name", ["random_states_0.pkl", "optimizer.bin", "scheduler.bin", "model.safetensors"])
+@pytest.mark.parametrize(
+    "name", ["random_states_0.pkl", "optimizer.bin", "scheduler.bin", "model.safetensors"]
+)
 @pytest.mark.parametrize("how", ["automatic", "explicit"])
 def test_accelerate_file_is_not_flagged_unsafe(accelerate_state, how: str, name: str) -> None:
     folder, _, report = accelerate_state[how]
@@ -756,7 +926,10 @@ def lightning_fit(tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
 
         def configure_optimizers(self):
             optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
-            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1),
+            }
 
     root = tmp_path_factory.mktemp("pl")
     torch.manual_seed(0)

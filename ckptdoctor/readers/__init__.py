@@ -33,6 +33,7 @@ __all__ = [
     "looks_like_checkpoint",
     "probe",
     "read_header",
+    "sniff_file",
     "verify",
     "verify_sample",
 ]
@@ -195,6 +196,15 @@ def verify(entry: Entry, deep: int = 0) -> FileReport:
             issue = FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}")
             return dataclasses.replace(report, issues=(issue,))
     return report
+
+
+def sniff_file(entry: Entry) -> Format | None:
+    """The format of a file's content from its first bytes, or None when it cannot be opened."""
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            return sniff(sample)
+    except OSError:
+        return None
 
 
 def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport]) -> FileReport:

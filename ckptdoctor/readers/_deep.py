@@ -53,6 +53,9 @@ class FileChanged(Exception):
 
 def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Checked]:
     """Check every region; results in the same order."""
+    for region in regions:
+        if region.offset + region.length > sample.size:
+            raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
         step = PART if _crc32_combine is not None or not region.crc else max(region.length, 1)

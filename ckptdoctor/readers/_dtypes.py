@@ -60,6 +60,6 @@ def burn_dtype(value: object) -> tuple[str, int] | None:
         return BURN_SIZES.get(value)
     if isinstance(value, dict) and len(value) == 1:
         ((kind, storage),) = value.items()
-        if kind == "Bool" and storage in BURN_BOOL_SIZES:
+        if kind == "Bool" and isinstance(storage, str) and storage in BURN_BOOL_SIZES:
             return "bool", BURN_BOOL_SIZES[storage]
     return None

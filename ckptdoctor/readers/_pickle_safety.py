@@ -83,6 +83,13 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
 })  # fmt: skip
 """Harmless to import and call (they build plain values), but outside torch's default allowlist."""
 
+CONSTRUCT_ONLY: frozenset[str] = frozenset({
+    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+})  # fmt: skip
+"""Benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call: calling runs their set-up
+code (devices, distributed state), so a pickle that calls them is unsafe."""
+
 _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 """Modules torch refuses even when a user allowlists them: named first in a finding."""
 
@@ -90,7 +97,12 @@ _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 def judge(walk: Walk, where: str) -> list[FileIssue]:
     """The safety findings for one walked pickle; ``where`` names it (``data.pkl``, ``the pickle``)."""
     issues: list[FileIssue] = []
-    unsafe = [g.dotted for g in walk.globals if g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN]
+    unsafe = [
+        g.dotted
+        for g in walk.globals
+        if (g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN)
+        or (g.dotted in CONSTRUCT_ONLY and g in walk.called)
+    ]
     unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
     reasons: list[str] = []
     if unsafe:
@@ -106,7 +118,7 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
     if reasons:
         issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code"))
-    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN]
+    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
         issues.append(FileIssue(
@@ -114,6 +126,8 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
             f"{where} needs {_names(benign)}: known to be harmless, but torch.load(weights_only=True) "
             f"refuses them; load it with torch.serialization.safe_globals([{listed}])",
         ))
+    if walk.odd:
+        issues.append(FileIssue(Problem.MALFORMED, f"{where} cannot be loaded: {walk.odd[0]}"))
     if walk.error:
         found = f"; imports found before that: {_names([g.dotted for g in walk.globals])}" if walk.globals else ""
         issues.append(FileIssue(Problem.MALFORMED, f"{where} {walk.error}{found}"))

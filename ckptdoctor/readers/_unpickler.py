@@ -91,6 +91,10 @@ class Walk:
     """Offset just past the STOP opcode (where a following pickle would start)."""
     persistent: list[object] = field(default_factory=list)
     """Persistent ids that are not torch storages."""
+    odd: list[str] = field(default_factory=list)
+    """Things a real unpickler would fail on that do not stop the walk (an unhashable key)."""
+    called: set[Global] = field(default_factory=set)
+    """Globals the pickle calls (REDUCE, INST, OBJ), rather than only rebuilds (NEWOBJ + BUILD)."""
 
 
 class _Mark:
@@ -118,21 +122,24 @@ _REBUILD_PARAMETER = frozenset({"_rebuild_parameter", "_rebuild_parameter_with_s
 def walk(data: bytes, start: int = 0, opcodes: frozenset[str] | None = None) -> Walk:
     """Follow the pickle that starts at ``start``; ``opcodes``, if given, is the allowed set."""
     import pickletools  # a parser only; imported when a pickle is walked, not at every start-up
+    import warnings
 
     machine = _Machine(opcodes)
     stream = io.BytesIO(data)
     stream.seek(start)
     position: int | None = start
     try:
-        for opcode, arg, position in pickletools.genops(stream):
-            machine.step(opcode.name, arg, position or 0, stream.tell())
-            if opcode.name == "STOP":
-                break
-        else:
-            machine.result.error = "the pickle ends without its STOP opcode"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # genops warns on escape sequences in STRING opcodes
+            for opcode, arg, position in pickletools.genops(stream):
+                machine.step(opcode.name, arg, position or 0, stream.tell())
+                if opcode.name == "STOP":
+                    break
+            else:
+                machine.result.error = "the pickle ends without its STOP opcode"
     except _Stop as stop:
         machine.result.error = f"{stop} (at byte {position})"
-    except (ValueError, KeyError, IndexError, EOFError, UnicodeDecodeError, TypeError, OverflowError) as error:
+    except (ValueError, KeyError, IndexError, EOFError, UnicodeDecodeError, TypeError, OverflowError, RecursionError) as error:
         machine.result.error = f"cannot be parsed near byte {position} ({type(error).__name__}: {error})"
     return machine.result
 
@@ -200,15 +207,21 @@ class _Machine:
             module, _, attribute = str(arg).partition(" ")
             cls = self._import(module, attribute)
             args = tuple(self._pop_mark())
+            self.result.called.add(cls)
             self.stack.append(_call(cls, args))
         elif name == "OBJ":
             items = self._pop_mark()
             if not items:
                 raise _Stop("OBJ without a class")
+            if isinstance(items[0], Global):
+                self.result.called.add(items[0])
             self.stack.append(_call(items[0], tuple(items[1:])))
         elif name in ("REDUCE", "NEWOBJ"):
             args = self._pop()
-            self.stack.append(_call(self._pop(), args))
+            func = self._pop()
+            if name == "REDUCE" and isinstance(func, Global):
+                self.result.called.add(func)
+            self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
             self._pop()
             args = self._pop()
@@ -242,12 +255,12 @@ class _Machine:
                 target.extend(items)
         elif name == "SETITEM":
             value, key = self._pop(), self._pop()
-            _set_item(self._top(), key, value)
+            _set_item(self._top(), key, value, self.result.odd)
         elif name == "SETITEMS":
             items = self._pop_mark()
             target = self._top()
             for key, value in zip(items[::2], items[1::2], strict=False):
-                _set_item(target, key, value)
+                _set_item(target, key, value, self.result.odd)
         elif name == "POP":
             if stack:
                 stack.pop()
@@ -349,12 +362,31 @@ def _pairs_to_dict(items: list[Any]) -> dict[Any, Any]:
     return result
 
 
-def _set_item(target: object, key: object, value: object) -> None:
+_KEY_TYPES = (str, int, float, bytes, bool, type(None))
+
+
+def _set_item(target: object, key: object, value: object, odd: list[str] | None = None) -> None:
     if isinstance(target, dict):
-        try:
-            target[key] = value
-        except TypeError:  # an unhashable symbolic key: keep the value under its description
-            target[repr(key)] = value
+        if not isinstance(key, _KEY_TYPES) and odd is not None and _unhashable(key):
+            odd.append(f"a dict key is a {type(key).__name__} (or nests one, or nests too deep), which cannot be hashed")
+        # only plain keys are hashed: hashing a hostile, deeply nested tuple recurses in C
+        target[key if isinstance(key, _KEY_TYPES) else f"<{type(key).__name__} key #{len(target)}>"] = value
+
+
+def _unhashable(key: object, limit: int = 100) -> bool:
+    """Whether a real unpickler would fail to hash ``key``: a list or dict in it, or absurd nesting."""
+    level = [key]
+    for _ in range(limit):
+        nested: list[object] = []
+        for item in level:
+            if isinstance(item, (list, dict)):
+                return True
+            if isinstance(item, tuple) and not isinstance(item, (Global, Storage, TensorRef, Call, Opaque)):
+                nested.extend(item)
+        if not nested:
+            return False
+        level = nested
+    return True
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:

@@ -195,7 +195,9 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         return header
     metadata_size = HEADER.unpack(sample.head(HEADER.size))[2]
     metadata_end = HEADER.size + metadata_size
-    descriptors = cbor2.loads(sample.range(HEADER.size, metadata_size))["tensors"]
+    if sample.size < metadata_end:
+        return header  # cut inside its metadata: nothing more to read
+    descriptors = cbor2.loads(sample.range(HEADER.size, metadata_size))["tensors"]  # decoded by read() already
     aligned = header.fact("aligned") != "no"
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT if aligned else metadata_end
     issues = list(header.issues)
@@ -217,6 +219,8 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         for dim in shape:
             count *= dim
         if dtype is None:  # quantized: packed values and scales, no length to check against
+            if not (isinstance(descriptor.get("dtype"), Mapping) and "QFloat" in descriptor["dtype"]):
+                issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} has an unknown dtype {descriptor.get('dtype')!r}"))
             listed.append(Tensor(str(name), _dtype_name(descriptor.get("dtype")), tuple(shape), end - start, param=_param(param)))
             continue
         if end - start != count * dtype[1]:

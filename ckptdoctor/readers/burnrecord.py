@@ -151,13 +151,16 @@ def _verify_record(sample: Sample, header: FileReport, decode: Callable[[bytes],
     tensors: list[Tensor] = []
     issues: list[FileIssue] = []
     nonfinite = 0
-    for name, param, data in _tensor_data(item, "", None):
-        tensor, payload, problem = _tensor(name, param, data)
-        if problem:
-            issues.append(FileIssue(Problem.MALFORMED, problem))
-        tensors.append(tensor)
-        if deep and payload is not None and tensor.dtype in FLOATS:
-            nonfinite += _deep.count_nonfinite(payload, tensor.dtype)
+    try:
+        for name, param, data in _tensor_data(item, "", None):
+            tensor, payload, problem = _tensor(name, param, data)
+            if problem:
+                issues.append(FileIssue(Problem.MALFORMED, problem))
+            tensors.append(tensor)
+            if deep and payload is not None and tensor.dtype in FLOATS:
+                nonfinite += _deep.count_nonfinite(payload, tensor.dtype)
+    except RecursionError:
+        issues.append(FileIssue(Problem.MALFORMED, "the record nests deeper than any burn module"))
     if nonfinite:
         issues.append(FileIssue(Problem.NONFINITE, f"{nonfinite} NaN or Inf values in its float tensors"))
     return dataclasses.replace(header, issues=tuple(issues), tensors=tuple(tensors), tensor_bytes=sum(t.nbytes for t in tensors))
@@ -190,12 +193,28 @@ def _tensor(name: str, param: str | None, data: Mapping[Any, Any]) -> tuple[Tens
     for dim in shape:
         count *= dim
     raw = data.get("bytes", data.get("value"))
-    payload = bytes(raw) if isinstance(raw, (bytes, list)) and "bytes" in data else None
+    payload = _payload(raw) if "bytes" in data else None
     dtype = burn_dtype(data.get("dtype"))
-    if dtype is None:
-        return Tensor(name, "unknown", shape, len(raw) if isinstance(raw, (bytes, list)) else 0, param=param), None, None
     nbytes = len(raw) if isinstance(raw, (bytes, list)) else 0
+    if dtype is None:
+        quantized = isinstance(data.get("dtype"), Mapping) and "QFloat" in data["dtype"]
+        problem = None if quantized or "value" in data else f"tensor {name} has an unknown dtype {data.get('dtype')!r}"
+        return Tensor(name, "unknown", shape, nbytes, param=param), None, problem
     problem = None
-    if "bytes" in data and nbytes != count * dtype[1]:
+    if "bytes" in data and payload is None:
+        problem = f"tensor {name}'s bytes are not a byte string"
+    elif "bytes" in data and nbytes != count * dtype[1]:
         problem = f"tensor {name} holds {nbytes} bytes but its {dtype[0]} shape {list(shape)} needs {count * dtype[1]}"
     return Tensor(name, dtype[0], shape, count * dtype[1], param=param), payload, problem
+
+
+def _payload(raw: object) -> bytes | None:
+    """A tensor's bytes: MessagePack ``bin``, or JSON's list of byte values."""
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, list):
+        try:
+            return bytes(raw)
+        except (ValueError, TypeError):
+            return None
+    return None

@@ -71,7 +71,7 @@ def _header(data: bytes) -> tuple[int, str, tuple[int, ...]] | str:
         return "cut inside its header"
     try:
         fields = ast.literal_eval(data[start - length : start].decode("latin-1"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as error:
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as error:
         return f"its header is not a literal ({type(error).__name__})"
     if not isinstance(fields, dict):
         return "its header is not a dict"
@@ -83,7 +83,7 @@ def _header(data: bytes) -> tuple[int, str, tuple[int, ...]] | str:
 
 def _dtype(descr: str) -> tuple[str, int]:
     kind, digits = descr[1:2], descr[2:]
-    itemsize = int(digits) if digits.isdigit() else 1
+    itemsize = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4 else 1
     base = _KINDS.get(kind)
     if base is None:
         return descr, itemsize

@@ -11,10 +11,10 @@ import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
+from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES, TORCH_STORAGES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample, SampleReader
-from ckptdoctor.readers._unpickler import TORCH_OPCODES, Walk, tensors, walk
+from ckptdoctor.readers._unpickler import TORCH_OPCODES, Global, Walk, tensors, walk
 from ckptdoctor.readers.sniff import TORCH_LEGACY_MAGIC, Format
 
 STOP = b"."
@@ -153,23 +153,66 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
 
 
 def verify_tar(sample: Sample, deep: int = 0) -> FileReport:
-    """torch's oldest format: a tar whose ``pickle`` member holds the object (walked, not loaded)."""
+    """torch's oldest format: a tar of ``storages``, ``tensors`` and ``pickle``, each holding pickles
+    that torch unpickles in that order (walked here, never loaded). A file that is not a readable tar
+    is walked from its first byte too: torch falls back to reading it as a legacy pickle."""
     import tarfile
 
     issues = list(read_tar(sample).issues)
     try:
         with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
-            member = next((m for m in archive.getmembers() if m.name == "pickle"), None)
-            if member is None or not member.isfile():
-                issues.append(FileIssue(Problem.MALFORMED, "the tar has no 'pickle' member"))
-            elif member.size > MAX_PICKLE:
-                issues.append(FileIssue(Problem.MALFORMED, "its pickle member is too large to analyse"))
-            else:
-                data = archive.extractfile(member)
-                issues += judge(walk(data.read() if data else b""), "its pickle member")
-    except (tarfile.TarError, OSError, EOFError) as error:
+            members = {m.name: m for m in archive.getmembers()}
+            for name in ("storages", "tensors", "pickle"):
+                member = members.get(name)
+                if member is None or not member.isfile():
+                    if name == "pickle":  # the object itself; the others hold what it refers to
+                        issues.append(FileIssue(Problem.MALFORMED, "the tar has no 'pickle' member"))
+                elif member.size > MAX_PICKLE:
+                    issues.append(FileIssue(Problem.MALFORMED, f"its {name} member is too large to analyse"))
+                else:
+                    handle = archive.extractfile(member)
+                    issues += _tar_member(handle.read() if handle else b"", name)
+    except Exception as error:  # tarfile raises many unrelated types on hostile headers
         issues.append(FileIssue(Problem.MALFORMED, f"the tar cannot be read ({error})"))
+        walked = _walk_growing(sample, 0, None)
+        issues += [i for i in judge(walked, "the pickle at its start") if i.problem is not Problem.MALFORMED]
     return FileReport(Format.TORCH_TAR.value, tuple(issues))
+
+
+_TAR_TENSOR = struct.Struct("<ii")
+
+
+def _tar_member(data: bytes, name: str) -> list[FileIssue]:
+    """Every pickle of a tar-format member: a count, then per item a pickle and raw bytes
+    (storages: u64 count and elements; tensors: ndim, sizes, strides, offset), then (storages)
+    the storage views."""
+    if name == "pickle":
+        return judge(walk(data), "its pickle member")
+    issues: list[FileIssue] = []
+    count_walk = walk(data)
+    issues += judge(count_walk, f"the {name} member's count")
+    count = count_walk.root if isinstance(count_walk.root, int) else 0
+    position = count_walk.end
+    try:
+        for _ in range(min(count, 1_000_000)):
+            item = walk(data, position)
+            issues += judge(item, f"a record of the {name} member")
+            if item.error or not isinstance(item.root, tuple) or len(item.root) != 3:
+                return issues
+            position = item.end
+            if name == "storages":
+                kind = item.root[2]
+                size = TORCH_SIZES.get(TORCH_STORAGES.get(kind.name, "") if isinstance(kind, Global) else "", 1)
+                (elements,) = _ELEMENT.unpack_from(data, position)
+                position += _ELEMENT.size + elements * size
+            else:
+                ndim, _ = _TAR_TENSOR.unpack_from(data, position)
+                position += _TAR_TENSOR.size + 16 * ndim + 8
+        if name == "storages" and position < len(data):
+            issues += judge(walk(data, position), "the storages member's views")
+    except struct.error:
+        issues.append(FileIssue(Problem.MALFORMED, f"the {name} member ends inside a record"))
+    return issues
 
 
 def _walk_growing(sample: Sample, start: int, opcodes: frozenset[str] | None) -> Walk:

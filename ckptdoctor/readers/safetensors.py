@@ -33,8 +33,8 @@ def read(sample: Sample) -> FileReport:
         )
     try:
         header = json.loads(sample.range(LENGTH.size, length), object_pairs_hook=_no_duplicates)
-    except (ValueError, UnicodeDecodeError) as error:
-        return _report(Problem.MALFORMED, f"header is not valid JSON ({error})")
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        return _report(Problem.MALFORMED, f"header is not valid JSON ({type(error).__name__}: {error})")
     if not isinstance(header, dict):
         return _report(Problem.MALFORMED, "header is not a JSON object")
     ends = []
@@ -115,7 +115,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
             issues.append(FileIssue(
                 Problem.MALFORMED,
                 f"tensor {name!r} spans {end - start} bytes but its {info['dtype']} shape {shape} needs "
-                f"{bits / 8:g} (TensorInvalidInfo)",
+                f"{bits // 8 if bits % 8 == 0 else f'{bits}/8'} (TensorInvalidInfo)",
             ))
         extents.append((start, end, name))
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))

@@ -175,8 +175,12 @@ def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[F
         start = position + CENTRAL.size
         raw_name = blob[start : start + name_length]
         extra = blob[start + name_length : start + name_length + extra_length]
-        size, compressed, header = _zip64(extra, size, compressed, header)
         name = raw_name.decode("utf-8", "replace")
+        zip64 = _zip64(extra, size, compressed, header)
+        if zip64 is None:
+            issues.append(FileIssue(Problem.MALFORMED, f"member {name} has a damaged ZIP64 extra field"))
+        else:
+            size, compressed, header = zip64
         data, local_issue = _local(sample, header, raw_name, name)
         if local_issue:
             issues.append(local_issue)
@@ -185,16 +189,22 @@ def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[F
     if len(members) < directory.entries:
         issues.append(FileIssue(Problem.MALFORMED, f"the central directory lists {len(members)} of {directory.entries} members"))
     for member in members:
-        if member.data >= 0 and member.data + member.compressed > directory.offset:
+        if member.method == 0 and member.size != member.compressed:
+            issues.append(FileIssue(Problem.MALFORMED, f"stored member {member.name} declares {member.size} bytes but occupies {member.compressed}"))
+        elif member.data >= 0 and member.data + member.compressed > directory.offset:
             issues.append(FileIssue(Problem.MALFORMED, f"member {member.name} runs into the central directory"))
     return members, issues
 
 
-def _zip64(extra: bytes, size: int, compressed: int, header: int) -> tuple[int, int, int]:
+def _zip64(extra: bytes, size: int, compressed: int, header: int) -> tuple[int, int, int] | None:
+    """Sizes and offset with ZIP64's 64-bit values in place of the 32-bit sentinels; None when the
+    extra field claims more bytes than it has."""
     position = 0
     while position + 4 <= len(extra):
         kind, length = struct.unpack_from("<HH", extra, position)
         if kind == ZIP64_EXTRA:
+            if position + 4 + length > len(extra):
+                return None
             values = list(struct.unpack_from(f"<{min(length, 24) // 8}Q", extra, position + 4))
             if size == 0xFFFFFFFF and values:
                 size = values.pop(0)
@@ -386,6 +396,8 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
         elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
             issues += judge(walk(data), member.name)
             contents.append("pickle")
+    if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
+        issues += _deep_issues(sample, members, [], deep)
     if not contents or "pickle" in contents:
         issues.insert(0, FileIssue(Problem.NOT_A_CHECKPOINT, "a zip archive, not a torch checkpoint: it has no <folder>/data.pkl"))
     fmt = Format.NUMPY.value if contents and set(contents) == {"numpy"} else Format.ZIP.value
