@@ -6,12 +6,14 @@ import enum
 import io
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from ckptdoctor.model import Report, Severity
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class OutputFormat(str, enum.Enum):
@@ -56,6 +58,8 @@ WIDTH_OFF_TERMINAL = 120
 
 
 def stdout_console(file: io.StringIO | None = None) -> Console:
+    from rich.console import Console  # rich only when something is rendered for people
+
     if file is not None:
         return Console(file=file, width=WIDTH_OFF_TERMINAL, no_color=True, highlight=False)
     console = Console(highlight=False)
@@ -65,6 +69,8 @@ def stdout_console(file: io.StringIO | None = None) -> Console:
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     # one message, one line: scripts grep stderr, and wrapped paths do not paste back
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -91,42 +97,48 @@ def emit(
     empty: tuple[str, ...] = (),
 ) -> None:
     """Print (or write) the report, say what went wrong on stderr, and exit with the right code."""
-    # renderers are imported when a report exists: `--help` must not pay for them
-    from ckptdoctor.render import human
-    from ckptdoctor.render import json as json_render
-
     code = exit_code(report, fail_on, exit_zero)
-    errors = stderr_console()
     for error in report.errors:
-        errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)
+        say(f"ckptdoctor: error: {error.path}: {error.message}")
     if quiet and code == EXIT_OK:
         raise typer.Exit(code)
     for path in empty:
-        errors.print(f"No checkpoints found in {path}", markup=False)
+        say(f"No checkpoints found in {path}")
     if report.unrecognised:
-        _hint_unrecognised(report.unrecognised, errors)
+        _hint_unrecognised(report.unrecognised)
+    # renderers are imported when a report exists, and only the one asked for: `--help` pays for
+    # neither, and `--json` never loads rich
     if fmt is OutputFormat.JSON or as_json:
+        from ckptdoctor.render import json as json_render
+
         text = json_render.render(report)
     else:
         buffer = io.StringIO() if output else None
+        from ckptdoctor.render import human
+
         console = stdout_console(buffer)
         if not report.runs and not report.findings and report.errors:
             raise typer.Exit(code)
         human.render(report, console, show_all)
         if buffer is None:
-            _summary(report, errors)
+            _summary(report, stderr_console())
             raise typer.Exit(code)
         text = buffer.getvalue()
     _write(text, output)
     raise typer.Exit(code)
 
 
-def _hint_unrecognised(paths: tuple[str, ...], console: Console) -> None:
+def say(line: str) -> None:
+    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _hint_unrecognised(paths: tuple[str, ...]) -> None:
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    console.print(
+    say(
         f"{len(paths)} file{'s' if len(paths) != 1 else ''} named like checkpoints follow no layout "
-        f"ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {paths[0]}",
-        markup=False,
+        f"ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {paths[0]}"
     )
 
 
@@ -145,5 +157,5 @@ def _write(text: str, output: str | None) -> None:
         with open(output, "w", encoding="utf-8") as handle:
             handle.write(text)
     except OSError as error:
-        stderr_console().print(f"ckptdoctor: error: cannot write {output}: {error.strerror}", markup=False)
+        say(f"ckptdoctor: error: cannot write {output}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error

@@ -20,7 +20,7 @@ from ckptdoctor.cli._output import (
     Paths,
     QuietFlag,
     emit,
-    stderr_console,
+    say,
 )
 from ckptdoctor.model import Report
 
@@ -78,20 +78,19 @@ def inspect(
 
 
 def _print_resume(report: Report, found: Scan) -> None:
-    errors = stderr_console()
     for error in report.errors:
-        errors.print(f"ckptdoctor: error: {error.path}: {error.message}", markup=False)
+        say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
         raise typer.Exit(EXIT_USAGE)
     if len(report.runs) > 1:
         paths = ", ".join(run.path for run in report.runs)
-        errors.print(f"ckptdoctor: error: --resume needs one run; found {len(report.runs)}: {paths}", markup=False)
+        say(f"ckptdoctor: error: --resume needs one run; found {len(report.runs)}: {paths}")
         raise typer.Exit(EXIT_USAGE)
     run = report.runs[0] if report.runs else None
     checkpoint = run.resume if run else None
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)
-        errors.print(f"No checkpoint to resume from in {where}", markup=False)
+        say(f"No checkpoint to resume from in {where}")
         raise typer.Exit(EXIT_FINDINGS)
     typer.echo(checkpoint.index)
     raise typer.Exit(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Annotated
@@ -20,6 +21,7 @@ from ckptdoctor.cli._output import (
     Paths,
     QuietFlag,
     emit,
+    say,
     stderr_console,
 )
 
@@ -94,9 +96,7 @@ def _require_torch() -> None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        stderr_console().print(
-            "ckptdoctor: error: --load needs torch: pip install 'ckptdoctor[torch]'", markup=False
-        )
+        say("ckptdoctor: error: --load needs torch: pip install 'ckptdoctor[torch]'")
         raise typer.Exit(2)
 
 
@@ -104,9 +104,7 @@ class _progress_bar:
     """A rich progress bar on stderr, shown only on a terminal and only once the work is long."""
 
     def __init__(self, quiet: bool) -> None:
-        console = stderr_console()
-        self._enabled = console.is_terminal and not quiet
-        self._console = console
+        self._enabled = sys.stderr.isatty() and not quiet
         self._started = time.monotonic()
         self._bar: object = None
         self._task: object = None
@@ -121,7 +119,7 @@ class _progress_bar:
             if time.monotonic() - self._started < PROGRESS_AFTER or done >= total:
                 return
             bar = Progress(
-                "verifying", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=self._console, transient=True
+                "verifying", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console(), transient=True
             )
             bar.start()
             self._bar, self._task = bar, bar.add_task("verify", total=total)
@@ -129,7 +127,9 @@ class _progress_bar:
         self._bar.update(self._task, completed=done)  # type: ignore[arg-type]
 
     def __exit__(self, *exc: object) -> None:
+        if self._bar is None:
+            return
         from rich.progress import Progress
 
-        if isinstance(self._bar, Progress):
-            self._bar.stop()
+        assert isinstance(self._bar, Progress)
+        self._bar.stop()

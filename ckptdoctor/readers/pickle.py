@@ -33,17 +33,12 @@ def read_pickle(sample: Sample) -> FileReport:
 
 
 def _opcode_problem(data: bytes) -> str | None:
-    import pickletools  # only small bare pickles are walked: kept off every other start-up
-
-    position: int | None = 0
-    try:
-        for opcode, _, position in pickletools.genops(data):
-            if opcode.name == "STOP" and position is not None:
-                end = position + 1
-                return None if end == len(data) else f"{len(data) - end} bytes after the pickle's STOP opcode"
-    except (ValueError, KeyError, IndexError, EOFError, UnicodeDecodeError) as error:
-        return f"the pickle cannot be parsed near byte {position} ({error})"
-    return "the pickle has no STOP opcode"
+    walked = walk(data)
+    if walked.error:
+        return f"the pickle {walked.error}"
+    if walked.end != len(data):
+        return f"{len(data) - walked.end} bytes after the pickle's STOP opcode"
+    return None
 
 
 def read_legacy(sample: Sample) -> FileReport:
