@@ -34,6 +34,12 @@ _SERIALIZED = frozenset({
 """Content that is read whatever the file is called."""
 
 
+POOL_MIN_FILES = 512
+"""Below this many files a structural read takes less time than starting worker processes."""
+POOL_MIN_BYTES = 64 * 1024 * 1024
+"""With ``--deep``, below this many bytes one process (and its threads) is as fast as a pool."""
+
+
 @dataclass(frozen=True)
 class VerifyOptions:
     deep: bool = False
@@ -99,7 +105,8 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
     total = sum(e.size for e in entries)
     done = 0
     reports: dict[str, FileReport] = {}
-    if jobs < 2 or len(entries) < 2 or not hasattr(os, "fork"):
+    worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
+    if jobs < 2 or len(entries) < 2 or not worth_a_pool or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
             reports[entry.os_path] = verify_file(entry, threads)
@@ -107,22 +114,47 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
             if progress:
                 progress(done, total)
         return reports
-    # one file per worker process: walking pickles holds the GIL, so threads would not do
+    # files shared between worker processes: walking pickles holds the GIL, so threads would not do
     if deep:
         import numpy  # noqa: F401  (imported once here, inherited by every forked worker)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    workers = min(jobs, len(entries))
+    batches = _batches(entries, workers * 4)
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(min(jobs, len(entries)), mp_context=context, initializer=_ignore_interrupts) as pool:
-        futures = {pool.submit(verify_file, entry, 1 if deep else 0): entry for entry in entries}
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+    try:
+        futures = {pool.submit(_verify_batch, batch, 1 if deep else 0): batch for batch in batches}
         for future in as_completed(futures):
-            entry = futures[future]
-            reports[entry.os_path] = future.result()
-            done += entry.size
+            reports.update(future.result())
+            done += sum(entry.size for entry in futures[future])
             if progress:
                 progress(done, total)
+    except BaseException:
+        # Ctrl-C: stop the workers (they only read) and drop the queued batches, then let it through
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return reports
+
+
+def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
+    """``entries`` (biggest first) dealt into about ``count`` batches of similar byte totals: one
+    task per file would cost a round trip per file between processes."""
+    batches: list[list[Entry]] = [[] for _ in range(min(count, len(entries)))]
+    sizes = [0] * len(batches)
+    for entry in entries:
+        smallest = sizes.index(min(sizes))
+        batches[smallest].append(entry)
+        sizes[smallest] += entry.size + 4096  # a file costs an open and a directory read too
+    return [batch for batch in batches if batch]
+
+
+def _verify_batch(batch: list[Entry], threads: int) -> list[tuple[str, FileReport]]:
+    return [(entry.os_path, verify_file(entry, threads)) for entry in batch]
 
 
 def _ignore_interrupts() -> None:

@@ -298,11 +298,16 @@ def test_verify_lists_tensors_per_file(tmp_path, cli):
     assert files["optimizer_3.pt"]["keys"] == ["state", "param_groups"]
 
 
-def test_verify_jobs_give_the_same_report(tmp_path, cli):
+def test_verify_jobs_give_the_same_report(tmp_path, cli, monkeypatch):
+    import ckptdoctor.verify
+
+    monkeypatch.setattr(ckptdoctor.verify, "POOL_MIN_FILES", 2)  # a pool for these few small files
     torch_run(tmp_path / "run", epochs=range(1, 9))
+    _flip_tensor_byte(tmp_path / "run" / "model_5.pt")
     one = verify(cli, "--jobs", "1", "--deep", tmp_path / "run").json
     many = verify(cli, "--jobs", "4", "--deep", tmp_path / "run").json
     assert one["runs"] == many["runs"] and one["findings"] == many["findings"]
+    assert [f["code"] for f in many["findings"]] == ["CKD206"]
 
 
 def test_verify_load_reports_what_the_library_refuses(tmp_path, cli, monkeypatch):
@@ -420,3 +425,32 @@ def test_burn_records_fire_ckd301_and_ckd304(tmp_path, cli):
     result = verify(cli, "--deep", folder)
     assert only(result, "CKD301")["index"] == 2
     assert only(result, "CKD304")["index"] == 3
+
+
+def test_ctrl_c_stops_a_parallel_deep_verify_at_once(tmp_path):
+    """SIGINT while worker processes read: exit 130 promptly, no traceback, queued work dropped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"w": torch.zeros(32 * 1024 * 1024 // 4)}, run / "model_1.pt")
+    for epoch in range(2, 801):  # 25 GB to read, on no extra disk: hard links of one file
+        (run / f"model_{epoch}.pt").hardlink_to(run / "model_1.pt")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--jobs", "2", "--json", str(run)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    if process.poll() is not None:
+        pytest.skip("verify finished before it could be interrupted on this machine")
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "Interrupted" in stderr
+    assert time.monotonic() - started < 2, "it waited for the queued files"
