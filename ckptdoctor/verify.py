@@ -135,7 +135,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
         # Ctrl-C: stop the workers (they only read) and drop the queued batches, then let it through
         for worker in multiprocessing.active_children():
             worker.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return reports
