@@ -371,8 +371,8 @@ def test_ckd308_quiet_for_a_matching_index(tmp_path, cli):
 # --- burn recorder-era records (named MessagePack, gzip, JSON) ----------------------------------------
 
 
-def _record(item: object, precision: str = "f32") -> dict:
-    metadata = {"float": precision, "int": "i32", "format": "burn_core::record::file::NamedMpkFileRecorder<FullPrecisionSettings>", "version": "0.21.0", "settings": "FullPrecisionSettings"}
+def _record(item: object, precision: str = "f32", version: str = "0.21.0") -> dict:
+    metadata = {"float": precision, "int": "i32", "format": "burn_core::record::file::NamedMpkFileRecorder<FullPrecisionSettings>", "version": version, "settings": "FullPrecisionSettings"}
     return {"metadata": metadata, "item": item, "_b": []}
 
 
@@ -380,7 +380,7 @@ def _data(values: list[float]) -> dict:
     return {"bytes": struct.pack(f"<{len(values)}f", *values), "shape": [len(values)], "dtype": "F32"}
 
 
-def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids: tuple[str, str], weight: list[float], suffix: str = ".mpk") -> None:
+def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids: tuple[str, str], weight: list[float], suffix: str = ".mpk", version: str = "0.21.0") -> None:
     import gzip
     import json
 
@@ -399,9 +399,9 @@ def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids
                     return {k: plain(v) for k, v in value.items()}
                 return list(value) if isinstance(value, bytes) else value
 
-            (folder / f"{role}-{epoch}{suffix}").write_bytes(gzip.compress(json.dumps(plain(_record(item))).encode()))
+            (folder / f"{role}-{epoch}{suffix}").write_bytes(gzip.compress(json.dumps(plain(_record(item, version=version))).encode()))
         else:
-            (folder / f"{role}-{epoch}{suffix}").write_bytes(msgpack.packb(_record(item), use_bin_type=True))
+            (folder / f"{role}-{epoch}{suffix}").write_bytes(msgpack.packb(_record(item, version=version), use_bin_type=True))
 
 
 @pytest.mark.parametrize("suffix", [".mpk", ".json.gz"])
@@ -454,3 +454,14 @@ def test_ctrl_c_stops_a_parallel_deep_verify_at_once(tmp_path):
     assert process.returncode == 130
     assert "Traceback" not in stderr and "Interrupted" in stderr
     assert time.monotonic() - started < 2, "it waited for the queued files"
+
+
+def test_ckd303_fires_when_burn_records_change_version(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    ids = ("72d17eukbtkma", "0000000000001")
+    _write_records(folder, 1, ids, ids, [1.0] * 6, version="0.20.1")
+    _write_records(folder, 2, ids, ids, [1.0] * 6, version="0.21.0")
+    finding = only(verify(cli, folder), "CKD303")
+    assert finding["index"] == 2 and "burn 0.21.0" in finding["message"] and "burn 0.20.1" in finding["message"]
+    _write_records(folder, 1, ids, ids, [1.0] * 6, version="0.21.0")
+    assert "CKD303" not in codes(verify(cli, folder))

@@ -381,9 +381,16 @@ def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
     previous: tuple[int, str] | None = None
     for checkpoint, contents in _read_checkpoints(ctx):
         models = checkpoint.files_for(Role.MODEL)
-        if not models or models[0].report.fact("precision") or models[0].report.fact("settings"):
+        if not models:
+            continue
+        report = models[0].report
+        version = report.fact("version")
+        if version:
+            label = f"burn {version}"
+        elif report.fact("precision") or report.fact("settings"):
             continue  # burn's own precision settings: CKD112 reports those
-        label = models[0].report.fact("version") or ", ".join(sorted({t.dtype for t in contents.model if t.dtype in FLOATS}))
+        else:
+            label = ", ".join(sorted({t.dtype for t in contents.model if t.dtype in FLOATS}))
         if not label:
             continue
         if previous and previous[1] != label:
