@@ -465,3 +465,45 @@ def test_ckd303_fires_when_burn_records_change_version(tmp_path, cli):
     assert finding["index"] == 2 and "burn 0.21.0" in finding["message"] and "burn 0.20.1" in finding["message"]
     _write_records(folder, 1, ids, ids, [1.0] * 6, version="0.21.0")
     assert "CKD303" not in codes(verify(cli, folder))
+
+
+def test_verify_load_maps_library_failures_to_rules(tmp_path, cli, monkeypatch):
+    import ckptdoctor.readers.library as library
+
+    run = tmp_path / "run"
+    torch_run(run)
+    loaded: list[str] = []
+
+    def refuse(torch_module, path, fmt):
+        loaded.append(path)
+        return "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory" if path.endswith("model_3.pt") else None
+
+    monkeypatch.setattr(library, "_load", refuse)
+    result = verify(cli, "--load", run)
+    finding = only(result, "CKD203")
+    assert finding["path"].endswith("model_3.pt") and "loading it fails" in finding["message"]
+    assert len(loaded) == 6, "every file that passed the static checks is loaded"
+    assert result.json["runs"][0]["resume"]["index"] == 2
+
+
+def test_verify_load_skips_files_the_static_pass_flagged(tmp_path, cli, monkeypatch):
+    import ckptdoctor.readers.library as library
+
+    run = tmp_path / "run"
+    torch_run(run)
+    _flip_tensor_byte(run / "model_3.pt")
+    (run / "model_2.pt").write_bytes((run / "model_2.pt").read_bytes()[:-40])
+    loaded: list[str] = []
+    monkeypatch.setattr(library, "_load", lambda torch_module, path, fmt: loaded.append(path))
+    verify(cli, "--load", "--deep", run)
+    assert not any(p.endswith(("model_2.pt", "model_3.pt")) for p in loaded)
+    assert len(loaded) == 4
+
+
+def test_verify_load_without_torch_is_a_usage_error(tmp_path, cli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    result = cli("verify", "--load", tmp_path)
+    assert result.exit_code == 2 and "pip install 'ckptdoctor[torch]'" in result.stderr

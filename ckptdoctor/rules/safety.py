@@ -47,7 +47,10 @@ NON_WEIGHTS_OBJECT = Rule(
         "As far as the static scan can tell the file is not dangerous: it imports only well-known harmless classes. But since "
         "torch 2.6 `torch.load` defaults to `weights_only=True`, which allows only tensors and a few containers, so loading "
         "fails with `Weights only load failed … Unsupported global: GLOBAL …`. Resume code hits this after a torch upgrade: "
-        "HF's `rng_state.pth`, Lightning hyper-parameters, timm's saved `args`."
+        "HF's `rng_state.pth`, Lightning hyper-parameters, timm's saved `args`. Side files that the framework which wrote "
+        "them loads itself with these globals allowed (HF `rng_state.pth` and `training_args.bin`, accelerate's "
+        "`random_states_N.pkl`) are reported as info. Classes whose construction runs set-up code (`TrainingArguments`, "
+        "accelerate's `PartialState`) are harmless only when rebuilt field by field; a pickle that calls them is CKD401."
     ),
     causes=(
         "The checkpoint stores non-tensor Python objects: numpy arrays or scalars (RNG states, metrics), `argparse.Namespace` "
