@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -112,10 +113,7 @@ class Tensor(NamedTuple):
 
     @property
     def numel(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)

@@ -123,23 +123,39 @@ def read_header(sample: Sample, name: str = "") -> FileReport:
 def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
     """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads."""
 
+    unpickled = Format.PICKLE in (expected_formats(name) or ())
+
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
-        if kind is Format.UNKNOWN and Format.PICKLE in (expected_formats(name) or ()):
-            return _unknown_as_pickle
+        if kind is Format.UNKNOWN and unpickled:
+            return _unknown_content
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
-            return _READERS.get(kind)
+            plain = _READERS.get(kind)
+            if plain is not None and unpickled:  # burn bincode under a .bin name torch.load would unpickle
+                return lambda sample: _with_pickle_safety(plain(sample), sample)
+            return plain
         return lambda sample: verifier(sample, deep)
 
-    return _judge(sample, name, reader)
+    report = _judge(sample, name, reader)
+    if name == dcp.METADATA and report.format == Format.PICKLE.value:
+        report = _with_pickle_safety(report, sample)  # DCP reads its .metadata with pickle.load
+    return report
 
 
-def _unknown_as_pickle(sample: Sample) -> FileReport:
-    """Content of no known format under a name loaders unpickle (``.pt``, ``.bin``, ``.pkl``): they
-    would hand it to the unpickler, so it is walked as one; protocol 0 has no magic to sniff."""
-    walked = pickle.verify_pickle(sample)
-    unsafe = tuple(i for i in walked.issues if i.problem in (Problem.UNSAFE_PICKLE, Problem.NON_WEIGHTS))
-    return FileReport(Format.UNKNOWN.value, unsafe)
+def _unknown_content(sample: Sample) -> FileReport:
+    """Content of no known format under a name loaders unpickle (``.pt``, ``.bin``, ``.pkl``):
+    torch.load tries it as a tar (V7 tars have no magic) and then as a pickle (protocol 0 has
+    none either), so it is read as both."""
+    if pickle.is_tar(sample):
+        return pickle.verify_tar(sample)
+    return _with_pickle_safety(FileReport(Format.UNKNOWN.value), sample)
+
+
+def _with_pickle_safety(report: FileReport, sample: Sample) -> FileReport:
+    """``report`` plus what the file would import if it were unpickled (a crafted file can be
+    two formats at once)."""
+    unsafe = tuple(i for i in pickle.verify_pickle(sample).issues if i.problem in (Problem.UNSAFE_PICKLE, Problem.NON_WEIGHTS))
+    return dataclasses.replace(report, issues=report.issues + unsafe) if unsafe else report
 
 
 def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:

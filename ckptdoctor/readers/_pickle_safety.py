@@ -80,6 +80,12 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
     "pytorch_lightning.utilities.parsing.AttributeDict",
     "lightning.pytorch.utilities.parsing.AttributeDict",
+    # torch.distributed.checkpoint's .metadata (read with pickle.load by DCP itself)
+    *(f"torch.distributed.checkpoint.metadata.{name}" for name in (
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING",
+    )),
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
 })  # fmt: skip
 """Harmless to import and call (they build plain values), but outside torch's default allowlist."""
 
@@ -101,7 +107,7 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
         g.dotted
         for g in walk.globals
         if (g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN)
-        or (g.dotted in CONSTRUCT_ONLY and g in walk.called)
+        or (g.dotted in CONSTRUCT_ONLY and (g in walk.called or g in walk.passed))
     ]
     unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
     reasons: list[str] = []
@@ -114,6 +120,9 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
         reasons.append(f"uses opcodes torch never writes ({opcodes}), the way hand-made pickles hide imports from scanners")
     if walk.tricks:
         reasons.append(f"is framed so that parsers disagree: {walk.tricks[0]}")
+    if walk.changed:
+        names = ", ".join(sorted(g.dotted for g in walk.changed))
+        reasons.append(f"changes the class or function {names} itself (BUILD on an import), which later code then runs")
     if walk.persistent:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
     if reasons:

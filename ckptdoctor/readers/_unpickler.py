@@ -42,7 +42,8 @@ class Storage(NamedTuple):
     """A torch storage named by a persistent id: ``('storage', type, key, location, numel)``."""
 
     dtype: str | None
-    """None for ``UntypedStorage`` (counted in bytes; the tensor names its dtype)."""
+    """None for ``UntypedStorage`` (counted in bytes; the tensor names its dtype); for a class that
+    is no torch storage, its dotted name (which no dtype table knows)."""
     key: str
     location: str
     numel: int
@@ -91,10 +92,16 @@ class Walk:
     """Offset just past the STOP opcode (where a following pickle would start)."""
     persistent: list[object] = field(default_factory=list)
     """Persistent ids that are not torch storages."""
+    storages: list[Storage] = field(default_factory=list)
+    """Every storage the pickle names by persistent id, tensors' or not."""
     odd: list[str] = field(default_factory=list)
     """Things a real unpickler would fail on that do not stop the walk (an unhashable key)."""
     called: set[Global] = field(default_factory=set)
     """Globals the pickle calls (REDUCE, INST, OBJ), rather than only rebuilds (NEWOBJ + BUILD)."""
+    passed: set[Global] = field(default_factory=set)
+    """Globals handed to a call as arguments: a callee may call them in turn."""
+    changed: set[Global] = field(default_factory=set)
+    """Globals that BUILD sets attributes on: the class or function itself is altered."""
 
 
 class _Mark:
@@ -208,6 +215,7 @@ class _Machine:
             cls = self._import(module, attribute)
             args = tuple(self._pop_mark())
             self.result.called.add(cls)
+            self.result.passed.update(_globals_in(args))
             self.stack.append(_call(cls, args))
         elif name == "OBJ":
             items = self._pop_mark()
@@ -215,20 +223,24 @@ class _Machine:
                 raise _Stop("OBJ without a class")
             if isinstance(items[0], Global):
                 self.result.called.add(items[0])
+            self.result.passed.update(_globals_in(items[1:]))
             self.stack.append(_call(items[0], tuple(items[1:])))
         elif name in ("REDUCE", "NEWOBJ"):
             args = self._pop()
             func = self._pop()
             if name == "REDUCE" and isinstance(func, Global):
                 self.result.called.add(func)
+            self.result.passed.update(_globals_in(args))
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
             self._pop()
             args = self._pop()
             self.stack.append(_call(self._pop(), args))
         elif name == "BUILD":
-            self._pop()
-            self._top()
+            self.result.passed.update(_globals_in(self._pop()))
+            target = self._top()
+            if isinstance(target, Global):
+                self.result.changed.add(target)
         elif name in ("EXT1", "EXT2", "EXT4"):
             self.stack.append(self._hidden(f"an import by extension code {arg} at byte {position}"))
         elif name in ("BINPERSID", "PERSID"):
@@ -278,7 +290,7 @@ class _Machine:
             raise _Stop(f"opcode {name} is not understood")
 
     def _import(self, module: str, attribute: str) -> Global:
-        symbol = Global(module, attribute)
+        symbol = _python3_name(module, attribute)
         if symbol not in self.seen:
             self.seen.add(symbol)
             self.result.globals.append(symbol)
@@ -292,7 +304,10 @@ class _Machine:
         if isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage":
             kind, key, location, numel = pid[1:5]
             if isinstance(kind, Global) and isinstance(numel, int) and not isinstance(numel, bool):
-                return Storage(TORCH_STORAGES.get(kind.name), str(key), str(location), numel)
+                untyped = kind.name == "UntypedStorage"
+                storage = Storage(None if untyped else TORCH_STORAGES.get(kind.name, kind.dotted), str(key), str(location), numel)
+                self.result.storages.append(storage)
+                return storage
         self.result.persistent.append(pid)
         return Opaque("persistent id")
 
@@ -312,6 +327,37 @@ class _Machine:
         items = self.stack
         self.stack = self.marks.pop()
         return items
+
+
+def _globals_in(value: object, limit: int = 1000) -> set[Global]:
+    """Globals anywhere in a call's arguments (containers followed, each once, up to ``limit``);
+    objects already built (a ``Call``) were checked when they were built."""
+    found: set[Global] = set()
+    pending = [value]
+    seen: set[int] = set()
+    while pending and len(seen) < limit:
+        item = pending.pop()
+        if isinstance(item, Global):
+            found.add(item)
+        elif isinstance(item, (tuple, list)) and not isinstance(item, (Storage, TensorRef, Opaque, Call)) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item)
+        elif isinstance(item, dict) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item.values())
+    return found
+
+
+def _python3_name(module: str, attribute: str) -> Global:
+    """The name Python 3's unpickler imports for a Python 2 one (``__builtin__ set`` is
+    ``builtins.set``): pickle maps them for protocols below 3, which torch writes."""
+    import _compat_pickle
+
+    if (module, attribute) in _compat_pickle.NAME_MAPPING:
+        module, attribute = _compat_pickle.NAME_MAPPING[(module, attribute)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    return Global(module, attribute)
 
 
 def _call(func: object, args: object) -> object:
@@ -373,18 +419,23 @@ def _set_item(target: object, key: object, value: object, odd: list[str] | None 
         target[key if isinstance(key, _KEY_TYPES) else f"<{type(key).__name__} key #{len(target)}>"] = value
 
 
-def _unhashable(key: object, limit: int = 100) -> bool:
-    """Whether a real unpickler would fail to hash ``key``: a list or dict in it, or absurd nesting."""
+def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
+    """Whether a real unpickler would fail to hash ``key``: a list or dict in it, or nesting absurd
+    in depth or size (tuples shared through the memo are visited once: no blow-up)."""
     level = [key]
-    for _ in range(limit):
+    seen: set[int] = set()
+    for _ in range(depth):
         nested: list[object] = []
         for item in level:
             if isinstance(item, (list, dict)):
                 return True
-            if isinstance(item, tuple) and not isinstance(item, (Global, Storage, TensorRef, Call, Opaque)):
+            if isinstance(item, tuple) and not isinstance(item, (Global, Storage, TensorRef, Call, Opaque)) and id(item) not in seen:
+                seen.add(id(item))
                 nested.extend(item)
         if not nested:
             return False
+        if len(seen) > items:
+            return True
         level = nested
     return True
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
+import math
 import re
 import struct
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ import cbor2
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import FLOATS, burn_dtype
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 HEADER = struct.Struct("<4sHI")
@@ -49,7 +50,7 @@ def read(sample: Sample) -> FileReport:
     _magic, version, metadata_size = HEADER.unpack(header)
     if version > SUPPORTED_VERSION:
         return _report(Problem.MALFORMED, f"burnpack version {version}; this burn reads version {SUPPORTED_VERSION} at most")
-    if metadata_size > min(MAX_METADATA, MAX_HEADER):
+    if metadata_size > MAX_METADATA:
         return _report(Problem.MALFORMED, f"declares {metadata_size} bytes of metadata, beyond burn's limit")
     metadata_end = HEADER.size + metadata_size
     if sample.size < metadata_end:
@@ -82,13 +83,25 @@ def read(sample: Sample) -> FileReport:
     return FileReport(Format.BURNPACK.value, tuple(issues), facts)
 
 
-@functools.lru_cache(maxsize=256)
 def _parse_metadata(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ...]] | str:
     """The end of the tensor data and the facts a metadata block gives, or what is wrong with it.
 
-    Cached on the bytes: every epoch of a run saves the same model, so the metadata of its
-    files is byte-for-byte the same and is decoded once.
+    Small blocks are cached on their bytes: every epoch of a run saves the same model, so the
+    metadata of its files is byte-for-byte the same and is decoded once. Big ones (up to burn's
+    100 MiB) are not kept.
     """
+    return _parse_cached(blob) if len(blob) <= _CACHED_METADATA else _decode_metadata(blob)
+
+
+_CACHED_METADATA = 1024 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ...]] | str:
+    return _decode_metadata(blob)
+
+
+def _decode_metadata(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ...]] | str:
     try:
         metadata = cbor2.loads(blob)
     except Exception as error:  # cbor2 raises several unrelated types on bad input
@@ -215,9 +228,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         param = descriptor.get("param_id")
         if param is None:
             missing_ids.append(str(name))
-        count = 1
-        for dim in shape:
-            count *= dim
+        count = math.prod(shape)
         if dtype is None:  # quantized: packed values and scales, no length to check against
             if not (isinstance(descriptor.get("dtype"), Mapping) and "QFloat" in descriptor["dtype"]):
                 issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} has an unknown dtype {descriptor.get('dtype')!r}"))

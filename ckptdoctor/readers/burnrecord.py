@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -83,6 +84,7 @@ def read_gzip(sample: Sample) -> FileReport:
         return _report(Format.GZIP, Problem.MALFORMED, f"the gzip stream is damaged ({error})")
     payload = EdgeSample(bytes(head), tail, size)
     inner = _inner_report(payload)
+    inner = dataclasses.replace(inner, facts=(*inner.facts, (INFLATED, str(size))))
     if not inflater.eof:
         issue = FileIssue(Problem.TRUNCATED, "the gzip stream ends before its trailer: cut short")
         return FileReport(inner.format, (issue,), inner.facts)
@@ -108,8 +110,11 @@ def _report(format: Format, problem: Problem, detail: str) -> FileReport:
     return FileReport(format.value, (FileIssue(problem, detail),))
 
 
-MAX_RECORD = 2 * 1024 * 1024 * 1024
-"""Records are decoded whole (MessagePack and JSON have no index); larger ones keep the header check."""
+MAX_RECORD = 1024 * 1024 * 1024
+"""Records are decoded whole (MessagePack and JSON have no index): a larger one is reported as
+not read, rather than held in memory several times over (or, gzipped, inflated without end)."""
+INFLATED = "inflated"
+"""The fact a gzip record's header read leaves: its size once inflated."""
 _RANK = re.compile(r"^Rank\d+$")
 
 
@@ -130,7 +135,7 @@ def verify_gzip(sample: Sample, deep: int = 0) -> FileReport:
     def inflated(data: bytes) -> object:
         return decode(zlib.decompress(data, _GZIP_WBITS))
 
-    return _verify_record(sample, header, inflated, deep)
+    return _verify_record(sample, header, inflated, deep, int(header.fact(INFLATED) or 0))
 
 
 def _unpack_msgpack(data: bytes) -> object:
@@ -139,10 +144,19 @@ def _unpack_msgpack(data: bytes) -> object:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def _verify_record(sample: Sample, header: FileReport, decode: Callable[[bytes], object], deep: int) -> FileReport:
+def _verify_record(
+    sample: Sample, header: FileReport, decode: Callable[[bytes], object], deep: int, decoded_size: int = 0
+) -> FileReport:
     """The record decoded whole: every tensor listed with its ParamId, each length checked."""
-    if header.issues or sample.size > MAX_RECORD:
+    if header.issues:
         return header
+    if max(sample.size, decoded_size) > MAX_RECORD:
+        issue = FileIssue(
+            Problem.UNREADABLE,
+            f"{max(sample.size, decoded_size)} bytes of record: more than ckptdoctor decodes whole ({MAX_RECORD}); "
+            "only its header and ending were checked",
+        )
+        return dataclasses.replace(header, issues=(issue,))
     try:
         record = decode(sample.range(0, sample.size))
     except Exception as error:  # msgpack, json and zlib raise many unrelated types on bad input
@@ -189,9 +203,7 @@ def _tensor_data(value: object, path: str, param: str | None) -> Iterator[tuple[
 def _tensor(name: str, param: str | None, data: Mapping[Any, Any]) -> tuple[Tensor, bytes | None, str | None]:
     shape = data.get("shape")
     shape = tuple(shape) if isinstance(shape, list) and all(isinstance(d, int) for d in shape) else ()
-    count = 1
-    for dim in shape:
-        count *= dim
+    count = math.prod(shape)
     raw = data.get("bytes", data.get("value"))
     payload = _payload(raw) if "bytes" in data else None
     dtype = burn_dtype(data.get("dtype"))

@@ -8,6 +8,7 @@ only). An array of Python objects is stored as a pickle, which ``numpy.load`` ru
 from __future__ import annotations
 
 import ast
+import math
 import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
@@ -24,8 +25,13 @@ _KINDS = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
 
 
 def read(sample: Sample) -> FileReport:
-    """A ``.npy`` file; object arrays are read up to ``MAX_OBJECTS`` bytes to walk their pickle."""
-    return read_array(sample.range(0, min(sample.size, MAX_OBJECTS)), "array", sample.size)
+    """A ``.npy`` file: its header, and for object arrays the pickle after it (up to ``MAX_OBJECTS``)."""
+    head = sample.head(min(sample.size, 4096))
+    header = _header(head)
+    holds_objects = isinstance(header, tuple) and "O" in header[1]
+    if holds_objects or (isinstance(header, str) and sample.size > len(head)):
+        head = sample.range(0, min(sample.size, MAX_OBJECTS))  # a pickle, or a header past 4 KiB
+    return read_array(head, "array", sample.size)
 
 
 def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
@@ -41,10 +47,13 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
         )]
         issues += judge(walk(data, start), f"the pickle in {name}")
         return FileReport(Format.NUMPY.value, tuple(issues))
-    dtype, itemsize = _dtype(descr)
-    count = 1
-    for dim in shape:
-        count *= dim
+    simple = _dtype(descr)
+    if simple is None:  # a structured dtype: plain data, but no single element size to check
+        return FileReport(Format.NUMPY.value, (), (), (Tensor(name, "structured", shape, 0),), (), 0)
+    if isinstance(simple, str):
+        return FileReport(Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: {simple}"),))
+    dtype, itemsize = simple
+    count = math.prod(shape)
     nbytes = count * itemsize
     tensor = Tensor(name, dtype, shape, nbytes)
     issues = []
@@ -81,9 +90,15 @@ def _header(data: bytes) -> tuple[int, str, tuple[int, ...]] | str:
     return start, str(descr), shape
 
 
-def _dtype(descr: str) -> tuple[str, int]:
+def _dtype(descr: str) -> tuple[str, int] | str | None:
+    """(torch-style name, bytes per element) of a simple dtype, None for a structured one, or
+    what is wrong with it."""
+    if descr.startswith("["):
+        return None
     kind, digits = descr[1:2], descr[2:]
-    itemsize = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4 else 1
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 6) or descr[:1] not in "<>|=":
+        return f"its dtype {descr!r} is not one NumPy writes"
+    itemsize = int(digits) * (4 if kind == "U" else 1)  # U counts UCS-4 characters
     base = _KINDS.get(kind)
     if base is None:
         return descr, itemsize

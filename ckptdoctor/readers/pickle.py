@@ -7,6 +7,7 @@ loadable by some torch versions but are obsolete (CKD210).
 
 from __future__ import annotations
 
+import math
 import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
@@ -116,10 +117,10 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
         walks.append(walked)
         position = walked.end
     found = list(tensors(walks[1].root))
-    storages = {ref.storage.key: ref.storage for _, ref in found if ref.storage is not None}
+    storages = {storage.key: storage for storage in walks[1].storages}
     keys = walks[2].root if isinstance(walks[2].root, list) else []
     listed = tuple(
-        Tensor(name, ref.dtype, ref.size, _numel(ref.size) * TORCH_SIZES.get(ref.dtype, 1), ref.storage.location if ref.storage else "meta")
+        Tensor(name, ref.dtype, ref.size, math.prod(ref.size) * TORCH_SIZES.get(ref.dtype, 1), ref.storage.location if ref.storage else "meta")
         for name, ref in found
     )
     regions: list[_deep.Region] = []
@@ -127,13 +128,21 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
     for key in keys:
         storage = storages.get(str(key))
         header = sample.range(position, _ELEMENT.size)
-        if storage is None or storage.dtype is None or len(header) < _ELEMENT.size:
+        element = TORCH_SIZES.get(storage.dtype) if storage is not None and storage.dtype else None
+        if element is None or len(header) < _ELEMENT.size:
             why = "ends before" if len(header) < _ELEMENT.size else "cannot size"
             problem = Problem.TRUNCATED if len(header) < _ELEMENT.size else Problem.MALFORMED
             issues.append(FileIssue(problem, f"the file {why} storage {key}"))
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root))
+        assert storage is not None and storage.dtype is not None
         (count,) = _ELEMENT.unpack(header)
-        nbytes = count * TORCH_SIZES.get(storage.dtype, 1)
+        if count != storage.numel:
+            issues.append(FileIssue(
+                Problem.MALFORMED,
+                f"storage {key} records {count} elements where its pickle says {storage.numel} (torch: storage has wrong byte size)",
+            ))
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root))
+        nbytes = count * element
         if storage.dtype in FLOATS:
             regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype))
         position += _ELEMENT.size + nbytes
@@ -174,7 +183,19 @@ def verify_tar(sample: Sample, deep: int = 0) -> FileReport:
     return FileReport(Format.TORCH_TAR.value, tuple(issues))
 
 
+def is_tar(sample: Sample) -> bool:
+    """Whether ``tarfile`` (which torch tries first) reads the file as a tar, magic or not."""
+    import tarfile
+
+    try:
+        with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
+            return archive.next() is not None
+    except Exception:  # tarfile raises many unrelated types on what is not a tar
+        return False
+
+
 _TAR_TENSOR = struct.Struct("<ii")
+MAX_RECORDS = 1_000_000
 
 
 def _tar_member(data: bytes, name: str) -> list[FileIssue]:
@@ -188,8 +209,10 @@ def _tar_member(data: bytes, name: str) -> list[FileIssue]:
     issues += judge(count_walk, f"the {name} member's count")
     count = count_walk.root if isinstance(count_walk.root, int) else 0
     position = count_walk.end
+    if count > MAX_RECORDS:
+        issues.append(FileIssue(Problem.MALFORMED, f"the {name} member claims {count} records: only the first {MAX_RECORDS} were checked"))
     try:
-        for _ in range(min(count, 1_000_000)):
+        for _ in range(min(count, MAX_RECORDS)):
             item = walk(data, position)
             issues += judge(item, f"a record of the {name} member")
             if item.error or not isinstance(item.root, tuple) or len(item.root) != 3:
@@ -218,15 +241,10 @@ def _walk_growing(sample: Sample, start: int, opcodes: frozenset[str] | None) ->
         walked = walk(sample.range(start, available), 0, opcodes)
         if walked.error is None or available >= min(sample.size - start, MAX_PICKLE):
             walked.end += start
+            if walked.error and available == MAX_PICKLE:
+                walked.error = f"is longer than the {MAX_PICKLE} bytes ckptdoctor reads of one pickle: the rest was not checked"
             return walked
         length *= 8
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _keys(root: object) -> tuple[str, ...]:

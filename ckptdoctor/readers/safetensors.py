@@ -7,13 +7,14 @@ itself reports both truncation and trailing bytes as ``MetadataIncompleteBuffer`
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import FLOATS, SAFETENSORS_BITS
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import SAFETENSORS_MAX_HEADER, Format
 
 LENGTH = struct.Struct("<Q")
@@ -24,7 +25,7 @@ def read(sample: Sample) -> FileReport:
     if len(head) < LENGTH.size:
         return _report(Problem.TRUNCATED, f"only {sample.size} bytes: shorter than the 8-byte header length")
     (length,) = LENGTH.unpack(head)
-    if length > min(SAFETENSORS_MAX_HEADER, MAX_HEADER):
+    if length > SAFETENSORS_MAX_HEADER:
         return _report(Problem.NOT_A_CHECKPOINT, f"declares a {length}-byte header (HeaderTooLarge)")
     if sample.size < LENGTH.size + length:
         return _report(
@@ -107,9 +108,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name!r} has an unknown dtype or an invalid shape"))
             continue
         start, end = info["data_offsets"]
-        count = 1
-        for dim in shape:
-            count *= dim
+        count = math.prod(shape)
         bits = count * dtype[1]
         if bits % 8 or end - start != bits // 8:
             issues.append(FileIssue(

@@ -12,6 +12,7 @@ own opcode set, checks each storage against its ``data/<key>`` member, and lists
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from collections import Counter
@@ -22,7 +23,7 @@ from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import TAIL, Sample
-from ckptdoctor.readers._unpickler import TORCH_OPCODES, TensorRef, tensors, walk
+from ckptdoctor.readers._unpickler import TORCH_OPCODES, Storage, TensorRef, tensors, walk
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
 END = struct.Struct("<4sHHHHIIH")
@@ -49,6 +50,8 @@ class Directory(NamedTuple):
     entries: int
     offset: int
     size: int
+    record: int
+    """Offset of the classic end record."""
     end: int
     """Offset just past the classic end record and its comment."""
 
@@ -108,7 +111,7 @@ def locate(sample: Sample) -> Directory | FileIssue:
         )
     if entries and sample.range(cd_offset, 4) != CENTRAL_SIGNATURE:
         return FileIssue(Problem.MALFORMED, "its central directory does not start where the end record says")
-    return Directory(entries, cd_offset, cd_size, end_at + END.size + comment_length)
+    return Directory(entries, cd_offset, cd_size, end_at, end_at + END.size + comment_length)
 
 
 def _find_end(tail: bytes) -> int | None:
@@ -123,6 +126,22 @@ def _find_end(tail: bytes) -> int | None:
     return None
 
 
+def _end_anomaly(sample: Sample, located: Directory) -> FileIssue | None:
+    """Zip readers disagree on which end record counts: torch's takes the last signature even when
+    its comment runs past the end of the file. A later end record than the one that fits, or zip
+    records hidden in the comment, mean two tools read two different archives."""
+    tail = sample.tail(TAIL)
+    last = sample.size - len(tail) + tail.rfind(END_SIGNATURE)
+    comment = sample.range(located.record + END.size, located.end - located.record - END.size)
+    if last != located.record or b"PK\x01\x02" in comment or b"PK\x05\x06" in comment:
+        return FileIssue(
+            Problem.ZIP_ANOMALY,
+            "it holds a second end-of-central-directory record (hidden in a comment, or past the end): torch "
+            "reads one archive, zip tools and scanners another",
+        )
+    return None
+
+
 def verify(sample: Sample, deep: int = 0) -> FileReport:
     """Everything about the archive; ``deep`` > 0 also reads every byte with that many threads."""
     located = locate(sample)
@@ -131,11 +150,15 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     if located.size > MAX_DIRECTORY:
         return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
     members, issues = _members(sample, located)
+    end_anomaly = _end_anomaly(sample, located)
+    if end_anomaly:
+        issues.append(end_anomaly)
     if located.end < sample.size:
         issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record"))
     prefix = members[0].name.partition("/")[0] if members and "/" in members[0].name else None
-    by_name = {member.name: member for member in members}
-    pickle_member = by_name.get(f"{prefix}/data.pkl") if prefix else None
+    # torch (miniz) looks names up without regard to case: so does ckptdoctor
+    by_name = {member.name.lower(): member for member in reversed(members)}
+    pickle_member = by_name.get(f"{prefix}/data.pkl".lower()) if prefix else None
     if pickle_member is None:
         return _other_zip(sample, members, issues, deep)
     issues += _torch_anomalies(members, prefix or "")
@@ -145,14 +168,14 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     walked = walk(data, opcodes=TORCH_OPCODES)
     issues += judge(walked, "data.pkl")
     for member in members:
-        if member.name.endswith(".pkl") and member is not pickle_member:
+        if member.name.lower().endswith(".pkl") and member is not pickle_member:
             extra = _member_bytes(sample, member)
             if isinstance(extra, FileIssue):
                 issues.append(extra)
             else:
                 issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2])
     found = list(tensors(walked.root))
-    listed, storage_issues, regions, tensor_bytes = _storages(found, by_name, prefix or "")
+    listed, storage_issues, regions, tensor_bytes = _storages(found, walked.storages, by_name, prefix or "")
     issues += storage_issues
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += _deep_issues(sample, members, regions, deep)
@@ -235,9 +258,13 @@ def _local(sample: Sample, header: int, raw_name: bytes, name: str) -> tuple[int
 
 def _torch_anomalies(members: list[Member], prefix: str) -> list[FileIssue]:
     issues: list[FileIssue] = []
-    duplicates = [name for name, count in Counter(m.name for m in members).items() if count > 1]
+    duplicates = [name for name, count in Counter(m.name.lower() for m in members).items() if count > 1]
     if duplicates:
-        issues.append(FileIssue(Problem.ZIP_ANOMALY, f"members stored twice ({', '.join(duplicates[:3])}): loaders take the last copy, scanners often the first"))
+        issues.append(FileIssue(
+            Problem.ZIP_ANOMALY,
+            f"members stored twice, or in two spellings torch does not tell apart ({', '.join(duplicates[:3])}): "
+            "loaders and scanners may each read a different copy",
+        ))
     for member in members:
         anomaly = _flag_anomaly(member) or (
             f"member {member.name} is compressed (method {member.method}); torch never compresses, and "
@@ -284,43 +311,59 @@ def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
 
 
 def _storages(
-    found: list[tuple[str, TensorRef]], by_name: dict[str, Member], prefix: str
+    found: list[tuple[str, TensorRef]], storages: list[Storage], by_name: dict[str, Member], prefix: str
 ) -> tuple[tuple[Tensor, ...], list[FileIssue], list[_deep.Region], int]:
-    """Tensors as listed, what is wrong with their storages, and the float storages to scan."""
+    """Tensors as listed, what is wrong with them and with every storage (each against its
+    ``data/<key>`` member), the float storages to scan, and the bytes of all storages."""
     listed: list[Tensor] = []
     issues: list[FileIssue] = []
-    regions: dict[str, _deep.Region] = {}
-    checked: dict[str, int] = {}
+    dtype_of: dict[str, str] = {}
     for name, ref in found:
-        element = TORCH_SIZES.get(ref.dtype, 1)
-        count = 1
-        for dim in ref.size:
-            count *= dim
+        element = TORCH_SIZES.get(ref.dtype)
+        if element is None or min((*ref.size, *ref.stride, ref.offset), default=0) < 0:
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} has an unknown dtype or a negative size, stride or offset"))
+            continue
         storage = ref.storage
-        listed.append(Tensor(name, ref.dtype, ref.size, count * element, storage.location if storage else "meta"))
+        listed.append(Tensor(name, ref.dtype, ref.size, math.prod(ref.size) * element, storage.location if storage else "meta"))
         if storage is None:
             continue
-        member = by_name.get(f"{prefix}/data/{storage.key}")
-        storage_bytes = storage.numel * (TORCH_SIZES.get(storage.dtype, 1) if storage.dtype else 1)
-        if member is None:
-            if storage.key not in checked:
-                issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} needs member data/{storage.key}, which is missing (torch: failed locating file data/{storage.key})"))
-            checked[storage.key] = storage_bytes
-            continue
-        if storage.key not in checked:
-            checked[storage.key] = storage_bytes
-            if member.size != storage_bytes:
-                issues.append(FileIssue(
-                    Problem.MALFORMED,
-                    f"member data/{storage.key} holds {member.size} bytes but tensor {name} needs {storage_bytes} "
-                    "(torch: record size does not match expected size)",
-                ))
-            elif ref.dtype in FLOATS and member.method == 0 and member.data >= 0:
-                regions[storage.key] = _deep.Region(member.data, member.size, ref.dtype)
+        dtype_of.setdefault(storage.key, ref.dtype)
+        storage_bytes = _storage_bytes(storage)
         extent = _extent(ref) * element
-        if extent > storage_bytes:
+        if storage_bytes is not None and extent > storage_bytes:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} reaches byte {extent} of a {storage_bytes}-byte storage"))
-    return tuple(listed), issues, list(regions.values()), sum(checked.values())
+    regions: list[_deep.Region] = []
+    total = 0
+    seen: set[str] = set()
+    for storage in storages:
+        if storage.key in seen:
+            continue
+        seen.add(storage.key)
+        member = by_name.get(f"{prefix}/data/{storage.key}".lower())
+        expected = _storage_bytes(storage)
+        if member is None:
+            issues.append(FileIssue(Problem.MALFORMED, f"storage {storage.key} has no member data/{storage.key} (torch: failed locating file data/{storage.key})"))
+        elif expected is None:
+            issues.append(FileIssue(Problem.MALFORMED, f"storage {storage.key} is of an unknown type ({storage.dtype})"))
+        elif member.size != expected:
+            issues.append(FileIssue(
+                Problem.MALFORMED,
+                f"member data/{storage.key} holds {member.size} bytes but its storage needs {expected} "
+                "(torch: record size does not match expected size)",
+            ))
+        else:
+            total += member.size
+            dtype = storage.dtype or dtype_of.get(storage.key)
+            if dtype in FLOATS and member.method == 0 and member.data >= 0:
+                regions.append(_deep.Region(member.data, member.size, dtype))
+    return tuple(listed), issues, regions, total
+
+
+def _storage_bytes(storage: Storage) -> int | None:
+    if storage.dtype is None:
+        return storage.numel  # untyped: counted in bytes
+    element = TORCH_SIZES.get(storage.dtype)
+    return None if element is None or storage.numel < 0 else storage.numel * element
 
 
 def _extent(ref: TensorRef) -> int:

@@ -290,25 +290,29 @@ def _contents(checkpoint: Checkpoint) -> _Contents | None:
     read = False
     for file in checkpoint.files:
         tensors = file.report.tensors
-        if tensors is None or file.report.problems - _READABLE:
-            continue
-        read = True
         roles = set(file.roles)
+        if not roles & {Role.MODEL, Role.OPTIMIZER}:
+            continue
+        if tensors is None or file.report.problems - _READABLE:
+            return None  # a part was not read whole: CKD2xx say why; comparing the rest would mislead
+        read = True
         if Role.MODEL in roles:
-            model += _part(tensors, file.report.keys, _KEYS[Role.MODEL]) if len(roles) > 1 else tensors
+            model += _part(tensors, file.report.keys, _KEYS[Role.MODEL], bundled=len(roles) > 1)
         if Role.OPTIMIZER in roles:
-            optimizer += _part(tensors, file.report.keys, _KEYS[Role.OPTIMIZER]) if len(roles) > 1 else tensors
+            optimizer += _part(tensors, file.report.keys, _KEYS[Role.OPTIMIZER], bundled=len(roles) > 1)
             kind = kind or file.report.fact("optimizer")
     if not read:
         return None
     return _Contents(model, optimizer, kind or _torch_kind(optimizer))
 
 
-def _part(tensors: tuple[Tensor, ...], keys: tuple[str, ...], wanted: tuple[str, ...]) -> list[Tensor]:
-    """The tensors under the first of ``wanted`` keys a bundled file has, names relative to it."""
+def _part(tensors: tuple[Tensor, ...], keys: tuple[str, ...], wanted: tuple[str, ...], bundled: bool) -> list[Tensor]:
+    """The tensors under the first of ``wanted`` keys the file has (DeepSpeed's ``module``,
+    Lightning's ``state_dict``), names relative to it; a file of one role without such a key is
+    all that part (a bare state dict)."""
     key = next((k for k in wanted if k in keys), None)
     if key is None:
-        return []
+        return [] if bundled else list(tensors)
     prefix = f"{key}."
     return [t._replace(name=t.name[len(prefix) :]) for t in tensors if t.name.startswith(prefix)]
 
@@ -318,13 +322,21 @@ def _torch_kind(optimizer: list[Tensor]) -> str | None:
     return next((kind for field, kind in _TORCH_KINDS if field in fields), None)
 
 
+_MIRRORS = frozenset({
+    "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "exp_inf", "momentum_buffer", "square_avg", "sum", "acc_delta",
+    "moment_1", "moment_2", "max_moment_2", "velocity",
+})  # fmt: skip
+"""State fields shaped like their parameter (torch's and burn's); factored or scalar state
+(Adafactor's ``row_var``, ``step``) says nothing about the parameter's size."""
+
+
 def _param_sizes(optimizer: list[Tensor]) -> dict[str, int]:
     """Elements of each parameter the optimizer keeps state for (burn: by param id; torch: by index)."""
     sizes: dict[str, int] = {}
     for tensor in optimizer:
         match = _TORCH_STATE.match(tensor.name)
         key = tensor.param if tensor.param is not None else match.group("param") if match else None
-        if key is not None and tensor.shape:  # scalars (``step``) say nothing about the parameter
+        if key is not None and tensor.name.rsplit(".", 1)[-1] in _MIRRORS:
             sizes.setdefault(key, tensor.numel)
     return sizes
 

@@ -425,7 +425,7 @@ _MODEL_ONLY = (Role.MODEL,)
 _OPTIMIZER_ONLY = (Role.OPTIMIZER,)
 
 
-_SELF_LOADED = frozenset({Role.RNG_STATE, Role.TRAINING_ARGS, Role.SCALER, Role.CONFIG})
+_SELF_LOADED = frozenset({Role.RNG_STATE, Role.TRAINING_ARGS, Role.SCALER, Role.CONFIG, Role.METADATA})
 """Side files that the framework which wrote them loads itself, with the globals they need allowed:
 their non-weights objects are expected (CKD402 as info)."""
 
