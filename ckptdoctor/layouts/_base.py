@@ -70,6 +70,9 @@ class Layout:
     """Formats this framework wrote once and reads no more, with why (CKD210)."""
     folders: bool = False
     """Whether a checkpoint is a folder (HF Trainer's ``checkpoint-N/``) rather than files."""
+    flat_optimizer_state: bool = False
+    """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
+    mirrors one parameter, so CKD301 cannot compare them."""
 
     def claim(self, name: str) -> Claim | None:
         """The roles and index of a checkpoint file of this layout, or None."""

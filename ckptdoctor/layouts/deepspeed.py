@@ -27,6 +27,7 @@ class DeepSpeedLayout(FolderLayout):
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+    flat_optimizer_state = True
 
     def claim(self, name: str) -> Claim | None:
         match = _TAG.match(name)

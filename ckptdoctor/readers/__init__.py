@@ -131,8 +131,8 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
             plain = _READERS.get(kind)
-            if plain is not None and unpickled:  # burn bincode under a .bin name torch.load would unpickle
-                return lambda sample: _with_pickle_safety(plain(sample), sample)
+            if unpickled:  # burn bincode under a .bin name torch.load would unpickle: read it as both
+                return lambda sample: _with_pickle_safety(plain(sample) if plain else FileReport(kind.value), sample)
             return plain
         return lambda sample: verifier(sample, deep)
 

@@ -110,7 +110,7 @@ def _report(format: Format, problem: Problem, detail: str) -> FileReport:
     return FileReport(format.value, (FileIssue(problem, detail),))
 
 
-MAX_RECORD = 1024 * 1024 * 1024
+MAX_RECORD = 512 * 1024 * 1024
 """Records are decoded whole (MessagePack and JSON have no index): a larger one is reported as
 not read, rather than held in memory several times over (or, gzipped, inflated without end)."""
 INFLATED = "inflated"

@@ -347,6 +347,8 @@ def _read_checkpoints(ctx: RunContext) -> list[tuple[Checkpoint, _Contents]]:
 
 def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
     """CKD301: optimizer state for parameters the model of the same checkpoint does not have."""
+    if ctx.layout.flat_optimizer_state:
+        return
     for checkpoint, contents in _read_checkpoints(ctx):
         if not contents.model or not contents.optimizer:
             continue
