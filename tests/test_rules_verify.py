@@ -507,3 +507,36 @@ def test_verify_load_without_torch_is_a_usage_error(tmp_path, cli, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     result = cli("verify", "--load", tmp_path)
     assert result.exit_code == 2 and "pip install 'ckptdoctor[torch]'" in result.stderr
+
+
+# --- CKD207 from the whole-file readers ------------------------------------------------------------------
+
+
+def test_ckd207_fires_for_a_burnpack_tensor_whose_length_disagrees_with_its_shape(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2])
+    short = burnpack({"fc.weight": Tensor("F32", (4, 4), 1, bytes(60))})  # 16 floats need 64 bytes
+    (folder / "model-2.bpk").write_bytes(short)
+    finding = only(verify(cli, folder), "CKD207")
+    assert "needs 64" in finding["message"] and finding["index"] == 2
+
+
+def test_ckd207_fires_for_burnpack_scalars_of_no_known_kind(tmp_path, cli):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2])
+    (folder / "scheduler-2.bpk").write_bytes(burnpack({}, {"0.remaining_iters": {"Complex": 3}}))
+    assert "0.remaining_iters" in only(verify(cli, folder), "CKD207")["message"]
+    (folder / "scheduler-2.bpk").write_bytes(burnpack({}, {"0.remaining_iters": {"UInt": 3}, "0.lr": {"Float": 0.5}}))
+    assert "CKD207" not in codes(verify(cli, folder))
+
+
+def test_ckd207_fires_for_a_byteorder_record_torch_refuses(tmp_path, cli):
+    run = tmp_path / "run"
+    torch_run(run)
+    path = run / "model_3.pt"
+    with zipfile.ZipFile(path) as archive:
+        members = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members:
+            archive.writestr(name, b"middle" if name.endswith("/byteorder") else data)
+    assert "byteorder" in only(verify(cli, run), "CKD207")["message"]

@@ -210,7 +210,8 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     metadata_end = HEADER.size + metadata_size
     if sample.size < metadata_end:
         return header  # cut inside its metadata: nothing more to read
-    descriptors = cbor2.loads(sample.range(HEADER.size, metadata_size))["tensors"]  # decoded by read() already
+    metadata = cbor2.loads(sample.range(HEADER.size, metadata_size))  # decoded by read() already
+    descriptors = metadata["tensors"]
     aligned = header.fact("aligned") != "no"
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT if aligned else metadata_end
     issues = list(header.issues)
@@ -256,6 +257,10 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
             f"{len(missing_ids)} tensors carry no param_id ({', '.join(missing_ids[:3])}): burn cannot match "
             "optimizer state to them (Optimizer record tensors should carry a parameter id.)",
         ))
+    scalars = metadata.get("scalars", {})
+    odd = [str(k) for k, v in scalars.items() if not _is_scalar(v)] if isinstance(scalars, Mapping) else ["scalars"]
+    if odd:
+        issues.append(FileIssue(Problem.MALFORMED, f"scalars {', '.join(odd[:3])} are not one of Int, UInt, Float or Bool"))
     padding = sample.range(metadata_end, data_start - metadata_end)
     if padding.strip(b"\0"):
         issues.append(FileIssue(Problem.MALFORMED, "the padding between metadata and data is not zero"))
@@ -263,6 +268,18 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         issues += _deep.nonfinite_issues(sample, regions, deep)
     total = sum(t.nbytes for t in listed)
     return FileReport(Format.BURNPACK.value, tuple(issues), header.facts, tuple(listed), (), total)
+
+
+_SCALARS = {"Int": int, "UInt": int, "Float": float, "Bool": bool}
+
+
+def _is_scalar(value: object) -> bool:
+    """burn's ``Scalar``: a one-entry map such as ``{"UInt": 97}`` (CBOR floats may come back as ints)."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return False
+    ((kind, number),) = value.items()
+    wanted = _SCALARS.get(str(kind))
+    return wanted is not None and isinstance(number, (int, float) if wanted is float else wanted)
 
 
 def _param(value: object) -> str | None:

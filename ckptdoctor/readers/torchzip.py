@@ -174,6 +174,11 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
                 issues.append(extra)
             else:
                 issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2])
+    byteorder = by_name.get(f"{prefix}/byteorder".lower())
+    if byteorder is not None:
+        order = _member_bytes(sample, byteorder)
+        if isinstance(order, bytes) and order not in (b"little", b"big"):
+            issues.append(FileIssue(Problem.MALFORMED, f"its byteorder record says {order[:16]!r}; torch reads only little or big"))
     found = list(tensors(walked.root))
     listed, storage_issues, regions, tensor_bytes = _storages(found, walked.storages, by_name, prefix or "")
     issues += storage_issues
