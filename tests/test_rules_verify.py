@@ -540,3 +540,21 @@ def test_ckd207_fires_for_a_byteorder_record_torch_refuses(tmp_path, cli):
         for name, data in members:
             archive.writestr(name, b"middle" if name.endswith("/byteorder") else data)
     assert "byteorder" in only(verify(cli, run), "CKD207")["message"]
+
+
+def test_ckd206_fires_for_a_compressed_member_of_another_zip():
+    import io
+
+    import numpy as np
+
+    from ckptdoctor.model import Problem
+    from ckptdoctor.readers import BytesSample, verify_sample
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, a=np.arange(1000, dtype=np.float32))
+    data = bytearray(buffer.getvalue())
+    assert verify_sample(BytesSample(bytes(data)), "arrays.npz", deep=1).issues == ()
+    data[data.rindex(b"PK\x01\x02") + 16] ^= 0xFF  # the central directory's CRC of a.npy
+    deep = {i.problem for i in verify_sample(BytesSample(bytes(data)), "arrays.npz", deep=1).issues}
+    assert deep == {Problem.CRC_MISMATCH}
+    assert verify_sample(BytesSample(bytes(data)), "arrays.npz", deep=0).issues == ()

@@ -391,6 +391,7 @@ def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Regio
         return [FileIssue(Problem.UNREADABLE, str(changed))]
     issues: list[FileIssue] = []
     bad = [m.name for m, r in zip(stored, results, strict=True) if r.crc is not None and r.crc != m.crc]
+    bad += [m.name for m in members if m.method == 8 and m.data >= 0 and _inflated_crc(sample, m) != m.crc]
     if bad:
         issues.append(FileIssue(
             Problem.CRC_MISMATCH,
@@ -403,6 +404,27 @@ def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Regio
         names = ", ".join(name.partition("/")[2] for name, _ in nonfinite[:3])
         issues.append(FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {len(nonfinite)} storages ({names})"))
     return issues
+
+
+def _inflated_crc(sample: Sample, member: Member) -> int | None:
+    """CRC-32 of a DEFLATE member's inflated bytes, streamed; None when it does not inflate to
+    the size the directory records."""
+    inflater = zlib.decompressobj(-15)
+    crc = 0
+    size = 0
+    for offset in range(member.data, member.data + member.compressed, _deep.BLOCK):
+        data = sample.range(offset, min(_deep.BLOCK, member.data + member.compressed - offset))
+        try:
+            while data:
+                out = inflater.decompress(data, _deep.BLOCK)
+                crc = zlib.crc32(out, crc)
+                size += len(out)
+                if size > member.size:
+                    return None
+                data = inflater.unconsumed_tail
+        except zlib.error:
+            return None
+    return crc if size == member.size else None
 
 
 def _salvage(sample: Sample) -> list[FileIssue]:
