@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
 from ckptdoctor.parallel import cores
-from ckptdoctor.readers import Format, expected_formats, probe, sniff_file
+from ckptdoctor.readers import Format, ReadAhead, expected_formats, sniff_file
 from ckptdoctor.readers import verify as verify_file
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -64,7 +64,7 @@ def verify(
         from ckptdoctor.readers.library import load_all  # torch is imported only here
 
         reports.update(load_all([e for e in targets if e.os_path in reports], reports))
-    second = scan(paths, lambda entry: reports.get(entry.os_path) or probe(entry))
+    second = scan(paths, ReadAhead(reports))
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs

@@ -27,7 +27,7 @@ from ckptdoctor.model import (
     Unit,
 )
 from ckptdoctor.parallel import map_chunks
-from ckptdoctor.readers import expected_formats
+from ckptdoctor.readers import ReadAhead, expected_formats
 from ckptdoctor.readers.sniff import Format
 
 
@@ -356,6 +356,8 @@ def missing_from_siblings(
 
 def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:
     """Probe ``batch`` at once (on every core for big runs); a probe that serves from the results."""
+    if isinstance(probe, ReadAhead):
+        return probe  # read already: sending its reports between processes would cost more
     chunks = map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch))
     reports = dict(zip((entry.os_path for entry in batch), (r for chunk in chunks for r in chunk), strict=True))
 

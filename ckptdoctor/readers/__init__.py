@@ -28,6 +28,7 @@ from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
 __all__ = [
     "BytesSample",
     "Format",
+    "ReadAhead",
     "Sample",
     "expected_formats",
     "looks_like_checkpoint",
@@ -212,6 +213,17 @@ def verify(entry: Entry, deep: int = 0) -> FileReport:
             issue = FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}")
             return dataclasses.replace(report, issues=(issue,))
     return report
+
+
+class ReadAhead:
+    """Reports made before the runs were grouped (``verify`` reads every file first), served as a
+    probe; files not among them are probed as usual."""
+
+    def __init__(self, reports: dict[str, FileReport]) -> None:
+        self.reports = reports
+
+    def __call__(self, entry: Entry) -> FileReport:
+        return self.reports.get(entry.os_path) or probe(entry)
 
 
 def sniff_file(entry: Entry) -> Format | None:

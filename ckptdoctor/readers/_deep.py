@@ -8,6 +8,7 @@ the GIL, and the CRCs of the parts are combined. numpy is imported only here.
 
 from __future__ import annotations
 
+import functools
 import threading
 import zlib
 from collections.abc import Callable
@@ -122,7 +123,9 @@ def _check_part(sample: Sample, region: Region) -> Checked:
     return Checked(crc if region.crc else None, nonfinite)
 
 
+@functools.cache
 def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
+    """A counter of NaN and Inf for one float dtype, made once (threads share it: no shared state)."""
     import numpy as np  # only --deep pays for numpy
 
     if dtype in ("float32", "float64"):
@@ -142,13 +145,12 @@ def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
     exponent = {"float16": 0x7C00, "bfloat16": 0x7F80}.get(dtype)
     if exponent is None:
         return None
-    scratch = np.empty(_SLICE // 2, np.uint16)
-
     def count_narrow(view: memoryview) -> int:
         # all exponent bits set means Inf or NaN: compare the magnitude bits against that
         values = np.frombuffer(view, np.uint16, len(view) // 2)
+        scratch = np.empty(min(values.size, _SLICE // 2), np.uint16)
         found = 0
-        for start in range(0, values.size, scratch.size):
+        for start in range(0, values.size, max(scratch.size, 1)):
             chunk = values[start : start + scratch.size]
             magnitudes = scratch[: chunk.size]
             np.bitwise_and(chunk, 0x7FFF, out=magnitudes)

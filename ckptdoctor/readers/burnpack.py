@@ -210,16 +210,39 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     metadata_end = HEADER.size + metadata_size
     if sample.size < metadata_end:
         return header  # cut inside its metadata: nothing more to read
-    metadata = cbor2.loads(sample.range(HEADER.size, metadata_size))  # decoded by read() already
-    descriptors = metadata["tensors"]
     aligned = header.fact("aligned") != "no"
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT if aligned else metadata_end
-    issues = list(header.issues)
+    blob = sample.range(HEADER.size, metadata_size)
+    inventory = _inventory_cached(blob, aligned, header.fact("record")) if len(blob) <= _CACHED_METADATA else _inventory(blob, aligned, header.fact("record"))
+    listed, found, floats = inventory
+    issues = [*header.issues, *found]
+    padding = sample.range(metadata_end, data_start - metadata_end)
+    if padding.strip(b"\0"):
+        issues.append(FileIssue(Problem.MALFORMED, "the padding between metadata and data is not zero"))
+    if deep and floats and not header.issues:
+        regions = [_deep.Region(data_start + start, length, dtype) for start, length, dtype in floats]
+        issues += _deep.nonfinite_issues(sample, regions, deep)
+    return FileReport(Format.BURNPACK.value, tuple(issues), header.facts, listed, (), sum(t.nbytes for t in listed))
+
+
+_Inventory = tuple[tuple[Tensor, ...], tuple[FileIssue, ...], tuple[tuple[int, int, str], ...]]
+"""Tensors listed, what is wrong with the descriptors, and the float tensors (offset from the data
+start, length, dtype): all decided by the metadata block alone."""
+
+
+@functools.lru_cache(maxsize=64)
+def _inventory_cached(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
+    return _inventory(blob, aligned, record)  # the same model saved every epoch: one decode
+
+
+def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
+    metadata = cbor2.loads(blob)  # read() decoded it already: it is valid
+    issues: list[FileIssue] = []
     listed: list[Tensor] = []
-    regions: list[_deep.Region] = []
+    floats: list[tuple[int, int, str]] = []
     extents: list[tuple[int, int, str]] = []
     missing_ids: list[str] = []
-    for name, descriptor in descriptors.items():
+    for name, descriptor in metadata["tensors"].items():
         start, end = descriptor["data_offsets"]
         shape = descriptor.get("shape")
         dtype = burn_dtype(descriptor.get("dtype"))
@@ -229,29 +252,29 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         param = descriptor.get("param_id")
         if param is None:
             missing_ids.append(str(name))
-        count = math.prod(shape)
         if dtype is None:  # quantized: packed values and scales, no length to check against
             if not (isinstance(descriptor.get("dtype"), Mapping) and "QFloat" in descriptor["dtype"]):
                 issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} has an unknown dtype {descriptor.get('dtype')!r}"))
             listed.append(Tensor(str(name), _dtype_name(descriptor.get("dtype")), tuple(shape), end - start, param=_param(param)))
             continue
-        if end - start != count * dtype[1]:
+        needed = math.prod(shape) * dtype[1]
+        if end - start != needed:
             issues.append(FileIssue(
                 Problem.MALFORMED,
-                f"tensor {name} spans {end - start} bytes but its {dtype[0]} shape {list(shape)} needs {count * dtype[1]}",
+                f"tensor {name} spans {end - start} bytes but its {dtype[0]} shape {list(shape)} needs {needed}",
             ))
         if aligned and start % ALIGNMENT:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} starts at {start}, off burn's {ALIGNMENT}-byte alignment"))
         extents.append((start, end, str(name)))
         listed.append(Tensor(str(name), dtype[0], tuple(shape), end - start, param=_param(param)))
         if dtype[0] in FLOATS:
-            regions.append(_deep.Region(data_start + start, end - start, dtype[0]))
+            floats.append((start, end - start, dtype[0]))
     extents.sort()
     for (_, previous_end, previous), (start, _, name) in itertools.pairwise(extents):
         if start < previous_end:
             issues.append(FileIssue(Problem.MALFORMED, f"tensors {previous} and {name} overlap"))
             break
-    if missing_ids and header.fact("record") in ("model", "optimizer"):
+    if missing_ids and record in ("model", "optimizer"):
         issues.append(FileIssue(
             Problem.MALFORMED,
             f"{len(missing_ids)} tensors carry no param_id ({', '.join(missing_ids[:3])}): burn cannot match "
@@ -261,13 +284,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     odd = [str(k) for k, v in scalars.items() if not _is_scalar(v)] if isinstance(scalars, Mapping) else ["scalars"]
     if odd:
         issues.append(FileIssue(Problem.MALFORMED, f"scalars {', '.join(odd[:3])} are not one of Int, UInt, Float or Bool"))
-    padding = sample.range(metadata_end, data_start - metadata_end)
-    if padding.strip(b"\0"):
-        issues.append(FileIssue(Problem.MALFORMED, "the padding between metadata and data is not zero"))
-    if deep and regions and not header.issues:
-        issues += _deep.nonfinite_issues(sample, regions, deep)
-    total = sum(t.nbytes for t in listed)
-    return FileReport(Format.BURNPACK.value, tuple(issues), header.facts, tuple(listed), (), total)
+    return tuple(listed), tuple(issues), tuple(floats)
 
 
 _SCALARS = {"Int": int, "UInt": int, "Float": float, "Bool": bool}

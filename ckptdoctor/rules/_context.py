@@ -33,6 +33,8 @@ class RunContext:
     run: Run
     layout: Layout
     thresholds: Thresholds = field(default_factory=Thresholds)
+    memo: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    """What one family's checks work out once and share (each family keys its own entries)."""
 
     @functools.cached_property
     def files(self) -> list[tuple[int, CheckpointFile]]:

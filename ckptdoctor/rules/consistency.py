@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, cast
 
 from ckptdoctor.layouts._base import BUNDLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
@@ -306,13 +306,15 @@ def _contents(checkpoint: Checkpoint) -> _Contents | None:
     return _Contents(model, optimizer, kind or _torch_kind(optimizer))
 
 
-def _part(tensors: tuple[Tensor, ...], keys: tuple[str, ...], wanted: tuple[str, ...], bundled: bool) -> list[Tensor]:
+def _part(tensors: tuple[Tensor, ...], keys: tuple[str, ...], wanted: tuple[str, ...], bundled: bool) -> Sequence[Tensor]:
     """The tensors under the first of ``wanted`` keys the file has (DeepSpeed's ``module``,
     Lightning's ``state_dict``), names relative to it; a file of one role without such a key is
     all that part (a bare state dict)."""
+    if not keys:
+        return () if bundled else tensors
     key = next((k for k in wanted if k in keys), None)
     if key is None:
-        return [] if bundled else list(tensors)
+        return () if bundled else tensors
     prefix = f"{key}."
     return [t._replace(name=t.name[len(prefix) :]) for t in tensors if t.name.startswith(prefix)]
 
@@ -342,7 +344,14 @@ def _param_sizes(optimizer: list[Tensor]) -> dict[str, int]:
 
 
 def _read_checkpoints(ctx: RunContext) -> list[tuple[Checkpoint, _Contents]]:
-    return [(c, contents) for c in ctx.run.checkpoints if (contents := _contents(c)) is not None]
+    """Each checkpoint whose model and optimizer files verify read whole, with their tensors;
+    worked out once per run and shared by every check of this family."""
+    if _CONTENTS not in ctx.memo:
+        ctx.memo[_CONTENTS] = [(c, contents) for c in ctx.run.checkpoints if (contents := _contents(c)) is not None]
+    return cast(list[tuple[Checkpoint, _Contents]], ctx.memo[_CONTENTS])
+
+
+_CONTENTS = "consistency.contents"
 
 
 def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
