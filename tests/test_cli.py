@@ -519,7 +519,11 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
 
     from ckptdoctor.testing import write_burn_run
 
-    write_burn_run(tmp_path / "checkpoint", range(1, 20_001))
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1])
+    for epoch in range(2, 40_001):  # hard links: a scan of seconds, set up in one
+        for role in ("model", "optim", "scheduler"):
+            os.link(folder / f"{role}-1.bpk", folder / f"{role}-{epoch}.bpk")
     process = subprocess.Popen(
         [sys.executable, "-m", "ckptdoctor", "inspect", "--json", str(tmp_path)],
         stdout=subprocess.DEVNULL,
