@@ -265,6 +265,46 @@ class Run:
 
 
 
+class Action(str, enum.Enum):
+    """What an acting command (``prune``, ``repair``) does with one checkpoint."""
+
+    KEEP = "keep"
+    DELETE = "delete"
+    QUARANTINE = "quarantine"
+    REPOINT = "repoint"
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One checkpoint's fate in a plan, with every reason that decided it."""
+
+    index: int
+    action: Action
+    reasons: tuple[str, ...]
+    entries: tuple[Entry, ...]
+    """What the action touches: the checkpoint's folder, or its files (never what a symlink names)."""
+    bytes: int
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(entry.path for entry in self.entries)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an acting command will do to one run, decided before anything is touched."""
+
+    run: str
+    items: tuple[PlanItem, ...]
+    freed_bytes: int
+    """Bytes the deletions free: files a kept checkpoint also holds (hard links) are not counted."""
+    policy: str = ""
+    """The policy in words, for the preview."""
+
+    def acting(self, action: Action) -> tuple[PlanItem, ...]:
+        return tuple(item for item in self.items if item.action is action)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong (or worth knowing) about a run, a checkpoint or a file."""

@@ -1,0 +1,199 @@
+"""Retention: a run and a policy -> the plan of what ``prune`` keeps and deletes, and why.
+
+Pure functions, no I/O: what the world says (the time, metric values, files live processes hold
+open) comes in as :class:`Circumstances`, so every decision can be tested and explained. A
+checkpoint is kept if any rule keeps it (restic's "ORed" policy), and some reasons keep it
+whatever the policy says (DESIGN §4, invariant 3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ckptdoctor.layouts import Layout
+from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
+
+MIN_AGE = 600.0
+"""Seconds: a file modified more recently than this may still be being written."""
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be applied (empty, or keep-best without metric values)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which checkpoints to keep; ``prune`` deletes the rest (never what an invariant keeps)."""
+
+    keep_last: int = 0
+    """The N newest complete checkpoints."""
+    keep_best: int = 0
+    """The N best by ``metric`` (lowest with ``mode`` min, highest with max)."""
+    metric: str | None = None
+    mode: str = "min"
+    keep_every: int = 0
+    """Checkpoints whose index is a multiple of this."""
+    keep_within: float = 0.0
+    """Seconds back from the newest checkpoint: everything saved within them."""
+    keep: frozenset[int] = frozenset()
+    """Pinned indices."""
+    min_age: float = MIN_AGE
+
+    def check(self) -> None:
+        if not (self.keep_last or self.keep_best or self.keep_every or self.keep_within or self.keep):
+            raise PolicyError(
+                "an empty policy would delete every checkpoint the invariants do not keep: give at least one of "
+                "--keep-last, --keep-best, --keep-every, --keep-within or --keep"
+            )
+        if min(self.keep_last, self.keep_best, self.keep_every) < 0 or self.keep_within < 0 or self.min_age < 0:
+            raise PolicyError("retention counts and durations cannot be negative")
+        if self.keep_best and not self.metric:
+            raise PolicyError("--keep-best needs --metric NAME")
+        if self.mode not in ("min", "max"):
+            raise PolicyError(f"--mode must be min or max, not {self.mode!r}")
+
+    def describe(self, unit: str) -> str:
+        parts = []
+        if self.keep_last:
+            parts.append(f"the last {self.keep_last} complete {unit}s")
+        if self.keep_best:
+            parts.append(f"the best {self.keep_best} by {self.metric} ({'lowest' if self.mode == 'min' else 'highest'})")
+        if self.keep_every:
+            parts.append(f"every {unit} divisible by {self.keep_every}")
+        if self.keep_within:
+            parts.append(f"everything saved within {_duration(self.keep_within)} of the newest")
+        if self.keep:
+            parts.append(f"{unit}s {', '.join(str(i) for i in sorted(self.keep))}")
+        return "keep " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Circumstances:
+    """What retention needs to know about the world, gathered by the caller."""
+
+    now: float
+    metrics: Mapping[int, float] = field(default_factory=dict)
+    """Metric value per checkpoint index (``--keep-best``)."""
+    open_by: Mapping[str, int] = field(default_factory=dict)
+    """Files (OS paths) a live process holds open, with its pid."""
+
+
+def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
+    """Keep or delete each checkpoint of ``run``, with the reasons; raises PolicyError."""
+    policy.check()
+    if policy.keep_best and not circumstances.metrics:
+        raise PolicyError(f"no values of {policy.metric} were found for {run.path}: --keep-best cannot rank its checkpoints")
+    unit = run.unit.value
+    reasons: dict[int, list[str]] = {c.index: [] for c in run.checkpoints}
+    resume = run.resume
+    if resume is not None:
+        reasons[resume.index].append("resume point (newest complete)")
+    for pointer in layout.pointers(run):
+        if pointer.number in reasons:
+            reasons[pointer.number].append(f"named by {pointer.meaning}")
+    for checkpoint in run.checkpoints:
+        if resume is not None and checkpoint.index > resume.index and checkpoint.status is not Status.COMPLETE:
+            reasons[checkpoint.index].append(f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)")
+        elif resume is None and checkpoint.status is not Status.COMPLETE:
+            reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
+        young = _youngest(checkpoint, circumstances.now)
+        if young is not None and young < policy.min_age:
+            reasons[checkpoint.index].append(f"modified {_duration(young)} ago (--min-age {_duration(policy.min_age)})")
+        holder = next((circumstances.open_by[e.os_path] for e in (f.entry for f in checkpoint.files) if e.os_path in circumstances.open_by), None)
+        if holder is not None:
+            reasons[checkpoint.index].append(f"open in process {holder}")
+    _apply_policy(run, policy, circumstances, reasons)
+    items = tuple(_item(c, reasons[c.index], resume) for c in run.checkpoints)
+    return Plan(run.path, items, _freed(run, items), policy.describe(unit))
+
+
+def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]]) -> None:
+    complete = [c for c in run.checkpoints if c.status is Status.COMPLETE]
+    for rank, checkpoint in enumerate(reversed(complete[-policy.keep_last :] if policy.keep_last else []), 1):
+        reasons[checkpoint.index].append(f"keep-last #{rank}")
+    if policy.keep_best:
+        ranked = sorted(
+            (c for c in complete if c.index in circumstances.metrics and not math.isnan(circumstances.metrics[c.index])),
+            key=lambda c: circumstances.metrics[c.index] * (1 if policy.mode == "min" else -1),
+        )
+        for rank, checkpoint in enumerate(ranked[: policy.keep_best], 1):
+            reasons[checkpoint.index].append(f"keep-best #{rank} ({policy.metric} {circumstances.metrics[checkpoint.index]:g})")
+    if policy.keep_every:
+        for checkpoint in run.checkpoints:
+            if checkpoint.index % policy.keep_every == 0:
+                reasons[checkpoint.index].append(f"keep-every {policy.keep_every}")
+    if policy.keep_within:
+        saved = {c.index: _saved_at(c) for c in run.checkpoints}
+        newest = max(saved.values(), default=0.0)
+        for index, when in saved.items():
+            if when >= newest - policy.keep_within:
+                reasons[index].append(f"keep-within {_duration(policy.keep_within)}")
+    for index in policy.keep & reasons.keys():
+        reasons[index].append("pinned (--keep)")
+
+
+def _item(checkpoint: Checkpoint, reasons: list[str], resume: Checkpoint | None) -> PlanItem:
+    entries = _targets(checkpoint)
+    if reasons:
+        return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, checkpoint.bytes)
+    why = ["matches no keep rule"]
+    if checkpoint.status is not Status.COMPLETE:
+        why = [f"{checkpoint.status.value} and older than the resume point: it can never be resumed"]
+    return PlanItem(checkpoint.index, Action.DELETE, tuple(why), entries, checkpoint.bytes)
+
+
+def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
+    """What deleting a checkpoint removes: its folder, or its own files (a symlink as the link)."""
+    if checkpoint.folder is not None:
+        return (checkpoint.folder,)
+    return tuple(f.entry for f in checkpoint.files)
+
+
+def _freed(run: Run, items: tuple[PlanItem, ...]) -> int:
+    """Bytes the deletions free: each file once (hard links share an inode), none that a kept
+    checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
+    deleted = {item.index for item in items if item.action is Action.DELETE}
+    kept = {f.entry.inode for c in run.checkpoints if c.index not in deleted for f in c.files if f.entry.inode}
+    seen: set[tuple[int, int]] = set()
+    freed = 0
+    for checkpoint in run.checkpoints:
+        if checkpoint.index not in deleted:
+            continue
+        for file in checkpoint.files:
+            entry = file.entry
+            if entry.is_symlink or entry.is_dir or (entry.inode is not None and (entry.inode in kept or entry.inode in seen)):
+                continue
+            if entry.inode is not None:
+                seen.add(entry.inode)
+            freed += entry.size
+    return freed
+
+
+def _saved_at(checkpoint: Checkpoint) -> float:
+    return max((f.entry.mtime for f in checkpoint.files), default=0.0)
+
+
+def _youngest(checkpoint: Checkpoint, now: float) -> float | None:
+    """Seconds since the checkpoint's newest file was modified; None when it has no files."""
+    return now - _saved_at(checkpoint) if checkpoint.files else None
+
+
+def _duration(seconds: float) -> str:
+    for size, suffix in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            value = seconds / size
+            return f"{value:.0f}{suffix}" if value >= 10 or value == int(value) else f"{value:.1f}{suffix}"
+    return f"{seconds:.0f}s"
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``36h``, ``90min``, ``45s`` or plain seconds -> seconds; ValueError otherwise."""
+    text = text.strip().lower()
+    for suffix, size in (("min", 60), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            return float(text[: -len(suffix)]) * size
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 36h, 90min)")
