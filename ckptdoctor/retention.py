@@ -101,9 +101,10 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         young = _youngest(checkpoint, circumstances.now)
         if young is not None and young < policy.min_age:
             reasons[checkpoint.index].append(f"modified {_duration(young)} ago (--min-age {_duration(policy.min_age)})")
-        holder = next((circumstances.open_by[e.os_path] for e in (f.entry for f in checkpoint.files) if e.os_path in circumstances.open_by), None)
-        if holder is not None:
-            reasons[checkpoint.index].append(f"open in process {holder}")
+        if circumstances.open_by:
+            holder = next((circumstances.open_by[f.entry.os_path] for f in checkpoint.files if f.entry.os_path in circumstances.open_by), None)
+            if holder is not None:
+                reasons[checkpoint.index].append(f"open in process {holder}")
     _apply_policy(run, policy, circumstances, reasons)
     items = tuple(_item(c, reasons[c.index], resume) for c in run.checkpoints)
     return Plan(run.path, items, _freed(run, items), policy.describe(unit))
