@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 from ckptdoctor.model import Entry
 
+OWN_FOLDER = ".ckptdoctor"
+"""The folder ``prune`` and ``repair`` keep in a run: lock, journals, trash, quarantine."""
+
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 )
@@ -98,6 +101,8 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
     with os.scandir(os_dir) as scan:
         prefix = shown_dir.rstrip(os.sep) + os.sep
         for item in scan:
+            if item.name == OWN_FOLDER:
+                continue  # ckptdoctor's lock, journal and trash: never part of a run
             shown = prefix + display(item.name)
             try:
                 is_symlink = item.is_symlink()

@@ -295,6 +295,8 @@ class Plan:
     """What an acting command will do to one run, decided before anything is touched."""
 
     run: str
+    root: str
+    """The run folder as the OS opens it (where the lock and the journal go)."""
     items: tuple[PlanItem, ...]
     freed_bytes: int
     """Bytes the deletions free: files a kept checkpoint also holds (hard links) are not counted."""

@@ -9,6 +9,7 @@ whatever the policy says (DESIGN §4, invariant 3).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -107,7 +108,16 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
                 reasons[checkpoint.index].append(f"open in process {holder}")
     _apply_policy(run, policy, circumstances, reasons)
     items = tuple(_item(c, reasons[c.index], resume) for c in run.checkpoints)
-    return Plan(run.path, items, _freed(run, items), policy.describe(unit))
+    return Plan(run.path, run_root(run), items, _freed(run, items), policy.describe(unit))
+
+
+def run_root(run: Run) -> str:
+    """The run's folder as the OS opens it, from any entry in it."""
+    for checkpoint in run.checkpoints:
+        entry = checkpoint.folder or (checkpoint.files[0].entry if checkpoint.files else None)
+        if entry is not None:
+            return os.path.dirname(entry.os_path)
+    return run.path
 
 
 def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]]) -> None:

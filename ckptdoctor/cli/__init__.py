@@ -14,6 +14,7 @@ import typer
 from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
 from ckptdoctor.cli.inspect import inspect
+from ckptdoctor.cli.prune import prune
 from ckptdoctor.cli.rules import rules
 from ckptdoctor.cli.verify import verify
 
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.command()(inspect)
 app.command()(verify)
+app.command()(prune)
 app.command()(rules)
 
 

@@ -10,9 +10,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ckptdoctor.model import (
+    Action,
     Checkpoint,
     CheckpointFile,
     Finding,
+    Plan,
     Report,
     Role,
     Run,
@@ -198,3 +200,35 @@ def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
     text = Text(wrapped)
     text.stylize(style, 0, len(lead))
     return text
+
+
+_ACTION_STYLE = {Action.KEEP: "green", Action.DELETE: "red", Action.QUARANTINE: "yellow", Action.REPOINT: "cyan"}
+
+
+def plan_block(plan: Plan, unit: str, show_all: bool = False) -> RenderableType:
+    """A plan as a table (INDEX / ACTION / REASONS / SIZE) and the line that sums it up."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column(unit.upper(), justify="right", no_wrap=True)
+    table.add_column("ACTION", no_wrap=True)
+    table.add_column("REASONS", overflow="fold")
+    table.add_column("SIZE", justify="right", no_wrap=True)
+    items = plan.items if show_all or len(plan.items) <= NEWEST_ROWS * 2 else plan.items[-NEWEST_ROWS * 2 :]
+    for item in items:
+        table.add_row(str(item.index), Text(item.action.value, style=_ACTION_STYLE[item.action]), "; ".join(item.reasons), size(item.bytes))
+    parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
+    if len(items) < len(plan.items):
+        parts.append(Text(f"… {len(plan.items) - len(items)} older {unit}s not shown (--all shows them)", style="dim"))
+    parts.append(Text(plan_summary(plan, unit)))
+    return Group(*parts)
+
+
+def plan_summary(plan: Plan, unit: str) -> str:
+    doomed = plan.acting(Action.DELETE)
+    if not doomed:
+        return f"Nothing to delete; keeping {len(plan.items)} {unit}s."
+    files = sum(len(item.entries) for item in doomed)
+    kept = len(plan.items) - len(doomed)
+    return (
+        f"About to delete {len(doomed)} checkpoint{'s' if len(doomed) != 1 else ''} ({files} "
+        f"{'files' if files != 1 else 'file'}) totalling {size(plan.freed_bytes)}; keeping {kept}."
+    )

@@ -7,7 +7,17 @@ import json
 from typing import Any
 
 from ckptdoctor import __version__
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Report, Role, Run, Severity
+from ckptdoctor.model import (
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    Finding,
+    Plan,
+    Report,
+    Role,
+    Run,
+    Severity,
+)
 from ckptdoctor.rules._rule import Rule
 
 SCHEMA = "ckptdoctor.report.v1"
@@ -31,6 +41,26 @@ def document(report: Report) -> dict[str, Any]:
     if report.errors:
         body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
     return body
+
+
+def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool) -> str:
+    """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3)."""
+    body = document(report)
+    body["plan"] = [
+        {
+            "run": plan.run,
+            "index": item.index,
+            "action": item.action.value,
+            "reasons": list(item.reasons),
+            "paths": list(item.paths),
+            "bytes": item.bytes,
+        }
+        for plan in plans
+        for item in plan.items
+    ]
+    body["dry_run"] = dry_run
+    body["freed_bytes"] = sum(plan.freed_bytes for plan in plans)
+    return json.dumps(body, separators=(",", ":")) + "\n"
 
 
 def rules_document(rules: tuple[Rule, ...]) -> str:
