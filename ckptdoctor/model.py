@@ -274,11 +274,12 @@ class Action(str, enum.Enum):
     REPOINT = "repoint"
 
 
-@dataclass(frozen=True)
-class PlanItem:
-    """One checkpoint's fate in a plan, with every reason that decided it."""
+class PlanItem(NamedTuple):
+    """One checkpoint's fate in a plan, with every reason that decided it (a NamedTuple, like
+    Entry: a plan holds one per checkpoint, and big runs have tens of thousands)."""
 
-    index: int
+    number: int
+    """The checkpoint's index (``index`` is taken by tuple)."""
     action: Action
     reasons: tuple[str, ...]
     entries: tuple[Entry, ...]

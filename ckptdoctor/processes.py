@@ -16,7 +16,7 @@ def open_by(paths: Iterable[str], budget: float = BUDGET) -> tuple[dict[str, int
     processes (a container's init) are expected and not noted."""
     import psutil  # only the acting commands read the process table
 
-    wanted = {os.path.realpath(path): path for path in paths}
+    wanted = _resolved(paths)
     found: dict[str, int] = {}
     hidden = seen = 0
     started = time.monotonic()
@@ -40,3 +40,17 @@ def open_by(paths: Iterable[str], budget: float = BUDGET) -> tuple[dict[str, int
     if seen and hidden == seen:
         return found, "no process's open files could be read: files held open were not checked"
     return found, None
+
+
+def _resolved(paths: Iterable[str]) -> dict[str, str]:
+    """Each path under its real name (what the process table shows), resolving each folder once:
+    a run reached through a symlinked folder (``/data`` -> ``/mnt/data``) still matches."""
+    folders: dict[str, str] = {}
+    resolved: dict[str, str] = {}
+    for path in paths:
+        folder, name = os.path.split(path)
+        real = folders.get(folder)
+        if real is None:
+            real = folders[folder] = os.path.realpath(folder or ".")
+        resolved[os.path.join(real, name)] = path
+    return resolved

@@ -94,20 +94,22 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
+    saved = {c.index: _saved_at(c) for c in run.checkpoints}
     for checkpoint in run.checkpoints:
-        if resume is not None and checkpoint.index > resume.index and checkpoint.status is not Status.COMPLETE:
-            reasons[checkpoint.index].append(f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)")
-        elif resume is None and checkpoint.status is not Status.COMPLETE:
-            reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
-        young = _youngest(checkpoint, circumstances.now)
-        if young is not None and young < policy.min_age:
+        if checkpoint.status is not Status.COMPLETE:
+            if resume is not None and checkpoint.index > resume.index:
+                reasons[checkpoint.index].append(f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)")
+            elif resume is None:
+                reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
+        young = circumstances.now - saved[checkpoint.index]
+        if checkpoint.files and young < policy.min_age:
             reasons[checkpoint.index].append(f"modified {_duration(young)} ago (--min-age {_duration(policy.min_age)})")
         if circumstances.open_by:
             holder = next((circumstances.open_by[f.entry.os_path] for f in checkpoint.files if f.entry.os_path in circumstances.open_by), None)
             if holder is not None:
                 reasons[checkpoint.index].append(f"open in process {holder}")
-    _apply_policy(run, policy, circumstances, reasons)
-    items = tuple(_item(c, reasons[c.index], resume) for c in run.checkpoints)
+    _apply_policy(run, policy, circumstances, reasons, saved)
+    items = tuple(_item(c, reasons[c.index]) for c in run.checkpoints)
     return Plan(run.path, run_root(run), items, _freed(run, items), policy.describe(unit))
 
 
@@ -120,7 +122,9 @@ def run_root(run: Run) -> str:
     return run.path
 
 
-def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]]) -> None:
+def _apply_policy(
+    run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]], saved: dict[int, float]
+) -> None:
     complete = [c for c in run.checkpoints if c.status is Status.COMPLETE]
     for rank, checkpoint in enumerate(reversed(complete[-policy.keep_last :] if policy.keep_last else []), 1):
         reasons[checkpoint.index].append(f"keep-last #{rank}")
@@ -132,27 +136,31 @@ def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reason
         for rank, checkpoint in enumerate(ranked[: policy.keep_best], 1):
             reasons[checkpoint.index].append(f"keep-best #{rank} ({policy.metric} {circumstances.metrics[checkpoint.index]:g})")
     if policy.keep_every:
+        reason = f"keep-every {policy.keep_every}"
         for checkpoint in run.checkpoints:
             if checkpoint.index % policy.keep_every == 0:
-                reasons[checkpoint.index].append(f"keep-every {policy.keep_every}")
+                reasons[checkpoint.index].append(reason)
     if policy.keep_within:
-        saved = {c.index: _saved_at(c) for c in run.checkpoints}
         newest = max(saved.values(), default=0.0)
+        reason = f"keep-within {_duration(policy.keep_within)}"
         for index, when in saved.items():
             if when >= newest - policy.keep_within:
-                reasons[index].append(f"keep-within {_duration(policy.keep_within)}")
+                reasons[index].append(reason)
     for index in policy.keep & reasons.keys():
         reasons[index].append("pinned (--keep)")
 
 
-def _item(checkpoint: Checkpoint, reasons: list[str], resume: Checkpoint | None) -> PlanItem:
+_NO_RULE = ("matches no keep rule",)
+
+
+def _item(checkpoint: Checkpoint, reasons: list[str]) -> PlanItem:
     entries = _targets(checkpoint)
     if reasons:
         return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, checkpoint.bytes)
-    why = ["matches no keep rule"]
+    why = _NO_RULE
     if checkpoint.status is not Status.COMPLETE:
-        why = [f"{checkpoint.status.value} and older than the resume point: it can never be resumed"]
-    return PlanItem(checkpoint.index, Action.DELETE, tuple(why), entries, checkpoint.bytes)
+        why = (f"{checkpoint.status.value} and older than the resume point: it can never be resumed",)
+    return PlanItem(checkpoint.index, Action.DELETE, why, entries, checkpoint.bytes)
 
 
 def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
@@ -165,30 +173,30 @@ def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
 def _freed(run: Run, items: tuple[PlanItem, ...]) -> int:
     """Bytes the deletions free: each file once (hard links share an inode), none that a kept
     checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
-    deleted = {item.index for item in items if item.action is Action.DELETE}
-    kept = {f.entry.inode for c in run.checkpoints if c.index not in deleted for f in c.files if f.entry.inode}
-    seen: set[tuple[int, int]] = set()
-    freed = 0
+    deleted = {item.number for item in items if item.action is Action.DELETE}
+    doomed: dict[tuple[int, int] | str, int] = {}
+    kept: list[Entry] = []
     for checkpoint in run.checkpoints:
-        if checkpoint.index not in deleted:
-            continue
-        for file in checkpoint.files:
-            entry = file.entry
-            if entry.is_symlink or entry.is_dir or (entry.inode is not None and (entry.inode in kept or entry.inode in seen)):
-                continue
-            if entry.inode is not None:
-                seen.add(entry.inode)
-            freed += entry.size
-    return freed
+        if checkpoint.index in deleted:
+            for file in checkpoint.files:
+                entry = file.entry
+                if not (entry.is_symlink or entry.is_dir):
+                    doomed[entry.inode or entry.os_path] = entry.size
+        else:
+            kept.extend(file.entry for file in checkpoint.files)
+    for entry in kept:  # few: what a kept checkpoint holds is not freed
+        if entry.inode is not None:
+            doomed.pop(entry.inode, None)
+    return sum(doomed.values())
 
 
 def _saved_at(checkpoint: Checkpoint) -> float:
-    return max((f.entry.mtime for f in checkpoint.files), default=0.0)
-
-
-def _youngest(checkpoint: Checkpoint, now: float) -> float | None:
-    """Seconds since the checkpoint's newest file was modified; None when it has no files."""
-    return now - _saved_at(checkpoint) if checkpoint.files else None
+    """When the checkpoint's newest file was last written (0 for one with no files)."""
+    newest = 0.0
+    for file in checkpoint.files:
+        if file.entry.mtime > newest:
+            newest = file.entry.mtime
+    return newest
 
 
 def _duration(seconds: float) -> str:

@@ -52,7 +52,7 @@ def test_dry_run_changes_nothing_and_shows_the_plan(tmp_path, cli):
     assert result.exit_code == 0
     assert digests(folder) == before
     body = result.json
-    assert body["dry_run"] is True and body["command"] == "inspect"
+    assert body["dry_run"] is True and body["command"] == "prune"
     plan = {item["index"]: item for item in body["plan"]}
     assert [i for i, item in plan.items() if item["action"] == "keep"] == [6, 7]
     assert plan[7]["reasons"] == ["resume point (newest complete)", "keep-last #1"]

@@ -43,11 +43,11 @@ def decide(path: Path, policy: Policy, **circumstances: object) -> Plan:
 
 
 def kept(result: Plan) -> list[int]:
-    return [item.index for item in result.items if item.action is Action.KEEP]
+    return [item.number for item in result.items if item.action is Action.KEEP]
 
 
 def reasons(result: Plan, index: int) -> tuple[str, ...]:
-    return next(item.reasons for item in result.items if item.index == index)
+    return next(item.reasons for item in result.items if item.number == index)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -115,11 +116,15 @@ def prune(
             # every run's lock, taken before planning and held to the end (in one order: no deadlocks)
             for root, shown in sorted({(retention.run_root(run), run.path) for run in runs}):
                 held.enter_context(actions.locked(root, shown))
-            # under the locks: first finish what a killed prune left, then look at the runs again
+            # under the locks: first finish what a killed prune left (and then look again). A scan from
+            # before the locks is otherwise safe to plan from: no other ckptdoctor acts meanwhile, a
+            # trainer's new files are not in the plan, and files gone since are skipped
             finished = sum(actions.finish_interrupted(retention.run_root(run)) for run in runs)
-            if finished and not quiet:
-                say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
-            report, found = inspect_paths(paths or ["."])
+            if finished:
+                if not quiet:
+                    say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
+                report, found = inspect_paths(paths or ["."])
+            report = dataclasses.replace(report, command="prune")
             runs = [run for run in report.runs if run.checkpoints and not run.single_file and retention.run_root(run) in roots]
             plans = []
             for run in runs:

@@ -214,7 +214,7 @@ def plan_block(plan: Plan, unit: str, show_all: bool = False) -> RenderableType:
     table.add_column("SIZE", justify="right", no_wrap=True)
     items = plan.items if show_all or len(plan.items) <= NEWEST_ROWS * 2 else plan.items[-NEWEST_ROWS * 2 :]
     for item in items:
-        table.add_row(str(item.index), Text(item.action.value, style=_ACTION_STYLE[item.action]), "; ".join(item.reasons), size(item.bytes))
+        table.add_row(str(item.number), Text(item.action.value, style=_ACTION_STYLE[item.action]), "; ".join(item.reasons), size(item.bytes))
     parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
     if len(items) < len(plan.items):
         parts.append(Text(f"… {len(plan.items) - len(items)} older {unit}s not shown (--all shows them)", style="dim"))

@@ -49,7 +49,7 @@ def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool) -> str
     body["plan"] = [
         {
             "run": plan.run,
-            "index": item.index,
+            "index": item.number,
             "action": item.action.value,
             "reasons": list(item.reasons),
             "paths": list(item.paths),

@@ -1,0 +1,59 @@
+"""How long ``prune`` takes to plan a big run (issue 5: 50,000 checkpoints in under a second).
+
+Builds a burn run of 50,000 epochs × 3 files, scans it once, then times the pure planning step
+(``retention.plan``: every keep rule, the invariants, freed bytes) with the cyclic collector off,
+as the CLI runs, best of 5; and, for scale, the whole ``prune --dry-run --json`` command next to
+``inspect --json`` on the same run.
+
+    python benchmarks/bench_prune.py [--epochs 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from ckptdoctor.layouts import layout_named
+from ckptdoctor.retention import Circumstances, Policy, plan
+from ckptdoctor.scan import scan
+from ckptdoctor.testing import write_burn_run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=50_000)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="ckptdoctor-prune-")
+    try:
+        folder = os.path.join(work, "checkpoint")
+        write_burn_run(folder, range(1, args.epochs + 1))
+        (run,) = scan([work]).runs
+        layout = layout_named(run.layout)
+        policy = Policy(keep_last=5, keep_every=100)
+        circumstances = Circumstances(now=time.time() + 7200)
+        gc.disable()
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            result = plan(run, layout, policy, circumstances)
+            times.append(time.perf_counter() - started)
+        gc.enable()
+        kept = sum(1 for item in result.items if item.action.value == "keep")
+        print(f"plan of {args.epochs:,} checkpoints: best {min(times):.3f} s (target < 1 s: {'met' if min(times) < 1 else 'NOT met'}); keeps {kept}")
+        for command in (["inspect", "--json"], ["prune", "--json", "--dry-run", "--keep-last", "5", "--keep-every", "100", "--min-age", "0"]):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "ckptdoctor", *command, work], stdout=subprocess.DEVNULL, check=False)
+            print(f"ckptdoctor {' '.join(command[:2])}: {time.perf_counter() - started:.2f} s")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
