@@ -302,3 +302,35 @@ def test_keep_best_without_values_is_a_usage_error(tmp_path, cli):
     folder = burn_run(tmp_path)
     result = cli("prune", "--dry-run", "--keep-best", "1", "--metric", "Loss", folder)
     assert result.exit_code == 2 and "no values of Loss" in result.stderr
+
+
+def test_a_parent_folder_prunes_each_run_under_its_own_lock(tmp_path, cli):
+    first = tmp_path / "exp1" / "checkpoint"
+    second = tmp_path / "exp2" / "checkpoint"
+    write_burn_run(first, range(1, 6))
+    write_burn_run(second, range(1, 4))
+    age(tmp_path)
+    result = prune_json(cli, "--yes", "--keep-last", "1", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    assert {item["run"] for item in result.json["plan"]} == {str(first), str(second)}
+    assert epochs_left(first) == [5] and epochs_left(second) == [3]
+    assert (first / ".ckptdoctor" / "lock").is_file() and (second / ".ckptdoctor" / "lock").is_file()
+
+
+def test_hf_checkpoint_folders_are_deleted_whole(tmp_path, cli):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    for step in (10, 20, 30):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
+        for name in ("optimizer.pt", "scheduler.pt"):
+            (folder / name).write_bytes(b"\x80\x02}q\x00.")
+        (folder / "notes.txt").write_text("a file no layout claims, inside the checkpoint folder")
+    (tmp_path / "runs.log").write_text("beside the checkpoints: never touched")
+    age(tmp_path)
+    result = cli("prune", "--yes", "--keep-last", "1", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ckptdoctor", "checkpoint-30", "runs.log"]
