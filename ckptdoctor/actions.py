@@ -72,6 +72,8 @@ def locked(root: str, run: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(run, _holder(handle)) from None
+        if os.fstat(handle).st_ino != os.stat(os.path.join(folder, LOCK)).st_ino:
+            raise Locked(run, "its lock file was replaced meanwhile")
         os.ftruncate(handle, 0)
         os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
         yield
@@ -92,22 +94,54 @@ def _holder(handle: int) -> str:
         return "holder unknown"
 
 
-def finish_interrupted(root: str) -> int:
-    """Complete what an earlier, killed command's journals list; returns the entries finished."""
+def pending(root: str) -> list[str]:
+    """Journals a killed command left in the run (what ``finish_interrupted`` would complete)."""
+    trash = os.path.join(own_folder(root), TRASH)
+    if not os.path.isdir(trash):
+        return []
+    return [os.path.join(trash, name, JOURNAL) for name in sorted(os.listdir(trash)) if os.path.isfile(os.path.join(trash, name, JOURNAL))]
+
+
+def finish_interrupted(root: str, busy: frozenset[str] = frozenset()) -> int:
+    """Complete what an earlier, killed command's journals list; returns the entries finished.
+
+    Only what the journal meant is moved: an entry outside the run, one modified after the journal
+    was written (the run was restarted since), or one a live process holds open (``busy``) stays.
+    """
     trash = os.path.join(own_folder(root), TRASH)
     finished = 0
     if not os.path.isdir(trash):
         return 0
+    real_root = os.path.realpath(root)
     for name in sorted(os.listdir(trash)):
         folder = os.path.join(trash, name)
         journal = os.path.join(folder, JOURNAL)
         if not os.path.isfile(journal):
             shutil.rmtree(folder, ignore_errors=True)  # killed before its journal was whole: nothing moved
             continue
-        with open(journal, encoding="utf-8") as handle:
-            listed = json.load(handle)["entries"]
-        finished += _move_and_remove(root, folder, listed)
+        try:
+            written = os.stat(journal).st_mtime
+            with open(journal, encoding="utf-8") as handle:
+                listed = [str(path) for path in json.load(handle)["entries"]]
+            meant = [path for path in listed if _still_meant(root, real_root, path, written, busy)]
+            finished += _move_and_remove(root, folder, listed, meant)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ActionError(
+                f"an interrupted prune left {journal}, which cannot be completed ({error}); "
+                "check that folder, then delete it to go on"
+            ) from error
     return finished
+
+
+def _still_meant(root: str, real_root: str, relative: str, written: float, busy: frozenset[str]) -> bool:
+    path = os.path.join(root, relative)
+    real = os.path.realpath(os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)))
+    if os.path.isabs(relative) or not real.startswith(real_root + os.sep) or path in busy:
+        return False
+    try:
+        return os.lstat(path).st_mtime <= written
+    except FileNotFoundError:
+        return False
 
 
 def delete(plan: Plan, root: str) -> Done:
@@ -130,12 +164,14 @@ def delete(plan: Plan, root: str) -> Done:
     return Done(len(doomed), len(relative), plan.freed_bytes)
 
 
-def _move_and_remove(root: str, folder: str, relative: list[str]) -> int:
-    """Move each listed entry (if still in the run) into ``folder``, then remove ``folder``."""
+def _move_and_remove(root: str, folder: str, relative: list[str], meant: list[str] | None = None) -> int:
+    """Move each listed entry (if still in the run, and still ``meant``) into ``folder``, then
+    remove ``folder``."""
     moved = 0
+    wanted = set(relative if meant is None else meant)
     for number, path in enumerate(relative):
         source = os.path.join(root, path)
-        if os.path.lexists(source):
+        if path in wanted and os.path.lexists(source):
             os.rename(source, os.path.join(folder, f"{number:06d}"))
             moved += 1
     with os.scandir(folder) as items:

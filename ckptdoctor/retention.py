@@ -79,6 +79,9 @@ class Circumstances:
     """Metric value per checkpoint index (``--keep-best``)."""
     open_by: Mapping[str, int] = field(default_factory=dict)
     """Files (OS paths) a live process holds open, with its pid."""
+    inside: Mapping[int, tuple[tuple[str, float, int], ...]] = field(default_factory=dict)
+    """Every file inside a checkpoint folder (os path, mtime, size), claimed by its layout or not:
+    deleting the folder deletes them all, so they all count for --min-age and open files."""
 
 
 def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
@@ -94,7 +97,7 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
-    saved = {c.index: _saved_at(c) for c in run.checkpoints}
+    saved = {c.index: max([_saved_at(c), *(m for _, m, _ in circumstances.inside.get(c.index, ()))]) for c in run.checkpoints}
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
@@ -105,12 +108,50 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         if checkpoint.files and young < policy.min_age:
             reasons[checkpoint.index].append(f"modified {_duration(young)} ago (--min-age {_duration(policy.min_age)})")
         if circumstances.open_by:
-            holder = next((circumstances.open_by[f.entry.os_path] for f in checkpoint.files if f.entry.os_path in circumstances.open_by), None)
+            paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in circumstances.inside.get(checkpoint.index, ())]
+            holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
             if holder is not None:
                 reasons[checkpoint.index].append(f"open in process {holder}")
     _apply_policy(run, policy, circumstances, reasons, saved)
+    _keep_link_targets(run, reasons)
     items = tuple(_item(c, reasons[c.index]) for c in run.checkpoints)
-    return Plan(run.path, run_root(run), items, _freed(run, items), policy.describe(unit))
+    return Plan(run.path, run_root(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
+
+
+def _keep_link_targets(run: Run, reasons: dict[int, list[str]]) -> None:
+    """A kept checkpoint whose file is a symlink into another checkpoint keeps that one too
+    (deleting it would leave the kept one dangling); followed until nothing changes."""
+    owner: dict[str, int] = {}
+    for checkpoint in run.checkpoints:
+        if checkpoint.folder is not None:
+            owner[os.path.abspath(checkpoint.folder.os_path)] = checkpoint.index
+        for file in checkpoint.files:
+            owner[os.path.abspath(file.entry.os_path)] = checkpoint.index
+    links = [
+        (checkpoint.index, file)
+        for checkpoint in run.checkpoints
+        for file in checkpoint.files
+        if file.entry.is_symlink and file.entry.link
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for index, file in links:
+            if not reasons[index]:
+                continue
+            target = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file.entry.os_path)), str(file.entry.link)))
+            held = next((owner[p] for p in (target, *_parents(target)) if p in owner), None)
+            if held is not None and held != index and not reasons[held]:
+                reasons[held].append(f"holds the target of {file.name}, a symlink in kept {run.unit.value} {index}")
+                changed = True
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while (parent := os.path.dirname(path)) != path:
+        parents.append(parent)
+        path = parent
+    return parents
 
 
 def run_root(run: Run) -> str:
@@ -170,7 +211,7 @@ def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
     return tuple(f.entry for f in checkpoint.files)
 
 
-def _freed(run: Run, items: tuple[PlanItem, ...]) -> int:
+def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[int, tuple[tuple[str, float, int], ...]]) -> int:
     """Bytes the deletions free: each file once (hard links share an inode), none that a kept
     checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
     deleted = {item.number for item in items if item.action is Action.DELETE}
@@ -178,13 +219,19 @@ def _freed(run: Run, items: tuple[PlanItem, ...]) -> int:
     kept: list[Entry] = []
     for checkpoint in run.checkpoints:
         if checkpoint.index in deleted:
+            claimed = set()
             for file in checkpoint.files:
                 entry = file.entry
+                claimed.add(entry.os_path)
                 if not (entry.is_symlink or entry.is_dir):
                     doomed[entry.inode or entry.os_path] = entry.size
+            for path, _, size in inside.get(checkpoint.index, ()):  # what else the folder holds
+                if path not in claimed:
+                    doomed[path] = size
         else:
             kept.extend(file.entry for file in checkpoint.files)
-    for entry in kept:  # few: what a kept checkpoint holds is not freed
+    kept += [file.entry for file in run.loose_files] + list(run.other_files)
+    for entry in kept:  # few: what a kept checkpoint (or a file beside them) holds is not freed
         if entry.inode is not None:
             doomed.pop(entry.inode, None)
     return sum(doomed.values())

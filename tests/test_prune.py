@@ -182,8 +182,9 @@ def test_two_prunes_at_once_one_waits_out_nothing_lost(tmp_path):
     keep = {e for e in range(1, 301) if e > 297 or e % 7 == 0}
     wanted = {name: digest for name, digest in digests(folder).items() if int(name.split("-")[1].split(".")[0]) in keep}
     first, second = _prune_process(folder), _prune_process(folder)
-    codes = sorted([first.wait(timeout=60), second.wait(timeout=60)])
-    assert codes in ([0, 0], [0, 3]), (codes, first.stderr.read() if first.stderr else "", second.stderr.read() if second.stderr else "")
+    said = [first.communicate(timeout=120)[1], second.communicate(timeout=120)[1]]
+    codes = sorted([first.returncode, second.returncode])
+    assert codes in ([0, 0], [0, 3]), (codes, said)
     assert set(epochs_left(folder)) == keep
     assert {name: digests(folder)[name] for name in wanted} == wanted
 
@@ -334,3 +335,72 @@ def test_hf_checkpoint_folders_are_deleted_whole(tmp_path, cli):
     result = cli("prune", "--yes", "--keep-last", "1", tmp_path)
     assert result.exit_code == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ckptdoctor", "checkpoint-30", "runs.log"]
+
+
+# --- journals left by a killed prune: finished only as meant ----------------------------------------------
+
+
+def _journal(folder: Path, entries: list[str], written: float) -> Path:
+    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-deadbeef"
+    trash.mkdir(parents=True)
+    journal = trash / "journal.json"
+    journal.write_text(json.dumps({"run": str(folder), "entries": entries}))
+    os.utime(journal, (written, written))
+    return journal
+
+
+def test_a_dry_run_never_finishes_a_journal(tmp_path, cli):
+    folder = burn_run(tmp_path)
+    _journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"], time.time())
+    result = cli("prune", "--dry-run", "--keep-last", "5", folder)
+    assert result.exit_code == 0 and "interrupted prune left" in result.stderr
+    assert epochs_left(folder) == list(range(1, 8))
+
+
+def test_a_journal_does_not_reach_files_written_after_it_or_outside_the_run(tmp_path, cli):
+    folder = burn_run(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the run's")
+    # the journal is a day older than the run's files: the run was restarted since
+    _journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk", "../../outside.txt"], time.time() - 2 * DAY)
+    result = cli("prune", "--yes", "--keep-last", "7", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == list(range(1, 8)) and outside.read_text() == "not the run's"
+    assert not any((folder / ".ckptdoctor" / "trash").iterdir())
+
+
+def test_a_journal_that_cannot_be_read_stops_prune_with_a_clear_message(tmp_path, cli):
+    folder = burn_run(tmp_path)
+    journal = _journal(folder, [], time.time())
+    journal.write_text("{not json")
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 1 and "interrupted prune left" in result.stderr and "Traceback" not in result.stderr
+    assert epochs_left(folder) == list(range(1, 8))
+
+
+def test_the_same_run_named_twice_is_pruned_once(tmp_path, cli, monkeypatch):
+    folder = burn_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = cli("prune", "--yes", "--keep-last", "2", folder, "run/checkpoint")
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == [6, 7]
+
+
+def test_a_fresh_file_anywhere_in_a_checkpoint_folder_keeps_it(tmp_path, cli):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    for step in (10, 20, 30):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
+        for name in ("optimizer.pt", "scheduler.pt"):
+            (folder / name).write_bytes(b"\x80\x02}q\x00.")
+    age(tmp_path)
+    (tmp_path / "checkpoint-10" / "global_step10").mkdir()
+    (tmp_path / "checkpoint-10" / "global_step10" / "model_states.pt").write_bytes(b"being written")
+    result = prune_json(cli, "--yes", "--keep-last", "1", tmp_path)
+    reasons = {item["index"]: item["reasons"] for item in result.json["plan"]}
+    assert reasons[10][0].startswith("modified") and (tmp_path / "checkpoint-10").is_dir()
+    assert not (tmp_path / "checkpoint-20").exists()

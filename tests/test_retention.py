@@ -157,6 +157,36 @@ def test_hard_links_to_kept_files_free_nothing(tmp_path):
     assert result.freed_bytes == 0, "epoch 1's files are epoch 2's too"
 
 
+def test_a_symlink_in_a_kept_checkpoint_keeps_its_target(tmp_path):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, range(1, 8))
+    (folder / "optim-7.bpk").unlink()
+    (folder / "optim-7.bpk").symlink_to("optim-3.bpk")
+    age(folder)
+    result = decide(folder, Policy(keep_last=1))
+    assert kept(result) == [3, 7]
+    assert reasons(result, 3) == ("holds the target of optim-7.bpk, a symlink in kept epoch 7",)
+
+
+def test_files_inside_a_checkpoint_folder_count_for_min_age_and_open_files(tmp_path):
+    for step in (10, 20, 30):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
+        for name in ("optimizer.pt", "scheduler.pt"):
+            (folder / name).write_bytes(pickle.dumps({"state": {}}, protocol=2))
+    age(tmp_path)
+    run = the_run(tmp_path)
+    weights = str(tmp_path / "checkpoint-10" / "global_step10" / "model_states.pt")
+    inside = {10: ((weights, NOW - 5, 1000),), 20: ((str(tmp_path / "checkpoint-20" / "extra.bin"), NOW - 10 * HOUR, 500),)}
+    busy = {str(tmp_path / "checkpoint-20" / "extra.bin"): 77}
+    result = plan(run, layout_named(run.layout), Policy(keep_last=1), Circumstances(now=NOW, inside=inside, open_by=busy))
+    assert kept(result) == [10, 20, 30]
+    assert reasons(result, 10)[0].startswith("modified 5s ago")
+    assert reasons(result, 20) == ("open in process 77",)
+
+
 @pytest.mark.parametrize(
     ("policy", "message"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -110,30 +111,42 @@ def prune(
     runs = [run for run in report.runs if run.checkpoints and not run.single_file]
     human = not (as_json or fmt is OutputFormat.JSON)
     console = stdout_console()
-    roots = {retention.run_root(run) for run in runs}
+    runs = _distinct(runs)  # one run named twice (./run and $PWD/run) is one run, and one lock
+    roots = {os.path.realpath(retention.run_root(run)) for run in runs}
     try:
         with contextlib.ExitStack() as held:
             # every run's lock, taken before planning and held to the end (in one order: no deadlocks)
             for root, shown in sorted({(retention.run_root(run), run.path) for run in runs}):
                 held.enter_context(actions.locked(root, shown))
-            # under the locks: first finish what a killed prune left (and then look again). A scan from
-            # before the locks is otherwise safe to plan from: no other ckptdoctor acts meanwhile, a
-            # trainer's new files are not in the plan, and files gone since are skipped
-            finished = sum(actions.finish_interrupted(retention.run_root(run)) for run in runs)
+            # under the locks: finish what a killed prune left (a dry run only says so), then look
+            # again. A scan from before the locks is otherwise safe to plan from: no other
+            # ckptdoctor acts meanwhile, a trainer's new files are not in the plan, files gone since
+            # are skipped, and what may still be written is kept by --min-age
+            finished = 0
+            for run in runs:
+                root = retention.run_root(run)
+                if dry_run:
+                    for journal in actions.pending(root):
+                        say(f"note: an interrupted prune left {journal}; a prune without --dry-run finishes it")
+                else:
+                    finished += actions.finish_interrupted(root, frozenset(open_by(_paths(run, _inside(run)))[0]))
             if finished:
                 if not quiet:
                     say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
                 report, found = inspect_paths(paths or ["."])
             report = dataclasses.replace(report, command="prune")
-            runs = [run for run in report.runs if run.checkpoints and not run.single_file and retention.run_root(run) in roots]
+            runs = _distinct([run for run in report.runs if run.checkpoints and not run.single_file])
+            runs = [run for run in runs if os.path.realpath(retention.run_root(run)) in roots]
             plans = []
             for run in runs:
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
-                busy, note = open_by(e.os_path for c in run.checkpoints for f in c.files for e in [f.entry])
+                inside = _inside(run)
+                busy, note = open_by(_paths(run, inside))
                 if note and not quiet:
                     say(f"note: {note}")
-                plans.append(retention.plan(run, layout_named(run.layout), policy, retention.Circumstances(time.time(), values, busy)))
+                circumstances = retention.Circumstances(time.time(), values, busy, inside)
+                plans.append(retention.plan(run, layout_named(run.layout), policy, circumstances))
             doomed = [plan for plan in plans if any(item.action.value == "delete" for item in plan.items)]
             _show(plans, runs, report, dry_run, human, quiet, output, show_all, console)
             if dry_run or not doomed:
@@ -156,6 +169,44 @@ def prune(
         say(f"ckptdoctor: error: {error.filename}: permission denied; nothing that was to be kept was touched, and the next prune finishes the job")
         raise typer.Exit(EXIT_FINDINGS) from error
     raise typer.Exit(EXIT_OK)
+
+
+def _distinct(runs: list[Run]) -> list[Run]:
+    """Runs with distinct real folders, in order."""
+    from ckptdoctor.retention import run_root
+
+    seen: set[str] = set()
+    distinct = []
+    for run in runs:
+        real = os.path.realpath(run_root(run))
+        if real not in seen:
+            seen.add(real)
+            distinct.append(run)
+    return distinct
+
+
+def _inside(run: Run) -> dict[int, tuple[tuple[str, float, int], ...]]:
+    """Every file inside each checkpoint folder (deleting the folder deletes them all)."""
+    inside: dict[int, tuple[tuple[str, float, int], ...]] = {}
+    for checkpoint in run.checkpoints:
+        if checkpoint.folder is None or checkpoint.folder.is_symlink:
+            continue
+        found = []
+        for folder, _, names in os.walk(checkpoint.folder.os_path):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                found.append((path, info.st_mtime, info.st_size))
+        inside[checkpoint.index] = tuple(found)
+    return inside
+
+
+def _paths(run: Run, inside: dict[int, tuple[tuple[str, float, int], ...]]) -> list[str]:
+    files = [f.entry.os_path for c in run.checkpoints for f in c.files]
+    return files + [path for contents in inside.values() for path, _, _ in contents]
 
 
 def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
