@@ -121,18 +121,20 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
 def _keep_link_targets(run: Run, reasons: dict[int, list[str]]) -> None:
     """A kept checkpoint whose file is a symlink into another checkpoint keeps that one too
     (deleting it would leave the kept one dangling); followed until nothing changes."""
-    owner: dict[str, int] = {}
-    for checkpoint in run.checkpoints:
-        if checkpoint.folder is not None:
-            owner[os.path.abspath(checkpoint.folder.os_path)] = checkpoint.index
-        for file in checkpoint.files:
-            owner[os.path.abspath(file.entry.os_path)] = checkpoint.index
     links = [
         (checkpoint.index, file)
         for checkpoint in run.checkpoints
         for file in checkpoint.files
         if file.entry.is_symlink and file.entry.link
     ]
+    if not links:
+        return
+    owner: dict[str, int] = {}
+    for checkpoint in run.checkpoints:
+        if checkpoint.folder is not None:
+            owner[os.path.abspath(checkpoint.folder.os_path)] = checkpoint.index
+        for file in checkpoint.files:
+            owner[os.path.abspath(file.entry.os_path)] = checkpoint.index
     changed = True
     while changed:
         changed = False
