@@ -97,7 +97,12 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
-    saved = {c.index: max([_saved_at(c), *(m for _, m, _ in circumstances.inside.get(c.index, ()))]) for c in run.checkpoints}
+    sizes: dict[int, int] = {}
+    saved: dict[int, float] = {}
+    for checkpoint in run.checkpoints:  # one pass over the files: big runs have 100,000s
+        saved[checkpoint.index], sizes[checkpoint.index] = _measure(checkpoint)
+    for index, contents in circumstances.inside.items():
+        saved[index] = max([saved.get(index, 0.0), *(mtime for _, mtime, _ in contents)])
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
@@ -114,7 +119,7 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
                 reasons[checkpoint.index].append(f"open in process {holder}")
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons)
-    items = tuple(_item(c, reasons[c.index]) for c in run.checkpoints)
+    items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
     return Plan(run.path, run_root(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
 
 
@@ -196,14 +201,14 @@ def _apply_policy(
 _NO_RULE = ("matches no keep rule",)
 
 
-def _item(checkpoint: Checkpoint, reasons: list[str]) -> PlanItem:
+def _item(checkpoint: Checkpoint, reasons: list[str], size: int) -> PlanItem:
     entries = _targets(checkpoint)
     if reasons:
-        return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, checkpoint.bytes)
+        return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, size)
     why = _NO_RULE
     if checkpoint.status is not Status.COMPLETE:
         why = (f"{checkpoint.status.value} and older than the resume point: it can never be resumed",)
-    return PlanItem(checkpoint.index, Action.DELETE, why, entries, checkpoint.bytes)
+    return PlanItem(checkpoint.index, Action.DELETE, why, entries, size)
 
 
 def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
@@ -221,15 +226,13 @@ def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[int, tuple[tup
     kept: list[Entry] = []
     for checkpoint in run.checkpoints:
         if checkpoint.index in deleted:
-            claimed = set()
             for file in checkpoint.files:
                 entry = file.entry
-                claimed.add(entry.os_path)
                 if not (entry.is_symlink or entry.is_dir):
                     doomed[entry.inode or entry.os_path] = entry.size
-            for path, _, size in inside.get(checkpoint.index, ()):  # what else the folder holds
-                if path not in claimed:
-                    doomed[path] = size
+            if checkpoint.index in inside:  # what else the folder holds
+                claimed = {file.entry.os_path for file in checkpoint.files}
+                doomed.update((path, size) for path, _, size in inside[checkpoint.index] if path not in claimed)
         else:
             kept.extend(file.entry for file in checkpoint.files)
     kept += [file.entry for file in run.loose_files] + list(run.other_files)
@@ -239,13 +242,22 @@ def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[int, tuple[tup
     return sum(doomed.values())
 
 
-def _saved_at(checkpoint: Checkpoint) -> float:
-    """When the checkpoint's newest file was last written (0 for one with no files)."""
+def _measure(checkpoint: Checkpoint) -> tuple[float, int]:
+    """When the checkpoint's newest file was written (0 with no files), and its bytes (each
+    inode once, as ``Checkpoint.bytes`` counts them)."""
     newest = 0.0
+    total = 0
+    seen: set[tuple[int, int]] = set()
     for file in checkpoint.files:
-        if file.entry.mtime > newest:
-            newest = file.entry.mtime
-    return newest
+        entry = file.entry
+        if entry.mtime > newest:
+            newest = entry.mtime
+        if entry.inode is not None:
+            if entry.inode in seen:
+                continue
+            seen.add(entry.inode)
+        total += entry.size
+    return newest, total
 
 
 def _duration(seconds: float) -> str:
