@@ -124,7 +124,7 @@ def emit(
             _summary(report, stderr_console())
             raise typer.Exit(code)
         text = buffer.getvalue()
-    _write(text, output)
+    write(text, output)
     raise typer.Exit(code)
 
 
@@ -148,7 +148,8 @@ def _summary(report: Report, console: Console) -> None:
     console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}.", style="dim", markup=False)
 
 
-def _write(text: str, output: str | None) -> None:
+def write(text: str, output: str | None) -> None:
+    """The report on stdout, or in ``output`` (a clear error and exit 2 when it cannot be written)."""
     if output is None or output == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

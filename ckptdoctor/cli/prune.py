@@ -24,7 +24,9 @@ from ckptdoctor.cli._output import (
     QuietFlag,
     say,
     stdout_console,
+    write,
 )
+from ckptdoctor.units import size
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -158,7 +160,7 @@ def prune(
             for plan in doomed:
                 done = actions.delete(plan, plan.root)
                 if not quiet:
-                    say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {_size(done.freed_bytes)}.")
+                    say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
     except actions.Locked as locked:
         say(f"ckptdoctor: error: {locked}")
         raise typer.Exit(EXIT_LOCKED) from locked
@@ -242,12 +244,7 @@ def _show(
     if not human:
         from ckptdoctor.render.json import plan_document
 
-        text = plan_document(report, tuple(plans), dry_run)
-        if output and output != "-":
-            with open(output, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        else:
-            sys.stdout.write(text)
+        write(plan_document(report, tuple(plans), dry_run), output)
         return
     if quiet:
         return
@@ -266,8 +263,3 @@ def _confirm(human: bool) -> None:
     say("ckptdoctor: error: not on a terminal: pass --yes to delete (or --dry-run to only see the plan); nothing was deleted")
     raise typer.Exit(EXIT_USAGE)
 
-
-def _size(n: int) -> str:
-    from ckptdoctor.units import size
-
-    return size(n)
