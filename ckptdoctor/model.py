@@ -272,19 +272,33 @@ class Action(str, enum.Enum):
     DELETE = "delete"
     QUARANTINE = "quarantine"
     REPOINT = "repoint"
+    RESTORE = "restore"
+    """``repair --undo``: put a quarantined entry or an old pointer back."""
+
+
+class PointerWrite(NamedTuple):
+    """What makes a framework's pointer name a checkpoint (``repair`` writes it)."""
+
+    name: str
+    """The pointer's file name in the run folder."""
+    text: str
+    """Its content, or where the symlink points."""
+    symlink: bool = False
 
 
 class PlanItem(NamedTuple):
     """One checkpoint's fate in a plan, with every reason that decided it (a NamedTuple, like
     Entry: a plan holds one per checkpoint, and big runs have tens of thousands)."""
 
-    number: int
-    """The checkpoint's index (``index`` is taken by tuple)."""
+    number: int | None
+    """The checkpoint's index (``index`` is taken by tuple); None for what belongs to none."""
     action: Action
     reasons: tuple[str, ...]
     entries: tuple[Entry, ...]
     """What the action touches: the checkpoint's folder, or its files (never what a symlink names)."""
     bytes: int
+    write: PointerWrite | None = None
+    """A repoint's new pointer."""
 
     @property
     def paths(self) -> tuple[str, ...]:

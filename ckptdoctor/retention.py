@@ -20,6 +20,10 @@ MIN_AGE = 600.0
 """Seconds: a file modified more recently than this may still be being written."""
 
 
+Contents = tuple[tuple[str, float, int], ...]
+"""The files inside a folder: (os path, mtime, size)."""
+
+
 class PolicyError(ValueError):
     """A policy that cannot be applied (empty, or keep-best without metric values)."""
 
@@ -64,7 +68,7 @@ class Policy:
         if self.keep_every:
             parts.append(f"every {unit} divisible by {self.keep_every}")
         if self.keep_within:
-            parts.append(f"everything saved within {_duration(self.keep_within)} of the newest")
+            parts.append(f"everything saved within {duration(self.keep_within)} of the newest")
         if self.keep:
             parts.append(f"{unit}s {', '.join(str(i) for i in sorted(self.keep))}")
         return "keep " + "; ".join(parts)
@@ -79,9 +83,10 @@ class Circumstances:
     """Metric value per checkpoint index (``--keep-best``)."""
     open_by: Mapping[str, int] = field(default_factory=dict)
     """Files (OS paths) a live process holds open, with its pid."""
-    inside: Mapping[int, tuple[tuple[str, float, int], ...]] = field(default_factory=dict)
-    """Every file inside a checkpoint folder (os path, mtime, size), claimed by its layout or not:
-    deleting the folder deletes them all, so they all count for --min-age and open files."""
+    inside: Mapping[str, Contents] = field(default_factory=dict)
+    """Every file inside each folder of the run (by the folder's os path), claimed by a layout or
+    not: moving or deleting the folder takes them all, so they all count for --min-age and open
+    files."""
 
 
 def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
@@ -97,30 +102,50 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
-    sizes: dict[int, int] = {}
-    saved: dict[int, float] = {}
-    for checkpoint in run.checkpoints:  # one pass over the files: big runs have 100,000s
-        saved[checkpoint.index], sizes[checkpoint.index] = _measure(checkpoint)
-    for index, contents in circumstances.inside.items():
-        saved[index] = max([saved.get(index, 0.0), *(mtime for _, mtime, _ in contents)])
+    saved, sizes = measure(run, circumstances)
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
                 reasons[checkpoint.index].append(f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)")
             elif resume is None:
                 reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
-        young = circumstances.now - saved[checkpoint.index]
-        if checkpoint.files and young < policy.min_age:
-            reasons[checkpoint.index].append(f"modified {_duration(young)} ago (--min-age {_duration(policy.min_age)})")
-        if circumstances.open_by:
-            paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in circumstances.inside.get(checkpoint.index, ())]
-            holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
-            if holder is not None:
-                reasons[checkpoint.index].append(f"open in process {holder}")
+        reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age)
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
     return Plan(run.path, run_root(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
+
+
+def measure(run: Run, circumstances: Circumstances) -> tuple[dict[int, float], dict[int, int]]:
+    """When each checkpoint was last written (its folder's contents included) and its bytes."""
+    sizes: dict[int, int] = {}
+    saved: dict[int, float] = {}
+    for checkpoint in run.checkpoints:  # one pass over the files: big runs have 100,000s
+        saved[checkpoint.index], sizes[checkpoint.index] = _measure(checkpoint)
+    for checkpoint in run.checkpoints:
+        if checkpoint.folder is not None and checkpoint.folder.os_path in circumstances.inside:
+            contents = circumstances.inside[checkpoint.folder.os_path]
+            saved[checkpoint.index] = max([saved[checkpoint.index], *(mtime for _, mtime, _ in contents)])
+    return saved, sizes
+
+
+def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
+    """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
+    within ``min_age`` (the save may still be going on), or a live process holds one open."""
+    reasons = []
+    young = circumstances.now - saved
+    if checkpoint.files and young < min_age:
+        reasons.append(f"modified {duration(young)} ago (--min-age {duration(min_age)})")
+    if circumstances.open_by:
+        paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
+        holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
+        if holder is not None:
+            reasons.append(f"open in process {holder}")
+    return reasons
+
+
+def contents_of(folder: Entry | None, circumstances: Circumstances) -> Contents:
+    return circumstances.inside.get(folder.os_path, ()) if folder is not None else ()
 
 
 def _keep_link_targets(run: Run, reasons: dict[int, list[str]]) -> None:
@@ -190,7 +215,7 @@ def _apply_policy(
                 reasons[checkpoint.index].append(reason)
     if policy.keep_within:
         newest = max(saved.values(), default=0.0)
-        reason = f"keep-within {_duration(policy.keep_within)}"
+        reason = f"keep-within {duration(policy.keep_within)}"
         for index, when in saved.items():
             if when >= newest - policy.keep_within:
                 reasons[index].append(reason)
@@ -202,7 +227,7 @@ _NO_RULE = ("matches no keep rule",)
 
 
 def _item(checkpoint: Checkpoint, reasons: list[str], size: int) -> PlanItem:
-    entries = _targets(checkpoint)
+    entries = targets(checkpoint)
     if reasons:
         return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, size)
     why = _NO_RULE
@@ -211,14 +236,14 @@ def _item(checkpoint: Checkpoint, reasons: list[str], size: int) -> PlanItem:
     return PlanItem(checkpoint.index, Action.DELETE, why, entries, size)
 
 
-def _targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
+def targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
     """What deleting a checkpoint removes: its folder, or its own files (a symlink as the link)."""
     if checkpoint.folder is not None:
         return (checkpoint.folder,)
     return tuple(f.entry for f in checkpoint.files)
 
 
-def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[int, tuple[tuple[str, float, int], ...]]) -> int:
+def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[str, Contents]) -> int:
     """Bytes the deletions free: each file once (hard links share an inode), none that a kept
     checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
     deleted = {item.number for item in items if item.action is Action.DELETE}
@@ -230,9 +255,9 @@ def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[int, tuple[tup
                 entry = file.entry
                 if not (entry.is_symlink or entry.is_dir):
                     doomed[entry.inode or entry.os_path] = entry.size
-            if checkpoint.index in inside:  # what else the folder holds
+            if checkpoint.folder is not None and checkpoint.folder.os_path in inside:  # what else the folder holds
                 claimed = {file.entry.os_path for file in checkpoint.files}
-                doomed.update((path, size) for path, _, size in inside[checkpoint.index] if path not in claimed)
+                doomed.update((path, size) for path, _, size in inside[checkpoint.folder.os_path] if path not in claimed)
         else:
             kept.extend(file.entry for file in checkpoint.files)
     kept += [file.entry for file in run.loose_files] + list(run.other_files)
@@ -260,7 +285,7 @@ def _measure(checkpoint: Checkpoint) -> tuple[float, int]:
     return newest, total
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     for size, suffix in ((86400, "d"), (3600, "h"), (60, "min")):
         if seconds >= size:
             value = seconds / size

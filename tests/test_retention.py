@@ -179,7 +179,10 @@ def test_files_inside_a_checkpoint_folder_count_for_min_age_and_open_files(tmp_p
     age(tmp_path)
     run = the_run(tmp_path)
     weights = str(tmp_path / "checkpoint-10" / "global_step10" / "model_states.pt")
-    inside = {10: ((weights, NOW - 5, 1000),), 20: ((str(tmp_path / "checkpoint-20" / "extra.bin"), NOW - 10 * HOUR, 500),)}
+    inside = {
+        str(tmp_path / "checkpoint-10"): ((weights, NOW - 5, 1000),),
+        str(tmp_path / "checkpoint-20"): ((str(tmp_path / "checkpoint-20" / "extra.bin"), NOW - 10 * HOUR, 500),),
+    }
     busy = {str(tmp_path / "checkpoint-20" / "extra.bin"): 77}
     result = plan(run, layout_named(run.layout), Policy(keep_last=1), Circumstances(now=NOW, inside=inside, open_by=busy))
     assert kept(result) == [10, 20, 30]

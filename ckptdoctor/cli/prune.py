@@ -5,14 +5,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ckptdoctor.cli._acting import (
+    DryRun,
+    MinAge,
+    Yes,
+    circumstances,
+    confirm,
+    failures_explained,
+    lock_all,
+    scan_runs,
+)
 from ckptdoctor.cli._output import (
-    EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
     AllFlag,
@@ -26,6 +34,7 @@ from ckptdoctor.cli._output import (
     stdout_console,
     write,
 )
+from ckptdoctor.model import Action
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -33,9 +42,6 @@ if TYPE_CHECKING:
 
     from ckptdoctor.model import Plan, Report, Run
     from ckptdoctor.retention import Policy
-
-EXIT_LOCKED = 3
-"""Another ckptdoctor is acting on the run (cli-conventions §2)."""
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
 KeepBest = Annotated[int | None, typer.Option("--keep-best", min=0, help="Keep the N best by --metric.", metavar="N")]
@@ -45,9 +51,6 @@ KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep
 KeepWithin = Annotated[str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
 MetricsFile = Annotated[str | None, typer.Option("--metrics-file", help="CSV or JSON of index -> metric value.", metavar="FILE")]
-MinAge = Annotated[str | None, typer.Option("--min-age", help="Never delete files modified more recently (default 10min).", metavar="DURATION")]
-DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
 
 
 def prune(
@@ -89,8 +92,6 @@ def prune(
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.metrics import MetricsError, metric_values
-    from ckptdoctor.processes import open_by
-    from ckptdoctor.scan import inspect as inspect_paths
 
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
@@ -103,112 +104,52 @@ def prune(
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    report, found = inspect_paths(paths or ["."])
-    for failure in report.errors:
-        say(f"ckptdoctor: error: {failure.path}: {failure.message}")
-    if report.errors:
-        raise typer.Exit(EXIT_USAGE)
-    for path in found.empty:
-        say(f"No checkpoints found in {path}")
-    runs = [run for run in report.runs if run.checkpoints and not run.single_file]
+    report, runs = scan_runs(paths, "prune")
     human = not (as_json or fmt is OutputFormat.JSON)
     console = stdout_console()
-    runs = _distinct(runs)  # one run named twice (./run and $PWD/run) is one run, and one lock
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}
-    try:
-        with contextlib.ExitStack() as held:
-            # every run's lock, taken before planning and held to the end (in one order: no deadlocks)
-            for root, shown in sorted({(retention.run_root(run), run.path) for run in runs}):
-                held.enter_context(actions.locked(root, shown))
-            # under the locks: finish what a killed prune left (a dry run only says so), then look
-            # again. A scan from before the locks is otherwise safe to plan from: no other
-            # ckptdoctor acts meanwhile, a trainer's new files are not in the plan, files gone since
-            # are skipped, and what may still be written is kept by --min-age
-            finished = 0
-            for run in runs:
-                root = retention.run_root(run)
-                if dry_run:
-                    for journal in actions.pending(root):
-                        say(f"note: an interrupted prune left {journal}; a prune without --dry-run finishes it")
-                else:
-                    finished += actions.finish_interrupted(root, frozenset(open_by(_paths(run, _inside(run)))[0]))
-            if finished:
-                if not quiet:
-                    say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
-                report, found = inspect_paths(paths or ["."])
-            report = dataclasses.replace(report, command="prune")
-            runs = _distinct([run for run in report.runs if run.checkpoints and not run.single_file])
+    with failures_explained("prune"), contextlib.ExitStack() as held:
+        lock_all(held, runs)
+        # under the locks: finish what a killed prune left (a dry run only says so), then look
+        # again. A scan from before the locks is otherwise safe to plan from: no other
+        # ckptdoctor acts meanwhile, a trainer's new files are not in the plan, files gone since
+        # are skipped, and what may still be written is kept by --min-age
+        finished = 0
+        for run in runs:
+            root = retention.run_root(run)
+            if dry_run:
+                for journal in actions.pending(root):
+                    say(f"note: an interrupted prune left {journal}; a prune without --dry-run finishes it")
+            else:
+                finished += actions.finish_interrupted(root, frozenset(circumstances(run, time.time(), True).open_by))
+        if finished:
+            if not quiet:
+                say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
+            report, runs = scan_runs(paths, "prune")
             runs = [run for run in runs if os.path.realpath(retention.run_root(run)) in roots]
-            plans = []
+        plans = []
+        try:
             for run in runs:
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
-                inside = _inside(run)
-                busy, note = open_by(_paths(run, inside))
-                if note and not quiet:
-                    say(f"note: {note}")
-                circumstances = retention.Circumstances(time.time(), values, busy, inside)
-                plans.append(retention.plan(run, layout_named(run.layout), policy, circumstances))
-            doomed = [plan for plan in plans if any(item.action.value == "delete" for item in plan.items)]
-            _show(plans, runs, report, dry_run, human, quiet, output, show_all, console)
-            if dry_run or not doomed:
-                if human and not quiet:
-                    say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
-                raise typer.Exit(EXIT_OK)
-            if not yes:
-                _confirm(human)
-            for plan in doomed:
-                done = actions.delete(plan, plan.root)
-                if not quiet:
-                    say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
-    except actions.Locked as locked:
-        say(f"ckptdoctor: error: {locked}")
-        raise typer.Exit(EXIT_LOCKED) from locked
-    except (actions.ActionError, MetricsError, retention.PolicyError) as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_FINDINGS if isinstance(error, actions.ActionError) else EXIT_USAGE) from error
-    except PermissionError as error:
-        say(f"ckptdoctor: error: {error.filename}: permission denied; nothing that was to be kept was touched, and the next prune finishes the job")
-        raise typer.Exit(EXIT_FINDINGS) from error
+                world = dataclasses.replace(circumstances(run, time.time(), quiet), metrics=values)
+                plans.append(retention.plan(run, layout_named(run.layout), policy, world))
+        except (MetricsError, retention.PolicyError) as error:
+            say(f"ckptdoctor: error: {error}")
+            raise typer.Exit(EXIT_USAGE) from error
+        doomed = [plan for plan in plans if plan.acting(Action.DELETE)]
+        _show(plans, runs, report, dry_run, human, quiet, output, show_all, console)
+        if dry_run or not doomed:
+            if human and not quiet:
+                say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
+            raise typer.Exit(EXIT_OK)
+        if not yes:
+            confirm("Delete them?", human, "nothing was deleted")
+        for plan in doomed:
+            done = actions.delete(plan, plan.root)
+            if not quiet:
+                say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
     raise typer.Exit(EXIT_OK)
-
-
-def _distinct(runs: list[Run]) -> list[Run]:
-    """Runs with distinct real folders, in order."""
-    from ckptdoctor.retention import run_root
-
-    seen: set[str] = set()
-    distinct = []
-    for run in runs:
-        real = os.path.realpath(run_root(run))
-        if real not in seen:
-            seen.add(real)
-            distinct.append(run)
-    return distinct
-
-
-def _inside(run: Run) -> dict[int, tuple[tuple[str, float, int], ...]]:
-    """Every file inside each checkpoint folder (deleting the folder deletes them all)."""
-    inside: dict[int, tuple[tuple[str, float, int], ...]] = {}
-    for checkpoint in run.checkpoints:
-        if checkpoint.folder is None or checkpoint.folder.is_symlink:
-            continue
-        found = []
-        for folder, _, names in os.walk(checkpoint.folder.os_path):
-            for name in names:
-                path = os.path.join(folder, name)
-                try:
-                    info = os.lstat(path)
-                except OSError:
-                    continue
-                found.append((path, info.st_mtime, info.st_size))
-        inside[checkpoint.index] = tuple(found)
-    return inside
-
-
-def _paths(run: Run, inside: dict[int, tuple[tuple[str, float, int], ...]]) -> list[str]:
-    files = [f.entry.os_path for c in run.checkpoints for f in c.files]
-    return files + [path for contents in inside.values() for path, _, _ in contents]
 
 
 def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
@@ -252,14 +193,3 @@ def _show(
 
     for plan, run in zip(plans, runs, strict=True):
         console.print(plan_block(plan, run.unit.value, show_all))
-
-
-def _confirm(human: bool) -> None:
-    if human and sys.stdin.isatty() and sys.stdout.isatty():
-        if typer.confirm("Delete them?", default=False):
-            return
-        say("Nothing was deleted.")
-        raise typer.Exit(EXIT_OK)
-    say("ckptdoctor: error: not on a terminal: pass --yes to delete (or --dry-run to only see the plan); nothing was deleted")
-    raise typer.Exit(EXIT_USAGE)
-

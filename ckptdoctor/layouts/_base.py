@@ -20,6 +20,7 @@ from ckptdoctor.model import (
     Entry,
     FileIssue,
     FileReport,
+    PointerWrite,
     Problem,
     Role,
     Run,
@@ -117,6 +118,11 @@ class Layout:
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
+        return None
+
+    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """How to make the pointer file ``name`` (None: the one the framework expects and lacks)
+        name ``checkpoint``; None where the pointer is not a file of its own to write."""
         return None
 
     def build(
@@ -343,6 +349,17 @@ def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
     for pointer in pointers:
         return next((c for c in run.checkpoints if c.index == pointer.number), None)
     return None
+
+
+def unfollowable(run: Run, pointer: Pointer) -> str | None:
+    """Why the framework cannot follow ``pointer`` (``missing``, ``not there``, ``partial``, ...);
+    None if it can."""
+    if pointer.source is None:
+        return "missing"
+    target = next((c for c in run.checkpoints if c.index == pointer.number), None)
+    if target is None:
+        return "not there"
+    return None if target.status is Status.COMPLETE else target.status.value
 
 
 def missing_from_siblings(

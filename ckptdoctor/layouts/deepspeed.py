@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
-from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _TAG = re.compile(r"^global_step(\d+)$")
@@ -66,6 +66,12 @@ class DeepSpeedLayout(FolderLayout):
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         return followed(run, self.pointers(run))
+
+    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        # the tag is the folder's name; `latest_universal` names universal checkpoints only
+        if name not in (None, LATEST) or checkpoint.folder is None:
+            return None
+        return PointerWrite(LATEST, checkpoint.folder.name)
 
     def file_name(self, role: Role, index: int) -> str | None:
         return {Role.MODEL: "mp_rank_00_model_states.pt", Role.OPTIMIZER: "zero_pp_rank_0_mp_rank_00_optim_states.pt"}.get(role)

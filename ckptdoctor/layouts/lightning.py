@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ckptdoctor.layouts._base import Claim, Layout, Pointer
-from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
@@ -49,6 +49,13 @@ class LightningLayout(Layout):
                 claim = self.claim(file.entry.link.rsplit("/", 1)[-1])
                 found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
         return tuple(found)
+
+    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """A relative symlink, as ``save_last="link"`` makes: a copy would double the space the
+        newest checkpoint takes."""
+        if name is None or not checkpoint.files:
+            return None
+        return PointerWrite(name, checkpoint.files[0].name, symlink=True)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
-from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _ITERATION = re.compile(r"^iter_(\d{7,})$")
@@ -72,6 +72,9 @@ class MegatronLayout(FolderLayout):
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         return followed(run, self.pointers(run))
+
+    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        return PointerWrite(TRACKER, str(checkpoint.index)) if name in (None, TRACKER) else None
 
     def file_name(self, role: Role, index: int) -> str | None:
         return TRACKER if role is Role.POINTER else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
+from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule
@@ -553,8 +554,7 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
                 context={"expected": pointer.meaning},
             )
             continue
-        target = next((c for c in ctx.run.checkpoints if c.index == pointer.number), None)
-        state = "not there" if target is None else None if target.status is Status.COMPLETE else target.status.value
+        state = unfollowable(ctx.run, pointer)
         if state is None:
             continue
         yield ctx.finding(

@@ -1,0 +1,144 @@
+"""What the commands that change a run (``prune``, ``repair``) share: options, the scan, the
+locks, the world around the run (fresh and open files), the confirmation, and error messages."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ckptdoctor.cli._output import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, say
+
+if TYPE_CHECKING:
+    from ckptdoctor.model import Report, Run
+    from ckptdoctor.retention import Circumstances
+
+EXIT_LOCKED = 3
+"""Another ckptdoctor is acting on the run (cli-conventions §2)."""
+
+MinAge = Annotated[str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")]
+DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
+
+
+def scan_runs(paths: list[str] | None, command: str) -> tuple[Report, list[Run]]:
+    """The report over ``paths`` and the distinct runs in it that an acting command can change;
+    exit 2 when a path cannot be scanned."""
+    import dataclasses
+
+    from ckptdoctor.scan import inspect as inspect_paths
+
+    report, found = inspect_paths(paths or ["."])
+    for failure in report.errors:
+        say(f"ckptdoctor: error: {failure.path}: {failure.message}")
+    if report.errors:
+        raise typer.Exit(EXIT_USAGE)
+    for path in found.empty:
+        say(f"No checkpoints found in {path}")
+    return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints and not run.single_file])
+
+
+def distinct(runs: list[Run]) -> list[Run]:
+    """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
+    run, with one lock."""
+    from ckptdoctor.retention import run_root
+
+    seen: set[str] = set()
+    kept = []
+    for run in runs:
+        real = os.path.realpath(run_root(run))
+        if real not in seen:
+            seen.add(real)
+            kept.append(run)
+    return kept
+
+
+def lock_all(held: contextlib.ExitStack, runs: list[Run]) -> None:
+    """Take every run's lock, in one order (no deadlocks between two commands), held to the end."""
+    from ckptdoctor.actions import locked
+    from ckptdoctor.retention import run_root
+
+    for root, shown in sorted({(run_root(run), run.path) for run in runs}):
+        held.enter_context(locked(root, shown))
+
+
+def circumstances(run: Run, now: float, quiet: bool) -> Circumstances:
+    """The world around ``run``: what is inside its folders, and which of its files live
+    processes hold open (a note on stderr when that cannot be known)."""
+    from ckptdoctor.processes import open_by
+    from ckptdoctor.retention import Circumstances
+
+    inside = folder_contents(run)
+    busy, note = open_by(files_of(run, inside))
+    if note and not quiet:
+        say(f"note: {note}")
+    return Circumstances(now, open_by=busy, inside=inside)
+
+
+def folder_contents(run: Run) -> dict[str, tuple[tuple[str, float, int], ...]]:
+    """Every file inside each checkpoint folder and staging folder of ``run``, by the folder's
+    os path: moving or deleting the folder takes them all (symlinked folders are not followed)."""
+    from ckptdoctor.model import Role
+
+    folders = [c.folder for c in run.checkpoints if c.folder is not None]
+    folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
+    inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    for entry in folders:
+        if entry.is_symlink:
+            continue
+        found = []
+        for folder, _, names in os.walk(entry.os_path):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                found.append((path, info.st_mtime, info.st_size))
+        inside[entry.os_path] = tuple(found)
+    return inside
+
+
+def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) -> list[str]:
+    """Every file an acting command could touch in ``run`` (for the open-files scan)."""
+    files = [f.entry.os_path for c in run.checkpoints for f in c.files]
+    files += [f.entry.os_path for f in run.loose_files if not f.entry.is_dir]
+    return files + [path for contents in inside.values() for path, _, _ in contents]
+
+
+def confirm(question: str, human: bool, refused: str) -> None:
+    """Ask on a terminal; off one (or in JSON mode) fail, naming --yes. ``refused`` says what
+    was not done ("nothing was deleted")."""
+    if human and sys.stdin.isatty() and sys.stdout.isatty():
+        if typer.confirm(question, default=False):
+            return
+        say(f"{refused[0].upper()}{refused[1:]}.")
+        raise typer.Exit(EXIT_OK)
+    say(f"ckptdoctor: error: not on a terminal: pass --yes to go ahead (or --dry-run to only see the plan); {refused}")
+    raise typer.Exit(EXIT_USAGE)
+
+
+@contextlib.contextmanager
+def failures_explained(command: str) -> Iterator[None]:
+    """Turn what stops an acting command into a message and its exit code: 3 for a lock held
+    elsewhere, 1 for a run that cannot be changed."""
+    from ckptdoctor.actions import ActionError, Locked
+
+    try:
+        yield
+    except Locked as locked:
+        say(f"ckptdoctor: error: {locked}")
+        raise typer.Exit(EXIT_LOCKED) from locked
+    except ActionError as error:
+        say(f"ckptdoctor: error: {error}")
+        raise typer.Exit(EXIT_FINDINGS) from error
+    except PermissionError as error:
+        say(
+            f"ckptdoctor: error: {error.filename}: permission denied; nothing that was to be kept was touched, "
+            f"and the next {command} finishes the job"
+        )
+        raise typer.Exit(EXIT_FINDINGS) from error
