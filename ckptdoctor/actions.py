@@ -10,11 +10,15 @@ Everything lives in the run's own ``.ckptdoctor/`` folder (the same filesystem, 
 
 Killed before the journal is complete: nothing moved. Killed later: only planned entries moved
 or gone, and the next command under the lock finishes what the journal lists.
+
+- ``quarantine/<id>/``: where ``repair`` moves what it takes out of the run (never deleting), with
+  a manifest that ``repair --undo`` reads to put it all back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import getpass
 import json
@@ -23,11 +27,12 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from ckptdoctor.discover import OWN_FOLDER
-from ckptdoctor.model import Action, Plan
+from ckptdoctor.model import Action, Plan, PointerWrite
 
 LOCK = "lock"
 TRASH = "trash"
@@ -148,9 +153,7 @@ def delete(plan: Plan, root: str) -> Done:
     """Delete what ``plan`` says (under the caller's lock, after ``finish_interrupted``):
     journal, move to trash, remove."""
     doomed = [item for item in plan.items if item.action is Action.DELETE]
-    relative = [os.path.relpath(entry.os_path, root) for item in doomed for entry in item.entries]
-    if any(path.startswith(os.pardir) or os.path.isabs(path) for path in relative):
-        raise ActionError("the plan names files outside the run: refused")
+    relative = _inside_run(root, [entry.os_path for item in doomed for entry in item.entries])
     if not relative:
         return Done(0, 0, 0)
     folder = os.path.join(own_folder(root), TRASH, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
@@ -194,8 +197,327 @@ def _write_atomically(path: str, document: dict[str, object]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    directory = os.open(os.path.dirname(path), os.O_RDONLY)
+    _fsync_folder(os.path.dirname(path))
+
+
+def _fsync_folder(path: str) -> None:
+    """Make a rename in ``path`` durable (a crash could otherwise undo it)."""
+    directory = os.open(path, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+# --- quarantine (repair) ---------------------------------------------------------------------
+#
+# ``quarantine/<id>/manifest.json`` is written (and fsynced) before anything moves; it lists every
+# entry to move and every pointer to write. Entries are renamed into ``quarantine/<id>/files/``
+# under their path in the run; a pointer's old version is kept there too (a hard link, so the
+# swap to the new one is a single ``rename``). The manifest's ``state`` then becomes ``done``.
+# Killed before that: the next ``repair`` finishes what the manifest lists; ``--undo`` puts back
+# whatever had moved. Nothing is deleted, ever.
+
+QUARANTINE = "quarantine"
+MANIFEST = "manifest.json"
+FILES = "files"
+
+
+class StoredState(str, enum.Enum):
+    """Where one quarantined entry (or re-pointed pointer) stands now."""
+
+    QUARANTINED = "quarantined"
+    """In the quarantine, its place in the run free: ``--undo`` can put it back."""
+    BACK = "back"
+    """In the run already (restored, or never moved by a repair that was killed)."""
+    CONFLICT = "conflict"
+    """In the quarantine, and something else is at its place in the run."""
+    LOST = "lost"
+    """Neither in the quarantine nor in the run: someone removed it."""
+
+
+class Stored(NamedTuple):
+    """One line of a quarantine's manifest, with where it stands now."""
+
+    path: str
+    """Relative to the run."""
+    number: int | None
+    """The checkpoint index (``index`` is taken by tuple)."""
+    reasons: tuple[str, ...]
+    write: PointerWrite | None
+    """For a pointer: what the repair wrote there."""
+    existed: bool
+    """For a pointer: whether there was one before (its old version is in the quarantine)."""
+    state: StoredState
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """What one ``repair`` moved aside, read back from its manifest."""
+
+    ident: str
+    folder: str
+    run: str
+    created: float
+    state: str
+    """``repairing`` (killed part-way), ``done``, or ``undoing`` (an undo was killed part-way)."""
+    items: tuple[Stored, ...]
+
+
+@dataclass(frozen=True)
+class Moved:
+    ident: str
+    folder: str
+    entries: int
+    bytes: int
+    repointed: int
+
+
+def quarantine(plan: Plan, root: str) -> Moved:
+    """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers."""
+    moves = [(item, entry) for item in plan.acting(Action.QUARANTINE) for entry in item.entries]
+    repoints = [item for item in plan.acting(Action.REPOINT) if item.write is not None]
+    relative = _inside_run(root, [entry.os_path for _, entry in moves] + [item.entries[0].os_path for item in repoints])
+    ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    folder = os.path.join(own_folder(root), QUARANTINE, ident)
+    manifest: dict[str, Any] = {
+        "version": 1,
+        "run": plan.run,
+        "created": time.time(),
+        "state": "repairing",
+        "entries": [
+            {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
+            for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
+        ],
+        "pointers": [
+            {
+                "path": path, "index": item.number, "reasons": list(item.reasons), "text": item.write.text,
+                "symlink": item.write.symlink, "existed": os.path.lexists(item.entries[0].os_path),
+            }
+            for path, item in zip(relative[len(moves) :], repoints, strict=True)
+            if item.write is not None
+        ],
+    }  # fmt: skip
+    try:
+        os.makedirs(os.path.join(folder, FILES))
+        _write_atomically(os.path.join(folder, MANIFEST), manifest)
+    except OSError as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
+    entries, moved_bytes = _carry_out(root, folder, manifest, frozenset(), None)
+    return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]))
+
+
+def finish_repairs(root: str, busy: frozenset[str] = frozenset()) -> int:
+    """Complete the quarantines of repairs that were killed part-way; returns how many.
+
+    As with a prune's journal, only what the manifest meant: nothing outside the run, nothing
+    modified after the manifest was written, nothing a live process holds open.
+    """
+    finished = 0
+    for found in quarantines(root):
+        if found.state != "repairing":
+            continue
+        manifest_path = os.path.join(found.folder, MANIFEST)
+        try:
+            manifest = _read_manifest(manifest_path)
+            written = os.stat(manifest_path).st_mtime
+        except (OSError, ValueError) as error:
+            raise ActionError(f"an interrupted repair left {manifest_path}, which cannot be completed ({error})") from error
+        _carry_out(root, found.folder, manifest, busy, written)
+        finished += 1
+    return finished
+
+
+def _carry_out(root: str, folder: str, manifest: dict[str, Any], busy: frozenset[str], written: float | None) -> tuple[int, int]:
+    """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
+    same steps finish the job (what is done already is skipped)."""
+    real_root = os.path.realpath(root)
+    moved = moved_bytes = 0
+    for line in manifest["entries"]:
+        source = os.path.join(root, line["path"])
+        stored = os.path.join(folder, FILES, line["path"])
+        if os.path.lexists(stored) or not os.path.lexists(source):
+            continue
+        if written is not None and not _still_meant(root, real_root, line["path"], written, busy):
+            continue
+        os.makedirs(os.path.dirname(stored), exist_ok=True)
+        os.rename(source, stored)
+        moved += 1
+        moved_bytes += int(line.get("bytes", 0))
+    for line in manifest["pointers"]:
+        _write_pointer(root, folder, line, written)
+    manifest["state"] = "done"
+    _write_atomically(os.path.join(folder, MANIFEST), manifest)
+    return moved, moved_bytes
+
+
+def _write_pointer(root: str, folder: str, line: dict[str, Any], written: float | None) -> None:
+    """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
+    the new one in with one rename, so that a framework never finds no pointer at all."""
+    target = os.path.join(root, line["path"])
+    stored = os.path.join(folder, FILES, line["path"])
+    write = PointerWrite(os.path.basename(line["path"]), str(line["text"]), bool(line["symlink"]))
+    if _is_written(target, write):
+        return
+    if written is not None and os.path.lexists(target) and os.lstat(target).st_mtime > written:
+        return  # rewritten by its framework since the repair was planned: that one is newer
+    if line["existed"] and not os.path.lexists(stored):
+        if not os.path.lexists(target):
+            return  # the old pointer is gone and was never kept: do not invent one
+        os.makedirs(os.path.dirname(stored), exist_ok=True)
+        try:
+            os.link(target, stored, follow_symlinks=False)
+        except OSError:
+            # no hard links here (some network filesystems): keep the old one by moving it
+            os.rename(target, stored)
+    scratch = os.path.join(own_folder(root), f"pointer-{uuid.uuid4().hex[:8]}.tmp")
+    if write.symlink:
+        os.symlink(write.text, scratch)
+    else:
+        with open(scratch, "w", encoding="utf-8") as handle:
+            handle.write(write.text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(scratch, target)
+    _fsync_folder(os.path.dirname(target))
+
+
+def _is_written(path: str, write: PointerWrite) -> bool:
+    """Whether the pointer at ``path`` already says what ``write`` says."""
+    try:
+        if write.symlink:
+            return os.path.islink(path) and os.readlink(path) == write.text
+        if os.path.islink(path) or not os.path.isfile(path):
+            return False
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read(len(write.text) + 1) == write.text
+    except OSError:
+        return False
+
+
+def quarantines(root: str) -> list[Quarantine]:
+    """The run's quarantines, oldest first, each with where its entries stand now."""
+    base = os.path.join(own_folder(root), QUARANTINE)
+    found = []
+    for ident in sorted(os.listdir(base)) if os.path.isdir(base) else ():
+        folder = os.path.join(base, ident)
+        try:
+            manifest = _read_manifest(os.path.join(folder, MANIFEST))
+        except FileNotFoundError:
+            continue  # killed before its manifest was whole: nothing was moved
+        except (OSError, ValueError) as error:
+            raise ActionError(f"{os.path.join(folder, MANIFEST)} cannot be read ({error}); check that folder") from error
+        items = [_stored(root, folder, line, None) for line in manifest["entries"]]
+        items += [_stored(root, folder, line, line) for line in manifest["pointers"]]
+        found.append(Quarantine(ident, folder, str(manifest["run"]), float(manifest["created"]), str(manifest["state"]), tuple(items)))
+    return found
+
+
+def _stored(root: str, folder: str, line: dict[str, Any], pointer: dict[str, Any] | None) -> Stored:
+    path = str(line["path"])
+    target = os.path.join(root, path)
+    kept = os.path.join(folder, FILES, path)
+    in_run, in_quarantine = os.path.lexists(target), os.path.lexists(kept)
+    index = line.get("index")
+    write, existed = None, False
+    if pointer is None:
+        if in_quarantine:
+            state = StoredState.CONFLICT if in_run else StoredState.QUARANTINED
+        else:
+            state = StoredState.BACK if in_run else StoredState.LOST
+    else:
+        write = PointerWrite(os.path.basename(path), str(pointer["text"]), bool(pointer["symlink"]))
+        existed = bool(pointer["existed"])
+        state = _pointer_state(_is_written(target, write), existed, in_run, in_quarantine, lambda: _same_file(target, kept))
+    return Stored(path, index if isinstance(index, int) else None, tuple(line.get("reasons", ())), write, existed, state, int(line.get("bytes", 0)))
+
+
+def _pointer_state(ours: bool, existed: bool, in_run: bool, in_quarantine: bool, same: Callable[[], bool]) -> StoredState:
+    """Where a re-pointed pointer stands: what the run holds against what the repair wrote and kept."""
+    if ours:
+        # the repair's pointer is in place: undo removes it, or puts the kept old one back
+        return StoredState.LOST if existed and not in_quarantine else StoredState.QUARANTINED
+    if not existed:
+        return StoredState.CONFLICT if in_run else StoredState.BACK
+    if not in_quarantine:
+        return StoredState.BACK  # never touched, or put back already
+    if not in_run:
+        return StoredState.QUARANTINED  # killed between keeping the old one and writing the new
+    # both there: the same file when the repair was killed before its swap; else someone wrote a new one since
+    return StoredState.BACK if same() else StoredState.CONFLICT
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        a, b = os.lstat(first), os.lstat(second)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def restore(found: Quarantine, root: str) -> int:
+    """Put back what ``found`` holds (the caller checked there are no conflicts), then remove it;
+    returns the entries put back. Killed part-way, the next ``--undo`` goes on from there."""
+    manifest_path = os.path.join(found.folder, MANIFEST)
+    manifest = _read_manifest(manifest_path)
+    manifest["state"] = "undoing"
+    try:
+        _write_atomically(manifest_path, manifest)
+    except OSError as error:
+        raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
+    restored = 0
+    for item in found.items:
+        target = os.path.join(root, item.path)
+        stored = os.path.join(found.folder, FILES, item.path)
+        if item.state is StoredState.BACK and item.write is not None and os.path.lexists(stored):
+            os.unlink(stored)  # a spare link to the pointer that is still in place
+        if item.state is not StoredState.QUARANTINED:
+            continue
+        if item.write is not None and not item.existed:
+            os.unlink(target)  # a pointer the repair created: it is ours (checked by the caller)
+        elif item.write is not None:
+            os.replace(stored, target)  # over the pointer the repair wrote
+        else:
+            _put_back(stored, target)
+        restored += 1
+    leftover = [os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(found.folder, FILES)) for name in names]
+    if not leftover:
+        os.unlink(manifest_path)
+        shutil.rmtree(found.folder)  # only empty folders are left in it
+    return restored
+
+
+def _put_back(stored: str, target: str) -> None:
+    """Move ``stored`` to ``target``, never over something that appeared there meanwhile."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if not os.path.isdir(stored) or os.path.islink(stored):
+        try:
+            os.link(stored, target, follow_symlinks=False)  # fails if target exists: no overwrite
+        except FileExistsError:
+            raise ActionError(f"{target} appeared while restoring; it was left as it is, and the quarantined one kept") from None
+        except OSError:
+            pass  # no hard links here: fall back to a rename, checked just before
+        else:
+            os.unlink(stored)
+            return
+    if os.path.lexists(target):
+        raise ActionError(f"{target} appeared while restoring; it was left as it is, and the quarantined one kept")
+    os.rename(stored, target)
+
+
+def _read_manifest(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list) or not isinstance(manifest.get("pointers"), list):
+        raise ValueError("not a ckptdoctor quarantine manifest")
+    return manifest
+
+
+def _inside_run(root: str, paths: list[str]) -> list[str]:
+    """``paths`` relative to the run; ActionError if any lies outside it."""
+    relative = [os.path.relpath(path, root) for path in paths]
+    if any(path.startswith(os.pardir) or os.path.isabs(path) for path in relative):
+        raise ActionError("the plan names files outside the run: refused")
+    return relative

@@ -15,6 +15,7 @@ from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
 from ckptdoctor.cli.inspect import inspect
 from ckptdoctor.cli.prune import prune
+from ckptdoctor.cli.repair import repair
 from ckptdoctor.cli.rules import rules
 from ckptdoctor.cli.verify import verify
 
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.command()(inspect)
 app.command()(verify)
 app.command()(prune)
+app.command()(repair)
 app.command()(rules)
 
 

@@ -57,12 +57,14 @@ def distinct(runs: list[Run]) -> list[Run]:
     return kept
 
 
-def lock_all(held: contextlib.ExitStack, runs: list[Run]) -> None:
-    """Take every run's lock, in one order (no deadlocks between two commands), held to the end."""
+def lock_all(held: contextlib.ExitStack, runs: list[Run] | list[tuple[str, str]]) -> None:
+    """Take the lock of every run (or of every (root, shown path)), in one order (no deadlocks
+    between two commands), held to the end."""
     from ckptdoctor.actions import locked
     from ckptdoctor.retention import run_root
 
-    for root, shown in sorted({(run_root(run), run.path) for run in runs}):
+    pairs = {run if isinstance(run, tuple) else (run_root(run), run.path) for run in runs}
+    for root, shown in sorted(pairs):
         held.enter_context(locked(root, shown))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -202,27 +202,45 @@ def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
     return text
 
 
-_ACTION_STYLE = {Action.KEEP: "green", Action.DELETE: "red", Action.QUARANTINE: "yellow", Action.REPOINT: "cyan"}
+_ACTION_STYLE = {
+    Action.KEEP: "green",
+    Action.DELETE: "red",
+    Action.QUARANTINE: "yellow",
+    Action.REPOINT: "cyan",
+    Action.RESTORE: "cyan",
+}
 
 
-def plan_block(plan: Plan, unit: str, show_all: bool = False) -> RenderableType:
-    """A plan as a table (INDEX / ACTION / REASONS / SIZE) and the line that sums it up."""
+def plan_block(plan: Plan, unit: str, show_all: bool = False, summary: Callable[[Plan, str], str] | None = None) -> RenderableType:
+    """A plan as a table (INDEX / ACTION / REASONS / SIZE, and WHAT for a repair) and the line
+    that sums it up."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column(unit.upper(), justify="right", no_wrap=True)
     table.add_column("ACTION", no_wrap=True)
+    named = summary is not None  # repair acts on files and pointers, not only whole checkpoints
+    if named:
+        table.add_column("WHAT", overflow="fold")
     table.add_column("REASONS", overflow="fold")
     table.add_column("SIZE", justify="right", no_wrap=True)
     items = plan.items if show_all or len(plan.items) <= NEWEST_ROWS * 2 else plan.items[-NEWEST_ROWS * 2 :]
     for item in items:
-        table.add_row(str(item.number), Text(item.action.value, style=_ACTION_STYLE[item.action]), "; ".join(item.reasons), size(item.bytes))
+        cells: list[str | Text] = [str(item.number) if item.number is not None else "-", Text(item.action.value, style=_ACTION_STYLE[item.action])]
+        if named:
+            cells.append(", ".join(_relative(path, plan.run) for path in item.paths))
+        table.add_row(*cells, "; ".join(item.reasons), size(item.bytes))
     parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
     if len(items) < len(plan.items):
         parts.append(Text(f"… {len(plan.items) - len(items)} older {unit}s not shown (--all shows them)", style="dim"))
-    parts.append(Text(plan_summary(plan, unit)))
+    parts.append(Text((summary or plan_summary)(plan, unit)))
     return Group(*parts)
 
 
+def _relative(path: str, run: str) -> str:
+    return path[len(run) + 1 :] if path.startswith(run + "/") else path
+
+
 def plan_summary(plan: Plan, unit: str) -> str:
+    """A prune plan in one line."""
     doomed = plan.acting(Action.DELETE)
     if not doomed:
         return f"Nothing to delete; keeping {len(plan.items)} {unit}s."
@@ -232,3 +250,30 @@ def plan_summary(plan: Plan, unit: str) -> str:
         f"About to delete {len(doomed)} checkpoint{'s' if len(doomed) != 1 else ''} ({files} "
         f"{'files' if files != 1 else 'file'}) totalling {size(plan.freed_bytes)}; keeping {kept}."
     )
+
+
+def repair_summary(plan: Plan, unit: str) -> str:
+    """A repair (or undo) plan in one line."""
+    moved, repointed, restored = plan.acting(Action.QUARANTINE), plan.acting(Action.REPOINT), plan.acting(Action.RESTORE)
+    if restored:
+        total = sum(item.bytes for item in restored)
+        return f"About to put back {_count(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
+    if not (moved or repointed):
+        return f"Nothing to repair; {plan.policy}."
+    actions = []
+    if moved:
+        total = sum(item.bytes for item in moved)
+        entries = sum(len(item.entries) for item in moved)
+        where = []
+        if numbered := len({item.number for item in moved if item.number is not None}):
+            where.append(_count(numbered, unit, unit + "s"))
+        if loose := sum(1 for item in moved if item.number is None):
+            where.append(_count(loose, "leftover", "leftovers"))
+        actions.append(f"quarantine {_count(entries, 'entry', 'entries')} (from {', '.join(where)}) totalling {size(total)}")
+    if repointed:
+        actions.append(f"re-point {_count(len(repointed), 'pointer', 'pointers')}")
+    return f"About to {' and '.join(actions)}; then {plan.policy}."
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"

@@ -1,0 +1,225 @@
+"""``ckptdoctor repair``: make a run resumable from its newest complete checkpoint, moving (never
+deleting) what stands in the way; ``--undo`` puts it back."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ckptdoctor.cli._acting import (
+    DryRun,
+    MinAge,
+    Yes,
+    circumstances,
+    confirm,
+    failures_explained,
+    lock_all,
+    scan_runs,
+)
+from ckptdoctor.cli._output import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    AllFlag,
+    FormatOption,
+    JsonFlag,
+    OutputFormat,
+    OutputOption,
+    Paths,
+    QuietFlag,
+    say,
+    stdout_console,
+    write,
+)
+from ckptdoctor.units import size
+
+if TYPE_CHECKING:
+    from ckptdoctor.model import Plan, Report, Run
+
+Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest repair of each run moved and re-pointed.")]
+QuarantineId = Annotated[str | None, typer.Option("--id", help="With --undo: the quarantine to put back (default: the latest).", metavar="ID")]
+
+
+def repair(
+    paths: Paths = None,
+    undo: Undo = False,
+    ident: QuarantineId = None,
+    min_age: MinAge = None,
+    dry_run: DryRun = False,
+    yes: Yes = False,
+    fmt: FormatOption = OutputFormat.HUMAN,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+) -> None:
+    """Make a run resumable from its newest complete checkpoint: move incomplete, partial and
+    corrupt checkpoints newer than it, empty files and staging leftovers into a quarantine in the
+    run, and re-point `latest` (DeepSpeed), the Megatron tracker and a broken `last.ckpt` at it.
+
+    Nothing is deleted and no checkpoint's bytes change; every action names the rule it fixes.
+    Files modified within --min-age or held open are left alone. `repair --undo` puts everything
+    back (never over a file that exists again).
+
+    Examples:
+
+      ckptdoctor repair --dry-run runs/exp1/checkpoint
+
+      ckptdoctor repair --yes runs/exp1/checkpoint
+
+      ckptdoctor repair --undo runs/exp1/checkpoint
+    """
+    from ckptdoctor.retention import MIN_AGE, parse_duration
+
+    if ident is not None and not undo:
+        say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        age = parse_duration(min_age) if min_age is not None else MIN_AGE
+    except ValueError as error:
+        say(f"ckptdoctor: error: --min-age: {error}")
+        raise typer.Exit(EXIT_USAGE) from error
+    human = not (as_json or fmt is OutputFormat.JSON)
+    report, runs = scan_runs(paths, "repair")
+    with failures_explained("repair"), contextlib.ExitStack() as held:
+        lock_all(held, [(root, shown) for shown, root, _ in _undo_roots(paths, runs)] if undo else runs)
+        if undo:
+            code = _undo(paths, report, runs, ident, dry_run, yes, human, quiet, output, show_all)
+        else:
+            code = _repair(paths, report, runs, age, dry_run, yes, human, quiet, output, show_all)
+    raise typer.Exit(code)
+
+
+def _repair(
+    paths: list[str] | None, report: Report, runs: list[Run], min_age: float, dry_run: bool, yes: bool, human: bool, quiet: bool, output: str | None, show_all: bool
+) -> int:
+    from ckptdoctor import actions, repair
+    from ckptdoctor.layouts import layout_named
+    from ckptdoctor.model import Action
+    from ckptdoctor.retention import run_root
+
+    finished = 0
+    for run in runs:
+        root = run_root(run)
+        for journal in actions.pending(root):
+            say(f"note: an interrupted prune left {journal}; `ckptdoctor prune` finishes it")
+        if dry_run:
+            for found in actions.quarantines(root):
+                if found.state == "repairing":
+                    say(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
+        else:
+            finished += actions.finish_repairs(root, frozenset(circumstances(run, time.time(), True).open_by))
+    if finished:
+        if not quiet:
+            say(f"Finished {finished} interrupted repair{'s' if finished != 1 else ''}.")
+        roots = {run_root(run) for run in runs}
+        report, rescanned = scan_runs(paths, "repair")
+        runs = [run for run in rescanned if run_root(run) in roots]
+    plans: list[tuple[Plan, str]] = []
+    refused: list[str] = []
+    for run in runs:
+        findings = [finding for finding in report.findings if finding.run == run.path]
+        try:
+            plans.append((repair.plan(run, layout_named(run.layout), findings, circumstances(run, time.time(), quiet), min_age), run.unit.value))
+        except repair.Refused as refusal:
+            refused.append(str(refusal))
+    _show(plans, report, dry_run, human, quiet, output, show_all)
+    for reason in refused:
+        say(f"ckptdoctor: error: {reason}")
+    acting = [plan for plan, _ in plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
+    outcome = EXIT_FINDINGS if refused else EXIT_OK
+    if dry_run or not acting:
+        if human and not quiet:
+            say("Dry run: nothing was moved." if dry_run else "Nothing to repair.")
+        return outcome
+    if not yes:
+        confirm("Move and re-point them?", human, "nothing was moved")
+    for plan in acting:
+        moved = actions.quarantine(plan, plan.root)
+        if not quiet:
+            pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+            say(
+                f"{plan.run}: quarantined {moved.entries} entr{'y' if moved.entries == 1 else 'ies'} ({size(moved.bytes)}) "
+                f"in {moved.folder}{pointers}; `ckptdoctor repair --undo {plan.run}` puts it all back."
+            )
+    if human and not quiet:
+        from ckptdoctor.render.human import resume_line
+
+        console = stdout_console()
+        for run in runs:  # the resume point is the one kept: the last line says where to go on
+            if any(plan.run == run.path for plan in acting):
+                console.print(resume_line(run))
+    return outcome
+
+
+def _undo(
+    paths: list[str] | None, report: Report, runs: list[Run], ident: str | None, dry_run: bool, yes: bool, human: bool, quiet: bool, output: str | None, show_all: bool
+) -> int:
+    from ckptdoctor import actions
+    from ckptdoctor.model import Action
+    from ckptdoctor.repair import undo_plan
+
+    chosen: list[tuple[str, str, str, actions.Quarantine]] = []
+    for shown, root, unit in _undo_roots(paths, runs):
+        every = actions.quarantines(root)
+        picked = [q for q in every if q.ident == ident] if ident else every[-1:]
+        if not picked and not ident and not quiet:
+            say(f"{shown}: no quarantine: nothing to undo")
+        chosen += [(shown, root, unit, q) for q in picked]
+    if ident and not chosen:
+        say(f"ckptdoctor: error: no run given holds quarantine {ident}")
+        return EXIT_USAGE
+    plans = [(undo_plan(found, shown, root), unit) for shown, root, unit, found in chosen]
+    _show(plans, report, dry_run, human, quiet, output, show_all)
+    blocked = [(found, item) for _, _, _, found in chosen for item in found.items if item.state is actions.StoredState.CONFLICT]
+    for found, item in blocked:
+        say(f"ckptdoctor: error: {item.path} is in the run again and in {found.folder}: move one of them aside, then undo again")
+    if blocked:
+        say("Nothing was restored.")
+        return EXIT_FINDINGS
+    acting = [(plan, found) for (plan, _), (_, _, _, found) in zip(plans, chosen, strict=True) if plan.acting(Action.RESTORE)]
+    if dry_run or not acting:
+        if human and not quiet:
+            say("Dry run: nothing was restored." if dry_run else "Nothing to restore.")
+        return EXIT_OK
+    if not yes:
+        confirm("Put them back?", human, "nothing was restored")
+    for plan, found in acting:
+        restored = actions.restore(found, plan.root)
+        if not quiet:
+            say(f"{plan.run}: put back {restored} entr{'y' if restored == 1 else 'ies'} from {found.folder}.")
+    return EXIT_OK
+
+
+def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str, str]]:
+    """(shown path, root, unit) of every run to undo in: the runs found, and any folder given
+    that holds a quarantine but no longer scans as a run."""
+    import os
+
+    from ckptdoctor.actions import QUARANTINE, own_folder
+    from ckptdoctor.retention import run_root
+
+    roots = [(run.path, run_root(run), run.unit.value) for run in runs]
+    known = {os.path.realpath(root) for _, root, _ in roots}
+    for path in paths or ["."]:
+        if os.path.isdir(os.path.join(own_folder(path), QUARANTINE)) and os.path.realpath(path) not in known:
+            roots.append((path, path, "index"))
+    return roots
+
+
+def _show(plans: list[tuple[Plan, str]], report: Report, dry_run: bool, human: bool, quiet: bool, output: str | None, show_all: bool) -> None:
+    if not human:
+        from ckptdoctor.render.json import plan_document
+
+        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run), output)
+        return
+    if quiet:
+        return
+    from ckptdoctor.render.human import plan_block, repair_summary
+
+    console = stdout_console()
+    for plan, unit in plans:
+        console.print(plan_block(plan, unit, show_all, repair_summary))

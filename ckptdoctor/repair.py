@@ -1,0 +1,218 @@
+"""Repair: a run and its findings -> the plan that makes it resumable from its newest complete
+checkpoint, and (``--undo``) a quarantine -> the plan that puts it back.
+
+Pure functions, like ``retention``: what the world says comes in as ``Circumstances`` (or, for
+an undo, as the quarantine's recorded state). Nothing is ever deleted: broken checkpoints newer
+than the resume point, empty files and staging leftovers are moved into a quarantine, and
+pointers the framework follows are rewritten to name the resume point. Every action names the
+rules it fixes; whatever may still be being written is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from ckptdoctor.actions import Quarantine, StoredState
+from ckptdoctor.layouts import Layout
+from ckptdoctor.layouts._base import Pointer, unfollowable
+from ckptdoctor.model import (
+    Action,
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    Finding,
+    Plan,
+    PlanItem,
+    Problem,
+    Role,
+    Run,
+    Severity,
+    Status,
+)
+from ckptdoctor.retention import Circumstances, held_back, measure, run_root, targets
+
+_LEFTOVER = frozenset({Problem.EMPTY})
+"""What makes a file useless wherever it lies (with staging leftovers, which are a role)."""
+
+
+class Refused(Exception):
+    """Repair would not make the run resumable: there is no complete checkpoint to resume from."""
+
+
+def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: Circumstances, min_age: float) -> Plan:
+    """What ``repair`` does to ``run``: quarantine, re-point, and the resume point it keeps."""
+    resume = run.resume
+    unit = run.unit.value
+    if resume is None:
+        raise Refused(
+            f"{run.path} has no complete {unit} (CKD110 no-resumable-checkpoint): there is nothing to make it resumable "
+            "from, so nothing was moved; `ckptdoctor rules CKD110` says what can still be saved"
+        )
+    labels = _Labels(findings)
+    saved, sizes = measure(run, circumstances)
+    root = run_root(run)
+    items: list[PlanItem] = []
+    held: set[int] = set()
+    for checkpoint in run.checkpoints:
+        index = checkpoint.index
+        if checkpoint is resume:
+            items.append(PlanItem(index, Action.KEEP, ("resume point (newest complete)",), targets(checkpoint), sizes[index]))
+            continue
+        busy = held_back(checkpoint, saved[index], circumstances, min_age)
+        if index > resume.index:
+            why = f"{checkpoint.status.value} and newer than the resume point ({unit} {resume.index})"
+            if busy:
+                held.add(index)
+                items.append(PlanItem(index, Action.KEEP, (why, *busy, "may still be being saved: left as it is"), targets(checkpoint), sizes[index]))
+            else:
+                fixes = labels.of(index=index, paths=[f.path for f in checkpoint.files])
+                items.append(PlanItem(index, Action.QUARANTINE, (why, *fixes), targets(checkpoint), sizes[index]))
+            continue
+        leftovers = [f for f in checkpoint.files if _leftover(f)]
+        if leftovers and len(leftovers) == len(checkpoint.files) and not busy:
+            # nothing but leftovers: the whole checkpoint goes, and every finding about it
+            fixes = labels.of(index=index, paths=[f.path for f in leftovers])
+            items.append(PlanItem(index, Action.QUARANTINE, (_what(leftovers), *fixes), targets(checkpoint), sizes[index]))
+        elif leftovers and not busy and not (checkpoint.folder is not None and checkpoint.folder.is_symlink):
+            fixes = labels.of(paths=[f.path for f in leftovers])
+            entries = tuple(f.entry for f in leftovers)
+            items.append(PlanItem(index, Action.QUARANTINE, (_what(leftovers), *fixes), entries, sum(e.size for e in entries)))
+        elif checkpoint.status is not Status.COMPLETE:
+            reason = f"{checkpoint.status.value}, older than the resume point: left as it is (prune deletes it)"
+            items.append(PlanItem(index, Action.KEEP, (reason, *busy), targets(checkpoint), sizes[index]))
+    repointed = _repoints(run, layout, resume, labels, circumstances, min_age, held, root)
+    items += _loose_leftovers(run, labels, circumstances, min_age, {p.paths[0] for p in repointed if p.entries})
+    items += repointed
+    return Plan(run.path, root, tuple(items), 0, f"resume from {unit} {resume.index}")
+
+
+def undo_plan(found: Quarantine, run: str, root: str) -> Plan:
+    """What ``repair --undo`` puts back from ``found``: everything still in it whose place in the
+    run is free. Anything in its way is listed and nothing is overwritten (the caller refuses)."""
+    items = []
+    for stored in found.items:
+        entry = Entry(os.path.basename(stored.path), os.path.join(run, stored.path), os.path.join(root, stored.path), stored.bytes)
+        what = ("re-pointed: " if stored.write is not None else "quarantined: ") + (stored.reasons[0] if stored.reasons else "")
+        if stored.state is StoredState.QUARANTINED:
+            undo = "remove the pointer the repair created" if stored.write is not None and not stored.existed else "put back"
+            items.append(PlanItem(stored.number, Action.RESTORE, (what, undo), (entry,), stored.bytes))
+        elif stored.state is StoredState.CONFLICT:
+            clash = "changed since the repair" if stored.write is not None else "exists again in the run"
+            items.append(PlanItem(stored.number, Action.KEEP, (what, f"{clash}: not overwritten",), (entry,), stored.bytes))
+        elif stored.state is StoredState.LOST:
+            items.append(PlanItem(stored.number, Action.KEEP, (what, "no longer in the quarantine: cannot be put back"), (entry,), 0))
+    return Plan(run, root, tuple(items), 0, f"undo repair {found.ident}")
+
+
+def _leftover(file: CheckpointFile) -> bool:
+    return Role.TEMP in file.roles or bool(file.report.problems & _LEFTOVER)
+
+
+def _what(files: Iterable[CheckpointFile]) -> str:
+    kinds = sorted({"staging leftover" if Role.TEMP in f.roles else "empty file" for f in files})
+    return " and ".join(kinds)
+
+
+def _loose_leftovers(
+    run: Run, labels: _Labels, circumstances: Circumstances, min_age: float, repointed: set[str]
+) -> list[PlanItem]:
+    """Staging files and folders, and empty files, that belong to no checkpoint."""
+    items = []
+    for file in run.loose_files:
+        if not _leftover(file) or file.path in repointed:
+            continue
+        entry = file.entry
+        contents = circumstances.inside.get(entry.os_path, ())
+        newest = max([entry.mtime, *(mtime for _, mtime, _ in contents)])
+        young = circumstances.now - newest < min_age
+        holder = next((circumstances.open_by[p] for p in (entry.os_path, *(p for p, _, _ in contents)) if p in circumstances.open_by), None)
+        size = entry.size + sum(size for _, _, size in contents)
+        if young or holder is not None:
+            why = "written within --min-age" if young else f"open in process {holder}"
+            items.append(PlanItem(None, Action.KEEP, (f"{_what([file])}: {why}, may still be in use",), (entry,), size))
+        else:
+            items.append(PlanItem(None, Action.QUARANTINE, (_what([file]), *labels.of(paths=[file.path])), (entry,), size))
+    return items
+
+
+def _repoints(
+    run: Run,
+    layout: Layout,
+    resume: Checkpoint,
+    labels: _Labels,
+    circumstances: Circumstances,
+    min_age: float,
+    held: set[int],
+    root: str,
+) -> list[PlanItem]:
+    """Pointers the framework follows that name nothing it can resume from, written to name
+    ``resume``; each only where the layout knows how to write it, and never one that a save in
+    progress may be about to update."""
+    broken: list[tuple[CheckpointFile | None, str, str]] = []
+    for pointer in layout.pointers(run):
+        state = unfollowable(run, pointer)
+        if state is not None and pointer.number not in held:
+            broken.append((pointer.source, _said(pointer, state), "CKD113 stale-pointer"))
+    named = {id(source) for source, _, _ in broken}
+    for file in run.loose_files:
+        if Role.POINTER in file.roles and id(file) not in named and (file.entry.dangling or _damaged(file)):
+            what = "dangles" if file.entry.dangling else "cannot be read"
+            broken.append((file, f"{file.name} {what}", labels.first(file.path, "CKD113 stale-pointer")))
+    items = []
+    for source, said, rule in broken:
+        write = layout.repoint(source.entry.name if source else None, resume)
+        if write is None:
+            continue
+        entry = source.entry if source else _new_entry(run, root, write.name)
+        if source is not None and circumstances.now - entry.mtime < min_age:
+            reasons = (f"{said} ({rule})", "written within --min-age: left as it is")
+            items.append(PlanItem(resume.index, Action.KEEP, reasons, (entry,), 0))
+            continue
+        shown = f"-> {write.text}" if write.symlink else repr(write.text)
+        reasons = (f"{said}: fixes {rule}", f"will name {shown}, the resume point")
+        items.append(PlanItem(resume.index, Action.REPOINT, reasons, (entry,), entry.size, write))
+    return items
+
+
+def _said(pointer: Pointer, state: str) -> str:
+    if pointer.source is None:
+        return f"no `{pointer.meaning}` file"
+    return f"{pointer.source.name} names {pointer.target!r}, which is {state}"
+
+
+def _damaged(file: CheckpointFile) -> bool:
+    return any(issue.problem is not Problem.LEGACY for issue in file.report.issues)
+
+
+def _new_entry(run: Run, root: str, name: str) -> Entry:
+    return Entry(name, os.path.join(run.path, name), os.path.join(root, name), 0)
+
+
+class _Labels:
+    """The rules a set of findings names, by checkpoint index and by path (``CKD101 missing-optimizer``)."""
+
+    def __init__(self, findings: Sequence[Finding]) -> None:
+        self._by_index: dict[int, list[str]] = defaultdict(list)
+        self._by_path: dict[str, list[str]] = defaultdict(list)
+        for finding in findings:
+            if finding.severity is Severity.INFO:
+                continue
+            label = f"{finding.code} {finding.name}"
+            if finding.index is not None:
+                self._by_index[finding.index].append(label)
+            # 2xx (integrity) and 4xx (safety) rules are about one file, and CKD113 about one
+            # pointer; the others are about a whole checkpoint, whichever file they show
+            if finding.path is not None and (finding.code[3] in "24" or finding.code == "CKD113"):
+                self._by_path[finding.path].append(label)
+
+    def of(self, index: int | None = None, paths: Iterable[str] = ()) -> tuple[str, ...]:
+        """``("fixes CKD101 missing-optimizer, CKD202 temp-file",)``, or nothing."""
+        found = list(self._by_index.get(index, ())) if index is not None else []
+        for path in paths:
+            found += self._by_path.get(path, ())
+        return (f"fixes {', '.join(sorted(set(found)))}",) if found else ()
+
+    def first(self, path: str, default: str) -> str:
+        return next(iter(self._by_path.get(path, ())), default)
