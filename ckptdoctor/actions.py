@@ -342,8 +342,14 @@ def _carry_out(root: str, folder: str, manifest: dict[str, Any], busy: frozenset
             continue
         if written is not None and not _still_meant(root, real_root, line["path"], written, busy):
             continue
-        os.makedirs(os.path.dirname(stored), exist_ok=True)
-        os.rename(source, stored)
+        try:
+            os.makedirs(os.path.dirname(stored), exist_ok=True)
+            os.rename(source, stored)
+        except OSError as error:
+            raise ActionError(
+                f"cannot move {line['path']} into {folder}: {error.strerror}; what was moved so far is there "
+                "(`ckptdoctor repair --undo` puts it back), and the next repair finishes the job"
+            ) from error
         moved += 1
         moved_bytes += int(line.get("bytes", 0))
     for line in manifest["pointers"]:

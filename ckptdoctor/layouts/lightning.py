@@ -9,6 +9,7 @@ from a template, by default ``{epoch}-{step}`` with the metric names inserted
 
 from __future__ import annotations
 
+import os
 import re
 
 from ckptdoctor.layouts._base import Claim, Layout, Pointer
@@ -55,7 +56,7 @@ class LightningLayout(Layout):
         newest checkpoint takes."""
         if name is None or not checkpoint.files:
             return None
-        return PointerWrite(name, checkpoint.files[0].name, symlink=True)
+        return PointerWrite(name, os.path.basename(checkpoint.files[0].entry.os_path), symlink=True)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'

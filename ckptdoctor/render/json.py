@@ -13,6 +13,7 @@ from ckptdoctor.model import (
     Entry,
     Finding,
     Plan,
+    PlanItem,
     Report,
     Role,
     Run,
@@ -46,21 +47,24 @@ def document(report: Report) -> dict[str, Any]:
 def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool) -> str:
     """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3)."""
     body = document(report)
-    body["plan"] = [
-        {
-            "run": plan.run,
-            "index": item.number,
-            "action": item.action.value,
-            "reasons": list(item.reasons),
-            "paths": list(item.paths),
-            "bytes": item.bytes,
-        }
-        for plan in plans
-        for item in plan.items
-    ]
+    body["plan"] = [_plan_item(plan, item) for plan in plans for item in plan.items]
     body["dry_run"] = dry_run
     body["freed_bytes"] = sum(plan.freed_bytes for plan in plans)
     return json.dumps(body, separators=(",", ":")) + "\n"
+
+
+def _plan_item(plan: Plan, item: PlanItem) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "run": plan.run,
+        "index": item.number,
+        "action": item.action.value,
+        "reasons": list(item.reasons),
+        "paths": list(item.paths),
+        "bytes": item.bytes,
+    }
+    if item.write is not None:  # a repoint: what the pointer will say
+        entry["writes"] = {"text": item.write.text, "symlink": item.write.symlink}
+    return entry
 
 
 def rules_document(rules: tuple[Rule, ...]) -> str:
