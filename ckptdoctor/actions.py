@@ -418,7 +418,7 @@ def quarantines(root: str) -> list[Quarantine]:
         items = [_stored(root, folder, line, None) for line in manifest["entries"]]
         items += [_stored(root, folder, line, line) for line in manifest["pointers"]]
         found.append(Quarantine(ident, folder, str(manifest["run"]), float(manifest["created"]), str(manifest["state"]), tuple(items)))
-    return found
+    return sorted(found, key=lambda q: (q.created, q.ident))  # two repairs within a second: by time
 
 
 def _stored(root: str, folder: str, line: dict[str, Any], pointer: dict[str, Any] | None) -> Stored:

@@ -1,0 +1,575 @@
+"""``ckptdoctor repair`` end to end on burn and ``torch.save`` runs: the plan and its reasons,
+--dry-run, --yes, what it never touches, pointers, --undo, locking, and crash safety (SIGKILL at
+random moments loses nothing; the next repair or undo finishes the job)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.testing import write_burn_run
+
+DAY = 86400
+
+
+def age(folder: Path, seconds: float = DAY) -> None:
+    when = time.time() - seconds
+    for path in [folder, *folder.rglob("*")]:
+        if ".ckptdoctor" not in path.parts:
+            os.utime(path, (when, when), follow_symlinks=False)
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every entry under ``folder`` (outside ckptdoctor's own folder): file digests, link targets."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        relative = str(path.relative_to(folder))
+        if relative.startswith(".ckptdoctor"):
+            continue
+        if path.is_symlink():
+            found[relative] = "-> " + os.readlink(path)
+        elif path.is_file():
+            found[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[relative] = "dir"
+    return found
+
+
+def broken_burn_run(tmp_path: Path, epochs: range = range(1, 8)) -> Path:
+    """Epochs 1..7 saved; the save of 7 lost its optimizer; 8 died while writing its model."""
+    folder = tmp_path / "run" / "checkpoint"
+    write_burn_run(folder, epochs)
+    (folder / f"optim-{epochs[-1]}.bpk").unlink()
+    (folder / f"model-{epochs[-1] + 1}.bpk.tmp").write_bytes(b"\0" * 100)
+    age(folder)
+    return folder
+
+
+def quarantined(folder: Path) -> set[str]:
+    return {
+        str(p.relative_to(q / "files"))
+        for q in (folder / ".ckptdoctor" / "quarantine").glob("*")
+        for p in (q / "files").rglob("*")
+        if p.is_file() or p.is_symlink()
+    }
+
+
+def plan_of(result) -> dict[tuple[str, ...], dict]:
+    return {tuple(Path(p).name for p in item["paths"]): item for item in result.json["plan"]}
+
+
+def errors(cli, folder: Path) -> list[dict]:
+    return [f for f in cli("inspect", "--json", folder).json["findings"] if f["severity"] == "error"]
+
+
+# --- the plan ---------------------------------------------------------------------------------------
+
+
+def test_dry_run_shows_each_action_with_the_rules_it_fixes_and_changes_nothing(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    result = cli("repair", "--json", "--dry-run", folder)
+    assert result.exit_code == 0, result.stderr
+    assert result.json["dry_run"] is True and result.json["command"] == "repair"
+    plan = plan_of(result)
+    assert plan[("model-7.bpk", "scheduler-7.bpk")]["action"] == "quarantine"
+    assert plan[("model-7.bpk", "scheduler-7.bpk")]["reasons"] == [
+        "incomplete and newer than the resume point (epoch 6)",
+        "fixes CKD101 missing-optimizer",
+    ]
+    temp = plan[("model-8.bpk.tmp",)]
+    assert temp["action"] == "quarantine" and temp["index"] == 8
+    assert "CKD202 temp-file" in temp["reasons"][-1]
+    assert plan[("model-6.bpk", "optim-6.bpk", "scheduler-6.bpk")]["action"] == "keep"
+    assert {item["action"] for item in result.json["plan"]} == {"keep", "quarantine"}
+    assert tree(folder) == before
+    assert not (folder / ".ckptdoctor" / "quarantine").exists()
+    human = cli("repair", "--dry-run", folder)
+    assert "About to quarantine 3 entries (from 2 epochs)" in human.stdout
+    assert "then resume from epoch 6" in human.stdout
+    assert "Dry run: nothing was moved." in human.stderr
+
+
+def test_off_a_terminal_without_yes_nothing_is_moved(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    result = cli("repair", folder)
+    assert result.exit_code == 2
+    assert "--yes" in result.stderr and "nothing was moved" in result.stderr
+    assert tree(folder) == before
+
+
+def test_yes_quarantines_exactly_the_plan_and_inspect_is_then_clean(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    assert errors(cli, folder)
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("Resume from epoch 6: model-6.bpk")
+    assert "repair --undo" in result.stderr
+    moved = {"model-7.bpk", "scheduler-7.bpk", "model-8.bpk.tmp"}
+    assert quarantined(folder) == moved
+    after = tree(folder)
+    assert after == {name: digest for name, digest in before.items() if name not in moved}
+    assert errors(cli, folder) == []
+    assert cli("inspect", "--json", folder).json["runs"][0]["resume"]["index"] == 6
+    manifest = json.loads(next((folder / ".ckptdoctor" / "quarantine").glob("*/manifest.json")).read_text())
+    assert manifest["state"] == "done" and {e["path"] for e in manifest["entries"]} == moved
+
+
+def test_a_second_repair_has_nothing_to_do(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    cli("repair", "--yes", folder)
+    again = cli("repair", "--json", "--yes", folder)
+    assert again.exit_code == 0
+    assert {item["action"] for item in again.json["plan"]} == {"keep"}
+    assert "Nothing to repair" in cli("repair", folder).stderr
+
+
+def test_a_healthy_run_is_left_alone(tmp_path, cli):
+    folder = tmp_path / "run"
+    write_burn_run(folder, range(1, 4))
+    age(folder)
+    before = tree(folder)
+    result = cli("repair", "--json", "--yes", folder)
+    assert result.exit_code == 0
+    assert [(item["index"], item["action"]) for item in result.json["plan"]] == [(3, "keep")]
+    assert tree(folder) == before and not (folder / ".ckptdoctor" / "quarantine").exists()
+
+
+def test_no_complete_checkpoint_is_refused_and_nothing_moves(tmp_path, cli):
+    folder = tmp_path / "run"
+    write_burn_run(folder, range(1, 3))
+    for optim in folder.glob("optim-*.bpk"):
+        optim.unlink()
+    (folder / "model-3.bpk.tmp").write_bytes(b"x")
+    age(folder)
+    before = tree(folder)
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 1
+    assert "CKD110" in result.stderr and "nothing was moved" in result.stderr
+    assert tree(folder) == before
+
+
+def test_older_broken_checkpoints_are_left_to_prune_but_their_leftovers_go(tmp_path, cli):
+    folder = tmp_path / "run"
+    write_burn_run(folder, range(1, 6))
+    (folder / "optim-2.bpk").unlink()  # an old incomplete epoch: prune's business
+    (folder / "scheduler-3.bpk").write_bytes(b"")  # an empty file in an old epoch
+    (folder / "optim-4.bpk.tmp").write_bytes(b"\0" * 10)  # a leftover beside a complete epoch
+    age(folder)
+    result = cli("repair", "--json", "--yes", folder)
+    plan = {item["index"]: item for item in result.json["plan"]}
+    assert plan[2]["action"] == "keep" and "prune deletes it" in plan[2]["reasons"][0]
+    assert plan[3]["action"] == "quarantine" and [Path(p).name for p in plan[3]["paths"]] == ["scheduler-3.bpk"]
+    assert "CKD201 empty-file" in plan[3]["reasons"][-1]
+    assert [Path(p).name for p in plan[4]["paths"]] == ["optim-4.bpk.tmp"]
+    assert quarantined(folder) == {"scheduler-3.bpk", "optim-4.bpk.tmp"}
+    remaining = {f["code"] for f in cli("inspect", "--json", folder).json["findings"]}
+    assert "CKD201" not in remaining and "CKD202" not in remaining
+    assert (folder / "optim-4.bpk").is_file() and (folder / "model-4.bpk").is_file()
+
+
+# --- what repair never touches ----------------------------------------------------------------------
+
+
+def test_a_checkpoint_written_within_min_age_is_left_alone(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    os.utime(folder / "model-7.bpk")  # just written: the save may still be going on
+    result = cli("repair", "--json", "--yes", folder)
+    plan = {item["index"]: item for item in result.json["plan"]}
+    assert plan[7]["action"] == "keep"
+    assert any(reason.startswith("modified ") and "--min-age 10min" in reason for reason in plan[7]["reasons"])
+    assert (folder / "model-7.bpk").is_file() and (folder / "scheduler-7.bpk").is_file()
+    assert quarantined(folder) == {"model-8.bpk.tmp"}
+    zero = cli("repair", "--json", "--yes", "--min-age", "0", folder)
+    assert {item["index"] for item in zero.json["plan"] if item["action"] == "quarantine"} == {7}
+
+
+def test_a_file_held_open_by_a_live_process_is_not_moved(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    code = "import sys,time; f=open(sys.argv[1],'rb'); print('ok', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder / "scheduler-7.bpk")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        result = cli("repair", "--json", "--yes", folder)
+        plan = {item["index"]: item for item in result.json["plan"]}
+        assert plan[7]["action"] == "keep" and f"open in process {holder.pid}" in plan[7]["reasons"]
+        assert (folder / "scheduler-7.bpk").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_symlink_out_of_the_run_is_moved_as_a_link_never_followed(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (folder / "model-7.bpk").rename(outside / "model-7.bpk")
+    (folder / "model-7.bpk").symlink_to(outside / "model-7.bpk")
+    target = hashlib.sha256((outside / "model-7.bpk").read_bytes()).hexdigest()
+    age(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert not os.path.lexists(folder / "model-7.bpk")
+    stored = next((folder / ".ckptdoctor" / "quarantine").glob("*/files/model-7.bpk"))
+    assert stored.is_symlink() and os.readlink(stored) == str(outside / "model-7.bpk")
+    assert hashlib.sha256((outside / "model-7.bpk").read_bytes()).hexdigest() == target
+
+
+def test_a_run_that_cannot_be_written_fails_clearly_and_undo_puts_back_what_moved(tmp_path, cli, monkeypatch):
+    import ckptdoctor.actions
+
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    real_rename = os.rename
+    calls = []
+
+    def refuse_second(source, target):
+        calls.append(source)
+        if len(calls) == 2:
+            raise PermissionError(13, "Permission denied", source)
+        real_rename(source, target)
+
+    monkeypatch.setattr(ckptdoctor.actions.os, "rename", refuse_second)
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 1
+    assert "Permission denied" in result.stderr and "repair --undo" in result.stderr
+    assert len(quarantined(folder)) == 1, "one entry moved before the failure, and it is kept"
+    monkeypatch.undo()
+    assert cli("repair", "--undo", "--yes", folder).exit_code == 0
+    assert tree(folder) == before
+
+
+def test_a_read_only_run_fails_with_a_clear_message_and_nothing_half_done(tmp_path, cli, monkeypatch):
+    import ckptdoctor.actions
+
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    real_makedirs = os.makedirs
+
+    def read_only(path, *args, **kwargs):
+        if ".ckptdoctor" in str(path):
+            raise OSError(30, "Read-only file system", str(path))
+        return real_makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(ckptdoctor.actions.os, "makedirs", read_only)
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 1
+    assert "Read-only file system" in result.stderr
+    assert tree(folder) == before
+
+
+def test_a_locked_run_exits_3_naming_the_holder(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    (folder / ".ckptdoctor").mkdir()
+    code = (
+        "import fcntl, json, os, sys, time; h = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+        "fcntl.flock(h, fcntl.LOCK_EX); os.write(h, json.dumps({'pid': os.getpid(), 'host': 'node3', 'user': 'bo', 'started': time.time()}).encode());"
+        "print('locked', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder / ".ckptdoctor" / "lock")], stdout=subprocess.PIPE, text=True)
+    before = tree(folder)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        for args in (("repair", "--yes"), ("repair", "--undo", "--yes")):
+            result = cli(*args, folder)
+            assert result.exit_code == 3
+            assert f"pid {holder.pid} on node3 by bo" in result.stderr
+        assert tree(folder) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# --- pointers ----------------------------------------------------------------------------------------
+
+
+def deepspeed_run(folder: Path, steps=(100, 200, 300), broken=300, latest: str | None = "global_step300") -> Path:
+    import torch
+
+    for step in steps:
+        tag = folder / f"global_step{step}"
+        tag.mkdir(parents=True)
+        torch.save({"module": {"w": torch.zeros(4)}, "global_steps": step, "dp_world_size": 2}, tag / "mp_rank_00_model_states.pt")
+        for rank in range(1 if step == broken else 2):
+            torch.save({"optimizer_state_dict": {"partition": rank}}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    if latest is not None:
+        (folder / "latest").write_text(latest)
+    age(folder)
+    return folder
+
+
+def test_deepspeed_latest_is_repointed_and_undo_restores_it(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds")
+    before = tree(folder)
+    dry = cli("repair", "--json", "--dry-run", folder)
+    repoint = next(item for item in dry.json["plan"] if item["action"] == "repoint")
+    assert repoint["writes"] == {"text": "global_step200", "symlink": False}
+    assert "CKD113 stale-pointer" in repoint["reasons"][0]
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert (folder / "latest").read_bytes() == b"global_step200"
+    assert not (folder / "global_step300").exists()
+    assert errors(cli, folder) == []
+    assert cli("repair", "--undo", "--yes", folder).exit_code == 0
+    assert tree(folder) == before
+    assert not any((folder / ".ckptdoctor" / "quarantine").iterdir())
+
+
+def test_a_missing_latest_is_created_and_undo_removes_it(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds", broken=None, latest=None)
+    before = tree(folder)
+    result = cli("repair", "--json", "--yes", folder)
+    assert [item["action"] for item in result.json["plan"] if item["action"] != "keep"] == ["repoint"]
+    assert (folder / "latest").read_text() == "global_step300"
+    assert errors(cli, folder) == []
+    assert cli("repair", "--undo", "--yes", folder).exit_code == 0
+    assert tree(folder) == before and not (folder / "latest").exists()
+
+
+def test_a_pointer_written_within_min_age_is_left_alone(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds", broken=None, latest="global_step900")
+    os.utime(folder / "latest")
+    result = cli("repair", "--json", "--yes", folder)
+    item = next(item for item in result.json["plan"] if item["paths"][0].endswith("latest"))
+    assert item["action"] == "keep" and "written within --min-age" in item["reasons"][-1]
+    assert (folder / "latest").read_text() == "global_step900"
+
+
+def test_undo_refuses_a_pointer_changed_since_and_a_file_that_exists_again(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds")
+    cli("repair", "--yes", folder)
+    (folder / "latest").write_text("global_step100")  # the trainer wrote a new one since
+    result = cli("repair", "--undo", "--yes", folder)
+    assert result.exit_code == 1
+    assert "latest" in result.stderr and "Nothing was restored" in result.stderr
+    assert not (folder / "global_step300").exists(), "nothing is restored while anything is in the way"
+    (folder / ".ckptdoctor" / "quarantine").glob("*")
+    os.unlink(folder / "latest")
+    (folder / "global_step300").mkdir()  # and a folder of the same name appeared
+    result = cli("repair", "--undo", "--json", "--yes", folder)
+    assert result.exit_code == 1
+    blocked = [item for item in result.json["plan"] if item["action"] == "keep"]
+    assert [Path(item["paths"][0]).name for item in blocked] == ["global_step300"]
+    assert "exists again in the run: not overwritten" in blocked[0]["reasons"][-1]
+    assert not any((folder / "global_step300").iterdir())
+
+
+def megatron_run(folder: Path, iterations=(1000, 2000, 3000), partial=3000, tracker="3000") -> Path:
+    import torch
+
+    for iteration in iterations:
+        rank = folder / f"iter_{iteration:07d}" / "mp_rank_00"
+        rank.mkdir(parents=True)
+        if iteration != partial:
+            torch.save({"model": {"w": torch.zeros(2)}, "iteration": iteration}, rank / "model_optim_rng.pt")
+    (folder / "latest_checkpointed_iteration.txt").write_text(tracker)
+    age(folder)
+    return folder
+
+
+def test_megatron_tracker_naming_a_partial_iteration_is_repointed(tmp_path, cli):
+    folder = megatron_run(tmp_path / "mg")
+    before = tree(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert (folder / "latest_checkpointed_iteration.txt").read_text() == "2000"
+    assert not (folder / "iter_0003000").exists()
+    assert errors(cli, folder) == []
+    cli("repair", "--undo", "--yes", folder)
+    assert tree(folder) == before
+
+
+def test_megatron_iteration_newer_than_the_tracker_is_quarantined_and_the_tracker_kept(tmp_path, cli):
+    folder = megatron_run(tmp_path / "mg", partial=None, tracker="2000")
+    result = cli("repair", "--json", "--yes", folder)
+    plan = {Path(item["paths"][0]).name: item for item in result.json["plan"] if item["paths"]}
+    assert plan["iter_0003000"]["action"] == "quarantine"
+    assert "latest_checkpointed_iteration.txt" not in plan
+    assert (folder / "latest_checkpointed_iteration.txt").read_text() == "2000"
+
+
+def lightning_file(path: Path, epoch: int) -> None:
+    import torch
+
+    torch.save({"epoch": epoch, "global_step": epoch * 10, "state_dict": {"w": torch.zeros(2)}, "optimizer_states": [{}], "lr_schedulers": [{}]}, path)
+
+
+def test_a_dangling_last_ckpt_symlink_is_repointed_at_the_resume_point(tmp_path, cli):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for epoch in (1, 2):
+        lightning_file(folder / f"epoch={epoch}-step={epoch * 10}.ckpt", epoch)
+    (folder / "last.ckpt").symlink_to("epoch=3-step=30.ckpt")  # pruned by hand
+    age(folder)
+    before = tree(folder)
+    assert "CKD113" in {f["code"] for f in errors(cli, folder)}
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert os.readlink(folder / "last.ckpt") == "epoch=2-step=20.ckpt"
+    assert errors(cli, folder) == []
+    cli("repair", "--undo", "--yes", folder)
+    assert tree(folder) == before
+
+
+# --- undo ---------------------------------------------------------------------------------------------
+
+
+def test_undo_puts_back_the_latest_quarantine_or_the_one_named(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    cli("repair", "--yes", folder)
+    (folder / "optim-3.bpk.partial").write_bytes(b"\0")
+    age(folder)
+    cli("repair", "--yes", folder)
+    first, second = sorted(p.name for p in (folder / ".ckptdoctor" / "quarantine").iterdir())
+    undo = cli("repair", "--undo", "--json", "--dry-run", folder)
+    assert [Path(p).name for item in undo.json["plan"] for p in item["paths"]] == ["optim-3.bpk.partial"]
+    assert cli("repair", "--undo", "--id", first, "--yes", folder).exit_code == 0
+    assert (folder / "model-7.bpk").is_file() and not (folder / "optim-3.bpk.partial").exists()
+    assert cli("repair", "--undo", "--yes", folder).exit_code == 0
+    assert tree(folder) == {**before, "optim-3.bpk.partial": tree(folder)["optim-3.bpk.partial"]}
+    assert not any((folder / ".ckptdoctor" / "quarantine").iterdir())
+    assert cli("repair", "--undo", "--id", second, folder).exit_code == 2
+    nothing = cli("repair", "--undo", "--yes", folder)
+    assert nothing.exit_code == 0 and "nothing to undo" in nothing.stderr
+
+
+def test_id_without_undo_is_a_usage_error(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    result = cli("repair", "--id", "x", folder)
+    assert result.exit_code == 2 and "--undo" in result.stderr
+
+
+# --- crash safety ---------------------------------------------------------------------------------------
+
+
+def _ckptdoctor(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "ckptdoctor", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_soon_after(process: subprocess.Popen[str], folder: Path, rng: random.Random, marker: str) -> None:
+    """SIGKILL once the command has started acting (``marker`` exists), after a few random
+    milliseconds; or at a random moment when ``marker`` is empty."""
+    quarantine = folder / ".ckptdoctor" / "quarantine"
+    deadline = time.monotonic() + 30
+    if marker:
+        while time.monotonic() < deadline and process.poll() is None:
+            if quarantine.is_dir() and any(quarantine.glob(marker)):
+                time.sleep(rng.uniform(0, 0.01))
+                break
+            time.sleep(0.0002)
+    else:
+        time.sleep(rng.uniform(0.05, 0.6))
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def _crashing_run(tmp_path: Path) -> tuple[Path, set[str]]:
+    """A burn run whose 200 newest epochs are broken (each missing its optimizer), with the
+    names repair must quarantine."""
+    folder = tmp_path / "run"
+    write_burn_run(folder, range(1, 301))
+    doomed = set()
+    for epoch in range(101, 301):
+        (folder / f"optim-{epoch}.bpk").unlink()
+        doomed |= {f"model-{epoch}.bpk", f"scheduler-{epoch}.bpk"}
+    age(folder)
+    return folder, doomed
+
+
+def test_sigkill_during_repair_and_undo_loses_nothing_and_a_rerun_finishes(tmp_path):
+    folder, doomed = _crashing_run(tmp_path)
+    before = tree(folder)
+    kept = {name: digest for name, digest in before.items() if name not in doomed}
+    rng = random.Random(5)
+    interrupted = 0
+    for attempt in range(12):
+        process = _ckptdoctor("repair", "--yes", folder)
+        _kill_soon_after(process, folder, rng, "*/manifest.json" if attempt % 2 else "")
+        now = tree(folder)
+        assert {name: now.get(name) for name in kept} == kept, "a file that was to be kept changed or vanished"
+        assert set(now) | quarantined(folder) == set(before), "every file is in the run or in the quarantine"
+        interrupted += bool(quarantined(folder)) and bool(set(now) & doomed)
+        if attempt % 3 == 2:  # sometimes undo (and kill that too) before repairing again
+            process = _ckptdoctor("repair", "--undo", "--yes", folder)
+            _kill_soon_after(process, folder, rng, "")
+            assert set(tree(folder)) | quarantined(folder) == set(before)
+            _undo_everything(folder)
+            assert tree(folder) == before
+    assert interrupted, "no kill landed in the middle of a repair"
+    finishing = _ckptdoctor("repair", "--yes", folder)
+    assert finishing.wait(timeout=120) == 0, finishing.stderr.read() if finishing.stderr else ""
+    assert tree(folder) == kept
+    assert quarantined(folder) == doomed
+    for manifest in (folder / ".ckptdoctor" / "quarantine").glob("*/manifest.json"):
+        assert json.loads(manifest.read_text())["state"] == "done"
+    _undo_everything(folder)
+    assert tree(folder) == before
+
+
+def _undo_everything(folder: Path) -> None:
+    """Undo every quarantine, newest first (each interrupted repair that a later one finished
+    is a quarantine of its own)."""
+    for _ in range(50):
+        if not any((folder / ".ckptdoctor" / "quarantine").iterdir()):
+            return
+        assert _ckptdoctor("repair", "--undo", "--yes", folder).wait(timeout=120) == 0
+    raise AssertionError("undo does not empty the quarantine")
+
+
+def test_an_interrupted_repair_is_finished_into_its_own_quarantine(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    plan = cli("repair", "--json", "--dry-run", folder)
+    assert plan.exit_code == 0
+    quarantine = folder / ".ckptdoctor" / "quarantine" / "20260101-000000-deadbeef"
+    (quarantine / "files").mkdir(parents=True)
+    entries = [{"path": name, "index": 7, "reasons": ["r"], "bytes": 1} for name in ("model-7.bpk", "scheduler-7.bpk")]
+    (quarantine / "manifest.json").write_text(json.dumps({"version": 1, "run": str(folder), "created": 0, "state": "repairing", "entries": entries, "pointers": []}))
+    os.rename(folder / "model-7.bpk", quarantine / "files" / "model-7.bpk")  # killed after the first move
+    dry = cli("repair", "--dry-run", folder)
+    assert "an interrupted repair left" in dry.stderr and (folder / "scheduler-7.bpk").exists()
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0 and "Finished 1 interrupted repair" in result.stderr
+    assert {p.name for p in (quarantine / "files").iterdir()} == {"model-7.bpk", "scheduler-7.bpk"}
+    assert json.loads((quarantine / "manifest.json").read_text())["state"] == "done"
+
+
+def test_an_interrupted_repair_does_not_take_files_written_after_it(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    quarantine = folder / ".ckptdoctor" / "quarantine" / "20260101-000000-deadbeef"
+    (quarantine / "files").mkdir(parents=True)
+    entries = [{"path": "model-7.bpk", "index": 7, "reasons": ["r"], "bytes": 1}, {"path": "../outside.bin", "index": None, "reasons": ["r"], "bytes": 1}]
+    (quarantine / "manifest.json").write_text(json.dumps({"version": 1, "run": str(folder), "created": 0, "state": "repairing", "entries": entries, "pointers": []}))
+    os.utime(quarantine / "manifest.json", (time.time() - 2 * DAY, time.time() - 2 * DAY))
+    (folder.parent / "outside.bin").write_bytes(b"keep me")
+    age(folder.parent / "outside.bin", 3 * DAY)
+    result = cli("repair", "--yes", "--min-age", "0", folder)
+    assert result.exit_code == 0, result.stderr
+    assert (folder.parent / "outside.bin").read_bytes() == b"keep me"
+    assert not (quarantine / "files" / "model-7.bpk").exists(), "model-7.bpk was written after that manifest"
+
+
+def test_json_plan_is_the_whole_document(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    result = cli("repair", "--json", "--yes", folder)
+    body = result.json
+    assert body["schema"] == "ckptdoctor.report.v1" and body["dry_run"] is False
+    assert body["runs"][0]["resume"]["index"] == 6
+    assert {f["code"] for f in body["findings"]} >= {"CKD101", "CKD202"}, "the report is the one repair acted on"
+    assert result.stderr.count("quarantined") == 1
+
+
+@pytest.mark.parametrize("flag", ["--quiet", "-q"])
+def test_quiet_prints_nothing_on_success(tmp_path, cli, flag):
+    folder = broken_burn_run(tmp_path)
+    result = cli("repair", "--yes", flag, folder)
+    assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
+    assert quarantined(folder)
