@@ -1,9 +1,11 @@
-"""How long ``prune`` takes to plan a big run (issue 5: 50,000 checkpoints in under a second).
+"""How long ``prune`` and ``repair`` take to plan a big run (issue 5: 50,000 checkpoints in
+under a second).
 
 Builds a burn run of 50,000 epochs × 3 files, scans it once, then times the pure planning step
 (``retention.plan``: every keep rule, the invariants, freed bytes) with the cyclic collector off,
 as the CLI runs, best of 5; and, for scale, the whole ``prune --dry-run --json`` command next to
-``inspect --json`` on the same run.
+``inspect --json`` on the same run. Then it breaks the newest 1,000 epochs (optimizer file gone,
+a staging file beside each) and times ``repair.plan`` and ``repair --dry-run --json`` the same way.
 
     python benchmarks/bench_prune.py [--epochs 50000]
 """
@@ -19,9 +21,10 @@ import sys
 import tempfile
 import time
 
+from ckptdoctor import repair
 from ckptdoctor.layouts import layout_named
 from ckptdoctor.retention import Circumstances, Policy, plan
-from ckptdoctor.scan import scan
+from ckptdoctor.scan import inspect, scan
 from ckptdoctor.testing import write_burn_run
 
 
@@ -50,6 +53,26 @@ def main() -> int:
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "ckptdoctor", *command, work], stdout=subprocess.DEVNULL, check=False)
             print(f"ckptdoctor {' '.join(command[:2])}: {time.perf_counter() - started:.2f} s")
+        broken = range(args.epochs - 999, args.epochs + 1)
+        for epoch in broken:
+            os.unlink(os.path.join(folder, f"optim-{epoch}.bpk"))
+            with open(os.path.join(folder, f"model-{epoch}.bpk.tmp"), "wb"):
+                pass
+        report, _ = inspect([work])
+        (run,) = report.runs
+        gc.disable()
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            fixed = repair.plan(run, layout, report.findings, circumstances, 0.0)
+            times.append(time.perf_counter() - started)
+        gc.enable()
+        moved = sum(len(item.entries) for item in fixed.items if item.action.value == "quarantine")
+        print(f"repair plan of {args.epochs:,} checkpoints ({len(broken):,} broken): best {min(times):.3f} s "
+              f"(target < 1 s: {'met' if min(times) < 1 else 'NOT met'}); quarantines {moved:,} files")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "ckptdoctor", "repair", "--json", "--dry-run", "--min-age", "0", work], stdout=subprocess.DEVNULL, check=False)
+        print(f"ckptdoctor repair --json --dry-run: {time.perf_counter() - started:.2f} s")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ckptdoctor.discover import OWN_FOLDER
-from ckptdoctor.model import Action, Plan, PointerWrite
+from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
 
 LOCK = "lock"
 TRASH = "trash"
@@ -59,28 +59,38 @@ class Done:
     freed_bytes: int
 
 
-def own_folder(root: str) -> str:
+def home_of(root: str, beside: bool) -> str:
+    """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it
+    (``<run>/.ckptdoctor``), or ``beside`` it (``<parent>/.ckptdoctor/<run name>``) for frameworks
+    that read every name in the run folder. Either way on the run's filesystem, as a move must be."""
+    if beside:
+        absolute = os.path.abspath(root)
+        return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))
     return os.path.join(root, OWN_FOLDER)
 
 
 @contextlib.contextmanager
-def locked(root: str, run: str) -> Iterator[None]:
-    """Hold the run's lock; raises Locked (naming the holder) or ActionError at once."""
-    folder = own_folder(root)
+def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
+    """Hold the run's lock; raises Locked (naming the holder) or ActionError at once. Without
+    ``create`` (a dry run, which changes nothing) a run that has no lock file is not locked."""
+    if not create and not os.path.isfile(os.path.join(home, LOCK)):
+        yield
+        return
     try:
-        os.makedirs(folder, exist_ok=True)
-        handle = os.open(os.path.join(folder, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        os.makedirs(home, exist_ok=True)
+        handle = os.open(os.path.join(home, LOCK), os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     except OSError as error:
-        raise ActionError(f"cannot create {os.path.join(run, OWN_FOLDER, LOCK)}: {error.strerror}") from error
+        raise ActionError(f"cannot create {os.path.join(home, LOCK)}: {error.strerror}") from error
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(run, _holder(handle)) from None
-        if os.fstat(handle).st_ino != os.stat(os.path.join(folder, LOCK)).st_ino:
+        if os.fstat(handle).st_ino != os.stat(os.path.join(home, LOCK)).st_ino:
             raise Locked(run, "its lock file was replaced meanwhile")
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
+        if create:
+            os.ftruncate(handle, 0)
+            os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
         yield
     finally:
         os.close(handle)  # closing releases the flock (the kernel does it too, if we are killed)
@@ -99,21 +109,21 @@ def _holder(handle: int) -> str:
         return "holder unknown"
 
 
-def pending(root: str) -> list[str]:
+def pending(home: str) -> list[str]:
     """Journals a killed command left in the run (what ``finish_interrupted`` would complete)."""
-    trash = os.path.join(own_folder(root), TRASH)
+    trash = os.path.join(home, TRASH)
     if not os.path.isdir(trash):
         return []
     return [os.path.join(trash, name, JOURNAL) for name in sorted(os.listdir(trash)) if os.path.isfile(os.path.join(trash, name, JOURNAL))]
 
 
-def finish_interrupted(root: str, busy: frozenset[str] = frozenset()) -> int:
+def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset()) -> int:
     """Complete what an earlier, killed command's journals list; returns the entries finished.
 
     Only what the journal meant is moved: an entry outside the run, one modified after the journal
     was written (the run was restarted since), or one a live process holds open (``busy``) stays.
     """
-    trash = os.path.join(own_folder(root), TRASH)
+    trash = os.path.join(home, TRASH)
     finished = 0
     if not os.path.isdir(trash):
         return 0
@@ -149,14 +159,15 @@ def _still_meant(root: str, real_root: str, relative: str, written: float, busy:
         return False
 
 
-def delete(plan: Plan, root: str) -> Done:
+def delete(plan: Plan) -> Done:
     """Delete what ``plan`` says (under the caller's lock, after ``finish_interrupted``):
     journal, move to trash, remove."""
     doomed = [item for item in plan.items if item.action is Action.DELETE]
+    root = plan.root
     relative = _inside_run(root, [entry.os_path for item in doomed for entry in item.entries])
     if not relative:
         return Done(0, 0, 0)
-    folder = os.path.join(own_folder(root), TRASH, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
+    folder = os.path.join(plan.home, TRASH, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
     try:
         os.makedirs(folder)
         _write_atomically(os.path.join(folder, JOURNAL), {"run": plan.run, "entries": relative})
@@ -221,6 +232,7 @@ def _fsync_folder(path: str) -> None:
 QUARANTINE = "quarantine"
 MANIFEST = "manifest.json"
 FILES = "files"
+_SCRATCH = "pointer-"
 
 
 class StoredState(str, enum.Enum):
@@ -274,13 +286,14 @@ class Moved:
     repointed: int
 
 
-def quarantine(plan: Plan, root: str) -> Moved:
+def quarantine(plan: Plan) -> Moved:
     """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers."""
     moves = [(item, entry) for item in plan.acting(Action.QUARANTINE) for entry in item.entries]
     repoints = [item for item in plan.acting(Action.REPOINT) if item.write is not None]
+    root = plan.root
     relative = _inside_run(root, [entry.os_path for _, entry in moves] + [item.entries[0].os_path for item in repoints])
     ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    folder = os.path.join(own_folder(root), QUARANTINE, ident)
+    folder = os.path.join(plan.home, QUARANTINE, ident)
     manifest: dict[str, Any] = {
         "version": 1,
         "run": plan.run,
@@ -293,7 +306,7 @@ def quarantine(plan: Plan, root: str) -> Moved:
         "pointers": [
             {
                 "path": path, "index": item.number, "reasons": list(item.reasons), "text": item.write.text,
-                "symlink": item.write.symlink, "existed": os.path.lexists(item.entries[0].os_path),
+                "kind": item.write.kind.value, "existed": os.path.lexists(item.entries[0].os_path),
             }
             for path, item in zip(relative[len(moves) :], repoints, strict=True)
             if item.write is not None
@@ -305,18 +318,35 @@ def quarantine(plan: Plan, root: str) -> Moved:
     except OSError as error:
         shutil.rmtree(folder, ignore_errors=True)
         raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
-    entries, moved_bytes = _carry_out(root, folder, manifest, frozenset(), None)
+    entries, moved_bytes = _carry_out(root, plan.home, folder, manifest, frozenset(), None)
     return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]))
 
 
-def finish_repairs(root: str, busy: frozenset[str] = frozenset()) -> int:
+def sweep(home: str) -> None:
+    """Remove what a repair killed before its manifest was whole left in ``home``: quarantine
+    folders with no manifest (nothing was moved into them: they hold folders at most, and a
+    half-written manifest) and scratch pointers never swapped in."""
+    base = os.path.join(home, QUARANTINE)
+    for ident in os.listdir(base) if os.path.isdir(base) else ():
+        folder = os.path.join(base, ident)
+        if os.path.exists(os.path.join(folder, MANIFEST)):
+            continue
+        names = [name for _, _, files in os.walk(folder) for name in files]
+        if set(names) <= {MANIFEST + ".tmp"}:
+            shutil.rmtree(folder)
+    for name in os.listdir(home) if os.path.isdir(home) else ():
+        if name.startswith(_SCRATCH) and name.endswith(".tmp"):
+            os.unlink(os.path.join(home, name))
+
+
+def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> int:
     """Complete the quarantines of repairs that were killed part-way; returns how many.
 
     As with a prune's journal, only what the manifest meant: nothing outside the run, nothing
     modified after the manifest was written, nothing a live process holds open.
     """
     finished = 0
-    for found in quarantines(root):
+    for found in quarantines(root, home):
         if found.state != "repairing":
             continue
         manifest_path = os.path.join(found.folder, MANIFEST)
@@ -325,12 +355,12 @@ def finish_repairs(root: str, busy: frozenset[str] = frozenset()) -> int:
             written = os.stat(manifest_path).st_mtime
         except (OSError, ValueError) as error:
             raise ActionError(f"an interrupted repair left {manifest_path}, which cannot be completed ({error})") from error
-        _carry_out(root, found.folder, manifest, busy, written)
+        _carry_out(root, home, found.folder, manifest, busy, written)
         finished += 1
     return finished
 
 
-def _carry_out(root: str, folder: str, manifest: dict[str, Any], busy: frozenset[str], written: float | None) -> tuple[int, int]:
+def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], busy: frozenset[str], written: float | None) -> tuple[int, int]:
     """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
     same steps finish the job (what is done already is skipped)."""
     real_root = os.path.realpath(root)
@@ -353,18 +383,18 @@ def _carry_out(root: str, folder: str, manifest: dict[str, Any], busy: frozenset
         moved += 1
         moved_bytes += int(line.get("bytes", 0))
     for line in manifest["pointers"]:
-        _write_pointer(root, folder, line, written)
+        _write_pointer(root, home, folder, line, written)
     manifest["state"] = "done"
     _write_atomically(os.path.join(folder, MANIFEST), manifest)
     return moved, moved_bytes
 
 
-def _write_pointer(root: str, folder: str, line: dict[str, Any], written: float | None) -> None:
+def _write_pointer(root: str, home: str, folder: str, line: dict[str, Any], written: float | None) -> None:
     """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
     the new one in with one rename, so that a framework never finds no pointer at all."""
     target = os.path.join(root, line["path"])
     stored = os.path.join(folder, FILES, line["path"])
-    write = PointerWrite(os.path.basename(line["path"]), str(line["text"]), bool(line["symlink"]))
+    write = _pointer_write(line)
     if _is_written(target, write):
         return
     if written is not None and os.path.lexists(target) and os.lstat(target).st_mtime > written:
@@ -378,34 +408,51 @@ def _write_pointer(root: str, folder: str, line: dict[str, Any], written: float 
         except OSError:
             # no hard links here (some network filesystems): keep the old one by moving it
             os.rename(target, stored)
-    scratch = os.path.join(own_folder(root), f"pointer-{uuid.uuid4().hex[:8]}.tmp")
-    if write.symlink:
+    scratch = os.path.join(home, f"{_SCRATCH}{uuid.uuid4().hex[:8]}.tmp")
+    if write.kind is PointerKind.SYMLINK:
         os.symlink(write.text, scratch)
+    elif write.kind is PointerKind.COPY:
+        shutil.copy2(os.path.join(os.path.dirname(target), write.text), scratch, follow_symlinks=True)
+        _fsync_file(scratch)
     else:
         with open(scratch, "w", encoding="utf-8") as handle:
             handle.write(write.text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _fsync_file(scratch)
     os.replace(scratch, target)
     _fsync_folder(os.path.dirname(target))
+
+
+def _pointer_write(line: dict[str, Any]) -> PointerWrite:
+    return PointerWrite(os.path.basename(str(line["path"])), str(line["text"]), PointerKind(line["kind"]))
+
+
+def _fsync_file(path: str) -> None:
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _is_written(path: str, write: PointerWrite) -> bool:
     """Whether the pointer at ``path`` already says what ``write`` says."""
     try:
-        if write.symlink:
+        if write.kind is PointerKind.SYMLINK:
             return os.path.islink(path) and os.readlink(path) == write.text
         if os.path.islink(path) or not os.path.isfile(path):
             return False
+        if write.kind is PointerKind.COPY:  # copy2 keeps the time: a later save by the framework would not
+            made, copied = os.stat(path), os.stat(os.path.join(os.path.dirname(path), write.text))
+            return (made.st_size, made.st_mtime_ns) == (copied.st_size, copied.st_mtime_ns)
         with open(path, encoding="utf-8", errors="surrogateescape") as handle:
             return handle.read(len(write.text) + 1) == write.text
     except OSError:
         return False
 
 
-def quarantines(root: str) -> list[Quarantine]:
+def quarantines(root: str, home: str) -> list[Quarantine]:
     """The run's quarantines, oldest first, each with where its entries stand now."""
-    base = os.path.join(own_folder(root), QUARANTINE)
+    base = os.path.join(home, QUARANTINE)
     found = []
     for ident in sorted(os.listdir(base)) if os.path.isdir(base) else ():
         folder = os.path.join(base, ident)
@@ -434,7 +481,7 @@ def _stored(root: str, folder: str, line: dict[str, Any], pointer: dict[str, Any
         else:
             state = StoredState.BACK if in_run else StoredState.LOST
     else:
-        write = PointerWrite(os.path.basename(path), str(pointer["text"]), bool(pointer["symlink"]))
+        write = _pointer_write(pointer)
         existed = bool(pointer["existed"])
         state = _pointer_state(_is_written(target, write), existed, in_run, in_quarantine, lambda: _same_file(target, kept))
     return Stored(path, index if isinstance(index, int) else None, tuple(line.get("reasons", ())), write, existed, state, int(line.get("bytes", 0)))

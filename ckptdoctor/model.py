@@ -276,14 +276,25 @@ class Action(str, enum.Enum):
     """``repair --undo``: put a quarantined entry or an old pointer back."""
 
 
+class PointerKind(str, enum.Enum):
+    """How a pointer names its checkpoint."""
+
+    TEXT = "text"
+    """A small file whose content names it (DeepSpeed's ``latest``, Megatron's tracker)."""
+    SYMLINK = "symlink"
+    COPY = "copy"
+    """A full copy of the checkpoint's file (Lightning's ``last.ckpt`` with ``save_last=True``)."""
+
+
 class PointerWrite(NamedTuple):
     """What makes a framework's pointer name a checkpoint (``repair`` writes it)."""
 
     name: str
     """The pointer's file name in the run folder."""
     text: str
-    """Its content, or where the symlink points."""
-    symlink: bool = False
+    """Its content; for a symlink where it points, for a copy the file copied (both relative to
+    the pointer's folder)."""
+    kind: PointerKind = PointerKind.TEXT
 
 
 class PlanItem(NamedTuple):
@@ -311,7 +322,9 @@ class Plan:
 
     run: str
     root: str
-    """The run folder as the OS opens it (where the lock and the journal go)."""
+    """The run folder as the OS opens it."""
+    home: str
+    """Where ckptdoctor keeps the run's lock, journals and quarantines."""
     items: tuple[PlanItem, ...]
     freed_bytes: int
     """Bytes the deletions free: files a kept checkpoint also holds (hard links) are not counted."""

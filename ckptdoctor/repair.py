@@ -25,13 +25,15 @@ from ckptdoctor.model import (
     Finding,
     Plan,
     PlanItem,
+    PointerKind,
     Problem,
     Role,
     Run,
     Severity,
     Status,
 )
-from ckptdoctor.retention import Circumstances, held_back, measure, run_root, targets
+from ckptdoctor.retention import Circumstances, held_back, home, measure, run_root, targets
+from ckptdoctor.rules.completeness import STALE_POINTER
 
 _LEFTOVER = frozenset({Problem.EMPTY})
 """What makes a file useless wherever it lies (with staging leftovers, which are a role)."""
@@ -85,10 +87,10 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     repointed = _repoints(run, layout, resume, labels, circumstances, min_age, held, root)
     items += _loose_leftovers(run, labels, circumstances, min_age, {p.paths[0] for p in repointed if p.entries})
     items += repointed
-    return Plan(run.path, root, tuple(items), 0, f"resume from {unit} {resume.index}")
+    return Plan(run.path, root, home(run), tuple(items), 0, f"resume from {unit} {resume.index}")
 
 
-def undo_plan(found: Quarantine, run: str, root: str) -> Plan:
+def undo_plan(found: Quarantine, run: str, root: str, home: str) -> Plan:
     """What ``repair --undo`` puts back from ``found``: everything still in it whose place in the
     run is free. Anything in its way is listed and nothing is overwritten (the caller refuses)."""
     items = []
@@ -103,7 +105,7 @@ def undo_plan(found: Quarantine, run: str, root: str) -> Plan:
             items.append(PlanItem(stored.number, Action.KEEP, (what, f"{clash}: not overwritten",), (entry,), stored.bytes))
         elif stored.state is StoredState.LOST:
             items.append(PlanItem(stored.number, Action.KEEP, (what, "no longer in the quarantine: cannot be put back"), (entry,), 0))
-    return Plan(run, root, tuple(items), 0, f"undo repair {found.ident}")
+    return Plan(run, root, home, tuple(items), 0, f"undo repair {found.ident}")
 
 
 def _leftover(file: CheckpointFile) -> bool:
@@ -162,7 +164,7 @@ def _repoints(
             broken.append((file, f"{file.name} {what}", labels.first(file.path, "CKD113 stale-pointer")))
     items = []
     for source, said, rule in broken:
-        write = layout.repoint(source.entry.name if source else None, resume)
+        write = layout.repoint(source, resume)
         if write is None:
             continue
         entry = source.entry if source else _new_entry(run, root, write.name)
@@ -170,7 +172,7 @@ def _repoints(
             reasons = (f"{said} ({rule})", "written within --min-age: left as it is")
             items.append(PlanItem(resume.index, Action.KEEP, reasons, (entry,), 0))
             continue
-        shown = f"-> {write.text}" if write.symlink else repr(write.text)
+        shown = {PointerKind.SYMLINK: f"-> {write.text}", PointerKind.COPY: f"a copy of {write.text}"}.get(write.kind, repr(write.text))
         reasons = (f"{said}: fixes {rule}", f"will name {shown}, the resume point")
         items.append(PlanItem(resume.index, Action.REPOINT, reasons, (entry,), entry.size, write))
     return items
@@ -200,11 +202,13 @@ class _Labels:
             if finding.severity is Severity.INFO:
                 continue
             label = f"{finding.code} {finding.name}"
-            if finding.index is not None:
-                self._by_index[finding.index].append(label)
             # 2xx (integrity) and 4xx (safety) rules are about one file, and CKD113 about one
-            # pointer; the others are about a whole checkpoint, whichever file they show
-            if finding.path is not None and (finding.code[3] in "24" or finding.code == "CKD113"):
+            # pointer (its index is the checkpoint it names, which moving would not fix); the
+            # others are about a whole checkpoint, whichever file they show
+            by_path = finding.code[3] in "24" or finding.code == STALE_POINTER.code
+            if finding.index is not None and finding.code != STALE_POINTER.code:
+                self._by_index[finding.index].append(label)
+            if finding.path is not None and by_path:
                 self._by_path[finding.path].append(label)
 
     def of(self, index: int | None = None, paths: Iterable[str] = ()) -> tuple[str, ...]:

@@ -113,7 +113,7 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
-    return Plan(run.path, run_root(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
+    return Plan(run.path, run_root(run), home(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
 
 
 def measure(run: Run, circumstances: Circumstances) -> tuple[dict[int, float], dict[int, int]]:
@@ -184,6 +184,14 @@ def _parents(path: str) -> list[str]:
         parents.append(parent)
         path = parent
     return parents
+
+
+def home(run: Run) -> str:
+    """Where ckptdoctor keeps ``run``'s lock, journals and quarantines."""
+    from ckptdoctor.actions import home_of
+    from ckptdoctor.layouts import layout_named
+
+    return home_of(run_root(run), layout_named(run.layout).reads_every_name)
 
 
 def run_root(run: Run) -> str:

@@ -313,7 +313,7 @@ def test_deepspeed_latest_is_repointed_and_undo_restores_it(tmp_path, cli):
     before = tree(folder)
     dry = cli("repair", "--json", "--dry-run", folder)
     repoint = next(item for item in dry.json["plan"] if item["action"] == "repoint")
-    assert repoint["writes"] == {"text": "global_step200", "symlink": False}
+    assert repoint["writes"] == {"text": "global_step200", "kind": "text"}
     assert "CKD113 stale-pointer" in repoint["reasons"][0]
     assert cli("repair", "--yes", folder).exit_code == 0
     assert (folder / "latest").read_bytes() == b"global_step200"
@@ -429,7 +429,8 @@ def test_undo_puts_back_the_latest_quarantine_or_the_one_named(tmp_path, cli):
     (folder / "optim-3.bpk.partial").write_bytes(b"\0")
     age(folder)
     cli("repair", "--yes", folder)
-    first, second = sorted(p.name for p in (folder / ".ckptdoctor" / "quarantine").iterdir())
+    made = {json.loads((q / "manifest.json").read_text())["created"]: q.name for q in (folder / ".ckptdoctor" / "quarantine").iterdir()}
+    first, second = (made[when] for when in sorted(made))
     undo = cli("repair", "--undo", "--json", "--dry-run", folder)
     assert [Path(p).name for item in undo.json["plan"] for p in item["paths"]] == ["optim-3.bpk.partial"]
     assert cli("repair", "--undo", "--id", first, "--yes", folder).exit_code == 0
@@ -573,3 +574,19 @@ def test_quiet_prints_nothing_on_success(tmp_path, cli, flag):
     result = cli("repair", "--yes", flag, folder)
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
     assert quarantined(folder)
+
+
+def test_what_a_repair_killed_before_its_manifest_left_is_swept_and_nothing_else(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    quarantine = folder / ".ckptdoctor" / "quarantine"
+    (quarantine / "20260101-000000-aaaaaaaa" / "files").mkdir(parents=True)
+    (quarantine / "20260101-000000-aaaaaaaa" / "manifest.json.tmp").write_text("{\"vers")
+    (quarantine / "20260101-000000-bbbbbbbb" / "files").mkdir(parents=True)
+    (quarantine / "20260101-000000-bbbbbbbb" / "files" / "someone.bin").write_bytes(b"not ours to remove")
+    (folder / ".ckptdoctor" / "pointer-0123abcd.tmp").write_text("global_step1")
+    assert cli("repair", "--dry-run", folder).exit_code == 0
+    assert (quarantine / "20260101-000000-aaaaaaaa").exists(), "a dry run changes nothing"
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert not (quarantine / "20260101-000000-aaaaaaaa").exists()
+    assert not (folder / ".ckptdoctor" / "pointer-0123abcd.tmp").exists()
+    assert (quarantine / "20260101-000000-bbbbbbbb" / "files" / "someone.bin").read_bytes() == b"not ours to remove"

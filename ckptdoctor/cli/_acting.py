@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -57,15 +57,15 @@ def distinct(runs: list[Run]) -> list[Run]:
     return kept
 
 
-def lock_all(held: contextlib.ExitStack, runs: list[Run] | list[tuple[str, str]]) -> None:
-    """Take the lock of every run (or of every (root, shown path)), in one order (no deadlocks
-    between two commands), held to the end."""
+def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, more: Iterable[tuple[str, str]] = ()) -> None:
+    """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
+    deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
+    lock that exists, and takes none where there is none."""
     from ckptdoctor.actions import locked
-    from ckptdoctor.retention import run_root
+    from ckptdoctor.retention import home
 
-    pairs = {run if isinstance(run, tuple) else (run_root(run), run.path) for run in runs}
-    for root, shown in sorted(pairs):
-        held.enter_context(locked(root, shown))
+    for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
+        held.enter_context(locked(place, shown, create=not dry_run))
 
 
 def circumstances(run: Run, now: float, quiet: bool) -> Circumstances:

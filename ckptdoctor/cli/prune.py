@@ -109,7 +109,7 @@ def prune(
     console = stdout_console()
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}
     with failures_explained("prune"), contextlib.ExitStack() as held:
-        lock_all(held, runs)
+        lock_all(held, runs, dry_run)
         # under the locks: finish what a killed prune left (a dry run only says so), then look
         # again. A scan from before the locks is otherwise safe to plan from: no other
         # ckptdoctor acts meanwhile, a trainer's new files are not in the plan, files gone since
@@ -118,10 +118,10 @@ def prune(
         for run in runs:
             root = retention.run_root(run)
             if dry_run:
-                for journal in actions.pending(root):
+                for journal in actions.pending(retention.home(run)):
                     say(f"note: an interrupted prune left {journal}; a prune without --dry-run finishes it")
             else:
-                finished += actions.finish_interrupted(root, frozenset(circumstances(run, time.time(), True).open_by))
+                finished += actions.finish_interrupted(root, retention.home(run), frozenset(circumstances(run, time.time(), True).open_by))
         if finished:
             if not quiet:
                 say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
@@ -146,7 +146,7 @@ def prune(
         if not yes:
             confirm("Delete them?", human, "nothing was deleted")
         for plan in doomed:
-            done = actions.delete(plan, plan.root)
+            done = actions.delete(plan)
             if not quiet:
                 say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
     raise typer.Exit(EXIT_OK)

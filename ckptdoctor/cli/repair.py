@@ -85,7 +85,7 @@ def repair(
     human = not (as_json or fmt is OutputFormat.JSON)
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
-        lock_all(held, [(root, shown) for shown, root, _ in _undo_roots(paths, runs)] if undo else runs)
+        lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
         if undo:
             code = _undo(paths, report, runs, ident, dry_run, yes, human, quiet, output, show_all)
         else:
@@ -99,19 +99,20 @@ def _repair(
     from ckptdoctor import actions, repair
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.model import Action
-    from ckptdoctor.retention import run_root
+    from ckptdoctor.retention import home, run_root
 
     finished = 0
     for run in runs:
-        root = run_root(run)
-        for journal in actions.pending(root):
+        root, place = run_root(run), home(run)
+        for journal in actions.pending(place):
             say(f"note: an interrupted prune left {journal}; `ckptdoctor prune` finishes it")
         if dry_run:
-            for found in actions.quarantines(root):
+            for found in actions.quarantines(root, place):
                 if found.state == "repairing":
                     say(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
         else:
-            finished += actions.finish_repairs(root, frozenset(circumstances(run, time.time(), True).open_by))
+            actions.sweep(place)
+            finished += actions.finish_repairs(root, place, frozenset(circumstances(run, time.time(), True).open_by))
     if finished:
         if not quiet:
             say(f"Finished {finished} interrupted repair{'s' if finished != 1 else ''}.")
@@ -138,7 +139,7 @@ def _repair(
     if not yes:
         confirm("Move and re-point them?", human, "nothing was moved")
     for plan in acting:
-        moved = actions.quarantine(plan, plan.root)
+        moved = actions.quarantine(plan)
         if not quiet:
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             say(
@@ -162,25 +163,27 @@ def _undo(
     from ckptdoctor.model import Action
     from ckptdoctor.repair import undo_plan
 
-    chosen: list[tuple[str, str, str, actions.Quarantine]] = []
-    for shown, root, unit in _undo_roots(paths, runs):
-        every = actions.quarantines(root)
+    chosen: list[tuple[str, str, str, str, actions.Quarantine]] = []
+    for shown, root, place, unit in _undo_roots(paths, runs):
+        if not dry_run:
+            actions.sweep(place)
+        every = actions.quarantines(root, place)
         picked = [q for q in every if q.ident == ident] if ident else every[-1:]
         if not picked and not ident and not quiet:
             say(f"{shown}: no quarantine: nothing to undo")
-        chosen += [(shown, root, unit, q) for q in picked]
+        chosen += [(shown, root, place, unit, q) for q in picked]
     if ident and not chosen:
         say(f"ckptdoctor: error: no run given holds quarantine {ident}")
         return EXIT_USAGE
-    plans = [(undo_plan(found, shown, root), unit) for shown, root, unit, found in chosen]
+    plans = [(undo_plan(found, shown, root, place), unit) for shown, root, place, unit, found in chosen]
     _show(plans, report, dry_run, human, quiet, output, show_all)
-    blocked = [(found, item) for _, _, _, found in chosen for item in found.items if item.state is actions.StoredState.CONFLICT]
+    blocked = [(found, item) for *_, found in chosen for item in found.items if item.state is actions.StoredState.CONFLICT]
     for found, item in blocked:
         say(f"ckptdoctor: error: {item.path} is in the run again and in {found.folder}: move one of them aside, then undo again")
     if blocked:
         say("Nothing was restored.")
         return EXIT_FINDINGS
-    acting = [(plan, found) for (plan, _), (_, _, _, found) in zip(plans, chosen, strict=True) if plan.acting(Action.RESTORE)]
+    acting = [(plan, found) for (plan, _), (*_, found) in zip(plans, chosen, strict=True) if plan.acting(Action.RESTORE)]
     if dry_run or not acting:
         if human and not quiet:
             say("Dry run: nothing was restored." if dry_run else "Nothing to restore.")
@@ -194,19 +197,22 @@ def _undo(
     return EXIT_OK
 
 
-def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str, str]]:
-    """(shown path, root, unit) of every run to undo in: the runs found, and any folder given
-    that holds a quarantine but no longer scans as a run."""
+def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str, str, str]]:
+    """(shown path, root, home, unit) of every run to undo in: the runs found, and any folder
+    given that holds a quarantine but no longer scans as a run."""
     import os
 
-    from ckptdoctor.actions import QUARANTINE, own_folder
-    from ckptdoctor.retention import run_root
+    from ckptdoctor.actions import QUARANTINE, home_of
+    from ckptdoctor.retention import home, run_root
 
-    roots = [(run.path, run_root(run), run.unit.value) for run in runs]
-    known = {os.path.realpath(root) for _, root, _ in roots}
+    roots = [(run.path, run_root(run), home(run), run.unit.value) for run in runs]
+    known = {os.path.realpath(root) for _, root, _, _ in roots}
     for path in paths or ["."]:
-        if os.path.isdir(os.path.join(own_folder(path), QUARANTINE)) and os.path.realpath(path) not in known:
-            roots.append((path, path, "index"))
+        if os.path.realpath(path) in known:
+            continue
+        for beside in (False, True):
+            if os.path.isdir(os.path.join(home_of(path, beside), QUARANTINE)):
+                roots.append((path, path, home_of(path, beside), "index"))
     return roots
 
 

@@ -71,6 +71,10 @@ class Layout:
     """Formats this framework wrote once and reads no more, with why (CKD210)."""
     folders: bool = False
     """Whether a checkpoint is a folder (HF Trainer's ``checkpoint-N/``) rather than files."""
+    reads_every_name: bool = False
+    """The framework parses every name in the run folder (accelerate's automatic checkpoint
+    naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
+    journals, quarantine) then lives beside the run, never in it."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
@@ -120,9 +124,9 @@ class Layout:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
         return None
 
-    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        """How to make the pointer file ``name`` (None: the one the framework expects and lacks)
-        name ``checkpoint``; None where the pointer is not a file of its own to write."""
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """How to make the pointer file ``source`` (None: the one the framework expects and
+        lacks) name ``checkpoint``; None where the pointer is not a file of its own to write."""
         return None
 
     def build(

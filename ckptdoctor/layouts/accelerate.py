@@ -29,6 +29,7 @@ _ROLES: tuple[tuple[re.Pattern[str], tuple[Role, ...]], ...] = (
 class AccelerateLayout(FolderLayout):
     name = "accelerate"
     default_unit = Unit.SAVE
+    reads_every_name = True
     content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
 

@@ -67,9 +67,9 @@ class DeepSpeedLayout(FolderLayout):
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         return followed(run, self.pointers(run))
 
-    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         # the tag is the folder's name; `latest_universal` names universal checkpoints only
-        if name not in (None, LATEST) or checkpoint.folder is None:
+        if (source is not None and source.entry.name != LATEST) or checkpoint.folder is None:
             return None
         return PointerWrite(LATEST, checkpoint.folder.name)
 

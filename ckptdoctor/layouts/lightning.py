@@ -13,7 +13,7 @@ import os
 import re
 
 from ckptdoctor.layouts._base import Claim, Layout, Pointer
-from ckptdoctor.model import Checkpoint, PointerWrite, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, PointerKind, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
@@ -51,12 +51,15 @@ class LightningLayout(Layout):
                 found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
         return tuple(found)
 
-    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        """A relative symlink, as ``save_last="link"`` makes: a copy would double the space the
-        newest checkpoint takes."""
-        if name is None or not checkpoint.files:
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """What the run used: a relative symlink (``save_last="link"``), or a copy. Never a
+        symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
+        its bytes onto the path (a move across filesystems), through the link, over the
+        checkpoint it names."""
+        if source is None or not checkpoint.files:
             return None
-        return PointerWrite(name, os.path.basename(checkpoint.files[0].entry.os_path), symlink=True)
+        kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
+        return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'

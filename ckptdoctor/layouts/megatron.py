@@ -73,8 +73,8 @@ class MegatronLayout(FolderLayout):
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         return followed(run, self.pointers(run))
 
-    def repoint(self, name: str | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        return PointerWrite(TRACKER, str(checkpoint.index)) if name in (None, TRACKER) else None
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        return PointerWrite(TRACKER, str(checkpoint.index)) if source is None or source.entry.name == TRACKER else None
 
     def file_name(self, role: Role, index: int) -> str | None:
         return TRACKER if role is Role.POINTER else None

@@ -63,7 +63,7 @@ def _plan_item(plan: Plan, item: PlanItem) -> dict[str, Any]:
         "bytes": item.bytes,
     }
     if item.write is not None:  # a repoint: what the pointer will say
-        entry["writes"] = {"text": item.write.text, "symlink": item.write.symlink}
+        entry["writes"] = {"text": item.write.text, "kind": item.write.kind.value}
     return entry
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from ckptdoctor.layouts import Layout
 from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
@@ -43,6 +45,11 @@ class RunContext:
 
     @property
     def fix_context(self) -> dict[str, str]:
+        return dict(self._fix_context)
+
+    @functools.cached_property
+    def _fix_context(self) -> dict[str, str]:
+        # once per run: a run can have thousands of findings, and finding the resume point walks it
         return {"run": self.run.path, "unit": self.run.unit.value, "resume": resume_sentence(self.run, self.layout)}
 
     def finding(
@@ -66,12 +73,28 @@ class RunContext:
         return make_finding(rule, message, self.run.path, index, path, severity, values, extra_fixes)
 
     def sibling_name(self, role: Role, index: int) -> str | None:
-        """The name a missing file of ``role`` would have at ``index``, from the run's other files."""
-        for checkpoint in sorted(self.run.checkpoints, key=lambda c: abs(c.index - index)):
-            for file in checkpoint.files_for(role):
-                if not file.bundled and Role.TEMP not in file.roles:
-                    return renumber(file.name, checkpoint.index, index)
-        return self.layout.file_name(role, index)
+        """The name a missing file of ``role`` would have at ``index``, from the nearest
+        checkpoint that has one (the lower index on a tie)."""
+        saved = self._named(role)
+        position = bisect.bisect_left(saved, (index, ""))
+        nearby = [saved[i] for i in (position - 1, position) if 0 <= i < len(saved)]
+        if not nearby:
+            return self.layout.file_name(role, index)
+        found, name = min(nearby, key=lambda pair: abs(pair[0] - index))
+        return renumber(name, found, index)
+
+    def _named(self, role: Role) -> list[tuple[int, str]]:
+        """(index, name) of the first plain file of ``role`` in each checkpoint, by index: a run
+        with a thousand broken checkpoints asks for a thousand names."""
+        key = f"named:{role.value}"
+        if key not in self.memo:
+            named = []
+            for checkpoint in self.run.checkpoints:
+                name = next((f.name for f in checkpoint.files_for(role) if not f.bundled and Role.TEMP not in f.roles), None)
+                if name is not None:
+                    named.append((checkpoint.index, name))
+            self.memo[key] = named
+        return cast("list[tuple[int, str]]", self.memo[key])
 
 
 def make_finding(
