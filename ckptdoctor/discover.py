@@ -146,6 +146,7 @@ def _entry(name: str, shown: str, os_path: str, info: os.stat_result, is_symlink
         is_symlink=is_symlink,
         inode=(info.st_dev, info.st_ino),
         mtime=info.st_mtime,
+        links=info.st_nlink,
     )
 
 

@@ -167,6 +167,8 @@ class Entry(NamedTuple):
     mtime: float = 0.0
     link: str | None = None
     """Where a symlink points, as written in the link (None for anything else)."""
+    links: int = 1
+    """Hard links to the file (``st_nlink``): its bytes can be shared only when above 1."""
 
 
 class CheckpointFile(NamedTuple):

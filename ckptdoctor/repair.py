@@ -53,7 +53,7 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
             "from, so nothing was moved; `ckptdoctor rules CKD110` says what can still be saved"
         )
     labels = _Labels(findings)
-    saved, sizes = measure(run, circumstances)
+    saved, sizes, _ = measure(run, circumstances)
     root = run_root(run)
     items: list[PlanItem] = []
     held: set[int] = set()

@@ -12,6 +12,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ckptdoctor.layouts import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
@@ -102,7 +103,7 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
-    saved, sizes = measure(run, circumstances)
+    saved, sizes, tangled = measure(run, circumstances)
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
@@ -111,22 +112,35 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
                 reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
         reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age)
     _apply_policy(run, policy, circumstances, reasons, saved)
-    _keep_link_targets(run, reasons)
+    _keep_link_targets(run, reasons, tangled)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
-    return Plan(run.path, run_root(run), home(run), items, _freed(run, items, circumstances.inside), policy.describe(unit))
+    freed = _freed(run, items, sizes, tangled, circumstances.inside)
+    return Plan(run.path, run_root(run), home(run), items, freed, policy.describe(unit))
 
 
-def measure(run: Run, circumstances: Circumstances) -> tuple[dict[int, float], dict[int, int]]:
-    """When each checkpoint was last written (its folder's contents included) and its bytes."""
+class Measured(NamedTuple):
+    saved: dict[int, float]
+    """When each checkpoint was last written (its folder's contents included)."""
+    sizes: dict[int, int]
+    """Its bytes, each inode once."""
+    tangled: set[int]
+    """Checkpoints with a symlink or a hard-linked file: their bytes may be shared."""
+
+
+def measure(run: Run, circumstances: Circumstances) -> Measured:
+    """When each checkpoint was last written, its bytes, and whether they may be shared."""
     sizes: dict[int, int] = {}
     saved: dict[int, float] = {}
+    tangled: set[int] = set()
     for checkpoint in run.checkpoints:  # one pass over the files: big runs have 100,000s
-        saved[checkpoint.index], sizes[checkpoint.index] = _measure(checkpoint)
+        saved[checkpoint.index], sizes[checkpoint.index], shared = _measure(checkpoint)
+        if shared:
+            tangled.add(checkpoint.index)
     for checkpoint in run.checkpoints:
         if checkpoint.folder is not None and checkpoint.folder.os_path in circumstances.inside:
             contents = circumstances.inside[checkpoint.folder.os_path]
             saved[checkpoint.index] = max([saved[checkpoint.index], *(mtime for _, mtime, _ in contents)])
-    return saved, sizes
+    return Measured(saved, sizes, tangled)
 
 
 def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
@@ -148,12 +162,14 @@ def contents_of(folder: Entry | None, circumstances: Circumstances) -> Contents:
     return circumstances.inside.get(folder.os_path, ()) if folder is not None else ()
 
 
-def _keep_link_targets(run: Run, reasons: dict[int, list[str]]) -> None:
+def _keep_link_targets(run: Run, reasons: dict[int, list[str]], tangled: set[int]) -> None:
     """A kept checkpoint whose file is a symlink into another checkpoint keeps that one too
-    (deleting it would leave the kept one dangling); followed until nothing changes."""
+    (deleting it would leave the kept one dangling); followed until nothing changes. Only
+    ``tangled`` checkpoints (see ``measure``) hold symlinks."""
     links = [
         (checkpoint.index, file)
         for checkpoint in run.checkpoints
+        if checkpoint.index in tangled
         for file in checkpoint.files
         if file.entry.is_symlink and file.entry.link
     ]
@@ -248,49 +264,53 @@ def targets(checkpoint: Checkpoint) -> tuple[Entry, ...]:
     """What deleting a checkpoint removes: its folder, or its own files (a symlink as the link)."""
     if checkpoint.folder is not None:
         return (checkpoint.folder,)
-    return tuple(f.entry for f in checkpoint.files)
+    return tuple([f[0] for f in checkpoint.files])  # f.entry, read by position: called per checkpoint
 
 
-def _freed(run: Run, items: tuple[PlanItem, ...], inside: Mapping[str, Contents]) -> int:
+def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled: set[int], inside: Mapping[str, Contents]) -> int:
     """Bytes the deletions free: each file once (hard links share an inode), none that a kept
     checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
     deleted = {item.number for item in items if item.action is Action.DELETE}
     doomed: dict[tuple[int, int] | str, int] = {}
+    alone = 0  # bytes of deleted checkpoints that can share none: no symlink, no hard link
     kept: list[Entry] = []
     for checkpoint in run.checkpoints:
-        if checkpoint.index in deleted:
+        if checkpoint.index in deleted and checkpoint.index not in tangled:
+            alone += sizes[checkpoint.index]
+        elif checkpoint.index in deleted:
             for file in checkpoint.files:
-                entry = file.entry
-                if not (entry.is_symlink or entry.is_dir):
-                    doomed[entry.inode or entry.os_path] = entry.size
-            if checkpoint.folder is not None and checkpoint.folder.os_path in inside:  # what else the folder holds
+                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, _ = file[0]
+                if not (is_symlink or is_dir):
+                    doomed[inode or os_path] = size
+        if checkpoint.index in deleted and checkpoint.folder is not None and checkpoint.folder.os_path in inside:  # what else the folder holds
                 claimed = {file.entry.os_path for file in checkpoint.files}
                 doomed.update((path, size) for path, _, size in inside[checkpoint.folder.os_path] if path not in claimed)
-        else:
+        if checkpoint.index not in deleted:
             kept.extend(file.entry for file in checkpoint.files)
     kept += [file.entry for file in run.loose_files] + list(run.other_files)
     for entry in kept:  # few: what a kept checkpoint (or a file beside them) holds is not freed
         if entry.inode is not None:
             doomed.pop(entry.inode, None)
-    return sum(doomed.values())
+    return alone + sum(doomed.values())
 
 
-def _measure(checkpoint: Checkpoint) -> tuple[float, int]:
-    """When the checkpoint's newest file was written (0 with no files), and its bytes (each
-    inode once, as ``Checkpoint.bytes`` counts them)."""
+def _measure(checkpoint: Checkpoint) -> tuple[float, int, bool]:
+    """When the checkpoint's newest file was written (0 with no files), its bytes (each inode
+    once, as ``Checkpoint.bytes`` counts them), and whether any may be shared with another."""
     newest = 0.0
     total = 0
-    seen: set[tuple[int, int]] = set()
+    shared = False
     for file in checkpoint.files:
-        entry = file.entry
-        if entry.mtime > newest:
-            newest = entry.mtime
-        if entry.inode is not None:
-            if entry.inode in seen:
-                continue
-            seen.add(entry.inode)
-        total += entry.size
-    return newest, total
+        # unpacked rather than read by name: a plan of a big run passes here 100,000s of times
+        _, _, _, size, is_dir, is_symlink, _, _, mtime, _, links = file[0]
+        if mtime > newest:
+            newest = mtime
+        if is_symlink or is_dir or links > 1:
+            shared = True
+        total += size
+    if shared:  # a hard link or a symlink may repeat an inode: count each once
+        total = checkpoint.bytes
+    return newest, total, shared
 
 
 def duration(seconds: float) -> str:
