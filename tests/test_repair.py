@@ -590,3 +590,25 @@ def test_what_a_repair_killed_before_its_manifest_left_is_swept_and_nothing_else
     assert not (quarantine / "20260101-000000-aaaaaaaa").exists()
     assert not (folder / ".ckptdoctor" / "pointer-0123abcd.tmp").exists()
     assert (quarantine / "20260101-000000-bbbbbbbb" / "files" / "someone.bin").read_bytes() == b"not ours to remove"
+
+
+@pytest.mark.parametrize("command", [("repair",), ("repair", "--undo"), ("prune", "--keep-last", "1")])
+def test_a_single_file_is_refused_naming_its_folder(tmp_path, cli, command):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    result = cli(*command, "--yes", folder / "model-7.bpk")
+    assert result.exit_code == 2
+    assert "is one file" in result.stderr and "give the folder that holds it" in result.stderr
+    assert tree(folder) == before
+
+
+def test_a_damaged_manifest_stops_repair_with_a_clear_message(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    cli("repair", "--yes", folder)
+    manifest = next((folder / ".ckptdoctor" / "quarantine").glob("*/manifest.json"))
+    manifest.write_text("{not json")
+    for args in (("repair", "--yes"), ("repair", "--undo", "--yes")):
+        result = cli(*args, folder)
+        assert result.exit_code == 1
+        assert str(manifest.relative_to(tmp_path)) in result.stderr.replace(str(tmp_path) + "/", "") and "cannot be read" in result.stderr
+    assert quarantined(folder) == {"model-7.bpk", "scheduler-7.bpk", "model-8.bpk.tmp"}

@@ -39,7 +39,12 @@ def scan_runs(paths: list[str] | None, command: str) -> tuple[Report, list[Run]]
         raise typer.Exit(EXIT_USAGE)
     for path in found.empty:
         say(f"No checkpoints found in {path}")
-    return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints and not run.single_file])
+    single = [run.path for run in report.runs if run.single_file]
+    for path in single:
+        say(f"ckptdoctor: error: {path} is one file; {command} acts on whole runs: give the folder that holds it")
+    if single:
+        raise typer.Exit(EXIT_USAGE)
+    return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])
 
 
 def distinct(runs: list[Run]) -> list[Run]:
