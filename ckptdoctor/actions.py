@@ -383,7 +383,13 @@ def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], busy
         moved += 1
         moved_bytes += int(line.get("bytes", 0))
     for line in manifest["pointers"]:
-        _write_pointer(root, home, folder, line, written)
+        try:
+            _write_pointer(root, home, folder, line, written)
+        except OSError as error:
+            raise ActionError(
+                f"cannot re-point {line['path']}: {error.strerror}; the old pointer is kept in {folder} "
+                "(`ckptdoctor repair --undo` puts it back), and the next repair finishes the job"
+            ) from error
     manifest["state"] = "done"
     _write_atomically(os.path.join(folder, MANIFEST), manifest)
     return moved, moved_bytes
