@@ -71,3 +71,30 @@ def test_an_empty_scheduler_is_ckd201(run, inspect_json):
     report = inspect_json(run).json
     assert only(report, "CKD201")["index"] == 3
     assert report["runs"][0]["checkpoints"][-1]["status"] == "partial"
+
+
+def test_prune_keeps_its_own_folder_out_of_checkpoints_and_accelerate_saves_on(run, cli):
+    """accelerate's save_state(total_limit=...) and load_state() parse a number out of every name
+    in checkpoints/: ckptdoctor's lock and trash must live beside it."""
+    import os
+    import time
+
+    import accelerate
+    import torch
+    from accelerate.utils import ProjectConfiguration
+
+    when = time.time() - 86400
+    for path in [run, *run.rglob("*")]:
+        os.utime(path, (when, when))
+    assert cli("prune", "--dry-run", "--keep-last", "1", run).exit_code == 0
+    assert sorted(os.listdir(run)) == ["checkpoint_1", "checkpoint_2", "checkpoint_3"]
+    result = cli("prune", "--yes", "--keep-last", "1", run)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(os.listdir(run)) == ["checkpoint_3"]
+    assert (run.parent / ".ckptdoctor" / "checkpoints" / "lock").is_file()
+    config = ProjectConfiguration(project_dir=str(run.parent), automatic_checkpoint_naming=True, total_limit=2, iteration=4)
+    accelerator = accelerate.Accelerator(project_config=config, cpu=True)
+    accelerator.prepare(torch.nn.Linear(4, 2))
+    accelerator.load_state()  # the newest save, found by parsing every name in checkpoints/
+    accelerator.save_state()
+    assert sorted(os.listdir(run)) == ["checkpoint_3", "checkpoint_4"]
