@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,6 +58,8 @@ class Done:
     """Checkpoints removed."""
     files: int
     freed_bytes: int
+    left: int = 0
+    """Entries left because they were written or opened after the plan was made."""
 
 
 def home_of(root: str, beside: bool) -> str:
@@ -76,6 +79,7 @@ def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
     if not create and not os.path.isfile(os.path.join(home, LOCK)):
         yield
         return
+    _refuse_links(home)
     try:
         os.makedirs(home, exist_ok=True)
         handle = os.open(os.path.join(home, LOCK), os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
@@ -94,6 +98,15 @@ def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
         yield
     finally:
         os.close(handle)  # closing releases the flock (the kernel does it too, if we are killed)
+
+
+def _refuse_links(home: str) -> None:
+    """ActionError if ckptdoctor's own folder, or a folder in it, is a symlink: what it moves
+    would leave the run (and its filesystem) through it."""
+    own = home if os.path.basename(home) == OWN_FOLDER else os.path.dirname(home)
+    for path in (own, home, os.path.join(home, TRASH), os.path.join(home, QUARANTINE)):
+        if os.path.islink(path):
+            raise ActionError(f"{path} is a symlink; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder")
 
 
 def _whoami() -> dict[str, object]:
@@ -149,24 +162,50 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset())
 
 
 def _still_meant(root: str, real_root: str, relative: str, written: float, busy: frozenset[str]) -> bool:
+    """Whether an entry is still as it was when it was planned (``written``): inside the run,
+    not modified since, not held open (``busy``); for a folder, nothing inside it either."""
     path = os.path.join(root, relative)
-    real = os.path.realpath(os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)))
-    if os.path.isabs(relative) or not real.startswith(real_root + os.sep) or path in busy:
+    if not _confined(root, real_root, relative) or path in busy:
         return False
     try:
-        return os.lstat(path).st_mtime <= written
+        info = os.lstat(path)
     except FileNotFoundError:
         return False
+    if info.st_mtime > written:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        return True
+    for folder, _, names in os.walk(path):  # a rewritten file does not touch its folder's mtime
+        for name in names:
+            inner = os.path.join(folder, name)
+            try:
+                if inner in busy or os.lstat(inner).st_mtime > written:
+                    return False
+            except FileNotFoundError:
+                continue
+    return True
 
 
-def delete(plan: Plan) -> Done:
+def _confined(root: str, real_root: str, relative: str) -> bool:
+    """Whether ``relative`` names an entry of the run: no absolute path, no ``..``, and no
+    symlinked folder on the way out of it (the entry itself may be a link: links are moved)."""
+    if os.path.isabs(relative) or os.pardir in relative.split(os.sep):
+        return False
+    path = os.path.join(root, relative)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)).startswith(real_root + os.sep)
+
+
+def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done:
     """Delete what ``plan`` says (under the caller's lock, after ``finish_interrupted``):
-    journal, move to trash, remove."""
+    journal, move to trash, remove. Entries written after ``since`` (when the plan was made: a
+    prompt may have waited) or held open (``busy``) are left."""
     doomed = [item for item in plan.items if item.action is Action.DELETE]
     root = plan.root
-    relative = _inside_run(root, [entry.os_path for item in doomed for entry in item.entries])
+    real_root = os.path.realpath(root)
+    planned = _inside_run(root, [entry.os_path for item in doomed for entry in item.entries])
+    relative = [path for path in planned if _still_meant(root, real_root, path, since, busy)]
     if not relative:
-        return Done(0, 0, 0)
+        return Done(0, 0, 0, len(planned))
     folder = os.path.join(plan.home, TRASH, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
     try:
         os.makedirs(folder)
@@ -174,8 +213,8 @@ def delete(plan: Plan) -> Done:
     except OSError as error:
         shutil.rmtree(folder, ignore_errors=True)
         raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was deleted") from error
-    _move_and_remove(root, folder, relative)
-    return Done(len(doomed), len(relative), plan.freed_bytes)
+    moved = _move_and_remove(root, folder, relative)
+    return Done(len(doomed), moved, plan.freed_bytes, len(planned) - len(relative))
 
 
 def _move_and_remove(root: str, folder: str, relative: list[str], meant: list[str] | None = None) -> int:
@@ -233,6 +272,7 @@ QUARANTINE = "quarantine"
 MANIFEST = "manifest.json"
 FILES = "files"
 _SCRATCH = "pointer-"
+_STATES = ("repairing", "done", "undoing")
 
 
 class StoredState(str, enum.Enum):
@@ -284,25 +324,31 @@ class Moved:
     entries: int
     bytes: int
     repointed: int
+    left: int = 0
+    """Entries left because they (or their checkpoint) were written or opened after the plan."""
 
 
-def quarantine(plan: Plan) -> Moved:
-    """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers."""
+def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Moved:
+    """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers.
+    What was written after ``since`` (when the plan was made: a prompt may have waited) or is
+    held open (``busy``) is left."""
     moves = [(item, entry) for item in plan.acting(Action.QUARANTINE) for entry in item.entries]
     repoints = [item for item in plan.acting(Action.REPOINT) if item.write is not None]
     root = plan.root
     relative = _inside_run(root, [entry.os_path for _, entry in moves] + [item.entries[0].os_path for item in repoints])
     ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     folder = os.path.join(plan.home, QUARANTINE, ident)
+    lines = [
+        {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
+        for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
+    ]
+    movable = _movable(root, lines, since, busy)  # before the manifest: it lists what moves
     manifest: dict[str, Any] = {
         "version": 1,
         "run": plan.run,
         "created": time.time(),
         "state": "repairing",
-        "entries": [
-            {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
-            for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
-        ],
+        "entries": movable,
         "pointers": [
             {
                 "path": path, "index": item.number, "reasons": list(item.reasons), "text": item.write.text,
@@ -318,8 +364,8 @@ def quarantine(plan: Plan) -> Moved:
     except OSError as error:
         shutil.rmtree(folder, ignore_errors=True)
         raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
-    entries, moved_bytes = _carry_out(root, plan.home, folder, manifest, frozenset(), None)
-    return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]))
+    entries, moved_bytes = _carry_out(root, plan.home, folder, manifest, since)
+    return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]), len(lines) - len(movable))
 
 
 def sweep(home: str) -> None:
@@ -355,22 +401,33 @@ def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> 
             written = os.stat(manifest_path).st_mtime
         except (OSError, ValueError) as error:
             raise ActionError(f"an interrupted repair left {manifest_path}, which cannot be completed ({error})") from error
-        _carry_out(root, home, found.folder, manifest, busy, written)
+        moved = [line for line in manifest["entries"] if os.path.lexists(os.path.join(found.folder, FILES, line["path"]))]
+        rest = [line for line in manifest["entries"] if line not in moved]
+        manifest["entries"] = moved + _movable(root, rest, written, busy)  # what undo will put back
+        _carry_out(root, home, found.folder, manifest, written)
         finished += 1
     return finished
 
 
-def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], busy: frozenset[str], written: float | None) -> tuple[int, int]:
-    """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
-    same steps finish the job (what is done already is skipped)."""
+def _movable(root: str, lines: list[dict[str, Any]], written: float, busy: frozenset[str]) -> list[dict[str, Any]]:
+    """The manifest ``lines`` whose entries are still as planned at ``written`` (see
+    ``_still_meant``), or already moved: when one file of a checkpoint was written since, it may
+    be being saved again, and none of that checkpoint moves."""
+    real_root = os.path.realpath(root)
+    meant = {line["path"] for line in lines if _still_meant(root, real_root, line["path"], written, busy)}
+    spoiled = {line.get("index") for line in lines if line["path"] not in meant and os.path.lexists(os.path.join(root, line["path"]))}
+    return [line for line in lines if line["path"] in meant and line.get("index") not in spoiled - {None}]
+
+
+def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], written: float) -> tuple[int, int]:
+    """Move the manifest's entries (checked by ``_movable``), write its pointers, mark it done;
+    again after a kill, the same steps finish the job (what is done already is skipped)."""
     real_root = os.path.realpath(root)
     moved = moved_bytes = 0
     for line in manifest["entries"]:
         source = os.path.join(root, line["path"])
         stored = os.path.join(folder, FILES, line["path"])
         if os.path.lexists(stored) or not os.path.lexists(source):
-            continue
-        if written is not None and not _still_meant(root, real_root, line["path"], written, busy):
             continue
         try:
             os.makedirs(os.path.dirname(stored), exist_ok=True)
@@ -384,7 +441,7 @@ def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], busy
         moved_bytes += int(line.get("bytes", 0))
     for line in manifest["pointers"]:
         try:
-            _write_pointer(root, home, folder, line, written)
+            _write_pointer(root, real_root, home, folder, line, written)
         except OSError as error:
             raise ActionError(
                 f"cannot re-point {line['path']}: {error.strerror}; the old pointer is kept in {folder} "
@@ -395,15 +452,15 @@ def _carry_out(root: str, home: str, folder: str, manifest: dict[str, Any], busy
     return moved, moved_bytes
 
 
-def _write_pointer(root: str, home: str, folder: str, line: dict[str, Any], written: float | None) -> None:
+def _write_pointer(root: str, real_root: str, home: str, folder: str, line: dict[str, Any], written: float) -> None:
     """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
     the new one in with one rename, so that a framework never finds no pointer at all."""
     target = os.path.join(root, line["path"])
     stored = os.path.join(folder, FILES, line["path"])
     write = _pointer_write(line)
-    if _is_written(target, write):
+    if not _confined(root, real_root, line["path"]) or _is_written(target, write):
         return
-    if written is not None and os.path.lexists(target) and os.lstat(target).st_mtime > written:
+    if os.path.lexists(target) and os.lstat(target).st_mtime > written:
         return  # rewritten by its framework since the repair was planned: that one is newer
     if line["existed"] and not os.path.lexists(stored):
         if not os.path.lexists(target):
@@ -482,8 +539,11 @@ def _stored(root: str, folder: str, line: dict[str, Any], pointer: dict[str, Any
     index = line.get("index")
     write, existed = None, False
     if pointer is None:
-        if in_quarantine:
-            state = StoredState.CONFLICT if in_run else StoredState.QUARANTINED
+        if in_quarantine and in_run:
+            # one file in both places: an undo killed between linking it back and unlinking the spare
+            state = StoredState.BACK if _same_file(target, kept) else StoredState.CONFLICT
+        elif in_quarantine:
+            state = StoredState.QUARANTINED
         else:
             state = StoredState.BACK if in_run else StoredState.LOST
     else:
@@ -516,9 +576,10 @@ def _same_file(first: str, second: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def restore(found: Quarantine, root: str) -> int:
-    """Put back what ``found`` holds (the caller checked there are no conflicts), then remove it;
-    returns the entries put back. Killed part-way, the next ``--undo`` goes on from there."""
+def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
+    """Put back what ``found`` holds (the caller checked there were no conflicts), then remove
+    it; returns the entries put back, and those left because something took their place since
+    the caller looked. Killed part-way, the next ``--undo`` goes on from there."""
     manifest_path = os.path.join(found.folder, MANIFEST)
     manifest = _read_manifest(manifest_path)
     manifest["state"] = "undoing"
@@ -527,17 +588,25 @@ def restore(found: Quarantine, root: str) -> int:
     except OSError as error:
         raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
     restored = 0
-    for item in found.items:
+    left = []
+    real_root = os.path.realpath(root)
+    lines = [(line, None) for line in manifest["entries"]] + [(line, line) for line in manifest["pointers"]]
+    for line, pointer in lines:
+        if not _confined(root, real_root, str(line["path"])):
+            raise ActionError(f"{manifest_path} names {line['path']!r}, outside the run: nothing more was restored")
+        item = _stored(root, found.folder, line, pointer)  # again: the run may have changed since the plan
         target = os.path.join(root, item.path)
         stored = os.path.join(found.folder, FILES, item.path)
-        if item.state is StoredState.BACK and item.write is not None and os.path.lexists(stored):
-            os.unlink(stored)  # a spare link to the pointer that is still in place
+        if item.state is StoredState.BACK and os.path.lexists(stored) and _same_file(target, stored):
+            os.unlink(stored)  # a spare link to what is back in place
+        if item.state is StoredState.CONFLICT:
+            left.append(item.path)
         if item.state is not StoredState.QUARANTINED:
             continue
         if item.write is not None and not item.existed:
-            os.unlink(target)  # a pointer the repair created: it is ours (checked by the caller)
+            os.unlink(target)  # a pointer the repair created, still saying what it wrote
         elif item.write is not None:
-            os.replace(stored, target)  # over the pointer the repair wrote
+            os.replace(stored, target)  # over the pointer the repair wrote (or none)
         else:
             _put_back(stored, target)
         restored += 1
@@ -545,7 +614,7 @@ def restore(found: Quarantine, root: str) -> int:
     if not leftover:
         os.unlink(manifest_path)
         shutil.rmtree(found.folder)  # only empty folders are left in it
-    return restored
+    return restored, left
 
 
 def _put_back(stored: str, target: str) -> None:
@@ -567,10 +636,22 @@ def _put_back(stored: str, target: str) -> None:
 
 
 def _read_manifest(path: str) -> dict[str, Any]:
+    """A quarantine's manifest, checked field by field (it is a file anyone can edit); ValueError
+    says what is wrong."""
     with open(path, encoding="utf-8") as handle:
         manifest = json.load(handle)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list) or not isinstance(manifest.get("pointers"), list):
         raise ValueError("not a ckptdoctor quarantine manifest")
+    if not isinstance(manifest.get("run"), str) or not isinstance(manifest.get("created"), int | float) or manifest.get("state") not in _STATES:
+        raise ValueError("its run, created or state field is missing or wrong")
+    kinds = {kind.value for kind in PointerKind}
+    for line in manifest["entries"] + manifest["pointers"]:
+        named = line.get("path") if isinstance(line, dict) else None
+        if not isinstance(named, str) or not named or os.path.isabs(named) or os.pardir in named.split(os.sep):
+            raise ValueError(f"an entry names {named!r}, which is not a path inside the run")
+    for line in manifest["pointers"]:
+        if not isinstance(line.get("text"), str) or line.get("kind") not in kinds or not isinstance(line.get("existed"), bool):
+            raise ValueError(f"the pointer line for {line['path']!r} is incomplete")
     return manifest
 
 

@@ -84,9 +84,15 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
         elif checkpoint.status is not Status.COMPLETE:
             reason = f"{checkpoint.status.value}, older than the resume point: left as it is (prune deletes it)"
             items.append(PlanItem(index, Action.KEEP, (reason, *busy), targets(checkpoint), sizes[index]))
-    repointed = _repoints(run, layout, resume, labels, circumstances, min_age, held, root)
-    items += _loose_leftovers(run, labels, circumstances, min_age, {p.paths[0] for p in repointed if p.entries})
-    items += repointed
+    broken = _broken_pointers(run, layout, labels)
+    loose = _loose_leftovers(run, labels, circumstances, min_age, {source.path for source, _, _ in broken if source is not None})
+    items += loose
+    saving = ""
+    if held:
+        saving = f"{unit} {min(held)} may still be being saved"
+    elif any(item.action is Action.KEEP for item in loose):
+        saving = "a staging leftover is still being written"
+    items += _repoints(run, layout, resume, broken, circumstances, min_age, saving, root)
     return Plan(run.path, root, home(run), tuple(items), 0, f"resume from {unit} {resume.index}")
 
 
@@ -139,37 +145,47 @@ def _loose_leftovers(
     return items
 
 
-def _repoints(
-    run: Run,
-    layout: Layout,
-    resume: Checkpoint,
-    labels: _Labels,
-    circumstances: Circumstances,
-    min_age: float,
-    held: set[int],
-    root: str,
-) -> list[PlanItem]:
-    """Pointers the framework follows that name nothing it can resume from, written to name
-    ``resume``; each only where the layout knows how to write it, and never one that a save in
-    progress may be about to update."""
-    broken: list[tuple[CheckpointFile | None, str, str]] = []
+_Broken = tuple[CheckpointFile | None, str, str]
+"""A pointer the framework cannot follow: its file (None if missing), what is wrong, the rule."""
+
+
+def _broken_pointers(run: Run, layout: Layout, labels: _Labels) -> list[_Broken]:
+    """Pointers the framework follows that name nothing it can resume from, or cannot be read."""
+    broken: list[_Broken] = []
     for pointer in layout.pointers(run):
         state = unfollowable(run, pointer)
-        if state is not None and pointer.number not in held:
+        if state is not None:
             broken.append((pointer.source, _said(pointer, state), "CKD113 stale-pointer"))
     named = {id(source) for source, _, _ in broken}
     for file in run.loose_files:
         if Role.POINTER in file.roles and id(file) not in named and (file.entry.dangling or _damaged(file)):
             what = "dangles" if file.entry.dangling else "cannot be read"
             broken.append((file, f"{file.name} {what}", labels.first(file.path, "CKD113 stale-pointer")))
+    return broken
+
+
+def _repoints(
+    run: Run,
+    layout: Layout,
+    resume: Checkpoint,
+    broken: list[_Broken],
+    circumstances: Circumstances,
+    min_age: float,
+    saving: str,
+    root: str,
+) -> list[PlanItem]:
+    """``broken`` pointers written to name ``resume``, where the layout knows how to write them;
+    none while a save may be in progress (``saving`` says which): frameworks rewrite their
+    pointer when any save ends, and that one would be newer."""
     items = []
     for source, said, rule in broken:
         write = layout.repoint(source, resume)
         if write is None:
             continue
         entry = source.entry if source else _new_entry(run, root, write.name)
-        if source is not None and circumstances.now - entry.mtime < min_age:
-            reasons = (f"{said} ({rule})", "written within --min-age: left as it is")
+        held = saving or ("written within --min-age" if source is not None and circumstances.now - entry.mtime < min_age else "")
+        if held:
+            reasons = (f"{said} ({rule})", f"{held}: left as it is")
             items.append(PlanItem(resume.index, Action.KEEP, reasons, (entry,), 0))
             continue
         shown = {PointerKind.SYMLINK: f"-> {write.text}", PointerKind.COPY: f"a copy of {write.text}"}.get(write.kind, repr(write.text))

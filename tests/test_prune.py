@@ -404,3 +404,22 @@ def test_a_fresh_file_anywhere_in_a_checkpoint_folder_keeps_it(tmp_path, cli):
     reasons = {item["index"]: item["reasons"] for item in result.json["plan"]}
     assert reasons[10][0].startswith("modified") and (tmp_path / "checkpoint-10").is_dir()
     assert not (tmp_path / "checkpoint-20").exists()
+
+
+def test_files_written_while_the_prompt_waited_are_left(tmp_path, cli, monkeypatch):
+    import ckptdoctor.actions
+
+    folder = burn_run(tmp_path)
+    real_delete = ckptdoctor.actions.delete
+
+    def trainer_writes_first(plan, since, busy=frozenset()):
+        time.sleep(0.01)
+        (folder / "optim-2.bpk").write_bytes((folder / "optim-2.bpk").read_bytes())  # rewritten after the plan
+        return real_delete(plan, since, busy)
+
+    monkeypatch.setattr(ckptdoctor.actions, "delete", trainer_writes_first)
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 0, result.stderr
+    assert "left 1 entries written or opened since the plan was made" in result.stderr
+    assert (folder / "optim-2.bpk").is_file()
+    assert not (folder / "model-2.bpk").exists() and not (folder / "model-1.bpk").exists()

@@ -543,19 +543,93 @@ def test_an_interrupted_repair_is_finished_into_its_own_quarantine(tmp_path, cli
     assert json.loads((quarantine / "manifest.json").read_text())["state"] == "done"
 
 
-def test_an_interrupted_repair_does_not_take_files_written_after_it(tmp_path, cli):
-    folder = broken_burn_run(tmp_path)
+def _interrupted(folder: Path, entries: list[dict], pointers: list[dict] | None = None, written: float = 0.0) -> Path:
+    """A quarantine as a repair killed part-way leaves it: manifest written at ``written``."""
     quarantine = folder / ".ckptdoctor" / "quarantine" / "20260101-000000-deadbeef"
     (quarantine / "files").mkdir(parents=True)
-    entries = [{"path": "model-7.bpk", "index": 7, "reasons": ["r"], "bytes": 1}, {"path": "../outside.bin", "index": None, "reasons": ["r"], "bytes": 1}]
-    (quarantine / "manifest.json").write_text(json.dumps({"version": 1, "run": str(folder), "created": 0, "state": "repairing", "entries": entries, "pointers": []}))
-    os.utime(quarantine / "manifest.json", (time.time() - 2 * DAY, time.time() - 2 * DAY))
-    (folder.parent / "outside.bin").write_bytes(b"keep me")
-    age(folder.parent / "outside.bin", 3 * DAY)
-    result = cli("repair", "--yes", "--min-age", "0", folder)
+    manifest = {"version": 1, "run": str(folder), "created": written, "state": "repairing", "entries": entries, "pointers": pointers or []}
+    (quarantine / "manifest.json").write_text(json.dumps(manifest))
+    os.utime(quarantine / "manifest.json", (written, written))
+    return quarantine
+
+
+def test_an_interrupted_repair_does_not_take_what_was_written_after_it(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds")
+    lines = [{"path": name, "index": 300, "reasons": ["r"], "bytes": 1} for name in ("global_step300", "global_step100")]
+    quarantine = _interrupted(folder, lines, written=time.time() - DAY / 2)
+    os.utime(folder / "global_step300" / "mp_rank_00_model_states.pt")  # rewritten since, inside the folder
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'rb'); print('ok', flush=True); time.sleep(60)", str(folder / "global_step100" / "mp_rank_00_model_states.pt")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        result = cli("repair", "--json", "--yes", "--min-age", "0", folder)
+        assert result.exit_code == 0, result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not any((quarantine / "files").iterdir()), "neither folder was still as the manifest found it"
+    assert (folder / "global_step100" / "mp_rank_00_model_states.pt").is_file()
+
+
+def test_a_manifest_naming_paths_outside_the_run_is_refused(tmp_path, cli):
+    folder = deepspeed_run(tmp_path / "ds")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    _interrupted(folder, [], [{"path": "../../victim.txt", "index": 200, "reasons": ["r"], "text": "global_step200", "kind": "text", "existed": True}])
+    for args in (("repair", "--yes"), ("repair", "--undo", "--yes")):
+        result = cli(*args, folder)
+        assert result.exit_code == 1
+        assert "not a path inside the run" in result.stderr
+    assert victim.read_text() == "keep me"
+
+
+def test_a_symlinked_own_folder_is_not_followed_out_of_the_run(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (folder / ".ckptdoctor").symlink_to(elsewhere)
+    before = tree(folder)
+    for args in (("repair", "--yes"), ("prune", "--yes", "--keep-last", "1")):
+        result = cli(*args, folder)
+        assert result.exit_code == 1
+        assert "is a symlink" in result.stderr
+    assert tree(folder) == before and not any(elsewhere.iterdir())
+
+
+def test_an_undo_killed_between_link_and_unlink_is_finished_by_the_next(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    cli("repair", "--yes", folder)
+    quarantine = next((folder / ".ckptdoctor" / "quarantine").iterdir())
+    manifest = json.loads((quarantine / "manifest.json").read_text())
+    (quarantine / "manifest.json").write_text(json.dumps({**manifest, "state": "undoing"}))
+    os.link(quarantine / "files" / "model-7.bpk", folder / "model-7.bpk")  # linked back, not yet unlinked
+    result = cli("repair", "--undo", "--yes", folder)
     assert result.exit_code == 0, result.stderr
-    assert (folder.parent / "outside.bin").read_bytes() == b"keep me"
-    assert not (quarantine / "files" / "model-7.bpk").exists(), "model-7.bpk was written after that manifest"
+    assert tree(folder) == before
+    assert not quarantine.exists()
+
+
+def test_undo_leaves_a_pointer_rewritten_after_its_plan(tmp_path, cli, monkeypatch):
+    import ckptdoctor.actions
+
+    folder = deepspeed_run(tmp_path / "ds")
+    cli("repair", "--yes", folder)
+    real_restore = ckptdoctor.actions.restore
+
+    def trainer_writes_first(found, root):
+        (folder / "latest").write_text("global_step400")  # while the prompt waited
+        return real_restore(found, root)
+
+    monkeypatch.setattr(ckptdoctor.actions, "restore", trainer_writes_first)
+    result = cli("repair", "--undo", "--yes", folder)
+    assert (folder / "latest").read_text() == "global_step400", "the trainer's newer pointer is kept"
+    assert (folder / "global_step300").is_dir(), "what was moved is put back"
+    assert result.exit_code == 1 and "latest changed in the run while undoing" in result.stderr
+    kept = next((folder / ".ckptdoctor" / "quarantine").glob("*/files/latest"))
+    assert kept.read_text() == "global_step300", "the old pointer stays in the quarantine"
 
 
 def test_json_plan_is_the_whole_document(tmp_path, cli):
@@ -612,3 +686,46 @@ def test_a_damaged_manifest_stops_repair_with_a_clear_message(tmp_path, cli):
         assert result.exit_code == 1
         assert str(manifest.relative_to(tmp_path)) in result.stderr.replace(str(tmp_path) + "/", "") and "cannot be read" in result.stderr
     assert quarantined(folder) == {"model-7.bpk", "scheduler-7.bpk", "model-8.bpk.tmp"}
+
+
+def test_what_is_written_while_the_prompt_waited_is_left(tmp_path, cli, monkeypatch):
+    import ckptdoctor.actions
+
+    folder = broken_burn_run(tmp_path)
+    real_quarantine = ckptdoctor.actions.quarantine
+
+    def trainer_writes_first(plan, since, busy=frozenset()):
+        time.sleep(0.01)
+        (folder / "model-7.bpk").write_bytes((folder / "model-7.bpk").read_bytes())
+        return real_quarantine(plan, since, busy)
+
+    monkeypatch.setattr(ckptdoctor.actions, "quarantine", trainer_writes_first)
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert (folder / "model-7.bpk").is_file() and (folder / "scheduler-7.bpk").is_file(), "none of epoch 7 moves"
+    assert quarantined(folder) == {"model-8.bpk.tmp"}
+    assert "left 2 entries written or opened since the plan was made" in result.stderr
+    manifest = json.loads(next((folder / ".ckptdoctor" / "quarantine").glob("*/manifest.json")).read_text())
+    assert [line["path"] for line in manifest["entries"]] == ["model-8.bpk.tmp"], "the manifest lists what moved"
+
+
+def test_undo_of_a_repair_killed_before_it_moved_anything_removes_its_quarantine(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    quarantine = _interrupted(folder, [{"path": "model-7.bpk", "index": 7, "reasons": ["r"], "bytes": 1}], written=time.time())
+    result = cli("repair", "--undo", "--yes", folder)
+    assert result.exit_code == 0 and "Nothing to restore" in result.stderr
+    assert not quarantine.exists() and tree(folder) == before
+
+
+def test_finishing_a_repair_keeps_in_its_manifest_what_had_moved(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    before = tree(folder)
+    lines = [{"path": name, "index": 7, "reasons": ["r"], "bytes": 1} for name in ("model-7.bpk", "scheduler-7.bpk")]
+    quarantine = _interrupted(folder, lines, written=time.time())
+    os.rename(folder / "model-7.bpk", quarantine / "files" / "model-7.bpk")  # moved before the kill
+    assert cli("repair", "--yes", folder).exit_code == 0
+    manifest = json.loads((quarantine / "manifest.json").read_text())
+    assert {line["path"] for line in manifest["entries"]} == {"model-7.bpk", "scheduler-7.bpk"}
+    _undo_everything(folder)
+    assert tree(folder) == before

@@ -733,7 +733,10 @@ def test_deepspeed_a_tag_still_being_saved_keeps_latest_as_it_is(tmp_path, cli):
     before = tree(folder)
     result = cli("repair", "--json", "--yes", folder)
     assert result.exit_code == 0, result.stderr
-    assert [item["action"] for item in result.json["plan"]] == ["keep", "keep"]
+    assert [item["action"] for item in result.json["plan"]] == ["keep", "keep", "keep"]
+    pointer = result.json["plan"][-1]
+    assert Path(pointer["paths"][0]).name == "latest"
+    assert pointer["reasons"][-1] == "step 200 may still be being saved: left as it is"
     assert (folder / "latest").read_text() == "global_step200"
     assert tree(folder) == before and no_quarantine_left(home(folder))
 

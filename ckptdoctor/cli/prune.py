@@ -128,12 +128,14 @@ def prune(
             report, runs = scan_runs(paths, "prune")
             runs = [run for run in runs if os.path.realpath(retention.run_root(run)) in roots]
         plans = []
+        planned: dict[str, tuple[Run, float]] = {}
         try:
             for run in runs:
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
                 world = dataclasses.replace(circumstances(run, time.time(), quiet), metrics=values)
                 plans.append(retention.plan(run, layout_named(run.layout), policy, world))
+                planned[run.path] = (run, world.now)
         except (MetricsError, retention.PolicyError) as error:
             say(f"ckptdoctor: error: {error}")
             raise typer.Exit(EXIT_USAGE) from error
@@ -146,9 +148,13 @@ def prune(
         if not yes:
             confirm("Delete them?", human, "nothing was deleted")
         for plan in doomed:
-            done = actions.delete(plan)
+            run, since = planned[plan.run]
+            # again now: the prompt may have waited while a trainer wrote or opened files
+            done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
             if not quiet:
                 say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
+            if done.left:
+                say(f"{plan.run}: left {done.left} entries written or opened since the plan was made; the next prune looks again.")
     raise typer.Exit(EXIT_OK)
 
 

@@ -120,13 +120,16 @@ def _repair(
         report, rescanned = scan_runs(paths, "repair")
         runs = [run for run in rescanned if run_root(run) in roots]
     plans: list[tuple[Plan, str]] = []
+    planned: dict[str, tuple[Run, float]] = {}
     refused: list[str] = []
     for run in runs:
         findings = [finding for finding in report.findings if finding.run == run.path]
+        world = circumstances(run, time.time(), quiet)
         try:
-            plans.append((repair.plan(run, layout_named(run.layout), findings, circumstances(run, time.time(), quiet), min_age), run.unit.value))
+            plans.append((repair.plan(run, layout_named(run.layout), findings, world, min_age), run.unit.value))
         except repair.Refused as refusal:
             refused.append(str(refusal))
+        planned[run.path] = (run, world.now)
     _show(plans, report, dry_run, human, quiet, output, show_all)
     for reason in refused:
         say(f"ckptdoctor: error: {reason}")
@@ -139,13 +142,17 @@ def _repair(
     if not yes:
         confirm("Move and re-point them?", human, "nothing was moved")
     for plan in acting:
-        moved = actions.quarantine(plan)
+        run, since = planned[plan.run]
+        # again now: the prompt may have waited while a trainer wrote or opened files
+        moved = actions.quarantine(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
         if not quiet:
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             say(
                 f"{plan.run}: quarantined {moved.entries} entr{'y' if moved.entries == 1 else 'ies'} ({size(moved.bytes)}) "
                 f"in {moved.folder}{pointers}; `ckptdoctor repair --undo {plan.run}` puts it all back."
             )
+        if moved.left:
+            say(f"{plan.run}: left {moved.left} entries written or opened since the plan was made; the next repair looks again.")
     if human and not quiet:
         from ckptdoctor.render.human import resume_line
 
@@ -183,18 +190,27 @@ def _undo(
     if blocked:
         say("Nothing was restored.")
         return EXIT_FINDINGS
-    acting = [(plan, found) for (plan, _), (*_, found) in zip(plans, chosen, strict=True) if plan.acting(Action.RESTORE)]
+    pairs = [(plan, found) for (plan, _), (*_, found) in zip(plans, chosen, strict=True)]
+    acting = [(plan, found) for plan, found in pairs if plan.acting(Action.RESTORE)]
+    if not dry_run:
+        for plan, found in pairs:
+            if not plan.acting(Action.RESTORE):
+                actions.restore(found, plan.root)  # nothing in it to put back (a repair killed early): it goes
     if dry_run or not acting:
         if human and not quiet:
             say("Dry run: nothing was restored." if dry_run else "Nothing to restore.")
         return EXIT_OK
     if not yes:
         confirm("Put them back?", human, "nothing was restored")
+    outcome = EXIT_OK
     for plan, found in acting:
-        restored = actions.restore(found, plan.root)
+        restored, left = actions.restore(found, plan.root)
         if not quiet:
             say(f"{plan.run}: put back {restored} entr{'y' if restored == 1 else 'ies'} from {found.folder}.")
-    return EXIT_OK
+        for path in left:
+            say(f"ckptdoctor: error: {path} changed in the run while undoing: left as it is; the quarantined one stays in {found.folder}")
+            outcome = EXIT_FINDINGS
+    return outcome
 
 
 def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str, str, str]]:
