@@ -729,3 +729,17 @@ def test_finishing_a_repair_keeps_in_its_manifest_what_had_moved(tmp_path, cli):
     assert {line["path"] for line in manifest["entries"]} == {"model-7.bpk", "scheduler-7.bpk"}
     _undo_everything(folder)
     assert tree(folder) == before
+
+
+def test_two_repairs_at_once_one_exits_3_and_the_run_ends_repaired(tmp_path):
+    folder, doomed = _crashing_run(tmp_path)
+    before = tree(folder)
+    kept = {name: digest for name, digest in before.items() if name not in doomed}
+    first, second = _ckptdoctor("repair", "--yes", folder), _ckptdoctor("repair", "--yes", folder)
+    said = [first.communicate(timeout=120)[1], second.communicate(timeout=120)[1]]
+    codes = sorted([first.returncode, second.returncode])
+    assert codes in ([0, 0], [0, 3]), (codes, said)
+    if codes == [0, 3]:
+        assert "locked by another ckptdoctor" in "".join(said)
+    assert tree(folder) == kept
+    assert quarantined(folder) == doomed
