@@ -1,3 +1,18 @@
 """ckptdoctor: a checkpoint doctor for machine-learning training runs."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "preflight"]
+
+
+def __getattr__(name: str) -> Any:
+    # `ckptdoctor.preflight` without importing the scanner for every command-line start
+    if name == "preflight":
+        from ckptdoctor.preflight import preflight
+
+        return preflight
+    raise AttributeError(f"module 'ckptdoctor' has no attribute {name!r}")

@@ -13,7 +13,10 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ckptdoctor.disk import DiskCheck
 
 
 class Severity(str, enum.Enum):
@@ -369,9 +372,16 @@ class Report:
     errors: tuple[ScanError, ...] = ()
     unrecognised: tuple[str, ...] = ()
     """Checkpoint-like files (by suffix) in folders that no layout recognises: listed, not judged."""
+    disk: DiskCheck | None = None
+    """``diskcheck``: the volume, the next save and the runway."""
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
+
+    @property
+    def ok(self) -> bool:
+        """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
+        return not any(f.severity is Severity.ERROR for f in self.findings)
 
 
 

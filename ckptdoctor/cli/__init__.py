@@ -13,6 +13,7 @@ import typer
 
 from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
+from ckptdoctor.cli.diskcheck import diskcheck
 from ckptdoctor.cli.inspect import inspect
 from ckptdoctor.cli.prune import prune
 from ckptdoctor.cli.repair import repair
@@ -32,6 +33,7 @@ app.command()(inspect)
 app.command()(verify)
 app.command()(prune)
 app.command()(repair)
+app.command()(diskcheck)
 app.command()(rules)
 
 

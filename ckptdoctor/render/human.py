@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ckptdoctor.disk import DiskCheck
 from ckptdoctor.model import (
     Action,
     Checkpoint,
@@ -39,6 +40,9 @@ _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", 
 
 
 def render(report: Report, console: Console, show_all: bool = False) -> None:
+    if report.disk is not None:
+        console.print(_disk_block(report, report.disk, show_all, console.width))
+        return
     by_run: dict[str | None, list[Finding]] = {}
     for finding in report.findings:
         by_run.setdefault(finding.run, []).append(finding)
@@ -114,6 +118,54 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
         parts.append(_findings(findings, width))
     parts.append(resume_line(run))
     return Group(*parts)
+
+
+BAR_WIDTH = 32
+
+
+def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> RenderableType:
+    """A bar per checkpoint of its size, then the next save, the free space and the runway in one line."""
+    from rich.bar import Bar
+
+    run = next((r for r in report.runs if r.checkpoints and (r.path == disk.path or disk.path.endswith(r.path))), None)
+    run = run or next((r for r in report.runs if r.checkpoints), None)
+    volume = disk.volume
+    where = f"{volume.fstype} on {volume.mountpoint}" if volume else "volume unknown"
+    title = f"{run.layout} · {len(run.checkpoints)} {run.unit.value}s · {where}" if run else where
+    parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
+    sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
+    if sizes:
+        table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+        table.add_column((run.unit.value if run else "index").upper(), justify="right", no_wrap=True)
+        table.add_column("SIZE", no_wrap=True)
+        table.add_column("", justify="right", no_wrap=True)
+        largest = max([b for _, b in sizes] + [disk.estimate.bytes if disk.estimate else 0]) or 1
+        for index, nbytes in sizes:
+            table.add_row(str(index), Bar(largest, 0, nbytes, width=BAR_WIDTH, color="cyan"), size(nbytes))
+        if disk.estimate is not None:
+            table.add_row("next", Bar(largest, 0, disk.estimate.bytes, width=BAR_WIDTH, color="yellow"), size(disk.estimate.bytes))
+        parts.append(table)
+        if len(sizes) < len(disk.sizes):
+            parts.append(Text(f"… {len(disk.sizes) - len(sizes)} older not shown (--all shows them)", style="dim"))
+    parts.append(Text(disk_line(disk)))
+    if report.findings:
+        parts.append(_findings(list(report.findings), width))
+    return Group(*parts)
+
+
+def disk_line(disk: DiskCheck) -> str:
+    """``next save ≈ 2.1 GiB; 14.3 GiB free; room for 6 more saves at keep-last 3``."""
+    volume, guess = disk.volume, disk.estimate
+    free = f"{size(volume.free_bytes)} free" if volume else "free space unknown"
+    if guess is None:
+        return f"{free}; the next save cannot be estimated: the run has no complete checkpoint (give --model or --model-bytes, and --optimizer)"
+    retention = f" at keep-last {disk.keep_last}" if disk.keep_last else ""
+    if disk.saves_until_full is None:
+        runway = f"keep-last {disk.keep_last} keeps the run within it" if disk.keep_last else "runway unknown"
+    else:
+        n = disk.saves_until_full
+        runway = f"room for {n} more save{'s' if n != 1 else ''}{retention or ' (nothing deleted between saves)'}"
+    return f"next save ≈ {size(guess.bytes)} ({guess.basis}); needs {size(disk.needed_bytes)} with headroom; {free}; {runway}"
 
 
 def _contents(file: CheckpointFile) -> Text:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ckptdoctor import __version__
+from ckptdoctor.disk import DiskCheck
 from ckptdoctor.model import (
     Checkpoint,
     CheckpointFile,
@@ -41,7 +42,30 @@ def document(report: Report) -> dict[str, Any]:
     }
     if report.errors:
         body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
+    if report.disk is not None:
+        body["disk"] = disk_entry(report.disk)
     return body
+
+
+def disk_entry(disk: DiskCheck) -> dict[str, Any]:
+    """DESIGN §3.3's ``disk`` block, and what the figures rest on."""
+    volume, guess = disk.volume, disk.estimate
+    return {
+        "path": disk.path,
+        "fstype": volume.fstype if volume else None,
+        "mountpoint": volume.mountpoint if volume else None,
+        "network": volume.network if volume else None,
+        "total_bytes": volume.total_bytes if volume else None,
+        "free_bytes": volume.free_bytes if volume else None,
+        "free_inodes": volume.free_inodes if volume else None,
+        "writable": disk.writable,
+        "next_save_bytes": guess.bytes if guess else None,
+        "next_save_files": guess.files if guess else None,
+        "estimate_basis": guess.basis if guess else None,
+        "needed_bytes": disk.needed_bytes if guess else None,
+        "keep_last": disk.keep_last,
+        "saves_until_full": disk.saves_until_full,
+    }
 
 
 def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool) -> str:

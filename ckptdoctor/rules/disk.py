@@ -6,8 +6,17 @@ save and the run's retention, writability, and the kind of filesystem.
 
 from __future__ import annotations
 
-from ckptdoctor.model import Severity
+from typing import TYPE_CHECKING
+
+from ckptdoctor.disk import RUNWAY
+from ckptdoctor.model import Finding, Run, Severity
+from ckptdoctor.rules._context import make_finding, resume_sentence
 from ckptdoctor.rules._rule import Rule
+from ckptdoctor.units import size
+
+if TYPE_CHECKING:
+    from ckptdoctor.disk import DiskCheck
+    from ckptdoctor.layouts import Layout
 
 INSUFFICIENT_SPACE = Rule(
     code="CKD501",
@@ -166,4 +175,38 @@ RULES: tuple[Rule, ...] = (
 )
 
 CHECKS: tuple[()] = ()
-"""Checks of this family arrive with `verify` and `diskcheck`; the rules are documented already."""
+"""These rules need the volume, not only the run: ``diskcheck`` (and ``ckptdoctor.preflight``)
+fire them through ``findings``."""
+
+
+def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY) -> tuple[Finding, ...]:
+    """CKD501–505 for ``disk``: the next save against the free space and inodes, the runway
+    under retention, writability and the kind of filesystem."""
+    where = run.path if run is not None else disk.path
+    context = {"run": where, "unit": run.unit.value if run is not None else "checkpoint"}
+    if run is not None and layout is not None:
+        context["resume"] = resume_sentence(run, layout)
+    found = []
+
+    def add(rule: Rule, message: str) -> None:
+        found.append(make_finding(rule, message, where, None, disk.path, None, context))
+
+    if not disk.writable:
+        add(NOT_WRITABLE, f"the next save cannot be written: {disk.why_not_writable}")
+    volume, guess = disk.volume, disk.estimate
+    if volume is None:
+        return tuple(found)
+    if guess is not None and volume.free_bytes < disk.needed_bytes:
+        add(
+            INSUFFICIENT_SPACE,
+            f"the next save needs about {size(disk.needed_bytes)} ({guess.basis}, with headroom) but only "
+            f"{size(volume.free_bytes)} is free on {volume.mountpoint}",
+        )
+    elif guess is not None and disk.saves_until_full is not None and disk.saves_until_full < runway:
+        retention = f"at keep-last {disk.keep_last}" if disk.keep_last else "with nothing deleted between saves"
+        add(SPACE_RUNWAY, f"room for only {disk.saves_until_full} more save{'s' if disk.saves_until_full != 1 else ''} {retention} ({size(volume.free_bytes)} free, {size(guess.bytes)} each)")
+    if guess is not None and volume.free_inodes is not None and volume.free_inodes < guess.files * runway:
+        add(LOW_INODES, f"only {volume.free_inodes} free inodes on {volume.mountpoint}; one save creates {guess.files} files")
+    if volume.network:
+        add(NETWORK_FILESYSTEM, f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name")
+    return tuple(found)

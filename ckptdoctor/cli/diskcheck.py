@@ -1,0 +1,102 @@
+"""``ckptdoctor diskcheck``: will the next save fit, how many more will, and can this folder take them?"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckptdoctor.cli._output import (
+    EXIT_USAGE,
+    AllFlag,
+    ExitZeroFlag,
+    FailOn,
+    FailOnOption,
+    FormatOption,
+    JsonFlag,
+    OutputFormat,
+    OutputOption,
+    QuietFlag,
+    emit,
+    say,
+)
+
+Folder = Annotated[str, typer.Argument(help="The run's checkpoint folder (it need not exist yet).", show_default=".")]
+ModelBytes = Annotated[str | None, typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MB, or bytes).", metavar="SIZE")]
+ModelFile = Annotated[str | None, typer.Option("--model", help="For a run with no checkpoint yet: a saved model whose size to use.", metavar="FILE")]
+Optimizer = Annotated[str | None, typer.Option("--optimizer", help="With --model or --model-bytes: adam, adamw, sgd, sgd-momentum, adagrad, rmsprop, lion or adafactor.", metavar="KIND")]
+KeepLast = Annotated[int | None, typer.Option("--keep-last", min=1, help="The run's retention (default: [tool.ckptdoctor.prune] keep-last, if set).", metavar="N")]
+Margin = Annotated[float, typer.Option("--margin", min=0.0, help="Headroom on top of the estimate, as a fraction.")]
+Runway = Annotated[int, typer.Option("--runway", min=1, help="Warn (CKD502) when fewer saves than this fit.", metavar="N")]
+
+
+def diskcheck(
+    path: Folder = ".",
+    model_bytes: ModelBytes = None,
+    model: ModelFile = None,
+    optimizer: Optimizer = None,
+    keep_last: KeepLast = None,
+    margin: Margin = 0.10,
+    runway: Runway = 3,
+    fmt: FormatOption = OutputFormat.HUMAN,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    exit_zero: ExitZeroFlag = False,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+) -> None:
+    """Before a job starts or from cron: will the next save fit, how many more will under the
+    run's retention, and is the folder a safe place to save (writable, enough inodes, not a
+    network filesystem)? Exit 1 when the next save does not fit or cannot be written.
+
+    The next save is the largest of the run's last 3 complete checkpoints; for a run with none,
+    the model's size plus the optimizer's state (--model or --model-bytes, and --optimizer).
+
+    Examples:
+
+      ckptdoctor diskcheck runs/exp1/checkpoint --keep-last 3
+
+      ckptdoctor diskcheck /scratch/new-run --model-bytes 7GiB --optimizer adamw
+    """
+    from ckptdoctor.config import ConfigError, prune_settings
+    from ckptdoctor.disk import EstimateError
+    from ckptdoctor.preflight import preflight
+
+    try:
+        if keep_last is None:
+            configured = prune_settings()[0].get("keep-last")
+            keep_last = configured if isinstance(configured, int) and configured > 0 else None
+        report = preflight(
+            path,
+            model_bytes=parse_size(model_bytes) if model_bytes is not None else None,
+            model=model,
+            optimizer=optimizer.lower() if optimizer else None,
+            keep_last=keep_last,
+            margin=margin,
+            runway=runway,
+        )
+    except (ConfigError, EstimateError, ValueError) as error:
+        say(f"ckptdoctor: error: {error}")
+        raise typer.Exit(EXIT_USAGE) from error
+    except OSError as error:
+        say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
+        raise typer.Exit(EXIT_USAGE) from error
+    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``1.5GiB``, ``800MB``, ``7G`` (binary, as ``du -h``), or bytes; ValueError otherwise."""
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = cleaned[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or value < 0:
+        raise ValueError(f"--model-bytes: not a size: {text!r} (use e.g. 1.5GiB, 800MB or a number of bytes)")
+    return int(value * _UNITS[unit])

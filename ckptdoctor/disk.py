@@ -1,0 +1,250 @@
+"""Will the next save fit? The volume under a run, the size of its next save, and how many more
+saves its retention leaves room for (``diskcheck``, ``ckptdoctor.preflight``).
+
+``estimate`` and ``runway`` are pure; ``volume`` and ``probe`` ask the system (psutil, statvfs,
+and one probe file that is written, fsynced and removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ckptdoctor.layouts import Layout
+from ckptdoctor.model import Run, Status
+
+OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType(
+    {
+        "adam": 2.0,
+        "adamw": 2.0,
+        "sgd": 0.0,
+        "sgd-momentum": 1.0,
+        "adagrad": 1.0,
+        "rmsprop": 1.0,
+        "lion": 1.0,
+        "adafactor": 0.1,
+    }
+)
+"""Optimizer state per byte of parameters, when it is kept in the parameters' dtype: Adam and
+AdamW keep two moments; SGD with momentum, Adagrad (sum of squares), RMSprop (square average)
+and Lion (momentum) one buffer; plain SGD none; Adafactor only row and column statistics of each
+matrix (a small fraction; 0.1 is a generous bound)."""
+
+RECENT = 3
+"""How many of the newest complete checkpoints the estimate looks at (the largest wins)."""
+MARGIN = 0.10
+"""Headroom on top of the estimate: saves vary (metadata, growing state), and filesystems
+allocate in blocks."""
+RUNWAY = 3
+"""Fewer saves than this left before the disk is full is CKD502."""
+
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "cephfs",
+        "glusterfs", "9p", "afs", "ocfs2", "gfs2", "panfs", "wekafs", "davfs", "fuse", "fuseblk",
+    }
+)  # fmt: skip
+"""Filesystems whose writes can fail part-way for reasons local disks rarely have (CKD504);
+every ``fuse.*`` type (s3fs, gcsfuse, sshfs, juicefs, …) too."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    """The filesystem that holds a path."""
+
+    path: str
+    """The folder asked about (or, when it does not exist yet, its nearest existing parent)."""
+    mountpoint: str
+    fstype: str
+    total_bytes: int
+    free_bytes: int
+    """Free to an unprivileged user (what a training job can use)."""
+    free_inodes: int | None
+    """None where the filesystem has no inode limit (btrfs, many network filesystems)."""
+
+    @property
+    def network(self) -> bool:
+        return self.fstype in NETWORK_FILESYSTEMS or self.fstype.startswith("fuse.")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The next save: its bytes and files, and where the figure comes from."""
+
+    bytes: int
+    files: int
+    """Files (inodes) one save creates."""
+    basis: str
+    """In words: ``the largest of the last 3 complete epochs``, ``model 1.2 GiB + adam state``."""
+
+
+@dataclass(frozen=True)
+class DiskCheck:
+    """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
+
+    path: str
+    volume: Volume | None
+    """None when nothing of the path can be reached (the finding says why)."""
+    writable: bool
+    why_not_writable: str
+    estimate: Estimate | None
+    """None for an empty run when no model size was given."""
+    needed_bytes: int
+    """The estimate plus headroom: what must be free for the next save."""
+    keep_last: int | None
+    saves_until_full: int | None
+    """How many more saves fit; None when retention keeps the run within the free space for good
+    (or nothing is known to estimate)."""
+    sizes: tuple[tuple[int, int], ...] = ()
+    """(index, bytes) of the run's checkpoints, oldest first."""
+
+
+class EstimateError(ValueError):
+    """A model size or optimizer that cannot be used (exit 2)."""
+
+
+def estimate(run: Run | None, layout: Layout | None, model_bytes: int | None = None, optimizer: str | None = None) -> Estimate | None:
+    """The next save of ``run``: the largest of its newest complete checkpoints (all roles), or,
+    for a run with none, the model's bytes plus the optimizer's state; None when nothing says."""
+    if run is not None and layout is not None:
+        complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:]
+        if complete:
+            largest = max(complete, key=lambda c: c.bytes)
+            unit = run.unit.value
+            basis = f"the largest of the last {len(complete)} complete {unit}{'s' if len(complete) != 1 else ''}: {unit} {largest.index}"
+            saved, extra = layout.save_footprint(run, largest.bytes)
+            files = len(largest.files) + (1 if largest.folder is not None else 0)
+            return Estimate(saved, files + (1 if extra else 0), basis + (f"; {extra}" if extra else ""))
+    if model_bytes is None:
+        return None
+    if optimizer is None:
+        raise EstimateError("--optimizer is needed with a model size: the optimizer's state is most of a save (adam keeps 2x the model)")
+    if optimizer not in OPTIMIZER_STATE:
+        raise EstimateError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIMIZER_STATE)})")
+    state = OPTIMIZER_STATE[optimizer]
+    return Estimate(math.ceil(model_bytes * (1 + state)), 3, f"model {_size(model_bytes)} + {optimizer} state ({state:g}x the model)")
+
+
+def needed(estimate: Estimate, margin: float = MARGIN) -> int:
+    return math.ceil(estimate.bytes * (1 + margin))
+
+
+def runway(estimate: Estimate, free_bytes: int, kept: int, keep_last: int | None, margin: float = MARGIN) -> int | None:
+    """How many more saves fit in ``free_bytes``: each adds ``estimate`` until retention (keep
+    the last ``keep_last``) deletes an older one *after* the new one is written. None when
+    retention holds the run within the free space for good. ``kept`` is how many the run holds."""
+    step = needed(estimate, margin)
+    if step <= 0:
+        return None
+    if keep_last is not None:
+        growth = max(0, keep_last - kept)
+        if free_bytes >= growth * estimate.bytes + step:
+            return None  # up to keep_last, then every save frees as much as it takes
+    return max(0, (free_bytes - step) // estimate.bytes + 1) if free_bytes >= step else 0
+
+
+def volume(path: str) -> Volume:
+    """The filesystem that holds ``path`` (or would hold it: its nearest existing parent);
+    OSError if nothing of it can be reached."""
+    import psutil  # only diskcheck pays for it
+
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    usage = psutil.disk_usage(existing)
+    info = os.statvfs(existing)
+    mountpoint, fstype = _mount(existing, psutil.disk_partitions(all=True))
+    return Volume(existing, mountpoint, fstype, usage.total, usage.free, info.f_favail if info.f_files else None)
+
+
+def _mount(path: str, partitions: Sequence[Any]) -> tuple[str, str]:
+    """The mount that holds ``path``: the longest mount point above its real path."""
+    real = os.path.realpath(path)
+    best = ("/", "unknown")
+    for partition in partitions:
+        point = partition.mountpoint
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]) and (len(point) > len(best[0]) or best[1] == "unknown"):
+            best = (point, partition.fstype)
+    return best
+
+
+def probe(folder: str) -> str:
+    """Why ``folder`` cannot take a save ('' when it can): a probe file is created, written,
+    fsynced and removed in it; a folder that does not exist yet is judged by whether it could be
+    created (nothing is created)."""
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            return f"{folder} exists and is not a folder"
+        parent = os.path.dirname(os.path.abspath(folder))
+        while not os.path.isdir(parent):
+            if os.path.lexists(parent):
+                return f"{parent} is not a folder"
+            parent = os.path.dirname(parent)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"{folder} does not exist, and {parent} does not let this user create it"
+        return ""
+    name = os.path.join(folder, f".ckptdoctor-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as error:
+        return f"cannot create a file in {folder}: {error.strerror}"
+    try:
+        try:
+            os.write(handle, b"\0" * 4096)
+            os.fsync(handle)
+        except OSError as error:
+            return f"cannot write to {folder}: {error.strerror}" + (" (the disk is full)" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "")
+        finally:
+            os.close(handle)
+    finally:
+        with contextlib.suppress(OSError):  # gone already, or the folder turned read-only: nothing to undo
+            os.unlink(name)
+    return ""
+
+
+def _size(n: int) -> str:
+    from ckptdoctor.units import size
+
+    return size(n)
+
+
+def check(
+    path: str,
+    run: Run | None,
+    layout: Layout | None,
+    model_bytes: int | None = None,
+    optimizer: str | None = None,
+    keep_last: int | None = None,
+    margin: float = MARGIN,
+) -> DiskCheck:
+    """Everything ``diskcheck`` measures about the folder ``path`` (the run's, or where one
+    will be): the volume, writability, the next save, and the runway under ``keep_last``."""
+    folder = _run_folder(run) if run is not None else path
+    try:
+        found: Volume | None = volume(folder)
+    except OSError:
+        found = None
+    why = probe(folder)
+    guess = estimate(run, layout, model_bytes, optimizer)
+    kept = len(run.checkpoints) if run is not None else 0
+    need = needed(guess, margin) if guess is not None else 0
+    left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
+    sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes)
+
+
+def _run_folder(run: Run) -> str:
+    from ckptdoctor.retention import run_root
+
+    return run_root(run)
