@@ -12,7 +12,7 @@ __all__ = ["__version__", "preflight"]
 def __getattr__(name: str) -> Any:
     # `ckptdoctor.preflight` without importing the scanner for every command-line start
     if name == "preflight":
-        from ckptdoctor.preflight import preflight
+        from ckptdoctor.api import preflight
 
         return preflight
     raise AttributeError(f"module 'ckptdoctor' has no attribute {name!r}")

@@ -59,9 +59,9 @@ def diskcheck(
 
       ckptdoctor diskcheck /scratch/new-run --model-bytes 7GiB --optimizer adamw
     """
+    from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.disk import EstimateError
-    from ckptdoctor.preflight import preflight
 
     try:
         if keep_last is None:

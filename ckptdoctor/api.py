@@ -1,4 +1,5 @@
-"""``ckptdoctor.preflight``: the ``diskcheck`` report, for training code to call before a save.
+"""The Python API. ``ckptdoctor.preflight``: the ``diskcheck`` report, for training code to call
+before a save.
 
     report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
     if not report.ok:
