@@ -1,0 +1,8 @@
+"""Training callbacks that run ``ckptdoctor.preflight`` before each save and stop training
+cleanly, with the rule's message and fixes, when the save would not fit or cannot be written:
+
+- ``ckptdoctor.integrations.lightning.DiskCheck`` (a Lightning ``Callback``)
+- ``ckptdoctor.integrations.transformers.DiskCheckCallback`` (an HF ``TrainerCallback``)
+
+Each module imports its framework; this package and the rest of ckptdoctor never do.
+"""

@@ -1,0 +1,213 @@
+"""The training callbacks (``ckptdoctor.integrations``) on a real small disk (a tmpfs, as root):
+real Lightning and HF Trainer runs stop cleanly before the save that would not fit, with
+CKD501's message, and every checkpoint already saved stays whole; with room, training and saving
+are untouched."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MiB = 2**20
+
+
+@pytest.fixture
+def disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A tmpfs of ``request.param`` MiB."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={request.param}m", "tmpfs", str(where)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+class Logged(logging.Handler):
+    """What the ``ckptdoctor`` logger said (pytest's caplog may be switched off)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def logged() -> Iterator[Logged]:
+    handler = Logged()
+    logger = logging.getLogger("ckptdoctor")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def errors_in(folder: Path) -> list[str]:
+    from ckptdoctor.scan import inspect
+
+    report, _ = inspect([str(folder)])
+    return [f.code for f in report.findings if f.severity.value == "error"]
+
+
+# --- Lightning ----------------------------------------------------------------------------------------
+
+
+def lightning_fit(root: Path, epochs: int, callbacks: list[Any]) -> Any:
+    """A real ``fit`` of a model with 0.5 MiB of parameters and AdamW (a save is ~1.5 MiB),
+    ``ModelCheckpoint`` keeping every epoch in ``root/checkpoints``."""
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class Wide(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(256, 512)
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            return self.layer(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    trainer = lightning.Trainer(
+        default_root_dir=root,
+        max_epochs=epochs,
+        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", save_top_k=-1), *callbacks],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Wide(), torch.utils.data.DataLoader(torch.randn(8, 256), batch_size=4))
+    return trainer
+
+
+@pytest.mark.parametrize("disk", [4], indirect=True)
+def test_lightning_stops_before_the_save_that_would_not_fit(disk, logged):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    trainer = lightning_fit(disk, 6, [check])
+    saved = sorted(p.name for p in (disk / "checkpoints").iterdir())
+    assert saved == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"], "two 1.5 MiB saves fit in 4 MiB, the third does not"
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert trainer.current_epoch < 6 and trainer.should_stop
+    assert "CKD501 insufficient-space" in logged.text and "fix:" in logged.text
+    assert errors_in(disk / "checkpoints") == [], "every checkpoint saved is whole"
+    with pytest.raises((RuntimeError, OSError)):  # the prediction was right: that save does not fit
+        trainer.save_checkpoint(disk / "checkpoints" / "epoch=2-step=6.ckpt")
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_first_save_is_judged_from_the_model_and_its_optimizer(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    lightning_fit(disk, 3, [check])
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert "adamw state" in check.stopped.message
+    assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("disk", [64], indirect=True)
+def test_lightning_with_room_trains_and_saves_untouched(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    trainer = lightning_fit(disk, 4, [check])
+    assert check.stopped is None and check.report is not None and check.report.ok
+    assert trainer.current_epoch == 4
+    assert len(list((disk / "checkpoints").glob("epoch=*.ckpt"))) == 4
+
+
+# --- HF Trainer ---------------------------------------------------------------------------------------
+
+
+def hf_train(output: Path, steps: int, callbacks: list[Any]) -> Any:
+    """A real ``Trainer.train`` of a small GPT-2 (a ``checkpoint-N`` is ~1.6 MiB), saving every step."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=64, vocab_size=512, n_positions=32))
+
+    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, index: int) -> dict[str, object]:
+            ids = torch.randint(0, 512, (16,))
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(output),
+        max_steps=steps,
+        save_steps=1,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("disk", [6], indirect=True)
+def test_hf_trainer_stops_before_the_save_that_would_not_fit(disk, logged):
+    from ckptdoctor.integrations.transformers import DiskCheckCallback
+
+    check = DiskCheckCallback()
+    trainer = hf_train(disk / "out", 8, [check])
+    saved = sorted((disk / "out").glob("checkpoint-*"))
+    assert 1 <= len(saved) < 8
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert trainer.state.global_step < 8
+    assert "CKD501 insufficient-space" in logged.text
+    assert errors_in(disk / "out") == [], "every checkpoint-N saved is whole"
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    one = sum(f.stat().st_size for f in saved[-1].iterdir())
+    assert free < one * 1.1, "the save it stopped before would not have fitted"
+
+
+@pytest.mark.parametrize("disk", [64], indirect=True)
+def test_hf_trainer_with_room_trains_and_saves_untouched(disk):
+    from ckptdoctor.integrations.transformers import DiskCheckCallback
+
+    check = DiskCheckCallback()
+    trainer = hf_train(disk / "out", 3, [check])
+    assert check.stopped is None and check.report is not None and check.report.ok
+    assert trainer.state.global_step == 3
+    assert sorted(p.name for p in (disk / "out").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+
+
+def test_the_integrations_package_and_the_core_import_no_framework():
+    code = (
+        "import sys, ckptdoctor, ckptdoctor.integrations, ckptdoctor.api, ckptdoctor.cli;"
+        "bad = [m for m in ('torch', 'lightning', 'transformers') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
