@@ -324,3 +324,13 @@ def test_preflight_is_the_report_diskcheck_prints(tmp_path, cli):
     assert report.ok and report.command == "diskcheck"
     assert printed["disk"]["next_save_bytes"] == report.disk.estimate.bytes
     assert printed["disk"]["saves_until_full"] == report.disk.saves_until_full
+
+
+def test_a_healthy_run_on_a_roomy_local_disk_is_quiet(tmp_path, cli):
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 4))
+    result = cli("diskcheck", "--json", "--keep-last", "3", run)
+    assert result.exit_code == 0 and result.codes() == []
+    disk = result.json["disk"]
+    assert disk["writable"] is True and disk["network"] is False and disk["saves_until_full"] is None
+    assert set(disk) >= {"path", "fstype", "total_bytes", "free_bytes", "free_inodes", "writable", "next_save_bytes", "saves_until_full"}

@@ -8,7 +8,6 @@ general terms.
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,13 +28,6 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "ratio": "the usual ratio",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
-
-PLANNED_COMMANDS: frozenset[str] = frozenset()
-"""Commands of the design that this version does not have yet. Fixes already name them (the
-rule table documents the whole product); until a command lands, a fix that needs it says so.
-A test keeps this in step with the commands the CLI registers."""
-_PLANNED = re.compile(r"`ckptdoctor (" + "|".join(sorted(PLANNED_COMMANDS)) + r")\b")
-
 
 @dataclass(frozen=True)
 class Rule:
@@ -67,7 +59,7 @@ class Rule:
     def fix_texts(self, context: Mapping[str, str] | None = None) -> tuple[str, ...]:
         """The fixes worded for ``context`` (a run's own names), generic where it is silent."""
         values = _Context(context or {})
-        return tuple(_mark_planned(_FORMATTER.vformat(fix, (), values)) for fix in self.fixes)
+        return tuple(_FORMATTER.vformat(fix, (), values) for fix in self.fixes)
 
     def placeholders(self) -> frozenset[str]:
         """Every placeholder the fixes use (tests check each is known)."""
@@ -75,14 +67,6 @@ class Rule:
         for fix in self.fixes:
             names.update(field for _, field, _, _ in _FORMATTER.parse(fix) if field)
         return frozenset(names)
-
-
-def _mark_planned(fix: str) -> str:
-    commands = sorted(set(_PLANNED.findall(fix)))
-    if not commands:
-        return fix
-    names = " and ".join(f"`{command}`" for command in commands)
-    return f"{fix} ({names}: not in this version of ckptdoctor yet)"
 
 
 class _Context(dict[str, str]):
