@@ -37,13 +37,18 @@ def preflight(
     from ckptdoctor.scan import scan
 
     path = os.fspath(run_dir)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{path} is not a folder: give the folder the run saves into")
     if model is not None and model_bytes is None:
+        if not os.path.isfile(model):
+            raise ValueError(f"--model {os.fspath(model)}: not a file")
         model_bytes = os.stat(model).st_size
-    runs: tuple[Run, ...] = scan([path]).runs if os.path.isdir(path) else ()
+    scanned = scan([path]) if os.path.isdir(path) else None
+    runs: tuple[Run, ...] = scanned.runs if scanned else ()
     run = _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
-    disk = check(path, run, layout, model_bytes, optimizer, keep_last, margin)
-    return Report("diskcheck", runs, findings(disk, run, layout, runway), disk=disk)
+    disk = check(path, run, model_bytes, optimizer, keep_last, margin)
+    return Report("diskcheck", runs, findings(disk, run, layout, runway), scanned.errors if scanned else (), disk=disk)
 
 
 def _largest(runs: tuple[Run, ...]) -> Run | None:

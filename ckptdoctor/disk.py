@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ckptdoctor.layouts import Layout
 from ckptdoctor.model import Run, Status
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType(
@@ -110,18 +109,17 @@ class EstimateError(ValueError):
     """A model size or optimizer that cannot be used (exit 2)."""
 
 
-def estimate(run: Run | None, layout: Layout | None, model_bytes: int | None = None, optimizer: str | None = None) -> Estimate | None:
+def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | None = None) -> Estimate | None:
     """The next save of ``run``: the largest of its newest complete checkpoints (all roles), or,
     for a run with none, the model's bytes plus the optimizer's state; None when nothing says."""
-    if run is not None and layout is not None:
+    if run is not None:
         complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:]
         if complete:
             largest = max(complete, key=lambda c: c.bytes)
             unit = run.unit.value
             basis = f"the largest of the last {len(complete)} complete {unit}{'s' if len(complete) != 1 else ''}: {unit} {largest.index}"
-            saved, extra = layout.save_footprint(run, largest.bytes)
             files = len(largest.files) + (1 if largest.folder is not None else 0)
-            return Estimate(saved, files + (1 if extra else 0), basis + (f"; {extra}" if extra else ""))
+            return Estimate(largest.bytes, files, basis)
     if model_bytes is None:
         return None
     if optimizer is None:
@@ -174,7 +172,7 @@ def _mount(path: str, partitions: Sequence[Any]) -> tuple[str, str]:
     for partition in partitions:
         point = partition.mountpoint
         inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]) and (len(point) > len(best[0]) or best[1] == "unknown"):
+        if inside and len(point) >= len(best[0]):  # on one mount point, the one listed last is on top
             best = (point, partition.fstype)
     return best
 
@@ -222,7 +220,6 @@ def _size(n: int) -> str:
 def check(
     path: str,
     run: Run | None,
-    layout: Layout | None,
     model_bytes: int | None = None,
     optimizer: str | None = None,
     keep_last: int | None = None,
@@ -236,7 +233,7 @@ def check(
     except OSError:
         found = None
     why = probe(folder)
-    guess = estimate(run, layout, model_bytes, optimizer)
+    guess = estimate(run, model_bytes, optimizer)
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None

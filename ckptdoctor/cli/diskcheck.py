@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -63,6 +64,9 @@ def diskcheck(
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.disk import EstimateError
 
+    if not math.isfinite(margin) or margin > 10:
+        say(f"ckptdoctor: error: --margin must be a fraction between 0 and 10, not {margin}")
+        raise typer.Exit(EXIT_USAGE)
     try:
         if keep_last is None:
             configured = prune_settings()[0].get("keep-last")
@@ -97,6 +101,6 @@ def parse_size(text: str) -> int:
         value = float(number)
     except ValueError:
         value = -1.0
-    if unit not in _UNITS or value < 0:
+    if unit not in _UNITS or not 0 <= value * _UNITS[unit] < 2**63:  # also rejects nan and inf
         raise ValueError(f"--model-bytes: not a size: {text!r} (use e.g. 1.5GiB, 800MB or a number of bytes)")
     return int(value * _UNITS[unit])

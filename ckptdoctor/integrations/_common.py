@@ -1,11 +1,16 @@
-"""What both callbacks share: sizing a model and its optimizer without importing torch, and the
-words that explain why training stopped."""
+"""What both callbacks share: sizing a model and its optimizer without importing torch, the
+preflight call that never breaks training, and the words that explain why training stopped."""
 
 from __future__ import annotations
 
+import logging
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from ckptdoctor.model import Finding, Report, Severity
+
+log = logging.getLogger("ckptdoctor")
 
 _OPTIMIZER_NAMES = {
     "adam": "adam",
@@ -19,6 +24,9 @@ _OPTIMIZER_NAMES = {
     "lion": "lion",
     "adafactor": "adafactor",
 }
+UNKNOWN_OPTIMIZER = "adamw"
+"""What an optimizer ckptdoctor does not know (NAdam, RAdam, a custom one) is sized as: two
+buffers per parameter, as most adaptive optimizers keep."""
 
 
 def parameter_bytes(model: Any) -> int:
@@ -26,19 +34,65 @@ def parameter_bytes(model: Any) -> int:
     return sum(int(p.numel()) * int(p.element_size()) for p in model.parameters())
 
 
-def optimizer_kind(optimizer: Any) -> str | None:
-    """``adamw``, ``sgd-momentum``, … for a torch optimizer (or a wrapper holding one), or None."""
+def optimizer_kind(optimizer: Any) -> str:
+    """``adamw``, ``sgd-momentum``, … for a torch optimizer (or a wrapper holding one)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate / Lightning wrappers
     name = type(inner).__name__.lower()
     if name == "sgd":
         groups = getattr(inner, "param_groups", [{}])
         return "sgd-momentum" if any(group.get("momentum", 0) for group in groups) else "sgd"
-    return _OPTIMIZER_NAMES.get(name)
+    return _OPTIMIZER_NAMES.get(name, UNKNOWN_OPTIMIZER)
 
 
-def blocking(report: Report) -> Finding | None:
-    """The finding that stops training: an error (the save does not fit, or cannot be written)."""
-    return next((f for f in report.findings if f.severity is Severity.ERROR), None)
+@dataclass(frozen=True)
+class Judge:
+    """One save's preflight, as a callback asks it."""
+
+    margin: float
+    keep_last: int | None
+
+    def preflight(self, folder: str | os.PathLike[str], model: Any, optimizer: Any) -> Report | None:
+        """The report for a save into ``folder`` of ``model`` with ``optimizer``'s state (None:
+        weights only). None when it cannot be made: a callback never breaks training."""
+        from ckptdoctor.api import preflight
+        from ckptdoctor.disk import EstimateError
+
+        try:
+            return preflight(
+                folder,
+                model_bytes=parameter_bytes(model) if model is not None else None,
+                optimizer=optimizer_kind(optimizer) if optimizer is not None else "sgd",
+                keep_last=self.keep_last,
+                margin=self.margin,
+            )
+        except (EstimateError, OSError, ValueError) as error:
+            log.warning("ckptdoctor could not check the disk before this save: %s", error)
+            return None
+
+    def blocking(self, report: Report | None) -> Finding | None:
+        """The finding that stops training: an error (the save does not fit, or cannot be written)."""
+        if report is None:
+            return None
+        return next((f for f in report.findings if f.severity is Severity.ERROR), None)
+
+    def staging(self, report: Report | None, folder: str, why: str) -> Finding | None:
+        """CKD501 when the save is first written whole to ``folder`` (another volume) and does not fit there."""
+        from ckptdoctor.disk import volume
+        from ckptdoctor.rules._context import make_finding
+        from ckptdoctor.rules.disk import INSUFFICIENT_SPACE
+        from ckptdoctor.units import size
+
+        disk = report.disk if report is not None else None
+        if disk is None or disk.estimate is None or disk.volume is None:
+            return None
+        try:
+            there = volume(folder)
+        except OSError:
+            return None
+        if there.mountpoint == disk.volume.mountpoint or there.free_bytes >= disk.needed_bytes:
+            return None
+        message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(there.free_bytes)} is free there"
+        return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, {"run": folder, "unit": "checkpoint"})
 
 
 def explain(finding: Finding) -> str:

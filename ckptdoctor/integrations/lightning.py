@@ -2,22 +2,24 @@
 
     trainer = Trainer(callbacks=[ModelCheckpoint(...), DiskCheck(keep_last=3)])
 
-Lightning runs checkpoint callbacks last, so this one looks first: when the next save would not
-fit (CKD501) or cannot be written (CKD503), it tells every ``ModelCheckpoint`` to skip it, sets
-``trainer.should_stop`` and logs the finding with its fixes; ``fit()`` then returns normally, and
-every checkpoint already saved stays whole.
+Lightning runs checkpoint callbacks last, so this one looks first, on the same schedule as each
+``ModelCheckpoint`` (its steps, epochs, and whether it saves at the end of the training epoch or
+of validation). When the save due would not fit (CKD501) or cannot be written (CKD503), on rank
+0's word every rank skips it, ``trainer.should_stop`` is set, and the finding is logged with its
+fixes: ``fit()`` returns normally, and every checkpoint already saved stays whole. Lightning
+writes a checkpoint to ``$TMPDIR`` before moving it into place, so that volume is checked too.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from typing import Any
 
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from ckptdoctor.api import preflight
-from ckptdoctor.integrations._common import blocking, explain, optimizer_kind, parameter_bytes
+from ckptdoctor.integrations._common import Judge, explain
 from ckptdoctor.model import Finding, Report
 
 log = logging.getLogger("ckptdoctor")
@@ -30,49 +32,73 @@ class DiskCheck(Callback):
         self.keep_last = keep_last
         self.margin = margin
         self.report: Report | None = None
-        """The last preflight report."""
+        """The last preflight report (rank 0)."""
         self.stopped: Finding | None = None
         """Why training was stopped, if it was."""
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-        steps = [cb for cb in _checkpointers(trainer) if cb._every_n_train_steps and trainer.global_step % cb._every_n_train_steps == 0]
-        self._check(trainer, pl_module, steps)
+        due = [cb for cb in _saving(trainer) if cb._every_n_train_steps >= 1 and trainer.global_step % cb._every_n_train_steps == 0]
+        self._check(trainer, pl_module, due)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        self._check(trainer, pl_module, _checkpointers(trainer))
+        due = [cb for cb in _saving(trainer) if cb._should_save_on_train_epoch_end(trainer) and _epoch_due(cb, trainer)]
+        self._check(trainer, pl_module, due)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.sanity_checking:
-            self._check(trainer, pl_module, _checkpointers(trainer))
-
-    def _check(self, trainer: Any, pl_module: Any, checkpointers: list[Any]) -> None:
-        if not checkpointers or self.stopped is not None or not trainer.is_global_zero:
+        if trainer.sanity_checking:
             return
+        due = [
+            cb
+            for cb in _saving(trainer)
+            if not cb._should_save_on_train_epoch_end(trainer) and (_epoch_due(cb, trainer) or getattr(cb, "_defer_save_until_validation", False))
+        ]
+        self._check(trainer, pl_module, due)
+
+    def _check(self, trainer: Any, pl_module: Any, due: list[Any]) -> None:
+        """Every rank comes here with the same ``due`` (the schedule is the same everywhere)."""
+        if not due or self.stopped is not None:
+            return
+        finding = None
+        if trainer.is_global_zero:
+            finding = self._judge(trainer, pl_module, due)
+        finding = trainer.strategy.broadcast(finding, src=0)
+        if finding is None:
+            return
+        self.stopped = finding
+        if trainer.is_global_zero:
+            log.error(explain(finding))
+        trainer.should_stop = True
+        for checkpointer in _checkpointers(trainer):
+            checkpointer._last_global_step_saved = trainer.global_step  # ModelCheckpoint's own "saved at this step": it skips
+            checkpointer.save_last = False  # and no last.ckpt at the end of training either
+
+    def _judge(self, trainer: Any, pl_module: Any, due: list[Any]) -> Finding | None:
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        for checkpointer in checkpointers:
+        for checkpointer in due:
             if checkpointer.dirpath is None:
                 continue
-            self.report = preflight(
-                checkpointer.dirpath,
-                model_bytes=parameter_bytes(pl_module),
-                optimizer=optimizer_kind(optimizer) if optimizer is not None else "sgd",
-                keep_last=self.keep_last if self.keep_last is not None else _keep_last(checkpointer),
-                margin=self.margin,
-            )
-            finding = blocking(self.report)
+            judge = Judge(self.margin, self.keep_last if self.keep_last is not None else _keep_last(checkpointer))
+            self.report = judge.preflight(checkpointer.dirpath, pl_module, None if checkpointer.save_weights_only else optimizer)
+            finding = judge.blocking(self.report) or judge.staging(self.report, tempfile.gettempdir(), "Lightning writes each checkpoint there first, then moves it")
             if finding is not None:
-                self.stopped = finding
-                log.error(explain(finding))
-                trainer.should_stop = True
-                for each in _checkpointers(trainer):
-                    each._last_global_step_saved = trainer.global_step  # Lightning's own "already saved" mark: skip
-                return
+                return finding
+        return None
 
 
 def _checkpointers(trainer: Any) -> list[Any]:
     return [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
 
 
+def _saving(trainer: Any) -> list[Any]:
+    """Checkpointers that may save at this point (Lightning's own conditions)."""
+    return [cb for cb in _checkpointers(trainer) if not cb._should_skip_saving_checkpoint(trainer)]
+
+
+def _epoch_due(checkpointer: Any, trainer: Any) -> bool:
+    every = checkpointer._every_n_epochs
+    return bool(every >= 1 and (trainer.current_epoch + 1) % every == 0)
+
+
 def _keep_last(checkpointer: Any) -> int | None:
     top = getattr(checkpointer, "save_top_k", -1)
-    return int(top) + (1 if getattr(checkpointer, "save_last", False) else 0) if top and top > 0 else None
+    return int(top) if top and top > 0 else None

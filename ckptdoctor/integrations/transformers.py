@@ -3,7 +3,8 @@
     trainer = Trainer(..., callbacks=[DiskCheckCallback()])
 
 When the save the Trainer is about to make would not fit (CKD501) or cannot be written
-(CKD503), it cancels that save, asks the Trainer to stop, and logs the finding with its fixes;
+(CKD503), on rank 0's word every rank cancels it (with ``save_strategy="best"``, the evaluation
+that would decide it), the Trainer is asked to stop, and the finding is logged with its fixes:
 ``train()`` returns normally, and every ``checkpoint-N`` already saved stays whole.
 """
 
@@ -14,8 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ckptdoctor.api import preflight
-from ckptdoctor.integrations._common import blocking, explain, optimizer_kind, parameter_bytes
+from ckptdoctor.integrations._common import Judge, explain
 from ckptdoctor.model import Finding, Report
 
 log = logging.getLogger("ckptdoctor")
@@ -28,7 +28,7 @@ class DiskCheckCallback(TrainerCallback):
         self.keep_last = keep_last
         self.margin = margin
         self.report: Report | None = None
-        """The last preflight report."""
+        """The last preflight report (rank 0)."""
         self.stopped: Finding | None = None
         """Why training was stopped, if it was."""
 
@@ -39,20 +39,34 @@ class DiskCheckCallback(TrainerCallback):
         return self._check(args, state, control, kwargs)
 
     def _check(self, args: Any, state: Any, control: Any, kwargs: dict[str, Any]) -> Any:
-        if not control.should_save or not state.is_world_process_zero:
+        # with save_strategy="best" the Trainer decides to save after the evaluation: judge before it
+        best = str(getattr(args.save_strategy, "value", args.save_strategy)) == "best"
+        if self.stopped is not None or not (control.should_save or (best and control.should_evaluate)):
             return control
-        model, optimizer = kwargs.get("model"), kwargs.get("optimizer")
-        self.report = preflight(
-            args.output_dir,
-            model_bytes=parameter_bytes(model) if model is not None else None,
-            optimizer=(optimizer_kind(optimizer) if optimizer is not None else None) or "adamw",
-            keep_last=self.keep_last if self.keep_last is not None else args.save_total_limit,
-            margin=self.margin,
-        )
-        finding = blocking(self.report)
+        finding = None
+        if state.is_world_process_zero:
+            judge = Judge(self.margin, self.keep_last if self.keep_last is not None else args.save_total_limit)
+            optimizer = None if args.save_only_model else kwargs.get("optimizer")
+            self.report = judge.preflight(args.output_dir, kwargs.get("model"), optimizer)
+            finding = judge.blocking(self.report)
+        finding = _from_rank_zero(finding)
         if finding is not None:
             self.stopped = finding
-            log.error(explain(finding))
+            if state.is_world_process_zero:
+                log.error(explain(finding))
             control.should_save = False
+            if best:
+                control.should_evaluate = False
             control.should_training_stop = True
         return control
+
+
+def _from_rank_zero(finding: Finding | None) -> Finding | None:
+    """Rank 0's decision on every rank (each must skip the same save, or the save's collectives hang)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return finding
+    box = [finding]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

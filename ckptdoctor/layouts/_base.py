@@ -124,10 +124,6 @@ class Layout:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
         return None
 
-    def save_footprint(self, run: Run, checkpoint_bytes: int) -> tuple[int, str]:
-        """What one more save of ``checkpoint_bytes`` writes, and why, if it is more."""
-        return checkpoint_bytes, ""
-
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """How to make the pointer file ``source`` (None: the one the framework expects and
         lacks) name ``checkpoint``; None where the pointer is not a file of its own to write."""

@@ -51,12 +51,6 @@ class LightningLayout(Layout):
                 found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
         return tuple(found)
 
-    def save_footprint(self, run: Run, checkpoint_bytes: int) -> tuple[int, str]:
-        copies = sum(1 for f in run.loose_files if Role.POINTER in f.roles and not f.entry.is_symlink)
-        if copies:  # save_last=True: every save writes last.ckpt again, as a full copy
-            return checkpoint_bytes * (1 + copies), "Lightning also writes last.ckpt, a full copy"
-        return checkpoint_bytes, ""
-
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """What the run used: a relative symlink (``save_last="link"``), or a copy. Never a
         symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
