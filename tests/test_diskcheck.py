@@ -332,3 +332,25 @@ def test_a_healthy_run_on_a_roomy_local_disk_is_quiet(tmp_path, cli):
     disk = result.json["disk"]
     assert disk["writable"] is True and disk["network"] is False and disk["saves_until_full"] is None
     assert set(disk) >= {"path", "fstype", "total_bytes", "free_bytes", "free_inodes", "writable", "next_save_bytes", "saves_until_full"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--margin", "nan"), "--margin must be a fraction"),
+        (("--margin", "1e308"), "--margin must be a fraction"),
+        (("--model-bytes", "1e400", "--optimizer", "adam"), "not a size"),
+        (("--model", "."), "not a file"),
+    ],
+)
+def test_odd_numbers_and_paths_are_usage_errors_not_tracebacks(tmp_path, cli, args, message):
+    result = cli("diskcheck", tmp_path / "run", *args)
+    assert result.exit_code == 2 and message in result.stderr
+    assert "internal error" not in result.stderr
+
+
+def test_a_file_is_not_a_checkpoint_folder(tmp_path, cli):
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 3))
+    result = cli("diskcheck", run / "model-1.bpk")
+    assert result.exit_code == 2 and "is not a folder" in result.stderr

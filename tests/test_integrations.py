@@ -71,9 +71,10 @@ def errors_in(folder: Path) -> list[str]:
 # --- Lightning ----------------------------------------------------------------------------------------
 
 
-def lightning_fit(root: Path, epochs: int, callbacks: list[Any]) -> Any:
+def lightning_fit(root: Path, epochs: int, callbacks: list[Any], optimizer: str = "AdamW", **checkpointing: Any) -> Any:
     """A real ``fit`` of a model with 0.5 MiB of parameters and AdamW (a save is ~1.5 MiB),
-    ``ModelCheckpoint`` keeping every epoch in ``root/checkpoints``."""
+    ``ModelCheckpoint`` keeping every epoch in ``root/checkpoints`` (unless ``checkpointing``
+    says otherwise)."""
     torch = pytest.importorskip("torch")
     lightning = pytest.importorskip("lightning")
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -87,13 +88,13 @@ def lightning_fit(root: Path, epochs: int, callbacks: list[Any]) -> Any:
             return self.layer(batch).pow(2).mean()
 
         def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+            return getattr(torch.optim, optimizer)(self.parameters(), lr=1e-3)
 
     torch.manual_seed(0)
     trainer = lightning.Trainer(
         default_root_dir=root,
         max_epochs=epochs,
-        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", save_top_k=-1), *callbacks],
+        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", **{"save_top_k": -1, **checkpointing}), *callbacks],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -145,7 +146,7 @@ def test_lightning_with_room_trains_and_saves_untouched(disk):
 # --- HF Trainer ---------------------------------------------------------------------------------------
 
 
-def hf_train(output: Path, steps: int, callbacks: list[Any]) -> Any:
+def hf_train(output: Path, steps: int, callbacks: list[Any], evaluate: bool = False, **arguments: Any) -> Any:
     """A real ``Trainer.train`` of a small GPT-2 (a ``checkpoint-N`` is ~1.6 MiB), saving every step."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -169,8 +170,9 @@ def hf_train(output: Path, steps: int, callbacks: list[Any]) -> Any:
         report_to=[],
         use_cpu=True,
         disable_tqdm=True,
+        **arguments,
     )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens() if evaluate else None, callbacks=callbacks)
     trainer.train()
     return trainer
 
@@ -211,3 +213,69 @@ def test_the_integrations_package_and_the_core_import_no_framework():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("disk", [64], indirect=True)
+def test_lightning_an_optimizer_ckptdoctor_does_not_know_is_sized_and_training_goes_on(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    trainer = lightning_fit(disk, 2, [check], optimizer="NAdam")
+    assert check.stopped is None and trainer.current_epoch == 2
+    assert len(list((disk / "checkpoints").glob("epoch=*.ckpt"))) == 2
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_weights_only_saves_are_sized_without_optimizer_state(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    lightning_fit(disk, 1, [check], save_weights_only=True)  # 0.5 MiB of weights in 1 MiB: fits
+    assert check.stopped is None
+    assert [p.name for p in (disk / "checkpoints").iterdir()] == ["epoch=0-step=2.ckpt"]
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_no_save_due_means_no_stop(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    trainer = lightning_fit(disk, 3, [check], every_n_train_steps=100)  # 2 steps an epoch: never saves
+    assert check.stopped is None and check.report is None
+    assert trainer.current_epoch == 3
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_a_blocked_first_save_writes_no_last_ckpt_either(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    check = DiskCheck()
+    lightning_fit(disk, 3, [check], save_last=True)  # returns normally
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_a_full_tmpdir_where_it_stages_saves_stops_training(disk, tmp_path, monkeypatch):
+    import tempfile
+
+    from ckptdoctor.integrations.lightning import DiskCheck
+
+    monkeypatch.setattr(tempfile, "tempdir", str(disk))  # Lightning writes each checkpoint there first
+    check = DiskCheck()
+    lightning_fit(tmp_path / "roomy", 2, [check])
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert str(disk) in check.stopped.message and "moves it" in check.stopped.message
+    assert not (tmp_path / "roomy" / "checkpoints").exists() or not any((tmp_path / "roomy" / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("disk", [2], indirect=True)
+def test_hf_trainer_save_strategy_best_is_judged_before_its_evaluation(disk):
+    from ckptdoctor.integrations.transformers import DiskCheckCallback
+
+    check = DiskCheckCallback()
+    best = {"eval_strategy": "steps", "eval_steps": 1, "save_strategy": "best", "metric_for_best_model": "loss"}
+    trainer = hf_train(disk / "out", 8, [check], evaluate=True, **best)
+    assert check.stopped is not None and check.stopped.code == "CKD501"
+    assert trainer.state.global_step < 8
+    assert not (disk / "out").exists() or errors_in(disk / "out") == [], "nothing half-saved"
