@@ -279,3 +279,47 @@ def test_hf_trainer_save_strategy_best_is_judged_before_its_evaluation(disk):
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert trainer.state.global_step < 8
     assert not (disk / "out").exists() or errors_in(disk / "out") == [], "nothing half-saved"
+
+
+_DDP_FIT = """
+import json, sys, warnings
+from pathlib import Path
+import torch, lightning
+from lightning.pytorch.callbacks import ModelCheckpoint
+from ckptdoctor.integrations.lightning import DiskCheck
+
+root = Path(sys.argv[1])
+
+class Wide(lightning.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(256, 512)
+    def training_step(self, batch, index):
+        return self.layer(batch).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+torch.manual_seed(0)
+check = DiskCheck()
+trainer = lightning.Trainer(
+    default_root_dir=root, max_epochs=6, accelerator="cpu", devices=2, strategy="ddp",
+    callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", save_top_k=-1), check],
+    logger=False, enable_progress_bar=False, enable_model_summary=False,
+)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    trainer.fit(Wide(), torch.utils.data.DataLoader(torch.randn(16, 256), batch_size=4))
+(root / f"rank{trainer.global_rank}.json").write_text(json.dumps({"stopped": check.stopped.code if check.stopped else None}))
+"""
+
+
+@pytest.mark.parametrize("disk", [4], indirect=True)
+def test_lightning_under_ddp_every_rank_skips_the_same_save_and_stops(disk, tmp_path):
+    pytest.importorskip("lightning")
+    script = tmp_path / "fit.py"
+    script.write_text(_DDP_FIT)
+    result = subprocess.run([sys.executable, str(script), str(disk)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [(disk / f"rank{rank}.json").read_text() for rank in (0, 1)] == ['{"stopped": "CKD501"}'] * 2
+    assert sorted(p.name for p in (disk / "checkpoints").iterdir()) == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]
+    assert errors_in(disk / "checkpoints") == []
