@@ -353,6 +353,16 @@ class Finding:
     message: str
     fixes: tuple[str, ...] = ()
 
+    @property
+    def fingerprint(self) -> str:
+        """Stable across runs of ckptdoctor and versions of its wording: the rule, the run, the
+        checkpoint and the file, never the message (sizes and counts in it change). SARIF's
+        ``partialFingerprints`` and baselines both key on it."""
+        import hashlib
+
+        key = "\x1f".join((self.code, self.run or "", "" if self.index is None else str(self.index), self.path or ""))
+        return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
 
 @dataclass(frozen=True)
 class ScanError:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 class OutputFormat(str, enum.Enum):
     HUMAN = "human"
     JSON = "json"
+    SARIF = "sarif"
+    JUNIT = "junit"
+    GITHUB = "github"
 
 
 class FailOn(str, enum.Enum):
@@ -112,6 +115,8 @@ def emit(
         from ckptdoctor.render import json as json_render
 
         text = json_render.render(report)
+    elif fmt is not OutputFormat.HUMAN:
+        text = machine(report, fmt)
     else:
         buffer = io.StringIO() if output else None
         from ckptdoctor.render import human
@@ -126,6 +131,34 @@ def emit(
         text = buffer.getvalue()
     write(text, output)
     raise typer.Exit(code)
+
+
+def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:
+    """The format asked for, ``--json`` being short for ``--format json``."""
+    return OutputFormat.JSON if as_json else fmt
+
+
+def machine(report: Report, fmt: OutputFormat) -> str:
+    """The report as SARIF, JUnit XML or GitHub annotations (``github`` also appends a Markdown
+    summary to ``$GITHUB_STEP_SUMMARY`` when it is set, as Actions does)."""
+    if fmt is OutputFormat.SARIF:
+        from ckptdoctor.render import sarif
+
+        return sarif.render(report)
+    if fmt is OutputFormat.JUNIT:
+        from ckptdoctor.render import junit
+
+        return junit.render(report)
+    from ckptdoctor.render import github
+
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        try:
+            with open(summary_file, "a", encoding="utf-8") as handle:
+                handle.write(github.summary(report))
+        except OSError as error:
+            say(f"ckptdoctor: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {error.strerror}")
+    return github.render(report)
 
 
 def say(line: str) -> None:

@@ -30,6 +30,8 @@ from ckptdoctor.cli._output import (
     OutputOption,
     Paths,
     QuietFlag,
+    chosen,
+    machine,
     say,
     stdout_console,
     write,
@@ -105,7 +107,8 @@ def prune(
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     report, runs = scan_runs(paths, "prune")
-    human = not (as_json or fmt is OutputFormat.JSON)
+    fmt = chosen(fmt, as_json)
+    human = fmt is OutputFormat.HUMAN
     console = stdout_console()
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}
     with failures_explained("prune"), contextlib.ExitStack() as held:
@@ -140,7 +143,7 @@ def prune(
             say(f"ckptdoctor: error: {error}")
             raise typer.Exit(EXIT_USAGE) from error
         doomed = [plan for plan in plans if plan.acting(Action.DELETE)]
-        _show(plans, runs, report, dry_run, human, quiet, output, show_all, console)
+        _show(plans, runs, report, dry_run, fmt, quiet, output, show_all, console)
         if dry_run or not doomed:
             if human and not quiet:
                 say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
@@ -186,12 +189,15 @@ def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
 
 
 def _show(
-    plans: list[Plan], runs: list[Run], report: Report, dry_run: bool, human: bool, quiet: bool, output: str | None, show_all: bool, console: Console
+    plans: list[Plan], runs: list[Run], report: Report, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, console: Console
 ) -> None:
-    if not human:
+    if fmt is OutputFormat.JSON:
         from ckptdoctor.render.json import plan_document
 
         write(plan_document(report, tuple(plans), dry_run), output)
+        return
+    if fmt is not OutputFormat.HUMAN:
+        write(machine(report, fmt), output)
         return
     if quiet:
         return

@@ -30,6 +30,8 @@ from ckptdoctor.cli._output import (
     OutputOption,
     Paths,
     QuietFlag,
+    chosen,
+    machine,
     say,
     stdout_console,
     write,
@@ -82,20 +84,21 @@ def repair(
     except ValueError as error:
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    human = not (as_json or fmt is OutputFormat.JSON)
+    fmt = chosen(fmt, as_json)
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
         if undo:
-            code = _undo(paths, report, runs, ident, dry_run, yes, human, quiet, output, show_all)
+            code = _undo(paths, report, runs, ident, dry_run, yes, fmt, quiet, output, show_all)
         else:
-            code = _repair(paths, report, runs, age, dry_run, yes, human, quiet, output, show_all)
+            code = _repair(paths, report, runs, age, dry_run, yes, fmt, quiet, output, show_all)
     raise typer.Exit(code)
 
 
 def _repair(
-    paths: list[str] | None, report: Report, runs: list[Run], min_age: float, dry_run: bool, yes: bool, human: bool, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], min_age: float, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
+    human = fmt is OutputFormat.HUMAN
     from ckptdoctor import actions, repair
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.model import Action
@@ -130,7 +133,7 @@ def _repair(
         except repair.Refused as refusal:
             refused.append(str(refusal))
         planned[run.path] = (run, world.now)
-    _show(plans, report, dry_run, human, quiet, output, show_all)
+    _show(plans, report, dry_run, fmt, quiet, output, show_all)
     for reason in refused:
         say(f"ckptdoctor: error: {reason}")
     acting = [plan for plan, _ in plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
@@ -164,8 +167,9 @@ def _repair(
 
 
 def _undo(
-    paths: list[str] | None, report: Report, runs: list[Run], ident: str | None, dry_run: bool, yes: bool, human: bool, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], ident: str | None, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
+    human = fmt is OutputFormat.HUMAN
     from ckptdoctor import actions
     from ckptdoctor.model import Action
     from ckptdoctor.repair import undo_plan
@@ -183,7 +187,7 @@ def _undo(
         say(f"ckptdoctor: error: no run given holds quarantine {ident}")
         return EXIT_USAGE
     plans = [(undo_plan(found, shown, root, place), unit) for shown, root, place, unit, found in chosen]
-    _show(plans, report, dry_run, human, quiet, output, show_all)
+    _show(plans, report, dry_run, fmt, quiet, output, show_all)
     blocked = [(found, item) for *_, found in chosen for item in found.items if item.state is actions.StoredState.CONFLICT]
     for found, item in blocked:
         say(f"ckptdoctor: error: {item.path} is in the run again and in {found.folder}: move one of them aside, then undo again")
@@ -232,11 +236,14 @@ def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str
     return roots
 
 
-def _show(plans: list[tuple[Plan, str]], report: Report, dry_run: bool, human: bool, quiet: bool, output: str | None, show_all: bool) -> None:
-    if not human:
+def _show(plans: list[tuple[Plan, str]], report: Report, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool) -> None:
+    if fmt is OutputFormat.JSON:
         from ckptdoctor.render.json import plan_document
 
         write(plan_document(report, tuple(plan for plan, _ in plans), dry_run), output)
+        return
+    if fmt is not OutputFormat.HUMAN:
+        write(machine(report, fmt), output)
         return
     if quiet:
         return

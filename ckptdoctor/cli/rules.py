@@ -8,6 +8,7 @@ import typer
 
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
+    EXIT_USAGE,
     FormatOption,
     JsonFlag,
     OutputFormat,
@@ -51,6 +52,14 @@ def rules(query: Query = None, fmt: FormatOption = OutputFormat.HUMAN, as_json: 
     if fmt is OutputFormat.JSON or as_json:
         typer.echo(json_render.rules_document(selected), nl=False)
         return
+    if fmt is OutputFormat.SARIF:
+        from ckptdoctor.render import sarif
+
+        typer.echo(sarif.render_rules(selected), nl=False)
+        return
+    if fmt is not OutputFormat.HUMAN:
+        stderr_console().print(f"`rules` prints the rule table: --format human, json or sarif, not {fmt.value}", markup=False)
+        raise typer.Exit(EXIT_USAGE)
     console = stdout_console()
     if query is None:
         console.print(human.rule_table(selected))

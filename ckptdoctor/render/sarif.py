@@ -1,0 +1,84 @@
+"""SARIF 2.1.0 for code scanning (GitHub, GitLab, Azure DevOps): the rule table with its full
+help, and one result per finding with its location and a stable fingerprint."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ckptdoctor import __version__
+from ckptdoctor.model import Finding, Report, Severity
+from ckptdoctor.rules import RULES, Rule
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def render(report: Report) -> str:
+    index = {rule.code: number for number, rule in enumerate(RULES)}
+    return _document(RULES, [_result(finding, index) for finding in report.findings], report.command)
+
+
+def render_rules(rules: tuple[Rule, ...]) -> str:
+    """``ckptdoctor rules --format sarif``: the rules alone, as a code-scanning tool describes itself."""
+    return _document(rules, [], "rules")
+
+
+def _document(rules: tuple[Rule, ...], results: list[dict[str, Any]], command: str) -> str:
+    document = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "ckptdoctor", "version": __version__, "rules": [_rule(r) for r in rules]}},
+                "automationDetails": {"id": f"ckptdoctor/{command}/"},
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _rule(rule: Rule) -> dict[str, Any]:
+    fixes = rule.fix_texts()
+    markdown = "\n\n".join(
+        [
+            f"**{rule.code} {rule.name}**: {rule.summary}",
+            f"**What it means.** {rule.meaning}",
+            f"**When it happens.** {rule.causes}",
+            "**How to fix it.**\n\n" + "\n".join(f"- {fix}" for fix in fixes),
+            *(["**Messages it explains.**\n\n" + "\n".join(f"- `{m}`" for m in rule.messages)] if rule.messages else []),
+        ]
+    )
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.meaning},
+        "help": {"text": "\n".join([rule.summary, *("Fix: " + fix for fix in fixes)]), "markdown": markdown},
+        "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+        "properties": {"tags": ["checkpoint", rule.name]},
+    }
+
+
+def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
+    where = finding.path or finding.run or "."
+    result: dict[str, Any] = {
+        "ruleId": finding.code,
+        "level": _LEVEL[finding.severity],
+        "message": {"text": finding.message},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(where)}}}],
+        "partialFingerprints": {"ckptdoctor/v1": finding.fingerprint},
+    }
+    if finding.code in index:
+        result["ruleIndex"] = index[finding.code]
+    if finding.fixes:
+        result["properties"] = {"fixes": list(finding.fixes), **({"index": finding.index} if finding.index is not None else {})}
+    return result
+
+
+def _uri(path: str) -> str:
+    """A relative URI reference: forward slashes, spaces and other reserved characters escaped."""
+    from urllib.parse import quote
+
+    return quote(path.replace("\\", "/"), safe="/")
