@@ -54,6 +54,8 @@ FailOnOption = Annotated[
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
 QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0 (for cron).")]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
+BaselineOption = Annotated[str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")]
+WriteBaselineOption = Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE (for --baseline) and exit 0.", metavar="FILE")]
 
 
 WIDTH_OFF_TERMINAL = 120
@@ -98,8 +100,11 @@ def emit(
     quiet: bool,
     show_all: bool = False,
     empty: tuple[str, ...] = (),
+    baseline: str | None = None,
+    write_baseline: str | None = None,
 ) -> None:
     """Print (or write) the report, say what went wrong on stderr, and exit with the right code."""
+    report = baselined(report, baseline, write_baseline, quiet)
     code = exit_code(report, fail_on, exit_zero)
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
@@ -131,6 +136,28 @@ def emit(
         text = buffer.getvalue()
     write(text, output)
     raise typer.Exit(code)
+
+
+def baselined(report: Report, baseline: str | None, write_baseline: str | None, quiet: bool) -> Report:
+    """``--write-baseline``: record the findings and exit 0. ``--baseline``: the report without
+    the findings it records (a note on stderr says how many were left out)."""
+    from ckptdoctor import baseline as baselines
+
+    try:
+        if write_baseline is not None:
+            count = baselines.write(report, write_baseline)
+            if not quiet:
+                say(f"Recorded {count} finding{'s' if count != 1 else ''} in {write_baseline}; `--baseline {write_baseline}` reports only new ones.")
+            raise typer.Exit(EXIT_OK)
+        if baseline is None:
+            return report
+        report, known = baselines.new_only(report, baselines.load(baseline))
+    except baselines.BaselineError as error:
+        say(f"ckptdoctor: error: {error}")
+        raise typer.Exit(EXIT_USAGE) from error
+    if known and not quiet:
+        say(f"{known} finding{'s' if known != 1 else ''} recorded in {baseline} not shown.")
+    return report
 
 
 def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:

@@ -10,6 +10,7 @@ import typer
 from ckptdoctor.cli._output import (
     EXIT_USAGE,
     AllFlag,
+    BaselineOption,
     ExitZeroFlag,
     FailOn,
     FailOnOption,
@@ -18,6 +19,7 @@ from ckptdoctor.cli._output import (
     OutputFormat,
     OutputOption,
     QuietFlag,
+    WriteBaselineOption,
     emit,
     say,
 )
@@ -46,6 +48,8 @@ def diskcheck(
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
+    baseline: BaselineOption = None,
+    write_baseline: WriteBaselineOption = None,
 ) -> None:
     """Before a job starts or from cron: will the next save fit, how many more will under the
     run's retention, and is the folder a safe place to save (writable, enough inodes, not a
@@ -86,7 +90,7 @@ def diskcheck(
     except OSError as error:
         say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error
-    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all)
+    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all, baseline=baseline, write_baseline=write_baseline)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}

@@ -10,6 +10,7 @@ from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
     AllFlag,
+    BaselineOption,
     ExitZeroFlag,
     FailOn,
     FailOnOption,
@@ -19,6 +20,7 @@ from ckptdoctor.cli._output import (
     OutputOption,
     Paths,
     QuietFlag,
+    WriteBaselineOption,
     emit,
     say,
 )
@@ -45,6 +47,8 @@ def inspect(
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
+    baseline: BaselineOption = None,
+    write_baseline: WriteBaselineOption = None,
     resume: ResumeFlag = False,
 ) -> None:
     """Find runs, group their files into checkpoints, and name the checkpoint to resume from.
@@ -73,6 +77,8 @@ def inspect(
         exit_zero=exit_zero,
         quiet=quiet,
         show_all=show_all,
+        baseline=baseline,
+        write_baseline=write_baseline,
         empty=found.empty,
     )
 

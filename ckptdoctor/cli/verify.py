@@ -11,6 +11,7 @@ import typer
 
 from ckptdoctor.cli._output import (
     AllFlag,
+    BaselineOption,
     ExitZeroFlag,
     FailOn,
     FailOnOption,
@@ -20,6 +21,7 @@ from ckptdoctor.cli._output import (
     OutputOption,
     Paths,
     QuietFlag,
+    WriteBaselineOption,
     emit,
     say,
     stderr_console,
@@ -58,6 +60,8 @@ def verify(
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
+    baseline: BaselineOption = None,
+    write_baseline: WriteBaselineOption = None,
 ) -> None:
     """Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
     and consistency between the files of a checkpoint and between checkpoints.
@@ -88,6 +92,8 @@ def verify(
         exit_zero=exit_zero,
         quiet=quiet,
         show_all=show_all,
+        baseline=baseline,
+        write_baseline=write_baseline,
         empty=found.empty,
     )
 

@@ -1,0 +1,53 @@
+"""Baselines: today's findings recorded, so that CI fails on new ones and not on history.
+
+A baseline holds each finding's fingerprint (``Finding.fingerprint``: the rule, run, checkpoint
+and file, never the wording) and, for the people who read it, the finding itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ckptdoctor.model import Report
+
+SCHEMA = "ckptdoctor.baseline.v1"
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be read or written (exit 2)."""
+
+
+def write(report: Report, path: str) -> int:
+    """Record every finding of ``report`` in ``path``; returns how many."""
+    entries = [
+        {"fingerprint": f.fingerprint, "code": f.code, "run": f.run, "index": f.index, "path": f.path, "message": f.message}
+        for f in sorted(report.findings, key=lambda finding: finding.fingerprint)
+    ]
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"schema": SCHEMA, "findings": entries}, handle, indent=1)
+            handle.write("\n")
+    except OSError as error:
+        raise BaselineError(f"cannot write the baseline {path}: {error.strerror}") from error
+    return len(entries)
+
+
+def load(path: str) -> frozenset[str]:
+    """The fingerprints recorded in ``path``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except OSError as error:
+        raise BaselineError(f"cannot read the baseline {path}: {error.strerror}") from error
+    except ValueError as error:
+        raise BaselineError(f"{path} is not a ckptdoctor baseline ({error})") from error
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA or not isinstance(document.get("findings"), list):
+        raise BaselineError(f"{path} is not a ckptdoctor baseline (schema {SCHEMA})")
+    return frozenset(str(entry.get("fingerprint")) for entry in document["findings"] if isinstance(entry, dict))
+
+
+def new_only(report: Report, known: frozenset[str]) -> tuple[Report, int]:
+    """``report`` without the findings ``known`` records, and how many were left out."""
+    kept = tuple(f for f in report.findings if f.fingerprint not in known)
+    return dataclasses.replace(report, findings=kept), len(report.findings) - len(kept)
