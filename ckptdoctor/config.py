@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from ckptdoctor.model import Finding, Severity
+from ckptdoctor.rules._context import Thresholds
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,6 +38,157 @@ def prune_settings(start: str | None = None) -> tuple[Mapping[str, Any], str | N
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.ckptdoctor.prune] (known: {', '.join(sorted(PRUNE_KEYS))})")
     return prune, path
+
+
+TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune"})
+THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
+FORMATS = ("human", "json", "sarif", "junit", "github")
+SEVERITIES = ("error", "warning", "info")
+ENVIRONMENT = {
+    "CKPTDOCTOR_FORMAT": "format",
+    "CKPTDOCTOR_FAIL_ON": "fail-on",
+    "CKPTDOCTOR_SELECT": "select",
+    "CKPTDOCTOR_IGNORE": "ignore",
+}
+"""Environment twins of settings (pip-audit's pattern): between the command line and the file."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the command line does not say, from the environment and the configuration file."""
+
+    select: tuple[str, ...] = ()
+    """Rule codes, code prefixes (``CKD1``) or names to report; empty: all."""
+    ignore: tuple[str, ...] = ()
+    fail_on: str | None = None
+    format: str | None = None
+    severity: Mapping[str, Severity] = field(default_factory=dict)
+    """Per-rule severity overrides, by code."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    min_age: str | None = None
+    source: str | None = None
+    """The file the settings came from, if any."""
+
+    def apply(self, findings: tuple[Finding, ...], select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[Finding, ...]:
+        """``findings`` as configured: only the selected rules, none of the ignored ones (the
+        command line's ``select`` replaces the file's, its ``ignore`` adds to it), severities
+        overridden."""
+        chosen = select or self.select
+        dropped = (*self.ignore, *ignore)
+        kept = []
+        for finding in findings:
+            if chosen and not any(_matches(finding, key) for key in chosen):
+                continue
+            if any(_matches(finding, key) for key in dropped):
+                continue
+            override = self.severity.get(finding.code)
+            kept.append(dataclasses.replace(finding, severity=override) if override and override is not finding.severity else finding)
+        return tuple(kept)
+
+
+def _matches(finding: Finding, key: str) -> bool:
+    key = key.strip()
+    return finding.name == key.lower() or finding.code.startswith(key.upper())
+
+
+def settings(config: str | None = None, environ: Mapping[str, str] | None = None, start: str | None = None) -> Settings:
+    """Settings from ``config`` (or ``$CKPTDOCTOR_CONFIG``, or the nearest ``[tool.ckptdoctor]``
+    / ``ckptdoctor.toml``), with the environment over them; ConfigError names a bad key."""
+    environ = os.environ if environ is None else environ
+    path = config or environ.get("CKPTDOCTOR_CONFIG")
+    if path:
+        table = _explicit(path)
+    else:
+        found = _find(start or os.getcwd())
+        path, table = found if found is not None else (None, {})
+    values: dict[str, Any] = dict(table)
+    unknown = sorted(set(values) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.ckptdoctor] (known: {', '.join(sorted(TOP_KEYS))})")
+    for variable, key in ENVIRONMENT.items():
+        if variable in environ:
+            raw = environ[variable]
+            values[key] = [part for part in raw.split(",") if part.strip()] if key in ("select", "ignore") else raw
+            path = path or variable
+    return _checked(values, path)
+
+
+def _explicit(path: str) -> Mapping[str, Any]:
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such configuration file")
+    document = _load(path)
+    if os.path.basename(path) == "pyproject.toml":
+        tool = document.get("tool", {})
+        table = tool.get("ckptdoctor", {}) if isinstance(tool, dict) else {}
+        return table if isinstance(table, dict) else {}
+    return document
+
+
+def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
+    from ckptdoctor.rules import RULES
+
+    def fail(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{where}: {key}: {why}")
+
+    known = {rule.code for rule in RULES} | {rule.name for rule in RULES}
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("select", "ignore"):
+        value = values.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise fail(key, "must be a list of rule codes, code prefixes (CKD1) or names")
+        for item in value:
+            item = item.strip()
+            if item.lower() not in known and not (item.upper().startswith("CKD") and any(code.startswith(item.upper()) for code in known)):
+                raise fail(key, f"{item!r} is no rule code, prefix or name")
+        lists[key] = tuple(item.strip() for item in value)
+    fail_on = values.get("fail-on")
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise fail("fail-on", f"must be one of {', '.join(SEVERITIES)}, not {fail_on!r}")
+    fmt = values.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise fail("format", f"must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    severity = values.get("severity", {})
+    if not isinstance(severity, dict):
+        raise fail("severity", "must be a table of rule code = severity")
+    overrides = {}
+    codes = {rule.code: rule for rule in RULES}
+    names = {rule.name: rule for rule in RULES}
+    for key, level in severity.items():
+        rule = codes.get(str(key).upper()) or names.get(str(key))
+        if rule is None:
+            raise fail(f"severity.{key}", "no such rule")
+        if level not in SEVERITIES:
+            raise fail(f"severity.{key}", f"must be one of {', '.join(SEVERITIES)}, not {level!r}")
+        overrides[rule.code] = Severity(level)
+    thresholds = values.get("thresholds", {})
+    if not isinstance(thresholds, dict):
+        raise fail("thresholds", "must be a table")
+    given: dict[str, float] = {}
+    for key, value in thresholds.items():
+        if key not in THRESHOLD_KEYS:
+            raise fail(f"thresholds.{key}", f"unknown (known: {', '.join(THRESHOLD_KEYS)})")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise fail(f"thresholds.{key}", f"must be a positive number, not {value!r}")
+        given[THRESHOLD_KEYS[key]] = int(value) if key == "min-peers" else float(value)
+    defaults = Thresholds()
+    min_age = values.get("min-age")
+    if min_age is not None and not isinstance(min_age, str | int | float):
+        raise fail("min-age", "must be a duration such as 10min")
+    return Settings(
+        select=lists["select"],
+        ignore=lists["ignore"],
+        fail_on=fail_on,
+        format=fmt,
+        severity=overrides,
+        thresholds=Thresholds(
+            undersized=float(given.get("undersized", defaults.undersized)),
+            oversized=float(given.get("oversized", defaults.oversized)),
+            optimizer_margin=float(given.get("optimizer_margin", defaults.optimizer_margin)),
+            min_peers=int(given.get("min_peers", defaults.min_peers)),
+        ),
+        min_age=str(min_age) if min_age is not None else None,
+        source=where,
+    )
 
 
 def _find(folder: str) -> tuple[str, Mapping[str, Any]] | None:

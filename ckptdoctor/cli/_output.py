@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import os
@@ -14,6 +15,8 @@ from ckptdoctor.model import Report, Severity
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ckptdoctor.config import Settings
 
 
 class OutputFormat(str, enum.Enum):
@@ -40,7 +43,8 @@ Paths = Annotated[
     typer.Argument(help="Run folders, parents of runs, or single files.", show_default="."),
 ]
 FormatOption = Annotated[
-    OutputFormat, typer.Option("--format", "-f", help="Output format.", case_sensitive=False)
+    OutputFormat | None,
+    typer.Option("--format", "-f", help="Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).", case_sensitive=False, show_default=False),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
 OutputOption = Annotated[
@@ -48,9 +52,12 @@ OutputOption = Annotated[
     typer.Option("--output", "-o", help="Write the report to this file instead of stdout.", metavar="FILE"),
 ]
 FailOnOption = Annotated[
-    FailOn,
-    typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False),
+    FailOn | None,
+    typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False),
 ]
+ConfigOption = Annotated[str | None, typer.Option("--config", help="Settings file (default: [tool.ckptdoctor] of the nearest pyproject.toml, or ckptdoctor.toml).", metavar="FILE")]
+SelectOption = Annotated[list[str] | None, typer.Option("--select", help="Report only these rules: codes, prefixes (CKD1) or names; repeatable or comma-separated.", metavar="RULES")]
+IgnoreOption = Annotated[list[str] | None, typer.Option("--ignore", help="Do not report these rules (as --select).", metavar="RULES")]
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
 QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0 (for cron).")]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
@@ -80,6 +87,21 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def configured(config: str | None) -> Settings:
+    """The settings of the environment and the configuration file; exit 2 naming a bad key."""
+    from ckptdoctor.config import ConfigError, settings
+
+    try:
+        return settings(config)
+    except ConfigError as error:
+        say(f"ckptdoctor: error: {error}")
+        raise typer.Exit(EXIT_USAGE) from error
+
+
+def _rules(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(part.strip() for value in values or () for part in value.split(",") if part.strip())
+
+
 def exit_code(report: Report, fail_on: FailOn, exit_zero: bool) -> int:
     if report.errors:
         return EXIT_USAGE
@@ -92,20 +114,30 @@ def exit_code(report: Report, fail_on: FailOn, exit_zero: bool) -> int:
 def emit(
     report: Report,
     *,
-    fmt: OutputFormat,
+    fmt: OutputFormat | None,
     as_json: bool,
     output: str | None,
-    fail_on: FailOn,
+    fail_on: FailOn | None,
     exit_zero: bool,
     quiet: bool,
     show_all: bool = False,
     empty: tuple[str, ...] = (),
     baseline: str | None = None,
     write_baseline: str | None = None,
+    settings: Settings | None = None,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
 ) -> None:
-    """Print (or write) the report, say what went wrong on stderr, and exit with the right code."""
+    """Print (or write) the report, say what went wrong on stderr, and exit with the right code.
+    The command line wins over the environment, which wins over the configuration file."""
+    if settings is None:
+        from ckptdoctor.config import Settings
+
+        settings = Settings()
+    report = dataclasses.replace(report, findings=settings.apply(report.findings, _rules(select), _rules(ignore)))
     report = baselined(report, baseline, write_baseline, quiet)
-    code = exit_code(report, fail_on, exit_zero)
+    fmt = chosen(fmt, as_json, settings)
+    code = exit_code(report, fail_on or FailOn(settings.fail_on or "error"), exit_zero)
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if quiet and code == EXIT_OK:
@@ -116,7 +148,7 @@ def emit(
         _hint_unrecognised(report.unrecognised)
     # renderers are imported when a report exists, and only the one asked for: `--help` pays for
     # neither, and `--json` never loads rich
-    if fmt is OutputFormat.JSON or as_json:
+    if fmt is OutputFormat.JSON:
         from ckptdoctor.render import json as json_render
 
         text = json_render.render(report)
@@ -160,9 +192,13 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
     return report
 
 
-def chosen(fmt: OutputFormat, as_json: bool) -> OutputFormat:
-    """The format asked for, ``--json`` being short for ``--format json``."""
-    return OutputFormat.JSON if as_json else fmt
+def chosen(fmt: OutputFormat | None, as_json: bool, settings: Settings | None = None) -> OutputFormat:
+    """The format asked for (``--json`` being short for ``--format json``), else the configured one."""
+    if as_json:
+        return OutputFormat.JSON
+    if fmt is not None:
+        return fmt
+    return OutputFormat(settings.format) if settings is not None and settings.format else OutputFormat.HUMAN
 
 
 def machine(report: Report, fmt: OutputFormat) -> str:

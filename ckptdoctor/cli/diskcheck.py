@@ -11,15 +11,17 @@ from ckptdoctor.cli._output import (
     EXIT_USAGE,
     AllFlag,
     BaselineOption,
+    ConfigOption,
     ExitZeroFlag,
-    FailOn,
     FailOnOption,
     FormatOption,
+    IgnoreOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     QuietFlag,
+    SelectOption,
     WriteBaselineOption,
+    configured,
     emit,
     say,
 )
@@ -41,15 +43,18 @@ def diskcheck(
     keep_last: KeepLast = None,
     margin: Margin = 0.10,
     runway: Runway = 3,
-    fmt: FormatOption = OutputFormat.HUMAN,
+    fmt: FormatOption = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
-    fail_on: FailOnOption = FailOn.ERROR,
+    fail_on: FailOnOption = None,
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
+    config: ConfigOption = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
 ) -> None:
     """Before a job starts or from cron: will the next save fit, how many more will under the
     run's retention, and is the folder a safe place to save (writable, enough inodes, not a
@@ -71,10 +76,11 @@ def diskcheck(
     if not math.isfinite(margin) or margin > 10:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and 10, not {margin}")
         raise typer.Exit(EXIT_USAGE)
+    settings = configured(config)
     try:
         if keep_last is None:
-            configured = prune_settings()[0].get("keep-last")
-            keep_last = configured if isinstance(configured, int) and configured > 0 else None
+            retention = prune_settings()[0].get("keep-last")
+            keep_last = retention if isinstance(retention, int) and retention > 0 else None
         report = preflight(
             path,
             model_bytes=parse_size(model_bytes) if model_bytes is not None else None,
@@ -90,7 +96,7 @@ def diskcheck(
     except OSError as error:
         say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error
-    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all, baseline=baseline, write_baseline=write_baseline)
+    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all, baseline=baseline, write_baseline=write_baseline, settings=settings, select=select, ignore=ignore)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}

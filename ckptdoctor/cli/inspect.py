@@ -11,16 +11,18 @@ from ckptdoctor.cli._output import (
     EXIT_USAGE,
     AllFlag,
     BaselineOption,
+    ConfigOption,
     ExitZeroFlag,
-    FailOn,
     FailOnOption,
     FormatOption,
+    IgnoreOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
+    SelectOption,
     WriteBaselineOption,
+    configured,
     emit,
     say,
 )
@@ -40,15 +42,18 @@ ResumeFlag = Annotated[
 
 def inspect(
     paths: Paths = None,
-    fmt: FormatOption = OutputFormat.HUMAN,
+    fmt: FormatOption = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
-    fail_on: FailOnOption = FailOn.ERROR,
+    fail_on: FailOnOption = None,
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
+    config: ConfigOption = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
     resume: ResumeFlag = False,
 ) -> None:
     """Find runs, group their files into checkpoints, and name the checkpoint to resume from.
@@ -65,7 +70,8 @@ def inspect(
     """
     from ckptdoctor.scan import inspect as inspect_paths  # the core loads only when a command runs
 
-    report, found = inspect_paths(paths or ["."])
+    settings = configured(config)
+    report, found = inspect_paths(paths or ["."], settings.thresholds)
     if resume:
         _print_resume(report, found)
     emit(
@@ -79,6 +85,9 @@ def inspect(
         show_all=show_all,
         baseline=baseline,
         write_baseline=write_baseline,
+        settings=settings,
+        select=select,
+        ignore=ignore,
         empty=found.empty,
     )
 

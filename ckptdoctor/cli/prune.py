@@ -31,6 +31,7 @@ from ckptdoctor.cli._output import (
     Paths,
     QuietFlag,
     chosen,
+    configured,
     machine,
     say,
     stdout_console,
@@ -68,7 +69,7 @@ def prune(
     min_age: MinAge = None,
     dry_run: DryRun = False,
     yes: Yes = False,
-    fmt: FormatOption = OutputFormat.HUMAN,
+    fmt: FormatOption = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
     quiet: QuietFlag = False,
@@ -107,7 +108,7 @@ def prune(
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     report, runs = scan_runs(paths, "prune")
-    fmt = chosen(fmt, as_json)
+    fmt = chosen(fmt, as_json, configured(None))
     human = fmt is OutputFormat.HUMAN
     console = stdout_console()
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}

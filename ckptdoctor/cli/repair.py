@@ -31,6 +31,7 @@ from ckptdoctor.cli._output import (
     Paths,
     QuietFlag,
     chosen,
+    configured,
     machine,
     say,
     stdout_console,
@@ -52,7 +53,7 @@ def repair(
     min_age: MinAge = None,
     dry_run: DryRun = False,
     yes: Yes = False,
-    fmt: FormatOption = OutputFormat.HUMAN,
+    fmt: FormatOption = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
     quiet: QuietFlag = False,
@@ -84,7 +85,7 @@ def repair(
     except ValueError as error:
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    fmt = chosen(fmt, as_json)
+    fmt = chosen(fmt, as_json, configured(None))
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())

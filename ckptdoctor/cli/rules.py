@@ -22,7 +22,7 @@ Query = Annotated[
 ]
 
 
-def rules(query: Query = None, fmt: FormatOption = OutputFormat.HUMAN, as_json: JsonFlag = False) -> None:
+def rules(query: Query = None, fmt: FormatOption = None, as_json: JsonFlag = False) -> None:
     """List the rule table, explain one rule, or find the rules that explain an error message.
 
     Examples:
@@ -57,7 +57,7 @@ def rules(query: Query = None, fmt: FormatOption = OutputFormat.HUMAN, as_json: 
 
         typer.echo(sarif.render_rules(selected), nl=False)
         return
-    if fmt is not OutputFormat.HUMAN:
+    if fmt is not None and fmt is not OutputFormat.HUMAN:
         stderr_console().print(f"`rules` prints the rule table: --format human, json or sarif, not {fmt.value}", markup=False)
         raise typer.Exit(EXIT_USAGE)
     console = stdout_console()

@@ -12,16 +12,18 @@ import typer
 from ckptdoctor.cli._output import (
     AllFlag,
     BaselineOption,
+    ConfigOption,
     ExitZeroFlag,
-    FailOn,
     FailOnOption,
     FormatOption,
+    IgnoreOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
+    SelectOption,
     WriteBaselineOption,
+    configured,
     emit,
     say,
     stderr_console,
@@ -53,15 +55,18 @@ def verify(
     deep: DeepFlag = False,
     load: LoadFlag = False,
     jobs: JobsOption = 0,
-    fmt: FormatOption = OutputFormat.HUMAN,
+    fmt: FormatOption = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
-    fail_on: FailOnOption = FailOn.ERROR,
+    fail_on: FailOnOption = None,
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
+    config: ConfigOption = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
 ) -> None:
     """Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
     and consistency between the files of a checkpoint and between checkpoints.
@@ -79,10 +84,11 @@ def verify(
     from ckptdoctor.verify import VerifyOptions
     from ckptdoctor.verify import verify as verify_paths
 
+    settings = configured(config)
     if load:
         _require_torch()
     with _progress_bar(quiet) as progress:
-        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), progress=progress)
+        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), settings.thresholds, progress=progress)
     emit(
         report,
         fmt=fmt,
@@ -94,6 +100,9 @@ def verify(
         show_all=show_all,
         baseline=baseline,
         write_baseline=write_baseline,
+        settings=settings,
+        select=select,
+        ignore=ignore,
         empty=found.empty,
     )
 
