@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptdoctor.model import Finding, Severity
+from ckptdoctor.model import Finding, Role, Severity
 from ckptdoctor.rules._context import Thresholds
 
 if sys.version_info >= (3, 11):
@@ -40,7 +40,8 @@ def prune_settings(start: str | None = None) -> tuple[Mapping[str, Any], str | N
     return prune, path
 
 
-TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune"})
+TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles"})
+HINTED_ROLES = ("model", "optimizer", "scheduler")
 THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
 FORMATS = ("human", "json", "sarif", "junit", "github")
 SEVERITIES = ("error", "warning", "info")
@@ -66,6 +67,8 @@ class Settings:
     """Per-rule severity overrides, by code."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     min_age: str | None = None
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    """Name prefixes of a project's own checkpointers and the role each holds (``ema = "model"``)."""
     source: str | None = None
     """The file the settings came from, if any."""
 
@@ -170,6 +173,14 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise fail(f"thresholds.{key}", f"must be a positive number, not {value!r}")
         given[THRESHOLD_KEYS[key]] = int(value) if key == "min-peers" else float(value)
+    roles = values.get("roles", {})
+    if not isinstance(roles, dict):
+        raise fail("roles", 'must be a table of name prefix = role ("model", "optimizer" or "scheduler")')
+    hinted = {}
+    for prefix, role in roles.items():
+        if role not in HINTED_ROLES:
+            raise fail(f"roles.{prefix}", f"must be one of {', '.join(HINTED_ROLES)}, not {role!r}")
+        hinted[str(prefix)] = Role(role)
     defaults = Thresholds()
     min_age = values.get("min-age")
     if min_age is not None and not isinstance(min_age, str | int | float):
@@ -187,6 +198,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
             min_peers=int(given.get("min_peers", defaults.min_peers)),
         ),
         min_age=str(min_age) if min_age is not None else None,
+        roles=hinted,
         source=where,
     )
 

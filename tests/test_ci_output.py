@@ -280,3 +280,31 @@ def test_a_damaged_baseline_is_a_usage_error(project, cli, tmp_path):
     result = cli("inspect", "--baseline", bad, "../runs")
     assert result.exit_code == 2 and "not a ckptdoctor baseline" in result.stderr
     assert cli("inspect", "--baseline", tmp_path / "missing.json", "../runs").exit_code == 2
+
+
+def test_role_hints_claim_a_projects_own_checkpointers(project, cli):
+    run = project / "runs" / "exp1" / "checkpoint"
+    for epoch in (3, 4):
+        (run / f"ema-{epoch}.bpk").write_bytes((run / f"model-{epoch}.bpk").read_bytes())
+    before = cli("inspect", "--json", "../runs")
+    assert "CKD111" in before.codes(), "an unknown prefix is a stray"
+    (project / "ckptdoctor.toml").write_text('[roles]\nema = "model"\n')
+    after = cli("inspect", "--json", "../runs")
+    assert "CKD111" not in after.codes()
+    files = {f["path"].rsplit("/", 1)[-1]: f["role"] for c in after.json["runs"][0]["checkpoints"] for f in c["files"]}
+    assert files["ema-3.bpk"] == "model"
+    (project / "ckptdoctor.toml").write_text('[roles]\nema = "weights"\n')
+    bad = cli("inspect", "../runs")
+    assert bad.exit_code == 2 and "roles.ema" in bad.stderr
+
+
+def test_min_age_from_the_configuration_applies_to_repair(project, cli):
+    run = project / "runs" / "exp1" / "checkpoint"
+    for path in run.iterdir():
+        os.utime(path)  # written just now: only a min-age of 0 lets repair act
+    (project / "ckptdoctor.toml").write_text('min-age = "0s"\n')
+    result = cli("repair", "--json", "--dry-run", run)
+    assert any(item["action"] == "quarantine" for item in result.json["plan"])
+    (project / "ckptdoctor.toml").write_text("")
+    result = cli("repair", "--json", "--dry-run", run)
+    assert not any(item["action"] == "quarantine" for item in result.json["plan"])

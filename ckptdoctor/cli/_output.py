@@ -92,10 +92,14 @@ def configured(config: str | None) -> Settings:
     from ckptdoctor.config import ConfigError, settings
 
     try:
-        return settings(config)
+        found = settings(config)
     except ConfigError as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
+    from ckptdoctor.layouts._base import hint_roles
+
+    hint_roles(found.roles)
+    return found
 
 
 def _rules(values: list[str] | None) -> tuple[str, ...]:

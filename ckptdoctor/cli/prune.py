@@ -107,8 +107,8 @@ def prune(
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    report, runs = scan_runs(paths, "prune")
     fmt = chosen(fmt, as_json, configured(None))
+    report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
     console = stdout_console()
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}

@@ -80,12 +80,14 @@ def repair(
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
         raise typer.Exit(EXIT_USAGE)
+    settings = configured(None)
+    min_age = min_age if min_age is not None else settings.min_age
     try:
         age = parse_duration(min_age) if min_age is not None else MIN_AGE
     except ValueError as error:
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    fmt = chosen(fmt, as_json, configured(None))
+    fmt = chosen(fmt, as_json, settings)
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())

@@ -260,6 +260,16 @@ ROLE_WORDS: dict[str, Role] = {
 }
 """Words that name a role in checkpoint file names (``lr_scheduler`` splits into ``scheduler``)."""
 
+ROLE_HINTS: dict[str, Role] = {}
+"""Name prefixes a project's own checkpointers use (``ema-3.bpk``, ``teacher_3.pt``), with the
+role each holds: ``[tool.ckptdoctor.roles]``, set by ``hint_roles`` before a scan."""
+
+
+def hint_roles(hints: Mapping[str, Role]) -> None:
+    """Use ``hints`` (prefix -> role) for the scans that follow in this process."""
+    ROLE_HINTS.clear()
+    ROLE_HINTS.update({prefix.lower(): role for prefix, role in hints.items()})
+
 
 def guess_roles(prefix: str) -> tuple[Role, ...]:
     """What a file under an unfamiliar prefix most likely holds, judged from its name."""

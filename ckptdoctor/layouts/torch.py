@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ckptdoctor.layouts._base import ROLE_WORDS, Claim, Layout
+from ckptdoctor.layouts._base import ROLE_HINTS, ROLE_WORDS, Claim, Layout
 from ckptdoctor.model import Role, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -98,8 +98,8 @@ def _parse(name: str) -> _Name | None:
             index, unit = int(token), named_unit or unit
         elif token in UNIT_WORDS:
             named_unit = UNIT_WORDS[token]
-        elif token in ROLE_WORDS:
-            roles.append(ROLE_WORDS[token])
+        elif token in ROLE_WORDS or token in ROLE_HINTS:
+            roles.append(ROLE_WORDS.get(token) or ROLE_HINTS[token])
         elif token and token != "lr":
             words.append(token)
     if index is None:
