@@ -308,3 +308,17 @@ def test_min_age_from_the_configuration_applies_to_repair(project, cli):
     (project / "ckptdoctor.toml").write_text("")
     result = cli("repair", "--json", "--dry-run", run)
     assert not any(item["action"] == "quarantine" for item in result.json["plan"])
+
+
+def test_the_pre_commit_hooks_run_real_commands():
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    from ckptdoctor.cli import app
+
+    registered = {command.name or command.callback.__name__ for command in app.registered_commands}
+    assert {hook["id"] for hook in hooks} == {"ckptdoctor-verify", "ckptdoctor-inspect"}
+    for hook in hooks:
+        program, command = hook["entry"].split()
+        assert program == "ckptdoctor" and command in registered
+        assert hook["pass_filenames"] is False and hook["language"] == "python"
