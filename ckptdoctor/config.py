@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -25,9 +26,10 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used (exit 2, naming the file and key)."""
 
 
-def prune_settings(start: str | None = None) -> tuple[Mapping[str, Any], str | None]:
-    """The ``[tool.ckptdoctor.prune]`` table (or ``[prune]`` of ``ckptdoctor.toml``) and its file."""
-    found = _find(start or os.getcwd())
+def prune_settings(config: str | None = None, start: str | None = None) -> tuple[Mapping[str, Any], str | None]:
+    """The ``[tool.ckptdoctor.prune]`` table (or ``[prune]`` of ``ckptdoctor.toml``) and its file:
+    ``config``, else ``$CKPTDOCTOR_CONFIG``, else the nearest."""
+    found = _located(config, os.environ, start)
     if found is None:
         return {}, None
     path, table = found
@@ -98,22 +100,32 @@ def settings(config: str | None = None, environ: Mapping[str, str] | None = None
     """Settings from ``config`` (or ``$CKPTDOCTOR_CONFIG``, or the nearest ``[tool.ckptdoctor]``
     / ``ckptdoctor.toml``), with the environment over them; ConfigError names a bad key."""
     environ = os.environ if environ is None else environ
-    path = config or environ.get("CKPTDOCTOR_CONFIG")
-    if path:
-        table = _explicit(path)
-    else:
-        found = _find(start or os.getcwd())
-        path, table = found if found is not None else (None, {})
+    found = _located(config, environ, start)
+    path, table = found if found is not None else (None, {})
     values: dict[str, Any] = dict(table)
     unknown = sorted(set(values) - TOP_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.ckptdoctor] (known: {', '.join(sorted(TOP_KEYS))})")
+    checked = _checked(values, path)
     for variable, key in ENVIRONMENT.items():
-        if variable in environ:
+        if variable in environ:  # each checked on its own, so that an error names the variable
             raw = environ[variable]
-            values[key] = [part for part in raw.split(",") if part.strip()] if key in ("select", "ignore") else raw
-            path = path or variable
-    return _checked(values, path)
+            value: Any = [part for part in raw.split(",") if part.strip()] if key in ("select", "ignore") else raw
+            single = _checked({key: value}, variable)
+            checked = dataclasses.replace(checked, **{key.replace("-", "_"): getattr(single, key.replace("-", "_"))})
+    return checked
+
+
+def check_rules(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``values`` if each is a rule code, code prefix or name; ConfigError naming ``where`` else."""
+    return _checked({"select": list(values)}, where).select
+
+
+def _located(config: str | None, environ: Mapping[str, str], start: str | None) -> tuple[str, Mapping[str, Any]] | None:
+    path = config or environ.get("CKPTDOCTOR_CONFIG")
+    if path:
+        return path, _explicit(path)
+    return _find(start or os.getcwd())
 
 
 def _explicit(path: str) -> Mapping[str, Any]:
@@ -170,7 +182,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     for key, value in thresholds.items():
         if key not in THRESHOLD_KEYS:
             raise fail(f"thresholds.{key}", f"unknown (known: {', '.join(THRESHOLD_KEYS)})")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
             raise fail(f"thresholds.{key}", f"must be a positive number, not {value!r}")
         given[THRESHOLD_KEYS[key]] = int(value) if key == "min-peers" else float(value)
     roles = values.get("roles", {})

@@ -360,7 +360,7 @@ class Finding:
         ``partialFingerprints`` and baselines both key on it."""
         import hashlib
 
-        key = "\x1f".join((self.code, self.run or "", "" if self.index is None else str(self.index), self.path or ""))
+        key = "\x1f".join((self.code, _normal(self.run), "" if self.index is None else str(self.index), _normal(self.path)))
         return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
@@ -393,6 +393,11 @@ class Report:
         """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
 
+
+
+def _normal(path: str | None) -> str:
+    """``runs/a``, ``./runs/a`` and ``$PWD/runs/a`` alike: relative to the working directory."""
+    return os.path.relpath(os.path.abspath(path)) if path else ""
 
 
 def _unique_bytes(entries: Iterable[Entry]) -> int:

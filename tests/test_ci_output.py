@@ -322,3 +322,103 @@ def test_the_pre_commit_hooks_run_real_commands():
         program, command = hook["entry"].split()
         assert program == "ckptdoctor" and command in registered
         assert hook["pass_filenames"] is False and hook["language"] == "python"
+
+
+# --- what a review found ----------------------------------------------------------------------------
+
+
+def test_a_baseline_holds_however_the_path_is_typed(project, cli, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    cli("inspect", "--write-baseline", baseline, "../runs")
+    for spelling in ("./../runs", str(project / "runs"), "../runs/"):
+        result = cli("inspect", "--json", "--baseline", baseline, spelling)
+        assert result.exit_code == 0 and result.codes() == [], spelling
+
+
+def test_an_explicit_config_file_gives_the_prune_policy_and_diskcheck_retention(project, cli, tmp_path):
+    (project / "ckptdoctor.toml").write_text("[prune]\nkeep-last = 2\n")
+    explicit = tmp_path / "explicit.toml"
+    explicit.write_text("[prune]\nkeep-last = 1\n")
+    plan = cli("prune", "--json", "--dry-run", "--min-age", "0", "../runs", env={"CKPTDOCTOR_CONFIG": str(explicit)})
+    assert [item["index"] for item in plan.json["plan"] if item["action"] == "keep"] == [4, 5]  # keep-last 1 (4) and the newer incomplete 5
+    checked = cli("diskcheck", "--json", "--config", explicit, "../runs/exp1/checkpoint")
+    assert checked.json["disk"]["keep_last"] == 1
+
+
+def test_output_with_control_characters_and_undecodable_names_stays_valid(tmp_path, cli):
+    from ckptdoctor.model import Finding, Report, Severity
+    from ckptdoctor.render import junit
+
+    odd = Finding("CKD211", "unreadable", Severity.ERROR, "runs/a", 3, "runs/a/\udcffmodel\x01.pt", "key '\x00\udcff' \x1b[31m")
+    root = ET.fromstring(junit.render(Report("inspect", (), (odd,))))
+    assert root.find(".//failure") is not None
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "runs" / "burn-missing-optimizer" / "checkpoint", run)
+    os.rename(run / "model-5.bpk", os.fsdecode(os.fsencode(str(run)) + b"/model-\xff5.bpk"))
+    for fmt in ("human", "json", "sarif", "junit", "github"):
+        result = cli("inspect", "--format", fmt, run)
+        assert "internal error" not in result.stderr, (fmt, result.stderr)
+        if fmt == "junit":
+            ET.fromstring(result.stdout)
+        if fmt == "sarif":
+            json.loads(result.stdout)
+
+
+def test_a_mistyped_rule_on_the_command_line_is_exit_2(project, cli):
+    result = cli("inspect", "--select", "CKD9999", "../runs")
+    assert result.exit_code == 2 and "--select" in result.stderr and "CKD9999" in result.stderr
+
+
+def test_quiet_still_writes_a_report_asked_for_in_a_file(at_root, cli, tmp_path):
+    out = tmp_path / "q.sarif"
+    result = cli("verify", "--format", "sarif", "-o", out, "-q", "--exit-zero", RUNS[0])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert json.loads(out.read_text())["runs"][0]["results"]
+
+
+def test_a_baseline_is_not_written_from_a_scan_with_errors(project, cli, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    result = cli("inspect", "--write-baseline", baseline, "../runs", "../nonexistent")
+    assert result.exit_code == 2 and "nonexistent" in result.stderr and not baseline.exists()
+
+
+def test_a_path_that_cannot_be_scanned_is_a_junit_error(tmp_path, cli):
+    root = ET.fromstring(cli("inspect", "--format", "junit", tmp_path / "nonexistent").stdout)
+    assert root.get("errors") == "1" and root.find(".//error") is not None
+
+
+def test_prune_and_repair_print_their_plan_whatever_format_the_config_names(project, cli):
+    (project / "ckptdoctor.toml").write_text('format = "junit"\n')
+    result = cli("repair", "--dry-run", "--min-age", "0", "../runs")
+    assert "About to" in result.stdout or "Nothing to repair" in result.stdout
+    assert not result.stdout.startswith("<?xml")
+
+
+def test_an_environment_error_names_the_variable_not_the_file(project, cli):
+    (project / "ckptdoctor.toml").write_text('fail-on = "error"\n')
+    result = cli("inspect", "../runs", env={"CKPTDOCTOR_FORMAT": "xml", "CKPTDOCTOR_SELECT": "CKD1"})
+    assert result.exit_code == 2 and "CKPTDOCTOR_FORMAT" in result.stderr and "ckptdoctor.toml" not in result.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_non_finite_thresholds_are_refused(project, cli, value):
+    (project / "ckptdoctor.toml").write_text(f"[thresholds]\nmin-peers = {value}\n")
+    result = cli("inspect", "../runs")
+    assert result.exit_code == 2 and "thresholds.min-peers" in result.stderr
+
+
+def test_role_hints_do_not_outlive_their_command(project, cli, tmp_path_factory, monkeypatch):
+    run = project / "runs" / "exp1" / "checkpoint"
+    (run / "ema-4.bpk").write_bytes((run / "model-4.bpk").read_bytes())
+    (project / "ckptdoctor.toml").write_text('[roles]\nema = "model"\n')
+    assert "CKD111" not in cli("inspect", "--json", "../runs").codes()
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))  # no configuration above it
+    assert "CKD111" in cli("inspect", "--json", run).codes(), "no [roles] here"
+
+
+def test_sarif_locations_outside_the_working_directory_are_file_uris(tmp_path, cli, at_root):
+    run = tmp_path / "run with space"
+    shutil.copytree(ROOT / "examples" / "runs" / "burn-missing-optimizer" / "checkpoint", run)
+    result = json.loads(cli("inspect", "--format", "sarif", run).stdout)["runs"][0]["results"][0]
+    uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri.startswith("file:///") and "run%20with%20space" in uri

@@ -90,14 +90,14 @@ def stderr_console() -> Console:
 def configured(config: str | None) -> Settings:
     """The settings of the environment and the configuration file; exit 2 naming a bad key."""
     from ckptdoctor.config import ConfigError, settings
+    from ckptdoctor.layouts._base import hint_roles
 
+    hint_roles({})  # nothing from an earlier command in this process
     try:
         found = settings(config)
     except ConfigError as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    from ckptdoctor.layouts._base import hint_roles
-
     hint_roles(found.roles)
     return found
 
@@ -134,17 +134,24 @@ def emit(
 ) -> None:
     """Print (or write) the report, say what went wrong on stderr, and exit with the right code.
     The command line wins over the environment, which wins over the configuration file."""
-    if settings is None:
-        from ckptdoctor.config import Settings
+    from ckptdoctor.config import ConfigError, Settings, check_rules
 
-        settings = Settings()
-    report = dataclasses.replace(report, findings=settings.apply(report.findings, _rules(select), _rules(ignore)))
+    settings = settings or Settings()
+    try:
+        chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
+    except ConfigError as bad:
+        say(f"ckptdoctor: error: {bad}")
+        raise typer.Exit(EXIT_USAGE) from bad
+    for failure in report.errors:
+        say(f"ckptdoctor: error: {failure.path}: {failure.message}")
+    if report.errors and write_baseline is not None:
+        say(f"ckptdoctor: error: {write_baseline} not written: a baseline records a whole scan")
+        raise typer.Exit(EXIT_USAGE)
+    report = dataclasses.replace(report, findings=settings.apply(report.findings, chosen_rules, dropped_rules))
     report = baselined(report, baseline, write_baseline, quiet)
     fmt = chosen(fmt, as_json, settings)
     code = exit_code(report, fail_on or FailOn(settings.fail_on or "error"), exit_zero)
-    for error in report.errors:
-        say(f"ckptdoctor: error: {error.path}: {error.message}")
-    if quiet and code == EXIT_OK:
+    if quiet and code == EXIT_OK and output is None:  # a report asked for in a file is always written
         raise typer.Exit(code)
     for path in empty:
         say(f"No checkpoints found in {path}")
@@ -250,13 +257,16 @@ def _summary(report: Report, console: Console) -> None:
 
 def write(text: str, output: str | None) -> None:
     """The report on stdout, or in ``output`` (a clear error and exit 2 when it cannot be written)."""
+    # names that are not valid UTF-8 (kept as surrogate escapes) are written as \x escapes
+    encoded = text.encode("utf-8", "backslashreplace")
     if output is None or output == "-":
-        sys.stdout.write(text)
         sys.stdout.flush()
+        sys.stdout.buffer.write(encoded)
+        sys.stdout.buffer.flush()
         return
     try:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(output, "wb") as handle:
+            handle.write(encoded)
     except OSError as error:
         say(f"ckptdoctor: error: cannot write {output}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error

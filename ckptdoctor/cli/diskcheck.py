@@ -79,7 +79,7 @@ def diskcheck(
     settings = configured(config)
     try:
         if keep_last is None:
-            retention = prune_settings()[0].get("keep-last")
+            retention = prune_settings(config)[0].get("keep-last")
             keep_last = retention if isinstance(retention, int) and retention > 0 else None
         report = preflight(
             path,

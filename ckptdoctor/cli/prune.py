@@ -107,7 +107,8 @@ def prune(
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    fmt = chosen(fmt, as_json, configured(None))
+    configured(None)  # bad settings are exit 2 here too; the format is the command line's (a plan is no report)
+    fmt = chosen(fmt, as_json)
     report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
     console = stdout_console()
@@ -172,6 +173,8 @@ def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
         return value
 
     keep = settings.get("keep") or []
+    if settings.get("metrics-file") is not None and not isinstance(settings.get("metrics-file"), str):
+        raise ValueError("metrics-file must be a path")
     if not isinstance(keep, list) or not all(isinstance(i, int) for i in keep):
         raise ValueError("keep must be a list of checkpoint indices")
     within = settings.get("keep-within")

@@ -87,7 +87,7 @@ def repair(
     except ValueError as error:
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    fmt = chosen(fmt, as_json, settings)
+    fmt = chosen(fmt, as_json)  # the command line's: a plan is no report
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())

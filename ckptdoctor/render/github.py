@@ -26,14 +26,14 @@ def summary(report: Report) -> str:
         lines += ["| run | layout | checkpoints | resume from |", "| --- | --- | --- | --- |"]
         for run in report.runs:
             resume = f"{run.unit.value} {run.resume.index}" if run.resume is not None else "**none**"
-            lines.append(f"| `{run.path}` | {run.layout} | {len(run.checkpoints)} | {resume} |")
+            lines.append(f"| `{_cell(run.path)}` | {run.layout} | {len(run.checkpoints)} | {resume} |")
         lines.append("")
     if report.findings:
         lines += ["| | rule | where | message |", "| --- | --- | --- | --- |"]
         icon = {Severity.ERROR: "❌", Severity.WARNING: "⚠️", Severity.INFO: "ℹ️"}
         for finding in report.findings:
             where = finding.path or finding.run or ""
-            lines.append(f"| {icon[finding.severity]} | {finding.code} {finding.name} | `{where}` | {_cell(finding.message)} |")
+            lines.append(f"| {icon[finding.severity]} | {finding.code} {finding.name} | `{_cell(where)}` | {_cell(finding.message)} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

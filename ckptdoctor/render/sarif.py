@@ -78,7 +78,16 @@ def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
 
 
 def _uri(path: str) -> str:
-    """A relative URI reference: forward slashes, spaces and other reserved characters escaped."""
+    """A URI reference code scanning can match to a file: relative to the working directory (the
+    checkout) when the path is inside it, else an absolute ``file://`` URI; the name's own bytes
+    percent-encoded (undecodable ones included)."""
+    import os
     from urllib.parse import quote
 
-    return quote(path.replace("\\", "/"), safe="/")
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    if relative == os.curdir:
+        return "."
+    if relative.startswith(os.pardir):
+        return "file://" + quote(os.fsencode(absolute), safe="/")
+    return quote(os.fsencode(relative), safe="/")
