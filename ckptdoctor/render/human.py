@@ -164,7 +164,7 @@ def disk_line(disk: DiskCheck) -> str:
         runway = f"keep-last {disk.keep_last} keeps the run within it" if disk.keep_last else "runway unknown"
     else:
         n = disk.saves_until_full
-        runway = f"room for {n} more save{'s' if n != 1 else ''}{retention or ' (nothing deleted between saves)'}"
+        runway = f"room for {n:,} more save{'s' if n != 1 else ''}{retention or ' (nothing deleted between saves)'}"
     return f"next save ≈ {size(guess.bytes)} ({guess.basis}); needs {size(disk.needed_bytes)} with headroom; {free}; {runway}"
 
 
