@@ -101,12 +101,12 @@ def repair(
 def _repair(
     paths: list[str] | None, report: Report, runs: list[Run], min_age: float, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
-    human = fmt is OutputFormat.HUMAN
     from ckptdoctor import actions, repair
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.model import Action
     from ckptdoctor.retention import home, run_root
 
+    human = fmt is OutputFormat.HUMAN
     finished = 0
     for run in runs:
         root, place = run_root(run), home(run)
@@ -172,11 +172,11 @@ def _repair(
 def _undo(
     paths: list[str] | None, report: Report, runs: list[Run], ident: str | None, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
-    human = fmt is OutputFormat.HUMAN
     from ckptdoctor import actions
     from ckptdoctor.model import Action
     from ckptdoctor.repair import undo_plan
 
+    human = fmt is OutputFormat.HUMAN
     chosen: list[tuple[str, str, str, str, actions.Quarantine]] = []
     for shown, root, place, unit in _undo_roots(paths, runs):
         if not dry_run:
