@@ -247,16 +247,16 @@ def _write_atomically(path: str, document: dict[str, object]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    _fsync_folder(os.path.dirname(path))
+    _fsync(os.path.dirname(path))
 
 
-def _fsync_folder(path: str) -> None:
-    """Make a rename in ``path`` durable (a crash could otherwise undo it)."""
-    directory = os.open(path, os.O_RDONLY)
+def _fsync(path: str) -> None:
+    """Make a file's bytes, or a rename in a folder, durable (a crash could otherwise undo it)."""
+    handle = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(handle)
     finally:
-        os.close(directory)
+        os.close(handle)
 
 
 # --- quarantine (repair) ---------------------------------------------------------------------
@@ -476,25 +476,18 @@ def _write_pointer(root: str, real_root: str, home: str, folder: str, line: dict
         os.symlink(write.text, scratch)
     elif write.kind is PointerKind.COPY:
         shutil.copy2(os.path.join(os.path.dirname(target), write.text), scratch, follow_symlinks=True)
-        _fsync_file(scratch)
+        _fsync(scratch)
     else:
         with open(scratch, "w", encoding="utf-8") as handle:
             handle.write(write.text)
-        _fsync_file(scratch)
+        _fsync(scratch)
     os.replace(scratch, target)
-    _fsync_folder(os.path.dirname(target))
+    _fsync(os.path.dirname(target))
 
 
 def _pointer_write(line: dict[str, Any]) -> PointerWrite:
     return PointerWrite(os.path.basename(str(line["path"])), str(line["text"]), PointerKind(line["kind"]))
 
-
-def _fsync_file(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 def _is_written(path: str, write: PointerWrite) -> bool:

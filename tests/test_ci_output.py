@@ -422,3 +422,11 @@ def test_sarif_locations_outside_the_working_directory_are_file_uris(tmp_path, c
     result = json.loads(cli("inspect", "--format", "sarif", run).stdout)["runs"][0]["results"][0]
     uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert uri.startswith("file:///") and "run%20with%20space" in uri
+
+
+def test_prune_and_repair_reports_follow_the_configured_rules(project, cli):
+    shutil.copytree(ROOT / "examples" / "runs" / "burn-truncated", project / "runs" / "cut")
+    (project / "ckptdoctor.toml").write_text('ignore = ["CKD203"]\n')
+    for command in (("repair", "--dry-run"), ("prune", "--dry-run", "--keep-last", "1")):
+        result = cli(*command, "--format", "github", "../runs")
+        assert "CKD101" in result.stdout and "CKD203" not in result.stdout, command

@@ -11,10 +11,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptdoctor.cli._output import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, say
+from ckptdoctor.cli._output import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    OutputFormat,
+    machine,
+    say,
+    stdout_console,
+    write,
+)
 
 if TYPE_CHECKING:
-    from ckptdoctor.model import Report, Run
+    from ckptdoctor.config import Settings
+    from ckptdoctor.model import Plan, Report, Run
     from ckptdoctor.retention import Circumstances
 
 EXIT_LOCKED = 3
@@ -115,6 +125,39 @@ def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) ->
     files = [f.entry.os_path for c in run.checkpoints for f in c.files]
     files += [f.entry.os_path for f in run.loose_files if not f.entry.is_dir]
     return files + [path for contents in inside.values() for path, _, _ in contents]
+
+
+def show_plans(
+    plans: list[tuple[Plan, str]],
+    report: Report,
+    settings: Settings,
+    *,
+    dry_run: bool,
+    fmt: OutputFormat,
+    quiet: bool,
+    output: str | None,
+    show_all: bool,
+    repair: bool = False,
+) -> None:
+    """Each (plan, unit) as a table, or the JSON document with every plan; in another format the
+    scan's findings (as configured), which is what a CI system reads."""
+    import dataclasses
+
+    if fmt is OutputFormat.JSON:
+        from ckptdoctor.render.json import plan_document
+
+        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run), output)
+        return
+    if fmt is not OutputFormat.HUMAN:
+        write(machine(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
+        return
+    if quiet:
+        return
+    from ckptdoctor.render.human import plan_block, repair_summary
+
+    console = stdout_console()
+    for plan, unit in plans:  # a repair's table also says what it acts on, and sums up otherwise
+        console.print(plan_block(plan, unit, show_all, repair_summary if repair else None))
 
 
 def confirm(question: str, human: bool, refused: str) -> None:

@@ -19,6 +19,7 @@ from ckptdoctor.cli._acting import (
     failures_explained,
     lock_all,
     scan_runs,
+    show_plans,
 )
 from ckptdoctor.cli._output import (
     EXIT_OK,
@@ -32,18 +33,14 @@ from ckptdoctor.cli._output import (
     QuietFlag,
     chosen,
     configured,
-    machine,
     say,
-    stdout_console,
-    write,
 )
 from ckptdoctor.model import Action
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
-    from rich.console import Console
 
-    from ckptdoctor.model import Plan, Report, Run
+    from ckptdoctor.model import Run
     from ckptdoctor.retention import Policy
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
@@ -101,17 +98,16 @@ def prune(
         "keep-within": keep_within, "keep": keep, "min-age": min_age, "metrics-file": metrics_file,
     }  # fmt: skip
     try:
-        settings, _ = prune_settings()
-        policy, metrics_path = _policy({**settings, **{k: v for k, v in given.items() if v is not None}})
+        table, _ = prune_settings()
+        policy, metrics_path = _policy({**table, **{k: v for k, v in given.items() if v is not None}})
         policy.check()
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    configured(None)  # bad settings are exit 2 here too; the format is the command line's (a plan is no report)
+    settings = configured(None)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
     report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
-    console = stdout_console()
     roots = {os.path.realpath(retention.run_root(run)) for run in runs}
     with failures_explained("prune"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run)
@@ -145,7 +141,7 @@ def prune(
             say(f"ckptdoctor: error: {error}")
             raise typer.Exit(EXIT_USAGE) from error
         doomed = [plan for plan in plans if plan.acting(Action.DELETE)]
-        _show(plans, runs, report, dry_run, fmt, quiet, output, show_all, console)
+        show_plans([(plan, run.unit.value) for plan, run in zip(plans, runs, strict=True)], report, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all)
         if dry_run or not doomed:
             if human and not quiet:
                 say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
@@ -190,22 +186,3 @@ def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
         min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
     )
     return policy, settings.get("metrics-file")
-
-
-def _show(
-    plans: list[Plan], runs: list[Run], report: Report, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, console: Console
-) -> None:
-    if fmt is OutputFormat.JSON:
-        from ckptdoctor.render.json import plan_document
-
-        write(plan_document(report, tuple(plans), dry_run), output)
-        return
-    if fmt is not OutputFormat.HUMAN:
-        write(machine(report, fmt), output)
-        return
-    if quiet:
-        return
-    from ckptdoctor.render.human import plan_block
-
-    for plan, run in zip(plans, runs, strict=True):
-        console.print(plan_block(plan, run.unit.value, show_all))

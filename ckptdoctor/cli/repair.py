@@ -18,6 +18,7 @@ from ckptdoctor.cli._acting import (
     failures_explained,
     lock_all,
     scan_runs,
+    show_plans,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
@@ -32,14 +33,13 @@ from ckptdoctor.cli._output import (
     QuietFlag,
     chosen,
     configured,
-    machine,
     say,
     stdout_console,
-    write,
 )
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
+    from ckptdoctor.config import Settings
     from ckptdoctor.model import Plan, Report, Run
 
 Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest repair of each run moved and re-pointed.")]
@@ -92,14 +92,14 @@ def repair(
     with failures_explained("repair"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
         if undo:
-            code = _undo(paths, report, runs, ident, dry_run, yes, fmt, quiet, output, show_all)
+            code = _undo(paths, report, runs, settings, ident, dry_run, yes, fmt, quiet, output, show_all)
         else:
-            code = _repair(paths, report, runs, age, dry_run, yes, fmt, quiet, output, show_all)
+            code = _repair(paths, report, runs, settings, age, dry_run, yes, fmt, quiet, output, show_all)
     raise typer.Exit(code)
 
 
 def _repair(
-    paths: list[str] | None, report: Report, runs: list[Run], min_age: float, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, min_age: float, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
     from ckptdoctor import actions, repair
     from ckptdoctor.layouts import layout_named
@@ -136,7 +136,7 @@ def _repair(
         except repair.Refused as refusal:
             refused.append(str(refusal))
         planned[run.path] = (run, world.now)
-    _show(plans, report, dry_run, fmt, quiet, output, show_all)
+    show_plans(plans, report, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all, repair=True)
     for reason in refused:
         say(f"ckptdoctor: error: {reason}")
     acting = [plan for plan, _ in plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
@@ -170,7 +170,7 @@ def _repair(
 
 
 def _undo(
-    paths: list[str] | None, report: Report, runs: list[Run], ident: str | None, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, ident: str | None, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
 ) -> int:
     from ckptdoctor import actions
     from ckptdoctor.model import Action
@@ -190,7 +190,7 @@ def _undo(
         say(f"ckptdoctor: error: no run given holds quarantine {ident}")
         return EXIT_USAGE
     plans = [(undo_plan(found, shown, root, place), unit) for shown, root, place, unit, found in chosen]
-    _show(plans, report, dry_run, fmt, quiet, output, show_all)
+    show_plans(plans, report, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all, repair=True)
     blocked = [(found, item) for *_, found in chosen for item in found.items if item.state is actions.StoredState.CONFLICT]
     for found, item in blocked:
         say(f"ckptdoctor: error: {item.path} is in the run again and in {found.folder}: move one of them aside, then undo again")
@@ -237,21 +237,3 @@ def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str
             if os.path.isdir(os.path.join(home_of(path, beside), QUARANTINE)):
                 roots.append((path, path, home_of(path, beside), "index"))
     return roots
-
-
-def _show(plans: list[tuple[Plan, str]], report: Report, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool) -> None:
-    if fmt is OutputFormat.JSON:
-        from ckptdoctor.render.json import plan_document
-
-        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run), output)
-        return
-    if fmt is not OutputFormat.HUMAN:
-        write(machine(report, fmt), output)
-        return
-    if quiet:
-        return
-    from ckptdoctor.render.human import plan_block, repair_summary
-
-    console = stdout_console()
-    for plan, unit in plans:
-        console.print(plan_block(plan, unit, show_all, repair_summary))
