@@ -95,6 +95,28 @@ class Judge:
         return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, {"run": folder, "unit": "checkpoint"})
 
 
+class Watch:
+    """What both callbacks keep: their settings, the last report, and why training stopped."""
+
+    def __init__(self, keep_last: int | None = None, margin: float = 0.10) -> None:
+        super().__init__()
+        self.keep_last = keep_last
+        """Retention to project the runway with (default: the trainer's own)."""
+        self.margin = margin
+        self.report: Report | None = None
+        """The last preflight report (rank 0)."""
+        self.stopped: Finding | None = None
+        """Why training was stopped, if it was."""
+
+    def judge(self, trainer_keep_last: int | None) -> Judge:
+        return Judge(self.margin, self.keep_last if self.keep_last is not None else trainer_keep_last)
+
+    def stop(self, finding: Finding, rank_zero: bool) -> None:
+        self.stopped = finding
+        if rank_zero:
+            log.error(explain(finding))
+
+
 def explain(finding: Finding) -> str:
     """The finding and its fixes, for a training log."""
     lines = [f"ckptdoctor stopped training before a save: {finding.code} {finding.name}: {finding.message}"]

@@ -12,29 +12,19 @@ writes a checkpoint to ``$TMPDIR`` before moving it into place, so that volume i
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from typing import Any
 
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from ckptdoctor.integrations._common import Judge, explain
-from ckptdoctor.model import Finding, Report
-
-log = logging.getLogger("ckptdoctor")
+from ckptdoctor.integrations._common import Watch
+from ckptdoctor.model import Finding
 
 
-class DiskCheck(Callback):
-    """Run ``ckptdoctor.preflight`` on each ``ModelCheckpoint``'s folder before it saves."""
-
-    def __init__(self, keep_last: int | None = None, margin: float = 0.10) -> None:
-        self.keep_last = keep_last
-        self.margin = margin
-        self.report: Report | None = None
-        """The last preflight report (rank 0)."""
-        self.stopped: Finding | None = None
-        """Why training was stopped, if it was."""
+class DiskCheck(Watch, Callback):
+    """Run ``ckptdoctor.preflight`` on each ``ModelCheckpoint``'s folder before it saves
+    (``DiskCheck(keep_last=None, margin=0.10)``; ``.report``, ``.stopped``)."""
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
         due = [cb for cb in _saving(trainer) if cb._every_n_train_steps >= 1 and trainer.global_step % cb._every_n_train_steps == 0]
@@ -64,9 +54,7 @@ class DiskCheck(Callback):
         finding = trainer.strategy.broadcast(finding, src=0)
         if finding is None:
             return
-        self.stopped = finding
-        if trainer.is_global_zero:
-            log.error(explain(finding))
+        self.stop(finding, trainer.is_global_zero)
         trainer.should_stop = True
         for checkpointer in _checkpointers(trainer):
             checkpointer._last_global_step_saved = trainer.global_step  # ModelCheckpoint's own "saved at this step": it skips
@@ -77,7 +65,7 @@ class DiskCheck(Callback):
         for checkpointer in due:
             if checkpointer.dirpath is None:
                 continue
-            judge = Judge(self.margin, self.keep_last if self.keep_last is not None else _keep_last(checkpointer))
+            judge = self.judge(_keep_last(checkpointer))
             self.report = judge.preflight(checkpointer.dirpath, pl_module, None if checkpointer.save_weights_only else optimizer)
             finding = judge.blocking(self.report) or judge.staging(self.report, tempfile.gettempdir(), "Lightning writes each checkpoint there first, then moves it")
             if finding is not None:

@@ -10,27 +10,17 @@ that would decide it), the Trainer is asked to stop, and the finding is logged w
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from transformers import TrainerCallback
 
-from ckptdoctor.integrations._common import Judge, explain
-from ckptdoctor.model import Finding, Report
-
-log = logging.getLogger("ckptdoctor")
+from ckptdoctor.integrations._common import Watch
+from ckptdoctor.model import Finding
 
 
-class DiskCheckCallback(TrainerCallback):
-    """Run ``ckptdoctor.preflight`` on ``args.output_dir`` whenever the Trainer is about to save."""
-
-    def __init__(self, keep_last: int | None = None, margin: float = 0.10) -> None:
-        self.keep_last = keep_last
-        self.margin = margin
-        self.report: Report | None = None
-        """The last preflight report (rank 0)."""
-        self.stopped: Finding | None = None
-        """Why training was stopped, if it was."""
+class DiskCheckCallback(Watch, TrainerCallback):
+    """Run ``ckptdoctor.preflight`` on ``args.output_dir`` whenever the Trainer is about to save
+    (``DiskCheckCallback(keep_last=None, margin=0.10)``; ``.report``, ``.stopped``)."""
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         return self._check(args, state, control, kwargs)
@@ -45,15 +35,13 @@ class DiskCheckCallback(TrainerCallback):
             return control
         finding = None
         if state.is_world_process_zero:
-            judge = Judge(self.margin, self.keep_last if self.keep_last is not None else args.save_total_limit)
+            judge = self.judge(args.save_total_limit)
             optimizer = None if args.save_only_model else kwargs.get("optimizer")
             self.report = judge.preflight(args.output_dir, kwargs.get("model"), optimizer)
             finding = judge.blocking(self.report)
         finding = _from_rank_zero(finding)
         if finding is not None:
-            self.stopped = finding
-            if state.is_world_process_zero:
-                log.error(explain(finding))
+            self.stop(finding, state.is_world_process_zero)
             control.should_save = False
             if best:
                 control.should_evaluate = False
