@@ -1,4 +1,5 @@
-"""Write burn checkpoints by the burnpack specification, for tests, benchmarks and examples.
+"""Write checkpoints for tests, benchmarks and examples: burn's by the burnpack specification,
+and small HF Trainer ``checkpoint-N/`` folders.
 
 burn is a Rust framework, so there is no Python writer to call; this follows the byte layout
 of burn-format reference §11 (checked against a real burn-written file in the test suite).
@@ -127,6 +128,25 @@ def write_burn_run(
         for role in roles:
             with open(os.path.join(folder, f"{role}-{epoch}.bpk"), "wb") as handle:
                 handle.write(records[role])
+
+
+def write_hf_checkpoints(folder: str | os.PathLike[str], steps: Iterable[int]) -> None:
+    """Minimal, complete HF Trainer ``checkpoint-N/`` folders (no Trainer run: fast): a
+    safetensors model, optimizer and scheduler pickles, and ``trainer_state.json``."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    for step in steps:
+        checkpoint = os.path.join(folder, f"checkpoint-{step}")
+        os.makedirs(checkpoint, exist_ok=True)
+        with open(os.path.join(checkpoint, "trainer_state.json"), "w", encoding="utf-8") as handle:
+            json.dump({"global_step": step, "log_history": []}, handle)
+        save_file({"w": np.zeros(2, np.float32)}, os.path.join(checkpoint, "model.safetensors"))
+        for name in ("optimizer.pt", "scheduler.pt"):
+            with open(os.path.join(checkpoint, name), "wb") as handle:
+                handle.write(b"\x80\x02}q\x00.")  # an empty dict, pickled as torch.save's legacy pickles are
 
 
 def _aligned(offset: int) -> int:

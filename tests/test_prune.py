@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdoctor.testing import write_burn_run
+from ckptdoctor.testing import write_burn_run, write_hf_checkpoints
 
 DAY = 86400
 
@@ -319,17 +319,9 @@ def test_a_parent_folder_prunes_each_run_under_its_own_lock(tmp_path, cli):
 
 
 def test_hf_checkpoint_folders_are_deleted_whole(tmp_path, cli):
-    import numpy as np
-    from safetensors.numpy import save_file
-
+    write_hf_checkpoints(tmp_path, (10, 20, 30))
     for step in (10, 20, 30):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
-        for name in ("optimizer.pt", "scheduler.pt"):
-            (folder / name).write_bytes(b"\x80\x02}q\x00.")
-        (folder / "notes.txt").write_text("a file no layout claims, inside the checkpoint folder")
+        (tmp_path / f"checkpoint-{step}" / "notes.txt").write_text("a file no layout claims, inside the checkpoint folder")
     (tmp_path / "runs.log").write_text("beside the checkpoints: never touched")
     age(tmp_path)
     result = cli("prune", "--yes", "--keep-last", "1", tmp_path)
@@ -387,16 +379,7 @@ def test_the_same_run_named_twice_is_pruned_once(tmp_path, cli, monkeypatch):
 
 
 def test_a_fresh_file_anywhere_in_a_checkpoint_folder_keeps_it(tmp_path, cli):
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    for step in (10, 20, 30):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
-        for name in ("optimizer.pt", "scheduler.pt"):
-            (folder / name).write_bytes(b"\x80\x02}q\x00.")
+    write_hf_checkpoints(tmp_path, (10, 20, 30))
     age(tmp_path)
     (tmp_path / "checkpoint-10" / "global_step10").mkdir()
     (tmp_path / "checkpoint-10" / "global_step10" / "model_states.pt").write_bytes(b"being written")

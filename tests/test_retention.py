@@ -17,7 +17,7 @@ from ckptdoctor.layouts import layout_named
 from ckptdoctor.model import Action, Plan, Run
 from ckptdoctor.retention import Circumstances, Policy, PolicyError, parse_duration, plan
 from ckptdoctor.scan import scan
-from ckptdoctor.testing import write_burn_run
+from ckptdoctor.testing import write_burn_run, write_hf_checkpoints
 
 HOUR = 3600.0
 NOW = 2_000_000_000.0
@@ -169,13 +169,7 @@ def test_a_symlink_in_a_kept_checkpoint_keeps_its_target(tmp_path):
 
 
 def test_files_inside_a_checkpoint_folder_count_for_min_age_and_open_files(tmp_path):
-    for step in (10, 20, 30):
-        folder = tmp_path / f"checkpoint-{step}"
-        folder.mkdir()
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-        save_file({"w": np.zeros(2, np.float32)}, str(folder / "model.safetensors"))
-        for name in ("optimizer.pt", "scheduler.pt"):
-            (folder / name).write_bytes(pickle.dumps({"state": {}}, protocol=2))
+    write_hf_checkpoints(tmp_path, (10, 20, 30))
     age(tmp_path)
     run = the_run(tmp_path)
     weights = str(tmp_path / "checkpoint-10" / "global_step10" / "model_states.pt")
