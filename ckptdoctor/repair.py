@@ -32,7 +32,15 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
-from ckptdoctor.retention import Circumstances, held_back, home, measure, run_root, targets
+from ckptdoctor.retention import (
+    Circumstances,
+    entry_held_back,
+    held_back,
+    home,
+    measure,
+    run_root,
+    targets,
+)
 from ckptdoctor.rules.completeness import STALE_POINTER
 
 _LEFTOVER = frozenset({Problem.EMPTY})
@@ -132,14 +140,10 @@ def _loose_leftovers(
         if not _leftover(file) or file.path in repointed:
             continue
         entry = file.entry
-        contents = circumstances.inside.get(entry.os_path, ())
-        newest = max([entry.mtime, *(mtime for _, mtime, _ in contents)])
-        young = circumstances.now - newest < min_age
-        holder = next((circumstances.open_by[p] for p in (entry.os_path, *(p for p, _, _ in contents)) if p in circumstances.open_by), None)
-        size = entry.size + sum(size for _, _, size in contents)
-        if young or holder is not None:
-            why = "written within --min-age" if young else f"open in process {holder}"
-            items.append(PlanItem(None, Action.KEEP, (f"{_what([file])}: {why}, may still be in use",), (entry,), size))
+        size = entry.size + sum(size for _, _, size in circumstances.inside.get(entry.os_path, ()))
+        busy = entry_held_back(entry, circumstances, min_age)
+        if busy:
+            items.append(PlanItem(None, Action.KEEP, (_what([file]), *busy, "may still be in use: left as it is"), (entry,), size))
         else:
             items.append(PlanItem(None, Action.QUARANTINE, (_what([file]), *labels.of(paths=[file.path])), (entry,), size))
     return items
@@ -183,7 +187,7 @@ def _repoints(
         if write is None:
             continue
         entry = source.entry if source else _new_entry(run, root, write.name)
-        held = saving or ("written within --min-age" if source is not None and circumstances.now - entry.mtime < min_age else "")
+        held = saving or ("; ".join(entry_held_back(entry, circumstances, min_age)) if source is not None else "")
         if held:
             reasons = (f"{said} ({rule})", f"{held}: left as it is")
             items.append(PlanItem(resume.index, Action.KEEP, reasons, (entry,), 0))

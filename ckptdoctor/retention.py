@@ -146,15 +146,26 @@ def measure(run: Run, circumstances: Circumstances) -> Measured:
 def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
     """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
     within ``min_age`` (the save may still be going on), or a live process holds one open."""
+    if not circumstances.open_by and not (checkpoint.files and circumstances.now - saved < min_age):
+        return []  # the common case, without building the list of paths: big runs ask 100,000s of times
+    paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
+    return _held(paths, saved if checkpoint.files else None, circumstances, min_age)
+
+
+def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) -> list[str]:
+    """``held_back`` for one entry outside every checkpoint (a staging folder, a pointer)."""
+    contents = circumstances.inside.get(entry.os_path, ())
+    newest = max([entry.mtime, *(mtime for _, mtime, _ in contents)])
+    return _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
+
+
+def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float) -> list[str]:
     reasons = []
-    young = circumstances.now - saved
-    if checkpoint.files and young < min_age:
-        reasons.append(f"modified {duration(young)} ago (--min-age {duration(min_age)})")
-    if circumstances.open_by:
-        paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
-        holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
-        if holder is not None:
-            reasons.append(f"open in process {holder}")
+    if saved is not None and circumstances.now - saved < min_age:
+        reasons.append(f"modified {duration(circumstances.now - saved)} ago (--min-age {duration(min_age)})")
+    holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
+    if holder is not None:
+        reasons.append(f"open in process {holder}")
     return reasons
 
 

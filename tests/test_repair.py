@@ -340,7 +340,7 @@ def test_a_pointer_written_within_min_age_is_left_alone(tmp_path, cli):
     os.utime(folder / "latest")
     result = cli("repair", "--json", "--yes", folder)
     item = next(item for item in result.json["plan"] if item["paths"][0].endswith("latest"))
-    assert item["action"] == "keep" and "written within --min-age" in item["reasons"][-1]
+    assert item["action"] == "keep" and "(--min-age 10min): left as it is" in item["reasons"][-1]
     assert (folder / "latest").read_text() == "global_step900"
 
 
@@ -743,3 +743,13 @@ def test_two_repairs_at_once_one_exits_3_and_the_run_ends_repaired(tmp_path):
         assert "locked by another ckptdoctor" in "".join(said)
     assert tree(folder) == kept
     assert quarantined(folder) == doomed
+
+
+def test_a_staging_leftover_still_being_written_is_left_alone(tmp_path, cli):
+    folder = broken_burn_run(tmp_path)
+    os.utime(folder / "model-8.bpk.tmp")  # a save writing it right now
+    result = cli("repair", "--json", "--yes", folder)
+    item = next(item for item in result.json["plan"] if item["paths"][0].endswith("model-8.bpk.tmp"))
+    assert item["action"] == "keep" and any("--min-age 10min" in reason for reason in item["reasons"])
+    assert (folder / "model-8.bpk.tmp").exists()
+    assert quarantined(folder) == {"model-7.bpk", "scheduler-7.bpk"}
