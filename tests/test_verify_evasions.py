@@ -100,10 +100,10 @@ def test_a_v7_tar_without_magic_is_read_like_torch_reads_it():
     assert Problem.UNSAFE_PICKLE in problems(bytes(data), "model.pt")
 
 
-def test_tar_members_with_more_records_than_are_checked_say_so(monkeypatch):
-    import ckptdoctor.readers.pickle as readers_pickle
+def test_tar_members_with_more_records_than_are_checked_are_unproven(monkeypatch):
+    import ckptdoctor.readers.torchtar as torchtar
 
-    monkeypatch.setattr(readers_pickle, "MAX_RECORDS", 2)
+    monkeypatch.setattr(torchtar, "MAX_RECORDS", 2)
     count = pickle.dumps(3, protocol=2)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -111,7 +111,7 @@ def test_tar_members_with_more_records_than_are_checked_say_so(monkeypatch):
             info = tarfile.TarInfo(name)
             info.size = len(content)
             archive.addfile(info, io.BytesIO(content))
-    assert Problem.MALFORMED in problems(buffer.getvalue(), "model.tar")
+    assert Problem.UNSAFE_PICKLE in problems(buffer.getvalue(), "model.tar")
 
 
 def test_legacy_storage_counts_are_checked_against_the_pickle(tmp_path):

@@ -14,16 +14,21 @@ from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
 from ckptdoctor.readers import (
     burnpack,
     burnrecord,
+    compressed,
     dcp,
     hfjson,
     npy,
     pickle,
     pointer,
     safetensors,
+    sniff,
+    torchtar,
     torchzip,
 )
+from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
-from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format, sniff
+from ckptdoctor.readers._unpickler import one_budget
+from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format
 
 __all__ = [
     "BytesSample",
@@ -44,7 +49,7 @@ _READERS: dict[Format, Callable[[Sample], FileReport]] = {
     Format.SAFETENSORS: safetensors.read,
     Format.TORCH_ZIP: torchzip.read,
     Format.TORCH_LEGACY: pickle.read_legacy,
-    Format.TORCH_TAR: pickle.read_tar,
+    Format.TORCH_TAR: torchtar.read,
     Format.TORCH_PREVIEW: pickle.read_preview,
     Format.PICKLE: pickle.read_pickle,
     Format.MSGPACK: burnrecord.read_msgpack,
@@ -59,7 +64,7 @@ _VERIFIERS: dict[Format, Callable[[Sample, int], FileReport]] = {
     Format.ZIP: torchzip.verify,
     Format.NUMPY: lambda sample, deep: torchzip.verify(sample, deep) if sample.head(4) == b"PK\x03\x04" else npy.read(sample),
     Format.TORCH_LEGACY: pickle.verify_legacy,
-    Format.TORCH_TAR: pickle.verify_tar,
+    Format.TORCH_TAR: torchtar.verify,
     Format.PICKLE: pickle.verify_pickle,
     Format.MSGPACK: burnrecord.verify_msgpack,
     Format.JSON: burnrecord.verify_json,
@@ -118,49 +123,70 @@ def expected_formats(name: str) -> frozenset[Format] | None:
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
     """Judge a file from its header and trailer, and its content against its name."""
-    return _judge(sample, name, _READERS.get)
+    with one_budget():
+        return _judge(sample, name, _READERS.get)
 
 
 def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
-    """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads."""
+    """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads.
 
-    unpickled = Format.PICKLE in (expected_formats(name) or ())
+    Content is judged as the format it holds and, where the file's name is one that a loader
+    unpickles (``torch.load``, ``pickle.load``, ``numpy.load``, ``joblib.load``), also the way
+    each such loader reads content it does not recognise: as a tar, as pickles from the first byte,
+    decompressed. Whatever any of them would run is reported (fail closed)."""
 
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
-        if kind is Format.UNKNOWN and unpickled:
-            return _unknown_content
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
-            plain = _READERS.get(kind)
-            if unpickled:  # burn bincode under a .bin name torch.load would unpickle: read it as both
-                return lambda sample: _with_pickle_safety(plain(sample) if plain else FileReport(kind.value), sample)
-            return plain
+            return _READERS.get(kind)
         return lambda sample: verifier(sample, deep)
 
-    report = _judge(sample, name, reader)
-    if name == dcp.METADATA and report.format == Format.PICKLE.value:
-        report = _with_pickle_safety(report, sample)  # DCP reads its .metadata with pickle.load
+    with one_budget():
+        report = _judge(sample, name, reader)
+        if name == dcp.METADATA and report.format == Format.PICKLE.value:
+            report = _with_unsafe(report, pickle.verify_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
+        elif _unpickled(name):
+            known = report.format in Format._value2member_map_
+            report = _with_unsafe(report, _fallback_issues(sample, Format(report.format) if known else Format.UNKNOWN))
     return report
 
 
-def _unknown_content(sample: Sample) -> FileReport:
-    """Content of no known format under a name loaders unpickle (``.pt``, ``.bin``, ``.pkl``):
-    torch.load tries it as a tar (V7 tars have no magic) and then as a pickle (protocol 0 has
-    none either), so it is read as both."""
-    if pickle.is_tar(sample):
-        return pickle.verify_tar(sample)
-    return _with_pickle_safety(FileReport(Format.UNKNOWN.value), sample)
+def _unpickled(name: str) -> bool:
+    """Whether a loader of this file's name unpickles content it does not otherwise recognise."""
+    lowered = name.lower()
+    return Format.PICKLE in (expected_formats(lowered) or ()) or lowered.endswith(_FALLS_BACK_TO_PICKLE) or compressed.pickled_name(lowered)
 
 
-def _with_pickle_safety(report: FileReport, sample: Sample) -> FileReport:
-    """``report`` plus what the file would import if it were unpickled (a crafted file can be
-    two formats at once)."""
-    unsafe = tuple(i for i in pickle.verify_pickle(sample).issues if i.problem in (Problem.UNSAFE_PICKLE, Problem.NON_WEIGHTS))
+_FALLS_BACK_TO_PICKLE = (".npy", ".npz", ".joblib", ".dill")
+"""``numpy.load`` unpickles what is neither an array nor a zip; joblib and dill unpickle anything."""
+_WALKED_FROM_START = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.EMPTY})
+
+
+def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
+    """What the loaders' other readings of the content would run: torch tries a tar and then pickles
+    on anything that does not start like a zip; numpy, joblib and dill unpickle from the first byte;
+    joblib decompresses first."""
+    if sample.head(4) == sniff.ZIP_LOCAL or kind in (Format.TORCH_ZIP, Format.ZIP):
+        return []
+    issues: list[FileIssue] = []
+    first = None if kind in _WALKED_FROM_START else pickle.walk_sample(sample, 0, None)
+    if kind is not Format.TORCH_TAR and torchtar.is_tar(sample):
+        issues += torchtar.verify(sample, first_pickle=first).issues
+    elif first is not None:
+        issues += judge(first, "the file read as a pickle (as its loaders fall back to)")
+    issues += compressed.issues(sample)
+    return issues
+
+
+def _with_unsafe(report: FileReport, issues: list[FileIssue] | tuple[FileIssue, ...]) -> FileReport:
+    """``report`` plus the unsafe-pickle findings among ``issues`` that it does not have yet."""
+    have = {(i.problem, i.detail) for i in report.issues}
+    unsafe = tuple(i for i in issues if i.problem is Problem.UNSAFE_PICKLE and (i.problem, i.detail) not in have)
     return dataclasses.replace(report, issues=report.issues + unsafe) if unsafe else report
 
 
 def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
-    kind = sniff(sample)
+    kind = sniff.sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
     named = _named_reader(name, kind)
@@ -230,7 +256,7 @@ def sniff_file(entry: Entry) -> Format | None:
     """The format of a file's content from its first bytes, or None when it cannot be opened."""
     try:
         with FileSample.open(entry.os_path, entry.size) as sample:
-            return sniff(sample)
+            return sniff.sniff(sample)
     except OSError:
         return None
 

@@ -11,7 +11,7 @@ Three tiers, judged on the exact ``module.name`` a pickle imports:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ckptdoctor.model import FileIssue, Problem
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
@@ -57,11 +57,14 @@ _NUMPY_DTYPES = (
 KNOWN_BENIGN: frozenset[str] = frozenset({
     # numpy arrays, scalars and random states (RNG files of HF Trainer, accelerate, Lightning)
     *(f"{core}.multiarray.{name}" for core in ("numpy.core", "numpy._core") for name in ("_reconstruct", "scalar")),
-    "numpy.ndarray", "numpy.dtype",
+    "numpy.ndarray", "numpy.dtype", "joblib.numpy_pickle.NumpyArrayWrapper",
     *(f"numpy.dtypes.{name}" for name in _NUMPY_DTYPES),
+    *(f"{core}.numeric._frombuffer" for core in ("numpy.core", "numpy._core")),  # protocol 5 arrays
     "numpy.random._pickle.__randomstate_ctor", "numpy.random._pickle.__bit_generator_ctor",
     "numpy.random._pickle.__generator_ctor", "numpy.random._mt19937.MT19937",
-    "numpy.random._pcg64.PCG64", "numpy.random.mtrand.RandomState",
+    "numpy.random._pcg64.PCG64", "numpy.random._pcg64.PCG64DXSM", "numpy.random._philox.Philox",
+    "numpy.random._sfc64.SFC64", "numpy.random.mtrand.RandomState", "numpy.random._generator.Generator",
+    "numpy.random.bit_generator.SeedSequence", "numpy.random.bit_generator.__pyx_unpickle_SeedSequence",
     # plain values of the standard library
     "argparse.Namespace", "collections.defaultdict", "collections.deque", "builtins.slice",
     "builtins.frozenset", "builtins.tuple", "builtins.list", "builtins.dict", "builtins.int",
@@ -76,6 +79,7 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     "transformers.trainer_utils.HubStrategy", "transformers.trainer_utils.SaveStrategy",
     "transformers.debug_utils.DebugOption", "transformers.training_args.ParallelMode",
     "transformers.trainer_pt_utils.AcceleratorConfig", "transformers.trainer_utils.FSDPOption",
+    "transformers.generation.configuration_utils.GenerationConfig",
     "accelerate.utils.dataclasses.DistributedType", "accelerate.state.PartialState",
     "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
     "pytorch_lightning.utilities.parsing.AttributeDict",
@@ -92,6 +96,7 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
 CONSTRUCT_ONLY: frozenset[str] = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
     "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+    "transformers.generation.configuration_utils.GenerationConfig",
 })  # fmt: skip
 """Benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call: calling runs their set-up
 code (devices, distributed state), so a pickle that calls them is unsafe."""
@@ -100,19 +105,24 @@ _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 """Modules torch refuses even when a user allowlists them: named first in a finding."""
 
 
-def judge(walk: Walk, where: str) -> list[FileIssue]:
-    """The safety findings for one walked pickle; ``where`` names it (``data.pkl``, ``the pickle``)."""
+def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None) -> list[FileIssue]:
+    """The safety findings for one walked pickle; ``where`` names it (``data.pkl``, ``the pickle``).
+
+    A pickle is proven safe only when it was followed, with the unpicklers' own reading of every
+    opcode, to its STOP or to a point where every unpickler stops, importing nothing outside the
+    allowlists. Anything else is CKD401. ``resolved`` names globals the loader resolves itself,
+    without importing anything (TorchScript's own classes)."""
     issues: list[FileIssue] = []
     unsafe = [
         g.dotted
         for g in walk.globals
-        if (g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN)
-        or (g.dotted in CONSTRUCT_ONLY and (g in walk.called or g in walk.passed))
+        if (g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN and not (resolved and resolved(g.dotted)))
+        or (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g))
     ]
     unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
     reasons: list[str] = []
     if unsafe:
-        reasons.append(f"imports {_names(unsafe)}, outside every allowlist")
+        reasons.append(f"imports {_names(unsafe)}, outside every allowlist or beyond how its framework rebuilds it")
     if walk.unresolved:
         reasons.append(f"imports a global whose name is only known when it runs ({walk.unresolved[0]})")
     if walk.foreign:
@@ -127,6 +137,8 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
     if reasons:
         issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code"))
+    if walk.unproven:
+        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows"))
     benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
@@ -139,7 +151,8 @@ def judge(walk: Walk, where: str) -> list[FileIssue]:
         issues.append(FileIssue(Problem.MALFORMED, f"{where} cannot be loaded: {walk.odd[0]}"))
     if walk.error:
         found = f"; imports found before that: {_names([g.dotted for g in walk.globals])}" if walk.globals else ""
-        issues.append(FileIssue(Problem.MALFORMED, f"{where} {walk.error}{found}"))
+        problem = Problem.TRUNCATED if walk.truncated else Problem.MALFORMED
+        issues.append(FileIssue(problem, f"{where} stops every unpickler: {walk.error}{found}"))
     return issues
 
 

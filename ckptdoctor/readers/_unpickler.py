@@ -1,30 +1,41 @@
 """A pickle machine that follows a pickle's opcodes to learn its shape, and never runs it.
 
-``pickletools.genops`` only parses. On top of it this module keeps a symbolic stack and memo,
+``_opcodes.read`` parses, the way the real unpicklers do. On top of it this module keeps a
+symbolic stack and memo,
 so that a torch ``data.pkl`` yields its tensors (name, dtype, shape, storage, device) and any
 pickle yields every global it would import: by ``GLOBAL`` and ``INST``, by ``STACK_GLOBAL``
 however its strings were shuffled through the memo, or by an extension code. Nothing is
 imported or called: a global is a pair of strings, a call is a node that remembers its parts.
 Whatever cannot be followed statically is reported as such, never guessed.
+
+The machine is linear in its input: values shared through the memo are references, never copied
+or rendered, and every walk runs within a :class:`Budget` of opcodes and seconds; a pickle that
+needs more is *unproven*, which is itself a finding.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
+import contextvars
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ckptdoctor.readers import _opcodes
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
 
-TORCH_OPCODES = frozenset({
-    "PROTO", "STOP", "GLOBAL", "NEWOBJ", "REDUCE", "BUILD", "APPEND", "APPENDS", "SETITEM",
-    "SETITEMS", "MARK", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NONE", "NEWFALSE", "NEWTRUE",
-    "EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "BININT", "BININT1", "BININT2",
-    "BINFLOAT", "BINUNICODE", "SHORT_BINSTRING", "BINPERSID", "BINGET", "LONG_BINGET", "BINPUT",
-    "LONG_BINPUT", "LONG1",
+_NEVER_PICKLED = frozenset({
+    "INST", "OBJ", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER", "DUP", "STRING",
+    "BINSTRING", "SHORT_BINSTRING",
 })  # fmt: skip
-"""The opcodes torch's ``weights_only`` unpickler accepts: all that ``torch.save`` writes."""
+"""Opcodes CPython 3's pickler never writes without a ``buffer_callback`` or a copyreg extension
+registry (torch.save passes neither): old-style instances, extension codes, out-of-band buffers,
+``DUP``, and Python 2 byte strings."""
+TORCH_OPCODES = frozenset(op.name for op in _opcodes.OPCODES if op.name not in _NEVER_PICKLED)
+"""The opcodes ``torch.save`` can write, at any ``pickle_protocol`` it accepts (0-5): a pickle
+with any other is hand-made."""
 
 
 class Global(NamedTuple):
@@ -85,9 +96,15 @@ class Walk:
     foreign: dict[str, int] = field(default_factory=dict)
     """Opcodes outside the allowed set, with the position of the first of each."""
     tricks: list[str] = field(default_factory=list)
-    """Structural tricks that make parsers disagree (an opcode straddling a frame's end)."""
+    """Things that make parsers disagree: an opcode straddling a frame's end, an argument the C and
+    the pure-Python unpickler read differently."""
     error: str | None = None
-    """Why the walk stopped before STOP, if it did."""
+    """Why the walk stopped before STOP where every unpickler stops too, if it did."""
+    truncated: bool = False
+    """The stream ends before its STOP: the save was cut short (``error`` says where)."""
+    unproven: str | None = None
+    """Why the walk gave up where a loader would read on (too complex, too large, not understood):
+    nothing after that point is proven, which is unsafe."""
     end: int = 0
     """Offset just past the STOP opcode (where a following pickle would start)."""
     persistent: list[object] = field(default_factory=list)
@@ -96,16 +113,68 @@ class Walk:
     """Every storage the pickle names by persistent id, tensors' or not."""
     odd: list[str] = field(default_factory=list)
     """Things a real unpickler would fail on that do not stop the walk (an unhashable key)."""
-    called: set[Global] = field(default_factory=set)
-    """Globals the pickle calls (REDUCE, INST, OBJ), rather than only rebuilds (NEWOBJ + BUILD)."""
-    passed: set[Global] = field(default_factory=set)
-    """Globals handed to a call as arguments: a callee may call them in turn."""
+    references: Counter[Global] = field(default_factory=Counter)
+    """How often each global is put on the stack (imported, read back from the memo, duplicated)."""
+    constructed: Counter[Global] = field(default_factory=Counter)
+    """How often each global is only instantiated (``NEWOBJ``, ``copyreg._reconstructor`` of
+    ``object``) with its fields set afterwards, rather than called with arguments."""
+    discarded: Counter[Global] = field(default_factory=Counter)
+    """How often a reference to each global is popped unused (``POP``)."""
     changed: set[Global] = field(default_factory=set)
     """Globals that BUILD sets attributes on: the class or function itself is altered."""
 
+    def absorb(self, other: Walk) -> None:
+        """Add what a pickle nested in this one found (joblib's arrays of objects)."""
+        self.globals += [g for g in other.globals if g not in self.globals]
+        self.unresolved += other.unresolved
+        self.tricks += other.tricks
+        self.persistent += other.persistent
+        self.odd += other.odd
+        self.references.update(other.references)
+        self.constructed.update(other.constructed)
+        self.discarded.update(other.discarded)
+        self.changed |= other.changed
+        for name, position in other.foreign.items():
+            self.foreign.setdefault(name, position)
 
-class _Mark:
-    pass
+    def used_beyond_construction(self, symbol: Global) -> bool:
+        """Whether some reference to ``symbol`` is called, passed, stored or returned rather than
+        only instantiated: set-up classes are benign only when rebuilt field by field."""
+        return self.references[symbol] > self.constructed[symbol] + self.discarded[symbol]
+
+
+class Budget:
+    """Opcodes and seconds one file's pickles may take together; past them, a walk is unproven."""
+
+    def __init__(self, steps: int = 50_000_000, seconds: float = 30.0) -> None:
+        self.steps = steps
+        self.deadline = time.monotonic() + seconds
+        self.seconds = seconds
+
+    def spend(self, steps: int) -> None:
+        self.steps -= steps
+        if self.steps < 0:
+            raise _Unproven("it needs more opcodes than ckptdoctor follows in one file: too complex to prove safe")
+        if time.monotonic() > self.deadline:
+            raise _Unproven(f"following it takes more than {self.seconds:g} s: too complex to prove safe")
+
+
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("budget", default=None)
+
+
+@contextlib.contextmanager
+def one_budget(budget: Budget | None = None) -> Iterator[Budget]:
+    """Every walk inside shares one budget: all the pickles of one file."""
+    shared = budget or Budget()
+    token = _BUDGET.set(shared)
+    try:
+        yield shared
+    finally:
+        _BUDGET.reset(token)
+
+
+_CHECK_EVERY = 4096
+"""Opcodes between two looks at the clock."""
 
 
 _PUSH_ARG = frozenset({
@@ -124,35 +193,139 @@ _CONSTANTS: dict[str, Callable[[], object]] = {
 }
 _REBUILD_TENSOR = frozenset({"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_qtensor"})
 _REBUILD_PARAMETER = frozenset({"_rebuild_parameter", "_rebuild_parameter_with_state"})
+_RECONSTRUCTOR = Global("copyreg", "_reconstructor")
+_OBJECT = Global("builtins", "object")
 
 
-def walk(data: bytes, start: int = 0, opcodes: frozenset[str] | None = None) -> Walk:
-    """Follow the pickle that starts at ``start``; ``opcodes``, if given, is the allowed set."""
-    import pickletools  # a parser only; imported when a pickle is walked, not at every start-up
-    import warnings
-
+def walk(
+    data: bytes, start: int = 0, opcodes: frozenset[str] | None = None, budget: Budget | None = None, arrays: bool = False
+) -> Walk:
+    """Follow the pickle that starts at ``start``; ``opcodes``, if given, is the allowed set.
+    ``arrays``: read it as joblib does, whose ``NumpyArrayWrapper`` is followed in the stream by
+    the array's raw bytes, or by a pickle of its objects."""
     machine = _Machine(opcodes)
-    stream = io.BytesIO(data)
-    stream.seek(start)
+    budget = budget or _BUDGET.get() or Budget()
+    result = machine.result
     position: int | None = start
+    steps = 0
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # genops warns on escape sequences in STRING opcodes
-            for opcode, arg, position in pickletools.genops(stream):
-                machine.step(opcode.name, arg, position or 0, stream.tell())
-                if opcode.name == "STOP":
+        while position is not None:
+            resume_at, position = position, None
+            for op in _opcodes.read(data, resume_at):
+                position = op.position
+                if op.note:
+                    result.tricks.append(f"an argument loaders read differently: {op.note}")
+                machine.step(op.name, op.arg, op.position, op.end)
+                steps += 1
+                if steps == _CHECK_EVERY:
+                    budget.spend(steps)
+                    steps = 0
+                if arrays and op.name == "BUILD" and (payload := joblib_payload(machine.stack[-1], machine.states)) is not None:
+                    position = _skip_array(data, op.end, payload, machine, budget)
                     break
             else:
-                machine.result.error = "the pickle ends without its STOP opcode"
+                position = None
+        budget.spend(steps)
+    except _opcodes.StreamEnd as end:
+        if end.imported:
+            machine.push_import(*end.imported)
+        result.error = f"{end} (at byte {end.position})"
+        result.truncated = end.truncated
     except _Stop as stop:
-        machine.result.error = f"{stop} (at byte {position})"
-    except (ValueError, KeyError, IndexError, EOFError, UnicodeDecodeError, TypeError, OverflowError, RecursionError) as error:
-        machine.result.error = f"cannot be parsed near byte {position} ({type(error).__name__}: {error})"
-    return machine.result
+        result.error = f"{stop} (at byte {position})"
+    except _opcodes.Unproven as unproven:
+        result.unproven = str(unproven)
+    except _Unproven as unproven:
+        result.unproven = f"{unproven} (at byte {position})"
+    except (RecursionError, MemoryError) as error:
+        result.unproven = f"it is too complex to follow near byte {position} ({type(error).__name__})"
+    except Exception as error:  # a shape the machine does not model: unknown, so unproven
+        result.unproven = f"ckptdoctor cannot follow it near byte {position} ({type(error).__name__}: {error})"
+    return result
+
+
+JOBLIB_WRAPPERS = frozenset({Global("joblib.numpy_pickle", "NumpyArrayWrapper"), Global("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper")})
+
+
+class ArrayPayload(NamedTuple):
+    """What joblib reads after a ``NumpyArrayWrapper``: ``nbytes`` raw bytes (after a padding
+    byte and padding when ``aligned``), or, for an array of objects, a pickle (``nbytes`` None)."""
+
+    nbytes: int | None
+    aligned: bool
+
+
+def joblib_payload(top: object, states: dict[int, tuple[object, object]]) -> ArrayPayload | None:
+    """The payload behind a just-built ``NumpyArrayWrapper``; None when ``top`` is not one.
+    Raises :class:`_Unproven` for a wrapper whose size is only known when it runs."""
+    if not (isinstance(top, Call) and top.func in JOBLIB_WRAPPERS):
+        return None
+    state = states.get(id(top), (None, None))[1]
+    if not isinstance(state, dict):
+        raise _Unproven("a joblib array wrapper without a literal state")
+    shape, dtype = state.get("shape"), state.get("dtype")
+    if not (isinstance(shape, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise _Unproven("a joblib array wrapper whose shape is not literal")
+    alignment = state.get("numpy_array_alignment_bytes")
+    itemsize = _dtype_itemsize(dtype, states)
+    if itemsize is None:
+        return ArrayPayload(None, False)
+    count = 1
+    for dimension in shape:
+        count *= dimension
+    return ArrayPayload(count * itemsize, alignment is not None)
+
+
+def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> int | None:
+    """Bytes per element of a pickled ``numpy.dtype``; None for objects (joblib then pickles them)."""
+    if not (isinstance(dtype, Call) and dtype.func == Global("numpy", "dtype") and isinstance(dtype.args, tuple) and dtype.args and isinstance(dtype.args[0], str)):
+        raise _Unproven("a joblib array wrapper whose dtype is not a literal numpy.dtype")
+    state = states.get(id(dtype), (None, None))[1]
+    descr = dtype.args[0]
+    if descr.startswith("O"):
+        return None
+    if isinstance(state, tuple) and len(state) >= 6 and (state[3] is not None or state[4] is not None):
+        raise _Unproven("a joblib array wrapper of a structured dtype")
+    import numpy
+
+    try:
+        itemsize = int(numpy.dtype(descr).itemsize)
+    except (TypeError, ValueError) as error:
+        raise _Unproven(f"a joblib array wrapper of dtype {descr[:40]!r}") from error
+    if itemsize == 0 and isinstance(state, tuple) and len(state) >= 6 and isinstance(state[5], int):
+        itemsize = state[5]  # flexible dtypes ('U', 'S', 'V') carry their size in the state
+    return itemsize
+
+
+def _skip_array(data: bytes, position: int, payload: ArrayPayload, machine: _Machine, budget: Budget) -> int:
+    """Where the pickle goes on after what joblib reads behind an array wrapper: raw bytes are
+    skipped, a pickle of objects is walked (and judged with the rest)."""
+    if payload.nbytes is None:
+        nested = walk(data, position, None, budget)
+        machine.result.absorb(nested)
+        if nested.error:
+            raise _Stop(f"the objects of a joblib array stop: {nested.error}")
+        if nested.unproven:
+            raise _Unproven(f"the objects of a joblib array: {nested.unproven}")
+        position = nested.end
+    else:
+        if payload.aligned:
+            if position >= len(data):
+                raise _opcodes.StreamEnd("the stream ends before an array's padding", position, truncated=True)
+            position += 1 + data[position]
+        position += payload.nbytes
+        if position > len(data):
+            raise _opcodes.StreamEnd("the stream ends inside an array's bytes", position, truncated=True)
+    machine.stack[-1] = Opaque("joblib array")
+    return position
 
 
 class _Stop(Exception):
-    """The pickle asks for something a real unpickler would fail on."""
+    """The pickle asks for something every real unpickler fails on: loading stops here too."""
+
+
+class _Unproven(Exception):
+    """The walk cannot go on, though a loader might."""
 
 
 class _Machine:
@@ -164,6 +337,8 @@ class _Machine:
         self.memo: dict[int, Any] = {}
         self.seen: set[Global] = set()
         self.frame_end = -1
+        self.states: dict[int, tuple[object, object]] = {}
+        """BUILD states of objects the machine does not model, by id (kept with their object)."""
 
     def step(self, name: str, arg: Any, position: int, after: int) -> None:
         result = self.result
@@ -181,7 +356,7 @@ class _Machine:
         elif name in ("BINGET", "LONG_BINGET", "GET"):
             if arg not in self.memo:
                 raise _Stop(f"memo value {arg} is read before it is written")
-            stack.append(self.memo[arg])
+            self._push_value(self.memo[arg])
         elif name == "MEMOIZE":
             self.memo[len(self.memo)] = self._top()
         elif name == "MARK":
@@ -200,47 +375,56 @@ class _Machine:
         else:
             self._structural(name, arg, position, after)
 
+    def push_import(self, module: str, attribute: str) -> None:
+        self._push_value(self._import(module, attribute))
+
+    def _push_value(self, value: object) -> None:
+        if isinstance(value, Global):
+            self.result.references[value] += 1
+        self.stack.append(value)
+
     def _structural(self, name: str, arg: Any, position: int, after: int) -> None:
         if name == "GLOBAL":
             module, _, attribute = str(arg).partition(" ")
-            self.stack.append(self._import(module, attribute))
+            self.push_import(module, attribute)
         elif name == "STACK_GLOBAL":
             attribute, module = self._pop(), self._pop()
             if isinstance(module, str) and isinstance(attribute, str):
-                self.stack.append(self._import(module, attribute))
+                self.push_import(module, attribute)
             else:
                 self.stack.append(self._hidden(f"STACK_GLOBAL with a computed name at byte {position}"))
         elif name == "INST":
             module, _, attribute = str(arg).partition(" ")
             cls = self._import(module, attribute)
-            args = tuple(self._pop_mark())
-            self.result.called.add(cls)
-            self.result.passed.update(_globals_in(args))
-            self.stack.append(_call(cls, args))
+            self.result.references[cls] += 1
+            self.stack.append(_call(cls, tuple(self._pop_mark())))
         elif name == "OBJ":
             items = self._pop_mark()
             if not items:
                 raise _Stop("OBJ without a class")
-            if isinstance(items[0], Global):
-                self.result.called.add(items[0])
-            self.result.passed.update(_globals_in(items[1:]))
             self.stack.append(_call(items[0], tuple(items[1:])))
         elif name in ("REDUCE", "NEWOBJ"):
             args = self._pop()
             func = self._pop()
-            if name == "REDUCE" and isinstance(func, Global):
-                self.result.called.add(func)
-            self.result.passed.update(_globals_in(args))
+            if name == "NEWOBJ" and isinstance(func, Global):
+                self.result.constructed[func] += 1
+            elif func == _RECONSTRUCTOR and isinstance(args, tuple) and len(args) == 3 and args[1] == _OBJECT and isinstance(args[0], Global):
+                self.result.constructed[args[0]] += 1  # copyreg's protocol 0-1 NEWOBJ: object.__new__(cls)
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
             self._pop()
             args = self._pop()
-            self.stack.append(_call(self._pop(), args))
+            cls = self._pop()
+            if isinstance(cls, Global):
+                self.result.constructed[cls] += 1
+            self.stack.append(_call(cls, args))
         elif name == "BUILD":
-            self.result.passed.update(_globals_in(self._pop()))
+            state = self._pop()
             target = self._top()
             if isinstance(target, Global):
                 self.result.changed.add(target)
+            elif isinstance(target, Call):
+                self.states[id(target)] = (target, state)
         elif name in ("EXT1", "EXT2", "EXT4"):
             self.stack.append(self._hidden(f"an import by extension code {arg} at byte {position}"))
         elif name in ("BINPERSID", "PERSID"):
@@ -275,19 +459,24 @@ class _Machine:
                 _set_item(target, key, value, self.result.odd)
         elif name == "POP":
             if stack:
-                stack.pop()
+                self._discard([stack.pop()])
             else:
                 self._pop_mark()
         elif name == "POP_MARK":
-            self._pop_mark()
+            self._discard(self._pop_mark())
         elif name == "DUP":
-            stack.append(self._top())
+            self._push_value(self._top())
         elif name == "FRAME":
             self.frame_end = after + int(arg)
         elif name in ("NEXT_BUFFER", "READONLY_BUFFER"):
             stack.append(Opaque("out-of-band buffer"))
         elif name != "PROTO":
-            raise _Stop(f"opcode {name} is not understood")
+            raise _Unproven(f"opcode {name} is not modelled")
+
+    def _discard(self, items: list[Any]) -> None:
+        for item in items:
+            if isinstance(item, Global):
+                self.result.discarded[item] += 1
 
     def _import(self, module: str, attribute: str) -> Global:
         symbol = _python3_name(module, attribute)
@@ -303,9 +492,10 @@ class _Machine:
     def _persistent(self, pid: object) -> object:
         if isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage":
             kind, key, location, numel = pid[1:5]
-            if isinstance(kind, Global) and isinstance(numel, int) and not isinstance(numel, bool):
+            plain = isinstance(key, (str, int)) and not isinstance(key, bool) and isinstance(location, str)
+            if plain and isinstance(kind, Global) and isinstance(numel, int) and not isinstance(numel, bool):
                 untyped = kind.name == "UntypedStorage"
-                storage = Storage(None if untyped else TORCH_STORAGES.get(kind.name, kind.dotted), str(key), str(location), numel)
+                storage = Storage(None if untyped else TORCH_STORAGES.get(kind.name, kind.dotted), str(key), location, numel)
                 self.result.storages.append(storage)
                 return storage
         self.result.persistent.append(pid)
@@ -327,25 +517,6 @@ class _Machine:
         items = self.stack
         self.stack = self.marks.pop()
         return items
-
-
-def _globals_in(value: object, limit: int = 1000) -> set[Global]:
-    """Globals anywhere in a call's arguments (containers followed, each once, up to ``limit``);
-    objects already built (a ``Call``) were checked when they were built."""
-    found: set[Global] = set()
-    pending = [value]
-    seen: set[int] = set()
-    while pending and len(seen) < limit:
-        item = pending.pop()
-        if isinstance(item, Global):
-            found.add(item)
-        elif isinstance(item, (tuple, list)) and not isinstance(item, (Storage, TensorRef, Opaque, Call)) and id(item) not in seen:
-            seen.add(id(item))
-            pending.extend(item)
-        elif isinstance(item, dict) and id(item) not in seen:
-            seen.add(id(item))
-            pending.extend(item.values())
-    return found
 
 
 def _python3_name(module: str, attribute: str) -> Global:
@@ -378,7 +549,7 @@ def _call(func: object, args: object) -> object:
         return _pairs_to_dict([item for pair in args[0] for item in pair]) if args and isinstance(args[0], list) else {}
     elif (module, name) == ("torch", "Size") and args and isinstance(args[0], (tuple, list)):
         return tuple(args[0])
-    elif (module, name) == ("torch", "device"):
+    elif (module, name) == ("torch", "device") and all(isinstance(part, (str, int)) for part in args):
         return ":".join(str(part) for part in args)
     return Call(func, args)
 

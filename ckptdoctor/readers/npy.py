@@ -1,15 +1,21 @@
-"""NumPy ``.npy`` arrays (alone, or inside an ``.npz``): a header, then raw data or a pickle.
+"""NumPy ``.npy`` arrays (alone, or inside any zip): a header, then raw data or a pickle.
 
-The header is a Python dict literal, read with ``ast.literal_eval`` (which evaluates literals
-only). An array of Python objects is stored as a pickle, which ``numpy.load`` runs when given
-``allow_pickle=True``: that pickle is walked like any other.
+The header is read with NumPy's own parser (``numpy.lib.format``), so that what counts as an
+array of Python objects is exactly what ``numpy.load`` decides: ``dtype.hasobject``, which
+covers ``'O'``, ``'object'`` and object fields inside structured dtypes. Such an array is
+stored as a pickle that ``numpy.load(allow_pickle=True)`` runs: it is walked like any other.
+Every other valid array is plain data.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib
+import io
 import math
 import struct
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers._pickle_safety import judge
@@ -19,8 +25,9 @@ from ckptdoctor.readers.sniff import Format
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER = 1024 * 1024
+"""A longer header is not parsed (``numpy.load`` refuses past 10,000 bytes unless allowed to unpickle)."""
 MAX_OBJECTS = 256 * 1024 * 1024
-
+_LENGTHS = {1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<I")}
 _KINDS = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
 
 
@@ -28,34 +35,36 @@ def read(sample: Sample) -> FileReport:
     """A ``.npy`` file: its header, and for object arrays the pickle after it (up to ``MAX_OBJECTS``)."""
     head = sample.head(min(sample.size, 4096))
     header = _header(head)
-    holds_objects = isinstance(header, tuple) and "O" in header[1]
-    if holds_objects or (isinstance(header, str) and sample.size > len(head)):
-        head = sample.range(0, min(sample.size, MAX_OBJECTS))  # a pickle, or a header past 4 KiB
+    if isinstance(header, _Cut) and sample.size > len(head):
+        head = sample.range(0, min(sample.size, header.needed))
+        header = _header(head)
+    if isinstance(header, tuple) and header[1].hasobject:
+        head = sample.range(0, min(sample.size, MAX_OBJECTS))
     return read_array(head, "array", sample.size)
 
 
 def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     size = len(data) if size is None else size
     header = _header(data)
-    if isinstance(header, str):
-        return FileReport(Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: {header}"),))
-    start, descr, shape = header
-    if "O" in descr:
+    if isinstance(header, _Cut):
+        return FileReport(Format.NUMPY.value, (FileIssue(Problem.TRUNCATED, f"{name}: cut inside its header"),))
+    if isinstance(header, FileIssue):
+        return FileReport(Format.NUMPY.value, (header,))
+    start, dtype, shape = header
+    if dtype.hasobject:
         issues = [FileIssue(
             Problem.NOT_A_CHECKPOINT,
             f"{name} is a NumPy array of Python objects: numpy.load needs allow_pickle=True, which runs the pickle inside",
         )]
+        if size > len(data):
+            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe"))
         issues += judge(walk(data, start), f"the pickle in {name}")
         return FileReport(Format.NUMPY.value, tuple(issues))
-    simple = _dtype(descr)
-    if simple is None:  # a structured dtype: plain data, but no single element size to check
-        return FileReport(Format.NUMPY.value, (), (), (Tensor(name, "structured", shape, 0),), (), 0)
-    if isinstance(simple, str):
-        return FileReport(Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: {simple}"),))
-    dtype, itemsize = simple
-    count = math.prod(shape)
-    nbytes = count * itemsize
-    tensor = Tensor(name, dtype, shape, nbytes)
+    tensor_name = _dtype_name(dtype)
+    if any(dimension < 0 for dimension in shape):  # numpy reads to the end of the file then
+        return FileReport(Format.NUMPY.value, (), (), (Tensor(name, tensor_name, shape, size - start),), (), size - start)
+    nbytes = math.prod(shape) * dtype.itemsize
+    tensor = Tensor(name, tensor_name, shape, nbytes)
     issues = []
     if size < start + nbytes:
         issues.append(FileIssue(Problem.TRUNCATED, f"{name}: {size - start} of {nbytes} data bytes"))
@@ -64,44 +73,63 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     return FileReport(Format.NUMPY.value, tuple(issues), (), (tensor,), (), nbytes)
 
 
-def _header(data: bytes) -> tuple[int, str, tuple[int, ...]] | str:
-    if not data.startswith(MAGIC) or len(data) < 10:
-        return "not a NumPy array header"
-    major = data[6]
-    if major == 1:
-        (length,) = struct.unpack_from("<H", data, 8)
-        start = 10 + length
-    elif len(data) >= 12:
-        (length,) = struct.unpack_from("<I", data, 8)
-        start = 12 + length
-    else:
-        return "cut inside its header"
-    if length > MAX_HEADER or start > len(data):
-        return "cut inside its header"
+class _Cut:
+    """The data ends inside the header; ``needed`` bytes would hold it."""
+
+    def __init__(self, needed: int) -> None:
+        self.needed = needed
+
+
+def _header(data: bytes) -> tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut:
+    """(data offset, numpy dtype, shape) as ``numpy.load`` reads them, or why it cannot."""
+    if len(data) < 8 or not data.startswith(MAGIC):
+        return _Cut(8) if MAGIC.startswith(data[:6]) and len(data) < 8 else _malformed("not a NumPy array header")
+    version = (data[6], data[7])
+    layout = _LENGTHS.get(version[0])
+    if layout is None or version[1] != 0:
+        return _malformed(f"NumPy format version {version[0]}.{version[1]}, which numpy.load refuses")
+    start = 8 + layout.size
+    if len(data) < start:
+        return _Cut(start)
+    (length,) = layout.unpack_from(data, 8)
+    if length > MAX_HEADER:
+        return FileIssue(
+            Problem.UNSAFE_PICKLE,
+            f"its NumPy header is {length} bytes, more than ckptdoctor parses; numpy.load(allow_pickle=True) reads it "
+            "and may unpickle what follows, so it cannot be proven safe",
+        )
+    if len(data) < start + length:
+        return _Cut(start + length)
     try:
-        fields = ast.literal_eval(data[start - length : start].decode("latin-1"))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as error:
-        return f"its header is not a literal ({type(error).__name__})"
-    if not isinstance(fields, dict):
-        return "its header is not a dict"
-    descr, shape = fields.get("descr"), fields.get("shape")
-    if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return "its header has no valid shape"
-    return start, str(descr), shape
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy warns on Python 2 headers, which it still reads
+            shape, _, dtype = _read_array_header()(io.BytesIO(data[8:]), version, max_header_size=MAX_HEADER + 1)
+    except (RecursionError, MemoryError):
+        return FileIssue(Problem.UNSAFE_PICKLE, "its NumPy header is too deeply nested to parse: it cannot be proven safe")
+    except Exception as error:  # numpy's own parser: whatever it raises, numpy.load raises too
+        return _malformed(f"numpy.load refuses its header ({type(error).__name__}: {str(error)[:120]})")
+    return start + length, dtype, tuple(shape)
 
 
-def _dtype(descr: str) -> tuple[str, int] | str | None:
-    """(torch-style name, bytes per element) of a simple dtype, None for a structured one, or
-    what is wrong with it."""
-    if descr.startswith("["):
-        return None
-    kind, digits = descr[1:2], descr[2:]
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= 6) or descr[:1] not in "<>|=":
-        return f"its dtype {descr!r} is not one NumPy writes"
-    itemsize = int(digits) * (4 if kind == "U" else 1)  # U counts UCS-4 characters
-    base = _KINDS.get(kind)
-    if base is None:
-        return descr, itemsize
+def _read_array_header() -> Callable[..., tuple[Any, bool, Any]]:
+    """NumPy's header parser (private, but the one ``numpy.load`` calls; it moved in NumPy 2)."""
+    for module in ("numpy.lib._format_impl", "numpy.lib.format"):
+        try:
+            parser: Callable[..., tuple[Any, bool, Any]] = importlib.import_module(module)._read_array_header
+        except (ImportError, AttributeError):
+            continue
+        return parser
+    raise ImportError("numpy has no _read_array_header")
+
+
+def _malformed(why: str) -> FileIssue:
+    return FileIssue(Problem.MALFORMED, why)
+
+
+def _dtype_name(dtype: Any) -> str:
+    if dtype.names is not None:
+        return "structured"
+    base = _KINDS.get(dtype.kind)
     if base == "bool":
-        return "bool", 1
-    return f"{base}{itemsize * 8}", itemsize
+        return "bool"
+    return f"{base}{dtype.itemsize * 8}" if base else str(dtype.str)

@@ -22,7 +22,7 @@ from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
-from ckptdoctor.readers._sample import TAIL, Sample
+from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
 from ckptdoctor.readers._unpickler import TORCH_OPCODES, Storage, TensorRef, tensors, walk
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
@@ -146,7 +146,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     """Everything about the archive; ``deep`` > 0 also reads every byte with that many threads."""
     located = locate(sample)
     if isinstance(located, FileIssue):
-        return FileReport(Format.TORCH_ZIP.value, (located, *_salvage(sample)))
+        return FileReport(Format.TORCH_ZIP.value, (located, *_salvage(sample), *_zipfile_view(sample)))
     if located.size > MAX_DIRECTORY:
         return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
     members, issues = _members(sample, located)
@@ -161,19 +161,28 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     pickle_member = by_name.get(f"{prefix}/data.pkl".lower()) if prefix else None
     if pickle_member is None:
         return _other_zip(sample, members, issues, deep)
-    issues += _torch_anomalies(members, prefix or "")
+    script = f"{prefix}/constants.pkl" in {m.name for m in members}
+    issues += _torch_anomalies(members, prefix or "", script)
+    issues += _numpy_members(sample, members)
     data = _member_bytes(sample, pickle_member)
     if isinstance(data, FileIssue):
         return FileReport(Format.TORCH_ZIP.value, (*issues, data))
+    resolved = _torchscript_type if script else None
     walked = walk(data, opcodes=TORCH_OPCODES)
-    issues += judge(walked, "data.pkl")
+    issues += judge(walked, "data.pkl", resolved)
     for member in members:
-        if member.name.lower().endswith(".pkl") and member is not pickle_member:
+        if member.name.lower().endswith((".pkl", ".debug_pkl")) and member is not pickle_member:
             extra = _member_bytes(sample, member)
             if isinstance(extra, FileIssue):
                 issues.append(extra)
             else:
-                issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2])
+                issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2], resolved)
+    if script:
+        issues.append(FileIssue(
+            Problem.NON_WEIGHTS,
+            "a TorchScript program (torch.jit.save): torch.load hands it to torch.jit.load, which compiles the "
+            "TorchScript code in its code/ folder; it holds a model's code, not only its weights",
+        ))
     byteorder = by_name.get(f"{prefix}/byteorder".lower())
     if byteorder is not None:
         order = _member_bytes(sample, byteorder)
@@ -261,7 +270,62 @@ def _local(sample: Sample, header: int, raw_name: bytes, name: str) -> tuple[int
     return data, None
 
 
-def _torch_anomalies(members: list[Member], prefix: str) -> list[FileIssue]:
+def _numpy_members(sample: Sample, members: list[Member]) -> list[FileIssue]:
+    """What ``numpy.load(allow_pickle=True)`` would run of the archive's members: it reads any
+    member that starts with the NumPy magic as an array, whatever its name."""
+    issues: list[FileIssue] = []
+    for member in members:
+        if member.data < 0 or member.method not in (0, 8):
+            continue
+        first = sample.range(member.data, min(member.compressed, 64))
+        if member.method == 8:
+            first = zlib.decompressobj(-15).decompress(first, len(npy.MAGIC)) if first else b""
+        if first.startswith(npy.MAGIC):
+            data = _member_bytes(sample, member)
+            if isinstance(data, bytes):
+                found = npy.read_array(data, member.name).issues
+                issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
+    return issues
+
+
+def _zipfile_view(sample: Sample) -> list[FileIssue]:
+    """What Python's ``zipfile`` (``numpy.load`` of an ``.npz``) finds where torch's reader finds no
+    archive: zipfile shifts every offset by bytes prepended to the archive or left before its
+    end record, so it may read members that torch cannot."""
+    import zipfile
+
+    issues: list[FileIssue] = []
+    try:
+        with zipfile.ZipFile(SampleReader(sample)) as archive:
+            for info in archive.infolist()[:MAX_VIEWED]:
+                if info.file_size > npy.MAX_OBJECTS:
+                    continue
+                with archive.open(info) as handle:
+                    if handle.read(len(npy.MAGIC)) != npy.MAGIC:
+                        continue
+                    data = npy.MAGIC + handle.read(npy.MAX_OBJECTS)
+                found = npy.read_array(data, info.filename).issues
+                issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error):
+        pass  # zipfile refuses it too: numpy.load stops
+    return issues
+
+
+MAX_VIEWED = 100_000
+"""Members of a zip looked at through ``zipfile``."""
+
+
+def _torchscript_type(dotted: str) -> bool:
+    """Globals TorchScript's own unpickler resolves without importing Python: the archive's compiled
+    classes (``__torch__.*``) and its list and type-tag helpers."""
+    return dotted.startswith(("__torch__.", "torch.jit._pickle."))
+
+
+_SCRIPT_COMPRESSED = ("code/", ".debug_pkl")
+"""Members ``torch.jit.save`` deflates: TorchScript source and its debug tables."""
+
+
+def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[FileIssue]:
     issues: list[FileIssue] = []
     duplicates = [name for name, count in Counter(m.name.lower() for m in members).items() if count > 1]
     if duplicates:
@@ -271,10 +335,12 @@ def _torch_anomalies(members: list[Member], prefix: str) -> list[FileIssue]:
             "loaders and scanners may each read a different copy",
         ))
     for member in members:
+        relative = member.name.partition("/")[2]
+        scripted = script and member.method == 8 and (relative.startswith(_SCRIPT_COMPRESSED[0]) or relative.endswith(_SCRIPT_COMPRESSED[1]))
         anomaly = _flag_anomaly(member) or (
             f"member {member.name} is compressed (method {member.method}); torch never compresses, and "
             "torch.load(mmap=True) fails on it"
-            if member.method != 0
+            if member.method != 0 and not scripted
             else None
         )
         if anomaly:
