@@ -136,6 +136,8 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
     decompressed. Whatever any of them would run is reported (fail closed)."""
 
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
+        if kind is Format.UNKNOWN and _unpickled(name) and torchtar.is_tar(sample):
+            kind = Format.TORCH_TAR  # a tar without the ustar magic (V7), which torch.load still reads
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
             return _READERS.get(kind)
