@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
 from ckptdoctor.parallel import cores
-from ckptdoctor.readers import Format, ReadAhead, expected_formats, sniff_file
+from ckptdoctor.readers import Format, ReadAhead, expected_formats, sniff_file, unpickled_by_name
 from ckptdoctor.readers import verify as verify_file
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -93,7 +93,7 @@ def _readable(entry: Entry) -> bool:
 def _worth_reading(entry: Entry) -> bool:
     """Files that can carry code or tensors, by name or else by content (``torch.load`` takes any name)."""
     name = entry.name.lower()
-    if name.endswith(_ALSO_READ):
+    if name.endswith(_ALSO_READ) or unpickled_by_name(name):
         return True
     expected = expected_formats(name)
     if expected is not None:

@@ -25,7 +25,6 @@ from ckptdoctor.readers import (
     torchtar,
     torchzip,
 )
-from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import one_budget
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format
@@ -40,6 +39,7 @@ __all__ = [
     "probe",
     "read_header",
     "sniff_file",
+    "unpickled_by_name",
     "verify",
     "verify_sample",
 ]
@@ -136,7 +136,7 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
     decompressed. Whatever any of them would run is reported (fail closed)."""
 
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
-        if kind is Format.UNKNOWN and _unpickled(name) and torchtar.is_tar(sample):
+        if kind is Format.UNKNOWN and unpickled_by_name(name) and torchtar.is_tar(sample):
             kind = Format.TORCH_TAR  # a tar without the ustar magic (V7), which torch.load still reads
         verifier = _VERIFIERS.get(kind)
         if verifier is None:
@@ -147,13 +147,13 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
         report = _judge(sample, name, reader)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
             report = _with_unsafe(report, pickle.verify_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
-        elif _unpickled(name):
+        elif unpickled_by_name(name):
             known = report.format in Format._value2member_map_
             report = _with_unsafe(report, _fallback_issues(sample, Format(report.format) if known else Format.UNKNOWN))
     return report
 
 
-def _unpickled(name: str) -> bool:
+def unpickled_by_name(name: str) -> bool:
     """Whether a loader of this file's name unpickles content it does not otherwise recognise."""
     lowered = name.lower()
     return Format.PICKLE in (expected_formats(lowered) or ()) or lowered.endswith(_FALLS_BACK_TO_PICKLE) or compressed.pickled_name(lowered)
@@ -171,11 +171,10 @@ def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
     if sample.head(4) == sniff.ZIP_LOCAL or kind in (Format.TORCH_ZIP, Format.ZIP):
         return []
     issues: list[FileIssue] = []
-    first = None if kind in _WALKED_FROM_START else pickle.walk_sample(sample, 0, None)
     if kind is not Format.TORCH_TAR and torchtar.is_tar(sample):
-        issues += torchtar.verify(sample, first_pickle=first).issues
-    elif first is not None:
-        issues += judge(first, "the file read as a pickle (as its loaders fall back to)")
+        issues += torchtar.verify(sample).issues
+    if kind not in _WALKED_FROM_START:
+        issues += pickle.verify_pickle(sample).issues  # torch's legacy reading too, when the magic number leads
     issues += compressed.issues(sample)
     return issues
 

@@ -15,7 +15,7 @@ from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers._unpickler import JOBLIB_WRAPPERS, TORCH_OPCODES, Walk, tensors, walk
-from ckptdoctor.readers.sniff import TORCH_LEGACY_MAGIC, Format
+from ckptdoctor.readers.sniff import Format
 
 STOP = b"."
 
@@ -57,7 +57,6 @@ MAX_PICKLE = 256 * 1024 * 1024
 _FIRST_READ = 4 * 1024 * 1024
 MAX_PICKLES = 16
 """A file of more back-to-back pickles than this is not walked further (and says so)."""
-_LEGACY_PROTOCOL = bytes.fromhex("80024de9032e")
 _ELEMENT = struct.Struct("<Q")
 
 
@@ -66,6 +65,8 @@ def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
     A joblib file (its array wrappers are followed by raw array bytes) is walked as joblib reads it,
     and what ``pickle.load`` would run of it is added."""
     first = walk_sample(sample, 0, None)
+    if first.root == MAGIC_NUMBER and not first.error and not first.unproven:
+        return verify_legacy(sample, deep)  # torch's legacy format, its magic number framed or spelled otherwise
     if any(g in JOBLIB_WRAPPERS for g in first.globals):
         as_joblib = walk_sample(sample, 0, None, arrays=True)
         plain = [i for i in judge(first, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
@@ -90,23 +91,32 @@ def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
     return FileReport(Format.PICKLE.value, tuple(issues), (), (), _keys(first.root))
 
 
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+PROTOCOL_VERSION = 1001
+_LEGACY_PICKLES = (("the magic number", MAGIC_NUMBER), ("the protocol", PROTOCOL_VERSION), ("sys_info", None), ("the object", None), ("the storage list", None))
+
+
 def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
     """torch's pre-zip format: five pickles (magic, protocol, sys_info, the object, storage keys)
-    and then each storage as a u64 element count and its raw bytes (integrity reference §5.1)."""
-    legacy = read_legacy(sample).issues
-    if sample.range(len(TORCH_LEGACY_MAGIC), len(_LEGACY_PROTOCOL)) != _LEGACY_PROTOCOL:
-        issue = FileIssue(Problem.UNSAFE_PICKLE, "its second pickle is not torch's literal protocol number: a crafted file")
-        return FileReport(Format.TORCH_LEGACY.value, (*legacy, issue))
-    issues = list(legacy)
-    position = len(TORCH_LEGACY_MAGIC) + len(_LEGACY_PROTOCOL)
+    and then each storage as a u64 element count and its raw bytes (integrity reference §5.1).
+    torch compares the first two with its numbers and stops where they differ."""
+    issues = list(read_legacy(sample).issues)
+    position = 0
     walks = []
-    for what in ("sys_info", "the object", "the storage list"):
+    for what, expected in _LEGACY_PICKLES:
         walked = walk_sample(sample, position, TORCH_OPCODES)
         issues += judge(walked, f"{what} pickle")
-        if walked.error:
+        if walked.error or walked.unproven:
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues))
+        if expected is not None and walked.root != expected:
+            if isinstance(walked.root, int):  # torch: Invalid magic number / protocol version
+                issues.append(FileIssue(Problem.MALFORMED, f"{what} pickle holds {walked.root}, not torch's {expected}: torch.load stops"))
+            else:
+                issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{what} pickle is not a literal number: whether torch.load reads on is only known when it runs"))
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues))
         walks.append(walked)
         position = walked.end
+    walks = walks[2:]
     found = list(tensors(walks[1].root))
     storages = {storage.key: storage for storage in walks[1].storages}
     keys = walks[2].root if isinstance(walks[2].root, list) else []

@@ -49,6 +49,15 @@ NOT_CHECKPOINTS = frozenset({Format.GIT_LFS_POINTER, Format.HTML, Format.ZEROS})
 """Formats that are never checkpoint content, whatever the file is called."""
 
 TORCH_LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
+"""torch's legacy magic number pickled at protocol 2 (the default); other protocols frame it or
+write it as text, see :data:`TORCH_LEGACY_MAGICS`."""
+_MAGIC_LONG1 = TORCH_LEGACY_MAGIC[2:]
+TORCH_LEGACY_MAGICS = (
+    TORCH_LEGACY_MAGIC,
+    b"\x80\x03" + _MAGIC_LONG1,
+    *(b"\x80" + bytes([protocol]) + b"\x95\r" + bytes(7) + _MAGIC_LONG1 for protocol in (4, 5)),
+    b"L119547037146038801333356L\n.",
+)
 ZIP_LOCAL = b"PK\x03\x04"
 BURNPACK_MAGIC = b"NRUB"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -68,7 +77,7 @@ def sniff(sample: Sample) -> Format:
         return _zip_kind(head) if magic is Format.TORCH_ZIP else magic
     if head.startswith(b"PYTORCH1"):
         return Format.TORCH_PREVIEW
-    if head.startswith(TORCH_LEGACY_MAGIC):
+    if head.startswith(TORCH_LEGACY_MAGICS):
         return Format.TORCH_LEGACY
     if head.startswith(GZIP_MAGIC):
         return Format.GZIP

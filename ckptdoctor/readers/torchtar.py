@@ -23,7 +23,7 @@ from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import Sample, SampleReader
-from ckptdoctor.readers._unpickler import Global, Walk, walk
+from ckptdoctor.readers._unpickler import Global, walk
 from ckptdoctor.readers.sniff import Format
 
 MAX_MEMBER = 256 * 1024 * 1024
@@ -52,14 +52,13 @@ def is_tar(sample: Sample) -> bool:
         return False
 
 
-def verify(sample: Sample, deep: int = 0, first_pickle: Walk | None = None) -> FileReport:
-    """Every pickle torch would read from the tar; ``first_pickle`` is the walk of the file's
-    first bytes as a pickle (torch's fallback), judged beside them."""
-    from ckptdoctor.readers.pickle import walk_sample
+def verify(sample: Sample, deep: int = 0) -> FileReport:
+    """Every pickle torch would read from the tar, and from the file read as pickles (torch's
+    fallback when tarfile fails part-way)."""
+    from ckptdoctor.readers.pickle import verify_pickle
 
     issues = list(read(sample).issues)
-    fallback = first_pickle or walk_sample(sample, 0, None)
-    issues += [i for i in judge(fallback, "the file read as a pickle (torch's fallback from tar)") if i.problem is Problem.UNSAFE_PICKLE]
+    issues += [i for i in verify_pickle(sample).issues if i.problem is Problem.UNSAFE_PICKLE]
     try:
         with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
             archive.getmembers()  # torch reads every header on its first lookup

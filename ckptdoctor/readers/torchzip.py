@@ -12,6 +12,8 @@ own opcode set, checks each storage against its ``data/<key>`` member, and lists
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import math
 import struct
 import zlib
@@ -275,11 +277,15 @@ def _numpy_members(sample: Sample, members: list[Member]) -> list[FileIssue]:
     member that starts with the NumPy magic as an array, whatever its name."""
     issues: list[FileIssue] = []
     for member in members:
-        if member.data < 0 or member.method not in (0, 8):
+        if member.data < 0 or member.flags & 0x1:
             continue
-        first = sample.range(member.data, min(member.compressed, 64))
-        if member.method == 8:
-            first = zlib.decompressobj(-15).decompress(first, len(npy.MAGIC)) if first else b""
+        if member.method in (0, 8):
+            first = sample.range(member.data, min(member.compressed, 64))
+            if member.method == 8:
+                first = zlib.decompressobj(-15).decompress(first, len(npy.MAGIC)) if first else b""
+        else:
+            whole = _member_bytes(sample, member)
+            first = whole if isinstance(whole, bytes) else b""
         if first.startswith(npy.MAGIC):
             data = _member_bytes(sample, member)
             if isinstance(data, bytes):
@@ -373,12 +379,22 @@ def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
         return FileIssue(Problem.TRUNCATED, f"member {member.name} is cut short")
     if member.method == 0:
         return raw
-    if member.method == 8:
-        try:
+    try:
+        if member.method == 8:
             return zlib.decompressobj(-15).decompress(raw, MAX_PICKLE)
-        except zlib.error as error:
-            return FileIssue(Problem.MALFORMED, f"member {member.name} does not inflate ({error})")
-    return FileIssue(Problem.MALFORMED, f"member {member.name} uses compression method {member.method}, which cannot be checked")
+        if member.method == 12:  # bzip2: zipfile (numpy.load) reads it, torch does not
+            return bz2.BZ2Decompressor().decompress(raw, MAX_PICKLE)
+        if member.method == 14:  # LZMA: a 4-byte version and properties length, the properties, a raw stream
+            (properties,) = struct.unpack_from("<H", raw, 2)
+            decoder = lzma._decode_filter_properties(lzma.FILTER_LZMA1, raw[4 : 4 + properties])  # type: ignore[attr-defined]
+            return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[decoder]).decompress(raw[4 + properties :], MAX_PICKLE)
+    except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, struct.error) as error:
+        return FileIssue(Problem.MALFORMED, f"member {member.name} does not decompress ({error})")
+    return FileIssue(
+        Problem.UNSAFE_PICKLE,
+        f"member {member.name} uses compression method {member.method}, which ckptdoctor cannot open: what a loader "
+        "would read from it cannot be proven safe",
+    )
 
 
 def _storages(

@@ -1,0 +1,160 @@
+"""`verify` fails closed on a corpus of live payloads and stays quiet on real libraries' files.
+
+The corpus (`sample_set.py`) is real: `test_every_payload_is_live` loads every malicious sample the
+way its victim would, in child processes, and checks that each payload ran (its canary appeared),
+and that every benign sample loads. Then each sample is verified on its own: a malicious one must
+get an error-level CKD401 naming the file (and nothing may run), a benign one no error at all.
+Resource bombs must be verified quickly, with an error-level finding and no crash.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("joblib")
+pytest.importorskip("transformers")
+
+from sample_set import RESOURCE_BOMBS, Sample, build, build_bombs, fire, load_results, sample_names
+from typer.testing import CliRunner
+
+from ckptdoctor.cli import app
+
+NAMES = sample_names()
+MALICIOUS = [name for name, malicious in NAMES if malicious]
+BENIGN = [name for name, malicious in NAMES if not malicious]
+FORBIDDEN_ON_BENIGN = {"CKD401", "CKD403", "CKD205", "CKD207"}
+BOMB_SECONDS = 3.0
+"""A bomb must be verified in well under this (a linear scanner takes a fraction of a second)."""
+HANG_SECONDS = 60
+"""A verify still running after this is interrupted, so that one hang does not stall the suite."""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Sample]:
+    samples = build(tmp_path_factory.mktemp("samples"))
+    assert [s.name for s in samples] == [name for name, _ in NAMES]
+    return {s.name: s for s in samples}
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    paths = build_bombs(tmp_path_factory.mktemp("bombs"))
+    return {path.parent.name: path for path in paths}
+
+
+class Hung(BaseException):
+    """Raised in the main thread when a verify runs past HANG_SECONDS (not an Exception, so that
+    the CLI runner does not swallow it)."""
+
+
+@dataclass
+class Verified:
+    exit_code: int
+    report: dict[str, Any]
+    output: str
+    seconds: float
+
+    def findings_for(self, path: Path) -> list[dict[str, Any]]:
+        def names(finding: dict[str, Any]) -> bool:
+            where = finding.get("path")
+            if not where:
+                return False
+            return Path(where).resolve() == path.resolve() or str(where).startswith(f"{path}/")
+
+        return [f for f in self.report["findings"] if names(f)]
+
+    def summary(self) -> str:
+        return "\n".join(f"{f['code']} {f['severity']} {f.get('path')}: {f.get('message')}" for f in self.report["findings"]) or "(no findings)"
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise Hung()
+
+
+def verify(folder: Path) -> Verified:
+    runner = CliRunner()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(HANG_SECONDS)
+    start = time.perf_counter()
+    try:
+        result = runner.invoke(app, ["verify", "--json", str(folder)], env={"NO_COLOR": "1", "COLUMNS": "200"})
+    except Hung:
+        pytest.fail(f"verify {folder} still running after {HANG_SECONDS} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    seconds = time.perf_counter() - start
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        detail = "".join(traceback.format_exception(result.exception))
+        pytest.fail(f"verify {folder} raised:\n{detail}")
+    try:
+        report = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"verify {folder} printed no JSON report (exit {result.exit_code}):\n{result.output[-3000:]}")
+    return Verified(result.exit_code, report, result.output, seconds)
+
+
+def test_every_payload_is_live(corpus: dict[str, Sample]) -> None:
+    malicious = [corpus[name] for name in MALICIOUS]
+    benign = [corpus[name] for name in BENIGN]
+    fired = fire(malicious, timeout=300)
+    dead = {s.name: load_results([s], timeout=120).get(s.name) for s in malicious if s.name not in fired}
+    assert not dead, f"payloads that did not run (name: load error): {dead}"
+    loaded = load_results(benign, timeout=300)
+    failed = {name: error for name, error in loaded.items() if error is not None}
+    assert not failed, f"benign samples their own library could not load: {failed}"
+    for sample in malicious:  # the verify tests below check that verify creates none of them
+        assert sample.canary is not None
+        sample.canary.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("name", MALICIOUS)
+def test_malicious_sample_is_unsafe_pickle(corpus: dict[str, Sample], name: str) -> None:
+    sample = corpus[name]
+    assert sample.canary is not None
+    sample.canary.unlink(missing_ok=True)
+    verified = verify(sample.path.parent)
+    mine = verified.findings_for(sample.path)
+    assert any(f["code"] == "CKD401" and f["severity"] == "error" for f in mine), (
+        f"{name} ({sample.family}, {sample.path.name}): no error-level CKD401 for the file; findings:\n{verified.summary()}"
+    )
+    assert verified.exit_code == 1, verified.summary()
+    assert not sample.canary.exists(), "verify ran the payload"
+
+
+@pytest.mark.parametrize("name", BENIGN)
+def test_benign_sample_raises_no_alarm(corpus: dict[str, Sample], name: str) -> None:
+    sample = corpus[name]
+    verified = verify(sample.path.parent)
+    findings = verified.report["findings"]
+    errors = [f for f in findings if f["severity"] == "error"]
+    forbidden = [f for f in findings if f["code"] in FORBIDDEN_ON_BENIGN]
+    assert not errors and not forbidden, f"{name} ({sample.family}, {sample.path.name}):\n{verified.summary()}"
+    corrupt = [
+        checkpoint["index"]
+        for run in verified.report["runs"]
+        for checkpoint in run["checkpoints"]
+        if checkpoint["status"] == "corrupt"
+    ]
+    assert not corrupt, f"checkpoints called corrupt: {corrupt}\n{verified.summary()}"
+
+
+@pytest.mark.parametrize("name", RESOURCE_BOMBS)
+def test_resource_bombs_are_bounded(bombs: dict[str, Path], tmp_path: Path, name: str) -> None:
+    verify(tmp_path)  # imports and first-call costs are not the bomb's
+    path = bombs[name]
+    verified = verify(path.parent)
+    assert "traceback" not in verified.output.lower(), verified.output[-3000:]
+    assert "internal error" not in verified.output.lower(), verified.output[-3000:]
+    assert verified.seconds < BOMB_SECONDS, f"{name}: verify took {verified.seconds:.1f} s"
+    mine = verified.findings_for(path)
+    assert any(f["severity"] == "error" for f in mine), f"{name}: no error-level finding for the file:\n{verified.summary()}"
