@@ -32,8 +32,10 @@ NAMES = sample_names()
 MALICIOUS = [name for name, malicious in NAMES if malicious]
 BENIGN = [name for name, malicious in NAMES if not malicious]
 FORBIDDEN_ON_BENIGN = {"CKD401", "CKD403", "CKD205", "CKD207"}
-BOMB_SECONDS = 3.0
-"""A bomb must be verified in well under this (a linear scanner takes a fraction of a second)."""
+BOMB_SECONDS = 20.0
+"""A bound no linear scanner comes near (each bomb takes a fraction of a second) and no exponential
+one stays under; the time itself is measured by benchmarks/bench_scanners.py, not here, because
+test machines are noisy."""
 HANG_SECONDS = 60
 """A verify still running after this is interrupted, so that one hang does not stall the suite."""
 

@@ -95,8 +95,7 @@ class _AnyFile(Layout):
         return Claim((Role.MODEL,), 0, "")
 
     def accepts(self, content: Format) -> bool:
-        # NumPy arrays are data that no checkpoint layout writes, but a valid array named alone is no error
-        return content is Format.NUMPY or (self.writer is not None and self.writer.accepts(content))
+        return self.writer is not None and self.writer.accepts(content)
 
 
 _BY_CONTENT_ONLY = _AnyFile()

@@ -479,8 +479,8 @@ class _ContentCheck:
             content = Format(report.format)
         except ValueError:
             content = Format.UNKNOWN
-        if self.layout.accepts(content):
-            return report
+        if self.layout.accepts(content) or (content is Format.NUMPY and report.tensors):
+            return report  # arrays no framework writes as checkpoints, but read and found to be plain data
         what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
         writer = f", which {self.layout.name} does not write" if self.layout.content else ""
         return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)

@@ -52,6 +52,7 @@ _READERS: dict[Format, Callable[[Sample], FileReport]] = {
     Format.TORCH_TAR: torchtar.read,
     Format.TORCH_PREVIEW: pickle.read_preview,
     Format.PICKLE: pickle.read_pickle,
+    Format.NUMPY: lambda sample: npy.read_header(sample) if sample.head(6) == npy.MAGIC else FileReport(Format.NUMPY.value),
     Format.MSGPACK: burnrecord.read_msgpack,
     Format.JSON: burnrecord.read_json,
     Format.GZIP: burnrecord.read_gzip,
@@ -225,7 +226,7 @@ def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | N
 def probe(entry: Entry) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why."""
     report = _read_file(entry, read_header)
-    if report.issues:
+    if report.issues or report.tensors:
         return report
     # clean reports of one run are alike: share one object (and its cached problem set)
     return _CLEAN.setdefault((report.format, report.facts), report)

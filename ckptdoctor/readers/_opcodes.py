@@ -72,6 +72,8 @@ def _c_strtol(line: bytes) -> tuple[int, int, bool]:
         i += 1
     if i == start:
         return 0, 0, False
+    if i - start > 64:  # beyond any long, and int() refuses very long digit strings
+        return 0, i, True
     value = int(line[start:i], base) * (-1 if negative else 1)
     return value, i, not (-_LONG_MAX - 1 <= value <= _LONG_MAX)
 

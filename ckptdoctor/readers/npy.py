@@ -43,6 +43,24 @@ def read(sample: Sample) -> FileReport:
     return read_array(head, "array", sample.size)
 
 
+def read_header(sample: Sample) -> FileReport:
+    """``inspect``'s view: the header from the first bytes, and the size it implies; an array of
+    objects is named, its pickle left to ``verify``."""
+    header = _header(sample.head())
+    if isinstance(header, tuple) and header[1].hasobject:
+        return FileReport(Format.NUMPY.value, (_objects("array"),))
+    if isinstance(header, _Cut) and sample.size > len(sample.head()):
+        return FileReport(Format.NUMPY.value)  # a header longer than inspect reads: verify reads it
+    return read_array(sample.head(), "array", sample.size)
+
+
+def _objects(name: str) -> FileIssue:
+    return FileIssue(
+        Problem.NOT_A_CHECKPOINT,
+        f"{name} is a NumPy array of Python objects: numpy.load needs allow_pickle=True, which runs the pickle inside",
+    )
+
+
 def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     size = len(data) if size is None else size
     header = _header(data)
@@ -52,10 +70,7 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
         return FileReport(Format.NUMPY.value, (header,))
     start, dtype, shape = header
     if dtype.hasobject:
-        issues = [FileIssue(
-            Problem.NOT_A_CHECKPOINT,
-            f"{name} is a NumPy array of Python objects: numpy.load needs allow_pickle=True, which runs the pickle inside",
-        )]
+        issues = [_objects(name)]
         if size > len(data):
             issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe"))
         issues += judge(walk(data, start), f"the pickle in {name}")
