@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sample_set import build_bombs  # noqa: E402
+from sample_set import build_bombs
 
-from ckptdoctor.readers import verify_sample  # noqa: E402
-from ckptdoctor.readers._sample import FileSample  # noqa: E402
+from ckptdoctor.readers import verify_sample
+from ckptdoctor.readers._sample import FileSample
 
 
 def seconds(path: Path, repeat: int) -> float:
