@@ -9,8 +9,6 @@ machine lacks, cannot be proven safe (CKD401).
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import zlib
 from collections.abc import Callable
 from typing import Protocol
@@ -46,12 +44,24 @@ def _zlib() -> _Decompressor:
     return zlib.decompressobj()
 
 
+def _bz2() -> _Decompressor:
+    import bz2  # imported when a file needs it: start-up stays lean
+
+    return bz2.BZ2Decompressor()
+
+
+def _lzma() -> _Decompressor:
+    import lzma
+
+    return lzma.LZMADecompressor()
+
+
 _COMPRESSORS: tuple[tuple[bytes, str, Callable[[], _Decompressor]], ...] = (
     (b"\x1f\x8b", "gzip", _gzip),
     (b"\x78", "zlib", _zlib),
-    (b"BZh", "bz2", bz2.BZ2Decompressor),
-    (b"\xfd7zXZ", "xz", lzma.LZMADecompressor),
-    (b"\x5d\x00", "lzma", lzma.LZMADecompressor),
+    (b"BZh", "bz2", _bz2),
+    (b"\xfd7zXZ", "xz", _lzma),
+    (b"\x5d\x00", "lzma", _lzma),
 )
 _LZ4 = b"\x04\x22\x4d\x18"
 
@@ -105,7 +115,7 @@ def _inflate(sample: Sample, start: int, make: Callable[[], _Decompressor], name
                     decompressor = make()
                 else:
                     data = getattr(decompressor, "unconsumed_tail", b"")
-    except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError):
+    except Exception:  # zlib.error, OSError, EOFError, lzma.LZMAError, lz4's errors: the stream is damaged
         pass  # joblib stops at the damage; what was inflated before it is still unpickled
     return bytes(out)
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-import tarfile
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
@@ -25,6 +24,9 @@ from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import Sample, SampleReader
 from ckptdoctor.readers._unpickler import Global, walk
 from ckptdoctor.readers.sniff import Format
+
+if TYPE_CHECKING:
+    import tarfile
 
 MAX_MEMBER = 256 * 1024 * 1024
 """A member longer than this is not read: the rest of it is unproven."""
@@ -45,6 +47,8 @@ def read(sample: Sample) -> FileReport:
 
 def is_tar(sample: Sample) -> bool:
     """Whether ``tarfile`` (which torch tries first) reads the file as a tar, magic or not."""
+    import tarfile  # imported when a file needs it: start-up stays lean
+
     try:
         with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
             return archive.next() is not None
@@ -55,6 +59,8 @@ def is_tar(sample: Sample) -> bool:
 def verify(sample: Sample, deep: int = 0) -> FileReport:
     """Every pickle torch would read from the tar, and from the file read as pickles (torch's
     fallback when tarfile fails part-way)."""
+    import tarfile
+
     from ckptdoctor.readers.pickle import verify_pickle
 
     issues = list(read(sample).issues)

@@ -12,8 +12,6 @@ own opcode set, checks each storage against its ``data/<key>`` member, and lists
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import math
 import struct
 import zlib
@@ -383,12 +381,16 @@ def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
         if member.method == 8:
             return zlib.decompressobj(-15).decompress(raw, MAX_PICKLE)
         if member.method == 12:  # bzip2: zipfile (numpy.load) reads it, torch does not
+            import bz2
+
             return bz2.BZ2Decompressor().decompress(raw, MAX_PICKLE)
         if member.method == 14:  # LZMA: a 4-byte version and properties length, the properties, a raw stream
+            import lzma
+
             (properties,) = struct.unpack_from("<H", raw, 2)
             decoder = lzma._decode_filter_properties(lzma.FILTER_LZMA1, raw[4 : 4 + properties])  # type: ignore[attr-defined]
             return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[decoder]).decompress(raw[4 + properties :], MAX_PICKLE)
-    except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError, struct.error) as error:
+    except Exception as error:  # zlib.error, OSError, lzma.LZMAError, EOFError, struct.error: it is damaged
         return FileIssue(Problem.MALFORMED, f"member {member.name} does not decompress ({error})")
     return FileIssue(
         Problem.UNSAFE_PICKLE,
