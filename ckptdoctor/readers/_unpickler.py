@@ -337,6 +337,8 @@ class _Machine:
         self.memo: dict[int, Any] = {}
         self.seen: set[Global] = set()
         self.frame_end = -1
+        self.protocol = 0
+        """The last PROTO's number: below 3, loaders map Python 2 names to Python 3 ones."""
         self.states: dict[int, tuple[object, object]] = {}
         """BUILD states of objects the machine does not model, by id (kept with their object)."""
 
@@ -470,7 +472,9 @@ class _Machine:
             self.frame_end = after + int(arg)
         elif name in ("NEXT_BUFFER", "READONLY_BUFFER"):
             stack.append(Opaque("out-of-band buffer"))
-        elif name != "PROTO":
+        elif name == "PROTO":
+            self.protocol = int(arg)
+        else:
             raise _Unproven(f"opcode {name} is not modelled")
 
     def _discard(self, items: list[Any]) -> None:
@@ -479,7 +483,7 @@ class _Machine:
                 self.result.discarded[item] += 1
 
     def _import(self, module: str, attribute: str) -> Global:
-        symbol = _python3_name(module, attribute)
+        symbol = _python3_name(module, attribute) if self.protocol < 3 else Global(module, attribute)
         if symbol not in self.seen:
             self.seen.add(symbol)
             self.result.globals.append(symbol)
@@ -521,7 +525,7 @@ class _Machine:
 
 def _python3_name(module: str, attribute: str) -> Global:
     """The name Python 3's unpickler imports for a Python 2 one (``__builtin__ set`` is
-    ``builtins.set``): pickle maps them for protocols below 3, which torch writes."""
+    ``builtins.set``): pickle maps them for protocols below 3 (torch writes 2), never above."""
     import _compat_pickle
 
     if (module, attribute) in _compat_pickle.NAME_MAPPING:
