@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
 from ckptdoctor.parallel import cores
-from ckptdoctor.readers import Format, ReadAhead, expected_formats, sniff_file, unpickled_by_name
+from ckptdoctor.readers import (
+    Format,
+    ReadAhead,
+    compressed_file,
+    expected_formats,
+    sniff_file,
+    unpickled_by_name,
+)
 from ckptdoctor.readers import verify as verify_file
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
@@ -95,10 +102,10 @@ def _worth_reading(entry: Entry) -> bool:
     name = entry.name.lower()
     if name.endswith(_ALSO_READ) or unpickled_by_name(name):
         return True
-    expected = expected_formats(name)
-    if expected is not None:
-        return not name.endswith(".json")
-    return entry.size > 0 and sniff_file(entry) in _SERIALIZED
+    if expected_formats(name) is not None and not name.endswith(".json"):
+        return True
+    # JSON by name, or a name that says nothing: pickles, archives and compressed pickles by content
+    return entry.size > 0 and (sniff_file(entry) in _SERIALIZED or compressed_file(entry))
 
 
 def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:

@@ -26,7 +26,7 @@ from ckptdoctor.readers import (
     torchzip,
 )
 from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
-from ckptdoctor.readers._unpickler import one_budget
+from ckptdoctor.readers._unpickler import Budget, one_budget
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Format",
     "ReadAhead",
     "Sample",
+    "compressed_file",
     "expected_formats",
     "looks_like_checkpoint",
     "probe",
@@ -124,8 +125,11 @@ def expected_formats(name: str) -> frozenset[Format] | None:
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
     """Judge a file from its header and trailer, and its content against its name."""
-    with one_budget():
-        return _judge(sample, name, _READERS.get)
+    with one_budget(Budget()):
+        report = _judge(sample, name, _READERS.get)
+        if report.format in _PACKED and compressed.named_as_pickle(name):
+            return compressed.read_header(sample) or report
+        return report
 
 
 def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
@@ -144,14 +148,35 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
             return _READERS.get(kind)
         return lambda sample: verifier(sample, deep)
 
-    with one_budget():
+    with one_budget(Budget()):
         report = _judge(sample, name, reader)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
             report = _with_unsafe(report, pickle.verify_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
         elif unpickled_by_name(name):
             known = report.format in Format._value2member_map_
             report = _with_unsafe(report, _fallback_issues(sample, Format(report.format) if known else Format.UNKNOWN))
+        elif report.format != Format.PICKLE.value and sniff.sniff(sample) is Format.PICKLE:
+            # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
+            report = _with_unsafe(report, pickle.verify_pickle(sample).issues)
+        packed = compressed.read(sample) if compressed.compressed(sample) else None
+    if packed is not None:  # joblib.load decompresses whatever the name
+        if report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None):
+            return packed
+        return _with_unsafe(report, packed.issues)
     return report
+
+
+_PACKED = frozenset({Format.UNKNOWN.value, Format.GZIP.value})
+"""What a compressed pickle sniffs as: gzip, or nothing known (zlib, bz2, xz, lzma, lz4)."""
+
+
+def compressed_file(entry: Entry) -> bool:
+    """Whether a file's content is compressed the way joblib.load decompresses it."""
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            return compressed.compressed(sample)
+    except OSError:
+        return False
 
 
 def unpickled_by_name(name: str) -> bool:
@@ -167,8 +192,8 @@ _WALKED_FROM_START = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.TORCH
 
 def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
     """What the loaders' other readings of the content would run: torch tries a tar and then pickles
-    on anything that does not start like a zip; numpy, joblib and dill unpickle from the first byte;
-    joblib decompresses first."""
+    on anything that does not start like a zip; numpy, joblib and dill unpickle from the first byte
+    (joblib's decompression is judged for every file, whatever its name)."""
     if sample.head(4) == sniff.ZIP_LOCAL or kind in (Format.TORCH_ZIP, Format.ZIP):
         return []
     issues: list[FileIssue] = []
@@ -176,7 +201,6 @@ def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
         issues += torchtar.verify(sample).issues
     if kind not in _WALKED_FROM_START:
         issues += pickle.verify_pickle(sample).issues  # torch's legacy reading too, when the magic number leads
-    issues += compressed.issues(sample)
     return issues
 
 

@@ -164,8 +164,9 @@ _BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("budget"
 
 @contextlib.contextmanager
 def one_budget(budget: Budget | None = None) -> Iterator[Budget]:
-    """Every walk inside shares one budget: all the pickles of one file."""
-    shared = budget or Budget()
+    """Every walk inside shares one budget: all the pickles of one file. Without ``budget``, the
+    budget already in force (a member of a file shares the file's), or else a fresh one."""
+    shared = budget or _BUDGET.get() or Budget()
     token = _BUDGET.set(shared)
     try:
         yield shared
@@ -277,23 +278,30 @@ def joblib_payload(top: object, states: dict[int, tuple[object, object]]) -> Arr
 
 
 def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> int | None:
-    """Bytes per element of a pickled ``numpy.dtype``; None for objects (joblib then pickles them)."""
+    """Bytes per element of a pickled ``numpy.dtype``; None for objects (joblib then pickles them).
+    Its BUILD state can resize or restructure it (``__setstate__``): only a state that leaves the
+    dtype as its name says is followed."""
     if not (isinstance(dtype, Call) and dtype.func == Global("numpy", "dtype") and isinstance(dtype.args, tuple) and dtype.args and isinstance(dtype.args[0], str)):
         raise _Unproven("a joblib array wrapper whose dtype is not a literal numpy.dtype")
-    state = states.get(id(dtype), (None, None))[1]
-    descr = dtype.args[0]
-    if descr.startswith("O"):
-        return None
-    if isinstance(state, tuple) and len(state) >= 6 and (state[3] is not None or state[4] is not None):
-        raise _Unproven("a joblib array wrapper of a structured dtype")
     import numpy
 
     try:
-        itemsize = int(numpy.dtype(descr).itemsize)
+        named = numpy.dtype(dtype.args[0])
     except (TypeError, ValueError) as error:
-        raise _Unproven(f"a joblib array wrapper of dtype {descr[:40]!r}") from error
-    if itemsize == 0 and isinstance(state, tuple) and len(state) >= 6 and isinstance(state[5], int):
-        itemsize = state[5]  # flexible dtypes ('U', 'S', 'V') carry their size in the state
+        raise _Unproven(f"a joblib array wrapper of dtype {dtype.args[0][:40]!r}") from error
+    state = states.get(id(dtype), (None, None))[1]
+    itemsize = int(named.itemsize)
+    if state is not None:
+        if not (isinstance(state, tuple) and len(state) in (8, 9) and state[2:5] == (None, None, None) and isinstance(state[5], int)):
+            raise _Unproven("a joblib array wrapper whose dtype's state restructures it")
+        if state[7] != named.flags:
+            raise _Unproven("a joblib array wrapper whose dtype's state changes its flags")
+        if itemsize == 0 and state[5] > 0:
+            itemsize = state[5]  # flexible dtypes ('U', 'S', 'V') carry their size in the state
+        elif state[5] not in (-1, itemsize):
+            raise _Unproven("a joblib array wrapper whose dtype's state resizes it")
+    if named.hasobject:
+        return None
     return itemsize
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import io
 import math
+import re
 import struct
 import warnings
 from collections.abc import Callable
@@ -122,7 +123,8 @@ def _header(data: bytes) -> tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut:
     except (RecursionError, MemoryError):
         return FileIssue(Problem.UNSAFE_PICKLE, "its NumPy header is too deeply nested to parse: it cannot be proven safe")
     except Exception as error:  # numpy's own parser: whatever it raises, numpy.load raises too
-        return _malformed(f"numpy.load refuses its header ({type(error).__name__}: {str(error)[:120]})")
+        said = re.sub(r" at 0x[0-9a-fA-F]+", "", str(error))[:120]  # object addresses differ between runs
+        return _malformed(f"numpy.load refuses its header ({type(error).__name__}: {said})")
     return start + length, dtype, tuple(shape)
 
 

@@ -23,7 +23,15 @@ from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
-from ckptdoctor.readers._unpickler import TORCH_OPCODES, Storage, TensorRef, tensors, walk
+from ckptdoctor.readers._unpickler import (
+    TORCH_OPCODES,
+    Budget,
+    Storage,
+    TensorRef,
+    one_budget,
+    tensors,
+    walk,
+)
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
 END = struct.Struct("<4sHHHHIIH")
@@ -287,7 +295,8 @@ def _numpy_members(sample: Sample, members: list[Member]) -> list[FileIssue]:
         if first.startswith(npy.MAGIC):
             data = _member_bytes(sample, member)
             if isinstance(data, bytes):
-                found = npy.read_array(data, member.name).issues
+                with one_budget(_inflated_budget(member.compressed, member.method)):
+                    found = npy.read_array(data, member.name).issues
                 issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
     return issues
 
@@ -308,7 +317,8 @@ def _zipfile_view(sample: Sample) -> list[FileIssue]:
                     if handle.read(len(npy.MAGIC)) != npy.MAGIC:
                         continue
                     data = npy.MAGIC + handle.read(npy.MAX_OBJECTS)
-                found = npy.read_array(data, info.filename).issues
+                with one_budget(_inflated_budget(info.compress_size, info.compress_type)):
+                    found = npy.read_array(data, info.filename).issues
                 issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error):
         pass  # zipfile refuses it too: numpy.load stops
@@ -317,6 +327,12 @@ def _zipfile_view(sample: Sample) -> list[FileIssue]:
 
 MAX_VIEWED = 100_000
 """Members of a zip looked at through ``zipfile``."""
+
+
+def _inflated_budget(compressed: int, method: int) -> Budget | None:
+    """A compressed member's pickle may take opcodes in proportion to its compressed size: a few
+    KiB that inflate into millions of opcodes are a bomb (stored members share the file's budget)."""
+    return Budget(steps=16 * compressed + 65_536) if method != 0 else None
 
 
 def _torchscript_type(dotted: str) -> bool:
@@ -543,12 +559,14 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
             continue
         kind = sniff_payload(data[:64]) if data else Format.EMPTY
         if kind is Format.NUMPY or member.name.endswith(".npy"):
-            report = npy.read_array(data, member.name.removesuffix(".npy"))
+            with one_budget(_inflated_budget(member.compressed, member.method)):
+                report = npy.read_array(data, member.name.removesuffix(".npy"))
             arrays += report.tensors or ()
             issues += report.issues
             contents.append("numpy")
         elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
-            issues += judge(walk(data), member.name)
+            with one_budget(_inflated_budget(member.compressed, member.method)):
+                issues += judge(walk(data), member.name)
             contents.append("pickle")
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += _deep_issues(sample, members, [], deep)
