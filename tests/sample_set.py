@@ -624,6 +624,36 @@ def _malicious_specs() -> Iterator[_MalSpec]:
            lambda c: lzma.compress(_pickle("inst", c.canary, 0), format=lzma.FORMAT_ALONE))
     yield ("compressed-gzip-named-joblib", "estimator.joblib", "joblib.load", "compressed",
            lambda c: gzip.compress(_pickle("joblib.dump", c.canary)))
+    # joblib tells compression by magic bytes, whatever the name (found by an attack on verify)
+    yield ("compressed-zlib-named-txt", "model.txt", "joblib.load", "compressed",
+           lambda c: zlib.compress(_pickle("posix.system", c.canary)))
+    yield ("compressed-gzip-named-json", "manifest.json", "joblib.load", "compressed",
+           lambda c: gzip.compress(_pickle("subprocess.call", c.canary)))
+    yield ("lookalike-pickle-named-latest", "latest", "pickle.load", "lookalike",
+           lambda c: _pickle("os.system", c.canary))
+    yield ("lookalike-pickle-named-distcp", "__0_0.distcp", "pickle.load", "lookalike",
+           lambda c: _pickle("builtins.exec", c.canary))
+
+    def joblib_dtype_resized(c: _Ctx) -> bytes:
+        # the wrapper's dtype is numpy.dtype('S8') whose BUILD state sets its size to 100: joblib
+        # reads 100 bytes of array data, a scanner that sizes it by name reads 8, lands on a
+        # BINBYTES that swallows the payload, and sees a clean stream (found by an attack on verify)
+        import numpy as np
+        from joblib.numpy_pickle import NumpyArrayWrapper
+
+        class Resized:
+            def __reduce__(self) -> tuple[Any, ...]:
+                return (np.dtype, ("S8", False, True), (3, "|", None, None, None, 100, 1, 0))
+
+        wrapper = NumpyArrayWrapper(np.ndarray, (1,), "C", np.dtype("f8"), allow_mmap=False, numpy_array_alignment_bytes=None)
+        wrapper.dtype = Resized()
+        pickled = pickle.dumps({"w": wrapper}, protocol=2)
+        head, tail = pickled[:-2], pickled[-2:]  # ... BUILD | SETITEM STOP
+        hidden = _stmt("posix.system", c.canary)
+        raw = bytes(8) + b"B" + struct.pack("<I", 100 - 13 + len(hidden))
+        return head + raw + bytes(100 - len(raw)) + hidden + tail
+
+    yield ("lookalike-joblib-dtype-resized-by-state", "model.joblib", "joblib.load", "lookalike", joblib_dtype_resized)
 
     # ---- resources: cheap for the unpickler, costly for a careless scanner ----
     yield ("resources-memo-tuple-40-levels", "model.pt", "torch.load", "resources",
@@ -875,6 +905,8 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("joblib-lzma", "model.pkl.lzma", "joblib.load", "joblib", jdump(np.arange(1000.0), compress=("lzma", 3)))
     yield ("joblib-xz", "model.pkl.xz", "joblib.load", "joblib", jdump(np.arange(1000.0), compress=("xz", 3)))
     yield ("joblib-dict-of-arrays", "arrays.pkl", "joblib.load", "joblib", jdump(arrays))
+    yield ("joblib-plain-dict-compress-3", "model.joblib", "joblib.load", "joblib", jdump({"a": 1, "b": [2.0]}, compress=3))
+    yield ("joblib-plain-dict-pkl-gz", "model.pkl.gz", "joblib.load", "joblib", jdump({"a": 1}))
     yield ("joblib-mixed-dtypes", "data.joblib", "joblib.load", "joblib",
            jdump([np.arange(3, dtype=np.int8), np.ones((2, 2), order="F"), np.array(["a", "bc"]), 3.5, "text"]))
 
