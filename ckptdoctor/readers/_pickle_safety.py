@@ -72,6 +72,7 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     "copyreg._reconstructor", "builtins.object", "datetime.datetime", "datetime.date",
     "datetime.timedelta", "datetime.timezone", "pathlib.PosixPath", "pathlib.WindowsPath",
     "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "torch.torch_version.TorchVersion",
+    "decimal.Decimal", "fractions.Fraction", "uuid.UUID", "uuid.SafeUUID",
     # training frameworks' own argument and hyper-parameter containers
     "transformers.training_args.TrainingArguments", "transformers.training_args.OptimizerNames",
     "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
