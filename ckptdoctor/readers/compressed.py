@@ -150,8 +150,9 @@ def read(sample: Sample) -> FileReport | None:
             ),))
         limit *= 8
     issues = judge(walked, where)
-    if walked.error and not walked.truncated and not walked.globals and sniff_payload(payload[:64]) is not Format.PICKLE:
-        return None  # not a pickle: the unpicklers stop at once
+    pickled = walked.error is None or sniff_payload(payload[:64]) is Format.PICKLE
+    if not pickled and not any(issue.problem is Problem.UNSAFE_PICKLE for issue in issues):
+        return None  # nothing came out, or no pickle (burn's .mpk.gz): it runs nothing
     return FileReport(Format.PICKLE.value, tuple(issues), (), (), _keys(walked.root))
 
 
