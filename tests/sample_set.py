@@ -655,6 +655,13 @@ def _malicious_specs() -> Iterator[_MalSpec]:
 
     yield ("lookalike-joblib-dtype-resized-by-state", "model.joblib", "joblib.load", "lookalike", joblib_dtype_resized)
 
+    def joblib_zf_spaced(c: _Ctx) -> bytes:
+        # joblib's old ZF format: the header, then one optional space joblib skips (found by an attack)
+        payload = _pickle("posix.system", c.canary)
+        return b"ZF" + (b"%#x" % len(payload)).ljust(19) + b" " + zlib.compress(payload)
+
+    yield ("compressed-joblib-zf-spaced", "model.pkl", "joblib.load", "compressed", joblib_zf_spaced)
+
     # ---- resources: cheap for the unpickler, costly for a careless scanner ----
     yield ("resources-memo-tuple-40-levels", "model.pt", "torch.load", "resources",
            lambda c: c.base.zip_with_data_pkl(
@@ -907,6 +914,13 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("joblib-dict-of-arrays", "arrays.pkl", "joblib.load", "joblib", jdump(arrays))
     yield ("joblib-plain-dict-compress-3", "model.joblib", "joblib.load", "joblib", jdump({"a": 1, "b": [2.0]}, compress=3))
     yield ("joblib-plain-dict-pkl-gz", "model.pkl.gz", "joblib.load", "joblib", jdump({"a": 1}))
+    records = np.zeros(3, dtype=[("a", "i4"), ("b", "f8")])
+    yield ("joblib-records-and-objects", "table.joblib", "joblib.load", "joblib",
+           jdump({"records": records, "labels": np.array(["cat", 1, None], dtype=object),
+                  "mixed": np.array([(1, "x")], dtype=[("a", "i4"), ("b", "O")])}))
+    yield ("joblib-records-and-objects-compressed", "table.pkl.xz", "joblib.load", "joblib",
+           jdump({"records": records, "labels": np.array(["cat", "dog"], dtype=object)}, compress=("xz", 3)))
+    yield ("joblib-masked-array", "masked.joblib", "joblib.load", "joblib", jdump(np.ma.masked_array([1.0, 2.0], mask=[0, 1])))
     yield ("joblib-mixed-dtypes", "data.joblib", "joblib.load", "joblib",
            jdump([np.arange(3, dtype=np.int8), np.ones((2, 2), order="F"), np.array(["a", "bc"]), 3.5, "text"]))
 

@@ -252,3 +252,19 @@ def test_deepspeed_zero_partitions_are_not_compared_parameter_by_parameter(tmp_p
     (tmp_path / "latest").write_text("global_step20")
     assert "CKD301" not in cli("verify", "--json", tmp_path).codes()
 
+
+
+def test_a_tar_link_through_a_linked_folder_is_malformed_not_an_internal_error():
+    """tarfile does not follow a folder symlink inside a link's target (torch.load fails on it too)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, content in (("storages", pickle.dumps(0, protocol=2) + pickle.dumps([], protocol=2)), ("tensors", pickle.dumps(0, protocol=2)), ("d/data.bin", SYSTEM)):
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+        for name, target in (("e", "d"), ("pickle", "e/data.bin")):
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.SYMTYPE, target
+            archive.addfile(link)
+    found = problems(buffer.getvalue(), "model.pt")
+    assert Problem.MALFORMED in found

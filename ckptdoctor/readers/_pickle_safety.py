@@ -58,6 +58,7 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     # numpy arrays, scalars and random states (RNG files of HF Trainer, accelerate, Lightning)
     *(f"{core}.multiarray.{name}" for core in ("numpy.core", "numpy._core") for name in ("_reconstruct", "scalar")),
     "numpy.ndarray", "numpy.dtype", "joblib.numpy_pickle.NumpyArrayWrapper",
+    "numpy.ma.core._mareconstruct", "numpy.ma.core.MaskedArray", "numpy.ma.MaskedArray",
     *(f"numpy.dtypes.{name}" for name in _NUMPY_DTYPES),
     *(f"{core}.numeric._frombuffer" for core in ("numpy.core", "numpy._core")),  # protocol 5 arrays
     "numpy.random._pickle.__randomstate_ctor", "numpy.random._pickle.__bit_generator_ctor",

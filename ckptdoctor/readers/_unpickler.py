@@ -199,11 +199,19 @@ _OBJECT = Global("builtins", "object")
 
 
 def walk(
-    data: bytes, start: int = 0, opcodes: frozenset[str] | None = None, budget: Budget | None = None, arrays: bool = False
+    data: bytes,
+    start: int = 0,
+    opcodes: frozenset[str] | None = None,
+    budget: Budget | None = None,
+    arrays: bool = False,
+    objects_end: bool = False,
 ) -> Walk:
     """Follow the pickle that starts at ``start``; ``opcodes``, if given, is the allowed set.
     ``arrays``: read it as joblib does, whose ``NumpyArrayWrapper`` is followed in the stream by
-    the array's raw bytes, or by a pickle of its objects."""
+    the array's raw bytes, or by a pickle of its objects. ``objects_end``: read it as
+    ``pickle.load`` does, but only up to a joblib array of objects, whose own pickle ``pickle.load``
+    would then run against the outer pickle's memo (on real files, importing a module named
+    after joblib's wrapper, and failing)."""
     machine = _Machine(opcodes)
     budget = budget or _BUDGET.get() or Budget()
     result = machine.result
@@ -221,7 +229,12 @@ def walk(
                 if steps == _CHECK_EVERY:
                     budget.spend(steps)
                     steps = 0
-                if arrays and op.name == "BUILD" and (payload := joblib_payload(machine.stack[-1], machine.states)) is not None:
+                if op.name == "BUILD" and (arrays or objects_end) and (payload := _payload(machine, arrays)) is not None:
+                    if not arrays:
+                        if payload.nbytes is None:
+                            result.end = op.end
+                            return result
+                        continue
                     position = _skip_array(data, op.end, payload, machine, budget)
                     break
             else:
@@ -277,6 +290,17 @@ def joblib_payload(top: object, states: dict[int, tuple[object, object]]) -> Arr
     return ArrayPayload(count * itemsize, alignment is not None)
 
 
+def _payload(machine: _Machine, strict: bool) -> ArrayPayload | None:
+    """The payload behind a just-built joblib wrapper; a wrapper joblib's reading cannot size is
+    unproven when reading as joblib, and no wrapper at all when reading as ``pickle.load``."""
+    try:
+        return joblib_payload(machine.stack[-1], machine.states)
+    except _Unproven:
+        if strict:
+            raise
+        return None
+
+
 def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> int | None:
     """Bytes per element of a pickled ``numpy.dtype``; None for objects (joblib then pickles them).
     Its BUILD state can resize or restructure it (``__setstate__``): only a state that leaves the
@@ -291,6 +315,8 @@ def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> 
         raise _Unproven(f"a joblib array wrapper of dtype {dtype.args[0][:40]!r}") from error
     state = states.get(id(dtype), (None, None))[1]
     itemsize = int(named.itemsize)
+    if isinstance(state, tuple) and len(state) in (8, 9) and (state[3] is not None or state[4] is not None):
+        return _record_itemsize(named, state, states)
     if state is not None:
         if not (isinstance(state, tuple) and len(state) in (8, 9) and state[2:5] == (None, None, None) and isinstance(state[5], int)):
             raise _Unproven("a joblib array wrapper whose dtype's state restructures it")
@@ -303,6 +329,22 @@ def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> 
     if named.hasobject:
         return None
     return itemsize
+
+
+def _record_itemsize(named: Any, state: tuple[Any, ...], states: dict[int, tuple[object, object]]) -> int | None:
+    """A structured dtype (``V<n>`` with named fields): ``n`` bytes per record, or None when a field
+    holds objects; the fields and the state's object flag must agree, as numpy trusts the flag."""
+    names, fields, elsize, flags = state[3], state[4], state[5], state[7]
+    if not (
+        named.kind == "V" and state[2] is None and isinstance(names, tuple) and isinstance(fields, dict)
+        and elsize == named.itemsize and isinstance(flags, int) and not isinstance(flags, bool)
+        and all(isinstance(field, tuple) and len(field) in (2, 3) and isinstance(field[1], int) for field in fields.values())
+    ):  # fmt: skip
+        raise _Unproven("a joblib array wrapper whose structured dtype is not literal")
+    objects = any(_dtype_itemsize(field[0], states) is None for field in fields.values())
+    if objects != bool(flags & 1):  # NPY_ITEM_REFCOUNT: numpy decides "holds objects" by it
+        raise _Unproven("a joblib array wrapper whose structured dtype's flags contradict its fields")
+    return None if objects else int(elsize)
 
 
 def _skip_array(data: bytes, position: int, payload: ArrayPayload, machine: _Machine, budget: Budget) -> int:

@@ -95,19 +95,20 @@ class _Stream(NamedTuple):
 def _stream(head: bytes) -> _Stream | None:
     """The compressor joblib tells from the first bytes, whatever the file is called."""
     if head.startswith(_ZF_PREFIX):
-        return _Stream("joblib ZF", _ZF_HEADER, _zlib)
+        # joblib skips one space after the header (old files wrote the length one character wider)
+        return _Stream("joblib ZF", _ZF_HEADER + (head[_ZF_HEADER : _ZF_HEADER + 1] == b" "), _zlib)
     if head.startswith(_LZ4):
         return _Stream("lz4", 0, _lz4)
     return next((_Stream(name, 0, make) for magic, name, make in _COMPRESSORS if head.startswith(magic)), None)
 
 
 def compressed(sample: Sample) -> bool:
-    return _stream(sample.head(8)) is not None
+    return _stream(sample.head(32)) is not None
 
 
 def read_header(sample: Sample) -> FileReport | None:
     """``inspect``'s view: a compressed pickle (from the first bytes of what comes out), or None."""
-    stream = _stream(sample.head(8))
+    stream = _stream(sample.head(32))
     if stream is None:
         return None
     try:
@@ -121,7 +122,7 @@ def read(sample: Sample) -> FileReport | None:
     """What ``joblib.load`` would run of a compressed file, as a report on the pickle inside; None
     when the file is not compressed, or what comes out is no pickle and runs nothing (burn's
     ``.mpk.gz``: every unpickler stops at its first byte)."""
-    stream = _stream(sample.head(8))
+    stream = _stream(sample.head(32))
     if stream is None:
         return None
     where = f"the pickle inside its {stream.name} stream"
@@ -150,9 +151,11 @@ def read(sample: Sample) -> FileReport | None:
             ),))
         limit *= 8
     issues = judge(walked, where)
-    pickled = walked.error is None or sniff_payload(payload[:64]) is Format.PICKLE
-    if not pickled and not any(issue.problem is Problem.UNSAFE_PICKLE for issue in issues):
-        return None  # nothing came out, or no pickle (burn's .mpk.gz): it runs nothing
+    # what an unpickler could act on: a whole pickle, a pickle's start, or an import before it stops
+    # (burn's gzipped MessagePack reads as an unregistered extension code, which only fails)
+    pickled = walked.error is None or walked.globals or sniff_payload(payload[:64]) is Format.PICKLE
+    if not pickled:
+        return None
     return FileReport(Format.PICKLE.value, tuple(issues), (), (), _keys(walked.root))
 
 

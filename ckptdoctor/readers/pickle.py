@@ -69,7 +69,8 @@ def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
         return verify_legacy(sample, deep)  # torch's legacy format, its magic number framed or spelled otherwise
     if any(g in JOBLIB_WRAPPERS for g in first.globals):
         as_joblib = walk_sample(sample, 0, None, arrays=True)
-        plain = [i for i in judge(first, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
+        as_pickle = walk_sample(sample, 0, None, objects_end=True)
+        plain = [i for i in judge(as_pickle, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
         return FileReport(Format.PICKLE.value, (*judge(as_joblib, "the pickle read by joblib.load"), *plain), (), (), _keys(as_joblib.root))
     issues: list[FileIssue] = []
     position = 0
@@ -157,12 +158,12 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
     return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root), tensor_bytes)
 
 
-def walk_sample(sample: Sample, start: int, opcodes: frozenset[str] | None, arrays: bool = False) -> Walk:
+def walk_sample(sample: Sample, start: int, opcodes: frozenset[str] | None, arrays: bool = False, objects_end: bool = False) -> Walk:
     """Walk the pickle at ``start``, reading more of the file only while the pickle needs it."""
     length = _FIRST_READ
     while True:
         available = min(length, sample.size - start, MAX_PICKLE)
-        walked = walk(sample.range(start, available), 0, opcodes, arrays=arrays)
+        walked = walk(sample.range(start, available), 0, opcodes, arrays=arrays, objects_end=objects_end)
         if not walked.truncated or available >= sample.size - start:
             walked.end += start
             return walked

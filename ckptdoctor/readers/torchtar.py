@@ -101,7 +101,10 @@ def _member(archive: tarfile.TarFile, name: str, extracted: dict[str, bytes]) ->
             return FileIssue(Problem.MALFORMED, f"its {name} member links to {member.linkname!r}, which torch has not extracted")
     if member.size > MAX_MEMBER:
         return FileIssue(Problem.UNSAFE_PICKLE, f"its {name} member is {member.size} bytes, more than ckptdoctor reads: it cannot be proven safe")
-    handle: IO[bytes] | None = archive.extractfile(member)  # follows links inside the archive
+    try:
+        handle: IO[bytes] | None = archive.extractfile(member)  # follows links inside the archive
+    except KeyError:  # tarfile's own words: a link to a member that is not there
+        return FileIssue(Problem.MALFORMED, f"its {name} member links to {member.linkname!r}, which the archive does not hold: torch.load fails")
     if handle is None:
         return FileIssue(Problem.MALFORMED, f"its {name} member is not a file")
     return handle.read()
