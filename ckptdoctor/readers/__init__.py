@@ -124,12 +124,12 @@ def expected_formats(name: str) -> frozenset[Format] | None:
 
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
-    """Judge a file from its header and trailer, and its content against its name."""
-    with one_budget(Budget()):
-        report = _judge(sample, name, _READERS.get)
-        if report.format in _PACKED and compressed.named_as_pickle(name):
-            return compressed.read_header(sample) or report
-        return report
+    """Judge a file from its header and trailer, and its content against its name (the few
+    pickles this walks are small: each walk has a budget of its own)."""
+    report = _judge(sample, name, _READERS.get)
+    if report.format in _PACKED and compressed.named_as_pickle(name):
+        return compressed.read_header(sample) or report
+    return report
 
 
 def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
