@@ -227,32 +227,50 @@ def _counted(name: str, data: bytes) -> object:
     return data
 
 
+_NONE, _FIXED_ARG, _COUNTED_ARG, _LINE_ARG, _LINES_ARG = range(5)
+_BY_BYTE: list[tuple[int, str, struct.Struct | None] | None] = [None] * 256
+for _code, _name in _NO_ARG.items():
+    _BY_BYTE[_code[0]] = (_NONE, _name, None)
+for _code, (_name, _layout) in _FIXED.items():
+    _BY_BYTE[_code[0]] = (_FIXED_ARG, _name, _layout)
+for _code, (_name, _layout) in _COUNTED.items():
+    _BY_BYTE[_code[0]] = (_COUNTED_ARG, _name, _layout)
+for _code, _name in _LINES.items():
+    _BY_BYTE[_code[0]] = (_LINE_ARG, _name, None)
+for _code, _name in _TWO_LINES.items():
+    _BY_BYTE[_code[0]] = (_LINES_ARG, _name, None)
+"""Each opcode byte's argument kind, name and layout: one list lookup per opcode."""
+
+
 def read(data: bytes, start: int = 0) -> Iterator[Op]:
     """Every opcode from ``start`` up to and including ``STOP``; raises :class:`StreamEnd` where
     the unpicklers stop, :class:`Unproven` where this reader stops looking."""
     size = len(data)
     position = start
+    table = _BY_BYTE
     while True:
         if position >= size:
             raise StreamEnd("the pickle ends without its STOP opcode", position, truncated=True)
-        code = data[position : position + 1]
+        entry = table[data[position]]
         after = position + 1
-        name = _NO_ARG.get(code)
-        if name is not None:
+        if entry is None:
+            raise StreamEnd(f"invalid opcode {data[position : position + 1]!r}", position)
+        kind, name, layout = entry
+        if kind == _NONE:
             yield Op(name, None, position, after)
             if name == "STOP":
                 return
-        elif code in _FIXED:
-            name, layout = _FIXED[code]
+        elif kind == _FIXED_ARG:
+            assert layout is not None
             if after + layout.size > size:
                 raise StreamEnd(f"the pickle is cut inside a {name} opcode", position, truncated=True)
             (value,) = layout.unpack_from(data, after)
             if name == "PROTO" and value > HIGHEST_PROTOCOL:
                 raise StreamEnd(f"unsupported pickle protocol {value}", position)
-            yield Op(name, value, position, after + layout.size)
             after += layout.size
-        elif code in _COUNTED:
-            name, layout = _COUNTED[code]
+            yield Op(name, value, position, after)
+        elif kind == _COUNTED_ARG:
+            assert layout is not None
             if after + layout.size > size:
                 raise StreamEnd(f"the pickle is cut inside a {name} opcode", position, truncated=True)
             (length,) = layout.unpack_from(data, after)
@@ -267,16 +285,13 @@ def read(data: bytes, start: int = 0) -> Iterator[Op]:
                 raise StreamEnd(f"a {name} opcode holds invalid UTF-8 ({error.reason})", position) from None
             after += length
             yield Op(name, value, position, after)
-        elif code in _LINES:
-            name = _LINES[code]
+        elif kind == _LINE_ARG:
             line, after = _line(data, after, position, name)
             yield _text_op(name, line, position, after)
-        elif code in _TWO_LINES:
-            op = _global_op(data, _TWO_LINES[code], position, after)
+        else:
+            op = _global_op(data, name, position, after)
             after = op.end
             yield op
-        else:
-            raise StreamEnd(f"invalid opcode {code!r}", position)
         position = after
 
 
