@@ -308,7 +308,16 @@ def _line(data: bytes, start: int, position: int, name: str) -> tuple[bytes, int
     return data[start : end + 1], end + 1
 
 
+_INT_DIGITS_LIMIT = 4300
+"""CPython's default ``int_max_str_digits``: a setting (``PYTHONINTMAXSTRDIGITS=0``), not the syntax."""
+_LONG_DECIMAL = re.compile(rb"\s*[+-]?[0-9_]{%d,}L?\s*" % _INT_DIGITS_LIMIT)
+
+
 def _text_op(name: str, line: bytes, position: int, after: int) -> Op:
+    if name in ("INT", "LONG") and _LONG_DECIMAL.fullmatch(line.split(b"\0", 1)[0]):
+        # refused under the default digit limit, read on where a process lifted it
+        note = f"{name} at byte {position} has a decimal argument of over {_INT_DIGITS_LIMIT} digits, which loaders read only where the digit limit is lifted"
+        return Op(name, 0, position, after, note)
     if name in _TEXT_ARGUMENTS:
         c_reader, py_reader = _TEXT_ARGUMENTS[name]
         c_value = c_reader(line) if len(line) >= 2 else None

@@ -375,12 +375,16 @@ def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[F
     return issues
 
 
+_LZMA_END_MARKER = 0x0002
+"""Bit 1 of an LZMA member: its stream ends with an end marker (what zipfile writes)."""
+
+
 def _flag_anomaly(member: Member) -> str | None:
-    odd = member.flags & ~TORCH_FLAGS
+    odd = member.flags & ~TORCH_FLAGS & ~(_LZMA_END_MARKER if member.method == 14 else 0)
     if not odd:
         return None
-    what = "marked encrypted" if odd & 0x1 else f"flag bits {odd:#x} set"
-    return f"member {member.name} is {what}: torch ignores these bits, while zip libraries and scanners refuse the member"
+    what = "is marked encrypted" if odd & 0x1 else f"has flag bits {odd:#x} set"
+    return f"member {member.name} {what}: torch ignores these bits, while zip libraries and scanners refuse the member"
 
 
 def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
