@@ -42,7 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOADERS = ("torch.load", "pickle.load", "numpy.load", "joblib.load")
+LOADERS = ("torch.load", "pickle.load", "numpy.load", "joblib.load", "dcp.load")
+"""``dcp.load`` is torch.distributed.checkpoint's reading of a whole checkpoint folder (through
+``dcp_to_torch_save``, which loads every item): a sample's path is then its ``.metadata``."""
 MALICIOUS_FAMILIES = (
     "tar",
     "opcode-args",
@@ -53,6 +55,7 @@ MALICIOUS_FAMILIES = (
     "resources",
     "setup-class",
     "classic",
+    "dcp",
 )
 CANARY_DIR = "_canaries"
 """Canaries live beside the sample folders (``root/_canaries/<name>``), never inside them, so that
@@ -662,6 +665,24 @@ def _malicious_specs() -> Iterator[_MalSpec]:
 
     yield ("compressed-joblib-zf-spaced", "model.pkl", "joblib.load", "compressed", joblib_zf_spaced)
 
+    def dcp_object(c: _Ctx) -> bytes:
+        # a DCP checkpoint whose state dict holds an object: dcp.save torch.saves it into the
+        # .distcp file, and dcp.load reads it back with torch.load(weights_only=False) at the
+        # offset .metadata gives (found by an attack on verify)
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        class Hook:
+            def __reduce__(self) -> tuple[Any, ...]:
+                return (os.system, (_touch(c.canary),))
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"model": {"w": torch.ones(4, 4)}, "hook": Hook()}, checkpoint_id=str(c.path.parent))
+        return c.path.read_bytes()
+
+    yield ("dcp-object-in-data-file", ".metadata", "dcp.load", "dcp", dcp_object)
+
     # ---- resources: cheap for the unpickler, costly for a careless scanner ----
     yield ("resources-memo-tuple-40-levels", "model.pt", "torch.load", "resources",
            lambda c: c.base.zip_with_data_pkl(
@@ -924,6 +945,14 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("joblib-mixed-dtypes", "data.joblib", "joblib.load", "joblib",
            jdump([np.arange(3, dtype=np.int8), np.ones((2, 2), order="F"), np.array(["a", "bc"]), 3.5, "text"]))
 
+    # ---- torch.distributed.checkpoint ----
+    def dcp_save(p: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": {"w": torch.ones(4, 4)}, "step": 5, "config": {"lr": 0.1, "name": "run"}}, checkpoint_id=str(p.parent))
+
+    yield ("dcp-checkpoint-with-objects", ".metadata", "dcp.load", "torch", dcp_save)
+
     # ---- safetensors ----
     if _installed("safetensors"):
         def safetensors_torch(p: Path) -> None:
@@ -1108,6 +1137,11 @@ def load(loader, path):
     elif loader == "joblib.load":
         import joblib
         joblib.load(path)
+    elif loader == "dcp.load":
+        import os, tempfile, warnings
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        warnings.simplefilter("ignore")
+        dcp_to_torch_save(os.path.dirname(path), os.path.join(tempfile.mkdtemp(), "whole.pt"))
     else:
         raise ValueError("unknown loader " + loader)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
@@ -257,14 +258,54 @@ def probe(entry: Entry) -> FileReport:
 
 
 def verify(entry: Entry, deep: int = 0) -> FileReport:
-    """Read one file whole and judge it; safetensors files the library itself confirms."""
+    """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
+    ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
     report = _read_file(entry, functools.partial(verify_sample, deep=deep))
+    if entry.name == dcp.METADATA and report.format == Format.PICKLE.value:
+        report = _with_unsafe(report, _dcp_objects(entry))
     if report.format == Format.SAFETENSORS.value and not report.issues:
         refusal = safetensors.confirm(entry.os_path)
         if refusal:
             issue = FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}")
             return dataclasses.replace(report, issues=(issue,))
     return report
+
+
+MAX_DCP_OBJECT = 256 * 1024 * 1024
+"""A DCP object longer than this is not read: what it would run cannot be proven safe."""
+
+
+def _dcp_objects(metadata: Entry) -> list[FileIssue]:
+    """Each object a DCP checkpoint holds besides its tensors, read where ``.metadata`` says, from
+    the data files beside it, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
+    folder = os.path.dirname(metadata.os_path)
+    try:
+        with FileSample.open(metadata.os_path) as sample, one_budget(Budget()):
+            walked = pickle.walk_sample(sample, 0, None)
+    except OSError:
+        return []
+    if walked.error or walked.unproven:
+        return []  # the metadata's own verdict says so
+    items = dcp.byte_items(walked)
+    if isinstance(items, str):
+        return [FileIssue(Problem.UNSAFE_PICKLE, f"{items}: where dcp.load finds the objects it unpickles cannot be told, so they cannot be proven safe")]
+    issues: list[FileIssue] = []
+    for item in items:
+        where = f"the DCP object {item.fqn!r} ({item.relative_path}, {item.length} bytes at {item.offset})"
+        if os.path.basename(item.relative_path) != item.relative_path or item.relative_path in (".", ".."):
+            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} lies outside the checkpoint's folder: what dcp.load would unpickle there cannot be proven safe"))
+            continue
+        if item.length > MAX_DCP_OBJECT:
+            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} is longer than ckptdoctor reads: it cannot be proven safe"))
+            continue
+        try:
+            with FileSample.open(os.path.join(folder, item.relative_path)) as data:
+                chunk = data.range(item.offset, item.length) if item.offset >= 0 else b""
+        except OSError:
+            continue  # dcp.load fails on it too; the data file's own report says why
+        found = verify_sample(BytesSample(chunk), "object.pt").issues
+        issues += [dataclasses.replace(i, detail=f"{where}: {i.detail}") for i in found if i.problem is Problem.UNSAFE_PICKLE]
+    return issues
 
 
 class ReadAhead:

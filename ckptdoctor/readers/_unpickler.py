@@ -122,6 +122,13 @@ class Walk:
     """How often a reference to each global is popped unused (``POP``)."""
     changed: set[Global] = field(default_factory=set)
     """Globals that BUILD sets attributes on: the class or function itself is altered."""
+    states: dict[int, tuple[object, object]] = field(default_factory=dict)
+    """What BUILD gave each object the machine does not model, by id (kept with its object)."""
+
+    def state(self, value: object) -> object:
+        """The BUILD state of a built object (a dataclass's fields), or None."""
+        entry = self.states.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
 
     def absorb(self, other: Walk) -> None:
         """Add what a pickle nested in this one found (joblib's arrays of objects)."""
@@ -389,8 +396,7 @@ class _Machine:
         self.frame_end = -1
         self.protocol = 0
         """The last PROTO's number: below 3, loaders map Python 2 names to Python 3 ones."""
-        self.states: dict[int, tuple[object, object]] = {}
-        """BUILD states of objects the machine does not model, by id (kept with their object)."""
+        self.states = self.result.states
 
     def step(self, name: str, arg: Any, position: int, after: int) -> None:
         result = self.result
@@ -641,7 +647,23 @@ def _set_item(target: object, key: object, value: object, odd: list[str] | None 
         if not isinstance(key, _KEY_TYPES) and odd is not None and _unhashable(key):
             odd.append(f"a dict key is a {type(key).__name__} (or nests one, or nests too deep), which cannot be hashed")
         # only plain keys are hashed: hashing a hostile, deeply nested tuple recurses in C
-        target[key if isinstance(key, _KEY_TYPES) else f"<{type(key).__name__} key #{len(target)}>"] = value
+        target[key if isinstance(key, _KEY_TYPES) else ObjectKey(key, len(target))] = value
+
+
+class ObjectKey:
+    """A dict key that is an object the machine built (DCP's ``MetadataIndex``): kept, but hashed
+    and compared by identity, as hashing a hostile nested tuple recurses in C."""
+
+    __slots__ = ("position", "value")
+
+    def __init__(self, value: object, position: int) -> None:
+        self.value = value
+        self.position = position
+
+    def __str__(self) -> str:
+        return f"<{type(self.value).__name__} key #{self.position}>"
+
+    __repr__ = __str__
 
 
 def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
