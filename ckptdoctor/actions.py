@@ -34,7 +34,10 @@ from typing import Any, NamedTuple
 
 from ckptdoctor.discover import OWN_FOLDER
 from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
+from ckptdoctor.regular import read_regular
 
+MAX_JOURNAL = 256 * 1024 * 1024
+"""A journal or manifest longer than this is refused: ckptdoctor never wrote it."""
 LOCK = "lock"
 TRASH = "trash"
 JOURNAL = "journal.json"
@@ -149,8 +152,7 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset())
             continue
         try:
             written = os.stat(journal).st_mtime
-            with open(journal, encoding="utf-8") as handle:
-                listed = [str(path) for path in json.load(handle)["entries"]]
+            listed = [str(path) for path in json.loads(read_regular(journal, MAX_JOURNAL))["entries"]]
             meant = [path for path in listed if _still_meant(root, real_root, path, written, busy)]
             finished += _move_and_remove(root, folder, listed, meant)
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -500,8 +502,7 @@ def _is_written(path: str, write: PointerWrite) -> bool:
         if write.kind is PointerKind.COPY:  # copy2 keeps the time: a later save by the framework would not
             made, copied = os.stat(path), os.stat(os.path.join(os.path.dirname(path), write.text))
             return (made.st_size, made.st_mtime_ns) == (copied.st_size, copied.st_mtime_ns)
-        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-            return handle.read(len(write.text) + 1) == write.text
+        return read_regular(path, len(write.text.encode("utf-8", "surrogateescape")) + 1).decode("utf-8", "surrogateescape") == write.text
     except OSError:
         return False
 
@@ -631,8 +632,7 @@ def _put_back(stored: str, target: str) -> None:
 def _read_manifest(path: str) -> dict[str, Any]:
     """A quarantine's manifest, checked field by field (it is a file anyone can edit); ValueError
     says what is wrong."""
-    with open(path, encoding="utf-8") as handle:
-        manifest = json.load(handle)
+    manifest = json.loads(read_regular(path, MAX_JOURNAL))
     if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list) or not isinstance(manifest.get("pointers"), list):
         raise ValueError("not a ckptdoctor quarantine manifest")
     if not isinstance(manifest.get("run"), str) or not isinstance(manifest.get("created"), int | float) or manifest.get("state") not in _STATES:

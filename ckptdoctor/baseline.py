@@ -10,6 +10,7 @@ import dataclasses
 import json
 
 from ckptdoctor.model import Report
+from ckptdoctor.regular import read_regular
 
 SCHEMA = "ckptdoctor.baseline.v1"
 
@@ -33,11 +34,14 @@ def write(report: Report, path: str) -> int:
     return len(entries)
 
 
+MAX_BASELINE = 64 * 1024 * 1024
+"""A baseline longer than this is refused (a device or a wrong path, not a baseline)."""
+
+
 def load(path: str) -> frozenset[str]:
     """The fingerprints recorded in ``path``."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
+        document = json.loads(read_regular(path, MAX_BASELINE))
     except OSError as error:
         raise BaselineError(f"cannot read the baseline {path}: {error.strerror}") from error
     except ValueError as error:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdoctor.model import Finding, Role, Severity
+from ckptdoctor.regular import read_regular
 from ckptdoctor.rules._context import Thresholds
 
 if sys.version_info >= (3, 11):
@@ -235,8 +236,15 @@ def _find(folder: str) -> tuple[str, Mapping[str, Any]] | None:
 
 def _load(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as handle:
-            document: dict[str, Any] = tomllib.load(handle)
-            return document
-    except (OSError, tomllib.TOMLDecodeError) as error:
+        document: dict[str, Any] = tomllib.loads(read_regular(path, MAX_CONFIG).decode("utf-8"))
+        return document
+    except OSError as error:
+        raise ConfigError(f"{path}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from error
+    except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: {error}") from error
+
+
+MAX_CONFIG = 1024 * 1024
+"""A configuration file longer than this is refused (a device or a wrong path, not a config)."""

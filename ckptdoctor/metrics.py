@@ -14,6 +14,7 @@ import os
 import re
 
 from ckptdoctor.model import Role, Run
+from ckptdoctor.regular import read_regular
 
 _PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?\d+(?:\.\d+)?(?:e-?\d+)?)", re.IGNORECASE)
 MAX_FILE = 64 * 1024 * 1024
@@ -47,8 +48,7 @@ def _burn(run: Run, root: str, metric: str) -> dict[int, float]:
 
 def _burn_log(path: str) -> float | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [line.strip() for line in handle if line.strip()]
+        lines = [line.strip() for line in read_regular(path, MAX_FILE).decode("utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError):
         return None
     try:
@@ -70,8 +70,7 @@ def _hf(run: Run, metric: str) -> dict[int, float]:
     for checkpoint in reversed(run.checkpoints):
         for file in checkpoint.files_for(Role.TRAINER_STATE):
             try:
-                with open(file.entry.os_path, encoding="utf-8") as handle:
-                    history = json.load(handle).get("log_history", [])
+                history = json.loads(read_regular(file.entry.os_path, MAX_FILE)).get("log_history", [])
             except (OSError, ValueError, AttributeError):
                 continue
             names = (metric, f"eval_{metric}") if not metric.startswith("eval_") else (metric,)
@@ -102,12 +101,11 @@ def _from_names(run: Run, metric: str) -> dict[int, float]:
 def _from_file(path: str) -> dict[int, float]:
     """CSV (``index,value`` rows, a header allowed) or JSON (``{"3": 0.21}`` or ``[{"index": 3, "value": 0.21}]``)."""
     try:
-        if os.path.getsize(path) > MAX_FILE:
-            raise MetricsError(f"{path} is larger than {MAX_FILE} bytes")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_regular(path, MAX_FILE).decode("utf-8")
     except OSError as error:
         raise MetricsError(f"cannot read {path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise MetricsError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from error
     try:
         if text.lstrip().startswith(("{", "[")):
             document = json.loads(text)

@@ -11,6 +11,8 @@ import io
 import os
 from collections.abc import Iterator
 
+from ckptdoctor.regular import open_regular
+
 HEAD = 16 * 1024
 TAIL = 4 * 1024
 MAX_HEADER = 16 * 1024 * 1024
@@ -81,9 +83,9 @@ class FileSample(Sample):
         """Open a file; ``size`` from a fresh stat saves a syscall per file on big scans."""
         try:
             # O_NOATIME keeps a scan from touching access times; only a file's owner may ask
-            fd = os.open(os_path, os.O_RDONLY | _NOATIME)
+            fd = open_regular(os_path, _NOATIME)
         except PermissionError:
-            fd = os.open(os_path, os.O_RDONLY)
+            fd = open_regular(os_path)
         try:
             return cls(fd, size)
         except BaseException:

@@ -1,0 +1,56 @@
+"""Opening a file that could be anything: only regular files are read.
+
+A FIFO named like a checkpoint, or ``/dev/zero`` given as an option file, would block ``open``
+forever or feed memory without end. Every file ckptdoctor reads is opened without blocking and
+checked with ``fstat`` before the first byte is read; anything but a regular file is refused
+with an ``OSError`` that says what it is, which each caller reports its own way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+class NotRegular(OSError):
+    """The path is a FIFO, socket, device or folder, not a regular file."""
+
+
+def open_regular(path: str, flags: int = 0) -> int:
+    """A read-only descriptor of the regular file at ``path`` (``flags`` added, e.g. O_NOATIME)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotRegular(errno.EINVAL, f"{what}, not a regular file: ckptdoctor does not read it", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The whole of a regular file of at most ``limit`` bytes."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise OSError(errno.EFBIG, f"{size} bytes, more than the {limit} ckptdoctor reads of such a file", path)
+        data = bytearray()
+        while chunk := os.read(fd, limit + 1 - len(data)):
+            data += chunk
+            if len(data) > limit:  # it grew while being read
+                raise OSError(errno.EFBIG, f"more than the {limit} bytes ckptdoctor reads of such a file", path)
+        return bytes(data)
+    finally:
+        os.close(fd)
