@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import fcntl
 import getpass
 import json
@@ -85,9 +86,14 @@ def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
     _refuse_links(home)
     try:
         os.makedirs(home, exist_ok=True)
-        handle = os.open(os.path.join(home, LOCK), os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        # never through a symlink: a planted link would have the lock written over the file it names
+        handle = os.open(os.path.join(home, LOCK), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_CREAT if create else 0), 0o644)
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            os.close(handle)
+            raise OSError(0, "it is not a regular file")
     except OSError as error:
-        raise ActionError(f"cannot create {os.path.join(home, LOCK)}: {error.strerror}") from error
+        why = "it is a symlink, which ckptdoctor does not follow" if error.errno == errno.ELOOP else error.strerror or str(error)
+        raise ActionError(f"cannot use the lock {os.path.join(home, LOCK)}: {why}") from error
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -112,6 +118,23 @@ def _refuse_links(home: str) -> None:
             raise ActionError(f"{path} is a symlink; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder")
 
 
+def _own_folders(base: str) -> list[str]:
+    """The entries of ckptdoctor's trash or quarantine folder that are real folders, sorted: a
+    symlink planted there (to a folder holding a journal, say) is never followed, and a stray file
+    (a ``.DS_Store``) is not an entry."""
+    if not os.path.isdir(base) or os.path.islink(base):
+        return []
+    found = []
+    for name in sorted(os.listdir(base)):
+        path = os.path.join(base, name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
 def _whoami() -> dict[str, object]:
     return {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started": time.time()}
 
@@ -127,10 +150,7 @@ def _holder(handle: int) -> str:
 
 def pending(home: str) -> list[str]:
     """Journals a killed command left in the run (what ``finish_interrupted`` would complete)."""
-    trash = os.path.join(home, TRASH)
-    if not os.path.isdir(trash):
-        return []
-    return [os.path.join(trash, name, JOURNAL) for name in sorted(os.listdir(trash)) if os.path.isfile(os.path.join(trash, name, JOURNAL))]
+    return [os.path.join(folder, JOURNAL) for folder in _own_folders(os.path.join(home, TRASH)) if os.path.isfile(os.path.join(folder, JOURNAL))]
 
 
 def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset()) -> int:
@@ -139,13 +159,9 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset())
     Only what the journal meant is moved: an entry outside the run, one modified after the journal
     was written (the run was restarted since), or one a live process holds open (``busy``) stays.
     """
-    trash = os.path.join(home, TRASH)
     finished = 0
-    if not os.path.isdir(trash):
-        return 0
     real_root = os.path.realpath(root)
-    for name in sorted(os.listdir(trash)):
-        folder = os.path.join(trash, name)
+    for folder in _own_folders(os.path.join(home, TRASH)):
         journal = os.path.join(folder, JOURNAL)
         if not os.path.isfile(journal):
             shutil.rmtree(folder, ignore_errors=True)  # killed before its journal was whole: nothing moved
@@ -374,9 +390,7 @@ def sweep(home: str) -> None:
     """Remove what a repair killed before its manifest was whole left in ``home``: quarantine
     folders with no manifest (nothing was moved into them: they hold folders at most, and a
     half-written manifest) and scratch pointers never swapped in."""
-    base = os.path.join(home, QUARANTINE)
-    for ident in os.listdir(base) if os.path.isdir(base) else ():
-        folder = os.path.join(base, ident)
+    for folder in _own_folders(os.path.join(home, QUARANTINE)):
         if os.path.exists(os.path.join(folder, MANIFEST)):
             continue
         names = [name for _, _, files in os.walk(folder) for name in files]
@@ -509,10 +523,9 @@ def _is_written(path: str, write: PointerWrite) -> bool:
 
 def quarantines(root: str, home: str) -> list[Quarantine]:
     """The run's quarantines, oldest first, each with where its entries stand now."""
-    base = os.path.join(home, QUARANTINE)
     found = []
-    for ident in sorted(os.listdir(base)) if os.path.isdir(base) else ():
-        folder = os.path.join(base, ident)
+    for folder in _own_folders(os.path.join(home, QUARANTINE)):
+        ident = os.path.basename(folder)
         try:
             manifest = _read_manifest(os.path.join(folder, MANIFEST))
         except FileNotFoundError:

@@ -1,0 +1,67 @@
+"""ckptdoctor's own folder holds no trap: links planted in it are never followed (issue 13, items 1, 2, 12).
+
+A user who can write into a run can plant entries in `.ckptdoctor/`; a root cron job that prunes
+the run must not follow them out of it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_prune import burn_run, epochs_left
+
+
+def test_a_symlinked_trash_entry_is_not_followed(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (outside / "journal.json").write_text(json.dumps({"entries": [str(outside / "keep.txt")]}))
+    trash = folder / ".ckptdoctor" / "trash"
+    trash.mkdir(parents=True)
+    (trash / "20260101-000000-deadbeef").symlink_to(outside, target_is_directory=True)
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert "Traceback" not in result.stderr
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert (outside / "journal.json").exists()
+    assert epochs_left(folder) == [6, 7]
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    target = tmp_path / "outside.txt"
+    target.write_text("untouched")
+    own = folder / ".ckptdoctor"
+    own.mkdir()
+    (own / "lock").symlink_to(target)
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code != 0
+    assert "symlink" in result.stderr
+    assert target.read_text() == "untouched"
+    assert epochs_left(folder) == list(range(1, 8))
+
+
+def test_a_dangling_lock_link_creates_nothing_outside(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    own = folder / ".ckptdoctor"
+    own.mkdir()
+    (own / "lock").symlink_to(tmp_path / "created-by-the-lock")
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code != 0
+    assert not (tmp_path / "created-by-the-lock").exists()
+
+
+def test_a_stray_file_in_the_quarantine_does_not_wedge_repair(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    (folder / "optim-7.bpk").unlink()
+    quarantine = folder / ".ckptdoctor" / "quarantine"
+    quarantine.mkdir(parents=True)
+    (quarantine / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    result = cli("repair", "--yes", folder)
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert result.exit_code == 0, result.stderr
+    assert not (folder / "model-7.bpk").exists()
+    undo = cli("repair", "--undo", "--yes", folder)
+    assert undo.exit_code == 0, undo.stderr
+    assert (folder / "model-7.bpk").exists()
