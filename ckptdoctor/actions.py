@@ -168,8 +168,14 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset())
             continue
         try:
             written = os.stat(journal).st_mtime
-            listed = [str(path) for path in json.loads(read_regular(journal, MAX_JOURNAL))["entries"]]
-            meant = [path for path in listed if _still_meant(root, real_root, path, written, busy)]
+            document = json.loads(read_regular(journal, MAX_JOURNAL))
+            listed = [str(path) for path in document["entries"]]
+            identities = document.get("identities") if isinstance(document.get("identities"), dict) else {}
+            meant = [
+                path
+                for path in listed
+                if _still_meant(root, real_root, path, written, busy) and identities.get(path) == _identity(os.path.join(root, path))
+            ]
             finished += _move_and_remove(root, folder, listed, meant)
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ActionError(
@@ -204,6 +210,16 @@ def _still_meant(root: str, real_root: str, relative: str, written: float, busy:
     return True
 
 
+def _identity(path: str) -> list[int] | None:
+    """What makes an entry the one a journal listed: device, inode, size and both times in ns. A
+    file restored from a backup keeps its mtime, never its inode or ctime."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
 def _confined(root: str, real_root: str, relative: str) -> bool:
     """Whether ``relative`` names an entry of the run: no absolute path, no ``..``, and no
     symlinked folder on the way out of it (the entry itself may be a link: links are moved)."""
@@ -227,7 +243,8 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
     folder = os.path.join(plan.home, TRASH, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}")
     try:
         os.makedirs(folder)
-        _write_atomically(os.path.join(folder, JOURNAL), {"run": plan.run, "entries": relative})
+        identities = {path: _identity(os.path.join(root, path)) for path in relative}
+        _write_atomically(os.path.join(folder, JOURNAL), {"run": plan.run, "entries": relative, "identities": identities})
     except OSError as error:
         shutil.rmtree(folder, ignore_errors=True)
         raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was deleted") from error

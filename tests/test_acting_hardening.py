@@ -1,7 +1,8 @@
-"""ckptdoctor's own folder holds no trap: links planted in it are never followed (issue 13, items 1, 2, 12).
+"""prune and repair where a cron job meets a hostile or changed run (issue 13, items 1, 2, 5, 12).
 
 A user who can write into a run can plant entries in `.ckptdoctor/`; a root cron job that prunes
-the run must not follow them out of it.
+the run must not follow them out of it. A journal a killed prune left must not delete what was
+restored from a backup since.
 """
 
 from __future__ import annotations
@@ -65,3 +66,37 @@ def test_a_stray_file_in_the_quarantine_does_not_wedge_repair(tmp_path: Path, cl
     undo = cli("repair", "--undo", "--yes", folder)
     assert undo.exit_code == 0, undo.stderr
     assert (folder / "model-7.bpk").exists()
+
+
+def _pending_journal(folder: Path, names: list[str]) -> None:
+    """The journal a prune killed right after writing it leaves (the format `actions.delete` writes)."""
+    from ckptdoctor.actions import _identity
+
+    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
+    trash.mkdir(parents=True)
+    identities = {name: _identity(str(folder / name)) for name in names}
+    (trash / "journal.json").write_text(json.dumps({"run": str(folder), "entries": names, "identities": identities}))
+
+
+def test_a_pending_journal_never_deletes_a_file_restored_since(tmp_path: Path, cli) -> None:
+    """Issue 13, item 5: a restore from a backup keeps the mtime, never the inode or the ctime."""
+    import shutil
+
+    folder = burn_run(tmp_path)
+    _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
+    for name in ("model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"):  # restored from a backup
+        backup = tmp_path / name
+        shutil.copy2(folder / name, backup)
+        (folder / name).unlink()
+        shutil.copy2(backup, folder / name)
+    result = cli("prune", "--yes", "--keep-last", "100", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == list(range(1, 8))
+
+
+def test_a_pending_journal_of_untouched_files_is_still_finished(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
+    result = cli("prune", "--yes", "--keep-last", "100", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == list(range(2, 8))
