@@ -8,6 +8,7 @@ restored from a backup since.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from test_prune import burn_run, epochs_left
@@ -100,3 +101,27 @@ def test_a_pending_journal_of_untouched_files_is_still_finished(tmp_path: Path, 
     result = cli("prune", "--yes", "--keep-last", "100", folder)
     assert result.exit_code == 0, result.stderr
     assert epochs_left(folder) == list(range(2, 8))
+
+
+def test_an_io_error_while_moving_is_a_one_line_error_not_an_internal_one(tmp_path: Path, cli, monkeypatch) -> None:
+    """Issue 13, item 10: EIO (or ENOSPC, EROFS) in the move phase is exit 1 naming the path and errno."""
+    import errno
+
+    folder = burn_run(tmp_path)
+    real_rename = os.rename
+
+    def failing(source, target, *args, **kwargs):
+        if str(source).endswith("model-2.bpk"):
+            raise OSError(errno.EIO, "Input/output error", str(source))
+        return real_rename(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", failing)
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert result.exit_code == 1, result.stderr
+    assert "internal error" not in result.stderr
+    assert "model-2.bpk" in result.stderr and "EIO" in result.stderr
+    assert set(epochs_left(folder)) >= {6, 7}
+    again = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert again.exit_code == 0, again.stderr
+    assert epochs_left(folder) == [6, 7]

@@ -4,6 +4,7 @@ locks, the world around the run (fresh and open files), the confirmation, and er
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -186,9 +187,12 @@ def failures_explained(command: str) -> Iterator[None]:
     except ActionError as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_FINDINGS) from error
-    except PermissionError as error:
+    except OSError as error:  # EIO, ENOSPC, EROFS, EACCES in the middle of acting: no usage error, no bug
+        where = f"{error.filename}: " if error.filename else ""
+        why = error.strerror or type(error).__name__
+        code = errno.errorcode.get(error.errno or 0, "")
         say(
-            f"ckptdoctor: error: {error.filename}: permission denied; nothing that was to be kept was touched, "
+            f"ckptdoctor: error: {where}{why}{f' ({code})' if code else ''}; nothing that was to be kept was touched, "
             f"and the next {command} finishes the job"
         )
         raise typer.Exit(EXIT_FINDINGS) from error
