@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from test_prune import burn_run, epochs_left
 
 
@@ -125,3 +126,36 @@ def test_an_io_error_while_moving_is_a_one_line_error_not_an_internal_one(tmp_pa
     again = cli("prune", "--yes", "--keep-last", "2", folder)
     assert again.exit_code == 0, again.stderr
     assert epochs_left(folder) == [6, 7]
+
+
+def test_prune_refuses_the_root_folder_at_once(cli) -> None:
+    """Issue 13, item 11: `prune --dry-run /` used to plan to delete every checkpoint-like file."""
+    result = cli("prune", "--dry-run", "--keep-last", "1", "/")
+    assert result.exit_code == 2
+    assert "the root folder" in result.stderr
+
+
+def test_repair_refuses_the_home_folder(cli) -> None:
+    result = cli("repair", "--dry-run", str(Path.home()))
+    assert result.exit_code == 2
+    assert "home folder" in result.stderr
+
+
+def test_a_mount_root_is_taken_only_as_a_single_run(tmp_path: Path, cli) -> None:
+    import subprocess
+
+    from test_diskcheck import mount_tmpfs
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "size=16m")
+    try:
+        burn_run(disk / "experiment")  # a run below the mount root
+        refused = cli("prune", "--dry-run", "--keep-last", "1", disk)
+        assert refused.exit_code == 2
+        assert "root of a filesystem" in refused.stderr
+        below = cli("prune", "--dry-run", "--keep-last", "1", disk / "experiment" / "run" / "checkpoint")
+        assert below.exit_code == 0, below.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -41,9 +41,19 @@ def scan_runs(paths: list[str] | None, command: str) -> tuple[Report, list[Run]]
     exit 2 when a path cannot be scanned."""
     import dataclasses
 
+    from ckptdoctor.retention import run_root
     from ckptdoctor.scan import inspect as inspect_paths
 
+    for path in paths or ["."]:
+        if os.path.realpath(path) in _NEVER_WHOLE:
+            say(f"ckptdoctor: error: {path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)")
+            raise typer.Exit(EXIT_USAGE)
     report, found = inspect_paths(paths or ["."])
+    for path in paths or ["."]:
+        real = os.path.realpath(path)
+        if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:
+            say(f"ckptdoctor: error: {path} is the root of a filesystem holding runs below it; {command} acts on runs: name the run folders")
+            raise typer.Exit(EXIT_USAGE)
     for failure in report.errors:
         say(f"ckptdoctor: error: {failure.path}: {failure.message}")
     if report.errors:
@@ -56,6 +66,10 @@ def scan_runs(paths: list[str] | None, command: str) -> tuple[Report, list[Run]]
     if single:
         raise typer.Exit(EXIT_USAGE)
     return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])
+
+
+_NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
+"""Folders an acting command never takes whole: what rm refuses, and a home full of other things."""
 
 
 def distinct(runs: list[Run]) -> list[Run]:
