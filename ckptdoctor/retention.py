@@ -283,6 +283,7 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
     checkpoint also holds, and nothing for a symlink (the link goes, its target stays)."""
     deleted = {item.number for item in items if item.action is Action.DELETE}
     doomed: dict[tuple[int, int] | str, int] = {}
+    names: dict[tuple[int, int] | str, list[int]] = {}  # per inode: [links found deleted, st_nlink]
     alone = 0  # bytes of deleted checkpoints that can share none: no symlink, no hard link
     kept: list[Entry] = []
     for checkpoint in run.checkpoints:
@@ -290,9 +291,10 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
             alone += sizes[checkpoint.index]
         elif checkpoint.index in deleted:
             for file in checkpoint.files:
-                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, _ = file[0]
+                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, links = file[0]
                 if not (is_symlink or is_dir):
                     doomed[inode or os_path] = size
+                    names.setdefault(inode or os_path, [0, links])[0] += 1
         if checkpoint.index in deleted and checkpoint.folder is not None and checkpoint.folder.os_path in inside:  # what else the folder holds
                 claimed = {file.entry.os_path for file in checkpoint.files}
                 doomed.update((path, size) for path, _, size in inside[checkpoint.folder.os_path] if path not in claimed)
@@ -302,6 +304,9 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
     for entry in kept:  # few: what a kept checkpoint (or a file beside them) holds is not freed
         if entry.inode is not None:
             doomed.pop(entry.inode, None)
+    for key, (deleted_links, all_links) in names.items():  # a link left elsewhere (outside the run) keeps the bytes
+        if deleted_links < all_links:
+            doomed.pop(key, None)
     return alone + sum(doomed.values())
 
 

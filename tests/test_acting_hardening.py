@@ -159,3 +159,12 @@ def test_a_mount_root_is_taken_only_as_a_single_run(tmp_path: Path, cli) -> None
         assert below.exit_code == 0, below.stderr
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_freed_bytes_leave_out_files_linked_from_outside_the_run(tmp_path: Path, cli) -> None:
+    """Issue 13, item 15: deleting one of two hard links frees nothing."""
+    folder = burn_run(tmp_path)
+    plain = json.loads(cli("prune", "--dry-run", "--json", "--keep-last", "2", folder).stdout)["freed_bytes"]
+    os.link(folder / "model-1.bpk", tmp_path / "backup-model-1.bpk")
+    linked = json.loads(cli("prune", "--dry-run", "--json", "--keep-last", "2", folder).stdout)["freed_bytes"]
+    assert linked == plain - (folder / "model-1.bpk").stat().st_size
