@@ -19,9 +19,8 @@ from ckptdoctor.parallel import cores
 from ckptdoctor.readers import (
     Format,
     ReadAhead,
-    compressed_file,
     expected_formats,
-    sniff_file,
+    holds,
     unpickled_by_name,
 )
 from ckptdoctor.readers import verify as verify_file
@@ -105,7 +104,7 @@ def _worth_reading(entry: Entry) -> bool:
     if expected_formats(name) is not None and not name.endswith(".json"):
         return True
     # JSON by name, or a name that says nothing: pickles, archives and compressed pickles by content
-    return entry.size > 0 and (sniff_file(entry) in _SERIALIZED or compressed_file(entry))
+    return entry.size > 0 and holds(entry, _SERIALIZED)
 
 
 def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:

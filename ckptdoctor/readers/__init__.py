@@ -35,12 +35,11 @@ __all__ = [
     "Format",
     "ReadAhead",
     "Sample",
-    "compressed_file",
     "expected_formats",
+    "holds",
     "looks_like_checkpoint",
     "probe",
     "read_header",
-    "sniff_file",
     "unpickled_by_name",
     "verify",
     "verify_sample",
@@ -171,15 +170,6 @@ _PACKED = frozenset({Format.UNKNOWN.value, Format.GZIP.value})
 """What a compressed pickle sniffs as: gzip, or nothing known (zlib, bz2, xz, lzma, lz4)."""
 
 
-def compressed_file(entry: Entry) -> bool:
-    """Whether a file's content is compressed the way joblib.load decompresses it."""
-    try:
-        with FileSample.open(entry.os_path, entry.size) as sample:
-            return compressed.compressed(sample)
-    except OSError:
-        return False
-
-
 def unpickled_by_name(name: str) -> bool:
     """Whether a loader of this file's name unpickles content it does not otherwise recognise."""
     lowered = name.lower()
@@ -260,9 +250,10 @@ def probe(entry: Entry) -> FileReport:
 def verify(entry: Entry, deep: int = 0) -> FileReport:
     """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
     ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
-    report = _read_file(entry, functools.partial(verify_sample, deep=deep))
-    if entry.name == dcp.METADATA and report.format == Format.PICKLE.value:
-        report = _with_unsafe(report, _dcp_objects(entry))
+    if entry.name == dcp.METADATA:
+        report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
+    else:
+        report = _read_file(entry, functools.partial(verify_sample, deep=deep))
     if report.format == Format.SAFETENSORS.value and not report.issues:
         refusal = safetensors.confirm(entry.os_path)
         if refusal:
@@ -275,15 +266,16 @@ MAX_DCP_OBJECT = 256 * 1024 * 1024
 """A DCP object longer than this is not read: what it would run cannot be proven safe."""
 
 
-def _dcp_objects(metadata: Entry) -> list[FileIssue]:
+def _verify_metadata(sample: Sample, name: str, folder: str, deep: int) -> FileReport:
+    report = verify_sample(sample, name, deep)
+    return _with_unsafe(report, _dcp_objects(sample, folder)) if report.format == Format.PICKLE.value else report
+
+
+def _dcp_objects(metadata: Sample, folder: str) -> list[FileIssue]:
     """Each object a DCP checkpoint holds besides its tensors, read where ``.metadata`` says, from
-    the data files beside it, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
-    folder = os.path.dirname(metadata.os_path)
-    try:
-        with FileSample.open(metadata.os_path) as sample, one_budget(Budget()):
-            walked = pickle.walk_sample(sample, 0, None)
-    except OSError:
-        return []
+    the data files in ``folder``, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
+    with one_budget(Budget()):
+        walked = pickle.walk_sample(metadata, 0, None)
     if walked.error or walked.unproven:
         return []  # the metadata's own verdict says so
     items = dcp.byte_items(walked)
@@ -319,13 +311,14 @@ class ReadAhead:
         return self.reports.get(entry.os_path) or probe(entry)
 
 
-def sniff_file(entry: Entry) -> Format | None:
-    """The format of a file's content from its first bytes, or None when it cannot be opened."""
+def holds(entry: Entry, formats: frozenset[Format]) -> bool:
+    """Whether a file's first bytes are one of ``formats``, or a stream joblib.load decompresses;
+    False when it cannot be opened."""
     try:
         with FileSample.open(entry.os_path, entry.size) as sample:
-            return sniff.sniff(sample)
+            return sniff.sniff(sample) in formats or compressed.compressed(sample)
     except OSError:
-        return None
+        return False
 
 
 def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport]) -> FileReport:

@@ -195,19 +195,6 @@ _LINES = {b"I": "INT", b"L": "LONG", b"F": "FLOAT", b"g": "GET", b"p": "PUT", b"
 _TWO_LINES = {b"c": "GLOBAL", b"i": "INST"}
 
 
-class OpcodeName(NamedTuple):
-    code: bytes
-    name: str
-
-
-OPCODES: tuple[OpcodeName, ...] = tuple(
-    OpcodeName(code, name)
-    for table in (_NO_ARG, {code: entry[0] for code, entry in (*_FIXED.items(), *_COUNTED.items())}, _LINES, _TWO_LINES)
-    for code, name in table.items()
-)
-"""Every opcode of pickle protocols 0-5."""
-
-
 def _decode_string(raw: bytes) -> str | bytes:
     """A Python 2 ``str``: loaders decode it with their own encoding (ASCII by default, UTF-8 in
     torch, latin-1 where users ask); a value no encoding agrees on stays bytes."""
@@ -240,6 +227,8 @@ for _code, _name in _LINES.items():
 for _code, _name in _TWO_LINES.items():
     _BY_BYTE[_code[0]] = (_LINES_ARG, _name, None)
 """Each opcode byte's argument kind, name and layout: one list lookup per opcode."""
+OPCODE_NAMES = frozenset(entry[1] for entry in _BY_BYTE if entry is not None)
+"""Every opcode of pickle protocols 0-5."""
 
 
 def read(data: bytes, start: int = 0) -> Iterator[Op]:

@@ -33,7 +33,7 @@ _NEVER_PICKLED = frozenset({
 """Opcodes CPython 3's pickler never writes without a ``buffer_callback`` or a copyreg extension
 registry (torch.save passes neither): old-style instances, extension codes, out-of-band buffers,
 ``DUP``, and Python 2 byte strings."""
-TORCH_OPCODES = frozenset(op.name for op in _opcodes.OPCODES if op.name not in _NEVER_PICKLED)
+TORCH_OPCODES = _opcodes.OPCODE_NAMES - _NEVER_PICKLED
 """The opcodes ``torch.save`` can write, at any ``pickle_protocol`` it accepts (0-5): a pickle
 with any other is hand-made."""
 
@@ -685,6 +685,11 @@ def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
             return True
         level = nested
     return True
+
+
+def top_keys(root: object) -> tuple[str, ...]:
+    """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles)."""
+    return tuple(str(key) for key in root) if isinstance(root, dict) else ()
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:

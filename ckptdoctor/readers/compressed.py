@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import CHUNK, Sample
-from ckptdoctor.readers._unpickler import Budget, walk
+from ckptdoctor.readers._unpickler import Budget, top_keys, walk
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
 MAX_OUTPUT = 256 * 1024 * 1024
@@ -156,7 +156,7 @@ def read(sample: Sample) -> FileReport | None:
     pickled = walked.error is None or walked.globals or sniff_payload(payload[:64]) is Format.PICKLE
     if not pickled:
         return None
-    return FileReport(Format.PICKLE.value, tuple(issues), (), (), _keys(walked.root))
+    return FileReport(Format.PICKLE.value, tuple(issues), (), (), top_keys(walked.root))
 
 
 _FIRST_OUTPUT = 1024 * 1024
@@ -200,10 +200,6 @@ class _Inflater:
         except Exception:  # zlib.error, OSError, EOFError, lzma.LZMAError, lz4's errors: damaged
             self.done = True
         return bytes(self.out)
-
-
-def _keys(root: object) -> tuple[str, ...]:
-    return tuple(str(key) for key in root) if isinstance(root, dict) else ()
 
 
 def _lz4() -> _Decompressor:

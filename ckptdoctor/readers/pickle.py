@@ -14,7 +14,14 @@ from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
-from ckptdoctor.readers._unpickler import JOBLIB_WRAPPERS, TORCH_OPCODES, Walk, tensors, walk
+from ckptdoctor.readers._unpickler import (
+    JOBLIB_WRAPPERS,
+    TORCH_OPCODES,
+    Walk,
+    tensors,
+    top_keys,
+    walk,
+)
 from ckptdoctor.readers.sniff import Format
 
 STOP = b"."
@@ -64,14 +71,14 @@ def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
     """A bare pickle (``random_states_0.pkl``, ``training_args.bin``): every pickle in it, walked.
     A joblib file (its array wrappers are followed by raw array bytes) is walked as joblib reads it,
     and what ``pickle.load`` would run of it is added."""
-    first = walk_sample(sample, 0, None)
+    # pickle.load's reading; of a joblib file, up to its first array of objects (see walk)
+    first = walk_sample(sample, 0, None, objects_end=True)
     if first.root == MAGIC_NUMBER and not first.error and not first.unproven:
         return verify_legacy(sample, deep)  # torch's legacy format, its magic number framed or spelled otherwise
     if any(g in JOBLIB_WRAPPERS for g in first.globals):
         as_joblib = walk_sample(sample, 0, None, arrays=True)
-        as_pickle = walk_sample(sample, 0, None, objects_end=True)
-        plain = [i for i in judge(as_pickle, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
-        return FileReport(Format.PICKLE.value, (*judge(as_joblib, "the pickle read by joblib.load"), *plain), (), (), _keys(as_joblib.root))
+        plain = [i for i in judge(first, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
+        return FileReport(Format.PICKLE.value, (*judge(as_joblib, "the pickle read by joblib.load"), *plain), (), (), top_keys(as_joblib.root))
     issues: list[FileIssue] = []
     position = 0
     walked = first
@@ -89,7 +96,7 @@ def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
             break
     else:
         issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"more than {MAX_PICKLES} pickles back to back: the rest cannot be proven safe"))
-    return FileReport(Format.PICKLE.value, tuple(issues), (), (), _keys(first.root))
+    return FileReport(Format.PICKLE.value, tuple(issues), (), (), top_keys(first.root))
 
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -135,7 +142,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
             why = "ends before" if len(header) < _ELEMENT.size else "cannot size"
             problem = Problem.TRUNCATED if len(header) < _ELEMENT.size else Problem.MALFORMED
             issues.append(FileIssue(problem, f"the file {why} storage {key}"))
-            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root))
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         assert storage is not None and storage.dtype is not None
         (count,) = _ELEMENT.unpack(header)
         if count != storage.numel:
@@ -143,7 +150,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
                 Problem.MALFORMED,
                 f"storage {key} records {count} elements where its pickle says {storage.numel} (torch: storage has wrong byte size)",
             ))
-            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root))
+            return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         nbytes = count * element
         if storage.dtype in FLOATS:
             regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype))
@@ -155,7 +162,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
         issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - position} bytes after its last storage"))
     elif deep and regions:
         issues += _deep.nonfinite_issues(sample, regions, deep)
-    return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, _keys(walks[1].root), tensor_bytes)
+    return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root), tensor_bytes)
 
 
 def walk_sample(sample: Sample, start: int, opcodes: frozenset[str] | None, arrays: bool = False, objects_end: bool = False) -> Walk:
@@ -173,7 +180,3 @@ def walk_sample(sample: Sample, start: int, opcodes: frozenset[str] | None, arra
             walked.end += start
             return walked
         length *= 8
-
-
-def _keys(root: object) -> tuple[str, ...]:
-    return tuple(str(key) for key in root) if isinstance(root, dict) else ()

@@ -30,6 +30,7 @@ from ckptdoctor.readers._unpickler import (
     TensorRef,
     one_budget,
     tensors,
+    top_keys,
     walk,
 )
 from ckptdoctor.readers.sniff import Format, sniff_payload
@@ -201,8 +202,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     issues += storage_issues
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += _deep_issues(sample, members, regions, deep)
-    keys = tuple(str(key) for key in walked.root) if isinstance(walked.root, dict) else ()
-    return FileReport(Format.TORCH_ZIP.value, tuple(issues), (("members", str(len(members))),), listed, keys, tensor_bytes)
+    return FileReport(Format.TORCH_ZIP.value, tuple(issues), (("members", str(len(members))),), listed, top_keys(walked.root), tensor_bytes)
 
 
 def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[FileIssue]]:
