@@ -177,3 +177,19 @@ def test_torch_save_at_every_protocol_it_loads_is_proven_safe(protocol: int) -> 
     assert torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)["big"] == 2**70  # our own file
     report = verify_sample(BytesSample(buffer.getvalue()), "state.pt")
     assert not {i.problem for i in report.issues} & {Problem.UNSAFE_PICKLE, Problem.MALFORMED, Problem.ZIP_ANOMALY}, report.issues
+
+
+@pytest.mark.parametrize("defaults, said", [((1_000, 30.0), "more opcodes"), ((50_000_000, 0.0), "takes more than")])
+def test_a_pickle_past_the_files_budget_is_unproven_not_an_error(monkeypatch: pytest.MonkeyPatch, defaults: tuple[int, float], said: str) -> None:
+    """Every file has a budget of opcodes and seconds; past it the verdict is CKD401 "too complex
+    to prove safe" for that file, never an internal error (issue 12, resource bounds)."""
+    from ckptdoctor.model import Problem
+    from ckptdoctor.readers import BytesSample, verify_sample
+    from ckptdoctor.readers._unpickler import Budget
+
+    data = pickle.dumps(list(range(20_000)), protocol=2)
+    assert not verify_sample(BytesSample(data), "big.pkl").issues
+    monkeypatch.setattr(Budget.__init__, "__defaults__", defaults)
+    issues = verify_sample(BytesSample(data), "big.pkl").issues
+    unproven = [i for i in issues if i.problem is Problem.UNSAFE_PICKLE]
+    assert unproven and said in unproven[0].detail and "too complex to prove safe" in unproven[0].detail

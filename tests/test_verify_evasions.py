@@ -268,3 +268,33 @@ def test_a_tar_link_through_a_linked_folder_is_malformed_not_an_internal_error()
             archive.addfile(link)
     found = problems(buffer.getvalue(), "model.pt")
     assert Problem.MALFORMED in found
+
+
+def _npy(descr: str, shape: str, body: bytes) -> bytes:
+    header = f"{{'descr': {descr}, 'fortran_order': False, 'shape': {shape}, }}"
+    header += " " * (64 - 10 - len(header) - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + body
+
+
+@pytest.mark.parametrize("shape, loads", [("(3L,)", True), ("(-1,)", False)])
+def test_npy_shapes_are_judged_as_numpy_load_judges_them(tmp_path, shape, loads):
+    """Python 2 `3L` shapes load (numpy filters the header); negative shapes parse but fail to load."""
+    import numpy
+
+    path = tmp_path / "a.npy"
+    path.write_bytes(_npy("'<f8'", shape, numpy.arange(3.0).tobytes()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            numpy.load(path)
+            loaded = True
+        except ValueError:
+            loaded = False
+    assert loaded is loads
+    assert (problems(path.read_bytes(), "a.npy") == set()) is loads
+
+
+def test_an_object_array_with_a_negative_shape_is_still_walked():
+    """numpy.load unpickles an object array whatever its shape: the header parser accepts -1."""
+    found = problems(_npy("'|O'", "(-1,)", SYSTEM), "a.npy")
+    assert Problem.UNSAFE_PICKLE in found

@@ -77,8 +77,8 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
         issues += judge(walk(data, start), f"the pickle in {name}")
         return FileReport(Format.NUMPY.value, tuple(issues))
     tensor_name = _dtype_name(dtype)
-    if any(dimension < 0 for dimension in shape):  # numpy reads to the end of the file then
-        return FileReport(Format.NUMPY.value, (), (), (Tensor(name, tensor_name, shape, size - start),), (), size - start)
+    if any(dimension < 0 for dimension in shape):  # its header parser takes it; reading the data fails
+        return FileReport(Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: shape {shape} is negative; numpy.load fails to read it"),))
     nbytes = math.prod(shape) * dtype.itemsize
     tensor = Tensor(name, tensor_name, shape, nbytes)
     issues = []
