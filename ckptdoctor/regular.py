@@ -25,9 +25,12 @@ class NotRegular(OSError):
     """The path is a FIFO, socket, device or folder, not a regular file."""
 
 
-def open_regular(path: str, flags: int = 0) -> int:
-    """A read-only descriptor of the regular file at ``path`` (``flags`` added, e.g. O_NOATIME)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flags)
+def open_regular(path: str, flags: int = 0, dir_fd: int | None = None) -> int:
+    """A read-only descriptor of the regular file at ``path`` (``flags`` added, e.g. O_NOATIME).
+    Relative to ``dir_fd``, a symlink is refused too: ckptdoctor's own files are never links."""
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -39,9 +42,9 @@ def open_regular(path: str, flags: int = 0) -> int:
     return fd
 
 
-def read_regular(path: str, limit: int) -> bytes:
+def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:
     """The whole of a regular file of at most ``limit`` bytes."""
-    fd = open_regular(path)
+    fd = open_regular(path, dir_fd=dir_fd)
     try:
         size = os.fstat(fd).st_size
         if size > limit:

@@ -72,11 +72,11 @@ def test_a_stray_file_in_the_quarantine_does_not_wedge_repair(tmp_path: Path, cl
 
 def _pending_journal(folder: Path, names: list[str]) -> None:
     """The journal a prune killed right after writing it leaves (the format `actions.delete` writes)."""
-    from ckptdoctor.actions import _identity
+    from ckptdoctor.actions._confine import identity
 
     trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
     trash.mkdir(parents=True)
-    identities = {name: _identity(str(folder / name)) for name in names}
+    identities = {name: list(identity(os.lstat(folder / name))) for name in names}
     (trash / "journal.json").write_text(json.dumps({"run": str(folder), "entries": names, "identities": identities}))
 
 
@@ -96,12 +96,29 @@ def test_a_pending_journal_never_deletes_a_file_restored_since(tmp_path: Path, c
     assert epochs_left(folder) == list(range(1, 8))
 
 
-def test_a_pending_journal_of_untouched_files_is_still_finished(tmp_path: Path, cli) -> None:
+def test_a_pending_journal_is_shown_in_the_plan_and_finished_only_when_confirmed(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
+    dry = cli("prune", "--json", "--dry-run", "--keep-last", "6", folder)
+    assert dry.exit_code == 0, dry.stderr
+    assert [sorted(found["deletes"]) for found in dry.json["pending"]] == [["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"]]
+    unconfirmed = cli("prune", "--keep-last", "6", folder)  # off a terminal, no --yes
+    assert unconfirmed.exit_code == 2 and "pending: an interrupted prune left" in unconfirmed.stderr
+    assert epochs_left(folder) == list(range(1, 8))
+    result = cli("prune", "--yes", "--keep-last", "6", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == list(range(2, 8))
+    assert not any((folder / ".ckptdoctor" / "trash").iterdir())
+
+
+def test_a_pending_journal_spares_what_the_new_policy_keeps(tmp_path: Path, cli) -> None:
+    """Issue 13, item 5: a killed prune's journal no longer deletes whatever the next prune's policy."""
     folder = burn_run(tmp_path)
     _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
     result = cli("prune", "--yes", "--keep-last", "100", folder)
     assert result.exit_code == 0, result.stderr
-    assert epochs_left(folder) == list(range(2, 8))
+    assert epochs_left(folder) == list(range(1, 8))
+    assert not any((folder / ".ckptdoctor" / "trash").iterdir()), "the journal is done with"
 
 
 def test_an_io_error_while_moving_is_a_one_line_error_not_an_internal_one(tmp_path: Path, cli, monkeypatch) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import errno
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -24,6 +24,7 @@ from ckptdoctor.cli._output import (
 )
 
 if TYPE_CHECKING:
+    from ckptdoctor.actions import Pending
     from ckptdoctor.config import Settings
     from ckptdoctor.model import Plan, Report, Run
     from ckptdoctor.retention import Circumstances
@@ -153,16 +154,20 @@ def show_plans(
     output: str | None,
     show_all: bool,
     repair: bool = False,
+    pending: Sequence[Pending] = (),
 ) -> None:
     """Each (plan, unit) as a table, or the JSON document with every plan; in another format the
-    scan's findings (as configured), which is what a CI system reads."""
+    scan's findings (as configured), which is what a CI system reads. ``pending``: what killed
+    prunes' journals would still do, which the same confirmation finishes."""
     import dataclasses
 
     if fmt is OutputFormat.JSON:
         from ckptdoctor.render.json import plan_document
 
-        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run), output)
+        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, tuple(pending)), output)
         return
+    for found in pending:  # on stderr beside a machine format, with the tables otherwise
+        say(pending_line(found))
     if fmt is not OutputFormat.HUMAN:
         write(machine(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
         return
@@ -173,6 +178,17 @@ def show_plans(
     console = stdout_console()
     for plan, unit in plans:  # a repair's table also says what it acts on, and sums up otherwise
         console.print(plan_block(plan, unit, show_all, repair_summary if repair else None))
+
+
+def pending_line(found: Pending) -> str:
+    """What one killed prune's journal would still do."""
+    shown = ", ".join(found.in_run[:5]) + (f" and {len(found.in_run) - 5} more" if len(found.in_run) > 5 else "")
+    deletes = f"{len(found.in_run)} entries still in the run ({shown})" if found.in_run else "no entry still in the run"
+    spares = f"; it spares {len(found.spared)} it listed that changed, are open or are kept now" if found.spared else ""
+    return (
+        f"pending: an interrupted prune left {found.journal}; finishing it deletes {deletes} and "
+        f"{found.in_trash} it had moved into its trash{spares} (--discard-journal drops it instead)"
+    )
 
 
 def confirm(question: str, human: bool, refused: str) -> None:

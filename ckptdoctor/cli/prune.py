@@ -22,6 +22,7 @@ from ckptdoctor.cli._acting import (
     show_plans,
 )
 from ckptdoctor.cli._output import (
+    EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
     AllFlag,
@@ -39,8 +40,8 @@ from ckptdoctor.model import Action
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
-
-    from ckptdoctor.model import Run
+    from ckptdoctor.actions import Done
+    from ckptdoctor.model import Plan, Run
     from ckptdoctor.retention import Policy
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
@@ -50,6 +51,9 @@ Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (acc
 KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
 KeepWithin = Annotated[str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
+DiscardJournal = Annotated[
+    bool, typer.Option("--discard-journal", help="Drop what an interrupted prune left pending, putting back what it had moved, instead of finishing it.")
+]
 MetricsFile = Annotated[str | None, typer.Option("--metrics-file", help="CSV or JSON of index -> metric value.", metavar="FILE")]
 
 
@@ -71,6 +75,7 @@ def prune(
     output: OutputOption = None,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
+    discard_journal: DiscardJournal = False,
 ) -> None:
     """Delete checkpoints a retention policy does not keep; never the resume point, the framework's
     best or pointed-to checkpoint, an incomplete checkpoint newer than the resume point, files
@@ -89,6 +94,7 @@ def prune(
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
     """
     from ckptdoctor import actions, retention
+    from ckptdoctor.cli import Interrupted
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.metrics import MetricsError, metric_values
@@ -108,55 +114,131 @@ def prune(
     fmt = chosen(fmt, as_json)
     report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
-    roots = {os.path.realpath(retention.run_root(run)) for run in runs}
     with failures_explained("prune"), contextlib.ExitStack() as held:
         lock_all(held, runs, dry_run)
-        # under the locks: finish what a killed prune left (a dry run only says so), then look
-        # again. A scan from before the locks is otherwise safe to plan from: no other
-        # ckptdoctor acts meanwhile, a trainer's new files are not in the plan, files gone since
-        # are skipped, and what may still be written is kept by --min-age
-        finished = 0
-        for run in runs:
-            root = retention.run_root(run)
-            if dry_run:
-                for journal in actions.pending(retention.home(run)):
-                    say(f"note: an interrupted prune left {journal}; a prune without --dry-run finishes it")
-            else:
-                finished += actions.finish_interrupted(root, retention.home(run), frozenset(circumstances(run, time.time(), True).open_by))
-        if finished:
-            if not quiet:
-                say(f"Finished an interrupted prune: {finished} entries it had planned to delete.")
-            report, runs = scan_runs(paths, "prune")
-            runs = [run for run in runs if os.path.realpath(retention.run_root(run)) in roots]
+        # under the locks: a scan from before them is safe to plan from. No other ckptdoctor
+        # acts meanwhile, a trainer's new files are not in the plan, files gone since are
+        # skipped, what may still be written is kept by --min-age, and every entry is acted on
+        # only while it is the inode the plan saw
+        if discard_journal:
+            runs = _discard_journals(runs, paths, dry_run, quiet)
+        problems: list[str] = []
+        for run in runs:  # what an earlier prune could not remove is tried again: it was confirmed then
+            notes, failed = actions.leftovers(retention.home(run), remove=not dry_run)
+            for line in notes:
+                say(f"note: {line}")
+            problems += failed
         plans = []
-        planned: dict[str, tuple[Run, float]] = {}
+        planned: dict[str, tuple[Run, float, frozenset[str]]] = {}
         try:
             for run in runs:
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
                 world = dataclasses.replace(circumstances(run, time.time(), quiet), metrics=values)
                 plans.append(retention.plan(run, layout_named(run.layout), policy, world))
-                planned[run.path] = (run, world.now)
+                planned[run.path] = (run, world.now, frozenset(world.open_by))
         except (MetricsError, retention.PolicyError) as error:
             say(f"ckptdoctor: error: {error}")
             raise typer.Exit(EXIT_USAGE) from error
+        journals = {plan.run: actions.pending(plan.root, plan.home, planned[plan.run][2], kept_paths(plan)) for plan in plans}
         doomed = [plan for plan in plans if plan.acting(Action.DELETE)]
-        show_plans([(plan, run.unit.value) for plan, run in zip(plans, runs, strict=True)], report, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all)
-        if dry_run or not doomed:
+        show_plans(
+            [(plan, run.unit.value) for plan, run in zip(plans, runs, strict=True)], report, settings, dry_run=dry_run, fmt=fmt,
+            quiet=quiet, output=output, show_all=show_all, pending=[found for listed in journals.values() for found in listed],
+        )  # fmt: skip
+        if dry_run or not (doomed or any(journals.values())):
             if human and not quiet:
                 say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
+            _fail_with(problems)
             raise typer.Exit(EXIT_OK)
         if not yes:
             confirm("Delete them?", human, "nothing was deleted")
-        for plan in doomed:
-            run, since = planned[plan.run]
-            # again now: the prompt may have waited while a trainer wrote or opened files
-            done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
-            if not quiet:
-                say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
-            if done.left:
-                say(f"{plan.run}: left {done.left} entries written or opened since the plan was made; the next prune looks again.")
+        try:
+            for plan in plans:
+                run, since, _ = planned[plan.run]
+                if journals[plan.run]:
+                    busy = frozenset(circumstances(run, time.time(), True).open_by)
+                    finished = actions.finish_interrupted(plan.root, plan.home, busy, kept_paths(plan))
+                    problems += finished.problems
+                    if not quiet:
+                        say(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.")
+                if plan in doomed:
+                    # again now: the prompt may have waited while a trainer wrote or opened files
+                    done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
+                    problems += done.problems
+                    _report_done(plan, done, quiet)
+        except Interrupted:
+            _interrupted(plans)
+            raise
+    _fail_with(problems)
     raise typer.Exit(EXIT_OK)
+
+
+def _fail_with(problems: list[str]) -> None:
+    """Exit 1 naming each entry that could not be deleted, once the rest of the work is done."""
+    if not problems:
+        return
+    for line in problems:
+        say(f"ckptdoctor: error: {line}")
+    say(
+        f"ckptdoctor: {len(problems)} entr{'y' if len(problems) == 1 else 'ies'} could not be deleted (above); the rest of the plan "
+        "was done, and the next prune tries them again if its policy still deletes them."
+    )
+    raise typer.Exit(EXIT_FINDINGS)
+
+
+def kept_paths(plan: Plan) -> frozenset[str]:
+    """What ``plan`` keeps, relative to its run (a killed prune's journal spares it)."""
+    return frozenset(os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries)
+
+
+def _report_done(plan: Plan, done: Done, quiet: bool) -> None:
+    if done.journal_free:
+        say(
+            f"{plan.run}: the disk is too full for a journal: deleted in place, one checkpoint after the other, oldest first "
+            "(a kill leaves at worst one old checkpoint incomplete, which the next prune deletes)."
+        )
+    if not quiet:
+        say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
+    if done.left:
+        say(f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again.")
+
+
+def _interrupted(plans: list[Plan]) -> None:
+    """Name what a prune stopped by Ctrl-C leaves, and both ways forward."""
+    from ckptdoctor import actions
+
+    for plan in plans:
+        for found in actions.pending(plan.root, plan.home):
+            say(
+                f"{plan.run}: {found.journal} is pending: the next `ckptdoctor prune` shows what it would still delete and "
+                "finishes it when confirmed; `ckptdoctor prune --discard-journal` drops it and puts back what it had moved."
+            )
+
+
+def _discard_journals(runs: list[Run], paths: list[str] | None, dry_run: bool, quiet: bool) -> list[Run]:
+    """--discard-journal: drop the journals killed prunes left (a dry run only says what it would
+    do), then scan again: what was put back is in the runs again."""
+    from ckptdoctor import actions, retention
+
+    changed = False
+    for run in runs:
+        root, place = retention.run_root(run), retention.home(run)
+        for found in actions.pending(root, place):
+            say(f"{run.path}: {'would drop' if dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run).")
+        if dry_run:
+            continue
+        restored, left = actions.discard(root, place)
+        changed |= bool(restored)
+        for line in left:
+            say(f"ckptdoctor: error: {line}: left in the trash")
+        if left:
+            raise typer.Exit(EXIT_FINDINGS)
+    if not changed:
+        return runs
+    roots = {os.path.realpath(retention.run_root(run)) for run in runs}
+    _, rescanned = scan_runs(paths, "prune")
+    return [run for run in rescanned if os.path.realpath(retention.run_root(run)) in roots]
 
 
 def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:

@@ -108,17 +108,20 @@ def _repair(
 
     human = fmt is OutputFormat.HUMAN
     finished = 0
+    problems: list[str] = []
     for run in runs:
         root, place = run_root(run), home(run)
-        for journal in actions.pending(place):
-            say(f"note: an interrupted prune left {journal}; `ckptdoctor prune` finishes it")
+        for journal in actions.pending(root, place):
+            say(f"note: an interrupted prune left {journal.journal}; `ckptdoctor prune` shows what it would still do")
         if dry_run:
             for found in actions.quarantines(root, place):
                 if found.state == "repairing":
                     say(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
         else:
             actions.sweep(place)
-            finished += actions.finish_repairs(root, place, frozenset(circumstances(run, time.time(), True).open_by))
+            count, failed = actions.finish_repairs(root, place, frozenset(circumstances(run, time.time(), True).open_by))
+            finished += count
+            problems += failed
     if finished:
         if not quiet:
             say(f"Finished {finished} interrupted repair{'s' if finished != 1 else ''}.")
@@ -158,7 +161,8 @@ def _repair(
                 f"in {moved.folder}{pointers}; `ckptdoctor repair --undo {plan.run}` puts it all back."
             )
         if moved.left:
-            say(f"{plan.run}: left {moved.left} entries written or opened since the plan was made; the next repair looks again.")
+            say(f"{plan.run}: left {moved.left} entries written, opened or replaced since the plan was made; the next repair looks again.")
+        problems += moved.problems
     if human and not quiet:
         from ckptdoctor.render.human import resume_line
 
@@ -166,6 +170,11 @@ def _repair(
         for run in runs:  # the resume point is the one kept: the last line says where to go on
             if any(plan.run == run.path for plan in acting):
                 console.print(resume_line(run))
+    for line in problems:
+        say(f"ckptdoctor: error: {line}")
+    if problems:
+        say(f"ckptdoctor: {len(problems)} entr{'y' if len(problems) == 1 else 'ies'} could not be moved (above); the rest of the plan was done.")
+        return EXIT_FINDINGS
     return outcome
 
 

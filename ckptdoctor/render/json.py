@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptdoctor import __version__
 from ckptdoctor.disk import DiskCheck
@@ -21,6 +21,9 @@ from ckptdoctor.model import (
     Severity,
 )
 from ckptdoctor.rules._rule import Rule
+
+if TYPE_CHECKING:
+    from ckptdoctor.actions import Pending
 
 SCHEMA = "ckptdoctor.report.v1"
 
@@ -68,10 +71,15 @@ def disk_entry(disk: DiskCheck) -> dict[str, Any]:
     }
 
 
-def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool) -> str:
-    """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3)."""
+def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool, pending: tuple[Pending, ...] = ()) -> str:
+    """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3), and what
+    killed prunes' journals would still do."""
     body = document(report)
     body["plan"] = [_plan_item(plan, item) for plan in plans for item in plan.items]
+    if pending:
+        body["pending"] = [
+            {"journal": found.journal, "deletes": list(found.in_run), "in_trash": found.in_trash, "spares": list(found.spared)} for found in pending
+        ]
     body["dry_run"] = dry_run
     body["freed_bytes"] = sum(plan.freed_bytes for plan in plans)
     return json.dumps(body, separators=(",", ":")) + "\n"

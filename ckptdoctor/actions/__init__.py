@@ -1,0 +1,60 @@
+"""Carry out a plan on disk, so that a kill at any instant loses nothing that was to be kept, and
+nothing outside the run is ever reached.
+
+- ``_confine``: entries below the run reached one folder at a time, never through a symlink, and
+  acted on only while they are the inode the plan saw.
+- ``_home``: ckptdoctor's own folder in the run (``.ckptdoctor/``), its lock and its records.
+- ``_trash``: ``prune``'s journalled deletions (and, on a full disk, its journal-free order).
+- ``_quarantine``: ``repair``'s moves aside, with a manifest ``--undo`` reads to put them back.
+"""
+
+from ckptdoctor.actions._confine import ActionError, Escapes
+from ckptdoctor.actions._home import Locked, home_of, locked
+from ckptdoctor.actions._quarantine import (
+    QUARANTINE,
+    Moved,
+    Quarantine,
+    Stored,
+    StoredState,
+    finish_repairs,
+    quarantine,
+    quarantines,
+    restore,
+    sweep,
+)
+from ckptdoctor.actions._trash import (
+    Done,
+    Finished,
+    Pending,
+    delete,
+    discard,
+    finish_interrupted,
+    leftovers,
+    pending,
+)
+
+__all__ = [
+    "QUARANTINE",
+    "ActionError",
+    "Done",
+    "Escapes",
+    "Finished",
+    "Locked",
+    "Moved",
+    "Pending",
+    "Quarantine",
+    "Stored",
+    "StoredState",
+    "delete",
+    "discard",
+    "finish_interrupted",
+    "finish_repairs",
+    "home_of",
+    "leftovers",
+    "locked",
+    "pending",
+    "quarantine",
+    "quarantines",
+    "restore",
+    "sweep",
+]

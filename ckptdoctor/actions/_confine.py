@@ -1,0 +1,246 @@
+"""Reach what lies below a run without ever following a symlink.
+
+A path checked once and used later can be swapped in between: a folder replaced by a symlink to
+``/etc`` turns a rename "inside the run" into one outside it. So the run's folder (and
+ckptdoctor's own) is opened once, and every entry below it is reached one name at a time, each
+folder opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to the one above (``dir_fd``), as
+``shutil.rmtree`` does on Linux. A descriptor keeps naming the folder it opened whatever is
+renamed meanwhile; a symlink on the way is refused (``Escapes``), never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import os
+import stat
+from collections.abc import Callable
+from types import TracebackType
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Identity = tuple[int, int, int, int, int]
+"""What makes an entry the one a plan saw: device, inode, size, mtime and ctime in ns. A file
+restored from a backup keeps its mtime, never its inode or ctime."""
+
+
+class ActionError(Exception):
+    """The run cannot be changed (read-only, permissions, a planted symlink); nothing was half done."""
+
+
+class Escapes(ActionError):
+    """A symlink, or something that is no folder, stands where a folder of the run was."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is a symlink or no longer a folder; ckptdoctor does not follow it out of the run")
+        self.path = path
+
+
+def identity(info: os.stat_result) -> Identity:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def plain(relative: str) -> bool:
+    """Whether ``relative`` can name an entry below a folder: not absolute, no ``..``, not empty."""
+    parts = relative.split(os.sep)
+    return bool(relative) and not os.path.isabs(relative) and os.pardir not in parts and "" not in parts and os.curdir not in parts
+
+
+def inside_run(root: str, paths: list[str]) -> list[str]:
+    """``paths`` relative to the run's folder ``root``; ActionError if any lies outside it."""
+    relative = [os.path.relpath(path, root) for path in paths]
+    if not all(plain(path) for path in relative):
+        raise ActionError("the plan names files outside the run: refused")
+    return relative
+
+
+class Folder:
+    """An open folder; ``path`` is how messages (and the open-files scan) name it."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def at(cls, path: str) -> Folder:
+        """The folder the user named (symlinks in the user's own path are the user's choice)."""
+        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), path)
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def child(self, name: str, create: bool = False) -> Folder:
+        """The folder ``name`` in this one (made first with ``create``); Escapes if it is a symlink
+        or no folder, FileNotFoundError if it is not there."""
+        path = os.path.join(self.path, name)
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=self.fd)
+        try:
+            return Folder(os.open(name, _DIRECTORY, dir_fd=self.fd), path)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Escapes(path) from None
+            raise
+
+    def reach(self, relative: str, create: bool = False) -> tuple[Folder, str]:
+        """The open folder holding ``relative``'s last name, and that name (the caller closes the
+        folder); Escapes if a folder on the way is a symlink or ``relative`` is not plain."""
+        if not plain(relative):
+            raise Escapes(os.path.join(self.path, relative))
+        *folders, name = relative.split(os.sep)
+        current = Folder(os.dup(self.fd), self.path)
+        try:
+            for folder in folders:
+                deeper = current.child(folder, create)
+                current.close()
+                current = deeper
+        except BaseException:
+            current.close()
+            raise
+        return current, name
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """``name`` in this folder as it is (a symlink is a symlink), or None when it is not there."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def look(self, relative: str) -> os.stat_result | None:
+        """``relative`` below this folder, reached without following links; None when it is not
+        there or cannot be reached that way."""
+        try:
+            parent, name = self.reach(relative)
+        except (Escapes, OSError):
+            return None
+        with parent:
+            return parent.lstat(name)
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def folders(self) -> list[str]:
+        """The names in this folder that are real folders: a symlink or a stray file is no entry."""
+        found = []
+        for name in self.names():
+            info = self.lstat(name)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                found.append(name)
+        return found
+
+    def fsync(self) -> None:
+        """Make the renames in this folder durable (a crash could otherwise undo them)."""
+        os.fsync(self.fd)
+
+
+def between(step: str, path: str) -> None:
+    """Called between an acting command's steps (``step`` just done, on ``path``). It does
+    nothing; tests replace it to swap folders at the worst moment, as a racing attacker would."""
+
+
+class Outcome(enum.Enum):
+    DONE = "done"
+    GONE = "gone"
+    """Not there any more: someone removed it."""
+    CHANGED = "changed"
+    """Another entry (or the same one rewritten) now stands at its place: left alone."""
+
+
+def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[Folder, str], None]) -> Outcome:
+    """Do ``act`` (with the entry's folder and name) on ``relative`` below ``top`` only if it is
+    still the entry that was planned: the same inode, unchanged. Escapes if a folder on the way
+    is a symlink; a link or new file swapped in at the very end is what ``act`` meets by name,
+    never followed (rename and unlink act on the name, ``shutil.rmtree`` checks it again)."""
+    try:
+        parent, name = top.reach(relative)
+    except FileNotFoundError:
+        return Outcome.GONE
+    with parent:
+        info = parent.lstat(name)
+        if info is None:
+            return Outcome.GONE
+        if expected is None or identity(info) != tuple(expected):
+            return Outcome.CHANGED
+        act(parent, name)
+    return Outcome.DONE
+
+
+def remove(folder: Folder, name: str) -> list[str]:
+    """Delete ``name`` in ``folder``, a whole tree for a folder (never following a link in it);
+    what could not be deleted, each with why."""
+    failed: list[str] = []
+    info = folder.lstat(name)
+    if info is None:
+        return failed
+
+    def unlink(below: int, inner: str, path: str) -> None:
+        try:
+            os.unlink(inner, dir_fd=below)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            failed.append(explain(error, path))
+
+    if not stat.S_ISDIR(info.st_mode):
+        unlink(folder.fd, name, os.path.join(folder.path, name))
+        return failed
+
+    def unreadable(error: OSError) -> None:
+        failed.append(explain(error, os.path.join(folder.path, str(error.filename or name))))
+
+    # bottom up, each folder opened without following a link and checked to be the one listed
+    for below, folders, files, fd in os.fwalk(name, topdown=False, onerror=unreadable, dir_fd=folder.fd):
+        for inner in files:
+            unlink(fd, inner, os.path.join(folder.path, below, inner))
+        for inner in folders:
+            try:
+                if stat.S_ISLNK(os.stat(inner, dir_fd=fd, follow_symlinks=False).st_mode):
+                    os.unlink(inner, dir_fd=fd)  # a link to a folder: listed as one, never entered
+                else:
+                    os.rmdir(inner, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                failed.append(explain(error, os.path.join(folder.path, below, inner)))
+    try:
+        os.rmdir(name, dir_fd=folder.fd)
+    except OSError as error:
+        if not failed:
+            failed.append(explain(error, os.path.join(folder.path, name)))
+    return failed
+
+
+def put_back(source: Folder, stored: str, target: Folder, name: str) -> bool:
+    """Move ``stored`` (in ``source``) to ``name`` in ``target``, never over something that stands
+    there: False (and nothing moved) when something does."""
+    info = source.lstat(stored)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        try:
+            os.link(stored, name, src_dir_fd=source.fd, dst_dir_fd=target.fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError:
+            pass  # no hard links here (some network filesystems): a rename, checked just before
+        else:
+            os.unlink(stored, dir_fd=source.fd)
+            return True
+    if target.lstat(name) is not None:
+        return False
+    os.rename(stored, name, src_dir_fd=source.fd, dst_dir_fd=target.fd)
+    return True
+
+
+def explain(error: OSError, path: str) -> str:
+    """``path: reason (ECODE)``, one line."""
+    code = errno.errorcode.get(error.errno or 0, "")
+    return f"{path}: {error.strerror or error}{f' ({code})' if code else ''}"

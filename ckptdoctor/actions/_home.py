@@ -1,0 +1,172 @@
+"""ckptdoctor's own folder in a run: where it is, its lock, and the JSON records it keeps there.
+
+The lock is an advisory ``flock`` on the folder itself: it needs no data, so it is taken on a
+full disk too. A ``lock`` file beside it says who holds it, when there is room to say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import getpass
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ckptdoctor.actions._confine import ActionError, Escapes, Folder
+from ckptdoctor.discover import OWN_FOLDER
+from ckptdoctor.regular import read_regular
+
+MAX_RECORD = 256 * 1024 * 1024
+"""A journal or manifest longer than this is refused: ckptdoctor never wrote it."""
+LOCK = "lock"
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""What a full filesystem (or quota) answers a write with."""
+
+
+class Locked(Exception):
+    """Another ckptdoctor holds the run's lock."""
+
+    def __init__(self, run: str, holder: str) -> None:
+        super().__init__(f"{run} is locked by another ckptdoctor ({holder}); try again when it has finished")
+        self.holder = holder
+
+
+def home_of(root: str, beside: bool) -> str:
+    """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it
+    (``<run>/.ckptdoctor``), or ``beside`` it (``<parent>/.ckptdoctor/<run name>``) for frameworks
+    that read every name in the run folder. Either way on the run's filesystem, as a move must be."""
+    if beside:
+        absolute = os.path.abspath(root)
+        return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))
+    return os.path.join(root, OWN_FOLDER)
+
+
+def open_home(home: str, create: bool) -> Folder | None:
+    """``home`` opened below the folder that holds ckptdoctor's own folder, never through a
+    symlink (ActionError); None when it is not there and not to be made."""
+    if os.path.basename(home) == OWN_FOLDER:
+        base, names = os.path.dirname(home), [OWN_FOLDER]
+    else:
+        base, names = os.path.dirname(os.path.dirname(home)), [OWN_FOLDER, os.path.basename(home)]
+    try:
+        current = Folder.at(base or ".")
+    except OSError as error:
+        raise ActionError(f"cannot open {base}: {error.strerror}") from error
+    try:
+        for name in names:
+            deeper = current.child(name, create)
+            current.close()
+            current = deeper
+    except FileNotFoundError:
+        current.close()
+        if create:
+            raise
+        return None
+    except Escapes as error:
+        current.close()
+        raise ActionError(f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder") from None
+    except BaseException:
+        current.close()
+        raise
+    return current
+
+
+@contextlib.contextmanager
+def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
+    """Hold the run's lock; raises Locked (naming the holder) or ActionError at once. Without
+    ``create`` (a dry run, which changes nothing) a run with no own folder is not locked.
+
+    Both the folder and its ``lock`` file are locked: the folder always (a full disk cannot stop
+    it), the file where it exists or can be made (it is what other versions lock, and it says
+    who holds the lock)."""
+    try:
+        own = open_home(home, create)
+    except OSError as error:
+        raise ActionError(f"cannot make {home}: {error.strerror}") from error
+    if own is None:
+        yield
+        return
+    with own:  # closing releases the flocks (the kernel does it too, if we are killed)
+        try:
+            fcntl.flock(own.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(run, _holder(own)) from None
+        handle = _lock_file(own, create)
+        try:
+            if handle is not None:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise Locked(run, _holder(own)) from None
+                if create:
+                    _sign(handle)
+            yield
+        finally:
+            if handle is not None:
+                os.close(handle)
+
+
+def _lock_file(own: Folder, create: bool) -> int | None:
+    """The ``lock`` file, opened (made with ``create``); None when it is not there, or the disk
+    is too full to make it. Never through a symlink: a planted link would have the lock's note
+    written over the file it names."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        handle = os.open(LOCK, flags, 0o644, dir_fd=own.fd)
+    except OSError as error:
+        if error.errno in FULL or (error.errno == errno.ENOENT and not create):
+            return None
+        why = "it is a symlink, which ckptdoctor does not follow" if error.errno == errno.ELOOP else error.strerror
+        raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: {why}") from error
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: it is not a regular file")
+    return handle
+
+
+def _sign(handle: int) -> None:
+    """Say who holds the lock; on a full disk, say nothing (the lock holds all the same)."""
+    try:
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
+    except OSError as error:
+        if error.errno not in FULL:
+            raise
+
+
+def _whoami() -> dict[str, object]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started": time.time()}
+
+
+def _holder(own: Folder) -> str:
+    try:
+        info = json.loads(read_regular(LOCK, 4096, dir_fd=own.fd) or b"{}")
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started"])))
+        return f"pid {info['pid']} on {info['host']} by {info['user']}, since {started}"
+    except (ValueError, KeyError, TypeError, OSError):
+        return "holder unknown"
+
+
+def write_record(folder: Folder, name: str, document: dict[str, Any]) -> None:
+    """Write ``name`` in ``folder`` so that a crash leaves the old version or the new, whole."""
+    temporary = name + ".tmp"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder.fd)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", closefd=False) as stream:
+            json.dump(document, stream)
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+    os.replace(temporary, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    folder.fsync()
+
+
+def read_record(folder: Folder, name: str) -> Any:
+    """A journal or manifest ckptdoctor wrote (ValueError or OSError if it is not one)."""
+    return json.loads(read_regular(name, MAX_RECORD, dir_fd=folder.fd))

@@ -1,0 +1,575 @@
+"""``repair``'s quarantine: what it takes out of the run is moved aside, never deleted.
+
+``quarantine/<id>/manifest.json`` is written (and fsynced) before anything moves; it lists every
+entry to move, with its identity, and every pointer to write. Then the space the manifest's last
+rewrite needs is reserved, so that a full disk cannot stop a repair half-way. Entries are
+renamed into ``quarantine/<id>/files/`` under their path in the run; a pointer's old version is
+kept there too (a hard link, so the swap to the new one is a single ``rename``). The manifest's
+``state`` then becomes ``done``. Killed before that: the next ``repair`` finishes what the
+manifest lists; ``--undo`` puts back whatever had moved.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import shutil
+import stat
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ckptdoctor.actions import _confine
+from ckptdoctor.actions._confine import (
+    ActionError,
+    Escapes,
+    Folder,
+    Outcome,
+    explain,
+    identity,
+    inside_run,
+    plain,
+    put_back,
+    take,
+)
+from ckptdoctor.actions._home import FULL, open_home, read_record, write_record
+from ckptdoctor.actions._trash import still_meant
+from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
+from ckptdoctor.regular import open_regular, read_regular
+
+QUARANTINE = "quarantine"
+MANIFEST = "manifest.json"
+RESERVE = "manifest.reserve"
+FILES = "files"
+_SCRATCH = "pointer-"
+_STATES = ("repairing", "done", "undoing")
+_SLACK = 64 * 1024
+"""Reserved beyond the manifest's own size: its temporary copy, pointers, folder blocks."""
+
+
+class StoredState(str, enum.Enum):
+    """Where one quarantined entry (or re-pointed pointer) stands now."""
+
+    QUARANTINED = "quarantined"
+    """In the quarantine, its place in the run free: ``--undo`` can put it back."""
+    BACK = "back"
+    """In the run already (restored, or never moved by a repair that was killed)."""
+    CONFLICT = "conflict"
+    """In the quarantine, and something else is at its place in the run."""
+    LOST = "lost"
+    """Neither in the quarantine nor in the run: someone removed it."""
+
+
+class Stored(NamedTuple):
+    """One line of a quarantine's manifest, with where it stands now."""
+
+    path: str
+    """Relative to the run."""
+    number: int | None
+    """The checkpoint index (``index`` is taken by tuple)."""
+    reasons: tuple[str, ...]
+    write: PointerWrite | None
+    """For a pointer: what the repair wrote there."""
+    existed: bool
+    """For a pointer: whether there was one before (its old version is in the quarantine)."""
+    state: StoredState
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """What one ``repair`` moved aside, read back from its manifest."""
+
+    ident: str
+    folder: str
+    run: str
+    created: float
+    state: str
+    """``repairing`` (killed part-way), ``done``, or ``undoing`` (an undo was killed part-way)."""
+    items: tuple[Stored, ...]
+    home: str = ""
+
+
+@dataclass(frozen=True)
+class Moved:
+    ident: str
+    folder: str
+    entries: int
+    bytes: int
+    repointed: int
+    left: int = 0
+    """Entries left because they (or their checkpoint) were written, opened or replaced after the plan."""
+    problems: tuple[str, ...] = ()
+    """Entries that could not be moved (each ``path: why``); the rest of the plan went on."""
+
+
+class _Places:
+    """The run, ckptdoctor's own folder and one quarantine's folders, open for one repair or undo
+    (``stored`` is None when the quarantine holds no ``files`` folder)."""
+
+    def __init__(self, root: str, home: str, ident: str, create: bool) -> None:
+        self.opened: list[Folder] = []
+        try:
+            self.top = self._keep(Folder.at(root))
+            own = open_home(home, create)
+            if own is None:
+                raise FileNotFoundError(errno.ENOENT, "no such folder", home)
+            self.own = self._keep(own)
+            self.quarantine = self._keep(own.child(QUARANTINE, create))
+            self.here = self._keep(self.quarantine.child(ident, create))
+            self.stored = self._keep(self.here.child(FILES, create=True)) if create else self._files()
+        except BaseException:
+            self.close()
+            raise
+
+    def _keep(self, folder: Folder) -> Folder:
+        self.opened.append(folder)
+        return folder
+
+    def _files(self) -> Folder | None:
+        try:
+            return self._keep(self.here.child(FILES))
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        for folder in reversed(self.opened):
+            folder.close()
+
+
+def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Moved:
+    """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers.
+    What was written after ``since`` (when the plan was made: a prompt may have waited), is held
+    open (``busy``) or was replaced since is left."""
+    moves = [(item, entry) for item in plan.acting(Action.QUARANTINE) for entry in item.entries]
+    repoints = [item for item in plan.acting(Action.REPOINT) if item.write is not None]
+    root = plan.root
+    relative = inside_run(root, [entry.os_path for _, entry in moves] + [item.entries[0].os_path for item in repoints])
+    ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    with Folder.at(root) as top:
+        lines = [
+            {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
+            for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
+        ]
+        movable = _movable(top, lines, since, busy)  # before the manifest: it lists what moves
+        manifest: dict[str, Any] = {
+            "version": 2,
+            "run": plan.run,
+            "created": time.time(),
+            "state": "repairing",
+            "entries": movable,
+            "pointers": [
+                {
+                    "path": path, "index": item.number, "reasons": list(item.reasons), "text": item.write.text,
+                    "kind": item.write.kind.value, "existed": top.look(path) is not None,
+                }
+                for path, item in zip(relative[len(moves) :], repoints, strict=True)
+                if item.write is not None
+            ],
+        }  # fmt: skip
+    try:
+        places = _Places(root, plan.home, ident, create=True)
+    except OSError as error:
+        raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
+    try:
+        try:
+            write_record(places.here, MANIFEST, manifest)
+            _reserve(places.here, manifest)
+        except OSError as error:
+            _confine.remove(places.quarantine, ident)
+            if error.errno in FULL:
+                raise ActionError(
+                    f"{plan.run}'s filesystem is too full to record what repair would move; nothing was moved: "
+                    "free some space first (`ckptdoctor prune` works on a full disk)"
+                ) from error
+            raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
+        _confine.between("manifest written", places.here.path)
+        entries, moved_bytes, problems, changed = _carry_out(places, manifest, since)
+    finally:
+        places.close()
+    folder = os.path.join(plan.home, QUARANTINE, ident)
+    return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]), len(lines) - len(movable) + changed, tuple(problems))
+
+
+def _reserve(here: Folder, manifest: dict[str, Any]) -> None:
+    """Hold the space the manifest's last rewrite needs (OSError ENOSPC when it is not there)."""
+    import json
+
+    handle = os.open(RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=here.fd)
+    try:
+        os.posix_fallocate(handle, 0, len(json.dumps(manifest)) + _SLACK)
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _release(here: Folder) -> None:
+    if here.lstat(RESERVE) is not None:
+        os.unlink(RESERVE, dir_fd=here.fd)
+
+
+def sweep(home: str) -> None:
+    """Remove what a repair killed before its manifest was whole left in ``home``: quarantine
+    folders with no manifest (nothing was moved into them: they hold folders, a half-written
+    manifest and its reserve at most) and scratch pointers never swapped in."""
+    own = open_home(home, create=False)
+    if own is None:
+        return
+    with own:
+        for name in own.names():
+            if name.startswith(_SCRATCH) and name.endswith(".tmp") and (info := own.lstat(name)) is not None and not stat.S_ISDIR(info.st_mode):
+                os.unlink(name, dir_fd=own.fd)
+        try:
+            quarantine = own.child(QUARANTINE)
+        except (FileNotFoundError, Escapes):
+            return
+    with quarantine:
+        for name in quarantine.folders():
+            try:
+                here = quarantine.child(name)
+            except (OSError, Escapes):
+                continue
+            with here:
+                if here.lstat(MANIFEST) is not None:
+                    continue
+                names = [inner for _, _, files, _ in os.fwalk(dir_fd=here.fd) for inner in files]
+            if set(names) <= {MANIFEST + ".tmp", RESERVE}:
+                _confine.remove(quarantine, name)
+
+
+def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> tuple[int, list[str]]:
+    """Complete the quarantines of repairs that were killed part-way; (how many, problems).
+
+    As with a prune's journal, only what the manifest meant: the same inode, unchanged since the
+    manifest was written, not held open, reached without a symlink.
+    """
+    finished = 0
+    problems: list[str] = []
+    for found in quarantines(root, home):
+        if found.state != "repairing":
+            continue
+        places = _Places(root, home, found.ident, create=False)
+        try:
+            manifest = _read_manifest(places.here)
+            written = os.stat(MANIFEST, dir_fd=places.here.fd, follow_symlinks=False).st_mtime
+            moved = [line for line in manifest["entries"] if places.stored is not None and places.stored.look(line["path"]) is not None]
+            rest = [line for line in manifest["entries"] if line not in moved]
+            meant = _movable(places.top, rest, written, busy, identities=True)
+            manifest["entries"] = moved + meant  # what undo will put back
+            problems += _carry_out(places, manifest, written)[2]
+        except (OSError, ValueError) as error:
+            raise ActionError(f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be completed ({error})") from error
+        finally:
+            places.close()
+        finished += 1
+    return finished, problems
+
+
+def _movable(top: Folder, lines: list[dict[str, Any]], written: float, busy: frozenset[str], identities: bool = False) -> list[dict[str, Any]]:
+    """The manifest ``lines`` whose entries are still as planned at ``written`` (see
+    ``still_meant``) — and, with ``identities``, still the inode the manifest recorded — each
+    with its identity now: when one file of a checkpoint was written since, it may be being
+    saved again, and none of that checkpoint moves."""
+    meant: dict[str, list[int]] = {}
+    for line in lines:
+        info = top.look(line["path"]) if still_meant(top, line["path"], written, busy) else None
+        if info is not None and (not identities or list(identity(info)) == line.get("identity")):
+            meant[line["path"]] = list(identity(info))
+    spoiled = {line.get("index") for line in lines if line["path"] not in meant and top.look(line["path"]) is not None}
+    return [{**line, "identity": meant[line["path"]]} for line in lines if line["path"] in meant and line.get("index") not in spoiled - {None}]
+
+
+def _carry_out(places: _Places, manifest: dict[str, Any], written: float) -> tuple[int, int, list[str], int]:
+    """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
+    same steps finish the job (what is done already is skipped). (moved, bytes, problems, left
+    because changed.)"""
+    moved = moved_bytes = changed = 0
+    problems: list[str] = []
+    assert places.stored is not None, "a repair made its files folder"
+    for line in manifest["entries"]:
+        try:
+            stored, name = places.stored.reach(line["path"], create=True)
+        except (OSError, Escapes) as error:
+            problems.append(f"{line['path']}: cannot make its place in the quarantine ({error})")
+            continue
+        with stored:
+            if stored.lstat(name) is not None:
+                continue
+
+            def into_quarantine(parent: Folder, source: str, stored: Folder = stored, name: str = name) -> None:
+                os.rename(source, name, src_dir_fd=parent.fd, dst_dir_fd=stored.fd)
+
+            try:
+                outcome = take(places.top, line["path"], line.get("identity"), into_quarantine)
+            except Escapes as error:
+                problems.append(f"{error}; left as it is")
+                continue
+            except OSError as error:
+                problems.append(f"{explain(error, os.path.join(places.top.path, line['path']))}; left in the run")
+                continue
+        moved += outcome is Outcome.DONE
+        changed += outcome is Outcome.CHANGED
+        moved_bytes += int(line.get("bytes", 0)) if outcome is Outcome.DONE else 0
+    for line in manifest["pointers"]:
+        try:
+            _write_pointer(places, line, written)
+        except (OSError, Escapes) as error:
+            problems.append(
+                f"cannot re-point {line['path']}: {error}; the old pointer is kept in {places.here.path} "
+                "(`ckptdoctor repair --undo` puts it back)"
+            )
+    manifest["state"] = "done"
+    _release(places.here)
+    write_record(places.here, MANIFEST, manifest)
+    return moved, moved_bytes, problems, changed
+
+
+def _write_pointer(places: _Places, line: dict[str, Any], written: float) -> None:
+    """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
+    the new one in with one rename, so that a framework never finds no pointer at all."""
+    assert places.stored is not None, "a repair made its files folder"
+    write = _pointer_write(line)
+    parent, name = places.top.reach(str(line["path"]))
+    with parent:
+        if _is_written(parent, name, write):
+            return
+        now = parent.lstat(name)
+        if now is not None and now.st_mtime > written:
+            return  # rewritten by its framework since the repair was planned: that one is newer
+        stored, kept = places.stored.reach(str(line["path"]), create=True)
+        with stored:
+            if line["existed"] and stored.lstat(kept) is None:
+                if now is None:
+                    return  # the old pointer is gone and was never kept: do not invent one
+                try:
+                    os.link(name, kept, src_dir_fd=parent.fd, dst_dir_fd=stored.fd, follow_symlinks=False)
+                except OSError:
+                    # no hard links here (some network filesystems): keep the old one by moving it
+                    os.rename(name, kept, src_dir_fd=parent.fd, dst_dir_fd=stored.fd)
+        scratch = f"{_SCRATCH}{uuid.uuid4().hex[:8]}.tmp"
+        _scratch_pointer(places.own, scratch, parent, write)
+        os.replace(scratch, name, src_dir_fd=places.own.fd, dst_dir_fd=parent.fd)
+        parent.fsync()
+
+
+def _scratch_pointer(own: Folder, scratch: str, parent: Folder, write: PointerWrite) -> None:
+    """Write the new pointer as ``scratch`` in ckptdoctor's own folder (on the run's filesystem)."""
+    if write.kind is PointerKind.SYMLINK:
+        os.symlink(write.text, scratch, dir_fd=own.fd)
+        return
+    handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=own.fd)
+    try:
+        if write.kind is PointerKind.COPY:
+            source_folder, source_name = parent.reach(write.text)
+            with source_folder:
+                source = open_regular(source_name, dir_fd=source_folder.fd)
+                try:
+                    with os.fdopen(source, "rb", closefd=False) as reading, os.fdopen(handle, "wb", closefd=False) as writing:
+                        shutil.copyfileobj(reading, writing, 1 << 20)
+                    info = os.fstat(source)
+                    os.utime(handle, ns=(info.st_atime_ns, info.st_mtime_ns))  # as copy2 does: _is_written compares times
+                    os.fchmod(handle, stat.S_IMODE(info.st_mode))
+                finally:
+                    os.close(source)
+        else:
+            os.write(handle, write.text.encode("utf-8", "surrogateescape"))
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _pointer_write(line: dict[str, Any]) -> PointerWrite:
+    return PointerWrite(os.path.basename(str(line["path"])), str(line["text"]), PointerKind(line["kind"]))
+
+
+def _is_written(parent: Folder, name: str, write: PointerWrite) -> bool:
+    """Whether the pointer ``name`` in ``parent`` already says what ``write`` says."""
+    try:
+        info = parent.lstat(name)
+        if info is None:
+            return False
+        if write.kind is PointerKind.SYMLINK:
+            return stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=parent.fd) == write.text
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        if write.kind is PointerKind.COPY:  # the copy keeps the time: a later save by the framework would not
+            copied = parent.look(write.text)
+            return copied is not None and (info.st_size, info.st_mtime_ns) == (copied.st_size, copied.st_mtime_ns)
+        size = len(write.text.encode("utf-8", "surrogateescape"))
+        return read_regular(name, size + 1, dir_fd=parent.fd).decode("utf-8", "surrogateescape") == write.text
+    except OSError:
+        return False
+
+
+def quarantines(root: str, home: str) -> list[Quarantine]:
+    """The run's quarantines, oldest first, each with where its entries stand now."""
+    own = open_home(home, create=False)
+    if own is None:
+        return []
+    with own:
+        try:
+            quarantine = own.child(QUARANTINE)
+        except (FileNotFoundError, Escapes):
+            return []
+    found = []
+    with quarantine, Folder.at(root) as top:
+        for ident in quarantine.folders():
+            try:
+                here = quarantine.child(ident)
+            except (OSError, Escapes):
+                continue
+            with here:
+                try:
+                    manifest = _read_manifest(here)
+                except FileNotFoundError:
+                    continue  # killed before its manifest was whole: nothing was moved
+                except (OSError, ValueError) as error:
+                    raise ActionError(f"{os.path.join(here.path, MANIFEST)} cannot be read ({error}); check that folder") from error
+                try:
+                    stored: Folder | None = here.child(FILES)
+                except FileNotFoundError:
+                    stored = None
+                try:
+                    items = [_stored(top, stored, line, None) for line in manifest["entries"]]
+                    items += [_stored(top, stored, line, line) for line in manifest["pointers"]]
+                finally:
+                    if stored is not None:
+                        stored.close()
+            found.append(Quarantine(ident, here.path, str(manifest["run"]), float(manifest["created"]), str(manifest["state"]), tuple(items), home))
+    return sorted(found, key=lambda q: (q.created, q.ident))  # two repairs within a second: by time
+
+
+def _stored(top: Folder, stored: Folder | None, line: dict[str, Any], pointer: dict[str, Any] | None) -> Stored:
+    path = str(line["path"])
+    in_run, kept = top.look(path), (stored.look(path) if stored is not None else None)
+    index = line.get("index")
+    write, existed = None, False
+    same = in_run is not None and kept is not None and (in_run.st_dev, in_run.st_ino) == (kept.st_dev, kept.st_ino)
+    if pointer is None:
+        if kept is not None and in_run is not None:
+            # one file in both places: an undo killed between linking it back and unlinking the spare
+            state = StoredState.BACK if same else StoredState.CONFLICT
+        elif kept is not None:
+            state = StoredState.QUARANTINED
+        else:
+            state = StoredState.BACK if in_run is not None else StoredState.LOST
+    else:
+        write = _pointer_write(pointer)
+        existed = bool(pointer["existed"])
+        ours = _written_at(top, path, write)
+        state = _pointer_state(ours, existed, in_run is not None, kept is not None, lambda: same)
+    return Stored(path, index if isinstance(index, int) else None, tuple(line.get("reasons", ())), write, existed, state, int(line.get("bytes", 0)))
+
+
+def _written_at(top: Folder, path: str, write: PointerWrite) -> bool:
+    try:
+        parent, name = top.reach(path)
+    except (OSError, Escapes):
+        return False
+    with parent:
+        return _is_written(parent, name, write)
+
+
+def _pointer_state(ours: bool, existed: bool, in_run: bool, in_quarantine: bool, same: Callable[[], bool]) -> StoredState:
+    """Where a re-pointed pointer stands: what the run holds against what the repair wrote and kept."""
+    if ours:
+        # the repair's pointer is in place: undo removes it, or puts the kept old one back
+        return StoredState.LOST if existed and not in_quarantine else StoredState.QUARANTINED
+    if not existed:
+        return StoredState.CONFLICT if in_run else StoredState.BACK
+    if not in_quarantine:
+        return StoredState.BACK  # never touched, or put back already
+    if not in_run:
+        return StoredState.QUARANTINED  # killed between keeping the old one and writing the new
+    # both there: the same file when the repair was killed before its swap; else someone wrote a new one since
+    return StoredState.BACK if same() else StoredState.CONFLICT
+
+
+def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
+    """Put back what ``found`` holds (the caller checked there were no conflicts), then remove
+    it; returns the entries put back, and those left because something took their place since
+    the caller looked (or a folder on the way became a symlink). Killed part-way, the next
+    ``--undo`` goes on from there."""
+    home = found.home or os.path.dirname(os.path.dirname(found.folder))
+    places = _Places(root, home, found.ident, create=False)
+    try:
+        manifest = _read_manifest(places.here)
+        manifest["state"] = "undoing"
+        try:
+            write_record(places.here, MANIFEST, manifest)
+        except OSError as error:
+            raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
+        _release(places.here)
+        restored = 0
+        left = []
+        lines = [(line, None) for line in manifest["entries"]] + [(line, line) for line in manifest["pointers"]]
+        for line, pointer in lines:
+            item = _stored(places.top, places.stored, line, pointer)  # again: the run may have changed since the plan
+            try:
+                outcome = _restore_one(places, item)
+            except Escapes:
+                outcome = False
+            if outcome is None:
+                continue
+            if outcome:
+                restored += 1
+            else:
+                left.append(item.path)
+        leftover = [inner for _, _, files, _ in os.fwalk(dir_fd=places.stored.fd) for inner in files] if places.stored is not None else []
+        if not leftover:
+            os.unlink(MANIFEST, dir_fd=places.here.fd)
+            _confine.remove(places.quarantine, found.ident)  # only empty folders are left in it
+        return restored, left
+    finally:
+        places.close()
+
+
+def _restore_one(places: _Places, item: Stored) -> bool | None:
+    """Put one entry back: True when done, False when something stands in its way, None when
+    there is nothing to do."""
+    if item.state is StoredState.CONFLICT:
+        return False
+    if item.state is StoredState.BACK:
+        stored = places.stored.look(item.path) if places.stored is not None else None
+        now = places.top.look(item.path)
+        if places.stored is not None and stored is not None and now is not None and (stored.st_dev, stored.st_ino) == (now.st_dev, now.st_ino):
+            folder, name = places.stored.reach(item.path)
+            with folder:
+                os.unlink(name, dir_fd=folder.fd)  # a spare link to what is back in place
+        return None
+    if item.state is not StoredState.QUARANTINED or places.stored is None:
+        return None
+    target, name = places.top.reach(item.path, create=True)
+    with target:
+        if item.write is not None and not item.existed:
+            os.unlink(name, dir_fd=target.fd)  # a pointer the repair created, still saying what it wrote
+            return True
+        source, kept = places.stored.reach(item.path)
+        with source:
+            if item.write is not None:
+                os.replace(kept, name, src_dir_fd=source.fd, dst_dir_fd=target.fd)  # over the pointer the repair wrote (or none)
+                return True
+            return put_back(source, kept, target, name)
+
+
+def _read_manifest(here: Folder) -> dict[str, Any]:
+    """A quarantine's manifest, checked field by field (it is a file anyone can edit); ValueError
+    says what is wrong."""
+    manifest = read_record(here, MANIFEST)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list) or not isinstance(manifest.get("pointers"), list):
+        raise ValueError("not a ckptdoctor quarantine manifest")
+    if not isinstance(manifest.get("run"), str) or not isinstance(manifest.get("created"), int | float) or manifest.get("state") not in _STATES:
+        raise ValueError("its run, created or state field is missing or wrong")
+    kinds = {kind.value for kind in PointerKind}
+    for line in manifest["entries"] + manifest["pointers"]:
+        named = line.get("path") if isinstance(line, dict) else None
+        if not isinstance(named, str) or not plain(named):
+            raise ValueError(f"an entry names {named!r}, which is not a path inside the run")
+    for line in manifest["pointers"]:
+        if not isinstance(line.get("text"), str) or line.get("kind") not in kinds or not isinstance(line.get("existed"), bool):
+            raise ValueError(f"the pointer line for {line['path']!r} is incomplete")
+    return manifest
+

@@ -1,0 +1,380 @@
+"""``prune``'s deletions, so that a kill at any instant loses nothing that was to be kept.
+
+- ``trash/<id>/journal.json`` is written (and fsynced) before anything moves; it lists exactly the
+  entries the plan deletes, each with its identity (device, inode, size, mtime, ctime).
+- Each entry is renamed into ``trash/<id>/`` (one ``rename``: the same filesystem), then what was
+  moved is removed, then the journal.
+
+Killed before the journal is whole: nothing moved. Killed later: only planned entries moved or
+gone; the next prune shows what the journal would still do and, confirmed, does it for the
+entries that are still that same inode, unchanged, and not kept by its own policy.
+
+On a full disk the journal cannot be written; the entries are then deleted where they are, one
+checkpoint after the other, oldest first: a kill leaves at worst one planned checkpoint
+incomplete, which is older than the resume point, and which the next prune deletes.
+
+An entry that cannot be moved or deleted (an immutable file, a read-only folder) is reported and
+left in the run; the rest of the plan goes on, and no journal keeps waiting for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ckptdoctor.actions import _confine
+from ckptdoctor.actions._confine import (
+    ActionError,
+    Escapes,
+    Folder,
+    Identity,
+    Outcome,
+    explain,
+    identity,
+    inside_run,
+    plain,
+    put_back,
+    remove,
+    take,
+)
+from ckptdoctor.actions._home import FULL, open_home, read_record, write_record
+from ckptdoctor.model import Action, Plan
+
+TRASH = "trash"
+JOURNAL = "journal.json"
+_MOVED = re.compile(r"\d{6}")
+"""How an entry is named once moved into the trash: its place in the journal's list."""
+
+
+@dataclass(frozen=True)
+class Done:
+    deleted: int
+    """Checkpoints removed."""
+    files: int
+    freed_bytes: int
+    left: int = 0
+    """Entries left because they were written, opened or replaced after the plan was made."""
+    problems: tuple[str, ...] = ()
+    """Entries that could not be deleted (each ``path: why``); the rest of the plan went on."""
+    journal_free: bool = False
+    """The disk was too full for a journal: entries were deleted in place (see the module)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a killed prune's journal would still do."""
+
+    journal: str
+    in_trash: int
+    """Entries it had moved into its trash already."""
+    in_run: tuple[str, ...]
+    """Entries still in the run, the same and unchanged, that finishing it deletes."""
+    spared: tuple[str, ...]
+    """Entries it listed that are changed, restored, open or kept by this prune's policy: left."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    entries: int
+    problems: tuple[str, ...] = ()
+
+
+def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done:
+    """Delete what ``plan`` says (under the caller's lock, after ``finish_interrupted``).
+    Entries written after ``since`` (when the plan was made: a prompt may have waited), held open
+    (``busy``) or replaced since are left."""
+    doomed = [item for item in plan.items if item.action is Action.DELETE]
+    planned = inside_run(plan.root, [entry.os_path for item in doomed for entry in item.entries])
+    with Folder.at(plan.root) as top:
+        relative = [path for path in planned if still_meant(top, path, since, busy)]
+        identities = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
+        relative = [path for path in relative if path in identities]
+        if not relative:
+            return Done(0, 0, 0, len(planned))
+        document = {"run": plan.run, "entries": relative, "identities": identities}
+        journal = _start_journal(plan.home, document)
+        if journal is None:
+            deleted, problems, changed = _delete_in_place(top, relative, identities)
+            return Done(len(doomed), deleted, plan.freed_bytes, len(planned) - len(relative) + changed, problems, journal_free=True)
+        trash, folder = journal
+        with trash, folder:
+            _confine.between("journal written", folder.path)
+            moved, failed, changed = _move_all(top, folder, relative, identities, set(relative))
+            failed += _finish(trash, folder)
+    return Done(len(doomed), moved, plan.freed_bytes, len(planned) - len(relative) + changed, tuple(failed))
+
+
+def _start_journal(home: str, document: dict[str, Any]) -> tuple[Folder, Folder] | None:
+    """The trash folder and a new journal folder in it, with its journal written; None when the
+    disk is too full to write it."""
+    name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    own = open_home(home, create=False)
+    if own is None:
+        raise ActionError(f"{home} vanished while its lock was held")
+    trash = folder = None
+    try:
+        with own:
+            trash = own.child(TRASH, create=True)
+        folder = trash.child(name, create=True)
+        write_record(folder, JOURNAL, document)
+        return trash, folder
+    except OSError as error:
+        if folder is not None:
+            folder.close()
+        if trash is not None:
+            _discard_folder(trash, name)
+            trash.close()
+        if error.errno in FULL:
+            return None
+        raise ActionError(f"cannot write in {home}: {error.strerror}; nothing was deleted") from error
+
+
+def _discard_folder(trash: Folder, name: str) -> None:
+    """Remove a journal folder that holds nothing moved (a half-written journal at most)."""
+    with contextlib.suppress(OSError):
+        remove(trash, name)
+
+
+def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict[str, Any], wanted: set[str]) -> tuple[int, list[str], int]:
+    """Move each ``wanted`` entry of the journal's list into its folder; (moved, problems, left
+    because changed)."""
+    moved = changed = 0
+    problems: list[str] = []
+    for number, path in enumerate(relative):
+        if path not in wanted:
+            continue
+
+        def into_trash(parent: Folder, name: str, number: int = number) -> None:
+            os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
+
+        try:
+            outcome = take(top, path, identities.get(path), into_trash)
+        except Escapes as error:
+            problems.append(f"{error}; left as it is")
+            continue
+        except OSError as error:
+            problems.append(f"{explain(error, os.path.join(top.path, path))}; left in the run")
+            continue
+        moved += outcome is Outcome.DONE
+        changed += outcome is Outcome.CHANGED
+    return moved, problems, changed
+
+
+def _finish(trash: Folder, folder: Folder) -> list[str]:
+    """Remove what was moved into ``folder``, then its journal, then the folder: past the
+    journal's removal nothing waits on what could not be removed (reported)."""
+    problems = []
+    strays = []
+    for name in folder.names():
+        if _MOVED.fullmatch(name):
+            problems += remove(folder, name)
+        elif name not in (JOURNAL, JOURNAL + ".tmp"):
+            strays.append(name)
+    for name in (JOURNAL + ".tmp", JOURNAL):  # the journal last: until here a rerun would finish the job
+        if folder.lstat(name) is not None:
+            os.unlink(name, dir_fd=folder.fd)
+    if strays:
+        problems.append(f"{folder.path} holds {', '.join(strays)}, which ckptdoctor did not put there: left as it is")
+    if problems:
+        return problems  # the folder stays, with no journal: the next prune tries again
+    os.rmdir(os.path.basename(folder.path), dir_fd=trash.fd)
+    trash.fsync()
+    return problems
+
+
+def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any]) -> tuple[int, tuple[str, ...], int]:
+    """Delete the entries where they are, in the plan's order (its checkpoints oldest first)."""
+    deleted = changed = 0
+    problems: list[str] = []
+    for path in relative:
+        failed: list[str] = []
+
+        def in_place(parent: Folder, name: str, failed: list[str] = failed) -> None:
+            failed.extend(remove(parent, name))
+
+        try:
+            outcome = take(top, path, identities.get(path), in_place)
+        except Escapes as error:
+            problems.append(f"{error}; left as it is")
+            continue
+        problems += failed
+        deleted += outcome is Outcome.DONE and not failed
+        changed += outcome is Outcome.CHANGED
+    return deleted, tuple(problems), changed
+
+
+def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]) -> bool:
+    """Whether an entry is still as it was when it was planned (``written``): reached inside the
+    run without a symlink, not modified since, not held open (``busy``); for a folder, nothing
+    inside it either (a folder that cannot be read through is not)."""
+    if not plain(relative) or os.path.join(top.path, relative) in busy:
+        return False
+    try:
+        parent, name = top.reach(relative)
+    except (Escapes, OSError):
+        return False
+    with parent:
+        info = parent.lstat(name)
+        if info is None or info.st_mtime > written:
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            return True
+        unreadable: list[OSError] = []
+        # a rewritten file does not touch its folder's mtime
+        for below, _, names, fd in os.fwalk(name, onerror=unreadable.append, dir_fd=parent.fd):
+            for inner in names:
+                try:
+                    found = os.stat(inner, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if os.path.join(parent.path, below, inner) in busy or found.st_mtime > written:
+                    return False
+        return not unreadable
+
+
+def _journals(home: str) -> Iterator[tuple[Folder, str, Folder]]:
+    """(trash, name, folder) for each folder in the trash, never through a symlink."""
+    own = open_home(home, create=False)
+    if own is None:
+        return
+    with own:
+        try:
+            trash = own.child(TRASH)
+        except (FileNotFoundError, Escapes):
+            return
+    with trash:
+        for name in trash.folders():
+            try:
+                folder = trash.child(name)
+            except (OSError, Escapes):
+                continue
+            with folder:
+                yield trash, name, folder
+
+
+def _read_journal(folder: Folder) -> tuple[list[str], dict[str, Identity], float]:
+    """A journal's entries, their identities and when it was written; ActionError if it is no
+    journal ckptdoctor wrote."""
+    try:
+        written = os.stat(JOURNAL, dir_fd=folder.fd, follow_symlinks=False).st_mtime
+        document = read_record(folder, JOURNAL)
+        listed = document["entries"]
+        identities = document.get("identities") or {}
+        if not isinstance(listed, list) or not all(isinstance(path, str) for path in listed) or not isinstance(identities, dict):
+            raise ValueError("not a ckptdoctor journal")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ActionError(
+            f"an interrupted prune left {os.path.join(folder.path, JOURNAL)}, which cannot be completed ({error}); "
+            "check that folder, then run prune with --discard-journal to go on"
+        ) from error
+    return listed, {path: tuple(value) for path, value in identities.items() if isinstance(value, list)}, written
+
+
+def _meant(top: Folder, listed: list[str], identities: dict[str, Identity], written: float, busy: frozenset[str], kept: frozenset[str]) -> list[str]:
+    """The listed entries finishing a journal still deletes: in the run unchanged, the same inode
+    it listed, not held open, and not kept by the policy of the prune finishing it."""
+    meant = []
+    for path in listed:
+        if _under(path, kept) or not still_meant(top, path, written, busy):
+            continue
+        info = top.look(path)
+        if info is not None and identity(info) == identities.get(path):
+            meant.append(path)
+    return meant
+
+
+def _under(path: str, kept: frozenset[str]) -> bool:
+    """Whether ``path`` is kept, holds something kept, or lies in a kept folder."""
+    return path in kept or any(other.startswith(path + os.sep) or path.startswith(other + os.sep) for other in kept)
+
+
+def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> list[Pending]:
+    """What each journal a killed prune left would still do (``finish_interrupted``)."""
+    found = []
+    with Folder.at(root) as top:
+        for _, _, folder in _journals(home):
+            if folder.lstat(JOURNAL) is None:
+                continue
+            listed, identities, written = _read_journal(folder)
+            meant = _meant(top, listed, identities, written, busy, kept)
+            in_trash = sum(1 for name in folder.names() if _MOVED.fullmatch(name))
+            spared = tuple(path for path in listed if path not in meant and top.look(path) is not None)
+            found.append(Pending(os.path.join(folder.path, JOURNAL), in_trash, tuple(meant), spared))
+    return found
+
+
+def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> Finished:
+    """Complete what earlier, killed prunes' journals list (see ``pending``)."""
+    finished = 0
+    problems: list[str] = []
+    with Folder.at(root) as top:
+        for trash, _, folder in _journals(home):
+            if folder.lstat(JOURNAL) is None:
+                continue
+            listed, identities, written = _read_journal(folder)
+            meant = _meant(top, listed, identities, written, busy, kept)
+            already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
+            moved, failed, _ = _move_all(top, folder, listed, identities, set(meant))
+            finished += already + moved
+            problems += failed + _finish(trash, folder)
+    return Finished(finished, tuple(problems))
+
+
+def leftovers(home: str, remove: bool) -> tuple[list[str], list[str]]:
+    """Trash folders with no journal: what a finished prune could not remove (an immutable file),
+    tried again when ``remove``, and a folder holding what ckptdoctor never put there, left
+    alone. (notes, what still cannot be removed.)"""
+    notes: list[str] = []
+    failed: list[str] = []
+    for trash, _, folder in _journals(home):
+        if folder.lstat(JOURNAL) is not None:
+            continue
+        names = folder.names()
+        if not all(_MOVED.fullmatch(item) or item == JOURNAL + ".tmp" for item in names):
+            notes.append(f"{folder.path} holds files ckptdoctor did not put there: left as it is")
+        elif remove:
+            failed += _finish(trash, folder)
+        elif names:
+            notes.append(f"{folder.path} holds what an earlier prune could not remove; a prune without --dry-run tries again")
+    return notes, failed
+
+
+def discard(root: str, home: str) -> tuple[int, list[str]]:
+    """Drop the journals killed prunes left: what they had moved into their trash goes back to
+    its place in the run where that place is free; (entries put back, what was left and why)."""
+    restored = 0
+    left: list[str] = []
+    with Folder.at(root) as top:
+        for trash, name, folder in _journals(home):
+            listed: list[str] = []
+            if folder.lstat(JOURNAL) is not None:
+                listed, _, _ = _read_journal(folder)
+            for item in folder.names():
+                if not _MOVED.fullmatch(item) or int(item) >= len(listed):
+                    continue
+                try:
+                    parent, place = top.reach(listed[int(item)])
+                except (Escapes, OSError) as error:
+                    left.append(f"{os.path.join(folder.path, item)} ({listed[int(item)]}): {error}")
+                    continue
+                with parent:
+                    if put_back(folder, item, parent, place):
+                        restored += 1
+                    else:
+                        left.append(f"{os.path.join(folder.path, item)}: {listed[int(item)]} is in the run again")
+            if left:
+                continue
+            for stale in (JOURNAL, JOURNAL + ".tmp"):
+                if folder.lstat(stale) is not None:
+                    os.unlink(stale, dir_fd=folder.fd)
+            if not folder.names():
+                os.rmdir(name, dir_fd=trash.fd)
+    return restored, left
+

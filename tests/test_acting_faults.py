@@ -1,0 +1,339 @@
+"""prune and repair against folders swapped mid-operation, full disks and entries that cannot be
+moved (issue 13, items 3, 4, 8 and 9).
+
+Swaps happen at the worst moment through ``ckptdoctor.actions._confine.between``, the seam the
+acting code calls between its steps: the window a racing attacker needs, opened without sleeps.
+Full disks are real: a tmpfs, filled to the last byte (root only, else skipped). Entries that
+cannot be deleted are made with ``chattr +i``, which stops root too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_prune import _prune_process, age, burn_run, digests, epochs_left
+from test_repair import broken_burn_run, deepspeed_run, quarantined, tree
+
+from ckptdoctor.actions import _confine
+from ckptdoctor.testing import write_burn_run
+
+
+def _outside(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("mine")
+    return outside
+
+
+def _contents(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): (p.read_text() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))}
+
+
+# --- item 3: ckptdoctor's own folder swapped for a symlink while prune acts ----------------------------
+
+
+def test_own_folder_swapped_for_a_symlink_after_the_journal_reaches_nothing_outside(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = burn_run(tmp_path)
+    outside = _outside(tmp_path)
+
+    def swap(step: str, path: str) -> None:
+        if step != "journal written":
+            return
+        # the attacker's copy of the trash folder prune is about to empty, full of someone's files
+        fake = outside / "trash" / os.path.basename(path)
+        fake.mkdir(parents=True)
+        (fake / "000000").write_text("mine")
+        (fake / "journal.json").write_text("mine")
+        own = folder / ".ckptdoctor"
+        own.rename(tmp_path / "moved-away")
+        own.symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(_confine, "between", swap)
+    before = None
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    before = _contents(outside)
+    assert before["precious.txt"] == "mine"
+    assert {name: text for name, text in before.items() if name.startswith("trash/") and text != "dir"} == {
+        f"trash/{name}/{file}": "mine" for name in os.listdir(outside / "trash") for file in ("000000", "journal.json")
+    }, "nothing outside the run was deleted, and nothing of the run was moved there"
+    assert epochs_left(folder) == [6, 7]
+
+
+def test_a_checkpoint_folder_swapped_for_a_symlink_is_not_followed_by_prune(tmp_path: Path, cli, monkeypatch) -> None:
+    from ckptdoctor.testing import write_hf_checkpoints
+
+    run = tmp_path / "hf"
+    write_hf_checkpoints(run, (10, 20, 30))
+    age(run)
+    outside = _outside(tmp_path)
+    (outside / "optimizer.pt").write_text("someone else's")
+
+    def swap(step: str, path: str) -> None:
+        if step == "journal written":
+            (run / "checkpoint-10").rename(tmp_path / "checkpoint-10-aside")
+            (run / "checkpoint-10").symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(_confine, "between", swap)
+    result = cli("prune", "--yes", "--keep-last", "1", run)
+    assert "Traceback" not in result.stderr
+    assert _contents(outside) == {"optimizer.pt": "someone else's", "precious.txt": "mine"}
+    assert os.path.islink(run / "checkpoint-10"), "the link that replaced the planned folder is left alone"
+    assert "replaced since the plan" in result.stderr
+    assert not (run / "checkpoint-20").exists(), "the rest of the plan went on"
+
+
+def test_a_folder_on_the_way_swapped_for_a_symlink_is_refused(tmp_path: Path) -> None:
+    """The walk below the run opens one folder at a time without following links."""
+    from ckptdoctor.actions._confine import Escapes, Folder, Outcome, take
+
+    (tmp_path / "run" / "sub").mkdir(parents=True)
+    (tmp_path / "run" / "sub" / "f").write_text("run's")
+    outside = _outside(tmp_path)
+    (outside / "f").write_text("mine")
+    with Folder.at(str(tmp_path / "run")) as top:
+        seen = top.look("sub/f")
+        assert seen is not None
+        (tmp_path / "run" / "sub").rename(tmp_path / "aside")
+        (tmp_path / "run" / "sub").symlink_to(outside, target_is_directory=True)
+        assert top.look("sub/f") is None
+        with pytest.raises(Escapes):
+            take(top, "sub/f", _confine.identity(seen), lambda parent, name: os.unlink(name, dir_fd=parent.fd))
+        assert take(top, "sub", _confine.identity(seen), lambda parent, name: None) is Outcome.CHANGED
+    assert (outside / "f").read_text() == "mine"
+
+
+# --- item 4: repair's moves re-confined after its manifest ------------------------------------------------
+
+
+def test_a_quarantined_folder_swapped_for_a_symlink_after_the_manifest_stays_outside_the_quarantine(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = deepspeed_run(tmp_path / "ds")
+    outside = _outside(tmp_path)
+
+    def swap(step: str, path: str) -> None:
+        if step == "manifest written":
+            (folder / "global_step300").rename(tmp_path / "aside")
+            (folder / "global_step300").symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(_confine, "between", swap)
+    result = cli("repair", "--yes", folder)
+    assert "Traceback" not in result.stderr
+    assert _contents(outside) == {"precious.txt": "mine"}
+    assert os.path.islink(folder / "global_step300")
+    assert not any("precious" in path for path in quarantined(folder))
+    assert "replaced since the plan" in result.stderr
+
+
+def test_a_quarantined_file_swapped_for_a_link_to_an_outside_file_is_left(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = broken_burn_run(tmp_path)
+    secret = _outside(tmp_path) / "precious.txt"
+
+    def swap(step: str, path: str) -> None:
+        if step == "manifest written":
+            (folder / "model-7.bpk").unlink()
+            (folder / "model-7.bpk").symlink_to(secret)
+
+    monkeypatch.setattr(_confine, "between", swap)
+    result = cli("repair", "--yes", folder)
+    assert secret.read_text() == "mine"
+    assert os.path.islink(folder / "model-7.bpk") and "model-7.bpk" not in quarantined(folder)
+    assert "scheduler-7.bpk" in quarantined(folder), "the rest of the plan went on"
+    assert result.exit_code == 0, result.stderr
+
+
+# --- item 8: a full disk -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, size: str) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs to fill needs root")
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` to its last byte; the filler file, to free space with."""
+    filler = disk / "filler"
+    handle = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(handle, b"\0" * 4096)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(handle, b"\0")  # the last bytes of a page
+    finally:
+        os.close(handle)
+    probe = os.open(disk / "probe", os.O_WRONLY | os.O_CREAT)
+    with pytest.raises(OSError) as full:
+        os.write(probe, b"x")
+    os.close(probe)
+    assert full.value.errno == errno.ENOSPC
+    (disk / "probe").unlink()
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+def test_prune_frees_space_on_a_full_disk_without_a_journal(tmp_path: Path, cli) -> None:
+    with _tmpfs(tmp_path / "disk", "4m") as disk:
+        folder = disk / "run"
+        write_burn_run(folder, range(1, 8))
+        age(folder)
+        kept = {name: text for name, text in digests(folder).items() if name.split("-")[1].startswith(("6", "7"))}
+        _fill(disk)
+        result = cli("prune", "--yes", "--keep-last", "2", folder)
+        assert result.exit_code == 0, result.stderr
+        assert "too full for a journal" in result.stderr
+        assert epochs_left(folder) == [6, 7]
+        assert {name: digests(folder)[name] for name in kept} == kept
+        assert os.statvfs(disk).f_bavail > 0
+
+
+def test_a_prune_killed_in_its_journal_free_mode_loses_nothing_to_keep(tmp_path: Path) -> None:
+    with _tmpfs(tmp_path / "disk", "16m") as disk:
+        folder = disk / "run"
+        epochs = range(1, 401)
+        keep = {e for e in epochs if e > 397 or e % 7 == 0}
+        write_burn_run(folder, epochs)
+        age(folder)
+        wanted = {name: digest for name, digest in digests(folder).items() if int(name.split("-")[1].split(".")[0]) in keep}
+        _fill(disk)
+        rng = random.Random(13)
+        partial = 0
+        for attempt in range(8):
+            process = _prune_process(folder)
+            if attempt % 2:
+                _kill_once_deleting(process, folder, rng)
+            else:
+                time.sleep(rng.uniform(0.3, 1.5))
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+            current = digests(folder)
+            assert {name: current.get(name) for name in wanted} == wanted, "a kept file changed or vanished"
+            left = set(epochs_left(folder))
+            assert keep <= left
+            partial += keep < left < set(epochs)
+            if left == keep:  # a run finished the job: start again with more to delete, on a full disk
+                (disk / "filler").unlink()
+                write_burn_run(folder, sorted(set(epochs) - keep))
+                age(folder)
+                _fill(disk)
+        assert partial, "no kill landed in the middle of a deletion"
+        finished = _prune_process(folder)
+        _, said = finished.communicate(timeout=120)
+        assert finished.returncode == 0, said
+        assert "deleted 0 checkpoints" in said or "too full for a journal" in said, "it ran without a journal"
+        assert set(epochs_left(folder)) == keep
+        assert {name: digests(folder)[name] for name in wanted} == wanted
+
+
+def _kill_once_deleting(process: subprocess.Popen[str], folder: Path, rng: random.Random) -> None:
+    """SIGKILL inside the deletion: once the run has fewer files, after a random few milliseconds."""
+    files = len(os.listdir(folder))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(os.listdir(folder)) < files:
+            time.sleep(rng.uniform(0, 0.01))
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_repair_on_a_full_disk_moves_nothing_and_says_why(tmp_path: Path, cli) -> None:
+    with _tmpfs(tmp_path / "disk", "4m") as disk:
+        folder = disk / "run"
+        write_burn_run(folder, range(1, 8))
+        (folder / "optim-7.bpk").unlink()
+        age(folder)
+        before = tree(folder)
+        filler = _fill(disk)
+        result = cli("repair", "--yes", folder)
+        assert result.exit_code == 1
+        assert "too full" in result.stderr and "Traceback" not in result.stderr
+        assert tree(folder) == before
+        filler.unlink()
+        assert cli("repair", "--yes", folder).exit_code == 0
+        assert "model-7.bpk" in quarantined(folder)
+
+
+# --- item 9: an entry that cannot be deleted does not wedge later prunes ---------------------------------
+
+
+@contextlib.contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i is not available here: {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_an_immutable_file_is_reported_and_the_rest_of_the_plan_goes_on(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    with _immutable(folder / "model-2.bpk"):
+        first = cli("prune", "--yes", "--keep-last", "2", folder)
+        assert first.exit_code == 1
+        assert "model-2.bpk" in first.stderr and "could not be deleted" in first.stderr and "Traceback" not in first.stderr
+        assert epochs_left(folder) == [2, 6, 7]
+        again = cli("prune", "-q", "--yes", "--keep-last", "2", folder)
+        assert again.exit_code == 1 and "cannot be completed" not in again.stderr
+    last = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert last.exit_code == 0, last.stderr
+    assert epochs_left(folder) == [6, 7]
+
+
+def test_an_immutable_file_inside_a_deleted_folder_leaves_only_itself(tmp_path: Path, cli) -> None:
+    from ckptdoctor.testing import write_hf_checkpoints
+
+    run = tmp_path / "hf"
+    write_hf_checkpoints(run, (10, 20, 30))
+    age(run)
+    stuck = run / "checkpoint-10" / "optimizer.pt"
+    assert stuck.is_file()
+    with _immutable(stuck):
+        first = cli("prune", "--yes", "--keep-last", "1", run)
+        assert first.exit_code == 1 and "optimizer.pt" in first.stderr
+        assert not (run / "checkpoint-10").exists() and not (run / "checkpoint-20").exists()
+        again = cli("prune", "--yes", "--keep-last", "1", run)  # tries the trash again, is not wedged
+        assert again.exit_code == 1 and "optimizer.pt" in again.stderr
+        leftovers = [p for p in (run / ".ckptdoctor" / "trash").rglob("*") if p.is_file()]
+        assert [p.name for p in leftovers] == ["optimizer.pt"]
+        subprocess.run(["chattr", "-i", str(leftovers[0])], check=True)
+    last = cli("prune", "--yes", "--keep-last", "1", run)
+    assert last.exit_code == 0, last.stderr
+    assert not any((run / ".ckptdoctor" / "trash").iterdir())
+
+
+def test_a_trash_folder_holding_what_ckptdoctor_did_not_put_there_is_left_with_a_note(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    stray = folder / ".ckptdoctor" / "trash" / "20260101-000000-0000cafe"
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("mine")
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert (stray / "notes.txt").read_text() == "mine"
+    assert "did not put there" in result.stderr
+    assert epochs_left(folder) == [6, 7]
+
+
+def test_the_seam_is_a_no_op_outside_tests() -> None:
+    assert _confine.between("journal written", "/nowhere") is None
+    assert sys.modules["ckptdoctor.actions._confine"].between is _confine.between
