@@ -1,45 +1,137 @@
-"""Which files live processes hold open (psutil): ``prune`` never deletes those."""
+"""Which files live processes hold open or mapped: ``prune`` and ``repair`` never touch those.
+
+On Linux the process table is read from ``/proc`` directly: each process's descriptors
+(``/proc/<pid>/fd``) and mapped files (``/proc/<pid>/maps``: ``safetensors`` and
+``torch.load(mmap=True)`` keep a file mapped after closing it). There is no time limit: a check
+cut short would let ``prune`` delete what a trainer holds. A mapping table is searched only when
+it names a folder of the run at all, which keeps thousands of processes cheap. Elsewhere psutil
+reads descriptors.
+
+What cannot be read is said in a note: processes of other users, hidden from a user who is not
+root (a root cron job sees them all). When the table cannot be read at all, or a process that
+could be read fails part-way, every file is taken as open.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
-import time
 from collections.abc import Iterable
 
-BUDGET = 2.0
-"""Seconds the process table may take to read; past that, the rest is skipped with a note."""
+_PROC = "/proc"
 
 
-def open_by(paths: Iterable[str], budget: float = BUDGET) -> tuple[dict[str, int], str | None]:
-    """``{path: pid}`` for the given paths some process has open, and a note when the process table
-    could not be read (none of its processes, or not within the time budget). A few unreadable
-    processes (a container's init) are expected and not noted."""
+def open_by(paths: Iterable[str]) -> tuple[dict[str, int], str | None]:
+    """``{path: pid}`` for the given paths some process has open or mapped (every path, with pid
+    0, when that cannot be known), and a note on what could not be read."""
+    wanted = _resolved(paths)
+    if not wanted:
+        return {}, None
+    if os.path.isdir(os.path.join(_PROC, "self", "fd")):
+        return _from_proc(wanted)
+    return _from_psutil(wanted)
+
+
+def _from_proc(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
+    folders = frozenset(os.path.dirname(real) for real in wanted)
+    around = os.path.commonpath(list(folders))
+    found: dict[str, int] = {}
+    hidden: set[int] = set()
+    try:
+        pids = [int(name) for name in os.listdir(_PROC) if name.isdigit()]
+    except OSError as error:
+        return _everything(wanted), f"the process table cannot be read ({error.strerror}): every file is taken as open"
+    me = os.getpid()
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            for real in _held(pid, folders, around):
+                path = wanted.get(real)
+                if path is not None:
+                    found[path] = pid
+        except PermissionError:
+            hidden.add(_owner(pid))
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it exited meanwhile
+        except OSError as error:
+            if error.errno in (errno.ESRCH, errno.ENOENT):
+                continue
+            return _everything(wanted), f"process {pid}'s open files cannot be read ({error.strerror}): every file is taken as open"
+    return found, _hidden_note(hidden)
+
+
+def _held(pid: int, folders: frozenset[str], around: str) -> list[str]:
+    """The files process ``pid`` holds open or mapped that lie in one of ``folders`` (all of
+    them below ``around``)."""
+    base = os.path.join(_PROC, str(pid))
+    held = []
+    descriptors = os.path.join(base, "fd")
+    for fd in os.listdir(descriptors):
+        try:
+            held.append(os.readlink(os.path.join(descriptors, fd)))
+        except FileNotFoundError:
+            continue  # closed meanwhile
+    with open(os.path.join(base, "maps"), "rb") as handle:
+        maps = handle.read().decode("utf-8", "surrogateescape")
+    if around in maps:  # one search of the whole table first: most processes map nothing of the run
+        held += [line.split(None, 5)[5].removesuffix(" (deleted)") for line in maps.splitlines() if around in line and line.count(" ") >= 5]
+    return [path for path in held if os.path.dirname(path) in folders]
+
+
+def _owner(pid: int) -> int:
+    try:
+        return os.stat(os.path.join(_PROC, str(pid))).st_uid
+    except OSError:
+        return -1
+
+
+def _hidden_note(hidden: set[int]) -> str | None:
+    if not hidden:
+        return None
+    import pwd
+
+    names = []
+    for uid in sorted(hidden):
+        try:
+            names.append(pwd.getpwuid(uid).pw_name)
+        except KeyError:
+            names.append(str(uid))
+    return (
+        f"open files of processes run by {', '.join(names)} cannot be read by this user: files they hold were not checked "
+        "(run as root to check every process)"
+    )
+
+
+def _from_psutil(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
     import psutil  # only the acting commands read the process table
 
-    wanted = _resolved(paths)
     found: dict[str, int] = {}
     hidden = seen = 0
-    started = time.monotonic()
     try:
         processes = list(psutil.process_iter())
     except (psutil.Error, OSError) as error:
-        return found, f"the process table cannot be read ({error}): files held open were not checked"
+        return _everything(wanted), f"the process table cannot be read ({error}): every file is taken as open"
     for process in processes:
         seen += 1
-        if time.monotonic() - started > budget:
-            return found, f"the process table was read for {budget:g} s only: open files of the rest were not checked"
         try:
             files = process.open_files()
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        except psutil.AccessDenied:
             hidden += 1
+            continue
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
         for file in files:
             path = wanted.get(file.path)
             if path is not None:
                 found[path] = process.pid
     if seen and hidden == seen:
-        return found, "no process's open files could be read: files held open were not checked"
-    return found, None
+        return _everything(wanted), "no process's open files could be read: every file is taken as open"
+    return found, f"{hidden} processes' open files cannot be read by this user: files they hold were not checked" if hidden else None
+
+
+def _everything(wanted: dict[str, str]) -> dict[str, int]:
+    return dict.fromkeys(wanted.values(), 0)
 
 
 def _resolved(paths: Iterable[str]) -> dict[str, str]:

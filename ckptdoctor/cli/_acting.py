@@ -99,16 +99,17 @@ def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, more: I
         held.enter_context(locked(place, shown, create=not dry_run))
 
 
-def circumstances(run: Run, now: float, quiet: bool) -> Circumstances:
+def circumstances(run: Run, now: float, note: bool = True) -> Circumstances:
     """The world around ``run``: what is inside its folders, and which of its files live
-    processes hold open (a note on stderr when that cannot be known)."""
+    processes hold open. What cannot be known is said on stderr (with ``note``, even under
+    --quiet: a prune that could not check open files is never silent)."""
     from ckptdoctor.processes import open_by
     from ckptdoctor.retention import Circumstances
 
     inside = folder_contents(run)
-    busy, note = open_by(files_of(run, inside))
-    if note and not quiet:
-        say(f"note: {note}")
+    busy, said = open_by(files_of(run, inside))
+    if said and note:
+        say(f"note: {said}")
     return Circumstances(now, open_by=busy, inside=inside)
 
 

@@ -134,7 +134,7 @@ def prune(
             for run in runs:
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
-                world = dataclasses.replace(circumstances(run, time.time(), quiet), metrics=values)
+                world = dataclasses.replace(circumstances(run, time.time()), metrics=values)
                 plans.append(retention.plan(run, layout_named(run.layout), policy, world))
                 planned[run.path] = (run, world.now, frozenset(world.open_by))
         except (MetricsError, retention.PolicyError) as error:
@@ -157,14 +157,14 @@ def prune(
             for plan in plans:
                 run, since, _ = planned[plan.run]
                 if journals[plan.run]:
-                    busy = frozenset(circumstances(run, time.time(), True).open_by)
+                    busy = frozenset(circumstances(run, time.time(), note=False).open_by)
                     finished = actions.finish_interrupted(plan.root, plan.home, busy, kept_paths(plan))
                     problems += finished.problems
                     if not quiet:
                         say(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.")
                 if plan in doomed:
                     # again now: the prompt may have waited while a trainer wrote or opened files
-                    done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
+                    done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), note=False).open_by))
                     problems += done.problems
                     _report_done(plan, done, quiet)
         except Interrupted:

@@ -119,7 +119,7 @@ def _repair(
                     say(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
         else:
             actions.sweep(place)
-            count, failed = actions.finish_repairs(root, place, frozenset(circumstances(run, time.time(), True).open_by))
+            count, failed = actions.finish_repairs(root, place, frozenset(circumstances(run, time.time(), note=False).open_by))
             finished += count
             problems += failed
     if finished:
@@ -133,7 +133,7 @@ def _repair(
     refused: list[str] = []
     for run in runs:
         findings = [finding for finding in report.findings if finding.run == run.path]
-        world = circumstances(run, time.time(), quiet)
+        world = circumstances(run, time.time())
         try:
             plans.append((repair.plan(run, layout_named(run.layout), findings, world, min_age), run.unit.value))
         except repair.Refused as refusal:
@@ -153,7 +153,7 @@ def _repair(
     for plan in acting:
         run, since = planned[plan.run]
         # again now: the prompt may have waited while a trainer wrote or opened files
-        moved = actions.quarantine(plan, since, frozenset(circumstances(run, time.time(), True).open_by))
+        moved = actions.quarantine(plan, since, frozenset(circumstances(run, time.time(), note=False).open_by))
         if not quiet:
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             say(

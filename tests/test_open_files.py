@@ -1,0 +1,123 @@
+"""Files live processes hold are never deleted, however long the process table takes to read, and a
+table that cannot be read keeps everything, with a note even under -q (issue 13, item 13)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_prune import burn_run, epochs_left
+
+from ckptdoctor import processes
+
+_HOLD = (
+    "import ctypes, mmap, os, sys, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.mmap.restype = ctypes.c_void_p\n"
+    "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+    "for path in sys.argv[2:]:\n"
+    "    fd = os.open(path, os.O_RDONLY)\n"
+    "    if sys.argv[1] == 'mapped':  # as safetensors does: the mapping alone holds the file\n"
+    "        assert libc.mmap(None, os.path.getsize(path), mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) not in (None, 2**64 - 1)\n"
+    "        os.close(fd)\n"
+    "print('held', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _holder(how: str, *paths: Path) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", _HOLD, how, *map(str, paths)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+@pytest.fixture
+def crowd() -> Iterator[None]:
+    """Hundreds of live processes, each holding descriptors, before the one that matters."""
+    sleepers = [subprocess.Popen(["sleep", "120"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for _ in range(300)]
+    yield
+    for sleeper in sleepers:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_file_only_mapped_by_a_live_process_is_kept(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    holder = _holder("mapped", folder / "model-2.bpk")
+    try:
+        result = cli("prune", "--yes", "--keep-last", "2", folder)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 0, result.stderr
+    assert (folder / "model-2.bpk").exists(), "a mapped file is in use"
+    assert not (folder / "model-3.bpk").exists()
+
+
+def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table(tmp_path: Path, cli, crowd: None, monkeypatch) -> None:
+    import time
+
+    folder = burn_run(tmp_path)
+    holder = _holder("open", folder / "optim-4.bpk")
+    real_open_by, real_clock = processes.open_by, time.monotonic
+
+    def slow_table(paths):  # every look at the clock while the table is read: 5 s later
+        ticks = iter(range(10**9))
+        monkeypatch.setattr(time, "monotonic", lambda: real_clock() + 5 * next(ticks))
+        try:
+            return real_open_by(paths)
+        finally:
+            monkeypatch.setattr(time, "monotonic", real_clock)
+
+    monkeypatch.setattr(processes, "open_by", slow_table)
+    try:
+        result = cli("prune", "--yes", "--keep-last", "2", folder)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 0, result.stderr
+    assert (folder / "optim-4.bpk").exists()
+    assert "process table was read for" not in result.stderr
+
+
+def test_a_process_that_cannot_be_read_part_way_keeps_everything_and_says_so_under_quiet(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = burn_run(tmp_path)
+    holder = _holder("open", folder / "optim-4.bpk")
+    real_listdir = os.listdir
+
+    def failing(path: object = ".") -> list[str]:
+        if str(path) == f"/proc/{holder.pid}/fd":
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_listdir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processes.os, "listdir", failing)
+    try:
+        result = cli("prune", "-q", "--yes", "--keep-last", "2", folder)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 0, result.stderr
+    assert "every file is taken as open" in result.stderr
+    assert epochs_left(folder) == list(range(1, 8)), "nothing is deleted that could be open"
+
+
+def test_processes_of_other_users_are_noted(monkeypatch, tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("x")
+    real_listdir = os.listdir
+    other = os.getppid()
+
+    def hidden(path: object = ".") -> list[str]:
+        if str(path) == f"/proc/{other}/fd":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_listdir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processes.os, "listdir", hidden)
+    found, note = processes.open_by([str(target)])
+    assert found == {}
+    assert note is not None and "cannot be read by this user" in note
