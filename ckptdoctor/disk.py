@@ -196,18 +196,27 @@ def probe(folder: str) -> str:
     try:
         handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as error:
-        return f"cannot create a file in {folder}: {error.strerror}"
+        return f"cannot create a file in {folder}: {error.strerror}{_which(error)}"
     try:
         try:
             os.write(handle, b"\0" * 4096)
             os.fsync(handle)
         except OSError as error:
-            return f"cannot write to {folder}: {error.strerror}" + (" (the disk is full)" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "")
+            return f"cannot write to {folder}: {error.strerror}{_which(error)}"
         finally:
             os.close(handle)
     finally:
         with contextlib.suppress(OSError):  # gone already, or the folder turned read-only: nothing to undo
             os.unlink(name)
+    return ""
+
+
+def _which(error: OSError) -> str:
+    """Whether a failed probe met a full disk or a folder this user may not write (CKD503's fixes differ)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return " (the disk is full, or the quota used up)"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return " (this user may not write there)"
     return ""
 
 

@@ -8,13 +8,14 @@ inconsistent gets the status and findings it deserves from the same layout code 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
-from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Unit
+from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import cores
 from ckptdoctor.readers import (
     Format,
@@ -79,6 +80,27 @@ def verify(
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
     report = Report("verify", tuple(runs), findings, second.errors)
     return report, dataclasses.replace(second, empty=empty)
+
+
+def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(deep=True)) -> tuple[Run, tuple[int, ...]]:
+    """``run`` judged again with its ``count`` newest complete checkpoints read whole, and in turn
+    the older ones that take the place of any that fail (``prune --verify``); the indices that
+    failed. A checkpoint whose header looks whole but whose bytes do not is then no longer
+    complete: it is neither the resume point nor counted by --keep-last."""
+    reports: dict[str, FileReport] = {}
+    failed: list[int] = []
+    while True:
+        newest = [c for c in reversed(run.checkpoints) if c.status is Status.COMPLETE][:count]
+        unread = [f.entry for c in newest for f in c.files if f.entry.os_path not in reports and _readable(f.entry)]
+        if not unread:
+            return run, tuple(failed)
+        reports.update(_read_all(unread, options.deep, options.jobs or cores(), None))
+        again = next((found for found in scan([run.path], ReadAhead(reports)).runs if found.path == run.path), None)
+        if again is None:
+            raise FileNotFoundError(errno.ENOENT, "the run changed while it was verified", run.path)
+        judged = {c.index: c.status for c in again.checkpoints}
+        failed += [c.index for c in newest if judged.get(c.index) is not Status.COMPLETE]
+        run = again
 
 
 def _targets(found: Scan) -> list[Entry]:

@@ -337,3 +337,141 @@ def test_a_trash_folder_holding_what_ckptdoctor_did_not_put_there_is_left_with_a
 def test_the_seam_is_a_no_op_outside_tests() -> None:
     assert _confine.between("journal written", "/nowhere") is None
     assert sys.modules["ckptdoctor.actions._confine"].between is _confine.between
+
+
+# --- item 14: prune --verify reads the newest kept checkpoints whole -------------------------------------
+
+
+def _torch_run(folder: Path, epochs: range) -> None:
+    import torch
+
+    folder.mkdir(parents=True)
+    for epoch in epochs:
+        model = torch.nn.Linear(256, 256)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, folder / f"epoch_{epoch}.pt")
+    age(folder)
+
+
+def _flip_the_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    path.write_bytes(bytes(data))
+    os.utime(path, (time.time() - 86400, time.time() - 86400))
+
+
+def test_prune_verify_keeps_the_last_good_checkpoint_when_the_newest_has_flipped_bytes(tmp_path: Path, cli) -> None:
+    import torch
+
+    folder = tmp_path / "run"
+    _torch_run(folder, range(1, 6))
+    _flip_the_middle(folder / "epoch_5.pt")
+    assert cli("verify", "--deep", "--json", folder).exit_code == 1, "the flipped bytes are damage verify sees"
+    plain = cli("prune", "--dry-run", "--json", "--keep-last", "1", folder)
+    assert {item["index"] for item in plain.json["plan"] if item["action"] == "keep"} == {5}, "from headers, 5 looks whole"
+    result = cli("prune", "--yes", "--verify", "--json", "--keep-last", "1", folder)
+    assert result.exit_code == 0, result.stderr
+    assert "5 does not pass verify" in result.stderr
+    assert sorted(p.name for p in folder.glob("*.pt")) == ["epoch_4.pt", "epoch_5.pt"]
+    assert result.json["plan"][-2]["reasons"][0].startswith("resume point")
+    assert torch.load(folder / "epoch_4.pt", weights_only=True)["epoch"] == 4, "torch resumes from what was kept"
+
+
+def test_prune_verify_comes_from_the_config_too(tmp_path: Path, cli, monkeypatch) -> None:
+    folder = tmp_path / "run"
+    _torch_run(folder, range(1, 4))
+    _flip_the_middle(folder / "epoch_3.pt")
+    (tmp_path / "ckptdoctor.toml").write_text("[prune]\nverify = true\nkeep-last = 1\n")
+    monkeypatch.chdir(tmp_path)
+    result = cli("prune", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in folder.glob("*.pt")) == ["epoch_2.pt", "epoch_3.pt"]
+    assert cli("prune", "--yes", "--no-verify", "--keep-last", "1", folder).exit_code == 0
+    assert sorted(p.name for p in folder.glob("*.pt")) == ["epoch_3.pt"], "--no-verify trusts the headers again"
+
+
+# --- scope: --max-runs ----------------------------------------------------------------------------------
+
+
+def test_a_prune_over_more_runs_than_max_runs_is_refused_off_a_terminal(tmp_path: Path, cli) -> None:
+    for name in ("a", "b", "c"):
+        write_burn_run(tmp_path / "runs" / name, range(1, 5))
+    age(tmp_path / "runs")
+    refused = cli("prune", "--yes", "--keep-last", "1", "--max-runs", "2", tmp_path / "runs")
+    assert refused.exit_code == 2 and "--max-runs 3" in refused.stderr
+    assert all(epochs_left(tmp_path / "runs" / name) == [1, 2, 3, 4] for name in ("a", "b", "c"))
+    assert cli("prune", "--yes", "--keep-last", "1", "--max-runs", "3", tmp_path / "runs").exit_code == 0
+    assert all(epochs_left(tmp_path / "runs" / name) == [4] for name in ("a", "b", "c"))
+
+
+def test_discard_journal_puts_back_what_a_killed_prune_had_moved(tmp_path: Path, cli) -> None:
+    from ckptdoctor.actions._confine import identity
+
+    folder = burn_run(tmp_path)
+    names = ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"]
+    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
+    trash.mkdir(parents=True)
+    identities = {name: list(identity(os.lstat(folder / name))) for name in names}
+    (trash / "journal.json").write_text(__import__("json").dumps({"run": str(folder), "entries": names, "identities": identities}))
+    (folder / "model-1.bpk").rename(trash / "000000")  # killed after its first move
+    before = digests(folder)
+    result = cli("prune", "--yes", "--discard-journal", "--keep-last", "100", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == list(range(1, 8)) and set(digests(folder)) == set(before) | {"model-1.bpk"}
+    assert not any((folder / ".ckptdoctor" / "trash").iterdir())
+
+
+def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(tmp_path: Path) -> None:
+    folder = burn_run(tmp_path, range(1, 801))
+    trash = folder / ".ckptdoctor" / "trash"
+    rng = random.Random(5)
+    for _ in range(10):
+        process = _prune_process(folder)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None and not any(trash.glob("*/journal.json")):
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.005))
+        process.send_signal(signal.SIGINT)
+        _, said = process.communicate(timeout=60)
+        if any(trash.glob("*/journal.json")):
+            break
+        write_burn_run(folder, range(1, 801))
+        age(folder)
+    else:
+        pytest.skip("Ctrl-C never landed while a journal was pending")
+    assert process.returncode == 130, said
+    assert "Interrupted." in said and "is pending" in said
+    assert "ckptdoctor prune --discard-journal" in said and "finishes it when confirmed" in said
+    assert "Traceback" not in said
+
+
+def test_diskcheck_on_a_full_disk_says_full_not_permission(tmp_path: Path, cli) -> None:
+    """CKD503's message tells a full disk from a folder this user may not write; its fixes cover both."""
+    from ckptdoctor.rules.disk import NOT_WRITABLE
+
+    with _tmpfs(tmp_path / "disk", "4m") as disk:
+        folder = disk / "run"
+        write_burn_run(folder, range(1, 4))
+        _fill(disk)
+        result = cli("diskcheck", "--json", folder)
+        found = [f for f in result.json["findings"] if f["code"] == "CKD503"]
+        assert len(found) == 1 and "the disk is full" in found[0]["message"], result.stdout
+    assert any("disk is full" in fix and "ckptdoctor prune" in fix for fix in NOT_WRITABLE.fixes)
+    assert any("permission denied" in fix and "chown" in fix for fix in NOT_WRITABLE.fixes)
+
+
+def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    own = folder / ".ckptdoctor"
+    (own / "trash").mkdir(parents=True)
+    (own / "quarantine").mkdir()
+    for stray in (own / ".DS_Store", own / "trash" / ".DS_Store", own / "quarantine" / "notes.txt"):
+        stray.write_text("not ckptdoctor's")
+    (own / "trash" / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 0, result.stderr
+    for stray in (".DS_Store", "trash/.DS_Store", "quarantine/notes.txt", "trash/elsewhere"):
+        assert f"{own / stray} is not ckptdoctor's: ignored" in result.stderr
+    assert (own / ".DS_Store").read_text() == "not ckptdoctor's" and os.path.islink(own / "trash" / "elsewhere")
+    assert epochs_left(folder) == [6, 7]

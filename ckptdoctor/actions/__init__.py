@@ -9,7 +9,7 @@ nothing outside the run is ever reached.
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes
-from ckptdoctor.actions._home import Locked, home_of, locked
+from ckptdoctor.actions._home import Locked, home_of, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
     Moved,
@@ -56,5 +56,6 @@ __all__ = [
     "quarantine",
     "quarantines",
     "restore",
+    "strays",
     "sweep",
 ]

@@ -153,6 +153,25 @@ def _holder(own: Folder) -> str:
         return "holder unknown"
 
 
+def strays(home: str) -> list[str]:
+    """What ckptdoctor never made in its own folder, its trash or its quarantine (a
+    ``.DS_Store``, someone's notes, a symlink): ignored, and said so."""
+    own = open_home(home, create=False)
+    if own is None:
+        return []
+    found = []
+    with own:
+        for name in own.names():
+            path = os.path.join(own.path, name)
+            info = own.lstat(name)
+            if name in ("trash", "quarantine") and info is not None and stat.S_ISDIR(info.st_mode):
+                with own.child(name) as inner:
+                    found += [os.path.join(path, entry) for entry in inner.names() if entry not in inner.folders()]
+            elif name != LOCK and not (name.startswith("pointer-") and name.endswith(".tmp")):
+                found.append(path)
+    return found
+
+
 def write_record(folder: Folder, name: str, document: dict[str, Any]) -> None:
     """Write ``name`` in ``folder`` so that a crash leaves the old version or the new, whole."""
     temporary = name + ".tmp"

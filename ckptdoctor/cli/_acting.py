@@ -92,11 +92,13 @@ def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, more: I
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
     deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
     lock that exists, and takes none where there is none."""
-    from ckptdoctor.actions import locked
+    from ckptdoctor.actions import locked, strays
     from ckptdoctor.retention import home
 
     for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
         held.enter_context(locked(place, shown, create=not dry_run))
+        for stray in strays(place):
+            say(f"note: {stray} is not ckptdoctor's: ignored")
 
 
 def circumstances(run: Run, now: float, note: bool = True) -> Circumstances:

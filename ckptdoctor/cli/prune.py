@@ -51,6 +51,16 @@ Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (acc
 KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
 KeepWithin = Annotated[str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
+VerifyKept = Annotated[
+    bool | None,
+    typer.Option(
+        "--verify/--no-verify",
+        help="Read the checkpoints that would be the newest kept whole first; keep older ones in place of any that fail (config: verify).",
+    ),
+]
+MaxRuns = Annotated[
+    int | None, typer.Option("--max-runs", min=1, help="Refuse to delete in more than N runs at once (default 50; config: max-runs).", metavar="N")
+]
 DiscardJournal = Annotated[
     bool, typer.Option("--discard-journal", help="Drop what an interrupted prune left pending, putting back what it had moved, instead of finishing it.")
 ]
@@ -76,6 +86,8 @@ def prune(
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
     discard_journal: DiscardJournal = False,
+    verify_kept: VerifyKept = None,
+    max_runs: MaxRuns = None,
 ) -> None:
     """Delete checkpoints a retention policy does not keep; never the resume point, the framework's
     best or pointed-to checkpoint, an incomplete checkpoint newer than the resume point, files
@@ -102,11 +114,14 @@ def prune(
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
         "keep-within": keep_within, "keep": keep, "min-age": min_age, "metrics-file": metrics_file,
+        "verify": verify_kept, "max-runs": max_runs,
     }  # fmt: skip
     try:
         table, _ = prune_settings()
-        policy, metrics_path = _policy({**table, **{k: v for k, v in given.items() if v is not None}})
+        merged = {**table, **{k: v for k, v in given.items() if v is not None}}
+        policy, metrics_path = _policy(merged)
         policy.check()
+        verifying, scope = _flag(merged, "verify", False), _count(merged, "max-runs", MAX_RUNS)
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
@@ -135,6 +150,8 @@ def prune(
                 root = retention.run_root(run)
                 values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
                 world = dataclasses.replace(circumstances(run, time.time()), metrics=values)
+                if verifying:
+                    run = _verified(run, policy, quiet)
                 plans.append(retention.plan(run, layout_named(run.layout), policy, world))
                 planned[run.path] = (run, world.now, frozenset(world.open_by))
         except (MetricsError, retention.PolicyError) as error:
@@ -151,6 +168,9 @@ def prune(
                 say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
             _fail_with(problems)
             raise typer.Exit(EXIT_OK)
+        touched = sum(1 for plan in plans if plan in doomed or journals[plan.run])
+        if touched > scope:
+            _too_many(touched, scope, yes, human)
         if not yes:
             confirm("Delete them?", human, "nothing was deleted")
         try:
@@ -185,6 +205,48 @@ def _fail_with(problems: list[str]) -> None:
         "was done, and the next prune tries them again if its policy still deletes them."
     )
     raise typer.Exit(EXIT_FINDINGS)
+
+
+MAX_RUNS = 50
+"""Runs one prune deletes in without --max-runs: a path one level too high is a typo, not a plan."""
+
+
+def _flag(settings: dict[str, Any], key: str, default: bool) -> bool:
+    value = settings.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def _count(settings: dict[str, Any], key: str, default: int) -> int:
+    value = settings.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{key} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def _too_many(touched: int, scope: int, yes: bool, human: bool) -> None:
+    """A prune deleting in more runs than --max-runs asks on a terminal, and is refused otherwise."""
+    import sys
+
+    said = f"this prune deletes in {touched} runs, more than --max-runs {scope}"
+    if human and not yes and sys.stdin.isatty() and sys.stdout.isatty():
+        if typer.confirm(f"{said[0].upper()}{said[1:]}. Go on?", default=False):
+            return
+        say("Nothing was deleted.")
+        raise typer.Exit(EXIT_OK)
+    say(f"ckptdoctor: error: {said}; nothing was deleted: check the path, or pass --max-runs {touched} to go ahead")
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _verified(run: Run, policy: Policy, quiet: bool) -> Run:
+    """--verify: the run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
+    from ckptdoctor.verify import verify_newest
+
+    judged, failed = verify_newest(run, max(policy.keep_last, 1))
+    for index in failed:
+        say(f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not kept as a newest checkpoint; `ckptdoctor verify` says why.")
+    return judged
 
 
 def kept_paths(plan: Plan) -> frozenset[str]:

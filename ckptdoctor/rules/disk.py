@@ -91,27 +91,31 @@ NOT_WRITABLE = Rule(
     code="CKD503",
     name="not-writable",
     severity=Severity.ERROR,
-    summary="The checkpoint directory is missing or not writable.",
+    summary="The checkpoint directory is missing, not writable, or on a disk too full to take a file.",
     meaning=(
         "The next save will fail. burn creates the checkpoint folder but ignores errors doing so, then fails at the first save "
         "with `Can save … checkpoint.` and a `Permission denied` or `No such file or directory` inside; torch and "
-        "safetensors fail with `[Errno 13] Permission denied` or `Read-only file system`. A whole epoch of training can run "
-        "before that first save fails."
+        "safetensors fail with `[Errno 13] Permission denied`, `Read-only file system` or `No space left on device`. A whole "
+        "epoch of training can run before that first save fails. The message says which: a disk that is full, or a folder "
+        "this user may not write."
     ),
     causes=(
-        "The folder belongs to another user (a container that ran as root, a shared project folder). The volume is mounted "
-        "read-only (a dataset mount, a snapshot, or a filesystem the kernel remounted read-only after errors). A typo in the "
-        "path, or a network volume that is not mounted. A parent folder without write or search permission."
+        "Full: other jobs, or checkpoints no retention deletes, took the last bytes or inodes (or the user's quota). "
+        "Not writable: the folder belongs to another user (a container that ran as root, a shared project folder); the "
+        "volume is mounted read-only (a dataset mount, a snapshot, or a filesystem the kernel remounted read-only after "
+        "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission."
     ),
     fixes=(
-        "Check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
-        "If the volume is read-only, `findmnt -T {run}` shows `ro` among its options: remount it read-write or save elsewhere.",
+        "When the message says the disk is full: free space with `ckptdoctor prune {run} --keep-last 2 --yes`, which works on a full disk (it deletes without a journal when none fits), and check quotas with `quota -s` or `lfs quota`.",
+        "When it says permission denied: check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
+        "When it says read-only file system: `findmnt -T {run}` shows `ro` among its options: remount it read-write or save elsewhere.",
         "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
         "Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.",
     ),
     messages=(
         "Permission denied",
         "Read-only file system",
+        "No space left on device",
     ),
     related=("CKD501", "CKD211", "CKD504"),
 )
