@@ -36,7 +36,7 @@ def _from_proc(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
     folders = frozenset(os.path.dirname(real) for real in wanted)
     around = os.path.commonpath(list(folders))
     found: dict[str, int] = {}
-    hidden: set[int] = set()
+    hidden: set[str] = set()
     try:
         pids = [int(name) for name in os.listdir(_PROC) if name.isdigit()]
     except OSError as error:
@@ -46,12 +46,16 @@ def _from_proc(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
         if pid == me:
             continue
         try:
-            for real in _held(pid, folders, around):
+            try:
+                held = _held(pid, folders, around)
+            except PermissionError:
+                held = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
+            for real in held:
                 path = wanted.get(real)
                 if path is not None:
                     found[path] = pid
         except PermissionError:
-            hidden.add(_owner(pid))
+            hidden.add(_named(pid))
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited meanwhile
         except OSError as error:
@@ -79,27 +83,32 @@ def _held(pid: int, folders: frozenset[str], around: str) -> list[str]:
     return [path for path in held if os.path.dirname(path) in folders]
 
 
-def _owner(pid: int) -> int:
-    try:
-        return os.stat(os.path.join(_PROC, str(pid))).st_uid
-    except OSError:
-        return -1
-
-
-def _hidden_note(hidden: set[int]) -> str | None:
-    if not hidden:
-        return None
+def _named(pid: int) -> str:
+    """``pid (command, user)``: the process table's own words, for a note."""
     import pwd
 
-    names = []
-    for uid in sorted(hidden):
-        try:
-            names.append(pwd.getpwuid(uid).pw_name)
-        except KeyError:
-            names.append(str(uid))
+    base = os.path.join(_PROC, str(pid))
+    try:
+        with open(os.path.join(base, "comm"), "rb") as handle:
+            command = handle.read().decode("utf-8", "replace").strip()
+        uid = os.stat(base).st_uid
+    except OSError:
+        return str(pid)
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return f"{pid} ({command}, {user})"
+
+
+def _hidden_note(hidden: set[str]) -> str | None:
+    if not hidden:
+        return None
+    shown = sorted(hidden, key=lambda name: int(name.split()[0]))
+    listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
     return (
-        f"open files of processes run by {', '.join(names)} cannot be read by this user: files they hold were not checked "
-        "(run as root to check every process)"
+        f"the open and mapped files of process{'es' if len(shown) > 1 else ''} {listed} cannot be read by this user "
+        "(another user's, or one with privileges this one lacks): files they hold were not checked"
     )
 
 

@@ -120,4 +120,4 @@ def test_processes_of_other_users_are_noted(monkeypatch, tmp_path: Path) -> None
     monkeypatch.setattr(processes.os, "listdir", hidden)
     found, note = processes.open_by([str(target)])
     assert found == {}
-    assert note is not None and "cannot be read by this user" in note
+    assert note is not None and "cannot be read by this user" in note and str(other) in note

@@ -15,8 +15,10 @@ import enum
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
+
+from ckptdoctor.model import Entry
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -53,6 +55,13 @@ def inside_run(root: str, paths: list[str]) -> list[str]:
     if not all(plain(path) for path in relative):
         raise ActionError("the plan names files outside the run: refused")
     return relative
+
+
+def as_planned(root: str, entries: Iterable[Entry], identities: dict[str, Identity]) -> dict[str, Identity]:
+    """The ``identities`` (by path relative to ``root``) whose device and inode are still those
+    the plan's scan saw: an entry replaced since the scan is not the one the plan judged."""
+    seen = {os.path.relpath(entry.os_path, root): entry.inode for entry in entries if entry.inode is not None and not entry.is_symlink}
+    return {path: found for path, found in identities.items() if seen.get(path, found[:2]) == found[:2]}
 
 
 class Folder:

@@ -28,6 +28,7 @@ from ckptdoctor.actions._confine import (
     Escapes,
     Folder,
     Outcome,
+    as_planned,
     explain,
     identity,
     inside_run,
@@ -154,7 +155,8 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
             {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
             for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
         ]
-        movable = _movable(top, lines, since, busy)  # before the manifest: it lists what moves
+        planned = as_planned(root, (entry for _, entry in moves), {path: identity(info) for path in relative[: len(moves)] if (info := top.look(path)) is not None})
+        movable = [line for line in _movable(top, lines, since, busy) if line["path"] in planned]  # before the manifest: it lists what moves
         manifest: dict[str, Any] = {
             "version": 2,
             "run": plan.run,

@@ -36,6 +36,7 @@ from ckptdoctor.actions._confine import (
     Folder,
     Identity,
     Outcome,
+    as_planned,
     explain,
     identity,
     inside_run,
@@ -94,7 +95,8 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
     planned = inside_run(plan.root, [entry.os_path for item in doomed for entry in item.entries])
     with Folder.at(plan.root) as top:
         relative = [path for path in planned if still_meant(top, path, since, busy)]
-        identities = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
+        seen = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
+        identities = as_planned(plan.root, (entry for item in doomed for entry in item.entries), seen)
         relative = [path for path in relative if path in identities]
         if not relative:
             return Done(0, 0, 0, len(planned))
