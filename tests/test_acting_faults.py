@@ -475,3 +475,50 @@ def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path
         assert f"{own / stray} is not ckptdoctor's: ignored" in result.stderr
     assert (own / ".DS_Store").read_text() == "not ckptdoctor's" and os.path.islink(own / "trash" / "elsewhere")
     assert epochs_left(folder) == [6, 7]
+
+
+# --- a racing thread, its window widened by the seam -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"], ["repair", "--undo", "--yes"]])
+def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outside(tmp_path: Path, cli, monkeypatch, command: list[str]) -> None:
+    import threading
+
+    folder = broken_burn_run(tmp_path, range(1, 60))
+    if command[1] == "--undo":
+        assert cli("repair", "--yes", folder).exit_code == 0
+    outside = _outside(tmp_path)
+    (outside / "trash").mkdir()
+    (outside / "quarantine").mkdir()
+    (outside / "lock").write_text("someone's")
+    before = _contents(outside)
+    kept = {name: text for name, text in digests(folder).items() if name.endswith(("-57.bpk", "-58.bpk"))}
+    own, aside = folder / ".ckptdoctor", tmp_path / "own-aside"
+    stop, swapped = threading.Event(), threading.Event()
+
+    def attacker() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                own.rename(aside)
+                own.symlink_to(outside, target_is_directory=True)
+                swapped.set()
+                own.unlink()
+                aside.rename(own)
+
+    def widen(step: str, path: str) -> None:  # the worst moment: let the attacker swap at least once
+        swapped.clear()
+        swapped.wait(1)
+
+    monkeypatch.setattr(_confine, "between", widen)
+    racer = threading.Thread(target=attacker)
+    racer.start()
+    try:
+        result = cli(*command, folder)
+    finally:
+        stop.set()
+        racer.join()
+        if not own.exists() and aside.exists():
+            aside.rename(own)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert _contents(outside) == before, "nothing outside the run was created, moved or deleted"
+    assert {name: digests(folder).get(name) for name in kept} == kept

@@ -505,6 +505,7 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
         except OSError as error:
             raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
         _release(places.here)
+        _confine.between("undo started", places.here.path)
         restored = 0
         left = []
         lines = [(line, None) for line in manifest["entries"]] + [(line, line) for line in manifest["pointers"]]
