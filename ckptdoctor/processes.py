@@ -24,16 +24,15 @@ _PROC = "/proc"
 def open_by(paths: Iterable[str]) -> tuple[dict[str, int], str | None]:
     """``{path: pid}`` for the given paths some process has open or mapped (every path, with pid
     0, when that cannot be known), and a note on what could not be read."""
-    wanted = _resolved(paths)
+    wanted, folders = _resolved(paths)
     if not wanted:
         return {}, None
     if os.path.isdir(os.path.join(_PROC, "self", "fd")):
-        return _from_proc(wanted)
+        return _from_proc(wanted, folders)
     return _from_psutil(wanted)
 
 
-def _from_proc(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
-    folders = frozenset(os.path.dirname(real) for real in wanted)
+def _from_proc(wanted: dict[str, str], folders: frozenset[str]) -> tuple[dict[str, int], str | None]:
     around = os.path.commonpath(list(folders))
     found: dict[str, int] = {}
     hidden: set[str] = set()
@@ -143,9 +142,10 @@ def _everything(wanted: dict[str, str]) -> dict[str, int]:
     return dict.fromkeys(wanted.values(), 0)
 
 
-def _resolved(paths: Iterable[str]) -> dict[str, str]:
-    """Each path under its real name (what the process table shows), resolving each folder once:
-    a run reached through a symlinked folder (``/data`` -> ``/mnt/data``) still matches."""
+def _resolved(paths: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
+    """Each path under its real name (what the process table shows), resolving each folder once
+    (a run reached through a symlinked folder, ``/data`` -> ``/mnt/data``, still matches); and
+    the real folders."""
     folders: dict[str, str] = {}
     resolved: dict[str, str] = {}
     for path in paths:
@@ -154,4 +154,4 @@ def _resolved(paths: Iterable[str]) -> dict[str, str]:
         if real is None:
             real = folders[folder] = os.path.realpath(folder or ".")
         resolved[os.path.join(real, name)] = path
-    return resolved
+    return resolved, frozenset(folders.values())
