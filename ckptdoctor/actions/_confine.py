@@ -107,16 +107,21 @@ class Folder:
         if not plain(relative):
             raise Escapes(os.path.join(self.path, relative))
         *folders, name = relative.split(os.sep)
+        return self.descend(folders, create), name
+
+    def descend(self, names: list[str], create: bool = False) -> Folder:
+        """A new descriptor on the folder ``names`` lead to from this one, opened one name at a
+        time (made on the way with ``create``); Escapes or FileNotFoundError as ``child``."""
         current = Folder(os.dup(self.fd), self.path)
         try:
-            for folder in folders:
-                deeper = current.child(folder, create)
+            for name in names:
+                deeper = current.child(name, create)
                 current.close()
                 current = deeper
         except BaseException:
             current.close()
             raise
-        return current, name
+        return current
 
     def lstat(self, name: str) -> os.stat_result | None:
         """``name`` in this folder as it is (a symlink is a symlink), or None when it is not there."""

@@ -55,26 +55,39 @@ def open_home(home: str, create: bool) -> Folder | None:
     else:
         base, names = os.path.dirname(os.path.dirname(home)), [OWN_FOLDER, os.path.basename(home)]
     try:
-        current = Folder.at(base or ".")
+        base_folder = Folder.at(base or ".")
     except OSError as error:
         raise ActionError(f"cannot open {base}: {error.strerror}") from error
-    try:
-        for name in names:
-            deeper = current.child(name, create)
-            current.close()
-            current = deeper
-    except FileNotFoundError:
-        current.close()
-        if create:
-            raise
-        return None
-    except Escapes as error:
-        current.close()
-        raise ActionError(f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder") from None
-    except BaseException:
-        current.close()
-        raise
-    return current
+    with base_folder:
+        try:
+            return base_folder.descend(names, create)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        except Escapes as error:
+            raise ActionError(f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder") from None
+
+
+def own_folders(home: str, kind: str) -> Iterator[tuple[Folder, str, Folder]]:
+    """(``kind`` folder, name, entry) for each real folder in ckptdoctor's trash or quarantine
+    (``kind``), each opened without following a link: a symlink or a stray file is no entry."""
+    own = open_home(home, create=False)
+    if own is None:
+        return
+    with own:
+        try:
+            parent = own.child(kind)
+        except (FileNotFoundError, Escapes):
+            return
+    with parent:
+        for name in parent.folders():
+            try:
+                entry = parent.child(name)
+            except (OSError, Escapes):
+                continue
+            with entry:
+                yield parent, name, entry
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from ckptdoctor.actions._confine import (
     put_back,
     take,
 )
-from ckptdoctor.actions._home import FULL, open_home, read_record, write_record
+from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
 from ckptdoctor.actions._trash import still_meant
 from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
 from ckptdoctor.regular import open_regular, read_regular
@@ -224,22 +224,9 @@ def sweep(home: str) -> None:
         for name in own.names():
             if name.startswith(_SCRATCH) and name.endswith(".tmp") and (info := own.lstat(name)) is not None and not stat.S_ISDIR(info.st_mode):
                 os.unlink(name, dir_fd=own.fd)
-        try:
-            quarantine = own.child(QUARANTINE)
-        except (FileNotFoundError, Escapes):
-            return
-    with quarantine:
-        for name in quarantine.folders():
-            try:
-                here = quarantine.child(name)
-            except (OSError, Escapes):
-                continue
-            with here:
-                if here.lstat(MANIFEST) is not None:
-                    continue
-                names = [inner for _, _, files, _ in os.fwalk(dir_fd=here.fd) for inner in files]
-            if set(names) <= {MANIFEST + ".tmp", RESERVE}:
-                _confine.remove(quarantine, name)
+    for quarantine, name, here in own_folders(home, QUARANTINE):
+        if here.lstat(MANIFEST) is None and {inner for _, _, files, _ in os.fwalk(dir_fd=here.fd) for inner in files} <= {MANIFEST + ".tmp", RESERVE}:
+            _confine.remove(quarantine, name)
 
 
 def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> tuple[int, list[str]]:
@@ -408,38 +395,25 @@ def _is_written(parent: Folder, name: str, write: PointerWrite) -> bool:
 
 def quarantines(root: str, home: str) -> list[Quarantine]:
     """The run's quarantines, oldest first, each with where its entries stand now."""
-    own = open_home(home, create=False)
-    if own is None:
-        return []
-    with own:
-        try:
-            quarantine = own.child(QUARANTINE)
-        except (FileNotFoundError, Escapes):
-            return []
     found = []
-    with quarantine, Folder.at(root) as top:
-        for ident in quarantine.folders():
+    with Folder.at(root) as top:
+        for _, ident, here in own_folders(home, QUARANTINE):
             try:
-                here = quarantine.child(ident)
-            except (OSError, Escapes):
-                continue
-            with here:
-                try:
-                    manifest = _read_manifest(here)
-                except FileNotFoundError:
-                    continue  # killed before its manifest was whole: nothing was moved
-                except (OSError, ValueError) as error:
-                    raise ActionError(f"{os.path.join(here.path, MANIFEST)} cannot be read ({error}); check that folder") from error
-                try:
-                    stored: Folder | None = here.child(FILES)
-                except FileNotFoundError:
-                    stored = None
-                try:
-                    items = [_stored(top, stored, line, None) for line in manifest["entries"]]
-                    items += [_stored(top, stored, line, line) for line in manifest["pointers"]]
-                finally:
-                    if stored is not None:
-                        stored.close()
+                manifest = _read_manifest(here)
+            except FileNotFoundError:
+                continue  # killed before its manifest was whole: nothing was moved
+            except (OSError, ValueError) as error:
+                raise ActionError(f"{os.path.join(here.path, MANIFEST)} cannot be read ({error}); check that folder") from error
+            try:
+                stored: Folder | None = here.child(FILES)
+            except FileNotFoundError:
+                stored = None
+            try:
+                items = [_stored(top, stored, line, None) for line in manifest["entries"]]
+                items += [_stored(top, stored, line, line) for line in manifest["pointers"]]
+            finally:
+                if stored is not None:
+                    stored.close()
             found.append(Quarantine(ident, here.path, str(manifest["run"]), float(manifest["created"]), str(manifest["state"]), tuple(items), home))
     return sorted(found, key=lambda q: (q.created, q.ident))  # two repairs within a second: by time
 

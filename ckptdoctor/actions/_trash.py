@@ -45,7 +45,7 @@ from ckptdoctor.actions._confine import (
     remove,
     take,
 )
-from ckptdoctor.actions._home import FULL, open_home, read_record, write_record
+from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
 from ckptdoctor.model import Action, Plan
 
 TRASH = "trash"
@@ -243,22 +243,7 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
 
 def _journals(home: str) -> Iterator[tuple[Folder, str, Folder]]:
     """(trash, name, folder) for each folder in the trash, never through a symlink."""
-    own = open_home(home, create=False)
-    if own is None:
-        return
-    with own:
-        try:
-            trash = own.child(TRASH)
-        except (FileNotFoundError, Escapes):
-            return
-    with trash:
-        for name in trash.folders():
-            try:
-                folder = trash.child(name)
-            except (OSError, Escapes):
-                continue
-            with folder:
-                yield trash, name, folder
+    return own_folders(home, TRASH)
 
 
 def _read_journal(folder: Folder) -> tuple[list[str], dict[str, Identity], float]:
