@@ -36,7 +36,17 @@ def _outside(tmp_path: Path) -> Path:
 
 
 def _contents(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): (p.read_text() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))}
+    """Every entry below ``folder``: a file's text (or its bytes' digest), "dir", or where a link points."""
+
+    def seen(path: Path) -> str:
+        if path.is_symlink():
+            return f"-> {os.readlink(path)}"
+        if path.is_dir():
+            return "dir"
+        data = path.read_bytes()
+        return data.decode() if data.isascii() else __import__("hashlib").sha256(data).hexdigest()
+
+    return {str(p.relative_to(folder)): seen(p) for p in sorted(folder.rglob("*"))}
 
 
 # --- item 3: ckptdoctor's own folder swapped for a symlink while prune acts ----------------------------
@@ -522,3 +532,39 @@ def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outsi
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     assert _contents(outside) == before, "nothing outside the run was created, moved or deleted"
     assert {name: digests(folder).get(name) for name in kept} == kept
+
+
+def test_a_folder_between_the_named_path_and_the_run_swapped_for_a_symlink_is_refused(tmp_path: Path, cli, monkeypatch) -> None:
+    """A user owning ``runs/u`` swaps it for a link to someone else's run while root's cron prunes ``runs``."""
+    import ckptdoctor.actions
+
+    runs = tmp_path / "runs"
+    write_burn_run(runs / "u" / "exp", range(1, 8))
+    elsewhere = tmp_path / "elsewhere"
+    write_burn_run(elsewhere / "exp", range(1, 8))
+    age(tmp_path)
+    before = _contents(elsewhere)
+    real_delete = ckptdoctor.actions.delete
+
+    def swap_first(plan, since, busy=frozenset()):
+        (runs / "u").rename(tmp_path / "u-aside")
+        (runs / "u").symlink_to(elsewhere, target_is_directory=True)
+        return real_delete(plan, since, busy)
+
+    monkeypatch.setattr(ckptdoctor.actions, "delete", swap_first)
+    result = cli("prune", "--yes", "--keep-last", "2", runs)
+    assert result.exit_code == 1 and "is a symlink" in result.stderr and "Traceback" not in result.stderr
+    assert _contents(elsewhere) == before, "nothing outside the named path was deleted or created"
+    assert epochs_left(tmp_path / "u-aside" / "exp") == list(range(1, 8))
+
+
+def test_undo_keeps_a_quarantine_that_holds_what_the_repair_did_not_put_there(tmp_path: Path, cli) -> None:
+    folder = broken_burn_run(tmp_path)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    quarantine = next((folder / ".ckptdoctor" / "quarantine").iterdir())
+    (quarantine / "files").rename(quarantine / "set-aside")  # someone moved the quarantined files
+    (quarantine / "NOTES.txt").write_text("mine")
+    kept = {name: seen for name, seen in _contents(quarantine).items() if name != "manifest.json"}
+    result = cli("repair", "--undo", "--yes", folder)
+    assert result.exit_code == 1 and "is not what this repair put there" in result.stderr
+    assert {name: seen for name, seen in _contents(quarantine).items() if name != "manifest.json"} == kept, "nothing in it was deleted"

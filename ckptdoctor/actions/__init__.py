@@ -8,7 +8,7 @@ nothing outside the run is ever reached.
 - ``_quarantine``: ``repair``'s moves aside, with a manifest ``--undo`` reads to put them back.
 """
 
-from ckptdoctor.actions._confine import ActionError, Escapes
+from ckptdoctor.actions._confine import ActionError, Escapes, anchored
 from ckptdoctor.actions._home import Locked, home_of, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
@@ -45,6 +45,7 @@ __all__ = [
     "Quarantine",
     "Stored",
     "StoredState",
+    "anchored",
     "delete",
     "discard",
     "finish_interrupted",

@@ -11,11 +11,12 @@ renamed meanwhile; a symlink on the way is refused (``Escapes``), never followed
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 from ckptdoctor.model import Entry
@@ -155,6 +156,37 @@ class Folder:
     def fsync(self) -> None:
         """Make the renames in this folder durable (a crash could otherwise undo them)."""
         os.fsync(self.fd)
+
+
+_ANCHORS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("anchors", default=())
+
+
+@contextlib.contextmanager
+def anchored(paths: Iterable[str]) -> Iterator[None]:
+    """While acting on runs found below ``paths`` (what the user named): a run's folder is opened
+    from the path the user named, and every folder below it without following a link. A folder
+    on the way swapped for a symlink after the scan (``/data/runs/u`` -> ``/elsewhere``) is then
+    refused, never followed out."""
+    token = _ANCHORS.set(tuple(sorted({os.path.abspath(path) for path in paths}, key=len, reverse=True)))
+    try:
+        yield
+    finally:
+        _ANCHORS.reset(token)
+
+
+def open_run(path: str) -> Folder:
+    """The folder ``path`` of a run (or the folder holding ckptdoctor's own), reached from the
+    nearest path the user named (see ``anchored``) one folder at a time; Escapes if a folder
+    below that path is a symlink."""
+    absolute = os.path.abspath(path)
+    anchor = next((given for given in _ANCHORS.get() if absolute == given or absolute.startswith(given.rstrip(os.sep) + os.sep)), None)
+    if anchor is None:
+        return Folder.at(path)
+    below = os.path.relpath(absolute, anchor)
+    with Folder.at(anchor) as top:
+        found = top.descend([] if below == os.curdir else below.split(os.sep))
+    found.path = path
+    return found
 
 
 def between(step: str, path: str) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ckptdoctor.actions._confine import ActionError, Escapes, Folder
+from ckptdoctor.actions._confine import ActionError, Escapes, Folder, open_run
 from ckptdoctor.discover import OWN_FOLDER
 from ckptdoctor.regular import read_regular
 
@@ -55,7 +55,7 @@ def open_home(home: str, create: bool) -> Folder | None:
     else:
         base, names = os.path.dirname(os.path.dirname(home)), [OWN_FOLDER, os.path.basename(home)]
     try:
-        base_folder = Folder.at(base or ".")
+        base_folder = open_run(base or ".")
     except OSError as error:
         raise ActionError(f"cannot open {base}: {error.strerror}") from error
     with base_folder:

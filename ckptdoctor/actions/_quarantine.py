@@ -32,6 +32,7 @@ from ckptdoctor.actions._confine import (
     explain,
     identity,
     inside_run,
+    open_run,
     plain,
     put_back,
     take,
@@ -114,7 +115,7 @@ class _Places:
     def __init__(self, root: str, home: str, ident: str, create: bool) -> None:
         self.opened: list[Folder] = []
         try:
-            self.top = self._keep(Folder.at(root))
+            self.top = self._keep(open_run(root))
             own = open_home(home, create)
             if own is None:
                 raise FileNotFoundError(errno.ENOENT, "no such folder", home)
@@ -150,7 +151,7 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
     root = plan.root
     relative = inside_run(root, [entry.os_path for _, entry in moves] + [item.entries[0].os_path for item in repoints])
     ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    with Folder.at(root) as top:
+    with open_run(root) as top:
         lines = [
             {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
             for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
@@ -396,7 +397,7 @@ def _is_written(parent: Folder, name: str, write: PointerWrite) -> bool:
 def quarantines(root: str, home: str) -> list[Quarantine]:
     """The run's quarantines, oldest first, each with where its entries stand now."""
     found = []
-    with Folder.at(root) as top:
+    with open_run(root) as top:
         for _, ident, here in own_folders(home, QUARANTINE):
             try:
                 manifest = _read_manifest(here)
@@ -466,9 +467,10 @@ def _pointer_state(ours: bool, existed: bool, in_run: bool, in_quarantine: bool,
 
 def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
     """Put back what ``found`` holds (the caller checked there were no conflicts), then remove
-    it; returns the entries put back, and those left because something took their place since
-    the caller looked (or a folder on the way became a symlink). Killed part-way, the next
-    ``--undo`` goes on from there."""
+    it; returns the entries put back, and a line for each entry left because something took its
+    place since the caller looked (or a folder on the way became a symlink). A quarantine that
+    holds anything else (a file someone put there) is kept. Killed part-way, the next ``--undo``
+    goes on from there."""
     home = found.home or os.path.dirname(os.path.dirname(found.folder))
     places = _Places(root, home, found.ident, create=False)
     try:
@@ -494,14 +496,27 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
             if outcome:
                 restored += 1
             else:
-                left.append(item.path)
-        leftover = [inner for _, _, files, _ in os.fwalk(dir_fd=places.stored.fd) for inner in files] if places.stored is not None else []
-        if not leftover:
+                left.append(f"{item.path} changed in the run while undoing: left as it is; the quarantined one stays in {places.here.path}")
+        strays = _not_ours(places.here)
+        if not strays:
             os.unlink(MANIFEST, dir_fd=places.here.fd)
             _confine.remove(places.quarantine, found.ident)  # only empty folders are left in it
+        elif not left:
+            left += [f"{os.path.join(places.here.path, stray)} is not what this repair put there: the quarantine is kept as it is" for stray in strays]
         return restored, left
     finally:
         places.close()
+
+
+def _not_ours(here: Folder) -> list[str]:
+    """What a quarantine holds besides its manifest, reserve and empty folders: a quarantined file
+    still there, or anything someone put in it. Such a quarantine is never removed."""
+    ours = {MANIFEST, MANIFEST + ".tmp", RESERVE}
+    found = []
+    for below, folders, files, fd in os.fwalk(dir_fd=here.fd):
+        found += [os.path.normpath(os.path.join(below, name)) for name in files if below != os.curdir or name not in ours]
+        found += [os.path.normpath(os.path.join(below, name)) for name in folders if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)]
+    return found
 
 
 def _restore_one(places: _Places, item: Stored) -> bool | None:

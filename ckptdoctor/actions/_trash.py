@@ -40,6 +40,7 @@ from ckptdoctor.actions._confine import (
     explain,
     identity,
     inside_run,
+    open_run,
     plain,
     put_back,
     remove,
@@ -93,7 +94,7 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
     (``busy``) or replaced since are left."""
     doomed = [item for item in plan.items if item.action is Action.DELETE]
     planned = inside_run(plan.root, [entry.os_path for item in doomed for entry in item.entries])
-    with Folder.at(plan.root) as top:
+    with open_run(plan.root) as top:
         relative = [path for path in planned if still_meant(top, path, since, busy)]
         seen = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
         identities = as_planned(plan.root, (entry for item in doomed for entry in item.entries), seen)
@@ -285,7 +286,7 @@ def _under(path: str, kept: frozenset[str]) -> bool:
 def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> list[Pending]:
     """What each journal a killed prune left would still do (``finish_interrupted``)."""
     found = []
-    with Folder.at(root) as top:
+    with open_run(root) as top:
         for _, _, folder in _journals(home):
             if folder.lstat(JOURNAL) is None:
                 continue
@@ -301,7 +302,7 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(),
     """Complete what earlier, killed prunes' journals list (see ``pending``)."""
     finished = 0
     problems: list[str] = []
-    with Folder.at(root) as top:
+    with open_run(root) as top:
         for trash, _, folder in _journals(home):
             if folder.lstat(JOURNAL) is None:
                 continue
@@ -338,7 +339,7 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
     its place in the run where that place is free; (entries put back, what was left and why)."""
     restored = 0
     left: list[str] = []
-    with Folder.at(root) as top:
+    with open_run(root) as top:
         for trash, name, folder in _journals(home):
             listed: list[str] = []
             if folder.lstat(JOURNAL) is not None:

@@ -130,7 +130,7 @@ def prune(
     report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
     with failures_explained("prune"), contextlib.ExitStack() as held:
-        lock_all(held, runs, dry_run)
+        lock_all(held, paths, runs, dry_run)
         # under the locks: a scan from before them is safe to plan from. No other ckptdoctor
         # acts meanwhile, a trainer's new files are not in the plan, files gone since are
         # skipped, what may still be written is kept by --min-age, and every entry is acted on

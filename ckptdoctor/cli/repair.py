@@ -90,7 +90,7 @@ def repair(
     fmt = chosen(fmt, as_json)  # the command line's: a plan is no report
     report, runs = scan_runs(paths, "repair")
     with failures_explained("repair"), contextlib.ExitStack() as held:
-        lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
+        lock_all(held, paths, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
         if undo:
             code = _undo(paths, report, runs, settings, ident, dry_run, yes, fmt, quiet, output, show_all)
         else:
@@ -208,25 +208,30 @@ def _undo(
         return EXIT_FINDINGS
     pairs = [(plan, found) for (plan, _), (*_, found) in zip(plans, chosen, strict=True)]
     acting = [(plan, found) for plan, found in pairs if plan.acting(Action.RESTORE)]
+    outcome = EXIT_OK
     if not dry_run:
         for plan, found in pairs:
-            if not plan.acting(Action.RESTORE):
-                actions.restore(found, plan.root)  # nothing in it to put back (a repair killed early): it goes
+            if not plan.acting(Action.RESTORE):  # nothing in it to put back (a repair killed early): it goes
+                outcome = max(outcome, _said(actions.restore(found, plan.root)[1]))
     if dry_run or not acting:
         if human and not quiet:
             say("Dry run: nothing was restored." if dry_run else "Nothing to restore.")
-        return EXIT_OK
+        return outcome
     if not yes:
         confirm("Put them back?", human, "nothing was restored")
-    outcome = EXIT_OK
     for plan, found in acting:
         restored, left = actions.restore(found, plan.root)
         if not quiet:
             say(f"{plan.run}: put back {restored} entr{'y' if restored == 1 else 'ies'} from {found.folder}.")
-        for path in left:
-            say(f"ckptdoctor: error: {path} changed in the run while undoing: left as it is; the quarantined one stays in {found.folder}")
-            outcome = EXIT_FINDINGS
+        outcome = max(outcome, _said(left))
     return outcome
+
+
+def _said(left: list[str]) -> int:
+    """Each line of what an undo left, as an error; exit 1 when there is one."""
+    for line in left:
+        say(f"ckptdoctor: error: {line}")
+    return EXIT_FINDINGS if left else EXIT_OK
 
 
 def _undo_roots(paths: list[str] | None, runs: list[Run]) -> list[tuple[str, str, str, str]]:
