@@ -568,3 +568,26 @@ def test_undo_keeps_a_quarantine_that_holds_what_the_repair_did_not_put_there(tm
     result = cli("repair", "--undo", "--yes", folder)
     assert result.exit_code == 1 and "is not what this repair put there" in result.stderr
     assert {name: seen for name, seen in _contents(quarantine).items() if name != "manifest.json"} == kept, "nothing in it was deleted"
+
+
+def test_a_mount_inside_a_checkpoint_folder_is_never_deleted_through(tmp_path: Path, cli) -> None:
+    """rm's --one-file-system: a bind mount of shared data inside a planned checkpoint folder."""
+    from ckptdoctor.testing import write_hf_checkpoints
+
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    run = tmp_path / "hf"
+    write_hf_checkpoints(run, (10, 20, 30))
+    shared = _outside(tmp_path)
+    (run / "checkpoint-10" / "data").mkdir()
+    age(run)
+    mounted = subprocess.run(["mount", "--bind", str(shared), str(run / "checkpoint-10" / "data")], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.strip()}")
+    try:
+        result = cli("prune", "--yes", "--keep-last", "1", run)
+        assert result.exit_code == 1 and "holds the mount point" in result.stderr
+        assert (shared / "precious.txt").read_text() == "mine"
+        assert (run / "checkpoint-10" / "data" / "precious.txt").exists() and not (run / "checkpoint-20").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(run / "checkpoint-10" / "data")], check=False)

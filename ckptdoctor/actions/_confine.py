@@ -15,6 +15,7 @@ import contextvars
 import enum
 import errno
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -221,13 +222,44 @@ def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[F
     return Outcome.DONE
 
 
-def remove(folder: Folder, name: str) -> list[str]:
-    """Delete ``name`` in ``folder``, a whole tree for a folder (never following a link in it);
-    what could not be deleted, each with why."""
+_MOUNTS = "/proc/self/mountinfo"
+
+
+def mount_points() -> frozenset[str] | None:
+    """Where filesystems are mounted (None where the system does not say)."""
+    try:
+        with open(_MOUNTS, "rb") as handle:
+            lines = handle.read().decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    # the fifth field, with spaces and the like written as octal escapes (\040)
+    return frozenset(re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split()[4]) for line in lines if len(line.split()) > 4)
+
+
+def mounted_in(folder: Folder, name: str, mounts: frozenset[str] | None) -> str | None:
+    """A mount point inside the folder ``name`` (itself included), or None: a bind mount of
+    someone's data into a checkpoint folder is another filesystem, never deleted with it."""
+    info = folder.lstat(name)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        return None
+    for below, _, _, fd in os.fwalk(name, dir_fd=folder.fd):
+        here = os.fstat(fd)
+        where = os.readlink(f"/proc/self/fd/{fd}") if mounts is not None else os.path.join(folder.path, below)
+        if here.st_dev != info.st_dev or (mounts is not None and where in mounts):
+            return where
+    return None
+
+
+def remove(folder: Folder, name: str, mounts: frozenset[str] | None = None) -> list[str]:
+    """Delete ``name`` in ``folder``, a whole tree for a folder (never following a link in it, never
+    below a mount point: such a tree is left whole); what could not be deleted, each with why."""
     failed: list[str] = []
     info = folder.lstat(name)
     if info is None:
         return failed
+    mount = mounted_in(folder, name, mount_points() if mounts is None else mounts)
+    if mount is not None:
+        return [f"{os.path.join(folder.path, name)}: holds the mount point {mount}; nothing in it was deleted"]
 
     def unlink(below: int, inner: str, path: str) -> None:
         try:

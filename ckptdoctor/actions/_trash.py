@@ -20,6 +20,7 @@ left in the run; the rest of the plan goes on, and no journal keeps waiting for 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -40,6 +41,8 @@ from ckptdoctor.actions._confine import (
     explain,
     identity,
     inside_run,
+    mount_points,
+    mounted_in,
     open_run,
     plain,
     put_back,
@@ -150,11 +153,15 @@ def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict
     because changed)."""
     moved = changed = 0
     problems: list[str] = []
+    mounts = mount_points()
     for number, path in enumerate(relative):
         if path not in wanted:
             continue
 
         def into_trash(parent: Folder, name: str, number: int = number) -> None:
+            mount = mounted_in(parent, name, mounts)
+            if mount is not None:
+                raise OSError(errno.EBUSY, f"holds the mount point {mount}")
             os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
 
         try:
@@ -175,9 +182,10 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
     journal's removal nothing waits on what could not be removed (reported)."""
     problems = []
     strays = []
+    mounts = mount_points()
     for name in folder.names():
         if _MOVED.fullmatch(name):
-            problems += remove(folder, name)
+            problems += remove(folder, name, mounts)
         elif name not in (JOURNAL, JOURNAL + ".tmp"):
             strays.append(name)
     for name in (JOURNAL + ".tmp", JOURNAL):  # the journal last: until here a rerun would finish the job
