@@ -580,7 +580,7 @@ def test_a_mount_inside_a_checkpoint_folder_is_never_deleted_through(tmp_path: P
     write_hf_checkpoints(run, (10, 20, 30))
     shared = _outside(tmp_path)
     (run / "checkpoint-10" / "data").mkdir()
-    age(run)
+    age(tmp_path)
     mounted = subprocess.run(["mount", "--bind", str(shared), str(run / "checkpoint-10" / "data")], capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {mounted.stderr.strip()}")
