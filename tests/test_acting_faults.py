@@ -591,3 +591,63 @@ def test_a_mount_inside_a_checkpoint_folder_is_never_deleted_through(tmp_path: P
         assert (run / "checkpoint-10" / "data" / "precious.txt").exists() and not (run / "checkpoint-20").exists()
     finally:
         subprocess.run(["umount", "-l", str(run / "checkpoint-10" / "data")], check=False)
+
+
+@pytest.mark.parametrize("command", [["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"]])
+def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp_path: Path, cli, monkeypatch, command: list[str]) -> None:
+    """The user names the run itself (``/data/runs/u/exp``); the owner of ``u`` swaps it for a link
+    right after the scan. What the user named was opened before the scan: acting goes on there."""
+    import ckptdoctor.cli._acting as acting
+
+    run = tmp_path / "runs" / "u" / "exp"
+    write_burn_run(run, range(1, 8))
+    (run / "optim-7.bpk").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "exp").mkdir(parents=True)
+    (elsewhere / "exp" / "unrelated.txt").write_text("not a run")
+    age(tmp_path)
+    before = _contents(elsewhere)
+    real_scan = acting.scan_runs
+
+    def swap_after(paths, name):
+        found = real_scan(paths, name)
+        (tmp_path / "runs" / "u").rename(tmp_path / "u-aside")
+        (tmp_path / "runs" / "u").symlink_to(elsewhere, target_is_directory=True)
+        return found
+
+    import ckptdoctor.cli  # noqa: F401  (its command modules are loaded)
+
+    monkeypatch.setattr(sys.modules[f"ckptdoctor.cli.{command[0]}"], "scan_runs", swap_after)
+    result = cli(*command, run)
+    assert "Traceback" not in result.stderr
+    assert _contents(elsewhere) == before, "nothing was created outside what the user named"
+    acted_on = tmp_path / "u-aside" / "exp"
+    assert result.exit_code == 0, result.stderr
+    assert (epochs_left(acted_on) == [5, 6, 7]) if command[0] == "prune" else not (acted_on / "model-7.bpk").exists()
+
+
+def test_a_named_folder_that_was_swapped_when_opened_and_back_when_scanned_is_refused(tmp_path: Path, cli, monkeypatch) -> None:
+    """The other half of the race: the named path resolves elsewhere when it is opened, then to the
+    run again when it is scanned. Nothing is made in the folder that was opened."""
+    import ckptdoctor.cli  # noqa: F401
+
+    run = tmp_path / "runs" / "u" / "exp"
+    write_burn_run(run, range(1, 8))
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "exp").mkdir(parents=True)
+    age(tmp_path)
+    before, kept = _contents(elsewhere), digests(run)
+    (tmp_path / "runs" / "u").rename(tmp_path / "u-real")
+    (tmp_path / "runs" / "u").symlink_to(elsewhere, target_is_directory=True)
+    module = sys.modules["ckptdoctor.cli.prune"]
+    real_scan = module.scan_runs
+
+    def swap_back_first(paths, name):
+        (tmp_path / "runs" / "u").unlink()
+        (tmp_path / "u-real").rename(tmp_path / "runs" / "u")
+        return real_scan(paths, name)
+
+    monkeypatch.setattr(module, "scan_runs", swap_back_first)
+    result = cli("prune", "--yes", "--keep-last", "2", run)
+    assert result.exit_code == 1 and "is not the folder that was scanned" in result.stderr
+    assert _contents(elsewhere) == before and digests(run) == kept

@@ -8,7 +8,7 @@ nothing outside the run is ever reached.
 - ``_quarantine``: ``repair``'s moves aside, with a manifest ``--undo`` reads to put them back.
 """
 
-from ckptdoctor.actions._confine import ActionError, Escapes, anchored
+from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_run
 from ckptdoctor.actions._home import Locked, home_of, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
@@ -46,6 +46,7 @@ __all__ = [
     "Stored",
     "StoredState",
     "anchored",
+    "confirm_run",
     "delete",
     "discard",
     "finish_interrupted",

@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
+from ckptdoctor.discover import OWN_FOLDER
 from ckptdoctor.model import Entry
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -49,6 +50,11 @@ def plain(relative: str) -> bool:
     """Whether ``relative`` can name an entry below a folder: not absolute, no ``..``, not empty."""
     parts = relative.split(os.sep)
     return bool(relative) and not os.path.isabs(relative) and os.pardir not in parts and "" not in parts and os.curdir not in parts
+
+
+def ours(relative: str) -> bool:
+    """Whether ``relative`` lies in ckptdoctor's own folder: no journal or manifest acts on it."""
+    return relative.split(os.sep)[0] == OWN_FOLDER
 
 
 def inside_run(root: str, paths: list[str]) -> list[str]:
@@ -159,35 +165,68 @@ class Folder:
         os.fsync(self.fd)
 
 
-_ANCHORS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("anchors", default=())
+_ANCHORS: contextvars.ContextVar[tuple[tuple[str, Folder], ...]] = contextvars.ContextVar("anchors", default=())
 
 
 @contextlib.contextmanager
 def anchored(paths: Iterable[str]) -> Iterator[None]:
-    """While acting on runs found below ``paths`` (what the user named): a run's folder is opened
-    from the path the user named, and every folder below it without following a link. A folder
-    on the way swapped for a symlink after the scan (``/data/runs/u`` -> ``/elsewhere``) is then
-    refused, never followed out."""
-    token = _ANCHORS.set(tuple(sorted({os.path.abspath(path) for path in paths}, key=len, reverse=True)))
+    """Around a whole acting command, from before its scan: the folders the user named are opened
+    once, here, and a run below one of them is reached from that open folder without following a
+    link. A folder swapped for a symlink afterwards — the named one, or one on the way to the run
+    (``/data/runs/u`` -> ``/elsewhere``) — then sends nothing, not even ckptdoctor's own folder,
+    out of what the user named."""
+    opened: list[tuple[str, Folder]] = []
     try:
-        yield
+        for path in sorted({os.path.abspath(path) for path in paths}, key=len, reverse=True):
+            try:
+                opened.append((path, Folder.at(path)))
+            except OSError:
+                continue  # not a folder, or gone: the scan says so
+        token = _ANCHORS.set(tuple(opened))
+        try:
+            yield
+        finally:
+            _ANCHORS.reset(token)
     finally:
-        _ANCHORS.reset(token)
+        for _, folder in opened:
+            folder.close()
 
 
 def open_run(path: str) -> Folder:
     """The folder ``path`` of a run (or the folder holding ckptdoctor's own), reached from the
-    nearest path the user named (see ``anchored``) one folder at a time; Escapes if a folder
-    below that path is a symlink."""
+    nearest folder the user named (see ``anchored``) one folder at a time; Escapes if a folder
+    below that one is a symlink. Outside every named folder it is opened by its path."""
     absolute = os.path.abspath(path)
-    anchor = next((given for given in _ANCHORS.get() if absolute == given or absolute.startswith(given.rstrip(os.sep) + os.sep)), None)
-    if anchor is None:
-        return Folder.at(path)
-    below = os.path.relpath(absolute, anchor)
-    with Folder.at(anchor) as top:
-        found = top.descend([] if below == os.curdir else below.split(os.sep))
-    found.path = path
-    return found
+    for given, top in _ANCHORS.get():
+        if absolute == given or absolute.startswith(given.rstrip(os.sep) + os.sep):
+            below = os.path.relpath(absolute, given)
+            found = top.descend([] if below == os.curdir else below.split(os.sep))
+            found.path = path
+            return found
+    return Folder.at(path)
+
+
+def confirm_run(root: str, entries: Iterable[Entry], sample: int = 64) -> None:
+    """ActionError unless the folder ``root`` opens to (see ``open_run``) holds entries the scan
+    saw there, by device and inode: the named folder swapped for another between opening it and
+    scanning it is refused before anything, ckptdoctor's own folder included, is made in it."""
+    checked = matched = 0
+    with open_run(root) as top:
+        for entry in entries:
+            if entry.inode is None or entry.is_symlink:
+                continue
+            relative = os.path.relpath(entry.os_path, root)
+            found = top.look(relative) if plain(relative) else None
+            if found is None:
+                continue
+            checked += 1
+            if (found.st_dev, found.st_ino) == entry.inode:
+                matched += 1
+                break
+            if checked >= sample:
+                break
+    if not matched:
+        raise ActionError(f"{root} is not the folder that was scanned a moment ago (it was replaced or swapped meanwhile): nothing was done")
 
 
 def between(step: str, path: str) -> None:

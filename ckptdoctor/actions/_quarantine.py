@@ -33,6 +33,7 @@ from ckptdoctor.actions._confine import (
     identity,
     inside_run,
     open_run,
+    ours,
     plain,
     put_back,
     take,
@@ -558,7 +559,7 @@ def _read_manifest(here: Folder) -> dict[str, Any]:
     kinds = {kind.value for kind in PointerKind}
     for line in manifest["entries"] + manifest["pointers"]:
         named = line.get("path") if isinstance(line, dict) else None
-        if not isinstance(named, str) or not plain(named):
+        if not isinstance(named, str) or not plain(named) or ours(named):
             raise ValueError(f"an entry names {named!r}, which is not a path inside the run")
     for line in manifest["pointers"]:
         if not isinstance(line.get("text"), str) or line.get("kind") not in kinds or not isinstance(line.get("existed"), bool):

@@ -44,6 +44,7 @@ from ckptdoctor.actions._confine import (
     mount_points,
     mounted_in,
     open_run,
+    ours,
     plain,
     put_back,
     remove,
@@ -107,14 +108,16 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
         document = {"run": plan.run, "entries": relative, "identities": identities}
         journal = _start_journal(plan.home, document)
         if journal is None:
-            deleted, problems, changed = _delete_in_place(top, relative, identities)
-            return Done(len(doomed), deleted, plan.freed_bytes, len(planned) - len(relative) + changed, problems, journal_free=True)
-        trash, folder = journal
-        with trash, folder:
-            _confine.between("journal written", folder.path)
-            moved, failed, changed = _move_all(top, folder, relative, identities, set(relative))
-            failed += _finish(trash, folder)
-    return Done(len(doomed), moved, plan.freed_bytes, len(planned) - len(relative) + changed, tuple(failed))
+            done, problems, changed = _delete_in_place(top, relative, identities)
+        else:
+            trash, folder = journal
+            with trash, folder:
+                _confine.between("journal written", folder.path)
+                done, problems, changed = _move_all(top, folder, relative, identities, set(relative))
+                problems += _finish(trash, folder)
+    whole = [item for item in doomed if all(os.path.relpath(entry.os_path, plan.root) in done for entry in item.entries)]
+    freed = plan.freed_bytes if len(whole) == len(doomed) else sum(item.bytes for item in whole)
+    return Done(len(whole), len(done), freed, len(planned) - len(relative) + changed, tuple(problems), journal_free=journal is None)
 
 
 def _start_journal(home: str, document: dict[str, Any]) -> tuple[Folder, Folder] | None:
@@ -148,10 +151,11 @@ def _discard_folder(trash: Folder, name: str) -> None:
         remove(trash, name)
 
 
-def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict[str, Any], wanted: set[str]) -> tuple[int, list[str], int]:
-    """Move each ``wanted`` entry of the journal's list into its folder; (moved, problems, left
-    because changed)."""
-    moved = changed = 0
+def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict[str, Any], wanted: set[str]) -> tuple[set[str], list[str], int]:
+    """Move each ``wanted`` entry of the journal's list into its folder; (those moved, problems,
+    how many were left because changed)."""
+    moved: set[str] = set()
+    changed = 0
     problems: list[str] = []
     mounts = mount_points()
     for number, path in enumerate(relative):
@@ -172,7 +176,8 @@ def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict
         except OSError as error:
             problems.append(f"{explain(error, os.path.join(top.path, path))}; left in the run")
             continue
-        moved += outcome is Outcome.DONE
+        if outcome is Outcome.DONE:
+            moved.add(path)
         changed += outcome is Outcome.CHANGED
     return moved, problems, changed
 
@@ -200,15 +205,18 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
     return problems
 
 
-def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any]) -> tuple[int, tuple[str, ...], int]:
-    """Delete the entries where they are, in the plan's order (its checkpoints oldest first)."""
-    deleted = changed = 0
+def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any]) -> tuple[set[str], list[str], int]:
+    """Delete the entries where they are, in the plan's order (its checkpoints oldest first);
+    (those deleted, problems, how many were left because changed)."""
+    deleted: set[str] = set()
+    changed = 0
     problems: list[str] = []
+    mounts = mount_points()
     for path in relative:
         failed: list[str] = []
 
         def in_place(parent: Folder, name: str, failed: list[str] = failed) -> None:
-            failed.extend(remove(parent, name))
+            failed.extend(remove(parent, name, mounts))
 
         try:
             outcome = take(top, path, identities.get(path), in_place)
@@ -216,9 +224,10 @@ def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any
             problems.append(f"{error}; left as it is")
             continue
         problems += failed
-        deleted += outcome is Outcome.DONE and not failed
+        if outcome is Outcome.DONE and not failed:
+            deleted.add(path)
         changed += outcome is Outcome.CHANGED
-    return deleted, tuple(problems), changed
+    return deleted, problems, changed
 
 
 def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]) -> bool:
@@ -278,7 +287,7 @@ def _meant(top: Folder, listed: list[str], identities: dict[str, Identity], writ
     it listed, not held open, and not kept by the policy of the prune finishing it."""
     meant = []
     for path in listed:
-        if _under(path, kept) or not still_meant(top, path, written, busy):
+        if ours(path) or _under(path, kept) or not still_meant(top, path, written, busy):
             continue
         info = top.look(path)
         if info is not None and identity(info) == identities.get(path):
@@ -318,7 +327,7 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(),
             meant = _meant(top, listed, identities, written, busy, kept)
             already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
             moved, failed, _ = _move_all(top, folder, listed, identities, set(meant))
-            finished += already + moved
+            finished += already + len(moved)
             problems += failed + _finish(trash, folder)
     return Finished(finished, tuple(problems))
 
@@ -353,7 +362,7 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
             if folder.lstat(JOURNAL) is not None:
                 listed, _, _ = _read_journal(folder)
             for item in folder.names():
-                if not _MOVED.fullmatch(item) or int(item) >= len(listed):
+                if not _MOVED.fullmatch(item) or int(item) >= len(listed) or ours(listed[int(item)]):
                     continue
                 try:
                     parent, place = top.reach(listed[int(item)])

@@ -88,15 +88,16 @@ def distinct(runs: list[Run]) -> list[Run]:
     return kept
 
 
-def lock_all(held: contextlib.ExitStack, paths: list[str] | None, runs: list[Run], dry_run: bool, more: Iterable[tuple[str, str]] = ()) -> None:
+def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, more: Iterable[tuple[str, str]] = ()) -> None:
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
     deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
-    lock that exists, and takes none where there is none. From here on, a run's folder is
-    reached from the ``paths`` the user named without following a link below them."""
-    from ckptdoctor.actions import anchored, locked, strays
-    from ckptdoctor.retention import home
+    lock that exists, and takes none where there is none."""
+    from ckptdoctor.actions import confirm_run, locked, strays
+    from ckptdoctor.retention import home, run_root
 
-    held.enter_context(anchored(paths or ["."]))
+    if not dry_run:  # before ckptdoctor's own folder is made in it
+        for run in runs:
+            confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
     for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
         held.enter_context(locked(place, shown, create=not dry_run))
         for stray in strays(place):

@@ -127,10 +127,11 @@ def prune(
         raise typer.Exit(EXIT_USAGE) from error
     settings = configured(None)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
-    report, runs = scan_runs(paths, "prune")
     human = fmt is OutputFormat.HUMAN
     with failures_explained("prune"), contextlib.ExitStack() as held:
-        lock_all(held, paths, runs, dry_run)
+        held.enter_context(actions.anchored(paths or ["."]))  # before the scan: what it finds is acted on through these
+        report, runs = scan_runs(paths, "prune")
+        lock_all(held, runs, dry_run)
         # under the locks: a scan from before them is safe to plan from. No other ckptdoctor
         # acts meanwhile, a trainer's new files are not in the plan, files gone since are
         # skipped, what may still be written is kept by --min-age, and every entry is acted on

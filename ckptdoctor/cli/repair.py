@@ -88,9 +88,12 @@ def repair(
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     fmt = chosen(fmt, as_json)  # the command line's: a plan is no report
-    report, runs = scan_runs(paths, "repair")
+    from ckptdoctor.actions import anchored
+
     with failures_explained("repair"), contextlib.ExitStack() as held:
-        lock_all(held, paths, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
+        held.enter_context(anchored(paths or ["."]))  # before the scan: what it finds is acted on through these
+        report, runs = scan_runs(paths, "repair")
+        lock_all(held, runs, dry_run, [(place, shown) for shown, _, place, _ in _undo_roots(paths, runs)] if undo else ())
         if undo:
             code = _undo(paths, report, runs, settings, ident, dry_run, yes, fmt, quiet, output, show_all)
         else:
