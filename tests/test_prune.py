@@ -213,6 +213,23 @@ def _kill_when_deleting(process: subprocess.Popen[str], folder: Path, rng: rando
     process.wait()
 
 
+def kill_once(folder: Path, wanted: dict[str, str], keep: set[int], rng: random.Random, when_deleting=None) -> set[int]:
+    """One prune SIGKILLed — after ``when_deleting`` says it is deleting, else at a random moment —
+    then the check that nothing to keep changed or vanished; the epochs left."""
+    process = _prune_process(folder)
+    if when_deleting is not None:
+        when_deleting(process, folder, rng)
+    else:
+        time.sleep(rng.uniform(0.05, 0.8))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    current = digests(folder)
+    assert {name: current.get(name) for name in wanted} == wanted, "a kept file changed or vanished"
+    left = set(epochs_left(folder))
+    assert keep <= left
+    return left
+
+
 def test_sigkill_at_any_moment_loses_nothing_that_was_to_be_kept(tmp_path):
     folder = burn_run(tmp_path, range(1, 601))
     keep = {e for e in range(1, 601) if e > 597 or e % 7 == 0}
@@ -220,17 +237,7 @@ def test_sigkill_at_any_moment_loses_nothing_that_was_to_be_kept(tmp_path):
     rng = random.Random(4)
     partial = 0
     for attempt in range(16):
-        process = _prune_process(folder)
-        if attempt % 2:
-            _kill_when_deleting(process, folder, rng)
-        else:
-            time.sleep(rng.uniform(0.05, 0.8))
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-        current = digests(folder)
-        assert {name: current.get(name) for name in wanted} == wanted, "a kept file changed or vanished"
-        left = set(epochs_left(folder))
-        assert keep <= left
+        left = kill_once(folder, wanted, keep, rng, _kill_when_deleting if attempt % 2 else None)
         partial += keep < left < set(range(1, 601))
         if left == keep:  # a run finished the job: start again with more to delete
             write_burn_run(folder, sorted(set(range(1, 601)) - keep))

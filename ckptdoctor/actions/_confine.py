@@ -240,25 +240,35 @@ class Outcome(enum.Enum):
     """Not there any more: someone removed it."""
     CHANGED = "changed"
     """Another entry (or the same one rewritten) now stands at its place: left alone."""
+    FAILED = "failed"
+    """A symlink on the way, or the system refused (an immutable file, EIO): left, and said why."""
 
 
-def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[Folder, str], None]) -> Outcome:
+def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[Folder, str], None]) -> tuple[Outcome, str]:
     """Do ``act`` (with the entry's folder and name) on ``relative`` below ``top`` only if it is
-    still the entry that was planned: the same inode, unchanged. Escapes if a folder on the way
-    is a symlink; a link or new file swapped in at the very end is what ``act`` meets by name,
-    never followed (rename and unlink act on the name, ``shutil.rmtree`` checks it again)."""
+    still the entry that was planned: the same inode, unchanged; the outcome, and for FAILED one
+    line saying why. A folder on the way that is a symlink is never followed; a link or new file
+    swapped in at the very end is what ``act`` meets by name, never followed (rename and unlink
+    act on the name, ``remove`` checks each folder again)."""
     try:
         parent, name = top.reach(relative)
     except FileNotFoundError:
-        return Outcome.GONE
+        return Outcome.GONE, ""
+    except Escapes as error:
+        return Outcome.FAILED, f"{error}; left as it is"
+    except OSError as error:
+        return Outcome.FAILED, f"{explain(error, os.path.join(top.path, relative))}; left in the run"
     with parent:
         info = parent.lstat(name)
         if info is None:
-            return Outcome.GONE
+            return Outcome.GONE, ""
         if expected is None or identity(info) != tuple(expected):
-            return Outcome.CHANGED
-        act(parent, name)
-    return Outcome.DONE
+            return Outcome.CHANGED, ""
+        try:
+            act(parent, name)
+        except OSError as error:
+            return Outcome.FAILED, f"{explain(error, os.path.join(top.path, relative))}; left in the run"
+    return Outcome.DONE, ""
 
 
 _MOUNTS = "/proc/self/mountinfo"

@@ -29,7 +29,6 @@ from ckptdoctor.actions._confine import (
     Folder,
     Outcome,
     as_planned,
-    explain,
     identity,
     inside_run,
     open_run,
@@ -293,14 +292,8 @@ def _carry_out(places: _Places, manifest: dict[str, Any], written: float) -> tup
             def into_quarantine(parent: Folder, source: str, stored: Folder = stored, name: str = name) -> None:
                 os.rename(source, name, src_dir_fd=parent.fd, dst_dir_fd=stored.fd)
 
-            try:
-                outcome = take(places.top, line["path"], line.get("identity"), into_quarantine)
-            except Escapes as error:
-                problems.append(f"{error}; left as it is")
-                continue
-            except OSError as error:
-                problems.append(f"{explain(error, os.path.join(places.top.path, line['path']))}; left in the run")
-                continue
+            outcome, why = take(places.top, line["path"], line.get("identity"), into_quarantine)
+            problems += [why] if why else []
         moved += outcome is Outcome.DONE
         changed += outcome is Outcome.CHANGED
         moved_bytes += int(line.get("bytes", 0)) if outcome is Outcome.DONE else 0

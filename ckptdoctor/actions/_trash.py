@@ -38,7 +38,6 @@ from ckptdoctor.actions._confine import (
     Identity,
     Outcome,
     as_planned,
-    explain,
     identity,
     inside_run,
     mount_points,
@@ -168,14 +167,8 @@ def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict
                 raise OSError(errno.EBUSY, f"holds the mount point {mount}")
             os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
 
-        try:
-            outcome = take(top, path, identities.get(path), into_trash)
-        except Escapes as error:
-            problems.append(f"{error}; left as it is")
-            continue
-        except OSError as error:
-            problems.append(f"{explain(error, os.path.join(top.path, path))}; left in the run")
-            continue
+        outcome, why = take(top, path, identities.get(path), into_trash)
+        problems += [why] if why else []
         if outcome is Outcome.DONE:
             moved.add(path)
         changed += outcome is Outcome.CHANGED
@@ -218,12 +211,8 @@ def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any
         def in_place(parent: Folder, name: str, failed: list[str] = failed) -> None:
             failed.extend(remove(parent, name, mounts))
 
-        try:
-            outcome = take(top, path, identities.get(path), in_place)
-        except Escapes as error:
-            problems.append(f"{error}; left as it is")
-            continue
-        problems += failed
+        outcome, why = take(top, path, identities.get(path), in_place)
+        problems += [why] if why else failed
         if outcome is Outcome.DONE and not failed:
             deleted.add(path)
         changed += outcome is Outcome.CHANGED
@@ -300,15 +289,22 @@ def _under(path: str, kept: frozenset[str]) -> bool:
     return path in kept or any(other.startswith(path + os.sep) or path.startswith(other + os.sep) for other in kept)
 
 
+def _pending_journals(
+    top: Folder, home: str, busy: frozenset[str], kept: frozenset[str]
+) -> Iterator[tuple[Folder, Folder, list[str], dict[str, Identity], list[str]]]:
+    """(trash, journal folder, entries listed, their identities, those finishing it deletes) for
+    each journal a killed prune left."""
+    for trash, _, folder in _journals(home):
+        if folder.lstat(JOURNAL) is not None:
+            listed, identities, written = _read_journal(folder)
+            yield trash, folder, listed, identities, _meant(top, listed, identities, written, busy, kept)
+
+
 def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> list[Pending]:
     """What each journal a killed prune left would still do (``finish_interrupted``)."""
     found = []
     with open_run(root) as top:
-        for _, _, folder in _journals(home):
-            if folder.lstat(JOURNAL) is None:
-                continue
-            listed, identities, written = _read_journal(folder)
-            meant = _meant(top, listed, identities, written, busy, kept)
+        for _, folder, listed, _, meant in _pending_journals(top, home, busy, kept):
             in_trash = sum(1 for name in folder.names() if _MOVED.fullmatch(name))
             spared = tuple(path for path in listed if path not in meant and top.look(path) is not None)
             found.append(Pending(os.path.join(folder.path, JOURNAL), in_trash, tuple(meant), spared))
@@ -320,11 +316,7 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(),
     finished = 0
     problems: list[str] = []
     with open_run(root) as top:
-        for trash, _, folder in _journals(home):
-            if folder.lstat(JOURNAL) is None:
-                continue
-            listed, identities, written = _read_journal(folder)
-            meant = _meant(top, listed, identities, written, busy, kept)
+        for trash, folder, listed, identities, meant in _pending_journals(top, home, busy, kept):
             already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
             moved, failed, _ = _move_all(top, folder, listed, identities, set(meant))
             finished += already + len(moved)
