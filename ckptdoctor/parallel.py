@@ -36,7 +36,7 @@ def map_chunks(task: Callable[[int, int], T], total: int, chunk: int = CHUNK) ->
     _task = task
     try:
         context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts) as pool:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),)) as pool:
             stops = [min(start + chunk, total) for start in starts]
             return list(pool.map(_run_chunk, starts, stops))  # type: ignore[arg-type]
     finally:
@@ -48,9 +48,21 @@ def _run_chunk(start: int, stop: int) -> object:
     return _task(start, stop)
 
 
-def _ignore_interrupts() -> None:
-    # Ctrl-C is the parent's to handle: it stops the pool and exits 130
+def start_worker(parent: int) -> None:
+    """Set up a forked worker: Ctrl-C is the parent's to handle (it stops the pool and exits 130),
+    and the worker dies with its parent. A parent SIGKILLed mid-scan (OOM killer, ``timeout -s
+    KILL``) would otherwise leave workers waiting for work for ever, holding the caller's output
+    pipe and the run's filesystem."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def cores() -> int:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
-from ckptdoctor.parallel import cores
+from ckptdoctor.parallel import cores, start_worker
 from ckptdoctor.readers import (
     Format,
     ReadAhead,
@@ -151,7 +150,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
     workers = min(jobs, len(entries))
     batches = _batches(entries, workers * 4)
     context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),))
     try:
         futures = {pool.submit(_verify_batch, batch, 1 if deep else 0): batch for batch in batches}
         for future in as_completed(futures):
@@ -183,10 +182,6 @@ def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
 
 def _verify_batch(batch: list[Entry], threads: int) -> list[tuple[str, FileReport]]:
     return [(entry.os_path, verify_file(entry, threads)) for entry in batch]
-
-
-def _ignore_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool
 
 
 def _with_extra_files(run: Run, reports: dict[str, FileReport]) -> Run:

@@ -178,9 +178,9 @@ def _tmpfs(where: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def _fill(disk: Path) -> Path:
+def _fill(disk: Path, name: str = "filler") -> Path:
     """Fill ``disk`` to its last byte; the filler file, to free space with."""
-    filler = disk / "filler"
+    filler = disk / name
     handle = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
         with contextlib.suppress(OSError):
@@ -228,14 +228,17 @@ def test_a_prune_killed_in_its_journal_free_mode_loses_nothing_to_keep(tmp_path:
         rng = random.Random(13)
         partial = 0
         for attempt in range(8):
+            _fill(disk, f"filler-{attempt}")  # what the last kill freed is taken again: every prune runs on a full disk
             left = kill_once(folder, wanted, keep, rng, _kill_once_deleting if attempt % 2 else None)
             partial += keep < left < set(epochs)
-            if left == keep:  # a run finished the job: start again with more to delete, on a full disk
-                (disk / "filler").unlink()
+            if left == keep:  # a run finished the job: start again with more to delete
+                for filler in disk.glob("filler*"):
+                    filler.unlink()
                 write_burn_run(folder, sorted(set(epochs) - keep))
                 age(folder)
-                _fill(disk)
         assert partial, "no kill landed in the middle of a deletion"
+        assert not any((folder / ".ckptdoctor" / "trash").glob("*/journal.json")), "no journal fitted"
+        _fill(disk, "filler-last")
         finished = _prune_process(folder)
         _, said = finished.communicate(timeout=120)
         assert finished.returncode == 0, said
@@ -641,3 +644,77 @@ def test_a_named_folder_that_was_swapped_when_opened_and_back_when_scanned_is_re
     result = cli("prune", "--yes", "--keep-last", "2", run)
     assert result.exit_code == 1 and "is not the folder that was scanned" in result.stderr
     assert _contents(elsewhere) == before and digests(run) == kept
+
+
+# --- found by the second attack: hard links planted where ckptdoctor writes; workers of a killed scan ----
+
+
+def test_a_hard_linked_lock_is_refused_and_the_file_it_shares_untouched(tmp_path: Path, cli) -> None:
+    folder = burn_run(tmp_path)
+    victim = _outside(tmp_path) / "precious.txt"
+    (folder / ".ckptdoctor").mkdir()
+    os.link(victim, folder / ".ckptdoctor" / "lock")
+    for command in (["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"], ["repair", "--undo", "--yes"]):
+        result = cli(*command, folder)
+        assert result.exit_code == 1 and "hard link" in result.stderr, result.stderr
+        assert victim.read_text() == "mine"
+    assert epochs_left(folder) == list(range(1, 8))
+
+
+def test_a_hard_link_planted_as_a_records_temporary_file_is_replaced_not_written_through(tmp_path: Path, cli) -> None:
+    folder = broken_burn_run(tmp_path)
+    victim = _outside(tmp_path) / "precious.txt"
+    quarantine = folder / ".ckptdoctor" / "quarantine" / "20260101-000000-deadbeef"
+    (quarantine / "files").mkdir(parents=True)
+    (quarantine / "manifest.json").write_text(
+        __import__("json").dumps({"version": 2, "run": str(folder), "created": 0, "state": "repairing", "entries": [], "pointers": []})
+    )
+    os.link(victim, quarantine / "manifest.json.tmp")
+    os.link(victim, quarantine / "manifest.reserve")
+    result = cli("repair", "--yes", folder)
+    assert "Traceback" not in result.stderr
+    assert victim.read_text() == "mine" and os.stat(victim).st_nlink == 1
+
+
+def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None:
+    import psutil
+
+    folder = tmp_path / "run"
+    write_burn_run(folder, range(1, 3001))  # 9,000 files: the scan forks workers
+    age(folder)
+    seen = 0
+    for delay in (0.0, 0.1, 0.3):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ckptdoctor", "prune", "--dry-run", "--keep-last", "5", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        parent = psutil.Process(process.pid)
+        deadline = time.monotonic() + 30
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and process.poll() is None and not workers:
+            workers = parent.children()
+        time.sleep(delay)  # at the first sight of the workers, or later: busy, idle, or handing back
+        workers = parent.children() if process.poll() is None else workers
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        seen += bool(workers)
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        for orphan in alive:
+            orphan.kill()
+        assert not alive, f"workers outlived their parent, killed {delay} s after they started"
+    assert seen, "no kill landed while the scan had workers"
+
+
+def test_entries_a_finished_journal_deleted_are_not_reported_as_left(tmp_path: Path, cli) -> None:
+    from ckptdoctor.actions._confine import identity
+
+    folder = burn_run(tmp_path)
+    names = ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"]
+    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
+    trash.mkdir(parents=True)
+    identities = {name: list(identity(os.lstat(folder / name))) for name in names}
+    (trash / "journal.json").write_text(__import__("json").dumps({"run": str(folder), "entries": names, "identities": identities}))
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 0, result.stderr
+    assert "finished an interrupted prune: 3 entries" in result.stderr
+    assert "deleted 4 checkpoints (12 files)" in result.stderr and "written, opened or replaced" not in result.stderr
+    assert epochs_left(folder) == [6, 7]

@@ -137,14 +137,19 @@ def _lock_file(own: Folder, create: bool) -> int | None:
             return None
         why = "it is a symlink, which ckptdoctor does not follow" if error.errno == errno.ELOOP else error.strerror
         raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: {why}") from error
-    if not stat.S_ISREG(os.fstat(handle).st_mode):
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(handle)
-        raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: it is not a regular file")
+        why = "it is not a regular file" if not stat.S_ISREG(info.st_mode) else "it is a hard link to a file elsewhere, which ckptdoctor does not write"
+        raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: {why}")
     return handle
 
 
 def _sign(handle: int) -> None:
-    """Say who holds the lock; on a full disk, say nothing (the lock holds all the same)."""
+    """Say who holds the lock, in a lock file of this user's; on a full disk, say nothing (the
+    lock holds all the same)."""
+    if os.fstat(handle).st_uid != os.geteuid():
+        return  # someone else's file: it is locked, never written
     try:
         os.ftruncate(handle, 0)
         os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
@@ -188,7 +193,7 @@ def strays(home: str) -> list[str]:
 def write_record(folder: Folder, name: str, document: dict[str, Any]) -> None:
     """Write ``name`` in ``folder`` so that a crash leaves the old version or the new, whole."""
     temporary = name + ".tmp"
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder.fd)
+    handle = create_new(folder, temporary, 0o644)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", closefd=False) as stream:
             json.dump(document, stream)
@@ -197,6 +202,15 @@ def write_record(folder: Folder, name: str, document: dict[str, Any]) -> None:
         os.close(handle)
     os.replace(temporary, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
     folder.fsync()
+
+
+def create_new(folder: Folder, name: str, mode: int) -> int:
+    """A new file ``name`` in ``folder``, open for writing: whatever stood there (a leftover of a
+    killed command, or a hard link someone planted to a file elsewhere) is unlinked first, never
+    truncated or written through."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=folder.fd)
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder.fd)
 
 
 def read_record(folder: Folder, name: str) -> Any:

@@ -37,7 +37,14 @@ from ckptdoctor.actions._confine import (
     put_back,
     take,
 )
-from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
+from ckptdoctor.actions._home import (
+    FULL,
+    create_new,
+    open_home,
+    own_folders,
+    read_record,
+    write_record,
+)
 from ckptdoctor.actions._trash import still_meant
 from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
 from ckptdoctor.regular import open_regular, read_regular
@@ -201,7 +208,7 @@ def _reserve(here: Folder, manifest: dict[str, Any]) -> None:
     """Hold the space the manifest's last rewrite needs (OSError ENOSPC when it is not there)."""
     import json
 
-    handle = os.open(RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=here.fd)
+    handle = create_new(here, RESERVE, 0o600)
     try:
         os.posix_fallocate(handle, 0, len(json.dumps(manifest)) + _SLACK)
         os.fsync(handle)
@@ -344,7 +351,7 @@ def _scratch_pointer(own: Folder, scratch: str, parent: Folder, write: PointerWr
     if write.kind is PointerKind.SYMLINK:
         os.symlink(write.text, scratch, dir_fd=own.fd)
         return
-    handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=own.fd)
+    handle = create_new(own, scratch, 0o644)
     try:
         if write.kind is PointerKind.COPY:
             source_folder, source_name = parent.reach(write.text)

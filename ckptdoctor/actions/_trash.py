@@ -98,12 +98,14 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
     doomed = [item for item in plan.items if item.action is Action.DELETE]
     planned = inside_run(plan.root, [entry.os_path for item in doomed for entry in item.entries])
     with open_run(plan.root) as top:
+        gone = {path for path in planned if top.look(path) is None}  # finished by a journal, or removed by hand
         relative = [path for path in planned if still_meant(top, path, since, busy)]
         seen = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
         identities = as_planned(plan.root, (entry for item in doomed for entry in item.entries), seen)
         relative = [path for path in relative if path in identities]
+        left = len(planned) - len(relative) - len(gone)
         if not relative:
-            return Done(0, 0, 0, len(planned))
+            return Done(0, 0, 0, left)
         document = {"run": plan.run, "entries": relative, "identities": identities}
         journal = _start_journal(plan.home, document)
         if journal is None:
@@ -114,9 +116,10 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
                 _confine.between("journal written", folder.path)
                 done, problems, changed = _move_all(top, folder, relative, identities, set(relative))
                 problems += _finish(trash, folder)
-    whole = [item for item in doomed if all(os.path.relpath(entry.os_path, plan.root) in done for entry in item.entries)]
+    paths = [[os.path.relpath(entry.os_path, plan.root) for entry in item.entries] for item in doomed]
+    whole = [item for item, own in zip(doomed, paths, strict=True) if any(p in done for p in own) and all(p in done or p in gone for p in own)]
     freed = plan.freed_bytes if len(whole) == len(doomed) else sum(item.bytes for item in whole)
-    return Done(len(whole), len(done), freed, len(planned) - len(relative) + changed, tuple(problems), journal_free=journal is None)
+    return Done(len(whole), len(done), freed, left + changed, tuple(problems), journal_free=journal is None)
 
 
 def _start_journal(home: str, document: dict[str, Any]) -> tuple[Folder, Folder] | None:
