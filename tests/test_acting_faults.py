@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_acting_hardening import _pending_journal
 from test_prune import _prune_process, age, burn_run, digests, epochs_left, kill_once
 from test_repair import broken_burn_run, deepspeed_run, quarantined, tree
 
@@ -409,14 +410,8 @@ def test_a_prune_over_more_runs_than_max_runs_is_refused_off_a_terminal(tmp_path
 
 
 def test_discard_journal_puts_back_what_a_killed_prune_had_moved(tmp_path: Path, cli) -> None:
-    from ckptdoctor.actions._confine import identity
-
     folder = burn_run(tmp_path)
-    names = ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"]
-    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
-    trash.mkdir(parents=True)
-    identities = {name: list(identity(os.lstat(folder / name))) for name in names}
-    (trash / "journal.json").write_text(__import__("json").dumps({"run": str(folder), "entries": names, "identities": identities}))
+    trash = _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
     (folder / "model-1.bpk").rename(trash / "000000")  # killed after its first move
     before = digests(folder)
     result = cli("prune", "--yes", "--discard-journal", "--keep-last", "100", folder)
@@ -705,14 +700,8 @@ def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None
 
 
 def test_entries_a_finished_journal_deleted_are_not_reported_as_left(tmp_path: Path, cli) -> None:
-    from ckptdoctor.actions._confine import identity
-
     folder = burn_run(tmp_path)
-    names = ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"]
-    trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
-    trash.mkdir(parents=True)
-    identities = {name: list(identity(os.lstat(folder / name))) for name in names}
-    (trash / "journal.json").write_text(__import__("json").dumps({"run": str(folder), "entries": names, "identities": identities}))
+    _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
     result = cli("prune", "--yes", "--keep-last", "2", folder)
     assert result.exit_code == 0, result.stderr
     assert "finished an interrupted prune: 3 entries" in result.stderr

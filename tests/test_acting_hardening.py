@@ -70,14 +70,16 @@ def test_a_stray_file_in_the_quarantine_does_not_wedge_repair(tmp_path: Path, cl
     assert (folder / "model-7.bpk").exists()
 
 
-def _pending_journal(folder: Path, names: list[str]) -> None:
-    """The journal a prune killed right after writing it leaves (the format `actions.delete` writes)."""
+def _pending_journal(folder: Path, names: list[str]) -> Path:
+    """The journal a prune killed right after writing it leaves (the format `actions.delete` writes);
+    its trash folder."""
     from ckptdoctor.actions._confine import identity
 
     trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-0badf00d"
     trash.mkdir(parents=True)
     identities = {name: list(identity(os.lstat(folder / name))) for name in names}
     (trash / "journal.json").write_text(json.dumps({"run": str(folder), "entries": names, "identities": identities}))
+    return trash
 
 
 def test_a_pending_journal_never_deletes_a_file_restored_since(tmp_path: Path, cli) -> None:
