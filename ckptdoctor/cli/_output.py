@@ -59,7 +59,7 @@ ConfigOption = Annotated[str | None, typer.Option("--config", help="Settings fil
 SelectOption = Annotated[list[str] | None, typer.Option("--select", help="Report only these rules: codes, prefixes (CKD1) or names; repeatable or comma-separated.", metavar="RULES")]
 IgnoreOption = Annotated[list[str] | None, typer.Option("--ignore", help="Do not report these rules (as --select).", metavar="RULES")]
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
-QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0 (for cron).")]
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
 BaselineOption = Annotated[str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")]
 WriteBaselineOption = Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE (for --baseline) and exit 0.", metavar="FILE")]
