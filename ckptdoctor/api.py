@@ -32,11 +32,14 @@ def preflight(
     (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
     ``adafactor``). Raises ``ckptdoctor.disk.EstimateError`` for an unusable model or optimizer.
     """
+    from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.rules.disk import findings
     from ckptdoctor.scan import scan
 
     path = os.fspath(run_dir)
+    if remote(path):
+        raise ValueError(f"{path} is {NOT_LOCAL}")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise ValueError(f"{path} is not a folder: give the folder the run saves into")
     if model is not None and model_bytes is None:

@@ -68,8 +68,21 @@ def display(path: str) -> str:
     return path
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+NOT_LOCAL = "an object-store URL: ckptdoctor reads local folders only, for now (mount the bucket, or copy the run)"
+"""Why a URL (``s3://…``, ``gs://…``) that names no local folder is refused (exit 2)."""
+
+
+def remote(path: str) -> bool:
+    """Whether ``path`` is a URL rather than a local path (a local folder of that name wins)."""
+    return bool(_URL.match(path)) and not os.path.lexists(path)
+
+
 def discover(path: str) -> Discovery:
     """List every folder at or below ``path`` (or just ``path`` when it names a file)."""
+    if remote(path):
+        raise PathNotFound(NOT_LOCAL)
     try:
         info = os.stat(path)
     except OSError as error:

@@ -548,3 +548,22 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
     out = human.stdout
     assert out.index(f"{parent}/run-2/checkpoint") < out.index(f"{parent}/run-9/checkpoint")
     assert out.index(f"{parent}/run-9/checkpoint") < out.index(f"{parent}/run-10/checkpoint")
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/runs/exp1", "az://container/run"])
+@pytest.mark.parametrize("command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]])
+def test_an_object_store_url_is_refused_not_measured_as_the_local_disk(cli, url: str, command: list[str]) -> None:
+    """Issue 14, item 14: `diskcheck s3://…` used to answer with the free space of `/`."""
+    result = cli(*command, url)
+    assert result.exit_code == 2, result.stdout
+    assert "object-store URL" in result.stderr and "free" not in result.stdout
+
+
+def test_a_local_folder_named_like_a_url_is_still_read(tmp_path, cli, monkeypatch) -> None:
+    from ckptdoctor.testing import write_burn_run
+
+    write_burn_run(tmp_path / "s3:" / "bucket" / "run", range(1, 3))
+    monkeypatch.chdir(tmp_path)
+    result = cli("inspect", "--json", "s3://bucket/run")
+    assert result.exit_code == 0, result.stderr
+    assert [run["resume"]["index"] for run in result.json["runs"]] == [2]
