@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -69,9 +70,10 @@ def test_a_healthy_fit_is_quiet_with_one_run_per_version(root, inspect_json):
     assert result.exit_code == 0 and report["findings"] == []
     assert [Path(run["path"]).parent.name for run in report["runs"]] == ["version_0", "version_1"]
     for run in report["runs"]:
-        assert (run["layout"], run["unit"]) == ("lightning", "epoch")
-        assert [c["index"] for c in run["checkpoints"]] == [2, 3]
-        assert run["resume"]["index"] == 3
+        # the default template `{epoch}-{step}` names a step: one checkpoint per step (issue 14, item 2)
+        assert (run["layout"], run["unit"]) == ("lightning", "step")
+        assert [c["index"] for c in run["checkpoints"]] == [12, 16]
+        assert run["resume"]["index"] == 16
         assert [Path(f["path"]).name for f in run["loose_files"]] == ["last.ckpt"]
 
 
@@ -81,7 +83,7 @@ def test_a_truncated_last_ckpt_is_ckd203_and_the_resume_point_stays(root, inspec
     report = inspect_json(checkpoints(root)).json
     (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
     assert cut["path"].endswith("last.ckpt")
-    assert report["runs"][0]["resume"]["index"] == 3
+    assert report["runs"][0]["resume"]["index"] == 16
 
 
 def test_a_truncated_newest_checkpoint_moves_the_resume_point(root, inspect_json):
@@ -89,8 +91,8 @@ def test_a_truncated_newest_checkpoint_moves_the_resume_point(root, inspect_json
     target.write_bytes(target.read_bytes()[:-50])
     report = inspect_json(checkpoints(root)).json
     (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
-    assert cut["index"] == 3
-    assert report["runs"][0]["resume"]["index"] == 2
+    assert cut["index"] == 16
+    assert report["runs"][0]["resume"]["index"] == 12
     assert 'ckpt_path="' in cut["fixes"][0] and "epoch=2" in cut["fixes"][0]
 
 
@@ -101,7 +103,7 @@ def test_a_dangling_last_ckpt_symlink_is_ckd113(root, inspect_json):
     report = inspect_json(folder).json
     (stale,) = [f for f in report["findings"] if f["code"] == "CKD113"]
     assert stale["path"].endswith("last.ckpt")
-    assert report["runs"][0]["resume"]["index"] == 3
+    assert report["runs"][0]["resume"]["index"] == 16
 
 
 def test_a_step_template_is_indexed_by_step(tmp_path, inspect_json):
@@ -134,3 +136,51 @@ def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
     report = inspect_json(folder).json
     (stale,) = [f for f in report["findings"] if f["code"] == "CKD113"]
     assert stale["path"].endswith("last.ckpt") and target.name in stale["message"]
+
+
+def _tiny_module():
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+
+    class Tiny(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, index):
+            return self.layer(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Tiny()
+
+
+def _trainer(root: Path, **options):
+    lightning = pytest.importorskip("lightning")
+    return lightning.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False, **options)
+
+
+def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(tmp_path, cli, inspect_json):
+    """Issue 14, item 2: `epoch=0-step=3.ckpt`, `epoch=0-step=6.ckpt`, … were merged into epoch 0."""
+    torch = pytest.importorskip("torch")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    data = torch.utils.data.DataLoader(torch.randn(48, 4), batch_size=4)  # 12 steps in one epoch
+    saving = ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=3, save_top_k=-1)
+    _trainer(tmp_path, max_epochs=1, callbacks=[saving]).fit(_tiny_module(), data)
+    folder = tmp_path / "ckpts"
+    assert sorted(p.name for p in folder.iterdir()) == [f"epoch=0-step={step}.ckpt" for step in (12, 3, 6, 9)]
+    newest = folder / "epoch=0-step=12.ckpt"
+    newest.write_bytes(newest.read_bytes()[:-100])  # killed mid-save
+    old = time.time() - 86400
+    for path in folder.iterdir():
+        os.utime(path, (old, old))
+    run = inspect_json(folder).json["runs"][0]
+    assert (run["unit"], [c["index"] for c in run["checkpoints"]], run["resume"]["index"]) == ("step", [3, 6, 9, 12], 9)
+    plan = cli("repair", "--dry-run", "--json", folder).json["plan"]
+    assert [(item["index"], item["action"]) for item in plan if item["action"] != "keep"] == [(12, "quarantine")]
+    # what the fix names, done with Lightning: it resumes at step 9 and trains on
+    resumed = _trainer(tmp_path / "again", max_epochs=1)
+    resumed.fit(_tiny_module(), data, ckpt_path=str(folder / "epoch=0-step=9.ckpt"))
+    assert resumed.global_step == 12

@@ -293,7 +293,7 @@ def test_keep_best_reads_lightning_file_names(tmp_path, cli):
     age(folder)
     result = prune_json(cli, "--dry-run", "--keep-best", "1", "--metric", "val_loss", folder)
     kept = {item["index"]: item["reasons"] for item in result.json["plan"] if item["action"] == "keep"}
-    assert kept == {1: ["keep-best #1 (val_loss 0.4)"], 3: ["resume point (newest complete)"]}
+    assert kept == {20: ["keep-best #1 (val_loss 0.4)"], 40: ["resume point (newest complete)"]}  # indexed by step
 
 
 def _lightning_bytes() -> bytes:

@@ -616,7 +616,7 @@ def test_lightning_dangling_last_ckpt_after_its_target_was_deleted(linked, cli):
     round_trip(
         cli,
         linked,
-        resume=1,
+        resume=8,  # indexed by step: epoch=1-step=8
         quarantine={},
         repoint={"last.ckpt": ("epoch=1-step=8.ckpt", "symlink", {"CKD113"})},
         framework_resumes=resumes_from_lightning(linked, 1),
@@ -629,7 +629,7 @@ def test_lightning_last_ckpt_linking_to_a_truncated_checkpoint(linked, cli):
     round_trip(
         cli,
         linked,
-        resume=1,
+        resume=8,  # indexed by step: epoch=1-step=8
         quarantine={"epoch=2-step=12.ckpt": {"CKD203"}},
         repoint={"last.ckpt": ("epoch=1-step=8.ckpt", "symlink", {"CKD113"})},
         framework_resumes=resumes_from_lightning(linked, 1),
@@ -642,7 +642,7 @@ def test_lightning_truncated_last_ckpt_copy(copied, cli):
     round_trip(
         cli,
         copied,
-        resume=2,
+        resume=12,  # indexed by step: epoch=2-step=12
         quarantine={},
         repoint={"last.ckpt": ("epoch=2-step=12.ckpt", "copy", {"CKD203"})},
         framework_resumes=resumes_from_lightning(copied, 2),

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
-from ckptdoctor.layouts._base import Claim, Layout, Pointer
-from ckptdoctor.model import Checkpoint, CheckpointFile, PointerKind, PointerWrite, Role, Run, Unit
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import Claim, Layout, Pointer, group
+from ckptdoctor.model import (
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    FileReport,
+    PointerKind,
+    PointerWrite,
+    Role,
+    Run,
+    Unit,
+)
 from ckptdoctor.readers.sniff import Format
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
@@ -28,16 +40,32 @@ class LightningLayout(Layout):
     name = "lightning"
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
+    by_step = False
+    """Index by ``step=`` before ``epoch=``: a folder whose every name carries a step (saves
+    every N steps: ``epoch=0-step=3.ckpt``, ``epoch=0-step=6.ckpt``) holds one checkpoint per
+    step, not one per epoch."""
 
     def claim(self, name: str) -> Claim | None:
         if not _TEMPLATED.match(name):
             return None
         tokens = dict(_TOKEN.findall(name[: -len(".ckpt")]))
+        if "step" in tokens and (self.by_step or "epoch" not in tokens):
+            return Claim(BUNDLED, int(tokens["step"]), "step", Unit.STEP)
         if "epoch" in tokens:
             return Claim(BUNDLED, int(tokens["epoch"]), "epoch", Unit.EPOCH)
-        if "step" in tokens:
-            return Claim(BUNDLED, int(tokens["step"]), "step", Unit.STEP)
         return None
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        stepped = {name: claim for name in claims if (claim := _STEPPED.claim(name)) is not None and claim.unit is Unit.STEP}
+        if not self.by_step and claims and len(stepped) == len(claims):
+            return group(listing, _STEPPED, probe, stepped)
+        return group(listing, self, probe, claims)
 
     def pointer(self, name: str) -> Claim | None:
         return Claim((Role.POINTER,), 0, "last") if _LAST.match(name) else None
@@ -45,9 +73,10 @@ class LightningLayout(Layout):
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
         found = []
+        named = _STEPPED if run.unit is Unit.STEP else self
         for file in run.loose_files:
             if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
-                claim = self.claim(file.entry.link.rsplit("/", 1)[-1])
+                claim = named.claim(file.entry.link.rsplit("/", 1)[-1])
                 found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
         return tuple(found)
 
@@ -63,3 +92,10 @@ class LightningLayout(Layout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'
+
+
+class _SteppedLightning(LightningLayout):
+    by_step = True
+
+
+_STEPPED = _SteppedLightning()
