@@ -7,7 +7,9 @@ long runs in the human table, and torch archives under burn's ``.bin`` names.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -442,3 +444,25 @@ def test_torchscript_archives_are_torch_archives(tmp_path, inspect_json):
     report = inspect_json(folder).json
     assert report["findings"] == []
     assert {f["format"] for c in report["runs"][0]["checkpoints"] for f in c["files"]} == {"torch-zip"}
+
+
+def test_a_stray_staging_file_beside_whole_files_is_a_leftover_not_a_lost_epoch(inspect_json, cli, tmp_path: Path) -> None:
+    """Issue 14, item 9: `model_27.pt.tmp` beside whole model/optimizer/scheduler_27.pt cost the epoch."""
+    run_dir = tmp_path / "run"
+    for epoch in (26, 27, 28):
+        for role, name in (("model", "model"), ("optimizer", "optimizer"), ("scheduler", "scheduler")):
+            _save(run_dir / f"{name}_{epoch}.pt", role)
+    (run_dir / "model_27.pt.tmp").write_bytes((run_dir / "model_27.pt").read_bytes()[:300])  # a repeated save's leftover
+    (run_dir / "model_28.pt").rename(run_dir / "model_28.pt.tmp")  # a save of 28 cut short: no model_28.pt
+    old = time.time() - 86400
+    for path in run_dir.iterdir():
+        os.utime(path, (old, old))
+    result = inspect_json(run_dir)
+    run = _only_run(result)
+    assert {c["index"]: c["status"] for c in run["checkpoints"]} == {26: "complete", 27: "complete", 28: "partial"}
+    assert run["resume"]["index"] == 27
+    assert any(f["code"] == "CKD202" and f["path"].endswith("model_27.pt.tmp") for f in result.json["findings"])
+    plan = cli("repair", "--dry-run", "--json", run_dir).json["plan"]
+    moved = sorted(Path(path).name for item in plan if item["action"] == "quarantine" for path in item["paths"])
+    assert not {"model_27.pt", "optimizer_27.pt", "scheduler_27.pt"} & set(moved), "repair never takes the resume point's files"
+    assert torch.load(run_dir / "model_27.pt", weights_only=True).keys() == {"weight", "bias"}, "torch loads what is kept"

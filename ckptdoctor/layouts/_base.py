@@ -437,8 +437,12 @@ def _checkpoint(
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
-    problems = {problem for f in files for problem in f.report.problems}
-    if any(Role.TEMP in f.roles for f in files) or problems & _PARTIAL:
+    # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
+    # repeated) save: its own finding (CKD202), not a checkpoint cut short
+    whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
+    judged = [f for f in files if Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole]
+    problems = {problem for f in judged for problem in f.report.problems}
+    if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL
     elif problems & _CORRUPT:
         status = Status.CORRUPT
