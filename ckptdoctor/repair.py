@@ -68,7 +68,11 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     for checkpoint in run.checkpoints:
         index = checkpoint.index
         if checkpoint is resume:
-            items.append(PlanItem(index, Action.KEEP, ("resume point (newest complete)",), targets(checkpoint), sizes[index]))
+            # a staging leftover beside the whole files it was going to become goes; they stay
+            spare = [f for f in checkpoint.files if Role.TEMP in f.roles and not entry_held_back(f.entry, circumstances, min_age)]
+            kept = tuple(entry for entry in targets(checkpoint) if entry not in {f.entry for f in spare})
+            items.append(PlanItem(index, Action.KEEP, ("resume point (newest complete)",), kept, sizes[index]))
+            items += [PlanItem(None, Action.QUARANTINE, (_what([f]), *labels.of(paths=[f.path])), (f.entry,), f.entry.size) for f in spare]
             continue
         busy = held_back(checkpoint, saved[index], circumstances, min_age)
         if index > resume.index:

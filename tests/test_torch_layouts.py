@@ -465,4 +465,8 @@ def test_a_stray_staging_file_beside_whole_files_is_a_leftover_not_a_lost_epoch(
     plan = cli("repair", "--dry-run", "--json", run_dir).json["plan"]
     moved = sorted(Path(path).name for item in plan if item["action"] == "quarantine" for path in item["paths"])
     assert not {"model_27.pt", "optimizer_27.pt", "scheduler_27.pt"} & set(moved), "repair never takes the resume point's files"
+    assert "model_27.pt.tmp" in moved, "only the leftover of the resume point goes"
+    assert cli("repair", "--yes", run_dir).exit_code == 0
+    after = inspect_json(run_dir)
+    assert _only_run(after)["resume"]["index"] == 27 and not [f for f in after.json["findings"] if f["code"] == "CKD202"]
     assert torch.load(run_dir / "model_27.pt", weights_only=True).keys() == {"weight", "bias"}, "torch loads what is kept"
