@@ -138,49 +138,22 @@ def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
     assert stale["path"].endswith("last.ckpt") and target.name in stale["message"]
 
 
-def _tiny_module():
-    torch = pytest.importorskip("torch")
-    lightning = pytest.importorskip("lightning")
-
-    class Tiny(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-
-        def training_step(self, batch, index):
-            return self.layer(batch).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    return Tiny()
-
-
-def _trainer(root: Path, **options):
-    lightning = pytest.importorskip("lightning")
-    return lightning.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False, **options)
-
-
 def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(tmp_path, cli, inspect_json):
-    """Issue 14, item 2: `epoch=0-step=3.ckpt`, `epoch=0-step=6.ckpt`, … were merged into epoch 0."""
-    torch = pytest.importorskip("torch")
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    """Issue 14, item 2: `epoch=0-step=2.ckpt`, `epoch=0-step=4.ckpt`, … were merged into one epoch."""
+    from test_repair_frameworks import lightning_fit
 
-    data = torch.utils.data.DataLoader(torch.randn(48, 4), batch_size=4)  # 12 steps in one epoch
-    saving = ModelCheckpoint(dirpath=tmp_path / "ckpts", every_n_train_steps=3, save_top_k=-1)
-    _trainer(tmp_path, max_epochs=1, callbacks=[saving]).fit(_tiny_module(), data)
-    folder = tmp_path / "ckpts"
-    assert sorted(p.name for p in folder.iterdir()) == [f"epoch=0-step={step}.ckpt" for step in (12, 3, 6, 9)]
-    newest = folder / "epoch=0-step=12.ckpt"
+    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)  # 4 steps an epoch: two saves in each
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt"]
+    newest = folder / "epoch=1-step=8.ckpt"
     newest.write_bytes(newest.read_bytes()[:-100])  # killed mid-save
     old = time.time() - 86400
     for path in folder.iterdir():
         os.utime(path, (old, old))
     run = inspect_json(folder).json["runs"][0]
-    assert (run["unit"], [c["index"] for c in run["checkpoints"]], run["resume"]["index"]) == ("step", [3, 6, 9, 12], 9)
+    assert (run["unit"], [c["index"] for c in run["checkpoints"]], run["resume"]["index"]) == ("step", [2, 4, 6, 8], 6)
     plan = cli("repair", "--dry-run", "--json", folder).json["plan"]
-    assert [(item["index"], item["action"]) for item in plan if item["action"] != "keep"] == [(12, "quarantine")]
-    # what the fix names, done with Lightning: it resumes at step 9 and trains on
-    resumed = _trainer(tmp_path / "again", max_epochs=1)
-    resumed.fit(_tiny_module(), data, ckpt_path=str(folder / "epoch=0-step=9.ckpt"))
-    assert resumed.global_step == 12
+    assert [(item["index"], item["action"]) for item in plan if item["action"] != "keep"] == [(8, "quarantine")]
+    # what the fix names, done with Lightning: it resumes at step 6 and trains on
+    resumed = lightning_fit(tmp_path / "again", 2, ckpt_path=str(folder / "epoch=1-step=6.ckpt"), save_top_k=0)
+    assert resumed.global_step == 8

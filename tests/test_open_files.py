@@ -3,6 +3,7 @@ table that cannot be read keeps everything, with a note even under -q (issue 13,
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -30,10 +31,16 @@ _HOLD = (
 )
 
 
-def _holder(how: str, *paths: Path) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _holder(how: str, *paths: Path) -> Iterator[subprocess.Popen[str]]:
+    """A live process holding ``paths`` open, or (``mapped``) only mapped, while the block runs."""
     process = subprocess.Popen([sys.executable, "-c", _HOLD, how, *map(str, paths)], stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None and process.stdout.readline().strip() == "held"
-    return process
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture
@@ -48,12 +55,8 @@ def crowd() -> Iterator[None]:
 
 def test_a_file_only_mapped_by_a_live_process_is_kept(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
-    holder = _holder("mapped", folder / "model-2.bpk")
-    try:
+    with _holder("mapped", folder / "model-2.bpk"):
         result = cli("prune", "--yes", "--keep-last", "2", folder)
-    finally:
-        holder.kill()
-        holder.wait()
     assert result.exit_code == 0, result.stderr
     assert (folder / "model-2.bpk").exists(), "a mapped file is in use"
     assert not (folder / "model-3.bpk").exists()
@@ -63,7 +66,6 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
     import time
 
     folder = burn_run(tmp_path)
-    holder = _holder("open", folder / "optim-4.bpk")
     real_open_by, real_clock = processes.open_by, time.monotonic
 
     def slow_table(paths):  # every look at the clock while the table is read: 5 s later
@@ -75,11 +77,8 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
             monkeypatch.setattr(time, "monotonic", real_clock)
 
     monkeypatch.setattr(processes, "open_by", slow_table)
-    try:
+    with _holder("open", folder / "optim-4.bpk"):
         result = cli("prune", "--yes", "--keep-last", "2", folder)
-    finally:
-        holder.kill()
-        holder.wait()
     assert result.exit_code == 0, result.stderr
     assert (folder / "optim-4.bpk").exists()
     assert "process table was read for" not in result.stderr
@@ -87,20 +86,17 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
 
 def test_a_process_that_cannot_be_read_part_way_keeps_everything_and_says_so_under_quiet(tmp_path: Path, cli, monkeypatch) -> None:
     folder = burn_run(tmp_path)
-    holder = _holder("open", folder / "optim-4.bpk")
     real_listdir = os.listdir
+    with _holder("open", folder / "optim-4.bpk") as holder:
 
-    def failing(path: object = ".") -> list[str]:
-        if str(path) == f"/proc/{holder.pid}/fd":
-            raise OSError(errno.EIO, "Input/output error", str(path))
-        return real_listdir(path)  # type: ignore[arg-type]
+        def failing(path: object = ".") -> list[str]:
+            if str(path) == f"/proc/{holder.pid}/fd":
+                raise OSError(errno.EIO, "Input/output error", str(path))
+            return real_listdir(path)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(processes.os, "listdir", failing)
-    try:
+        monkeypatch.setattr(processes.os, "listdir", failing)
         result = cli("prune", "-q", "--yes", "--keep-last", "2", folder)
-    finally:
-        holder.kill()
-        holder.wait()
+        monkeypatch.undo()
     assert result.exit_code == 0, result.stderr
     assert "every file is taken as open" in result.stderr
     assert epochs_left(folder) == list(range(1, 8)), "nothing is deleted that could be open"

@@ -99,7 +99,8 @@ class Quarantine:
     state: str
     """``repairing`` (killed part-way), ``done``, or ``undoing`` (an undo was killed part-way)."""
     items: tuple[Stored, ...]
-    home: str = ""
+    home: str
+    """ckptdoctor's own folder for the run, where this quarantine lies."""
 
 
 @dataclass(frozen=True)
@@ -472,8 +473,7 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
     place since the caller looked (or a folder on the way became a symlink). A quarantine that
     holds anything else (a file someone put there) is kept. Killed part-way, the next ``--undo``
     goes on from there."""
-    home = found.home or os.path.dirname(os.path.dirname(found.folder))
-    places = _Places(root, home, found.ident, create=False)
+    places = _Places(root, found.home, found.ident, create=False)
     try:
         manifest = _read_manifest(places.here)
         manifest["state"] = "undoing"
