@@ -22,7 +22,7 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import size
 
 NEWEST_ROWS = 20
@@ -81,7 +81,12 @@ def rule_page(rule: Rule, width: int) -> RenderableType:
     """``ckptdoctor rules CODE``: everything the rule table knows, like an error-explanation page."""
     _, style = _SEVERITY_STYLE[rule.severity]
     parts: list[RenderableType] = [
-        Text.assemble((f"{rule.code} {rule.name}", "bold"), "  ", (rule.severity.value, style)),
+        Text.assemble(
+            (f"{rule.code} {rule.name}", "bold"),
+            "  ",
+            (rule.severity.value, style),
+            f" ({rule.behind_resume.value} {BEHIND_RESUME})" if rule.behind_resume and rule.lowered_behind_resume else "",
+        ),
         Text(rule.summary),
         Text(""),
         Text("What it means", style="bold"),

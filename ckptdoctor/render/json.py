@@ -108,6 +108,7 @@ def rule_entry(rule: Rule) -> dict[str, Any]:
         "code": rule.code,
         "name": rule.name,
         "severity": rule.severity.value,
+        "severity_behind_resume": rule.behind_resume.value if rule.behind_resume else rule.severity.value,
         "summary": rule.summary,
         "meaning": rule.meaning,
         "causes": rule.causes,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ckptdoctor.rules import RULES, Rule
+from ckptdoctor.rules import BEHIND_RESUME, RULES, Rule
 
 START = "<!-- rules:start -->"
 END = "<!-- rules:end -->"
@@ -16,8 +16,15 @@ END = "<!-- rules:end -->"
 
 def rule_table(rules: tuple[Rule, ...] = RULES) -> str:
     lines = ["| code | name | severity | summary |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r.code} | `{r.name}` | {r.severity.value} | {_cell(r.summary)} |" for r in rules]
+    lines += [f"| {r.code} | `{r.name}` | {_severity(r)} | {_cell(r.summary)} |" for r in rules]
+    lowered = next((r.behind_resume for r in rules if r.lowered_behind_resume), None)
+    if lowered is not None:
+        lines += ["", f"¹ {lowered.value} {BEHIND_RESUME}."]
     return "\n".join(lines)
+
+
+def _severity(rule: Rule) -> str:
+    return f"{rule.severity.value}¹" if rule.lowered_behind_resume else rule.severity.value
 
 
 def _cell(text: str) -> str:

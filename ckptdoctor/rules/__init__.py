@@ -14,9 +14,10 @@ from ckptdoctor.layouts import layout_named
 from ckptdoctor.model import Finding, Run
 from ckptdoctor.rules import completeness, consistency, disk, integrity, safety
 from ckptdoctor.rules._context import RunContext, Thresholds
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._harm import by_harm
+from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
 
-__all__ = ["RULES", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
+__all__ = ["BEHIND_RESUME", "RULES", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
 
 _FAMILIES = (completeness, integrity, consistency, safety, disk)
 
@@ -61,9 +62,8 @@ def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresho
     findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
     for run in runs:
         context = RunContext(run, layout_named(run.layout), thresholds)
-        for family in _FAMILIES:
-            for run_check in family.CHECKS:
-                findings.extend(run_check(context))
+        found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
+        findings.extend(by_harm(context, found, find_rule))
     return tuple(findings)
 
 

@@ -56,6 +56,18 @@ class Rule:
     def family(self) -> int:
         return int(self.code[3]) * 100
 
+    @property
+    def behind_resume(self) -> Severity | None:
+        """The highest severity on a broken checkpoint older than the resume point: nothing
+        resumes from it, so it is dead weight for ``prune``. None where the rule keeps its
+        severity there (an unsafe file is not dead weight: whoever loads it runs its code)."""
+        return Severity.WARNING if self.family in _LOWERED_BEHIND_RESUME else None
+
+    @property
+    def lowered_behind_resume(self) -> bool:
+        """Whether a finding of this rule is less severe on a checkpoint nothing resumes from."""
+        return self.behind_resume is not None and self.behind_resume.rank < self.severity.rank
+
     def fix_texts(self, context: Mapping[str, str] | None = None) -> tuple[str, ...]:
         """The fixes worded for ``context`` (a run's own names), generic where it is silent."""
         values = _Context(context or {})
@@ -76,3 +88,6 @@ class _Context(dict[str, str]):
 
 
 _FORMATTER = string.Formatter()
+_LOWERED_BEHIND_RESUME = frozenset({100, 200, 300})
+BEHIND_RESUME = "on a broken checkpoint older than the resume point: nothing resumes from it, and the fix is `prune`"
+"""How the rule table and rule pages say what ``rules._harm.by_harm`` does."""

@@ -1,0 +1,138 @@
+"""Severity follows harm (issue 14, item 13): a broken checkpoint older than the resume point is
+dead weight — a warning whose fix is the prune that deletes it — while what a resume would hit
+stays an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.rules import RULES, find_rule
+from ckptdoctor.testing import write_hf_checkpoints
+
+torch = pytest.importorskip("torch")
+
+
+def torch_run(folder: Path, epochs: range) -> Path:
+    """Plain torch epochs: ``model_N.pt`` and ``optimizer_N.pt`` from a real model and optimizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    for epoch in epochs:
+        torch.save(model.state_dict(), folder / f"model_{epoch}.pt")
+        torch.save(optimizer.state_dict(), folder / f"optimizer_{epoch}.pt")
+    return folder
+
+
+def cut(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def by_index(report: dict) -> dict[int | None, set[str]]:
+    severities: dict[int | None, set[str]] = {}
+    for finding in report["findings"]:
+        severities.setdefault(finding["index"], set()).add(finding["severity"])
+    return severities
+
+
+def test_broken_epochs_behind_the_resume_point_are_warnings_and_the_named_prune_removes_them(tmp_path, cli):
+    run = torch_run(tmp_path / "run", range(1, 13))
+    for epoch in range(1, 6):
+        cut(run / f"model_{epoch}.pt")
+    (run / "optimizer_7.pt").unlink()  # between two complete epochs: still behind epoch 12
+
+    result = cli("inspect", "--json", run)
+    assert result.exit_code == 0, result.stdout  # nothing a resume would hit
+    report = result.json
+    assert report["runs"][0]["resume"]["index"] == 12
+    assert set(by_index(report)) == {1, 2, 3, 4, 5, 7}
+    assert all(f["severity"] == "warning" for f in report["findings"])
+    (fix,) = {f["fixes"][0] for f in report["findings"]}
+    assert "restore" not in fix.lower() and "epoch 12" in fix
+
+    # do what the fix says, as a user would: its command, with --yes for the dry run
+    command = shlex.split(fix[fix.index("`") + 1 : fix.index("`", fix.index("`") + 1)])
+    assert command[:2] == ["ckptdoctor", "prune"] and "--dry-run" in command
+    command = [arg for arg in command[1:] if arg != "--dry-run"]
+    done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command, "--yes", "--min-age", "0"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    left = sorted(p.name for p in run.iterdir() if p.suffix == ".pt")
+    kept = [6, 8, 9, 10, 11, 12]
+    assert left == sorted(f"{role}_{e}.pt" for e in kept for role in ("model", "optimizer"))
+    after = cli("inspect", "--json", run).json
+    assert after["findings"] == [] and after["runs"][0]["resume"]["index"] == 12
+    # and the framework agrees the resume point loads
+    model = torch.nn.Linear(4, 2)
+    model.load_state_dict(torch.load(run / "model_12.pt", weights_only=True))
+    optimizer = torch.optim.AdamW(model.parameters())
+    optimizer.load_state_dict(torch.load(run / "optimizer_12.pt", weights_only=True))
+
+
+def test_what_the_resume_would_hit_stays_an_error(tmp_path, inspect_json):
+    run = torch_run(tmp_path / "run", range(1, 6))
+    cut(run / "model_1.pt")
+    cut(run / "model_5.pt")  # newer than the resume point: a resume from the latest loads it
+    result = inspect_json(run)
+    assert result.exit_code == 1
+    assert by_index(result.json) == {1: {"warning"}, 5: {"error"}}
+    assert result.json["runs"][0]["resume"]["index"] == 4
+
+
+def test_with_no_resume_point_every_broken_checkpoint_is_an_error(tmp_path, inspect_json):
+    run = torch_run(tmp_path / "run", range(1, 4))
+    for epoch in range(1, 4):
+        cut(run / f"optimizer_{epoch}.pt")
+    result = inspect_json(run)
+    assert result.exit_code == 1
+    severities = by_index(result.json)
+    assert all(severities[e] == {"error"} for e in (1, 2, 3))
+    assert "CKD110" in result.codes()
+
+
+def test_a_checkpoint_a_pointer_names_stays_an_error(tmp_path, inspect_json):
+    run = tmp_path / "out"
+    write_hf_checkpoints(run, (2, 4, 6))
+    state = run / "checkpoint-6" / "trainer_state.json"
+    # load_best_model_at_end and save_total_limit follow best_model_checkpoint to a broken folder
+    state.write_text(json.dumps({"global_step": 6, "log_history": [], "best_model_checkpoint": str(run / "checkpoint-2")}))
+    (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"")
+    (run / "checkpoint-4" / "optimizer.pt").write_bytes(b"")
+    report = inspect_json(run).json
+    assert report["runs"][0]["resume"]["index"] == 6
+    severities = by_index(report)
+    assert severities[2] == {"error"} and severities[4] == {"warning"}
+
+
+def test_an_unsafe_file_behind_the_resume_point_is_still_an_error(tmp_path, cli):
+    run = torch_run(tmp_path / "run", range(1, 4))
+    payload = b"\x80\x02cposix\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03."
+    (run / "model_1.pt").write_bytes(payload)  # a legacy-looking pickle that runs a command
+    report = cli("verify", "--json", run).json
+    assert report["runs"][0]["resume"]["index"] == 3
+    unsafe = [f for f in report["findings"] if f["code"] == "CKD401"]
+    assert unsafe and {f["severity"] for f in unsafe} == {"error"}
+    assert {f["severity"] for f in report["findings"] if f["code"] != "CKD401"} <= {"warning", "info"}
+
+
+def test_the_rule_table_says_which_rules_are_lowered():
+    lowered = {rule.code for rule in RULES if rule.lowered_behind_resume}
+    assert {"CKD101", "CKD203", "CKD206", "CKD304"} <= lowered
+    assert not any(code.startswith(("CKD4", "CKD5")) for code in lowered)
+    assert find_rule("CKD401").behind_resume is None
+
+
+def test_rule_pages_and_json_say_it(cli):
+    page = cli("rules", "CKD203").stdout
+    assert "warning on a broken checkpoint older than the resume point" in page.replace("\n", " ")
+    (entry,) = cli("rules", "CKD203", "--json").json["rules"]
+    assert (entry["severity"], entry["severity_behind_resume"]) == ("error", "warning")
+    (unsafe,) = cli("rules", "CKD401", "--json").json["rules"]
+    assert unsafe["severity_behind_resume"] == "error"
