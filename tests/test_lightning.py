@@ -157,3 +157,31 @@ def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_
     # what the fix names, done with Lightning: it resumes at step 6 and trains on
     resumed = lightning_fit(tmp_path / "again", 2, ckpt_path=str(folder / "epoch=1-step=6.ckpt"), save_top_k=0)
     assert resumed.global_step == 8
+
+
+def test_deep_verify_of_a_default_fit_ignores_the_callbacks_inf_and_lightning_resumes(tmp_path, cli):
+    """Issue 14, item 1: ModelCheckpoint with monitor=None stores `kth_value = tensor(inf)` in every
+    checkpoint; NaN and Inf matter in model and optimizer tensors only."""
+    torch = pytest.importorskip("torch")
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, save_last="link")
+    folder = tmp_path / "checkpoints"
+    saved = torch.load(folder / "last.ckpt", weights_only=False)
+    callback = next(iter(saved["callbacks"].values()))
+    assert torch.isinf(callback["kth_value"])  # what the rule must not call damage
+    report = cli("verify", "--deep", "--json", folder).json
+    assert "CKD304" not in [f["code"] for f in report["findings"]]
+    assert "CKD113" not in [f["code"] for f in report["findings"]]
+    resume = report["runs"][0]["resume"]
+    assert resume is not None
+    (named,) = [Path(p).name for p in resume["paths"] if not p.endswith("last.ckpt")]
+    resumed = lightning_fit(tmp_path / "again", 3, ckpt_path=str(folder / named), save_top_k=0)
+    assert resumed.current_epoch == 3 and resumed.global_step == 12
+
+    # a NaN in the weights is still damage
+    saved["state_dict"]["layer.weight"][0, 0] = float("nan")
+    torch.save(saved, folder / named)
+    report = cli("verify", "--deep", "--json", folder).json
+    nonfinite = {f["path"].rsplit("/", 1)[-1] for f in report["findings"] if f["code"] == "CKD304"}
+    assert nonfinite == {named, "last.ckpt"}  # last.ckpt links to it

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
+from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.discover import Listing
 from ckptdoctor.model import (
     Checkpoint,
@@ -490,23 +491,14 @@ class _ContentCheck:
         return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)
 
 
-BUNDLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
-    (Role.MODEL, ("state_dict", "model", "model_state_dict", "model_state", "module", "net", "network")),
-    (Role.OPTIMIZER, ("optimizer_states", "optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")),
-    (Role.SCHEDULER, ("lr_schedulers", "scheduler", "lr_scheduler", "scheduler_state_dict", "scheduler_state")),
-)
-"""Top-level keys under which bundled checkpoints keep each part (Lightning, timm, DeepSpeed, scripts)."""
-_OPTIMIZER_STATE = ("state", "param_groups")
-
-
 def confirmed_roles(roles: tuple[Role, ...], report: FileReport) -> tuple[Role, ...]:
     """A bundled file's roles as its top-level keys show them once ``verify`` has read it;
     before that (or for a file of one role) as its name says."""
     if len(roles) < 2 or report.tensors is None or not report.keys:
         return roles
-    found = [role for role, keys in BUNDLE_KEYS if any(key in report.keys for key in keys)]
+    found = [role for role, keys in ROLE_KEYS if any(key in report.keys for key in keys)]
     if not found:
-        if all(key in report.keys for key in _OPTIMIZER_STATE):
+        if all(key in report.keys for key in OPTIMIZER_STATE):
             found = [Role.OPTIMIZER]
         elif report.tensors:
             found = [Role.MODEL]  # a bare state dict: its keys are tensor names

@@ -29,6 +29,7 @@ from ckptdoctor.readers._unpickler import (
     Storage,
     TensorRef,
     one_budget,
+    outside_weights,
     tensors,
     top_keys,
     walk,
@@ -444,6 +445,7 @@ def _storages(
     regions: list[_deep.Region] = []
     total = 0
     seen: set[str] = set()
+    not_weights = outside_weights(found)
     for storage in storages:
         if storage.key in seen:
             continue
@@ -463,7 +465,7 @@ def _storages(
         else:
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
-            if dtype in FLOATS and member.method == 0 and member.data >= 0:
+            if dtype in FLOATS and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
                 regions.append(_deep.Region(member.data, member.size, dtype))
     return tuple(listed), issues, regions, total
 
