@@ -16,6 +16,7 @@ from typing import NamedTuple
 from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.discover import Listing
 from ckptdoctor.model import (
+    TOP_LEVEL_TENSORS,
     Checkpoint,
     CheckpointFile,
     Entry,
@@ -29,7 +30,7 @@ from ckptdoctor.model import (
     Unit,
 )
 from ckptdoctor.parallel import map_chunks
-from ckptdoctor.readers import ReadAhead, expected_formats
+from ckptdoctor.readers import ReadAhead, expected_formats, with_keys
 from ckptdoctor.readers.sniff import Format
 
 
@@ -103,6 +104,14 @@ class Layout:
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
+
+    full_save: str = "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights"
+    """How this framework is told to save optimizer state with the weights (CKD107's fix)."""
+
+    def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+        """Why this run saves weights alone by design, from what the framework records (None
+        where it does not, or where only the files' keys tell: ``group`` reads those)."""
+        return None
 
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
@@ -222,7 +231,8 @@ class FolderLayout(Layout):
             else:
                 others.append(entry)
         every = [files for _, _, files in saved]
-        required = self.required_of(every)
+        weights_only = self.weights_only(every)
+        required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
         checkpoints = sorted(
             (
@@ -247,6 +257,7 @@ class FolderLayout(Layout):
             required=required,
             other_files=tuple(others),
             loose_files=tuple(loose),
+            weights_only=weights_only,
         )
 
 
@@ -311,10 +322,14 @@ def group(
     loose: list[CheckpointFile] = []
     others: list[Entry] = []
     units: Counter[Unit] = Counter()
+    bundles: list[CheckpointFile] = []
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
             report = judge(entry)
+            if len(claim.roles) > 1:
+                report = with_keys(entry, report)
+                bundles.append(CheckpointFile(entry, claim.roles, claim.prefix, report))
             roles = confirmed_roles(claim.roles, report)
             by_index[claim.number].append(CheckpointFile(entry, roles, claim.prefix, report))
             if claim.unit is not None:
@@ -342,6 +357,10 @@ def group(
         others.append(entry)
 
     required = layout.required(list(claims.values()))
+    saved = [files for _, files in sorted(by_index.items())]
+    weights_only = layout.weights_only(saved) or _bundles_hold_weights_only(bundles, saved)
+    if weights_only:
+        required = without_training_state(required)
     checkpoints = tuple(
         _checkpoint(index, tuple(files), required, listing.single_file)
         for index, files in sorted(by_index.items())
@@ -356,7 +375,26 @@ def group(
         other_files=tuple(others),
         loose_files=tuple(loose),
         single_file=listing.single_file,
+        weights_only=weights_only,
     )
+
+
+def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:
+    """What a checkpoint of a run that saves weights alone needs: no optimizer, no scheduler."""
+    return tuple(role for role in required if role not in (Role.OPTIMIZER, Role.SCHEDULER))
+
+
+def _bundles_hold_weights_only(bundles: Sequence[CheckpointFile], saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+    """Why a run of bundled files saves weights alone: every bundle's keys were read and show
+    weights, none shows optimizer state, and no other file of the run holds one."""
+    if not bundles or any(Role.OPTIMIZER in file.roles for files in saved for file in files):
+        return None
+    for bundle in bundles:
+        found = roles_in(bundle.report)
+        if found is None or Role.MODEL not in found or Role.OPTIMIZER in found:
+            return None
+    example = bundles[-1]
+    return f"no checkpoint holds optimizer state: the top-level keys of {example.name} are {', '.join(example.report.keys[:8])}"
 
 
 def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
@@ -451,7 +489,8 @@ def _checkpoint(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing, absent, folder)
+    unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
+    return Checkpoint(index, files, status, missing, absent, folder, unread)
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
@@ -492,16 +531,25 @@ class _ContentCheck:
 
 
 def confirmed_roles(roles: tuple[Role, ...], report: FileReport) -> tuple[Role, ...]:
-    """A bundled file's roles as its top-level keys show them once ``verify`` has read it;
-    before that (or for a file of one role) as its name says."""
-    if len(roles) < 2 or report.tensors is None or not report.keys:
+    """A bundled file's roles as its top-level keys show them once they were read (``verify``,
+    or the skim ``inspect`` does); before that (or for a file of one role) as its name says."""
+    if len(roles) < 2:
         return roles
-    found = [role for role, keys in ROLE_KEYS if any(key in report.keys for key in keys)]
-    if not found:
-        if all(key in report.keys for key in OPTIMIZER_STATE):
-            found = [Role.OPTIMIZER]
-        elif report.tensors:
-            found = [Role.MODEL]  # a bare state dict: its keys are tensor names
-        else:
-            return roles
-    return tuple(found) + tuple(role for role in roles if role not in (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER))
+    found = roles_in(report)
+    if found is None:
+        return roles
+    return found + tuple(role for role in roles if role not in (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER))
+
+
+def roles_in(report: FileReport) -> tuple[Role, ...] | None:
+    """The roles a file's top-level keys show; None where they were not read or tell none."""
+    if not report.keys_read or not report.keys:
+        return None
+    found = tuple(role for role, keys in ROLE_KEYS if any(key in report.keys for key in keys))
+    if found:
+        return found
+    if all(key in report.keys for key in OPTIMIZER_STATE):
+        return (Role.OPTIMIZER,)
+    if report.tensors or report.fact(TOP_LEVEL_TENSORS) == str(len(report.keys)):
+        return (Role.MODEL,)  # a bare state dict: its keys are tensor names
+    return None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.readers.hfargs import SAVE_ONLY_MODEL
 from ckptdoctor.readers.sniff import Format
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -80,6 +81,14 @@ class HfTrainerLayout(FolderLayout):
             return (Role.TRAINER_STATE,)
         return REQUIRED
 
+    def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+        """``save_only_model=True`` in the newest ``training_args.bin`` that says either way."""
+        for files in reversed(saved):
+            for file in files:
+                if Role.TRAINING_ARGS in file.roles and (flag := file.report.fact(SAVE_ONLY_MODEL)) is not None:
+                    return f"{file.name} sets save_only_model=True" if flag == "true" else None
+        return None
+
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
         present = {f.entry.name for f in files}
         named: set[str] = set()
@@ -91,8 +100,11 @@ class HfTrainerLayout(FolderLayout):
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
 
+    full_save = "drop `save_only_model=True` from `TrainingArguments`"
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass `resume_from_checkpoint="{checkpoint.path}"` to `trainer.train()`'
+        hint = f'pass `resume_from_checkpoint="{checkpoint.path}"` to `trainer.train()`'
+        return f"{hint} (the optimizer and scheduler start afresh: the folder holds none)" if run.weights_only else hint
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``best_model_checkpoint`` in the newest ``trainer_state.json``: what retention and

@@ -90,8 +90,17 @@ class LightningLayout(Layout):
         kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
+    full_save = "pass `save_weights_only=False` to `ModelCheckpoint`"
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'
+        path = checkpoint.files[0].path
+        if run.weights_only:
+            # fit(ckpt_path=...) restores the optimizer and raises KeyError on a weights-only checkpoint
+            return (
+                f'load the weights with `YourModel.load_from_checkpoint("{path}")` and start a new `trainer.fit(model)`; '
+                "`ckpt_path=` fails on a checkpoint without optimizer state"
+            )
+        return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
 
 
 class _SteppedLightning(LightningLayout):

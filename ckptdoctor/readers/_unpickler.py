@@ -689,8 +689,18 @@ def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
 
 
 def top_keys(root: object) -> tuple[str, ...]:
-    """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles)."""
-    return tuple(str(key) for key in root) if isinstance(root, dict) else ()
+    """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles), with
+    the role keys one level down (``state.optimizers``); a key whose value is None holds nothing
+    (DeepSpeed's ``optimizer=None`` under ZeRO) and is left out."""
+    if not isinstance(root, dict):
+        return ()
+    keys = [str(key) for key, value in root.items() if value is not None]
+    for outer in bundles.NESTED:
+        inner = root.get(outer)
+        if isinstance(inner, dict):
+            dotted = (f"{outer}.{key}" for key, value in inner.items() if value is not None)
+            keys += [key for key in dotted if key in bundles.NESTED_KEYS]
+    return tuple(keys)
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
