@@ -27,6 +27,9 @@ class TimmLayout(Layout):
     name = "timm"
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
+    loader_allows = frozenset({"argparse.Namespace"})
+    """The saver stores ``args`` as a Namespace; timm's loaders (``_torch_load`` in
+    ``timm/models/_helpers.py``, ``timm/task/_helpers.py``) load with exactly this one allowed."""
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         # a hand-made loop may name files checkpoint-3.pth.tar too; timm leaves its signature
