@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+from ckptdoctor.layouts import layout_named
+from ckptdoctor.rules._context import resume_sentence
+from ckptdoctor.scan import scan
+
 torch = pytest.importorskip("torch")
 
 
@@ -137,6 +141,75 @@ def test_a_namespace_outside_a_timm_run_stays_a_warning(tmp_path, cli):
     report = cli("verify", "--json", folder).json
     assert report["runs"][0]["layout"] == "torch"
     assert [(f["code"], f["severity"]) for f in report["findings"]] == [("CKD402", "warning")] * 2
+
+
+def test_a_run_killed_mid_epoch_resumes_from_its_newest_recovery_save(tmp_path, inspect_json):
+    saver = Saver(tmp_path / "exp")
+    for epoch in range(3):
+        for update in range(4):
+            saver.train()
+            if (update + 1) % saver.args.recovery_interval == 0:
+                saver.save_recovery(epoch, update)
+        saver.save_checkpoint(epoch)
+    for update in range(4):  # epoch 3 is killed after its second recovery save
+        saver.train()
+        if (update + 1) % saver.args.recovery_interval == 0:
+            saver.save_recovery(3, update)
+    names = sorted(p.name for p in saver.folder.glob("recovery-*"))
+    assert names == ["recovery-3-1.pth.tar", "recovery-3-3.pth.tar"]  # the saver keeps its newest two
+    (run,) = inspect_json(saver.folder).json["runs"]
+    assert [c["index"] for c in run["checkpoints"]] == [0, 1, 2, 3]
+    assert run["resume"]["index"] == 3 and _resume_file(run).endswith("recovery-3-3.pth.tar")
+    (scanned,) = scan([str(saver.folder)]).runs
+    advice = resume_sentence(scanned, layout_named("timm"))
+    assert "`--resume " in advice and "goes on at epoch 4, skipping the rest of epoch 3" in advice
+    assert "recovery-3-1.pth.tar" in {Path(f["path"]).name for f in run["loose_files"]}
+    # timm resumes from it with the newest weights there are, and goes on at epoch 4
+    epoch, model = timm_resume(_resume_file(run))
+    assert epoch == 4 and torch.equal(model.weight, saver.model.weight)
+
+
+def test_a_finished_epoch_supersedes_its_recovery_saves(tmp_path, inspect_json):
+    saver = Saver(tmp_path / "exp")
+    for epoch in range(2):
+        saver.train()
+        saver.save_recovery(epoch, 1)
+        saver.train()
+        saver.save_checkpoint(epoch)
+    (run,) = inspect_json(saver.folder).json["runs"]
+    assert [c["index"] for c in run["checkpoints"]] == [0, 1]
+    assert _resume_file(run).endswith("checkpoint-1.pth.tar")
+    assert sorted(Path(f["path"]).name for f in run["loose_files"]) == [
+        "last.pth.tar", "recovery-0-1.pth.tar", "recovery-1-1.pth.tar",
+    ]  # fmt: skip
+    epoch, model = timm_resume(_resume_file(run))
+    assert epoch == 2 and torch.equal(model.weight, saver.model.weight)
+
+
+def test_a_first_epoch_killed_after_a_recovery_save_resumes_from_it(tmp_path, inspect_json):
+    saver = Saver(tmp_path / "exp")
+    saver.train()
+    saver.save_recovery(0, 1)
+    (run,) = inspect_json(saver.folder).json["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("timm", 0)
+    assert timm_resume(_resume_file(run))[0] == 1
+
+
+def test_a_cut_newest_recovery_save_falls_back_to_the_last_whole_epoch(tmp_path, inspect_json):
+    saver = Saver(tmp_path / "exp")
+    for epoch in range(2):
+        saver.train()
+        saver.save_checkpoint(epoch)
+    saver.train()
+    saver.save_recovery(2, 5)
+    path = saver.folder / "recovery-2-5.pth.tar"
+    path.write_bytes(path.read_bytes()[:700])
+    report = inspect_json(saver.folder).json
+    (run,) = report["runs"]
+    assert [c["status"] for c in run["checkpoints"]][-1] != "complete"
+    assert run["resume"]["index"] == 1 and _resume_file(run).endswith("checkpoint-1.pth.tar")
+    assert any(f["code"] == "CKD203" and f["path"].endswith("recovery-2-5.pth.tar") for f in report["findings"])
+    assert timm_resume(_resume_file(run))[0] == 2
 
 
 def test_a_leftover_tmp_file_is_ckd202(tmp_path, inspect_json):
