@@ -100,6 +100,9 @@ class FileIssue:
 
     problem: Problem
     detail: str
+    needs: tuple[str, ...] = ()
+    """The globals a non-weights issue asks a loader to allow (``argparse.Namespace``); empty for
+    every other issue and for non-weights content no allowlist admits (TorchScript code)."""
 
 
 class Tensor(NamedTuple):

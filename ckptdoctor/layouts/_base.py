@@ -77,6 +77,10 @@ class Layout:
     """The framework parses every name in the run folder (accelerate's automatic checkpoint
     naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
     journals, quarantine) then lives beside the run, never in it."""
+    loader_allows: frozenset[str] = frozenset()
+    """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
+    loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
+    that needs those and nothing else is CKD402 as info."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
