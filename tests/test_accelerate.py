@@ -105,11 +105,112 @@ def test_prune_keeps_its_own_folder_out_of_checkpoints_and_accelerate_saves_on(r
     assert sorted(os.listdir(run)) == ["checkpoint_3", "checkpoint_4"]
 
 
+# --- issue 14, item 11: resuming after a save killed under automatic naming and total_limit --------
+
+
+def step_and_save(accelerator, model, optimizer, scheduler) -> None:
+    import torch
+
+    accelerator.backward(model(torch.randn(2, 4)).sum())
+    optimizer.step()
+    scheduler.step()
+    accelerator.save_state()
+
+
 def same_weights(accelerator, model, folder: Path) -> bool:
     from safetensors.torch import load_file
 
     saved = load_file(str(folder / "model.safetensors"))
     return all((tensor == saved[name]).all() for name, tensor in accelerator.unwrap_model(model).state_dict().items())
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Path:
+    """Five real saves with total_limit=3 (checkpoint_2..4 left), the last one killed mid-write:
+    its optimizer cut in half, its scheduler and RNG states never written."""
+    from test_repair_frameworks import accelerator_for
+
+    project = tmp_path_factory.mktemp("killed") / "project"
+    accelerator, *prepared = accelerator_for(project, total_limit=3)
+    for _ in range(5):
+        step_and_save(accelerator, *prepared)
+    cut = project / "checkpoints" / "checkpoint_4"
+    optimizer = cut / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+    (cut / "scheduler.bin").unlink()
+    (cut / "random_states_0.pkl").unlink()
+    return project
+
+
+@pytest.fixture
+def project(killed: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "project"
+    shutil.copytree(killed, copy)
+    return copy
+
+
+def test_load_state_by_path_alone_lets_total_limit_delete_the_new_saves(project):
+    """What the fix is for, as accelerate does it: a new Accelerator counts saves from 0 again,
+    the rotation deletes the lowest numbers (the new saves), and a bare `load_state()` takes the
+    broken checkpoint_4."""
+    from test_repair_frameworks import accelerator_for
+
+    run = project / "checkpoints"
+    accelerator, *prepared = accelerator_for(project, total_limit=3)
+    accelerator.load_state(str(run / "checkpoint_3"))
+    step_and_save(accelerator, *prepared)
+    step_and_save(accelerator, *prepared)
+    assert sorted(os.listdir(run)) == ["checkpoint_1", "checkpoint_3", "checkpoint_4"]  # checkpoint_0 rotated away
+    again, *_ = accelerator_for(project, total_limit=3)
+    with pytest.raises(RuntimeError, match="failed finding central directory"):
+        again.load_state()
+
+
+def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project, inspect_json):
+    """The whole fix ckptdoctor gives, done as it says with real accelerate: `ckptdoctor repair`,
+    `load_state(<the folder named>)`, `iteration = <the number named>`, two saves; then a bare
+    `load_state()` loads the newest whole save, and the rotation deleted none of the good ones."""
+    import subprocess
+    import sys
+
+    from test_repair_frameworks import accelerator_for, age
+
+    run = project / "checkpoints"
+    report = inspect_json(run).json
+    assert report["runs"][0]["resume"]["index"] == 3
+    fixes = {f["code"]: f["fixes"][0] for f in report["findings"]}
+    assert {"CKD103", "CKD105", "CKD114", "CKD203"} <= set(fixes)
+    assert len(set(fixes.values())) == 1, "every finding on the cut save gives the same resume"
+    (fix,) = set(fixes.values())
+    assert f"quarantine checkpoint_4 with `ckptdoctor repair {run}`" in fix
+    folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
+    iteration = int(re.search(r"accelerator\.project_configuration\.iteration = (\d+)", fix)[1])  # type: ignore[index]
+    assert (folder, iteration) == (str(run / "checkpoint_3"), 4)
+
+    age(project)  # the job died a while ago
+    repaired = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "repair", "--yes", str(run)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert repaired.returncode == 0, repaired.stderr
+    assert sorted(os.listdir(run)) == ["checkpoint_2", "checkpoint_3"]
+
+    accelerator, model, optimizer, scheduler = accelerator_for(project, total_limit=3)
+    accelerator.load_state(folder)
+    assert same_weights(accelerator, model, run / "checkpoint_3")
+    accelerator.project_configuration.iteration = iteration
+    step_and_save(accelerator, model, optimizer, scheduler)
+    step_and_save(accelerator, model, optimizer, scheduler)
+    assert sorted(os.listdir(run)) == ["checkpoint_3", "checkpoint_4", "checkpoint_5"], "total_limit=3 kept the newest saves"
+
+    again, model_again, *_ = accelerator_for(project, total_limit=3)
+    again.load_state()  # the highest number: the newest whole save
+    assert same_weights(again, model_again, run / "checkpoint_5")
+    after = inspect_json(run).json
+    assert after["findings"] == [] and after["runs"][0]["resume"]["index"] == 5
 
 
 # --- issue 14, item 7: save_state into folders the script names ------------------------------------
@@ -203,6 +304,8 @@ def test_a_save_killed_in_a_named_folder_and_the_resume_named(saves, inspect_jso
     (auto,) = [f for f in report["findings"] if f["code"] == "CKD114"]
     assert auto["index"] == 8
     fix = auto["fixes"][0]
+    assert f"quarantine step_6, step_8 with `ckptdoctor repair {run}`" in fix
+    assert "iteration" not in fix, "no automatic naming: no save count to set"
     folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
     accelerator, counter, model, *_ = named_accelerator()
     accelerator.load_state(folder)

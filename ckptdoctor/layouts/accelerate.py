@@ -73,4 +73,17 @@ class AccelerateLayout(FolderLayout):
         return run.checkpoints[-1] if run.checkpoints and run.checkpoints[-1].folder is not None else None
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass it to `accelerator.load_state("{checkpoint.path or run.path}")`'
+        steps = []
+        newer = [c.folder.name for c in run.checkpoints if c.index > checkpoint.index and c.folder is not None]
+        if newer:
+            # a bare load_state() takes the highest number, and the next automatic save_state()
+            # would find the broken folder where it wants to write
+            steps.append(f"quarantine {', '.join(newer)} with `ckptdoctor repair {run.path}`")
+        steps.append(f'call `accelerator.load_state("{checkpoint.path or run.path}")`')
+        if checkpoint.folder is not None and _CHECKPOINT.match(checkpoint.folder.name):
+            steps.append(
+                f"right after it set `accelerator.project_configuration.iteration = {checkpoint.index + 1}` "
+                "(accelerate does not restore its save count: the next `save_state()` would write "
+                "checkpoint_0, which a bare `load_state()` never picks and `total_limit` deletes first)"
+            )
+        return " and ".join((", ".join(steps[:-1]), steps[-1])) if len(steps) > 1 else steps[0]
