@@ -75,6 +75,9 @@ class Layout:
     """The framework parses every name in the run folder (accelerate's automatic checkpoint
     naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
     journals, quarantine) then lives beside the run, never in it."""
+    advisory: Mapping[Role, str] = MappingProxyType({})
+    """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
+    when such a file is missing or damaged, and the finding that says so is a warning."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
@@ -162,6 +165,12 @@ class FolderLayout(Layout):
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
         return self.required([])
 
+    def unread(self, relative: str) -> FileReport | None:
+        """The report of a file that the framework reads only through another one (an OCDBT
+        manifest's data files), which judges it: counted, never read on its own. None for the
+        files that are read."""
+        return None
+
     def nested(self, name: str) -> bool:
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
         return False
@@ -196,8 +205,8 @@ class FolderLayout(Layout):
         batch = [
             item
             for found in contents.values()
-            for _, item in found
-            if not item.is_dir and not item.dangling and self.role_of(item.name)
+            for relative, item in found
+            if not item.is_dir and not item.dangling and self.role_of(item.name) and self.unread(relative) is None
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
         saved: list[tuple[Claim, Entry, list[CheckpointFile]]] = []
@@ -210,7 +219,7 @@ class FolderLayout(Layout):
                 for relative, item in contents[entry.name]:
                     roles = None if item.is_dir else self.role_of(item.name)
                     if roles:
-                        files.append(CheckpointFile(item, roles, relative, judge(item)))
+                        files.append(CheckpointFile(item, roles, relative, self.unread(relative) or judge(item)))
                     else:
                         others.append(item)
                 saved.append((claim, entry, files))
@@ -233,6 +242,7 @@ class FolderLayout(Layout):
                     False,
                     entry,
                     self.absent(files, every),
+                    frozenset(self.advisory),
                 )
                 for claim, entry, files in saved
             ),
@@ -433,6 +443,7 @@ def _checkpoint(
     single: bool,
     folder: Entry | None = None,
     absent: tuple[str, ...] = (),
+    advisory: frozenset[Role] = frozenset(),
 ) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
@@ -440,13 +451,17 @@ def _checkpoint(
     # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
     # repeated) save: its own finding (CKD202), not a checkpoint cut short
     whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-    judged = [f for f in files if Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole]
+    judged = [
+        f
+        for f in files
+        if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
+    ]
     problems = {problem for f in judged for problem in f.report.problems}
     if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL
     elif problems & _CORRUPT:
         status = Status.CORRUPT
-    elif missing or absent:
+    elif set(missing) - advisory or absent:
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE

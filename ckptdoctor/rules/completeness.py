@@ -425,6 +425,9 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             severity = None
             if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.resume_needs:
                 severity = Severity.WARNING
+            elif role in ctx.layout.advisory:
+                severity = Severity.WARNING
+                message += f"; {ctx.layout.advisory[role]}"
             yield ctx.finding(
                 rule,
                 message,
@@ -515,7 +518,10 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
     for checkpoint in ctx.run.checkpoints:
         if not checkpoint.absent:
             continue
-        index_file = next((f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None)
+        # the file that lists what is missing, or else the one that names the checkpoint's files
+        index_file = next((f for f in checkpoint.files if f.report.fact("missing")), None) or next(
+            (f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None
+        )
         where = checkpoint.path or ctx.run.path
         count = len(checkpoint.absent)
         names = ", ".join(checkpoint.absent[:3]) + (f" and {count - 3} more" if count > 3 else "")

@@ -458,6 +458,9 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
             if issue.problem is Problem.NON_WEIGHTS and file.roles and set(file.roles) <= _SELF_LOADED:
                 severity = Severity.INFO
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
+            elif file.roles and set(file.roles) <= set(ctx.layout.advisory):
+                severity = Severity.WARNING
+                message += f"; {'; '.join(ctx.layout.advisory[role] for role in file.roles)}"
             yield ctx.finding(
                 rule,
                 message,
