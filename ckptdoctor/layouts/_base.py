@@ -115,6 +115,13 @@ class Layout:
         """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
         return None
 
+    def unread(self, relative: str) -> FileReport | None:
+        """The report of a checkpoint's file (by its path inside the checkpoint) that the framework
+        does not read on its own: read only through another one, which judges it (an OCDBT
+        manifest's data files), or not at all. Such a file is counted, never read. None for the
+        files that are read."""
+        return None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""
@@ -165,11 +172,11 @@ class FolderLayout(Layout):
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
         return self.required([])
 
-    def unread(self, relative: str) -> FileReport | None:
-        """The report of a file that the framework reads only through another one (an OCDBT
-        manifest's data files), which judges it: counted, never read on its own. None for the
-        files that are read."""
-        return None
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        """The roles of a file by its path inside the checkpoint folder: by its name, unless the
+        same name means another thing at another depth (Orbax's per-item markers)."""
+        return self.role_of(relative.rpartition("/")[2])
+
 
     def nested(self, name: str) -> bool:
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
@@ -206,7 +213,7 @@ class FolderLayout(Layout):
             item
             for found in contents.values()
             for relative, item in found
-            if not item.is_dir and not item.dangling and self.role_of(item.name) and self.unread(relative) is None
+            if not item.is_dir and not item.dangling and self.role_in(relative) and self.unread(relative) is None
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
         saved: list[tuple[Claim, Entry, list[CheckpointFile]]] = []
@@ -217,7 +224,7 @@ class FolderLayout(Layout):
             if claim is not None:
                 files: list[CheckpointFile] = []
                 for relative, item in contents[entry.name]:
-                    roles = None if item.is_dir else self.role_of(item.name)
+                    roles = None if item.is_dir else self.role_in(relative)
                     if roles:
                         files.append(CheckpointFile(item, roles, relative, self.unread(relative) or judge(item)))
                     else:

@@ -32,6 +32,7 @@ COMMIT = "commit_success.txt"
 _STORE = re.compile(r"^[^/]+/(?:d|ocdbt\.process_[^/]+)/")
 """An item's OCDBT data files and per-process stores: read through its manifest only."""
 _IN_STORE = FileReport(Format.OCDBT.value)
+_IGNORED = FileReport(Format.TEXT.value)
 _MARKERS = {METADATA: (Role.METADATA,), COMMIT: (Role.POINTER,)}
 _ARRAY_DATA = re.compile(r"^(?:[0-9a-f]{32}|\d+(?:\.\d+)*)$")
 """An OCDBT data file (``d/<32 hex>``) or a zarr chunk (``0.0``)."""
@@ -76,6 +77,10 @@ class OrbaxLayout(FolderLayout):
         # rest is JSON that describes them (_METADATA, _sharding, .zarray) or a JSON item's own
         return (Role.MODEL,) if name == MANIFEST or _ARRAY_DATA.match(name) else (Role.CONFIG,)
 
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        # an item's own commit_success.txt is not the step's marker: a restore never reads it
+        return (Role.CONFIG,) if relative.endswith(f"/{COMMIT}") else self.role_of(relative.rpartition("/")[2])
+
     def _contents(self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]) -> list[tuple[str, Entry]]:
         """A step folder's files, with every file of its item folders at any depth."""
         found: list[tuple[str, Entry]] = []
@@ -91,6 +96,8 @@ class OrbaxLayout(FolderLayout):
         return found
 
     def unread(self, relative: str) -> FileReport | None:
+        if relative.endswith(f"/{COMMIT}"):
+            return _IGNORED
         return _IN_STORE if _STORE.match(relative) else None
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:

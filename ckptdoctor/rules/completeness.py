@@ -480,6 +480,8 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     reports: dict[int, FileReport] = {}
     for index, file in ctx.files:
         report = file.report
+        if ctx.layout.unread(file.prefix) is not None:
+            continue  # not read, so not a way of saving (an OCDBT store's data files)
         if len(file.roles) == 1 and not (report.issues and report.problems - {Problem.LEGACY}):
             by_report[file.roles[0], id(report)].append(index)
             reports[id(report)] = report
