@@ -158,7 +158,8 @@ MISSING_SHARD = Rule(
         "Large and distributed checkpoints are split into several files, and every one is needed: safetensors shards "
         "listed in `model.safetensors.index.json`, DeepSpeed ZeRO optimizer partitions (one "
         "`zero_pp_rank_<r>_mp_rank_00_optim_states.pt` per data-parallel rank), DCP `__<i>_<j>.distcp` files named by "
-        "`.metadata`. A missing shard means missing tensors: DeepSpeed refuses to load or consolidate the checkpoint "
+        "`.metadata`, Orbax item folders named by `_CHECKPOINT_METADATA` and the OCDBT data files (`d/…`) that an "
+        "item's `manifest.ocdbt` names. A missing shard means missing tensors: DeepSpeed refuses to load or consolidate the checkpoint "
         "(`Expected N of '*_optim_states.pt' … but found M files`), and HF cannot load the weights."
     ),
     causes=(
@@ -191,7 +192,9 @@ MISSING_COMMIT_MARKER = Rule(
         "writes it after every rank's data), Orbax's `commit_success.txt` (with the folder renamed from "
         "`*.orbax-checkpoint-tmp`), Megatron-LM's `latest_checkpointed_iteration.txt`, advanced only once an `iter_*` "
         "folder is fully written. Without the marker the data files may be incomplete, and loaders treat the checkpoint as "
-        "absent: Orbax skips it, and DCP cannot even tell which tensors the folder holds."
+        "absent: Orbax on GCS skips it, and DCP cannot even tell which tensors the folder holds. On a local disk Orbax "
+        "commits by renaming the folder and restores a step without `commit_success.txt` or `_CHECKPOINT_METADATA` "
+        "(given each item's args): there it is a warning, and the step stays the resume point."
     ),
     causes=(
         "The job was killed or pre-empted after the data files and before the marker. An asynchronous save is still running "
