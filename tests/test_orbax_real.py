@@ -75,9 +75,10 @@ def _leaves(tree: dict) -> list:
     return [leaf for key in sorted(tree) for leaf in (_leaves(tree[key]) if isinstance(tree[key], dict) else [tree[key]])]
 
 
-def agree(folder: Path, cli: Callable, command: str = "inspect") -> dict:
-    """ckptdoctor's report on ``folder``, asserted to agree with Orbax about every step."""
-    report = cli(command, "--json", folder).json
+def agree(folder: Path, cli: Callable, *command: str) -> dict:
+    """ckptdoctor's report on ``folder`` (``inspect`` unless told), asserted to agree with Orbax
+    about every step."""
+    report = cli(*(command or ("inspect",)), "--json", folder).json
     (found,) = report["runs"]
     restored = [step for step in STEPS if restores(folder, step)]
     statuses = {c["index"]: c["status"] for c in found["checkpoints"]}
@@ -205,6 +206,18 @@ def test_a_flipped_byte_in_a_tree_node_is_found_by_verify(run, cli):
     _flip(node, node.stat().st_size - 2)
     report = agree(run, cli, "verify")
     assert codes(report) == ["CKD206"] and node.name in report["findings"][0]["message"]
+
+
+def test_zeros_over_the_values_are_found_by_verify_deep(run, cli):
+    """A crash that leaves the end of a data file zero-filled: values carry no checksum, but each
+    is a zstd frame that no longer decodes (``verify --deep`` reads every value)."""
+    values = max((run / str(NEWEST) / "state").glob("ocdbt.process_*/d/*"), key=lambda path: path.stat().st_size)
+    size = values.stat().st_size
+    with values.open("r+b") as file:
+        file.seek(size // 2)
+        file.write(bytes(size - size // 2))
+    report = agree(run, cli, "verify", "--deep")
+    assert codes(report) == ["CKD207"] and values.name in report["findings"][0]["message"]
 
 
 class _Memory:

@@ -246,7 +246,7 @@ def probe(entry: Entry) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
     judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks."""
     if entry.name == ocdbt.MANIFEST:
-        return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False))
+        return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
     report = _read_file(entry, read_header)
     if report.issues or report.tensors:
         return report
@@ -260,7 +260,7 @@ def verify(entry: Entry, deep: int = 0) -> FileReport:
     if entry.name == dcp.METADATA:
         report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
     elif entry.name == ocdbt.MANIFEST:
-        report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True))
+        report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep))
     if report.format == Format.SAFETENSORS.value and not report.issues:
@@ -309,10 +309,10 @@ def _dcp_objects(metadata: Sample, folder: str) -> list[FileIssue]:
     return issues
 
 
-def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool) -> FileReport:
+def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool, values: bool) -> FileReport:
     if sample.size > ocdbt.MAX_NODE_BYTES:
         return FileReport(Format.OCDBT.value, (FileIssue(Problem.MALFORMED, f"{sample.size:,} bytes: larger than any OCDBT manifest ckptdoctor reads"),))
-    return ocdbt.walk(sample.head(sample.size), _Folder(folder), crc)
+    return ocdbt.walk(sample.head(sample.size), _Folder(folder), crc, values)
 
 
 class _Folder:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import itertools
 import struct
 import sys
+from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.readers._sample import CHUNK
 from ckptdoctor.readers.sniff import Format
 
 MANIFEST = "manifest.ocdbt"
@@ -32,6 +34,9 @@ MAX_TREE_BYTES = 1 << 30
 MAX_NODE_BYTES = 256 * 1024 * 1024
 """The most one node may decode to (Orbax configures 100 MB): more is a decompression bomb."""
 _HEADER = 12  # magic and length; the varints follow
+_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
+_MAX_RATIO = 1024
+"""A value decoding to more than this many times its size is a bomb, not an array chunk."""
 _FOOTER = 4
 _MAX_PATH = 65535
 
@@ -73,12 +78,14 @@ class _Version(NamedTuple):
     height: int
 
 
-def walk(manifest: bytes, store: Store, crc: bool = True) -> FileReport:
+def walk(manifest: bytes, store: Store, crc: bool = True, values: bool = False) -> FileReport:
     """Judge a manifest and everything the newest version reads through it.
 
-    The nodes are read and decoded from the store; the values are only measured against their
-    files. ``crc`` checks each node's CRC-32C as well (the manifest's is always checked): a
-    pure-Python CRC, so ``inspect`` leaves it to ``verify``. Facts: ``missing``, the data files
+    The nodes are read and decoded from the store; the values are measured against their files.
+    ``crc`` checks each node's CRC-32C as well (the manifest's is always checked): a pure-Python
+    CRC, so ``inspect`` leaves it to ``verify``. ``values`` (``verify --deep``) also reads every
+    value and decompresses those that are zstd frames (zarr's compressor in Orbax): values carry
+    no checksum, but a frame cut or zero-filled does not decode. Facts: ``missing``, the data files
     named but not there (one per line).
     """
     if not manifest:
@@ -87,69 +94,86 @@ def walk(manifest: bytes, store: Store, crc: bool = True) -> FileReport:
         version = _manifest(manifest)
     except Damage as damage:
         return _report((FileIssue(damage.problem, damage.detail),))
-    reads: dict[str, int] = {}
-    issues: list[FileIssue] = []
-    budget = [MAX_TREE_BYTES]
+    seen = _Walk(store, crc)
     if version.root is not None:
-        _node(store, version.root, "", version.height, crc, reads, issues, budget)
+        seen.node(version.root, "", version.height)
     missing = []
-    for path, end in sorted(reads.items()):
-        size = store.size(path)
+    sizes = {path: store.size(path) for path in seen.reads}
+    for path, end in sorted(seen.reads.items()):
+        size = sizes[path]
         if size is None:
             missing.append(path)
         elif size == 0:
-            issues.append(FileIssue(Problem.EMPTY, f"{path} is empty (0 bytes); a restore reads {end:,} bytes of it"))
+            seen.issues.append(FileIssue(Problem.EMPTY, f"{path} is empty (0 bytes); a restore reads {end:,} bytes of it"))
         elif size < end:
-            issues.append(FileIssue(Problem.TRUNCATED, f"{path} holds {size:,} bytes; a restore reads up to byte {end:,}: cut short"))
+            seen.issues.append(FileIssue(Problem.TRUNCATED, f"{path} holds {size:,} bytes; a restore reads up to byte {end:,}: cut short"))
+    if values:
+        whole = [value for value in seen.values if (sizes[value.path] or 0) >= value.end]
+        seen.issues += filter(None, (_value(store, value) for value in whole))
     facts = (("missing", "\n".join(missing)),) if missing else ()
-    return _report(tuple(issues), facts)
+    return _report(tuple(seen.issues), facts)
 
 
 def _report(issues: tuple[FileIssue, ...], facts: tuple[tuple[str, str], ...] = ()) -> FileReport:
     return FileReport(Format.OCDBT.value, issues, facts)
 
 
-def _node(
-    store: Store,
-    ref: Ref,
-    transitive: str,
-    height: int,
-    crc: bool,
-    reads: dict[str, int],
-    issues: list[FileIssue],
-    budget: list[int],
-) -> None:
-    """Read the node at ``ref`` and, below it, every node and value it names."""
-    reads[ref.path] = max(reads.get(ref.path, 0), ref.end)
-    if budget[0] < ref.length:
-        issues.append(FileIssue(Problem.UNREADABLE, f"its B+tree is larger than ckptdoctor reads ({MAX_TREE_BYTES:,} bytes): what a restore reads below {ref.path} is unchecked"))
-        return
-    budget[0] -= ref.length
-    size = store.size(ref.path)
-    if size is None or size < ref.end:
-        return  # the file's own verdict (missing, cut short) says it
-    where = f"{ref.path}: the B+tree node at byte {ref.offset:,}"
+class _Walk:
+    """What a walk down the B+tree has found so far."""
+
+    def __init__(self, store: Store, crc: bool) -> None:
+        self.store = store
+        self.crc = crc
+        self.reads: dict[str, int] = {}
+        """Each data file a restore reads, and the end of the last bytes it reads there."""
+        self.values: list[Ref] = []
+        self.issues: list[FileIssue] = []
+        self.budget = MAX_TREE_BYTES
+
+    def read(self, ref: Ref) -> None:
+        self.reads[ref.path] = max(self.reads.get(ref.path, 0), ref.end)
+
+    def node(self, ref: Ref, transitive: str, height: int) -> None:
+        """Read the node at ``ref`` and, below it, every node and value it names."""
+        self.read(ref)
+        if self.budget < ref.length:
+            self.issues.append(FileIssue(Problem.UNREADABLE, f"its B+tree is larger than ckptdoctor reads ({MAX_TREE_BYTES:,} bytes): what a restore reads below {ref.path} is unchecked"))
+            return
+        self.budget -= ref.length
+        size = self.store.size(ref.path)
+        if size is None or size < ref.end:
+            return  # the file's own verdict (missing, cut short) says it
+        try:
+            body = _unwrap(self.store.read(ref.path, ref.offset, ref.length), NODE_MAGIC, "B+tree node", self.crc)
+            node = _Reader(body)
+            found = node.u8()
+            if found != height:
+                raise Damage(Problem.MALFORMED, f"has height {found}, its parent says {height}")
+            files = node.table(transitive)
+            count = node.varint()
+            if count == 0:
+                raise Damage(Problem.MALFORMED, "holds no entry")
+            children, values = ([], _leaf(node, files, count)) if height == 0 else (_interior(node, files, count), [])
+        except Damage as damage:
+            self.issues.append(FileIssue(damage.problem, f"{ref.path}: the B+tree node at byte {ref.offset:,} {damage.detail}"))
+            return
+        for value in values:
+            self.read(value)
+        self.values += values
+        for child, base in children:
+            self.node(child, base, height - 1)
+
+
+def _value(store: Store, ref: Ref) -> FileIssue | None:
+    """What is wrong with one value's bytes, where they tell (a zstd frame decodes whole)."""
+    if store.read(ref.path, ref.offset, 4) != _ZSTD_FRAME:
+        return None  # raw or otherwise compressed: no structure to check
+    pieces = (store.read(ref.path, offset, min(CHUNK, ref.end - offset)) for offset in range(ref.offset, ref.end, CHUNK))
     try:
-        body = _unwrap(store.read(ref.path, ref.offset, ref.length), NODE_MAGIC, "B+tree node", crc)
-        node = _Reader(body)
-        found = node.u8()
-        if found != height:
-            raise Damage(Problem.MALFORMED, f"has height {found}, its parent says {height}")
-        files = node.table(transitive)
-        count = node.varint()
-        if count == 0:
-            raise Damage(Problem.MALFORMED, "holds no entry")
-        if height == 0:
-            children, values = [], _leaf(node, files, count)
-        else:
-            children, values = _interior(node, files, count), []
+        _inflate(pieces, ref.length * _MAX_RATIO, keep=False)
     except Damage as damage:
-        issues.append(FileIssue(damage.problem, f"{where} {damage.detail}"))
-        return
-    for value in values:
-        reads[value.path] = max(reads.get(value.path, 0), value.end)
-    for child, base in children:
-        _node(store, child, base, height - 1, crc, reads, issues, budget)
+        return FileIssue(Problem.MALFORMED, f"{ref.path}: the value at bytes {ref.offset:,}–{ref.end:,} {damage.detail}: its bytes were damaged after it was written")
+    return None
 
 
 def _leaf(node: _Reader, files: list[tuple[str, str]], count: int) -> list[Ref]:
@@ -232,6 +256,13 @@ def _unwrap(data: bytes, magic: int, what: str, crc: bool) -> bytes:
 
 
 def _unzstd(data: bytes) -> bytes:
+    """A node's or manifest's body: one zstd frame, decoded within :data:`MAX_NODE_BYTES`."""
+    return b"".join(_inflate([data], MAX_NODE_BYTES, keep=True))
+
+
+def _inflate(pieces: Iterable[bytes], limit: int, keep: bool) -> list[bytes]:
+    """Decode one zstd frame fed in ``pieces`` (a value may be gigabytes: it is streamed and its
+    output only counted unless ``keep``); more than ``limit`` bytes out is a bomb."""
     # the standard library's zstd (Python 3.14) or its backport, imported on first use only
     try:
         if sys.version_info >= (3, 14):
@@ -241,15 +272,27 @@ def _unzstd(data: bytes) -> bytes:
     except ImportError:
         raise Damage(Problem.UNREADABLE, "is zstd-compressed and this Python has no zstd module (install backports.zstd)") from None
     decompressor: ZstdDecompressor = ZstdDecompressor()
+    kept: list[bytes] = []
+    produced = 0
     try:
-        out = decompressor.decompress(data, max_length=MAX_NODE_BYTES + 1)
+        for piece in pieces:
+            if decompressor.eof:
+                break
+            out = decompressor.decompress(piece, max_length=CHUNK)
+            while True:
+                produced += len(out)
+                if produced > limit:
+                    raise Damage(Problem.MALFORMED, f"decompresses to more than {limit:,} bytes")
+                if keep:
+                    kept.append(out)
+                if decompressor.needs_input or decompressor.eof:
+                    break
+                out = decompressor.decompress(b"", max_length=CHUNK)
     except ZstdError as error:
         raise Damage(Problem.MALFORMED, f"cannot be decompressed ({error})") from None
-    if len(out) > MAX_NODE_BYTES:
-        raise Damage(Problem.MALFORMED, f"decompresses to more than {MAX_NODE_BYTES:,} bytes")
     if not decompressor.eof or decompressor.unused_data:
         raise Damage(Problem.MALFORMED, "is not one whole zstd frame")
-    return out
+    return kept
 
 
 class _Reader:
