@@ -258,3 +258,29 @@ def test_a_changed_or_cut_manifest_or_node_never_raises_and_is_never_clean(saved
         changed = original[: data.draw(st.integers(0, len(original) - 1))]
     report = ocdbt.walk(changed if victim == "manifest.ocdbt" else files["manifest.ocdbt"], _Memory({**files, victim: changed}))
     assert report.issues or report.fact("missing"), (victim, report)
+
+
+def test_a_deep_ocdbt_tree_is_walked_through_its_interior_nodes(tmp_path):
+    """Orbax's trees are a single leaf in practice (nodes of up to 100 MB); TensorStore itself,
+    with small nodes, writes interior ones: every value is reached, and a lost node file is named."""
+    ts = pytest.importorskip("tensorstore", reason=REASON)
+    from ckptdoctor.readers import _Folder, ocdbt
+
+    spec = {"driver": "ocdbt", "base": f"file://{tmp_path}/", "config": {"max_decoded_node_bytes": 512, "max_inline_value_bytes": 16}}
+    store = ts.KvStore.open(spec).result()
+    with ts.Transaction() as txn:
+        for i in range(400):
+            store.with_transaction(txn)[f"key{i:04d}"] = bytes([i % 256]) * 100
+    manifest = (tmp_path / "manifest.ocdbt").read_bytes()
+    walk = ocdbt._Walk(_Folder(str(tmp_path)), crc=True)
+    version = ocdbt._manifest(manifest)
+    walk.node(version.root, "", version.height)
+    assert version.height > 0 and len(walk.values) == 400 and not walk.issues
+    assert ocdbt.walk(manifest, _Folder(str(tmp_path)), values=True).issues == ()
+    node = next(ref.path for ref in walk.values)  # a file holding values (and leaf nodes)
+    (tmp_path / node).unlink()
+    assert node in (ocdbt.walk(manifest, _Folder(str(tmp_path))).fact("missing") or "")
+    with pytest.raises(Exception, match=r"NOT_FOUND|DATA_LOSS|OUT_OF_RANGE"):
+        reopened = ts.KvStore.open(spec).result()
+        for i in range(400):
+            reopened.read(f"key{i:04d}").result()

@@ -35,6 +35,8 @@ MAX_NODE_BYTES = 256 * 1024 * 1024
 """The most one node may decode to (Orbax configures 100 MB): more is a decompression bomb."""
 _HEADER = 12  # magic and length; the varints follow
 _ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
+_MISSING = (1 << 64) - 1
+"""Offset and length both at this value: TensorStore's reference to nothing."""
 _MAX_RATIO = 1024
 """A value decoding to more than this many times its size is a bomb, not an array chunk."""
 _FOOTER = 4
@@ -187,7 +189,7 @@ def _leaf(node: _Reader, files: list[tuple[str, str]], count: int) -> list[Ref]:
     ids = [node.file_id(files) for _ in indirect]
     offsets = [node.varint() for _ in indirect]
     node.skip(sum(length for length, kind in zip(lengths, kinds, strict=True) if kind == 0))
-    return [Ref(path, offset, length) for path, offset, length in zip(ids, offsets, indirect, strict=True)]
+    return [_ref(path, offset, length) for path, offset, length in zip(ids, offsets, indirect, strict=True)]
 
 
 def _interior(node: _Reader, files: list[tuple[str, str]], count: int) -> list[tuple[Ref, str]]:
@@ -198,7 +200,7 @@ def _interior(node: _Reader, files: list[tuple[str, str]], count: int) -> list[t
     lengths = [node.varint() for _ in range(count)]
     for _ in range(3 * count):  # statistics: keys, tree bytes, value bytes
         node.varint()
-    return [(Ref(path, offset, length), base) for (base, path), offset, length in zip(ids, offsets, lengths, strict=True)]
+    return [(_ref(path, offset, length), base) for (base, path), offset, length in zip(ids, offsets, lengths, strict=True)]
 
 
 def _manifest(data: bytes) -> _Version:
@@ -224,9 +226,17 @@ def _manifest(data: bytes) -> _Version:
     if not count:
         return _Version(None, 0)
     # the newest version is the last one inline; older ones (in version nodes) are never restored
-    if lengths[-1] == 0:
-        return _Version(None, 0)
-    return _Version(Ref(ids[-1], offsets[-1], lengths[-1]), heights[-1])
+    if lengths[-1] == 0 or (offsets[-1], lengths[-1]) == (_MISSING, _MISSING):
+        return _Version(None, 0)  # a version whose tree holds no key
+    return _Version(_ref(ids[-1], offsets[-1], lengths[-1]), heights[-1])
+
+
+def _ref(path: str, offset: int, length: int) -> Ref:
+    """A reference to bytes of a data file, which must lie inside the store's folder."""
+    _confined(path)
+    if offset + length > _MISSING:
+        raise Damage(Problem.MALFORMED, f"names bytes past the largest offset a file can have in {path}")
+    return Ref(path, offset, length)
 
 
 def _unwrap(data: bytes, magic: int, what: str, crc: bool) -> bytes:
@@ -344,14 +354,14 @@ class _Reader:
                 raise Damage(Problem.MALFORMED, "has a data file path longer than the format allows")
             previous = path
             files.append((transitive + _text(path[:base]), transitive + _text(path)))
-        for _, full in files:
-            _confined(full)
         return files
 
     def file_id(self, files: list[tuple[str, str]]) -> str:
         return self.file_entry(files)[1]
 
     def file_entry(self, files: list[tuple[str, str]]) -> tuple[str, str]:
+        """A (base path, full path) from the table; the path is checked where a reference uses it
+        (a version with no tree names the empty path)."""
         index = self.varint()
         if index >= len(files):
             raise Damage(Problem.MALFORMED, f"names data file {index}, and its table holds {len(files)}")
