@@ -302,3 +302,24 @@ def test_real_burnpack_mutations_never_raise(mnist: bytes, data: st.DataObject) 
     cut = data.draw(st.integers(min_value=0, max_value=len(mnist) - 1))
     sample = _Prefix(bytes(head) + mnist[4096:], len(mnist) - cut)
     read_header(sample, data.draw(st.sampled_from(NAMES)))
+
+
+@FUZZ
+@given(body=st.binary(max_size=512), header=st.booleans())
+@example(body=b"", header=False)
+@example(body=b"\x00\x01\x28\xb5\x2f\xfd", header=True)
+def test_an_ocdbt_manifest_of_any_bytes_never_raises_and_is_never_clean(body: bytes, header: bool) -> None:
+    """Bytes under the name ``manifest.ocdbt``, bare or behind a header whose magic and length
+    are right: the OCDBT reader names a problem (its CRC-32C fails), never raises."""
+    from ckptdoctor.readers import ocdbt
+
+    class Nothing:
+        def size(self, path: str) -> int | None:
+            return None
+
+        def read(self, path: str, offset: int, length: int) -> bytes:
+            return b""
+
+    data = struct.pack(">I", ocdbt.MANIFEST_MAGIC) + struct.pack("<Q", 12 + len(body)) + body if header else body
+    report = ocdbt.walk(data, Nothing())
+    assert report.issues

@@ -44,13 +44,16 @@ def test_a_leftover_tmp_folder_is_an_abandoned_save(tmp_path, inspect_json):
     assert len(report["runs"]) == 1
 
 
-def test_a_step_without_its_commit_marker_is_ckd106(tmp_path, inspect_json):
+def test_a_step_without_its_commit_marker_is_a_ckd106_warning_and_stays_the_resume_point(tmp_path, inspect_json):
+    # on a local disk the rename of the temporary folder commits a save: Orbax restores it without
+    # the marker (tests/test_orbax_real.py asks Orbax itself)
     folder = orbax_run(tmp_path / "ckpt")
     (folder / "200" / "commit_success.txt").unlink()
     report = inspect_json(folder).json
     (marker,) = [f for f in report["findings"] if f["code"] == "CKD106"]
     assert marker["index"] == 200 and "commit_success.txt" in marker["message"]
-    assert report["runs"][0]["resume"]["index"] == 100
+    assert marker["severity"] == "warning" and "local disk" in marker["message"]
+    assert report["runs"][0]["resume"]["index"] == 200
 
 
 def test_numbered_folders_without_orbax_markers_are_not_orbax(tmp_path, inspect_json):

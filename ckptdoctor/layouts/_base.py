@@ -82,6 +82,9 @@ class Layout:
     """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
     loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
     that needs those and nothing else is CKD402 as info."""
+    advisory: Mapping[Role, str] = MappingProxyType({})
+    """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
+    when such a file is missing or damaged, and the finding that says so is a warning."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
@@ -125,6 +128,13 @@ class Layout:
 
     def file_name(self, role: Role, index: int) -> str | None:
         """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
+        return None
+
+    def unread(self, relative: str) -> FileReport | None:
+        """The report of a checkpoint's file (by its path inside the checkpoint) that the framework
+        does not read on its own: read only through another one, which judges it (an OCDBT
+        manifest's data files), or not at all. Such a file is counted, never read. None for the
+        files that are read."""
         return None
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
@@ -219,6 +229,12 @@ class FolderLayout(Layout):
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
         return self.required([])
 
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        """The roles of a file by its path inside the checkpoint folder: by its name, unless the
+        same name means another thing at another depth (Orbax's per-item markers)."""
+        return self.role_of(relative.rpartition("/")[2])
+
+
     def nested(self, name: str) -> bool:
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
         return False
@@ -270,8 +286,8 @@ class FolderLayout(Layout):
             item
             for slot in slots
             if isinstance(slot, _Saved)
-            for _, item in slot.contents
-            if not item.is_dir and not item.dangling and self.role_of(item.name)
+            for relative, item in slot.contents
+            if not item.is_dir and not item.dangling and self.role_in(relative) and self.unread(relative) is None
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
         saved: list[tuple[Claim, Entry | None, list[CheckpointFile]]] = []
@@ -281,9 +297,9 @@ class FolderLayout(Layout):
             if isinstance(slot, _Saved):
                 files: list[CheckpointFile] = []
                 for relative, item in slot.contents:
-                    roles = None if item.is_dir else self.role_of(item.name)
+                    roles = None if item.is_dir else self.role_in(relative)
                     if roles:
-                        files.append(CheckpointFile(item, roles, relative, judge(item)))
+                        files.append(CheckpointFile(item, roles, relative, self.unread(relative) or judge(item)))
                     else:
                         others.append(item)
                 saved.append((slot.claim, slot.folder, files))
@@ -307,6 +323,7 @@ class FolderLayout(Layout):
                     False,
                     folder,
                     self.absent(files, every),
+                    frozenset(self.advisory),
                 )
                 for claim, folder, files in saved
             ),
@@ -583,6 +600,7 @@ def _checkpoint(
     single: bool,
     folder: Entry | None = None,
     absent: tuple[str, ...] = (),
+    advisory: frozenset[Role] = frozenset(),
 ) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
@@ -590,13 +608,17 @@ def _checkpoint(
     # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
     # repeated) save: its own finding (CKD202), not a checkpoint cut short
     whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-    judged = [f for f in files if Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole]
+    judged = [
+        f
+        for f in files
+        if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
+    ]
     problems = {problem for f in judged for problem in f.report.problems}
     if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL
     elif problems & _CORRUPT:
         status = Status.CORRUPT
-    elif missing or absent:
+    elif set(missing) - advisory or absent:
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE

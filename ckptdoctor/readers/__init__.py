@@ -20,6 +20,8 @@ from ckptdoctor.readers import (
     hfargs,
     hfjson,
     npy,
+    ocdbt,
+    orbax,
     pickle,
     pointer,
     safetensors,
@@ -229,12 +231,14 @@ def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[S
 
 
 def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | None:
-    """Files whose name fixes what they hold: a framework's pointer and metadata files, and
-    DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
+    """Files whose name fixes what they hold: a framework's pointer and metadata files (Orbax's
+    JSON among them), and DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
     if pointer.is_pointer(name):
         return pointer.read
     if dcp.is_data_file(name):
         return dcp.read_data_file
+    if name in orbax.NAMES:
+        return functools.partial(orbax.read, name=name)
     if name == dcp.METADATA and kind is Format.PICKLE:
         return dcp.read_metadata
     if kind is Format.JSON and hfjson.is_hf_json(name):
@@ -243,7 +247,10 @@ def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | N
 
 
 def probe(entry: Entry) -> FileReport:
-    """Open, sample and judge one file; a file that cannot be read says why."""
+    """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
+    judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks."""
+    if entry.name == ocdbt.MANIFEST:
+        return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
     report = _read_file(entry, read_header)
     if report.issues or report.tensors:
         return report
@@ -272,6 +279,8 @@ def verify(entry: Entry, deep: int = 0) -> FileReport:
     ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
         report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
+    elif entry.name == ocdbt.MANIFEST:
+        report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep))
     if report.format == Format.SAFETENSORS.value and not report.issues:
@@ -318,6 +327,32 @@ def _dcp_objects(metadata: Sample, folder: str) -> list[FileIssue]:
         found = verify_sample(BytesSample(chunk), "object.pt").issues
         issues += [dataclasses.replace(i, detail=f"{where}: {i.detail}") for i in found if i.problem is Problem.UNSAFE_PICKLE]
     return issues
+
+
+def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool, values: bool) -> FileReport:
+    if sample.size > ocdbt.MAX_NODE_BYTES:
+        return FileReport(Format.OCDBT.value, (FileIssue(Problem.MALFORMED, f"{sample.size:,} bytes: larger than any OCDBT manifest ckptdoctor reads"),))
+    return ocdbt.walk(sample.head(sample.size), _Folder(folder), crc, values)
+
+
+class _Folder:
+    """The files of one folder, for readers that follow references between them (OCDBT)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def size(self, path: str) -> int | None:
+        try:
+            return os.stat(os.path.join(self.folder, path)).st_size
+        except OSError:
+            return None
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            with FileSample.open(os.path.join(self.folder, path)) as data:
+                return data.range(offset, length)
+        except OSError:
+            return b""
 
 
 class ReadAhead:

@@ -34,6 +34,8 @@ class Format(str, enum.Enum):
     SAFETENSORS = "safetensors"
     DISTCP = "distcp"
     """torch.distributed.checkpoint data: raw tensor bytes, told by name only."""
+    OCDBT = "ocdbt"
+    """TensorStore's OCDBT store (Orbax's arrays): a manifest, B+tree nodes and raw values."""
     TEXT = "text"
     """A pointer file's few bytes of text (DeepSpeed's ``latest``)."""
     ZIP = "zip"

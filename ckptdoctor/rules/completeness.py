@@ -158,7 +158,8 @@ MISSING_SHARD = Rule(
         "Large and distributed checkpoints are split into several files, and every one is needed: safetensors shards "
         "listed in `model.safetensors.index.json`, DeepSpeed ZeRO optimizer partitions (one "
         "`zero_pp_rank_<r>_mp_rank_00_optim_states.pt` per data-parallel rank), DCP `__<i>_<j>.distcp` files named by "
-        "`.metadata`. A missing shard means missing tensors: DeepSpeed refuses to load or consolidate the checkpoint "
+        "`.metadata`, Orbax item folders named by `_CHECKPOINT_METADATA` and the OCDBT data files (`d/…`) that an "
+        "item's `manifest.ocdbt` names. A missing shard means missing tensors: DeepSpeed refuses to load or consolidate the checkpoint "
         "(`Expected N of '*_optim_states.pt' … but found M files`), and HF cannot load the weights."
     ),
     causes=(
@@ -191,7 +192,9 @@ MISSING_COMMIT_MARKER = Rule(
         "writes it after every rank's data), Orbax's `commit_success.txt` (with the folder renamed from "
         "`*.orbax-checkpoint-tmp`), Megatron-LM's `latest_checkpointed_iteration.txt`, advanced only once an `iter_*` "
         "folder is fully written. Without the marker the data files may be incomplete, and loaders treat the checkpoint as "
-        "absent: Orbax skips it, and DCP cannot even tell which tensors the folder holds."
+        "absent: Orbax on GCS skips it, and DCP cannot even tell which tensors the folder holds. On a local disk Orbax "
+        "commits by renaming the folder and restores a step without `commit_success.txt` or `_CHECKPOINT_METADATA` "
+        "(given each item's args): there it is a warning, and the step stays the resume point."
     ),
     causes=(
         "The job was killed or pre-empted after the data files and before the marker. An asynchronous save is still running "
@@ -455,6 +458,9 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             severity = None
             if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.resume_needs:
                 severity = Severity.WARNING
+            elif role in ctx.layout.advisory:
+                severity = Severity.WARNING
+                message += f"; {ctx.layout.advisory[role]}"
             yield ctx.finding(
                 rule,
                 message,
@@ -519,6 +525,8 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     reports: dict[int, FileReport] = {}
     for index, file in ctx.files:
         report = file.report
+        if ctx.layout.unread(file.prefix) is not None:
+            continue  # not read, so not a way of saving (an OCDBT store's data files)
         if len(file.roles) == 1 and not (report.issues and report.problems - {Problem.LEGACY}):
             by_report[file.roles[0], id(report)].append(index)
             reports[id(report)] = report
@@ -557,7 +565,10 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
     for checkpoint in ctx.run.checkpoints:
         if not checkpoint.absent:
             continue
-        index_file = next((f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None)
+        # the file that lists what is missing, or else the one that names the checkpoint's files
+        index_file = next((f for f in checkpoint.files if f.report.fact("missing")), None) or next(
+            (f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None
+        )
         where = checkpoint.path or ctx.run.path
         count = len(checkpoint.absent)
         names = ", ".join(checkpoint.absent[:3]) + (f" and {count - 3} more" if count > 3 else "")

@@ -200,7 +200,9 @@ CRC_MISMATCH = Rule(
         "A torch zip checkpoint records a CRC-32 for every member, but `torch.load` never checks it: a flipped bit in tensor "
         "data loads without any error and gives silently wrong weights, and a flip in `data.pkl` can drop a key or fail with "
         "an odd `Unsupported global`. Python's `zipfile` does check (`Bad CRC-32 for file …`). The file is full-length but "
-        "damaged: treat its values as untrustworthy. Files saved with CRCs switched off (every CRC 0) are not reported."
+        "damaged: treat its values as untrustworthy. Files saved with CRCs switched off (every CRC 0) are not reported. "
+        "Orbax's OCDBT store checksums its `manifest.ocdbt` and B+tree nodes with CRC-32C, and TensorStore does check it "
+        "(`DATA_LOSS: Error reading … in OCDBT database`): `inspect` checks the manifest's, `verify` every node's too."
     ),
     causes=(
         "Bit rot or a failing disk; memory errors on the machine that wrote or copied the file; a faulty network filesystem "
@@ -458,6 +460,9 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
             if issue.problem is Problem.NON_WEIGHTS and _loaded_as_written(ctx, file, issue):
                 severity = Severity.INFO
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
+            elif file.roles and set(file.roles) <= set(ctx.layout.advisory):
+                severity = Severity.WARNING
+                message += f"; {'; '.join(ctx.layout.advisory[role] for role in file.roles)}"
             yield ctx.finding(
                 rule,
                 message,
