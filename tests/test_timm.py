@@ -117,6 +117,9 @@ def test_the_saved_args_namespace_is_ckd402_info_because_timm_loads_it(tmp_path,
     with pytest.raises(Exception, match=r"argparse\.Namespace"):
         torch.load(folder / "checkpoint-3.pth.tar", weights_only=True)
     assert timm_resume(folder / "checkpoint-3.pth.tar")[0] == 4
+    # and the table marks no file as damaged: a ✗ beside "✓ complete" would contradict it
+    table = cli("verify", folder).stdout
+    assert "✗" not in table and table.count("✓ complete") == 3
 
 
 def test_any_other_global_beside_the_namespace_keeps_the_warning(tmp_path, cli):

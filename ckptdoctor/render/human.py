@@ -16,6 +16,7 @@ from ckptdoctor.model import (
     CheckpointFile,
     Finding,
     Plan,
+    Problem,
     Report,
     Role,
     Run,
@@ -206,7 +207,7 @@ def _cell(checkpoint: Checkpoint, role: Role) -> Text:
     if not files:
         return Text("missing", style="red") if role in checkpoint.missing else Text("—", style="dim")
     if len(files) > 2:  # shards: the count says enough, --json lists them
-        broken = any(f.report.problems for f in files)
+        broken = any(f.report.problems - _NOT_DAMAGE for f in files)
         return Text(f"{len(files)} files" + (" ✗" if broken else ""), style="red" if broken else "")
     return Text(" + ").join(_file_text(f, role) for f in files)
 
@@ -214,9 +215,13 @@ def _cell(checkpoint: Checkpoint, role: Role) -> Text:
 def _file_text(file: CheckpointFile, role: Role) -> Text:
     if file.bundled and file.roles[0] is not role:
         return Text("(bundled)", style="dim")
-    if file.report.problems:
+    if file.report.problems - _NOT_DAMAGE:
         return Text(f"{file.name} ✗", style="red")
     return Text(file.name)
+
+
+_NOT_DAMAGE = frozenset({Problem.NON_WEIGHTS})
+"""What a file may need without being damaged (CKD402: globals its own loader allows): no ✗."""
 
 
 def _status(checkpoint: Checkpoint) -> Text:
