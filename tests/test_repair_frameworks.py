@@ -878,7 +878,14 @@ def test_orbax_abandoned_tmp_folder(tmp_path, cli):
     round_trip(cli, folder, resume=200, quarantine={"300.orbax-checkpoint-tmp-0": {"CKD202"}})
 
 
-def test_orbax_newest_step_without_its_commit_marker(tmp_path, cli):
+def test_orbax_newest_step_without_its_commit_marker_is_left_as_the_resume_point(tmp_path, cli):
+    """Orbax restores a step without commit_success.txt on a local disk (tests/test_orbax_real.py
+    asks it): repair moves nothing, and CKD106 is a warning."""
     folder = orbax_run(tmp_path / "ckpt", steps=(100, 200, 300))
     (folder / "300" / "commit_success.txt").unlink()
-    round_trip(cli, folder, resume=200, quarantine={"300": {"CKD106"}})
+    age(folder)
+    dry = cli("repair", "--json", "--dry-run", folder)
+    assert dry.exit_code == 0, dry.stderr
+    assert [item for item in dry.json["plan"] if item["action"] != "keep"] == []
+    assert dry.json["runs"][0]["resume"]["index"] == 300
+    assert {(f["code"], f["severity"]) for f in dry.json["findings"]} == {("CKD106", "warning")}
