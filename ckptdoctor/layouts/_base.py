@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._zeroed import find_zeroed
 from ckptdoctor.model import (
     Checkpoint,
     CheckpointFile,
@@ -26,6 +27,7 @@ from ckptdoctor.model import (
     Run,
     Status,
     Unit,
+    Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import ReadAhead, expected_formats
@@ -149,6 +151,11 @@ class FolderLayout(Layout):
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
 
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        """One checkpoint's files, each judged against what the others record about it (a data
+        file's size against the metadata that places its items)."""
+        return files
+
     def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
         """A checkpoint folder of this framework, judged by its name (and, where names are free,
         by what it holds)."""
@@ -213,7 +220,7 @@ class FolderLayout(Layout):
                         files.append(CheckpointFile(item, roles, relative, judge(item)))
                     else:
                         others.append(item)
-                saved.append((claim, entry, files))
+                saved.append((claim, entry, self.measured(files)))
             elif entry.is_dir and (staged := self.staging(entry.name)) is not None:
                 loose.append(CheckpointFile(entry, (Role.TEMP,), staged.prefix, FileReport("folder")))
             elif not entry.is_dir and (pointer := self.pointer(entry.name)) is not None:
@@ -223,21 +230,21 @@ class FolderLayout(Layout):
         every = [files for _, _, files in saved]
         required = self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
-        checkpoints = sorted(
-            (
-                _checkpoint(
-                    claim.number,
-                    tuple(files),
-                    # a save newer than the tracker's commit never finished, whatever it holds
-                    (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
-                    False,
-                    entry,
-                    self.absent(files, every),
-                )
-                for claim, entry, files in saved
-            ),
-            key=lambda checkpoint: checkpoint.index,
-        )
+        saved.sort(key=lambda save: save[0].number)
+        zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
+        checkpoints = [
+            _checkpoint(
+                claim.number,
+                tuple(files),
+                # a save newer than the tracker's commit never finished, whatever it holds
+                (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
+                False,
+                entry,
+                self.absent(files, every),
+                zeros.get(claim.number, ()),
+            )
+            for claim, entry, files in saved
+        ]
         return Run(
             path=listing.path,
             layout=self.name,
@@ -341,9 +348,11 @@ def group(
         others.append(entry)
 
     required = layout.required(list(claims.values()))
+    saves = sorted(by_index.items())
+    zeros = find_zeroed(saves)
     checkpoints = tuple(
-        _checkpoint(index, tuple(files), required, listing.single_file)
-        for index, files in sorted(by_index.items())
+        _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()))
+        for index, files in saves
     )
     unit = units.most_common(1)[0][0] if units else layout.default_unit
     return Run(
@@ -433,6 +442,7 @@ def _checkpoint(
     single: bool,
     folder: Entry | None = None,
     absent: tuple[str, ...] = (),
+    zeroed: tuple[Zeroed, ...] = (),
 ) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
@@ -444,13 +454,15 @@ def _checkpoint(
     problems = {problem for f in judged for problem in f.report.problems}
     if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL
-    elif problems & _CORRUPT:
+    elif problems & _CORRUPT or any(z.read_whole for z in zeroed):
+        # tensors read as zeros where the previous checkpoint held data: a resume would load them
+        # as weights (the guess from a file's last 4 KiB only warns)
         status = Status.CORRUPT
     elif missing or absent:
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing, absent, folder)
+    return Checkpoint(index, files, status, missing, absent, folder, zeroed)
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
