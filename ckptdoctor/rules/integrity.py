@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity
+from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.rules._context import RunContext, make_finding
 from ckptdoctor.rules._rule import Rule
@@ -402,7 +402,6 @@ ZEROED_DATA = Rule(
         "first checkpoint that holds the zeros."
     ),
     fixes=(
-        "Read every byte with `ckptdoctor verify --deep {run}`: it checks each tensor and DCP item, and a checkpoint whose data turned to zeros stops being the resume point.",
         "{resume}.",
         "Move the damaged checkpoint out of the run (or restore {name} from a backup and compare its `sha256sum` with the source), so that no resume from the latest checkpoint loads zeros as weights.",
         "Before the next save, check that there is room and that the storage is healthy: `ckptdoctor diskcheck {run}`, and `dmesg` for I/O errors.",
@@ -620,11 +619,23 @@ def zeroed_data(ctx: RunContext) -> Iterator[Finding]:
                     "the end of the save may never have reached the disk"
                 )
                 severity = Severity.WARNING  # a guess from 4 KiB: verify --deep reads the tensors themselves
-            yield ctx.finding(ZEROED_DATA, message, index=checkpoint.index, path=found.path, severity=severity)
+            yield ctx.finding(
+                ZEROED_DATA, message, index=checkpoint.index, path=found.path, severity=severity, extra_fixes=_read_whole(found, ctx)
+            )
 
 
 _NAMED = 3
 """Tensors a CKD212 message names before it counts the rest."""
+
+
+def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
+    """The first fix for a guess from a file's tail: read the bytes themselves."""
+    if found.read_whole:
+        return ()
+    return (
+        f"Read every byte with `ckptdoctor verify --deep {ctx.run.path}`: it checks each tensor and DCP item, and "
+        "takes the checkpoint out of the resume point if its data turned to zeros.",
+    )
 
 
 def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
