@@ -90,6 +90,8 @@ class Problem(str, enum.Enum):
 
 
 _NO_PROBLEMS: frozenset[Problem] = frozenset()
+TOP_LEVEL_TENSORS = "top-level-tensors"
+"""The fact a skim of a bundled file's keys leaves: how many top-level values are tensors."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class FileIssue:
 
     problem: Problem
     detail: str
+    needs: tuple[str, ...] = ()
+    """The globals a non-weights issue asks a loader to allow (``argparse.Namespace``); empty for
+    every other issue and for non-weights content no allowlist admits (TorchScript code)."""
 
 
 class Span(NamedTuple):
@@ -156,6 +161,12 @@ class FileReport:
             if name == key:
                 return value
         return None
+
+    @property
+    def keys_read(self) -> bool:
+        """Whether ``keys`` were read from the content: the whole file (``verify``), or the
+        top-level keys skimmed for a bundled checkpoint (``inspect``)."""
+        return self.tensors is not None or self.fact(TOP_LEVEL_TENSORS) is not None
 
     @functools.cached_property
     def problems(self) -> frozenset[Problem]:
@@ -244,6 +255,9 @@ class Checkpoint:
     """Files the checkpoint's own metadata names (shards in an index) that are not there."""
     folder: Entry | None = None
     """The checkpoint's own folder, for layouts that save one folder per checkpoint."""
+    roles_unread: tuple[str, ...] = ()
+    """Bundled files whose roles are only what their names say: their keys were not read, or
+    name no role ckptdoctor knows (``complete`` then means "as far as names tell")."""
     zeroed: tuple[Zeroed, ...] = ()
     """Its bytes that are all zero where the run's previous checkpoint held data."""
 
@@ -283,6 +297,10 @@ class Run:
     """The user pointed at one file: only that file is judged, not the run's completeness."""
     extra_files: tuple[CheckpointFile, ...] = ()
     """Files outside every checkpoint that ``verify`` read whole (pickles, arrays, unknown content)."""
+    weights_only: str | None = None
+    """Why the run saves weights alone by design (HF ``save_only_model``, Lightning
+    ``save_weights_only``): its checkpoints need no optimizer or scheduler state, and its
+    framework resumes from them with a fresh optimizer. None for a run that saves it all."""
 
     @property
     def resume(self) -> Checkpoint | None:

@@ -1,11 +1,17 @@
-"""accelerate runs written by a real `Accelerator.save_state` with automatic checkpoint naming."""
+"""accelerate runs written by a real `Accelerator.save_state`: with automatic checkpoint naming,
+and into folders the script names."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,6 @@ def test_an_empty_scheduler_is_ckd201(run, inspect_json):
 def test_prune_keeps_its_own_folder_out_of_checkpoints_and_accelerate_saves_on(run, cli):
     """accelerate's save_state(total_limit=...) and load_state() parse a number out of every name
     in checkpoints/: ckptdoctor's lock and trash must live beside it."""
-    import os
     import time
 
     import accelerate
@@ -98,3 +103,235 @@ def test_prune_keeps_its_own_folder_out_of_checkpoints_and_accelerate_saves_on(r
     accelerator.load_state()  # the newest save, found by parsing every name in checkpoints/
     accelerator.save_state()
     assert sorted(os.listdir(run)) == ["checkpoint_3", "checkpoint_4"]
+
+
+# --- issue 14, item 11: resuming after a save killed under automatic naming and total_limit --------
+
+
+def step_and_save(accelerator, model, optimizer, scheduler) -> None:
+    import torch
+
+    accelerator.backward(model(torch.randn(2, 4)).sum())
+    optimizer.step()
+    scheduler.step()
+    accelerator.save_state()
+
+
+def same_weights(accelerator, model, folder: Path) -> bool:
+    from safetensors.torch import load_file
+
+    saved = load_file(str(folder / "model.safetensors"))
+    return all((tensor == saved[name]).all() for name, tensor in accelerator.unwrap_model(model).state_dict().items())
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Path:
+    """Five real saves with total_limit=3 (checkpoint_2..4 left), the last one killed mid-write:
+    its optimizer cut in half, its scheduler and RNG states never written."""
+    from test_repair_frameworks import accelerator_for
+
+    project = tmp_path_factory.mktemp("killed") / "project"
+    accelerator, *prepared = accelerator_for(project, total_limit=3)
+    for _ in range(5):
+        step_and_save(accelerator, *prepared)
+    cut = project / "checkpoints" / "checkpoint_4"
+    optimizer = cut / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+    (cut / "scheduler.bin").unlink()
+    (cut / "random_states_0.pkl").unlink()
+    return project
+
+
+@pytest.fixture
+def project(killed: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "project"
+    shutil.copytree(killed, copy)
+    return copy
+
+
+def test_load_state_by_path_alone_lets_total_limit_delete_the_new_saves(project):
+    """What the fix is for, as accelerate does it: a new Accelerator counts saves from 0 again,
+    the rotation deletes the lowest numbers (the new saves), and a bare `load_state()` takes the
+    broken checkpoint_4."""
+    from test_repair_frameworks import accelerator_for
+
+    run = project / "checkpoints"
+    accelerator, *prepared = accelerator_for(project, total_limit=3)
+    accelerator.load_state(str(run / "checkpoint_3"))
+    step_and_save(accelerator, *prepared)
+    step_and_save(accelerator, *prepared)
+    assert sorted(os.listdir(run)) == ["checkpoint_1", "checkpoint_3", "checkpoint_4"]  # checkpoint_0 rotated away
+    again, *_ = accelerator_for(project, total_limit=3)
+    with pytest.raises(RuntimeError, match="failed finding central directory"):
+        again.load_state()
+
+
+def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project, inspect_json):
+    """The whole fix ckptdoctor gives, done as it says with real accelerate: `ckptdoctor repair`,
+    `load_state(<the folder named>)`, `iteration = <the number named>`, two saves; then a bare
+    `load_state()` loads the newest whole save, and the rotation deleted none of the good ones."""
+    import subprocess
+    import sys
+
+    from test_repair_frameworks import accelerator_for, age
+
+    run = project / "checkpoints"
+    report = inspect_json(run).json
+    assert report["runs"][0]["resume"]["index"] == 3
+    fixes = {f["code"]: f["fixes"][0] for f in report["findings"]}
+    assert {"CKD103", "CKD105", "CKD114", "CKD203"} <= set(fixes)
+    assert len(set(fixes.values())) == 1, "every finding on the cut save gives the same resume"
+    (fix,) = set(fixes.values())
+    assert f"quarantine checkpoint_4 with `ckptdoctor repair {run}`" in fix
+    folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
+    iteration = int(re.search(r"accelerator\.project_configuration\.iteration = (\d+)", fix)[1])  # type: ignore[index]
+    assert (folder, iteration) == (str(run / "checkpoint_3"), 4)
+
+    age(project)  # the job died a while ago
+    repaired = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "repair", "--yes", str(run)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert repaired.returncode == 0, repaired.stderr
+    assert sorted(os.listdir(run)) == ["checkpoint_2", "checkpoint_3"]
+
+    accelerator, model, optimizer, scheduler = accelerator_for(project, total_limit=3)
+    accelerator.load_state(folder)
+    assert same_weights(accelerator, model, run / "checkpoint_3")
+    accelerator.project_configuration.iteration = iteration
+    step_and_save(accelerator, model, optimizer, scheduler)
+    step_and_save(accelerator, model, optimizer, scheduler)
+    assert sorted(os.listdir(run)) == ["checkpoint_3", "checkpoint_4", "checkpoint_5"], "total_limit=3 kept the newest saves"
+
+    again, model_again, *_ = accelerator_for(project, total_limit=3)
+    again.load_state()  # the highest number: the newest whole save
+    assert same_weights(again, model_again, run / "checkpoint_5")
+    after = inspect_json(run).json
+    assert after["findings"] == [] and after["runs"][0]["resume"]["index"] == 5
+
+
+# --- issue 14, item 7: save_state into folders the script names ------------------------------------
+
+
+class Counter:
+    """An object registered for checkpointing: accelerate saves it as custom_checkpoint_0.pkl."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"count": self.count}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.count = state["count"]
+
+
+def named_accelerator() -> tuple[Any, ...]:
+    from test_repair_frameworks import accelerate_model
+
+    accelerate, model, optimizer, scheduler = accelerate_model()
+    accelerator = accelerate.Accelerator(cpu=True)
+    counter = Counter()
+    accelerator.register_for_checkpointing(counter)
+    return (accelerator, counter, *accelerator.prepare(model, optimizer, scheduler))
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory) -> Path:
+    """The `*_no_trainer` examples' folders (`out/step_N`, `epoch/epoch_N`), diffusers'
+    (`diffusers/checkpoint-N`) and a folder without a number (`save_state("my_checkpoint")`),
+    each from a real `save_state(path)`."""
+    import torch
+
+    root = tmp_path_factory.mktemp("named")
+    accelerator, counter, model, optimizer, scheduler = named_accelerator()
+    for step in (2, 4, 6):
+        accelerator.backward(model(torch.randn(2, 4)).sum())
+        optimizer.step()
+        scheduler.step()
+        counter.count = step
+        accelerator.save_state(str(root / "out" / f"step_{step}"))
+        accelerator.save_state(str(root / "diffusers" / f"checkpoint-{step}"))
+        accelerator.save_state(str(root / "epochs" / f"epoch_{step // 2 - 1}"))
+    accelerator.save_state(str(root / "my_checkpoint"))
+    return root
+
+
+@pytest.fixture
+def saves(named: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "named"
+    shutil.copytree(named, copy)
+    return copy
+
+
+def test_folders_the_script_names_are_recognised_by_what_they_hold(saves, inspect_json):
+    result = inspect_json(saves)
+    assert result.exit_code == 0 and result.json["findings"] == []
+    runs = {Path(run["path"]).name: run for run in result.json["runs"]}
+    summary = {name: (run["layout"], run["unit"], [c["index"] for c in run["checkpoints"]]) for name, run in runs.items()}
+    assert summary == {
+        "out": ("accelerate", "step", [2, 4, 6]),
+        "epochs": ("accelerate", "epoch", [0, 1, 2]),
+        # diffusers names its folders like HF Trainer; the files inside are accelerate's
+        "diffusers": ("accelerate", "save", [2, 4, 6]),
+        # no number in the name: one save of its own
+        "my_checkpoint": ("accelerate", "save", [0]),
+    }
+    roles = {f["path"].rsplit("/", 1)[-1]: f["role"] for f in runs["out"]["checkpoints"][-1]["files"]}
+    assert roles["custom_checkpoint_0.pkl"] == "trainer-state"
+    assert inspect_json(saves / "my_checkpoint").json["runs"] == [runs["my_checkpoint"]]
+    (one,) = inspect_json(saves / "out" / "step_4").json["runs"]
+    assert (one["layout"], one["unit"], one["resume"]["index"]) == ("accelerate", "step", 4)
+
+
+def test_a_save_killed_in_a_named_folder_and_the_resume_named(saves, inspect_json):
+    """step_6 cut mid-write, step_8 created and nothing written yet: both join the run by their
+    names, and `load_state` of the folder the fix names restores step 4, custom object included."""
+    run = saves / "out"
+    cut = run / "step_6"
+    (cut / "optimizer.bin").write_bytes((cut / "optimizer.bin").read_bytes()[:100])
+    for name in ("scheduler.bin", "random_states_0.pkl", "custom_checkpoint_0.pkl"):
+        (cut / name).unlink()
+    (run / "step_8").mkdir()
+    report = inspect_json(run).json
+    (found,) = report["runs"]
+    assert [(c["index"], c["status"]) for c in found["checkpoints"]] == [
+        (2, "complete"), (4, "complete"), (6, "partial"), (8, "incomplete"),
+    ]  # fmt: skip
+    (auto,) = [f for f in report["findings"] if f["code"] == "CKD114"]
+    assert auto["index"] == 8
+    fix = auto["fixes"][0]
+    assert f"quarantine step_6, step_8 with `ckptdoctor repair {run}`" in fix
+    assert "iteration" not in fix, "no automatic naming: no save count to set"
+    folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
+    accelerator, counter, model, *_ = named_accelerator()
+    accelerator.load_state(folder)
+    assert counter.count == 4 and same_weights(accelerator, model, run / "step_4")
+
+
+def test_weights_saved_beside_named_saves_are_not_a_checkpoint(saves, inspect_json):
+    """`save_pretrained(out)` and a `final/` export beside the saves: weights without accelerate's
+    files are neither a save of the run nor a run of their own."""
+    run = saves / "out"
+    for folder in (run, run / "final"):
+        folder.mkdir(exist_ok=True)
+        shutil.copy(run / "step_2" / "model.safetensors", folder / "model.safetensors")
+        (folder / "config.json").write_text("{}")
+    result = inspect_json(run)
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (found,) = result.json["runs"]
+    assert [c["index"] for c in found["checkpoints"]] == [2, 4, 6]
+
+
+def test_folders_named_as_experiments_are_runs_of_their_own(saves, inspect_json):
+    """`save_state("experiments/exp1")`, `…/exp2`: a number beside a word that counts no saves
+    tells experiments apart; `prune --keep-last 1 experiments` must not see a series in them."""
+    experiments = saves / "experiments"
+    for name in ("exp1", "exp2"):
+        shutil.copytree(saves / "out" / "step_2", experiments / name)
+    report = inspect_json(experiments).json
+    assert report["findings"] == []
+    assert sorted((Path(run["path"]).name, len(run["checkpoints"])) for run in report["runs"]) == [("exp1", 1), ("exp2", 1)]

@@ -257,7 +257,9 @@ def test_json_report_shape(tmp_path, cli, monkeypatch):
     assert run["resume"] == {
         "index": 4,
         "paths": [f"exp1/checkpoint/{n}" for n in ("model-4.bpk", "optim-4.bpk", "scheduler-4.bpk")],
+        "weights_only": False,
     }
+    assert run["weights_only"] is None
 
     assert len(report["findings"]) == 1
     finding = report["findings"][0]

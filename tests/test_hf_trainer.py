@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,13 +18,11 @@ from ckptdoctor.testing import write_burn_run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """`output_dir` of a real Trainer: steps 2, 4 and 6 saved, save_total_limit=3."""
+def trainer_for(output: Path, max_steps: int, callbacks: list[Any] | None = None) -> Any:
+    """A real Trainer of a tiny GPT-2 that saves every 2 steps into ``output`` (save_total_limit=3)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    output = tmp_path_factory.mktemp("hf") / "out"
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32)
@@ -39,7 +38,7 @@ def trained(tmp_path_factory) -> Path:
 
     args = transformers.TrainingArguments(
         output_dir=str(output),
-        max_steps=6,
+        max_steps=max_steps,
         save_steps=2,
         save_total_limit=3,
         per_device_train_batch_size=4,
@@ -47,7 +46,14 @@ def trained(tmp_path_factory) -> Path:
         use_cpu=True,
         disable_tqdm=True,
     )
-    transformers.Trainer(model=model, args=args, train_dataset=Tokens()).train()
+    return transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """`output_dir` of a real Trainer: steps 2, 4 and 6 saved, save_total_limit=3."""
+    output = tmp_path_factory.mktemp("hf") / "out"
+    trainer_for(output, 6).train()
     return output
 
 
@@ -113,7 +119,9 @@ def test_an_older_incomplete_checkpoint_does_not_trouble_the_automatic_resume(ru
     (run / "checkpoint-2" / "scheduler.pt").unlink()
     report = inspect_json(run).json
     assert finding(report, "CKD103")["index"] == 2
-    assert finding(report, "CKD103")["severity"] == "error"  # HF drops the optimizer too without it
+    # HF drops the optimizer too without it, but nothing resumes from step 2: dead weight for prune
+    assert finding(report, "CKD103")["severity"] == "warning"
+    assert "ckptdoctor prune" in finding(report, "CKD103")["fixes"][0]
     assert "CKD114" not in codes(report)
     assert report["runs"][0]["resume"]["index"] == 6
 
@@ -224,3 +232,71 @@ def test_a_trainer_run_under_deepspeed_needs_no_optimizer_pt(tmp_path, inspect_j
     assert report["runs"][0]["resume"]["index"] == 10
     (tmp_path / "out" / "checkpoint-10" / "trainer_state.json").unlink()
     assert "CKD104" in codes(inspect_json(tmp_path / "out").json)
+
+
+# --- issue 14, item 7: Trainer checkpoints under other names -------------------------------------
+
+
+def test_checkpoints_renamed_are_known_by_what_they_hold_and_the_trainer_resumes_from_the_one_named(run, tmp_path, inspect_json):
+    """`checkpoint-N` copied to `step_N`: trainer_state.json beside weights and optimizer. HF's own
+    `get_last_checkpoint` sees no such name, so no automatic resume is judged; the resume named
+    is passed to `trainer.train()` and training goes on from its step."""
+    import transformers
+
+    renamed = tmp_path / "renamed"
+    for step in (2, 4, 6):
+        shutil.copytree(run / f"checkpoint-{step}", renamed / f"step_{step}")
+    shutil.rmtree(renamed / "step_6")
+    shutil.copytree(run / "checkpoint-6", renamed / "step_6", ignore=shutil.ignore_patterns("trainer_state.json"))
+    report = inspect_json(renamed).json
+    (found,) = report["runs"]
+    assert (found["layout"], found["unit"]) == ("hf-trainer", "step")
+    assert [(c["index"], c["status"]) for c in found["checkpoints"]] == [(2, "complete"), (4, "complete"), (6, "incomplete")]
+    assert found["resume"]["index"] == 4
+    assert "CKD104" in codes(report) and "CKD114" not in codes(report)
+    fix = finding(report, "CKD104")["fixes"][0]
+    assert f'resume_from_checkpoint="{renamed}/step_4"' in fix
+
+    class Steps(transformers.TrainerCallback):  # type: ignore[misc]
+        taken = 0
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            Steps.taken += 1
+
+    trainer = trainer_for(tmp_path / "again", 6, callbacks=[Steps()])
+    trainer.train(resume_from_checkpoint=str(renamed / "step_4"))
+    assert (trainer.state.global_step, Steps.taken) == (6, 2)
+
+
+def test_a_copy_beside_the_trainer_checkpoints_is_a_run_of_its_own_that_prune_leaves(run, inspect_json, cli):
+    """`best/`, copied out of checkpoint-4 by hand, is not one of the saves the Trainer rotates."""
+    from test_repair_frameworks import age
+
+    shutil.copytree(run / "checkpoint-4", run / "best")
+    report = inspect_json(run).json
+    assert report["findings"] == []
+    runs = {Path(found["path"]).name: found for found in report["runs"]}
+    assert [c["index"] for c in runs["out"]["checkpoints"]] == [2, 4, 6]
+    (alone,) = runs["best"]["checkpoints"]
+    assert (runs["best"]["layout"], alone["index"], alone["status"]) == ("hf-trainer", 0, "complete")
+    age(run)
+    assert cli("prune", "--yes", "--keep-last", "1", run).exit_code == 0
+    assert sorted(p.name for p in run.iterdir() if p.is_dir()) == [".ckptdoctor", "best", "checkpoint-6"]
+
+
+def test_a_checkpoint_folder_named_on_its_own_is_one_checkpoint(run, inspect_json):
+    result = inspect_json(run / "checkpoint-6")
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (found,) = result.json["runs"]
+    assert (found["layout"], found["unit"], found["resume"]["index"]) == ("hf-trainer", "step", 6)
+
+
+def test_the_final_export_is_not_taken_for_a_checkpoint(run, inspect_json):
+    """`trainer.save_model()` + `trainer.save_state()`: weights and trainer_state.json, but no
+    optimizer, scheduler or RNG state: nothing resumes training from it, and nothing is wrong."""
+    final = run.parent / "final"
+    shutil.copytree(
+        run / "checkpoint-6", final, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*.pth")
+    )
+    result = inspect_json(final)
+    assert (result.exit_code, result.json["runs"], result.json["findings"]) == (0, [], [])

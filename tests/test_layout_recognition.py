@@ -32,8 +32,8 @@ def trees(tmp_path: Path) -> dict[str, Path]:
     lightning = tmp_path / "lightning" / "checkpoints"
     lightning.mkdir(parents=True)
     for epoch in (1, 2):
-        torch.save({"state_dict": {}}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
-    torch.save({"state_dict": {}}, lightning / "last.ckpt")
+        torch.save({"state_dict": {}, "optimizer_states": [], "lr_schedulers": []}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
+    torch.save({"state_dict": {}, "optimizer_states": [], "lr_schedulers": []}, lightning / "last.ckpt")
     hf = tmp_path / "hf"
     for step in (10, 20):
         folder = hf / f"checkpoint-{step}"
@@ -86,3 +86,14 @@ def test_each_tree_is_reported_under_its_layout(trees, inspect_json):
         report = inspect_json(folder).json
         assert [run["layout"] for run in report["runs"]] == [owner], owner
         assert report["findings"] == [], (owner, report["findings"])
+
+
+def test_a_loop_saving_bin_files_per_epoch_is_not_taken_for_an_accelerate_save(tmp_path, inspect_json):
+    """`model_3.bin`, `optimizer_3.bin`, `scheduler_3.bin`: accelerate's names for a second model,
+    optimizer and scheduler, but here one file per role and epoch of a hand-made loop."""
+    torch = pytest.importorskip("torch")
+    for epoch in (1, 2, 3):
+        for role in ("model", "optimizer", "scheduler"):
+            torch.save({}, tmp_path / f"{role}_{epoch}.bin")
+    (run,) = inspect_json(tmp_path).json["runs"]
+    assert (run["layout"], [c["index"] for c in run["checkpoints"]]) == ("torch", [1, 2, 3])

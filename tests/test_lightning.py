@@ -157,3 +157,76 @@ def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_
     # what the fix names, done with Lightning: it resumes at step 6 and trains on
     resumed = lightning_fit(tmp_path / "again", 2, ckpt_path=str(folder / "epoch=1-step=6.ckpt"), save_top_k=0)
     assert resumed.global_step == 8
+
+
+def test_deep_verify_of_a_default_fit_ignores_the_callbacks_inf_and_lightning_resumes(tmp_path, cli):
+    """Issue 14, item 1: ModelCheckpoint with monitor=None stores `kth_value = tensor(inf)` in every
+    checkpoint; NaN and Inf matter in model and optimizer tensors only."""
+    torch = pytest.importorskip("torch")
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, save_last="link")
+    folder = tmp_path / "checkpoints"
+    saved = torch.load(folder / "last.ckpt", weights_only=False)
+    callback = next(iter(saved["callbacks"].values()))
+    assert torch.isinf(callback["kth_value"])  # what the rule must not call damage
+    report = cli("verify", "--deep", "--json", folder).json
+    assert "CKD304" not in [f["code"] for f in report["findings"]]
+    assert "CKD113" not in [f["code"] for f in report["findings"]]
+    resume = report["runs"][0]["resume"]
+    assert resume is not None
+    (named,) = [Path(p).name for p in resume["paths"] if not p.endswith("last.ckpt")]
+    resumed = lightning_fit(tmp_path / "again", 3, ckpt_path=str(folder / named), save_top_k=0)
+    assert resumed.current_epoch == 3 and resumed.global_step == 12
+
+    # a NaN in the weights is still damage
+    saved["state_dict"]["layer.weight"][0, 0] = float("nan")
+    torch.save(saved, folder / named)
+    report = cli("verify", "--deep", "--json", folder).json
+    nonfinite = {f["path"].rsplit("/", 1)[-1] for f in report["findings"] if f["code"] == "CKD304"}
+    assert nonfinite == {named, "last.ckpt"}  # last.ckpt links to it
+
+
+# --- issue 14, item 7: names Lightning writes besides its `key=value` template ---------------------
+
+
+def test_the_template_without_metric_names_is_indexed_by_step_and_lightning_resumes_from_the_one_named(tmp_path, inspect_json):
+    """`filename="{epoch}-{step}", auto_insert_metric_name=False`: `0-2.ckpt`, `0-4.ckpt`, …"""
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1, filename="{epoch}-{step}", auto_insert_metric_name=False)
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["0-2.ckpt", "0-4.ckpt", "1-6.ckpt", "1-8.ckpt"]
+    assert inspect_json(folder).json["findings"] == []
+    newest = folder / "1-8.ckpt"
+    newest.write_bytes(newest.read_bytes()[:-100])
+    report = inspect_json(folder).json
+    (run,) = report["runs"]
+    assert (run["layout"], run["unit"], [c["index"] for c in run["checkpoints"]]) == ("lightning", "step", [2, 4, 6, 8])
+    assert run["resume"]["index"] == 6
+    fix = next(f for f in report["findings"] if f["code"] == "CKD203")["fixes"][0]
+    assert f'ckpt_path="{folder}/1-6.ckpt"' in fix
+    resumed = lightning_fit(tmp_path / "again", 2, ckpt_path=str(folder / "1-6.ckpt"), save_top_k=0)
+    assert resumed.global_step == 8
+
+
+def test_slurm_requeue_saves_and_the_resume_lightning_picks_by_itself(tmp_path, cli, inspect_json):
+    """`hpc_ckpt_N.ckpt` in default_root_dir: `ckpt_path="hpc"` loads the highest N. A cut newest
+    one is what that resume would pick (CKD114); after `repair`, it picks the whole one."""
+    from test_repair_frameworks import age, lightning_fit
+
+    trainer = lightning_fit(tmp_path, 1, save_top_k=0)
+    for _ in range(2):
+        trainer.save_checkpoint(trainer._checkpoint_connector.hpc_save_path(tmp_path))
+    assert sorted(p.name for p in tmp_path.glob("hpc_ckpt_*")) == ["hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt"]
+    newest = tmp_path / "hpc_ckpt_2.ckpt"
+    newest.write_bytes(newest.read_bytes()[:-100])
+    report = inspect_json(tmp_path).json
+    (run,) = report["runs"]
+    assert (run["layout"], run["unit"], run["resume"]["index"]) == ("lightning", "save", 1)
+    auto = next(f for f in report["findings"] if f["code"] == "CKD114")
+    assert auto["index"] == 2
+    age(tmp_path)
+    assert cli("repair", "--yes", tmp_path).exit_code == 0
+    resumed = lightning_fit(tmp_path, 2, ckpt_path="hpc", save_top_k=0)
+    assert resumed.ckpt_path == str(tmp_path / "hpc_ckpt_1.ckpt") and resumed.global_step == 8

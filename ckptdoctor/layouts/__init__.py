@@ -10,7 +10,16 @@ import dataclasses
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, claim_all, group, probe_batch, temp_base
+from ckptdoctor.layouts._base import (
+    Claim,
+    FolderLayout,
+    Layout,
+    claim_all,
+    file_names,
+    group,
+    probe_batch,
+    temp_base,
+)
 from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.dcp import DcpLayout
@@ -63,13 +72,19 @@ def find_run(
         for layout in LAYOUTS
         if (claims := claim_all(layout, listing.entries, subfolder)) and layout.recognises(listing.entries)
     ]
-    if not candidates:
-        return _lone_file(listing, probe) if listing.single_file else None
     folder_layouts = [candidate for candidate in candidates if candidate[0].folders]
     if folder_layouts:
-        # named checkpoint folders are the strongest signature a folder can have
-        layout, claims = max(folder_layouts, key=lambda candidate: len(candidate[1]))
+        # checkpoint folders are the strongest signature a folder can have; where two frameworks
+        # claim the same names (diffusers' accelerate saves in `checkpoint-N`, HF Trainer's name),
+        # the files inside decide
+        layout, claims = max(folder_layouts, key=lambda candidate: (_signed(candidate, listing, subfolder), len(candidate[1])))
         return layout.build(listing, probe, claims, subfolder)
+    own = file_names(listing)
+    alone = next((lay for lay in LAYOUTS if isinstance(lay, FolderLayout) and lay.signature(own)), None)
+    if alone is not None and not listing.single_file:
+        return alone.build_alone(listing, probe, subfolder)
+    if not candidates:
+        return _lone_file(listing, probe) if listing.single_file else None
     probe = _probed_together(listing, probe, candidates)
     if len(candidates) > 1:
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
@@ -109,6 +124,16 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     content = _format(probe(entry)) if readable else None
     writer = next((lay for lay in _CONTENT_WRITERS if content and lay.accepts(content)), None)
     return group(listing, _AnyFile(writer), probe)
+
+
+def _signed(
+    candidate: tuple[Layout, dict[str, Claim]], listing: Listing, subfolder: Callable[[Entry], Listing | None]
+) -> int:
+    """How many of the folders a folder layout claims carry its framework's signature inside."""
+    layout, claims = candidate
+    if not isinstance(layout, FolderLayout):
+        return 0
+    return sum(1 for e in listing.entries if e.name in claims and layout.signature(file_names(subfolder(e))))
 
 
 def _content_score(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, probe: Callable[[Entry], FileReport]) -> int:

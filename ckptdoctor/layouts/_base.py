@@ -7,15 +7,18 @@ here once for all of them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
+from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._zeroed import find_zeroed
 from ckptdoctor.model import (
+    TOP_LEVEL_TENSORS,
     Checkpoint,
     CheckpointFile,
     Entry,
@@ -30,7 +33,7 @@ from ckptdoctor.model import (
     Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
-from ckptdoctor.readers import ReadAhead, expected_formats
+from ckptdoctor.readers import ReadAhead, expected_formats, with_keys
 from ckptdoctor.readers.sniff import Format
 
 
@@ -77,6 +80,10 @@ class Layout:
     """The framework parses every name in the run folder (accelerate's automatic checkpoint
     naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
     journals, quarantine) then lives beside the run, never in it."""
+    loader_allows: frozenset[str] = frozenset()
+    """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
+    loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
+    that needs those and nothing else is CKD402 as info."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
@@ -104,6 +111,14 @@ class Layout:
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
+
+    full_save: str = "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights"
+    """How this framework is told to save optimizer state with the weights (CKD107's fix)."""
+
+    def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+        """Why this run saves weights alone by design, from what the framework records (None
+        where it does not, or where only the files' keys tell: ``group`` reads those)."""
+        return None
 
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
@@ -161,6 +176,48 @@ class FolderLayout(Layout):
         by what it holds)."""
         return self.claim(entry.name)
 
+    def signature(self, names: frozenset[str]) -> bool:
+        """Whether a folder holding files named ``names`` is unmistakably one of this framework's
+        checkpoints, whatever the folder is called (accelerate's ``random_states_0.pkl``)."""
+        return False
+
+    def claim_folders(self, folders: Sequence[tuple[Entry, Listing | None]]) -> dict[str, Claim]:
+        """The checkpoint folders among ``folders`` (each with its listing), by name first.
+
+        Where no folder carries the framework's own name, the folders whose files carry its
+        signature are its saves under the user's names (``save_state("out/step_500")``), indexed
+        by the number in the name, in the unit its word spells; a folder named like them that
+        holds only this framework's files (or nothing yet) is a save cut short before its telling
+        files were written. Where the framework's own names are there, folders under other names
+        are not part of that run (a copy a user made, ``best/``): ``prune`` must never count them
+        among the saves it rotates, and each is looked at as a run of its own.
+        """
+        named = {entry.name: claim for entry, inside in folders if (claim := self.claim_folder(entry, inside))}
+        if named:
+            return named
+        signed = {
+            entry.name: claim
+            for entry, inside in folders
+            if inside is not None and self.signature(file_names(inside)) and (claim := self._in_series(entry.name))
+        }
+        patterns = {_pattern(name) for name in signed}
+        for entry, inside in folders:
+            if entry.name in signed or _pattern(entry.name) not in patterns:
+                continue
+            if all(self.role_of(name) for name in file_names(inside)) and (claim := self._in_series(entry.name)):
+                signed[entry.name] = claim
+        return signed
+
+    def _in_series(self, name: str) -> Claim | None:
+        """A name that numbers the saves of one loop (``step_500``, ``epoch-3``, ``checkpoint-500``,
+        ``500``), not one that tells experiments apart (``exp1``, ``seed42``: runs of their own)."""
+        words = set(_LETTERS.findall(name.lower()))
+        return self._numbered(name) if not words or words & SERIES_WORDS else None
+
+    def _numbered(self, name: str) -> Claim | None:
+        found = numbered(name)
+        return Claim((), found[0], _pattern(name), found[1] or self.default_unit) if found else None
+
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
         """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
         return ()
@@ -197,38 +254,55 @@ class FolderLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        contents = {
-            entry.name: self._contents(subfolder(entry), subfolder) for entry in listing.entries if entry.name in claims
-        }
+        slots = [
+            _Saved(claims[entry.name], entry, self._contents(subfolder(entry), subfolder)) if entry.name in claims else entry
+            for entry in listing.entries
+        ]
+        return self._assemble(listing, probe, slots)
+
+    def build_alone(
+        self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]
+    ) -> Run:
+        """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
+        out/step_500``; a ``save_state("my_checkpoint")``): a run of that one checkpoint, indexed by
+        the number in the folder's name. A name without a number is one save of its own: index 0,
+        counted in saves (nothing says what it would count)."""
+        name = os.path.basename(os.path.normpath(listing.os_path))
+        claim = self._numbered(name) or Claim((), 0, name, Unit.SAVE)
+        return self._assemble(listing, probe, [_Saved(claim, None, self._contents(listing, subfolder))])
+
+    def _assemble(self, listing: Listing, probe: Callable[[Entry], FileReport], slots: Sequence[_Saved | Entry]) -> Run:
+        """The run of the checkpoint folders in ``slots``, with the entries beside them."""
         batch = [
             item
-            for found in contents.values()
-            for _, item in found
+            for slot in slots
+            if isinstance(slot, _Saved)
+            for _, item in slot.contents
             if not item.is_dir and not item.dangling and self.role_of(item.name)
         ]
         judge = _ContentCheck(self, probe_batch(batch, probe))
-        saved: list[tuple[Claim, Entry, list[CheckpointFile]]] = []
+        saved: list[tuple[Claim, Entry | None, list[CheckpointFile]]] = []
         loose: list[CheckpointFile] = []
         others: list[Entry] = []
-        for entry in listing.entries:
-            claim = claims.get(entry.name)
-            if claim is not None:
+        for slot in slots:
+            if isinstance(slot, _Saved):
                 files: list[CheckpointFile] = []
-                for relative, item in contents[entry.name]:
+                for relative, item in slot.contents:
                     roles = None if item.is_dir else self.role_of(item.name)
                     if roles:
                         files.append(CheckpointFile(item, roles, relative, judge(item)))
                     else:
                         others.append(item)
-                saved.append((claim, entry, self.measured(files)))
-            elif entry.is_dir and (staged := self.staging(entry.name)) is not None:
-                loose.append(CheckpointFile(entry, (Role.TEMP,), staged.prefix, FileReport("folder")))
-            elif not entry.is_dir and (pointer := self.pointer(entry.name)) is not None:
-                loose.append(CheckpointFile(entry, pointer.roles, pointer.prefix, judge(entry)))
+                saved.append((slot.claim, slot.folder, self.measured(files)))
+            elif slot.is_dir and (staged := self.staging(slot.name)) is not None:
+                loose.append(CheckpointFile(slot, (Role.TEMP,), staged.prefix, FileReport("folder")))
+            elif not slot.is_dir and (pointer := self.pointer(slot.name)) is not None:
+                loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, judge(slot)))
             else:
-                others.append(entry)
+                others.append(slot)
         every = [files for _, _, files in saved]
-        required = self.required_of(every)
+        weights_only = self.weights_only(every)
+        required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
         saved.sort(key=lambda save: save[0].number)
         zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
@@ -239,21 +313,31 @@ class FolderLayout(Layout):
                 # a save newer than the tracker's commit never finished, whatever it holds
                 (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
                 False,
-                entry,
+                folder,
                 self.absent(files, every),
                 zeros.get(claim.number, ()),
             )
-            for claim, entry, files in saved
+            for claim, folder, files in saved
         ]
         return Run(
             path=listing.path,
             layout=self.name,
-            unit=self.default_unit,
+            unit=common_unit((claim for claim, _, _ in saved), self.default_unit),
             checkpoints=tuple(checkpoints),
             required=required,
             other_files=tuple(others),
             loose_files=tuple(loose),
+            weights_only=weights_only,
         )
+
+
+class _Saved(NamedTuple):
+    """One checkpoint folder of a run, as its layout claimed it."""
+
+    claim: Claim
+    folder: Entry | None
+    """None where the folder is the listing itself (``FolderLayout.build_alone``)."""
+    contents: list[tuple[str, Entry]]
 
 
 ROLE_WORDS: dict[str, Role] = {
@@ -316,15 +400,16 @@ def group(
     by_index: dict[int, list[CheckpointFile]] = defaultdict(list)
     loose: list[CheckpointFile] = []
     others: list[Entry] = []
-    units: Counter[Unit] = Counter()
+    bundles: list[CheckpointFile] = []
     for entry in listing.entries:
         claim = claims.get(entry.name)
         if claim is not None:
             report = judge(entry)
+            if len(claim.roles) > 1:
+                report = with_keys(entry, report)
+                bundles.append(CheckpointFile(entry, claim.roles, claim.prefix, report))
             roles = confirmed_roles(claim.roles, report)
             by_index[claim.number].append(CheckpointFile(entry, roles, claim.prefix, report))
-            if claim.unit is not None:
-                units[claim.unit] += 1
             continue
         base = temp_base(entry.name)
         target = layout.claim(base) if base is not None else None
@@ -349,22 +434,50 @@ def group(
 
     required = layout.required(list(claims.values()))
     saves = sorted(by_index.items())
+    saved = [files for _, files in saves]
+    weights_only = layout.weights_only(saved) or _bundles_hold_weights_only(bundles, saved)
+    if weights_only:
+        required = without_training_state(required)
     zeros = find_zeroed(saves)
     checkpoints = tuple(
         _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()))
         for index, files in saves
     )
-    unit = units.most_common(1)[0][0] if units else layout.default_unit
     return Run(
         path=listing.path,
         layout=layout.name,
-        unit=unit,
+        unit=common_unit(claims.values(), layout.default_unit),
         checkpoints=checkpoints,
         required=required,
         other_files=tuple(others),
         loose_files=tuple(loose),
         single_file=listing.single_file,
+        weights_only=weights_only,
     )
+
+
+def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:
+    """What a checkpoint of a run that saves weights alone needs: no optimizer, no scheduler."""
+    return tuple(role for role in required if role not in (Role.OPTIMIZER, Role.SCHEDULER))
+
+
+def _bundles_hold_weights_only(bundles: Sequence[CheckpointFile], saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+    """Why a run of bundled files saves weights alone: every bundle's keys were read and show
+    weights, none shows optimizer state, and no other file of the run holds one."""
+    if not bundles or any(Role.OPTIMIZER in file.roles for files in saved for file in files):
+        return None
+    for bundle in bundles:
+        found = roles_in(bundle.report)
+        if found is None or Role.MODEL not in found or Role.OPTIMIZER in found:
+            return None
+    example = bundles[-1]
+    return f"no checkpoint holds optimizer state: the top-level keys of {example.name} are {', '.join(example.report.keys[:8])}"
+
+
+def common_unit(claims: Iterable[Claim], default: Unit) -> Unit:
+    """The unit most of a run's names spell out; ``default`` where none does."""
+    units = Counter(claim.unit for claim in claims if claim.unit is not None)
+    return units.most_common(1)[0][0] if units else default
 
 
 def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
@@ -415,15 +528,52 @@ def claim_all(
     entries: Iterable[Entry],
     subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
 ) -> dict[str, Claim]:
+    if isinstance(layout, FolderLayout):
+        return layout.claim_folders([(entry, subfolder(entry)) for entry in entries if entry.is_dir])
     claims: dict[str, Claim] = {}
     for entry in entries:
-        if isinstance(layout, FolderLayout):
-            claim = layout.claim_folder(entry, subfolder(entry)) if entry.is_dir else None
-        else:
-            claim = layout.claim(entry.name)
+        claim = layout.claim(entry.name)
         if claim is not None:
             claims[entry.name] = claim
     return claims
+
+
+def file_names(listing: Listing | None) -> frozenset[str]:
+    """The names of the files (not folders) directly in ``listing``."""
+    return frozenset(entry.name for entry in listing.entries if not entry.is_dir) if listing else frozenset()
+
+
+UNIT_WORDS: dict[str, Unit] = {
+    "epoch": Unit.EPOCH,
+    "ep": Unit.EPOCH,
+    "step": Unit.STEP,
+    "steps": Unit.STEP,
+    "iter": Unit.ITERATION,
+    "iteration": Unit.ITERATION,
+    "it": Unit.ITERATION,
+}
+"""Words that say what the number beside them counts (``epoch_3``, ``step-500``, ``iter5``)."""
+CHECKPOINT_WORDS = frozenset({"checkpoint", "ckpt", "state", "snapshot"})
+"""Words that call a numbered name a checkpoint (``checkpoint_3.pth``, ``ckpt-500/``)."""
+SERIES_WORDS = frozenset(UNIT_WORDS) | CHECKPOINT_WORDS | {"save"}
+_LETTERS = re.compile(r"[a-z]+")
+_WORDS_AND_NUMBERS = re.compile(r"[a-z]+|\d+")
+_DIGITS = re.compile(r"\d+")
+
+
+def numbered(name: str) -> tuple[int, Unit | None] | None:
+    """The index a folder's name carries (its last number) and the unit its words spell, if any:
+    ``step_500`` -> (500, step), ``epoch_3`` -> (3, epoch), ``checkpoint-500`` -> (500, None)."""
+    tokens = _WORDS_AND_NUMBERS.findall(name.lower())
+    numbers = [token for token in tokens if token.isdigit()]
+    if not numbers:
+        return None
+    return int(numbers[-1]), next((UNIT_WORDS[token] for token in tokens if token in UNIT_WORDS), None)
+
+
+def _pattern(name: str) -> str:
+    """A name with its numbers blanked: saves of one loop share it (``step_#``)."""
+    return _DIGITS.sub("#", name)
 
 
 _ROLE_ORDER = {role: position for position, role in enumerate(Role)}
@@ -462,7 +612,8 @@ def _checkpoint(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing, absent, folder, zeroed)
+    unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
+    return Checkpoint(index, files, status, missing, absent, folder, unread, zeroed)
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
@@ -502,26 +653,26 @@ class _ContentCheck:
         return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)
 
 
-BUNDLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
-    (Role.MODEL, ("state_dict", "model", "model_state_dict", "model_state", "module", "net", "network")),
-    (Role.OPTIMIZER, ("optimizer_states", "optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt")),
-    (Role.SCHEDULER, ("lr_schedulers", "scheduler", "lr_scheduler", "scheduler_state_dict", "scheduler_state")),
-)
-"""Top-level keys under which bundled checkpoints keep each part (Lightning, timm, DeepSpeed, scripts)."""
-_OPTIMIZER_STATE = ("state", "param_groups")
-
-
 def confirmed_roles(roles: tuple[Role, ...], report: FileReport) -> tuple[Role, ...]:
-    """A bundled file's roles as its top-level keys show them once ``verify`` has read it;
-    before that (or for a file of one role) as its name says."""
-    if len(roles) < 2 or report.tensors is None or not report.keys:
+    """A bundled file's roles as its top-level keys show them once they were read (``verify``,
+    or the skim ``inspect`` does); before that (or for a file of one role) as its name says."""
+    if len(roles) < 2:
         return roles
-    found = [role for role, keys in BUNDLE_KEYS if any(key in report.keys for key in keys)]
-    if not found:
-        if all(key in report.keys for key in _OPTIMIZER_STATE):
-            found = [Role.OPTIMIZER]
-        elif report.tensors:
-            found = [Role.MODEL]  # a bare state dict: its keys are tensor names
-        else:
-            return roles
-    return tuple(found) + tuple(role for role in roles if role not in (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER))
+    found = roles_in(report)
+    if found is None:
+        return roles
+    return found + tuple(role for role in roles if role not in (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER))
+
+
+def roles_in(report: FileReport) -> tuple[Role, ...] | None:
+    """The roles a file's top-level keys show; None where they were not read or tell none."""
+    if not report.keys_read or not report.keys:
+        return None
+    found = tuple(role for role, keys in ROLE_KEYS if any(key in report.keys for key in keys))
+    if found:
+        return found
+    if all(key in report.keys for key in OPTIMIZER_STATE):
+        return (Role.OPTIMIZER,)
+    if report.tensors or report.fact(TOP_LEVEL_TENSORS) == str(len(report.keys)):
+        return (Role.MODEL,)  # a bare state dict: its keys are tensor names
+    return None

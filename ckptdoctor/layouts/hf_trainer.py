@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.readers.hfargs import SAVE_ONLY_MODEL
 from ckptdoctor.readers.sniff import Format
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -42,6 +43,10 @@ FILES: dict[str, tuple[Role, ...]] = {
 }
 """File names the Trainer writes into a checkpoint folder (framework reference §1.2)."""
 
+_ONLY_TRAINER = frozenset({"trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt"})
+"""Names only the Trainer writes into a checkpoint (with ``rng_state*.pth``)."""
+_RESUMABLE = frozenset({"optimizer.pt", "scheduler.pt"})
+
 REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
 NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: "trainer_state.json", Role.MODEL: "model.safetensors"}
 
@@ -57,6 +62,17 @@ class HfTrainerLayout(FolderLayout):
     def claim(self, name: str) -> Claim | None:
         match = _CHECKPOINT.match(name)
         return Claim((), int(match[1]), "checkpoint", Unit.STEP) if match else None
+
+    def signature(self, names: frozenset[str]) -> bool:
+        """``trainer_state.json`` beside weights and the optimizer or RNG state: a Trainer
+        checkpoint, copied or renamed (``best/``, ``step_500/``). Without the last two it is the
+        final ``save_model()`` + ``save_state()`` export (or a ``save_only_model`` save), which
+        nothing resumes training from as it is: not taken for a checkpoint."""
+        return (
+            "trainer_state.json" in names
+            and any(FILES.get(name) == (Role.MODEL,) or _SHARD.match(name) for name in names)
+            and any(name in _RESUMABLE or _RNG.match(name) for name in names)
+        )
 
     def staging(self, name: str) -> Claim | None:
         match = _STAGING.match(name)
@@ -80,6 +96,14 @@ class HfTrainerLayout(FolderLayout):
             return (Role.TRAINER_STATE,)
         return REQUIRED
 
+    def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
+        """``save_only_model=True`` in the newest ``training_args.bin`` that says either way."""
+        for files in reversed(saved):
+            for file in files:
+                if Role.TRAINING_ARGS in file.roles and (flag := file.report.fact(SAVE_ONLY_MODEL)) is not None:
+                    return f"{file.name} sets save_only_model=True" if flag == "true" else None
+        return None
+
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
         present = {f.entry.name for f in files}
         named: set[str] = set()
@@ -91,12 +115,18 @@ class HfTrainerLayout(FolderLayout):
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
 
+    full_save = "drop `save_only_model=True` from `TrainingArguments`"
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass `resume_from_checkpoint="{checkpoint.path}"` to `trainer.train()`'
+        hint = f'pass `resume_from_checkpoint="{checkpoint.path or run.path}"` to `trainer.train()`'
+        return f"{hint} (the optimizer and scheduler start afresh: the folder holds none)" if run.weights_only else hint
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``best_model_checkpoint`` in the newest ``trainer_state.json``: what retention and
-        ``load_best_model_at_end`` follow."""
+        ``load_best_model_at_end`` follow (in the Trainer's own ``checkpoint-N`` folders only: a
+        folder copied out of them names checkpoints that were never its siblings)."""
+        if not _own_names(run):
+            return ()
         for checkpoint in reversed(run.checkpoints):
             for file in checkpoint.files_for(Role.TRAINER_STATE):
                 best = file.report.fact("best_model_checkpoint")
@@ -107,5 +137,15 @@ class HfTrainerLayout(FolderLayout):
         return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside
-        return run.checkpoints[-1] if run.checkpoints else None
+        # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside (it sees no other name)
+        return run.checkpoints[-1] if run.checkpoints and _own_names(run) else None
+
+
+def written_by_trainer(names: frozenset[str]) -> bool:
+    """Whether a folder holding ``names`` has files only the Trainer writes."""
+    return bool(_ONLY_TRAINER & names) or any(_RNG.match(name) for name in names)
+
+
+def _own_names(run: Run) -> bool:
+    """Whether the run's checkpoints are the Trainer's ``checkpoint-N`` folders."""
+    return all(c.folder is not None and _CHECKPOINT.match(c.folder.name) for c in run.checkpoints)

@@ -31,6 +31,13 @@ from ckptdoctor.readers.sniff import Format
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
 _TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v\d+)?\.ckpt$")
 _LAST = re.compile(r"^last(?:-v?\d+)?\.ckpt$")
+_BARE = re.compile(r"^(\d+)(?:-(\d+))?(?:-v\d+)?\.ckpt$")
+"""The default template without metric names (``auto_insert_metric_name=False``): ``{epoch}-{step}``
+gives ``3-1200.ckpt``, ``{epoch}`` gives ``3.ckpt``."""
+_HPC = re.compile(r"^hpc_ckpt_(\d+)\.ckpt$")
+"""SLURM auto-requeue saves in ``default_root_dir``; ``ckpt_path="hpc"`` (and a requeued job on
+SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, ``_hpc_resume_path``)."""
+_HPC_PREFIX = "hpc_ckpt"
 
 BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
@@ -46,6 +53,12 @@ class LightningLayout(Layout):
     step, not one per epoch."""
 
     def claim(self, name: str) -> Claim | None:
+        if (hpc := _HPC.match(name)) is not None:
+            return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)
+        if (bare := _BARE.match(name)) is not None:
+            if bare[2] is not None:
+                return Claim(BUNDLED, int(bare[2]), "step", Unit.STEP)
+            return Claim(BUNDLED, int(bare[1]), "epoch", Unit.EPOCH)
         if not _TEMPLATED.match(name):
             return None
         tokens = dict(_TOKEN.findall(name[: -len(".ckpt")]))
@@ -90,8 +103,22 @@ class LightningLayout(Layout):
         kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
+    full_save = "pass `save_weights_only=False` to `ModelCheckpoint`"
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        # a requeued SLURM job loads the highest hpc_ckpt_N.ckpt, whatever is in it
+        hpc = all(f.prefix == _HPC_PREFIX for c in run.checkpoints for f in c.files)
+        return run.checkpoints[-1] if run.checkpoints and hpc else None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass `ckpt_path="{checkpoint.files[0].path}"` to `trainer.fit()`'
+        path = checkpoint.files[0].path
+        if run.weights_only:
+            # fit(ckpt_path=...) restores the optimizer and raises KeyError on a weights-only checkpoint
+            return (
+                f'load the weights with `YourModel.load_from_checkpoint("{path}")` and start a new `trainer.fit(model)`; '
+                "`ckpt_path=` fails on a checkpoint without optimizer state"
+            )
+        return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
 
 
 class _SteppedLightning(LightningLayout):

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ckptdoctor.layouts._base import ROLE_HINTS, ROLE_WORDS, Claim, Layout
+from ckptdoctor.layouts._base import (
+    CHECKPOINT_WORDS,
+    ROLE_HINTS,
+    ROLE_WORDS,
+    UNIT_WORDS,
+    Claim,
+    Layout,
+)
 from ckptdoctor.model import Role, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -21,16 +28,6 @@ _SEPARATORS = re.compile(r"[-_.=]+")
 _LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*\d+)", re.IGNORECASE)
 _UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)(\d+)$")
 
-UNIT_WORDS = {
-    "epoch": Unit.EPOCH,
-    "ep": Unit.EPOCH,
-    "step": Unit.STEP,
-    "steps": Unit.STEP,
-    "iter": Unit.ITERATION,
-    "iteration": Unit.ITERATION,
-    "it": Unit.ITERATION,
-}
-BUNDLE_WORDS = frozenset({"checkpoint", "ckpt", "state", "snapshot"})
 BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
 """What a one-file-per-index save holds by convention; ``verify`` confirms it from the keys."""
 
@@ -56,7 +53,7 @@ class TorchLayout(Layout):
             return None
         if parsed.roles:
             return Claim(parsed.roles, parsed.index, parsed.prefix, parsed.unit)
-        if parsed.unit is not None or BUNDLE_WORDS.intersection(parsed.words):
+        if parsed.unit is not None or CHECKPOINT_WORDS.intersection(parsed.words):
             return Claim(BUNDLED_ROLES, parsed.index, parsed.prefix or "checkpoint", parsed.unit)
         return None
 
@@ -64,7 +61,7 @@ class TorchLayout(Layout):
         parsed = _parse(name)
         if parsed is None or parsed.roles or parsed.unit is not None or not parsed.words:
             return None
-        if BUNDLE_WORDS.intersection(parsed.words):
+        if CHECKPOINT_WORDS.intersection(parsed.words):
             return None
         return Claim((Role.MODEL,), parsed.index, parsed.prefix)
 

@@ -11,13 +11,14 @@ import functools
 import os
 from collections.abc import Callable
 
-from ckptdoctor.model import Entry, FileIssue, FileReport, Problem, Span
+from ckptdoctor.model import TOP_LEVEL_TENSORS, Entry, FileIssue, FileReport, Problem, Span
 from ckptdoctor.readers import (
     _deep,
     burnpack,
     burnrecord,
     compressed,
     dcp,
+    hfargs,
     hfjson,
     npy,
     pickle,
@@ -44,6 +45,7 @@ __all__ = [
     "unpickled_by_name",
     "verify",
     "verify_sample",
+    "with_keys",
 ]
 
 _READERS: dict[Format, Callable[[Sample], FileReport]] = {
@@ -224,6 +226,8 @@ def _judge_content(sample: Sample, name: str, reader_for: Callable[[Format], Cal
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
     reader = reader_for(kind)
     report = reader(sample) if reader else FileReport(kind.value)
+    if name == hfargs.NAME and report.format == Format.TORCH_ZIP.value:
+        report = hfargs.with_flags(sample, report)
     expected = expected_formats(name)
     if expected is not None and Format(report.format) not in expected:
         wanted = " or ".join(sorted(f.value for f in expected))
@@ -256,6 +260,22 @@ def probe(entry: Entry) -> FileReport:
         return report
     # clean reports of one run are alike: share one object (and its cached problem set)
     return _CLEAN.setdefault((report.format, report.facts), report)
+
+
+def with_keys(entry: Entry, report: FileReport) -> FileReport:
+    """``report`` with the top-level keys of the torch archive it judged, skimmed, for a file
+    whose name says it bundles several roles (``inspect`` confirms them from its content)."""
+    if report.format != Format.TORCH_ZIP.value or report.issues or report.keys_read:
+        return report
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            skimmed = torchzip.top_level(sample)
+    except OSError:
+        return report
+    if skimmed is None:
+        return report
+    facts = (*report.facts, (TOP_LEVEL_TENSORS, str(skimmed.tensor_values)))
+    return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 
 def verify(entry: Entry, deep: int = 0) -> FileReport:

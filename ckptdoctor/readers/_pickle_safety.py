@@ -148,6 +148,7 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
             Problem.NON_WEIGHTS,
             f"{where} needs {_names(benign)}: known to be harmless, but torch.load(weights_only=True) "
             f"refuses them; load it with torch.serialization.safe_globals([{listed}])",
+            tuple(benign),
         ))
     if walk.odd:
         issues.append(FileIssue(Problem.MALFORMED, f"{where} cannot be loaded: {walk.odd[0]}"))

@@ -19,10 +19,11 @@ import contextlib
 import contextvars
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ckptdoctor import bundles
 from ckptdoctor.readers import _opcodes
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
 
@@ -688,8 +689,18 @@ def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
 
 
 def top_keys(root: object) -> tuple[str, ...]:
-    """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles)."""
-    return tuple(str(key) for key in root) if isinstance(root, dict) else ()
+    """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles), with
+    the role keys one level down (``state.optimizers``); a key whose value is None holds nothing
+    (DeepSpeed's ``optimizer=None`` under ZeRO) and is left out."""
+    if not isinstance(root, dict):
+        return ()
+    keys = [str(key) for key, value in root.items() if value is not None]
+    for outer in bundles.NESTED:
+        inner = root.get(outer)
+        if isinstance(inner, dict):
+            dotted = (f"{outer}.{key}" for key, value in inner.items() if value is not None)
+            keys += [key for key in dotted if key in bundles.NESTED_KEYS]
+    return tuple(keys)
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
@@ -707,6 +718,17 @@ def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
             items = value.items() if isinstance(value, dict) else enumerate(value)
             children = [(f"{path}.{key}" if path else str(key), child) for key, child in items]
             stack.extend(reversed(children))
+
+
+def outside_weights(found: Iterable[tuple[str, TensorRef]]) -> frozenset[str]:
+    """Keys of the storages that only state other than weights refers to (a Lightning callback's
+    ``kth_value = inf``): ``--deep`` does not call their NaN and Inf values damage."""
+    weights: set[str] = set()
+    others: set[str] = set()
+    for name, ref in found:
+        if ref.storage is not None:
+            (weights if bundles.weights(name) else others).add(ref.storage.key)
+    return frozenset(others - weights)
 
 
 def element_size(dtype: str) -> int | None:

@@ -23,12 +23,15 @@ from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
+from ckptdoctor.readers._skim import Skimmed
+from ckptdoctor.readers._skim import top_level as skim
 from ckptdoctor.readers._unpickler import (
     TORCH_OPCODES,
     Budget,
     Storage,
     TensorRef,
     one_budget,
+    outside_weights,
     tensors,
     top_keys,
     walk,
@@ -211,26 +214,12 @@ def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[F
     issues: list[FileIssue] = []
     position = 0
     while position + CENTRAL.size <= len(blob) and len(members) < directory.entries:
-        fields = CENTRAL.unpack_from(blob, position)
-        if fields[0] != CENTRAL_SIGNATURE:
-            issues.append(FileIssue(Problem.MALFORMED, f"central directory entry {len(members)} is damaged"))
+        entry = _central_entry(sample, blob, position, len(members))
+        issues += entry.issues
+        if entry.member is None:
             break
-        flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
-        name_length, extra_length, comment_length, header = fields[10], fields[11], fields[12], fields[16]
-        start = position + CENTRAL.size
-        raw_name = blob[start : start + name_length]
-        extra = blob[start + name_length : start + name_length + extra_length]
-        name = raw_name.decode("utf-8", "replace")
-        zip64 = _zip64(extra, size, compressed, header)
-        if zip64 is None:
-            issues.append(FileIssue(Problem.MALFORMED, f"member {name} has a damaged ZIP64 extra field"))
-        else:
-            size, compressed, header = zip64
-        data, local_issue = _local(sample, header, raw_name, name)
-        if local_issue:
-            issues.append(local_issue)
-        members.append(Member(name, flags, method, crc, compressed, size, header, data))
-        position = start + name_length + extra_length + comment_length
+        members.append(entry.member)
+        position = entry.end
     if len(members) < directory.entries:
         issues.append(FileIssue(Problem.MALFORMED, f"the central directory lists {len(members)} of {directory.entries} members"))
     for member in members:
@@ -239,6 +228,67 @@ def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[F
         elif member.data >= 0 and member.data + member.compressed > directory.offset:
             issues.append(FileIssue(Problem.MALFORMED, f"member {member.name} runs into the central directory"))
     return members, issues
+
+
+class _CentralEntry(NamedTuple):
+    member: Member | None
+    """None where the entry is damaged past reading."""
+    end: int
+    issues: list[FileIssue]
+
+
+def _central_entry(sample: Sample, blob: bytes, position: int, number: int) -> _CentralEntry:
+    """The central directory entry at ``position`` of ``blob``, with its local header checked."""
+    fields = CENTRAL.unpack_from(blob, position)
+    if fields[0] != CENTRAL_SIGNATURE:
+        return _CentralEntry(None, position, [FileIssue(Problem.MALFORMED, f"central directory entry {number} is damaged")])
+    flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
+    name_length, extra_length, comment_length, header = fields[10], fields[11], fields[12], fields[16]
+    start = position + CENTRAL.size
+    raw_name = blob[start : start + name_length]
+    extra = blob[start + name_length : start + name_length + extra_length]
+    name = raw_name.decode("utf-8", "replace")
+    issues: list[FileIssue] = []
+    zip64 = _zip64(extra, size, compressed, header)
+    if zip64 is None:
+        issues.append(FileIssue(Problem.MALFORMED, f"member {name} has a damaged ZIP64 extra field"))
+    else:
+        size, compressed, header = zip64
+    data, local_issue = _local(sample, header, raw_name, name)
+    if local_issue:
+        issues.append(local_issue)
+    member = Member(name, flags, method, crc, compressed, size, header, data)
+    return _CentralEntry(member, start + name_length + extra_length + comment_length, issues)
+
+
+SKIM_LIMIT = 4 * 1024 * 1024
+"""The longest ``data.pkl`` whose keys ``inspect`` skims (20,000 tensors take about 2 MB)."""
+
+
+def top_level(sample: Sample) -> Skimmed | None:
+    """The top-level keys of the object a torch archive holds, skimmed from its ``data.pkl``;
+    None where that cannot be done cheaply."""
+    data = first_pickle(sample)
+    return None if data is None else skim(data)
+
+
+def first_pickle(sample: Sample) -> bytes | None:
+    """The archive's ``data.pkl``, read where torch writes it (first, and stored) when it is no
+    longer than ``SKIM_LIMIT``; None otherwise."""
+    located = locate(sample)
+    if isinstance(located, FileIssue) or not located.entries:
+        return None
+    blob = sample.range(located.offset, min(located.size, CENTRAL.size + 3 * 0xFFFF))
+    if len(blob) < CENTRAL.size:
+        return None
+    first = _central_entry(sample, blob, 0, 0)
+    member = first.member
+    if first.issues or member is None or not member.name.endswith("/data.pkl") or member.name.count("/") != 1:
+        return None
+    if member.method != 0 or member.size > SKIM_LIMIT or member.data < 0:
+        return None
+    data = sample.range(member.data, member.size)
+    return data if len(data) == member.size else None
 
 
 def _zip64(extra: bytes, size: int, compressed: int, header: int) -> tuple[int, int, int] | None:
@@ -444,6 +494,7 @@ def _storages(
     regions: list[_deep.Region] = []
     total = 0
     seen: set[str] = set()
+    not_weights = outside_weights(found)
     for storage in storages:
         if storage.key in seen:
             continue
@@ -463,7 +514,7 @@ def _storages(
         else:
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
-            if dtype in FLOATS and member.method == 0 and member.data >= 0:
+            if dtype in FLOATS and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
                 regions.append(_deep.Region(member.data, member.size, dtype))
     return tuple(listed), issues, regions, total
 

@@ -64,7 +64,8 @@ def resume_line(run: Run) -> Text:
     if checkpoint is None:
         return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")
     where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
-    return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f": {where}")
+    only = " (weights only)" if run.weights_only else ""
+    return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
 
 
 def rule_table(rules: Iterable[Rule]) -> Table:
@@ -221,6 +222,8 @@ def _file_text(file: CheckpointFile, role: Role) -> Text:
 def _status(checkpoint: Checkpoint) -> Text:
     glyph, style = _STATUS_STYLE[checkpoint.status]
     text = Text(f"{glyph} {checkpoint.status.value}", style=style)
+    if checkpoint.status is Status.COMPLETE and checkpoint.roles_unread:
+        text.append(" (roles not read: run verify)", style="dim")
     staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
     if staged:
         text.append(f" (leftover {', '.join(staged)})", style="dim")

@@ -19,6 +19,7 @@ from ckptdoctor.model import (
     Role,
     Run,
     Severity,
+    Status,
 )
 from ckptdoctor.rules._rule import Rule
 
@@ -127,17 +128,29 @@ def _run(run: Run) -> dict[str, Any]:
         "bytes": run.bytes,
         "required": [role.value for role in run.required],
         "checkpoints": [_checkpoint(c) for c in run.checkpoints],
-        "resume": None if resume is None else {"index": resume.index, "paths": [f.path for f in resume.files]},
+        "resume": None if resume is None else {"index": resume.index, "paths": [f.path for f in resume.files], "weights_only": run.weights_only is not None},
+        "weights_only": run.weights_only,
         "loose_files": [_file(f) for f in run.loose_files],
         "other_files": [_other(e) for e in run.other_files],
         "extra_files": [_file(f) for f in run.extra_files],
     }
 
 
+ROLES_UNREAD = "complete-roles-unread"
+"""The status of a complete checkpoint whose bundled files' roles only their names tell."""
+
+
+def status(checkpoint: Checkpoint) -> str:
+    """``complete`` only where the roles were read from the content (or need no reading)."""
+    if checkpoint.status is Status.COMPLETE and checkpoint.roles_unread:
+        return ROLES_UNREAD
+    return checkpoint.status.value
+
+
 def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
     return {
         "index": checkpoint.index,
-        "status": checkpoint.status.value,
+        "status": status(checkpoint),
         "bytes": checkpoint.bytes,
         "missing": [role.value for role in checkpoint.missing],
         "files": [_file(f) for f in checkpoint.files],
@@ -161,6 +174,7 @@ def _file(file: CheckpointFile) -> dict[str, Any]:
         body["tensor_bytes"] = report.tensor_bytes
         body["dtypes"] = sorted({t.dtype for t in report.tensors})
         body["devices"] = sorted({t.device for t in report.tensors})
+    if report.keys_read:
         body["keys"] = list(report.keys)
     return body
 

@@ -50,7 +50,12 @@ class RunContext:
     @functools.cached_property
     def _fix_context(self) -> dict[str, str]:
         # once per run: a run can have thousands of findings, and finding the resume point walks it
-        return {"run": self.run.path, "unit": self.run.unit.value, "resume": resume_sentence(self.run, self.layout)}
+        return {
+            "run": self.run.path,
+            "unit": self.run.unit.value,
+            "resume": resume_sentence(self.run, self.layout),
+            "save_full": self.layout.full_save,
+        }
 
     def finding(
         self,
@@ -139,5 +144,6 @@ def resume_sentence(run: Run, layout: Layout) -> str:
         )
     hint = layout.resume_hint(run, checkpoint)
     where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
-    sentence = f"Resume from {run.unit.value} {checkpoint.index}, the newest complete checkpoint ({where})"
+    whole = "the newest whole weights" if run.weights_only else "the newest complete checkpoint"
+    sentence = f"Resume from {run.unit.value} {checkpoint.index}, {whole} ({where})"
     return f"{sentence}: {hint}" if hint else sentence

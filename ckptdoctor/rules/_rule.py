@@ -26,6 +26,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "known": "the run's own prefix",
     "format": "the expected format",
     "ratio": "the usual ratio",
+    "save_full": "HF, drop `save_only_model=True`; Lightning, `ModelCheckpoint(save_weights_only=False)`; your own loop, put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
 

@@ -210,6 +210,35 @@ MISSING_COMMIT_MARKER = Rule(
     related=("CKD202", "CKD113", "CKD105", "CKD110"),
 )
 
+WEIGHTS_ONLY = Rule(
+    code="CKD107",
+    name="weights-only",
+    severity=Severity.INFO,
+    summary="The run saves weights alone by design: a resume restores the weights and starts a fresh optimizer.",
+    meaning=(
+        "Its framework was told to leave optimizer and scheduler state out of every checkpoint (HF Trainer's "
+        "`save_only_model=True`, recorded in `training_args.bin`; Lightning's `ModelCheckpoint(save_weights_only=True)`, "
+        "whose checkpoints have no `optimizer_states` key), or no checkpoint of the run holds any. That is not damage: "
+        "ckptdoctor needs no optimizer file for such a checkpoint to be complete, and names the newest whole weights as "
+        "the resume point, flagged weights only. Resuming from it costs what a fresh optimizer costs: Adam/AdamW moments "
+        "restart from zero (a loss spike, some warm-up lost) and the learning-rate schedule restarts unless restored. "
+        "HF Trainer resumes from such a folder as usual. Lightning refuses `fit(ckpt_path=...)` on it with `KeyError: "
+        "Trying to restore optimizer state but checkpoint contains only the model`: load the weights instead."
+    ),
+    causes=(
+        "`save_only_model=True` in HF `TrainingArguments` (to save disk space or upload time). "
+        "`ModelCheckpoint(save_weights_only=True)` or `trainer.save_checkpoint(path, weights_only=True)` in Lightning. "
+        "A training loop that `torch.save`s only the model's state dict inside its checkpoint dict."
+    ),
+    fixes=(
+        "{resume}.",
+        "To resume with the optimizer's state next time, save it from now on: {save_full}.",
+        "If the run did save optimizer state and something removed it from every checkpoint (a cleanup script, a copy of the weights alone), this is damage, not design: restore the checkpoints from a backup, then run `ckptdoctor verify {run}`.",
+    ),
+    messages=("Trying to restore optimizer state but checkpoint contains only the model",),
+    related=("CKD101", "CKD103", "CKD110"),
+)
+
 NO_RESUMABLE_CHECKPOINT = Rule(
     code="CKD110",
     name="no-resumable-checkpoint",
@@ -373,6 +402,7 @@ RULES: tuple[Rule, ...] = (
     MISSING_TRAINER_STATE,
     MISSING_SHARD,
     MISSING_COMMIT_MARKER,
+    WEIGHTS_ONLY,
     NO_RESUMABLE_CHECKPOINT,
     STRAY_PREFIX,
     MIXED_FORMATS,
@@ -433,6 +463,18 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 severity=severity,
                 context={"expected": expected},
             )
+
+
+def weights_only(ctx: RunContext) -> Iterator[Finding]:
+    """CKD107: the run saves weights alone by design."""
+    run = ctx.run
+    if run.weights_only is None or run.single_file:
+        return
+    yield ctx.finding(
+        WEIGHTS_ONLY,
+        f"{run.path} saves weights only by design ({run.weights_only}): its checkpoints need no optimizer or "
+        "scheduler state, and a resume starts a fresh optimizer",
+    )
 
 
 def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
@@ -568,6 +610,7 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
 CHECKS = (
     missing_roles,
     missing_shards,
+    weights_only,
     no_resumable_checkpoint,
     unsafe_auto_resume,
     stale_pointers,

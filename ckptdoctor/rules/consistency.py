@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, cast
 
-from ckptdoctor.layouts._base import BUNDLE_KEYS
+from ckptdoctor.bundles import ROLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
 from ckptdoctor.readers._dtypes import FLOATS
 from ckptdoctor.rules._context import RunContext
@@ -257,7 +257,7 @@ RULES: tuple[Rule, ...] = (
 
 # --- checks: they compare what ``verify`` read inside files, and are silent after a header read ---
 
-_KEYS = dict(BUNDLE_KEYS)
+_KEYS = dict(ROLE_KEYS)
 WRAPPERS = ("module.", "_orig_mod.")
 _READABLE = frozenset({Problem.LEGACY, Problem.NON_WEIGHTS})
 """Problems that leave a file's tensors fit to compare."""

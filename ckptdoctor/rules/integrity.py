@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.rules._context import RunContext, make_finding
 from ckptdoctor.rules._rule import Rule
@@ -492,7 +492,7 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 continue
             severity = None
             message = f"{file.name}: {issue.detail}"
-            if issue.problem is Problem.NON_WEIGHTS and file.roles and set(file.roles) <= _SELF_LOADED:
+            if issue.problem is Problem.NON_WEIGHTS and _loaded_as_written(ctx, file, issue):
                 severity = Severity.INFO
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
             yield ctx.finding(
@@ -503,6 +503,17 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 severity=severity,
                 context={"format": file.report.format},
             )
+
+
+def _loaded_as_written(ctx: RunContext, file: CheckpointFile, issue: FileIssue) -> bool:
+    """Whether the framework that wrote ``file`` loads it itself with every global ``issue``
+    needs allowed: its self-loaded side files, or a file of the run whose only needs are the ones
+    its loader allows (a file no layout claimed has no roles, and nothing vouches for it)."""
+    if not file.roles:
+        return False
+    if set(file.roles) <= _SELF_LOADED:
+        return True
+    return bool(issue.needs) and ctx.layout.loader_allows.issuperset(issue.needs)
 
 
 def legacy_formats(ctx: RunContext) -> Iterator[Finding]:

@@ -51,7 +51,8 @@ NON_WEIGHTS_OBJECT = Rule(
         "fails with `Weights only load failed … Unsupported global: GLOBAL …`. Resume code hits this after a torch upgrade: "
         "HF's `rng_state.pth`, Lightning hyper-parameters, timm's saved `args`. Side files that the framework which wrote "
         "them loads itself with these globals allowed (HF `rng_state.pth` and `training_args.bin`, accelerate's "
-        "`random_states_N.pkl`) are reported as info. Classes whose construction runs set-up code (`TrainingArguments`, "
+        "`random_states_N.pkl`) are reported as info, and so are timm's checkpoints when `argparse.Namespace` is all "
+        "they need: timm's own loader allows exactly that one. Classes whose construction runs set-up code (`TrainingArguments`, "
         "accelerate's `PartialState`) are harmless only when rebuilt field by field; a pickle that calls them is CKD401."
     ),
     causes=(

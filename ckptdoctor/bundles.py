@@ -1,0 +1,77 @@
+"""What bundled checkpoints keep under which key: one table for every reader, layout and rule
+that asks.
+
+A bundled checkpoint (Lightning's ``.ckpt``, timm's ``checkpoint-N.pth.tar``, fairseq's
+``checkpoint_last.pt``, a script's ``torch.save({"model": ..., "optimizer": ...})``) is one
+pickled dict. Its keys say which roles it holds (layouts confirm a file's roles from them) and
+which parts are weights at all: NaN and Inf matter in model and optimizer tensors, not in a
+callback's ``kth_value = inf``.
+
+Every key below was taken from the framework's saving code (the repository, file and function
+are named beside it), not from memory. A dotted key lives one level down: Composer keeps every
+role inside ``state``.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import Role
+
+ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
+    (Role.MODEL, (
+        "state_dict",  # Lightning checkpoint_connector.dump_checkpoint; timm CheckpointSaver._save; mmengine Runner.save_checkpoint
+        "model",  # fairseq Trainer.state_dict; nanoGPT train.py; LitGPT pretrain.save_checkpoint; Detectron2 (fvcore Checkpointer.save)
+        "model_state_dict", "model_state", "net", "network",  # hand-written loops (the PyTorch tutorials' names)
+        "module",  # DeepSpeed engine._common_checkpoint_state
+        "ema",  # Ultralytics BaseTrainer.save_model: the weights of a training save (its "model" is None)
+        "state.model",  # Composer State.state_dict
+    )),
+    (Role.OPTIMIZER, (
+        "optimizer_states",  # Lightning dump_checkpoint
+        "optimizer",  # timm, mmengine, nanoGPT, LitGPT, Ultralytics, torchtune recipe_state.pt, DeepSpeed (None under ZeRO)
+        "optimizer_state_dict",  # DeepSpeed _save_zero_checkpoint; hand-written loops
+        "optimizer_state", "optim", "opt",  # hand-written loops
+        "last_optimizer_state",  # fairseq Trainer.state_dict
+        "state.optimizers",  # Composer State.get_optim_state_dict
+    )),
+    (Role.SCHEDULER, (
+        "lr_schedulers",  # Lightning dump_checkpoint
+        "scheduler",  # LitGPT finetune/full.py; Detectron2 plain_train_net.py
+        "lr_scheduler",  # DeepSpeed _common_checkpoint_state (None without a scheduler)
+        "scheduler_state_dict", "scheduler_state",  # hand-written loops
+        "param_schedulers",  # mmengine Runner.save_checkpoint
+        "optimizer_history",  # fairseq Trainer.state_dict: [-1].lr_scheduler_state
+        "state.schedulers",  # Composer State.state_dict
+    )),
+)  # fmt: skip
+"""Keys under which bundled checkpoints keep each part."""
+
+NESTED_KEYS = frozenset(key for _, keys in ROLE_KEYS for key in keys if "." in key)
+"""Role keys one level down (``state.optimizers``): readers list them with the top-level keys."""
+NESTED = frozenset(key.partition(".")[0] for key in NESTED_KEYS)
+"""Top-level keys whose own keys may name roles (Composer's ``state``)."""
+
+OPTIMIZER_STATE = ("state", "param_groups")
+"""The keys of a bare ``optimizer.state_dict()``."""
+
+NOT_WEIGHTS = frozenset({
+    # Lightning dump_checkpoint: ModelCheckpoint keeps best_model_score and kth_value (inf when
+    # monitor=None), EarlyStopping its best_score; loops keep counters (1.x: logged metrics)
+    "callbacks", "loops", "hyper_parameters", "datamodule_hyper_parameters",
+    "best_val_loss",  # nanoGPT train.py: the last evaluation's loss, a tensor (inf when diverged)
+    "metric",  # timm CheckpointSaver._save
+    "message_hub", "meta",  # mmengine Runner.save_checkpoint: logged scalars, best scores
+    "state.train_metrics", "state.eval_metrics", "state.callbacks", "state.timestamp",  # Composer
+})  # fmt: skip
+"""Keys of state that is not weights (as dotted prefixes of a tensor's path): a non-finite
+value there harms no resume."""
+
+WEIGHTS_WITHIN = frozenset({"average_model_state"})
+"""Weights kept inside state that is otherwise not weights (Lightning's SWA callback)."""
+
+
+def weights(tensor_name: str) -> bool:
+    """Whether a tensor, by its dotted path in the saved object, is weights or optimizer state
+    (anything not known to be something else is)."""
+    if WEIGHTS_WITHIN.intersection(tensor_name.split(".")):
+        return True
+    return not any(tensor_name == key or tensor_name.startswith(f"{key}.") for key in NOT_WEIGHTS)

@@ -1,0 +1,192 @@
+"""The top-level keys of a pickled dict, skimmed fast enough for ``inspect``.
+
+``inspect`` confirms a bundled checkpoint's roles (does this ``.ckpt`` hold optimizer state?)
+from the keys of the dict it pickles. The full walk that ``verify`` does builds every object and
+judges every global: 0.7 s for the ``data.pkl`` of a 1,000-parameter model with AdamW state.
+This skim only tracks what the stack holds, never builds values, and stops at anything torch's
+pickler does not write (text opcodes, protocol 4's ``STACK_GLOBAL`` and buffers): the keys are
+then unknown, never guessed. Nothing is imported or called; safety is ``verify``'s to judge.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from ckptdoctor import bundles
+
+
+class Skimmed(NamedTuple):
+    keys: tuple[str, ...]
+    """The root dict's keys (a bare ``state_dict``'s are tensor names) whose values are not None,
+    with the role keys one level down (``state.optimizers``)."""
+    tensor_values: int
+    """How many of its values are tensors (torch's ``_rebuild_*`` calls)."""
+
+
+_TENSOR = object()
+"""What a torch ``_rebuild_tensor_v2``-style call leaves on the stack."""
+_REBUILD = object()
+"""A torch tensor-rebuilding global on the stack, before its REDUCE."""
+_REBUILT = object()
+"""What any other call or container leaves: a value the skim does not track."""
+_NONE = object()
+"""None: a key whose value it is holds nothing (DeepSpeed's ``optimizer=None``)."""
+_U1 = struct.Struct("<B").unpack_from
+_U2 = struct.Struct("<H").unpack_from
+_U4 = struct.Struct("<I").unpack_from
+_U8 = struct.Struct("<Q").unpack_from
+
+# opcode -> bytes of its fixed argument, for opcodes that push one untracked value
+_PUSH_FIXED = {
+    ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8,  # BININT, BININT1, BININT2, BINFLOAT
+    0x88: 0, 0x89: 0,  # NEWTRUE, NEWFALSE
+    ord(")"): 0, ord("]"): 0, ord("}"): 0, 0x8F: 0,  # EMPTY_TUPLE/LIST/DICT/SET
+    0x82: 1, 0x83: 2, 0x84: 4,  # EXT1, EXT2, EXT4 (registry objects: not tensors)
+}  # fmt: skip
+# opcode -> (bytes of its length field, unpacker): counted strings and bytes
+_COUNTED = {
+    ord("X"): _U4, 0x8C: _U1, 0x8D: _U8,  # BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
+    ord("T"): _U4, ord("U"): _U1,  # BINSTRING, SHORT_BINSTRING
+    ord("B"): _U4, ord("C"): _U1, 0x8E: _U8, 0x96: _U8,  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+    0x8A: _U1, 0x8B: _U4,  # LONG1, LONG4
+}  # fmt: skip
+_LENGTH = {_U1: 1, _U2: 2, _U4: 4, _U8: 8}
+_TEXT = frozenset({ord("X"), 0x8C, 0x8D})
+_REBUILD_MODULES = ("torch._utils", "torch._tensor", "torch.nn.parameter")
+
+
+def top_level(data: bytes) -> Skimmed | None:
+    """The keys of the dict ``data`` unpickles to, or None when the skim cannot tell."""
+    try:
+        return _skim(data)
+    except (IndexError, KeyError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _skim(data: bytes) -> Skimmed | None:
+    stack: list[object] = []
+    push = stack.append
+    pop = stack.pop
+    marks: list[int] = []
+    memo: dict[int, object] = {}
+    keys: list[str] = []
+    tensors = 0
+    size = len(data)
+    position = 0
+    push_fixed = _PUSH_FIXED
+    counted_ops = _COUNTED
+    while position < size:
+        op = data[position]
+        position += 1
+        if op == 0x72:  # LONG_BINPUT
+            memo[_U4(data, position)[0]] = stack[-1]
+            position += 4
+        elif op == 0x68:  # BINGET
+            push(memo[data[position]])
+            position += 1
+        elif op == 0x4B:  # BININT1
+            push(_REBUILT)
+            position += 1
+        elif op == 0x28:  # MARK
+            marks.append(len(stack))
+        elif op == 0x52:  # REDUCE
+            pop()
+            stack[-1] = _TENSOR if stack[-1] is _REBUILD else _REBUILT
+        elif op == 0x74:  # TUPLE
+            del stack[marks.pop() :]
+            push(_REBUILT)
+        elif op == 0x71:  # BINPUT
+            memo[data[position]] = stack[-1]
+            position += 1
+        elif op == 0x58:  # BINUNICODE
+            start = position + 4
+            position = start + _U4(data, position)[0]
+            if position > size:
+                return None
+            push(data[start:position].decode("utf-8"))
+        elif op == 0x51:  # BINPERSID
+            stack[-1] = _REBUILT
+        elif op == 0x6A:  # LONG_BINGET
+            push(memo[_U4(data, position)[0]])
+            position += 4
+        elif op in (0x85, 0x86, 0x87):  # TUPLE1-3
+            del stack[len(stack) - (op - 0x84) :]
+            push(_REBUILT)
+        elif (fixed := push_fixed.get(op)) is not None:
+            position += fixed
+            push(_REBUILT)
+        elif (counted := counted_ops.get(op)) is not None:
+            start = position + _LENGTH[counted]
+            position = start + counted(data, position)[0]
+            if position > size:
+                return None
+            push(data[start:position].decode("utf-8") if op in _TEXT else _REBUILT)
+        elif op == 0x75:  # SETITEMS
+            base = marks.pop()
+            if not _set_items(stack, base, marks, keys):
+                return None
+            tensors += base == 1 and sum(value is _TENSOR for value in stack[2::2])
+            del stack[base:]
+        elif op == 0x73:  # SETITEM
+            base = len(stack) - 2
+            if not _set_items(stack, base, marks, keys):
+                return None
+            tensors += base == 1 and stack[2] is _TENSOR
+            del stack[base:]
+        elif op == 0x4E:  # NONE
+            push(_NONE)
+        elif op == 0x63:  # GLOBAL: two lines, module and name
+            module_end = data.index(b"\n", position)
+            name_end = data.index(b"\n", module_end + 1)
+            module = data[position:module_end].decode("ascii")
+            name = data[module_end + 1 : name_end].decode("ascii")
+            position = name_end + 1
+            push(_REBUILD if module in _REBUILD_MODULES and name.startswith("_rebuild") else _REBUILT)
+        elif op in (0x6C, 0x64):  # LIST, DICT
+            del stack[marks.pop() :]
+            push(_REBUILT)
+        elif op == 0x65:  # APPENDS
+            del stack[marks.pop() :]
+        elif op in (0x61, 0x30, 0x62):  # APPEND, POP, BUILD (the state goes, the object stays)
+            pop()
+        elif op == 0x81:  # NEWOBJ
+            pop()
+            stack[-1] = _REBUILT
+        elif op == 0x94:  # MEMOIZE
+            memo[len(memo)] = stack[-1]
+        elif op == 0x32:  # DUP
+            push(stack[-1])
+        elif op == 0x31:  # POP_MARK
+            del stack[marks.pop() :]
+        elif op == 0x80:  # PROTO
+            position += 1
+        elif op == 0x95:  # FRAME
+            position += 8
+        elif op == 0x2E:  # STOP
+            if len(stack) != 1 or marks:
+                return None
+            return Skimmed(tuple(dict.fromkeys(keys)), int(tensors))
+        else:
+            return None  # an opcode torch's pickler never writes: leave it to verify's walk
+    return None
+
+
+def _set_items(stack: list[object], base: int, marks: list[int], keys: list[str]) -> bool:
+    """Record the keys set from ``stack[base:]`` into the dict at ``base - 1`` when it is the root
+    or the value of a root key whose keys name roles; False for a key the skim cannot read."""
+    if base == 1:
+        prefix = ""
+    elif marks in ([], [1]) and base % 2 == 1 and stack[base - 2] in bundles.NESTED:
+        prefix = f"{stack[base - 2]}."  # the dict is the value of a root key, whose key is at base-2
+    else:
+        return True
+    items = stack[base:]
+    for key, value in zip(items[::2], items[1::2], strict=True):
+        if not isinstance(key, str):
+            if prefix:
+                continue  # a role key is a string: this one names none
+            return False
+        if value is not _NONE and (not prefix or f"{prefix}{key}" in bundles.NESTED_KEYS):
+            keys.append(f"{prefix}{key}")
+    return True

@@ -1,0 +1,284 @@
+"""Roles from content and weights-only runs (issue 14, items 3 and 4).
+
+`inspect` confirms a bundled file's roles from the top-level keys of its pickle (skimmed, never
+loaded); a run that saves weights alone by design is one CKD107 note and a resume point flagged
+weights only, and each framework resumes the way the fix says."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptdoctor.readers import _skim, torchzip
+
+torch = pytest.importorskip("torch")
+
+HF_SCRIPT = """
+import sys, torch, transformers
+out, only, resume, steps = sys.argv[1], sys.argv[2] == "1", sys.argv[3] or None, int(sys.argv[4])
+torch.manual_seed(0)
+model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32))
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self): return 32
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (16,)); return {"input_ids": ids, "labels": ids}
+args = transformers.TrainingArguments(output_dir=out, max_steps=steps, save_steps=2, per_device_train_batch_size=4,
+    report_to=[], use_cpu=True, disable_tqdm=True, save_only_model=only)
+trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens())
+trainer.train(resume_from_checkpoint=resume)
+print("global_step", trainer.state.global_step)
+"""
+
+
+def hf_train(output: Path, save_only_model: bool, steps: int, resume: str = "") -> str:
+    pytest.importorskip("transformers")
+    done = subprocess.run(
+        [sys.executable, "-c", HF_SCRIPT, str(output), "1" if save_only_model else "0", resume, str(steps)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def saved(obj: object) -> tuple[bytes, object]:
+    """The ``data.pkl`` of ``torch.save(obj)``, and what ``torch.load`` reads back from the archive."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        data = archive.read(archive.namelist()[0])
+    buffer.seek(0)
+    return data, torch.load(buffer, weights_only=False)  # the test's own objects
+
+
+def tiny() -> tuple[object, object]:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+# --- the skim: the keys a real unpickler sees, or nothing -------------------------------------
+
+
+def test_the_skim_reads_the_keys_torch_load_sees():
+    model, optimizer = tiny()
+    cases = [
+        {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "epoch": 3, "callbacks": {"x": {"kth_value": torch.tensor(float("inf"))}}},
+        model.state_dict(),
+        optimizer.state_dict(),
+        {"model": model.state_dict(), "args": {"lr": 0.1}, 7: "int key"},
+        {"a": 1, "a2": [1, 2, {"b": torch.ones(2)}], "c": torch.zeros(1)},
+    ]
+    for case in cases:
+        data, loaded = saved(case)
+        skimmed = _skim.top_level(data)
+        if any(not isinstance(key, str) for key in loaded):
+            assert skimmed is None  # a non-string key: the skim does not guess
+            continue
+        assert skimmed is not None and list(skimmed.keys) == list(loaded)
+        assert skimmed.tensor_values == sum(isinstance(v, torch.Tensor) for v in loaded.values())
+
+
+def test_the_skim_gives_up_on_what_torch_never_writes():
+    import collections
+
+    assert _skim.top_level(pickle.dumps({"a": 1}, protocol=4)) == _skim.Skimmed(("a",), 0)
+    assert _skim.top_level(pickle.dumps({"a": collections.OrderedDict()}, protocol=4)) is None  # STACK_GLOBAL
+    assert _skim.top_level(pickle.dumps({"a": 1}, protocol=0)) is None  # text opcodes
+    assert _skim.top_level(b"") is None
+    assert _skim.top_level(saved([1, 2])[0]) == _skim.Skimmed((), 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_the_skim_never_raises_on_garbage(data):
+    result = _skim.top_level(b"\x80\x02}q\x00(" + data)
+    assert result is None or isinstance(result, _skim.Skimmed)
+
+
+# --- inspect confirms roles; unread roles are not a bare "complete" -----------------------------
+
+
+def bundle_run(folder: Path, parts_by_epoch: dict[int, tuple[str, ...]], **save: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model, optimizer = tiny()
+    for epoch, parts in parts_by_epoch.items():
+        state = {"epoch": epoch}
+        if "model" in parts:
+            state["model"] = model.state_dict()
+        if "optimizer" in parts:
+            state["optimizer"] = optimizer.state_dict()
+        torch.save(state, folder / f"checkpoint_{epoch}.pt", **save)
+    return folder
+
+
+def test_inspect_reads_a_bundles_roles_and_agrees_with_verify(tmp_path, cli):
+    run = bundle_run(tmp_path / "run", {1: ("model", "optimizer"), 2: ("model", "optimizer"), 3: ("model",)})
+    for command in ("inspect", "verify"):
+        report = cli(command, "--json", run).json
+        statuses = {c["index"]: c["status"] for c in report["runs"][0]["checkpoints"]}
+        assert statuses == {1: "complete", 2: "complete", 3: "incomplete"}, command
+        assert report["runs"][0]["resume"]["index"] == 2
+        assert ("CKD101", 3) in {(f["code"], f["index"]) for f in report["findings"]}
+        assert report["runs"][0]["weights_only"] is None
+
+
+def test_roles_inspect_cannot_read_are_not_a_bare_complete(tmp_path, cli, monkeypatch):
+    run = bundle_run(tmp_path / "run", {1: ("model", "optimizer"), 2: ("model", "optimizer")}, _use_new_zipfile_serialization=False)
+    report = cli("inspect", "--json", run).json
+    assert [c["status"] for c in report["runs"][0]["checkpoints"]] == ["complete-roles-unread"] * 2
+    assert report["runs"][0]["resume"]["index"] == 2  # still the place to resume from, as far as names tell
+    human = cli("inspect", run).stdout
+    assert "complete (roles not read: run verify)" in human
+    verified = cli("verify", "--json", run).json
+    assert [c["status"] for c in verified["runs"][0]["checkpoints"]] == ["complete"] * 2
+
+    # a data.pkl longer than inspect skims is not read either
+    zipped = bundle_run(tmp_path / "zipped", {1: ("model", "optimizer")})
+    monkeypatch.setattr(torchzip, "SKIM_LIMIT", 64)
+    report = cli("inspect", "--json", zipped).json
+    assert report["runs"][0]["checkpoints"][0]["status"] == "complete-roles-unread"
+
+
+# --- weights-only runs: one note, the newest weights, and the framework's way forward -----------
+
+
+def test_bundles_with_no_optimizer_anywhere_are_a_weights_only_run(tmp_path, cli):
+    run = bundle_run(tmp_path / "run", {1: ("model",), 2: ("model",)})
+    result = cli("inspect", "--json", run)
+    assert result.exit_code == 0
+    report = result.json
+    assert [(f["code"], f["severity"]) for f in report["findings"]] == [("CKD107", "info")]
+    assert report["runs"][0]["resume"] == {**report["runs"][0]["resume"], "index": 2, "weights_only": True}
+    # what the fix says for a plain torch run: the weights load, into a fresh optimizer
+    model = torch.nn.Linear(3, 2)
+    model.load_state_dict(torch.load(run / "checkpoint_2.pt", weights_only=True)["model"])
+
+
+def test_lightning_save_weights_only_resumes_as_the_fix_says(tmp_path, cli):
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, save_weights_only=True, save_top_k=-1)
+    folder = tmp_path / "checkpoints"
+    for command in ("inspect", "verify"):
+        result = cli(command, "--json", folder)
+        assert result.exit_code == 0, command
+        report = result.json
+        assert [f["code"] for f in report["findings"]] == ["CKD107"], command
+        resume = report["runs"][0]["resume"]
+        assert (resume["index"], resume["weights_only"]) == (8, True)
+    (fix,) = [f["fixes"][0] for f in report["findings"]]
+    assert "load_from_checkpoint" in fix and "ckpt_path" in fix
+    named = Path(resume["paths"][0])
+
+    # Lightning itself: fit(ckpt_path=...) refuses it, as the fix warns ...
+    with pytest.raises(KeyError, match="contains only the model"):
+        lightning_fit(tmp_path / "refused", 3, ckpt_path=str(named), save_top_k=0)
+    # ... and the weights load into a new fit, as the fix says
+    import lightning
+
+    class Tiny(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+    restored = Tiny.load_from_checkpoint(named)
+    saved = torch.load(named, weights_only=True)["state_dict"]
+    assert torch.equal(restored.layer.weight, saved["layer.weight"])
+
+
+def test_hf_save_only_model_is_not_damage_and_hf_resumes_from_the_named_folder(tmp_path, cli):
+    output = tmp_path / "out"
+    hf_train(output, save_only_model=True, steps=4)
+    assert not (output / "checkpoint-4" / "optimizer.pt").exists()
+    result = cli("inspect", "--json", output)
+    assert result.exit_code == 0
+    report = result.json
+    assert [f["code"] for f in report["findings"]] == ["CKD107"]
+    assert "save_only_model=True" in report["findings"][0]["message"]
+    resume = report["runs"][0]["resume"]
+    assert (resume["index"], resume["weights_only"]) == (4, True)
+    # verify also notes (CKD402) the transformers classes training_args.bin pickles, as it always has
+    assert [f["code"] for f in cli("verify", "--json", output).json["findings"] if f["code"] != "CKD402"] == ["CKD107"]
+    # HF resumes from it as usual, with a fresh optimizer
+    out = hf_train(output, save_only_model=True, steps=6, resume=str(output / "checkpoint-4"))
+    assert "global_step 6" in out
+
+
+def test_a_missing_optimizer_without_the_flag_is_still_damage(tmp_path, cli):
+    output = tmp_path / "out"
+    hf_train(output, save_only_model=False, steps=4)
+    (output / "checkpoint-4" / "optimizer.pt").unlink()
+    report = cli("inspect", "--json", output).json
+    assert "CKD107" not in [f["code"] for f in report["findings"]]
+    assert ("CKD101", 4) in {(f["code"], f["index"]) for f in report["findings"]}
+    assert report["runs"][0]["resume"]["index"] == 2
+    assert os.path.exists(output / "checkpoint-2" / "optimizer.pt")
+
+
+# --- other trainers' keys (item 10): each bundle written with the keys its framework's saving code uses ---
+
+TRAINERS = {
+    # fairseq/trainer.py Trainer.state_dict (facebookresearch/fairseq@3d262bb)
+    "fairseq": lambda model, optimizer: {
+        "args": None, "cfg": {"lr": [0.1]}, "model": model.state_dict(), "criterion": None,
+        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "AdamW",
+                               "lr_scheduler_state": {"best": 1.0}, "num_updates": 3}],
+        "task_state": {}, "extra_state": {"metrics": {}, "previous_training_time": 1.0},
+        "last_optimizer_state": optimizer.state_dict(),
+    },
+    # composer/core/state.py State.state_dict + utils/checkpoint.py _save_checkpoint (mosaicml/composer@6405188)
+    "composer": lambda model, optimizer: {
+        "state": {"model": model.state_dict(), "optimizers": {"AdamW": optimizer.state_dict()},
+                  "schedulers": {"LambdaLR": {"last_epoch": 3}}, "run_name": "run", "rank_zero_seed": 17},
+        "rng": [{"python": 1}],
+    },
+    # mmengine/runner/runner.py Runner.save_checkpoint (open-mmlab/mmengine@2543429)
+    "mmengine": lambda model, optimizer: {
+        "meta": {"epoch": 3, "iter": 30}, "state_dict": model.state_dict(), "message_hub": {"log_scalars": {}},
+        "optimizer": optimizer.state_dict(), "param_schedulers": [{"last_step": 3}],
+    },
+    # deepspeed/runtime/engine.py _common_checkpoint_state under ZeRO (deepspeedai/DeepSpeed@edaa722)
+    "deepspeed-zero": lambda model, optimizer: {
+        "module": model.state_dict(), "optimizer": None, "lr_scheduler": None, "global_steps": 3,
+    },
+}  # fmt: skip
+EXPECTED_ROLES = {
+    "fairseq": ["model", "optimizer", "scheduler"],
+    "composer": ["model", "optimizer", "scheduler"],
+    "mmengine": ["model", "optimizer", "scheduler"],
+    "deepspeed-zero": ["model"],  # optimizer=None holds nothing: the state is in the ZeRO files
+}
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_other_trainers_bundles_are_read_as_their_roles(tmp_path, cli, trainer):
+    model, optimizer = tiny()
+    run = tmp_path / trainer
+    run.mkdir()
+    torch.save(TRAINERS[trainer](model, optimizer), run / "checkpoint_3.pt")
+    for command in ("inspect", "verify"):
+        (checkpoint,) = cli(command, "--json", run).json["runs"][0]["checkpoints"]
+        (file,) = checkpoint["files"]
+        assert sorted(file["roles"]) == EXPECTED_ROLES[trainer], command
+
+
+def test_the_skim_and_the_full_walk_agree_on_keys(tmp_path, cli):
+    model, optimizer = tiny()
+    for trainer, build in TRAINERS.items():
+        path = tmp_path / f"{trainer}.pt"
+        torch.save(build(model, optimizer), path)
+        data, _ = saved(build(model, optimizer))
+        skimmed = _skim.top_level(data)
+        (checkpoint,) = cli("verify", "--json", path).json["runs"][0]["checkpoints"]
+        assert skimmed is not None and sorted(skimmed.keys) == sorted(checkpoint["files"][0]["keys"]), trainer
