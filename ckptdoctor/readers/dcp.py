@@ -108,7 +108,8 @@ class StoredItem(NamedTuple):
     offset: int
     length: int
     tensor: bool
-    """A tensor, which dcp.load reads with ``weights_only=True``; else an object, which it unpickles."""
+    """A tensor, which dcp.load reads with ``weights_only=True``; else an object, which it unpickles
+    (transformed objects, compressed for one, cannot be placed: their bytes are not the pickle)."""
 
     @property
     def key(self) -> str:
@@ -137,10 +138,12 @@ def storage_items(walked: Walk) -> list[StoredItem] | str:
         fqn = index.get("fqn")
         tensor = fqn not in objects
         path, offset, length = fields.get("relative_path"), fields.get("offset"), fields.get("length")
-        if not (isinstance(path, str) and isinstance(offset, int) and isinstance(length, int)) or fields.get("transform_descriptors"):
+        if not (isinstance(path, str) and isinstance(offset, int) and isinstance(length, int)):
             if tensor:
                 continue
             return f"the storage of {fqn!r} is not a literal path, offset and length"
+        if not tensor and fields.get("transform_descriptors"):
+            return f"the storage of {fqn!r} is transformed: its bytes are not the pickle dcp.load runs"
         chunk = index.get("offset")
         chunk = tuple(chunk) if isinstance(chunk, tuple) and all(isinstance(n, int) for n in chunk) else ()
         items.append(StoredItem(str(fqn), chunk, path, offset, length, tensor))
