@@ -105,6 +105,17 @@ class FileIssue:
     every other issue and for non-weights content no allowlist admits (TorchScript code)."""
 
 
+class Span(NamedTuple):
+    """A stretch of bytes that ``verify --deep`` read whole: a tensor's data, a DCP item."""
+
+    name: str
+    """The tensor's name, or the DCP item's fully qualified name (with its chunk's offsets when sharded)."""
+    zero: bool
+    """Every byte is zero."""
+    file: str = ""
+    """The file that holds it, when not the one reported on (a DCP item lies in a data file ``.metadata`` names)."""
+
+
 class Tensor(NamedTuple):
     """One tensor a file holds, as its format records it (nothing is loaded)."""
 
@@ -141,6 +152,9 @@ class FileReport:
     """Bytes of tensor data, each shared storage counted once."""
     weight_map: tuple[tuple[str, str], ...] = ()
     """A shard index's map: (tensor name, shard file name) pairs."""
+    spans: tuple[Span, ...] | None = None
+    """``verify --deep``: each tensor (or DCP item) read byte by byte, and whether it is all zero;
+    None when the bytes were not read one by one."""
 
     def fact(self, key: str) -> str | None:
         for name, value in self.facts:
@@ -183,6 +197,22 @@ class Entry(NamedTuple):
     """Where a symlink points, as written in the link (None for anything else)."""
     links: int = 1
     """Hard links to the file (``st_nlink``): its bytes can be shared only when above 1."""
+
+
+class Zeroed(NamedTuple):
+    """Bytes that are all zero in a checkpoint where the run's previous checkpoint held data (CKD212)."""
+
+    path: str
+    """The file that holds them, as reports show it."""
+    regions: tuple[str, ...]
+    """The tensors or DCP items that are all zero; empty for the guess from a file's last 4 KiB."""
+    before: int
+    """The index of the previous checkpoint, which held data there."""
+
+    @property
+    def read_whole(self) -> bool:
+        """Found by reading every byte (``verify --deep``), not guessed from the file's tail."""
+        return bool(self.regions)
 
 
 class CheckpointFile(NamedTuple):
@@ -228,6 +258,8 @@ class Checkpoint:
     roles_unread: tuple[str, ...] = ()
     """Bundled files whose roles are only what their names say: their keys were not read, or
     name no role ckptdoctor knows (``complete`` then means "as far as names tell")."""
+    zeroed: tuple[Zeroed, ...] = ()
+    """Its bytes that are all zero where the run's previous checkpoint held data."""
 
     @property
     def bytes(self) -> int:

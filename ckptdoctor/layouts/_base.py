@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._zeroed import find_zeroed
 from ckptdoctor.model import (
     TOP_LEVEL_TENSORS,
     Checkpoint,
@@ -29,6 +30,7 @@ from ckptdoctor.model import (
     Run,
     Status,
     Unit,
+    Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import ReadAhead, expected_formats, with_keys
@@ -174,6 +176,11 @@ class FolderLayout(Layout):
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
 
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        """One checkpoint's files, each judged against what the others record about it (a data
+        file's size against the metadata that places its items)."""
+        return files
+
     def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
         """A checkpoint folder of this framework, judged by its name (and, where names are free,
         by what it holds)."""
@@ -302,7 +309,7 @@ class FolderLayout(Layout):
                         files.append(CheckpointFile(item, roles, relative, self.unread(relative) or judge(item)))
                     else:
                         others.append(item)
-                saved.append((slot.claim, slot.folder, files))
+                saved.append((slot.claim, slot.folder, self.measured(files)))
             elif slot.is_dir and (staged := self.staging(slot.name)) is not None:
                 loose.append(CheckpointFile(slot, (Role.TEMP,), staged.prefix, FileReport("folder")))
             elif not slot.is_dir and (pointer := self.pointer(slot.name)) is not None:
@@ -313,22 +320,22 @@ class FolderLayout(Layout):
         weights_only = self.weights_only(every)
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
-        checkpoints = sorted(
-            (
-                _checkpoint(
-                    claim.number,
-                    tuple(files),
-                    # a save newer than the tracker's commit never finished, whatever it holds
-                    (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
-                    False,
-                    folder,
-                    self.absent(files, every),
-                    frozenset(self.advisory),
-                )
-                for claim, folder, files in saved
-            ),
-            key=lambda checkpoint: checkpoint.index,
-        )
+        saved.sort(key=lambda save: save[0].number)
+        zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
+        checkpoints = [
+            _checkpoint(
+                claim.number,
+                tuple(files),
+                # a save newer than the tracker's commit never finished, whatever it holds
+                (*required, Role.POINTER) if newest is not None and claim.number > newest else required,
+                False,
+                folder,
+                self.absent(files, every),
+                frozenset(self.advisory),
+                zeros.get(claim.number, ()),
+            )
+            for claim, folder, files in saved
+        ]
         return Run(
             path=listing.path,
             layout=self.name,
@@ -443,13 +450,15 @@ def group(
         others.append(entry)
 
     required = layout.required(list(claims.values()))
-    saved = [files for _, files in sorted(by_index.items())]
+    saves = sorted(by_index.items())
+    saved = [files for _, files in saves]
     weights_only = layout.weights_only(saved) or _bundles_hold_weights_only(bundles, saved)
     if weights_only:
         required = without_training_state(required)
+    zeros = find_zeroed(saves)
     checkpoints = tuple(
-        _checkpoint(index, tuple(files), required, listing.single_file)
-        for index, files in sorted(by_index.items())
+        _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()))
+        for index, files in saves
     )
     return Run(
         path=listing.path,
@@ -601,6 +610,7 @@ def _checkpoint(
     folder: Entry | None = None,
     absent: tuple[str, ...] = (),
     advisory: frozenset[Role] = frozenset(),
+    zeroed: tuple[Zeroed, ...] = (),
 ) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
     present = {role for f in files for role in f.roles}
@@ -616,14 +626,16 @@ def _checkpoint(
     problems = {problem for f in judged for problem in f.report.problems}
     if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL
-    elif problems & _CORRUPT:
+    elif problems & _CORRUPT or any(z.read_whole for z in zeroed):
+        # tensors read as zeros where the previous checkpoint held data: a resume would load them
+        # as weights (the guess from a file's last 4 KiB only warns)
         status = Status.CORRUPT
     elif set(missing) - advisory or absent:
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
     unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
-    return Checkpoint(index, files, status, missing, absent, folder, unread)
+    return Checkpoint(index, files, status, missing, absent, folder, unread, zeroed)
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:

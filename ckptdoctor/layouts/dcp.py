@@ -3,18 +3,20 @@
 A checkpoint folder holds ``__<rank>_<n>.distcp`` data files and ``.metadata``, which the
 coordinator writes last (through ``.metadata.tmp`` and a rename) and which names every data
 file. A folder without ``.metadata`` was never committed; a ``.metadata.tmp`` left over means
-the commit itself was interrupted.
+the commit itself was interrupted; a data file that stops before the items ``.metadata`` places in
+it were written was cut short.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, FolderLayout
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Unit
-from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA
+from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA, extents, shard_issue
 from ckptdoctor.readers.sniff import Format
 
 _NUMBER = re.compile(r"(\d+)$")
@@ -58,6 +60,22 @@ class DcpLayout(FolderLayout):
             for name in references.split("\n")
         }
         return tuple(sorted(named - present))
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        """Each data file against where ``.metadata`` places its items: one that stops short of
+        them, or whose last ``torch.save`` stream lost its end, was cut short (``.metadata`` is
+        read once per checkpoint; its report carries where each data file's items end)."""
+        ends = next((extents(f.report) for f in files if Role.METADATA in f.roles), {})
+        if not ends:
+            return files
+        measured = []
+        for file in files:
+            end = ends.get(file.entry.name) if file.report.format == Format.DISTCP.value else None
+            issue = shard_issue(file.report, file.entry.size, end) if end is not None else None
+            if issue is not None:
+                file = file._replace(report=dataclasses.replace(file.report, issues=(issue, *file.report.issues)))
+            measured.append(file)
+        return measured
 
     def file_name(self, role: Role, index: int) -> str | None:
         return METADATA if role is Role.METADATA else None

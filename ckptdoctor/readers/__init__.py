@@ -11,8 +11,9 @@ import functools
 import os
 from collections.abc import Callable
 
-from ckptdoctor.model import TOP_LEVEL_TENSORS, Entry, FileIssue, FileReport, Problem
+from ckptdoctor.model import TOP_LEVEL_TENSORS, Entry, FileIssue, FileReport, Problem, Span
 from ckptdoctor.readers import (
+    _deep,
     burnpack,
     burnrecord,
     compressed,
@@ -29,7 +30,7 @@ from ckptdoctor.readers import (
     torchtar,
     torchzip,
 )
-from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
+from ckptdoctor.readers._sample import TAIL_ZERO, BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import Budget, one_budget
 from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format
 
@@ -207,6 +208,16 @@ def _with_unsafe(report: FileReport, issues: list[FileIssue] | tuple[FileIssue, 
 
 
 def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
+    report = _judge_content(sample, name, reader_for)
+    if report.issues:
+        return report
+    # a full disk or a crash leaves a file's end as zeros: grouping compares this with the previous
+    # checkpoint's same file (CKD212); the tail is the read every sample makes or shares
+    zero = not sample.tail().strip(b"\0")
+    return dataclasses.replace(report, facts=(*report.facts, (TAIL_ZERO, "yes" if zero else "no")))
+
+
+def _judge_content(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
     kind = sniff.sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
@@ -297,23 +308,30 @@ MAX_DCP_OBJECT = 256 * 1024 * 1024
 
 def _verify_metadata(sample: Sample, name: str, folder: str, deep: int) -> FileReport:
     report = verify_sample(sample, name, deep)
-    return _with_unsafe(report, _dcp_objects(sample, folder)) if report.format == Format.PICKLE.value else report
+    if report.format != Format.PICKLE.value:
+        return report
+    with one_budget(Budget()):
+        walked = pickle.walk_sample(sample, 0, None)
+    if walked.error or walked.unproven:
+        return report  # the metadata's own verdict says so
+    items = dcp.storage_items(walked)
+    report = _with_unsafe(report, _dcp_objects(items, folder))
+    if deep and isinstance(items, list):
+        report = dataclasses.replace(report, spans=_dcp_spans(items, folder, deep))
+    return report
 
 
-def _dcp_objects(metadata: Sample, folder: str) -> list[FileIssue]:
+def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIssue]:
     """Each object a DCP checkpoint holds besides its tensors, read where ``.metadata`` says, from
     the data files in ``folder``, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
-    with one_budget(Budget()):
-        walked = pickle.walk_sample(metadata, 0, None)
-    if walked.error or walked.unproven:
-        return []  # the metadata's own verdict says so
-    items = dcp.byte_items(walked)
     if isinstance(items, str):
         return [FileIssue(Problem.UNSAFE_PICKLE, f"{items}: where dcp.load finds the objects it unpickles cannot be told, so they cannot be proven safe")]
     issues: list[FileIssue] = []
     for item in items:
+        if item.tensor:
+            continue
         where = f"the DCP object {item.fqn!r} ({item.relative_path}, {item.length} bytes at {item.offset})"
-        if os.path.basename(item.relative_path) != item.relative_path or item.relative_path in (".", ".."):
+        if not _in_folder(item.relative_path):
             issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} lies outside the checkpoint's folder: what dcp.load would unpickle there cannot be proven safe"))
             continue
         if item.length > MAX_DCP_OBJECT:
@@ -353,6 +371,28 @@ class _Folder:
                 return data.range(offset, length)
         except OSError:
             return b""
+
+
+def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[Span, ...]:
+    """Every item of a DCP checkpoint read byte by byte, one data file at a time: which are all zero."""
+    by_file: dict[str, list[dcp.StoredItem]] = {}
+    for item in items:
+        if _in_folder(item.relative_path) and item.offset >= 0 and item.length > 0:
+            by_file.setdefault(item.relative_path, []).append(item)
+    spans: list[Span] = []
+    for file, stored in sorted(by_file.items()):
+        try:
+            with FileSample.open(os.path.join(folder, file)) as data:
+                _, checked = _deep.scan(data, [_deep.Region(i.offset, i.length, zeros=True) for i in stored], threads)
+        except OSError:
+            continue  # the data file's own report says why
+        if checked:  # none where the file is shorter than its items: the layout reports it cut short
+            spans += [Span(item.key, bool(result.zero), file) for item, result in zip(stored, checked, strict=True)]
+    return tuple(spans)
+
+
+def _in_folder(relative_path: str) -> bool:
+    return os.path.basename(relative_path) == relative_path and relative_path not in (".", "..")
 
 
 class ReadAhead:

@@ -1,4 +1,5 @@
-"""``verify --deep``: every byte of a file, read once: CRC-32 of zip members, non-finite floats.
+"""``verify --deep``: every byte of a file, read once: CRC-32 of zip members, non-finite floats,
+regions that hold only zero bytes.
 
 Files are read with ``preadv`` into one reusable buffer per thread (never mapped: a file cut
 while mapped kills the process with SIGBUS), so memory stays flat whatever the file size.
@@ -34,19 +35,23 @@ except ImportError:  # pragma: no cover - zlib-ng ships wheels for every platfor
 
 
 class Region(NamedTuple):
-    """Bytes of a file to check: a zip member's (``crc``) and/or a float tensor's (``dtype``)."""
+    """Bytes of a file to check: a zip member's (``crc``), a float tensor's (``dtype``), whether
+    they are all zero (``zeros``)."""
 
     offset: int
     length: int
     dtype: str | None = None
     """A float dtype to scan for NaN and Inf, or None."""
     crc: bool = False
+    zeros: bool = False
 
 
 class Checked(NamedTuple):
     crc: int | None
     nonfinite: int
     """How many NaN or Inf values the region holds."""
+    zero: bool | None = None
+    """Whether every byte is zero (None where not asked)."""
 
 
 class FileChanged(Exception):
@@ -77,13 +82,14 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
             results = list(pool.map(lambda part: _check_part(sample, part[1]), parts))
     else:
         results = [_check_part(sample, part) for _, part in parts]
-    combined: list[Checked] = [Checked(0 if r.crc else None, 0) for r in regions]
+    combined: list[Checked] = [Checked(0 if r.crc else None, 0, r.zeros or None) for r in regions]
     for (number, part), result in zip(parts, results, strict=True):
         before = combined[number]
         crc = before.crc
         if crc is not None and result.crc is not None:
             crc = result.crc if part.offset == regions[number].offset else _combine(crc, result.crc, part.length)
-        combined[number] = Checked(crc, before.nonfinite + result.nonfinite)
+        zero = before.zero and result.zero if before.zero is not None else None
+        combined[number] = Checked(crc, before.nonfinite + result.nonfinite, zero)
     return combined
 
 
@@ -108,6 +114,7 @@ def _check_part(sample: Sample, region: Region) -> Checked:
     count = _nonfinite_counter(region.dtype) if region.dtype else None
     crc = 0
     nonfinite = 0
+    zero = region.zeros  # until a byte that is not: then no longer looked at
     position, end = region.offset, region.offset + region.length
     while position < end:
         view = buffer[: min(len(buffer), end - position)]
@@ -119,8 +126,17 @@ def _check_part(sample: Sample, region: Region) -> Checked:
             crc = _crc32(view, crc)
         if count is not None:
             nonfinite += count(view)
+        if zero:
+            zero = _all_zero(view)
         position += got
-    return Checked(crc if region.crc else None, nonfinite)
+    return Checked(crc if region.crc else None, nonfinite, zero if region.zeros else None)
+
+
+def _all_zero(view: memoryview) -> bool:
+    import numpy as np  # only --deep pays for numpy
+
+    words = len(view) // 8  # eight bytes at a time, then the odd end
+    return not (np.frombuffer(view, np.uint64, words).any() or any(view[words * 8 :]))
 
 
 @functools.cache
@@ -162,15 +178,22 @@ def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
 
 
 def nonfinite_issues(sample: Sample, regions: list[Region], threads: int) -> list[FileIssue]:
+    return scan(sample, regions, threads)[0]
+
+
+def scan(sample: Sample, regions: list[Region], threads: int) -> tuple[list[FileIssue], list[Checked]]:
+    """What is wrong with the float tensors among ``regions`` (NaN, Inf, a file that changed),
+    and what each region was found to be (none when the file changed)."""
     try:
         results = check(sample, regions, threads)
     except FileChanged as changed:
-        return [FileIssue(Problem.UNREADABLE, str(changed))]
+        return [FileIssue(Problem.UNREADABLE, str(changed))], []
     total = sum(result.nonfinite for result in results)
     if not total:
-        return []
+        return [], results
     hit = sum(1 for result in results if result.nonfinite)
-    return [FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {hit} of {len(regions)} float tensors")]
+    floats = sum(1 for region in regions if region.dtype)
+    return [FileIssue(Problem.NONFINITE, f"{total} NaN or Inf values in {hit} of {floats} float tensors")], results
 
 
 def count_nonfinite(data: bytes, dtype: str) -> int:

@@ -15,6 +15,8 @@ from ckptdoctor.regular import open_regular
 
 HEAD = 16 * 1024
 TAIL = 4 * 1024
+TAIL_ZERO = "zero-tail"
+"""The fact every read records: ``yes`` where a file's last ``TAIL`` bytes are all zero, else ``no``."""
 MAX_HEADER = 16 * 1024 * 1024
 """The longest header a reader may ask for; a declared header beyond this is itself a finding."""
 CHUNK = 1024 * 1024

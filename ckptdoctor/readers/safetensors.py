@@ -11,7 +11,7 @@ import math
 import struct
 from typing import Any
 
-from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.model import FileIssue, FileReport, Problem, Span, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import FLOATS, SAFETENSORS_BITS
 from ckptdoctor.readers._sample import Sample
@@ -83,7 +83,8 @@ def _report(problem: Problem, detail: str) -> FileReport:
 
 
 def verify(sample: Sample, deep: int = 0) -> FileReport:
-    """The header checked more strictly than the library does (reference §9), tensors listed."""
+    """The header checked more strictly than the library does (reference §9), tensors listed; with
+    ``deep``, every tensor's bytes read: NaN and Inf in floats, and which tensors are all zero."""
     report = read(sample)
     if report.problems & {Problem.MALFORMED, Problem.NOT_A_CHECKPOINT} or sample.size < LENGTH.size:
         return report
@@ -99,6 +100,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         issues.append(FileIssue(Problem.MALFORMED, "__metadata__ is not a map of strings (InvalidHeaderDeserialization)"))
     listed: list[Tensor] = []
     regions: list[_deep.Region] = []
+    named: list[str] = []
     extents: list[tuple[int, int, str]] = []
     data_start = LENGTH.size + length
     for name, info in header.items():
@@ -118,8 +120,9 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
             ))
         extents.append((start, end, name))
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
-        if dtype[0] in FLOATS:
-            regions.append(_deep.Region(data_start + start, end - start, dtype[0]))
+        if end > start:  # every tensor for zeros (no CRC guards this data), floats for NaN and Inf too
+            regions.append(_deep.Region(data_start + start, end - start, dtype[0] if dtype[0] in FLOATS else None, zeros=True))
+            named.append(name)
     extents.sort()
     position = 0
     for start, end, name in extents:
@@ -128,10 +131,13 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name!r} {what} (InvalidOffset)"))
             break
         position = end
+    spans = None
     if deep and regions and not issues:
-        issues += _deep.nonfinite_issues(sample, regions, deep)
+        found, checked = _deep.scan(sample, regions, deep)
+        issues += found
+        spans = tuple(Span(name, bool(result.zero)) for name, result in zip(named, checked, strict=True)) if checked else None
     total = sum(t.nbytes for t in listed)
-    return FileReport(Format.SAFETENSORS.value, tuple(issues), report.facts, tuple(listed), (), total)
+    return FileReport(Format.SAFETENSORS.value, tuple(issues), report.facts, tuple(listed), (), total, spans=spans)
 
 
 def confirm(os_path: str) -> str | None:

@@ -1,16 +1,19 @@
 """Integrity rules (CKD2xx): is each file whole, readable and what its name says it is?
 
 These checks look at single files: their length against what their own format records, their first
-bytes, their headers and CRCs, leftovers of interrupted saves, and sizes against the run's other files.
+bytes, their headers and CRCs, leftovers of interrupted saves, sizes against the run's other files,
+and zeros where the previous checkpoint's same file held data.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity
+from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.rules._context import RunContext, make_finding
 from ckptdoctor.rules._rule import Rule
 from ckptdoctor.rules.completeness import STALE_POINTER
@@ -377,6 +380,39 @@ UNREADABLE = Rule(
     related=("CKD503", "CKD504", "CKD113"),
 )
 
+ZEROED_DATA = Rule(
+    code="CKD212",
+    name="zeroed-data",
+    severity=Severity.ERROR,
+    summary="Bytes that held data in the previous checkpoint are all zero in this one: tensors or DCP items (`--deep`), or a file's last 4 KiB.",
+    meaning=(
+        "A save whose data never reached the disk can leave a full-length file with zeros where the data should be, and "
+        "nothing fails when it is read: safetensors has no checksum, so `load_file` and `safe_open` hand the zeros back as "
+        "weights, while a DCP item turned to zeros fails `dcp.load` (`failed finding central directory`). Zeros alone prove "
+        "nothing (a bias initialised to zero stays zero), so each tensor, DCP item and file tail is compared with the same "
+        "one in the run's previous checkpoint: all zero now where there was data then is the finding. Under "
+        "`verify --deep` every byte was read: the checkpoint is no longer a resume point, and the finding is an error "
+        "wherever a resume would load it. Without `--deep` only a file's last 4 KiB are looked at: that is a warning, and "
+        "the checkpoint stays the resume point until `verify --deep` says otherwise. Zeros that were already zeros in "
+        "the previous checkpoint are taken as meant, so zeros left by two failed saves running show on the first only."
+    ),
+    causes=(
+        "The disk or quota filled during the save on a filesystem that had already allocated the file's blocks "
+        "(preallocation, some network and FUSE filesystems). The machine crashed or lost power before the written pages "
+        "reached the disk: ext4 and XFS can keep a file's new size and leave its last blocks zero. A copy or "
+        "`rsync --inplace` stopped after the file had been extended. A tensor reset to zero on purpose fires once, on the "
+        "first checkpoint that holds the zeros."
+    ),
+    fixes=(
+        "{resume}.",
+        "Move the damaged checkpoint out of the run (or restore {name} from a backup and compare its `sha256sum` with the source), so that no resume from the latest checkpoint loads zeros as weights.",
+        "Before the next save, check that there is room and that the storage is healthy: `ckptdoctor diskcheck {run}`, and `dmesg` for I/O errors.",
+        "If the zeros are meant (a tensor reset on purpose), nothing is lost: the next checkpoint, compared with this one, is quiet.",
+    ),
+    messages=("failed finding central directory",),
+    related=("CKD203", "CKD206", "CKD304", "CKD501"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -389,6 +425,7 @@ RULES: tuple[Rule, ...] = (
     OVERSIZED,
     LEGACY_FORMAT,
     UNREADABLE,
+    ZEROED_DATA,
 )
 
 
@@ -580,10 +617,47 @@ def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
+def zeroed_data(ctx: RunContext) -> Iterator[Finding]:
+    """CKD212: zeros where the previous checkpoint held data (compared while the run was grouped)."""
+    unit = ctx.run.unit.value
+    for checkpoint in ctx.run.checkpoints:
+        for found in checkpoint.zeroed:
+            name = found.path.rpartition(os.sep)[2]
+            if found.read_whole:
+                few = ", ".join(f"`{region}`" for region in found.regions[:_NAMED])
+                more = f" and {len(found.regions) - _NAMED} more" if len(found.regions) > _NAMED else ""
+                verb = "is" if len(found.regions) == 1 else "are"
+                message = f"{name}: {few}{more} {verb} all zero bytes where {unit} {found.before} held data"
+                severity = None
+            else:
+                message = (
+                    f"{name}: its last {TAIL // 1024} KiB are all zero bytes where {unit} {found.before}'s copy ends in data: "
+                    "the end of the save may never have reached the disk"
+                )
+                severity = Severity.WARNING  # a guess from 4 KiB: verify --deep reads the tensors themselves
+            yield ctx.finding(
+                ZEROED_DATA, message, index=checkpoint.index, path=found.path, severity=severity, extra_fixes=_read_whole(found, ctx)
+            )
+
+
+_NAMED = 3
+"""Tensors a CKD212 message names before it counts the rest."""
+
+
+def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
+    """The first fix for a guess from a file's tail: read the bytes themselves."""
+    if found.read_whole:
+        return ()
+    return (
+        f"Read every byte with `ckptdoctor verify --deep {ctx.run.path}`: it checks each tensor and DCP item, and "
+        "takes the checkpoint out of the resume point if its data turned to zeros.",
+    )
+
+
 def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
     """CKD211 for folders below the user's paths that could not be listed."""
     for folder in unlisted:
         yield make_finding(UNREADABLE, f"could not list {folder.path}: {folder.reason}", None, path=folder.path, context={"path": folder.path, "name": folder.path})
 
 
-CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio)
+CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data)
