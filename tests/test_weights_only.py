@@ -49,10 +49,10 @@ def hf_train(output: Path, save_only_model: bool, steps: int, resume: str = "") 
     return done.stdout
 
 
-def saved(obj: object) -> tuple[bytes, object]:
+def saved(obj: object, protocol: int = 2) -> tuple[bytes, object]:
     """The ``data.pkl`` of ``torch.save(obj)``, and what ``torch.load`` reads back from the archive."""
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(obj, buffer, pickle_protocol=protocol)
     with zipfile.ZipFile(buffer) as archive:
         data = archive.read(archive.namelist()[0])
     buffer.seek(0)
@@ -70,7 +70,8 @@ def tiny() -> tuple[object, object]:
 # --- the skim: the keys a real unpickler sees, or nothing -------------------------------------
 
 
-def test_the_skim_reads_the_keys_torch_load_sees():
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_the_skim_reads_the_keys_torch_load_sees(protocol):
     model, optimizer = tiny()
     cases = [
         {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "epoch": 3, "callbacks": {"x": {"kth_value": torch.tensor(float("inf"))}}},
@@ -80,7 +81,7 @@ def test_the_skim_reads_the_keys_torch_load_sees():
         {"a": 1, "a2": [1, 2, {"b": torch.ones(2)}], "c": torch.zeros(1)},
     ]
     for case in cases:
-        data, loaded = saved(case)
+        data, loaded = saved(case, protocol)
         skimmed = _skim.top_level(data)
         if any(not isinstance(key, str) for key in loaded):
             assert skimmed is None  # a non-string key: the skim does not guess
@@ -93,7 +94,7 @@ def test_the_skim_gives_up_on_what_torch_never_writes():
     import collections
 
     assert _skim.top_level(pickle.dumps({"a": 1}, protocol=4)) == _skim.Skimmed(("a",), 0)
-    assert _skim.top_level(pickle.dumps({"a": collections.OrderedDict()}, protocol=4)) is None  # STACK_GLOBAL
+    assert _skim.top_level(pickle.dumps({"a": collections.OrderedDict()}, protocol=4)) == _skim.Skimmed(("a",), 0)
     assert _skim.top_level(pickle.dumps({"a": 1}, protocol=0)) is None  # text opcodes
     assert _skim.top_level(b"") is None
     assert _skim.top_level(saved([1, 2])[0]) == _skim.Skimmed((), 0)
@@ -282,3 +283,18 @@ def test_the_skim_and_the_full_walk_agree_on_keys(tmp_path, cli):
         skimmed = _skim.top_level(data)
         (checkpoint,) = cli("verify", "--json", path).json["runs"][0]["checkpoints"]
         assert skimmed is not None and sorted(skimmed.keys) == sorted(checkpoint["files"][0]["keys"]), trainer
+
+
+def test_a_protocol_4_save_is_ckd402_because_torch_weights_only_refuses_it(tmp_path, cli):
+    """torch.save(..., pickle_protocol=4) writes FRAME and MEMOIZE, which torch.load's default
+    weights_only unpickler refuses: not damage, not unsafe, but not loadable as torch defaults."""
+    run = bundle_run(tmp_path / "run", {1: ("model", "optimizer"), 2: ("model", "optimizer")}, pickle_protocol=4)
+    with pytest.raises(Exception, match="Unsupported operand"):
+        torch.load(run / "checkpoint_2.pt", weights_only=True)
+    inspected = cli("inspect", "--json", run).json
+    assert [c["status"] for c in inspected["runs"][0]["checkpoints"]] == ["complete", "complete"]  # roles read
+    for args in (("verify",), ("verify", "--load")):
+        report = cli(*args, "--json", run).json
+        assert {(f["code"], f["severity"]) for f in report["findings"]} == {("CKD402", "warning")}, args
+        assert all("weights_only=True" in f["message"] and "FRAME" in f["message"] for f in report["findings"])
+    assert torch.load(run / "checkpoint_2.pt", weights_only=False)["optimizer"]["param_groups"]  # as the fix says

@@ -163,3 +163,18 @@ def _names(names: Iterable[str], limit: int = 5) -> str:
     listed = list(names)
     shown = ", ".join(listed[:limit])
     return f"{shown} and {len(listed) - limit} more" if len(listed) > limit else shown
+
+
+def weights_only_refusal(walk: Walk, where: str) -> list[FileIssue]:
+    """CKD402 for a pickle ``torch.load(weights_only=True)`` reads with opcodes its unpickler
+    refuses (``pickle_protocol=4`` writes ``FRAME``): safe, if ``judge`` says so, but not loadable
+    the way torch loads by default."""
+    if not walk.beyond_weights_only or walk.error or walk.unproven:
+        return []
+    opcodes = ", ".join(sorted(walk.beyond_weights_only))
+    return [FileIssue(
+        Problem.NON_WEIGHTS,
+        f"{where} uses pickle opcodes ({opcodes}) that torch.load(weights_only=True) refuses "
+        '("Unsupported operand"): it was saved with a pickle_protocol above 2. Load it with weights_only=False '
+        "only once verify finds it safe, or save it again with torch.save's default protocol",
+    )]

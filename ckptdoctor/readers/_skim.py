@@ -3,9 +3,9 @@
 ``inspect`` confirms a bundled checkpoint's roles (does this ``.ckpt`` hold optimizer state?)
 from the keys of the dict it pickles. The full walk that ``verify`` does builds every object and
 judges every global: 0.7 s for the ``data.pkl`` of a 1,000-parameter model with AdamW state.
-This skim only tracks what the stack holds, never builds values, and stops at anything torch's
-pickler does not write (text opcodes, protocol 4's ``STACK_GLOBAL`` and buffers): the keys are
-then unknown, never guessed. Nothing is imported or called; safety is ``verify``'s to judge.
+This skim only tracks what the stack holds, never builds values, and stops at anything
+``torch.save`` does not write at protocols 2 to 5 (text opcodes, out-of-band buffers): the keys
+are then unknown, never guessed. Nothing is imported or called; safety is ``verify``'s to judge.
 """
 
 from __future__ import annotations
@@ -143,6 +143,10 @@ def _skim(data: bytes) -> Skimmed | None:
             name = data[module_end + 1 : name_end].decode("ascii")
             position = name_end + 1
             push(_REBUILD if module in _REBUILD_MODULES and name.startswith("_rebuild") else _REBUILT)
+        elif op == 0x93:  # STACK_GLOBAL (protocol 4): module and name from the stack
+            attribute, owner = pop(), stack[-1]
+            rebuild = owner in _REBUILD_MODULES and isinstance(attribute, str) and attribute.startswith("_rebuild")
+            stack[-1] = _REBUILD if rebuild else _REBUILT
         elif op in (0x6C, 0x64):  # LIST, DICT
             del stack[marks.pop() :]
             push(_REBUILT)

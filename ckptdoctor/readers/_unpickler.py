@@ -39,6 +39,17 @@ TORCH_OPCODES = _opcodes.OPCODE_NAMES - _NEVER_PICKLED
 with any other is hand-made."""
 
 
+WEIGHTS_ONLY_OPCODES = frozenset({
+    "PROTO", "STOP", "GLOBAL", "NEWOBJ", "REDUCE", "BUILD", "APPEND", "APPENDS", "SETITEM", "SETITEMS",
+    "MARK", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NONE", "NEWFALSE", "NEWTRUE", "EMPTY_TUPLE",
+    "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "BININT", "BININT1", "BININT2", "BINFLOAT", "BINUNICODE",
+    "SHORT_BINSTRING", "BINPERSID", "BINGET", "LONG_BINGET", "BINPUT", "LONG_BINPUT", "LONG1",
+})  # fmt: skip
+"""The opcodes ``torch.load(weights_only=True)`` reads (``torch/_weights_only_unpickler.py``,
+``Unpickler.load``, torch 2.13): any other stops it with ``Unsupported operand``. The default
+``pickle_protocol=2`` writes no other; protocols 4 and 5 add ``FRAME`` and ``MEMOIZE``."""
+
+
 class Global(NamedTuple):
     """An import the pickle asks for: ``module`` and ``name`` exactly as written."""
 
@@ -96,6 +107,8 @@ class Walk:
     """Imports whose name is computed or hidden, described; each is unsafe."""
     foreign: dict[str, int] = field(default_factory=dict)
     """Opcodes outside the allowed set, with the position of the first of each."""
+    beyond_weights_only: set[str] = field(default_factory=set)
+    """Opcodes torch's ``weights_only`` unpickler refuses (``FRAME`` of ``pickle_protocol=4``)."""
     tricks: list[str] = field(default_factory=list)
     """Things that make parsers disagree: an opcode straddling a frame's end, an argument the C and
     the pure-Python unpickler read differently."""
@@ -144,6 +157,7 @@ class Walk:
         self.changed |= other.changed
         for name, position in other.foreign.items():
             self.foreign.setdefault(name, position)
+        self.beyond_weights_only |= other.beyond_weights_only
 
     def used_beyond_construction(self, symbol: Global) -> bool:
         """Whether some reference to ``symbol`` is called, passed, stored or returned rather than
@@ -253,6 +267,11 @@ def walk(
             machine.push_import(*end.imported)
         result.error = f"{end} (at byte {end.position})"
         result.truncated = end.truncated
+        line_end = data.find(b"\n", end.position)
+        if end.position < machine.frame_end and (line_end < 0 or line_end >= machine.frame_end):
+            # CPython's C unpickler reads a line that crosses its frame's end from past the frame
+            # (`I` + `1e` | `999\n` is 999 to it): where this walk stops, a loader may read on
+            result.tricks.append(f"an opcode at byte {end.position} runs past the end of its frame ({machine.frame_end})")
     except _Stop as stop:
         result.error = f"{stop} (at byte {position})"
     except _opcodes.Unproven as unproven:
@@ -403,6 +422,8 @@ class _Machine:
         result = self.result
         if self.allowed is not None and name not in self.allowed and name not in result.foreign:
             result.foreign[name] = position
+        if name not in WEIGHTS_ONLY_OPCODES:
+            result.beyond_weights_only.add(name)
         if position < self.frame_end < after:
             result.tricks.append(f"an opcode at byte {position} runs past the end of its frame ({self.frame_end})")
         stack = self.stack

@@ -12,7 +12,7 @@ import struct
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
-from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers._unpickler import (
     JOBLIB_WRAPPERS,
@@ -114,7 +114,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
     walks = []
     for what, expected in _LEGACY_PICKLES:
         walked = walk_sample(sample, position, TORCH_OPCODES)
-        issues += judge(walked, f"{what} pickle")
+        issues += judge(walked, f"{what} pickle") + weights_only_refusal(walked, f"{what} pickle")
         if walked.error or walked.unproven:
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues))
         if expected is not None and walked.root != expected:

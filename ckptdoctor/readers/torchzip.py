@@ -21,7 +21,7 @@ from typing import NamedTuple
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
-from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
 from ckptdoctor.readers._skim import Skimmed
 from ckptdoctor.readers._skim import top_level as skim
@@ -182,6 +182,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     resolved = _torchscript_type if script else None
     walked = walk(data, opcodes=TORCH_OPCODES)
     issues += judge(walked, "data.pkl", resolved)
+    issues += weights_only_refusal(walked, "data.pkl")
     for member in members:
         if member.name.lower().endswith((".pkl", ".debug_pkl")) and member is not pickle_member:
             extra = _member_bytes(sample, member)
