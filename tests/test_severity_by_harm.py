@@ -61,8 +61,8 @@ def test_broken_epochs_behind_the_resume_point_are_warnings_and_the_named_prune_
     # do what the fix says, as a user would: its command, with --yes for the dry run
     command = shlex.split(fix[fix.index("`") + 1 : fix.index("`", fix.index("`") + 1)])
     assert command[:2] == ["ckptdoctor", "prune"] and "--dry-run" in command
-    command = [arg for arg in command[1:] if arg != "--dry-run"]
-    done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command, "--yes", "--min-age", "0"], capture_output=True, text=True)
+    command = ["--yes" if arg == "--dry-run" else arg for arg in command[1:]]
+    done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command, "--min-age", "0"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     left = sorted(p.name for p in run.iterdir() if p.suffix == ".pt")
     kept = [6, 8, 9, 10, 11, 12]
@@ -136,3 +136,33 @@ def test_rule_pages_and_json_say_it(cli):
     assert (entry["severity"], entry["severity_behind_resume"]) == ("error", "warning")
     (unsafe,) = cli("rules", "CKD401", "--json").json["rules"]
     assert unsafe["severity_behind_resume"] == "error"
+
+
+def test_damage_only_verify_sees_gets_a_prune_that_verifies(tmp_path, cli):
+    """A flipped byte in an older epoch's tensor looks whole to prune's header read: the fix's
+    prune must read what it keeps, or it keeps the corrupt epoch and deletes a good one."""
+    import struct
+    import zipfile
+
+    run = torch_run(tmp_path / "run", range(1, 7))
+    path = run / "model_2.pt"
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if "/data/" in i.filename)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack_from("<HH", data, member.header_offset + 26)  # the local header's
+    data[member.header_offset + 30 + name_length + extra_length] ^= 0xFF
+    path.write_bytes(bytes(data))
+    old = 1_000_000_000
+    for file in run.iterdir():
+        os.utime(file, (old, old))
+
+    report = cli("verify", "--deep", "--json", run).json
+    (finding,) = [f for f in report["findings"] if f["index"] == 2]
+    assert (finding["code"], finding["severity"]) == ("CKD206", "warning")
+    fix = finding["fixes"][0]
+    command = shlex.split(fix[fix.index("`") + 1 : fix.index("`", fix.index("`") + 1)])
+    assert "--verify" in command
+    command = ["--yes" if arg == "--dry-run" else arg for arg in command[1:]]
+    done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(int(p.stem.split("_")[1]) for p in run.glob("model_*.pt")) == [1, 3, 4, 5, 6]

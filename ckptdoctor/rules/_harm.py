@@ -28,10 +28,14 @@ def by_harm(ctx: RunContext, findings: Iterable[Finding], rule_of: Callable[[str
     resume = run.resume
     assert resume is not None  # dead weight exists only behind a resume point
     unit = run.unit.value
+    # damage only a whole read sees (a CRC, NaN, a pickle) looks whole to prune's header read:
+    # --verify makes prune read the checkpoints it keeps, so it keeps the right ones
+    read_whole = any(f.report.tensors is not None for c in run.checkpoints if c.index in behind for f in c.files)
+    policy = f"--keep-last {complete}{' --verify' if read_whole else ''}"
     fix = (
         f"Nothing resumes from a broken {unit} older than the resume point ({unit} {resume.index}): "
-        f"delete them all and keep every complete {unit} with `ckptdoctor prune {run.path} --keep-last {complete} "
-        "--dry-run` (it shows the plan; run it again without `--dry-run`)."
+        f"delete them all and keep every complete {unit} with `ckptdoctor prune {run.path} {policy} --dry-run` "
+        "(it shows the plan; run it again with `--yes` instead of `--dry-run`)."
     )
     lowered: list[Finding] = []
     for finding in findings:
