@@ -50,6 +50,9 @@ NESTED_KEYS = frozenset(key for _, keys in ROLE_KEYS for key in keys if "." in k
 NESTED = frozenset(key.partition(".")[0] for key in NESTED_KEYS)
 """Top-level keys whose own keys may name roles (Composer's ``state``)."""
 
+EMPTY_IS_ABSENT = frozenset(dict(ROLE_KEYS)[Role.OPTIMIZER])
+"""Keys whose empty value (``[]``, ``{}``) holds no state: an optimizer's state is never empty."""
+
 OPTIMIZER_STATE = ("state", "param_groups")
 """The keys of a bare ``optimizer.state_dict()``."""
 

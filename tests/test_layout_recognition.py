@@ -32,8 +32,8 @@ def trees(tmp_path: Path) -> dict[str, Path]:
     lightning = tmp_path / "lightning" / "checkpoints"
     lightning.mkdir(parents=True)
     for epoch in (1, 2):
-        torch.save({"state_dict": {}, "optimizer_states": [], "lr_schedulers": []}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
-    torch.save({"state_dict": {}, "optimizer_states": [], "lr_schedulers": []}, lightning / "last.ckpt")
+        torch.save({"state_dict": {}, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
+    torch.save({"state_dict": {}, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []}, lightning / "last.ckpt")
     hf = tmp_path / "hf"
     for step in (10, 20):
         folder = hf / f"checkpoint-{step}"

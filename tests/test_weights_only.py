@@ -298,3 +298,42 @@ def test_a_protocol_4_save_is_ckd402_because_torch_weights_only_refuses_it(tmp_p
         assert {(f["code"], f["severity"]) for f in report["findings"]} == {("CKD402", "warning")}, args
         assert all("weights_only=True" in f["message"] and "FRAME" in f["message"] for f in report["findings"])
     assert torch.load(run / "checkpoint_2.pt", weights_only=False)["optimizer"]["param_groups"]  # as the fix says
+
+
+def test_a_lightning_run_stripped_of_its_optimizer_is_damage_not_design(tmp_path, cli):
+    """save_weights_only writes neither optimizer_states nor lr_schedulers: a checkpoint that keeps
+    its schedulers but lost its optimizer state was stripped, and Lightning cannot resume it."""
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, save_top_k=-1)
+    folder = tmp_path / "checkpoints"
+    for path in folder.glob("*.ckpt"):
+        state = torch.load(path, weights_only=False)  # the test's own file
+        del state["optimizer_states"]
+        torch.save(state, path)
+    report = cli("inspect", "--json", folder).json
+    assert "CKD107" not in [f["code"] for f in report["findings"]]
+    assert {f["code"] for f in report["findings"]} >= {"CKD101", "CKD110"}
+    with pytest.raises(KeyError, match="optimizer"):
+        lightning_fit(tmp_path / "again", 3, ckpt_path=str(sorted(folder.glob("*.ckpt"))[-1]), save_top_k=0)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_an_empty_or_overwritten_optimizer_state_is_none(tmp_path, cli, protocol):
+    """`optimizer_states=[]` makes Lightning resume with a fresh optimizer, silently; a key set a
+    second time holds its last value. inspect's skim and verify's walk agree with the dict."""
+    model, optimizer = tiny()
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": []}, run / "epoch=1.ckpt", pickle_protocol=protocol)
+    torch.save({"state_dict": model.state_dict(), "optimizer_states": [], "lr_schedulers": []}, run / "epoch=2.ckpt", pickle_protocol=protocol)
+    for command in ("inspect", "verify"):
+        report = cli(command, "--json", run).json
+        assert ("CKD101", 2) in {(f["code"], f["index"]) for f in report["findings"]}, command
+        assert report["runs"][0]["resume"]["index"] == 1, command
+
+    data, _ = saved({"optimizer_states": [{"state": {}}]})
+    # the same key set again to None before STOP, as a second SETITEM does: the last value counts
+    patched = data[:-1] + b"X\x10\x00\x00\x00optimizer_statesNs."
+    assert _skim.top_level(patched) == _skim.Skimmed((), 0)
+    assert pickle.loads(patched) == {"optimizer_states": None}  # plain types only: the real reading

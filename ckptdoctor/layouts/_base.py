@@ -480,12 +480,15 @@ def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:
 
 def _bundles_hold_weights_only(bundles: Sequence[CheckpointFile], saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
     """Why a run of bundled files saves weights alone: every bundle's keys were read and show
-    weights, none shows optimizer state, and no other file of the run holds one."""
-    if not bundles or any(Role.OPTIMIZER in file.roles for files in saved for file in files):
+    weights, none shows optimizer or scheduler state, and no other file of the run holds one (a
+    framework told to save weights alone saves neither: a scheduler without its optimizer is
+    what a cleanup leaves)."""
+    training = (Role.OPTIMIZER, Role.SCHEDULER)
+    if not bundles or any(role in file.roles for files in saved for file in files for role in training):
         return None
     for bundle in bundles:
         found = roles_in(bundle.report)
-        if found is None or Role.MODEL not in found or Role.OPTIMIZER in found:
+        if found is None or Role.MODEL not in found or any(role in found for role in training):
             return None
     example = bundles[-1]
     return f"no checkpoint holds optimizer state: the top-level keys of {example.name} are {', '.join(example.report.keys[:8])}"

@@ -32,6 +32,15 @@ _REBUILT = object()
 """What any other call or container leaves: a value the skim does not track."""
 _NONE = object()
 """None: a key whose value it is holds nothing (DeepSpeed's ``optimizer=None``)."""
+
+
+class _Container:
+    """An empty list or dict as pushed; ``filled`` once anything is appended or set into it."""
+
+    __slots__ = ("filled",)
+
+    def __init__(self) -> None:
+        self.filled = False
 _U1 = struct.Struct("<B").unpack_from
 _U2 = struct.Struct("<H").unpack_from
 _U4 = struct.Struct("<I").unpack_from
@@ -41,7 +50,7 @@ _U8 = struct.Struct("<Q").unpack_from
 _PUSH_FIXED = {
     ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8,  # BININT, BININT1, BININT2, BINFLOAT
     0x88: 0, 0x89: 0,  # NEWTRUE, NEWFALSE
-    ord(")"): 0, ord("]"): 0, ord("}"): 0, 0x8F: 0,  # EMPTY_TUPLE/LIST/DICT/SET
+    ord(")"): 0, 0x8F: 0,  # EMPTY_TUPLE, EMPTY_SET
     0x82: 1, 0x83: 2, 0x84: 4,  # EXT1, EXT2, EXT4 (registry objects: not tensors)
 }  # fmt: skip
 # opcode -> (bytes of its length field, unpacker): counted strings and bytes
@@ -70,8 +79,7 @@ def _skim(data: bytes) -> Skimmed | None:
     pop = stack.pop
     marks: list[int] = []
     memo: dict[int, object] = {}
-    keys: list[str] = []
-    tensors = 0
+    values: dict[str, object] = {}
     size = len(data)
     position = 0
     push_fixed = _PUSH_FIXED
@@ -122,18 +130,14 @@ def _skim(data: bytes) -> Skimmed | None:
             if position > size:
                 return None
             push(data[start:position].decode("utf-8") if op in _TEXT else _REBUILT)
-        elif op == 0x75:  # SETITEMS
-            base = marks.pop()
-            if not _set_items(stack, base, marks, keys):
+        elif op == 0x75 or op == 0x73:  # SETITEMS, SETITEM
+            base = marks.pop() if op == 0x75 else len(stack) - 2
+            if not _set_items(stack, base, marks, values):
                 return None
-            tensors += base == 1 and sum(value is _TENSOR for value in stack[2::2])
+            _fill(stack, base)
             del stack[base:]
-        elif op == 0x73:  # SETITEM
-            base = len(stack) - 2
-            if not _set_items(stack, base, marks, keys):
-                return None
-            tensors += base == 1 and stack[2] is _TENSOR
-            del stack[base:]
+        elif op == 0x5D or op == 0x7D:  # EMPTY_LIST, EMPTY_DICT
+            push(_Container())
         elif op == 0x4E:  # NONE
             push(_NONE)
         elif op == 0x63:  # GLOBAL: two lines, module and name
@@ -150,9 +154,11 @@ def _skim(data: bytes) -> Skimmed | None:
         elif op in (0x6C, 0x64):  # LIST, DICT
             del stack[marks.pop() :]
             push(_REBUILT)
-        elif op == 0x65:  # APPENDS
-            del stack[marks.pop() :]
-        elif op in (0x61, 0x30, 0x62):  # APPEND, POP, BUILD (the state goes, the object stays)
+        elif op == 0x65 or op == 0x61:  # APPENDS, APPEND
+            base = marks.pop() if op == 0x65 else len(stack) - 1
+            _fill(stack, base)
+            del stack[base:]
+        elif op == 0x30 or op == 0x62:  # POP, BUILD (the state goes, the object stays)
             pop()
         elif op == 0x81:  # NEWOBJ
             pop()
@@ -170,15 +176,17 @@ def _skim(data: bytes) -> Skimmed | None:
         elif op == 0x2E:  # STOP
             if len(stack) != 1 or marks:
                 return None
-            return Skimmed(tuple(dict.fromkeys(keys)), int(tensors))
+            held = [key for key, value in values.items() if _holds(key, value)]
+            return Skimmed(tuple(held), sum(1 for key in held if "." not in key and values[key] is _TENSOR))
         else:
             return None  # an opcode torch's pickler never writes: leave it to verify's walk
     return None
 
 
-def _set_items(stack: list[object], base: int, marks: list[int], keys: list[str]) -> bool:
-    """Record the keys set from ``stack[base:]`` into the dict at ``base - 1`` when it is the root
-    or the value of a root key whose keys name roles; False for a key the skim cannot read."""
+def _set_items(stack: list[object], base: int, marks: list[int], values: dict[str, object]) -> bool:
+    """Record the items set from ``stack[base:]`` into the dict at ``base - 1`` when it is the
+    root or the value of a root key whose keys name roles (a later set of a key wins, as in the
+    dict); False for a key the skim cannot read."""
     if base == 1:
         prefix = ""
     elif marks in ([], [1]) and base % 2 == 1 and stack[base - 2] in bundles.NESTED:
@@ -191,6 +199,21 @@ def _set_items(stack: list[object], base: int, marks: list[int], keys: list[str]
             if prefix:
                 continue  # a role key is a string: this one names none
             return False
-        if value is not _NONE and (not prefix or f"{prefix}{key}" in bundles.NESTED_KEYS):
-            keys.append(f"{prefix}{key}")
+        if not prefix or f"{prefix}{key}" in bundles.NESTED_KEYS:
+            values[f"{prefix}{key}"] = value
     return True
+
+
+def _fill(stack: list[object], base: int) -> None:
+    """Items were appended or set from ``base`` on into the container at ``base - 1``."""
+    target = stack[base - 1]
+    if isinstance(target, _Container) and len(stack) > base:
+        target.filled = True
+
+
+def _holds(key: str, value: object) -> bool:
+    """Whether a key's value holds its part: None never does, and an empty optimizer state is no
+    optimizer state (Lightning resumes from ``optimizer_states=[]`` with a fresh optimizer)."""
+    if value is _NONE:
+        return False
+    return not (key in bundles.EMPTY_IS_ABSENT and isinstance(value, _Container) and not value.filled)

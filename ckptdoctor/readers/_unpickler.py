@@ -715,13 +715,21 @@ def top_keys(root: object) -> tuple[str, ...]:
     (DeepSpeed's ``optimizer=None`` under ZeRO) and is left out."""
     if not isinstance(root, dict):
         return ()
-    keys = [str(key) for key, value in root.items() if value is not None]
+    keys = [str(key) for key, value in root.items() if _holds(str(key), value)]
     for outer in bundles.NESTED:
         inner = root.get(outer)
         if isinstance(inner, dict):
-            dotted = (f"{outer}.{key}" for key, value in inner.items() if value is not None)
-            keys += [key for key in dotted if key in bundles.NESTED_KEYS]
+            dotted = ((f"{outer}.{key}", value) for key, value in inner.items())
+            keys += [key for key, value in dotted if key in bundles.NESTED_KEYS and _holds(key, value)]
     return tuple(keys)
+
+
+def _holds(key: str, value: object) -> bool:
+    """Whether a key's value holds its part (None never does; an empty optimizer state neither)."""
+    if value is None:
+        return False
+    empty = isinstance(value, (list, dict)) and not isinstance(value, (Global, Storage, Call, Opaque)) and not value
+    return not (empty and key in bundles.EMPTY_IS_ABSENT)
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
