@@ -57,24 +57,26 @@ OPTIMIZER_STATE = ("state", "param_groups")
 """The keys of a bare ``optimizer.state_dict()``."""
 
 NOT_WEIGHTS = frozenset({
-    # Lightning dump_checkpoint: ModelCheckpoint keeps best_model_score and kth_value (inf when
-    # monitor=None), EarlyStopping its best_score; loops keep counters (1.x: logged metrics)
-    "callbacks", "loops", "hyper_parameters", "datamodule_hyper_parameters",
+    # Lightning dump_checkpoint: loops keep progress counters (1.x: logged metrics); the
+    # hyper-parameters are configuration (float("inf") defaults are common)
+    "loops", "hyper_parameters", "datamodule_hyper_parameters",
     "best_val_loss",  # nanoGPT train.py: the last evaluation's loss, a tensor (inf when diverged)
     "metric",  # timm CheckpointSaver._save
     "message_hub", "meta",  # mmengine Runner.save_checkpoint: logged scalars, best scores
-    "state.train_metrics", "state.eval_metrics", "state.callbacks", "state.timestamp",  # Composer
+    "state.train_metrics", "state.eval_metrics", "state.timestamp",  # Composer State.state_dict
 })  # fmt: skip
 """Keys of state that is not weights (as dotted prefixes of a tensor's path): a non-finite
 value there harms no resume."""
 
-WEIGHTS_WITHIN = frozenset({"average_model_state"})
-"""Weights kept inside state that is otherwise not weights (Lightning's SWA callback)."""
+CALLBACK_SCORES = frozenset({"best_model_score", "kth_value", "current_score", "best_k_models", "best_score"})
+"""What Lightning's own callbacks keep of the monitored metric (ModelCheckpoint: ``kth_value``
+is inf when ``monitor=None``; EarlyStopping: ``best_score``). Anything else a callback keeps may
+be weights (StochasticWeightAveraging's ``average_model_state``, an EMA callback's copy)."""
 
 
 def weights(tensor_name: str) -> bool:
     """Whether a tensor, by its dotted path in the saved object, is weights or optimizer state
     (anything not known to be something else is)."""
-    if WEIGHTS_WITHIN.intersection(tensor_name.split(".")):
-        return True
+    if tensor_name.startswith("callbacks."):
+        return CALLBACK_SCORES.isdisjoint(tensor_name.split("."))
     return not any(tensor_name == key or tensor_name.startswith(f"{key}.") for key in NOT_WEIGHTS)

@@ -230,3 +230,39 @@ def test_slurm_requeue_saves_and_the_resume_lightning_picks_by_itself(tmp_path, 
     assert cli("repair", "--yes", tmp_path).exit_code == 0
     resumed = lightning_fit(tmp_path, 2, ckpt_path="hpc", save_top_k=0)
     assert resumed.ckpt_path == str(tmp_path / "hpc_ckpt_1.ckpt") and resumed.global_step == 8
+
+
+def test_deep_verify_sees_nan_in_weights_a_callback_keeps_and_in_every_float_type(tmp_path, cli):
+    """Only the monitored metric a Lightning callback keeps may be inf; an EMA or SWA copy of the
+    weights is weights. NaN is damage in float8 and complex tensors too."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    healthy = {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": []}
+    nan = torch.tensor([1.0, float("nan")])
+    cases = {
+        "ema-callback": {"callbacks": {"EMA": {"ema_state_dict": {"layer.weight": nan}}}},
+        "float8": {"state_dict": {"w": nan.to(torch.float8_e5m2), **model.state_dict()}},
+        "float8-e4m3": {"state_dict": {"w": nan.to(torch.float8_e4m3fn), **model.state_dict()}},
+        "complex": {"state_dict": {"w": torch.complex(nan, torch.zeros(2)), **model.state_dict()}},
+        "metric-only": {"callbacks": {"ModelCheckpoint{'monitor': None}": {"kth_value": torch.tensor(float("inf")), "best_model_score": torch.tensor(float("nan"))}}},
+    }
+    for name, change in cases.items():
+        run = tmp_path / name
+        run.mkdir()
+        torch.save(healthy, run / "epoch=1-step=2.ckpt")
+        torch.save({**healthy, **change}, run / "epoch=2-step=4.ckpt")
+        # torch's own reading: the changed part holds a NaN or Inf
+        readable = (t.to(torch.float32) if t.dtype.is_floating_point else t for part in change.values() for t in _tensors(part))
+        assert any(not torch.isfinite(tensor).all() for tensor in readable), name
+        codes = {(f["code"], f["index"]) for f in cli("verify", "--deep", "--json", run).json["findings"]}
+        assert (("CKD304", 4) in codes) == (name != "metric-only"), (name, codes)
+
+
+def _tensors(value: object):
+    torch = pytest.importorskip("torch")
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)

@@ -139,13 +139,32 @@ def _all_zero(view: memoryview) -> bool:
     return not (np.frombuffer(view, np.uint64, words).any() or any(view[words * 8 :]))
 
 
+_FLOAT8_NONFINITE = {
+    "float8_e4m3fn": (0x7F, 0x7F),  # S.1111.111 is NaN; no Inf
+    "float8_e5m2": (0x7F, 0x7C),  # exponent all ones: S.11111.00 is Inf, the rest NaN
+    "float8_e4m3fnuz": (0xFF, 0x80),  # only 1.0000.000 ("negative zero") is NaN
+    "float8_e5m2fnuz": (0xFF, 0x80),
+    "float8_e8m0fnu": (0xFF, 0xFF),  # only 0xFF is NaN
+}
+"""For each 8-bit float: (bits to keep, the least value of those bits that is NaN or Inf)."""
+
+
 @functools.cache
 def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
     """A counter of NaN and Inf for one float dtype, made once (threads share it: no shared state)."""
     import numpy as np  # only --deep pays for numpy
 
-    if dtype in ("float32", "float64"):
-        kind = np.float32 if dtype == "float32" else np.float64
+    if dtype in _FLOAT8_NONFINITE:
+        mask, least = _FLOAT8_NONFINITE[dtype]
+
+        def count_bytes(view: memoryview) -> int:
+            values = np.frombuffer(view, np.uint8, len(view))
+            return int(np.count_nonzero((values & mask) >= least))
+
+        return count_bytes
+    if dtype in ("float32", "float64", "complex64", "complex128"):
+        # a complex number is a pair of floats: each part is checked
+        kind = np.float32 if dtype in ("float32", "complex64") else np.float64
 
         def count_wide(view: memoryview) -> int:
             values = np.frombuffer(view, kind, len(view) // kind().itemsize)

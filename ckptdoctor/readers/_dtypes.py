@@ -51,7 +51,12 @@ BURN_BOOL_SIZES = {"Native": 1, "U8": 1, "U32": 4}
 """burn >= 0.21 stores bools as ``{"Bool": <storage>}``."""
 
 FLOATS = frozenset({"float64", "float32", "float16", "bfloat16"})
-"""Floating types whose values the non-finite scan (``--deep``) checks."""
+"""The floating types of weights (consistency rules compare their shapes)."""
+
+NONFINITE_SCANNED = FLOATS | frozenset({
+    "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+})  # fmt: skip
+"""Types whose values can be NaN or Inf: the non-finite scan (``--deep``) checks each of them."""
 
 
 def burn_dtype(value: object) -> tuple[str, int] | None:

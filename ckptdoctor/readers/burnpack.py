@@ -21,7 +21,7 @@ import cbor2
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import FLOATS, burn_dtype
+from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
 from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import Format
 
@@ -267,7 +267,7 @@ def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} starts at {start}, off burn's {ALIGNMENT}-byte alignment"))
         extents.append((start, end, str(name)))
         listed.append(Tensor(str(name), dtype[0], tuple(shape), end - start, param=_param(param)))
-        if dtype[0] in FLOATS:
+        if dtype[0] in NONFINITE_SCANNED:
             floats.append((start, end - start, dtype[0]))
     extents.sort()
     for (_, previous_end, previous), (start, _, name) in itertools.pairwise(extents):

@@ -19,7 +19,7 @@ from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import FLOATS, burn_dtype
+from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
 from ckptdoctor.readers._sample import CHUNK, HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
@@ -171,7 +171,7 @@ def _verify_record(
             if problem:
                 issues.append(FileIssue(Problem.MALFORMED, problem))
             tensors.append(tensor)
-            if deep and payload is not None and tensor.dtype in FLOATS:
+            if deep and payload is not None and tensor.dtype in NONFINITE_SCANNED:
                 nonfinite += _deep.count_nonfinite(payload, tensor.dtype)
     except RecursionError:
         issues.append(FileIssue(Problem.MALFORMED, "the record nests deeper than any burn module"))

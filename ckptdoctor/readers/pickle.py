@@ -11,7 +11,7 @@ import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
+from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers._unpickler import (
@@ -154,7 +154,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
             ))
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         nbytes = count * element
-        if storage.dtype in FLOATS and storage.key not in not_weights:
+        if storage.dtype in NONFINITE_SCANNED and storage.key not in not_weights:
             regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype))
         position += _ELEMENT.size + nbytes
         tensor_bytes += nbytes

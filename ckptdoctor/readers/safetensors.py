@@ -13,7 +13,7 @@ from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Span, Tensor
 from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import FLOATS, SAFETENSORS_BITS
+from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, SAFETENSORS_BITS
 from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import SAFETENSORS_MAX_HEADER, Format
 
@@ -121,7 +121,7 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         extents.append((start, end, name))
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
         if end > start:  # every tensor for zeros (no CRC guards this data), floats for NaN and Inf too
-            regions.append(_deep.Region(data_start + start, end - start, dtype[0] if dtype[0] in FLOATS else None, zeros=True))
+            regions.append(_deep.Region(data_start + start, end - start, dtype[0] if dtype[0] in NONFINITE_SCANNED else None, zeros=True))
             named.append(name)
     extents.sort()
     position = 0

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, npy
-from ckptdoctor.readers._dtypes import FLOATS, TORCH_SIZES
+from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
 from ckptdoctor.readers._skim import Skimmed
@@ -515,7 +515,7 @@ def _storages(
         else:
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
-            if dtype in FLOATS and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
+            if dtype in NONFINITE_SCANNED and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
                 regions.append(_deep.Region(member.data, member.size, dtype))
     return tuple(listed), issues, regions, total
 
