@@ -337,3 +337,16 @@ def test_an_empty_or_overwritten_optimizer_state_is_none(tmp_path, cli, protocol
     patched = data[:-1] + b"X\x10\x00\x00\x00optimizer_statesNs."
     assert _skim.top_level(patched) == _skim.Skimmed((), 0)
     assert pickle.loads(patched) == {"optimizer_states": None}  # plain types only: the real reading
+
+
+def test_a_run_resumed_with_save_only_model_resumes_from_its_newest_weights(tmp_path, cli):
+    """Steps 2 and 4 saved whole, then the run resumed from step 4 with save_only_model=True: HF
+    resumes from step 6 (weights only), whatever order the folders list in."""
+    output = tmp_path / "out"
+    hf_train(output, save_only_model=False, steps=4)
+    hf_train(output, save_only_model=True, steps=6, resume=str(output / "checkpoint-4"))
+    assert not (output / "checkpoint-6" / "optimizer.pt").exists() and (output / "checkpoint-4" / "optimizer.pt").exists()
+    report = cli("inspect", "--json", output).json
+    assert [f["code"] for f in report["findings"]] == ["CKD107"]
+    assert (report["runs"][0]["resume"]["index"], report["runs"][0]["resume"]["weights_only"]) == (6, True)
+    assert "global_step 8" in hf_train(output, save_only_model=True, steps=8, resume=str(output / "checkpoint-6"))

@@ -316,11 +316,11 @@ class FolderLayout(Layout):
                 loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, judge(slot)))
             else:
                 others.append(slot)
+        saved.sort(key=lambda save: save[0].number)  # folders list in any order; "newest" means the highest number
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
-        saved.sort(key=lambda save: save[0].number)
         zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
         checkpoints = [
             _checkpoint(

@@ -97,7 +97,9 @@ class HfTrainerLayout(FolderLayout):
         return REQUIRED
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
-        """``save_only_model=True`` in the newest ``training_args.bin`` that says either way."""
+        """``save_only_model=True`` in the newest ``training_args.bin`` that says either way (a
+        run resumed with the flag set saves its newer checkpoints without an optimizer: HF resumes
+        from those as well)."""
         for files in reversed(saved):
             for file in files:
                 if Role.TRAINING_ARGS in file.roles and (flag := file.report.fact(SAVE_ONLY_MODEL)) is not None:
