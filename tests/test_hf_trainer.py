@@ -162,6 +162,21 @@ def test_best_model_checkpoint_naming_a_deleted_folder_is_ckd113(run, inspect_js
     assert "checkpoint-2" in stale["message"] and "not there" in stale["message"]
 
 
+def test_a_best_checkpoint_without_its_optimizer_is_followable_because_hf_loads_its_weights(run, inspect_json):
+    """load_best_model_at_end loads the weights from best_model_checkpoint, nothing else: a best
+    folder whose optimizer.pt a cleanup removed is no stale pointer."""
+    transformers = pytest.importorskip("transformers")
+    state_file = run / "checkpoint-6" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["best_model_checkpoint"] = str(run / "checkpoint-2")
+    state_file.write_text(json.dumps(state))
+    (run / "checkpoint-2" / "optimizer.pt").unlink()
+    report = inspect_json(run).json
+    assert "CKD113" not in codes(report)
+    assert finding(report, "CKD101")["severity"] == "warning"  # older than the resume point, and not loaded
+    assert transformers.GPT2LMHeadModel.from_pretrained(run / "checkpoint-2") is not None  # what HF loads from it
+
+
 def test_a_broken_trainer_state_is_malformed(run, inspect_json):
     (run / "checkpoint-6" / "trainer_state.json").write_text('{"global_step": 6, "log_history": [')
     report = inspect_json(run).json

@@ -97,18 +97,25 @@ def test_with_no_resume_point_every_broken_checkpoint_is_an_error(tmp_path, insp
     assert "CKD110" in result.codes()
 
 
-def test_a_checkpoint_a_pointer_names_stays_an_error(tmp_path, inspect_json):
+def test_what_a_pointer_loads_from_a_checkpoint_stays_an_error(tmp_path, inspect_json):
+    """load_best_model_at_end follows best_model_checkpoint and loads the weights from it: broken
+    weights there are an error (and CKD113), a broken optimizer file is dead weight like any other."""
     run = tmp_path / "out"
     write_hf_checkpoints(run, (2, 4, 6))
     state = run / "checkpoint-6" / "trainer_state.json"
-    # load_best_model_at_end and save_total_limit follow best_model_checkpoint to a broken folder
     state.write_text(json.dumps({"global_step": 6, "log_history": [], "best_model_checkpoint": str(run / "checkpoint-2")}))
-    (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"")
     (run / "checkpoint-4" / "optimizer.pt").write_bytes(b"")
+    (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"")
     report = inspect_json(run).json
     assert report["runs"][0]["resume"]["index"] == 6
+    assert by_index(report) == {2: {"warning"}, 4: {"warning"}}
+    assert "CKD113" not in [f["code"] for f in report["findings"]]
+
+    (run / "checkpoint-2" / "model.safetensors").write_bytes(b"")
+    report = inspect_json(run).json
     severities = by_index(report)
     assert severities[2] == {"error"} and severities[4] == {"warning"}
+    assert ("CKD113", "error") in {(f["code"], f["severity"]) for f in report["findings"]}
 
 
 def test_an_unsafe_file_behind_the_resume_point_is_still_an_error(tmp_path, cli):

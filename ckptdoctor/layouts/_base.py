@@ -59,6 +59,9 @@ class Pointer(NamedTuple):
     """The checkpoint index it names, None when it names none that can exist (``index`` is taken by tuple)."""
     meaning: str
     """What the framework uses it for (``best_model_checkpoint``, ``latest``)."""
+    loads: frozenset[Role] = frozenset()
+    """The roles its follower loads from the checkpoint it names (HF's ``load_best_model_at_end``
+    loads the weights alone); empty: the whole checkpoint."""
 
 
 class Layout:
@@ -515,7 +518,17 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
         return "not there"
-    return None if target.status is Status.COMPLETE else target.status.value
+    if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
+        return None
+    return str(target.status.value)
+
+
+def _whole_for(checkpoint: Checkpoint, roles: frozenset[Role]) -> bool:
+    """Whether every file of ``roles`` is there and whole (the rest of the checkpoint aside)."""
+    if roles & set(checkpoint.missing):
+        return False
+    held = [f for f in checkpoint.files if roles & set(f.roles)]
+    return bool(held) and not any(f.report.problems & (_PARTIAL | _CORRUPT) or Role.TEMP in f.roles for f in held)
 
 
 def missing_from_siblings(

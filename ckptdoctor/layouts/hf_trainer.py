@@ -135,7 +135,8 @@ class HfTrainerLayout(FolderLayout):
                 if best is None:
                     continue
                 match = _CHECKPOINT.match(best.rstrip("/").rsplit("/", 1)[-1])
-                return (Pointer(file, best, int(match[1]) if match else None, "best_model_checkpoint"),)
+                # load_best_model_at_end loads the weights from it, nothing else
+                return (Pointer(file, best, int(match[1]) if match else None, "best_model_checkpoint", frozenset({Role.MODEL})),)
         return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:

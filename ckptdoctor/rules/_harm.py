@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
+from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import Finding, Status
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule
@@ -54,7 +55,8 @@ def dead_weight(ctx: RunContext) -> frozenset[int]:
     resume = run.resume
     if resume is None or run.single_file:
         return frozenset()
-    followed = {pointer.number for pointer in ctx.layout.pointers(run)}
+    # a pointer whose follower loads only what is whole there (HF's best model) hits nothing broken
+    followed = {pointer.number for pointer in ctx.layout.pointers(run) if unfollowable(run, pointer) is not None}
     pick = ctx.layout.auto_resume_pick(run)
     if pick is not None:
         followed.add(pick.index)
