@@ -92,6 +92,8 @@ class Problem(str, enum.Enum):
 _NO_PROBLEMS: frozenset[Problem] = frozenset()
 TOP_LEVEL_TENSORS = "top-level-tensors"
 """The fact a skim of a bundled file's keys leaves: how many top-level values are tensors."""
+TOP_LEVEL_NUMBER = "top-level:"
+"""Facts a skim leaves for the top-level keys that hold numbers (``top-level:global_step``)."""
 
 
 @dataclass(frozen=True)

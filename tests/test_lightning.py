@@ -266,3 +266,25 @@ def _tensors(value: object):
     elif isinstance(value, dict):
         for item in value.values():
             yield from _tensors(item)
+
+
+def test_a_second_templates_saves_are_indexed_by_the_step_they_record(tmp_path, inspect_json):
+    """`epoch=0-step=2.ckpt`, `epoch=0-step=4.ckpt` and a second ModelCheckpoint's `epoch=0.ckpt`
+    (saved at the end of epoch 0, step 4): each is a whole checkpoint. With steps 2 and 6 cut
+    and step 8 gone, Lightning resumes from step 4, which is where ckptdoctor points."""
+    torch = pytest.importorskip("torch")
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)
+    folder = tmp_path / "checkpoints"
+    shutil.copyfile(folder / "epoch=0-step=4.ckpt", folder / "epoch=0.ckpt")  # what filename="{epoch}" saves then
+    assert torch.load(folder / "epoch=0.ckpt", weights_only=False)["global_step"] == 4
+    for name in ("epoch=0-step=2.ckpt", "epoch=1-step=6.ckpt"):
+        (folder / name).write_bytes((folder / name).read_bytes()[:-100])
+    (folder / "epoch=1-step=8.ckpt").unlink()
+    (run,) = inspect_json(folder).json["runs"]
+    assert (run["unit"], [c["index"] for c in run["checkpoints"]]) == ("step", [2, 4, 6])
+    assert {Path(p).name for p in run["resume"]["paths"]} == {"epoch=0-step=4.ckpt", "epoch=0.ckpt"}
+    for named in run["resume"]["paths"]:
+        resumed = lightning_fit(tmp_path / Path(named).stem, 2, ckpt_path=named, save_top_k=0)
+        assert resumed.global_step == 8

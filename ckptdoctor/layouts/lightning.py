@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, Pointer, group
 from ckptdoctor.model import (
+    TOP_LEVEL_NUMBER,
     Checkpoint,
     CheckpointFile,
     Entry,
@@ -26,6 +27,7 @@ from ckptdoctor.model import (
     Run,
     Unit,
 )
+from ckptdoctor.readers import with_keys
 from ckptdoctor.readers.sniff import Format
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
@@ -78,6 +80,8 @@ class LightningLayout(Layout):
         stepped = {name: claim for name in claims if (claim := _STEPPED.claim(name)) is not None and claim.unit is Unit.STEP}
         if not self.by_step and claims and len(stepped) == len(claims):
             return group(listing, _STEPPED, probe, stepped)
+        if not self.by_step and stepped and (recorded := _recorded_steps(listing, probe, claims, stepped)):
+            return group(listing, _STEPPED, probe, recorded)
         return group(listing, self, probe, claims)
 
     def pointer(self, name: str) -> Claim | None:
@@ -119,6 +123,25 @@ class LightningLayout(Layout):
                 "`ckpt_path=` fails on a checkpoint without optimizer state"
             )
         return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
+
+
+def _recorded_steps(
+    listing: Listing, probe: Callable[[Entry], FileReport], claims: dict[str, Claim], stepped: dict[str, Claim]
+) -> dict[str, Claim] | None:
+    """Every claim indexed by step where names mix templates (a second ModelCheckpoint's
+    ``epoch=0.ckpt`` beside ``epoch=0-step=4.ckpt``): a name without a step takes the
+    ``global_step`` its file records. Each file is a whole checkpoint, so two saves of one epoch
+    must not merge into one. None where a file's step cannot be read: then all go by epoch."""
+    entries = {entry.name: entry for entry in listing.entries}
+    recorded = dict(stepped)
+    for name, claim in claims.items():
+        if name in recorded:
+            continue
+        step = with_keys(entries[name], probe(entries[name])).fact(f"{TOP_LEVEL_NUMBER}global_step")
+        if step is None or not step.isdigit():
+            return None
+        recorded[name] = Claim(claim.roles, int(step), "step", Unit.STEP)
+    return recorded
 
 
 class _SteppedLightning(LightningLayout):

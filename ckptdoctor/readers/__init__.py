@@ -11,7 +11,15 @@ import functools
 import os
 from collections.abc import Callable
 
-from ckptdoctor.model import TOP_LEVEL_TENSORS, Entry, FileIssue, FileReport, Problem, Span
+from ckptdoctor.model import (
+    TOP_LEVEL_NUMBER,
+    TOP_LEVEL_TENSORS,
+    Entry,
+    FileIssue,
+    FileReport,
+    Problem,
+    Span,
+)
 from ckptdoctor.readers import (
     _deep,
     burnpack,
@@ -281,7 +289,8 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
         return report
     if skimmed is None:
         return report
-    facts = (*report.facts, (TOP_LEVEL_TENSORS, str(skimmed.tensor_values)))
+    numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in skimmed.numbers)
+    facts = (*report.facts, (TOP_LEVEL_TENSORS, str(skimmed.tensor_values)), *numbers)
     return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 

@@ -22,6 +22,8 @@ class Skimmed(NamedTuple):
     with the role keys one level down (``state.optimizers``)."""
     tensor_values: int
     """How many of its values are tensors (torch's ``_rebuild_*`` calls)."""
+    numbers: tuple[tuple[str, int], ...] = ()
+    """Its keys whose values are small integers (Lightning's ``global_step``, ``epoch``)."""
 
 
 _TENSOR = object()
@@ -44,11 +46,12 @@ class _Container:
 _U1 = struct.Struct("<B").unpack_from
 _U2 = struct.Struct("<H").unpack_from
 _U4 = struct.Struct("<I").unpack_from
+_I4 = struct.Struct("<i").unpack_from
 _U8 = struct.Struct("<Q").unpack_from
 
 # opcode -> bytes of its fixed argument, for opcodes that push one untracked value
 _PUSH_FIXED = {
-    ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8,  # BININT, BININT1, BININT2, BINFLOAT
+    ord("G"): 8,  # BINFLOAT
     0x88: 0, 0x89: 0,  # NEWTRUE, NEWFALSE
     ord(")"): 0, 0x8F: 0,  # EMPTY_TUPLE, EMPTY_SET
     0x82: 1, 0x83: 2, 0x84: 4,  # EXT1, EXT2, EXT4 (registry objects: not tensors)
@@ -62,6 +65,8 @@ _COUNTED = {
 }  # fmt: skip
 _LENGTH = {_U1: 1, _U2: 2, _U4: 4, _U8: 8}
 _TEXT = frozenset({ord("X"), 0x8C, 0x8D})
+_NUMBERS = 16
+"""Top-level numbers kept at most (a checkpoint's counters are a handful)."""
 _REBUILD_MODULES = ("torch._utils", "torch._tensor", "torch.nn.parameter")
 
 
@@ -94,8 +99,14 @@ def _skim(data: bytes) -> Skimmed | None:
             push(memo[data[position]])
             position += 1
         elif op == 0x4B:  # BININT1
-            push(_REBUILT)
+            push(data[position])
             position += 1
+        elif op == 0x4D:  # BININT2
+            push(_U2(data, position)[0])
+            position += 2
+        elif op == 0x4A:  # BININT
+            push(_I4(data, position)[0])
+            position += 4
         elif op == 0x28:  # MARK
             marks.append(len(stack))
         elif op == 0x52:  # REDUCE
@@ -177,7 +188,8 @@ def _skim(data: bytes) -> Skimmed | None:
             if len(stack) != 1 or marks:
                 return None
             held = [key for key, value in values.items() if _holds(key, value)]
-            return Skimmed(tuple(held), sum(1 for key in held if "." not in key and values[key] is _TENSOR))
+            numbers = tuple((key, value) for key, value in values.items() if type(value) is int)
+            return Skimmed(tuple(held), sum(1 for key in held if "." not in key and values[key] is _TENSOR), numbers[:_NUMBERS])
         else:
             return None  # an opcode torch's pickler never writes: leave it to verify's walk
     return None
