@@ -80,3 +80,9 @@ def weights(tensor_name: str) -> bool:
     if tensor_name.startswith("callbacks."):
         return CALLBACK_SCORES.isdisjoint(tensor_name.split("."))
     return not any(tensor_name == key or tensor_name.startswith(f"{key}.") for key in NOT_WEIGHTS)
+
+
+def may_be_infinite(tensor_name: str) -> bool:
+    """Whether a tensor may hold Inf by design: an attention mask kept as a buffer
+    (``causal_mask = full(-inf).triu(1)``, ``attn_mask``). NaN is damage there as anywhere."""
+    return "mask" in tensor_name.rpartition(".")[2].lower()

@@ -173,3 +173,45 @@ def test_damage_only_verify_sees_gets_a_prune_that_verifies(tmp_path, cli):
     done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(int(p.stem.split("_")[1]) for p in run.glob("model_*.pt")) == [1, 3, 4, 5, 6]
+
+
+def test_an_attention_masks_inf_is_design_and_its_nan_is_damage(tmp_path, cli):
+    """`register_buffer("causal_mask", full(-inf).triu(1))` is in every checkpoint of a healthy run:
+    verify --deep must not call them all corrupt (and leave no resume point). NaN stays damage, in a
+    mask as anywhere, and Inf stays damage in weights."""
+    from safetensors.torch import save_file
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.register_buffer("causal_mask", torch.full((4, 4), float("-inf")).triu(1))
+
+        def forward(self, x):
+            scores = self.proj(x) @ x.transpose(-1, -2) + self.causal_mask
+            return scores.softmax(-1)
+
+    model = Attention()
+    assert torch.isfinite(model(torch.ones(4, 4))).all()  # the mask works as designed
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    for epoch in (1, 2):
+        torch.save({"model": model.state_dict(), "optimizer": torch.optim.SGD(model.parameters(), lr=0.1).state_dict()}, healthy / f"checkpoint_{epoch}.pt")
+        save_file(model.state_dict(), healthy / f"model_{epoch}.safetensors")
+    for path in (healthy,):
+        report = cli("verify", "--deep", "--json", path).json
+        assert "CKD304" not in {f["code"] for f in report["findings"]}
+        assert all(run["resume"]["index"] == 2 for run in report["runs"])
+
+    for broken, tensor, value in (("nan-mask", "causal_mask", float("nan")), ("inf-weight", "proj.weight", float("inf"))):
+        run = tmp_path / broken
+        run.mkdir()
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        state[tensor][0, 0] = value
+        save_file(model.state_dict(), run / "model_1.safetensors")
+        save_file(state, run / "model_2.safetensors")
+        torch.save({"model": model.state_dict()}, run / "checkpoint_1.pt")
+        torch.save({"model": state}, run / "checkpoint_2.pt")
+        report = cli("verify", "--deep", "--json", run).json
+        flagged = {Path(f["path"]).name for f in report["findings"] if f["code"] == "CKD304"}
+        assert flagged == {"model_2.safetensors", "checkpoint_2.pt"}, (broken, flagged)

@@ -93,7 +93,7 @@ def test_the_skim_reads_the_keys_torch_load_sees(protocol):
 def test_the_skim_gives_up_on_what_torch_never_writes():
     import collections
 
-    assert _skim.top_level(pickle.dumps({"a": 1}, protocol=4)) == _skim.Skimmed(("a",), 0)
+    assert _skim.top_level(pickle.dumps({"a": 1}, protocol=4)) == _skim.Skimmed(("a",), 0, (("a", 1),))
     assert _skim.top_level(pickle.dumps({"a": collections.OrderedDict()}, protocol=4)) == _skim.Skimmed(("a",), 0)
     assert _skim.top_level(pickle.dumps({"a": 1}, protocol=0)) is None  # text opcodes
     assert _skim.top_level(b"") is None

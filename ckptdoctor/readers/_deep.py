@@ -44,6 +44,8 @@ class Region(NamedTuple):
     """A float dtype to scan for NaN and Inf, or None."""
     crc: bool = False
     zeros: bool = False
+    infinite: bool = False
+    """Inf is by design here (an attention mask): only NaN counts."""
 
 
 class Checked(NamedTuple):
@@ -111,7 +113,7 @@ def _buffer() -> memoryview:
 
 def _check_part(sample: Sample, region: Region) -> Checked:
     buffer = _buffer()
-    count = _nonfinite_counter(region.dtype) if region.dtype else None
+    count = _nonfinite_counter(region.dtype, region.infinite) if region.dtype else None
     crc = 0
     nonfinite = 0
     zero = region.zeros  # until a byte that is not: then no longer looked at
@@ -150,18 +152,27 @@ _FLOAT8_NONFINITE = {
 
 
 @functools.cache
-def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
-    """A counter of NaN and Inf for one float dtype, made once (threads share it: no shared state)."""
+def _nonfinite_counter(dtype: str, nan_only: bool = False) -> Callable[[memoryview], int] | None:
+    """A counter of NaN and Inf (``nan_only``: of NaN) for one float dtype, made once (threads
+    share it: no shared state)."""
     import numpy as np  # only --deep pays for numpy
 
     if dtype in _FLOAT8_NONFINITE:
         mask, least = _FLOAT8_NONFINITE[dtype]
+        least += nan_only and dtype == "float8_e5m2"  # its only Inf pattern is the least one
 
         def count_bytes(view: memoryview) -> int:
             values = np.frombuffer(view, np.uint8, len(view))
             return int(np.count_nonzero((values & mask) >= least))
 
         return count_bytes
+    if nan_only and dtype in ("float32", "float64", "complex64", "complex128"):
+        real = np.float32 if dtype in ("float32", "complex64") else np.float64
+
+        def count_nan(view: memoryview) -> int:
+            return int(np.count_nonzero(np.isnan(np.frombuffer(view, real, len(view) // real().itemsize))))
+
+        return count_nan
     if dtype in ("float32", "float64", "complex64", "complex128"):
         # a complex number is a pair of floats: each part is checked
         kind = np.float32 if dtype in ("float32", "complex64") else np.float64
@@ -180,6 +191,7 @@ def _nonfinite_counter(dtype: str) -> Callable[[memoryview], int] | None:
     exponent = {"float16": 0x7C00, "bfloat16": 0x7F80}.get(dtype)
     if exponent is None:
         return None
+    exponent += nan_only  # all exponent bits and a zero mantissa is Inf: NaN lies above it
     def count_narrow(view: memoryview) -> int:
         # all exponent bits set means Inf or NaN: compare the magnitude bits against that
         values = np.frombuffer(view, np.uint16, len(view) // 2)

@@ -752,12 +752,22 @@ def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
 def outside_weights(found: Iterable[tuple[str, TensorRef]]) -> frozenset[str]:
     """Keys of the storages that only state other than weights refers to (a Lightning callback's
     ``kth_value = inf``): ``--deep`` does not call their NaN and Inf values damage."""
-    weights: set[str] = set()
-    others: set[str] = set()
+    return only_named(found, lambda name: not bundles.weights(name))
+
+
+def masks(found: Iterable[tuple[str, TensorRef]]) -> frozenset[str]:
+    """Keys of the storages that only attention masks refer to: Inf is their design, NaN is not."""
+    return only_named(found, bundles.may_be_infinite)
+
+
+def only_named(found: Iterable[tuple[str, TensorRef]], such: Callable[[str], bool]) -> frozenset[str]:
+    """Keys of the storages whose every tensor's name is ``such``."""
+    matching: set[str] = set()
+    other: set[str] = set()
     for name, ref in found:
         if ref.storage is not None:
-            (weights if bundles.weights(name) else others).add(ref.storage.key)
-    return frozenset(others - weights)
+            (matching if such(name) else other).add(ref.storage.key)
+    return frozenset(matching - other)
 
 
 def element_size(dtype: str) -> int | None:

@@ -18,6 +18,7 @@ from ckptdoctor.readers._unpickler import (
     JOBLIB_WRAPPERS,
     TORCH_OPCODES,
     Walk,
+    masks,
     outside_weights,
     tensors,
     top_keys,
@@ -136,6 +137,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
     regions: list[_deep.Region] = []
     tensor_bytes = 0
     not_weights = outside_weights(found)
+    masked = masks(found)
     for key in keys:
         storage = storages.get(str(key))
         header = sample.range(position, _ELEMENT.size)
@@ -155,7 +157,7 @@ def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         nbytes = count * element
         if storage.dtype in NONFINITE_SCANNED and storage.key not in not_weights:
-            regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype))
+            regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype, infinite=storage.key in masked))
         position += _ELEMENT.size + nbytes
         tensor_bytes += nbytes
     if sample.size < position:

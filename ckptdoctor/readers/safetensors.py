@@ -11,6 +11,7 @@ import math
 import struct
 from typing import Any
 
+from ckptdoctor import bundles
 from ckptdoctor.model import FileIssue, FileReport, Problem, Span, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, SAFETENSORS_BITS
@@ -121,7 +122,8 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
         extents.append((start, end, name))
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
         if end > start:  # every tensor for zeros (no CRC guards this data), floats for NaN and Inf too
-            regions.append(_deep.Region(data_start + start, end - start, dtype[0] if dtype[0] in NONFINITE_SCANNED else None, zeros=True))
+            scanned = dtype[0] if dtype[0] in NONFINITE_SCANNED else None
+            regions.append(_deep.Region(data_start + start, end - start, scanned, zeros=True, infinite=bundles.may_be_infinite(name)))
             named.append(name)
     extents.sort()
     position = 0

@@ -30,6 +30,7 @@ from ckptdoctor.readers._unpickler import (
     Budget,
     Storage,
     TensorRef,
+    masks,
     one_budget,
     outside_weights,
     tensors,
@@ -496,6 +497,7 @@ def _storages(
     total = 0
     seen: set[str] = set()
     not_weights = outside_weights(found)
+    masked = masks(found)
     for storage in storages:
         if storage.key in seen:
             continue
@@ -516,7 +518,7 @@ def _storages(
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
             if dtype in NONFINITE_SCANNED and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
-                regions.append(_deep.Region(member.data, member.size, dtype))
+                regions.append(_deep.Region(member.data, member.size, dtype, infinite=storage.key in masked))
     return tuple(listed), issues, regions, total
 
 
@@ -538,7 +540,7 @@ def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Regio
     recorded = any(m.crc for m in stored if m.size)
     by_offset = {region.offset: region for region in floats}
     regions = [
-        _deep.Region(m.data, m.size, by_offset[m.data].dtype if m.data in by_offset else None, crc=recorded)
+        by_offset[m.data]._replace(crc=recorded) if m.data in by_offset else _deep.Region(m.data, m.size, crc=recorded)
         for m in stored
     ]
     try:
