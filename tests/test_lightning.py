@@ -120,10 +120,11 @@ def test_versioned_names_join_their_checkpoint(tmp_path, inspect_json):
     torch = pytest.importorskip("torch")
     folder = tmp_path / "checkpoints"
     folder.mkdir()
-    for name in ("epoch=0-step=10.ckpt", "epoch=0-step=10-v1.ckpt", "epoch=1-val_loss=0.21.ckpt"):
-        torch.save({"state_dict": {}}, folder / name)
+    for name, step in (("epoch=0-step=10.ckpt", 10), ("epoch=0-step=10-v1.ckpt", 10), ("epoch=1-val_loss=0.21.ckpt", 20)):
+        torch.save({"epoch": int(name[6]), "global_step": step, "state_dict": {}}, folder / name)
     run = inspect_json(folder).json["runs"][0]
-    assert [(c["index"], len(c["files"])) for c in run["checkpoints"]] == [(0, 2), (1, 1)]
+    # the name without a step is placed by the global_step its file records
+    assert [(c["index"], len(c["files"])) for c in run["checkpoints"]] == [(10, 2), (20, 1)]
 
 
 def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
@@ -288,3 +289,42 @@ def test_a_second_templates_saves_are_indexed_by_the_step_they_record(tmp_path, 
     for named in run["resume"]["paths"]:
         resumed = lightning_fit(tmp_path / Path(named).stem, 2, ckpt_path=named, save_top_k=0)
         assert resumed.global_step == 8
+
+
+def test_saves_of_one_step_under_several_templates_are_one_checkpoint_whose_best_copy_counts(tmp_path, cli):
+    """Three ModelCheckpoints in one folder: `epoch=E-step=S.ckpt` every 2 steps, `epoch=E.ckpt`
+    at each epoch's end and a weights-only `epoch=E-best.ckpt`. A cut copy of a step must not cost
+    that step when a whole copy is beside it, the resume must name a copy Lightning resumes from,
+    and inspect and verify must agree."""
+    torch = pytest.importorskip("torch")
+    from test_repair_frameworks import lightning_fit
+
+    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)
+    folder = tmp_path / "checkpoints"
+    for epoch, step in ((0, 4), (1, 8)):
+        shutil.copyfile(folder / f"epoch={epoch}-step={step}.ckpt", folder / f"epoch={epoch}.ckpt")
+    best = torch.load(folder / "epoch=1-step=8.ckpt", weights_only=False)  # the test's own file
+    for key in ("optimizer_states", "lr_schedulers", "callbacks"):
+        del best[key]  # what save_weights_only=True writes
+    torch.save(best, folder / "epoch=1-best.ckpt")
+    (folder / "epoch=1-step=8.ckpt").write_bytes((folder / "epoch=1-step=8.ckpt").read_bytes()[:-100])
+    old = time.time() - 86400
+    for path in folder.iterdir():
+        os.utime(path, (old, old))
+
+    for command in ("inspect", "verify"):
+        (run,) = cli(command, "--json", folder).json["runs"]
+        assert (run["unit"], [c["index"] for c in run["checkpoints"]]) == ("step", [2, 4, 6, 8]), command
+        assert run["resume"]["index"] == 8, command
+        assert Path(run["resume"]["paths"][0]).name == "epoch=1.ckpt", command  # the whole copy with its optimizer
+    plan = cli("repair", "--dry-run", "--json", folder).json["plan"]
+    moved = {Path(path).name for item in plan if item["action"] == "quarantine" for path in item["paths"]}
+    assert not moved & {"epoch=1.ckpt", "epoch=1-best.ckpt", "epoch=0.ckpt", "epoch=0-step=4.ckpt"}
+    resumed = lightning_fit(tmp_path / "again", 3, ckpt_path=str(folder / "epoch=1.ckpt"), save_top_k=0)
+    assert resumed.global_step == 12
+
+    # a copy of another template that cannot be read stands beside the run: it does not send the
+    # whole folder back to epochs
+    (folder / "epoch=0.ckpt").write_bytes((folder / "epoch=0.ckpt").read_bytes()[:3000])
+    (run,) = cli("inspect", "--json", folder).json["runs"]
+    assert (run["unit"], run["resume"]["index"]) == ("step", 8)

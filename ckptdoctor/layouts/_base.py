@@ -90,6 +90,9 @@ class Layout:
     advisory: Mapping[Role, str] = MappingProxyType({})
     """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
     when such a file is missing or damaged, and the finding that says so is a warning."""
+    whole_saves: bool = False
+    """Every file of a checkpoint is a whole save of it (Lightning's ``epoch=0.ckpt`` beside
+    ``epoch=0-step=4.ckpt``): where several share an index, the best of them is the checkpoint."""
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
@@ -460,7 +463,7 @@ def group(
         required = without_training_state(required)
     zeros = find_zeroed(saves)
     checkpoints = tuple(
-        _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()))
+        _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()), whole_saves=layout.whole_saves)
         for index, files in saves
     )
     return Run(
@@ -616,6 +619,7 @@ _CORRUPT = frozenset({
     Problem.NONFINITE, Problem.UNSAFE_PICKLE, Problem.ZIP_ANOMALY,
 })  # fmt: skip
 """Problems that make a checkpoint no place to resume from (unsafe and NaN-filled files included)."""
+_UNUSABLE = _PARTIAL | _CORRUPT
 
 
 def _checkpoint(
@@ -627,16 +631,24 @@ def _checkpoint(
     absent: tuple[str, ...] = (),
     advisory: frozenset[Role] = frozenset(),
     zeroed: tuple[Zeroed, ...] = (),
+    whole_saves: bool = False,
 ) -> Checkpoint:
     files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
-    present = {role for f in files for role in f.roles}
+    counted = files
+    if whole_saves and len(saves := [f for f in files if Role.TEMP not in f.roles]) > 1:
+        # each file is a whole save of this index: the checkpoint is what the best of them holds,
+        # named first (the resume names files[0]); the others are copies with findings of their own
+        best = min(saves, key=lambda f: (bool(f.report.problems & _UNUSABLE), -len(set(f.roles) & set(required)), f.entry.name))
+        files = (best, *(f for f in files if f is not best))
+        counted = (best, *(f for f in files if Role.TEMP in f.roles))
+    present = {role for f in counted for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
     # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
     # repeated) save: its own finding (CKD202), not a checkpoint cut short
     whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
     judged = [
         f
-        for f in files
+        for f in counted
         if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
     ]
     problems = {problem for f in judged for problem in f.report.problems}

@@ -49,6 +49,7 @@ class LightningLayout(Layout):
     name = "lightning"
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
+    whole_saves = True
     by_step = False
     """Index by ``step=`` before ``epoch=``: a folder whose every name carries a step (saves
     every N steps: ``epoch=0-step=3.ckpt``, ``epoch=0-step=6.ckpt``) holds one checkpoint per
@@ -131,21 +132,31 @@ def _recorded_steps(
     """Every claim indexed by step where names mix templates (a second ModelCheckpoint's
     ``epoch=0.ckpt`` beside ``epoch=0-step=4.ckpt``): a name without a step takes the
     ``global_step`` its file records. Each file is a whole checkpoint, so two saves of one epoch
-    must not merge into one. None where a file's step cannot be read: then all go by epoch."""
+    must not merge into one. A file whose step cannot be read (cut, or too big to skim) stands
+    beside the run; None where that is most of them: then the run goes by epoch."""
     entries = {entry.name: entry for entry in listing.entries}
     recorded = dict(stepped)
+    unread = 0
     for name, claim in claims.items():
         if name in recorded:
             continue
         step = with_keys(entries[name], probe(entries[name])).fact(f"{TOP_LEVEL_NUMBER}global_step")
         if step is None or not step.isdigit():
-            return None
+            unread += 1  # cut, or too big to skim: it stands beside the run (CKD111), read on its own
+            continue
         recorded[name] = Claim(claim.roles, int(step), "step", Unit.STEP)
-    return recorded
+    # most names say no step and their files do not either: the run goes by epoch after all
+    return recorded if unread * 2 <= len(claims) else None
 
 
 class _SteppedLightning(LightningLayout):
     by_step = True
 
+    def stray(self, name: str) -> Claim | None:
+        """A name of another template whose step could not be read, beside a run indexed by step."""
+        claim = LIGHTNING.claim(name)
+        return claim._replace(prefix="epoch=") if claim is not None and claim.unit is Unit.EPOCH else None
 
+
+LIGHTNING = LightningLayout()
 _STEPPED = _SteppedLightning()

@@ -66,7 +66,7 @@ _COUNTED = {
 _LENGTH = {_U1: 1, _U2: 2, _U4: 4, _U8: 8}
 _TEXT = frozenset({ord("X"), 0x8C, 0x8D})
 _NUMBERS = 16
-"""Top-level numbers kept at most (a checkpoint's counters are a handful)."""
+"""Top-level numbers kept at most (a checkpoint's counters are a handful), as ``verify`` keeps."""
 _REBUILD_MODULES = ("torch._utils", "torch._tensor", "torch.nn.parameter")
 
 

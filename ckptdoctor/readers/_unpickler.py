@@ -724,6 +724,14 @@ def top_keys(root: object) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def top_numbers(root: object, at_most: int = 16) -> tuple[tuple[str, int], ...]:
+    """The top-level keys of a walked dict whose values are integers (Lightning's ``global_step``),
+    as the skim ``inspect`` does reports them."""
+    if not isinstance(root, dict):
+        return ()
+    return tuple((str(key), value) for key, value in root.items() if type(value) is int)[:at_most]
+
+
 def _holds(key: str, value: object) -> bool:
     """Whether a key's value holds its part (None never does; an empty optimizer state neither)."""
     if value is None:

@@ -18,7 +18,7 @@ import zlib
 from collections import Counter
 from typing import NamedTuple
 
-from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.model import TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
@@ -35,6 +35,7 @@ from ckptdoctor.readers._unpickler import (
     outside_weights,
     tensors,
     top_keys,
+    top_numbers,
     walk,
 )
 from ckptdoctor.readers.sniff import Format, sniff_payload
@@ -207,7 +208,9 @@ def verify(sample: Sample, deep: int = 0) -> FileReport:
     issues += storage_issues
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += _deep_issues(sample, members, regions, deep)
-    return FileReport(Format.TORCH_ZIP.value, tuple(issues), (("members", str(len(members))),), listed, top_keys(walked.root), tensor_bytes)
+    numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in top_numbers(walked.root))
+    facts = (("members", str(len(members))), *numbers)
+    return FileReport(Format.TORCH_ZIP.value, tuple(issues), facts, listed, top_keys(walked.root), tensor_bytes)
 
 
 def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[FileIssue]]:
