@@ -35,8 +35,8 @@ def by_harm(ctx: RunContext, findings: Iterable[Finding], rule_of: Callable[[str
     policy = f"--keep-last {complete}{' --verify' if read_whole else ''}"
     fix = (
         f"Nothing resumes from a broken {unit} older than the resume point ({unit} {resume.index}): "
-        f"delete them all and keep every complete {unit} with `ckptdoctor prune {run.path} {policy} --dry-run` "
-        "(it shows the plan; run it again with `--yes` instead of `--dry-run`)."
+        f"`ckptdoctor prune {run.path} {policy} --dry-run` deletes them and keeps every complete {unit} and "
+        "what the framework's pointers name (it shows the plan; run it again with `--yes` instead of `--dry-run`)."
     )
     lowered: list[Finding] = []
     for finding in findings:
