@@ -746,6 +746,15 @@ def test_two_repairs_at_once_one_exits_3_and_the_run_ends_repaired(tmp_path):
     assert codes in ([0, 0], [0, 3]), (codes, said)
     if codes == [0, 3]:
         assert "locked by another ckptdoctor" in "".join(said)
+    now = tree(folder)
+    assert {name: now.get(name) for name in kept} == kept, "a file that was to be kept changed or vanished"
+    if now != kept:
+        # the other repair was reading an epoch's files while this one looked for open files:
+        # held open, they stay where they are (fail closed), and the next repair moves them
+        assert "open" in "".join(said), said
+        again = _ckptdoctor("repair", "--yes", folder)
+        again.communicate(timeout=120)
+        assert again.returncode == 0
     assert tree(folder) == kept
     assert quarantined(folder) == doomed
 
