@@ -30,10 +30,14 @@ def preflight(
     The next save is estimated from the run's newest complete checkpoints; for a run with none,
     from ``model_bytes`` (or the size of the file ``model``) and the ``optimizer``'s state
     (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
-    ``adafactor``). Raises ``ckptdoctor.disk.EstimateError`` for an unusable model or optimizer.
+    ``adafactor``). Raises ``ckptdoctor.disk.EstimateError`` for an unusable model or optimizer,
+    and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use. Role hints
+    (``[tool.ckptdoctor.roles]``) come from the configuration nearest ``run_dir``.
     """
+    from ckptdoctor.config import settings
     from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts import layout_named
+    from ckptdoctor.layouts._base import hinted_roles
     from ckptdoctor.rules.disk import findings
     from ckptdoctor.scan import scan
 
@@ -46,7 +50,9 @@ def preflight(
         if not os.path.isfile(model):
             raise ValueError(f"--model {os.fspath(model)}: not a file")
         model_bytes = os.stat(model).st_size
-    scanned = scan([path]) if os.path.isdir(path) else None
+    # the run's own configuration names its checkpointers' prefixes ([tool.ckptdoctor.roles])
+    with hinted_roles(settings(start=path if os.path.isdir(path) else None).roles):
+        scanned = scan([path]) if os.path.isdir(path) else None
     runs: tuple[Run, ...] = scanned.runs if scanned else ()
     run = _largest(runs)
     layout = layout_named(run.layout) if run is not None else None

@@ -18,23 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 from ckptdoctor.model import Run, Status
+from ckptdoctor.optimizers import STATE
 
-OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType(
-    {
-        "adam": 2.0,
-        "adamw": 2.0,
-        "sgd": 0.0,
-        "sgd-momentum": 1.0,
-        "adagrad": 1.0,
-        "rmsprop": 1.0,
-        "lion": 1.0,
-        "adafactor": 0.1,
-    }
-)
-"""Optimizer state per byte of parameters, when it is kept in the parameters' dtype: Adam and
-AdamW keep two moments; SGD with momentum, Adagrad (sum of squares), RMSprop (square average)
-and Lion (momentum) one buffer; plain SGD none; Adafactor only row and column statistics of each
-matrix (a small fraction; 0.1 is a generous bound)."""
+OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
+"""Optimizer state per byte of parameters with default settings (``ckptdoctor.optimizers``)."""
 
 RECENT = 3
 """How many of the newest complete checkpoints the estimate looks at (the largest wins)."""

@@ -540,3 +540,41 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     assert process.returncode == 130
     assert "Traceback" not in stderr
     assert "Interrupted" in stderr
+
+
+def test_prune_and_repair_take_config_like_the_other_commands(tmp_path, cli):
+    """Issue 15's drift: `prune --config x.toml` said "No such option"."""
+    from ckptdoctor.testing import write_burn_run
+
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 5))
+    settings = tmp_path / "elsewhere" / "ckptdoctor.toml"
+    settings.parent.mkdir()
+    settings.write_text("[prune]\nkeep-last = 1\nmin-age = \"0s\"\n")
+    plan = cli("prune", "--config", settings, "--dry-run", "--json", run).json["plan"]
+    assert [item["index"] for item in plan if item["action"] == "delete"] == [1, 2, 3]
+    assert cli("repair", "--config", settings, "--dry-run", run).exit_code == 0
+    settings.write_text("bogus = 1\n")  # read, and refused by name, by both
+    for command in ("prune", "repair"):
+        refused = cli(command, "--config", settings, "--dry-run", "--keep-last", "1", run) if command == "prune" else cli(command, "--config", settings, "--dry-run", run)
+        assert refused.exit_code == 2 and "bogus" in refused.stderr, command
+
+
+def test_preflight_uses_the_role_hints_of_the_runs_own_configuration(tmp_path, monkeypatch):
+    """Issue 15's drift: `[tool.ckptdoctor.roles]` reached preflight only after some CLI command
+    had run in the same process. A project's `ema-N.bpk` is then a model file, not a stray."""
+    import ckptdoctor
+    from ckptdoctor.testing import write_burn_run
+
+    project = tmp_path / "project"
+    run = project / "checkpoint"
+    write_burn_run(run, range(1, 4))
+    for epoch in range(1, 4):
+        (run / f"ema-{epoch}.bpk").write_bytes((run / f"model-{epoch}.bpk").read_bytes())
+    monkeypatch.chdir(tmp_path)  # not the project: its pyproject is found from the run
+    plain = ckptdoctor.preflight(run)
+    assert "ema" not in {f.prefix for r in plain.runs for c in r.checkpoints for f in c.files}
+    (project / "pyproject.toml").write_text('[tool.ckptdoctor.roles]\nema = "model"\n')
+    hinted = ckptdoctor.preflight(run)
+    prefixes = {f.prefix for r in hinted.runs for c in r.checkpoints for f in c.files}
+    assert "ema" in prefixes

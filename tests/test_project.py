@@ -87,3 +87,12 @@ def test_python_dash_m_runs_rules():
     done = subprocess.run([sys.executable, "-m", "ckptdoctor", "rules", "CKD101"], capture_output=True, text=True, check=False)
     assert done.returncode == 0
     assert "missing-optimizer" in done.stdout
+
+
+def test_one_optimizer_state_table_serves_the_size_rule_and_diskcheck():
+    """Issue 15's drift: RMSprop was 2.0 in the size rule and 1.0 in diskcheck's estimate."""
+    from ckptdoctor import disk, optimizers
+
+    assert disk.OPTIMIZER_STATE["rmsprop"] == optimizers.state_size("rmsprop").typical == 1.0
+    assert {kind: size.typical for kind, size in optimizers.STATE.items()} == dict(disk.OPTIMIZER_STATE)
+    assert all(size.typical <= size.at_most for size in optimizers.STATE.values())

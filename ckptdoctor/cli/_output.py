@@ -90,15 +90,15 @@ def stderr_console() -> Console:
 def configured(config: str | None) -> Settings:
     """The settings of the environment and the configuration file; exit 2 naming a bad key."""
     from ckptdoctor.config import ConfigError, settings
-    from ckptdoctor.layouts._base import hint_roles
+    from ckptdoctor.layouts._base import use_role_hints
 
-    hint_roles({})  # nothing from an earlier command in this process
+    use_role_hints({})  # nothing from an earlier command in this process
     try:
         found = settings(config)
     except ConfigError as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    hint_roles(found.roles)
+    use_role_hints(found.roles)
     return found
 
 

@@ -26,6 +26,7 @@ from ckptdoctor.cli._output import (
     EXIT_OK,
     EXIT_USAGE,
     AllFlag,
+    ConfigOption,
     FormatOption,
     JsonFlag,
     OutputFormat,
@@ -88,6 +89,7 @@ def prune(
     discard_journal: DiscardJournal = False,
     verify_kept: VerifyKept = None,
     max_runs: MaxRuns = None,
+    config: ConfigOption = None,
 ) -> None:
     """Delete checkpoints a retention policy does not keep; never the resume point, the framework's
     best or pointed-to checkpoint, an incomplete checkpoint newer than the resume point, files
@@ -117,7 +119,7 @@ def prune(
         "verify": verify_kept, "max-runs": max_runs,
     }  # fmt: skip
     try:
-        table, _ = prune_settings()
+        table, _ = prune_settings(config)
         merged = {**table, **{k: v for k, v in given.items() if v is not None}}
         policy, metrics_path = _policy(merged)
         policy.check()
@@ -125,7 +127,7 @@ def prune(
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    settings = configured(None)  # the format is the command line's: a plan is no report
+    settings = configured(config)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
     human = fmt is OutputFormat.HUMAN
     with failures_explained("prune"), contextlib.ExitStack() as held:

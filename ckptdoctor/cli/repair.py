@@ -25,6 +25,7 @@ from ckptdoctor.cli._output import (
     EXIT_OK,
     EXIT_USAGE,
     AllFlag,
+    ConfigOption,
     FormatOption,
     JsonFlag,
     OutputFormat,
@@ -58,6 +59,7 @@ def repair(
     output: OutputOption = None,
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
+    config: ConfigOption = None,
 ) -> None:
     """Make a run resumable from its newest complete checkpoint: move incomplete, partial and
     corrupt checkpoints newer than it, empty files and staging leftovers into a quarantine in the
@@ -80,7 +82,7 @@ def repair(
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
         raise typer.Exit(EXIT_USAGE)
-    settings = configured(None)
+    settings = configured(config)
     min_age = min_age if min_age is not None else settings.min_age
     try:
         age = parse_duration(min_age) if min_age is not None else MIN_AGE

@@ -7,10 +7,12 @@ here once for all of them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -374,15 +376,35 @@ ROLE_WORDS: dict[str, Role] = {
 }
 """Words that name a role in checkpoint file names (``lr_scheduler`` splits into ``scheduler``)."""
 
-ROLE_HINTS: dict[str, Role] = {}
+_ROLE_HINTS: contextvars.ContextVar[Mapping[str, Role]] = contextvars.ContextVar("role_hints", default=MappingProxyType({}))
 """Name prefixes a project's own checkpointers use (``ema-3.bpk``, ``teacher_3.pt``), with the
-role each holds: ``[tool.ckptdoctor.roles]``, set by ``hint_roles`` before a scan."""
+role each holds: ``[tool.ckptdoctor.roles]``. A context variable, not module state: each scan
+uses the hints of its own configuration (a command's, or ``preflight``'s run's), never those an
+earlier caller in the same process left behind."""
 
 
-def hint_roles(hints: Mapping[str, Role]) -> None:
-    """Use ``hints`` (prefix -> role) for the scans that follow in this process."""
-    ROLE_HINTS.clear()
-    ROLE_HINTS.update({prefix.lower(): role for prefix, role in hints.items()})
+def role_hints() -> Mapping[str, Role]:
+    """The role hints of the scan in progress (prefix, lower case -> role)."""
+    return _ROLE_HINTS.get()
+
+
+def _lowered(hints: Mapping[str, Role]) -> Mapping[str, Role]:
+    return MappingProxyType({prefix.lower(): role for prefix, role in hints.items()})
+
+
+def use_role_hints(hints: Mapping[str, Role]) -> None:
+    """Scan with ``hints`` for the rest of this context (a command sets its own at its start)."""
+    _ROLE_HINTS.set(_lowered(hints))
+
+
+@contextlib.contextmanager
+def hinted_roles(hints: Mapping[str, Role]) -> Iterator[None]:
+    """Scan with ``hints`` (prefix -> role) inside the block."""
+    token = _ROLE_HINTS.set(_lowered(hints))
+    try:
+        yield
+    finally:
+        _ROLE_HINTS.reset(token)
 
 
 def guess_roles(prefix: str) -> tuple[Role, ...]:

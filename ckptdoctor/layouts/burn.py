@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import ROLE_HINTS, Claim, Layout, guess_roles
+from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -56,14 +56,15 @@ class BurnLayout(Layout):
         match = _KNOWN.match(name)
         if match is not None:
             return Claim((PREFIXES[match[1]],), int(match[2]), match[1])
-        hinted = _NAME.match(name) if ROLE_HINTS else None  # a project's own checkpointer
-        if hinted is not None and hinted["prefix"].lower() in ROLE_HINTS:
-            return Claim((ROLE_HINTS[hinted["prefix"].lower()],), int(hinted["index"]), hinted["prefix"])
+        hints = role_hints()
+        hinted = _NAME.match(name) if hints else None  # a project's own checkpointer
+        if hinted is not None and hinted["prefix"].lower() in hints:
+            return Claim((hints[hinted["prefix"].lower()],), int(hinted["index"]), hinted["prefix"])
         return None
 
     def stray(self, name: str) -> Claim | None:
         match = _NAME.match(name)
-        if match is None or match["prefix"] in PREFIXES or match["prefix"].lower() in ROLE_HINTS:
+        if match is None or match["prefix"] in PREFIXES or match["prefix"].lower() in role_hints():
             return None
         return Claim(guess_roles(match["prefix"]), int(match["index"]), match["prefix"])
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from ckptdoctor.layouts._base import (
     CHECKPOINT_WORDS,
-    ROLE_HINTS,
     ROLE_WORDS,
     UNIT_WORDS,
     Claim,
     Layout,
+    role_hints,
 )
 from ckptdoctor.model import Role, Unit
 from ckptdoctor.readers.sniff import Format
@@ -95,8 +95,8 @@ def _parse(name: str) -> _Name | None:
             index, unit = int(token), named_unit or unit
         elif token in UNIT_WORDS:
             named_unit = UNIT_WORDS[token]
-        elif token in ROLE_WORDS or token in ROLE_HINTS:
-            roles.append(ROLE_WORDS.get(token) or ROLE_HINTS[token])
+        elif token in ROLE_WORDS or token in (hints := role_hints()):
+            roles.append(ROLE_WORDS.get(token) or hints[token])
         elif token and token != "lr":
             words.append(token)
     if index is None:

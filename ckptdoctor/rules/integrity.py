@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
 from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.optimizers import state_size
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.rules._context import RunContext, make_finding
 from ckptdoctor.rules._rule import Rule
@@ -446,16 +447,6 @@ _BY_PROBLEM = {
 }
 """Every problem a reader can find in one file, and the rule (of whichever family) that reports it."""
 
-_EXPECTED_OPTIMIZER_RATIO = {
-    "adam": 2.0,
-    "adam-amsgrad": 3.0,
-    "adan": 4.0,
-    "sgd-momentum": 1.0,
-    "sgd": 0.0,
-    "adagrad": 1.0,
-    "rmsprop": 2.0,
-}
-"""Optimizer state over model size by kind (burn-format reference §11.6); unknown kinds get Adam's."""
 _OVERHEAD = 64 * 1024
 """Headers and alignment make small files look larger than their tensors."""
 _SIZED = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
@@ -597,12 +588,12 @@ def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
         ratio = allowed.get(id(optimizer.report))
         if ratio is None:
             kind = optimizer.report.fact("optimizer") or "unknown"
-            ratio = allowed[id(optimizer.report)] = max(_EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0), 1.0) * limits.optimizer_margin
+            ratio = allowed[id(optimizer.report)] = max(state_size(kind).at_most, 1.0) * limits.optimizer_margin
         if optimizer.entry.size > model.entry.size * ratio + _OVERHEAD:
             kind = optimizer.report.fact("optimizer") or "unknown"
             over.append((checkpoint.index, optimizer, optimizer.entry.size / model.entry.size, kind))
     for index, file, ratio, kind in over[:3]:
-        usual = _EXPECTED_OPTIMIZER_RATIO.get(kind, 2.0)
+        usual = state_size(kind).typical
         yield ctx.finding(
             OVERSIZED,
             f"{file.name} is {ratio:.1f}× its model; {'Adam-like' if kind == 'unknown' else kind} optimizer state is usually about {usual:g}×",
