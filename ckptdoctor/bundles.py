@@ -53,6 +53,13 @@ NESTED = frozenset(key.partition(".")[0] for key in NESTED_KEYS)
 EMPTY_IS_ABSENT = frozenset(dict(ROLE_KEYS)[Role.OPTIMIZER])
 """Keys whose empty value (``[]``, ``{}``) holds no state: an optimizer's state is never empty."""
 
+
+def holds(key: str, *, none: bool, empty: bool) -> bool:
+    """Whether a key's value holds its part, as the readers saw the value: None never does
+    (DeepSpeed's ``optimizer=None``), and an empty optimizer state is none (Lightning resumes
+    from ``optimizer_states=[]`` with a fresh optimizer, silently)."""
+    return not none and not (empty and key in EMPTY_IS_ABSENT)
+
 OPTIMIZER_STATE = ("state", "param_groups")
 """The keys of a bare ``optimizer.state_dict()``."""
 

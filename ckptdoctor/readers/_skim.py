@@ -224,8 +224,5 @@ def _fill(stack: list[object], base: int) -> None:
 
 
 def _holds(key: str, value: object) -> bool:
-    """Whether a key's value holds its part: None never does, and an empty optimizer state is no
-    optimizer state (Lightning resumes from ``optimizer_states=[]`` with a fresh optimizer)."""
-    if value is _NONE:
-        return False
-    return not (key in bundles.EMPTY_IS_ABSENT and isinstance(value, _Container) and not value.filled)
+    empty = isinstance(value, _Container) and not value.filled
+    return bundles.holds(key, none=value is _NONE, empty=empty)

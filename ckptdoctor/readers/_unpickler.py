@@ -733,11 +733,7 @@ def top_numbers(root: object, at_most: int = 16) -> tuple[tuple[str, int], ...]:
 
 
 def _holds(key: str, value: object) -> bool:
-    """Whether a key's value holds its part (None never does; an empty optimizer state neither)."""
-    if value is None:
-        return False
-    empty = isinstance(value, (list, dict)) and not isinstance(value, (Global, Storage, Call, Opaque)) and not value
-    return not (empty and key in bundles.EMPTY_IS_ABSENT)
+    return bundles.holds(key, none=value is None, empty=isinstance(value, (list, dict)) and not value)
 
 
 def tensors(root: object, prefix: str = "") -> Iterator[tuple[str, TensorRef]]:
