@@ -13,9 +13,7 @@ import stat
 from dataclasses import dataclass
 
 from ckptdoctor.model import Entry
-
-OWN_FOLDER = ".ckptdoctor"
-"""The folder ``prune`` and ``repair`` keep in a run: lock, journals, trash, quarantine."""
+from ckptdoctor.places import OWN_FOLDER
 
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}

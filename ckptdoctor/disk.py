@@ -19,6 +19,7 @@ from typing import Any
 
 from ckptdoctor.model import Run, Status
 from ckptdoctor.optimizers import STATE
+from ckptdoctor.places import run_root
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
 """Optimizer state per byte of parameters with default settings (``ckptdoctor.optimizers``)."""
@@ -223,7 +224,7 @@ def check(
 ) -> DiskCheck:
     """Everything ``diskcheck`` measures about the folder ``path`` (the run's, or where one
     will be): the volume, writability, the next save, and the runway under ``keep_last``."""
-    folder = _run_folder(run) if run is not None else path
+    folder = run_root(run) if run is not None else path
     try:
         found: Volume | None = volume(folder)
     except OSError:
@@ -235,9 +236,3 @@ def check(
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
     sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
     return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes)
-
-
-def _run_folder(run: Run) -> str:
-    from ckptdoctor.retention import run_root
-
-    return run_root(run)

@@ -32,13 +32,12 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
+from ckptdoctor.places import home, run_root
 from ckptdoctor.retention import (
     Circumstances,
     entry_held_back,
     held_back,
-    home,
     measure,
-    run_root,
     targets,
 )
 from ckptdoctor.rules.completeness import STALE_POINTER

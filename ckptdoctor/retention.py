@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ckptdoctor.layouts import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
+from ckptdoctor.places import home, run_root
 
 MIN_AGE = 600.0
 """Seconds: a file modified more recently than this may still be being written."""
@@ -211,23 +212,6 @@ def _parents(path: str) -> list[str]:
         parents.append(parent)
         path = parent
     return parents
-
-
-def home(run: Run) -> str:
-    """Where ckptdoctor keeps ``run``'s lock, journals and quarantines."""
-    from ckptdoctor.actions import home_of
-    from ckptdoctor.layouts import layout_named
-
-    return home_of(run_root(run), layout_named(run.layout).reads_every_name)
-
-
-def run_root(run: Run) -> str:
-    """The run's folder as the OS opens it, from any entry in it."""
-    for checkpoint in run.checkpoints:
-        entry = checkpoint.folder or (checkpoint.files[0].entry if checkpoint.files else None)
-        if entry is not None:
-            return os.path.dirname(entry.os_path)
-    return run.path
 
 
 def _apply_policy(

@@ -585,7 +585,7 @@ def test_a_mount_inside_a_checkpoint_folder_is_never_deleted_through(tmp_path: P
 def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp_path: Path, cli, monkeypatch, command: list[str]) -> None:
     """The user names the run itself (``/data/runs/u/exp``); the owner of ``u`` swaps it for a link
     right after the scan. What the user named was opened before the scan: acting goes on there."""
-    import ckptdoctor.cli._acting as acting
+    import ckptdoctor.acting as acting
 
     run = tmp_path / "runs" / "u" / "exp"
     write_burn_run(run, range(1, 8))
@@ -597,15 +597,13 @@ def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp
     before = _contents(elsewhere)
     real_scan = acting.scan_runs
 
-    def swap_after(paths, name):
-        found = real_scan(paths, name)
+    def swap_after(*args):
+        found = real_scan(*args)
         (tmp_path / "runs" / "u").rename(tmp_path / "u-aside")
         (tmp_path / "runs" / "u").symlink_to(elsewhere, target_is_directory=True)
         return found
 
-    import ckptdoctor.cli  # noqa: F401  (its command modules are loaded)
-
-    monkeypatch.setattr(sys.modules[f"ckptdoctor.cli.{command[0]}"], "scan_runs", swap_after)
+    monkeypatch.setattr(acting, "scan_runs", swap_after)
     result = cli(*command, run)
     assert "Traceback" not in result.stderr
     assert _contents(elsewhere) == before, "nothing was created outside what the user named"
@@ -617,7 +615,7 @@ def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp
 def test_a_named_folder_that_was_swapped_when_opened_and_back_when_scanned_is_refused(tmp_path: Path, cli, monkeypatch) -> None:
     """The other half of the race: the named path resolves elsewhere when it is opened, then to the
     run again when it is scanned. Nothing is made in the folder that was opened."""
-    import ckptdoctor.cli  # noqa: F401
+    import ckptdoctor.acting as acting
 
     run = tmp_path / "runs" / "u" / "exp"
     write_burn_run(run, range(1, 8))
@@ -627,15 +625,14 @@ def test_a_named_folder_that_was_swapped_when_opened_and_back_when_scanned_is_re
     before, kept = _contents(elsewhere), digests(run)
     (tmp_path / "runs" / "u").rename(tmp_path / "u-real")
     (tmp_path / "runs" / "u").symlink_to(elsewhere, target_is_directory=True)
-    module = sys.modules["ckptdoctor.cli.prune"]
-    real_scan = module.scan_runs
+    real_scan = acting.scan_runs
 
-    def swap_back_first(paths, name):
+    def swap_back_first(*args):
         (tmp_path / "runs" / "u").unlink()
         (tmp_path / "u-real").rename(tmp_path / "runs" / "u")
-        return real_scan(paths, name)
+        return real_scan(*args)
 
-    monkeypatch.setattr(module, "scan_runs", swap_back_first)
+    monkeypatch.setattr(acting, "scan_runs", swap_back_first)
     result = cli("prune", "--yes", "--keep-last", "2", run)
     assert result.exit_code == 1 and "is not the folder that was scanned" in result.stderr
     assert _contents(elsewhere) == before and digests(run) == kept

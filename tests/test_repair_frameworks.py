@@ -97,7 +97,7 @@ def errors(report: dict[str, Any], older_than: int | None = None) -> list[dict[s
 def home(run: Path, beside: bool = False) -> Path:
     """ckptdoctor's own folder (lock, trash, quarantine) for ``run``: in it, or ``beside`` it for
     a layout that reads every name in the run folder (accelerate)."""
-    from ckptdoctor.actions import home_of
+    from ckptdoctor.places import home_of
 
     return Path(home_of(str(run), beside))
 

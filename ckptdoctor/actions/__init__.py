@@ -9,7 +9,7 @@ nothing outside the run is ever reached.
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_run
-from ckptdoctor.actions._home import Locked, home_of, locked, strays
+from ckptdoctor.actions._home import Locked, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
     Moved,
@@ -51,7 +51,6 @@ __all__ = [
     "discard",
     "finish_interrupted",
     "finish_repairs",
-    "home_of",
     "leftovers",
     "locked",
     "pending",

@@ -20,8 +20,8 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
-from ckptdoctor.discover import OWN_FOLDER
 from ckptdoctor.model import Entry
+from ckptdoctor.places import OWN_FOLDER
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

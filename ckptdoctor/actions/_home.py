@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckptdoctor.actions._confine import ActionError, Escapes, Folder, open_run
-from ckptdoctor.discover import OWN_FOLDER
+from ckptdoctor.places import OWN_FOLDER
 from ckptdoctor.regular import read_regular
 
 MAX_RECORD = 256 * 1024 * 1024
@@ -35,16 +35,6 @@ class Locked(Exception):
     def __init__(self, run: str, holder: str) -> None:
         super().__init__(f"{run} is locked by another ckptdoctor ({holder}); try again when it has finished")
         self.holder = holder
-
-
-def home_of(root: str, beside: bool) -> str:
-    """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it
-    (``<run>/.ckptdoctor``), or ``beside`` it (``<parent>/.ckptdoctor/<run name>``) for frameworks
-    that read every name in the run folder. Either way on the run's filesystem, as a move must be."""
-    if beside:
-        absolute = os.path.abspath(root)
-        return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))
-    return os.path.join(root, OWN_FOLDER)
 
 
 def open_home(home: str, create: bool) -> Folder | None:

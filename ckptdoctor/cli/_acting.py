@@ -1,13 +1,13 @@
-"""What the commands that change a run (``prune``, ``repair``) share: options, the scan, the
-locks, the world around the run (fresh and open files), the confirmation, and error messages."""
+"""What the commands that change a run (``prune``, ``repair``) share around the core's acting
+pass (``ckptdoctor.acting``): options, showing the plans and messages, asking, and turning what
+stops a pass into a message and an exit code."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -24,10 +24,9 @@ from ckptdoctor.cli._output import (
 )
 
 if TYPE_CHECKING:
+    from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
     from ckptdoctor.actions import Pending
     from ckptdoctor.config import Settings
-    from ckptdoctor.model import Plan, Report, Run
-    from ckptdoctor.retention import Circumstances
 
 EXIT_LOCKED = 3
 """Another ckptdoctor is acting on the run (cli-conventions §2)."""
@@ -37,142 +36,35 @@ DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan an
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
 
 
-def scan_runs(paths: list[str] | None, command: str) -> tuple[Report, list[Run]]:
-    """The report over ``paths`` and the distinct runs in it that an acting command can change;
-    exit 2 when a path cannot be scanned."""
+def listener(settings: Settings, *, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, repair: bool = False) -> Listener:
+    """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
+    the JSON document), every other message on stderr (what was done only without --quiet)."""
+    from ckptdoctor.acting import Planned, Tone
+
+    def hear(event: Event) -> None:
+        if isinstance(event, Planned):
+            show_plans(event, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all, repair=repair)
+            for reason in event.refused:
+                say(f"ckptdoctor: error: {reason}")
+        elif not (quiet and event.tone is Tone.DONE):
+            say(event.text)
+
+    return hear
+
+
+def show_plans(planned: Planned, settings: Settings, *, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, repair: bool) -> None:
+    """Each plan as a table, or the JSON document with every plan; in another format the scan's
+    findings (as configured), which is what a CI system reads. What killed prunes' journals
+    would still do is said beside them: the same confirmation finishes it."""
     import dataclasses
 
-    from ckptdoctor.retention import run_root
-    from ckptdoctor.scan import inspect as inspect_paths
-
-    for path in paths or ["."]:
-        if os.path.realpath(path) in _NEVER_WHOLE:
-            say(f"ckptdoctor: error: {path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)")
-            raise typer.Exit(EXIT_USAGE)
-    report, found = inspect_paths(paths or ["."])
-    for path in paths or ["."]:
-        real = os.path.realpath(path)
-        if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:
-            say(f"ckptdoctor: error: {path} is the root of a filesystem holding runs below it; {command} acts on runs: name the run folders")
-            raise typer.Exit(EXIT_USAGE)
-    for failure in report.errors:
-        say(f"ckptdoctor: error: {failure.path}: {failure.message}")
-    if report.errors:
-        raise typer.Exit(EXIT_USAGE)
-    for path in found.empty:
-        say(f"No checkpoints found in {path}")
-    single = [run.path for run in report.runs if run.single_file]
-    for path in single:
-        say(f"ckptdoctor: error: {path} is one file; {command} acts on whole runs: give the folder that holds it")
-    if single:
-        raise typer.Exit(EXIT_USAGE)
-    return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])
-
-
-_NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
-"""Folders an acting command never takes whole: what rm refuses, and a home full of other things."""
-
-
-def distinct(runs: list[Run]) -> list[Run]:
-    """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
-    run, with one lock."""
-    from ckptdoctor.retention import run_root
-
-    seen: set[str] = set()
-    kept = []
-    for run in runs:
-        real = os.path.realpath(run_root(run))
-        if real not in seen:
-            seen.add(real)
-            kept.append(run)
-    return kept
-
-
-def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, more: Iterable[tuple[str, str]] = ()) -> None:
-    """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
-    deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
-    lock that exists, and takes none where there is none."""
-    from ckptdoctor.actions import confirm_run, locked, strays
-    from ckptdoctor.retention import home, run_root
-
-    if not dry_run:  # before ckptdoctor's own folder is made in it
-        for run in runs:
-            confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
-    for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
-        held.enter_context(locked(place, shown, create=not dry_run))
-        for stray in strays(place):
-            say(f"note: {stray} is not ckptdoctor's: ignored")
-
-
-def circumstances(run: Run, now: float, note: bool = True) -> Circumstances:
-    """The world around ``run``: what is inside its folders, and which of its files live
-    processes hold open. What cannot be known is said on stderr (with ``note``, even under
-    --quiet: a prune that could not check open files is never silent)."""
-    from ckptdoctor.processes import open_by
-    from ckptdoctor.retention import Circumstances
-
-    inside = folder_contents(run)
-    busy, said = open_by(files_of(run, inside))
-    if said and note:
-        say(f"note: {said}")
-    return Circumstances(now, open_by=busy, inside=inside)
-
-
-def folder_contents(run: Run) -> dict[str, tuple[tuple[str, float, int], ...]]:
-    """Every file inside each checkpoint folder and staging folder of ``run``, by the folder's
-    os path: moving or deleting the folder takes them all (symlinked folders are not followed)."""
-    from ckptdoctor.model import Role
-
-    folders = [c.folder for c in run.checkpoints if c.folder is not None]
-    folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
-    inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
-    for entry in folders:
-        if entry.is_symlink:
-            continue
-        found = []
-        for folder, _, names in os.walk(entry.os_path):
-            for name in names:
-                path = os.path.join(folder, name)
-                try:
-                    info = os.lstat(path)
-                except OSError:
-                    continue
-                found.append((path, info.st_mtime, info.st_size))
-        inside[entry.os_path] = tuple(found)
-    return inside
-
-
-def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) -> list[str]:
-    """Every file an acting command could touch in ``run`` (for the open-files scan)."""
-    files = [f.entry.os_path for c in run.checkpoints for f in c.files]
-    files += [f.entry.os_path for f in run.loose_files if not f.entry.is_dir]
-    return files + [path for contents in inside.values() for path, _, _ in contents]
-
-
-def show_plans(
-    plans: list[tuple[Plan, str]],
-    report: Report,
-    settings: Settings,
-    *,
-    dry_run: bool,
-    fmt: OutputFormat,
-    quiet: bool,
-    output: str | None,
-    show_all: bool,
-    repair: bool = False,
-    pending: Sequence[Pending] = (),
-) -> None:
-    """Each (plan, unit) as a table, or the JSON document with every plan; in another format the
-    scan's findings (as configured), which is what a CI system reads. ``pending``: what killed
-    prunes' journals would still do, which the same confirmation finishes."""
-    import dataclasses
-
+    report, plans = planned.report, planned.plans
     if fmt is OutputFormat.JSON:
         from ckptdoctor.render.json import plan_document
 
-        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, tuple(pending)), output)
+        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, planned.pending), output)
         return
-    for found in pending:  # on stderr beside a machine format, with the tables otherwise
+    for found in planned.pending:  # on stderr beside a machine format, with the tables otherwise
         say(pending_line(found))
     if fmt is not OutputFormat.HUMAN:
         write(machine(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
@@ -197,26 +89,50 @@ def pending_line(found: Pending) -> str:
     )
 
 
-def confirm(question: str, human: bool, refused: str) -> None:
-    """Ask on a terminal; off one (or in JSON mode) fail, naming --yes. ``refused`` says what
-    was not done ("nothing was deleted")."""
-    if human and sys.stdin.isatty() and sys.stdout.isatty():
-        if typer.confirm(question, default=False):
-            return
-        say(f"{refused[0].upper()}{refused[1:]}.")
+def asker(yes: bool, human: bool) -> Confirm:
+    """The answer to an acting pass's questions: --yes to go ahead, else the user on a terminal;
+    off one (or in JSON mode) exit 2, naming what would let it go on."""
+
+    def answer(question: Question) -> bool:
+        from ckptdoctor.acting import Ask
+
+        if question.ask is Ask.GO and yes:
+            return True
+        if human and not yes and sys.stdin.isatty() and sys.stdout.isatty():
+            return typer.confirm(question.text, default=False)
+        if question.ask is Ask.TOO_MANY_RUNS:
+            say(f"ckptdoctor: error: {question.why}; {question.declined}: check the path, or pass --max-runs {question.needed} to go ahead")
+        else:
+            say(f"ckptdoctor: error: not on a terminal: pass --yes to go ahead (or --dry-run to only see the plan); {question.declined}")
+        raise typer.Exit(EXIT_USAGE)
+
+    return answer
+
+
+def declined(outcome: Outcome) -> None:
+    """A question answered no: say what was not done, and stop (exit 0: the user chose)."""
+    if outcome.declined:
+        say(f"{outcome.declined[0].upper()}{outcome.declined[1:]}.")
         raise typer.Exit(EXIT_OK)
-    say(f"ckptdoctor: error: not on a terminal: pass --yes to go ahead (or --dry-run to only see the plan); {refused}")
-    raise typer.Exit(EXIT_USAGE)
 
 
 @contextlib.contextmanager
 def failures_explained(command: str) -> Iterator[None]:
     """Turn what stops an acting command into a message and its exit code: 3 for a lock held
     elsewhere, 1 for a run that cannot be changed."""
+    from ckptdoctor.acting import Refused, Stopped
     from ckptdoctor.actions import ActionError, Locked
 
     try:
         yield
+    except Refused as refused:
+        for line in refused.lines:
+            say(f"ckptdoctor: error: {line}")
+        raise typer.Exit(EXIT_USAGE) from refused
+    except Stopped as stopped:
+        for line in stopped.lines:
+            say(f"ckptdoctor: error: {line}")
+        raise typer.Exit(EXIT_FINDINGS) from stopped
     except Locked as locked:
         say(f"ckptdoctor: error: {locked}")
         raise typer.Exit(EXIT_LOCKED) from locked

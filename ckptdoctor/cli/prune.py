@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -14,12 +10,10 @@ from ckptdoctor.cli._acting import (
     DryRun,
     MinAge,
     Yes,
-    circumstances,
-    confirm,
+    asker,
+    declined,
     failures_explained,
-    lock_all,
-    scan_runs,
-    show_plans,
+    listener,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
@@ -37,12 +31,8 @@ from ckptdoctor.cli._output import (
     configured,
     say,
 )
-from ckptdoctor.model import Action
-from ckptdoctor.units import size
 
 if TYPE_CHECKING:
-    from ckptdoctor.actions import Done
-    from ckptdoctor.model import Plan, Run
     from ckptdoctor.retention import Policy
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
@@ -107,11 +97,8 @@ def prune(
 
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
     """
-    from ckptdoctor import actions, retention
-    from ckptdoctor.cli import Interrupted
+    from ckptdoctor import acting, retention
     from ckptdoctor.config import ConfigError, prune_settings
-    from ckptdoctor.layouts import layout_named
-    from ckptdoctor.metrics import MetricsError, metric_values
 
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
@@ -123,81 +110,27 @@ def prune(
         merged = {**table, **{k: v for k, v in given.items() if v is not None}}
         policy, metrics_path = _policy(merged)
         policy.check()
-        verifying, scope = _flag(merged, "verify", False), _count(merged, "max-runs", MAX_RUNS)
+        verifying, scope = _flag(merged, "verify", False), _count(merged, "max-runs", acting.MAX_RUNS)
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     settings = configured(config)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
     human = fmt is OutputFormat.HUMAN
-    with failures_explained("prune"), contextlib.ExitStack() as held:
-        held.enter_context(actions.anchored(paths or ["."]))  # before the scan: what it finds is acted on through these
-        report, runs = scan_runs(paths, "prune")
-        lock_all(held, runs, dry_run)
-        # under the locks: a scan from before them is safe to plan from. No other ckptdoctor
-        # acts meanwhile, a trainer's new files are not in the plan, files gone since are
-        # skipped, what may still be written is kept by --min-age, and every entry is acted on
-        # only while it is the inode the plan saw
-        if discard_journal:
-            runs = _discard_journals(runs, paths, dry_run, quiet)
-        problems: list[str] = []
-        for run in runs:  # what an earlier prune could not remove is tried again: it was confirmed then
-            notes, failed = actions.leftovers(retention.home(run), remove=not dry_run)
-            for line in notes:
-                say(f"note: {line}")
-            problems += failed
-        plans = []
-        planned: dict[str, tuple[Run, float, frozenset[str]]] = {}
-        try:
-            for run in runs:
-                root = retention.run_root(run)
-                values = metric_values(run, root, policy.metric, metrics_path) if policy.keep_best and policy.metric else {}
-                world = dataclasses.replace(circumstances(run, time.time()), metrics=values)
-                if verifying:
-                    run = _verified(run, policy, quiet)
-                plans.append(retention.plan(run, layout_named(run.layout), policy, world))
-                planned[run.path] = (run, world.now, frozenset(world.open_by))
-        except (MetricsError, retention.PolicyError) as error:
-            say(f"ckptdoctor: error: {error}")
-            raise typer.Exit(EXIT_USAGE) from error
-        journals = {plan.run: actions.pending(plan.root, plan.home, planned[plan.run][2], kept_paths(plan)) for plan in plans}
-        doomed = [plan for plan in plans if plan.acting(Action.DELETE)]
-        show_plans(
-            [(plan, run.unit.value) for plan, run in zip(plans, runs, strict=True)], report, settings, dry_run=dry_run, fmt=fmt,
-            quiet=quiet, output=output, show_all=show_all, pending=[found for listed in journals.values() for found in listed],
+    options = acting.PruneOptions(metrics_path, verifying, scope, discard_journal)
+    with failures_explained("prune"):
+        outcome = acting.carry_out(
+            acting.Prune(policy, options), paths, dry_run=dry_run, confirm=asker(yes, human),
+            listener=listener(settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all),
         )  # fmt: skip
-        if dry_run or not (doomed or any(journals.values())):
-            if human and not quiet:
-                say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
-            _fail_with(problems)
-            raise typer.Exit(EXIT_OK)
-        touched = sum(1 for plan in plans if plan in doomed or journals[plan.run])
-        if touched > scope:
-            _too_many(touched, scope, yes, human)
-        if not yes:
-            confirm("Delete them?", human, "nothing was deleted")
-        try:
-            for plan in plans:
-                run, since, _ = planned[plan.run]
-                if journals[plan.run]:
-                    busy = frozenset(circumstances(run, time.time(), note=False).open_by)
-                    finished = actions.finish_interrupted(plan.root, plan.home, busy, kept_paths(plan))
-                    problems += finished.problems
-                    if not quiet:
-                        say(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.")
-                if plan in doomed:
-                    # again now: the prompt may have waited while a trainer wrote or opened files
-                    done = actions.delete(plan, since, frozenset(circumstances(run, time.time(), note=False).open_by))
-                    problems += done.problems
-                    _report_done(plan, done, quiet)
-        except Interrupted:
-            _interrupted(plans)
-            raise
-    _fail_with(problems)
+    declined(outcome)
+    if not outcome.acted and human and not quiet:
+        say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
+    _fail_with(outcome.problems)
     raise typer.Exit(EXIT_OK)
 
 
-def _fail_with(problems: list[str]) -> None:
+def _fail_with(problems: tuple[str, ...]) -> None:
     """Exit 1 naming each entry that could not be deleted, once the rest of the work is done."""
     if not problems:
         return
@@ -208,10 +141,6 @@ def _fail_with(problems: list[str]) -> None:
         "was done, and the next prune tries them again if its policy still deletes them."
     )
     raise typer.Exit(EXIT_FINDINGS)
-
-
-MAX_RUNS = 50
-"""Runs one prune deletes in without --max-runs: a path one level too high is a typo, not a plan."""
 
 
 def _flag(settings: dict[str, Any], key: str, default: bool) -> bool:
@@ -226,84 +155,6 @@ def _count(settings: dict[str, Any], key: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{key} must be a whole number of at least 1, not {value!r}")
     return value
-
-
-def _too_many(touched: int, scope: int, yes: bool, human: bool) -> None:
-    """A prune deleting in more runs than --max-runs asks on a terminal, and is refused otherwise."""
-    import sys
-
-    said = f"this prune deletes in {touched} runs, more than --max-runs {scope}"
-    if human and not yes and sys.stdin.isatty() and sys.stdout.isatty():
-        if typer.confirm(f"{said[0].upper()}{said[1:]}. Go on?", default=False):
-            return
-        say("Nothing was deleted.")
-        raise typer.Exit(EXIT_OK)
-    say(f"ckptdoctor: error: {said}; nothing was deleted: check the path, or pass --max-runs {touched} to go ahead")
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _verified(run: Run, policy: Policy, quiet: bool) -> Run:
-    """--verify: the run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
-    from ckptdoctor.verify import verify_newest
-
-    judged, failed = verify_newest(run, max(policy.keep_last, 1))
-    for index in failed:
-        say(f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not kept as a newest checkpoint; `ckptdoctor verify` says why.")
-    return judged
-
-
-def kept_paths(plan: Plan) -> frozenset[str]:
-    """What ``plan`` keeps, relative to its run (a killed prune's journal spares it)."""
-    return frozenset(os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries)
-
-
-def _report_done(plan: Plan, done: Done, quiet: bool) -> None:
-    if done.journal_free:
-        say(
-            f"{plan.run}: the disk is too full for a journal: deleted in place, one checkpoint after the other, oldest first "
-            "(a kill leaves at worst one old checkpoint incomplete, which the next prune deletes)."
-        )
-    if not quiet:
-        say(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.")
-    if done.left:
-        say(f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again.")
-
-
-def _interrupted(plans: list[Plan]) -> None:
-    """Name what a prune stopped by Ctrl-C leaves, and both ways forward."""
-    from ckptdoctor import actions
-
-    for plan in plans:
-        for found in actions.pending(plan.root, plan.home):
-            say(
-                f"{plan.run}: {found.journal} is pending: the next `ckptdoctor prune` shows what it would still delete and "
-                "finishes it when confirmed; `ckptdoctor prune --discard-journal` drops it and puts back what it had moved."
-            )
-
-
-def _discard_journals(runs: list[Run], paths: list[str] | None, dry_run: bool, quiet: bool) -> list[Run]:
-    """--discard-journal: drop the journals killed prunes left (a dry run only says what it would
-    do), then scan again: what was put back is in the runs again."""
-    from ckptdoctor import actions, retention
-
-    changed = False
-    for run in runs:
-        root, place = retention.run_root(run), retention.home(run)
-        for found in actions.pending(root, place):
-            say(f"{run.path}: {'would drop' if dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run).")
-        if dry_run:
-            continue
-        restored, left = actions.discard(root, place)
-        changed |= bool(restored)
-        for line in left:
-            say(f"ckptdoctor: error: {line}: left in the trash")
-        if left:
-            raise typer.Exit(EXIT_FINDINGS)
-    if not changed:
-        return runs
-    roots = {os.path.realpath(retention.run_root(run)) for run in runs}
-    _, rescanned = scan_runs(paths, "prune")
-    return [run for run in rescanned if os.path.realpath(retention.run_root(run)) in roots]
 
 
 def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:

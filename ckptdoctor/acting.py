@@ -1,0 +1,636 @@
+"""One acting pass, for ``prune``, ``repair`` and ``repair --undo`` alike: the safety protocol,
+written once.
+
+    anchor the paths → scan → lock → tidy what an interrupted pass left → plan → show
+    → confirm → check the world again → journal and act (``actions``) → outcome
+
+A ``Pass`` (``Prune``, ``Repair``, ``Undo``) supplies what differs: what it tidies before
+planning, its planner (``retention``, ``repair``) and its executor call. This module decides
+nothing about what to keep and touches no file itself; it never prints: what happens is told to a
+``listener`` as it happens (``Planned``, then one ``Message`` per step), and a ``confirm``
+callback answers each ``Question``. The CLI renders and asks; ``ckptdoctor.api`` passes its own.
+
+Failures: ``Refused`` before anything was changed because the paths cannot be acted on as given
+(the CLI's exit 2), ``Stopped`` when the pass cannot go on (exit 1); ``actions.Locked``,
+``actions.ActionError`` and ``OSError`` come through as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ckptdoctor.model import Action, Plan, Report, Role, Run
+from ckptdoctor.places import home, home_of, run_root
+
+if TYPE_CHECKING:
+    from ckptdoctor.actions import Pending, Quarantine
+    from ckptdoctor.retention import Circumstances, Policy
+
+
+class Refused(Exception):
+    """The paths cannot be acted on as given; nothing was changed. One line per reason."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class Stopped(Exception):
+    """The pass stopped part-way; one line per reason, each naming what is left where."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class Tone(enum.Enum):
+    DONE = "done"
+    """What was done, as planned: ``--quiet`` leaves it out."""
+    NOTICE = "notice"
+    """Something the user must know (a note, a change since the plan): always said."""
+
+
+@dataclass(frozen=True)
+class Message:
+    text: str
+    tone: Tone = Tone.NOTICE
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Every run's plan, before anything is asked or done: what the user confirms."""
+
+    report: Report
+    plans: tuple[tuple[Plan, str], ...]
+    """Each plan with the unit of its run's index (``epoch``, ``step``)."""
+    pending: tuple[Pending, ...] = ()
+    """What killed prunes' journals would still do; the same confirmation finishes it."""
+    refused: tuple[str, ...] = ()
+    """What is left alone whatever the answer, and why (see ``Outcome.refused``)."""
+
+
+Event = Planned | Message
+Listener = Callable[[Event], None]
+
+
+class Ask(enum.Enum):
+    GO = "go"
+    """Carry out the plans shown."""
+    TOO_MANY_RUNS = "too-many-runs"
+    """A prune deletes in more runs than its limit: a path one level too high is a typo."""
+
+
+@dataclass(frozen=True)
+class Question:
+    ask: Ask
+    text: str
+    """The question in words, as a prompt (``Delete them?``)."""
+    declined: str
+    """What is not done if the answer is no (``nothing was deleted``)."""
+    why: str = ""
+    """Why it is asked beyond the plans shown (``TOO_MANY_RUNS``: the runs and the limit)."""
+    needed: int = 0
+    """``TOO_MANY_RUNS``: the limit that would let this pass go ahead unasked."""
+
+
+Confirm = Callable[[Question], bool]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one acting pass found and did."""
+
+    command: str
+    report: Report
+    plans: tuple[Plan, ...]
+    dry_run: bool
+    acted: bool = False
+    """Confirmed, and carried out (what changed meanwhile is left: see ``messages``)."""
+    declined: str = ""
+    """When a question was answered no, what was not done (``nothing was deleted``)."""
+    messages: tuple[str, ...] = ()
+    """Every ``Message`` told, in order."""
+    problems: tuple[str, ...] = ()
+    """Entries that could not be acted on; the rest of the plan was done."""
+    refused: tuple[str, ...] = ()
+    """Runs (or quarantines) left alone, and why: a repair that cannot make a run resumable, an
+    undo that would put an entry over one that exists again."""
+
+
+_NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
+"""Folders an acting command never takes whole: what rm refuses, and a home full of other things."""
+
+
+@dataclass
+class _Context:
+    """One pass in progress: its scan, what it has told, and what it has found wrong."""
+
+    command: str
+    paths: list[str]
+    dry_run: bool
+    listener: Listener
+    report: Report = field(default_factory=lambda: Report("", (), ()))
+    runs: list[Run] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def tell(self, text: str, tone: Tone = Tone.NOTICE) -> None:
+        self.told.append(text)
+        self.listener(Message(text, tone))
+
+    def scan(self) -> None:
+        self.report, self.runs = scan_runs(self.paths, self.command, self.tell)
+
+    def rescan(self) -> None:
+        """Scan again after tidying changed the runs; the same runs, as they are now."""
+        roots = {os.path.realpath(run_root(run)) for run in self.runs}
+        self.scan()
+        self.runs = [run for run in self.runs if os.path.realpath(run_root(run)) in roots]
+
+
+class Pass:
+    """What one kind of acting pass does at each step of ``carry_out``."""
+
+    command = ""
+    question = ""
+    declined = ""
+    acts_on: tuple[Action, ...] = ()
+
+    def more_locks(self, context: _Context) -> Iterable[tuple[str, str]]:
+        """(home, shown path) of folders to lock beyond the runs' own."""
+        return ()
+
+    def tidy(self, context: _Context) -> None:
+        """Under the locks, before planning: what interrupted passes left."""
+
+    def plan(self, context: _Context) -> list[tuple[Plan, str]]:
+        raise NotImplementedError
+
+    def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
+        return ()
+
+    def before_asking(self, context: _Context, plans: Sequence[Plan]) -> bool:
+        """After the plans are shown, before any question: False stops the pass here."""
+        return True
+
+    def questions(self, context: _Context, acting: Sequence[Plan]) -> list[Question]:
+        return [Question(Ask.GO, self.question, self.declined)]
+
+    def act(self, context: _Context, plans: Sequence[Plan]) -> None:
+        """Carry out ``plans`` (every run's, in order), confirmed."""
+        raise NotImplementedError
+
+
+def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener) -> Outcome:
+    """Run one acting pass over ``paths`` (the working folder when None)."""
+    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener)
+    with contextlib.ExitStack() as held:
+        from ckptdoctor import actions
+
+        held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
+        context.scan()
+        lock_all(held, context.runs, dry_run, context.tell, pass_.more_locks(context))
+        # under the locks, a scan from before them is safe to plan from: no other ckptdoctor acts
+        # meanwhile, a trainer's new files are not in the plan, files gone since are skipped, what
+        # may still be written is kept by --min-age, and every entry is acted on only while it is
+        # the inode the plan saw
+        pass_.tidy(context)
+        planned = pass_.plan(context)
+        plans = [plan for plan, _ in planned]
+        pending = pass_.pending(context, plans)
+        listener(Planned(context.report, tuple(planned), pending, tuple(context.refused)))
+
+        def outcome(acted: bool = False, declined: str = "") -> Outcome:
+            return Outcome(
+                pass_.command, context.report, tuple(plans), dry_run, acted, declined, tuple(context.told),
+                tuple(context.problems), tuple(context.refused),
+            )  # fmt: skip
+
+        if not pass_.before_asking(context, plans):
+            return outcome()
+        acting = [plan for plan in plans if any(plan.acting(action) for action in pass_.acts_on)]
+        if dry_run or not (acting or pending):
+            return outcome()
+        for question in pass_.questions(context, acting):
+            if not confirm(question):
+                return outcome(declined=question.declined)
+        pass_.act(context, plans)
+        return outcome(acted=True)
+
+
+def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
+    """The report over ``paths`` and the distinct runs in it that ``command`` can change
+    (``Refused`` when a path cannot be acted on as given)."""
+    from ckptdoctor.scan import inspect
+
+    for path in paths:
+        if os.path.realpath(path) in _NEVER_WHOLE:
+            raise Refused(
+                f"{path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)"
+            )
+    report, found = inspect(list(paths))
+    for path in paths:
+        real = os.path.realpath(path)
+        if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:
+            raise Refused(f"{path} is the root of a filesystem holding runs below it; {command} acts on runs: name the run folders")
+    if report.errors:
+        raise Refused(*(f"{failure.path}: {failure.message}" for failure in report.errors))
+    for path in found.empty:
+        tell(f"No checkpoints found in {path}")
+    single = [run.path for run in report.runs if run.single_file]
+    if single:
+        raise Refused(*(f"{path} is one file; {command} acts on whole runs: give the folder that holds it" for path in single))
+    return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])
+
+
+def distinct(runs: list[Run]) -> list[Run]:
+    """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
+    run, with one lock."""
+    seen: set[str] = set()
+    kept = []
+    for run in runs:
+        real = os.path.realpath(run_root(run))
+        if real not in seen:
+            seen.add(real)
+            kept.append(run)
+    return kept
+
+
+def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, tell: Callable[[str], None], more: Iterable[tuple[str, str]] = ()) -> None:
+    """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
+    deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
+    lock that exists, and takes none where there is none."""
+    from ckptdoctor.actions import confirm_run, locked, strays
+
+    if not dry_run:  # before ckptdoctor's own folder is made in it
+        for run in runs:
+            confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
+    for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
+        held.enter_context(locked(place, shown, create=not dry_run))
+        for stray in strays(place):
+            tell(f"note: {stray} is not ckptdoctor's: ignored")
+
+
+def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = None) -> Circumstances:
+    """The world around ``run``: what is inside its folders, and which of its files live
+    processes hold open. What cannot be known is told (with ``tell``, even under --quiet: a prune
+    that could not check open files is never silent)."""
+    from ckptdoctor.processes import open_by
+    from ckptdoctor.retention import Circumstances
+
+    inside = folder_contents(run)
+    busy, said = open_by(files_of(run, inside))
+    if said and tell is not None:
+        tell(f"note: {said}")
+    return Circumstances(now, open_by=busy, inside=inside)
+
+
+def _busy_now(run: Run) -> frozenset[str]:
+    """Files of ``run`` held open right now: again after the prompt, which may have waited while
+    a trainer wrote or opened files."""
+    return frozenset(circumstances(run, time.time()).open_by)
+
+
+def folder_contents(run: Run) -> dict[str, tuple[tuple[str, float, int], ...]]:
+    """Every file inside each checkpoint folder and staging folder of ``run``, by the folder's
+    os path: moving or deleting the folder takes them all (symlinked folders are not followed)."""
+    folders = [c.folder for c in run.checkpoints if c.folder is not None]
+    folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
+    inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    for entry in folders:
+        if entry.is_symlink:
+            continue
+        found = []
+        for folder, _, names in os.walk(entry.os_path):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                found.append((path, info.st_mtime, info.st_size))
+        inside[entry.os_path] = tuple(found)
+    return inside
+
+
+def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) -> list[str]:
+    """Every file an acting command could touch in ``run`` (for the open-files scan)."""
+    files = [f.entry.os_path for c in run.checkpoints for f in c.files]
+    files += [f.entry.os_path for f in run.loose_files if not f.entry.is_dir]
+    return files + [path for contents in inside.values() for path, _, _ in contents]
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+# prune
+
+
+MAX_RUNS = 50
+"""Runs one prune deletes in without --max-runs: a path one level too high is a typo, not a plan."""
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    """What ``prune`` keeps beyond its policy, and how careful it is."""
+
+    metrics_file: str | None = None
+    """CSV or JSON of index -> metric value, for --keep-best."""
+    verify_kept: bool = False
+    """Read the would-be newest kept checkpoints whole first; keep older ones for any that fail."""
+    max_runs: int = MAX_RUNS
+    discard_journal: bool = False
+    """Drop what an interrupted prune left pending, putting back what it had moved."""
+
+
+class Prune(Pass):
+    command = "prune"
+    question = "Delete them?"
+    declined = "nothing was deleted"
+    acts_on = (Action.DELETE,)
+
+    def __init__(self, policy: Policy, options: PruneOptions) -> None:
+        self.policy = policy
+        self.options = options
+        self._worlds: dict[str, tuple[Run, float, frozenset[str]]] = {}
+        self._journals: dict[str, list[Pending]] = {}
+
+    def tidy(self, context: _Context) -> None:
+        from ckptdoctor import actions
+
+        if self.options.discard_journal:
+            self._discard_journals(context)
+        for run in context.runs:  # what an earlier prune could not remove is tried again: it was confirmed then
+            notes, failed = actions.leftovers(home(run), remove=not context.dry_run)
+            for line in notes:
+                context.tell(f"note: {line}")
+            context.problems += failed
+
+    def _discard_journals(self, context: _Context) -> None:
+        """Drop the journals killed prunes left (a dry run only says what it would do), then scan
+        again: what was put back is in the runs again."""
+        from ckptdoctor import actions
+
+        changed = False
+        for run in context.runs:
+            root, place = run_root(run), home(run)
+            for found in actions.pending(root, place):
+                context.tell(f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run).")
+            if context.dry_run:
+                continue
+            restored, left = actions.discard(root, place)
+            changed |= bool(restored)
+            if left:
+                raise Stopped(*(f"{line}: left in the trash" for line in left))
+        if changed:
+            context.rescan()
+
+    def plan(self, context: _Context) -> list[tuple[Plan, str]]:
+        from ckptdoctor import retention
+        from ckptdoctor.layouts import layout_named
+        from ckptdoctor.metrics import MetricsError, metric_values
+
+        planned = []
+        try:
+            for run in context.runs:
+                metric = self.policy.metric if self.policy.keep_best else None
+                values = metric_values(run, run_root(run), metric, self.options.metrics_file) if metric else {}
+                world = dataclasses.replace(circumstances(run, time.time(), context.tell), metrics=values)
+                judged = self._verified(run, context) if self.options.verify_kept else run
+                plan = retention.plan(judged, layout_named(run.layout), self.policy, world)
+                planned.append((plan, run.unit.value))
+                self._worlds[plan.run] = (judged, world.now, frozenset(world.open_by))
+        except (MetricsError, retention.PolicyError) as error:
+            raise Refused(str(error)) from error
+        return planned
+
+    def _verified(self, run: Run, context: _Context) -> Run:
+        """The run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
+        from ckptdoctor.verify import verify_newest
+
+        judged, failed = verify_newest(run, max(self.policy.keep_last, 1))
+        for index in failed:
+            context.tell(
+                f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not kept as a newest checkpoint; `ckptdoctor verify` says why."
+            )
+        return judged
+
+    def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
+        from ckptdoctor import actions
+
+        self._journals = {plan.run: actions.pending(plan.root, plan.home, self._worlds[plan.run][2], kept_paths(plan)) for plan in plans}
+        return tuple(found for listed in self._journals.values() for found in listed)
+
+    def questions(self, context: _Context, acting: Sequence[Plan]) -> list[Question]:
+        touched = len({plan.run for plan in acting} | {run for run, found in self._journals.items() if found})
+        asked = []
+        if touched > self.options.max_runs:
+            said = f"this prune deletes in {touched} runs, more than --max-runs {self.options.max_runs}"
+            asked.append(Question(Ask.TOO_MANY_RUNS, f"{said[0].upper()}{said[1:]}. Go on?", self.declined, said, touched))
+        return [*asked, *super().questions(context, acting)]
+
+    def act(self, context: _Context, plans: Sequence[Plan]) -> None:
+        from ckptdoctor import actions
+
+        try:
+            for plan in plans:
+                run, since, _ = self._worlds[plan.run]
+                if self._journals.get(plan.run):
+                    finished = actions.finish_interrupted(plan.root, plan.home, _busy_now(run), kept_paths(plan))
+                    context.problems += finished.problems
+                    context.tell(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.", Tone.DONE)
+                if plan.acting(Action.DELETE):
+                    self._delete(context, plan, run, since)
+        except Exception:
+            raise
+        except BaseException:  # Ctrl-C: name what is left pending, and both ways forward
+            for plan in plans:
+                for found in actions.pending(plan.root, plan.home):
+                    context.tell(
+                        f"{plan.run}: {found.journal} is pending: the next `ckptdoctor prune` shows what it would still delete and "
+                        "finishes it when confirmed; `ckptdoctor prune --discard-journal` drops it and puts back what it had moved."
+                    )
+            raise
+
+    @staticmethod
+    def _delete(context: _Context, plan: Plan, run: Run, since: float) -> None:
+        from ckptdoctor import actions
+        from ckptdoctor.units import size
+
+        done = actions.delete(plan, since, _busy_now(run))
+        context.problems += done.problems
+        if done.journal_free:
+            context.tell(
+                f"{plan.run}: the disk is too full for a journal: deleted in place, one checkpoint after the other, oldest first "
+                "(a kill leaves at worst one old checkpoint incomplete, which the next prune deletes)."
+            )
+        context.tell(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.", Tone.DONE)
+        if done.left:
+            context.tell(f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again.")
+
+
+def kept_paths(plan: Plan) -> frozenset[str]:
+    """What ``plan`` keeps, relative to its run (a killed prune's journal spares it)."""
+    return frozenset(os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries)
+
+
+# repair
+
+
+class Repair(Pass):
+    command = "repair"
+    question = "Move and re-point them?"
+    declined = "nothing was moved"
+    acts_on = (Action.QUARANTINE, Action.REPOINT)
+
+    def __init__(self, min_age: float) -> None:
+        self.min_age = min_age
+        self._worlds: dict[str, tuple[Run, float]] = {}
+
+    def tidy(self, context: _Context) -> None:
+        """Finish what killed repairs left (a dry run only notes it), then scan again."""
+        from ckptdoctor import actions
+
+        finished = 0
+        for run in context.runs:
+            root, place = run_root(run), home(run)
+            for journal in actions.pending(root, place):
+                context.tell(f"note: an interrupted prune left {journal.journal}; `ckptdoctor prune` shows what it would still do")
+            if context.dry_run:
+                for found in actions.quarantines(root, place):
+                    if found.state == "repairing":
+                        context.tell(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
+                continue
+            actions.sweep(place)
+            count, failed = actions.finish_repairs(root, place, _busy_now(run))
+            finished += count
+            context.problems += failed
+        if finished:
+            context.tell(f"Finished {finished} interrupted repair{'s' if finished != 1 else ''}.", Tone.DONE)
+            context.rescan()
+
+    def plan(self, context: _Context) -> list[tuple[Plan, str]]:
+        from ckptdoctor import repair
+        from ckptdoctor.layouts import layout_named
+
+        planned = []
+        for run in context.runs:
+            findings = [finding for finding in context.report.findings if finding.run == run.path]
+            world = circumstances(run, time.time(), context.tell)
+            try:
+                planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))
+            except repair.Refused as refusal:
+                context.refused.append(str(refusal))
+            self._worlds[run.path] = (run, world.now)
+        return planned
+
+    def act(self, context: _Context, plans: Sequence[Plan]) -> None:
+        from ckptdoctor import actions
+        from ckptdoctor.units import size
+
+        for plan in plans:
+            if not any(plan.acting(action) for action in self.acts_on):
+                continue
+            run, since = self._worlds[plan.run]
+            moved = actions.quarantine(plan, since, _busy_now(run))
+            pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+            context.tell(
+                f"{plan.run}: quarantined {_entries(moved.entries)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
+                f"`ckptdoctor repair --undo {plan.run}` puts it all back.",
+                Tone.DONE,
+            )
+            if moved.left:
+                context.tell(f"{plan.run}: left {moved.left} entries written, opened or replaced since the plan was made; the next repair looks again.")
+            context.problems += moved.problems
+
+
+# repair --undo
+
+
+class Undo(Pass):
+    command = "repair"
+    question = "Put them back?"
+    declined = "nothing was restored"
+    acts_on = (Action.RESTORE,)
+
+    def __init__(self, ident: str | None = None) -> None:
+        self.ident = ident
+        """The quarantine to put back; by default each run's latest."""
+        self._roots: list[tuple[str, str, str, str]] = []
+        self._chosen: dict[str, Quarantine] = {}
+
+    def more_locks(self, context: _Context) -> Iterable[tuple[str, str]]:
+        self._roots = undo_roots(context.paths, context.runs)
+        return [(place, shown) for shown, _, place, _ in self._roots]
+
+    def plan(self, context: _Context) -> list[tuple[Plan, str]]:
+        from ckptdoctor import actions
+        from ckptdoctor.repair import undo_plan
+
+        planned = []
+        for shown, root, place, unit in self._roots:
+            if not context.dry_run:
+                actions.sweep(place)
+            every = actions.quarantines(root, place)
+            picked = [q for q in every if q.ident == self.ident] if self.ident else every[-1:]
+            if not picked and not self.ident:
+                context.tell(f"{shown}: no quarantine: nothing to undo", Tone.DONE)
+            for found in picked:
+                plan = undo_plan(found, shown, root, place)
+                self._chosen[plan.run] = found
+                planned.append((plan, unit))
+                context.refused += [
+                    f"{item.path} is in the run again and in {found.folder}: move one of them aside, then undo again"
+                    for item in found.items
+                    if item.state is actions.StoredState.CONFLICT
+                ]
+        if self.ident and not planned:
+            raise Refused(f"no run given holds quarantine {self.ident}")
+        return planned
+
+    def before_asking(self, context: _Context, plans: Sequence[Plan]) -> bool:
+        from ckptdoctor import actions
+
+        if context.refused:
+            context.tell("Nothing was restored.")
+            return False
+        if not context.dry_run:
+            for plan in plans:
+                if not plan.acting(Action.RESTORE):  # nothing in it to put back (a repair killed early): it goes
+                    context.problems += actions.restore(self._chosen[plan.run], plan.root)[1]
+        return True
+
+    def act(self, context: _Context, plans: Sequence[Plan]) -> None:
+        from ckptdoctor import actions
+
+        for plan in plans:
+            if plan.acting(Action.RESTORE):
+                found = self._chosen[plan.run]
+                restored, left = actions.restore(found, plan.root)
+                context.tell(f"{plan.run}: put back {_entries(restored)} from {found.folder}.", Tone.DONE)
+                context.problems += left
+
+
+def undo_roots(paths: Sequence[str], runs: Sequence[Run]) -> list[tuple[str, str, str, str]]:
+    """(shown path, root, home, unit) of every run to undo in: the runs found, and any folder
+    given that holds a quarantine but no longer scans as a run."""
+    from ckptdoctor.actions import QUARANTINE
+
+    roots = [(run.path, run_root(run), home(run), run.unit.value) for run in runs]
+    known = {os.path.realpath(root) for _, root, _, _ in roots}
+    for path in paths:
+        if os.path.realpath(path) in known:
+            continue
+        for beside in (False, True):
+            if os.path.isdir(os.path.join(home_of(path, beside), QUARANTINE)):
+                roots.append((path, path, home_of(path, beside), "index"))
+    return roots

@@ -1,0 +1,43 @@
+"""Where a run is on disk, and where ckptdoctor keeps its own records for it.
+
+Planners name these places in a plan and the executor acts there, so both import this module and
+neither imports the other.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckptdoctor.model import Run
+
+OWN_FOLDER = ".ckptdoctor"
+"""ckptdoctor's own folder: its lock, prune's journals and trash, repair's quarantines."""
+
+
+def home_of(root: str, beside: bool) -> str:
+    """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it
+    (``<run>/.ckptdoctor``), or ``beside`` it (``<parent>/.ckptdoctor/<run name>``) for frameworks
+    that read every name in the run folder. Either way on the run's filesystem, as a move must be."""
+    if beside:
+        absolute = os.path.abspath(root)
+        return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))
+    return os.path.join(root, OWN_FOLDER)
+
+
+def run_root(run: Run) -> str:
+    """The run's folder as the OS opens it, from any entry in it."""
+    for checkpoint in run.checkpoints:
+        entry = checkpoint.folder or (checkpoint.files[0].entry if checkpoint.files else None)
+        if entry is not None:
+            return os.path.dirname(entry.os_path)
+    return run.path
+
+
+def home(run: Run) -> str:
+    """Where ckptdoctor keeps ``run``'s lock, journals and quarantines."""
+    # imported here: the layouts load the readers, and the executor needs only home_of
+    from ckptdoctor.layouts import layout_named
+
+    return home_of(run_root(run), layout_named(run.layout).reads_every_name)
