@@ -22,9 +22,9 @@ import dataclasses
 import enum
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.model import Action, Plan, Report, Role, Run
 from ckptdoctor.places import home, home_of, run_root
@@ -476,6 +476,43 @@ class Prune(Pass):
         context.tell(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.", Tone.DONE)
         if done.left:
             context.tell(f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again.")
+
+
+def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Prune:
+    """The prune that ``settings`` ask for: the ``[tool.ckptdoctor.prune]`` keys (``keep-last``,
+    ``metric``, ``min-age`` …), whether from a configuration file, the command line or the
+    Python API. ValueError (or ``retention.PolicyError``) names a value it cannot use."""
+    from ckptdoctor.retention import MIN_AGE, Policy, parse_duration
+
+    def integer(key: str, default: int = 0, least: int | None = None) -> int:
+        value = settings.get(key)
+        value = default if value is None else value
+        if not isinstance(value, int) or isinstance(value, bool) or (least is not None and value < least):
+            raise ValueError(f"{key} must be a whole number{'' if least is None else f' of at least {least}'}, not {value!r}")
+        return value
+
+    keep = settings.get("keep") or []
+    metrics_file = settings.get("metrics-file")
+    if metrics_file is not None and not isinstance(metrics_file, str):
+        raise ValueError("metrics-file must be a path")
+    if not isinstance(keep, list) or not all(isinstance(i, int) for i in keep):
+        raise ValueError("keep must be a list of checkpoint indices")
+    verify_kept = settings.get("verify", False)
+    if not isinstance(verify_kept, bool):
+        raise ValueError(f"verify must be true or false, not {verify_kept!r}")
+    within, age = settings.get("keep-within"), settings.get("min-age")
+    policy = Policy(
+        keep_last=integer("keep-last"),
+        keep_best=integer("keep-best"),
+        metric=settings.get("metric"),
+        mode=str(settings.get("mode") or "min"),
+        keep_every=integer("keep-every"),
+        keep_within=parse_duration(str(within)) if within else 0.0,
+        keep=frozenset(keep),
+        min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
+    )
+    policy.check()
+    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal))
 
 
 def kept_paths(plan: Plan) -> frozenset[str]:

@@ -1,17 +1,35 @@
-"""The Python API. ``ckptdoctor.preflight``: the ``diskcheck`` report, for training code to call
-before a save.
+"""The Python API: every command as a function returning the objects its JSON is made from.
 
-    report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
-    if not report.ok:
-        raise SystemExit(report.findings[0].message)
+    import ckptdoctor.api as ckd
+
+    report = ckd.inspect(["runs/exp1"])           # ckptdoctor inspect
+    report = ckd.verify(["runs/exp1"], deep=True)  # ckptdoctor verify --deep
+    outcome = ckd.prune(["runs/exp1"], keep_last=3, confirm=True)
+    outcome = ckd.repair(["runs/exp1"], confirm=True)
+    report = ckd.diskcheck("runs/exp1", keep_last=3)   # = ckptdoctor.preflight
+
+Settings (``select``, ``ignore``, severities, thresholds, role hints, ``[tool.ckptdoctor.prune]``)
+come from ``config`` when given, else from the configuration nearest the first path, as the
+command line reads them. ``docs/api.md`` has the details and examples.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.disk import MARGIN, RUNWAY, check
 from ckptdoctor.model import Report, Run
+
+if TYPE_CHECKING:
+    from ckptdoctor.acting import Confirm, Listener, Outcome, Pass, Question
+    from ckptdoctor.config import Settings
+
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""One path or several: run folders, folders holding runs, or single checkpoint files."""
 
 
 def preflight(
@@ -24,6 +42,26 @@ def preflight(
     margin: float = MARGIN,
     runway: int = RUNWAY,
 ) -> Report:
+    """``diskcheck`` under the name training code calls it by, before a save:
+
+        report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
+        if not report.ok:
+            raise SystemExit(report.findings[0].message)
+    """
+    return diskcheck(run_dir, model_bytes=model_bytes, model=model, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway)
+
+
+def diskcheck(
+    run_dir: str | os.PathLike[str],
+    *,
+    model_bytes: int | None = None,
+    model: str | os.PathLike[str] | None = None,
+    optimizer: str | None = None,
+    keep_last: int | None = None,
+    margin: float = MARGIN,
+    runway: int = RUNWAY,
+    config: str | None = None,
+) -> Report:
     """Will the next save into ``run_dir`` fit, and can it be written safely? The same report as
     ``ckptdoctor diskcheck`` (``report.disk``, CKD5xx ``report.findings``; ``report.ok``).
 
@@ -32,12 +70,13 @@ def preflight(
     (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
     ``adafactor``). Raises ``ckptdoctor.disk.EstimateError`` for an unusable model or optimizer,
     and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use. Role hints
-    (``[tool.ckptdoctor.roles]``) come from the configuration nearest ``run_dir``.
+    (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
+    (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
+    nearest ``run_dir``.
     """
-    from ckptdoctor.config import settings
+    from ckptdoctor.config import prune_settings
     from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts import layout_named
-    from ckptdoctor.layouts._base import hinted_roles
     from ckptdoctor.rules.disk import findings
     from ckptdoctor.scan import scan
 
@@ -50,9 +89,12 @@ def preflight(
         if not os.path.isfile(model):
             raise ValueError(f"--model {os.fspath(model)}: not a file")
         model_bytes = os.stat(model).st_size
-    # the run's own configuration names its checkpointers' prefixes ([tool.ckptdoctor.roles])
-    with hinted_roles(settings(start=path if os.path.isdir(path) else None).roles):
-        scanned = scan([path]) if os.path.isdir(path) else None
+    start = path if os.path.isdir(path) else None
+    if keep_last is None:
+        retention = prune_settings(config, start)[0].get("keep-last")
+        keep_last = retention if isinstance(retention, int) and not isinstance(retention, bool) and retention > 0 else None
+    with _configured([path] if start else [], config):
+        scanned = scan([path]) if start else None
     runs: tuple[Run, ...] = scanned.runs if scanned else ()
     run = _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
@@ -67,3 +109,151 @@ def _largest(runs: tuple[Run, ...]) -> Run | None:
         return None
     return max(with_checkpoints, key=lambda run: max(c.bytes for c in run.checkpoints))
 
+
+
+def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
+    """What ``ckptdoctor inspect`` reports: every run under ``paths`` from the names, sizes, head
+    and tail of its files (nothing read whole), its checkpoints' status, the resume point
+    (``Run.resume``) and the findings, as configured. Paths that cannot be scanned are in
+    ``report.errors``."""
+    from ckptdoctor.scan import inspect as inspect_paths
+
+    listed = _listed(paths)
+    with _configured(listed, config) as settings:
+        report, _ = inspect_paths(listed, settings.thresholds)
+    return dataclasses.replace(report, findings=settings.apply(report.findings))
+
+
+def verify(paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: int = 0, config: str | None = None) -> Report:
+    """What ``ckptdoctor verify`` reports: ``inspect``'s report with every checkpoint read whole
+    (statically: nothing in a file is executed). ``deep`` checks every byte (CRC-32, NaN/Inf in
+    weights); ``load`` also loads each file that passed with the real library (torch must be
+    installed); ``jobs`` files at once (0: one per core)."""
+    from ckptdoctor.verify import VerifyOptions
+    from ckptdoctor.verify import verify as verify_paths
+
+    listed = _listed(paths)
+    with _configured(listed, config) as settings:
+        report, _ = verify_paths(listed, VerifyOptions(deep, load, jobs), settings.thresholds)
+    return dataclasses.replace(report, findings=settings.apply(report.findings))
+
+
+def prune(
+    paths: Paths = ".",
+    *,
+    keep_last: int | None = None,
+    keep_best: int | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    keep_every: int | None = None,
+    keep_within: str | None = None,
+    keep: Iterable[int] | None = None,
+    min_age: str | None = None,
+    metrics_file: str | None = None,
+    verify_kept: bool | None = None,
+    max_runs: int | None = None,
+    discard_journal: bool = False,
+    dry_run: bool = False,
+    confirm: Confirm | bool = False,
+    listener: Listener | None = None,
+    config: str | None = None,
+) -> Outcome:
+    """``ckptdoctor prune``: delete the checkpoints the policy does not keep, with every guarantee
+    of the command (journalled, under the run's lock, never the resume point, fresh or open
+    files). Each keyword left None comes from ``[tool.ckptdoctor.prune]``, else its default.
+
+    Nothing is deleted unless ``confirm`` says so: ``True`` goes ahead (as ``--yes``), a function
+    is asked each ``Question`` after the plans are made (``Outcome.plans``), ``False`` stops
+    before deleting (``Outcome.declined``). ``dry_run`` only plans: nothing is created, locked or
+    finished. ``listener`` hears each step as it happens (``acting.Planned``, ``acting.Message``).
+    Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` for a policy it
+    cannot use, ``actions.Locked`` when another ckptdoctor acts on a run."""
+    from ckptdoctor import acting
+    from ckptdoctor.config import prune_settings
+
+    listed = _listed(paths)
+    given = {
+        "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
+        "keep-within": keep_within, "keep": None if keep is None else list(keep), "min-age": min_age,
+        "metrics-file": metrics_file, "verify": verify_kept, "max-runs": max_runs,
+    }  # fmt: skip
+    table, _ = prune_settings(config, _start(listed))
+    pruning = acting.prune_from({**table, **{key: value for key, value in given.items() if value is not None}}, discard_journal)
+    return _act(pruning, listed, dry_run, confirm, listener, config)
+
+
+def repair(
+    paths: Paths = ".",
+    *,
+    undo: bool = False,
+    ident: str | None = None,
+    min_age: str | None = None,
+    dry_run: bool = False,
+    confirm: Confirm | bool = False,
+    listener: Listener | None = None,
+    config: str | None = None,
+) -> Outcome:
+    """``ckptdoctor repair``: move what stands between each run and its newest complete
+    checkpoint into a quarantine in the run, and re-point broken pointers; with ``undo``, put
+    back the latest quarantine of each run (or the one named ``ident``). ``confirm``,
+    ``dry_run`` and ``listener`` as for ``prune``; ``Outcome.refused`` names the runs left alone."""
+    from ckptdoctor import acting
+    from ckptdoctor.retention import MIN_AGE, parse_duration
+
+    listed = _listed(paths)
+    if undo:
+        return _act(acting.Undo(ident), listed, dry_run, confirm, listener, config)
+    if ident is not None:
+        raise ValueError("ident names a quarantine to put back: use it with undo=True")
+    with _configured(listed, config) as settings:
+        age = min_age if min_age is not None else settings.min_age
+    return _act(acting.Repair(parse_duration(age) if age is not None else MIN_AGE), listed, dry_run, confirm, listener, config)
+
+
+def _act(pass_: Pass, paths: list[str], dry_run: bool, confirm: Confirm | bool, listener: Listener | None, config: str | None) -> Outcome:
+    from ckptdoctor import acting
+
+    with _configured(paths, config):
+        return acting.carry_out(pass_, paths, dry_run=dry_run, confirm=_answer(confirm), listener=listener or _ignore)
+
+
+def _answer(confirm: Confirm | bool) -> Confirm:
+    """``True``: go ahead as ``--yes`` does (never past the prune's ``max_runs``); ``False``: no."""
+    if callable(confirm):
+        return confirm
+
+    def answer(question: Question) -> bool:
+        from ckptdoctor.acting import Ask
+
+        return confirm and question.ask is Ask.GO
+
+    return answer
+
+
+def _ignore(event: Any) -> None:
+    """The listener of a caller that reads the outcome only."""
+
+
+def _listed(paths: Paths) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [os.fspath(paths)]
+    return [os.fspath(path) for path in paths] or ["."]
+
+
+def _start(paths: list[str]) -> str | None:
+    """Where the configuration nearest the run is looked for: the first folder given."""
+    first = paths[0] if paths else "."
+    return first if os.path.isdir(first) else os.path.dirname(first) or "."
+
+
+@contextlib.contextmanager
+def _configured(paths: list[str], config: str | None) -> Iterator[Settings]:
+    """The settings for ``paths`` (``config``, else the nearest configuration), with their role
+    hints in force inside the block: a run's own configuration names its checkpointers'
+    prefixes (``[tool.ckptdoctor.roles]``)."""
+    from ckptdoctor.config import settings
+    from ckptdoctor.layouts._base import hinted_roles
+
+    found = settings(config, start=_start(paths) if paths else None)
+    with hinted_roles(found.roles):
+        yield found

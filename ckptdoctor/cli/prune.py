@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -33,7 +33,7 @@ from ckptdoctor.cli._output import (
 )
 
 if TYPE_CHECKING:
-    from ckptdoctor.retention import Policy
+    pass
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
 KeepBest = Annotated[int | None, typer.Option("--keep-best", min=0, help="Keep the N best by --metric.", metavar="N")]
@@ -107,20 +107,16 @@ def prune(
     }  # fmt: skip
     try:
         table, _ = prune_settings(config)
-        merged = {**table, **{k: v for k, v in given.items() if v is not None}}
-        policy, metrics_path = _policy(merged)
-        policy.check()
-        verifying, scope = _flag(merged, "verify", False), _count(merged, "max-runs", acting.MAX_RUNS)
+        pruning = acting.prune_from({**table, **{k: v for k, v in given.items() if v is not None}}, discard_journal)
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     settings = configured(config)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
     human = fmt is OutputFormat.HUMAN
-    options = acting.PruneOptions(metrics_path, verifying, scope, discard_journal)
     with failures_explained("prune"):
         outcome = acting.carry_out(
-            acting.Prune(policy, options), paths, dry_run=dry_run, confirm=asker(yes, human),
+            pruning, paths, dry_run=dry_run, confirm=asker(yes, human),
             listener=listener(settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all),
         )  # fmt: skip
     declined(outcome)
@@ -141,46 +137,3 @@ def _fail_with(problems: tuple[str, ...]) -> None:
         "was done, and the next prune tries them again if its policy still deletes them."
     )
     raise typer.Exit(EXIT_FINDINGS)
-
-
-def _flag(settings: dict[str, Any], key: str, default: bool) -> bool:
-    value = settings.get(key, default)
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, not {value!r}")
-    return value
-
-
-def _count(settings: dict[str, Any], key: str, default: int) -> int:
-    value = settings.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{key} must be a whole number of at least 1, not {value!r}")
-    return value
-
-
-def _policy(settings: dict[str, Any]) -> tuple[Policy, str | None]:
-    from ckptdoctor.retention import MIN_AGE, Policy, parse_duration
-
-    def integer(key: str) -> int:
-        value = settings.get(key) or 0
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{key} must be a whole number, not {value!r}")
-        return value
-
-    keep = settings.get("keep") or []
-    if settings.get("metrics-file") is not None and not isinstance(settings.get("metrics-file"), str):
-        raise ValueError("metrics-file must be a path")
-    if not isinstance(keep, list) or not all(isinstance(i, int) for i in keep):
-        raise ValueError("keep must be a list of checkpoint indices")
-    within = settings.get("keep-within")
-    age = settings.get("min-age")
-    policy = Policy(
-        keep_last=integer("keep-last"),
-        keep_best=integer("keep-best"),
-        metric=settings.get("metric"),
-        mode=str(settings.get("mode") or "min"),
-        keep_every=integer("keep-every"),
-        keep_within=parse_duration(str(within)) if within else 0.0,
-        keep=frozenset(keep),
-        min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
-    )
-    return policy, settings.get("metrics-file")
