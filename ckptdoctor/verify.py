@@ -17,13 +17,13 @@ from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import cores, start_worker
 from ckptdoctor.readers import (
-    Format,
     ReadAhead,
     expected_formats,
     holds,
+    read_any_name,
+    read_whole,
     unpickled_by_name,
 )
-from ckptdoctor.readers import verify as verify_file
 from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.scan import Scan, scan
@@ -33,11 +33,6 @@ Progress = Callable[[int, int], None]
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
-_SERIALIZED = frozenset({
-    Format.PICKLE, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.ZIP,
-    Format.NUMPY, Format.SEVEN_ZIP, Format.SAFETENSORS, Format.BURNPACK,
-})  # fmt: skip
-"""Content that is read whatever the file is called."""
 
 
 POOL_MIN_FILES = 512
@@ -125,7 +120,7 @@ def _worth_reading(entry: Entry) -> bool:
     if expected_formats(name) is not None and not name.endswith(".json"):
         return True
     # JSON by name, or a name that says nothing: pickles, archives and compressed pickles by content
-    return entry.size > 0 and holds(entry, _SERIALIZED)
+    return entry.size > 0 and holds(entry, read_any_name())
 
 
 def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:
@@ -136,7 +131,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
     if jobs < 2 or len(entries) < 2 or not worth_a_pool or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
-            reports[entry.os_path] = verify_file(entry, threads)
+            reports[entry.os_path] = read_whole(entry, threads)
             done += entry.size
             if progress:
                 progress(done, total)
@@ -181,7 +176,7 @@ def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
 
 
 def _verify_batch(batch: list[Entry], threads: int) -> list[tuple[str, FileReport]]:
-    return [(entry.os_path, verify_file(entry, threads)) for entry in batch]
+    return [(entry.os_path, read_whole(entry, threads)) for entry in batch]
 
 
 def _with_extra_files(run: Run, reports: dict[str, FileReport]) -> Run:

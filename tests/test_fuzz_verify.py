@@ -29,7 +29,7 @@ from test_fuzz_readers import burnpack_file, burnpack_model_file, safetensors_fi
 
 from ckptdoctor.model import FileReport, Problem
 from ckptdoctor.readers import BytesSample, verify_sample
-from ckptdoctor.readers.sniff import TORCH_LEGACY_MAGIC
+from ckptdoctor.readers.pickle import TORCH_LEGACY_MAGIC
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MANY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

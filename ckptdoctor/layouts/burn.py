@@ -14,9 +14,22 @@ from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.readers import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
-EXTENSIONS = r"bpk|mpk|mpk\.gz|bin|bin\.gz|json|json\.gz"
+_CONTENT = frozenset(
+    {
+        Format.BURNPACK,
+        Format.MSGPACK,
+        Format.MSGPACK_GZ,
+        Format.JSON,
+        Format.JSON_GZ,
+        Format.BINCODE,
+        Format.BINCODE_GZ,
+    }
+)
+EXTENSIONS = "|".join(re.escape(suffix[1:]) for suffix in checkpoint_suffixes(_CONTENT))
+"""The suffixes (without the dot) of the formats burn writes, as their readers declare them."""
 _NAME = re.compile(rf"^(?P<prefix>[A-Za-z][\w.-]*?)-(?P<index>\d+)\.(?P<ext>{EXTENSIONS})$")
 _KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(\d+)\.(?:{EXTENSIONS})$")
 
@@ -40,17 +53,7 @@ class BurnLayout(Layout):
             (Format.BINCODE_GZ, ".bin.gz"),
         )
     })
-    content = frozenset(
-        {
-            Format.BURNPACK,
-            Format.MSGPACK,
-            Format.MSGPACK_GZ,
-            Format.JSON,
-            Format.JSON_GZ,
-            Format.BINCODE,
-            Format.BINCODE_GZ,
-        }
-    )
+    content = _CONTENT
 
     def claim(self, name: str) -> Claim | None:
         match = _KNOWN.match(name)

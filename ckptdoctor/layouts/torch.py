@@ -21,9 +21,11 @@ from ckptdoctor.layouts._base import (
     role_hints,
 )
 from ckptdoctor.model import Role, Unit
+from ckptdoctor.readers import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
-_SUFFIX = re.compile(r"\.(?:pth\.tar|safetensors|ckpt|pth|pt|bin|tar)$", re.IGNORECASE)
+_CONTENT = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE, Format.SAFETENSORS})
+_SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + ")$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[-_.=]+")
 _LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*\d+)", re.IGNORECASE)
 _UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)(\d+)$")
@@ -36,16 +38,7 @@ class TorchLayout(Layout):
     name = "torch"
     aliases = ("safetensors",)
     default_unit = Unit.EPOCH
-    content = frozenset(
-        {
-            Format.TORCH_ZIP,
-            Format.TORCH_LEGACY,
-            Format.TORCH_TAR,
-            Format.TORCH_PREVIEW,
-            Format.PICKLE,
-            Format.SAFETENSORS,
-        }
-    )
+    content = _CONTENT
 
     def claim(self, name: str) -> Claim | None:
         parsed = _parse(name)

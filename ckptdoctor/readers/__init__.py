@@ -22,124 +22,72 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.readers import (
     _deep,
-    burnpack,
-    burnrecord,
     compressed,
     dcp,
     hfargs,
     hfjson,
-    npy,
     ocdbt,
     orbax,
     pickle,
     pointer,
-    safetensors,
     sniff,
     torchtar,
     torchzip,
 )
+from ckptdoctor.readers._registry import Naming, current
 from ckptdoctor.readers._sample import TAIL_ZERO, BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import Budget, one_budget
-from ckptdoctor.readers.sniff import NOT_CHECKPOINTS, Format
+from ckptdoctor.readers.sniff import Format
 
 __all__ = [
     "BytesSample",
     "Format",
     "ReadAhead",
     "Sample",
+    "checkpoint_suffixes",
     "expected_formats",
     "holds",
     "looks_like_checkpoint",
     "probe",
+    "read_any_name",
     "read_header",
+    "read_whole",
     "unpickled_by_name",
-    "verify",
     "verify_sample",
     "with_keys",
 ]
 
-_READERS: dict[Format, Callable[[Sample], FileReport]] = {
-    Format.BURNPACK: burnpack.read,
-    Format.SAFETENSORS: safetensors.read,
-    Format.TORCH_ZIP: torchzip.read,
-    Format.TORCH_LEGACY: pickle.read_legacy,
-    Format.TORCH_TAR: torchtar.read,
-    Format.TORCH_PREVIEW: pickle.read_preview,
-    Format.PICKLE: pickle.read_pickle,
-    Format.NUMPY: lambda sample: npy.read_header(sample) if sample.head(6) == npy.MAGIC else FileReport(Format.NUMPY.value),
-    Format.MSGPACK: burnrecord.read_msgpack,
-    Format.JSON: burnrecord.read_json,
-    Format.GZIP: burnrecord.read_gzip,
-}
-
-_VERIFIERS: dict[Format, Callable[[Sample, int], FileReport]] = {
-    Format.BURNPACK: burnpack.verify,
-    Format.SAFETENSORS: safetensors.verify,
-    Format.TORCH_ZIP: torchzip.verify,
-    Format.ZIP: torchzip.verify,
-    Format.NUMPY: lambda sample, deep: torchzip.verify(sample, deep) if sample.head(4) == b"PK\x03\x04" else npy.read(sample),
-    Format.TORCH_LEGACY: pickle.verify_legacy,
-    Format.TORCH_TAR: torchtar.verify,
-    Format.PICKLE: pickle.verify_pickle,
-    Format.MSGPACK: burnrecord.verify_msgpack,
-    Format.JSON: burnrecord.verify_json,
-    Format.GZIP: burnrecord.verify_gzip,
-    Format.SEVEN_ZIP: lambda sample, deep: FileReport(
-        Format.SEVEN_ZIP.value,
-        (FileIssue(Problem.NOT_A_CHECKPOINT, "a 7z archive: what it holds cannot be checked; extract it and verify the files"),),
-    ),
-}
-"""Readers that read a whole file (``verify``); the others' header read already reads all they check."""
-
-_TORCH = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE})
-_BY_SUFFIX: dict[str, frozenset[Format]] = dict((
-    (".bpk", frozenset({Format.BURNPACK})),
-    (".mpk.gz", frozenset({Format.MSGPACK_GZ})),
-    (".mpk", frozenset({Format.MSGPACK})),
-    (".json.gz", frozenset({Format.JSON_GZ})),
-    (".json", frozenset({Format.JSON})),
-    (".bin.gz", frozenset({Format.BINCODE_GZ})),
-    # burn's bincode records, or torch's pytorch_model.bin (an archive or a pickle)
-    (".bin", _TORCH | {Format.BINCODE}),
-    (".safetensors", frozenset({Format.SAFETENSORS})),
-    (".pt", _TORCH),
-    (".pth", _TORCH),
-    (".ckpt", _TORCH),
-    (".tar", _TORCH),
-    (".pkl", _TORCH),  # accelerate torch.save()s its random_states_N.pkl
-    (".pickle", _TORCH),
-    (".npy", frozenset({Format.NUMPY})),
-    (".npz", frozenset({Format.NUMPY, Format.ZIP})),
-))
-"""What content each checkpoint file suffix admits; ``.pth.tar`` falls under ``.tar``."""
-
-_ABOUT: dict[Format, str] = {
-    Format.GIT_LFS_POINTER: "a Git LFS pointer, not the weights: the file was never fetched (git lfs pull)",
-    Format.HTML: "an HTML page, not a checkpoint: a download saved an error or login page",
-    Format.ZEROS: "all zero bytes: space was allocated but the data never written",
-}
+_CHECKPOINT_NAMES = frozenset({Naming.CHECKPOINT, Naming.CHECKPOINT_ONLY})
 
 
-_CHECKPOINT_ONLY = (".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".bpk", ".mpk", ".mpk.gz", ".distcp")
-"""Suffixes that name checkpoints and little else (``.json`` and ``.bin`` name many things)."""
+def checkpoint_suffixes(formats: frozenset[Format]) -> tuple[str, ...]:
+    """The suffixes frameworks give checkpoints of ``formats`` (as declared), longest first: what a
+    layout that writes those formats claims by name."""
+    return current().suffixes(formats, _CHECKPOINT_NAMES)
+
+
+def read_any_name() -> frozenset[Format]:
+    """Content ``verify`` reads whatever the file is called: it can carry code or tensors."""
+    return current().read_any_name
 
 
 def looks_like_checkpoint(name: str) -> bool:
-    return name.lower().endswith(_CHECKPOINT_ONLY)
+    return name.lower().endswith(current().checkpoint_only)
 
 
 def expected_formats(name: str) -> frozenset[Format] | None:
     """The formats a file of this name may hold, or None when its suffix says nothing."""
     parts = name.lower().rsplit(".", 2)
-    if len(parts) == 3 and (formats := _BY_SUFFIX.get(f".{parts[1]}.{parts[2]}")):
+    by_suffix = current().by_suffix
+    if len(parts) == 3 and (formats := by_suffix.get(f".{parts[1]}.{parts[2]}")):
         return formats
-    return _BY_SUFFIX.get(f".{parts[-1]}") if len(parts) > 1 else None
+    return by_suffix.get(f".{parts[-1]}") if len(parts) > 1 else None
 
 
 def read_header(sample: Sample, name: str = "") -> FileReport:
     """Judge a file from its header and trailer, and its content against its name (the few
     pickles this walks are small: each walk has a budget of its own)."""
-    report = _judge(sample, name, _READERS.get)
+    report = _judge(sample, name, _probe_of)
     if report.format in _PACKED and compressed.named_as_pickle(name):
         return compressed.read_header(sample) or report
     return report
@@ -156,21 +104,21 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
     def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
         if kind is Format.UNKNOWN and unpickled_by_name(name) and torchtar.is_tar(sample):
             kind = Format.TORCH_TAR  # a tar without the ustar magic (V7), which torch.load still reads
-        verifier = _VERIFIERS.get(kind)
-        if verifier is None:
-            return _READERS.get(kind)
-        return lambda sample: verifier(sample, deep)
+        spec = current().by_format.get(kind)
+        if spec is None or spec.read_whole is None:
+            return _probe_of(kind)
+        read_whole = spec.read_whole
+        return lambda sample: read_whole(sample, deep)
 
     with one_budget(Budget()):
         report = _judge(sample, name, reader)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
-            report = _with_unsafe(report, pickle.verify_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
+            report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
         elif unpickled_by_name(name):
-            known = report.format in Format._value2member_map_
-            report = _with_unsafe(report, _fallback_issues(sample, Format(report.format) if known else Format.UNKNOWN))
+            report = _with_unsafe(report, _fallback_issues(sample, Format.named(report.format) or Format.UNKNOWN))
         elif report.format != Format.PICKLE.value and sniff.sniff(sample) is Format.PICKLE:
             # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
-            report = _with_unsafe(report, pickle.verify_pickle(sample).issues)
+            report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
         packed = compressed.read(sample) if compressed.compressed(sample) else None
     if packed is not None:  # joblib.load decompresses whatever the name
         if report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None):
@@ -202,9 +150,9 @@ def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
         return []
     issues: list[FileIssue] = []
     if kind is not Format.TORCH_TAR and torchtar.is_tar(sample):
-        issues += torchtar.verify(sample).issues
+        issues += torchtar.read_whole(sample).issues
     if kind not in _WALKED_FROM_START:
-        issues += pickle.verify_pickle(sample).issues  # torch's legacy reading too, when the magic number leads
+        issues += pickle.read_whole_pickle(sample).issues  # torch's legacy reading too, when the magic number leads
     return issues
 
 
@@ -232,8 +180,9 @@ def _judge_content(sample: Sample, name: str, reader_for: Callable[[Format], Cal
     named = _named_reader(name, kind)
     if named is not None:
         return named(sample)
-    if kind in NOT_CHECKPOINTS:
-        return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, _ABOUT[kind]),))
+    spec = current().by_format.get(kind)
+    if spec is not None and spec.not_a_checkpoint:
+        return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, spec.not_a_checkpoint),))
     reader = reader_for(kind)
     report = reader(sample) if reader else FileReport(kind.value)
     if name == hfargs.NAME and report.format == Format.TORCH_ZIP.value:
@@ -247,6 +196,11 @@ def _judge_content(sample: Sample, name: str, reader_for: Callable[[Format], Cal
         )
         return dataclasses.replace(report, issues=(issue, *report.issues))
     return report
+
+
+def _probe_of(kind: Format) -> Callable[[Sample], FileReport] | None:
+    spec = current().by_format.get(kind)
+    return spec.probe if spec else None
 
 
 def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | None:
@@ -294,7 +248,7 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 
-def verify(entry: Entry, deep: int = 0) -> FileReport:
+def read_whole(entry: Entry, deep: int = 0) -> FileReport:
     """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
     ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
@@ -303,10 +257,11 @@ def verify(entry: Entry, deep: int = 0) -> FileReport:
         report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep))
-    if report.format == Format.SAFETENSORS.value and not report.issues:
-        refusal = safetensors.confirm(entry.os_path)
+    spec = current().by_format.get(report.format)
+    if spec is not None and spec.confirm is not None and not report.issues:
+        refusal = spec.confirm(entry.os_path)
         if refusal:
-            issue = FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}")
+            issue = FileIssue(Problem.MALFORMED, f"the {spec.format} library refuses it: {refusal}")
             return dataclasses.replace(report, issues=(issue,))
     return report
 

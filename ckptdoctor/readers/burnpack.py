@@ -22,9 +22,11 @@ import cbor2
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample
-from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.sniff import Format, begins
 
+MAGIC = b"NRUB"
 HEADER = struct.Struct("<4sHI")
 ALIGNMENT = 256
 MAX_METADATA = 104_857_600
@@ -43,7 +45,7 @@ OPTIMIZER_LEAVES: tuple[tuple[str, str], ...] = (
 """Tensor-name endings that reveal the optimizer (reference §11.6), most specific first."""
 
 
-def read(sample: Sample) -> FileReport:
+def probe(sample: Sample) -> FileReport:
     header = sample.head(HEADER.size)
     if len(header) < HEADER.size:
         return _report(Problem.TRUNCATED, f"only {sample.size} bytes: shorter than the 10-byte burnpack header")
@@ -201,9 +203,9 @@ def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.BURNPACK.value, (FileIssue(problem, detail),))
 
 
-def verify(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """Every descriptor checked against burn's writer (reference §11.4) and the tensors listed."""
-    header = read(sample)
+    header = probe(sample)
     if header.problems & {Problem.MALFORMED, Problem.NOT_A_CHECKPOINT} or sample.size < HEADER.size:
         return header
     metadata_size = HEADER.unpack(sample.head(HEADER.size))[2]
@@ -236,7 +238,7 @@ def _inventory_cached(blob: bytes, aligned: bool, record: str | None) -> _Invent
 
 
 def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
-    metadata = cbor2.loads(blob)  # read() decoded it already: it is valid
+    metadata = cbor2.loads(blob)  # probe() decoded it already: it is valid
     issues: list[FileIssue] = []
     listed: list[Tensor] = []
     floats: list[tuple[int, int, str]] = []
@@ -307,3 +309,15 @@ def _dtype_name(value: object) -> str:
     if isinstance(value, Mapping) and value:
         return str(next(iter(value))).lower()
     return str(value).lower()
+
+
+SPECS = (
+    ReaderSpec(
+        Format.BURNPACK,
+        (Sniff(Rank.MAGIC, lambda head, sample: begins(head, MAGIC)),),
+        ((".bpk", Naming.CHECKPOINT_ONLY),),
+        probe,
+        read_whole,
+        read_any_name=True,
+    ),
+)

@@ -20,6 +20,7 @@ from typing import Any
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import CHUNK, HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
@@ -29,7 +30,7 @@ _JSON_METADATA = re.compile(rb'"(float|int|format|version|settings)"\s*:\s*"([^"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
-def read_msgpack(sample: Sample, format: Format = Format.MSGPACK) -> FileReport:
+def probe_msgpack(sample: Sample, format: Format = Format.MSGPACK) -> FileReport:
     import msgpack  # only burn's recorder-era runs need it: kept off every other start-up
 
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
@@ -52,7 +53,7 @@ def read_msgpack(sample: Sample, format: Format = Format.MSGPACK) -> FileReport:
     return FileReport(format.value, issues, tuple(facts))
 
 
-def read_json(sample: Sample, format: Format = Format.JSON) -> FileReport:
+def probe_json(sample: Sample, format: Format = Format.JSON) -> FileReport:
     facts = tuple((key.decode(), value.decode("utf-8", "replace")) for key, value in _JSON_METADATA.findall(sample.head(HEAD)))
     closing = b"}" if sample.head(64).lstrip().startswith(b"{") else b"]"
     if not sample.tail(TAIL).rstrip().endswith(closing):
@@ -61,7 +62,7 @@ def read_json(sample: Sample, format: Format = Format.JSON) -> FileReport:
     return FileReport(format.value, (), facts)
 
 
-def read_gzip(sample: Sample) -> FileReport:
+def probe_gzip(sample: Sample) -> FileReport:
     inflater = zlib.decompressobj(_GZIP_WBITS)
     head = bytearray()
     tail = b""
@@ -98,9 +99,9 @@ def read_gzip(sample: Sample) -> FileReport:
 def _inner_report(payload: Sample) -> FileReport:
     kind = sniff_payload(payload.head())
     if kind is Format.MSGPACK:
-        return read_msgpack(payload, Format.MSGPACK_GZ)
+        return probe_msgpack(payload, Format.MSGPACK_GZ)
     if kind is Format.JSON:
-        return read_json(payload, Format.JSON_GZ)
+        return probe_json(payload, Format.JSON_GZ)
     if kind is Format.BINCODE:
         return FileReport(Format.BINCODE_GZ.value)
     return FileReport(Format.GZIP.value)
@@ -118,16 +119,16 @@ INFLATED = "inflated"
 _RANK = re.compile(r"^Rank\d+$")
 
 
-def verify_msgpack(sample: Sample, deep: int = 0) -> FileReport:
-    return _verify_record(sample, read_msgpack(sample), _unpack_msgpack, deep)
+def read_whole_msgpack(sample: Sample, deep: int = 0) -> FileReport:
+    return _verify_record(sample, probe_msgpack(sample), _unpack_msgpack, deep)
 
 
-def verify_json(sample: Sample, deep: int = 0) -> FileReport:
-    return _verify_record(sample, read_json(sample), json.loads, deep)
+def read_whole_json(sample: Sample, deep: int = 0) -> FileReport:
+    return _verify_record(sample, probe_json(sample), json.loads, deep)
 
 
-def verify_gzip(sample: Sample, deep: int = 0) -> FileReport:
-    header = read_gzip(sample)
+def read_whole_gzip(sample: Sample, deep: int = 0) -> FileReport:
+    header = probe_gzip(sample)
     if header.format not in (Format.MSGPACK_GZ.value, Format.JSON_GZ.value):
         return header
     decode = _unpack_msgpack if header.format == Format.MSGPACK_GZ.value else json.loads
@@ -230,3 +231,49 @@ def _payload(raw: object) -> bytes | None:
         except (ValueError, TypeError):
             return None
     return None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _bincode(head: bytes, sample: Sample) -> bool:
+    """burn's bincode records start with three length-prefixed strings: float type, int type and
+    the recorder's type name (``burn_core::record::file::BinFileRecorder<...>``)."""
+    position = 0
+    strings = []
+    for _ in range(3):
+        if position >= len(head) or head[position] >= 251:  # a longer varint: not these short names
+            return False
+        length = head[position]
+        strings.append(head[position + 1 : position + 1 + length])
+        position += 1 + length
+    return b"burn" in strings[2] and strings[0].isascii() and strings[1].isascii()
+
+
+SPECS = (
+    ReaderSpec(
+        Format.GZIP,
+        (Sniff(Rank.SIGNATURE, lambda head, sample: head.startswith(GZIP_MAGIC)),),
+        probe=probe_gzip,
+        read_whole=read_whole_gzip,
+    ),
+    ReaderSpec(
+        Format.MSGPACK,
+        (Sniff(Rank.PAYLOAD + 30, lambda head, sample: head[:1] in (b"\x81", b"\x82", b"\x83", b"\x84", b"\xde", b"\xdf")),),
+        ((".mpk", Naming.CHECKPOINT_ONLY),),
+        probe_msgpack,
+        read_whole_msgpack,
+    ),
+    ReaderSpec(
+        Format.JSON,
+        (Sniff(Rank.PAYLOAD + 40, lambda head, sample: head.lstrip().startswith((b"{", b"["))),),
+        ((".json", Naming.CHECKPOINT),),
+        probe_json,
+        read_whole_json,
+    ),
+    ReaderSpec(Format.BINCODE, (Sniff(Rank.PAYLOAD + 50, _bincode),), ((".bin", Naming.CHECKPOINT),)),
+    # the gzip forms are told by the gzip reader from what the stream holds
+    ReaderSpec(Format.MSGPACK_GZ, suffixes=((".mpk.gz", Naming.CHECKPOINT_ONLY),)),
+    ReaderSpec(Format.JSON_GZ, suffixes=((".json.gz", Naming.CHECKPOINT),)),
+    ReaderSpec(Format.BINCODE_GZ, suffixes=((".bin.gz", Naming.CHECKPOINT),)),
+)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import _opcodes
+from ckptdoctor.readers._registry import Naming, ReaderSpec
 from ckptdoctor.readers._sample import MAX_HEADER, Sample
 from ckptdoctor.readers._unpickler import Call, Global, ObjectKey, Walk, walk
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
@@ -162,3 +163,7 @@ _TENSOR_METADATA = Global("torch.distributed.checkpoint.metadata", "TensorStorag
 
 def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.PICKLE.value, (FileIssue(problem, detail),))
+
+
+SPECS = (ReaderSpec(Format.DISTCP, suffixes=((DATA_SUFFIX, Naming.CHECKPOINT_ONLY),)),)
+"""Data files are told by name (``is_data_file``), whatever bytes they hold."""

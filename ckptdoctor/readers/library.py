@@ -11,9 +11,8 @@ import dataclasses
 from collections.abc import Iterable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
-from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers._registry import Library, current
 
-_LOADABLE = frozenset({Format.TORCH_ZIP.value, Format.TORCH_LEGACY.value, Format.SAFETENSORS.value})
 _HARMLESS = frozenset({Problem.LEGACY})
 """Issues that do not stop a file from being loaded."""
 
@@ -37,23 +36,24 @@ def load_all(entries: Iterable[Entry], reports: dict[str, FileReport]) -> dict[s
     failed: dict[str, FileReport] = {}
     for entry in entries:
         report = reports[entry.os_path]
-        if report.format not in _LOADABLE or any(i.problem not in _HARMLESS for i in report.issues):
+        spec = current().by_format.get(report.format)
+        if spec is None or spec.loaded_by is None or any(i.problem not in _HARMLESS for i in report.issues):
             continue
-        error = _load(torch, entry.os_path, report.format)
+        error = _load(torch, entry.os_path, spec.loaded_by)
         if error is not None:
             issue = FileIssue(_explain(error), f"loading it fails: {error.splitlines()[0][:300]}")
             failed[entry.os_path] = dataclasses.replace(report, issues=(*report.issues, issue))
     return failed
 
 
-def _load(torch: object, path: str, fmt: str) -> str | None:
+def _load(torch: object, path: str, library: Library) -> str | None:
     try:
-        if fmt == Format.SAFETENSORS.value:
+        if library is Library.SAFETENSORS:
             from safetensors.torch import load_file
 
             load_file(path, device="cpu")
         else:
-            mmap = fmt == Format.TORCH_ZIP.value
+            mmap = library is Library.TORCH_MMAP
             torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")  # type: ignore[attr-defined]
     except Exception as error:  # the libraries raise many types; each becomes a finding
         return f"{type(error).__name__}: {error}"

@@ -13,6 +13,7 @@ from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers._unpickler import (
     JOBLIB_WRAPPERS,
@@ -27,9 +28,30 @@ from ckptdoctor.readers._unpickler import (
 from ckptdoctor.readers.sniff import Format
 
 STOP = b"."
+TORCH_LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
+"""torch's legacy magic number pickled at protocol 2 (the default); other protocols frame it or
+write it as text, see :data:`TORCH_LEGACY_MAGICS`."""
+_MAGIC_LONG1 = TORCH_LEGACY_MAGIC[2:]
+TORCH_LEGACY_MAGICS = (
+    TORCH_LEGACY_MAGIC,
+    b"\x80\x03" + _MAGIC_LONG1,
+    *(b"\x80" + bytes([protocol]) + b"\x95\r" + bytes(7) + _MAGIC_LONG1 for protocol in (4, 5)),
+    b"L119547037146038801333356L\n.",
+)
+TORCH_SAVE_SUFFIXES = (
+    (".pt", Naming.CHECKPOINT_ONLY),
+    (".pth", Naming.CHECKPOINT_ONLY),
+    (".pth.tar", Naming.CHECKPOINT_ONLY),
+    (".ckpt", Naming.CHECKPOINT_ONLY),
+    (".bin", Naming.CHECKPOINT),  # torch's pytorch_model.bin, among others' (burn's bincode records)
+    (".tar", Naming.CHECKPOINT),
+    (".pkl", Naming.CONTENT),  # accelerate torch.save()s its random_states_N.pkl
+    (".pickle", Naming.CONTENT),
+)
+"""Names ``torch.save`` output goes by: any of its formats (zip, legacy, tar, a bare pickle) may be behind each."""
 
 
-def read_pickle(sample: Sample) -> FileReport:
+def probe_pickle(sample: Sample) -> FileReport:
     if sample.size <= HEAD + TAIL:
         # the whole file is in hand already: walk it (never run), and judge it as verify does
         data = sample.head(sample.size)
@@ -44,7 +66,7 @@ def read_pickle(sample: Sample) -> FileReport:
     return FileReport(Format.PICKLE.value)
 
 
-def read_legacy(sample: Sample) -> FileReport:
+def probe_legacy(sample: Sample) -> FileReport:
     issue = FileIssue(
         Problem.LEGACY,
         "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); "
@@ -53,7 +75,7 @@ def read_legacy(sample: Sample) -> FileReport:
     return FileReport(Format.TORCH_LEGACY.value, (issue,))
 
 
-def read_preview(sample: Sample) -> FileReport:
+def probe_preview(sample: Sample) -> FileReport:
     issue = FileIssue(
         Problem.MALFORMED,
         "a torch preview-release archive (PYTORCH1); torch refuses it as an unsupported archive format",
@@ -69,14 +91,14 @@ MAX_PICKLES = 16
 _ELEMENT = struct.Struct("<Q")
 
 
-def verify_pickle(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole_pickle(sample: Sample, deep: int = 0) -> FileReport:
     """A bare pickle (``random_states_0.pkl``, ``training_args.bin``): every pickle in it, walked.
     A joblib file (its array wrappers are followed by raw array bytes) is walked as joblib reads it,
     and what ``pickle.load`` would run of it is added."""
     # pickle.load's reading; of a joblib file, up to its first array of objects (see walk)
     first = walk_sample(sample, 0, None, objects_end=True)
     if first.root == MAGIC_NUMBER and not first.error and not first.unproven:
-        return verify_legacy(sample, deep)  # torch's legacy format, its magic number framed or spelled otherwise
+        return read_whole_legacy(sample, deep)  # torch's legacy format, its magic number framed or spelled otherwise
     if any(g in JOBLIB_WRAPPERS for g in first.globals):
         as_joblib = walk_sample(sample, 0, None, arrays=True)
         plain = [i for i in judge(first, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
@@ -106,11 +128,11 @@ PROTOCOL_VERSION = 1001
 _LEGACY_PICKLES = (("the magic number", MAGIC_NUMBER), ("the protocol", PROTOCOL_VERSION), ("sys_info", None), ("the object", None), ("the storage list", None))
 
 
-def verify_legacy(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
     """torch's pre-zip format: five pickles (magic, protocol, sys_info, the object, storage keys)
     and then each storage as a u64 element count and its raw bytes (integrity reference §5.1).
     torch compares the first two with its numbers and stops where they differ."""
-    issues = list(read_legacy(sample).issues)
+    issues = list(probe_legacy(sample).issues)
     position = 0
     walks = []
     for what, expected in _LEGACY_PICKLES:
@@ -184,3 +206,42 @@ def walk_sample(sample: Sample, start: int, opcodes: frozenset[str] | None, arra
             walked.end += start
             return walked
         length *= 8
+
+
+def _protocol(head: bytes, sample: Sample) -> bool:
+    """A protocol 2+ pickle's PROTO opcode."""
+    return len(head) >= 2 and head[0] == 0x80 and head[1] <= 5
+
+
+def _text(head: bytes, sample: Sample) -> bool:
+    """Pickle protocols 0 and 1 carry no magic: a short text that ends in STOP is one (tried
+    after the formats that may look like one)."""
+    return head[:1] in (b"(", b"c", b"]", b"}") and head.rstrip().endswith(STOP)
+
+
+SPECS = (
+    ReaderSpec(
+        Format.TORCH_PREVIEW,
+        (Sniff(Rank.SIGNATURE, lambda head, sample: head.startswith(b"PYTORCH1")),),
+        TORCH_SAVE_SUFFIXES,
+        probe_preview,
+        read_any_name=True,
+    ),
+    ReaderSpec(
+        Format.TORCH_LEGACY,
+        (Sniff(Rank.SIGNATURE, lambda head, sample: head.startswith(TORCH_LEGACY_MAGICS)),),
+        TORCH_SAVE_SUFFIXES,
+        probe_legacy,
+        read_whole_legacy,
+        read_any_name=True,
+        loaded_by=Library.TORCH,
+    ),
+    ReaderSpec(
+        Format.PICKLE,
+        (Sniff(Rank.PAYLOAD + 20, _protocol), Sniff(Rank.PAYLOAD + 90, _text)),
+        TORCH_SAVE_SUFFIXES,
+        probe_pickle,
+        read_whole_pickle,
+        read_any_name=True,
+    ),
+)

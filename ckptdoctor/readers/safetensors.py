@@ -15,13 +15,15 @@ from ckptdoctor import bundles
 from ckptdoctor.model import FileIssue, FileReport, Problem, Span, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, SAFETENSORS_BITS
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample
-from ckptdoctor.readers.sniff import SAFETENSORS_MAX_HEADER, Format
+from ckptdoctor.readers.sniff import Format
 
 LENGTH = struct.Struct("<Q")
+SAFETENSORS_MAX_HEADER = 100_000_000
 
 
-def read(sample: Sample) -> FileReport:
+def probe(sample: Sample) -> FileReport:
     head = sample.head(LENGTH.size)
     if len(head) < LENGTH.size:
         return _report(Problem.TRUNCATED, f"only {sample.size} bytes: shorter than the 8-byte header length")
@@ -83,10 +85,10 @@ def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.SAFETENSORS.value, (FileIssue(problem, detail),))
 
 
-def verify(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """The header checked more strictly than the library does (reference §9), tensors listed; with
     ``deep``, every tensor's bytes read: NaN and Inf in floats, and which tensors are all zero."""
-    report = read(sample)
+    report = probe(sample)
     if report.problems & {Problem.MALFORMED, Problem.NOT_A_CHECKPOINT} or sample.size < LENGTH.size:
         return report
     (length,) = LENGTH.unpack(sample.head(LENGTH.size))
@@ -152,3 +154,28 @@ def confirm(os_path: str) -> str | None:
     except (SafetensorError, OSError, ValueError) as error:
         return str(error)
     return None
+
+
+def _sniff(head: bytes, sample: Sample) -> bool:
+    """An 8-byte little-endian header length, then the JSON header (the only way the format starts)."""
+    if len(head) < 9:
+        return False
+    (length,) = LENGTH.unpack_from(head)
+    if length > SAFETENSORS_MAX_HEADER or length < 2:
+        return False
+    first = head[8:9]
+    return first == b"{" or (first in (b" ", b"\t", b"\n", b"\r") and b"{" in head[8:64])
+
+
+SPECS = (
+    ReaderSpec(
+        Format.SAFETENSORS,
+        (Sniff(Rank.STRUCTURE + 10, _sniff),),
+        ((".safetensors", Naming.CHECKPOINT_ONLY),),
+        probe,
+        read_whole,
+        read_any_name=True,
+        loaded_by=Library.SAFETENSORS,
+        confirm=confirm,
+    ),
+)

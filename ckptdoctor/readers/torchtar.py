@@ -21,8 +21,10 @@ from typing import IO, TYPE_CHECKING
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
 from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._registry import Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample, SampleReader
 from ckptdoctor.readers._unpickler import Global, walk
+from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES, read_whole_pickle
 from ckptdoctor.readers.sniff import Format
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ _EXTRACTED = ("storages", "tensors")
 """The members torch extracts to disk, in that order, before it opens each."""
 
 
-def read(sample: Sample) -> FileReport:
+def probe(sample: Sample) -> FileReport:
     issue = FileIssue(
         Problem.LEGACY,
         "saved in torch's obsolete tar format; torch.load(weights_only=True) refuses it",
@@ -56,15 +58,13 @@ def is_tar(sample: Sample) -> bool:
         return False
 
 
-def verify(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """Every pickle torch would read from the tar, and from the file read as pickles (torch's
     fallback when tarfile fails part-way)."""
     import tarfile
 
-    from ckptdoctor.readers.pickle import verify_pickle
-
-    issues = list(read(sample).issues)
-    issues += [i for i in verify_pickle(sample).issues if i.problem is Problem.UNSAFE_PICKLE]
+    issues = list(probe(sample).issues)
+    issues += [i for i in read_whole_pickle(sample).issues if i.problem is Problem.UNSAFE_PICKLE]
     try:
         with tarfile.open(fileobj=SampleReader(sample), mode="r:") as archive:
             archive.getmembers()  # torch reads every header on its first lookup
@@ -165,3 +165,15 @@ def _records(data: bytes, name: str) -> list[FileIssue]:
 
 def _unproven(why: str) -> FileIssue:
     return FileIssue(Problem.UNSAFE_PICKLE, f"{why}: where the next pickle starts is only known when it runs, so the rest cannot be proven safe")
+
+
+SPECS = (
+    ReaderSpec(
+        Format.TORCH_TAR,
+        (Sniff(Rank.STRUCTURE, lambda head, sample: len(head) > 262 and head[257:262] == b"ustar"),),
+        TORCH_SAVE_SUFFIXES,
+        probe,
+        read_whole,
+        read_any_name=True,
+    ),
+)

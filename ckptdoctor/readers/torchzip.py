@@ -22,6 +22,7 @@ from ckptdoctor.model import TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, T
 from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
 from ckptdoctor.readers._skim import Skimmed
 from ckptdoctor.readers._skim import top_level as skim
@@ -38,7 +39,8 @@ from ckptdoctor.readers._unpickler import (
     top_numbers,
     walk,
 )
-from ckptdoctor.readers.sniff import Format, sniff_payload
+from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES
+from ckptdoctor.readers.sniff import ZIP_LOCAL, Format, begins, sniff_payload
 
 END = struct.Struct("<4sHHHHIIH")
 END_SIGNATURE = b"PK\x05\x06"
@@ -82,7 +84,7 @@ class Member(NamedTuple):
     """Offset of the member's bytes, from its local header (-1 when that header is bad)."""
 
 
-def read(sample: Sample) -> FileReport:
+def probe(sample: Sample) -> FileReport:
     located = locate(sample)
     if isinstance(located, FileIssue):
         return FileReport(Format.TORCH_ZIP.value, (located,))
@@ -156,7 +158,7 @@ def _end_anomaly(sample: Sample, located: Directory) -> FileIssue | None:
     return None
 
 
-def verify(sample: Sample, deep: int = 0) -> FileReport:
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """Everything about the archive; ``deep`` > 0 also reads every byte with that many threads."""
     located = locate(sample)
     if isinstance(located, FileIssue):
@@ -639,3 +641,68 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
 
 def _report(problem: Problem, detail: str) -> FileReport:
     return FileReport(Format.TORCH_ZIP.value, (FileIssue(problem, detail),))
+
+
+_TORCH_MEMBERS = (b"data.pkl", b"version", b".format_version", b"byteorder", b"constants.pkl")
+_TORCH_FOLDERS = (b"data/", b".data/", b"code/", b"extra/")
+
+
+def _first_member(head: bytes) -> bytes:
+    name_length: int = struct.unpack_from("<H", head, 26)[0]
+    return head[30 : 30 + name_length]
+
+
+def _torch_archive(head: bytes, sample: Sample) -> bool:
+    """torch's archives put every member under one ``<prefix>/``; ``torch.save`` writes
+    ``data.pkl`` first, TorchScript may lead with ``extra/`` or ``code/``. A head cut inside the
+    first header is judged as one, by this reader."""
+    if not begins(head, ZIP_LOCAL):
+        return False
+    if len(head) < 30:
+        return True
+    _, slash, member = _first_member(head).partition(b"/")
+    return bool(slash) and (member in _TORCH_MEMBERS or member.startswith(_TORCH_FOLDERS))
+
+
+def _npz(head: bytes, sample: Sample) -> bool:
+    """A zip of ``.npy`` members (``numpy.savez``)."""
+    if len(head) < 30 or not head.startswith(ZIP_LOCAL):
+        return False
+    return _first_member(head).endswith(b".npy")
+
+
+def _probe_numpy(sample: Sample) -> FileReport:
+    """An ``.npy`` file's header; an ``.npz`` archive is read by ``verify`` only."""
+    return npy.read_header(sample) if sample.head(len(npy.MAGIC)) == npy.MAGIC else FileReport(Format.NUMPY.value)
+
+
+def _read_whole_numpy(sample: Sample, deep: int = 0) -> FileReport:
+    return read_whole(sample, deep) if sample.head(len(ZIP_LOCAL)) == ZIP_LOCAL else npy.read(sample)
+
+
+SPECS = (
+    ReaderSpec(
+        Format.TORCH_ZIP,
+        (Sniff(Rank.MAGIC, _torch_archive),),
+        TORCH_SAVE_SUFFIXES,
+        probe,
+        read_whole,
+        read_any_name=True,
+        loaded_by=Library.TORCH_MMAP,
+    ),
+    ReaderSpec(
+        Format.NUMPY,
+        (Sniff(Rank.MAGIC + 1, _npz), Sniff(Rank.PAYLOAD, lambda head, sample: head.startswith(npy.MAGIC))),
+        ((".npy", Naming.CONTENT), (".npz", Naming.CONTENT)),
+        _probe_numpy,
+        _read_whole_numpy,
+        read_any_name=True,
+    ),
+    ReaderSpec(
+        Format.ZIP,
+        (Sniff(Rank.MAGIC + 2, lambda head, sample: head.startswith(ZIP_LOCAL)),),
+        ((".npz", Naming.CONTENT),),
+        read_whole=read_whole,
+        read_any_name=True,
+    ),
+)

@@ -1,0 +1,98 @@
+"""The import direction of ARCHITECTURE.md, enforced: cli → api/acting → pipelines/planners →
+rules/layouts → readers → model. Every import of ckptdoctor by ckptdoctor counts — at the top of
+a module, inside a function, or for type checking only — so that no layering inversion hides in a
+function-local import. A module may import its own package, and any unit on a lower layer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ckptdoctor"
+
+LAYERS: dict[str, int] = {
+    # the data, and facts about the frameworks that every layer shares
+    "model": 0, "units": 0,
+    "bundles": 1, "optimizers": 1, "places": 1, "regular": 1, "parallel": 1, "processes": 1, "records": 1,
+    # input: listings and files; the executor acts on entries, knowing no framework
+    "discover": 2, "readers": 2, "actions": 2,
+    # what a name or a file means, then what is wrong
+    "layouts": 3,
+    "rules": 4,
+    # pipelines (paths → report) and planners (run → plan or verdict); settings
+    "scan": 5, "verify": 5, "retention": 5, "repair": 5, "disk": 5, "metrics": 5, "config": 5, "baseline": 5,
+    # output
+    "render": 6,
+    # what users call: the acting pass, the Python API, trainer callbacks, the command line
+    "acting": 7, "api": 8, "integrations": 9, "testing": 9,
+    "cli": 10, "__main__": 11, "ckptdoctor": 11,
+}  # fmt: skip
+
+ALLOWED: dict[tuple[str, str], str] = {
+    ("places", "layouts"): "places.home asks the run's layout whether its framework reads every name in the run folder "
+    "(then ckptdoctor's folder goes beside the run); imported inside home(), so that the executor, which needs only "
+    "home_of, never loads the layouts",
+    ("ckptdoctor", "api"): "`ckptdoctor.preflight` is the API's, loaded on first use (PEP 562), not at start-up",
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(ckptdoctor module imported, line) for every import in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "ckptdoctor":
+            if node.module == "ckptdoctor":  # a module of the package, or a name its light __init__ defines
+                found += [(f"ckptdoctor.{alias.name}", node.lineno) for alias in node.names if _is_module(alias.name)]
+            else:
+                found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "ckptdoctor"]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}:{node.lineno}: a relative import; the project imports by absolute name")
+    return found
+
+
+def _is_module(name: str) -> bool:
+    return (PACKAGE / f"{name}.py").is_file() or (PACKAGE / name / "__init__.py").is_file()
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_unit_of_the_package_has_a_layer() -> None:
+    units = {_unit(_module(path)) for path in PACKAGE.rglob("*.py")}
+    assert units - set(LAYERS) == set(), "a new module or package: give it its layer here and its row in ARCHITECTURE.md"
+    assert set(LAYERS) - units == set(), "a unit that no longer exists"
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    wrong = []
+    used = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _unit(_module(path))
+        for imported, line in _imports(path):
+            target = _unit(imported)
+            if target == source or LAYERS[target] < LAYERS[source]:
+                continue
+            if (source, target) in ALLOWED:
+                used.add((source, target))
+                continue
+            wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {source} (layer {LAYERS[source]}) imports {imported} (layer {LAYERS[target]})")
+    assert wrong == [], "imports against the direction of ARCHITECTURE.md:\n" + "\n".join(wrong)
+    assert set(ALLOWED) - used == set(), "an allowed exception nothing needs any more: remove it"
+
+
+def test_the_layer_check_catches_an_inversion(tmp_path: Path) -> None:
+    """The check itself can fail: a reader importing a layout is found."""
+    module = tmp_path / "bad.py"
+    module.write_text("def f():\n    from ckptdoctor.layouts import layout_named\n    return layout_named\n")
+    (imported, line), = _imports(module)
+    assert (imported, line) == ("ckptdoctor.layouts", 2)
+    assert LAYERS[_unit(imported)] > LAYERS["readers"]
