@@ -16,12 +16,12 @@ from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
-    OutputFormat,
-    machine,
+    rendered,
     say,
     stdout_console,
     write,
 )
+from ckptdoctor.render import HUMAN, JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.actions import Pending
@@ -155,7 +155,7 @@ def show_plans(
     settings: Settings,
     *,
     dry_run: bool,
-    fmt: OutputFormat,
+    fmt: str,
     quiet: bool,
     output: str | None,
     show_all: bool,
@@ -167,15 +167,15 @@ def show_plans(
     prunes' journals would still do, which the same confirmation finishes."""
     import dataclasses
 
-    if fmt is OutputFormat.JSON:
+    if fmt == JSON:
         from ckptdoctor.render.json import plan_document
 
         write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, tuple(pending)), output)
         return
     for found in pending:  # on stderr beside a machine format, with the tables otherwise
         say(pending_line(found))
-    if fmt is not OutputFormat.HUMAN:
-        write(machine(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
+    if fmt != HUMAN:
+        write(rendered(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
         return
     if quiet:
         return

@@ -29,7 +29,6 @@ from ckptdoctor.cli._output import (
     ConfigOption,
     FormatOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
@@ -38,6 +37,7 @@ from ckptdoctor.cli._output import (
     say,
 )
 from ckptdoctor.model import Action
+from ckptdoctor.render import HUMAN
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def prune(
         raise typer.Exit(EXIT_USAGE) from error
     settings = configured(config)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
-    human = fmt is OutputFormat.HUMAN
+    human = fmt == HUMAN
     with failures_explained("prune"), contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(paths or ["."]))  # before the scan: what it finds is acted on through these
         report, runs = scan_runs(paths, "prune")

@@ -28,7 +28,6 @@ from ckptdoctor.cli._output import (
     ConfigOption,
     FormatOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
@@ -37,6 +36,7 @@ from ckptdoctor.cli._output import (
     say,
     stdout_console,
 )
+from ckptdoctor.render import HUMAN
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -104,14 +104,14 @@ def repair(
 
 
 def _repair(
-    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, min_age: float, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, min_age: float, dry_run: bool, yes: bool, fmt: str, quiet: bool, output: str | None, show_all: bool
 ) -> int:
     from ckptdoctor import actions, repair
     from ckptdoctor.layouts import layout_named
     from ckptdoctor.model import Action
     from ckptdoctor.retention import home, run_root
 
-    human = fmt is OutputFormat.HUMAN
+    human = fmt == HUMAN
     finished = 0
     problems: list[str] = []
     for run in runs:
@@ -184,13 +184,13 @@ def _repair(
 
 
 def _undo(
-    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, ident: str | None, dry_run: bool, yes: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool
+    paths: list[str] | None, report: Report, runs: list[Run], settings: Settings, ident: str | None, dry_run: bool, yes: bool, fmt: str, quiet: bool, output: str | None, show_all: bool
 ) -> int:
     from ckptdoctor import actions
     from ckptdoctor.model import Action
     from ckptdoctor.repair import undo_plan
 
-    human = fmt is OutputFormat.HUMAN
+    human = fmt == HUMAN
     chosen: list[tuple[str, str, str, str, actions.Quarantine]] = []
     for shown, root, place, unit in _undo_roots(paths, runs):
         if not dry_run:
