@@ -90,8 +90,9 @@ class ReportOptions:
     baseline: str | None
     write_baseline: str | None
     select: tuple[str, ...]
-    """The command line's (it replaces the file's); its ``ignore`` adds to the file's."""
+    """The command line's rules: they replace the file's ``select``."""
     ignore: tuple[str, ...]
+    """The command line's rules: they add to the file's ``ignore``."""
     config: str | None
     """The settings file named on the command line (``--config``)."""
     settings: Settings
@@ -124,8 +125,10 @@ def report_options(
         raise typer.Exit(EXIT_USAGE) from bad
     threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
     return ReportOptions(
-        chosen(fmt, as_json, settings), output, Severity(threshold), exit_zero, quiet, show_all, baseline, write_baseline, chosen_rules, dropped_rules, config, settings
-    )
+        format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
+        show_all=show_all, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,
+        config=config, settings=settings,
+    )  # fmt: skip
 
 
 def reporting(command: Callable[..., None]) -> Callable[..., None]:
