@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptdoctor.model import Finding, Role, Severity
 from ckptdoctor.regular import read_regular
+from ckptdoctor.render import named
 from ckptdoctor.rules._context import Thresholds
 
 if sys.version_info >= (3, 11):
@@ -46,7 +47,6 @@ def prune_settings(config: str | None = None, start: str | None = None) -> tuple
 TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles"})
 HINTED_ROLES = ("model", "optimizer", "scheduler")
 THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
-FORMATS = ("human", "json", "sarif", "junit", "github")
 SEVERITIES = ("error", "warning", "info")
 ENVIRONMENT = {
     "CKPTDOCTOR_FORMAT": "format",
@@ -161,8 +161,11 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     if fail_on is not None and fail_on not in SEVERITIES:
         raise fail("fail-on", f"must be one of {', '.join(SEVERITIES)}, not {fail_on!r}")
     fmt = values.get("format")
-    if fmt is not None and fmt not in FORMATS:
-        raise fail("format", f"must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if fmt is not None:
+        try:  # a report's formats, as `--format` offers them, and refused with its message
+            named(fmt)
+        except ValueError as error:
+            raise fail("format", str(error)) from error
     severity = values.get("severity", {})
     if not isinstance(severity, dict):
         raise fail("severity", "must be a table of rule code = severity")

@@ -16,12 +16,12 @@ from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
-    OutputFormat,
-    machine,
+    rendered,
     say,
     stdout_console,
     write,
 )
+from ckptdoctor.render import HUMAN, JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
@@ -36,7 +36,7 @@ DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan an
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
 
 
-def listener(settings: Settings, *, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, repair: bool = False) -> Listener:
+def listener(settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False) -> Listener:
     """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
     the JSON document), every other message on stderr (what was done only without --quiet)."""
     from ckptdoctor.acting import Planned, Tone
@@ -52,22 +52,22 @@ def listener(settings: Settings, *, dry_run: bool, fmt: OutputFormat, quiet: boo
     return hear
 
 
-def show_plans(planned: Planned, settings: Settings, *, dry_run: bool, fmt: OutputFormat, quiet: bool, output: str | None, show_all: bool, repair: bool) -> None:
+def show_plans(planned: Planned, settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool) -> None:
     """Each plan as a table, or the JSON document with every plan; in another format the scan's
     findings (as configured), which is what a CI system reads. What killed prunes' journals
     would still do is said beside them: the same confirmation finishes it."""
     import dataclasses
 
     report, plans = planned.report, planned.plans
-    if fmt is OutputFormat.JSON:
+    if fmt == JSON:
         from ckptdoctor.render.json import plan_document
 
         write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, planned.pending), output)
         return
     for found in planned.pending:  # on stderr beside a machine format, with the tables otherwise
         say(pending_line(found))
-    if fmt is not OutputFormat.HUMAN:
-        write(machine(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
+    if fmt != HUMAN:
+        write(rendered(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
         return
     if quiet:
         return

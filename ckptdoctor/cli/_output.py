@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import io
+import functools
+import inspect
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckptdoctor.model import Report, Severity
+from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
+
+# the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
+from ckptdoctor.render._console import stderr_console as stderr_console
+from ckptdoctor.render._console import stdout_console as stdout_console
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptdoctor.config import Settings
-
-
-class OutputFormat(str, enum.Enum):
-    HUMAN = "human"
-    JSON = "json"
-    SARIF = "sarif"
-    JUNIT = "junit"
-    GITHUB = "github"
 
 
 class FailOn(str, enum.Enum):
@@ -38,14 +37,26 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+
+def format_option(kind: Kind, help: str) -> Any:
+    """``--format``, offering the registered formats that render ``kind`` (case-insensitive);
+    another is refused with the message ``format =`` in the configuration gets."""
+    names = formats(kind)
+
+    def parse(value: str) -> str:
+        try:
+            return named(value.lower(), kind).name
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+
+    return typer.Option("--format", "-f", parser=parse, metavar=f"<{'|'.join(names)}>", help=help, show_default=False)
+
+
 Paths = Annotated[
     list[str] | None,
     typer.Argument(help="Run folders, parents of runs, or single files.", show_default="."),
 ]
-FormatOption = Annotated[
-    OutputFormat | None,
-    typer.Option("--format", "-f", help="Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).", case_sensitive=False, show_default=False),
-]
+FormatOption = Annotated[str | None, format_option(Kind.REPORT, "Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
 OutputOption = Annotated[
     str | None,
@@ -65,26 +76,77 @@ BaselineOption = Annotated[str | None, typer.Option("--baseline", help="Report o
 WriteBaselineOption = Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE (for --baseline) and exit 0.", metavar="FILE")]
 
 
-WIDTH_OFF_TERMINAL = 120
-"""Pipes and files get wide lines rather than rich's 80 columns: logs are read in editors."""
+@dataclasses.dataclass(frozen=True)
+class ReportOptions:
+    """How a report command (inspect, verify, diskcheck) reports: its shared options, with the
+    environment and the configuration file under them. Built by :func:`report_options` alone."""
+
+    format: str
+    output: str | None
+    fail_on: Severity
+    exit_zero: bool
+    quiet: bool
+    show_all: bool
+    baseline: str | None
+    write_baseline: str | None
+    select: tuple[str, ...]
+    """The command line's rules: they replace the file's ``select``."""
+    ignore: tuple[str, ...]
+    """The command line's rules: they add to the file's ``ignore``."""
+    config: str | None
+    """The settings file named on the command line (``--config``)."""
+    settings: Settings
 
 
-def stdout_console(file: io.StringIO | None = None) -> Console:
-    from rich.console import Console  # rich only when something is rendered for people
+def report_options(
+    fmt: FormatOption = None,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    fail_on: FailOnOption = None,
+    exit_zero: ExitZeroFlag = False,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+    baseline: BaselineOption = None,
+    write_baseline: WriteBaselineOption = None,
+    config: ConfigOption = None,
+    select: SelectOption = None,
+    ignore: IgnoreOption = None,
+) -> ReportOptions:
+    """The report options of a command line (its parameters are those every report command
+    takes: :func:`reporting` adds them). The command line wins over the environment, which wins
+    over the configuration file; exit 2 naming a bad key or rule."""
+    from ckptdoctor.config import ConfigError, check_rules
 
-    if file is not None:
-        return Console(file=file, width=WIDTH_OFF_TERMINAL, no_color=True, highlight=False)
-    console = Console(highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = WIDTH_OFF_TERMINAL
-    return console
+    settings = configured(config)
+    try:
+        chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
+    except ConfigError as bad:
+        say(f"ckptdoctor: error: {bad}")
+        raise typer.Exit(EXIT_USAGE) from bad
+    threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
+    return ReportOptions(
+        format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
+        show_all=show_all, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,
+        config=config, settings=settings,
+    )  # fmt: skip
 
 
-def stderr_console() -> Console:
-    from rich.console import Console
+def reporting(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` taking, after its own options, those of :func:`report_options`, and called with
+    ``options``, the :class:`ReportOptions` they make: declared once, no command can drift."""
+    own = inspect.signature(command, eval_str=True)
+    shared = inspect.signature(report_options, eval_str=True).parameters
 
-    # one message, one line: scripts grep stderr, and wrapped paths do not paste back
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    @functools.wraps(command)
+    def with_options(**given: Any) -> None:
+        options = report_options(**{name: given.pop(name) for name in shared})
+        command(**given, options=options)
+
+    parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
+    # Typer reads the command's options from its signature and annotations
+    with_options.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_options.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_options
 
 
 def configured(config: str | None) -> Settings:
@@ -106,78 +168,37 @@ def _rules(values: list[str] | None) -> tuple[str, ...]:
     return tuple(part.strip() for value in values or () for part in value.split(",") if part.strip())
 
 
-def exit_code(report: Report, fail_on: FailOn, exit_zero: bool) -> int:
+def exit_code(report: Report, fail_on: Severity, exit_zero: bool) -> int:
     if report.errors:
         return EXIT_USAGE
     if exit_zero:
         return EXIT_OK
-    threshold = Severity(fail_on.value).rank
-    return EXIT_FINDINGS if any(f.severity.rank >= threshold for f in report.findings) else EXIT_OK
+    return EXIT_FINDINGS if any(f.severity.rank >= fail_on.rank for f in report.findings) else EXIT_OK
 
 
-def emit(
-    report: Report,
-    *,
-    fmt: OutputFormat | None,
-    as_json: bool,
-    output: str | None,
-    fail_on: FailOn | None,
-    exit_zero: bool,
-    quiet: bool,
-    show_all: bool = False,
-    empty: tuple[str, ...] = (),
-    baseline: str | None = None,
-    write_baseline: str | None = None,
-    settings: Settings | None = None,
-    select: list[str] | None = None,
-    ignore: list[str] | None = None,
-) -> None:
+def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) -> None:
     """Print (or write) the report, say what went wrong on stderr, and exit with the right code.
-    The command line wins over the environment, which wins over the configuration file."""
-    from ckptdoctor.config import ConfigError, Settings, check_rules
-
-    settings = settings or Settings()
-    try:
-        chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
-    except ConfigError as bad:
-        say(f"ckptdoctor: error: {bad}")
-        raise typer.Exit(EXIT_USAGE) from bad
+    ``empty``: the paths where no checkpoint was found."""
     for failure in report.errors:
         say(f"ckptdoctor: error: {failure.path}: {failure.message}")
-    if report.errors and write_baseline is not None:
-        say(f"ckptdoctor: error: {write_baseline} not written: a baseline records a whole scan")
+    if report.errors and options.write_baseline is not None:
+        say(f"ckptdoctor: error: {options.write_baseline} not written: a baseline records a whole scan")
         raise typer.Exit(EXIT_USAGE)
-    report = dataclasses.replace(report, findings=settings.apply(report.findings, chosen_rules, dropped_rules))
-    report = baselined(report, baseline, write_baseline, quiet)
-    fmt = chosen(fmt, as_json, settings)
-    code = exit_code(report, fail_on or FailOn(settings.fail_on or "error"), exit_zero)
-    if quiet and code == EXIT_OK and output is None:  # a report asked for in a file is always written
+    report = dataclasses.replace(report, findings=options.settings.apply(report.findings, options.select, options.ignore))
+    report = baselined(report, options.baseline, options.write_baseline, options.quiet)
+    code = exit_code(report, options.fail_on, options.exit_zero)
+    if options.quiet and code == EXIT_OK and options.output is None:  # a report asked for in a file is always written
         raise typer.Exit(code)
     for path in empty:
         say(f"No checkpoints found in {path}")
     if report.unrecognised:
         _hint_unrecognised(report.unrecognised)
-    # renderers are imported when a report exists, and only the one asked for: `--help` pays for
-    # neither, and `--json` never loads rich
-    if fmt is OutputFormat.JSON:
-        from ckptdoctor.render import json as json_render
-
-        text = json_render.render(report)
-    elif fmt is not OutputFormat.HUMAN:
-        text = machine(report, fmt)
-    else:
-        buffer = io.StringIO() if output else None
-        from ckptdoctor.render import human
-
-        console = stdout_console(buffer)
-        if not report.runs and not report.findings and report.errors:
-            raise typer.Exit(code)
-        human.render(report, console, show_all)
-        if buffer is None:
-            _summary(report, stderr_console())
-            raise typer.Exit(code)
-        text = buffer.getvalue()
-    write(text, output)
+    renderer = named(options.format)
+    if renderer.for_people and report.errors and not report.runs and not report.findings:
+        raise typer.Exit(code)  # the errors above say it all
+    write(rendered(report, options.format, RenderOptions(options.show_all, to_file=options.output is not None)), options.output)
+    if renderer.for_people and options.output is None:
+        _summary(report, stderr_console())
     raise typer.Exit(code)
 
 
@@ -203,36 +224,28 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
     return report
 
 
-def chosen(fmt: OutputFormat | None, as_json: bool, settings: Settings | None = None) -> OutputFormat:
+def chosen(fmt: str | None, as_json: bool, settings: Settings | None = None) -> str:
     """The format asked for (``--json`` being short for ``--format json``), else the configured one."""
     if as_json:
-        return OutputFormat.JSON
+        return JSON
     if fmt is not None:
         return fmt
-    return OutputFormat(settings.format) if settings is not None and settings.format else OutputFormat.HUMAN
+    return settings.format if settings is not None and settings.format else HUMAN
 
 
-def machine(report: Report, fmt: OutputFormat) -> str:
-    """The report as SARIF, JUnit XML or GitHub annotations (``github`` also appends a Markdown
-    summary to ``$GITHUB_STEP_SUMMARY`` when it is set, as Actions does)."""
-    if fmt is OutputFormat.SARIF:
-        from ckptdoctor.render import sarif
-
-        return sarif.render(report)
-    if fmt is OutputFormat.JUNIT:
-        from ckptdoctor.render import junit
-
-        return junit.render(report)
-    from ckptdoctor.render import github
-
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
+    """The report in format ``fmt`` (its module imported now: ``--help`` pays for no renderer,
+    and ``--json`` never loads rich); a format with a job summary appends it, as Actions does."""
+    renderer = named(fmt)
+    module = renderer.module()
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY") if renderer.job_summary else None
     if summary_file:
         try:
             with open(summary_file, "a", encoding="utf-8") as handle:
-                handle.write(github.summary(report))
+                handle.write(module.summary(report))
         except OSError as error:
             say(f"ckptdoctor: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {error.strerror}")
-    return github.render(report)
+    return module.render(report, options)
 
 
 def say(line: str) -> None:

@@ -7,24 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ckptdoctor.cli._output import (
-    EXIT_USAGE,
-    AllFlag,
-    BaselineOption,
-    ConfigOption,
-    ExitZeroFlag,
-    FailOnOption,
-    FormatOption,
-    IgnoreOption,
-    JsonFlag,
-    OutputOption,
-    QuietFlag,
-    SelectOption,
-    WriteBaselineOption,
-    configured,
-    emit,
-    say,
-)
+from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting, say
 
 Folder = Annotated[str, typer.Argument(help="The run's checkpoint folder (it need not exist yet).", show_default=".")]
 ModelBytes = Annotated[str | None, typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MB, or bytes).", metavar="SIZE")]
@@ -35,6 +18,7 @@ Margin = Annotated[float, typer.Option("--margin", min=0.0, help="Headroom on to
 Runway = Annotated[int, typer.Option("--runway", min=1, help="Warn (CKD502) when fewer saves than this fit.", metavar="N")]
 
 
+@reporting
 def diskcheck(
     path: Folder = ".",
     model_bytes: ModelBytes = None,
@@ -43,18 +27,8 @@ def diskcheck(
     keep_last: KeepLast = None,
     margin: Margin = 0.10,
     runway: Runway = 3,
-    fmt: FormatOption = None,
-    as_json: JsonFlag = False,
-    output: OutputOption = None,
-    fail_on: FailOnOption = None,
-    exit_zero: ExitZeroFlag = False,
-    quiet: QuietFlag = False,
-    show_all: AllFlag = False,
-    baseline: BaselineOption = None,
-    write_baseline: WriteBaselineOption = None,
-    config: ConfigOption = None,
-    select: SelectOption = None,
-    ignore: IgnoreOption = None,
+    *,
+    options: ReportOptions,
 ) -> None:
     """Before a job starts or from cron: will the next save fit, how many more will under the
     run's retention, and is the folder a safe place to save (writable, enough inodes, not a
@@ -76,10 +50,9 @@ def diskcheck(
     if not math.isfinite(margin) or margin > 10:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and 10, not {margin}")
         raise typer.Exit(EXIT_USAGE)
-    settings = configured(config)
     try:
         if keep_last is None:
-            retention = prune_settings(config)[0].get("keep-last")
+            retention = prune_settings(options.config)[0].get("keep-last")
             keep_last = retention if isinstance(retention, int) and retention > 0 else None
         report = preflight(
             path,
@@ -96,7 +69,7 @@ def diskcheck(
     except OSError as error:
         say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error
-    emit(report, fmt=fmt, as_json=as_json, output=output, fail_on=fail_on, exit_zero=exit_zero, quiet=quiet, show_all=show_all, baseline=baseline, write_baseline=write_baseline, settings=settings, select=select, ignore=ignore)
+    emit(report, options)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}

@@ -9,21 +9,10 @@ import typer
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
-    AllFlag,
-    BaselineOption,
-    ConfigOption,
-    ExitZeroFlag,
-    FailOnOption,
-    FormatOption,
-    IgnoreOption,
-    JsonFlag,
-    OutputOption,
     Paths,
-    QuietFlag,
-    SelectOption,
-    WriteBaselineOption,
-    configured,
+    ReportOptions,
     emit,
+    reporting,
     say,
 )
 from ckptdoctor.model import Report
@@ -40,22 +29,8 @@ ResumeFlag = Annotated[
 ]
 
 
-def inspect(
-    paths: Paths = None,
-    fmt: FormatOption = None,
-    as_json: JsonFlag = False,
-    output: OutputOption = None,
-    fail_on: FailOnOption = None,
-    exit_zero: ExitZeroFlag = False,
-    quiet: QuietFlag = False,
-    show_all: AllFlag = False,
-    baseline: BaselineOption = None,
-    write_baseline: WriteBaselineOption = None,
-    config: ConfigOption = None,
-    select: SelectOption = None,
-    ignore: IgnoreOption = None,
-    resume: ResumeFlag = False,
-) -> None:
+@reporting
+def inspect(paths: Paths = None, resume: ResumeFlag = False, *, options: ReportOptions) -> None:
     """Find runs, group their files into checkpoints, and name the checkpoint to resume from.
 
     Reads only the first and last few KiB of each file (and a format's declared header).
@@ -70,26 +45,10 @@ def inspect(
     """
     from ckptdoctor.scan import inspect as inspect_paths  # the core loads only when a command runs
 
-    settings = configured(config)
-    report, found = inspect_paths(paths or ["."], settings.thresholds)
+    report, found = inspect_paths(paths or ["."], options.settings.thresholds)
     if resume:
         _print_resume(report, found)
-    emit(
-        report,
-        fmt=fmt,
-        as_json=as_json,
-        output=output,
-        fail_on=fail_on,
-        exit_zero=exit_zero,
-        quiet=quiet,
-        show_all=show_all,
-        baseline=baseline,
-        write_baseline=write_baseline,
-        settings=settings,
-        select=select,
-        ignore=ignore,
-        empty=found.empty,
-    )
+    emit(report, options, found.empty)
 
 
 def _print_resume(report: Report, found: Scan) -> None:

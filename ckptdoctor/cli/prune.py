@@ -23,7 +23,6 @@ from ckptdoctor.cli._output import (
     ConfigOption,
     FormatOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
@@ -31,6 +30,7 @@ from ckptdoctor.cli._output import (
     configured,
     say,
 )
+from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
     pass
@@ -113,7 +113,7 @@ def prune(
         raise typer.Exit(EXIT_USAGE) from error
     settings = configured(config)  # the format is the command line's: a plan is no report
     fmt = chosen(fmt, as_json)
-    human = fmt is OutputFormat.HUMAN
+    human = fmt == HUMAN
     with failures_explained("prune"):
         outcome = acting.carry_out(
             pruning, paths, dry_run=dry_run, confirm=asker(yes, human),

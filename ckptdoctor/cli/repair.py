@@ -24,7 +24,6 @@ from ckptdoctor.cli._output import (
     ConfigOption,
     FormatOption,
     JsonFlag,
-    OutputFormat,
     OutputOption,
     Paths,
     QuietFlag,
@@ -34,6 +33,7 @@ from ckptdoctor.cli._output import (
     stdout_console,
 )
 from ckptdoctor.model import Action
+from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
     pass
@@ -86,7 +86,7 @@ def repair(
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     fmt = chosen(fmt, as_json)  # the command line's: a plan is no report
-    human = fmt is OutputFormat.HUMAN
+    human = fmt == HUMAN
     with failures_explained("repair"):
         outcome = acting.carry_out(
             acting.Undo(ident) if undo else acting.Repair(age), paths, dry_run=dry_run, confirm=asker(yes, human),

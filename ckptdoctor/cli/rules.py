@@ -8,21 +8,22 @@ import typer
 
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
-    EXIT_USAGE,
-    FormatOption,
     JsonFlag,
-    OutputFormat,
+    chosen,
+    format_option,
     stderr_console,
-    stdout_console,
+    write,
 )
+from ckptdoctor.render import Kind, RenderOptions, named
 
 Query = Annotated[
     str | None,
     typer.Argument(help="A rule code (CKD101), a name (missing-optimizer), or a pasted error message."),
 ]
+RulesFormat = Annotated[str | None, format_option(Kind.RULES, "Output format (default: human).")]
 
 
-def rules(query: Query = None, fmt: FormatOption = None, as_json: JsonFlag = False) -> None:
+def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False) -> None:
     """List the rule table, explain one rule, or find the rules that explain an error message.
 
     Examples:
@@ -34,8 +35,6 @@ def rules(query: Query = None, fmt: FormatOption = None, as_json: JsonFlag = Fal
       ckptdoctor rules "Can load optimizer checkpoint."
     """
     # the rule table and renderers load only when the command runs: `--help` stays fast
-    from ckptdoctor.render import human
-    from ckptdoctor.render import json as json_render
     from ckptdoctor.rules import RULES, Rule, find_rule, rules_explaining
 
     selected: tuple[Rule, ...]
@@ -49,22 +48,5 @@ def rules(query: Query = None, fmt: FormatOption = None, as_json: JsonFlag = Fal
             f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False
         )
         raise typer.Exit(EXIT_FINDINGS)
-    if fmt is OutputFormat.JSON or as_json:
-        typer.echo(json_render.rules_document(selected), nl=False)
-        return
-    if fmt is OutputFormat.SARIF:
-        from ckptdoctor.render import sarif
-
-        typer.echo(sarif.render_rules(selected), nl=False)
-        return
-    if fmt is not None and fmt is not OutputFormat.HUMAN:
-        stderr_console().print(f"`rules` prints the rule table: --format human, json or sarif, not {fmt.value}", markup=False)
-        raise typer.Exit(EXIT_USAGE)
-    console = stdout_console()
-    if query is None:
-        console.print(human.rule_table(selected))
-        return
-    for position, rule in enumerate(selected):
-        if position:
-            console.print()
-        console.print(human.rule_page(rule, console.width))
+    renderer = named(chosen(fmt, as_json), Kind.RULES)
+    write(renderer.module().render_rules(selected, RenderOptions(explain=query is not None)), None)

@@ -9,25 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ckptdoctor.cli._output import (
-    AllFlag,
-    BaselineOption,
-    ConfigOption,
-    ExitZeroFlag,
-    FailOnOption,
-    FormatOption,
-    IgnoreOption,
-    JsonFlag,
-    OutputOption,
-    Paths,
-    QuietFlag,
-    SelectOption,
-    WriteBaselineOption,
-    configured,
-    emit,
-    say,
-    stderr_console,
-)
+from ckptdoctor.cli._output import Paths, ReportOptions, emit, reporting, say, stderr_console
 
 DeepFlag = Annotated[
     bool,
@@ -50,24 +32,8 @@ PROGRESS_AFTER = 1.0
 """Seconds of work after which a progress bar appears (on a terminal only)."""
 
 
-def verify(
-    paths: Paths = None,
-    deep: DeepFlag = False,
-    load: LoadFlag = False,
-    jobs: JobsOption = 0,
-    fmt: FormatOption = None,
-    as_json: JsonFlag = False,
-    output: OutputOption = None,
-    fail_on: FailOnOption = None,
-    exit_zero: ExitZeroFlag = False,
-    quiet: QuietFlag = False,
-    show_all: AllFlag = False,
-    baseline: BaselineOption = None,
-    write_baseline: WriteBaselineOption = None,
-    config: ConfigOption = None,
-    select: SelectOption = None,
-    ignore: IgnoreOption = None,
-) -> None:
+@reporting
+def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, jobs: JobsOption = 0, *, options: ReportOptions) -> None:
     """Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
     and consistency between the files of a checkpoint and between checkpoints.
 
@@ -84,27 +50,11 @@ def verify(
     from ckptdoctor.verify import VerifyOptions
     from ckptdoctor.verify import verify as verify_paths
 
-    settings = configured(config)
     if load:
         _require_torch()
-    with _progress_bar(quiet) as progress:
-        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), settings.thresholds, progress=progress)
-    emit(
-        report,
-        fmt=fmt,
-        as_json=as_json,
-        output=output,
-        fail_on=fail_on,
-        exit_zero=exit_zero,
-        quiet=quiet,
-        show_all=show_all,
-        baseline=baseline,
-        write_baseline=write_baseline,
-        settings=settings,
-        select=select,
-        ignore=ignore,
-        empty=found.empty,
-    )
+    with _progress_bar(options.quiet) as progress:
+        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), options.settings.thresholds, progress=progress)
+    emit(report, options, found.empty)
 
 
 def _require_torch() -> None:

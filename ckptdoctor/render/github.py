@@ -4,11 +4,12 @@ missing-optimizer::…``), and a Markdown summary for the job page (``$GITHUB_ST
 from __future__ import annotations
 
 from ckptdoctor.model import Finding, Report, Severity
+from ckptdoctor.render import PLAIN, RenderOptions
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def render(report: Report) -> str:
+def render(report: Report, options: RenderOptions = PLAIN) -> str:
     """The annotations, one line each (what the runner reads from stdout)."""
     return "".join(_annotation(finding) + "\n" for finding in report.findings)
 

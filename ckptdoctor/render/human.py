@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Callable, Iterable
 
@@ -23,6 +24,8 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
+from ckptdoctor.render import PLAIN, RenderOptions
+from ckptdoctor.render._console import stdout_console
 from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import size
 
@@ -40,7 +43,33 @@ _STATUS_STYLE = {
 _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", "yellow"), Severity.INFO: ("•", "cyan")}
 
 
-def render(report: Report, console: Console, show_all: bool = False) -> None:
+def render(report: Report, options: RenderOptions = PLAIN) -> str:
+    console = _console(options)
+    with console.capture() as captured:
+        _print(report, console, options.show_all)
+    return captured.get()
+
+
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
+    """The rule table, or each rule's page (``ckptdoctor rules QUERY``)."""
+    console = _console(options)
+    with console.capture() as captured:
+        if options.explain:
+            for position, rule in enumerate(rules):
+                if position:
+                    console.print()
+                console.print(rule_page(rule, console.width))
+        else:
+            console.print(rule_table(rules))
+    return captured.get()
+
+
+def _console(options: RenderOptions) -> Console:
+    # captured, not printed: the text is the terminal's (its colours, its width) all the same
+    return stdout_console(io.StringIO() if options.to_file else None)
+
+
+def _print(report: Report, console: Console, show_all: bool) -> None:
     if report.disk is not None:
         console.print(_disk_block(report, report.disk, show_all, console.width))
         return

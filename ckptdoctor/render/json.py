@@ -21,6 +21,7 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
+from ckptdoctor.render import PLAIN, RenderOptions
 from ckptdoctor.rules._rule import Rule
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 SCHEMA = "ckptdoctor.report.v1"
 
 
-def render(report: Report) -> str:
+def render(report: Report, options: RenderOptions = PLAIN) -> str:
     # compact: json's C encoder only runs without indent, and reports of big runs are large
     return json.dumps(document(report), separators=(",", ":")) + "\n"
 
@@ -100,7 +101,7 @@ def _plan_item(plan: Plan, item: PlanItem) -> dict[str, Any]:
     return entry
 
 
-def rules_document(rules: tuple[Rule, ...]) -> str:
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
     return json.dumps({"schema": "ckptdoctor.rules.v1", "version": __version__, "rules": [rule_entry(r) for r in rules]}, indent=2) + "\n"
 
 

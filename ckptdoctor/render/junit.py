@@ -8,6 +8,7 @@ import re
 from xml.etree import ElementTree as ET
 
 from ckptdoctor.model import Finding, Report, Run, Severity
+from ckptdoctor.render import PLAIN, RenderOptions
 
 _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 """What XML 1.0 cannot hold (control characters, and the surrogate escapes of undecodable names)."""
@@ -17,7 +18,7 @@ def _clean(text: str) -> str:
     return _ILLEGAL.sub(lambda match: f"\\x{ord(match[0]):02x}" if ord(match[0]) < 0x100 else f"\\u{ord(match[0]):04x}", text)
 
 
-def render(report: Report) -> str:
+def render(report: Report, options: RenderOptions = PLAIN) -> str:
     suites = ET.Element("testsuites", name=f"ckptdoctor {report.command}")
     by_run: dict[str | None, list[Finding]] = {}
     for finding in report.findings:

@@ -8,18 +8,19 @@ from typing import Any
 
 from ckptdoctor import __version__
 from ckptdoctor.model import Finding, Report, Severity
+from ckptdoctor.render import PLAIN, RenderOptions
 from ckptdoctor.rules import RULES, Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def render(report: Report) -> str:
+def render(report: Report, options: RenderOptions = PLAIN) -> str:
     index = {rule.code: number for number, rule in enumerate(RULES)}
     return _document(RULES, [_result(finding, index) for finding in report.findings], report.command)
 
 
-def render_rules(rules: tuple[Rule, ...]) -> str:
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
     """``ckptdoctor rules --format sarif``: the rules alone, as a code-scanning tool describes itself."""
     return _document(rules, [], "rules")
 
