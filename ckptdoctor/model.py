@@ -71,22 +71,42 @@ class Unit(str, enum.Enum):
 
 
 class Problem(str, enum.Enum):
-    """What a reader can find wrong with one file; each maps to one integrity rule by name."""
+    """What a reader can find wrong with one file: the one table from reader problems to rules
+    and checkpoint statuses. Each value is the name of the rule that reports the problem
+    (``rules.integrity`` looks it up by name; a test checks each names a rule), and ``status`` is
+    what the problem makes of the checkpoint that holds the file: partial, corrupt, or None
+    where the checkpoint stays a place to resume from. It lives here, not in ``rules/``, because
+    readers make these values and ``layouts/`` judges statuses by them, and neither imports
+    ``rules`` (see ARCHITECTURE.md, "How to add a rule")."""
 
-    EMPTY = "empty-file"
-    TRUNCATED = "truncated"
-    TRAILING_BYTES = "trailing-bytes"
-    NOT_A_CHECKPOINT = "not-a-checkpoint"
-    MALFORMED = "malformed"
-    LEGACY = "legacy-format"
-    UNREADABLE = "unreadable"
-    DANGLING = "stale-pointer"
+    _value_: str
+    status: Status | None
+
+    def __new__(cls, rule: str, status: Status | None) -> Problem:
+        member = str.__new__(cls, rule)
+        member._value_ = rule
+        member.status = status
+        return member
+
+    EMPTY = "empty-file", Status.PARTIAL
+    TRUNCATED = "truncated", Status.PARTIAL
+    TRAILING_BYTES = "trailing-bytes", None
+    """Torch and burn ignore the extra bytes: worth a look, not a reason to resume elsewhere."""
+    NOT_A_CHECKPOINT = "not-a-checkpoint", Status.CORRUPT
+    MALFORMED = "malformed", Status.CORRUPT
+    LEGACY = "legacy-format", None
+    """Still loadable: reported once per run and format, by its own check."""
+    UNREADABLE = "unreadable", Status.CORRUPT
+    DANGLING = "stale-pointer", Status.CORRUPT
     """A symlink whose target is gone."""
-    CRC_MISMATCH = "crc-mismatch"
-    NONFINITE = "nonfinite-values"
-    UNSAFE_PICKLE = "unsafe-pickle"
-    NON_WEIGHTS = "non-weights-object"
-    ZIP_ANOMALY = "zip-anomaly"
+    CRC_MISMATCH = "crc-mismatch", Status.CORRUPT
+    NONFINITE = "nonfinite-values", Status.CORRUPT
+    """A resume would load NaN or Inf as weights."""
+    UNSAFE_PICKLE = "unsafe-pickle", Status.CORRUPT
+    """Loading it would run code: no place to resume from."""
+    NON_WEIGHTS = "non-weights-object", None
+    """Its own framework loads it with those globals allowed."""
+    ZIP_ANOMALY = "zip-anomaly", Status.CORRUPT
 
 
 _NO_PROBLEMS: frozenset[Problem] = frozenset()

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
 
+pytest_plugins = ["_fired_rules"]  # every finding from a check that declares its rule; every rule fired
+
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 
 

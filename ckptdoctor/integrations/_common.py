@@ -78,9 +78,7 @@ class Judge:
     def staging(self, report: Report | None, folder: str, why: str) -> Finding | None:
         """CKD501 when the save is first written whole to ``folder`` (another volume) and does not fit there."""
         from ckptdoctor.disk import volume
-        from ckptdoctor.rules._context import make_finding
-        from ckptdoctor.rules.disk import INSUFFICIENT_SPACE
-        from ckptdoctor.units import size
+        from ckptdoctor.rules.disk import staging_space
 
         disk = report.disk if report is not None else None
         if disk is None or disk.estimate is None or disk.volume is None:
@@ -91,8 +89,7 @@ class Judge:
             return None
         if there.mountpoint == disk.volume.mountpoint or there.free_bytes >= disk.needed_bytes:
             return None
-        message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(there.free_bytes)} is free there"
-        return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, {"run": folder, "unit": "checkpoint"})
+        return staging_space(disk, folder, there.free_bytes, why)
 
 
 class Watch:

@@ -635,12 +635,10 @@ def _pattern(name: str) -> str:
 
 
 _ROLE_ORDER = {role: position for position, role in enumerate(Role)}
-_PARTIAL = frozenset({Problem.EMPTY, Problem.TRUNCATED})
-_CORRUPT = frozenset({
-    Problem.NOT_A_CHECKPOINT, Problem.MALFORMED, Problem.UNREADABLE, Problem.DANGLING, Problem.CRC_MISMATCH,
-    Problem.NONFINITE, Problem.UNSAFE_PICKLE, Problem.ZIP_ANOMALY,
-})  # fmt: skip
-"""Problems that make a checkpoint no place to resume from (unsafe and NaN-filled files included)."""
+_PARTIAL = frozenset(problem for problem in Problem if problem.status is Status.PARTIAL)
+_CORRUPT = frozenset(problem for problem in Problem if problem.status is Status.CORRUPT)
+"""Problems that make a checkpoint no place to resume from (unsafe and NaN-filled files included):
+each ``Problem`` says which status it gives."""
 _UNUSABLE = _PARTIAL | _CORRUPT
 
 

@@ -1,7 +1,8 @@
 """The rule table and its checks, one module per family (bandit-style: hundreds group families).
 
-Each family module holds its rules' documentation (``RULES``) beside the functions that fire
-them (``CHECKS``); this package puts them together for ``rules``, the renderers and the scan.
+Each family module holds its rules' documentation (``RULES``) beside the checks that fire
+them (``CHECKS``, each declaring its rules with ``@fires``); this package puts them together for
+``rules``, the renderers and the scan.
 """
 
 from __future__ import annotations
@@ -15,13 +16,22 @@ from ckptdoctor.model import Finding, Run
 from ckptdoctor.rules import completeness, consistency, disk, integrity, safety
 from ckptdoctor.rules._context import RunContext, Thresholds
 from ckptdoctor.rules._harm import by_harm
-from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
+from ckptdoctor.rules._rule import BEHIND_RESUME, Check, Rule
 
-__all__ = ["BEHIND_RESUME", "RULES", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
+__all__ = ["BEHIND_RESUME", "CHECKS", "RULES", "Check", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
 
 _FAMILIES = (completeness, integrity, consistency, safety, disk)
 
 RULES: tuple[Rule, ...] = tuple(sorted((r for family in _FAMILIES for r in family.RULES), key=lambda r: r.code))
+
+CHECKS: tuple[Check[..., object], ...] = (
+    *(run_check for family in _FAMILIES for run_check in family.CHECKS),
+    integrity.unlisted_folders,
+    disk.findings,
+    disk.staging_space,
+)
+"""Every check, with the rules it declares: those run over each run (each family's ``CHECKS``),
+and those that look at what is not a run (unlisted folders, the volume of ``diskcheck``)."""
 
 _BY_KEY = {key: rule for rule in RULES for key in (rule.code.lower(), rule.name)}
 

@@ -9,8 +9,9 @@ general terms.
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Generic, ParamSpec, TypeVar
 
 from ckptdoctor.model import Severity
 
@@ -80,6 +81,38 @@ class Rule:
         for fix in self.fixes:
             names.update(field for _, field, _, _ in _FORMATTER.parse(fix) if field)
         return frozenset(names)
+
+
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+
+
+@dataclass(frozen=True)
+class Check(Generic[P, R_co]):
+    """A function that makes findings, with the rules it may fire: the registry's unit.
+
+    Made by ``@fires(RULE, ...)`` on the function; calling it calls the function. The test
+    suite holds every check to its word (a finding of a rule it does not declare fails the test
+    that made it) and every rule to some check (tests/_fired_rules.py)."""
+
+    run: Callable[P, R_co]
+    fires: frozenset[Rule]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        return self.run(*args, **kwargs)
+
+    @property
+    def name(self) -> str:
+        return f"{self.run.__module__}.{self.run.__qualname__}"
+
+
+def fires(*rules: Rule) -> Callable[[Callable[P, R_co]], Check[P, R_co]]:
+    """Declare the rules a check may fire: ``@fires(MISSING_MODEL, MISSING_OPTIMIZER)``."""
+
+    def declare(run: Callable[P, R_co]) -> Check[P, R_co]:
+        return Check(run, frozenset(rules))
+
+    return declare
 
 
 class _Context(dict[str, str]):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._rule import Rule, fires
 
 MISSING_OPTIMIZER = Rule(
     code="CKD101",
@@ -434,6 +434,7 @@ _STATE = {
 }
 
 
+@fires(*_MISSING_RULE.values(), MISSING_SHARD)
 def missing_roles(ctx: RunContext) -> Iterator[Finding]:
     """CKD101-103: a checkpoint lacks a role the layout (or the rest of the run) needs."""
     run = ctx.run
@@ -471,6 +472,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             )
 
 
+@fires(WEIGHTS_ONLY)
 def weights_only(ctx: RunContext) -> Iterator[Finding]:
     """CKD107: the run saves weights alone by design."""
     run = ctx.run
@@ -483,6 +485,7 @@ def weights_only(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
+@fires(NO_RESUMABLE_CHECKPOINT)
 def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
     """CKD110: not one checkpoint of the run is complete."""
     run = ctx.run
@@ -496,6 +499,7 @@ def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
+@fires(STRAY_PREFIX)
 def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
     """CKD111: checkpoint-like files under a prefix the run does not otherwise use."""
     run = ctx.run
@@ -517,6 +521,7 @@ def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
+@fires(MIXED_FORMATS)
 def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD112: one run holds a role in several formats or recorder settings."""
     run = ctx.run
@@ -560,6 +565,7 @@ _NAMING_ROLES = frozenset({Role.SHARD_INDEX, Role.METADATA})
 """Files that list a checkpoint's other files: a shard index, DCP's ``.metadata``."""
 
 
+@fires(MISSING_SHARD)
 def missing_shards(ctx: RunContext) -> Iterator[Finding]:
     """CKD105: an index names shards that are not there."""
     for checkpoint in ctx.run.checkpoints:
@@ -582,6 +588,7 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
+@fires(UNSAFE_AUTO_RESUME)
 def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     """CKD114: the framework's resume-from-latest would load an incomplete checkpoint."""
     pick = ctx.layout.auto_resume_pick(ctx.run)
@@ -596,6 +603,7 @@ def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
+@fires(STALE_POINTER)
 def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
     """CKD113: a pointer the framework follows names a checkpoint that is gone or not complete."""
     for pointer in ctx.layout.pointers(ctx.run):

@@ -15,7 +15,7 @@ from ckptdoctor.bundles import ROLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
 from ckptdoctor.readers._dtypes import FLOATS
 from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._rule import Rule, fires
 
 OPTIMIZER_MODEL_MISMATCH = Rule(
     code="CKD301",
@@ -354,6 +354,7 @@ def _read_checkpoints(ctx: RunContext) -> list[tuple[Checkpoint, _Contents]]:
 _CONTENTS = "consistency.contents"
 
 
+@fires(OPTIMIZER_MODEL_MISMATCH)
 def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
     """CKD301: optimizer state for parameters the model of the same checkpoint does not have."""
     if ctx.layout.flat_optimizer_state:
@@ -381,6 +382,7 @@ def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
             )
 
 
+@fires(OPTIMIZER_CHANGED)
 def optimizer_changed(ctx: RunContext) -> Iterator[Finding]:
     """CKD302: the optimizer's kind changes from one checkpoint to the next."""
     previous: tuple[int, str] | None = None
@@ -399,6 +401,7 @@ def optimizer_changed(ctx: RunContext) -> Iterator[Finding]:
         previous = (checkpoint.index, kind)
 
 
+@fires(FORMAT_VERSION_CHANGED)
 def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
     """CKD303: the burn version of records, or the model's float precision, changes between checkpoints."""
     previous: tuple[int, str] | None = None
@@ -426,6 +429,7 @@ def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
         previous = (checkpoint.index, label)
 
 
+@fires(DEVICE_BOUND)
 def device_bound(ctx: RunContext) -> Iterator[Finding]:
     """CKD305: tensors saved from a GPU or MPS device (once per run)."""
     bound = [
@@ -443,6 +447,7 @@ def device_bound(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
+@fires(WRAPPER_PREFIX)
 def wrapper_prefix(ctx: RunContext) -> Iterator[Finding]:
     """CKD306: every model key carries a ``module.`` or ``_orig_mod.`` wrapper prefix (once per run)."""
     for checkpoint, contents in _read_checkpoints(ctx):
@@ -458,6 +463,7 @@ def wrapper_prefix(ctx: RunContext) -> Iterator[Finding]:
             return
 
 
+@fires(SHAPE_CHANGED)
 def shape_changed(ctx: RunContext) -> Iterator[Finding]:
     """CKD307: the model's tensor names or shapes differ from the checkpoint before."""
     previous: tuple[int, dict[str, tuple[int, ...]]] | None = None
@@ -480,6 +486,7 @@ def shape_changed(ctx: RunContext) -> Iterator[Finding]:
         previous = (checkpoint.index, shapes)
 
 
+@fires(INDEX_MISMATCH)
 def index_mismatch(ctx: RunContext) -> Iterator[Finding]:
     """CKD308: a shard index's ``weight_map`` against what each shard holds (shards read by verify)."""
     for checkpoint in ctx.run.checkpoints:

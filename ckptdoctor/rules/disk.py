@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ckptdoctor.disk import RUNWAY
 from ckptdoctor.model import Finding, Run, Severity
 from ckptdoctor.rules._context import make_finding, resume_sentence
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._rule import Rule, fires
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -183,6 +183,7 @@ CHECKS: tuple[()] = ()
 fire them through ``findings``."""
 
 
+@fires(NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM)
 def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY) -> tuple[Finding, ...]:
     """CKD501–505 for ``disk``: the next save against the free space and inodes, the runway
     under retention, writability and the kind of filesystem."""
@@ -214,3 +215,11 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     if volume.network:
         add(NETWORK_FILESYSTEM, f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name")
     return tuple(found)
+
+
+@fires(INSUFFICIENT_SPACE)
+def staging_space(disk: DiskCheck, folder: str, free_bytes: int, why: str) -> Finding:
+    """CKD501 for a save first written whole to ``folder``, on another volume than the run's,
+    where only ``free_bytes`` are free (the trainer callbacks' staging folder)."""
+    message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(free_bytes)} is free there"
+    return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, {"run": folder, "unit": "checkpoint"})

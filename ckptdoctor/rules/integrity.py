@@ -15,11 +15,9 @@ from ckptdoctor.discover import Unlisted
 from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.optimizers import state_size
 from ckptdoctor.readers._sample import TAIL
+from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules._context import RunContext, make_finding
-from ckptdoctor.rules._rule import Rule
-from ckptdoctor.rules.completeness import STALE_POINTER
-from ckptdoctor.rules.consistency import NONFINITE_VALUES
-from ckptdoctor.rules.safety import NON_WEIGHTS_OBJECT, UNSAFE_PICKLE, ZIP_ANOMALY
+from ckptdoctor.rules._rule import Rule, fires
 from ckptdoctor.units import size
 
 EMPTY_FILE = Rule(
@@ -432,20 +430,12 @@ RULES: tuple[Rule, ...] = (
 
 # --- checks ---------------------------------------------------------------------------------
 
-_BY_PROBLEM = {
-    Problem.EMPTY: EMPTY_FILE,
-    Problem.TRUNCATED: TRUNCATED,
-    Problem.TRAILING_BYTES: TRAILING_BYTES,
-    Problem.NOT_A_CHECKPOINT: NOT_A_CHECKPOINT,
-    Problem.MALFORMED: MALFORMED,
-    Problem.UNREADABLE: UNREADABLE,
-    Problem.CRC_MISMATCH: CRC_MISMATCH,
-    Problem.NONFINITE: NONFINITE_VALUES,
-    Problem.UNSAFE_PICKLE: UNSAFE_PICKLE,
-    Problem.NON_WEIGHTS: NON_WEIGHTS_OBJECT,
-    Problem.ZIP_ANOMALY: ZIP_ANOMALY,
-}
-"""Every problem a reader can find in one file, and the rule (of whichever family) that reports it."""
+_PER_RUN = frozenset({Problem.LEGACY})
+"""Problems reported once per run and format (``legacy_formats``), not file by file."""
+_BY_NAME = {rule.name: rule for rule in (*RULES, *completeness.RULES, *consistency.RULES, *safety.RULES)}
+_BY_PROBLEM = {problem: _BY_NAME[problem.value] for problem in Problem if problem not in _PER_RUN}
+"""Every problem a reader can find in one file, and the rule (of whichever family) that reports
+it: the one a ``Problem`` names."""
 
 _OVERHEAD = 64 * 1024
 """Headers and alignment make small files look larger than their tensors."""
@@ -460,6 +450,7 @@ _SELF_LOADED = frozenset({Role.RNG_STATE, Role.TRAINING_ARGS, Role.SCALER, Role.
 their non-weights objects are expected (CKD402 as info)."""
 
 
+@fires(TEMP_FILE, *_BY_PROBLEM.values())
 def file_problems(ctx: RunContext) -> Iterator[Finding]:
     """Each problem a reader found in a file (CKD2xx, and from ``verify`` CKD304 and CKD4xx), and
     CKD113's dangling symlinks and CKD202's staging leftovers, file by file."""
@@ -477,11 +468,11 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
             )
             continue
         for issue in file.report.issues:
-            if issue.problem is Problem.DANGLING:
-                yield ctx.finding(STALE_POINTER, f"{file.name} is {issue.detail}", index=index, path=file.path)
-                continue
             rule = _BY_PROBLEM.get(issue.problem)
             if rule is None:
+                continue
+            if issue.problem is Problem.DANGLING:
+                yield ctx.finding(rule, f"{file.name} is {issue.detail}", index=index, path=file.path)
                 continue
             severity = None
             message = f"{file.name}: {issue.detail}"
@@ -512,6 +503,7 @@ def _loaded_as_written(ctx: RunContext, file: CheckpointFile, issue: FileIssue) 
     return bool(issue.needs) and ctx.layout.loader_allows.issuperset(issue.needs)
 
 
+@fires(LEGACY_FORMAT)
 def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD210, once per run and format: obsolete torch formats, a framework's superseded formats."""
     legacy = ctx.layout.legacy_formats
@@ -532,6 +524,7 @@ def _median(values: list[int]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+@fires(UNDERSIZED, OVERSIZED)
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
     limits = ctx.thresholds
@@ -565,6 +558,7 @@ def size_outliers(ctx: RunContext) -> Iterator[Finding]:
                 )
 
 
+@fires(OVERSIZED)
 def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
     """CKD209: optimizer state far beyond what its kind keeps per parameter."""
     limits = ctx.thresholds
@@ -608,6 +602,7 @@ def optimizer_ratio(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
+@fires(ZEROED_DATA)
 def zeroed_data(ctx: RunContext) -> Iterator[Finding]:
     """CKD212: zeros where the previous checkpoint held data (compared while the run was grouped)."""
     unit = ctx.run.unit.value
@@ -645,6 +640,7 @@ def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
     )
 
 
+@fires(UNREADABLE)
 def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
     """CKD211 for folders below the user's paths that could not be listed."""
     for folder in unlisted:
