@@ -6,7 +6,6 @@ a hand-made loop's ``model-3.bin``), the content of the files decides.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
@@ -89,10 +88,7 @@ def find_run(
     if len(candidates) > 1:
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
     layout, claims = candidates[0]
-    run = layout.build(listing, probe, claims, subfolder)
-    if run is not None and run.layout == TorchLayout.name and _all_safetensors(run):
-        run = dataclasses.replace(run, layout=TorchLayout.aliases[0])
-    return run
+    return layout.build(listing, probe, claims, subfolder)
 
 
 class _AnyFile(Layout):
@@ -147,12 +143,6 @@ def _format(report: FileReport) -> Format | None:
         return Format(report.format)
     except ValueError:
         return None
-
-
-def _all_safetensors(run: Run) -> bool:
-    """A torch-layout run whose files (those that can be read at all) are all safetensors."""
-    files = [f for c in run.checkpoints for f in c.files if not f.report.issues]
-    return bool(files) and all(f.report.format == Format.SAFETENSORS.value for f in files)
 
 
 def _probed_together(

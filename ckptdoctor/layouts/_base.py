@@ -164,6 +164,12 @@ class Layout:
         lacks) name ``checkpoint``; None where the pointer is not a file of its own to write."""
         return None
 
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """Checkpoint index -> value of ``metric`` where the framework records it (``prune
+        --keep-best``); empty when nothing does. ``root`` is the run's folder; ``read`` reads a
+        file whole (None where it cannot), so that a layout opens nothing itself."""
+        return values_in_names(run, metric)
+
     def build(
         self,
         listing: Listing,
@@ -499,6 +505,23 @@ def group(
         single_file=listing.single_file,
         weights_only=weights_only,
     )
+
+
+_METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?\d+(?:\.\d+)?(?:e-?\d+)?)", re.IGNORECASE)
+
+
+def values_in_names(run: Run, metric: str) -> dict[int, float]:
+    """``name=value`` in file names, as Lightning's ``filename`` templates write them
+    (``epoch=3-val_loss=0.21.ckpt``): where a framework keeps no metrics of its own, a loop may."""
+    values: dict[int, float] = {}
+    wanted = metric.replace("/", "_")
+    for checkpoint in run.checkpoints:
+        for file in checkpoint.files:
+            stem = file.name.rsplit(".", 1)[0]
+            for name, value in _METRIC_PAIR.findall(stem):
+                if name.replace("/", "_") == wanted:
+                    values[checkpoint.index] = float(value)
+    return values
 
 
 def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:

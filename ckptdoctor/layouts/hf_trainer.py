@@ -9,8 +9,9 @@ only as a pair: a folder missing either resumes silently with a fresh optimizer.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
@@ -142,6 +143,29 @@ class HfTrainerLayout(FolderLayout):
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside (it sees no other name)
         return run.checkpoints[-1] if run.checkpoints and _own_names(run) else None
+
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """The newest ``trainer_state.json`` that parses holds the whole ``log_history``: eval
+        rows by step (``eval_`` is the prefix the Trainer gives evaluation metrics)."""
+        for checkpoint in reversed(run.checkpoints):
+            for file in checkpoint.files_for(Role.TRAINER_STATE):
+                data = read(file.entry.os_path)
+                if data is None:
+                    continue
+                try:
+                    history = json.loads(data).get("log_history", [])
+                except (ValueError, AttributeError):
+                    continue
+                names = (metric, f"eval_{metric}") if not metric.startswith("eval_") else (metric,)
+                values: dict[int, float] = {}
+                for row in history if isinstance(history, list) else []:
+                    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                        continue
+                    value = next((row[n] for n in names if isinstance(row.get(n), (int, float))), None)
+                    if value is not None:
+                        values[row["step"]] = float(value)
+                return values
+        return {}
 
 
 def written_by_trainer(names: frozenset[str]) -> bool:
