@@ -9,13 +9,16 @@ only as a pair: a folder missing either resumes silently with a fresh optimizer.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
-from ckptdoctor.readers.hfargs import SAVE_ONLY_MODEL
+from ckptdoctor.readers import hfjson, pickled_flags, pointer
+from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -48,6 +51,14 @@ _ONLY_TRAINER = frozenset({"trainer_state.json", "training_args.bin", "optimizer
 """Names only the Trainer writes into a checkpoint (with ``rng_state*.pth``)."""
 _RESUMABLE = frozenset({"optimizer.pt", "scheduler.pt"})
 
+TRAINER_STATE = "trainer_state.json"
+TRAINING_ARGS = "training_args.bin"
+BEST = "best_model_checkpoint"
+"""The key of ``trainer_state.json`` that names the best checkpoint (``load_best_model_at_end``)."""
+SAVE_ONLY_MODEL = "save_only_model"
+"""The ``TrainingArguments`` flag with which the Trainer writes no optimizer, scheduler or RNG
+state, and resumes from the weights with a fresh optimizer."""
+
 REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
 NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: "trainer_state.json", Role.MODEL: "model.safetensors"}
 
@@ -59,6 +70,13 @@ class HfTrainerLayout(FolderLayout):
         {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT}
     )
     resume_needs = frozenset(REQUIRED)
+    named_files = MappingProxyType({
+        TRAINER_STATE: Named(
+            functools.partial(hfjson.read_values, name=TRAINER_STATE, keys={"global_step": int, BEST: str}), Format.JSON
+        ),
+        TRAINING_ARGS: Named(annotate=functools.partial(pickled_flags.with_flags, fields=(SAVE_ONLY_MODEL,))),
+        "latest": Named(pointer.read),  # under DeepSpeed: the engine's tag file, inside each checkpoint-N
+    })
 
     def claim(self, name: str) -> Claim | None:
         match = _CHECKPOINT.match(name)
@@ -118,7 +136,7 @@ class HfTrainerLayout(FolderLayout):
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
 
-    full_save = "drop `save_only_model=True` from `TrainingArguments`"
+    wording = MappingProxyType({"save_full": "drop `save_only_model=True` from `TrainingArguments`"})
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         hint = f'pass `resume_from_checkpoint="{checkpoint.path or run.path}"` to `trainer.train()`'
@@ -132,7 +150,7 @@ class HfTrainerLayout(FolderLayout):
             return ()
         for checkpoint in reversed(run.checkpoints):
             for file in checkpoint.files_for(Role.TRAINER_STATE):
-                best = file.report.fact("best_model_checkpoint")
+                best = file.report.fact(BEST)
                 if best is None:
                     continue
                 match = _CHECKPOINT.match(best.rstrip("/").rsplit("/", 1)[-1])
