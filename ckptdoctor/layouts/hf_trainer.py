@@ -26,6 +26,14 @@ _STAGING = re.compile(r"^tmp-checkpoint-(\d+|[a-z0-9_]+)$")
 _SHARD = re.compile(r"^(?:model|pytorch_model)-\d{5}-of-\d{5}\.(?:safetensors|bin)$")
 _RNG = re.compile(r"^rng_state(?:_\d+)?\.pth$")
 
+TRAINER_STATE = "trainer_state.json"
+TRAINING_ARGS = "training_args.bin"
+BEST = "best_model_checkpoint"
+"""The key of ``trainer_state.json`` that names the best checkpoint (``load_best_model_at_end``)."""
+SAVE_ONLY_MODEL = "save_only_model"
+"""The ``TrainingArguments`` flag with which the Trainer writes no optimizer, scheduler or RNG
+state, and resumes from the weights with a fresh optimizer."""
+
 FILES: dict[str, tuple[Role, ...]] = {
     "model.safetensors": (Role.MODEL,),
     "pytorch_model.bin": (Role.MODEL,),
@@ -37,8 +45,8 @@ FILES: dict[str, tuple[Role, ...]] = {
     "optimizer.pt": (Role.OPTIMIZER,),
     "optimizer.bin": (Role.OPTIMIZER,),
     "scheduler.pt": (Role.SCHEDULER,),
-    "trainer_state.json": (Role.TRAINER_STATE,),
-    "training_args.bin": (Role.TRAINING_ARGS,),
+    TRAINER_STATE: (Role.TRAINER_STATE,),
+    TRAINING_ARGS: (Role.TRAINING_ARGS,),
     "scaler.pt": (Role.SCALER,),
     "config.json": (Role.CONFIG,),
     "latest": (Role.POINTER,),
@@ -47,20 +55,12 @@ FILES: dict[str, tuple[Role, ...]] = {
 }
 """File names the Trainer writes into a checkpoint folder (framework reference §1.2)."""
 
-_ONLY_TRAINER = frozenset({"trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt"})
+_ONLY_TRAINER = frozenset({TRAINER_STATE, TRAINING_ARGS, "optimizer.pt", "scheduler.pt"})
 """Names only the Trainer writes into a checkpoint (with ``rng_state*.pth``)."""
 _RESUMABLE = frozenset({"optimizer.pt", "scheduler.pt"})
 
-TRAINER_STATE = "trainer_state.json"
-TRAINING_ARGS = "training_args.bin"
-BEST = "best_model_checkpoint"
-"""The key of ``trainer_state.json`` that names the best checkpoint (``load_best_model_at_end``)."""
-SAVE_ONLY_MODEL = "save_only_model"
-"""The ``TrainingArguments`` flag with which the Trainer writes no optimizer, scheduler or RNG
-state, and resumes from the weights with a fresh optimizer."""
-
 REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
-NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: "trainer_state.json", Role.MODEL: "model.safetensors"}
+NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: TRAINER_STATE, Role.MODEL: "model.safetensors"}
 
 
 class HfTrainerLayout(FolderLayout):
@@ -88,7 +88,7 @@ class HfTrainerLayout(FolderLayout):
         final ``save_model()`` + ``save_state()`` export (or a ``save_only_model`` save), which
         nothing resumes training from as it is: not taken for a checkpoint."""
         return (
-            "trainer_state.json" in names
+            TRAINER_STATE in names
             and any(FILES.get(name) == (Role.MODEL,) or _SHARD.match(name) for name in names)
             and any(name in _RESUMABLE or _RNG.match(name) for name in names)
         )
@@ -155,7 +155,7 @@ class HfTrainerLayout(FolderLayout):
                     continue
                 match = _CHECKPOINT.match(best.rstrip("/").rsplit("/", 1)[-1])
                 # load_best_model_at_end loads the weights from it, nothing else
-                return (Pointer(file, best, int(match[1]) if match else None, "best_model_checkpoint", frozenset({Role.MODEL})),)
+                return (Pointer(file, best, int(match[1]) if match else None, BEST, frozenset({Role.MODEL})),)
         return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
