@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
-from ckptdoctor.layouts import find_run
+from ckptdoctor.layouts import NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
 from ckptdoctor.readers import looks_like_checkpoint, probe
 from ckptdoctor.rules import check
@@ -28,7 +28,12 @@ class Scan:
     """Folders no layout recognises (their files are listed in ``unrecognised``)."""
 
 
-def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = probe) -> Scan:
+def header_read(entry: Entry) -> FileReport:
+    """A file's header read, with the files frameworks name read as the layouts say."""
+    return probe(entry, NAMED_FILES)
+
+
+def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read) -> Scan:
     """Find the runs under ``paths``; ``read`` judges each file (a header read unless told)."""
     runs: list[Run] = []
     unlisted: list[Unlisted] = []

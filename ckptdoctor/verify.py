@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
+from ckptdoctor.layouts import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import cores, start_worker
 from ckptdoctor.readers import (
@@ -65,7 +66,7 @@ def verify(
         from ckptdoctor.readers.library import load_all  # torch is imported only here
 
         reports.update(load_all([e for e in targets if e.os_path in reports], reports))
-    second = scan(paths, ReadAhead(reports))
+    second = scan(paths, ReadAhead(reports, NAMED_FILES))
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
@@ -89,7 +90,7 @@ def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(d
         if not unread:
             return run, tuple(failed)
         reports.update(_read_all(unread, options.deep, options.jobs or cores(), None))
-        again = next((found for found in scan([run.path], ReadAhead(reports)).runs if found.path == run.path), None)
+        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES)).runs if found.path == run.path), None)
         if again is None:
             raise FileNotFoundError(errno.ENOENT, "the run changed while it was verified", run.path)
         judged = {c.index: c.status for c in again.checkpoints}
@@ -176,7 +177,12 @@ def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
 
 
 def _verify_batch(batch: list[Entry], threads: int) -> list[tuple[str, FileReport]]:
-    return [(entry.os_path, read_whole(entry, threads)) for entry in batch]
+    return [(entry.os_path, verify_file(entry, threads)) for entry in batch]
+
+
+def verify_file(entry: Entry, deep: int = 0) -> FileReport:
+    """One file read whole, with the files frameworks name read as the layouts say."""
+    return read_whole(entry, deep, NAMED_FILES)
 
 
 def _with_extra_files(run: Run, reports: dict[str, FileReport]) -> Run:

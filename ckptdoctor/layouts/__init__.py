@@ -6,8 +6,8 @@ a hand-made loop's ``model-3.bin``), the content of the files decides.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import (
@@ -32,9 +32,10 @@ from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers import expected_formats
+from ckptdoctor.readers.named import Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
-__all__ = ["LAYOUTS", "Layout", "find_run", "layout_named"]
+__all__ = ["LAYOUTS", "NAMED_FILES", "Layout", "find_run", "layout_named"]
 
 _BURN, _TORCH = BurnLayout(), TorchLayout()
 LAYOUTS: tuple[Layout, ...] = (
@@ -50,6 +51,22 @@ LAYOUTS: tuple[Layout, ...] = (
     _TORCH,
 )
 """In order of preference when content cannot decide."""
+
+
+def _named_files(layouts: tuple[Layout, ...]) -> NamedFiles:
+    """Every layout's ``named_files`` in one table; two frameworks may share a name only if they
+    read it alike (HF Trainer under DeepSpeed keeps DeepSpeed's ``latest``)."""
+    table: dict[str, Named] = {}
+    for layout in layouts:
+        for name, named in layout.named_files.items():
+            if table.setdefault(name, named) != named:
+                raise ValueError(f"{layout.name} reads {name!r} otherwise than another layout does")
+    return MappingProxyType(table)
+
+
+NAMED_FILES = _named_files(LAYOUTS)
+"""File name -> how it is read, for every file a framework names: what the pipelines pass to
+``readers.probe`` and ``readers.verify``."""
 _CONTENT_WRITERS = (_BURN, _TORCH)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
 
@@ -89,10 +106,7 @@ def find_run(
     if len(candidates) > 1:
         candidates.sort(key=lambda candidate: -_content_score(candidate, listing, probe))
     layout, claims = candidates[0]
-    run = layout.build(listing, probe, claims, subfolder)
-    if run is not None and run.layout == TorchLayout.name and _all_safetensors(run):
-        run = dataclasses.replace(run, layout=TorchLayout.aliases[0])
-    return run
+    return layout.build(listing, probe, claims, subfolder)
 
 
 class _AnyFile(Layout):
@@ -147,12 +161,6 @@ def _format(report: FileReport) -> Format | None:
         return Format(report.format)
     except ValueError:
         return None
-
-
-def _all_safetensors(run: Run) -> bool:
-    """A torch-layout run whose files (those that can be read at all) are all safetensors."""
-    files = [f for c in run.checkpoints for f in c.files if not f.report.issues]
-    return bool(files) and all(f.report.format == Format.SAFETENSORS.value for f in files)
 
 
 def _probed_together(

@@ -1,8 +1,8 @@
 """What every layout shares: how a name is claimed, and how claims become a run.
 
-A layout only knows its framework's file names and which roles a checkpoint needs; grouping
-files by index, attributing staging leftovers, and giving each checkpoint a status is done
-here once for all of them.
+A layout knows its framework (names, the roles a checkpoint needs, pointers, metrics, wording:
+see ``Layout``'s table of hooks); grouping files by index, attributing staging leftovers, and
+giving each checkpoint a status is done here once for all of them.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import ReadAhead, expected_formats, with_keys
+from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
 
@@ -67,7 +68,63 @@ class Pointer(NamedTuple):
 
 
 class Layout:
-    """A framework's naming convention. Subclasses override the name rules only."""
+    """One framework's knowledge: its names, what its checkpoints need, its pointers, where it
+    keeps metrics and how its fixes are worded. Everything else (grouping files by index, staging
+    leftovers, statuses) is done here once for all frameworks.
+
+    A layout of flat files (a checkpoint is one or more files side by side) subclasses this and
+    overrides ``claim``; every other hook has a default that suits a framework without the
+    feature. The hooks, their defaults, and the layouts that override them today:
+
+    ===========================  ===========================================  ====================================
+    hook                         default                                      overridden by
+    ===========================  ===========================================  ====================================
+    *naming*
+    ``name``                     ``"unknown"``                                every layout
+    ``aliases``                  none                                         torch (``safetensors``)
+    ``default_unit``             save                                         every layout
+    ``claim(name)``              required: the roles and index of a name      every layout
+    ``stray(name)``              None                                         burn, torch
+    ``staging(name)``            None                                         hf-trainer, orbax, timm
+    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
+    ``recognises(entries)``      True                                         timm
+    ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
+                                                                              dcp, orbax, burn
+    *content and reading*
+    ``content``                  empty (nothing written is vouched for)       every layout
+    ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
+    ``legacy_formats``           none                                         burn
+    ``named_files``              none                                         hf-trainer, deepspeed, megatron
+    ``unread(relative)``         None (every file is read)                    orbax
+    ``loader_allows``            none                                         timm
+    ``flat_optimizer_state``     False                                        deepspeed
+    *what a checkpoint needs*
+    ``required(claims)``         every role the claims name                   dcp, burn
+    ``resume_needs``             none                                         every layout but lightning, timm, torch
+    ``advisory``                 none                                         orbax
+    ``whole_saves``              False                                        lightning
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
+    *pointers and resume*
+    ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
+                                                                              lightning
+    ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
+                                                                              megatron, lightning
+    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
+    ``resume_hint(run, c)``      ``""``                                       every layout but torch
+    *planners and wording*
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
+    ``reads_every_name``         False                                        accelerate
+    ``wording``                  ``save_full`` for a hand-written loop        hf-trainer, lightning
+    ===========================  ===========================================  ====================================
+
+    Each hook's own docstring says what it answers. Nothing outside ``layouts/`` knows a
+    framework by name: readers get the file names they must read specially from ``named_files``
+    (through ``layouts.NAMED_FILES``), rules and planners ask the run's layout
+    (``layout_named(run.layout)``), and a test (``tests/test_layout_knowledge.py``) keeps it so.
+    ``wording`` holds placeholder values only; fix templates keyed per layout, with the rule's
+    generic ones as fallback, would be an attribute beside it.
+    """
 
     name: str = "unknown"
     aliases: tuple[str, ...] = ()
@@ -98,6 +155,11 @@ class Layout:
     flat_optimizer_state: bool = False
     """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
     mirrors one parameter, so CKD301 cannot compare them."""
+    named_files: NamedFiles = NO_NAMES
+    """Files this framework names whose name fixes how they are read (DeepSpeed's ``latest``:
+    a pointer, read by ``readers.pointer``; HF's ``trainer_state.json``: JSON, for the values its
+    layout asks for). ``layouts.NAMED_FILES`` joins every layout's, and the pipelines pass that
+    to the readers: the readers know formats, never a framework's file names."""
 
     def claim(self, name: str) -> Claim | None:
         """The roles and index of a checkpoint file of this layout, or None."""
@@ -123,8 +185,12 @@ class Layout:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
 
-    full_save: str = "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights"
-    """How this framework is told to save optimizer state with the weights (CKD107's fix)."""
+    wording: Mapping[str, str] = MappingProxyType({
+        "save_full": "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
+    })
+    """Fix placeholders in this framework's own words (``save_full``: how it is told to save
+    optimizer state with the weights, CKD107's fix); a placeholder a layout leaves out keeps
+    ``rules._rule.GENERIC_CONTEXT``'s general wording."""
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
         """Why this run saves weights alone by design, from what the framework records (None
@@ -164,6 +230,12 @@ class Layout:
         lacks) name ``checkpoint``; None where the pointer is not a file of its own to write."""
         return None
 
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """Checkpoint index -> value of ``metric`` where the framework records it (``prune
+        --keep-best``); empty when nothing does. ``root`` is the run's folder; ``read`` reads a
+        file whole (None where it cannot), so that a layout opens nothing itself."""
+        return values_in_names(run, metric)
+
     def build(
         self,
         listing: Listing,
@@ -176,7 +248,29 @@ class Layout:
 
 
 class FolderLayout(Layout):
-    """A framework that saves each checkpoint as a folder of files."""
+    """A framework that saves each checkpoint as a folder of files.
+
+    Subclasses override ``claim`` (the folder's name) and ``role_of`` (a file's name inside it);
+    ``build`` assembles the run from the folders ``claim_folders`` finds. The hooks it adds to
+    ``Layout``'s:
+
+    ============================  ==========================================  ======================================
+    hook                          default                                     overridden by
+    ============================  ==========================================  ======================================
+    ``role_of(name)``             required: roles of a file in a folder       every folder layout
+    ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
+    ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
+    ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
+    ``signature(names)``          False                                       hf-trainer, accelerate
+    ``claim_folders(folders)``    by name, else by signature in a series      none
+    ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
+                                                                              megatron, orbax
+    ``absent(files, siblings)``   none                                        every folder layout
+    ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``)
+    ``committed(pointers)``       None                                        megatron (its tracker)
+    ``build_alone(...)``          one folder as a run of one checkpoint       none
+    ============================  ==========================================  ======================================
+    """
 
     folders = True
 
@@ -380,7 +474,15 @@ _ROLE_HINTS: contextvars.ContextVar[Mapping[str, Role]] = contextvars.ContextVar
 """Name prefixes a project's own checkpointers use (``ema-3.bpk``, ``teacher_3.pt``), with the
 role each holds: ``[tool.ckptdoctor.roles]``. A context variable, not module state: each scan
 uses the hints of its own configuration (a command's, or ``preflight``'s run's), never those an
-earlier caller in the same process left behind."""
+earlier caller in the same process left behind.
+
+Why a context variable rather than an argument: the hints change what ``claim`` and ``stray``
+answer, and those are asked well after the scan, by code that finds the layout by the run's
+name (``layout_named(run.layout)``: the rules' CKD111 index, the planners) and holds no
+configuration. Passing them explicitly would mean a hints argument on every naming hook and on
+every caller of ``layout_named``, or per-configuration layout objects carried on each ``Run``.
+Each entry point sets them once for its own call (``cli._output.configured`` for a command,
+``hinted_roles`` around ``preflight``'s scan), and a context variable keeps them to that call."""
 
 
 def role_hints() -> Mapping[str, Role]:
@@ -499,6 +601,23 @@ def group(
         single_file=listing.single_file,
         weights_only=weights_only,
     )
+
+
+_METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?\d+(?:\.\d+)?(?:e-?\d+)?)", re.IGNORECASE)
+
+
+def values_in_names(run: Run, metric: str) -> dict[int, float]:
+    """``name=value`` in file names, as Lightning's ``filename`` templates write them
+    (``epoch=3-val_loss=0.21.ckpt``): where a framework keeps no metrics of its own, a loop may."""
+    values: dict[int, float] = {}
+    wanted = metric.replace("/", "_")
+    for checkpoint in run.checkpoints:
+        for file in checkpoint.files:
+            stem = file.name.rsplit(".", 1)[0]
+            for name, value in _METRIC_PAIR.findall(stem):
+                if name.replace("/", "_") == wanted:
+                    values[checkpoint.index] = float(value)
+    return values
 
 
 def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:

@@ -8,8 +8,9 @@ three files of an epoch; the RL learner writes ``policy-`` and ``learning-agent-
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
@@ -83,3 +84,34 @@ class BurnLayout(Layout):
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f"pass `.checkpoint({checkpoint.index})` to burn's `SupervisedTraining` (or `LearnerBuilder`)"
 
+
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """burn's learner logs each validation metric beside its ``checkpoint/`` folder:
+        ``<artifact>/valid/epoch-N/<Metric>.log``."""
+        values: dict[int, float] = {}
+        for checkpoint in run.checkpoints:
+            value = _logged(read(os.path.join(os.path.dirname(root), "valid", f"epoch-{checkpoint.index}", f"{metric}.log")))
+            if value is not None:
+                values[checkpoint.index] = value
+        return values
+
+
+def _logged(data: bytes | None) -> float | None:
+    """A burn metric log's value: its last line ``"<v>,final"``, else the mean of its lines
+    (``"<v>,<count>"``), weighted by their counts."""
+    try:
+        lines = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()] if data is not None else []
+    except UnicodeDecodeError:
+        return None
+    try:
+        if lines and lines[-1].endswith(",final"):
+            return float(lines[-1].split(",")[0])
+        total = weight = 0.0
+        for line in lines:
+            value, _, count = line.partition(",")
+            n = float(count) if count else 1.0
+            total += float(value) * n
+            weight += n
+    except ValueError:
+        return None
+    return total / weight if weight else None

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run, Unit
+from ckptdoctor.readers import pointer
+from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _TAG = re.compile(r"^global_step(\d+)$")
 _MODEL = re.compile(r"_model_states\.pt$")
 _OPTIMIZER = re.compile(r"optim_states\.pt$")
 LATEST = "latest"
+UNIVERSAL = "latest_universal"
+"""The tag of the newest universal checkpoint (``ds_to_universal.py``), beside ``latest``."""
 
 
 class DeepSpeedLayout(FolderLayout):
@@ -28,6 +33,7 @@ class DeepSpeedLayout(FolderLayout):
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     flat_optimizer_state = True
+    named_files = MappingProxyType({LATEST: Named(pointer.read), UNIVERSAL: Named(pointer.read)})
 
     def claim(self, name: str) -> Claim | None:
         match = _TAG.match(name)
@@ -41,7 +47,7 @@ class DeepSpeedLayout(FolderLayout):
         return None
 
     def pointer(self, name: str) -> Claim | None:
-        return Claim((Role.POINTER,), 0, name) if name in (LATEST, "latest_universal") else None
+        return Claim((Role.POINTER,), 0, name) if name in self.named_files else None
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
         # without ZeRO the optimizer lives inside the model states: only a run that ever wrote
@@ -58,7 +64,7 @@ class DeepSpeedLayout(FolderLayout):
         latest = next((f for f in run.loose_files if f.entry.name == LATEST), None)
         if latest is None:
             return (Pointer(None, "", None, LATEST),)
-        tag = latest.report.fact("points_to")
+        tag = latest.report.fact(pointer.POINTS_TO)
         if tag is None:
             return ()  # unreadable or malformed: its own finding says so
         match = _TAG.match(tag)

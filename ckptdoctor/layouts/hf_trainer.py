@@ -9,18 +9,30 @@ only as a pair: a folder missing either resumes silently with a fresh optimizer.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
-from ckptdoctor.readers.hfargs import SAVE_ONLY_MODEL
+from ckptdoctor.readers import hfjson, pickled_flags, pointer
+from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _STAGING = re.compile(r"^tmp-checkpoint-(\d+|[a-z0-9_]+)$")
 _SHARD = re.compile(r"^(?:model|pytorch_model)-\d{5}-of-\d{5}\.(?:safetensors|bin)$")
 _RNG = re.compile(r"^rng_state(?:_\d+)?\.pth$")
+
+TRAINER_STATE = "trainer_state.json"
+TRAINING_ARGS = "training_args.bin"
+BEST = "best_model_checkpoint"
+"""The key of ``trainer_state.json`` that names the best checkpoint (``load_best_model_at_end``)."""
+SAVE_ONLY_MODEL = "save_only_model"
+"""The ``TrainingArguments`` flag with which the Trainer writes no optimizer, scheduler or RNG
+state, and resumes from the weights with a fresh optimizer."""
 
 FILES: dict[str, tuple[Role, ...]] = {
     "model.safetensors": (Role.MODEL,),
@@ -33,8 +45,8 @@ FILES: dict[str, tuple[Role, ...]] = {
     "optimizer.pt": (Role.OPTIMIZER,),
     "optimizer.bin": (Role.OPTIMIZER,),
     "scheduler.pt": (Role.SCHEDULER,),
-    "trainer_state.json": (Role.TRAINER_STATE,),
-    "training_args.bin": (Role.TRAINING_ARGS,),
+    TRAINER_STATE: (Role.TRAINER_STATE,),
+    TRAINING_ARGS: (Role.TRAINING_ARGS,),
     "scaler.pt": (Role.SCALER,),
     "config.json": (Role.CONFIG,),
     "latest": (Role.POINTER,),
@@ -43,12 +55,12 @@ FILES: dict[str, tuple[Role, ...]] = {
 }
 """File names the Trainer writes into a checkpoint folder (framework reference §1.2)."""
 
-_ONLY_TRAINER = frozenset({"trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt"})
+_ONLY_TRAINER = frozenset({TRAINER_STATE, TRAINING_ARGS, "optimizer.pt", "scheduler.pt"})
 """Names only the Trainer writes into a checkpoint (with ``rng_state*.pth``)."""
 _RESUMABLE = frozenset({"optimizer.pt", "scheduler.pt"})
 
 REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
-NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: "trainer_state.json", Role.MODEL: "model.safetensors"}
+NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: TRAINER_STATE, Role.MODEL: "model.safetensors"}
 
 
 class HfTrainerLayout(FolderLayout):
@@ -58,6 +70,13 @@ class HfTrainerLayout(FolderLayout):
         {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT}
     )
     resume_needs = frozenset(REQUIRED)
+    named_files = MappingProxyType({
+        TRAINER_STATE: Named(
+            functools.partial(hfjson.read_values, name=TRAINER_STATE, keys={"global_step": int, BEST: str}), Format.JSON
+        ),
+        TRAINING_ARGS: Named(annotate=functools.partial(pickled_flags.with_flags, fields=(SAVE_ONLY_MODEL,))),
+        "latest": Named(pointer.read),  # under DeepSpeed: the engine's tag file, inside each checkpoint-N
+    })
 
     def claim(self, name: str) -> Claim | None:
         match = _CHECKPOINT.match(name)
@@ -69,7 +88,7 @@ class HfTrainerLayout(FolderLayout):
         final ``save_model()`` + ``save_state()`` export (or a ``save_only_model`` save), which
         nothing resumes training from as it is: not taken for a checkpoint."""
         return (
-            "trainer_state.json" in names
+            TRAINER_STATE in names
             and any(FILES.get(name) == (Role.MODEL,) or _SHARD.match(name) for name in names)
             and any(name in _RESUMABLE or _RNG.match(name) for name in names)
         )
@@ -117,7 +136,7 @@ class HfTrainerLayout(FolderLayout):
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
 
-    full_save = "drop `save_only_model=True` from `TrainingArguments`"
+    wording = MappingProxyType({"save_full": "drop `save_only_model=True` from `TrainingArguments`"})
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         hint = f'pass `resume_from_checkpoint="{checkpoint.path or run.path}"` to `trainer.train()`'
@@ -131,17 +150,40 @@ class HfTrainerLayout(FolderLayout):
             return ()
         for checkpoint in reversed(run.checkpoints):
             for file in checkpoint.files_for(Role.TRAINER_STATE):
-                best = file.report.fact("best_model_checkpoint")
+                best = file.report.fact(BEST)
                 if best is None:
                     continue
                 match = _CHECKPOINT.match(best.rstrip("/").rsplit("/", 1)[-1])
                 # load_best_model_at_end loads the weights from it, nothing else
-                return (Pointer(file, best, int(match[1]) if match else None, "best_model_checkpoint", frozenset({Role.MODEL})),)
+                return (Pointer(file, best, int(match[1]) if match else None, BEST, frozenset({Role.MODEL})),)
         return ()
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # get_last_checkpoint: the highest checkpoint-N folder, whatever is inside (it sees no other name)
         return run.checkpoints[-1] if run.checkpoints and _own_names(run) else None
+
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """The newest ``trainer_state.json`` that parses holds the whole ``log_history``: eval
+        rows by step (``eval_`` is the prefix the Trainer gives evaluation metrics)."""
+        for checkpoint in reversed(run.checkpoints):
+            for file in checkpoint.files_for(Role.TRAINER_STATE):
+                data = read(file.entry.os_path)
+                if data is None:
+                    continue
+                try:
+                    history = json.loads(data).get("log_history", [])
+                except (ValueError, AttributeError):
+                    continue
+                names = (metric, f"eval_{metric}") if not metric.startswith("eval_") else (metric,)
+                values: dict[int, float] = {}
+                for row in history if isinstance(history, list) else []:
+                    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                        continue
+                    value = next((row[n] for n in names if isinstance(row.get(n), (int, float))), None)
+                    if value is not None:
+                        values[row["step"]] = float(value)
+                return values
+        return {}
 
 
 def written_by_trainer(names: frozenset[str]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, Pointer, group
@@ -108,7 +109,7 @@ class LightningLayout(Layout):
         kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
-    full_save = "pass `save_weights_only=False` to `ModelCheckpoint`"
+    wording = MappingProxyType({"save_full": "pass `save_weights_only=False` to `ModelCheckpoint`"})
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # a requeued SLURM job loads the highest hpc_ckpt_N.ckpt, whatever is in it

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run, Unit
+from ckptdoctor.readers import pointer
+from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _ITERATION = re.compile(r"^iter_(\d{7,})$")
@@ -33,6 +36,7 @@ class MegatronLayout(FolderLayout):
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.DISTCP, Format.TEXT})
     resume_needs = frozenset({Role.MODEL})
+    named_files = MappingProxyType({TRACKER: Named(pointer.read)})
 
     def claim(self, name: str) -> Claim | None:
         match = _ITERATION.match(name)
@@ -58,14 +62,14 @@ class MegatronLayout(FolderLayout):
 
     def committed(self, pointers: Sequence[CheckpointFile]) -> int | None:
         tracker = next((p for p in pointers if p.entry.name == TRACKER), None)
-        text = tracker.report.fact("points_to") if tracker else None
+        text = tracker.report.fact(pointer.POINTS_TO) if tracker else None
         return int(text) if text is not None and text.isdigit() else None
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         tracker = next((f for f in run.loose_files if f.entry.name == TRACKER), None)
         if tracker is None:
             return (Pointer(None, "", None, TRACKER),) if run.checkpoints else ()
-        text = tracker.report.fact("points_to")
+        text = tracker.report.fact(pointer.POINTS_TO)
         if text is None or text == "release":
             return ()
         return (Pointer(tracker, text, int(text) if text.isdigit() else None, "latest checkpointed iteration"),)

@@ -9,9 +9,12 @@ checkpoints have: a run that never saved a scheduler does not need one.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import (
     CHECKPOINT_WORDS,
     ROLE_WORDS,
@@ -20,7 +23,7 @@ from ckptdoctor.layouts._base import (
     Layout,
     role_hints,
 )
-from ckptdoctor.model import Role, Unit
+from ckptdoctor.model import Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
@@ -39,6 +42,17 @@ class TorchLayout(Layout):
     aliases = ("safetensors",)
     default_unit = Unit.EPOCH
     content = _CONTENT
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        """The run, reported as ``safetensors`` where every file that can be read is one."""
+        run = super().build(listing, probe, claims, subfolder)
+        return dataclasses.replace(run, layout=self.aliases[0]) if run is not None and _all_safetensors(run) else run
 
     def claim(self, name: str) -> Claim | None:
         parsed = _parse(name)
@@ -96,3 +110,9 @@ def _parse(name: str) -> _Name | None:
         return None
     prefix = _SEPARATORS.sub("_", _LEADING_WORDS.match(stem).group(1)).strip("_").lower()  # type: ignore[union-attr]
     return _Name(tuple(dict.fromkeys(roles)), index, unit or named_unit, tuple(words), prefix)
+
+
+def _all_safetensors(run: Run) -> bool:
+    """A run whose files (those that can be read at all) are all safetensors."""
+    files = [f for c in run.checkpoints for f in c.files if not f.report.issues]
+    return bool(files) and all(f.report.format == Format.SAFETENSORS.value for f in files)

@@ -24,12 +24,10 @@ from ckptdoctor.readers import (
     _deep,
     compressed,
     dcp,
-    hfargs,
     hfjson,
     ocdbt,
     orbax,
     pickle,
-    pointer,
     sniff,
     torchtar,
     torchzip,
@@ -37,6 +35,7 @@ from ckptdoctor.readers import (
 from ckptdoctor.readers._registry import Naming, current
 from ckptdoctor.readers._sample import TAIL_ZERO, BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import Budget, one_budget
+from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
 __all__ = [
@@ -84,16 +83,17 @@ def expected_formats(name: str) -> frozenset[Format] | None:
     return by_suffix.get(f".{parts[-1]}") if len(parts) > 1 else None
 
 
-def read_header(sample: Sample, name: str = "") -> FileReport:
+def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES) -> FileReport:
     """Judge a file from its header and trailer, and its content against its name (the few
-    pickles this walks are small: each walk has a budget of its own)."""
-    report = _judge(sample, name, _probe_of)
+    pickles this walks are small: each walk has a budget of its own); ``named``: the files a
+    framework names, read as their name says (the layouts' table)."""
+    report = _judge(sample, name, _probe_of, named)
     if report.format in _PACKED and compressed.named_as_pickle(name):
         return compressed.read_header(sample) or report
     return report
 
 
-def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
+def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
     """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads.
 
     Content is judged as the format it holds and, where the file's name is one that a loader
@@ -111,7 +111,7 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0) -> FileReport:
         return lambda sample: read_whole(sample, deep)
 
     with one_budget(Budget()):
-        report = _judge(sample, name, reader)
+        report = _judge(sample, name, reader, named)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
         elif unpickled_by_name(name):
@@ -163,8 +163,10 @@ def _with_unsafe(report: FileReport, issues: list[FileIssue] | tuple[FileIssue, 
     return dataclasses.replace(report, issues=report.issues + unsafe) if unsafe else report
 
 
-def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
-    report = _judge_content(sample, name, reader_for)
+def _judge(
+    sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None], named: NamedFiles
+) -> FileReport:
+    report = _judge_content(sample, name, reader_for, named)
     if report.issues:
         return report
     # a full disk or a crash leaves a file's end as zeros: grouping compares this with the previous
@@ -173,20 +175,23 @@ def _judge(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[S
     return dataclasses.replace(report, facts=(*report.facts, (TAIL_ZERO, "yes" if zero else "no")))
 
 
-def _judge_content(sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None]) -> FileReport:
+def _judge_content(
+    sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None], named: NamedFiles
+) -> FileReport:
     kind = sniff.sniff(sample)
     if kind is Format.EMPTY:
         return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
-    named = _named_reader(name, kind)
-    if named is not None:
-        return named(sample)
+    by_name = _named_reader(name, kind, named)
+    if by_name is not None:
+        return by_name(sample)
     spec = current().by_format.get(kind)
     if spec is not None and spec.not_a_checkpoint:
         return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, spec.not_a_checkpoint),))
     reader = reader_for(kind)
     report = reader(sample) if reader else FileReport(kind.value)
-    if name == hfargs.NAME and report.format == Format.TORCH_ZIP.value:
-        report = hfargs.with_flags(sample, report)
+    known = named.get(name)
+    if known is not None and known.annotate is not None:
+        report = known.annotate(sample, report)
     expected = expected_formats(name)
     if expected is not None and Format(report.format) not in expected:
         wanted = " or ".join(sorted(f.value for f in expected))
@@ -203,28 +208,31 @@ def _probe_of(kind: Format) -> Callable[[Sample], FileReport] | None:
     return spec.probe if spec else None
 
 
-def _named_reader(name: str, kind: Format) -> Callable[[Sample], FileReport] | None:
-    """Files whose name fixes what they hold: a framework's pointer and metadata files (Orbax's
-    JSON among them), and DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
-    if pointer.is_pointer(name):
-        return pointer.read
+def _named_reader(name: str, kind: Format, named: NamedFiles) -> Callable[[Sample], FileReport] | None:
+    """Files whose name fixes what they hold: those a framework names (``named``: pointer and
+    state files), a format's own metadata files (Orbax's JSON, DCP's ``.metadata``, a shard
+    index), and DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
+    known = named.get(name)
+    if known is not None and known.read is not None and known.when in (None, kind):
+        return known.read
     if dcp.is_data_file(name):
         return dcp.read_data_file
     if name in orbax.NAMES:
         return functools.partial(orbax.read, name=name)
     if name == dcp.METADATA and kind is Format.PICKLE:
         return dcp.read_metadata
-    if kind is Format.JSON and hfjson.is_hf_json(name):
-        return functools.partial(hfjson.read, name=name)
+    if kind is Format.JSON and hfjson.is_index(name):
+        return functools.partial(hfjson.read_index, name=name)
     return None
 
 
-def probe(entry: Entry) -> FileReport:
+def probe(entry: Entry, named: NamedFiles = NO_NAMES) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
-    judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks."""
+    judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks.
+    ``named``: the files a framework names, read as their name says (the layouts' table)."""
     if entry.name == ocdbt.MANIFEST:
         return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
-    report = _read_file(entry, read_header)
+    report = _read_file(entry, functools.partial(read_header, named=named))
     if report.issues or report.tensors:
         return report
     # clean reports of one run are alike: share one object (and its cached problem set)
@@ -248,7 +256,7 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 
-def read_whole(entry: Entry, deep: int = 0) -> FileReport:
+def read_whole(entry: Entry, deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
     """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
     ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
@@ -256,7 +264,7 @@ def read_whole(entry: Entry, deep: int = 0) -> FileReport:
     elif entry.name == ocdbt.MANIFEST:
         report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
     else:
-        report = _read_file(entry, functools.partial(verify_sample, deep=deep))
+        report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named))
     spec = current().by_format.get(report.format)
     if spec is not None and spec.confirm is not None and not report.issues:
         refusal = spec.confirm(entry.os_path)
@@ -363,11 +371,12 @@ class ReadAhead:
     """Reports made before the runs were grouped (``verify`` reads every file first), served as a
     probe; files not among them are probed as usual."""
 
-    def __init__(self, reports: dict[str, FileReport]) -> None:
+    def __init__(self, reports: dict[str, FileReport], named: NamedFiles = NO_NAMES) -> None:
         self.reports = reports
+        self.named = named
 
     def __call__(self, entry: Entry) -> FileReport:
-        return self.reports.get(entry.os_path) or probe(entry)
+        return self.reports.get(entry.os_path) or probe(entry, self.named)
 
 
 def holds(entry: Entry, formats: frozenset[Format]) -> bool:

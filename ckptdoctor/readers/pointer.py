@@ -1,6 +1,7 @@
 """Pointer files: a few bytes of text naming the checkpoint to load (DeepSpeed's ``latest``).
 
-They are tiny and written after the checkpoint they name, so they are read whole.
+They are tiny and written after the checkpoint they name, so they are read whole. Which names
+are pointer files is the layouts' knowledge (``Layout.named_files``), passed in to ``probe``.
 """
 
 from __future__ import annotations
@@ -9,13 +10,10 @@ from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import Format
 
-NAMES = frozenset({"latest", "latest_universal", "latest_checkpointed_iteration.txt"})
 LIMIT = 4096
 TEXT = Format.TEXT.value
-
-
-def is_pointer(name: str) -> bool:
-    return name in NAMES
+POINTS_TO = "points_to"
+"""The fact that holds what the pointer names, as written."""
 
 
 def read(sample: Sample) -> FileReport:
@@ -27,4 +25,4 @@ def read(sample: Sample) -> FileReport:
         return FileReport(TEXT, (FileIssue(Problem.MALFORMED, "not text: a pointer file names a checkpoint"),))
     if not text or "\n" in text:
         return FileReport(TEXT, (FileIssue(Problem.MALFORMED, f"does not name one checkpoint: {text[:60]!r}"),))
-    return FileReport(TEXT, (), (("points_to", text),))
+    return FileReport(TEXT, (), ((POINTS_TO, text),))

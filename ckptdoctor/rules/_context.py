@@ -54,7 +54,7 @@ class RunContext:
             "run": self.run.path,
             "unit": self.run.unit.value,
             "resume": resume_sentence(self.run, self.layout),
-            "save_full": self.layout.full_save,
+            **self.layout.wording,
         }
 
     def finding(

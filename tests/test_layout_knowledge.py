@@ -1,0 +1,154 @@
+"""Framework knowledge lives in ``layouts/`` only (issue 15, item 3).
+
+Adding a framework touches its layout module and its registration in ``layouts/__init__.py``.
+That holds while no other module knows a framework: none compares a run's layout to a name,
+names a framework's files, or imports one framework's layout module. These are static checks of
+the source (AST), so they hold for code no test runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.layouts import LAYOUTS, NAMED_FILES
+from ckptdoctor.layouts._base import FolderLayout, Layout
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ckptdoctor"
+LAYOUTS_DIR = PACKAGE / "layouts"
+
+FRAMEWORK_FILES = frozenset({
+    *NAMED_FILES,
+    "trainer_state.json", "training_args.bin", "optimizer.pt", "scheduler.pt",  # HF Trainer
+    "last.ckpt",  # Lightning
+    "latest", "latest_universal",  # DeepSpeed
+    "latest_checkpointed_iteration.txt",  # Megatron-LM
+    "model_optim_rng.pt", "distrib_optim.pt",  # Megatron-LM
+    "random_states_0.pkl",  # accelerate
+})  # fmt: skip
+"""File names one framework gives its files (the layouts' ``named_files`` and a few more)."""
+FRAMEWORK_NAMES = frozenset(name for layout in LAYOUTS for name in (layout.name, *layout.aliases))
+
+ALLOWED: dict[str, str] = {
+    "testing.py": "builds framework runs (an HF Trainer folder among them) for tests and demos: it writes their files on purpose",
+}
+"""Modules outside ``layouts/`` that may know one framework, each with why."""
+
+
+def _modules() -> Iterator[tuple[str, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if LAYOUTS_DIR in path.parents:
+            continue
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in ALLOWED:
+            continue
+        yield relative, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _prose(tree: ast.Module) -> set[int]:
+    """Ids of the string constants that are documentation: docstrings and the text of a
+    ``Rule(...)`` (a rule's meaning, causes and fixes name frameworks as examples; issue 16 keys
+    fixes per layout)."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            for first, second in itertools.pairwise(body):
+                # a docstring, and the attribute docstring after each assignment
+                if isinstance(second, ast.Expr) and isinstance(second.value, ast.Constant) and isinstance(first, (ast.Assign, ast.AnnAssign)):
+                    ids.add(id(second.value))
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Rule":
+            ids.update(id(inner) for inner in ast.walk(node) if isinstance(inner, ast.Constant))
+    return ids
+
+
+def _strings(node: ast.AST) -> Iterator[str]:
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+            yield inner.value
+
+
+def _about_layout(node: ast.expr) -> bool:
+    """``run.layout``, ``layout.name``, ``ctx.layout.name``, ``self.layout.name``."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "layout":
+        return True
+    return node.attr == "name" and "layout" in ast.unparse(node.value).lower()
+
+
+def test_no_module_outside_layouts_compares_a_layout_to_a_framework_name() -> None:
+    found = []
+    for relative, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(_about_layout(side) for side in sides):
+                named = [text for side in sides for text in _strings(side) if text in FRAMEWORK_NAMES]
+                if named:
+                    found.append(f"{relative}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "framework names compared outside layouts/ (give the layout a hook):\n" + "\n".join(found)
+
+
+def test_no_module_outside_layouts_names_a_framework_file() -> None:
+    found = []
+    for relative, tree in _modules():
+        prose = _prose(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in prose:
+                continue
+            text = node.value
+            # a bare word (`latest`) only as the whole string; a file name (`trainer_state.json`) anywhere in it
+            hits = [name for name in FRAMEWORK_FILES if text == name or (("." in name or "_" in name) and name in text)]
+            if hits:
+                found.append(f"{relative}:{node.lineno}: {text[:80]!r} names {', '.join(sorted(hits))}")
+    assert not found, "framework file names outside layouts/ (declare them on the layout):\n" + "\n".join(found)
+
+
+def test_no_module_outside_layouts_imports_one_framework() -> None:
+    shared = {"ckptdoctor.layouts", "ckptdoctor.layouts._base"}
+    found = []
+    for relative, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ckptdoctor.layouts") and node.module not in shared:
+                found.append(f"{relative}:{node.lineno}: from {node.module} import ...")
+            if isinstance(node, ast.Import):
+                found += [f"{relative}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("ckptdoctor.layouts.") and a.name not in shared]
+    assert not found, "\n".join(found)
+
+
+def test_the_check_sees_a_leak() -> None:
+    """The checks above find what they look for (a check that finds nothing proves nothing)."""
+    tree = ast.parse('def f(run):\n    """latest"""\n    if run.layout == "burn":\n        return open("trainer_state.json")\n')
+    compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare) and _about_layout(n.left)]
+    assert compares and "burn" in FRAMEWORK_NAMES
+    prose = _prose(tree)
+    named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in prose and n.value in FRAMEWORK_FILES]
+    assert named == ["trainer_state.json"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
+def test_every_hook_a_layout_overrides_is_documented_on_the_base_class(layout: Layout) -> None:
+    """The base classes' docstrings list every hook (a new one is documented where it is declared)."""
+    documented = (Layout.__doc__ or "") + (FolderLayout.__doc__ or "")
+    for cls in type(layout).__mro__:
+        if cls in (Layout, FolderLayout, object):
+            continue
+        for hook in vars(cls):
+            if hook.startswith("_") or not (hasattr(Layout, hook) or hasattr(FolderLayout, hook)):
+                continue
+            assert f"``{hook}" in documented, f"{cls.__name__}.{hook} overrides a hook the base class does not document"
+
+
+def test_the_named_files_tables_agree() -> None:
+    """Two layouts that name the same file read it alike (``layouts.NAMED_FILES`` joins them)."""
+    for layout in LAYOUTS:
+        for name, named in layout.named_files.items():
+            assert NAMED_FILES[name] == named, (layout.name, name)
