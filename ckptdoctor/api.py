@@ -21,8 +21,9 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ckptdoctor.disk import MARGIN, RUNWAY, check
+from ckptdoctor.disk import MARGIN, check
 from ckptdoctor.model import Report, Run
+from ckptdoctor.rules.disk import RUNWAY
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Listener, Outcome, Pass, Question

@@ -13,10 +13,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from ckptdoctor.disk import DiskCheck
+from typing import NamedTuple
 
 
 class Severity(str, enum.Enum):
@@ -442,6 +439,67 @@ class ScanError:
 
     path: str
     message: str
+
+
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "cephfs",
+        "glusterfs", "9p", "afs", "ocfs2", "gfs2", "panfs", "wekafs", "davfs", "fuse", "fuseblk",
+    }
+)  # fmt: skip
+"""Filesystems whose writes can fail part-way for reasons local disks rarely have (CKD504);
+every ``fuse.*`` type (s3fs, gcsfuse, sshfs, juicefs, …) too."""
+
+
+@dataclass(frozen=True)
+class Volume:
+    """The filesystem that holds a path."""
+
+    path: str
+    """The folder asked about (or, when it does not exist yet, its nearest existing parent)."""
+    mountpoint: str
+    fstype: str
+    total_bytes: int
+    free_bytes: int
+    """Free to an unprivileged user (what a training job can use)."""
+    free_inodes: int | None
+    """None where the filesystem has no inode limit (btrfs, many network filesystems)."""
+
+    @property
+    def network(self) -> bool:
+        return self.fstype in NETWORK_FILESYSTEMS or self.fstype.startswith("fuse.")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The next save: its bytes and files, and where the figure comes from."""
+
+    bytes: int
+    files: int
+    """Files (inodes) one save creates."""
+    basis: str
+    """In words: ``the largest of the last 3 complete epochs``, ``model 1.2 GiB + adam state``."""
+
+
+@dataclass(frozen=True)
+class DiskCheck:
+    """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
+
+    path: str
+    volume: Volume | None
+    """None when nothing of the path can be reached (the finding says why)."""
+    writable: bool
+    why_not_writable: str
+    estimate: Estimate | None
+    """None for an empty run when no model size was given."""
+    needed_bytes: int
+    """The estimate plus headroom: what must be free for the next save."""
+    keep_last: int | None
+    saves_until_full: int | None
+    """How many more saves fit; None when retention keeps the run within the free space for good
+    (or nothing is known to estimate)."""
+    sizes: tuple[tuple[int, int], ...] = ()
+    """(index, bytes) of the run's checkpoints, oldest first."""
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ LAYERS: dict[str, int] = {
     "layouts": 3,
     "rules": 4,
     # pipelines (paths → report) and planners (run → plan or verdict); settings
-    "scan": 5, "verify": 5, "retention": 5, "repair": 5, "disk": 5, "metrics": 5, "config": 5, "baseline": 5,
+    "scan": 5, "verify": 5, "retention": 5, "repair": 5, "disk": 5, "metrics": 5, "baseline": 5,
     # output
     "render": 6,
-    # what users call: the acting pass, the Python API, trainer callbacks, the command line
-    "acting": 7, "api": 8, "integrations": 9, "testing": 9,
+    # settings (which name rules and output formats); what users call: the acting pass, the Python
+    # API, trainer callbacks, the command line
+    "config": 7, "acting": 7, "api": 8, "integrations": 9, "testing": 9,
     "cli": 10, "__main__": 11, "ckptdoctor": 11,
 }  # fmt: skip
 

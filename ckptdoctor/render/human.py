@@ -10,11 +10,11 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ckptdoctor.disk import DiskCheck
 from ckptdoctor.model import (
     Action,
     Checkpoint,
     CheckpointFile,
+    DiskCheck,
     Finding,
     Plan,
     Problem,

@@ -7,10 +7,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ckptdoctor import __version__
-from ckptdoctor.disk import DiskCheck
 from ckptdoctor.model import (
     Checkpoint,
     CheckpointFile,
+    DiskCheck,
     Entry,
     Finding,
     Plan,

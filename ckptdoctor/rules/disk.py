@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ckptdoctor.disk import RUNWAY
-from ckptdoctor.model import Finding, Run, Severity
+from ckptdoctor.model import DiskCheck, Finding, Run, Severity
 from ckptdoctor.rules._context import make_finding, resume_sentence
 from ckptdoctor.rules._rule import Rule, fires
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
-    from ckptdoctor.disk import DiskCheck
     from ckptdoctor.layouts import Layout
 
 INSUFFICIENT_SPACE = Rule(
@@ -60,6 +58,9 @@ INSUFFICIENT_SPACE = Rule(
     ),
     related=("CKD502", "CKD503", "CKD505", "CKD203", "CKD101"),
 )
+
+RUNWAY = 3
+"""Fewer saves than this left before the disk is full is CKD502."""
 
 SPACE_RUNWAY = Rule(
     code="CKD502",
