@@ -12,10 +12,6 @@ from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_
 from ckptdoctor.actions._home import Locked, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
-    Moved,
-    Quarantine,
-    Stored,
-    StoredState,
     finish_repairs,
     quarantine,
     quarantines,
@@ -23,9 +19,6 @@ from ckptdoctor.actions._quarantine import (
     sweep,
 )
 from ckptdoctor.actions._trash import (
-    Done,
-    Finished,
-    Pending,
     delete,
     discard,
     finish_interrupted,
@@ -36,15 +29,8 @@ from ckptdoctor.actions._trash import (
 __all__ = [
     "QUARANTINE",
     "ActionError",
-    "Done",
     "Escapes",
-    "Finished",
     "Locked",
-    "Moved",
-    "Pending",
-    "Quarantine",
-    "Stored",
-    "StoredState",
     "anchored",
     "confirm_run",
     "delete",

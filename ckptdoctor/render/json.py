@@ -24,7 +24,7 @@ from ckptdoctor.model import (
 from ckptdoctor.rules._rule import Rule
 
 if TYPE_CHECKING:
-    from ckptdoctor.actions import Pending
+    from ckptdoctor.records import Pending
 
 SCHEMA = "ckptdoctor.report.v1"
 
