@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 
 from ckptdoctor.model import PointerKind, PointerWrite
 from ckptdoctor.places import OWN_FOLDER
@@ -202,7 +202,7 @@ class Manifest:
         return (*self.entries, *self.pointers)
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_json()).encode()
+        return _readable(self, Manifest.decode)
 
     @classmethod
     def decode(cls, data: bytes) -> Manifest:
@@ -271,7 +271,7 @@ class Journal:
         return None if self.identities is None else self.identities.get(path)
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_json()).encode()
+        return _readable(self, Journal.decode)
 
     @classmethod
     def decode(cls, data: bytes) -> Journal:
@@ -311,6 +311,18 @@ _PHASES = frozenset(phase.value for phase in Phase)
 _KINDS = frozenset(kind.value for kind in PointerKind)
 _INT64 = 1 << 63
 _UINT64 = 1 << 64
+
+
+_Record = TypeVar("_Record", "Manifest", "Journal")
+
+
+def _readable(record: _Record, decode: Callable[[bytes], _Record]) -> bytes:
+    """``record``'s bytes, checked to decode as this very record: what the next ckptdoctor could
+    not read back (and so neither finish nor undo) is never written, and nothing moves."""
+    data = json.dumps(record.to_json()).encode()
+    if decode(data) != record:
+        raise BadRecord(f"a {type(record).__name__.lower()} that would not read back as written (a bug in ckptdoctor)")
+    return data
 
 
 def _parse(data: bytes) -> object:
