@@ -252,7 +252,7 @@ def test_a_refused_manifest_stops_repair_and_undo_with_a_clear_message_and_nothi
     assert tree(folder) == before and manifest.read_bytes() == kept
 
 
-@pytest.mark.parametrize("name", ["a version", "an identity of text", "an extra field"])
+@pytest.mark.parametrize("name", ["a version", "an identity of text", "an extra field", "an entry with a NUL"])
 def test_a_refused_journal_stops_prune_with_a_clear_message_and_nothing_is_deleted(tmp_path: Path, cli, name: str) -> None:
     folder = burn_run(tmp_path)
     trash = folder / ".ckptdoctor" / "trash" / "20260101-000000-deadbeef"

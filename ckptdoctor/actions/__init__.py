@@ -6,6 +6,9 @@ nothing outside the run is ever reached.
 - ``_home``: ckptdoctor's own folder in the run (``.ckptdoctor/``), its lock and its records.
 - ``_trash``: ``prune``'s journalled deletions (and, on a full disk, its journal-free order).
 - ``_quarantine``: ``repair``'s moves aside, with a manifest ``--undo`` reads to put them back.
+
+What the journal and manifest say, and what these functions return, is typed in
+``ckptdoctor.records``, which the planners and renderers import instead of this package.
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_run

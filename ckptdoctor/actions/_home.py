@@ -1,4 +1,5 @@
-"""ckptdoctor's own folder in a run: where it is, its lock, and the JSON records it keeps there.
+"""ckptdoctor's own folder in a run: where it is, its lock, and reading and writing the records
+it keeps there (encoded and decoded by ``ckptdoctor.records``).
 
 The lock is an advisory ``flock`` on the folder itself: it needs no data, so it is taken on a
 full disk too. A ``lock`` file beside it says who holds it, when there is room to say so.
