@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.model import Action, Plan, Report, Role, Run
 from ckptdoctor.places import home, home_of, run_root
+from ckptdoctor.records import StoredState
 
 if TYPE_CHECKING:
-    from ckptdoctor.actions import Pending, Quarantine
+    from ckptdoctor.records import Pending, Quarantine
     from ckptdoctor.retention import Circumstances, Policy
 
 
@@ -628,7 +629,7 @@ class Undo(Pass):
                 context.refused += [
                     f"{item.path} is in the run again and in {found.folder}: move one of them aside, then undo again"
                     for item in found.items
-                    if item.state is actions.StoredState.CONFLICT
+                    if item.state is StoredState.CONFLICT
                 ]
         if self.ident and not planned:
             raise Refused(f"no run given holds quarantine {self.ident}")

@@ -14,7 +14,6 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from ckptdoctor.actions import Quarantine, StoredState
 from ckptdoctor.layouts import Layout
 from ckptdoctor.layouts._base import Pointer, unfollowable
 from ckptdoctor.model import (
@@ -33,6 +32,7 @@ from ckptdoctor.model import (
     Status,
 )
 from ckptdoctor.places import home, run_root
+from ckptdoctor.records import Quarantine, StoredState
 from ckptdoctor.retention import (
     Circumstances,
     entry_held_back,

@@ -6,16 +6,15 @@ nothing outside the run is ever reached.
 - ``_home``: ckptdoctor's own folder in the run (``.ckptdoctor/``), its lock and its records.
 - ``_trash``: ``prune``'s journalled deletions (and, on a full disk, its journal-free order).
 - ``_quarantine``: ``repair``'s moves aside, with a manifest ``--undo`` reads to put them back.
+
+What the journal and manifest say, and what these functions return, is typed in
+``ckptdoctor.records``, which the planners and renderers import instead of this package.
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_run
 from ckptdoctor.actions._home import Locked, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
-    Moved,
-    Quarantine,
-    Stored,
-    StoredState,
     finish_repairs,
     quarantine,
     quarantines,
@@ -23,9 +22,6 @@ from ckptdoctor.actions._quarantine import (
     sweep,
 )
 from ckptdoctor.actions._trash import (
-    Done,
-    Finished,
-    Pending,
     delete,
     discard,
     finish_interrupted,
@@ -36,15 +32,8 @@ from ckptdoctor.actions._trash import (
 __all__ = [
     "QUARANTINE",
     "ActionError",
-    "Done",
     "Escapes",
-    "Finished",
     "Locked",
-    "Moved",
-    "Pending",
-    "Quarantine",
-    "Stored",
-    "StoredState",
     "anchored",
     "confirm_run",
     "delete",

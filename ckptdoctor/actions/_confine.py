@@ -21,13 +21,9 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 from ckptdoctor.model import Entry
-from ckptdoctor.places import OWN_FOLDER
+from ckptdoctor.records import Identity, plain
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-Identity = tuple[int, int, int, int, int]
-"""What makes an entry the one a plan saw: device, inode, size, mtime and ctime in ns. A file
-restored from a backup keeps its mtime, never its inode or ctime."""
 
 
 class ActionError(Exception):
@@ -44,17 +40,6 @@ class Escapes(ActionError):
 
 def identity(info: os.stat_result) -> Identity:
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def plain(relative: str) -> bool:
-    """Whether ``relative`` can name an entry below a folder: not absolute, no ``..``, not empty."""
-    parts = relative.split(os.sep)
-    return bool(relative) and not os.path.isabs(relative) and os.pardir not in parts and "" not in parts and os.curdir not in parts
-
-
-def ours(relative: str) -> bool:
-    """Whether ``relative`` lies in ckptdoctor's own folder: no journal or manifest acts on it."""
-    return relative.split(os.sep)[0] == OWN_FOLDER
 
 
 def inside_run(root: str, paths: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""ckptdoctor's own folder in a run: where it is, its lock, and the JSON records it keeps there.
+"""ckptdoctor's own folder in a run: where it is, its lock, and reading and writing the records
+it keeps there (encoded and decoded by ``ckptdoctor.records``).
 
 The lock is an advisory ``flock`` on the folder itself: it needs no data, so it is taken on a
 full disk too. A ``lock`` file beside it says who holds it, when there is room to say so.
@@ -16,7 +17,6 @@ import socket
 import stat
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from ckptdoctor.actions._confine import ActionError, Escapes, Folder, open_run
 from ckptdoctor.places import OWN_FOLDER
@@ -180,13 +180,14 @@ def strays(home: str) -> list[str]:
     return found
 
 
-def write_record(folder: Folder, name: str, document: dict[str, Any]) -> None:
-    """Write ``name`` in ``folder`` so that a crash leaves the old version or the new, whole."""
+def write_record(folder: Folder, name: str, data: bytes) -> None:
+    """Write ``name`` (an encoded ``records`` journal or manifest) in ``folder`` so that a crash
+    leaves the old version or the new, whole."""
     temporary = name + ".tmp"
     handle = create_new(folder, temporary, 0o644)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", closefd=False) as stream:
-            json.dump(document, stream)
+        with os.fdopen(handle, "wb", closefd=False) as stream:
+            stream.write(data)
         os.fsync(handle)
     finally:
         os.close(handle)
@@ -203,6 +204,7 @@ def create_new(folder: Folder, name: str, mode: int) -> int:
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder.fd)
 
 
-def read_record(folder: Folder, name: str) -> Any:
-    """A journal or manifest ckptdoctor wrote (ValueError or OSError if it is not one)."""
-    return json.loads(read_regular(name, MAX_RECORD, dir_fd=folder.fd))
+def read_record(folder: Folder, name: str) -> bytes:
+    """A journal or manifest, to decode with ``records``: a regular file, not through a symlink,
+    never longer than ckptdoctor writes (OSError if it is not one)."""
+    return read_regular(name, MAX_RECORD, dir_fd=folder.fd)

@@ -11,16 +11,14 @@ manifest lists; ``--undo`` puts back whatever had moved.
 
 from __future__ import annotations
 
-import enum
+import dataclasses
 import errno
 import os
 import shutil
 import stat
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
 
 from ckptdoctor.actions import _confine
 from ckptdoctor.actions._confine import (
@@ -32,8 +30,6 @@ from ckptdoctor.actions._confine import (
     identity,
     inside_run,
     open_run,
-    ours,
-    plain,
     put_back,
     take,
 )
@@ -47,6 +43,18 @@ from ckptdoctor.actions._home import (
 )
 from ckptdoctor.actions._trash import still_meant
 from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
+from ckptdoctor.records import (
+    MANIFEST_VERSION,
+    EntryLine,
+    Identity,
+    Manifest,
+    Moved,
+    Phase,
+    PointerLine,
+    Quarantine,
+    Stored,
+    StoredState,
+)
 from ckptdoctor.regular import open_regular, read_regular
 
 QUARANTINE = "quarantine"
@@ -54,66 +62,8 @@ MANIFEST = "manifest.json"
 RESERVE = "manifest.reserve"
 FILES = "files"
 _SCRATCH = "pointer-"
-_STATES = ("repairing", "done", "undoing")
 _SLACK = 64 * 1024
 """Reserved beyond the manifest's own size: its temporary copy, pointers, folder blocks."""
-
-
-class StoredState(str, enum.Enum):
-    """Where one quarantined entry (or re-pointed pointer) stands now."""
-
-    QUARANTINED = "quarantined"
-    """In the quarantine, its place in the run free: ``--undo`` can put it back."""
-    BACK = "back"
-    """In the run already (restored, or never moved by a repair that was killed)."""
-    CONFLICT = "conflict"
-    """In the quarantine, and something else is at its place in the run."""
-    LOST = "lost"
-    """Neither in the quarantine nor in the run: someone removed it."""
-
-
-class Stored(NamedTuple):
-    """One line of a quarantine's manifest, with where it stands now."""
-
-    path: str
-    """Relative to the run."""
-    number: int | None
-    """The checkpoint index (``index`` is taken by tuple)."""
-    reasons: tuple[str, ...]
-    write: PointerWrite | None
-    """For a pointer: what the repair wrote there."""
-    existed: bool
-    """For a pointer: whether there was one before (its old version is in the quarantine)."""
-    state: StoredState
-    bytes: int
-
-
-@dataclass(frozen=True)
-class Quarantine:
-    """What one ``repair`` moved aside, read back from its manifest."""
-
-    ident: str
-    folder: str
-    run: str
-    created: float
-    state: str
-    """``repairing`` (killed part-way), ``done``, or ``undoing`` (an undo was killed part-way)."""
-    items: tuple[Stored, ...]
-    home: str
-    """ckptdoctor's own folder for the run, where this quarantine lies."""
-
-
-@dataclass(frozen=True)
-class Moved:
-    ident: str
-    folder: str
-    entries: int
-    bytes: int
-    repointed: int
-    left: int = 0
-    """Entries left because they (or their checkpoint) were written, opened or replaced after the plan."""
-    problems: tuple[str, ...] = ()
-    """Entries that could not be moved (each ``path: why``); the rest of the plan went on."""
 
 
 class _Places:
@@ -161,34 +111,26 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
     ident = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     with open_run(root) as top:
         lines = [
-            {"path": path, "index": item.number, "reasons": list(item.reasons), "bytes": item.bytes if len(item.entries) == 1 else entry.size}
+            EntryLine(path, item.number, item.reasons, item.bytes if len(item.entries) == 1 else entry.size, None)
             for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
         ]
         planned = as_planned(root, (entry for _, entry in moves), {path: identity(info) for path in relative[: len(moves)] if (info := top.look(path)) is not None})
-        movable = [line for line in _movable(top, lines, since, busy) if line["path"] in planned]  # before the manifest: it lists what moves
-        manifest: dict[str, Any] = {
-            "version": 2,
-            "run": plan.run,
-            "created": time.time(),
-            "state": "repairing",
-            "entries": movable,
-            "pointers": [
-                {
-                    "path": path, "index": item.number, "reasons": list(item.reasons), "text": item.write.text,
-                    "kind": item.write.kind.value, "existed": top.look(path) is not None,
-                }
-                for path, item in zip(relative[len(moves) :], repoints, strict=True)
-                if item.write is not None
-            ],
-        }  # fmt: skip
+        movable = [line for line in _movable(top, lines, since, busy) if line.path in planned]  # before the manifest: it lists what moves
+        pointers = [
+            PointerLine(path, item.number, item.reasons, item.write.text, item.write.kind, top.look(path) is not None)
+            for path, item in zip(relative[len(moves) :], repoints, strict=True)
+            if item.write is not None
+        ]
+        manifest = Manifest(MANIFEST_VERSION, plan.run, time.time(), Phase.REPAIRING, tuple(movable), tuple(pointers))
     try:
         places = _Places(root, plan.home, ident, create=True)
     except OSError as error:
         raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
     try:
         try:
-            write_record(places.here, MANIFEST, manifest)
-            _reserve(places.here, manifest)
+            encoded = manifest.encode()
+            write_record(places.here, MANIFEST, encoded)
+            _reserve(places.here, encoded)
         except OSError as error:
             _confine.remove(places.quarantine, ident)
             if error.errno in FULL:
@@ -202,16 +144,14 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
     finally:
         places.close()
     folder = os.path.join(plan.home, QUARANTINE, ident)
-    return Moved(ident, folder, entries, moved_bytes, len(manifest["pointers"]), len(lines) - len(movable) + changed, tuple(problems))
+    return Moved(ident, folder, entries, moved_bytes, len(manifest.pointers), len(lines) - len(movable) + changed, tuple(problems))
 
 
-def _reserve(here: Folder, manifest: dict[str, Any]) -> None:
+def _reserve(here: Folder, manifest: bytes) -> None:
     """Hold the space the manifest's last rewrite needs (OSError ENOSPC when it is not there)."""
-    import json
-
     handle = create_new(here, RESERVE, 0o600)
     try:
-        os.posix_fallocate(handle, 0, len(json.dumps(manifest)) + _SLACK)
+        os.posix_fallocate(handle, 0, len(manifest) + _SLACK)
         os.fsync(handle)
     finally:
         os.close(handle)
@@ -247,17 +187,16 @@ def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> 
     finished = 0
     problems: list[str] = []
     for found in quarantines(root, home):
-        if found.state != "repairing":
+        if found.state != Phase.REPAIRING.value:
             continue
         places = _Places(root, home, found.ident, create=False)
         try:
             manifest = _read_manifest(places.here)
             written = os.stat(MANIFEST, dir_fd=places.here.fd, follow_symlinks=False).st_mtime
-            moved = [line for line in manifest["entries"] if places.stored is not None and places.stored.look(line["path"]) is not None]
-            rest = [line for line in manifest["entries"] if line not in moved]
+            moved = [line for line in manifest.entries if places.stored is not None and places.stored.look(line.path) is not None]
+            rest = [line for line in manifest.entries if line not in moved]
             meant = _movable(places.top, rest, written, busy, identities=True)
-            manifest["entries"] = moved + meant  # what undo will put back
-            problems += _carry_out(places, manifest, written)[2]
+            problems += _carry_out(places, dataclasses.replace(manifest, entries=tuple(moved + meant)), written)[2]  # what undo will put back
         except (OSError, ValueError) as error:
             raise ActionError(f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be completed ({error})") from error
         finally:
@@ -266,32 +205,32 @@ def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> 
     return finished, problems
 
 
-def _movable(top: Folder, lines: list[dict[str, Any]], written: float, busy: frozenset[str], identities: bool = False) -> list[dict[str, Any]]:
+def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: frozenset[str], identities: bool = False) -> list[EntryLine]:
     """The manifest ``lines`` whose entries are still as planned at ``written`` (see
     ``still_meant``) — and, with ``identities``, still the inode the manifest recorded — each
     with its identity now: when one file of a checkpoint was written since, it may be being
     saved again, and none of that checkpoint moves."""
-    meant: dict[str, list[int]] = {}
+    meant: dict[str, Identity] = {}
     for line in lines:
-        info = top.look(line["path"]) if still_meant(top, line["path"], written, busy) else None
-        if info is not None and (not identities or list(identity(info)) == line.get("identity")):
-            meant[line["path"]] = list(identity(info))
-    spoiled = {line.get("index") for line in lines if line["path"] not in meant and top.look(line["path"]) is not None}
-    return [{**line, "identity": meant[line["path"]]} for line in lines if line["path"] in meant and line.get("index") not in spoiled - {None}]
+        info = top.look(line.path) if still_meant(top, line.path, written, busy) else None
+        if info is not None and (not identities or identity(info) == line.identity):
+            meant[line.path] = identity(info)
+    spoiled = {line.index for line in lines if line.path not in meant and top.look(line.path) is not None}
+    return [dataclasses.replace(line, identity=meant[line.path]) for line in lines if line.path in meant and line.index not in spoiled - {None}]
 
 
-def _carry_out(places: _Places, manifest: dict[str, Any], written: float) -> tuple[int, int, list[str], int]:
+def _carry_out(places: _Places, manifest: Manifest, written: float) -> tuple[int, int, list[str], int]:
     """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
     same steps finish the job (what is done already is skipped). (moved, bytes, problems, left
     because changed.)"""
     moved = moved_bytes = changed = 0
     problems: list[str] = []
     assert places.stored is not None, "a repair made its files folder"
-    for line in manifest["entries"]:
+    for line in manifest.entries:
         try:
-            stored, name = places.stored.reach(line["path"], create=True)
+            stored, name = places.stored.reach(line.path, create=True)
         except (OSError, Escapes) as error:
-            problems.append(f"{line['path']}: cannot make its place in the quarantine ({error})")
+            problems.append(f"{line.path}: cannot make its place in the quarantine ({error})")
             continue
         with stored:
             if stored.lstat(name) is not None:
@@ -300,40 +239,39 @@ def _carry_out(places: _Places, manifest: dict[str, Any], written: float) -> tup
             def into_quarantine(parent: Folder, source: str, stored: Folder = stored, name: str = name) -> None:
                 os.rename(source, name, src_dir_fd=parent.fd, dst_dir_fd=stored.fd)
 
-            outcome, why = take(places.top, line["path"], line.get("identity"), into_quarantine)
+            outcome, why = take(places.top, line.path, line.identity, into_quarantine)
             problems += [why] if why else []
         moved += outcome is Outcome.DONE
         changed += outcome is Outcome.CHANGED
-        moved_bytes += int(line.get("bytes", 0)) if outcome is Outcome.DONE else 0
-    for line in manifest["pointers"]:
+        moved_bytes += line.bytes if outcome is Outcome.DONE else 0
+    for pointer in manifest.pointers:
         try:
-            _write_pointer(places, line, written)
+            _write_pointer(places, pointer, written)
         except (OSError, Escapes) as error:
             problems.append(
-                f"cannot re-point {line['path']}: {error}; the old pointer is kept in {places.here.path} "
+                f"cannot re-point {pointer.path}: {error}; the old pointer is kept in {places.here.path} "
                 "(`ckptdoctor repair --undo` puts it back)"
             )
-    manifest["state"] = "done"
     _release(places.here)
-    write_record(places.here, MANIFEST, manifest)
+    write_record(places.here, MANIFEST, dataclasses.replace(manifest, state=Phase.DONE).encode())
     return moved, moved_bytes, problems, changed
 
 
-def _write_pointer(places: _Places, line: dict[str, Any], written: float) -> None:
+def _write_pointer(places: _Places, line: PointerLine, written: float) -> None:
     """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
     the new one in with one rename, so that a framework never finds no pointer at all."""
     assert places.stored is not None, "a repair made its files folder"
-    write = _pointer_write(line)
-    parent, name = places.top.reach(str(line["path"]))
+    write = line.write
+    parent, name = places.top.reach(line.path)
     with parent:
         if _is_written(parent, name, write):
             return
         now = parent.lstat(name)
         if now is not None and now.st_mtime > written:
             return  # rewritten by its framework since the repair was planned: that one is newer
-        stored, kept = places.stored.reach(str(line["path"]), create=True)
+        stored, kept = places.stored.reach(line.path, create=True)
         with stored:
-            if line["existed"] and stored.lstat(kept) is None:
+            if line.existed and stored.lstat(kept) is None:
                 if now is None:
                     return  # the old pointer is gone and was never kept: do not invent one
                 try:
@@ -373,10 +311,6 @@ def _scratch_pointer(own: Folder, scratch: str, parent: Folder, write: PointerWr
         os.close(handle)
 
 
-def _pointer_write(line: dict[str, Any]) -> PointerWrite:
-    return PointerWrite(os.path.basename(str(line["path"])), str(line["text"]), PointerKind(line["kind"]))
-
-
 def _is_written(parent: Folder, name: str, write: PointerWrite) -> bool:
     """Whether the pointer ``name`` in ``parent`` already says what ``write`` says."""
     try:
@@ -412,22 +346,20 @@ def quarantines(root: str, home: str) -> list[Quarantine]:
             except FileNotFoundError:
                 stored = None
             try:
-                items = [_stored(top, stored, line, None) for line in manifest["entries"]]
-                items += [_stored(top, stored, line, line) for line in manifest["pointers"]]
+                items = [_stored(top, stored, line) for line in manifest.lines]
             finally:
                 if stored is not None:
                     stored.close()
-            found.append(Quarantine(ident, here.path, str(manifest["run"]), float(manifest["created"]), str(manifest["state"]), tuple(items), home))
+            found.append(Quarantine(ident, here.path, manifest.run, float(manifest.created), manifest.state.value, tuple(items), home))
     return sorted(found, key=lambda q: (q.created, q.ident))  # two repairs within a second: by time
 
 
-def _stored(top: Folder, stored: Folder | None, line: dict[str, Any], pointer: dict[str, Any] | None) -> Stored:
-    path = str(line["path"])
+def _stored(top: Folder, stored: Folder | None, line: EntryLine | PointerLine) -> Stored:
+    path = line.path
     in_run, kept = top.look(path), (stored.look(path) if stored is not None else None)
-    index = line.get("index")
     write, existed = None, False
     same = in_run is not None and kept is not None and (in_run.st_dev, in_run.st_ino) == (kept.st_dev, kept.st_ino)
-    if pointer is None:
+    if isinstance(line, EntryLine):
         if kept is not None and in_run is not None:
             # one file in both places: an undo killed between linking it back and unlinking the spare
             state = StoredState.BACK if same else StoredState.CONFLICT
@@ -436,11 +368,10 @@ def _stored(top: Folder, stored: Folder | None, line: dict[str, Any], pointer: d
         else:
             state = StoredState.BACK if in_run is not None else StoredState.LOST
     else:
-        write = _pointer_write(pointer)
-        existed = bool(pointer["existed"])
+        write, existed = line.write, line.existed
         ours = _written_at(top, path, write)
         state = _pointer_state(ours, existed, in_run is not None, kept is not None, lambda: same)
-    return Stored(path, index if isinstance(index, int) else None, tuple(line.get("reasons", ())), write, existed, state, int(line.get("bytes", 0)))
+    return Stored(path, line.index, line.reasons, write, existed, state, line.bytes if isinstance(line, EntryLine) else 0)
 
 
 def _written_at(top: Folder, path: str, write: PointerWrite) -> bool:
@@ -476,18 +407,16 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
     places = _Places(root, found.home, found.ident, create=False)
     try:
         manifest = _read_manifest(places.here)
-        manifest["state"] = "undoing"
         try:
-            write_record(places.here, MANIFEST, manifest)
+            write_record(places.here, MANIFEST, dataclasses.replace(manifest, state=Phase.UNDOING).encode())
         except OSError as error:
             raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
         _release(places.here)
         _confine.between("undo started", places.here.path)
         restored = 0
         left = []
-        lines = [(line, None) for line in manifest["entries"]] + [(line, line) for line in manifest["pointers"]]
-        for line, pointer in lines:
-            item = _stored(places.top, places.stored, line, pointer)  # again: the run may have changed since the plan
+        for line in manifest.lines:
+            item = _stored(places.top, places.stored, line)  # again: the run may have changed since the plan
             try:
                 outcome = _restore_one(places, item)
             except Escapes:
@@ -548,21 +477,7 @@ def _restore_one(places: _Places, item: Stored) -> bool | None:
             return put_back(source, kept, target, name)
 
 
-def _read_manifest(here: Folder) -> dict[str, Any]:
+def _read_manifest(here: Folder) -> Manifest:
     """A quarantine's manifest, checked field by field (it is a file anyone can edit); ValueError
-    says what is wrong."""
-    manifest = read_record(here, MANIFEST)
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list) or not isinstance(manifest.get("pointers"), list):
-        raise ValueError("not a ckptdoctor quarantine manifest")
-    if not isinstance(manifest.get("run"), str) or not isinstance(manifest.get("created"), int | float) or manifest.get("state") not in _STATES:
-        raise ValueError("its run, created or state field is missing or wrong")
-    kinds = {kind.value for kind in PointerKind}
-    for line in manifest["entries"] + manifest["pointers"]:
-        named = line.get("path") if isinstance(line, dict) else None
-        if not isinstance(named, str) or not plain(named) or ours(named):
-            raise ValueError(f"an entry names {named!r}, which is not a path inside the run")
-    for line in manifest["pointers"]:
-        if not isinstance(line.get("text"), str) or line.get("kind") not in kinds or not isinstance(line.get("existed"), bool):
-            raise ValueError(f"the pointer line for {line['path']!r} is incomplete")
-    return manifest
-
+    (``records.BadRecord``) says what is wrong, OSError what stops it being read."""
+    return Manifest.decode(read_record(here, MANIFEST))

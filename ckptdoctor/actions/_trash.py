@@ -27,15 +27,12 @@ import stat
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from ckptdoctor.actions import _confine
 from ckptdoctor.actions._confine import (
     ActionError,
     Escapes,
     Folder,
-    Identity,
     Outcome,
     as_planned,
     identity,
@@ -43,52 +40,18 @@ from ckptdoctor.actions._confine import (
     mount_points,
     mounted_in,
     open_run,
-    ours,
-    plain,
     put_back,
     remove,
     take,
 )
 from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
 from ckptdoctor.model import Action, Plan
+from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
 
 TRASH = "trash"
 JOURNAL = "journal.json"
 _MOVED = re.compile(r"\d{6}")
 """How an entry is named once moved into the trash: its place in the journal's list."""
-
-
-@dataclass(frozen=True)
-class Done:
-    deleted: int
-    """Checkpoints removed."""
-    files: int
-    freed_bytes: int
-    left: int = 0
-    """Entries left because they were written, opened or replaced after the plan was made."""
-    problems: tuple[str, ...] = ()
-    """Entries that could not be deleted (each ``path: why``); the rest of the plan went on."""
-    journal_free: bool = False
-    """The disk was too full for a journal: entries were deleted in place (see the module)."""
-
-
-@dataclass(frozen=True)
-class Pending:
-    """What a killed prune's journal would still do."""
-
-    journal: str
-    in_trash: int
-    """Entries it had moved into its trash already."""
-    in_run: tuple[str, ...]
-    """Entries still in the run, the same and unchanged, that finishing it deletes."""
-    spared: tuple[str, ...]
-    """Entries it listed that are changed, restored, open or kept by this prune's policy: left."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    entries: int
-    problems: tuple[str, ...] = ()
 
 
 def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done:
@@ -106,15 +69,15 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
         left = len(planned) - len(relative) - len(gone)
         if not relative:
             return Done(0, 0, 0, left)
-        document = {"run": plan.run, "entries": relative, "identities": identities}
-        journal = _start_journal(plan.home, document)
+        record = Journal(plan.run, tuple(relative), identities)
+        journal = _start_journal(plan.home, record)
         if journal is None:
-            done, problems, changed = _delete_in_place(top, relative, identities)
+            done, problems, changed = _delete_in_place(top, record)
         else:
             trash, folder = journal
             with trash, folder:
                 _confine.between("journal written", folder.path)
-                done, problems, changed = _move_all(top, folder, relative, identities, set(relative))
+                done, problems, changed = _move_all(top, folder, record, set(relative))
                 problems += _finish(trash, folder)
     paths = [[os.path.relpath(entry.os_path, plan.root) for entry in item.entries] for item in doomed]
     whole = [item for item, own in zip(doomed, paths, strict=True) if any(p in done for p in own) and all(p in done or p in gone for p in own)]
@@ -122,7 +85,7 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
     return Done(len(whole), len(done), freed, left + changed, tuple(problems), journal_free=journal is None)
 
 
-def _start_journal(home: str, document: dict[str, Any]) -> tuple[Folder, Folder] | None:
+def _start_journal(home: str, journal: Journal) -> tuple[Folder, Folder] | None:
     """The trash folder and a new journal folder in it, with its journal written; None when the
     disk is too full to write it."""
     name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -134,7 +97,7 @@ def _start_journal(home: str, document: dict[str, Any]) -> tuple[Folder, Folder]
         with own:
             trash = own.child(TRASH, create=True)
         folder = trash.child(name, create=True)
-        write_record(folder, JOURNAL, document)
+        write_record(folder, JOURNAL, journal.encode())
         return trash, folder
     except OSError as error:
         if folder is not None:
@@ -153,14 +116,14 @@ def _discard_folder(trash: Folder, name: str) -> None:
         remove(trash, name)
 
 
-def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict[str, Any], wanted: set[str]) -> tuple[set[str], list[str], int]:
+def _move_all(top: Folder, folder: Folder, journal: Journal, wanted: set[str]) -> tuple[set[str], list[str], int]:
     """Move each ``wanted`` entry of the journal's list into its folder; (those moved, problems,
     how many were left because changed)."""
     moved: set[str] = set()
     changed = 0
     problems: list[str] = []
     mounts = mount_points()
-    for number, path in enumerate(relative):
+    for number, path in enumerate(journal.entries):
         if path not in wanted:
             continue
 
@@ -170,7 +133,7 @@ def _move_all(top: Folder, folder: Folder, relative: list[str], identities: dict
                 raise OSError(errno.EBUSY, f"holds the mount point {mount}")
             os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
 
-        outcome, why = take(top, path, identities.get(path), into_trash)
+        outcome, why = take(top, path, journal.identity(path), into_trash)
         problems += [why] if why else []
         if outcome is Outcome.DONE:
             moved.add(path)
@@ -201,20 +164,20 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
     return problems
 
 
-def _delete_in_place(top: Folder, relative: list[str], identities: dict[str, Any]) -> tuple[set[str], list[str], int]:
+def _delete_in_place(top: Folder, journal: Journal) -> tuple[set[str], list[str], int]:
     """Delete the entries where they are, in the plan's order (its checkpoints oldest first);
     (those deleted, problems, how many were left because changed)."""
     deleted: set[str] = set()
     changed = 0
     problems: list[str] = []
     mounts = mount_points()
-    for path in relative:
+    for path in journal.entries:
         failed: list[str] = []
 
         def in_place(parent: Folder, name: str, failed: list[str] = failed) -> None:
             failed.extend(remove(parent, name, mounts))
 
-        outcome, why = take(top, path, identities.get(path), in_place)
+        outcome, why = take(top, path, journal.identity(path), in_place)
         problems += [why] if why else failed
         if outcome is Outcome.DONE and not failed:
             deleted.add(path)
@@ -256,33 +219,28 @@ def _journals(home: str) -> Iterator[tuple[Folder, str, Folder]]:
     return own_folders(home, TRASH)
 
 
-def _read_journal(folder: Folder) -> tuple[list[str], dict[str, Identity], float]:
-    """A journal's entries, their identities and when it was written; ActionError if it is no
-    journal ckptdoctor wrote."""
+def _read_journal(folder: Folder) -> tuple[Journal, float]:
+    """A journal and when it was written; ActionError if it is no journal ckptdoctor wrote."""
     try:
         written = os.stat(JOURNAL, dir_fd=folder.fd, follow_symlinks=False).st_mtime
-        document = read_record(folder, JOURNAL)
-        listed = document["entries"]
-        identities = document.get("identities") or {}
-        if not isinstance(listed, list) or not all(isinstance(path, str) for path in listed) or not isinstance(identities, dict):
-            raise ValueError("not a ckptdoctor journal")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        journal = Journal.decode(read_record(folder, JOURNAL))
+    except (OSError, ValueError) as error:
         raise ActionError(
             f"an interrupted prune left {os.path.join(folder.path, JOURNAL)}, which cannot be completed ({error}); "
             "check that folder, then run prune with --discard-journal to go on"
         ) from error
-    return listed, {path: tuple(value) for path, value in identities.items() if isinstance(value, list)}, written
+    return journal, written
 
 
-def _meant(top: Folder, listed: list[str], identities: dict[str, Identity], written: float, busy: frozenset[str], kept: frozenset[str]) -> list[str]:
+def _meant(top: Folder, journal: Journal, written: float, busy: frozenset[str], kept: frozenset[str]) -> list[str]:
     """The listed entries finishing a journal still deletes: in the run unchanged, the same inode
     it listed, not held open, and not kept by the policy of the prune finishing it."""
     meant = []
-    for path in listed:
+    for path in journal.entries:
         if ours(path) or _under(path, kept) or not still_meant(top, path, written, busy):
             continue
         info = top.look(path)
-        if info is not None and identity(info) == identities.get(path):
+        if info is not None and identity(info) == journal.identity(path):
             meant.append(path)
     return meant
 
@@ -292,24 +250,22 @@ def _under(path: str, kept: frozenset[str]) -> bool:
     return path in kept or any(other.startswith(path + os.sep) or path.startswith(other + os.sep) for other in kept)
 
 
-def _pending_journals(
-    top: Folder, home: str, busy: frozenset[str], kept: frozenset[str]
-) -> Iterator[tuple[Folder, Folder, list[str], dict[str, Identity], list[str]]]:
-    """(trash, journal folder, entries listed, their identities, those finishing it deletes) for
-    each journal a killed prune left."""
+def _pending_journals(top: Folder, home: str, busy: frozenset[str], kept: frozenset[str]) -> Iterator[tuple[Folder, Folder, Journal, list[str]]]:
+    """(trash, journal folder, journal, the entries finishing it deletes) for each journal a
+    killed prune left."""
     for trash, _, folder in _journals(home):
         if folder.lstat(JOURNAL) is not None:
-            listed, identities, written = _read_journal(folder)
-            yield trash, folder, listed, identities, _meant(top, listed, identities, written, busy, kept)
+            journal, written = _read_journal(folder)
+            yield trash, folder, journal, _meant(top, journal, written, busy, kept)
 
 
 def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> list[Pending]:
     """What each journal a killed prune left would still do (``finish_interrupted``)."""
     found = []
     with open_run(root) as top:
-        for _, folder, listed, _, meant in _pending_journals(top, home, busy, kept):
+        for _, folder, journal, meant in _pending_journals(top, home, busy, kept):
             in_trash = sum(1 for name in folder.names() if _MOVED.fullmatch(name))
-            spared = tuple(path for path in listed if path not in meant and top.look(path) is not None)
+            spared = tuple(path for path in journal.entries if path not in meant and top.look(path) is not None)
             found.append(Pending(os.path.join(folder.path, JOURNAL), in_trash, tuple(meant), spared))
     return found
 
@@ -319,9 +275,9 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(),
     finished = 0
     problems: list[str] = []
     with open_run(root) as top:
-        for trash, folder, listed, identities, meant in _pending_journals(top, home, busy, kept):
+        for trash, folder, journal, meant in _pending_journals(top, home, busy, kept):
             already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
-            moved, failed, _ = _move_all(top, folder, listed, identities, set(meant))
+            moved, failed, _ = _move_all(top, folder, journal, set(meant))
             finished += already + len(moved)
             problems += failed + _finish(trash, folder)
     return Finished(finished, tuple(problems))
@@ -353,9 +309,9 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
     left: list[str] = []
     with open_run(root) as top:
         for trash, name, folder in _journals(home):
-            listed: list[str] = []
+            listed: tuple[str, ...] = ()
             if folder.lstat(JOURNAL) is not None:
-                listed, _, _ = _read_journal(folder)
+                listed = _read_journal(folder)[0].entries
             for item in folder.names():
                 if not _MOVED.fullmatch(item) or int(item) >= len(listed) or ours(listed[int(item)]):
                     continue

@@ -25,8 +25,8 @@ from ckptdoctor.render import HUMAN, JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
-    from ckptdoctor.actions import Pending
     from ckptdoctor.config import Settings
+    from ckptdoctor.records import Pending
 
 EXIT_LOCKED = 3
 """Another ckptdoctor is acting on the run (cli-conventions §2)."""

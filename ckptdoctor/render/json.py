@@ -25,7 +25,7 @@ from ckptdoctor.render import PLAIN, RenderOptions
 from ckptdoctor.rules._rule import Rule
 
 if TYPE_CHECKING:
-    from ckptdoctor.actions import Pending
+    from ckptdoctor.records import Pending
 
 SCHEMA = "ckptdoctor.report.v1"
 
