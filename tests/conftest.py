@@ -1,4 +1,4 @@
-"""Shared fixtures: run builders over real files, the CLI runner, and the shared corpus."""
+"""Shared fixtures: framework runs built once per test run, the CLI runner, and the shared corpus."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import accelerator_for, hf_trainer, lightning_fit, step_and_save
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -59,3 +60,47 @@ def inspect_json(cli: Callable[..., Result]) -> Callable[..., Result]:
         return cli("inspect", "--json", *args, *paths)
 
     return run
+
+
+# --- framework runs, built once per test run (tests copy them with frameworks.copy_run) ----------
+
+
+@pytest.fixture(scope="session")
+def hf_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``output_dir`` of a real HF Trainer (a tiny GPT-2): steps 2, 4 and 6 saved, save_total_limit=3."""
+    output = tmp_path_factory.mktemp("hf") / "out"
+    hf_trainer(output, 6, save_total_limit=3).train()
+    return output
+
+
+@pytest.fixture(scope="session")
+def accelerate_saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose ``checkpoints/`` holds checkpoint_1..3 from four real ``save_state()``
+    calls with automatic naming and total_limit=3."""
+    project = tmp_path_factory.mktemp("acc") / "project"
+    accelerator, *prepared = accelerator_for(project, total_limit=3)
+    for _ in range(4):
+        step_and_save(accelerator, *prepared)
+    return project
+
+
+@pytest.fixture(scope="session")
+def lightning_saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two real fits of 3 epochs with ``ModelCheckpoint(save_top_k=-1)``: one
+    ``epoch=E-step=S.ckpt`` per epoch and ``last.ckpt``, a symlink (``link``) or a copy (``copy``);
+    each the ``checkpoints`` folder."""
+    base = tmp_path_factory.mktemp("pl")
+    found = {}
+    for kind, save_last in (("link", "link"), ("copy", True)):
+        lightning_fit(base / kind, 3, save_top_k=-1, save_last=save_last)
+        found[kind] = base / kind / "checkpoints"
+    return found
+
+
+@pytest.fixture(scope="session")
+def lightning_every_2_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real fit of 2 epochs of 4 steps, ``ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)``:
+    the ``checkpoints`` folder, ``epoch=0-step=2.ckpt`` to ``epoch=1-step=8.ckpt``."""
+    root = tmp_path_factory.mktemp("pl_steps")
+    lightning_fit(root, 2, every_n_train_steps=2, save_top_k=-1)
+    return root / "checkpoints"

@@ -10,36 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import accelerate_model, accelerator_for, copy_run, step_and_save
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> Path:
-    torch = pytest.importorskip("torch")
-    accelerate = pytest.importorskip("accelerate")
-    from accelerate.utils import ProjectConfiguration
-
-    project = tmp_path_factory.mktemp("acc")
-    config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True, total_limit=3)
-    accelerator = accelerate.Accelerator(project_config=config, cpu=True)
-    model = torch.nn.Linear(4, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    for _ in range(4):
-        accelerator.backward(model(torch.randn(2, 4)).sum())
-        optimizer.step()
-        scheduler.step()
-        accelerator.save_state()
-    return project / "checkpoints"
-
-
 @pytest.fixture
-def run(saved: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "checkpoints"
-    shutil.copytree(saved, copy)
-    return copy
+def run(accelerate_saved: Path, tmp_path: Path) -> Path:
+    """A copy of the shared project's ``checkpoints/`` (checkpoint_1..3), for the test to break."""
+    return copy_run(accelerate_saved / "checkpoints", tmp_path / "checkpoints")
 
 
 def only(report: dict, code: str) -> dict:
@@ -108,15 +87,6 @@ def test_prune_keeps_its_own_folder_out_of_checkpoints_and_accelerate_saves_on(r
 # --- issue 14, item 11: resuming after a save killed under automatic naming and total_limit --------
 
 
-def step_and_save(accelerator, model, optimizer, scheduler) -> None:
-    import torch
-
-    accelerator.backward(model(torch.randn(2, 4)).sum())
-    optimizer.step()
-    scheduler.step()
-    accelerator.save_state()
-
-
 def same_weights(accelerator, model, folder: Path) -> bool:
     from safetensors.torch import load_file
 
@@ -128,8 +98,6 @@ def same_weights(accelerator, model, folder: Path) -> bool:
 def killed(tmp_path_factory) -> Path:
     """Five real saves with total_limit=3 (checkpoint_2..4 left), the last one killed mid-write:
     its optimizer cut in half, its scheduler and RNG states never written."""
-    from test_repair_frameworks import accelerator_for
-
     project = tmp_path_factory.mktemp("killed") / "project"
     accelerator, *prepared = accelerator_for(project, total_limit=3)
     for _ in range(5):
@@ -144,17 +112,13 @@ def killed(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def project(killed: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "project"
-    shutil.copytree(killed, copy)
-    return copy
+    return copy_run(killed, tmp_path / "project")
 
 
 def test_load_state_by_path_alone_lets_total_limit_delete_the_new_saves(project):
     """What the fix is for, as accelerate does it: a new Accelerator counts saves from 0 again,
     the rotation deletes the lowest numbers (the new saves), and a bare `load_state()` takes the
     broken checkpoint_4."""
-    from test_repair_frameworks import accelerator_for
-
     run = project / "checkpoints"
     accelerator, *prepared = accelerator_for(project, total_limit=3)
     accelerator.load_state(str(run / "checkpoint_3"))
@@ -173,7 +137,7 @@ def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project,
     import subprocess
     import sys
 
-    from test_repair_frameworks import accelerator_for, age
+    from test_repair_frameworks import age
 
     run = project / "checkpoints"
     report = inspect_json(run).json
@@ -230,8 +194,6 @@ class Counter:
 
 
 def named_accelerator() -> tuple[Any, ...]:
-    from test_repair_frameworks import accelerate_model
-
     accelerate, model, optimizer, scheduler = accelerate_model()
     accelerator = accelerate.Accelerator(cpu=True)
     counter = Counter()
@@ -262,9 +224,7 @@ def named(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def saves(named: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "named"
-    shutil.copytree(named, copy)
-    return copy
+    return copy_run(named, tmp_path / "named")
 
 
 def test_folders_the_script_names_are_recognised_by_what_they_hold(saves, inspect_json):

@@ -5,22 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
-
-def deepspeed_run(folder: Path, steps: tuple[int, ...] = (100, 200), ranks: int = 2) -> Path:
-    """ZeRO-2 tags: model states for mp rank 0, one optimizer partition per data-parallel rank."""
-    torch = pytest.importorskip("torch")
-    folder.mkdir(parents=True)
-    for step in steps:
-        tag = folder / f"global_step{step}"
-        tag.mkdir()
-        torch.save({"module": {"w": torch.zeros(4)}, "global_steps": step, "dp_world_size": ranks}, tag / "mp_rank_00_model_states.pt")
-        for rank in range(ranks):
-            torch.save({"optimizer_state_dict": {"partition": rank}}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
-    (folder / "latest").write_text(f"global_step{steps[-1]}")
-    (folder / "zero_to_fp32.py").write_text("# recovery script\n")
-    return folder
+from frameworks import deepspeed_run
 
 
 def findings(report: dict, code: str) -> list[dict]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import copy_run, hf_trainer
 
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts import LAYOUTS
@@ -18,50 +19,10 @@ from ckptdoctor.testing import write_burn_run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def trainer_for(output: Path, max_steps: int, callbacks: list[Any] | None = None) -> Any:
-    """A real Trainer of a tiny GPT-2 that saves every 2 steps into ``output`` (save_total_limit=3)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32)
-    )
-
-    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return 32
-
-        def __getitem__(self, index: int) -> dict[str, object]:
-            ids = torch.randint(0, 64, (16,))
-            return {"input_ids": ids, "labels": ids}
-
-    args = transformers.TrainingArguments(
-        output_dir=str(output),
-        max_steps=max_steps,
-        save_steps=2,
-        save_total_limit=3,
-        per_device_train_batch_size=4,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    return transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """`output_dir` of a real Trainer: steps 2, 4 and 6 saved, save_total_limit=3."""
-    output = tmp_path_factory.mktemp("hf") / "out"
-    trainer_for(output, 6).train()
-    return output
-
-
 @pytest.fixture
-def run(trained: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "out"
-    shutil.copytree(trained, copy, symlinks=True)
-    return copy
+def run(hf_trained: Path, tmp_path: Path) -> Path:
+    """A copy of the shared Trainer run (steps 2, 4 and 6), for the test to break."""
+    return copy_run(hf_trained, tmp_path / "out")
 
 
 def codes(report: dict) -> list[str]:
@@ -278,7 +239,7 @@ def test_checkpoints_renamed_are_known_by_what_they_hold_and_the_trainer_resumes
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             Steps.taken += 1
 
-    trainer = trainer_for(tmp_path / "again", 6, callbacks=[Steps()])
+    trainer = hf_trainer(tmp_path / "again", 6, [Steps()], save_total_limit=3)
     trainer.train(resume_from_checkpoint=str(renamed / "step_4"))
     assert (trainer.state.global_step, Steps.taken) == (6, 2)
 

@@ -9,12 +9,12 @@ import logging
 import os
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import hf_trainer, lightning_fit, tiny_module
 
 MiB = 2**20
 
@@ -71,38 +71,12 @@ def errors_in(folder: Path) -> list[str]:
 # --- Lightning ----------------------------------------------------------------------------------------
 
 
-def lightning_fit(root: Path, epochs: int, callbacks: list[Any], optimizer: str = "AdamW", **checkpointing: Any) -> Any:
-    """A real ``fit`` of a model with 0.5 MiB of parameters and AdamW (a save is ~1.5 MiB),
-    ``ModelCheckpoint`` keeping every epoch in ``root/checkpoints`` (unless ``checkpointing``
-    says otherwise)."""
-    torch = pytest.importorskip("torch")
-    lightning = pytest.importorskip("lightning")
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    class Wide(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(256, 512)
-
-        def training_step(self, batch: Any, index: int) -> Any:
-            return self.layer(batch).pow(2).mean()
-
-        def configure_optimizers(self) -> Any:
-            return getattr(torch.optim, optimizer)(self.parameters(), lr=1e-3)
-
-    torch.manual_seed(0)
-    trainer = lightning.Trainer(
-        default_root_dir=root,
-        max_epochs=epochs,
-        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", **{"save_top_k": -1, **checkpointing}), *callbacks],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(Wide(), torch.utils.data.DataLoader(torch.randn(8, 256), batch_size=4))
-    return trainer
+def wide_fit(root: Path, epochs: int, callbacks: list[Any], optimizer: str = "AdamW", **checkpointing: Any) -> Any:
+    """A real ``fit`` of a model with 0.5 MiB of parameters (a save with AdamW is ~1.5 MiB), 2
+    steps an epoch, ``ModelCheckpoint`` keeping every epoch in ``root/checkpoints`` (unless
+    ``checkpointing`` says otherwise)."""
+    module = tiny_module(256, 512, optimizer, scheduler=False)
+    return lightning_fit(root, epochs, module=module, callbacks=callbacks, samples=8, **{"save_top_k": -1, **checkpointing})
 
 
 @pytest.mark.parametrize("disk", [4], indirect=True)
@@ -110,7 +84,7 @@ def test_lightning_stops_before_the_save_that_would_not_fit(disk, logged):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    trainer = lightning_fit(disk, 6, [check])
+    trainer = wide_fit(disk, 6, [check])
     saved = sorted(p.name for p in (disk / "checkpoints").iterdir())
     assert saved == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"], "two 1.5 MiB saves fit in 4 MiB, the third does not"
     assert check.stopped is not None and check.stopped.code == "CKD501"
@@ -126,7 +100,7 @@ def test_lightning_first_save_is_judged_from_the_model_and_its_optimizer(disk):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    lightning_fit(disk, 3, [check])
+    wide_fit(disk, 3, [check])
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert "adamw state" in check.stopped.message
     assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
@@ -137,7 +111,7 @@ def test_lightning_with_room_trains_and_saves_untouched(disk):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    trainer = lightning_fit(disk, 4, [check])
+    trainer = wide_fit(disk, 4, [check])
     assert check.stopped is None and check.report is not None and check.report.ok
     assert trainer.current_epoch == 4
     assert len(list((disk / "checkpoints").glob("epoch=*.ckpt"))) == 4
@@ -148,31 +122,7 @@ def test_lightning_with_room_trains_and_saves_untouched(disk):
 
 def hf_train(output: Path, steps: int, callbacks: list[Any], evaluate: bool = False, **arguments: Any) -> Any:
     """A real ``Trainer.train`` of a small GPT-2 (a ``checkpoint-N`` is ~1.6 MiB), saving every step."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=64, vocab_size=512, n_positions=32))
-
-    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return 64
-
-        def __getitem__(self, index: int) -> dict[str, object]:
-            ids = torch.randint(0, 512, (16,))
-            return {"input_ids": ids, "labels": ids}
-
-    args = transformers.TrainingArguments(
-        output_dir=str(output),
-        max_steps=steps,
-        save_steps=1,
-        per_device_train_batch_size=4,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        **arguments,
-    )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens() if evaluate else None, callbacks=callbacks)
+    trainer = hf_trainer(output, steps, callbacks, width=64, vocab=512, samples=64, save_steps=1, evaluate=evaluate, **arguments)
     trainer.train()
     return trainer
 
@@ -220,7 +170,7 @@ def test_lightning_an_optimizer_ckptdoctor_does_not_know_is_sized_and_training_g
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    trainer = lightning_fit(disk, 2, [check], optimizer="NAdam")
+    trainer = wide_fit(disk, 2, [check], optimizer="NAdam")
     assert check.stopped is None and trainer.current_epoch == 2
     assert len(list((disk / "checkpoints").glob("epoch=*.ckpt"))) == 2
 
@@ -230,7 +180,7 @@ def test_lightning_weights_only_saves_are_sized_without_optimizer_state(disk):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    lightning_fit(disk, 1, [check], save_weights_only=True)  # 0.5 MiB of weights in 1 MiB: fits
+    wide_fit(disk, 1, [check], save_weights_only=True)  # 0.5 MiB of weights in 1 MiB: fits
     assert check.stopped is None
     assert [p.name for p in (disk / "checkpoints").iterdir()] == ["epoch=0-step=2.ckpt"]
 
@@ -240,7 +190,7 @@ def test_lightning_no_save_due_means_no_stop(disk):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    trainer = lightning_fit(disk, 3, [check], every_n_train_steps=100)  # 2 steps an epoch: never saves
+    trainer = wide_fit(disk, 3, [check], every_n_train_steps=100)  # 2 steps an epoch: never saves
     assert check.stopped is None and check.report is None
     assert trainer.current_epoch == 3
 
@@ -250,7 +200,7 @@ def test_lightning_a_blocked_first_save_writes_no_last_ckpt_either(disk):
     from ckptdoctor.integrations.lightning import DiskCheck
 
     check = DiskCheck()
-    lightning_fit(disk, 3, [check], save_last=True)  # returns normally
+    wide_fit(disk, 3, [check], save_last=True)  # returns normally
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
 
@@ -263,7 +213,7 @@ def test_lightning_a_full_tmpdir_where_it_stages_saves_stops_training(disk, tmp_
 
     monkeypatch.setattr(tempfile, "tempdir", str(disk))  # Lightning writes each checkpoint there first
     check = DiskCheck()
-    lightning_fit(tmp_path / "roomy", 2, [check])
+    wide_fit(tmp_path / "roomy", 2, [check])
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert str(disk) in check.stopped.message and "moves it" in check.stopped.message
     assert not (tmp_path / "roomy" / "checkpoints").exists() or not any((tmp_path / "roomy" / "checkpoints").iterdir())

@@ -13,13 +13,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ckptdoctor"
 LAYERS: dict[str, int] = {
     # the data, and facts about the frameworks that every layer shares
     "model": 0, "units": 0,
-    "bundles": 1, "optimizers": 1, "places": 1, "regular": 1, "parallel": 1, "processes": 1, "records": 1,
-    # input: listings and files; the executor acts on entries, knowing no framework
-    "discover": 2, "readers": 2, "actions": 2,
-    # what a name or a file means, then what is wrong
-    "layouts": 3,
+    "bundles": 1, "optimizers": 1, "places": 1, "regular": 1, "parallel": 1, "processes": 1,
+    # input: listings, files, and the records ckptdoctor keeps in a run
+    "discover": 2, "readers": 2, "records": 2,
+    # what a name or a file means; the executor, which acts on entries and knows no framework
+    "layouts": 3, "actions": 3,
+    # what is wrong
     "rules": 4,
-    # pipelines (paths → report) and planners (run → plan or verdict); settings
+    # pipelines (paths → report) and planners (run → plan or verdict)
     "scan": 5, "verify": 5, "retention": 5, "repair": 5, "disk": 5, "metrics": 5, "baseline": 5,
     # output
     "render": 6,

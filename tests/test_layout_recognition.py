@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from frameworks import deepspeed_run, megatron_run
 from test_dcp import dcp_run
-from test_deepspeed import deepspeed_run
-from test_megatron import megatron_run
 from test_orbax import orbax_run
 from test_timm import timm_run
 

@@ -8,52 +8,30 @@ import time
 from pathlib import Path
 
 import pytest
+from frameworks import copy_run, lightning_fit
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> Path:
     """`lightning_logs/version_0/checkpoints` after 4 epochs: save_top_k=2 and save_last."""
-    torch = pytest.importorskip("torch")
-    lightning = pytest.importorskip("lightning")
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    pytest.importorskip("lightning")
     from lightning.pytorch.loggers import CSVLogger
 
-    class Tiny(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-
-        def training_step(self, batch, index):
-            loss = self.layer(batch).pow(2).mean()
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
-            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
-
     root = tmp_path_factory.mktemp("pl")
-    torch.manual_seed(0)
     for _ in range(2):  # two fits: version_0 and version_1, as a re-run leaves them
-        checkpoints = ModelCheckpoint(save_top_k=2, monitor="train_loss", save_last=True)
-        trainer = lightning.Trainer(
-            default_root_dir=root,
-            max_epochs=4,
-            callbacks=[checkpoints],
-            logger=CSVLogger(root),
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            log_every_n_steps=1,
-        )
-        trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4))
+        lightning_fit(root, 4, logger=CSVLogger(root), dirpath=None, save_top_k=2, monitor="train_loss", save_last=True)
     return root
 
 
 @pytest.fixture
 def root(fitted: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "pl"
-    shutil.copytree(fitted, copy, symlinks=True)
-    return copy
+    return copy_run(fitted, tmp_path / "pl")
+
+
+@pytest.fixture
+def every_2_steps(lightning_every_2_steps: Path, tmp_path: Path) -> Path:
+    """A copy of the shared fit that saved every 2 steps (steps 2, 4, 6 and 8), at ``tmp_path/checkpoints``."""
+    return copy_run(lightning_every_2_steps, tmp_path / "checkpoints")
 
 
 def checkpoints(root: Path, version: int = 0) -> Path:
@@ -139,12 +117,9 @@ def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
     assert stale["path"].endswith("last.ckpt") and target.name in stale["message"]
 
 
-def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(tmp_path, cli, inspect_json):
+def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(every_2_steps, tmp_path, cli, inspect_json):
     """Issue 14, item 2: `epoch=0-step=2.ckpt`, `epoch=0-step=4.ckpt`, … were merged into one epoch."""
-    from test_repair_frameworks import lightning_fit
-
-    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)  # 4 steps an epoch: two saves in each
-    folder = tmp_path / "checkpoints"
+    folder = every_2_steps  # 4 steps an epoch: two saves in each
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt"]
     newest = folder / "epoch=1-step=8.ckpt"
     newest.write_bytes(newest.read_bytes()[:-100])  # killed mid-save
@@ -164,8 +139,6 @@ def test_deep_verify_of_a_default_fit_ignores_the_callbacks_inf_and_lightning_re
     """Issue 14, item 1: ModelCheckpoint with monitor=None stores `kth_value = tensor(inf)` in every
     checkpoint; NaN and Inf matter in model and optimizer tensors only."""
     torch = pytest.importorskip("torch")
-    from test_repair_frameworks import lightning_fit
-
     lightning_fit(tmp_path, 2, save_last="link")
     folder = tmp_path / "checkpoints"
     saved = torch.load(folder / "last.ckpt", weights_only=False)
@@ -193,8 +166,6 @@ def test_deep_verify_of_a_default_fit_ignores_the_callbacks_inf_and_lightning_re
 
 def test_the_template_without_metric_names_is_indexed_by_step_and_lightning_resumes_from_the_one_named(tmp_path, inspect_json):
     """`filename="{epoch}-{step}", auto_insert_metric_name=False`: `0-2.ckpt`, `0-4.ckpt`, …"""
-    from test_repair_frameworks import lightning_fit
-
     lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1, filename="{epoch}-{step}", auto_insert_metric_name=False)
     folder = tmp_path / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == ["0-2.ckpt", "0-4.ckpt", "1-6.ckpt", "1-8.ckpt"]
@@ -214,7 +185,7 @@ def test_the_template_without_metric_names_is_indexed_by_step_and_lightning_resu
 def test_slurm_requeue_saves_and_the_resume_lightning_picks_by_itself(tmp_path, cli, inspect_json):
     """`hpc_ckpt_N.ckpt` in default_root_dir: `ckpt_path="hpc"` loads the highest N. A cut newest
     one is what that resume would pick (CKD114); after `repair`, it picks the whole one."""
-    from test_repair_frameworks import age, lightning_fit
+    from test_repair_frameworks import age
 
     trainer = lightning_fit(tmp_path, 1, save_top_k=0)
     for _ in range(2):
@@ -269,15 +240,12 @@ def _tensors(value: object):
             yield from _tensors(item)
 
 
-def test_a_second_templates_saves_are_indexed_by_the_step_they_record(tmp_path, inspect_json):
+def test_a_second_templates_saves_are_indexed_by_the_step_they_record(every_2_steps, tmp_path, inspect_json):
     """`epoch=0-step=2.ckpt`, `epoch=0-step=4.ckpt` and a second ModelCheckpoint's `epoch=0.ckpt`
     (saved at the end of epoch 0, step 4): each is a whole checkpoint. With steps 2 and 6 cut
     and step 8 gone, Lightning resumes from step 4, which is where ckptdoctor points."""
     torch = pytest.importorskip("torch")
-    from test_repair_frameworks import lightning_fit
-
-    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)
-    folder = tmp_path / "checkpoints"
+    folder = every_2_steps
     shutil.copyfile(folder / "epoch=0-step=4.ckpt", folder / "epoch=0.ckpt")  # what filename="{epoch}" saves then
     assert torch.load(folder / "epoch=0.ckpt", weights_only=False)["global_step"] == 4
     for name in ("epoch=0-step=2.ckpt", "epoch=1-step=6.ckpt"):
@@ -291,16 +259,13 @@ def test_a_second_templates_saves_are_indexed_by_the_step_they_record(tmp_path, 
         assert resumed.global_step == 8
 
 
-def test_saves_of_one_step_under_several_templates_are_one_checkpoint_whose_best_copy_counts(tmp_path, cli):
+def test_saves_of_one_step_under_several_templates_are_one_checkpoint_whose_best_copy_counts(every_2_steps, tmp_path, cli):
     """Three ModelCheckpoints in one folder: `epoch=E-step=S.ckpt` every 2 steps, `epoch=E.ckpt`
     at each epoch's end and a weights-only `epoch=E-best.ckpt`. A cut copy of a step must not cost
     that step when a whole copy is beside it, the resume must name a copy Lightning resumes from,
     and inspect and verify must agree."""
     torch = pytest.importorskip("torch")
-    from test_repair_frameworks import lightning_fit
-
-    lightning_fit(tmp_path, 2, every_n_train_steps=2, save_top_k=-1)
-    folder = tmp_path / "checkpoints"
+    folder = every_2_steps
     for epoch, step in ((0, 4), (1, 8)):
         shutil.copyfile(folder / f"epoch={epoch}-step={step}.ckpt", folder / f"epoch={epoch}.ckpt")
     best = torch.load(folder / "epoch=1-step=8.ckpt", weights_only=False)  # the test's own file

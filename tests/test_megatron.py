@@ -3,21 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-import pytest
-
-
-def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: int = 2, tracker: int | None = None) -> Path:
-    """Legacy torch format: iter_<7 digits>/mp_rank_XX/model_optim_rng.pt, then the tracker."""
-    torch = pytest.importorskip("torch")
-    for iteration in iterations:
-        for rank in range(ranks):
-            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
-            rank_folder.mkdir(parents=True)
-            torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
-    (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
-    return folder
+from frameworks import megatron_run
 
 
 def only(report: dict, code: str) -> dict:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from frameworks import copy_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,9 +53,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def run(saved: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(saved, copy)
-    return copy
+    return copy_run(saved, tmp_path / "run")
 
 
 def restores(folder: Path, step: int) -> bool:
@@ -119,8 +118,7 @@ def test_the_layout_is_what_the_module_docstrings_say(run):
 def test_each_file_of_a_step_deleted_emptied_or_cut_ckptdoctor_agrees_with_orbax(saved, tmp_path, cli, damage):
     """Every file of the newest step, one at a time: Orbax decides whether it was needed."""
     for index, victim in enumerate(step_files(saved)):
-        copy = tmp_path / f"{damage}-{index}"
-        shutil.copytree(saved, copy)
+        copy = copy_run(saved, tmp_path / f"{damage}-{index}")
         target = copy / victim.relative_to(saved)
         if damage == "delete":
             target.unlink()

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import frameworks
 import pytest
 from test_prune import only_process_notes
 
@@ -292,16 +293,10 @@ def test_a_locked_run_exits_3_naming_the_holder(tmp_path, cli):
 
 
 def deepspeed_run(folder: Path, steps=(100, 200, 300), broken=300, latest: str | None = "global_step300") -> Path:
-    import torch
-
-    for step in steps:
-        tag = folder / f"global_step{step}"
-        tag.mkdir(parents=True)
-        torch.save({"module": {"w": torch.zeros(4)}, "global_steps": step, "dp_world_size": 2}, tag / "mp_rank_00_model_states.pt")
-        for rank in range(1 if step == broken else 2):
-            torch.save({"optimizer_state_dict": {"partition": rank}}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
-    if latest is not None:
-        (folder / "latest").write_text(latest)
+    """A DeepSpeed save_dir, aged, whose tag ``broken`` lost one rank's optimizer partition."""
+    frameworks.deepspeed_run(folder, steps, latest=False if latest is None else latest)
+    if broken is not None:
+        (folder / f"global_step{broken}" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
     age(folder)
     return folder
 
@@ -362,14 +357,10 @@ def test_undo_refuses_a_pointer_changed_since_and_a_file_that_exists_again(tmp_p
 
 
 def megatron_run(folder: Path, iterations=(1000, 2000, 3000), partial=3000, tracker="3000") -> Path:
-    import torch
-
-    for iteration in iterations:
-        rank = folder / f"iter_{iteration:07d}" / "mp_rank_00"
-        rank.mkdir(parents=True)
-        if iteration != partial:
-            torch.save({"model": {"w": torch.zeros(2)}, "iteration": iteration}, rank / "model_optim_rng.pt")
-    (folder / "latest_checkpointed_iteration.txt").write_text(tracker)
+    """A Megatron save folder of one rank, aged, whose iteration ``partial`` was never written."""
+    frameworks.megatron_run(folder, iterations, ranks=1, tracker=tracker)
+    if partial is not None:
+        (folder / f"iter_{partial:07d}" / "mp_rank_00" / "model_optim_rng.pt").unlink()
     age(folder)
     return folder
 

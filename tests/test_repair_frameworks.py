@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import accelerator_for, copy_run, deepspeed_run, lightning_fit, megatron_run
 
 DAY = 86400
 OWN = ".ckptdoctor"
@@ -239,43 +240,9 @@ def healthy(cli: Callable[..., Any], run: Path, beside: bool = False) -> None:
 # --- HF Trainer --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """`output_dir` of a real Trainer: steps 2, 4 and 6 saved."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    output = tmp_path_factory.mktemp("hf") / "out"
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32))
-
-    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return 32
-
-        def __getitem__(self, index: int) -> dict[str, object]:
-            ids = torch.randint(0, 64, (16,))
-            return {"input_ids": ids, "labels": ids}
-
-    args = transformers.TrainingArguments(
-        output_dir=str(output),
-        max_steps=6,
-        save_steps=2,
-        save_total_limit=3,
-        per_device_train_batch_size=4,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    transformers.Trainer(model=model, args=args, train_dataset=Tokens()).train()
-    return output
-
-
 @pytest.fixture
-def hf_run(trained: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "out"
-    shutil.copytree(trained, copy, symlinks=True)
-    return copy
+def hf_run(hf_trained: Path, tmp_path: Path) -> Path:
+    return copy_run(hf_trained, tmp_path / "out")
 
 
 def resumes_from_hf(run: Path, step: int) -> Callable[[], None]:
@@ -349,25 +316,6 @@ def test_hf_trainer_a_save_still_being_written_is_left_alone(hf_run, cli):
 # --- accelerate --------------------------------------------------------------------------------
 
 
-def accelerate_model() -> tuple[Any, Any, Any, Any]:
-    torch = pytest.importorskip("torch")
-    accelerate = pytest.importorskip("accelerate")
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
-    return accelerate, model, optimizer, scheduler
-
-
-def accelerator_for(project: Path, total_limit: int = 3) -> Any:
-    from accelerate.utils import ProjectConfiguration
-
-    accelerate, model, optimizer, scheduler = accelerate_model()
-    config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True, total_limit=total_limit)
-    accelerator = accelerate.Accelerator(project_config=config, cpu=True)
-    return (accelerator, *accelerator.prepare(model, optimizer, scheduler))
-
-
 def loads_with_accelerate(project: Path, folder: Path) -> None:
     """`load_state(folder)` restores the weights saved there."""
     from safetensors.torch import load_file
@@ -379,25 +327,9 @@ def loads_with_accelerate(project: Path, folder: Path) -> None:
         assert (tensor == saved[name]).all()
 
 
-@pytest.fixture(scope="module")
-def accelerated(tmp_path_factory) -> Path:
-    """A project whose `checkpoints/` holds checkpoint_1..3 from a real `save_state()` (total_limit=3)."""
-    torch = pytest.importorskip("torch")
-    project = tmp_path_factory.mktemp("acc") / "project"
-    accelerator, model, optimizer, scheduler = accelerator_for(project)
-    for _ in range(4):
-        accelerator.backward(model(torch.randn(2, 4)).sum())
-        optimizer.step()
-        scheduler.step()
-        accelerator.save_state()
-    return project
-
-
 @pytest.fixture
-def acc_project(accelerated: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "project"
-    shutil.copytree(accelerated, copy, symlinks=True)
-    return copy
+def acc_project(accelerate_saved: Path, tmp_path: Path) -> Path:
+    return copy_run(accelerate_saved, tmp_path / "project")
 
 
 def test_accelerate_healthy_run_is_left_alone(acc_project, cli):
@@ -510,65 +442,14 @@ def test_accelerate_dry_run_leaves_the_checkpoints_folder_as_it_was(acc_project,
 # --- Lightning ---------------------------------------------------------------------------------
 
 
-def lightning_fit(root: Path, epochs: int, ckpt_path: str | None = None, **checkpointing: Any) -> Any:
-    """A real `Trainer.fit` of a tiny model (4 steps an epoch) whose `ModelCheckpoint` saves into
-    `root/checkpoints`; returns the trainer."""
-    torch = pytest.importorskip("torch")
-    lightning = pytest.importorskip("lightning")
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    class Tiny(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-
-        def training_step(self, batch, index):
-            return self.layer(batch).pow(2).mean()
-
-        def configure_optimizers(self):
-            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
-            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
-
-    torch.manual_seed(0)
-    trainer = lightning.Trainer(
-        default_root_dir=root,
-        max_epochs=epochs,
-        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", **checkpointing)],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4), ckpt_path=ckpt_path)
-    return trainer
-
-
-def fit(root: Path, save_last: bool | str, epochs: int = 3) -> Path:
-    """`ModelCheckpoint(save_top_k=-1, save_last=...)`: one `epoch=E-step=S.ckpt` per epoch and
-    `last.ckpt`; returns the checkpoints folder."""
-    lightning_fit(root, epochs, save_top_k=-1, save_last=save_last)
-    return root / "checkpoints"
-
-
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("pl")
-    return {"link": fit(base / "link", "link"), "copy": fit(base / "copy", True)}
+@pytest.fixture
+def linked(lightning_saved: dict[str, Path], tmp_path: Path) -> Path:
+    return copy_run(lightning_saved["link"], tmp_path / "link" / "checkpoints")
 
 
 @pytest.fixture
-def linked(fitted: dict[str, Path], tmp_path: Path) -> Path:
-    copy = tmp_path / "link" / "checkpoints"
-    shutil.copytree(fitted["link"], copy, symlinks=True)
-    return copy
-
-
-@pytest.fixture
-def copied(fitted: dict[str, Path], tmp_path: Path) -> Path:
-    copy = tmp_path / "copy" / "checkpoints"
-    shutil.copytree(fitted["copy"], copy, symlinks=True)
-    return copy
+def copied(lightning_saved: dict[str, Path], tmp_path: Path) -> Path:
+    return copy_run(lightning_saved["copy"], tmp_path / "copy" / "checkpoints")
 
 
 def ckpt(folder: Path, epoch: int) -> Path:
@@ -596,8 +477,8 @@ def resumes_from_lightning(folder: Path, epoch: int) -> Callable[[], None]:
     return check
 
 
-def test_lightning_fits_are_laid_out_as_expected(fitted):
-    link, copy = fitted["link"], fitted["copy"]
+def test_lightning_fits_are_laid_out_as_expected(lightning_saved):
+    link, copy = lightning_saved["link"], lightning_saved["copy"]
     assert sorted(os.listdir(link)) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt", "last.ckpt"]
     assert os.readlink(link / "last.ckpt") == "epoch=2-step=12.ckpt"
     assert sorted(os.listdir(copy)) == sorted(os.listdir(link))
@@ -605,9 +486,8 @@ def test_lightning_fits_are_laid_out_as_expected(fitted):
 
 
 @pytest.mark.parametrize("kind", ["link", "copy"])
-def test_lightning_healthy_run_is_left_alone(kind, fitted, tmp_path, cli):
-    folder = tmp_path / "checkpoints"
-    shutil.copytree(fitted[kind], folder, symlinks=True)
+def test_lightning_healthy_run_is_left_alone(kind, lightning_saved, tmp_path, cli):
+    folder = copy_run(lightning_saved[kind], tmp_path / "checkpoints")
     healthy(cli, folder)
 
 
@@ -656,7 +536,8 @@ def test_lightning_copy_mode_training_on_after_repair_keeps_the_resume_checkpoin
     if not elsewhere.is_dir() or not os.access(elsewhere, os.W_OK) or os.stat(elsewhere).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("needs a writable folder on another filesystem than the run for $TMPDIR")
     root = tmp_path / "run"
-    folder = fit(root, True)  # in place, so that the resumed callback takes its own state back
+    lightning_fit(root, 3, save_top_k=-1, save_last=True)  # in place, so that the resumed callback takes its own state back
+    folder = root / "checkpoints"
     last = folder / "last.ckpt"
     last.write_bytes(last.read_bytes()[:1000])
     age(folder)
@@ -672,22 +553,6 @@ def test_lightning_copy_mode_training_on_after_repair_keeps_the_resume_checkpoin
 
 
 # --- DeepSpeed ---------------------------------------------------------------------------------
-
-
-def deepspeed_run(folder: Path, steps: tuple[int, ...] = (100, 200), ranks: int = 2, latest: bool = True) -> Path:
-    """ZeRO-2 tags: model states for mp rank 0, one optimizer partition per data-parallel rank."""
-    torch = pytest.importorskip("torch")
-    folder.mkdir(parents=True)
-    for step in steps:
-        tag = folder / f"global_step{step}"
-        tag.mkdir()
-        torch.save({"module": {"w": torch.zeros(4)}, "global_steps": step, "dp_world_size": ranks}, tag / "mp_rank_00_model_states.pt")
-        for rank in range(ranks):
-            torch.save({"optimizer_state_dict": {"partition": rank}}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
-    if latest:
-        (folder / "latest").write_text(f"global_step{steps[-1]}")
-    (folder / "zero_to_fp32.py").write_text("# recovery script\n")
-    return folder
 
 
 def test_deepspeed_healthy_run_is_left_alone(tmp_path, cli):
@@ -754,18 +619,6 @@ def test_only_the_repoint_claims_to_fix_a_stale_pointer(tmp_path, cli):
 
 
 # --- Megatron ----------------------------------------------------------------------------------
-
-
-def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: int = 2, tracker: int | None = None) -> Path:
-    """Legacy torch format: iter_<7 digits>/mp_rank_XX/model_optim_rng.pt, then the tracker."""
-    torch = pytest.importorskip("torch")
-    for iteration in iterations:
-        for rank in range(ranks):
-            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
-            rank_folder.mkdir(parents=True)
-            torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
-    (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
-    return folder
 
 
 def test_megatron_healthy_run_is_left_alone(tmp_path, cli):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import copy_run
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -785,42 +786,9 @@ SELF_LOADED = {"rng_state.pth", "training_args.bin", "random_states_0.pkl"}
 
 
 @pytest.fixture(scope="module")
-def hf_run(tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
-    """A real Trainer, 2 steps, saved after each; then ``verify --json`` of its output_dir."""
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    output = tmp_path_factory.mktemp("hf") / "out"
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            n_layer=1,
-            n_head=2,
-            n_embd=8,
-            vocab_size=32,
-            n_positions=16,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-    )
-
-    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return 8
-
-        def __getitem__(self, index: int) -> dict[str, object]:
-            ids = torch.randint(0, 32, (8,))
-            return {"input_ids": ids, "labels": ids}
-
-    args = transformers.TrainingArguments(
-        output_dir=str(output),
-        max_steps=2,
-        save_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    transformers.Trainer(model=model, args=args, train_dataset=Tokens()).train()
+def hf_run(hf_trained: Path, tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
+    """The shared real Trainer run (steps 2, 4 and 6), and ``verify --json`` of its output_dir."""
+    output = copy_run(hf_trained, tmp_path_factory.mktemp("hf") / "out")
     return (output, *_verify(output))
 
 
@@ -834,7 +802,7 @@ HF_FILES = [
 
 
 @pytest.mark.parametrize("name", HF_FILES)
-@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize("step", [2, 6])
 def test_hf_trainer_file_is_not_flagged_unsafe(hf_run, name: str, step: int) -> None:
     output, _, report = hf_run
     path = output / f"checkpoint-{step}" / name
@@ -848,7 +816,7 @@ def test_hf_trainer_file_is_not_flagged_unsafe(hf_run, name: str, step: int) -> 
 @pytest.mark.parametrize("name", ["rng_state.pth", "training_args.bin"])
 def test_hf_trainer_self_loaded_file_is_at_most_info(hf_run, name: str) -> None:
     output, _, report = hf_run
-    findings = _for_path(report, output / "checkpoint-2" / name)
+    findings = _for_path(report, output / "checkpoint-6" / name)
     assert [(f["code"], f["severity"]) for f in findings if f["severity"] != "info"] == [], findings
 
 
@@ -912,47 +880,22 @@ def test_accelerate_random_states_is_at_most_info(accelerate_state) -> None:
 
 
 @pytest.fixture(scope="module")
-def lightning_fit(tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
-    lightning = pytest.importorskip("lightning")
-
-    class Tiny(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self, hidden: int = 3, lr: float = 1e-3, name: str = "tiny") -> None:
-            super().__init__()
-            self.save_hyperparameters()
-            self.layer = torch.nn.Linear(4, hidden)
-
-        def training_step(self, batch, index):
-            return self.layer(batch).pow(2).mean()
-
-        def configure_optimizers(self):
-            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
-            return {
-                "optimizer": optimizer,
-                "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1),
-            }
-
-    root = tmp_path_factory.mktemp("pl")
-    torch.manual_seed(0)
-    trainer = lightning.Trainer(
-        default_root_dir=root,
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4))
+def lightning_run(lightning_saved: dict[str, Path], tmp_path_factory) -> tuple[Path, int, dict[str, Any]]:
+    """The shared real fit whose ``last.ckpt`` is a copy, and ``verify --json`` of it."""
+    root = copy_run(lightning_saved["copy"], tmp_path_factory.mktemp("pl") / "checkpoints")
     return (root, *_verify(root))
 
 
-def test_lightning_ckpt_is_not_flagged_unsafe(lightning_fit) -> None:
-    root, code, report = lightning_fit
-    (ckpt,) = sorted(root.rglob("*.ckpt"))
-    entry = _entry(report, ckpt)
-    assert "hyper_parameters" in entry.get("keys", [])
-    findings = _for_path(report, ckpt)
-    assert [f for f in findings if f["code"] in UNSAFE_CODES] == [], findings
-    assert [f for f in findings if f["severity"] == "error"] == [], findings
+def test_lightning_ckpt_is_not_flagged_unsafe(lightning_run) -> None:
+    root, code, report = lightning_run
+    saved = sorted(root.rglob("*.ckpt"))
+    assert len(saved) == 4  # three epochs and last.ckpt
+    for ckpt in saved:
+        entry = _entry(report, ckpt)
+        assert "hyper_parameters" in entry.get("keys", [])
+        findings = _for_path(report, ckpt)
+        assert [f for f in findings if f["code"] in UNSAFE_CODES] == [], findings
+        assert [f for f in findings if f["severity"] == "error"] == [], findings
     assert code == 0
 
 

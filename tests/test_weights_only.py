@@ -9,12 +9,11 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from frameworks import copy_run, hf_trainer, lightning_fit, tiny_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,31 +21,11 @@ from ckptdoctor.readers import _skim, torchzip
 
 torch = pytest.importorskip("torch")
 
-HF_SCRIPT = """
-import sys, torch, transformers
-out, only, resume, steps = sys.argv[1], sys.argv[2] == "1", sys.argv[3] or None, int(sys.argv[4])
-torch.manual_seed(0)
-model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=32))
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self): return 32
-    def __getitem__(self, i):
-        ids = torch.randint(0, 64, (16,)); return {"input_ids": ids, "labels": ids}
-args = transformers.TrainingArguments(output_dir=out, max_steps=steps, save_steps=2, per_device_train_batch_size=4,
-    report_to=[], use_cpu=True, disable_tqdm=True, save_only_model=only)
-trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens())
-trainer.train(resume_from_checkpoint=resume)
-print("global_step", trainer.state.global_step)
-"""
-
-
-def hf_train(output: Path, save_only_model: bool, steps: int, resume: str = "") -> str:
-    pytest.importorskip("transformers")
-    done = subprocess.run(
-        [sys.executable, "-c", HF_SCRIPT, str(output), "1" if save_only_model else "0", resume, str(steps)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+def hf_train(output: Path, save_only_model: bool, steps: int, resume: Path | None = None) -> int:
+    """A real HF Trainer run of ``steps`` steps saving every 2 (resumed from ``resume``); the step it ended at."""
+    trainer = hf_trainer(output, steps, save_only_model=save_only_model)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return int(trainer.state.global_step)
 
 
 def saved(obj: object, protocol: int = 2) -> tuple[bytes, object]:
@@ -167,8 +146,6 @@ def test_bundles_with_no_optimizer_anywhere_are_a_weights_only_run(tmp_path, cli
 
 
 def test_lightning_save_weights_only_resumes_as_the_fix_says(tmp_path, cli):
-    from test_repair_frameworks import lightning_fit
-
     lightning_fit(tmp_path, 2, save_weights_only=True, save_top_k=-1)
     folder = tmp_path / "checkpoints"
     for command in ("inspect", "verify"):
@@ -186,14 +163,7 @@ def test_lightning_save_weights_only_resumes_as_the_fix_says(tmp_path, cli):
     with pytest.raises(KeyError, match="contains only the model"):
         lightning_fit(tmp_path / "refused", 3, ckpt_path=str(named), save_top_k=0)
     # ... and the weights load into a new fit, as the fix says
-    import lightning
-
-    class Tiny(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-
-    restored = Tiny.load_from_checkpoint(named)
+    restored = type(tiny_module()).load_from_checkpoint(named)
     saved = torch.load(named, weights_only=True)["state_dict"]
     assert torch.equal(restored.layer.weight, saved["layer.weight"])
 
@@ -212,19 +182,17 @@ def test_hf_save_only_model_is_not_damage_and_hf_resumes_from_the_named_folder(t
     # verify also notes (CKD402) the transformers classes training_args.bin pickles, as it always has
     assert [f["code"] for f in cli("verify", "--json", output).json["findings"] if f["code"] != "CKD402"] == ["CKD107"]
     # HF resumes from it as usual, with a fresh optimizer
-    out = hf_train(output, save_only_model=True, steps=6, resume=str(output / "checkpoint-4"))
-    assert "global_step 6" in out
+    assert hf_train(output, save_only_model=True, steps=6, resume=output / "checkpoint-4") == 6
 
 
-def test_a_missing_optimizer_without_the_flag_is_still_damage(tmp_path, cli):
-    output = tmp_path / "out"
-    hf_train(output, save_only_model=False, steps=4)
-    (output / "checkpoint-4" / "optimizer.pt").unlink()
+def test_a_missing_optimizer_without_the_flag_is_still_damage(hf_trained, tmp_path, cli):
+    output = copy_run(hf_trained, tmp_path / "out")
+    (output / "checkpoint-6" / "optimizer.pt").unlink()
     report = cli("inspect", "--json", output).json
     assert "CKD107" not in [f["code"] for f in report["findings"]]
-    assert ("CKD101", 4) in {(f["code"], f["index"]) for f in report["findings"]}
-    assert report["runs"][0]["resume"]["index"] == 2
-    assert os.path.exists(output / "checkpoint-2" / "optimizer.pt")
+    assert ("CKD101", 6) in {(f["code"], f["index"]) for f in report["findings"]}
+    assert report["runs"][0]["resume"]["index"] == 4
+    assert os.path.exists(output / "checkpoint-4" / "optimizer.pt")
 
 
 # --- other trainers' keys (item 10): each bundle written with the keys its framework's saving code uses ---
@@ -303,8 +271,6 @@ def test_a_protocol_4_save_is_ckd402_because_torch_weights_only_refuses_it(tmp_p
 def test_a_lightning_run_stripped_of_its_optimizer_is_damage_not_design(tmp_path, cli):
     """save_weights_only writes neither optimizer_states nor lr_schedulers: a checkpoint that keeps
     its schedulers but lost its optimizer state was stripped, and Lightning cannot resume it."""
-    from test_repair_frameworks import lightning_fit
-
     lightning_fit(tmp_path, 2, save_top_k=-1)
     folder = tmp_path / "checkpoints"
     for path in folder.glob("*.ckpt"):
@@ -344,9 +310,9 @@ def test_a_run_resumed_with_save_only_model_resumes_from_its_newest_weights(tmp_
     resumes from step 6 (weights only), whatever order the folders list in."""
     output = tmp_path / "out"
     hf_train(output, save_only_model=False, steps=4)
-    hf_train(output, save_only_model=True, steps=6, resume=str(output / "checkpoint-4"))
+    hf_train(output, save_only_model=True, steps=6, resume=output / "checkpoint-4")
     assert not (output / "checkpoint-6" / "optimizer.pt").exists() and (output / "checkpoint-4" / "optimizer.pt").exists()
     report = cli("inspect", "--json", output).json
     assert [f["code"] for f in report["findings"]] == ["CKD107"]
     assert (report["runs"][0]["resume"]["index"], report["runs"][0]["resume"]["weights_only"]) == (6, True)
-    assert "global_step 8" in hf_train(output, save_only_model=True, steps=8, resume=str(output / "checkpoint-6"))
+    assert hf_train(output, save_only_model=True, steps=8, resume=output / "checkpoint-6") == 8

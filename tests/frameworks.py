@@ -1,0 +1,210 @@
+"""Framework runs for the tests: each written by the framework's own saving code (a tiny model on
+the CPU), or, for DeepSpeed and Megatron (too heavy to install here), built by hand under their
+exact names with real ``torch.save`` files.
+
+The runs several suites share are session fixtures in ``conftest.py``, built once per test run and
+never changed: a test that breaks one works on its own copy (:func:`copy_run`). The builders stay
+callable for what a test must do itself with the framework (resume, train on, load).
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def copy_run(source: Path, into: Path) -> Path:
+    """A copy of the shared run ``source`` at ``into`` (symlinks kept as links), for a test to break."""
+    shutil.copytree(source, into, symlinks=True)
+    return into
+
+
+# --- HF Trainer ---------------------------------------------------------------------------------
+
+
+def hf_trainer(
+    output: Path,
+    max_steps: int,
+    callbacks: Sequence[Any] = (),
+    *,
+    width: int = 16,
+    vocab: int = 64,
+    samples: int = 32,
+    save_steps: int = 2,
+    evaluate: bool = False,
+    **arguments: Any,
+) -> Any:
+    """A real ``transformers.Trainer`` of a one-layer GPT-2 (``width`` wide) on random tokens,
+    saving every ``save_steps`` steps into ``output``; ``arguments`` go to ``TrainingArguments``."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=width, vocab_size=vocab, n_positions=32)
+    )
+
+    class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __len__(self) -> int:
+            return samples
+
+        def __getitem__(self, index: int) -> dict[str, object]:
+            ids = torch.randint(0, vocab, (16,))
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(output),
+        max_steps=max_steps,
+        save_steps=save_steps,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        **arguments,
+    )
+    return transformers.Trainer(
+        model=model,
+        args=args,
+        train_dataset=Tokens(),
+        eval_dataset=Tokens() if evaluate else None,
+        callbacks=list(callbacks),
+    )
+
+
+# --- Lightning ----------------------------------------------------------------------------------
+
+
+def tiny_module(inputs: int = 4, outputs: int = 2, optimizer: str = "AdamW", scheduler: bool = True) -> Any:
+    """A LightningModule of one linear layer that logs ``train_loss`` and keeps its
+    hyperparameters (as most modules do: ``hyper_parameters`` in every checkpoint)."""
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+
+    class Tiny(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self, inputs: int, outputs: int, lr: float = 1e-3) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(inputs, outputs)
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            loss = self.layer(batch).pow(2).mean()
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            made = getattr(torch.optim, optimizer)(self.parameters(), lr=self.hparams.lr)
+            if not scheduler:
+                return made
+            return {"optimizer": made, "lr_scheduler": torch.optim.lr_scheduler.StepLR(made, 1)}
+
+    return Tiny(inputs, outputs)
+
+
+def lightning_fit(
+    root: Path,
+    epochs: int,
+    ckpt_path: str | None = None,
+    *,
+    module: Any = None,
+    callbacks: Sequence[Any] = (),
+    logger: Any = False,
+    samples: int = 16,
+    **checkpointing: Any,
+) -> Any:
+    """A real ``Trainer.fit`` of ``module`` (:func:`tiny_module` unless given; batches of 4, so 4
+    steps an epoch with the default 16 samples), its ``ModelCheckpoint`` saving into
+    ``root/checkpoints`` unless ``checkpointing`` says otherwise; returns the trainer."""
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    module = module if module is not None else tiny_module()
+    trainer = lightning.Trainer(
+        default_root_dir=root,
+        max_epochs=epochs,
+        callbacks=[ModelCheckpoint(**{"dirpath": root / "checkpoints", **checkpointing}), *callbacks],
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    inputs = module.layer.in_features
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, torch.utils.data.DataLoader(torch.randn(samples, inputs), batch_size=4), ckpt_path=ckpt_path)
+    return trainer
+
+
+# --- accelerate ---------------------------------------------------------------------------------
+
+
+def accelerate_model() -> tuple[Any, Any, Any, Any]:
+    """accelerate, and a linear model with AdamW and a StepLR scheduler (seeded)."""
+    torch = pytest.importorskip("torch")
+    accelerate = pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    return accelerate, model, optimizer, scheduler
+
+
+def accelerator_for(project: Path, total_limit: int = 3) -> Any:
+    """An ``Accelerator`` with automatic checkpoint naming into ``project/checkpoints``, and its
+    prepared model, optimizer and scheduler."""
+    from accelerate.utils import ProjectConfiguration
+
+    accelerate, model, optimizer, scheduler = accelerate_model()
+    config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True, total_limit=total_limit)
+    accelerator = accelerate.Accelerator(project_config=config, cpu=True)
+    return (accelerator, *accelerator.prepare(model, optimizer, scheduler))
+
+
+def step_and_save(accelerator: Any, model: Any, optimizer: Any, scheduler: Any) -> None:
+    """One training step, then ``save_state()``."""
+    import torch
+
+    accelerator.backward(model(torch.randn(2, 4)).sum())
+    optimizer.step()
+    scheduler.step()
+    accelerator.save_state()
+
+
+# --- DeepSpeed and Megatron, by hand --------------------------------------------------------------
+
+
+def deepspeed_run(folder: Path, steps: tuple[int, ...] = (100, 200), ranks: int = 2, latest: str | bool = True) -> Path:
+    """A ZeRO-2 ``save_dir``: per tag, model states for mp rank 0 and one optimizer partition per
+    data-parallel rank; ``latest`` names the newest tag (True), says ``latest`` (a str), or is
+    not there (False); and the recovery script DeepSpeed copies beside them."""
+    torch = pytest.importorskip("torch")
+    folder.mkdir(parents=True)
+    for step in steps:
+        tag = folder / f"global_step{step}"
+        tag.mkdir()
+        torch.save({"module": {"w": torch.zeros(4)}, "global_steps": step, "dp_world_size": ranks}, tag / "mp_rank_00_model_states.pt")
+        for rank in range(ranks):
+            torch.save({"optimizer_state_dict": {"partition": rank}}, tag / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    if latest is not False:
+        (folder / "latest").write_text(f"global_step{steps[-1]}" if latest is True else latest)
+    (folder / "zero_to_fp32.py").write_text("# recovery script\n")
+    return folder
+
+
+def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: int = 2, tracker: int | str | None = None) -> Path:
+    """Megatron-LM's legacy torch format: ``iter_<7 digits>/mp_rank_XX/model_optim_rng.pt``, then
+    the tracker naming the newest iteration (or ``tracker``)."""
+    torch = pytest.importorskip("torch")
+    for iteration in iterations:
+        for rank in range(ranks):
+            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
+            rank_folder.mkdir(parents=True)
+            torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
+    (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
+    return folder

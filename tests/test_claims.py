@@ -1,0 +1,186 @@
+"""Layout claims: which names each layout takes for a checkpoint's file (or folder), with what
+roles, index and unit, and which it refuses; and what becomes of a refused name beside a run
+(a pointer, a staging leftover, a stray prefix), as ``scan`` reports it."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptdoctor.layouts import LAYOUTS, layout_named
+from ckptdoctor.model import Role, Unit
+from ckptdoctor.scan import inspect, scan
+from ckptdoctor.testing import write_burn_run
+
+M, OPT, S = Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER
+LIGHTNING = (M, OPT, S)
+BUNDLE = (M, OPT)
+
+CLAIMED = [
+    # layout, name, (roles, index, unit the name spells)
+    ("burn", "model-3.bpk", ((M,), 3, None)),
+    ("burn", "optim-12.mpk.gz", ((OPT,), 12, None)),
+    ("burn", "scheduler-1.json", ((S,), 1, None)),
+    ("burn", "model-0007.bpk", ((M,), 7, None)),
+    ("burn", "policy-2.bpk", ((M,), 2, None)),  # the RL learner's names
+    ("burn", "learning-agent-2.bpk", ((OPT,), 2, None)),
+    ("lightning", "epoch=3-step=1200.ckpt", (LIGHTNING, 3, Unit.EPOCH)),  # by epoch, unless the run says steps
+    ("lightning", "epoch=3-step=1200-v1.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
+    ("lightning", "step=500.ckpt", (LIGHTNING, 500, Unit.STEP)),
+    ("lightning", "epoch=2-val_loss=0.12.ckpt", (LIGHTNING, 2, Unit.EPOCH)),  # the metric's digits are no index
+    ("lightning", "3-1200.ckpt", (LIGHTNING, 1200, Unit.STEP)),  # {epoch}-{step} without metric names
+    ("lightning", "3.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
+    ("lightning", "hpc_ckpt_2.ckpt", (LIGHTNING, 2, Unit.SAVE)),
+    ("torch", "model_3.pt", ((M,), 3, None)),
+    ("torch", "model-3.pt", ((M,), 3, None)),
+    ("torch", "model_ema_3.pt", ((M,), 3, None)),
+    ("torch", "optimizer-epoch-3.pth", ((OPT,), 3, Unit.EPOCH)),
+    ("torch", "scheduler_7.pth", ((S,), 7, None)),
+    ("torch", "weights.step.500.safetensors", ((M,), 500, Unit.STEP)),
+    ("torch", "model-ep3.pth", ((M,), 3, Unit.EPOCH)),
+    ("torch", "epoch_12.pt", (BUNDLE, 12, Unit.EPOCH)),
+    ("torch", "epoch_12.PT", (BUNDLE, 12, Unit.EPOCH)),
+    ("torch", "step_500.pt", (BUNDLE, 500, Unit.STEP)),
+    ("torch", "iter5.pt", (BUNDLE, 5, Unit.ITERATION)),
+    ("torch", "checkpoint_3.pth", (BUNDLE, 3, None)),
+    ("torch", "ckpt-500.pt", (BUNDLE, 500, None)),
+    ("timm", "checkpoint-3.pth.tar", (BUNDLE, 3, Unit.EPOCH)),
+    ("timm", "recovery-3-100.pth.tar", (BUNDLE, 3, Unit.EPOCH)),  # a mid-epoch save fills its epoch's place
+    ("hf-trainer", "checkpoint-500", ((), 500, Unit.STEP)),
+    ("accelerate", "checkpoint_3", ((), 3, Unit.SAVE)),
+    ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
+    ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
+    ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
+]
+
+
+@pytest.mark.parametrize(("layout", "name", "expected"), CLAIMED)
+def test_a_layout_claims_its_names_with_roles_index_and_unit(layout, name, expected):
+    claim = layout_named(layout).claim(name)
+    assert claim is not None, f"{layout} does not claim {name}"
+    assert (claim.roles, claim.number, claim.unit) == expected
+
+
+REFUSED = [
+    ("burn", "model-3.pt"),  # not an extension burn writes
+    ("burn", "model3.bpk"),
+    ("burn", "Model-3.bpk"),
+    ("burn", "optimizer-3.bpk"),  # another prefix: a stray, not one of the run's roles
+    ("burn", "model-3.bpk.tmp"),  # staging of model-3.bpk, never the checkpoint itself
+    ("lightning", "last.ckpt"),  # a pointer to a checkpoint, not one
+    ("lightning", "last-v1.ckpt"),
+    ("lightning", "model.ckpt"),
+    ("lightning", "val_loss=0.1.ckpt"),  # a metric alone names no index
+    ("lightning", "epoch=3-step=1200.ckpt.tmp"),
+    ("torch", "resnet50.pt"),  # an architecture's number, not an epoch
+    ("torch", "model.pt"),
+    ("torch", "notes_3.txt"),
+    ("torch", "model_3.pt.tmp"),
+    ("timm", "last.pth.tar"),
+    ("timm", "model_best.pth.tar"),
+    ("timm", "tmp.pth.tar"),
+    ("timm", "checkpoint-3.pth"),
+    ("hf-trainer", "checkpoint-500.pt"),
+    ("hf-trainer", "checkpoint_500"),  # accelerate's name
+    ("hf-trainer", "Checkpoint-500"),
+    ("hf-trainer", "tmp-checkpoint-8"),  # the Trainer's staging folder
+    ("accelerate", "checkpoint-3"),  # HF Trainer's name
+    ("accelerate", "checkpoint_3.pt"),
+    ("deepspeed", "global_step"),
+    ("deepspeed", "global_step-1"),
+    ("deepspeed", "global_step100.pt"),
+    ("deepspeed", "global_step100_old"),
+    ("deepspeed", "latest"),
+    ("megatron", "iter_200"),  # Megatron pads to 7 digits
+    ("megatron", "iter_0000200.pt"),
+    ("megatron", "iter_0000200_old"),
+    ("megatron", "latest_checkpointed_iteration.txt"),
+]
+
+
+@pytest.mark.parametrize(("layout", "name"), REFUSED)
+def test_a_layout_refuses_names_that_are_not_its_checkpoints(layout, name):
+    assert layout_named(layout).claim(name) is None
+
+
+NAME_PARTS = st.lists(
+    st.one_of(
+        st.sampled_from(["model", "optim", "epoch", "step", "iter", "checkpoint", "global_step", "last", "v", "ema"]),
+        st.text(string.ascii_letters, min_size=1, max_size=4),
+        st.integers(0, 10**12).map(str),
+        st.sampled_from(["-", "_", ".", "="]),
+    ),
+    min_size=1,
+    max_size=7,
+).map("".join)
+SUFFIXES = st.sampled_from(["", ".bpk", ".mpk.gz", ".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".bin", ".tmp", ".txt"])
+
+
+@given(NAME_PARTS, SUFFIXES)
+def test_every_claim_takes_its_index_from_a_number_in_the_name(stem, suffix):
+    """Whatever the name, no layout raises on it, and a claim's index is written in the name
+    (leading zeros aside): a checkpoint is never placed at an index it does not carry."""
+    name = stem + suffix
+    digits = "".join(ch if ch.isdigit() else " " for ch in name).split()
+    for layout in LAYOUTS:
+        claim = layout.claim(name)
+        if claim is None:
+            continue
+        assert claim.number >= 0
+        assert str(claim.number) in {part.lstrip("0") or "0" for part in digits}, (layout.name, name, claim)
+        assert Role.TEMP not in claim.roles and Role.POINTER not in claim.roles, (layout.name, name)
+
+
+# --- what a refused name becomes beside a run -------------------------------------------------------
+
+
+def only_run(folder: Path):
+    (run,) = scan([str(folder)]).runs
+    return run
+
+
+def test_a_burn_run_claims_its_roles_by_epoch(tmp_path):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2, 10])
+    run = only_run(folder)
+    assert (run.layout, run.unit) == ("burn", Unit.EPOCH)
+    assert [c.index for c in run.checkpoints] == [1, 2, 10]  # by number, never by string order
+    assert [sorted(r.value for r in c.roles) for c in run.checkpoints] == [["model", "optimizer", "scheduler"]] * 3
+
+
+def test_a_name_under_another_prefix_is_a_stray_beside_the_run_not_one_of_its_roles(tmp_path):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2])
+    (folder / "optimizer-2.bpk").write_bytes((folder / "optim-2.bpk").read_bytes())
+    run = only_run(folder)
+    assert [c.index for c in run.checkpoints] == [1, 2]
+    assert all(f.entry.name != "optimizer-2.bpk" for c in run.checkpoints for f in c.files)
+    (stray,) = run.loose_files
+    assert stray.entry.name == "optimizer-2.bpk" and stray.roles == (OPT,)
+    report, _ = inspect([str(folder)])
+    assert [(f.code, f.path.endswith("optimizer-2.bpk")) for f in report.findings] == [("CKD111", True)]
+
+
+def test_a_staging_file_joins_the_checkpoint_it_was_going_to_become(tmp_path):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1, 2])
+    (folder / "model-3.bpk.tmp").write_bytes(b"\0" * 64)
+    run = only_run(folder)
+    assert [(c.index, c.status.value) for c in run.checkpoints] == [(1, "complete"), (2, "complete"), (3, "partial")]
+    (staged,) = run.checkpoints[-1].files
+    assert staged.roles == (Role.TEMP,)
+    assert run.resume is not None and run.resume.index == 2
+
+
+def test_names_no_layout_claims_stay_beside_the_run(tmp_path):
+    folder = tmp_path / "checkpoint"
+    write_burn_run(folder, [1])
+    for name in ("notes.txt", "model3.bpk", "events.out.tfevents.123"):
+        (folder / name).write_text("x")
+    run = only_run(folder)
+    assert sorted(e.name for e in run.other_files) == ["events.out.tfevents.123", "model3.bpk", "notes.txt"]
+    assert [c.index for c in run.checkpoints] == [1]
