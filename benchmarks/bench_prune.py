@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 
-from ckptdoctor import repair
-from ckptdoctor.layouts import layout_named
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Run
-from ckptdoctor.retention import Circumstances, Policy, plan
-from ckptdoctor.scan import inspect, scan
+from ckptdoctor.pipelines.scan import inspect, scan
+from ckptdoctor.planners import repair
+from ckptdoctor.planners.retention import Circumstances, Policy, plan
 from ckptdoctor.testing import write_burn_run
 
 

@@ -31,8 +31,8 @@ from ckptdoctor.places import home, home_of, run_root
 from ckptdoctor.records import StoredState
 
 if TYPE_CHECKING:
+    from ckptdoctor.planners.retention import Circumstances, Policy
     from ckptdoctor.records import Pending, Quarantine
-    from ckptdoctor.retention import Circumstances, Policy
 
 
 class Refused(Exception):
@@ -230,7 +230,7 @@ def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confir
 def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
     """The report over ``paths`` and the distinct runs in it that ``command`` can change
     (``Refused`` when a path cannot be acted on as given)."""
-    from ckptdoctor.scan import inspect
+    from ckptdoctor.pipelines.scan import inspect
 
     for path in paths:
         if os.path.realpath(path) in _NEVER_WHOLE:
@@ -284,8 +284,8 @@ def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = Non
     """The world around ``run``: what is inside its folders, and which of its files live
     processes hold open. What cannot be known is told (with ``tell``, even under --quiet: a prune
     that could not check open files is never silent)."""
+    from ckptdoctor.planners.retention import Circumstances
     from ckptdoctor.processes import open_by
-    from ckptdoctor.retention import Circumstances
 
     inside = folder_contents(run)
     busy, said = open_by(files_of(run, inside))
@@ -396,9 +396,9 @@ class Prune(Pass):
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
-        from ckptdoctor import retention
-        from ckptdoctor.layouts import layout_named
-        from ckptdoctor.metrics import MetricsError, metric_values
+        from ckptdoctor.layouts.registry import layout_named
+        from ckptdoctor.planners import retention
+        from ckptdoctor.planners.metrics import MetricsError, metric_values
 
         planned = []
         try:
@@ -416,7 +416,7 @@ class Prune(Pass):
 
     def _verified(self, run: Run, context: _Context) -> Run:
         """The run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
-        from ckptdoctor.verify import verify_newest
+        from ckptdoctor.pipelines.verify import verify_newest
 
         judged, failed = verify_newest(run, max(self.policy.keep_last, 1))
         for index in failed:
@@ -483,7 +483,7 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
     """The prune that ``settings`` ask for: the ``[tool.ckptdoctor.prune]`` keys (``keep-last``,
     ``metric``, ``min-age`` …), whether from a configuration file, the command line or the
     Python API. ValueError (or ``retention.PolicyError``) names a value it cannot use."""
-    from ckptdoctor.retention import MIN_AGE, Policy, parse_duration
+    from ckptdoctor.planners.retention import MIN_AGE, Policy, parse_duration
 
     def integer(key: str, default: int = 0, least: int | None = None) -> int:
         value = settings.get(key)
@@ -557,8 +557,8 @@ class Repair(Pass):
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
-        from ckptdoctor import repair
-        from ckptdoctor.layouts import layout_named
+        from ckptdoctor.layouts.registry import layout_named
+        from ckptdoctor.planners import repair
 
         planned = []
         for run in context.runs:
@@ -612,7 +612,7 @@ class Undo(Pass):
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
         from ckptdoctor import actions
-        from ckptdoctor.repair import undo_plan
+        from ckptdoctor.planners.repair import undo_plan
 
         planned = []
         for shown, root, place, unit in self._roots:

@@ -21,8 +21,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ckptdoctor.disk import MARGIN, check
 from ckptdoctor.model import Report, Run
+from ckptdoctor.planners.space import MARGIN, check
 from ckptdoctor.rules.disk import RUNWAY
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def diskcheck(
     The next save is estimated from the run's newest complete checkpoints; for a run with none,
     from ``model_bytes`` (or the size of the file ``model``) and the ``optimizer``'s state
     (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
-    ``adafactor``). Raises ``ckptdoctor.disk.EstimateError`` for an unusable model or optimizer,
+    ``adafactor``). Raises ``ckptdoctor.planners.space.EstimateError`` for an unusable model or optimizer,
     and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use. Role hints
     (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
     (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
@@ -77,9 +77,9 @@ def diskcheck(
     """
     from ckptdoctor.config import prune_settings
     from ckptdoctor.discover import NOT_LOCAL, remote
-    from ckptdoctor.layouts import layout_named
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.pipelines.scan import scan
     from ckptdoctor.rules.disk import findings
-    from ckptdoctor.scan import scan
 
     path = os.fspath(run_dir)
     if remote(path):
@@ -117,7 +117,7 @@ def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
     and tail of its files (nothing read whole), its checkpoints' status, the resume point
     (``Run.resume``) and the findings, as configured. Paths that cannot be scanned are in
     ``report.errors``."""
-    from ckptdoctor.scan import inspect as inspect_paths
+    from ckptdoctor.pipelines.scan import inspect as inspect_paths
 
     listed = _listed(paths)
     with _configured(listed, config) as settings:
@@ -130,8 +130,8 @@ def verify(paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: 
     (statically: nothing in a file is executed). ``deep`` checks every byte (CRC-32, NaN/Inf in
     weights); ``load`` also loads each file that passed with the real library (torch must be
     installed); ``jobs`` files at once (0: one per core)."""
-    from ckptdoctor.verify import VerifyOptions
-    from ckptdoctor.verify import verify as verify_paths
+    from ckptdoctor.pipelines.verify import VerifyOptions
+    from ckptdoctor.pipelines.verify import verify as verify_paths
 
     listed = _listed(paths)
     with _configured(listed, config) as settings:
@@ -199,7 +199,7 @@ def repair(
     back the latest quarantine of each run (or the one named ``ident``). ``confirm``,
     ``dry_run`` and ``listener`` as for ``prune``; ``Outcome.refused`` names the runs left alone."""
     from ckptdoctor import acting
-    from ckptdoctor.retention import MIN_AGE, parse_duration
+    from ckptdoctor.planners.retention import MIN_AGE, parse_duration
 
     listed = _listed(paths)
     if undo:

@@ -141,7 +141,7 @@ def _explicit(path: str) -> Mapping[str, Any]:
 
 
 def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
-    from ckptdoctor.rules import RULES
+    from ckptdoctor.rules.registry import RULES
 
     def fail(key: str, why: str) -> ConfigError:
         return ConfigError(f"{where}: {key}: {why}")

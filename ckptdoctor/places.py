@@ -38,6 +38,6 @@ def run_root(run: Run) -> str:
 def home(run: Run) -> str:
     """Where ckptdoctor keeps ``run``'s lock, journals and quarantines."""
     # imported here: the layouts load the readers, and the executor needs only home_of
-    from ckptdoctor.layouts import layout_named
+    from ckptdoctor.layouts.registry import layout_named
 
     return home_of(run_root(run), layout_named(run.layout).reads_every_name)

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from ckptdoctor.model import Finding
-from ckptdoctor.rules import CHECKS, RULES, Check, _context
+from ckptdoctor.rules import _context
+from ckptdoctor.rules.registry import CHECKS, RULES, Check
 
 _BY_CODE_OBJECT = {check.run.__code__: check for check in CHECKS}
 FIRED: set[str] = set()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptdoctor.layouts import LAYOUTS, layout_named
+from ckptdoctor.layouts.registry import LAYOUTS, layout_named
 from ckptdoctor.model import Role, Unit
-from ckptdoctor.scan import inspect, scan
+from ckptdoctor.pipelines.scan import inspect, scan
 from ckptdoctor.testing import write_burn_run
 
 M, OPT, S = Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER

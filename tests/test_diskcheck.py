@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 import ckptdoctor
-from ckptdoctor.disk import OPTIMIZER_STATE, runway
 from ckptdoctor.model import Estimate
+from ckptdoctor.planners.space import OPTIMIZER_STATE, runway
 from ckptdoctor.testing import write_burn_run
 
 MiB = 2**20

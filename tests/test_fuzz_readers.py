@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers import BytesSample, read_header
 from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
 NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin")

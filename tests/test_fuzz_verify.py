@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from test_fuzz_readers import burnpack_file, burnpack_model_file, safetensors_file
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers import BytesSample, verify_sample
+from ckptdoctor.readers.files import BytesSample, verify_sample
 from ckptdoctor.readers.pickle import TORCH_LEGACY_MAGIC
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -504,7 +504,7 @@ _CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[3]), int(sys.argv[3]) + 5))
-from ckptdoctor.readers import BytesSample, verify_sample
+from ckptdoctor.readers.files import BytesSample, verify_sample
 report = verify_sample(BytesSample(sys.stdin.buffer.read()), sys.argv[1], deep=int(sys.argv[2]))
 print(report.format, sorted(p.value for p in report.problems))
 """

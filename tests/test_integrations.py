@@ -62,7 +62,7 @@ def logged() -> Iterator[Logged]:
 
 
 def errors_in(folder: Path) -> list[str]:
-    from ckptdoctor.scan import inspect
+    from ckptdoctor.pipelines.scan import inspect
 
     report, _ = inspect([str(folder)])
     return [f.code for f in report.findings if f.severity.value == "error"]

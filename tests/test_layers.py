@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     # what is wrong
     "rules": 4,
     # pipelines (paths → report) and planners (run → plan or verdict)
-    "scan": 5, "verify": 5, "retention": 5, "repair": 5, "disk": 5, "metrics": 5, "baseline": 5,
+    "pipelines": 5, "planners": 5, "baseline": 5,
     # output
     "render": 6,
     # settings (which name rules and output formats); what users call: the acting pass, the Python
@@ -34,7 +34,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("places", "layouts"): "places.home asks the run's layout whether its framework reads every name in the run folder "
     "(then ckptdoctor's folder goes beside the run); imported inside home(), so that the executor, which needs only "
     "home_of, never loads the layouts",
-    ("ckptdoctor", "api"): "`ckptdoctor.preflight` is the API's, loaded on first use (PEP 562), not at start-up",
 }
 
 

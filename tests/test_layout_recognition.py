@@ -11,8 +11,8 @@ from test_orbax import orbax_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts import LAYOUTS
 from ckptdoctor.layouts._base import claim_all
+from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
 
 

@@ -161,7 +161,7 @@ def test_torch_save_at_every_protocol_it_loads_is_proven_safe(protocol: int) -> 
     torch.load refuses)."""
     torch = pytest.importorskip("torch")
     from ckptdoctor.model import Problem
-    from ckptdoctor.readers import BytesSample, verify_sample
+    from ckptdoctor.readers.files import BytesSample, verify_sample
 
     recursive: list[object] = []
     recursive.append(recursive)
@@ -184,8 +184,8 @@ def test_a_pickle_past_the_files_budget_is_unproven_not_an_error(monkeypatch: py
     """Every file has a budget of opcodes and seconds; past it the verdict is CKD401 "too complex
     to prove safe" for that file, never an internal error (issue 12, resource bounds)."""
     from ckptdoctor.model import Problem
-    from ckptdoctor.readers import BytesSample, verify_sample
     from ckptdoctor.readers._unpickler import Budget
+    from ckptdoctor.readers.files import BytesSample, verify_sample
 
     data = pickle.dumps(list(range(20_000)), protocol=2)
     assert not verify_sample(BytesSample(data), "big.pkl").issues

@@ -262,7 +262,8 @@ def test_a_deep_ocdbt_tree_is_walked_through_its_interior_nodes(tmp_path):
     """Orbax's trees are a single leaf in practice (nodes of up to 100 MB); TensorStore itself,
     with small nodes, writes interior ones: every value is reached, and a lost node file is named."""
     ts = pytest.importorskip("tensorstore", reason=REASON)
-    from ckptdoctor.readers import _Folder, ocdbt
+    from ckptdoctor.readers import ocdbt
+    from ckptdoctor.readers.files import _Folder
 
     spec = {"driver": "ocdbt", "base": f"file://{tmp_path}/", "config": {"max_decoded_node_bytes": 512, "max_inline_value_bytes": 16}}
     store = ts.KvStore.open(spec).result()

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from frameworks import deepspeed_run
 
-from ckptdoctor import repair, retention
-from ckptdoctor.actions import Quarantine, StoredState
 from ckptdoctor.actions._quarantine import Stored
-from ckptdoctor.layouts import layout_named
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite, Run
-from ckptdoctor.retention import MIN_AGE, Circumstances, Policy
-from ckptdoctor.scan import inspect
+from ckptdoctor.pipelines.scan import inspect
+from ckptdoctor.planners import repair, retention
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy
+from ckptdoctor.records import Quarantine, StoredState
 from ckptdoctor.testing import write_burn_run
 
 NOW = 2_000_000_000.0

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from frameworks import copy_run, deepspeed_run, megatron_run
 
-from ckptdoctor.layouts import layout_named
 from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts.registry import NAMED_FILES, layout_named
 from ckptdoctor.model import Problem
-from ckptdoctor.readers import BytesSample, read_header
-from ckptdoctor.scan import inspect
+from ckptdoctor.pipelines.scan import inspect
+from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import write_hf_checkpoints
 
 State = tuple[int | None, str | None]
@@ -44,7 +44,7 @@ def states(folder: Path) -> tuple[list[State], list[tuple[str, int | None]]]:
     [(b"global_step200", "global_step200"), (b"  global_step200\n", "global_step200"), (b"release", "release")],
 )
 def test_a_pointer_file_names_what_it_holds_stripped_of_white_space(name, data, named):
-    report = read_header(BytesSample(data), name)
+    report = read_header(BytesSample(data), name, NAMED_FILES)  # the layouts' table: read as the pipelines read it
     assert report.problems == frozenset()
     assert report.fact("points_to") == named
 
@@ -59,7 +59,7 @@ def test_a_pointer_file_names_what_it_holds_stripped_of_white_space(name, data, 
     ],
 )
 def test_a_pointer_file_that_names_no_one_checkpoint_is_damaged_and_names_nothing(data, problem):
-    report = read_header(BytesSample(data), "latest")
+    report = read_header(BytesSample(data), "latest", NAMED_FILES)
     assert problem in report.problems
     assert report.fact("points_to") is None
 

@@ -12,7 +12,7 @@ import pytest
 
 from ckptdoctor import parallel
 from ckptdoctor.discover import discover
-from ckptdoctor.readers import probe
+from ckptdoctor.readers.files import probe
 from ckptdoctor.render.markdown import rule_table, with_table
 from ckptdoctor.testing import write_burn_run
 
@@ -91,7 +91,8 @@ def test_python_dash_m_runs_rules():
 
 def test_one_optimizer_state_table_serves_the_size_rule_and_diskcheck():
     """Issue 15's drift: RMSprop was 2.0 in the size rule and 1.0 in diskcheck's estimate."""
-    from ckptdoctor import disk, optimizers
+    from ckptdoctor import optimizers
+    from ckptdoctor.planners import space as disk
 
     assert disk.OPTIMIZER_STATE["rmsprop"] == optimizers.state_size("rmsprop").typical == 1.0
     assert {kind: size.typical for kind, size in optimizers.STATE.items()} == dict(disk.OPTIMIZER_STATE)

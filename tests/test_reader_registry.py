@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers import (
+from ckptdoctor.readers import _registry
+from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
+from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.files import (
     BytesSample,
-    _registry,
     expected_formats,
     looks_like_checkpoint,
     read_any_name,
     read_header,
     verify_sample,
 )
-from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ckptdoctor.layouts import layout_named
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Plan, Run
-from ckptdoctor.retention import Circumstances, Policy, PolicyError, parse_duration, plan
-from ckptdoctor.scan import scan
+from ckptdoctor.pipelines.scan import scan
+from ckptdoctor.planners.retention import Circumstances, Policy, PolicyError, parse_duration, plan
 from ckptdoctor.testing import write_burn_run, write_hf_checkpoints
 
 HOUR = 3600.0

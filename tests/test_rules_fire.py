@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 from ckptdoctor.model import Problem
-from ckptdoctor.readers import BytesSample, read_header
+from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel, Tensor, burnpack, write_burn_run
 
 # --- helpers ------------------------------------------------------------------------------------

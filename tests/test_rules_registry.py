@@ -16,8 +16,9 @@ import pytest
 import ckptdoctor
 from ckptdoctor.layouts._base import _checkpoint
 from ckptdoctor.model import CheckpointFile, Entry, FileIssue, FileReport, Problem, Role, Status
-from ckptdoctor.rules import CHECKS, RULES, completeness, consistency, find_rule, integrity
+from ckptdoctor.rules import completeness, consistency, integrity
 from ckptdoctor.rules._rule import fires
+from ckptdoctor.rules.registry import CHECKS, RULES, find_rule
 
 PACKAGE = Path(ckptdoctor.__file__).parent
 TESTS = Path(__file__).parent

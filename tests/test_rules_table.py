@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptdoctor.model import Severity
-from ckptdoctor.rules import RULES, find_rule, rules_explaining
 from ckptdoctor.rules._rule import GENERIC_CONTEXT
+from ckptdoctor.rules.registry import RULES, find_rule, rules_explaining
 
 DESIGN = Path(__file__).resolve().parents[1] / ".." / "shared" / "DESIGN.md"
 _ROW = re.compile(r"^\|\s*(CKD\d{3})\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|", re.MULTILINE)

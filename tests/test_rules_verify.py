@@ -299,9 +299,9 @@ def test_verify_lists_tensors_per_file(tmp_path, cli):
 
 
 def test_verify_jobs_give_the_same_report(tmp_path, cli, monkeypatch):
-    import ckptdoctor.verify
+    import ckptdoctor.pipelines.verify
 
-    monkeypatch.setattr(ckptdoctor.verify, "POOL_MIN_FILES", 2)  # a pool for these few small files
+    monkeypatch.setattr(ckptdoctor.pipelines.verify, "POOL_MIN_FILES", 2)  # a pool for these few small files
     torch_run(tmp_path / "run", epochs=range(1, 9))
     _flip_tensor_byte(tmp_path / "run" / "model_5.pt")
     one = verify(cli, "--jobs", "1", "--deep", tmp_path / "run").json
@@ -548,7 +548,7 @@ def test_ckd206_fires_for_a_compressed_member_of_another_zip():
     import numpy as np
 
     from ckptdoctor.model import Problem
-    from ckptdoctor.readers import BytesSample, verify_sample
+    from ckptdoctor.readers.files import BytesSample, verify_sample
 
     buffer = io.BytesIO()
     np.savez_compressed(buffer, a=np.arange(1000, dtype=np.float32))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdoctor.rules import RULES, find_rule
+from ckptdoctor.rules.registry import RULES, find_rule
 from ckptdoctor.testing import write_hf_checkpoints
 
 torch = pytest.importorskip("torch")

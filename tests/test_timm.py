@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from ckptdoctor.layouts import layout_named
+from ckptdoctor.layouts.registry import layout_named
+from ckptdoctor.pipelines.scan import scan
 from ckptdoctor.rules._context import resume_sentence
-from ckptdoctor.scan import scan
 
 torch = pytest.importorskip("torch")
 

@@ -21,7 +21,7 @@ import zipfile
 import pytest
 
 from ckptdoctor.model import Problem
-from ckptdoctor.readers import BytesSample, verify_sample
+from ckptdoctor.readers.files import BytesSample, verify_sample
 
 torch = pytest.importorskip("torch")
 

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
 from ckptdoctor.model import Problem
-from ckptdoctor.readers import BytesSample, verify_sample
+from ckptdoctor.readers.files import BytesSample, verify_sample
 
 torch = pytest.importorskip("torch")
 

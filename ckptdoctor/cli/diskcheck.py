@@ -45,7 +45,7 @@ def diskcheck(
     """
     from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
-    from ckptdoctor.disk import EstimateError
+    from ckptdoctor.planners.space import EstimateError
 
     if not math.isfinite(margin) or margin > 10:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and 10, not {margin}")

@@ -18,7 +18,7 @@ from ckptdoctor.cli._output import (
 from ckptdoctor.model import Report
 
 if TYPE_CHECKING:
-    from ckptdoctor.scan import Scan
+    from ckptdoctor.pipelines.scan import Scan
 
 ResumeFlag = Annotated[
     bool,
@@ -43,7 +43,9 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, *, options: ReportO
 
       --resume-epoch $(ckptdoctor inspect --resume runs/exp1/checkpoint)
     """
-    from ckptdoctor.scan import inspect as inspect_paths  # the core loads only when a command runs
+    from ckptdoctor.pipelines.scan import (
+        inspect as inspect_paths,  # the core loads only when a command runs
+    )
 
     report, found = inspect_paths(paths or ["."], options.settings.thresholds)
     if resume:

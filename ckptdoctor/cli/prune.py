@@ -97,8 +97,9 @@ def prune(
 
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
     """
-    from ckptdoctor import acting, retention
+    from ckptdoctor import acting
     from ckptdoctor.config import ConfigError, prune_settings
+    from ckptdoctor.planners import retention
 
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,

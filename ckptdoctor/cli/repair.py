@@ -73,7 +73,7 @@ def repair(
       ckptdoctor repair --undo runs/exp1/checkpoint
     """
     from ckptdoctor import acting
-    from ckptdoctor.retention import MIN_AGE, parse_duration
+    from ckptdoctor.planners.retention import MIN_AGE, parse_duration
 
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")

@@ -35,7 +35,7 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
       ckptdoctor rules "Can load optimizer checkpoint."
     """
     # the rule table and renderers load only when the command runs: `--help` stays fast
-    from ckptdoctor.rules import RULES, Rule, find_rule, rules_explaining
+    from ckptdoctor.rules.registry import RULES, Rule, find_rule, rules_explaining
 
     selected: tuple[Rule, ...]
     if query is None:

@@ -47,8 +47,8 @@ def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, 
 
       ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
     """
-    from ckptdoctor.verify import VerifyOptions
-    from ckptdoctor.verify import verify as verify_paths
+    from ckptdoctor.pipelines.verify import VerifyOptions
+    from ckptdoctor.pipelines.verify import verify as verify_paths
 
     if load:
         _require_torch()

@@ -55,7 +55,7 @@ class Judge:
         """The report for a save into ``folder`` of ``model`` with ``optimizer``'s state (None:
         weights only). None when it cannot be made: a callback never breaks training."""
         from ckptdoctor.api import preflight
-        from ckptdoctor.disk import EstimateError
+        from ckptdoctor.planners.space import EstimateError
 
         try:
             return preflight(
@@ -77,7 +77,7 @@ class Judge:
 
     def staging(self, report: Report | None, folder: str, why: str) -> Finding | None:
         """CKD501 when the save is first written whole to ``folder`` (another volume) and does not fit there."""
-        from ckptdoctor.disk import volume
+        from ckptdoctor.planners.space import volume
         from ckptdoctor.rules.disk import staging_space
 
         disk = report.disk if report is not None else None

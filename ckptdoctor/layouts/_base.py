@@ -35,7 +35,7 @@ from ckptdoctor.model import (
     Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
-from ckptdoctor.readers import ReadAhead, expected_formats, with_keys
+from ckptdoctor.readers.files import ReadAhead, expected_formats, with_keys
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 

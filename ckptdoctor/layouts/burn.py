@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
-from ckptdoctor.readers import checkpoint_suffixes
+from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
 _CONTENT = frozenset(

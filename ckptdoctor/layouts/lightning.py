@@ -28,7 +28,7 @@ from ckptdoctor.model import (
     Run,
     Unit,
 )
-from ckptdoctor.readers import with_keys
+from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")

@@ -24,7 +24,7 @@ from ckptdoctor.layouts._base import (
     role_hints,
 )
 from ckptdoctor.model import Entry, FileReport, Role, Run, Unit
-from ckptdoctor.readers import checkpoint_suffixes
+from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
 _CONTENT = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE, Format.SAFETENSORS})

@@ -5,7 +5,7 @@ is recognised (sniffs, each with a rank), the file suffixes that promise it, its
 (``probe``, for ``inspect``) and whole-file read (``read_whole``, for ``verify``), whether
 ``verify`` reads it whatever the file is called, and which library ``verify --load`` loads it
 with. Everything that depends on the set of formats is derived from those declarations by
-:class:`Registry`: the sniffing order, the readers ``readers/__init__.py`` dispatches to, the
+:class:`Registry`: the sniffing order, the readers ``readers/files.py`` dispatches to, the
 formats each suffix promises, the suffixes layouts claim and the formats ``verify`` reads by
 content. Adding a format is its module plus one line in ``_MODULES``.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ckptdoctor.rules import BEHIND_RESUME, RULES, Rule
+from ckptdoctor.rules.registry import BEHIND_RESUME, RULES, Rule
 
 START = "<!-- rules:start -->"
 END = "<!-- rules:end -->"

@@ -9,7 +9,7 @@ from typing import Any
 from ckptdoctor import __version__
 from ckptdoctor.model import Finding, Report, Severity
 from ckptdoctor.render import PLAIN, RenderOptions
-from ckptdoctor.rules import RULES, Rule
+from ckptdoctor.rules.registry import RULES, Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

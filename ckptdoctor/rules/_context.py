@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from ckptdoctor.layouts import Layout
+from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
 from ckptdoctor.rules._rule import Rule
 

@@ -14,7 +14,7 @@ from ckptdoctor.rules._rule import Rule, fires
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
-    from ckptdoctor.layouts import Layout
+    from ckptdoctor.layouts.registry import Layout
 
 INSUFFICIENT_SPACE = Rule(
     code="CKD501",

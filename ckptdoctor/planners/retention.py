@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ckptdoctor.layouts import Layout
+from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import home, run_root
 

@@ -1,7 +1,7 @@
 """Will the next save fit? The volume under a run, the size of its next save, and how many more
 saves its retention leaves room for (``diskcheck``, ``ckptdoctor.preflight``).
 
-``estimate`` and ``runway`` are pure; ``volume`` and ``probe`` ask the system (psutil, statvfs,
+``estimate`` and ``runway`` are pure; ``volume`` and ``why_unwritable`` ask the system (psutil, statvfs,
 and one probe file that is written, fsynced and removed).
 """
 
@@ -100,7 +100,7 @@ def _mount(path: str, partitions: Sequence[Any]) -> tuple[str, str]:
     return best
 
 
-def probe(folder: str) -> str:
+def why_unwritable(folder: str) -> str:
     """Why ``folder`` cannot take a save ('' when it can): a probe file is created, written,
     fsynced and removed in it; a folder that does not exist yet is judged by whether it could be
     created (nothing is created)."""
@@ -164,7 +164,7 @@ def check(
         found: Volume | None = volume(folder)
     except OSError:
         found = None
-    why = probe(folder)
+    why = why_unwritable(folder)
     guess = estimate(run, model_bytes, optimizer)
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0

@@ -14,8 +14,8 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from ckptdoctor.layouts import Layout
 from ckptdoctor.layouts._base import Pointer, unfollowable
+from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import (
     Action,
     Checkpoint,
@@ -32,14 +32,14 @@ from ckptdoctor.model import (
     Status,
 )
 from ckptdoctor.places import home, run_root
-from ckptdoctor.records import Quarantine, StoredState
-from ckptdoctor.retention import (
+from ckptdoctor.planners.retention import (
     Circumstances,
     entry_held_back,
     held_back,
     measure,
     targets,
 )
+from ckptdoctor.records import Quarantine, StoredState
 from ckptdoctor.rules.completeness import STALE_POINTER
 
 _LEFTOVER = frozenset({Problem.EMPTY})

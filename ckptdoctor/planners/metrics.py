@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 
-from ckptdoctor.layouts import layout_named
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Run
 from ckptdoctor.regular import read_regular
 

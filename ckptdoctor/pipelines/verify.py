@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
-from ckptdoctor.layouts import NAMED_FILES
+from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import cores, start_worker
-from ckptdoctor.readers import (
+from ckptdoctor.pipelines.scan import Scan, scan
+from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
     holds,
@@ -25,9 +26,8 @@ from ckptdoctor.readers import (
     read_whole,
     unpickled_by_name,
 )
-from ckptdoctor.rules import check
 from ckptdoctor.rules._context import Thresholds
-from ckptdoctor.scan import Scan, scan
+from ckptdoctor.rules.registry import check
 
 Progress = Callable[[int, int], None]
 """Called with (bytes read so far, bytes to read) as files finish."""

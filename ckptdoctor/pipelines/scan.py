@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
-from ckptdoctor.layouts import NAMED_FILES, find_run
+from ckptdoctor.layouts.registry import NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
-from ckptdoctor.readers import looks_like_checkpoint, probe
-from ckptdoctor.rules import check
+from ckptdoctor.readers.files import looks_like_checkpoint, probe
 from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.rules.registry import check
 
 
 @dataclass(frozen=True)

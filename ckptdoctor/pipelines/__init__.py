@@ -1,0 +1,1 @@
+"""The pipelines: paths → runs → findings, for ``inspect`` (``scan``) and ``verify``."""

@@ -1,0 +1,408 @@
+"""Read one file statically: sniff its format from content, then let that format's reader judge it.
+
+``probe`` is the only place that touches the file system; the readers it calls are pure
+functions of a :class:`Sample` so that they can be tested and fuzzed on bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+
+from ckptdoctor.model import (
+    TOP_LEVEL_NUMBER,
+    TOP_LEVEL_TENSORS,
+    Entry,
+    FileIssue,
+    FileReport,
+    Problem,
+    Span,
+)
+from ckptdoctor.readers import (
+    _deep,
+    compressed,
+    dcp,
+    hfjson,
+    ocdbt,
+    orbax,
+    pickle,
+    sniff,
+    torchtar,
+    torchzip,
+)
+from ckptdoctor.readers._registry import Naming, current
+from ckptdoctor.readers._sample import TAIL_ZERO, BytesSample, FileSample, Sample
+from ckptdoctor.readers._unpickler import Budget, one_budget
+from ckptdoctor.readers.named import NO_NAMES, NamedFiles
+from ckptdoctor.readers.sniff import Format
+
+__all__ = [
+    "BytesSample",
+    "Format",
+    "ReadAhead",
+    "Sample",
+    "checkpoint_suffixes",
+    "expected_formats",
+    "holds",
+    "looks_like_checkpoint",
+    "probe",
+    "read_any_name",
+    "read_header",
+    "read_whole",
+    "unpickled_by_name",
+    "verify_sample",
+    "with_keys",
+]
+
+_CHECKPOINT_NAMES = frozenset({Naming.CHECKPOINT, Naming.CHECKPOINT_ONLY})
+
+
+def checkpoint_suffixes(formats: frozenset[Format]) -> tuple[str, ...]:
+    """The suffixes frameworks give checkpoints of ``formats`` (as declared), longest first: what a
+    layout that writes those formats claims by name."""
+    return current().suffixes(formats, _CHECKPOINT_NAMES)
+
+
+def read_any_name() -> frozenset[Format]:
+    """Content ``verify`` reads whatever the file is called: it can carry code or tensors."""
+    return current().read_any_name
+
+
+def looks_like_checkpoint(name: str) -> bool:
+    return name.lower().endswith(current().checkpoint_only)
+
+
+def expected_formats(name: str) -> frozenset[Format] | None:
+    """The formats a file of this name may hold, or None when its suffix says nothing."""
+    parts = name.lower().rsplit(".", 2)
+    by_suffix = current().by_suffix
+    if len(parts) == 3 and (formats := by_suffix.get(f".{parts[1]}.{parts[2]}")):
+        return formats
+    return by_suffix.get(f".{parts[-1]}") if len(parts) > 1 else None
+
+
+def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES) -> FileReport:
+    """Judge a file from its header and trailer, and its content against its name (the few
+    pickles this walks are small: each walk has a budget of its own); ``named``: the files a
+    framework names, read as their name says (the layouts' table)."""
+    report = _judge(sample, name, _probe_of, named)
+    if report.format in _PACKED and compressed.named_as_pickle(name):
+        return compressed.read_header(sample) or report
+    return report
+
+
+def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
+    """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads.
+
+    Content is judged as the format it holds and, where the file's name is one that a loader
+    unpickles (``torch.load``, ``pickle.load``, ``numpy.load``, ``joblib.load``), also the way
+    each such loader reads content it does not recognise: as a tar, as pickles from the first byte,
+    decompressed. Whatever any of them would run is reported (fail closed)."""
+
+    def reader(kind: Format) -> Callable[[Sample], FileReport] | None:
+        if kind is Format.UNKNOWN and unpickled_by_name(name) and torchtar.is_tar(sample):
+            kind = Format.TORCH_TAR  # a tar without the ustar magic (V7), which torch.load still reads
+        spec = current().by_format.get(kind)
+        if spec is None or spec.read_whole is None:
+            return _probe_of(kind)
+        read_whole = spec.read_whole
+        return lambda sample: read_whole(sample, deep)
+
+    with one_budget(Budget()):
+        report = _judge(sample, name, reader, named)
+        if name == dcp.METADATA and report.format == Format.PICKLE.value:
+            report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
+        elif unpickled_by_name(name):
+            report = _with_unsafe(report, _fallback_issues(sample, Format.named(report.format) or Format.UNKNOWN))
+        elif report.format != Format.PICKLE.value and sniff.sniff(sample) is Format.PICKLE:
+            # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
+            report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
+        packed = compressed.read(sample) if compressed.compressed(sample) else None
+    if packed is not None:  # joblib.load decompresses whatever the name
+        if report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None):
+            return packed
+        return _with_unsafe(report, packed.issues)
+    return report
+
+
+_PACKED = frozenset({Format.UNKNOWN.value, Format.GZIP.value})
+"""What a compressed pickle sniffs as: gzip, or nothing known (zlib, bz2, xz, lzma, lz4)."""
+
+
+def unpickled_by_name(name: str) -> bool:
+    """Whether a loader of this file's name unpickles content it does not otherwise recognise."""
+    lowered = name.lower()
+    return Format.PICKLE in (expected_formats(lowered) or ()) or lowered.endswith(_FALLS_BACK_TO_PICKLE) or compressed.pickled_name(lowered)
+
+
+_FALLS_BACK_TO_PICKLE = (".npy", ".npz", ".joblib", ".dill")
+"""``numpy.load`` unpickles what is neither an array nor a zip; joblib and dill unpickle anything."""
+_WALKED_FROM_START = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.EMPTY})
+
+
+def _fallback_issues(sample: Sample, kind: Format) -> list[FileIssue]:
+    """What the loaders' other readings of the content would run: torch tries a tar and then pickles
+    on anything that does not start like a zip; numpy, joblib and dill unpickle from the first byte
+    (joblib's decompression is judged for every file, whatever its name)."""
+    if sample.head(4) == sniff.ZIP_LOCAL or kind in (Format.TORCH_ZIP, Format.ZIP):
+        return []
+    issues: list[FileIssue] = []
+    if kind is not Format.TORCH_TAR and torchtar.is_tar(sample):
+        issues += torchtar.read_whole(sample).issues
+    if kind not in _WALKED_FROM_START:
+        issues += pickle.read_whole_pickle(sample).issues  # torch's legacy reading too, when the magic number leads
+    return issues
+
+
+def _with_unsafe(report: FileReport, issues: list[FileIssue] | tuple[FileIssue, ...]) -> FileReport:
+    """``report`` plus the unsafe-pickle findings among ``issues`` that it does not have yet."""
+    have = {(i.problem, i.detail) for i in report.issues}
+    unsafe = tuple(i for i in issues if i.problem is Problem.UNSAFE_PICKLE and (i.problem, i.detail) not in have)
+    return dataclasses.replace(report, issues=report.issues + unsafe) if unsafe else report
+
+
+def _judge(
+    sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None], named: NamedFiles
+) -> FileReport:
+    report = _judge_content(sample, name, reader_for, named)
+    if report.issues:
+        return report
+    # a full disk or a crash leaves a file's end as zeros: grouping compares this with the previous
+    # checkpoint's same file (CKD212); the tail is the read every sample makes or shares
+    zero = not sample.tail().strip(b"\0")
+    return dataclasses.replace(report, facts=(*report.facts, (TAIL_ZERO, "yes" if zero else "no")))
+
+
+def _judge_content(
+    sample: Sample, name: str, reader_for: Callable[[Format], Callable[[Sample], FileReport] | None], named: NamedFiles
+) -> FileReport:
+    kind = sniff.sniff(sample)
+    if kind is Format.EMPTY:
+        return FileReport(kind.value, (FileIssue(Problem.EMPTY, "0 bytes"),))
+    by_name = _named_reader(name, kind, named)
+    if by_name is not None:
+        return by_name(sample)
+    spec = current().by_format.get(kind)
+    if spec is not None and spec.not_a_checkpoint:
+        return FileReport(kind.value, (FileIssue(Problem.NOT_A_CHECKPOINT, spec.not_a_checkpoint),))
+    reader = reader_for(kind)
+    report = reader(sample) if reader else FileReport(kind.value)
+    known = named.get(name)
+    if known is not None and known.annotate is not None:
+        report = known.annotate(sample, report)
+    expected = expected_formats(name)
+    if expected is not None and Format(report.format) not in expected:
+        wanted = " or ".join(sorted(f.value for f in expected))
+        issue = FileIssue(
+            Problem.NOT_A_CHECKPOINT,
+            f"holds {report.format} data, not the {wanted} its name promises",
+        )
+        return dataclasses.replace(report, issues=(issue, *report.issues))
+    return report
+
+
+def _probe_of(kind: Format) -> Callable[[Sample], FileReport] | None:
+    spec = current().by_format.get(kind)
+    return spec.probe if spec else None
+
+
+def _named_reader(name: str, kind: Format, named: NamedFiles) -> Callable[[Sample], FileReport] | None:
+    """Files whose name fixes what they hold: those a framework names (``named``: pointer and
+    state files), a format's own metadata files (Orbax's JSON, DCP's ``.metadata``, a shard
+    index), and DCP's data files (raw tensor bytes, where zeros or any magic are fine)."""
+    known = named.get(name)
+    if known is not None and known.read is not None and known.when in (None, kind):
+        return known.read
+    if dcp.is_data_file(name):
+        return dcp.read_data_file
+    if name in orbax.NAMES:
+        return functools.partial(orbax.read, name=name)
+    if name == dcp.METADATA and kind is Format.PICKLE:
+        return dcp.read_metadata
+    if kind is Format.JSON and hfjson.is_index(name):
+        return functools.partial(hfjson.read_index, name=name)
+    return None
+
+
+def probe(entry: Entry, named: NamedFiles = NO_NAMES) -> FileReport:
+    """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
+    judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks.
+    ``named``: the files a framework names, read as their name says (the layouts' table)."""
+    if entry.name == ocdbt.MANIFEST:
+        return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
+    report = _read_file(entry, functools.partial(read_header, named=named))
+    if report.issues or report.tensors:
+        return report
+    # clean reports of one run are alike: share one object (and its cached problem set)
+    return _CLEAN.setdefault((report.format, report.facts), report)
+
+
+def with_keys(entry: Entry, report: FileReport) -> FileReport:
+    """``report`` with the top-level keys of the torch archive it judged, skimmed, for a file
+    whose name says it bundles several roles (``inspect`` confirms them from its content)."""
+    if report.format != Format.TORCH_ZIP.value or report.issues or report.keys_read:
+        return report
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            skimmed = torchzip.top_level(sample)
+    except OSError:
+        return report
+    if skimmed is None:
+        return report
+    numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in skimmed.numbers)
+    facts = (*report.facts, (TOP_LEVEL_TENSORS, str(skimmed.tensor_values)), *numbers)
+    return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
+
+
+def read_whole(entry: Entry, deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
+    """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
+    ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
+    if entry.name == dcp.METADATA:
+        report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
+    elif entry.name == ocdbt.MANIFEST:
+        report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
+    else:
+        report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named))
+    spec = current().by_format.get(report.format)
+    if spec is not None and spec.confirm is not None and not report.issues:
+        refusal = spec.confirm(entry.os_path)
+        if refusal:
+            issue = FileIssue(Problem.MALFORMED, f"the {spec.format} library refuses it: {refusal}")
+            return dataclasses.replace(report, issues=(issue,))
+    return report
+
+
+MAX_DCP_OBJECT = 256 * 1024 * 1024
+"""A DCP object longer than this is not read: what it would run cannot be proven safe."""
+
+
+def _verify_metadata(sample: Sample, name: str, folder: str, deep: int) -> FileReport:
+    report = verify_sample(sample, name, deep)
+    if report.format != Format.PICKLE.value:
+        return report
+    with one_budget(Budget()):
+        walked = pickle.walk_sample(sample, 0, None)
+    if walked.error or walked.unproven:
+        return report  # the metadata's own verdict says so
+    items = dcp.storage_items(walked)
+    report = _with_unsafe(report, _dcp_objects(items, folder))
+    if deep and isinstance(items, list):
+        report = dataclasses.replace(report, spans=_dcp_spans(items, folder, deep))
+    return report
+
+
+def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIssue]:
+    """Each object a DCP checkpoint holds besides its tensors, read where ``.metadata`` says, from
+    the data files in ``folder``, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
+    if isinstance(items, str):
+        return [FileIssue(Problem.UNSAFE_PICKLE, f"{items}: where dcp.load finds the objects it unpickles cannot be told, so they cannot be proven safe")]
+    issues: list[FileIssue] = []
+    for item in items:
+        if item.tensor:
+            continue
+        where = f"the DCP object {item.fqn!r} ({item.relative_path}, {item.length} bytes at {item.offset})"
+        if not _in_folder(item.relative_path):
+            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} lies outside the checkpoint's folder: what dcp.load would unpickle there cannot be proven safe"))
+            continue
+        if item.length > MAX_DCP_OBJECT:
+            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} is longer than ckptdoctor reads: it cannot be proven safe"))
+            continue
+        try:
+            with FileSample.open(os.path.join(folder, item.relative_path)) as data:
+                chunk = data.range(item.offset, item.length) if item.offset >= 0 else b""
+        except OSError:
+            continue  # dcp.load fails on it too; the data file's own report says why
+        found = verify_sample(BytesSample(chunk), "object.pt").issues
+        issues += [dataclasses.replace(i, detail=f"{where}: {i.detail}") for i in found if i.problem is Problem.UNSAFE_PICKLE]
+    return issues
+
+
+def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool, values: bool) -> FileReport:
+    if sample.size > ocdbt.MAX_NODE_BYTES:
+        return FileReport(Format.OCDBT.value, (FileIssue(Problem.MALFORMED, f"{sample.size:,} bytes: larger than any OCDBT manifest ckptdoctor reads"),))
+    return ocdbt.walk(sample.head(sample.size), _Folder(folder), crc, values)
+
+
+class _Folder:
+    """The files of one folder, for readers that follow references between them (OCDBT)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def size(self, path: str) -> int | None:
+        try:
+            return os.stat(os.path.join(self.folder, path)).st_size
+        except OSError:
+            return None
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            with FileSample.open(os.path.join(self.folder, path)) as data:
+                return data.range(offset, length)
+        except OSError:
+            return b""
+
+
+def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[Span, ...]:
+    """Every item of a DCP checkpoint read byte by byte, one data file at a time: which are all zero."""
+    by_file: dict[str, list[dcp.StoredItem]] = {}
+    for item in items:
+        if _in_folder(item.relative_path) and item.offset >= 0 and item.length > 0:
+            by_file.setdefault(item.relative_path, []).append(item)
+    spans: list[Span] = []
+    for file, stored in sorted(by_file.items()):
+        try:
+            with FileSample.open(os.path.join(folder, file)) as data:
+                _, checked = _deep.scan(data, [_deep.Region(i.offset, i.length, zeros=True) for i in stored], threads)
+        except OSError:
+            continue  # the data file's own report says why
+        if checked:  # none where the file is shorter than its items: the layout reports it cut short
+            spans += [Span(item.key, bool(result.zero), file) for item, result in zip(stored, checked, strict=True)]
+    return tuple(spans)
+
+
+def _in_folder(relative_path: str) -> bool:
+    return os.path.basename(relative_path) == relative_path and relative_path not in (".", "..")
+
+
+class ReadAhead:
+    """Reports made before the runs were grouped (``verify`` reads every file first), served as a
+    probe; files not among them are probed as usual."""
+
+    def __init__(self, reports: dict[str, FileReport], named: NamedFiles = NO_NAMES) -> None:
+        self.reports = reports
+        self.named = named
+
+    def __call__(self, entry: Entry) -> FileReport:
+        return self.reports.get(entry.os_path) or probe(entry, self.named)
+
+
+def holds(entry: Entry, formats: frozenset[Format]) -> bool:
+    """Whether a file's first bytes are one of ``formats``, or a stream joblib.load decompresses;
+    False when it cannot be opened."""
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            return sniff.sniff(sample) in formats or compressed.compressed(sample)
+    except OSError:
+        return False
+
+
+def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport]) -> FileReport:
+    try:
+        with FileSample.open(entry.os_path, entry.size) as sample:
+            return judge(sample, entry.name)
+    except FileNotFoundError:
+        return _unreadable("it vanished while being scanned")
+    except IsADirectoryError:
+        return _unreadable("it is a folder, not a file")
+    except OSError as error:
+        return _unreadable(error.strerror or str(error))
+
+
+_CLEAN: dict[tuple[str, tuple[tuple[str, str], ...]], FileReport] = {}
+
+
+def _unreadable(why: str) -> FileReport:
+    return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.UNREADABLE, why),))

@@ -1,0 +1,81 @@
+"""The rule table and its checks, one module per family (bandit-style: hundreds group families).
+
+Each family module holds its rules' documentation (``RULES``) beside the checks that fire
+them (``CHECKS``, each declaring its rules with ``@fires``); this package puts them together for
+``rules``, the renderers and the scan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ckptdoctor.discover import Unlisted
+from ckptdoctor.layouts.registry import layout_named
+from ckptdoctor.model import Finding, Run
+from ckptdoctor.rules import completeness, consistency, disk, integrity, safety
+from ckptdoctor.rules._context import RunContext, Thresholds
+from ckptdoctor.rules._harm import by_harm
+from ckptdoctor.rules._rule import BEHIND_RESUME, Check, Rule
+
+__all__ = ["BEHIND_RESUME", "CHECKS", "RULES", "Check", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
+
+_FAMILIES = (completeness, integrity, consistency, safety, disk)
+
+RULES: tuple[Rule, ...] = tuple(sorted((r for family in _FAMILIES for r in family.RULES), key=lambda r: r.code))
+
+CHECKS: tuple[Check[..., object], ...] = (
+    *(run_check for family in _FAMILIES for run_check in family.CHECKS),
+    integrity.unlisted_folders,
+    disk.findings,
+    disk.staging_space,
+)
+"""Every check, with the rules it declares: those run over each run (each family's ``CHECKS``),
+and those that look at what is not a run (unlisted folders, the volume of ``diskcheck``)."""
+
+_BY_KEY = {key: rule for rule in RULES for key in (rule.code.lower(), rule.name)}
+
+
+def find_rule(key: str) -> Rule | None:
+    """A rule by code (any case) or kebab-case name."""
+    return _BY_KEY.get(key.strip().lower())
+
+
+def rules_explaining(text: str) -> list[Rule]:
+    """Rules whose documented messages match a pasted error message, best match first."""
+    pasted = _normalise(text)
+    if not pasted:
+        return []
+    pasted_words = set(pasted.split())
+    scored: list[tuple[float, str, Rule]] = []
+    for rule in RULES:
+        best = 0.0
+        for message in rule.messages:
+            known = _normalise(message)
+            if not known:
+                continue
+            if known in pasted or (len(pasted) >= 12 and pasted in known):
+                best = max(best, 1.0 + len(known) / 1000)
+                continue
+            words = set(known.split())
+            overlap = len(words & pasted_words) / len(words)
+            if overlap >= 0.75 and len(words) >= 3:
+                best = max(best, overlap)
+        if best:
+            scored.append((best, rule.code, rule))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    return [rule for _, _, rule in scored]
+
+
+def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds) -> tuple[Finding, ...]:
+    """Every finding for every run, in run order, then by checkpoint index."""
+    findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
+    for run in runs:
+        context = RunContext(run, layout_named(run.layout), thresholds)
+        found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
+        findings.extend(by_harm(context, found, find_rule))
+    return tuple(findings)
+
+
+def _normalise(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
