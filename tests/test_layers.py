@@ -97,3 +97,15 @@ def test_the_layer_check_catches_an_inversion(tmp_path: Path) -> None:
     (imported, line), = _imports(module)
     assert (imported, line) == ("ckptdoctor.layouts", 2)
     assert LAYERS[_unit(imported)] > LAYERS["readers"]
+
+
+def test_a_package_init_loads_nothing_heavy() -> None:
+    """Importing one module of a package loads that module's needs, not the whole package: the
+    rule type loads no layout, no reader and no rule family."""
+    import subprocess
+    import sys
+
+    code = "import sys, ckptdoctor.rules._rule; print(' '.join(m for m in sys.modules if m.startswith('ckptdoctor')))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "ckptdoctor.rules._rule" in loaded
+    assert not {m for m in loaded if m.startswith(("ckptdoctor.layouts", "ckptdoctor.readers", "ckptdoctor.rules.integrity"))}, loaded

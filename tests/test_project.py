@@ -13,6 +13,7 @@ import pytest
 from ckptdoctor import parallel
 from ckptdoctor.discover import discover
 from ckptdoctor.readers.files import probe
+from ckptdoctor.readers.named import NO_NAMES
 from ckptdoctor.render.markdown import rule_table, with_table
 from ckptdoctor.testing import write_burn_run
 
@@ -51,10 +52,10 @@ def test_parallel_probing_gives_the_serial_reports(tmp_path, monkeypatch):
     (folder / "optim-7.bpk").write_bytes((folder / "optim-7.bpk").read_bytes()[:100])
     (folder / "model-9.bpk").write_bytes(b"")
     entries = [e for e in discover(str(folder)).listings[0].entries]
-    serial = [probe(e) for e in entries]
+    serial = [probe(e, NO_NAMES) for e in entries]
     monkeypatch.setattr(parallel, "PARALLEL_MIN", 1)
     monkeypatch.setattr(parallel, "cores", lambda: 2)
-    chunks = parallel.map_chunks(lambda start, stop: [probe(e) for e in entries[start:stop]], len(entries), chunk=16)
+    chunks = parallel.map_chunks(lambda start, stop: [probe(e, NO_NAMES) for e in entries[start:stop]], len(entries), chunk=16)
     assert len(chunks) == -(-len(entries) // 16)
     together = [report for chunk in chunks for report in chunk]
     assert together == serial

@@ -132,7 +132,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
     if jobs < 2 or len(entries) < 2 or not worth_a_pool or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
-            reports[entry.os_path] = read_whole(entry, threads)
+            reports[entry.os_path] = verify_file(entry, threads)
             done += entry.size
             if progress:
                 progress(done, total)

@@ -226,7 +226,7 @@ def _named_reader(name: str, kind: Format, named: NamedFiles) -> Callable[[Sampl
     return None
 
 
-def probe(entry: Entry, named: NamedFiles = NO_NAMES) -> FileReport:
+def probe(entry: Entry, named: NamedFiles) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
     judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks.
     ``named``: the files a framework names, read as their name says (the layouts' table)."""
@@ -256,7 +256,7 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 
-def read_whole(entry: Entry, deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
+def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
     """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
     ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
@@ -371,7 +371,7 @@ class ReadAhead:
     """Reports made before the runs were grouped (``verify`` reads every file first), served as a
     probe; files not among them are probed as usual."""
 
-    def __init__(self, reports: dict[str, FileReport], named: NamedFiles = NO_NAMES) -> None:
+    def __init__(self, reports: dict[str, FileReport], named: NamedFiles) -> None:
         self.reports = reports
         self.named = named
 
