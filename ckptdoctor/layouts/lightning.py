@@ -46,6 +46,13 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
 
 
+
+def _beside(link_path: str, target: str) -> bool:
+    """Whether a symlink at ``link_path`` names a file in its own folder: ``ckpt_path="last"``
+    loads whatever it names, and a file of the same name in another run is not this run's."""
+    folder = os.path.dirname(link_path)
+    return os.path.realpath(os.path.dirname(os.path.join(folder, target))) == os.path.realpath(folder)
+
 class LightningLayout(Layout):
     name = "lightning"
     default_unit = Unit.EPOCH
@@ -95,7 +102,7 @@ class LightningLayout(Layout):
         named = _STEPPED if run.unit is Unit.STEP else self
         for file in run.loose_files:
             if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
-                claim = named.claim(file.entry.link.rsplit("/", 1)[-1])
+                claim = named.claim(file.entry.link.rsplit("/", 1)[-1]) if _beside(file.entry.os_path, file.entry.link) else None
                 found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
         return tuple(found)
 
