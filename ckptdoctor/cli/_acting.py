@@ -18,10 +18,9 @@ from ckptdoctor.cli._output import (
     EXIT_USAGE,
     rendered,
     say,
-    stdout_console,
     write,
 )
-from ckptdoctor.render import HUMAN, JSON
+from ckptdoctor.render import JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
@@ -53,29 +52,23 @@ def listener(settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output
 
 
 def show_plans(planned: Planned, settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool) -> None:
-    """Each plan as a table, or the JSON document with every plan; in another format the scan's
-    findings (as configured), which is what a CI system reads. What killed prunes' journals
-    would still do is said beside them: the same confirmation finishes it."""
+    """The plans in ``fmt`` where it renders plans (tables, the JSON document); in a format that
+    does not, the scan's findings (as configured), which is what a CI system reads. What killed
+    prunes' journals would still do is said on stderr beside any but the JSON document, which
+    holds it: the same confirmation finishes it."""
     import dataclasses
 
-    report, plans = planned.report, planned.plans
-    if fmt == JSON:
-        from ckptdoctor.render.json import plan_document
+    from ckptdoctor.render import Kind, Plans, RenderOptions, named
 
-        write(plan_document(report, tuple(plan for plan, _ in plans), dry_run, planned.pending), output)
-        return
-    for found in planned.pending:  # on stderr beside a machine format, with the tables otherwise
-        say(pending_line(found))
-    if fmt != HUMAN:
-        write(rendered(dataclasses.replace(report, findings=settings.apply(report.findings)), fmt), output)
-        return
-    if quiet:
-        return
-    from ckptdoctor.render.human import plan_block, repair_summary
-
-    console = stdout_console()
-    for plan, unit in plans:  # a repair's table also says what it acts on, and sums up otherwise
-        console.print(plan_block(plan, unit, show_all, repair_summary if repair else None))
+    renderer = named(fmt)
+    if fmt != JSON:
+        for found in planned.pending:
+            say(pending_line(found))
+    if Kind.PLAN not in renderer.kinds:
+        write(rendered(dataclasses.replace(planned.report, findings=settings.apply(planned.report.findings)), fmt), output)
+    elif not (quiet and renderer.for_people):
+        plans = Plans(planned.report, planned.plans, dry_run, planned.pending, repair)
+        write(renderer.module().render_plans(plans, RenderOptions(show_all=show_all, to_file=output is not None)), output)
 
 
 def pending_line(found: Pending) -> str:

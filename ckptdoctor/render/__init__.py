@@ -1,8 +1,9 @@
 """Renderers: one module per output format, declared once in :data:`RENDERERS`.
 
 Each declaration names its module (``render/<name>.py``) and what it renders; the module gives
-``render(report, options) -> str`` for a :class:`~ckptdoctor.model.Report` and, for the
-:attr:`Kind.RULES` kind, ``render_rules(rules, options) -> str``. The formats each command's
+``render(report, options) -> str`` for a :class:`~ckptdoctor.model.Report`, for the
+:attr:`Kind.RULES` kind ``render_rules(rules, options) -> str``, and for :attr:`Kind.PLAN`
+``render_plans(plans, options) -> str``. The formats each command's
 ``--format`` offers, and those ``format =`` in the configuration accepts, are read from here.
 
 This module stays light (no renderer, rich or json is imported): the command line reads it to
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
-    from ckptdoctor.model import Report
+    from ckptdoctor.model import Plan, Report
+    from ckptdoctor.records import Pending
     from ckptdoctor.rules._rule import Rule
 
 
@@ -26,10 +28,12 @@ class Kind(enum.Enum):
     """What a renderer can be given."""
 
     REPORT = "report"
-    """A :class:`~ckptdoctor.model.Report`: inspect, verify, diskcheck; prune and repair show
-    their scan's findings in a format that has no plan (only human and json print plans)."""
+    """A :class:`~ckptdoctor.model.Report`: inspect, verify, diskcheck."""
     RULES = "rules"
     """The rule table, or the rules ``ckptdoctor rules QUERY`` explains."""
+    PLAN = "plan"
+    """What prune or repair will do (:class:`Plans`); in a format that renders no plan, prune and
+    repair show their scan's findings, which is what a CI system reads."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +51,28 @@ class RenderOptions:
 PLAIN = RenderOptions()
 
 
+@dataclass(frozen=True)
+class Plans:
+    """The plans of one prune or repair, with the scan they were made from."""
+
+    report: Report
+    plans: tuple[tuple[Plan, str], ...]
+    """Each plan with the unit of its run's index (``epoch``, ``step``)."""
+    dry_run: bool
+    pending: tuple[Pending, ...] = ()
+    """What killed prunes' journals would still do; the same confirmation finishes it."""
+    repair: bool = False
+    """A repair's plans: each table also says what it acts on, and sums up otherwise."""
+
+
 class _Module(Protocol):
     """A renderer's module: ``render_rules`` where it renders rules, ``summary`` where it has a job summary."""
 
     def render(self, report: Report, options: RenderOptions = PLAIN) -> str: ...
 
     def render_rules(self, rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str: ...
+
+    def render_plans(self, plans: Plans, options: RenderOptions = PLAIN) -> str: ...
 
     def summary(self, report: Report) -> str: ...
 
@@ -76,13 +96,13 @@ class Renderer:
 
 HUMAN = "human"
 JSON = "json"
-"""The formats prune and repair print their plans in (any other shows the scan's findings)."""
+"""The default format, and the one ``--json`` is short for."""
 
-_BOTH = frozenset({Kind.REPORT, Kind.RULES})
+_EVERY = frozenset(Kind)
 RENDERERS = (
-    Renderer(HUMAN, _BOTH, for_people=True),
-    Renderer(JSON, _BOTH),
-    Renderer("sarif", _BOTH),
+    Renderer(HUMAN, _EVERY, for_people=True),
+    Renderer(JSON, _EVERY),
+    Renderer("sarif", frozenset({Kind.REPORT, Kind.RULES})),
     Renderer("junit", frozenset({Kind.REPORT})),
     Renderer("github", frozenset({Kind.REPORT}), job_summary=True),
 )

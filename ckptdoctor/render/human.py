@@ -24,7 +24,7 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
-from ckptdoctor.render import PLAIN, RenderOptions
+from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render._console import stdout_console
 from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import size
@@ -61,6 +61,14 @@ def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str
                 console.print(rule_page(rule, console.width))
         else:
             console.print(rule_table(rules))
+    return captured.get()
+
+
+def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
+    console = _console(options)
+    with console.capture() as captured:
+        for plan, unit in plans.plans:
+            console.print(plan_block(plan, unit, options.show_all, repair_summary if plans.repair else None))
     return captured.get()
 
 

@@ -21,11 +21,11 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
-from ckptdoctor.render import PLAIN, RenderOptions
+from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.rules._rule import Rule
 
 if TYPE_CHECKING:
-    from ckptdoctor.records import Pending
+    pass
 
 SCHEMA = "ckptdoctor.report.v1"
 
@@ -73,17 +73,18 @@ def disk_entry(disk: DiskCheck) -> dict[str, Any]:
     }
 
 
-def plan_document(report: Report, plans: tuple[Plan, ...], dry_run: bool, pending: tuple[Pending, ...] = ()) -> str:
+def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
     """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3), and what
     killed prunes' journals would still do."""
-    body = document(report)
-    body["plan"] = [_plan_item(plan, item) for plan in plans for item in plan.items]
-    if pending:
+    body = document(plans.report)
+    body["plan"] = [_plan_item(plan, item) for plan, _ in plans.plans for item in plan.items]
+    if plans.pending:
         body["pending"] = [
-            {"journal": found.journal, "deletes": list(found.in_run), "in_trash": found.in_trash, "spares": list(found.spared)} for found in pending
+            {"journal": found.journal, "deletes": list(found.in_run), "in_trash": found.in_trash, "spares": list(found.spared)}
+            for found in plans.pending
         ]
-    body["dry_run"] = dry_run
-    body["freed_bytes"] = sum(plan.freed_bytes for plan in plans)
+    body["dry_run"] = plans.dry_run
+    body["freed_bytes"] = sum(plan.freed_bytes for plan, _ in plans.plans)
     return json.dumps(body, separators=(",", ":")) + "\n"
 
 
