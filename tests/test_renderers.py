@@ -104,6 +104,15 @@ def test_every_report_command_takes_the_shared_report_options():
             assert {options[opt].name for opt in opts} == {name}, (command, name)
 
 
-def test_the_acting_commands_take_the_report_options_they_print_with():
+def test_the_acting_commands_take_the_shared_acting_options():
+    from ckptdoctor.cli._acting import acting_options
+
+    probe = typer.Typer(add_completion=False)
+    probe.command()(acting_options)
+    shared = {param.name: set(param.opts) for param in typer.main.get_command(probe).params}
+    assert {"min_age", "dry_run", "yes", "fmt", "as_json", "output", "quiet", "show_all", "config"} == set(shared)
     for command in ("prune", "repair"):
-        assert {"--format", "-f", "--json", "--output", "-o", "--quiet", "-q", "--all", "--config"} <= set(_options(command)), command
+        options = _options(command)
+        assert {"--format", "-f", "--json", "--output", "-o", "--quiet", "-q", "--all", "--config", "--dry-run", "--yes", "--min-age"} <= set(options), command
+        for name, opts in shared.items():
+            assert {options[opt].name for opt in opts} == {name}, (command, name)

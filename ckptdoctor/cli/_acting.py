@@ -5,6 +5,7 @@ stops a pass into a message and an exit code."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import sys
 from collections.abc import Iterator
@@ -16,11 +17,20 @@ from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    AllFlag,
+    ConfigOption,
+    JsonFlag,
+    OutputOption,
+    QuietFlag,
+    chosen,
+    configured,
+    format_option,
     rendered,
     say,
+    sharing,
     write,
 )
-from ckptdoctor.render import JSON
+from ckptdoctor.render import HUMAN, JSON, Kind
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
@@ -33,6 +43,55 @@ EXIT_LOCKED = 3
 MinAge = Annotated[str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")]
 DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
+PlanFormat = Annotated[str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActingOptions:
+    """How an acting command (prune, repair) runs and shows its plan: its shared options, with
+    the configuration file's settings. Built by :func:`acting_options` alone."""
+
+    min_age: str | None
+    """As given (``--min-age``): each command weighs it against its own configuration."""
+    dry_run: bool
+    yes: bool
+    format: str
+    """The command line's (a plan is no report: ``format =`` in the configuration is not used)."""
+    output: str | None
+    quiet: bool
+    show_all: bool
+    config: str | None
+    settings: Settings
+
+    @property
+    def human(self) -> bool:
+        return self.format == HUMAN
+
+    def listener(self, repair: bool = False) -> Listener:
+        return listener(self.settings, dry_run=self.dry_run, fmt=self.format, quiet=self.quiet, output=self.output, show_all=self.show_all, repair=repair)
+
+    def confirm(self) -> Confirm:
+        return asker(self.yes, self.human)
+
+
+def acting_options(
+    min_age: MinAge = None,
+    dry_run: DryRun = False,
+    yes: Yes = False,
+    fmt: PlanFormat = None,
+    as_json: JsonFlag = False,
+    output: OutputOption = None,
+    quiet: QuietFlag = False,
+    show_all: AllFlag = False,
+    config: ConfigOption = None,
+) -> ActingOptions:
+    """The options every acting command takes (:func:`acting_command` adds them); exit 2 naming a bad
+    configuration key."""
+    return ActingOptions(min_age, dry_run, yes, chosen(fmt, as_json), output, quiet, show_all, config, configured(config))
+
+
+acting_command = sharing(acting_options)
+"""``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`."""
 
 
 def listener(settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False) -> Listener:

@@ -131,22 +131,31 @@ def report_options(
     )  # fmt: skip
 
 
-def reporting(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` taking, after its own options, those of :func:`report_options`, and called with
-    ``options``, the :class:`ReportOptions` they make: declared once, no command can drift."""
-    own = inspect.signature(command, eval_str=True)
-    shared = inspect.signature(report_options, eval_str=True).parameters
+def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator giving a command, after its own options, the parameters of ``build`` (options
+    several commands share, declared once), and calling it with ``options``: what ``build``
+    makes of them. No command can drift from the others."""
+    shared = inspect.signature(build, eval_str=True).parameters
 
-    @functools.wraps(command)
-    def with_options(**given: Any) -> None:
-        options = report_options(**{name: given.pop(name) for name in shared})
-        command(**given, options=options)
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
 
-    parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
-    # Typer reads the command's options from its signature and annotations
-    with_options.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_options.__annotations__ = {p.name: p.annotation for p in parameters}
-    return with_options
+        @functools.wraps(command)
+        def with_options(**given: Any) -> None:
+            options = build(**{name: given.pop(name) for name in shared})
+            command(**given, options=options)
+
+        parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
+        # Typer reads the command's options from its signature and annotations
+        with_options.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
+        with_options.__annotations__ = {p.name: p.annotation for p in parameters}
+        return with_options
+
+    return decorate
+
+
+reporting = sharing(report_options)
+"""``inspect``, ``verify`` and ``diskcheck``: the report options, as one :class:`ReportOptions`."""
 
 
 def configured(config: str | None) -> Settings:

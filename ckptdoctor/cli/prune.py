@@ -7,30 +7,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptdoctor.cli._acting import (
-    DryRun,
-    MinAge,
-    Yes,
-    asker,
+    ActingOptions,
+    acting_command,
     declined,
     failures_explained,
-    listener,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
-    AllFlag,
-    ConfigOption,
-    FormatOption,
-    JsonFlag,
-    OutputOption,
     Paths,
-    QuietFlag,
-    chosen,
-    configured,
     say,
 )
-from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
     pass
@@ -58,6 +46,7 @@ DiscardJournal = Annotated[
 MetricsFile = Annotated[str | None, typer.Option("--metrics-file", help="CSV or JSON of index -> metric value.", metavar="FILE")]
 
 
+@acting_command
 def prune(
     paths: Paths = None,
     keep_last: KeepLast = None,
@@ -68,18 +57,11 @@ def prune(
     keep_within: KeepWithin = None,
     keep: Keep = None,
     metrics_file: MetricsFile = None,
-    min_age: MinAge = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    fmt: FormatOption = None,
-    as_json: JsonFlag = False,
-    output: OutputOption = None,
-    quiet: QuietFlag = False,
-    show_all: AllFlag = False,
     discard_journal: DiscardJournal = False,
     verify_kept: VerifyKept = None,
     max_runs: MaxRuns = None,
-    config: ConfigOption = None,
+    *,
+    options: ActingOptions,
 ) -> None:
     """Delete checkpoints a retention policy does not keep; never the resume point, the framework's
     best or pointed-to checkpoint, an incomplete checkpoint newer than the resume point, files
@@ -103,26 +85,20 @@ def prune(
 
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
-        "keep-within": keep_within, "keep": keep, "min-age": min_age, "metrics-file": metrics_file,
+        "keep-within": keep_within, "keep": keep, "min-age": options.min_age, "metrics-file": metrics_file,
         "verify": verify_kept, "max-runs": max_runs,
     }  # fmt: skip
     try:
-        table, _ = prune_settings(config)
+        table, _ = prune_settings(options.config)
         pruning = acting.prune_from({**table, **{k: v for k, v in given.items() if v is not None}}, discard_journal)
     except (ConfigError, retention.PolicyError, ValueError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    settings = configured(config)  # the format is the command line's: a plan is no report
-    fmt = chosen(fmt, as_json)
-    human = fmt == HUMAN
     with failures_explained("prune"):
-        outcome = acting.carry_out(
-            pruning, paths, dry_run=dry_run, confirm=asker(yes, human),
-            listener=listener(settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all),
-        )  # fmt: skip
+        outcome = acting.carry_out(pruning, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=options.listener())
     declined(outcome)
-    if not outcome.acted and human and not quiet:
-        say("Dry run: no files were deleted." if dry_run else "Nothing to delete.")
+    if not outcome.acted and options.human and not options.quiet:
+        say("Dry run: no files were deleted." if options.dry_run else "Nothing to delete.")
     _fail_with(outcome.problems)
     raise typer.Exit(EXIT_OK)
 

@@ -8,32 +8,20 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptdoctor.cli._acting import (
-    DryRun,
-    MinAge,
-    Yes,
-    asker,
+    ActingOptions,
+    acting_command,
     declined,
     failures_explained,
-    listener,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
-    AllFlag,
-    ConfigOption,
-    FormatOption,
-    JsonFlag,
-    OutputOption,
     Paths,
-    QuietFlag,
-    chosen,
-    configured,
     say,
     stdout_console,
 )
 from ckptdoctor.model import Action
-from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
     pass
@@ -42,20 +30,8 @@ Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest rep
 QuarantineId = Annotated[str | None, typer.Option("--id", help="With --undo: the quarantine to put back (default: the latest).", metavar="ID")]
 
 
-def repair(
-    paths: Paths = None,
-    undo: Undo = False,
-    ident: QuarantineId = None,
-    min_age: MinAge = None,
-    dry_run: DryRun = False,
-    yes: Yes = False,
-    fmt: FormatOption = None,
-    as_json: JsonFlag = False,
-    output: OutputOption = None,
-    quiet: QuietFlag = False,
-    show_all: AllFlag = False,
-    config: ConfigOption = None,
-) -> None:
+@acting_command
+def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, *, options: ActingOptions) -> None:
     """Make a run resumable from its newest complete checkpoint: move incomplete, partial and
     corrupt checkpoints newer than it, empty files and staging leftovers into a quarantine in the
     run, and re-point `latest` (DeepSpeed), the Megatron tracker and a broken `last.ckpt` at it.
@@ -78,20 +54,16 @@ def repair(
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
         raise typer.Exit(EXIT_USAGE)
-    settings = configured(config)
-    min_age = min_age if min_age is not None else settings.min_age
+    min_age = options.min_age if options.min_age is not None else options.settings.min_age
     try:
         age = parse_duration(min_age) if min_age is not None else MIN_AGE
     except ValueError as error:
         say(f"ckptdoctor: error: --min-age: {error}")
         raise typer.Exit(EXIT_USAGE) from error
-    fmt = chosen(fmt, as_json)  # the command line's: a plan is no report
-    human = fmt == HUMAN
+    human, quiet, dry_run = options.human, options.quiet, options.dry_run
     with failures_explained("repair"):
-        outcome = acting.carry_out(
-            acting.Undo(ident) if undo else acting.Repair(age), paths, dry_run=dry_run, confirm=asker(yes, human),
-            listener=listener(settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all, repair=True),
-        )  # fmt: skip
+        pass_ = acting.Undo(ident) if undo else acting.Repair(age)
+        outcome = acting.carry_out(pass_, paths, dry_run=dry_run, confirm=options.confirm(), listener=options.listener(repair=True))
     declined(outcome)
     blocked = undo and bool(outcome.refused)  # an undo that would put an entry over one that exists again does nothing
     if not outcome.acted and not blocked and human and not quiet:
