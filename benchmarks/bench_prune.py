@@ -67,7 +67,10 @@ def main() -> int:
             f"plan of {args.epochs:,} checkpoints: best {min(times):.3f} s (target < 1 s: {'met' if min(times) < 1 else 'NOT met'}); "
             f"keeps {kept}; {min(times) / walk:.1f}x a bare walk over the files ({walk:.3f} s, the machine's baseline)"
         )
-        for command in (["inspect", "--json"], ["prune", "--json", "--dry-run", "--keep-last", "5", "--keep-every", "100", "--min-age", "0"]):
+        for command in (
+            ["inspect", "--json"],
+            ["prune", "--json", "--dry-run", "--keep-last", "5", "--keep-every", "100", "--min-age", "0"],
+        ):
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "ckptdoctor", *command, work], stdout=subprocess.DEVNULL, check=False)
             print(f"ckptdoctor {' '.join(command[:2])}: {time.perf_counter() - started:.2f} s")
@@ -86,10 +89,16 @@ def main() -> int:
             times.append(time.perf_counter() - started)
         gc.enable()
         moved = sum(len(item.entries) for item in fixed.items if item.action.value == "quarantine")
-        print(f"repair plan of {args.epochs:,} checkpoints ({len(broken):,} broken): best {min(times):.3f} s "
-              f"(target < 1 s: {'met' if min(times) < 1 else 'NOT met'}); quarantines {moved:,} files")
+        print(
+            f"repair plan of {args.epochs:,} checkpoints ({len(broken):,} broken): best {min(times):.3f} s "
+            f"(target < 1 s: {'met' if min(times) < 1 else 'NOT met'}); quarantines {moved:,} files"
+        )
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ckptdoctor", "repair", "--json", "--dry-run", "--min-age", "0", work], stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "ckptdoctor", "repair", "--json", "--dry-run", "--min-age", "0", work],
+            stdout=subprocess.DEVNULL,
+            check=False,
+        )
         print(f"ckptdoctor repair --json --dry-run: {time.perf_counter() - started:.2f} s")
         return 0
     finally:

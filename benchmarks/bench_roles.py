@@ -34,7 +34,13 @@ def bundle(parameters: int) -> dict[str, object]:
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
-    return {"epoch": 1, "global_step": 10, "state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": []}
+    return {
+        "epoch": 1,
+        "global_step": 10,
+        "state_dict": model.state_dict(),
+        "optimizer_states": [optimizer.state_dict()],
+        "lr_schedulers": [],
+    }
 
 
 def best(action: Callable[[], object], repeat: int) -> float:

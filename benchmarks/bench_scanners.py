@@ -238,10 +238,16 @@ def run(command: Sequence[str], timeout: float, cwd: Path) -> Done:
     started = time.perf_counter()
     try:
         result = subprocess.run(
-            command, capture_output=True, text=True, errors="replace", timeout=timeout, cwd=cwd,
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as expired:
+
         def text(value: bytes | str | None) -> str:
             return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
 
@@ -278,9 +284,10 @@ def exit_verdict(done: Done, documented: dict[int, str], detail: str, raw: dict[
 def scan_picklescan(python: str, path: Path, timeout: float, scratch: Path) -> Verdict:
     done = run(console_script(python, "picklescan.cli", "picklescan", "-g", "--path", str(path)), timeout, scratch)
     text = done.stdout + done.stderr
-    counts = {key.lower().replace(" ", "_"): int(value) for key, value in re.findall(
-        r"^(Scanned files|Infected files|Suspicious globals|Dangerous globals): (\d+)$", text, re.M
-    )}
+    counts = {
+        key.lower().replace(" ", "_"): int(value)
+        for key, value in re.findall(r"^(Scanned files|Infected files|Suspicious globals|Dangerous globals): (\d+)$", text, re.M)
+    }
     found = re.findall(r"^  \* (.+) - (\w+)$", text, re.M)
     warnings = [line for line in text.splitlines() if line.startswith(("WARNING", "ERROR"))]
     raw: dict[str, Any] = {**counts, "globals": {name: safety for name, safety in found}, "warnings": warnings}
@@ -338,15 +345,15 @@ def fickling_verdict(done: Done) -> Verdict:
     else:
         outcome = "clean"
     shown = unsafe or errored
-    detail = parts["mode"] if not shown else "; ".join(
-        f"{m['member']}: {m['severity']} {tail(' '.join(m['errors'] or m['findings']), 120)}" for m in shown[:2]
+    detail = (
+        parts["mode"]
+        if not shown
+        else "; ".join(f"{m['member']}: {m['severity']} {tail(' '.join(m['errors'] or m['findings']), 120)}" for m in shown[:2])
     )
     return Verdict(outcome in ("unsafe", "error-reported"), outcome, done.code, done.seconds, detail, raw)
 
 
-def fickling_pass(
-    python: str, what: str, samples: Sequence[SampleLike], timeout: float, jobs: int, scratch: Path
-) -> dict[str, Done]:
+def fickling_pass(python: str, what: str, samples: Sequence[SampleLike], timeout: float, jobs: int, scratch: Path) -> dict[str, Done]:
     """One zygote process per job (see ``_FICKLING``); each sample is scanned in a forked child.
     ``what``: "dispatch" (the verdict) or "cli" (the plain CLI, for reference)."""
     pending = list(enumerate(samples))
@@ -358,8 +365,12 @@ def fickling_pass(
         errors = folder / "stderr"
         with errors.open("w") as stderr:
             zygote = subprocess.Popen(
-                [python, "-c", _FICKLING, str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=stderr, text=True, cwd=folder,
+                [python, "-c", _FICKLING, str(timeout)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                cwd=folder,
             )
         assert zygote.stdin is not None and zygote.stdout is not None
         try:
@@ -410,7 +421,11 @@ def scan_ckptdoctor(samples: Sequence[SampleLike], root: Path, timeout: float, s
         outcome = "timeout" if done.code is None else "crash"  # the same rule as for the peers
         return {
             s.name: Verdict(
-                done.code not in (None, 0), outcome, done.code, None, tail(done.stderr, 160),
+                done.code not in (None, 0),
+                outcome,
+                done.code,
+                None,
+                tail(done.stderr, 160),
                 {"output_tail": tail(done.stderr)},
             )
             for s in samples
@@ -448,9 +463,7 @@ def strings(value: Any) -> Iterator[str]:
             yield from strings(item)
 
 
-def scan_peer(
-    name: str, python: str, samples: Sequence[SampleLike], timeout: float, jobs: int, scratch: Path
-) -> dict[str, Verdict]:
+def scan_peer(name: str, python: str, samples: Sequence[SampleLike], timeout: float, jobs: int, scratch: Path) -> dict[str, Verdict]:
     runner = PEER_RUNNERS[name]
 
     def one(index: int) -> Verdict:
@@ -502,9 +515,7 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def report(
-    samples: Sequence[SampleLike], verdicts: dict[str, dict[str, Verdict]], seconds: dict[str, float]
-) -> str:
+def report(samples: Sequence[SampleLike], verdicts: dict[str, dict[str, Verdict]], seconds: dict[str, float]) -> str:
     names = list(verdicts)
     payloads = [s for s in samples if s.malicious]
     benign = [s for s in samples if not s.malicious]
@@ -522,10 +533,10 @@ def report(
         ["payloads flagged", *(percent(count(n, payloads, flagged), len(payloads)) for n in names)],
         ["benign files flagged", *(percent(count(n, benign, flagged), len(benign)) for n in names)],
         ["payloads skipped (not scanned)", *(str(count(n, payloads, outcome("skipped", "not-scanned"))) for n in names)],
-        ["scan errors / crashes / timeouts", *(
-            "/".join(str(count(n, samples, outcome(o))) for o in ("error-reported", "crash", "timeout"))
-            for n in names
-        )],
+        [
+            "scan errors / crashes / timeouts",
+            *("/".join(str(count(n, samples, outcome(o))) for o in ("error-reported", "crash", "timeout")) for n in names),
+        ],
         ["wall time of the pass", *(f"{seconds[n]:.1f} s" for n in names)],
     ]
     parts = [markdown(["", *names], rows)]
@@ -538,6 +549,7 @@ def report(
         parts.append(f"{title}:\n\n" + markdown(["family", *names], table))
     notes = []
     if "picklescan" in verdicts:
+
         def suspicious(v: Verdict) -> bool:
             return not v.flagged and bool(v.raw.get("suspicious_globals"))
 
@@ -546,6 +558,7 @@ def report(
             f"payloads and {count('picklescan', benign, suspicious)} more benign files (`--strict` would flag them)."
         )
     if "fickling" in verdicts:
+
         def cli(v: Verdict) -> bool:
             return v.raw.get("cli_exit") not in (0, None)
 
@@ -571,10 +584,16 @@ def report(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scanners-python", type=Path, help=f"python of the peer scanners' venv (default: {DEFAULT_SCANNERS_PYTHON.relative_to(ROOT)} if present, else this python)")
+    parser.add_argument(
+        "--scanners-python",
+        type=Path,
+        help=f"python of the peer scanners' venv (default: {DEFAULT_SCANNERS_PYTHON.relative_to(ROOT)} if present, else this python)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every per-sample verdict here")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="build the samples in DIR (new or empty) and keep them")
-    parser.add_argument("--sample-set", type=Path, default=DEFAULT_SAMPLE_SET, help="module with build(root) -> list[Sample] (default: tests/sample_set.py)")
+    parser.add_argument(
+        "--sample-set", type=Path, default=DEFAULT_SAMPLE_SET, help="module with build(root) -> list[Sample] (default: tests/sample_set.py)"
+    )
     parser.add_argument("--only", action="append", choices=SCANNERS, help="run only this scanner (repeatable)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per file and peer scanner (default 60)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="files scanned at once (default: one per CPU)")
@@ -634,16 +653,23 @@ def main() -> int:
             document = {
                 "date": datetime.date.today().isoformat(),
                 "versions": {
-                    "ckptdoctor": version("ckptdoctor"), "torch": version("torch"), "numpy": version("numpy"),
-                    "python": platform.python_version(), "scanners_python": python, "scanners": peers,
+                    "ckptdoctor": version("ckptdoctor"),
+                    "torch": version("torch"),
+                    "numpy": version("numpy"),
+                    "python": platform.python_version(),
+                    "scanners_python": python,
+                    "scanners": peers,
                 },
                 "left_out": skipped,
                 "alarms": alarms,
                 "seconds": seconds,
                 "samples": [
                     {
-                        "name": s.name, "file": str(s.path.relative_to(root)) if s.path.is_relative_to(root) else str(s.path),
-                        "malicious": s.malicious, "loader": s.loader, "family": s.family,
+                        "name": s.name,
+                        "file": str(s.path.relative_to(root)) if s.path.is_relative_to(root) else str(s.path),
+                        "malicious": s.malicious,
+                        "loader": s.loader,
+                        "family": s.family,
                         "verdicts": {name: asdict(verdicts[name][s.name]) for name in names},
                     }
                     for s in samples
@@ -655,7 +681,9 @@ def main() -> int:
         print(report(samples, verdicts, seconds))
         print()
         print(f"- date: {datetime.date.today().isoformat()}; {os.cpu_count()} CPUs; {args.jobs} files at once; {args.timeout:g} s per file")
-        print(f"- ckptdoctor {version('ckptdoctor')}, torch {version('torch')}, numpy {version('numpy')}, Python {platform.python_version()} ({sys.executable})")
+        print(
+            f"- ckptdoctor {version('ckptdoctor')}, torch {version('torch')}, numpy {version('numpy')}, Python {platform.python_version()} ({sys.executable})"
+        )
         found = ", ".join(f"{n} {peers[n]}" for n in PEERS if n in names)
         if found:
             print(f"- {found}; numpy {peers.get('numpy')}, Python {peers['python']} ({python})")

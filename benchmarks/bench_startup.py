@@ -51,7 +51,9 @@ def _time(argv: list[str], tree: Path) -> float:
 
 def _modules(argv: list[str], tree: Path) -> int:
     """ckptdoctor's modules that ``argv`` imports (from ``-X importtime``)."""
-    result = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=tree, env=_env(tree), capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], cwd=tree, env=_env(tree), capture_output=True, text=True, check=False
+    )
     return sum(1 for line in result.stderr.splitlines() if line.rsplit("|", 1)[-1].strip().startswith("ckptdoctor"))
 
 

@@ -265,7 +265,9 @@ def distinct(runs: list[Run]) -> list[Run]:
     return kept
 
 
-def lock_all(held: contextlib.ExitStack, runs: list[Run], dry_run: bool, tell: Callable[[str], None], more: Iterable[tuple[str, str]] = ()) -> None:
+def lock_all(
+    held: contextlib.ExitStack, runs: list[Run], dry_run: bool, tell: Callable[[str], None], more: Iterable[tuple[str, str]] = ()
+) -> None:
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
     deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
     lock that exists, and takes none where there is none."""
@@ -385,7 +387,9 @@ class Prune(Pass):
         for run in context.runs:
             root, place = run_root(run), home(run)
             for found in actions.pending(root, place):
-                context.tell(f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run).")
+                context.tell(
+                    f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run)."
+                )
             if context.dry_run:
                 continue
             restored, left = actions.discard(root, place)
@@ -448,7 +452,9 @@ class Prune(Pass):
                 if self._journals.get(plan.run):
                     finished = actions.finish_interrupted(plan.root, plan.home, _busy_now(run), kept_paths(plan))
                     context.problems += finished.problems
-                    context.tell(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.", Tone.DONE)
+                    context.tell(
+                        f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.", Tone.DONE
+                    )
                 if plan.acting(Action.DELETE):
                     self._delete(context, plan, run, since)
         except Exception:
@@ -476,7 +482,9 @@ class Prune(Pass):
             )
         context.tell(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.", Tone.DONE)
         if done.left:
-            context.tell(f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again.")
+            context.tell(
+                f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."
+            )
 
 
 def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Prune:
@@ -518,7 +526,9 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
 
 def kept_paths(plan: Plan) -> frozenset[str]:
     """What ``plan`` keeps, relative to its run (a killed prune's journal spares it)."""
-    return frozenset(os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries)
+    return frozenset(
+        os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries
+    )
 
 
 # repair
@@ -587,7 +597,9 @@ class Repair(Pass):
                 Tone.DONE,
             )
             if moved.left:
-                context.tell(f"{plan.run}: left {moved.left} entries written, opened or replaced since the plan was made; the next repair looks again.")
+                context.tell(
+                    f"{plan.run}: left {moved.left} entries written, opened or replaced since the plan was made; the next repair looks again."
+                )
             context.problems += moved.problems
 
 

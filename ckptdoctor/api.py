@@ -45,9 +45,9 @@ def preflight(
 ) -> Report:
     """``diskcheck`` under the name training code calls it by, before a save:
 
-        report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
-        if not report.ok:
-            raise SystemExit(report.findings[0].message)
+    report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
+    if not report.ok:
+        raise SystemExit(report.findings[0].message)
     """
     return diskcheck(run_dir, model_bytes=model_bytes, model=model, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway)
 
@@ -109,7 +109,6 @@ def _largest(runs: tuple[Run, ...]) -> Run | None:
     if not with_checkpoints:
         return None
     return max(with_checkpoints, key=lambda run: max(c.bytes for c in run.checkpoints))
-
 
 
 def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:

@@ -60,6 +60,7 @@ def holds(key: str, *, none: bool, empty: bool) -> bool:
     from ``optimizer_states=[]`` with a fresh optimizer, silently)."""
     return not none and not (empty and key in EMPTY_IS_ABSENT)
 
+
 OPTIMIZER_STATE = ("state", "param_groups")
 """The keys of a bare ``optimizer.state_dict()``."""
 

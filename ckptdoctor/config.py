@@ -21,7 +21,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
-PRUNE_KEYS = frozenset({"keep-last", "keep-best", "metric", "mode", "keep-every", "keep-within", "keep", "min-age", "metrics-file", "verify", "max-runs"})
+PRUNE_KEYS = frozenset(
+    {"keep-last", "keep-best", "metric", "mode", "keep-every", "keep-within", "keep", "min-age", "metrics-file", "verify", "max-runs"}
+)
 
 
 class ConfigError(ValueError):

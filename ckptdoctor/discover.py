@@ -125,9 +125,7 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
                 info = item.stat(follow_symlinks=True)
             except FileNotFoundError:
                 if is_symlink:
-                    entries.append(
-                        Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True)
-                    )
+                    entries.append(Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True))
                 # else: it vanished between listing and stat; it is no longer part of the run
                 continue
             except OSError:
@@ -174,4 +172,3 @@ def natural_key(text: str) -> list[tuple[int, int | str]]:
         elif chunk:
             parts.append((1, chunk))
     return parts
-

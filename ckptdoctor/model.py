@@ -338,7 +338,6 @@ class Run:
         return _unique_bytes(entries)
 
 
-
 class Action(str, enum.Enum):
     """What an acting command (``prune``, ``repair``) does with one checkpoint."""
 
@@ -522,7 +521,6 @@ class Report:
     def ok(self) -> bool:
         """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
-
 
 
 def _normal(path: str | None) -> str:

@@ -220,18 +220,31 @@ class Manifest:
                 for line in self.entries
             ],
             "pointers": [
-                {"path": line.path, "index": line.index, "reasons": list(line.reasons), "text": line.text, "kind": line.kind.value, "existed": line.existed}
+                {
+                    "path": line.path,
+                    "index": line.index,
+                    "reasons": list(line.reasons),
+                    "text": line.text,
+                    "kind": line.kind.value,
+                    "existed": line.existed,
+                }
                 for line in self.pointers
             ],
         }
 
     @classmethod
     def from_json(cls, document: object) -> Manifest:
-        if not isinstance(document, dict) or not isinstance(document.get("entries"), list) or not isinstance(document.get("pointers"), list):
+        if (
+            not isinstance(document, dict)
+            or not isinstance(document.get("entries"), list)
+            or not isinstance(document.get("pointers"), list)
+        ):
             raise BadRecord("not a ckptdoctor quarantine manifest")
         version = document.get("version")
         if not _is_int(version) or version not in MANIFEST_VERSIONS:
-            raise BadRecord(f"its version {version!r} is not one this ckptdoctor reads ({', '.join(map(str, MANIFEST_VERSIONS))}): was it written by a newer ckptdoctor?")
+            raise BadRecord(
+                f"its version {version!r} is not one this ckptdoctor reads ({', '.join(map(str, MANIFEST_VERSIONS))}): was it written by a newer ckptdoctor?"
+            )
         run, created, state = document.get("run"), document.get("created"), document.get("state")
         if not isinstance(run, str) or not _is_time(created) or state not in _PHASES:
             raise BadRecord("its run, created or state field is missing or wrong")
@@ -290,7 +303,12 @@ class Journal:
         if "version" in document:
             raise BadRecord(f"its version {document['version']!r} is not one this ckptdoctor reads: was it written by a newer ckptdoctor?")
         entries, identities = document.get("entries"), document.get("identities", {})
-        if not isinstance(document.get("run"), str) or not isinstance(entries, list) or not all(_is_path(path) for path in entries) or not isinstance(identities, dict):
+        if (
+            not isinstance(document.get("run"), str)
+            or not isinstance(entries, list)
+            or not all(_is_path(path) for path in entries)
+            or not isinstance(identities, dict)
+        ):
             raise BadRecord("not a ckptdoctor journal")
         _only(document, _JOURNAL_KEYS, "it")
         # Paths are only checked to be names: a listed entry outside the run is skipped where it is
@@ -393,7 +411,9 @@ def _is_identity(value: object) -> bool:
     if not isinstance(value, list) or len(value) != 5 or not all(_is_int(part) for part in value):
         return False
     device, inode, size, mtime, ctime = value
-    return 0 <= device < _UINT64 and 0 <= inode < _UINT64 and 0 <= size < _INT64 and all(-_INT64 <= time < _INT64 for time in (mtime, ctime))
+    return (
+        0 <= device < _UINT64 and 0 <= inode < _UINT64 and 0 <= size < _INT64 and all(-_INT64 <= time < _INT64 for time in (mtime, ctime))
+    )
 
 
 def _as_identity(value: list[int]) -> Identity:

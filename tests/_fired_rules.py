@@ -111,7 +111,14 @@ def whole_suite(config: pytest.Config) -> bool:
     """Whether this session collected every test: each of ``testpaths`` named whole, nothing
     chosen by keyword, mark, last failure or id, nothing ignored or deselected."""
     option = config.option
-    if _deselected or option.collectonly or option.keyword or option.markexpr or getattr(option, "lf", False) or getattr(option, "stepwise", False):
+    if (
+        _deselected
+        or option.collectonly
+        or option.keyword
+        or option.markexpr
+        or getattr(option, "lf", False)
+        or getattr(option, "stepwise", False)
+    ):
         return False
     if option.ignore or option.ignore_glob or option.deselect:
         return False

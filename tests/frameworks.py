@@ -45,9 +45,7 @@ def hf_trainer(
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=width, vocab_size=vocab, n_positions=32)
-    )
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=width, vocab_size=vocab, n_positions=32))
 
     class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
         def __len__(self) -> int:

@@ -123,9 +123,7 @@ GADGETS: dict[str, Callable[[str], bytes]] = {
     # each pushes the result of one call that creates the canary (the path given), and no more
     "os.system": lambda c: _call(_g("os", "system"), _u(_touch(c))),
     "posix.system": lambda c: _call(_g("posix", "system"), _u(_touch(c))),
-    "subprocess.check_call": lambda c: _call(
-        _g("subprocess", "check_call"), _list(_u("touch"), _u(c))
-    ),
+    "subprocess.check_call": lambda c: _call(_g("subprocess", "check_call"), _list(_u("touch"), _u(c))),
     "subprocess.Popen": lambda c: _call(_g("subprocess", "Popen"), _list(_u("touch"), _u(c))),
     "subprocess.run": lambda c: _call(_g("subprocess", "run"), _list(_u("touch"), _u(c))),
     "subprocess.call": lambda c: _call(_g("subprocess", "call"), _list(_u("touch"), _u(c))),
@@ -138,40 +136,22 @@ GADGETS: dict[str, Callable[[str], bytes]] = {
     "builtins.open": lambda c: _call(_g("builtins", "open"), _u(c), _u("w")),
     "io.open": lambda c: _call(_g("io", "open"), _u(c), _u("a")),
     "posix.open": lambda c: _call(_g("posix", "open"), _u(c), _i(_O_CREAT_WRONLY)),
-    "pathlib.touch": lambda c: _call0(
-        _call(_g("builtins", "getattr"), _call(_g("pathlib", "Path"), _u(c)), _u("touch"))
-    ),
+    "pathlib.touch": lambda c: _call0(_call(_g("builtins", "getattr"), _call(_g("pathlib", "Path"), _u(c)), _u("touch"))),
     "shutil.copyfile": lambda c: _call(_g("shutil", "copyfile"), _u(os.devnull), _u(c)),
-    "timeit.timeit": lambda c: _call(
-        _g("timeit", "timeit"), _u(_create_code(c)), _u("pass"), _g("time", "perf_counter"), _i(1)
-    ),
-    "os.popen": lambda c: _call0(
-        _call(_g("builtins", "getattr"), _call(_g("os", "popen"), _u(_touch(c))), _u("close"))
-    ),
-    "os.spawnlp": lambda c: _call(
-        _g("os", "spawnlp"), _i(os.P_WAIT), _u("touch"), _u("touch"), _u(c)
-    ),
-    "pickle.loads": lambda c: _call(
-        _g("pickle", "loads"), _binbytes(b"\x80\x02" + GADGETS["posix.system"](c) + b".")
-    ),
+    "timeit.timeit": lambda c: _call(_g("timeit", "timeit"), _u(_create_code(c)), _u("pass"), _g("time", "perf_counter"), _i(1)),
+    "os.popen": lambda c: _call0(_call(_g("builtins", "getattr"), _call(_g("os", "popen"), _u(_touch(c))), _u("close"))),
+    "os.spawnlp": lambda c: _call(_g("os", "spawnlp"), _i(os.P_WAIT), _u("touch"), _u("touch"), _u(c)),
+    "pickle.loads": lambda c: _call(_g("pickle", "loads"), _binbytes(b"\x80\x02" + GADGETS["posix.system"](c) + b".")),
     "getattr-import": lambda c: _call(
-        _call(
-            _g("builtins", "getattr"), _call(_g("builtins", "__import__"), _u("os")), _u("system")
-        ),
+        _call(_g("builtins", "getattr"), _call(_g("builtins", "__import__"), _u("os")), _u("system")),
         _u(_touch(c)),
     ),
     "operator.methodcaller": lambda c: _call(
         _call(_g("operator", "methodcaller"), _u("system"), _u(_touch(c))),
         _call(_g("builtins", "__import__"), _u("os")),
     ),
-    "logging.FileHandler": lambda c: _call0(
-        _call(
-            _g("builtins", "getattr"), _call(_g("logging", "FileHandler"), _u(c)), _u("close")
-        )
-    ),
-    "zipfile.ZipFile": lambda c: _call0(
-        _call(_g("builtins", "getattr"), _call(_g("zipfile", "ZipFile"), _u(c), _u("w")), _u("close"))
-    ),
+    "logging.FileHandler": lambda c: _call0(_call(_g("builtins", "getattr"), _call(_g("logging", "FileHandler"), _u(c)), _u("close"))),
+    "zipfile.ZipFile": lambda c: _call0(_call(_g("builtins", "getattr"), _call(_g("zipfile", "ZipFile"), _u(c), _u("w")), _u("close"))),
     "numpy.savetxt": lambda c: _call(_g("numpy", "savetxt"), _u(c), _list(_i(0))),
     "torch.save": lambda c: _call(_g("torch", "save"), _i(0), _u(c)),
     "joblib.dump": lambda c: _call(_g("joblib", "dump"), _i(0), _u(c)),
@@ -179,12 +159,8 @@ GADGETS: dict[str, Callable[[str], bytes]] = {
     "inst": lambda c: b"(" + _u(_touch(c)) + b"ios\nsystem\n",
     "obj": lambda c: b"(" + _g("posix", "system") + _u(_touch(c)) + b"o",
     # STACK_GLOBAL over names put in the memo in the wrong order, then read back
-    "stack-global-memo": lambda c: (
-        b"\x8c\x06systemq\xf00\x8c\x02osq\xf10h\xf1h\xf0\x93(" + _u(_touch(c)) + b"tR"
-    ),
-    "functools.partial": lambda c: _call0(
-        _call(_g("functools", "partial"), _g("posix", "system"), _u(_touch(c)))
-    ),
+    "stack-global-memo": lambda c: b"\x8c\x06systemq\xf00\x8c\x02osq\xf10h\xf1h\xf0\x93(" + _u(_touch(c)) + b"tR",
+    "functools.partial": lambda c: _call0(_call(_g("functools", "partial"), _g("posix", "system"), _u(_touch(c)))),
 }
 
 
@@ -355,113 +331,309 @@ _MalSpec = tuple[str, str, str, str, Callable[[_Ctx], bytes]]  # name, file, loa
 
 def _malicious_specs() -> Iterator[_MalSpec]:
     # ---- classic controls ----
-    yield ("classic-protocol-0", "payload.pkl", "pickle.load", "classic",
-           lambda c: b"cos\nsystem\n(V" + _touch(c.canary).encode() + b"\ntR.")
-    yield ("classic-protocol-2", "model.pkl", "pickle.load", "classic",
-           lambda c: _pickle("posix.system", c.canary, 2))
-    yield ("classic-protocol-4-stack-global", "data.pkl", "pickle.load", "classic",
-           lambda c: b"\x80\x04\x8c\nsubprocess\x8c\ncheck_call\x93" + _list(_u("touch"), _u(c.canary)) + b"\x85R.")
-    yield ("classic-protocol-5-exec", "state.pkl", "pickle.load", "classic",
-           lambda c: _pickle("builtins.exec", c.canary, 5))
-    yield ("classic-torch-zip-data-pkl", "model.pt", "torch.load", "classic",
-           lambda c: c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("os.system", c.canary))))
-    yield ("classic-torch-zip-inst", "pytorch_model.bin", "torch.load", "classic",
-           lambda c: c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("inst", c.canary))))
-    yield ("classic-legacy-main-pickle", "model.pt", "torch.load", "classic",
-           lambda c: c.base.legacy_with(3, lambda d: _splice_after_proto(d, _stmt("obj", c.canary))))
-    yield ("classic-training-args-bin", "training_args.bin", "torch.load", "classic",
-           lambda c: _pickle("subprocess.run", c.canary, 2))
+    yield (
+        "classic-protocol-0",
+        "payload.pkl",
+        "pickle.load",
+        "classic",
+        lambda c: b"cos\nsystem\n(V" + _touch(c.canary).encode() + b"\ntR.",
+    )
+    yield ("classic-protocol-2", "model.pkl", "pickle.load", "classic", lambda c: _pickle("posix.system", c.canary, 2))
+    yield (
+        "classic-protocol-4-stack-global",
+        "data.pkl",
+        "pickle.load",
+        "classic",
+        lambda c: b"\x80\x04\x8c\nsubprocess\x8c\ncheck_call\x93" + _list(_u("touch"), _u(c.canary)) + b"\x85R.",
+    )
+    yield ("classic-protocol-5-exec", "state.pkl", "pickle.load", "classic", lambda c: _pickle("builtins.exec", c.canary, 5))
+    yield (
+        "classic-torch-zip-data-pkl",
+        "model.pt",
+        "torch.load",
+        "classic",
+        lambda c: c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("os.system", c.canary))),
+    )
+    yield (
+        "classic-torch-zip-inst",
+        "pytorch_model.bin",
+        "torch.load",
+        "classic",
+        lambda c: c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("inst", c.canary))),
+    )
+    yield (
+        "classic-legacy-main-pickle",
+        "model.pt",
+        "torch.load",
+        "classic",
+        lambda c: c.base.legacy_with(3, lambda d: _splice_after_proto(d, _stmt("obj", c.canary))),
+    )
+    yield ("classic-training-args-bin", "training_args.bin", "torch.load", "classic", lambda c: _pickle("subprocess.run", c.canary, 2))
 
     # ---- tar: torch's oldest format ----
     def tar_pickle(gadget: str) -> Callable[[_Ctx], bytes]:
-        return lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                               ("pickle", _pickle(gadget, c.canary))])
+        return lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS), ("pickle", _pickle(gadget, c.canary))])
 
     yield ("tar-pickle-member", "model.tar", "torch.load", "tar", tar_pickle("posix.system"))
     yield ("tar-pickle-member-pt", "model.pt", "torch.load", "tar", tar_pickle("subprocess.call"))
-    yield ("tar-hardlinked-pickle-member", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                                ("notes", _pickle("builtins.open", c.canary)),
-                                _tar_info("pickle", type=tarfile.LNKTYPE, linkname="notes")]))
-    yield ("tar-symlinked-pickle-member", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                                ("data/readme", _pickle("io.open", c.canary)),
-                                _tar_info("pickle", type=tarfile.SYMTYPE, linkname="data/readme")]))
-    yield ("tar-hardlinked-storages-member", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("blob", b"\x80\x02" + _stmt("posix.open", c.canary) + b"K\x00."
-                                 + pickle.dumps([], protocol=2)),
-                                _tar_info("storages", type=tarfile.LNKTYPE, linkname="blob"),
-                                ("tensors", _TAR_NO_TENSORS), ("pickle", _TAR_BENIGN_PICKLE)]))
-    yield ("tar-unknown-typeflag", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                                _tar_member("pickle", _pickle("shutil.copyfile", c.canary), type=b"Z")]))
-    yield ("tar-duplicate-pickle-member", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                           ("pickle", _TAR_BENIGN_PICKLE), ("pickle", _pickle("timeit.timeit", c.canary))]))
-    yield ("tar-pax-renamed-pickle", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                                _tar_member("README.txt", _pickle("os.spawnlp", c.canary),
-                                            pax_headers={"path": "pickle"})]))
-    yield ("tar-gnu-longname-pickle", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES), ("tensors", _TAR_NO_TENSORS),
-                                _tar_member("././@LongLink", b"pickle\x00", type=tarfile.GNUTYPE_LONGNAME),
-                                _tar_member("README.txt", _pickle("getattr-import", c.canary))],
-                               fmt=tarfile.GNU_FORMAT))
-    yield ("tar-payload-in-storages-count", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _pickle("os.system", c.canary) + pickle.dumps([], protocol=2)),
-                           ("tensors", _TAR_NO_TENSORS), ("pickle", _TAR_BENIGN_PICKLE)]))
-    yield ("tar-payload-in-storage-record", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", pickle.dumps(1, protocol=2) + _pickle("subprocess.check_call", c.canary)
-                            + _TAR_STORAGE_BYTES + pickle.dumps([], protocol=2)),
-                           ("tensors", _TAR_NO_TENSORS), ("pickle", _TAR_BENIGN_PICKLE)]))
-    yield ("tar-payload-in-storage-views", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", pickle.dumps(1, protocol=2) + _TAR_STORAGE_RECORD + _TAR_STORAGE_BYTES
-                            + _pickle("operator.methodcaller", c.canary)),
-                           ("tensors", _TAR_NO_TENSORS), ("pickle", _TAR_BENIGN_PICKLE)]))
-    yield ("tar-payload-in-tensor-record", "model.pt", "torch.load", "tar",
-           lambda c: _tar([("storages", _TAR_NO_STORAGES),
-                           ("tensors", pickle.dumps(1, protocol=2) + _pickle("builtins.eval", c.canary)),
-                           ("pickle", _TAR_BENIGN_PICKLE)]))
+    yield (
+        "tar-hardlinked-pickle-member",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                ("notes", _pickle("builtins.open", c.canary)),
+                _tar_info("pickle", type=tarfile.LNKTYPE, linkname="notes"),
+            ]
+        ),
+    )
+    yield (
+        "tar-symlinked-pickle-member",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                ("data/readme", _pickle("io.open", c.canary)),
+                _tar_info("pickle", type=tarfile.SYMTYPE, linkname="data/readme"),
+            ]
+        ),
+    )
+    yield (
+        "tar-hardlinked-storages-member",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("blob", b"\x80\x02" + _stmt("posix.open", c.canary) + b"K\x00." + pickle.dumps([], protocol=2)),
+                _tar_info("storages", type=tarfile.LNKTYPE, linkname="blob"),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        ),
+    )
+    yield (
+        "tar-unknown-typeflag",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                _tar_member("pickle", _pickle("shutil.copyfile", c.canary), type=b"Z"),
+            ]
+        ),
+    )
+    yield (
+        "tar-duplicate-pickle-member",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+                ("pickle", _pickle("timeit.timeit", c.canary)),
+            ]
+        ),
+    )
+    yield (
+        "tar-pax-renamed-pickle",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                _tar_member("README.txt", _pickle("os.spawnlp", c.canary), pax_headers={"path": "pickle"}),
+            ]
+        ),
+    )
+    yield (
+        "tar-gnu-longname-pickle",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", _TAR_NO_TENSORS),
+                _tar_member("././@LongLink", b"pickle\x00", type=tarfile.GNUTYPE_LONGNAME),
+                _tar_member("README.txt", _pickle("getattr-import", c.canary)),
+            ],
+            fmt=tarfile.GNU_FORMAT,
+        ),
+    )
+    yield (
+        "tar-payload-in-storages-count",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _pickle("os.system", c.canary) + pickle.dumps([], protocol=2)),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        ),
+    )
+    yield (
+        "tar-payload-in-storage-record",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                (
+                    "storages",
+                    pickle.dumps(1, protocol=2)
+                    + _pickle("subprocess.check_call", c.canary)
+                    + _TAR_STORAGE_BYTES
+                    + pickle.dumps([], protocol=2),
+                ),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        ),
+    )
+    yield (
+        "tar-payload-in-storage-views",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                (
+                    "storages",
+                    pickle.dumps(1, protocol=2) + _TAR_STORAGE_RECORD + _TAR_STORAGE_BYTES + _pickle("operator.methodcaller", c.canary),
+                ),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        ),
+    )
+    yield (
+        "tar-payload-in-tensor-record",
+        "model.pt",
+        "torch.load",
+        "tar",
+        lambda c: _tar(
+            [
+                ("storages", _TAR_NO_STORAGES),
+                ("tensors", pickle.dumps(1, protocol=2) + _pickle("builtins.eval", c.canary)),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        ),
+    )
 
     def counted(count: bytes, gadget: str) -> Callable[[_Ctx], bytes]:
         # one storage record and its bytes, then the payload as the views pickle: a scanner that
         # cannot tell how many records the count announces cannot find where the views pickle is
-        return lambda c: _tar([("storages", count + _TAR_STORAGE_RECORD + _TAR_STORAGE_BYTES
-                                + _pickle(gadget, c.canary)),
-                               ("tensors", _TAR_NO_TENSORS), ("pickle", _TAR_BENIGN_PICKLE)])
+        return lambda c: _tar(
+            [
+                ("storages", count + _TAR_STORAGE_RECORD + _TAR_STORAGE_BYTES + _pickle(gadget, c.canary)),
+                ("tensors", _TAR_NO_TENSORS),
+                ("pickle", _TAR_BENIGN_PICKLE),
+            ]
+        )
 
     yield ("tar-storage-count-hex", "model.pt", "torch.load", "tar", counted(b"I0x1\n.", "pathlib.touch"))
-    yield ("tar-storage-count-from-memo", "model.pt", "torch.load", "tar",
-           counted(b"\x80\x02K\x01q\x000h\x00.", "logging.FileHandler"))
+    yield ("tar-storage-count-from-memo", "model.pt", "torch.load", "tar", counted(b"\x80\x02K\x01q\x000h\x00.", "logging.FileHandler"))
     yield ("tar-storage-count-true", "model.pt", "torch.load", "tar", counted(b"\x80\x02\x88.", "zipfile.ZipFile"))
-    yield ("tar-storage-count-from-call", "model.pt", "torch.load", "tar",
-           counted(b"\x80\x02" + _call(_g("builtins", "int"), _u("1")) + b".", "torch.save"))
+    yield (
+        "tar-storage-count-from-call",
+        "model.pt",
+        "torch.load",
+        "tar",
+        counted(b"\x80\x02" + _call(_g("builtins", "int"), _u("1")) + b".", "torch.save"),
+    )
 
     # ---- opcode arguments pickletools rejects or reads differently; the C unpickler takes them ----
-    bare_gadgets = ["posix.system", "subprocess.check_call", "builtins.exec", "os.system",
-                    "io.open", "shutil.copyfile", "pickle.loads", "stack-global-memo", "obj"]
+    bare_gadgets = [
+        "posix.system",
+        "subprocess.check_call",
+        "builtins.exec",
+        "os.system",
+        "io.open",
+        "shutil.copyfile",
+        "pickle.loads",
+        "stack-global-memo",
+        "obj",
+    ]
     for (arg, odd), gadget in zip(list(ODD_ARGS.items())[:9], bare_gadgets, strict=True):
-        yield (f"odd-{arg}-bare-pickle", "data.pkl", "pickle.load", "opcode-args",
-               lambda c, odd=odd, gadget=gadget: b"\x80\x02" + odd + _pickle(gadget, c.canary, 0))
-    zip_args = ["int-space", "int-plus", "int-underscore", "int-leading-zero-octal", "int-hex-upper",
-                "float-nul-garbage", "int-hex", "get-nul"]
-    zip_gadgets = ["posix.system", "subprocess.Popen", "getattr-import", "functools.partial",
-                   "builtins.open", "posix.open", "inst", "torch.save"]
+        yield (
+            f"odd-{arg}-bare-pickle",
+            "data.pkl",
+            "pickle.load",
+            "opcode-args",
+            lambda c, odd=odd, gadget=gadget: b"\x80\x02" + odd + _pickle(gadget, c.canary, 0),
+        )
+    zip_args = [
+        "int-space",
+        "int-plus",
+        "int-underscore",
+        "int-leading-zero-octal",
+        "int-hex-upper",
+        "float-nul-garbage",
+        "int-hex",
+        "get-nul",
+    ]
+    zip_gadgets = [
+        "posix.system",
+        "subprocess.Popen",
+        "getattr-import",
+        "functools.partial",
+        "builtins.open",
+        "posix.open",
+        "inst",
+        "torch.save",
+    ]
     for arg, gadget in zip(zip_args, zip_gadgets, strict=True):
-        yield (f"odd-{arg}-torch-zip", "model.pt", "torch.load", "opcode-args",
-               lambda c, odd=ODD_ARGS[arg], gadget=gadget: c.base.zip_with_data_pkl(
-                   lambda d: _splice_after_proto(d, odd + _stmt(gadget, c.canary))))
+        yield (
+            f"odd-{arg}-torch-zip",
+            "model.pt",
+            "torch.load",
+            "opcode-args",
+            lambda c, odd=ODD_ARGS[arg], gadget=gadget: c.base.zip_with_data_pkl(
+                lambda d: _splice_after_proto(d, odd + _stmt(gadget, c.canary))
+            ),
+        )
     legacy_args = ["int-hex", "put-nul", "get-nul", "float-nul", "int-nul-garbage"]
     legacy_gadgets = ["os.system", "timeit.timeit", "subprocess.getoutput", "builtins.eval", "obj"]
     for arg, gadget in zip(legacy_args, legacy_gadgets, strict=True):
-        yield (f"odd-{arg}-legacy-torch", "model.pt", "torch.load", "opcode-args",
-               lambda c, odd=ODD_ARGS[arg], gadget=gadget: c.base.legacy_with(
-                   3, lambda d: _splice_after_proto(d, odd + _stmt(gadget, c.canary))))
+        yield (
+            f"odd-{arg}-legacy-torch",
+            "model.pt",
+            "torch.load",
+            "opcode-args",
+            lambda c, odd=ODD_ARGS[arg], gadget=gadget: c.base.legacy_with(
+                3, lambda d: _splice_after_proto(d, odd + _stmt(gadget, c.canary))
+            ),
+        )
     # torch's magic and protocol numbers written in a form only the C unpickler reads as such,
     # the payload in the sys_info pickle that follows
-    yield ("odd-legacy-hex-magic-number", "model.pt", "torch.load", "opcode-args",
-           lambda c: b"L0x1950a86a20f9469cfc6cL\n." + b"I0x3e9\n." + _pickle("posix.system", c.canary)
-           + b"".join(c.base.legacy_pickles[3:]) + c.base.legacy_tail)
+    yield (
+        "odd-legacy-hex-magic-number",
+        "model.pt",
+        "torch.load",
+        "opcode-args",
+        lambda c: (
+            b"L0x1950a86a20f9469cfc6cL\n."
+            + b"I0x3e9\n."
+            + _pickle("posix.system", c.canary)
+            + b"".join(c.base.legacy_pickles[3:])
+            + c.base.legacy_tail
+        ),
+    )
 
     # ---- .npy / .npz ----
     def npy(descr: str, gadget: str, shape: str = "(1,)", version: tuple[int, int] = (1, 0)) -> Callable[[_Ctx], bytes]:
@@ -471,10 +643,14 @@ def _malicious_specs() -> Iterator[_MalSpec]:
     yield ("npy-object-descr-pipe-O", "arr.npy", "numpy.load", "npy", npy("'|O'", "subprocess.check_call"))
     yield ("npy-object-descr-word", "arr.npy", "numpy.load", "npy", npy("'object'", "builtins.exec"))
     yield ("npy-object-descr-O8", "arr.npy", "numpy.load", "npy", npy("'|O8'", "os.system"))
-    yield ("npy-structured-object-field", "arr.npy", "numpy.load", "npy",
-           npy("[('a', '<i4'), ('b', '|O')]", "getattr-import"))
-    yield ("npy-nested-structured-object-field", "arr.npy", "numpy.load", "npy",
-           npy("[('a', '<f4'), ('b', [('c', '<i2'), ('d', 'O')])]", "io.open"))
+    yield ("npy-structured-object-field", "arr.npy", "numpy.load", "npy", npy("[('a', '<i4'), ('b', '|O')]", "getattr-import"))
+    yield (
+        "npy-nested-structured-object-field",
+        "arr.npy",
+        "numpy.load",
+        "npy",
+        npy("[('a', '<f4'), ('b', [('c', '<i2'), ('d', 'O')])]", "io.open"),
+    )
     yield ("npy-python2-long-shape", "arr.npy", "numpy.load", "npy", npy("'|O'", "subprocess.run", "(1L,)"))
     yield ("npy-version-2-header", "arr.npy", "numpy.load", "npy", npy("'|O'", "posix.open", version=(2, 0)))
     yield ("npy-version-3-header", "arr.npy", "numpy.load", "npy", npy("'|O'", "numpy.savetxt", version=(3, 0)))
@@ -489,30 +665,68 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         np.save(buffer, np.arange(4, dtype=np.float32))
         return buffer.getvalue()
 
-    yield ("npz-stored-object-member", "arrays.npz", "numpy.load", "npy",
-           npz(lambda c: [("weights.npy", benign_npy()),
-                          ("arr_1.npy", _npy("'|O'", "(1,)", _pickle("posix.system", c.canary)))],
-               zipfile.ZIP_STORED))
-    yield ("npz-compressed-object-member", "arrays.npz", "numpy.load", "npy",
-           npz(lambda c: [("arr_0.npy", benign_npy()),
-                          ("arr_1.npy", _npy("'O'", "(1,)", _pickle("builtins.open", c.canary)))],
-               zipfile.ZIP_DEFLATED))
-    yield ("npz-member-without-npy-suffix", "arrays.npz", "numpy.load", "npy",
-           npz(lambda c: [("arr_0.npy", benign_npy()),
-                          ("metadata", _npy("'|O'", "(1,)", _pickle("subprocess.call", c.canary)))],
-               zipfile.ZIP_STORED))
-    yield ("npz-member-odd-name", "arrays.npz", "numpy.load", "npy",
-           npz(lambda c: [("sub/dir/ARR.NPY", _npy("[('x', 'O')]", "(1,)", _pickle("inst", c.canary, 0)))],
-               zipfile.ZIP_DEFLATED))
-    yield ("npz-bzip2-object-member", "arrays.npz", "numpy.load", "npy",
-           npz(lambda c: [("arr_0.npy", _npy("'|O'", "(1,)", _pickle("os.popen", c.canary)))],
-               zipfile.ZIP_BZIP2))
+    yield (
+        "npz-stored-object-member",
+        "arrays.npz",
+        "numpy.load",
+        "npy",
+        npz(
+            lambda c: [("weights.npy", benign_npy()), ("arr_1.npy", _npy("'|O'", "(1,)", _pickle("posix.system", c.canary)))],
+            zipfile.ZIP_STORED,
+        ),
+    )
+    yield (
+        "npz-compressed-object-member",
+        "arrays.npz",
+        "numpy.load",
+        "npy",
+        npz(
+            lambda c: [("arr_0.npy", benign_npy()), ("arr_1.npy", _npy("'O'", "(1,)", _pickle("builtins.open", c.canary)))],
+            zipfile.ZIP_DEFLATED,
+        ),
+    )
+    yield (
+        "npz-member-without-npy-suffix",
+        "arrays.npz",
+        "numpy.load",
+        "npy",
+        npz(
+            lambda c: [("arr_0.npy", benign_npy()), ("metadata", _npy("'|O'", "(1,)", _pickle("subprocess.call", c.canary)))],
+            zipfile.ZIP_STORED,
+        ),
+    )
+    yield (
+        "npz-member-odd-name",
+        "arrays.npz",
+        "numpy.load",
+        "npy",
+        npz(lambda c: [("sub/dir/ARR.NPY", _npy("[('x', 'O')]", "(1,)", _pickle("inst", c.canary, 0)))], zipfile.ZIP_DEFLATED),
+    )
+    yield (
+        "npz-bzip2-object-member",
+        "arrays.npz",
+        "numpy.load",
+        "npy",
+        npz(lambda c: [("arr_0.npy", _npy("'|O'", "(1,)", _pickle("os.popen", c.canary)))], zipfile.ZIP_BZIP2),
+    )
 
     # ---- zip ----
-    yield ("zip-data-pkl-upper-case", "model.pt", "torch.load", "zip",
-           lambda c: _zip([(n.replace("data.pkl", "DATA.PKL"),
-                            _splice_after_proto(d, _stmt("posix.system", c.canary)) if n.endswith("data.pkl") else d)
-                           for n, d in _members(c.base.torch_zip)]))
+    yield (
+        "zip-data-pkl-upper-case",
+        "model.pt",
+        "torch.load",
+        "zip",
+        lambda c: _zip(
+            [
+                (
+                    n.replace("data.pkl", "DATA.PKL"),
+                    _splice_after_proto(d, _stmt("posix.system", c.canary)) if n.endswith("data.pkl") else d,
+                )
+                for n, d in _members(c.base.torch_zip)
+            ]
+        ),
+    )
+
     def shadowed(name: str, gadget: str) -> Callable[[_Ctx], bytes]:
         # a second data.pkl right after torch's own: miniz (torch's zip reader) finds names by a
         # case-insensitive binary search over a heap-sorted directory, and with this layout it
@@ -525,8 +739,7 @@ def _malicious_specs() -> Iterator[_MalSpec]:
 
         return make
 
-    yield ("zip-data-pkl-case-shadow", "model.pt", "torch.load", "zip",
-           shadowed("archive/DATA.PKL", "subprocess.check_call"))
+    yield ("zip-data-pkl-case-shadow", "model.pt", "torch.load", "zip", shadowed("archive/DATA.PKL", "subprocess.check_call"))
     yield ("zip-duplicate-data-pkl", "model.pt", "torch.load", "zip", shadowed("archive/data.pkl", "builtins.exec"))
 
     def shifted(prefix: Callable[[_Ctx], bytes], gadget: str) -> Callable[[_Ctx], bytes]:
@@ -539,20 +752,25 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         return archive[: archive.rindex(b"PK\x01\x02")]  # its local header and data, no directory
 
     yield ("npz-decoy-local-header-shift", "arrays.npz", "numpy.load", "zip", shifted(decoy, "posix.system"))
-    yield ("npz-prepended-bytes-shift", "arrays.npz", "numpy.load", "zip",
-           shifted(lambda c: b"PK\x03\x04" + bytes(60), "subprocess.run"))
-    yield ("zip-torch-archive-npy-member", "weights.npz", "numpy.load", "zip",
-           lambda c: _zip([*_members(c.base.torch_zip),
-                           ("archive/extra.npy", _npy("'|O'", "(1,)", _pickle("io.open", c.canary)))]))
-    yield ("zip-torch-archive-numpy-magic-record", "weights.npz", "numpy.load", "zip",
-           lambda c: _zip([*_members(c.base.torch_zip),
-                           ("archive/data/7", _npy("'O'", "(1,)", _pickle("os.system", c.canary)))]))
+    yield ("npz-prepended-bytes-shift", "arrays.npz", "numpy.load", "zip", shifted(lambda c: b"PK\x03\x04" + bytes(60), "subprocess.run"))
+    yield (
+        "zip-torch-archive-npy-member",
+        "weights.npz",
+        "numpy.load",
+        "zip",
+        lambda c: _zip([*_members(c.base.torch_zip), ("archive/extra.npy", _npy("'|O'", "(1,)", _pickle("io.open", c.canary)))]),
+    )
+    yield (
+        "zip-torch-archive-numpy-magic-record",
+        "weights.npz",
+        "numpy.load",
+        "zip",
+        lambda c: _zip([*_members(c.base.torch_zip), ("archive/data/7", _npy("'O'", "(1,)", _pickle("os.system", c.canary)))]),
+    )
 
     # ---- look-alikes and wrappers ----
-    yield ("lookalike-pickle-named-npy", "arr.npy", "numpy.load", "lookalike",
-           lambda c: _pickle("posix.system", c.canary))
-    yield ("lookalike-pickle-named-npz", "arrays.npz", "numpy.load", "lookalike",
-           lambda c: _pickle("subprocess.check_call", c.canary, 0))
+    yield ("lookalike-pickle-named-npy", "arr.npy", "numpy.load", "lookalike", lambda c: _pickle("posix.system", c.canary))
+    yield ("lookalike-pickle-named-npz", "arrays.npz", "numpy.load", "lookalike", lambda c: _pickle("subprocess.check_call", c.canary, 0))
 
     def safetensors_like(c: _Ctx) -> bytes:
         # bytes 0..7 read as a little-endian header length of 0x5455 (SHORT_BINSTRING, 0x54 = 84
@@ -576,8 +794,13 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         return bytes(head) + bytes(1024)
 
     yield ("lookalike-tar-header-pt", "model.pt", "torch.load", "lookalike", tar_like)
-    yield ("lookalike-pickle-with-zip-appended", "model.pkl", "pickle.load", "lookalike",
-           lambda c: _pickle("subprocess.getoutput", c.canary) + _zip([("weights.npy", benign_npy())]))
+    yield (
+        "lookalike-pickle-with-zip-appended",
+        "model.pkl",
+        "pickle.load",
+        "lookalike",
+        lambda c: _pickle("subprocess.getoutput", c.canary) + _zip([("weights.npy", benign_npy())]),
+    )
 
     def joblib_object_array(c: _Ctx) -> bytes:
         # joblib stores an object array as a nested pickle right after its NumpyArrayWrapper's
@@ -594,8 +817,7 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         nested = b"\x80\x02" + _stmt("posix.system", c.canary) + _call(_g("numpy", "empty"), b"K\x00", _u("O")) + b"."
         return data[:start] + nested + data[end:]
 
-    yield ("lookalike-joblib-object-array-nested-pickle", "model.joblib", "joblib.load", "lookalike",
-           joblib_object_array)
+    yield ("lookalike-joblib-object-array-nested-pickle", "model.joblib", "joblib.load", "lookalike", joblib_object_array)
 
     def joblib_hidden(c: _Ctx) -> bytes:
         # the wrapper's state says shape (1000,) float64 (8000 bytes of array data follow), then
@@ -607,35 +829,65 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         wrapper = NumpyArrayWrapper(np.ndarray, (1000,), "C", np.dtype("<f8"), allow_mmap=False)
         head = pickle.dumps(wrapper, protocol=2)
         assert head.endswith(b"ub.")
-        return (head[:-2] + _u("shape") + b"K\x00\x85s" + b"b" + b"\x00"
-                + _stmt("subprocess.Popen", c.canary) + b".")
+        return head[:-2] + _u("shape") + b"K\x00\x85s" + b"b" + b"\x00" + _stmt("subprocess.Popen", c.canary) + b"."
 
     yield ("lookalike-joblib-array-data-hides-opcodes", "model.joblib", "joblib.load", "lookalike", joblib_hidden)
 
     # ---- compressed pickles, as joblib.load decompresses them ----
-    yield ("compressed-zlib-joblib", "model.joblib", "joblib.load", "compressed",
-           lambda c: zlib.compress(_pickle("posix.system", c.canary, 4)))
-    yield ("compressed-gzip-pkl-gz", "model.pkl.gz", "joblib.load", "compressed",
-           lambda c: gzip.compress(_pickle("subprocess.check_call", c.canary)))
-    yield ("compressed-zlib-pkl-z", "model.pkl.z", "joblib.load", "compressed",
-           lambda c: zlib.compress(_pickle("builtins.exec", c.canary, 0), 9))
-    yield ("compressed-bz2-pkl-bz2", "model.pkl.bz2", "joblib.load", "compressed",
-           lambda c: bz2.compress(_pickle("os.system", c.canary)))
-    yield ("compressed-xz-pkl-xz", "model.pkl.xz", "joblib.load", "compressed",
-           lambda c: lzma.compress(_pickle("io.open", c.canary, 3)))
-    yield ("compressed-lzma-pkl-lzma", "model.pkl.lzma", "joblib.load", "compressed",
-           lambda c: lzma.compress(_pickle("inst", c.canary, 0), format=lzma.FORMAT_ALONE))
-    yield ("compressed-gzip-named-joblib", "estimator.joblib", "joblib.load", "compressed",
-           lambda c: gzip.compress(_pickle("joblib.dump", c.canary)))
+    yield (
+        "compressed-zlib-joblib",
+        "model.joblib",
+        "joblib.load",
+        "compressed",
+        lambda c: zlib.compress(_pickle("posix.system", c.canary, 4)),
+    )
+    yield (
+        "compressed-gzip-pkl-gz",
+        "model.pkl.gz",
+        "joblib.load",
+        "compressed",
+        lambda c: gzip.compress(_pickle("subprocess.check_call", c.canary)),
+    )
+    yield (
+        "compressed-zlib-pkl-z",
+        "model.pkl.z",
+        "joblib.load",
+        "compressed",
+        lambda c: zlib.compress(_pickle("builtins.exec", c.canary, 0), 9),
+    )
+    yield ("compressed-bz2-pkl-bz2", "model.pkl.bz2", "joblib.load", "compressed", lambda c: bz2.compress(_pickle("os.system", c.canary)))
+    yield ("compressed-xz-pkl-xz", "model.pkl.xz", "joblib.load", "compressed", lambda c: lzma.compress(_pickle("io.open", c.canary, 3)))
+    yield (
+        "compressed-lzma-pkl-lzma",
+        "model.pkl.lzma",
+        "joblib.load",
+        "compressed",
+        lambda c: lzma.compress(_pickle("inst", c.canary, 0), format=lzma.FORMAT_ALONE),
+    )
+    yield (
+        "compressed-gzip-named-joblib",
+        "estimator.joblib",
+        "joblib.load",
+        "compressed",
+        lambda c: gzip.compress(_pickle("joblib.dump", c.canary)),
+    )
     # joblib tells compression by magic bytes, whatever the name (found by an attack on verify)
-    yield ("compressed-zlib-named-txt", "model.txt", "joblib.load", "compressed",
-           lambda c: zlib.compress(_pickle("posix.system", c.canary)))
-    yield ("compressed-gzip-named-json", "manifest.json", "joblib.load", "compressed",
-           lambda c: gzip.compress(_pickle("subprocess.call", c.canary)))
-    yield ("lookalike-pickle-named-latest", "latest", "pickle.load", "lookalike",
-           lambda c: _pickle("os.system", c.canary))
-    yield ("lookalike-pickle-named-distcp", "__0_0.distcp", "pickle.load", "lookalike",
-           lambda c: _pickle("builtins.exec", c.canary))
+    yield (
+        "compressed-zlib-named-txt",
+        "model.txt",
+        "joblib.load",
+        "compressed",
+        lambda c: zlib.compress(_pickle("posix.system", c.canary)),
+    )
+    yield (
+        "compressed-gzip-named-json",
+        "manifest.json",
+        "joblib.load",
+        "compressed",
+        lambda c: gzip.compress(_pickle("subprocess.call", c.canary)),
+    )
+    yield ("lookalike-pickle-named-latest", "latest", "pickle.load", "lookalike", lambda c: _pickle("os.system", c.canary))
+    yield ("lookalike-pickle-named-distcp", "__0_0.distcp", "pickle.load", "lookalike", lambda c: _pickle("builtins.exec", c.canary))
 
     def joblib_dtype_resized(c: _Ctx) -> bytes:
         # the wrapper's dtype is numpy.dtype('S8') whose BUILD state sets its size to 100: joblib
@@ -684,18 +936,45 @@ def _malicious_specs() -> Iterator[_MalSpec]:
     yield ("dcp-object-in-data-file", ".metadata", "dcp.load", "dcp", dcp_object)
 
     # ---- resources: cheap for the unpickler, costly for a careless scanner ----
-    yield ("resources-memo-tuple-40-levels", "model.pt", "torch.load", "resources",
-           lambda c: c.base.zip_with_data_pkl(
-               lambda d: _add_setitem(_splice_after_proto(d, _memo_tuples(40) + _stmt("posix.system", c.canary)),
-                                      "t", b"j" + struct.pack("<I", 1000 + 40))))
-    yield ("resources-mark-pop-chain", "data.pkl", "pickle.load", "resources",
-           lambda c: b"\x80\x02" + b"(0" * 200_000 + _pickle("subprocess.call", c.canary, 0))
-    yield ("resources-deep-marks", "data.pkl", "pickle.load", "resources",
-           lambda c: b"\x80\x02" + b"(" * 100_000 + b"1" * 100_000 + _pickle("os.system", c.canary, 0))
-    yield ("resources-many-memo-entries", "data.pkl", "pickle.load", "resources",
-           lambda c: b"\x80\x04" + b"N\x940" * 200_000 + _pickle("builtins.open", c.canary, 0))
-    yield ("resources-deep-list-nesting", "data.pkl", "pickle.load", "resources",
-           lambda c: b"\x80\x02" + b"]" * 50_000 + b"a" * 49_999 + b"0" + _pickle("posix.open", c.canary, 0))
+    yield (
+        "resources-memo-tuple-40-levels",
+        "model.pt",
+        "torch.load",
+        "resources",
+        lambda c: c.base.zip_with_data_pkl(
+            lambda d: _add_setitem(
+                _splice_after_proto(d, _memo_tuples(40) + _stmt("posix.system", c.canary)), "t", b"j" + struct.pack("<I", 1000 + 40)
+            )
+        ),
+    )
+    yield (
+        "resources-mark-pop-chain",
+        "data.pkl",
+        "pickle.load",
+        "resources",
+        lambda c: b"\x80\x02" + b"(0" * 200_000 + _pickle("subprocess.call", c.canary, 0),
+    )
+    yield (
+        "resources-deep-marks",
+        "data.pkl",
+        "pickle.load",
+        "resources",
+        lambda c: b"\x80\x02" + b"(" * 100_000 + b"1" * 100_000 + _pickle("os.system", c.canary, 0),
+    )
+    yield (
+        "resources-many-memo-entries",
+        "data.pkl",
+        "pickle.load",
+        "resources",
+        lambda c: b"\x80\x04" + b"N\x940" * 200_000 + _pickle("builtins.open", c.canary, 0),
+    )
+    yield (
+        "resources-deep-list-nesting",
+        "data.pkl",
+        "pickle.load",
+        "resources",
+        lambda c: b"\x80\x02" + b"]" * 50_000 + b"a" * 49_999 + b"0" + _pickle("posix.open", c.canary, 0),
+    )
 
     # ---- set-up classes reached through containers ----
     attr_dict = _g("lightning.fabric.utilities.data", "AttributeDict")
@@ -708,39 +987,90 @@ def _malicious_specs() -> Iterator[_MalSpec]:
 
     # torch._utils._rebuild_parameter(data, ...) -> Parameter(data) -> data.detach(): on an
     # AttributeDict, __getattr__ returns its item "detach", called with no arguments
-    yield ("setup-attributedict-parameter-detach", "last.ckpt", "torch.load", "setup-class",
-           lambda c: torch_pickle(c, _u("hparams") + _call0(attr_dict)
-                                  + _u("detach") + partial(_g("posix", "system"), _u(_touch(c.canary)))
-                                  + b"sq\xc8" + _u("param")
-                                  + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc8", b"\x89",
-                                          _call0(_g("collections", "OrderedDict")))))
+    yield (
+        "setup-attributedict-parameter-detach",
+        "last.ckpt",
+        "torch.load",
+        "setup-class",
+        lambda c: torch_pickle(
+            c,
+            _u("hparams")
+            + _call0(attr_dict)
+            + _u("detach")
+            + partial(_g("posix", "system"), _u(_touch(c.canary)))
+            + b"sq\xc8"
+            + _u("param")
+            + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc8", b"\x89", _call0(_g("collections", "OrderedDict"))),
+        ),
+    )
     # the same through a TrainingArguments instance whose __dict__ holds "detach"
-    training_args = _call(_g("copyreg", "_reconstructor"), _g("transformers.training_args", "TrainingArguments"),
-                          _g("builtins", "object"), b"N")
-    yield ("setup-training-args-parameter-detach", "training_args.bin", "torch.load", "setup-class",
-           lambda c: torch_pickle(c, _u("args") + training_args + b"}(" + _u("output_dir") + _u("out")
-                                  + _u("detach")
-                                  + partial(_g("subprocess", "check_call"), _list(_u("touch"), _u(c.canary)))
-                                  + b"ubq\xc8" + _u("param")
-                                  + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc8", b"\x88",
-                                          _call0(_g("collections", "OrderedDict")))))
+    training_args = _call(
+        _g("copyreg", "_reconstructor"), _g("transformers.training_args", "TrainingArguments"), _g("builtins", "object"), b"N"
+    )
+    yield (
+        "setup-training-args-parameter-detach",
+        "training_args.bin",
+        "torch.load",
+        "setup-class",
+        lambda c: torch_pickle(
+            c,
+            _u("args")
+            + training_args
+            + b"}("
+            + _u("output_dir")
+            + _u("out")
+            + _u("detach")
+            + partial(_g("subprocess", "check_call"), _list(_u("touch"), _u(c.canary)))
+            + b"ubq\xc8"
+            + _u("param")
+            + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc8", b"\x88", _call0(_g("collections", "OrderedDict"))),
+        ),
+    )
     # torch._tensor._rebuild_from_type_v2(AttributeDict, new_type, (items,), {}) builds the
     # AttributeDict, then calls its "as_subclass" item with new_type (here a shell command)
-    yield ("setup-attributedict-rebuild-from-type", "epoch=3-step=100.ckpt", "torch.load", "setup-class",
-           lambda c: torch_pickle(c, _u("hyper_parameters")
-                                  + _call(_g("torch._tensor", "_rebuild_from_type_v2"), attr_dict,
-                                          _u(_touch(c.canary)),
-                                          b"(](" + _u("as_subclass") + _g("subprocess", "getoutput") + b"tat",
-                                          b"}")))
+    yield (
+        "setup-attributedict-rebuild-from-type",
+        "epoch=3-step=100.ckpt",
+        "torch.load",
+        "setup-class",
+        lambda c: torch_pickle(
+            c,
+            _u("hyper_parameters")
+            + _call(
+                _g("torch._tensor", "_rebuild_from_type_v2"),
+                attr_dict,
+                _u(_touch(c.canary)),
+                b"(](" + _u("as_subclass") + _g("subprocess", "getoutput") + b"tat",
+                b"}",
+            ),
+        ),
+    )
     # a Seq2SeqTrainingArguments' generation_config as an AttributeDict, its "detach" reached the same way
-    seq2seq = _call(_g("copyreg", "_reconstructor"), _g("transformers.training_args_seq2seq", "Seq2SeqTrainingArguments"),
-                    _g("builtins", "object"), b"N")
-    yield ("setup-seq2seq-args-nested-attributedict", "training_args.bin", "torch.load", "setup-class",
-           lambda c: torch_pickle(c, _u("args") + seq2seq + b"}(" + _u("generation_config") + _call0(attr_dict)
-                                  + _u("detach") + partial(_g("builtins", "exec"), _u(_create_code(c.canary)))
-                                  + b"sq\xc9ub" + _u("param")
-                                  + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc9", b"\x89",
-                                          _call0(_g("collections", "OrderedDict")))))
+    seq2seq = _call(
+        _g("copyreg", "_reconstructor"),
+        _g("transformers.training_args_seq2seq", "Seq2SeqTrainingArguments"),
+        _g("builtins", "object"),
+        b"N",
+    )
+    yield (
+        "setup-seq2seq-args-nested-attributedict",
+        "training_args.bin",
+        "torch.load",
+        "setup-class",
+        lambda c: torch_pickle(
+            c,
+            _u("args")
+            + seq2seq
+            + b"}("
+            + _u("generation_config")
+            + _call0(attr_dict)
+            + _u("detach")
+            + partial(_g("builtins", "exec"), _u(_create_code(c.canary)))
+            + b"sq\xc9ub"
+            + _u("param")
+            + _call(_g("torch._utils", "_rebuild_parameter"), b"h\xc9", b"\x89", _call0(_g("collections", "OrderedDict"))),
+        ),
+    )
 
 
 def _memo_tuples(levels: int) -> bytes:
@@ -793,18 +1123,18 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
     legacy = {"_use_new_zipfile_serialization": False}
     yield ("torch-state-dict", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict()))
-    yield ("torch-state-dict-protocol-4", "model.pt", "torch.load", "torch",
-           tsave(lambda: model().state_dict(), pickle_protocol=4))
-    yield ("torch-state-dict-protocol-3", "model.pt", "torch.load", "torch",
-           tsave(lambda: model().state_dict(), pickle_protocol=3))
-    yield ("torch-state-dict-protocol-5", "model.pt", "torch.load", "torch",
-           tsave(lambda: model().state_dict(), pickle_protocol=5))
-    yield ("torch-pytorch-model-bin", "pytorch_model.bin", "torch.load", "torch",
-           tsave(lambda: model().state_dict()))
-    yield ("torch-adam-optimizer", "optimizer.pt", "torch.load", "torch",
-           tsave(lambda: stepped(torch.optim.Adam, lr=1e-3)[1].state_dict()))
-    yield ("torch-sgd-momentum-optimizer", "optimizer.pt", "torch.load", "torch",
-           tsave(lambda: stepped(torch.optim.SGD, lr=0.1, momentum=0.9)[1].state_dict()))
+    yield ("torch-state-dict-protocol-4", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict(), pickle_protocol=4))
+    yield ("torch-state-dict-protocol-3", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict(), pickle_protocol=3))
+    yield ("torch-state-dict-protocol-5", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict(), pickle_protocol=5))
+    yield ("torch-pytorch-model-bin", "pytorch_model.bin", "torch.load", "torch", tsave(lambda: model().state_dict()))
+    yield ("torch-adam-optimizer", "optimizer.pt", "torch.load", "torch", tsave(lambda: stepped(torch.optim.Adam, lr=1e-3)[1].state_dict()))
+    yield (
+        "torch-sgd-momentum-optimizer",
+        "optimizer.pt",
+        "torch.load",
+        "torch",
+        tsave(lambda: stepped(torch.optim.SGD, lr=0.1, momentum=0.9)[1].state_dict()),
+    )
 
     def scheduler() -> dict[str, Any]:
         _net, opt = stepped(torch.optim.AdamW, lr=1e-3)
@@ -818,19 +1148,27 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     def full_checkpoint() -> dict[str, Any]:
         net, opt = stepped(torch.optim.Adam, lr=1e-3)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
-        return {"epoch": 3, "model_state_dict": net.state_dict(), "optimizer_state_dict": opt.state_dict(),
-                "scheduler": sched.state_dict(), "loss": 0.25, "best_metric": None}
+        return {
+            "epoch": 3,
+            "model_state_dict": net.state_dict(),
+            "optimizer_state_dict": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "loss": 0.25,
+            "best_metric": None,
+        }
 
     yield ("torch-full-checkpoint", "checkpoint.pth", "torch.load", "torch", tsave(full_checkpoint))
-    yield ("torch-full-checkpoint-protocol-4", "checkpoint.pth", "torch.load", "torch",
-           tsave(full_checkpoint, pickle_protocol=4))
-    yield ("torch-legacy-state-dict", "model.pt", "torch.load", "torch",
-           tsave(lambda: model().state_dict(), **legacy))
-    yield ("torch-legacy-optimizer", "optimizer.pt", "torch.load", "torch",
-           tsave(lambda: stepped(torch.optim.Adam, lr=1e-3)[1].state_dict(), **legacy))
+    yield ("torch-full-checkpoint-protocol-4", "checkpoint.pth", "torch.load", "torch", tsave(full_checkpoint, pickle_protocol=4))
+    yield ("torch-legacy-state-dict", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict(), **legacy))
+    yield (
+        "torch-legacy-optimizer",
+        "optimizer.pt",
+        "torch.load",
+        "torch",
+        tsave(lambda: stepped(torch.optim.Adam, lr=1e-3)[1].state_dict(), **legacy),
+    )
     yield ("torch-legacy-full-checkpoint", "checkpoint.pth", "torch.load", "torch", tsave(full_checkpoint, **legacy))
-    yield ("torch-legacy-protocol-4", "model.pt", "torch.load", "torch",
-           tsave(lambda: model().state_dict(), pickle_protocol=4, **legacy))
+    yield ("torch-legacy-protocol-4", "model.pt", "torch.load", "torch", tsave(lambda: model().state_dict(), pickle_protocol=4, **legacy))
 
     def scripted(p: Path) -> None:
         torch.jit.save(torch.jit.script(model()), str(p))
@@ -838,33 +1176,83 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("torch-jit-script", "model.pt", "torch.load", "torch", scripted)
 
     def dtypes() -> dict[str, Any]:
-        kinds = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-                 torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64]
+        kinds = [
+            torch.float32,
+            torch.float64,
+            torch.float16,
+            torch.bfloat16,
+            torch.int8,
+            torch.uint8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.bool,
+            torch.complex64,
+        ]
         return {str(k).removeprefix("torch."): torch.arange(6).reshape(2, 3).to(k) for k in kinds}
 
     yield ("torch-many-dtypes", "tensors.pt", "torch.load", "torch", tsave(dtypes))
 
     def views() -> dict[str, Any]:
         base = torch.arange(24.0).reshape(4, 6)
-        return {"base": base, "row": base[1], "col": base[:, 2], "t": base.t(), "slice": base[1:3, 2:5],
-                "channels_last": torch.ones(1, 3, 2, 2).to(memory_format=torch.channels_last),
-                "empty": torch.empty(0), "scalar": torch.tensor(3.5)}
+        return {
+            "base": base,
+            "row": base[1],
+            "col": base[:, 2],
+            "t": base.t(),
+            "slice": base[1:3, 2:5],
+            "channels_last": torch.ones(1, 3, 2, 2).to(memory_format=torch.channels_last),
+            "empty": torch.empty(0),
+            "scalar": torch.tensor(3.5),
+        }
 
     yield ("torch-shared-views", "views.pt", "torch.load", "torch", tsave(views))
-    yield ("torch-parameters", "params.pt", "torch.load", "torch",
-           tsave(lambda: {"p": torch.nn.Parameter(torch.ones(3)), "frozen": torch.nn.Parameter(torch.ones(2), requires_grad=False),
-                          "grad": torch.ones(2, requires_grad=True)}))
-    yield ("torch-sparse-coo", "sparse.pt", "torch.load", "torch",
-           tsave(lambda: {"s": torch.eye(4).to_sparse(), "csr": torch.eye(3).to_sparse_csr()}))
-    yield ("torch-quantized", "quantized.pt", "torch.load", "torch",
-           tsave(lambda: {"q": torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.quint8)}))
+    yield (
+        "torch-parameters",
+        "params.pt",
+        "torch.load",
+        "torch",
+        tsave(
+            lambda: {
+                "p": torch.nn.Parameter(torch.ones(3)),
+                "frozen": torch.nn.Parameter(torch.ones(2), requires_grad=False),
+                "grad": torch.ones(2, requires_grad=True),
+            }
+        ),
+    )
+    yield (
+        "torch-sparse-coo",
+        "sparse.pt",
+        "torch.load",
+        "torch",
+        tsave(lambda: {"s": torch.eye(4).to_sparse(), "csr": torch.eye(3).to_sparse_csr()}),
+    )
+    yield (
+        "torch-quantized",
+        "quantized.pt",
+        "torch.load",
+        "torch",
+        tsave(lambda: {"q": torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.quint8)}),
+    )
 
     def containers() -> dict[str, Any]:
         from collections import OrderedDict
 
-        return {"epoch": 3, "lr": 1e-3, "names": ["a", "b"], "shape": torch.Size([2, 3]), "dtype": torch.float16,
-                "device": torch.device("cpu"), "set": {1, 2}, "bytes": b"xy", "none": None, "complex": 1 + 2j,
-                "ordered": OrderedDict(a=torch.ones(1)), "tuple": (1, (2, 3)), "big": 2**80}
+        return {
+            "epoch": 3,
+            "lr": 1e-3,
+            "names": ["a", "b"],
+            "shape": torch.Size([2, 3]),
+            "dtype": torch.float16,
+            "device": torch.device("cpu"),
+            "set": {1, 2},
+            "bytes": b"xy",
+            "none": None,
+            "complex": 1 + 2j,
+            "ordered": OrderedDict(a=torch.ones(1)),
+            "tuple": (1, (2, 3)),
+            "big": 2**80,
+        }
 
     yield ("torch-containers", "meta.pt", "torch.load", "torch", tsave(containers))
 
@@ -876,8 +1264,13 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
     yield ("torch-hf-rng-state", "rng_state.pth", "torch.load", "torch", tsave(rng_state))
     yield ("torch-numpy-generator", "generator.pt", "torch.load", "torch", tsave(lambda: np.random.default_rng(0)))
-    yield ("torch-numpy-random-state", "random_state.pt", "torch.load", "torch",
-           tsave(lambda: {"rs": np.random.RandomState(0), "seed": np.random.SeedSequence(1)}))
+    yield (
+        "torch-numpy-random-state",
+        "random_state.pt",
+        "torch.load",
+        "torch",
+        tsave(lambda: {"rs": np.random.RandomState(0), "seed": np.random.SeedSequence(1)}),
+    )
 
     # ---- numpy ----
     def npsave(arr: Callable[[], Any]) -> Callable[[Path], None]:
@@ -887,22 +1280,47 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("numpy-int64", "arr.npy", "numpy.load", "numpy", npsave(lambda: np.arange(10, dtype=np.int64)))
     yield ("numpy-bool", "mask.npy", "numpy.load", "numpy", npsave(lambda: np.array([True, False, True])))
     yield ("numpy-complex128", "arr.npy", "numpy.load", "numpy", npsave(lambda: np.array([1 + 2j, 3 - 4j])))
-    yield ("numpy-datetime64", "times.npy", "numpy.load", "numpy",
-           npsave(lambda: np.array(["2024-01-01", "2024-06-30T12:00"], dtype="datetime64[s]")))
+    yield (
+        "numpy-datetime64",
+        "times.npy",
+        "numpy.load",
+        "numpy",
+        npsave(lambda: np.array(["2024-01-01", "2024-06-30T12:00"], dtype="datetime64[s]")),
+    )
     yield ("numpy-timedelta64", "durations.npy", "numpy.load", "numpy", npsave(lambda: np.array([1, 2], dtype="timedelta64[ms]")))
     yield ("numpy-unicode", "labels.npy", "numpy.load", "numpy", npsave(lambda: np.array(["cat", "dög", "🦀"])))
     yield ("numpy-bytes", "tokens.npy", "numpy.load", "numpy", npsave(lambda: np.array([b"ab", b"c\x00d"])))
-    yield ("numpy-structured", "records.npy", "numpy.load", "numpy",
-           npsave(lambda: np.array([(1, 2.0, b"x"), (3, 4.0, b"y")], dtype=[("id", "<i4"), ("v", "<f8"), ("tag", "S1")])))
-    yield ("numpy-nested-structured", "records.npy", "numpy.load", "numpy",
-           npsave(lambda: np.zeros(2, dtype=[("a", "<f4", (2,)), ("b", [("c", "<i2"), ("d", "u1")])])))
+    yield (
+        "numpy-structured",
+        "records.npy",
+        "numpy.load",
+        "numpy",
+        npsave(lambda: np.array([(1, 2.0, b"x"), (3, 4.0, b"y")], dtype=[("id", "<i4"), ("v", "<f8"), ("tag", "S1")])),
+    )
+    yield (
+        "numpy-nested-structured",
+        "records.npy",
+        "numpy.load",
+        "numpy",
+        npsave(lambda: np.zeros(2, dtype=[("a", "<f4", (2,)), ("b", [("c", "<i2"), ("d", "u1")])])),
+    )
     yield ("numpy-0d-float16", "scalar.npy", "numpy.load", "numpy", npsave(lambda: np.array(1.5, dtype=np.float16)))
     yield ("numpy-fortran-order", "arr.npy", "numpy.load", "numpy", npsave(lambda: np.asfortranarray(np.arange(6.0).reshape(2, 3))))
     yield ("numpy-big-endian", "arr.npy", "numpy.load", "numpy", npsave(lambda: np.arange(5, dtype=">f4")))
-    yield ("numpy-savez", "arrays.npz", "numpy.load", "numpy",
-           lambda p: np.savez(p, np.ones(3), weights=np.arange(4.0), mask=np.array([True]), when=np.array(["2024-01-01"], dtype="M8[D]")))
-    yield ("numpy-savez-compressed", "arrays.npz", "numpy.load", "numpy",
-           lambda p: np.savez_compressed(p, a=np.zeros((64, 64)), b=np.array(["x", "y"]), c=np.array(2.5, dtype=np.float16)))
+    yield (
+        "numpy-savez",
+        "arrays.npz",
+        "numpy.load",
+        "numpy",
+        lambda p: np.savez(p, np.ones(3), weights=np.arange(4.0), mask=np.array([True]), when=np.array(["2024-01-01"], dtype="M8[D]")),
+    )
+    yield (
+        "numpy-savez-compressed",
+        "arrays.npz",
+        "numpy.load",
+        "numpy",
+        lambda p: np.savez_compressed(p, a=np.zeros((64, 64)), b=np.array(["x", "y"]), c=np.array(2.5, dtype=np.float16)),
+    )
 
     # ---- stdlib pickle of numpy objects ----
     def pdump(obj: Callable[[], Any], protocol: int | None = None) -> Callable[[Path], None]:
@@ -936,14 +1354,34 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     yield ("joblib-plain-dict-compress-3", "model.joblib", "joblib.load", "joblib", jdump({"a": 1, "b": [2.0]}, compress=3))
     yield ("joblib-plain-dict-pkl-gz", "model.pkl.gz", "joblib.load", "joblib", jdump({"a": 1}))
     records = np.zeros(3, dtype=[("a", "i4"), ("b", "f8")])
-    yield ("joblib-records-and-objects", "table.joblib", "joblib.load", "joblib",
-           jdump({"records": records, "labels": np.array(["cat", 1, None], dtype=object),
-                  "mixed": np.array([(1, "x")], dtype=[("a", "i4"), ("b", "O")])}))
-    yield ("joblib-records-and-objects-compressed", "table.pkl.xz", "joblib.load", "joblib",
-           jdump({"records": records, "labels": np.array(["cat", "dog"], dtype=object)}, compress=("xz", 3)))
+    yield (
+        "joblib-records-and-objects",
+        "table.joblib",
+        "joblib.load",
+        "joblib",
+        jdump(
+            {
+                "records": records,
+                "labels": np.array(["cat", 1, None], dtype=object),
+                "mixed": np.array([(1, "x")], dtype=[("a", "i4"), ("b", "O")]),
+            }
+        ),
+    )
+    yield (
+        "joblib-records-and-objects-compressed",
+        "table.pkl.xz",
+        "joblib.load",
+        "joblib",
+        jdump({"records": records, "labels": np.array(["cat", "dog"], dtype=object)}, compress=("xz", 3)),
+    )
     yield ("joblib-masked-array", "masked.joblib", "joblib.load", "joblib", jdump(np.ma.masked_array([1.0, 2.0], mask=[0, 1])))
-    yield ("joblib-mixed-dtypes", "data.joblib", "joblib.load", "joblib",
-           jdump([np.arange(3, dtype=np.int8), np.ones((2, 2), order="F"), np.array(["a", "bc"]), 3.5, "text"]))
+    yield (
+        "joblib-mixed-dtypes",
+        "data.joblib",
+        "joblib.load",
+        "joblib",
+        jdump([np.arange(3, dtype=np.int8), np.ones((2, 2), order="F"), np.array(["a", "bc"]), 3.5, "text"]),
+    )
 
     # ---- torch.distributed.checkpoint ----
     def dcp_save(p: Path) -> None:
@@ -955,6 +1393,7 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
     # ---- safetensors ----
     if _installed("safetensors"):
+
         def safetensors_torch(p: Path) -> None:
             import safetensors.torch
 
@@ -970,6 +1409,7 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
     # ---- transformers: training_args.bin as Trainer writes it (torch.save(self.args, ...)) ----
     if _installed("transformers"):
+
         def training_args(p: Path) -> None:
             from transformers import TrainingArguments
 
@@ -984,7 +1424,9 @@ def _benign_specs() -> Iterator[_BenignSpec]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 args = Seq2SeqTrainingArguments(
-                    output_dir=str(p.parent / "out"), report_to=[], predict_with_generate=True,
+                    output_dir=str(p.parent / "out"),
+                    report_to=[],
+                    predict_with_generate=True,
                     generation_config=GenerationConfig(max_length=32, num_beams=2),
                 )
             torch.save(args, p)
@@ -994,6 +1436,7 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
     # ---- lightning ----
     if _installed("lightning"):
+
         def lightning_fit(p: Path) -> None:
             _lightning_fit(p)
 
@@ -1003,14 +1446,14 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
             fabric = Fabric(accelerator="cpu", devices=1)
             net, opt = stepped(torch.optim.Adam, lr=1e-3)
-            fabric.save(p, {"model": net, "optimizer": opt, "iteration": 10,
-                            "hparams": AttributeDict(lr=1e-3, batch_size=8)})
+            fabric.save(p, {"model": net, "optimizer": opt, "iteration": 10, "hparams": AttributeDict(lr=1e-3, batch_size=8)})
 
         yield ("lightning-trainer-fit", "last.ckpt", "torch.load", "lightning", lightning_fit)
         yield ("lightning-fabric-save", "checkpoint.ckpt", "torch.load", "lightning", fabric_save)
 
     # ---- accelerate ----
     if _installed("accelerate"):
+
         def accelerate_state(p: Path) -> None:
             from accelerate.checkpointing import save_accelerator_state
 
@@ -1051,8 +1494,16 @@ def _lightning_fit(path: Path) -> None:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2, 2)), batch_size=2)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = L.Trainer(default_root_dir=tmp, max_epochs=1, limit_train_batches=1, accelerator="cpu",
-                            devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer = L.Trainer(
+            default_root_dir=tmp,
+            max_epochs=1,
+            limit_train_batches=1,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         trainer.fit(Tiny(), loader)
         [written] = Path(tmp).rglob("*.ckpt")
         path.write_bytes(written.read_bytes())
@@ -1180,7 +1631,10 @@ def load_results(samples: Sequence[Sample], timeout: float = 120, per_sample: fl
             work.mkdir()
             child = subprocess.Popen(
                 [sys.executable, "-c", _CHILD, str(spec), str(out), str(per_sample)],
-                cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                cwd=work,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
             children.append((child, out))
@@ -1264,13 +1718,14 @@ def build_bombs(root: Path) -> list[Path]:
         total = len(header) + size
         name = b"arr_0.npy"
         local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(deflated), total, len(name), 0)
-        central = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(deflated), total,
-                              len(name), 0, 0, 0, 0, 0, 0)
+        central = struct.pack(
+            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(deflated), total, len(name), 0, 0, 0, 0, 0, 0
+        )
         first = local + name + deflated
         second_archive = _zip([("arr_1.npy", _npy("'|O'", "(1,)", pay))])
         cd_at = second_archive.index(b"PK\x01\x02")
         second_local = second_archive[:cd_at]
-        second_central = bytearray(second_archive[cd_at: second_archive.rindex(b"PK\x05\x06")])
+        second_central = bytearray(second_archive[cd_at : second_archive.rindex(b"PK\x05\x06")])
         struct.pack_into("<I", second_central, 42, len(first))  # its local header's new offset
         directory = central + name + bytes(second_central)
         end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 2, 2, len(directory), len(first) + len(second_local), 0)
@@ -1296,9 +1751,14 @@ def build_bombs(root: Path) -> list[Path]:
 
     bombs: dict[str, tuple[str, bytes]] = {
         "bomb-memo-tuple-64-levels": ("data.pkl", b"\x80\x02" + _memo_tuples(64) + pay),
-        "bomb-torch-zip-memo-tuple-40-levels": ("model.pt", base.zip_with_data_pkl(
-            lambda d: _add_setitem(_splice_after_proto(d, _memo_tuples(40) + _stmt("posix.system", canary)),
-                                   "t", b"j" + struct.pack("<I", 1040)))),
+        "bomb-torch-zip-memo-tuple-40-levels": (
+            "model.pt",
+            base.zip_with_data_pkl(
+                lambda d: _add_setitem(
+                    _splice_after_proto(d, _memo_tuples(40) + _stmt("posix.system", canary)), "t", b"j" + struct.pack("<I", 1040)
+                )
+            ),
+        ),
         "bomb-mark-pop-chain": ("data.pkl", b"\x80\x02" + b"(0" * 150_000 + pay),
         "bomb-deep-marks": ("data.pkl", b"\x80\x02" + b"(" * 120_000 + b"1" * 120_000 + pay),
         "bomb-many-memo-entries": ("data.pkl", b"\x80\x04" + b"N\x940" * 150_000 + pay),

@@ -73,7 +73,10 @@ def test_prune_plans_shows_asks_then_deletes_what_the_plan_says(tmp_path: Path) 
     deleted = {item.number for item in plan.acting(Action.DELETE)}
     assert deleted == {1, 2, 3, 4, 5}
     assert _epochs(run) == [6, 7], "what the plan deletes is gone, and only that"
-    assert any(isinstance(event, acting.Message) and event.tone is acting.Tone.DONE and "deleted 5 checkpoints" in event.text for event in recorder.seen)
+    assert any(
+        isinstance(event, acting.Message) and event.tone is acting.Tone.DONE and "deleted 5 checkpoints" in event.text
+        for event in recorder.seen
+    )
 
 
 def test_a_declined_or_unanswered_prune_changes_nothing(tmp_path: Path) -> None:

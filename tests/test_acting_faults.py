@@ -127,7 +127,9 @@ def test_a_folder_on_the_way_swapped_for_a_symlink_is_refused(tmp_path: Path) ->
 # --- item 4: repair's moves re-confined after its manifest ------------------------------------------------
 
 
-def test_a_quarantined_folder_swapped_for_a_symlink_after_the_manifest_stays_outside_the_quarantine(tmp_path: Path, cli, monkeypatch) -> None:
+def test_a_quarantined_folder_swapped_for_a_symlink_after_the_manifest_stays_outside_the_quarantine(
+    tmp_path: Path, cli, monkeypatch
+) -> None:
     folder = deepspeed_run(tmp_path / "ds")
     outside = _outside(tmp_path)
 
@@ -479,7 +481,9 @@ def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path
 
 
 @pytest.mark.parametrize("command", [["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"], ["repair", "--undo", "--yes"]])
-def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outside(tmp_path: Path, cli, monkeypatch, command: list[str]) -> None:
+def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outside(
+    tmp_path: Path, cli, monkeypatch, command: list[str]
+) -> None:
     import threading
 
     folder = broken_burn_run(tmp_path, range(1, 60))
@@ -677,7 +681,9 @@ def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None
     seen = 0
     for delay in (0.0, 0.1, 0.3):
         process = subprocess.Popen(
-            [sys.executable, "-m", "ckptdoctor", "prune", "--dry-run", "--keep-last", "5", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [sys.executable, "-m", "ckptdoctor", "prune", "--dry-run", "--keep-last", "5", str(folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         parent = psutil.Process(process.pid)
         deadline = time.monotonic() + 30

@@ -518,9 +518,7 @@ def test_single_file_that_is_not_a_checkpoint_is_not_called_clean(inspect_json, 
     notes.write_text("Permission is hereby granted, free of charge, to any person ...\n" * 10)
     result = inspect_json(notes)
     assert result.exit_code in (0, 1)
-    complete = [
-        c for r in result.json["runs"] for c in r["checkpoints"] if c["status"] == "complete"
-    ]
+    complete = [c for r in result.json["runs"] for c in r["checkpoints"] if c["status"] == "complete"]
     flagged = [f for f in result.json["findings"] if f["path"] == str(notes)]
     assert not complete or flagged, result.json
 
@@ -551,7 +549,9 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/runs/exp1", "az://container/run"])
-@pytest.mark.parametrize("command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]])
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]]
+)
 def test_an_object_store_url_is_refused_not_measured_as_the_local_disk(cli, url: str, command: list[str]) -> None:
     """Issue 14, item 14: `diskcheck s3://…` used to answer with the free space of `/`."""
     result = cli(*command, url)

@@ -27,7 +27,14 @@ RUNS = ["examples/runs/burn-missing-optimizer", "examples/runs/burn-truncated", 
 def at_root(monkeypatch):
     """Run from the project root, so the reports' paths are the same everywhere."""
     monkeypatch.chdir(ROOT)
-    for variable in ("CKPTDOCTOR_FORMAT", "CKPTDOCTOR_FAIL_ON", "CKPTDOCTOR_SELECT", "CKPTDOCTOR_IGNORE", "CKPTDOCTOR_CONFIG", "GITHUB_STEP_SUMMARY"):
+    for variable in (
+        "CKPTDOCTOR_FORMAT",
+        "CKPTDOCTOR_FAIL_ON",
+        "CKPTDOCTOR_SELECT",
+        "CKPTDOCTOR_IGNORE",
+        "CKPTDOCTOR_CONFIG",
+        "GITHUB_STEP_SUMMARY",
+    ):
         monkeypatch.delenv(variable, raising=False)
 
 
@@ -55,7 +62,9 @@ def test_sarif_parses_back_with_rules_locations_and_stable_fingerprints(at_root,
     assert all(rule["help"]["markdown"].startswith(f"**{rule['id']} ") for rule in rules)
     results = run["results"]
     report = cli("inspect", "--json", *RUNS).json
-    assert [(r["ruleId"], r["level"]) for r in results] == [(f["code"], {"error": "error", "warning": "warning", "info": "note"}[f["severity"]]) for f in report["findings"]]
+    assert [(r["ruleId"], r["level"]) for r in results] == [
+        (f["code"], {"error": "error", "warning": "warning", "info": "note"}[f["severity"]]) for f in report["findings"]
+    ]
     for result in results:
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
         uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]

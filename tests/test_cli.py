@@ -450,9 +450,7 @@ def test_version_option(cli):
 
 
 def test_python_dash_m_version():
-    proc = subprocess.run(
-        [sys.executable, "-m", "ckptdoctor", "--version"], capture_output=True, text=True, timeout=60
-    )
+    proc = subprocess.run([sys.executable, "-m", "ckptdoctor", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"ckptdoctor {ckptdoctor.__version__}"
     assert re.fullmatch(r"ckptdoctor \d+\.\d+\.\d+\S*", proc.stdout.strip())
@@ -550,13 +548,17 @@ def test_prune_and_repair_take_config_like_the_other_commands(tmp_path, cli):
     write_burn_run(run, range(1, 5))
     settings = tmp_path / "elsewhere" / "ckptdoctor.toml"
     settings.parent.mkdir()
-    settings.write_text("[prune]\nkeep-last = 1\nmin-age = \"0s\"\n")
+    settings.write_text('[prune]\nkeep-last = 1\nmin-age = "0s"\n')
     plan = cli("prune", "--config", settings, "--dry-run", "--json", run).json["plan"]
     assert [item["index"] for item in plan if item["action"] == "delete"] == [1, 2, 3]
     assert cli("repair", "--config", settings, "--dry-run", run).exit_code == 0
     settings.write_text("bogus = 1\n")  # read, and refused by name, by both
     for command in ("prune", "repair"):
-        refused = cli(command, "--config", settings, "--dry-run", "--keep-last", "1", run) if command == "prune" else cli(command, "--config", settings, "--dry-run", run)
+        refused = (
+            cli(command, "--config", settings, "--dry-run", "--keep-last", "1", run)
+            if command == "prune"
+            else cli(command, "--config", settings, "--dry-run", run)
+        )
         assert refused.exit_code == 2 and "bogus" in refused.stderr, command
 
 

@@ -43,12 +43,7 @@ NEVER_CLEAN = [
 
 
 def _files(report: dict) -> list[dict]:
-    return [
-        f
-        for run in report["runs"]
-        for group in (*(c["files"] for c in run["checkpoints"]), run["loose_files"])
-        for f in group
-    ]
+    return [f for run in report["runs"] for group in (*(c["files"] for c in run["checkpoints"]), run["loose_files"]) for f in group]
 
 
 def _no_traceback(result) -> None:
@@ -173,9 +168,7 @@ def test_whole_folder_human(cli, corpus: Path, folder: str) -> None:
     assert result.exit_code in (0, 1), result.stderr
 
 
-@pytest.mark.parametrize(
-    "folder", ["picklescan/data", "picklescan/data2"], ids=["data", "data2"]
-)
+@pytest.mark.parametrize("folder", ["picklescan/data", "picklescan/data2"], ids=["data", "data2"])
 def test_every_picklescan_file_alone(inspect_json, corpus: Path, folder: str) -> None:
     """Each file named on its own (single-file mode): a report, never a crash or exit 2."""
     for path in sorted((corpus / folder).iterdir()):
@@ -190,9 +183,7 @@ def test_every_picklescan_file_alone(inspect_json, corpus: Path, folder: str) ->
 
 @pytest.mark.parametrize("source", NEVER_CLEAN, ids=lambda s: s.split("/")[-1])
 @pytest.mark.parametrize("as_name", ["model_1.pt", "optimizer_2.pth", "model_2.bin", "model-1.bpk"])
-def test_never_called_clean_in_a_run(
-    inspect_json, corpus: Path, tmp_path: Path, source: str, as_name: str
-) -> None:
+def test_never_called_clean_in_a_run(inspect_json, corpus: Path, tmp_path: Path, source: str, as_name: str) -> None:
     torch = pytest.importorskip("torch")
     run = tmp_path / "run"
     run.mkdir()
@@ -212,9 +203,7 @@ def test_never_called_clean_in_a_run(
 
     result = inspect_json(run)
     _no_traceback(result)
-    problems = [
-        f for f in result.json["findings"] if f["path"] == str(target) and f["severity"] != "info"
-    ]
+    problems = [f for f in result.json["findings"] if f["path"] == str(target) and f["severity"] != "info"]
     assert problems, f"{source} as {as_name} was called clean: {result.json['findings']}"
     index = 1 if as_name.endswith("_1.pt") or as_name.endswith("-1.bpk") else 2
     (run_report,) = result.json["runs"]

@@ -265,7 +265,10 @@ def test_a_lightning_last_ckpt_copy_is_not_a_second_save(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     for epoch in (1, 2):
-        torch.save({"epoch": epoch, "state_dict": {"w": torch.zeros(4096)}, "optimizer_states": [{}], "lr_schedulers": []}, folder / f"epoch={epoch}-step={epoch}.ckpt")
+        torch.save(
+            {"epoch": epoch, "state_dict": {"w": torch.zeros(4096)}, "optimizer_states": [{}], "lr_schedulers": []},
+            folder / f"epoch={epoch}-step={epoch}.ckpt",
+        )
     (folder / "last.ckpt").write_bytes((folder / "epoch=2-step=2.ckpt").read_bytes())
     one = (folder / "epoch=2-step=2.ckpt").stat().st_size
     assert ckptdoctor.preflight(folder).disk.estimate.bytes == one

@@ -75,7 +75,10 @@ class Verified:
         return [f for f in self.report["findings"] if names(f)]
 
     def summary(self) -> str:
-        return "\n".join(f"{f['code']} {f['severity']} {f.get('path')}: {f.get('message')}" for f in self.report["findings"]) or "(no findings)"
+        return (
+            "\n".join(f"{f['code']} {f['severity']} {f.get('path')}: {f.get('message')}" for f in self.report["findings"])
+            or "(no findings)"
+        )
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -142,10 +145,7 @@ def test_benign_sample_raises_no_alarm(corpus: dict[str, Sample], name: str) -> 
     forbidden = [f for f in findings if f["code"] in FORBIDDEN_ON_BENIGN]
     assert not errors and not forbidden, f"{name} ({sample.family}, {sample.path.name}):\n{verified.summary()}"
     corrupt = [
-        checkpoint["index"]
-        for run in verified.report["runs"]
-        for checkpoint in run["checkpoints"]
-        if checkpoint["status"] == "corrupt"
+        checkpoint["index"] for run in verified.report["runs"] for checkpoint in run["checkpoints"] if checkpoint["status"] == "corrupt"
     ]
     assert not corrupt, f"checkpoints called corrupt: {corrupt}\n{verified.summary()}"
 

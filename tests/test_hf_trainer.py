@@ -271,8 +271,6 @@ def test_the_final_export_is_not_taken_for_a_checkpoint(run, inspect_json):
     """`trainer.save_model()` + `trainer.save_state()`: weights and trainer_state.json, but no
     optimizer, scheduler or RNG state: nothing resumes training from it, and nothing is wrong."""
     final = run.parent / "final"
-    shutil.copytree(
-        run / "checkpoint-6", final, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*.pth")
-    )
+    shutil.copytree(run / "checkpoint-6", final, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*.pth"))
     result = inspect_json(final)
     assert (result.exit_code, result.json["runs"], result.json["findings"]) == (0, [], [])

@@ -85,7 +85,9 @@ def test_imports_go_down_the_layers_only() -> None:
             if (source, target) in ALLOWED:
                 used.add((source, target))
                 continue
-            wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {source} (layer {LAYERS[source]}) imports {imported} (layer {LAYERS[target]})")
+            wrong.append(
+                f"{path.relative_to(PACKAGE.parent)}:{line}: {source} (layer {LAYERS[source]}) imports {imported} (layer {LAYERS[target]})"
+            )
     assert wrong == [], "imports against the direction of ARCHITECTURE.md:\n" + "\n".join(wrong)
     assert set(ALLOWED) - used == set(), "an allowed exception nothing needs any more: remove it"
 
@@ -94,7 +96,7 @@ def test_the_layer_check_catches_an_inversion(tmp_path: Path) -> None:
     """The check itself can fail: a reader importing a layout is found."""
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    from ckptdoctor.layouts import layout_named\n    return layout_named\n")
-    (imported, line), = _imports(module)
+    ((imported, line),) = _imports(module)
     assert (imported, line) == ("ckptdoctor.layouts", 2)
     assert LAYERS[_unit(imported)] > LAYERS["readers"]
 

@@ -59,7 +59,11 @@ def _prose(tree: ast.Module) -> set[int]:
             body = node.body
             for first, second in itertools.pairwise(body):
                 # a docstring, and the attribute docstring after each assignment
-                if isinstance(second, ast.Expr) and isinstance(second.value, ast.Constant) and isinstance(first, (ast.Assign, ast.AnnAssign)):
+                if (
+                    isinstance(second, ast.Expr)
+                    and isinstance(second.value, ast.Constant)
+                    and isinstance(first, (ast.Assign, ast.AnnAssign))
+                ):
                     ids.add(id(second.value))
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 ids.add(id(body[0].value))
@@ -117,10 +121,19 @@ def test_no_module_outside_layouts_imports_one_framework() -> None:
     found = []
     for relative, tree in _modules():
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ckptdoctor.layouts") and node.module not in shared:
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("ckptdoctor.layouts")
+                and node.module not in shared
+            ):
                 found.append(f"{relative}:{node.lineno}: from {node.module} import ...")
             if isinstance(node, ast.Import):
-                found += [f"{relative}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("ckptdoctor.layouts.") and a.name not in shared]
+                found += [
+                    f"{relative}:{node.lineno}: import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("ckptdoctor.layouts.") and a.name not in shared
+                ]
     assert not found, "\n".join(found)
 
 

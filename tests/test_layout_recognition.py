@@ -31,7 +31,10 @@ def trees(tmp_path: Path) -> dict[str, Path]:
     lightning = tmp_path / "lightning" / "checkpoints"
     lightning.mkdir(parents=True)
     for epoch in (1, 2):
-        torch.save({"state_dict": {}, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []}, lightning / f"epoch={epoch}-step={epoch * 10}.ckpt")
+        torch.save(
+            {"state_dict": {}, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []},
+            lightning / f"epoch={epoch}-step={epoch * 10}.ckpt",
+        )
     torch.save({"state_dict": {}, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []}, lightning / "last.ckpt")
     hf = tmp_path / "hf"
     for step in (10, 20):
@@ -72,11 +75,7 @@ def test_each_tree_is_claimed_by_its_own_layout_only(trees):
         def subfolder(entry, by_path=by_path):
             return by_path.get(entry.os_path)
 
-        claimants = [
-            layout.name
-            for layout in LAYOUTS
-            if claim_all(layout, entries, subfolder) and layout.recognises(entries)
-        ]
+        claimants = [layout.name for layout in LAYOUTS if claim_all(layout, entries, subfolder) and layout.recognises(entries)]
         assert claimants in ([owner], [owner, "torch"]), (owner, claimants)
 
 

@@ -117,10 +117,17 @@ def test_a_last_ckpt_symlink_to_a_cut_checkpoint_is_ckd113(root, inspect_json):
     assert stale["path"].endswith("last.ckpt") and target.name in stale["message"]
 
 
-def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(every_2_steps, tmp_path, cli, inspect_json):
+def test_checkpoints_saved_every_n_steps_are_one_per_step_and_lightning_resumes_from_the_one_named(
+    every_2_steps, tmp_path, cli, inspect_json
+):
     """Issue 14, item 2: `epoch=0-step=2.ckpt`, `epoch=0-step=4.ckpt`, … were merged into one epoch."""
     folder = every_2_steps  # 4 steps an epoch: two saves in each
-    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=1-step=6.ckpt", "epoch=1-step=8.ckpt"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "epoch=0-step=2.ckpt",
+        "epoch=0-step=4.ckpt",
+        "epoch=1-step=6.ckpt",
+        "epoch=1-step=8.ckpt",
+    ]
     newest = folder / "epoch=1-step=8.ckpt"
     newest.write_bytes(newest.read_bytes()[:-100])  # killed mid-save
     old = time.time() - 86400
@@ -217,7 +224,14 @@ def test_deep_verify_sees_nan_in_weights_a_callback_keeps_and_in_every_float_typ
         "float8": {"state_dict": {"w": nan.to(torch.float8_e5m2), **model.state_dict()}},
         "float8-e4m3": {"state_dict": {"w": nan.to(torch.float8_e4m3fn), **model.state_dict()}},
         "complex": {"state_dict": {"w": torch.complex(nan, torch.zeros(2)), **model.state_dict()}},
-        "metric-only": {"callbacks": {"ModelCheckpoint{'monitor': None}": {"kth_value": torch.tensor(float("inf")), "best_model_score": torch.tensor(float("nan"))}}},
+        "metric-only": {
+            "callbacks": {
+                "ModelCheckpoint{'monitor': None}": {
+                    "kth_value": torch.tensor(float("inf")),
+                    "best_model_score": torch.tensor(float("nan")),
+                }
+            }
+        },
     }
     for name, change in cases.items():
         run = tmp_path / name

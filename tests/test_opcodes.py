@@ -138,7 +138,7 @@ def _opcode(draw: st.DrawFn) -> bytes:
         text = draw(st.binary(max_size=6))
         return b"\x8c" + bytes([len(text)]) + text
     if kind == 5:
-        return b"S" + draw(st.sampled_from([b"'a'", b"'\\x4'", b"'a", b"\"b\"", b"''"])) + b"\n"
+        return b"S" + draw(st.sampled_from([b"'a'", b"'\\x4'", b"'a", b'"b"', b"''"])) + b"\n"
     return b"\x95" + struct.pack("<Q", draw(st.integers(0, 40)))
 
 
@@ -180,7 +180,9 @@ def test_torch_save_at_every_protocol_it_loads_is_proven_safe(protocol: int) -> 
 
 
 @pytest.mark.parametrize("defaults, said", [((1_000, 30.0), "more opcodes"), ((50_000_000, 0.0), "takes more than")])
-def test_a_pickle_past_the_files_budget_is_unproven_not_an_error(monkeypatch: pytest.MonkeyPatch, defaults: tuple[int, float], said: str) -> None:
+def test_a_pickle_past_the_files_budget_is_unproven_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, defaults: tuple[int, float], said: str
+) -> None:
     """Every file has a budget of opcodes and seconds; past it the verdict is CKD401 "too complex
     to prove safe" for that file, never an internal error (issue 12, resource bounds)."""
     from ckptdoctor.model import Problem

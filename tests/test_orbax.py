@@ -12,7 +12,9 @@ def orbax_run(folder: Path, steps: tuple[int, ...] = (100, 200), commit_files: b
         step_folder = folder / str(step)
         (step_folder / "default").mkdir(parents=True)
         (step_folder / "default" / "_METADATA").write_text("{}")
-        (step_folder / "_CHECKPOINT_METADATA").write_text(json.dumps({"item_handlers": {"default": "PyTreeCheckpointHandler"}, "commit_timestamp_nsecs": step}))
+        (step_folder / "_CHECKPOINT_METADATA").write_text(
+            json.dumps({"item_handlers": {"default": "PyTreeCheckpointHandler"}, "commit_timestamp_nsecs": step})
+        )
         if commit_files:
             (step_folder / "commit_success.txt").write_text(f"Checkpoint commit was successful to {step_folder}")
     return folder

@@ -112,7 +112,16 @@ def test_recent_files_are_kept_whatever_the_policy(tmp_path, cli):
 
 def test_a_file_held_open_by_a_live_process_is_not_deleted(tmp_path, cli):
     folder = burn_run(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'rb'); print('ok', flush=True); time.sleep(60)", str(folder / "optim-3.bpk")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; f=open(sys.argv[1],'rb'); print('ok', flush=True); time.sleep(60)",
+            str(folder / "optim-3.bpk"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         result = prune_json(cli, "--yes", "--keep-last", "1", folder)
@@ -257,7 +266,7 @@ def test_sigkill_at_any_moment_loses_nothing_that_was_to_be_kept(tmp_path):
 
 def test_the_policy_can_come_from_pyproject(tmp_path, cli, monkeypatch):
     folder = burn_run(tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[tool.ckptdoctor.prune]\nkeep-last = 2\nkeep = [1]\n')
+    (tmp_path / "pyproject.toml").write_text("[tool.ckptdoctor.prune]\nkeep-last = 2\nkeep = [1]\n")
     monkeypatch.chdir(tmp_path)
     result = prune_json(cli, "--dry-run", folder)
     assert [item["index"] for item in result.json["plan"] if item["action"] == "keep"] == [1, 6, 7]
@@ -267,7 +276,7 @@ def test_the_policy_can_come_from_pyproject(tmp_path, cli, monkeypatch):
 
 def test_an_unknown_config_key_is_a_usage_error_naming_it(tmp_path, cli, monkeypatch):
     folder = burn_run(tmp_path)
-    (tmp_path / "ckptdoctor.toml").write_text('[prune]\nkeep_last = 2\n')
+    (tmp_path / "ckptdoctor.toml").write_text("[prune]\nkeep_last = 2\n")
     monkeypatch.chdir(tmp_path)
     result = cli("prune", "--dry-run", folder)
     assert result.exit_code == 2 and "'keep_last'" in result.stderr

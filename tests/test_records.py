@@ -32,7 +32,7 @@ PREVIOUS_MANIFEST = (
     '"index": 300, "reasons": ["incomplete and newer than the resume point (step 200)", "fixes CKD105 missing-shard, '
     'CKD114 unsafe-auto-resume"], "bytes": 3392, "identity": [65024, 2564255, 4096, 1796084324709733009, '
     '1796170724709697537]}], "pointers": [{"path": "latest", "index": 200, "reasons": ["latest names \'global_step300\', '
-    "which is incomplete: fixes CKD113 stale-pointer\", \"will name 'global_step200', the resume point\"], "
+    'which is incomplete: fixes CKD113 stale-pointer", "will name \'global_step200\', the resume point"], '
     '"text": "global_step200", "kind": "text", "existed": true}]}'
 )
 # and a journal as `prune` writes it (it has no version field)
@@ -61,9 +61,15 @@ def test_the_previous_releases_records_decode_and_encode_byte_for_byte() -> None
     assert manifest.encode() == data
     assert manifest.version == 2 and manifest.state is Phase.DONE and manifest.created == 1796170726.7256556
     assert manifest.entries == (
-        EntryLine("global_step300", 300, tuple(_entry()["reasons"]), 3392, (65024, 2564255, 4096, 1796084324709733009, 1796170724709697537)),
+        EntryLine(
+            "global_step300", 300, tuple(_entry()["reasons"]), 3392, (65024, 2564255, 4096, 1796084324709733009, 1796170724709697537)
+        ),
     )
-    assert manifest.pointers[0].write.text == "global_step200" and manifest.pointers[0].kind is PointerKind.TEXT and manifest.pointers[0].existed
+    assert (
+        manifest.pointers[0].write.text == "global_step200"
+        and manifest.pointers[0].kind is PointerKind.TEXT
+        and manifest.pointers[0].existed
+    )
     journal = Journal.decode(PREVIOUS_JOURNAL.encode())
     assert journal.encode() == PREVIOUS_JOURNAL.encode() and journal.identity("optim-1.bpk") == (1, 6, 7, 8, 9)
 
@@ -75,7 +81,10 @@ def test_every_record_ckptdoctor_builds_reads_back_as_itself(kind: PointerKind) 
         "/r\udcff",  # a run path that is not UTF-8
         12.5,
         Phase.REPAIRING,
-        (EntryLine("a/b\udcfe", None, (), 0, (0, 0, 0, -(1 << 63), (1 << 63) - 1)), EntryLine("c", 7, ("x",), (1 << 63) - 1, ((1 << 64) - 1,) * 2 + (0,) * 3)),
+        (
+            EntryLine("a/b\udcfe", None, (), 0, (0, 0, 0, -(1 << 63), (1 << 63) - 1)),
+            EntryLine("c", 7, ("x",), (1 << 63) - 1, ((1 << 64) - 1,) * 2 + (0,) * 3),
+        ),
         (PointerLine("latest", None, ("r",), "step\n", kind, False),),
     )
     assert Manifest.decode(manifest.encode()) == manifest
@@ -111,7 +120,11 @@ def test_what_a_repair_and_a_prune_write_is_the_format_earlier_versions_read(tmp
     written = next((folder / ".ckptdoctor" / "quarantine").glob("*/manifest.json")).read_bytes()
     document = json.loads(written)
     assert written == json.dumps(document).encode(), "json.dump's own spacing, as before"
-    assert list(document) == list(_manifest()) and list(document["entries"][0]) == list(_entry()) and list(document["pointers"][0]) == list(_pointer())
+    assert (
+        list(document) == list(_manifest())
+        and list(document["entries"][0]) == list(_entry())
+        and list(document["pointers"][0]) == list(_pointer())
+    )
     journal = Journal("/r", ("a",), {"a": (1, 2, 3, 4, 5)}).encode()
     assert journal == json.dumps({"run": "/r", "entries": ["a"], "identities": {"a": [1, 2, 3, 4, 5]}}).encode()
 
@@ -142,7 +155,10 @@ REFUSED_MANIFESTS = {
     "a path no OS takes": (_manifest(entries=[_entry(path="\ud800")]), "not a path inside the run"),
     "a line that is no object": (_manifest(entries=["global_step300"]), "an entry names None"),
     "a pointer out of the run": (_manifest(pointers=[_pointer(path="../latest")]), "not a path inside the run"),
-    "no identity in version 2": (_manifest(entries=[{k: v for k, v in _entry().items() if k != "identity"}]), "its identity is missing or wrong"),
+    "no identity in version 2": (
+        _manifest(entries=[{k: v for k, v in _entry().items() if k != "identity"}]),
+        "its identity is missing or wrong",
+    ),
     "a short identity": (_manifest(entries=[_entry(identity=[1, 2, 3])]), "its identity is missing or wrong"),
     "an identity of booleans": (_manifest(entries=[_entry(identity=[True] * 5)]), "its identity is missing or wrong"),
     "an inode past 64 bits": (_manifest(entries=[_entry(identity=[1, 1 << 64, 3, 4, 5])]), "its identity is missing or wrong"),
@@ -151,9 +167,18 @@ REFUSED_MANIFESTS = {
     "no bytes": (_manifest(entries=[{k: v for k, v in _entry().items() if k != "bytes"}]), "its bytes is missing or wrong"),
     "index as text": (_manifest(entries=[_entry(index="300")]), "its index is missing or wrong"),
     "reasons not text": (_manifest(entries=[_entry(reasons=[1])]), "its reasons is missing or wrong"),
-    "an extra line field": (_manifest(entries=[_entry(mode=0o777)]), "the entry line for 'global_step300' holds 'mode', which ckptdoctor never writes"),
-    "a pointer without text": (_manifest(pointers=[{k: v for k, v in _pointer().items() if k != "text"}]), "the pointer line for 'latest' is incomplete"),
-    "a pointer of an unknown kind": (_manifest(pointers=[_pointer(kind="hardlink")]), "the pointer line for 'latest' is incomplete: its kind"),
+    "an extra line field": (
+        _manifest(entries=[_entry(mode=0o777)]),
+        "the entry line for 'global_step300' holds 'mode', which ckptdoctor never writes",
+    ),
+    "a pointer without text": (
+        _manifest(pointers=[{k: v for k, v in _pointer().items() if k != "text"}]),
+        "the pointer line for 'latest' is incomplete",
+    ),
+    "a pointer of an unknown kind": (
+        _manifest(pointers=[_pointer(kind="hardlink")]),
+        "the pointer line for 'latest' is incomplete: its kind",
+    ),
     "existed as a number": (_manifest(pointers=[_pointer(existed=1)]), "the pointer line for 'latest' is incomplete: its existed"),
     "a pointer text with a NUL": (_manifest(pointers=[_pointer(text="a\0")]), "its text is missing or wrong"),
 }
@@ -175,7 +200,10 @@ REFUSED_JOURNALS = {
     "an entry not text": (b'{"run": "/r", "entries": [1]}', "not a ckptdoctor journal"),
     "an entry with a NUL": (b'{"run": "/r", "entries": ["a\\u0000"]}', "not a ckptdoctor journal"),
     "identities null": (b'{"run": "/r", "entries": [], "identities": null}', "not a ckptdoctor journal"),
-    "an identity of what it does not list": (b'{"run": "/r", "entries": ["a"], "identities": {"b": [1, 2, 3, 4, 5]}}', "its identity of 'b'"),
+    "an identity of what it does not list": (
+        b'{"run": "/r", "entries": ["a"], "identities": {"b": [1, 2, 3, 4, 5]}}',
+        "its identity of 'b'",
+    ),
     "an identity of text": (b'{"run": "/r", "entries": ["a"], "identities": {"a": "12345"}}', "its identity of 'a'"),
     "an extra field": (b'{"run": "/r", "entries": [], "policy": "all"}', "'policy', which ckptdoctor never writes"),
 }

@@ -96,7 +96,20 @@ def test_every_report_command_takes_the_shared_report_options():
     probe = typer.Typer(add_completion=False)
     probe.command()(report_options)
     shared = {param.name: set(param.opts) for param in typer.main.get_command(probe).params}
-    assert {"fmt", "as_json", "output", "fail_on", "exit_zero", "quiet", "show_all", "baseline", "write_baseline", "config", "select", "ignore"} == set(shared)
+    assert {
+        "fmt",
+        "as_json",
+        "output",
+        "fail_on",
+        "exit_zero",
+        "quiet",
+        "show_all",
+        "baseline",
+        "write_baseline",
+        "config",
+        "select",
+        "ignore",
+    } == set(shared)
     for command in REPORT_COMMANDS:
         options = _options(command)
         for name, opts in shared.items():
@@ -113,6 +126,19 @@ def test_the_acting_commands_take_the_shared_acting_options():
     assert {"min_age", "dry_run", "yes", "fmt", "as_json", "output", "quiet", "show_all", "config"} == set(shared)
     for command in ("prune", "repair"):
         options = _options(command)
-        assert {"--format", "-f", "--json", "--output", "-o", "--quiet", "-q", "--all", "--config", "--dry-run", "--yes", "--min-age"} <= set(options), command
+        assert {
+            "--format",
+            "-f",
+            "--json",
+            "--output",
+            "-o",
+            "--quiet",
+            "-q",
+            "--all",
+            "--config",
+            "--dry-run",
+            "--yes",
+            "--min-age",
+        } <= set(options), command
         for name, opts in shared.items():
             assert {options[opt].name for opt in opts} == {name}, (command, name)

@@ -388,7 +388,10 @@ def test_megatron_iteration_newer_than_the_tracker_is_quarantined_and_the_tracke
 def lightning_file(path: Path, epoch: int) -> None:
     import torch
 
-    torch.save({"epoch": epoch, "global_step": epoch * 10, "state_dict": {"w": torch.zeros(2)}, "optimizer_states": [{}], "lr_schedulers": [{}]}, path)
+    torch.save(
+        {"epoch": epoch, "global_step": epoch * 10, "state_dict": {"w": torch.zeros(2)}, "optimizer_states": [{}], "lr_schedulers": [{}]},
+        path,
+    )
 
 
 def test_a_dangling_last_ckpt_symlink_is_repointed_at_the_resume_point(tmp_path, cli):
@@ -442,7 +445,9 @@ def test_id_without_undo_is_a_usage_error(tmp_path, cli):
 
 
 def _ckptdoctor(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ckptdoctor", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckptdoctor", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _kill_soon_after(process: subprocess.Popen[str], folder: Path, rng: random.Random, marker: str) -> None:
@@ -524,7 +529,9 @@ def test_an_interrupted_repair_is_finished_into_its_own_quarantine(tmp_path, cli
     quarantine = folder / ".ckptdoctor" / "quarantine" / "20260101-000000-deadbeef"
     (quarantine / "files").mkdir(parents=True)
     entries = [_line(folder, name, 7) for name in ("model-7.bpk", "scheduler-7.bpk")]
-    (quarantine / "manifest.json").write_text(json.dumps({"version": 1, "run": str(folder), "created": 0, "state": "repairing", "entries": entries, "pointers": []}))
+    (quarantine / "manifest.json").write_text(
+        json.dumps({"version": 1, "run": str(folder), "created": 0, "state": "repairing", "entries": entries, "pointers": []})
+    )
     os.rename(folder / "model-7.bpk", quarantine / "files" / "model-7.bpk")  # killed after the first move
     dry = cli("repair", "--dry-run", folder)
     assert "an interrupted repair left" in dry.stderr and (folder / "scheduler-7.bpk").exists()
@@ -575,7 +582,11 @@ def test_a_manifest_naming_paths_outside_the_run_is_refused(tmp_path, cli):
     folder = deepspeed_run(tmp_path / "ds")
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    _interrupted(folder, [], [{"path": "../../victim.txt", "index": 200, "reasons": ["r"], "text": "global_step200", "kind": "text", "existed": True}])
+    _interrupted(
+        folder,
+        [],
+        [{"path": "../../victim.txt", "index": 200, "reasons": ["r"], "text": "global_step200", "kind": "text", "existed": True}],
+    )
     for args in (("repair", "--yes"), ("repair", "--undo", "--yes")):
         result = cli(*args, folder)
         assert result.exit_code == 1
@@ -652,7 +663,7 @@ def test_what_a_repair_killed_before_its_manifest_left_is_swept_and_nothing_else
     folder = broken_burn_run(tmp_path)
     quarantine = folder / ".ckptdoctor" / "quarantine"
     (quarantine / "20260101-000000-aaaaaaaa" / "files").mkdir(parents=True)
-    (quarantine / "20260101-000000-aaaaaaaa" / "manifest.json.tmp").write_text("{\"vers")
+    (quarantine / "20260101-000000-aaaaaaaa" / "manifest.json.tmp").write_text('{"vers')
     (quarantine / "20260101-000000-bbbbbbbb" / "files").mkdir(parents=True)
     (quarantine / "20260101-000000-bbbbbbbb" / "files" / "someone.bin").write_bytes(b"not ours to remove")
     (folder / ".ckptdoctor" / "pointer-0123abcd.tmp").write_text("global_step1")

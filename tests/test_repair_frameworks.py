@@ -128,7 +128,9 @@ def read_pointer(path: Path, kind: str) -> str:
         return os.readlink(path)
     assert path.is_file() and not path.is_symlink(), path
     if kind == "copy":
-        (original,) = [p for p in path.parent.iterdir() if p != path and not p.is_symlink() and p.is_file() and p.read_bytes() == path.read_bytes()]
+        (original,) = [
+            p for p in path.parent.iterdir() if p != path and not p.is_symlink() and p.is_file() and p.read_bytes() == path.read_bytes()
+        ]
         assert os.stat(original).st_mtime_ns == os.stat(path).st_mtime_ns, "a copy keeps its original's time"
         return original.name
     assert kind == "text", kind
@@ -715,7 +717,9 @@ def orbax_run(folder: Path, steps: tuple[int, ...] = (100, 200)) -> Path:
         step_folder = folder / str(step)
         (step_folder / "default").mkdir(parents=True)
         (step_folder / "default" / "_METADATA").write_text("{}")
-        (step_folder / "_CHECKPOINT_METADATA").write_text(json.dumps({"item_handlers": {"default": "PyTreeCheckpointHandler"}, "commit_timestamp_nsecs": step}))
+        (step_folder / "_CHECKPOINT_METADATA").write_text(
+            json.dumps({"item_handlers": {"default": "PyTreeCheckpointHandler"}, "commit_timestamp_nsecs": step})
+        )
         (step_folder / "commit_success.txt").write_text(f"Checkpoint commit was successful to {step_folder}")
     return folder
 

@@ -609,9 +609,7 @@ def test_ckd203_and_ckd204_quiet_on_whole_files(fmt, tmp_path, request, inspect_
 # --- CKD205: not a checkpoint -------------------------------------------------------------------------
 
 LFS_POINTER = (
-    b"version https://git-lfs.github.com/spec/v1\n"
-    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
-    b"size 1552\n"
+    b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 1552\n"
 )
 HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head><body>Access denied</body></html>\n"
 

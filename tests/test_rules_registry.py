@@ -58,9 +58,7 @@ def test_findings_are_made_in_one_place():
     """The plugin watches ``rules._context.make_finding``: a ``Finding`` built anywhere else
     would escape it."""
     building = re.compile(r"(?<![\w.])Finding\(")
-    makers = sorted(
-        str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if building.search(path.read_text(encoding="utf-8"))
-    )
+    makers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if building.search(path.read_text(encoding="utf-8")))
     assert makers == [os.path.join("rules", "_context.py")]
 
 

@@ -372,7 +372,13 @@ def test_ckd308_quiet_for_a_matching_index(tmp_path, cli):
 
 
 def _record(item: object, precision: str = "f32", version: str = "0.21.0") -> dict:
-    metadata = {"float": precision, "int": "i32", "format": "burn_core::record::file::NamedMpkFileRecorder<FullPrecisionSettings>", "version": version, "settings": "FullPrecisionSettings"}
+    metadata = {
+        "float": precision,
+        "int": "i32",
+        "format": "burn_core::record::file::NamedMpkFileRecorder<FullPrecisionSettings>",
+        "version": version,
+        "settings": "FullPrecisionSettings",
+    }
     return {"metadata": metadata, "item": item, "_b": []}
 
 
@@ -380,7 +386,15 @@ def _data(values: list[float]) -> dict:
     return {"bytes": struct.pack(f"<{len(values)}f", *values), "shape": [len(values)], "dtype": "F32"}
 
 
-def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids: tuple[str, str], weight: list[float], suffix: str = ".mpk", version: str = "0.21.0") -> None:
+def _write_records(
+    folder: Path,
+    epoch: int,
+    ids: tuple[str, str],
+    optimizer_ids: tuple[str, str],
+    weight: list[float],
+    suffix: str = ".mpk",
+    version: str = "0.21.0",
+) -> None:
     import gzip
     import json
 
@@ -388,12 +402,26 @@ def _write_records(folder: Path, epoch: int, ids: tuple[str, str], optimizer_ids
 
     model = {"fc": {"weight": {"id": ids[0], "param": _data(weight)}, "bias": {"id": ids[1], "param": _data([0.0] * 2)}}}
     state = {
-        optimizer_ids[0]: {"V1": {"Rank1": {"momentum": {"time": 1, "moment_1": _data([0.0] * len(weight)), "moment_2": _data([0.0] * len(weight)), "max_moment_2": None}}}},
-        optimizer_ids[1]: {"V1": {"Rank1": {"momentum": {"time": 1, "moment_1": _data([0.0] * 2), "moment_2": _data([0.0] * 2), "max_moment_2": None}}}},
+        optimizer_ids[0]: {
+            "V1": {
+                "Rank1": {
+                    "momentum": {
+                        "time": 1,
+                        "moment_1": _data([0.0] * len(weight)),
+                        "moment_2": _data([0.0] * len(weight)),
+                        "max_moment_2": None,
+                    }
+                }
+            }
+        },
+        optimizer_ids[1]: {
+            "V1": {"Rank1": {"momentum": {"time": 1, "moment_1": _data([0.0] * 2), "moment_2": _data([0.0] * 2), "max_moment_2": None}}}
+        },
     }
     folder.mkdir(parents=True, exist_ok=True)
     for role, item in (("model", model), ("optim", state), ("scheduler", 5)):
         if suffix == ".json.gz":
+
             def plain(value: object) -> object:
                 if isinstance(value, dict):
                     return {k: plain(v) for k, v in value.items()}
@@ -476,7 +504,11 @@ def test_verify_load_maps_library_failures_to_rules(tmp_path, cli, monkeypatch):
 
     def refuse(torch_module, path, fmt):
         loaded.append(path)
-        return "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory" if path.endswith("model_3.pt") else None
+        return (
+            "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"
+            if path.endswith("model_3.pt")
+            else None
+        )
 
     monkeypatch.setattr(library, "_load", refuse)
     result = verify(cli, "--load", run)

@@ -196,7 +196,10 @@ def test_an_attention_masks_inf_is_design_and_its_nan_is_damage(tmp_path, cli):
     healthy = tmp_path / "healthy"
     healthy.mkdir()
     for epoch in (1, 2):
-        torch.save({"model": model.state_dict(), "optimizer": torch.optim.SGD(model.parameters(), lr=0.1).state_dict()}, healthy / f"checkpoint_{epoch}.pt")
+        torch.save(
+            {"model": model.state_dict(), "optimizer": torch.optim.SGD(model.parameters(), lr=0.1).state_dict()},
+            healthy / f"checkpoint_{epoch}.pt",
+        )
         save_file(model.state_dict(), healthy / f"model_{epoch}.safetensors")
     for path in (healthy,):
         report = cli("verify", "--deep", "--json", path).json

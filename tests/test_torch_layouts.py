@@ -88,7 +88,10 @@ def _roles(checkpoint: dict) -> dict[str, str]:
         ),
         pytest.param(
             ["model-epoch-3.pth", "optimizer-epoch-3.pth", "model-epoch-4.pth", "optimizer-epoch-4.pth"],
-            {3: {"model-epoch-3.pth": "model", "optimizer-epoch-3.pth": "optimizer"}, 4: {"model-epoch-4.pth": "model", "optimizer-epoch-4.pth": "optimizer"}},
+            {
+                3: {"model-epoch-3.pth": "model", "optimizer-epoch-3.pth": "optimizer"},
+                4: {"model-epoch-4.pth": "model", "optimizer-epoch-4.pth": "optimizer"},
+            },
             id="dash-epoch-word",
         ),
         pytest.param(
@@ -106,7 +109,10 @@ def _roles(checkpoint: dict) -> dict[str, str]:
         ),
         pytest.param(
             ["model_3.pth.tar", "optimizer_3.pth.tar", "model_4.pth.tar", "optimizer_4.pth.tar"],
-            {3: {"model_3.pth.tar": "model", "optimizer_3.pth.tar": "optimizer"}, 4: {"model_4.pth.tar": "model", "optimizer_4.pth.tar": "optimizer"}},
+            {
+                3: {"model_3.pth.tar": "model", "optimizer_3.pth.tar": "optimizer"},
+                4: {"model_4.pth.tar": "model", "optimizer_4.pth.tar": "optimizer"},
+            },
             id="pth.tar",
         ),
     ],
@@ -440,7 +446,9 @@ def test_torchscript_archives_are_torch_archives(tmp_path, inspect_json):
     folder = tmp_path / "run"
     folder.mkdir()
     for epoch in (1, 2):
-        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(folder / f"model_{epoch}.pt"), _extra_files={"producer_info.json": "{}"})
+        torch.jit.save(
+            torch.jit.script(torch.nn.Linear(2, 2)), str(folder / f"model_{epoch}.pt"), _extra_files={"producer_info.json": "{}"}
+        )
     report = inspect_json(folder).json
     assert report["findings"] == []
     assert {f["format"] for c in report["runs"][0]["checkpoints"] for f in c["files"]} == {"torch-zip"}

@@ -153,10 +153,7 @@ def test_the_torch_allowlist_is_torchs_own():
 
 def _pickle_calling_through(gadget: bytes) -> bytes:
     """``gadget(arg, TrainingArguments)``: a benign-looking function handed a set-up class."""
-    return (
-        b"\x80\x02c" + gadget + b"\nX\x07\x00\x00\x00MT19937"
-        b"ctransformers.training_args\nTrainingArguments\n\x86R."
-    )
+    return b"\x80\x02c" + gadget + b"\nX\x07\x00\x00\x00MT19937ctransformers.training_args\nTrainingArguments\n\x86R."
 
 
 def test_a_set_up_class_handed_to_a_benign_function_is_unsafe():
@@ -188,8 +185,11 @@ def test_a_gzip_record_that_inflates_past_the_limit_is_not_called_clean(monkeypa
     import ckptdoctor.readers.burnrecord as burnrecord
 
     monkeypatch.setattr(burnrecord, "MAX_RECORD", 1024 * 1024)
-    record = {"metadata": {"float": "f32", "int": "i32", "format": "x", "version": "0.21.0", "settings": "S"},
-              "item": {"w": {"bytes": bytes(4 * 1024 * 1024), "shape": [1024 * 1024], "dtype": "F32"}}, "_b": []}
+    record = {
+        "metadata": {"float": "f32", "int": "i32", "format": "x", "version": "0.21.0", "settings": "S"},
+        "item": {"w": {"bytes": bytes(4 * 1024 * 1024), "shape": [1024 * 1024], "dtype": "F32"}},
+        "_b": [],
+    }
     data = gzip.compress(msgpack.packb(record, use_bin_type=True))
     assert len(data) < 64 * 1024
     assert problems(data, "model-1.mpk.gz") == {Problem.UNREADABLE}
@@ -253,12 +253,15 @@ def test_deepspeed_zero_partitions_are_not_compared_parameter_by_parameter(tmp_p
     assert "CKD301" not in cli("verify", "--json", tmp_path).codes()
 
 
-
 def test_a_tar_link_through_a_linked_folder_is_malformed_not_an_internal_error():
     """tarfile does not follow a folder symlink inside a link's target (torch.load fails on it too)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, content in (("storages", pickle.dumps(0, protocol=2) + pickle.dumps([], protocol=2)), ("tensors", pickle.dumps(0, protocol=2)), ("d/data.bin", SYSTEM)):
+        for name, content in (
+            ("storages", pickle.dumps(0, protocol=2) + pickle.dumps([], protocol=2)),
+            ("tensors", pickle.dumps(0, protocol=2)),
+            ("d/data.bin", SYSTEM),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(content)
             archive.addfile(info, io.BytesIO(content))

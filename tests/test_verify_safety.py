@@ -44,9 +44,7 @@ NEVER_CLEAN_CODES = {"CKD205", "CKD207", "CKD403", "CKD401"}
 
 def _invoke(*args: str | os.PathLike[str]) -> tuple[int, dict[str, Any], str]:
     """``ckptdoctor ARGS`` in-process: (exit code, parsed JSON, stdout + stderr)."""
-    result = CliRunner().invoke(
-        app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "200"}
-    )
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"NO_COLOR": "1", "COLUMNS": "200"})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     text = result.stdout + result.stderr
@@ -70,9 +68,7 @@ def _by_name(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def _for_path(report: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     """Findings about one file (paths in the report are as given, joined below)."""
-    return [
-        f for f in report["findings"] if f["path"] and Path(f["path"]).resolve() == path.resolve()
-    ]
+    return [f for f in report["findings"] if f["path"] and Path(f["path"]).resolve() == path.resolve()]
 
 
 def _file_entries(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -133,10 +129,7 @@ def _corpus_files(folder: str) -> list[str]:
 
 def _cases(wanted: str) -> list[Any]:
     cases = [
-        pytest.param(folder, name, id=f"{folder}/{name}")
-        for folder in FOLDERS
-        for name in _corpus_files(folder)
-        if label(name) == wanted
+        pytest.param(folder, name, id=f"{folder}/{name}") for folder in FOLDERS for name in _corpus_files(folder) if label(name) == wanted
     ]
     return cases or [pytest.param("data", "(corpus absent)", id="corpus-absent")]
 
@@ -158,9 +151,7 @@ def test_picklescan_every_file_is_labelled(corpus: Path, folder: str) -> None:
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_picklescan_every_file_is_reported_and_exit_is_1(
-    corpus: Path, picklescan_reports, folder: str
-) -> None:
+def test_picklescan_every_file_is_reported_and_exit_is_1(corpus: Path, picklescan_reports, folder: str) -> None:
     code, report = picklescan_reports[folder]
     assert code == 1
     reported = sorted(Path(f["path"]).name for f in _file_entries(report))
@@ -170,25 +161,19 @@ def test_picklescan_every_file_is_reported_and_exit_is_1(
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("unsafe"))
-def test_picklescan_malicious_is_flagged_unsafe(
-    corpus: Path, picklescan_reports, folder: str, name: str
-) -> None:
+def test_picklescan_malicious_is_flagged_unsafe(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert _flagged_unsafe(findings), f"{name}: {[(f['code'], f['severity']) for f in findings]}"
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("not-unsafe"))
-def test_picklescan_benign_is_not_flagged_unsafe(
-    corpus: Path, picklescan_reports, folder: str, name: str
-) -> None:
+def test_picklescan_benign_is_not_flagged_unsafe(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert [f["code"] for f in findings if f["code"] in UNSAFE_CODES] == [], findings
 
 
 @pytest.mark.parametrize(("folder", "name"), _cases("never-clean"))
-def test_picklescan_unanalysable_is_never_clean(
-    corpus: Path, picklescan_reports, folder: str, name: str
-) -> None:
+def test_picklescan_unanalysable_is_never_clean(corpus: Path, picklescan_reports, folder: str, name: str) -> None:
     findings = _by_name(picklescan_reports[folder][1]).get(name, [])
     assert {f["code"] for f in findings} & NEVER_CLEAN_CODES, f"{name} was called clean: {findings}"
     assert any(f["severity"] == "error" for f in findings if f["code"] in NEVER_CLEAN_CODES)
@@ -253,15 +238,7 @@ def frame_divergence(canary: Path) -> bytes:
     bytes literal that swallows ``GLOBAL os system … REDUCE``; the C unpickler reading a file-like
     object (torch's BytesIO) refills past the frame, reads a zero length and runs the hidden ops."""
     hidden = b"cos\nsystem\n(V" + _touch(canary).encode() + b"\ntR."
-    return (
-        b"\x80\x04\x95"
-        + struct.pack("<Q", 3)
-        + b"B"
-        + struct.pack("<H", 2 + len(hidden))
-        + b"\x00" * 4
-        + hidden
-        + b"."
-    )
+    return b"\x80\x04\x95" + struct.pack("<Q", 3) + b"B" + struct.pack("<H", 2 + len(hidden)) + b"\x00" * 4 + hidden + b"."
 
 
 def inst_form(canary: Path) -> bytes:
@@ -324,26 +301,18 @@ def _central_entries(archive: bytes) -> list[tuple[int, str]]:
 
 
 def _local_offset(archive: bytes, name: str) -> int:
-    (offset,) = [
-        struct.unpack_from("<I", archive, at + 42)[0]
-        for at, n in _central_entries(archive)
-        if n == name
-    ]
+    (offset,) = [struct.unpack_from("<I", archive, at + 42)[0] for at, n in _central_entries(archive) if n == name]
     assert archive[offset : offset + 4] == b"PK\x03\x04"
     return offset
 
 
-def _patched(
-    archive: bytes, name: str, *, flags: int = 0, crc_xor: int = 0, local_name: str | None = None
-) -> bytes:
+def _patched(archive: bytes, name: str, *, flags: int = 0, crc_xor: int = 0, local_name: str | None = None) -> bytes:
     data = bytearray(archive)
     local = _local_offset(archive, name)
     for at, entry_name in _central_entries(archive):
         if entry_name == name:
             struct.pack_into("<H", data, at + 8, struct.unpack_from("<H", data, at + 8)[0] | flags)
-            struct.pack_into(
-                "<I", data, at + 16, struct.unpack_from("<I", data, at + 16)[0] ^ crc_xor
-            )
+            struct.pack_into("<I", data, at + 16, struct.unpack_from("<I", data, at + 16)[0] ^ crc_xor)
     struct.pack_into("<H", data, local + 6, struct.unpack_from("<H", data, local + 6)[0] | flags)
     if local_name is not None:
         assert len(local_name) == len(name)
@@ -366,9 +335,7 @@ def zip_deflated_member(canary: Path) -> bytes:
 
 def zip_name_mismatch(canary: Path) -> bytes:
     """The central directory says archive/data.pkl (what torch reads), the local header datap.kl."""
-    return _patched(
-        zip_data_pkl_replaced(canary), "archive/data.pkl", local_name="archive/datap.kl"
-    )
+    return _patched(zip_data_pkl_replaced(canary), "archive/data.pkl", local_name="archive/datap.kl")
 
 
 def zip_flag_0x1(canary: Path) -> bytes:
@@ -592,9 +559,7 @@ def test_polyglot_is_a_real_tar_failure(canary: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["model.weights", "weights"])
-def test_unsafe_archive_under_an_unusual_name_in_a_folder(
-    cli, tmp_path: Path, canary: Path, name: str
-) -> None:
+def test_unsafe_archive_under_an_unusual_name_in_a_folder(cli, tmp_path: Path, canary: Path, name: str) -> None:
     """torch.load takes any file name; a folder verify must not pass over a torch archive whose
     name it does not know (integrity reference §12 row 3, §15.1: sniff by content)."""
     path = _write(tmp_path / "downloads", name, zip_data_pkl_replaced(canary))
@@ -620,9 +585,7 @@ def load_spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_deep_and_load_never_run_a_malicious_zip(
-    cli, tmp_path: Path, canary: Path, load_spy: list[str]
-) -> None:
+def test_deep_and_load_never_run_a_malicious_zip(cli, tmp_path: Path, canary: Path, load_spy: list[str]) -> None:
     path = _write(tmp_path / "case", "model.pt", zip_data_pkl_replaced(canary))
     for flags in (("--deep",), ("--load",), ("--deep", "--load")):
         result = cli("verify", "--json", *flags, path)
@@ -845,9 +808,7 @@ def accelerate_state(tmp_path_factory) -> dict[str, tuple[Path, int, dict[str, A
     scheduler.step()
     accelerator.save_state()
     explicit = tmp_path_factory.mktemp("acc_explicit") / "my_checkpoint"
-    accelerator.project_configuration.automatic_checkpoint_naming = (
-        False  # else output_dir is ignored
-    )
+    accelerator.project_configuration.automatic_checkpoint_naming = False  # else output_dir is ignored
     accelerator.save_state(str(explicit))
     automatic = project / "checkpoints" / "checkpoint_0"
     return {
@@ -856,9 +817,7 @@ def accelerate_state(tmp_path_factory) -> dict[str, tuple[Path, int, dict[str, A
     }
 
 
-@pytest.mark.parametrize(
-    "name", ["random_states_0.pkl", "optimizer.bin", "scheduler.bin", "model.safetensors"]
-)
+@pytest.mark.parametrize("name", ["random_states_0.pkl", "optimizer.bin", "scheduler.bin", "model.safetensors"])
 @pytest.mark.parametrize("how", ["automatic", "explicit"])
 def test_accelerate_file_is_not_flagged_unsafe(accelerate_state, how: str, name: str) -> None:
     folder, _, report = accelerate_state[how]

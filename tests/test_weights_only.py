@@ -21,6 +21,7 @@ from ckptdoctor.readers import _skim, torchzip
 
 torch = pytest.importorskip("torch")
 
+
 def hf_train(output: Path, save_only_model: bool, steps: int, resume: Path | None = None) -> int:
     """A real HF Trainer run of ``steps`` steps saving every 2 (resumed from ``resume``); the step it ended at."""
     trainer = hf_trainer(output, steps, save_only_model=save_only_model)
@@ -53,7 +54,12 @@ def tiny() -> tuple[object, object]:
 def test_the_skim_reads_the_keys_torch_load_sees(protocol):
     model, optimizer = tiny()
     cases = [
-        {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "epoch": 3, "callbacks": {"x": {"kth_value": torch.tensor(float("inf"))}}},
+        {
+            "state_dict": model.state_dict(),
+            "optimizer_states": [optimizer.state_dict()],
+            "epoch": 3,
+            "callbacks": {"x": {"kth_value": torch.tensor(float("inf"))}},
+        },
         model.state_dict(),
         optimizer.state_dict(),
         {"model": model.state_dict(), "args": {"lr": 0.1}, 7: "int key"},
@@ -291,8 +297,14 @@ def test_an_empty_or_overwritten_optimizer_state_is_none(tmp_path, cli, protocol
     model, optimizer = tiny()
     run = tmp_path / "run"
     run.mkdir()
-    torch.save({"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": []}, run / "epoch=1.ckpt", pickle_protocol=protocol)
-    torch.save({"state_dict": model.state_dict(), "optimizer_states": [], "lr_schedulers": []}, run / "epoch=2.ckpt", pickle_protocol=protocol)
+    torch.save(
+        {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "lr_schedulers": []},
+        run / "epoch=1.ckpt",
+        pickle_protocol=protocol,
+    )
+    torch.save(
+        {"state_dict": model.state_dict(), "optimizer_states": [], "lr_schedulers": []}, run / "epoch=2.ckpt", pickle_protocol=protocol
+    )
     for command in ("inspect", "verify"):
         report = cli(command, "--json", run).json
         assert ("CKD101", 2) in {(f["code"], f["index"]) for f in report["findings"]}, command

@@ -211,7 +211,9 @@ def confirm_run(root: str, entries: Iterable[Entry], sample: int = 64) -> None:
             if checked >= sample:
                 break
     if not matched:
-        raise ActionError(f"{root} is not the folder that was scanned a moment ago (it was replaced or swapped meanwhile): nothing was done")
+        raise ActionError(
+            f"{root} is not the folder that was scanned a moment ago (it was replaced or swapped meanwhile): nothing was done"
+        )
 
 
 def between(step: str, path: str) -> None:
@@ -267,7 +269,9 @@ def mount_points() -> frozenset[str] | None:
     except OSError:
         return None
     # the fifth field, with spaces and the like written as octal escapes (\040)
-    return frozenset(re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split()[4]) for line in lines if len(line.split()) > 4)
+    return frozenset(
+        re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split()[4]) for line in lines if len(line.split()) > 4
+    )
 
 
 def mounted_in(folder: Folder, name: str, mounts: frozenset[str] | None) -> str | None:

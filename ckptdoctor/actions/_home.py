@@ -56,7 +56,9 @@ def open_home(home: str, create: bool) -> Folder | None:
                 raise
             return None
         except Escapes as error:
-            raise ActionError(f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder") from None
+            raise ActionError(
+                f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder"
+            ) from None
 
 
 def own_folders(home: str, kind: str) -> Iterator[tuple[Folder, str, Folder]]:
@@ -130,7 +132,11 @@ def _lock_file(own: Folder, create: bool) -> int | None:
     info = os.fstat(handle)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(handle)
-        why = "it is not a regular file" if not stat.S_ISREG(info.st_mode) else "it is a hard link to a file elsewhere, which ckptdoctor does not write"
+        why = (
+            "it is not a regular file"
+            if not stat.S_ISREG(info.st_mode)
+            else "it is a hard link to a file elsewhere, which ckptdoctor does not write"
+        )
         raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: {why}")
     return handle
 

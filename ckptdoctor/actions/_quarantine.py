@@ -114,7 +114,11 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
             EntryLine(path, item.number, item.reasons, item.bytes if len(item.entries) == 1 else entry.size, None)
             for path, (item, entry) in zip(relative[: len(moves)], moves, strict=True)
         ]
-        planned = as_planned(root, (entry for _, entry in moves), {path: identity(info) for path in relative[: len(moves)] if (info := top.look(path)) is not None})
+        planned = as_planned(
+            root,
+            (entry for _, entry in moves),
+            {path: identity(info) for path in relative[: len(moves)] if (info := top.look(path)) is not None},
+        )
         movable = [line for line in _movable(top, lines, since, busy) if line.path in planned]  # before the manifest: it lists what moves
         pointers = [
             PointerLine(path, item.number, item.reasons, item.write.text, item.write.kind, top.look(path) is not None)
@@ -171,10 +175,18 @@ def sweep(home: str) -> None:
         return
     with own:
         for name in own.names():
-            if name.startswith(_SCRATCH) and name.endswith(".tmp") and (info := own.lstat(name)) is not None and not stat.S_ISDIR(info.st_mode):
+            if (
+                name.startswith(_SCRATCH)
+                and name.endswith(".tmp")
+                and (info := own.lstat(name)) is not None
+                and not stat.S_ISDIR(info.st_mode)
+            ):
                 os.unlink(name, dir_fd=own.fd)
     for quarantine, name, here in own_folders(home, QUARANTINE):
-        if here.lstat(MANIFEST) is None and {inner for _, _, files, _ in os.fwalk(dir_fd=here.fd) for inner in files} <= {MANIFEST + ".tmp", RESERVE}:
+        if here.lstat(MANIFEST) is None and {inner for _, _, files, _ in os.fwalk(dir_fd=here.fd) for inner in files} <= {
+            MANIFEST + ".tmp",
+            RESERVE,
+        }:
             _confine.remove(quarantine, name)
 
 
@@ -196,9 +208,13 @@ def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> 
             moved = [line for line in manifest.entries if places.stored is not None and places.stored.look(line.path) is not None]
             rest = [line for line in manifest.entries if line not in moved]
             meant = _movable(places.top, rest, written, busy, identities=True)
-            problems += _carry_out(places, dataclasses.replace(manifest, entries=tuple(moved + meant)), written)[2]  # what undo will put back
+            problems += _carry_out(places, dataclasses.replace(manifest, entries=tuple(moved + meant)), written)[
+                2
+            ]  # what undo will put back
         except (OSError, ValueError) as error:
-            raise ActionError(f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be completed ({error})") from error
+            raise ActionError(
+                f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be completed ({error})"
+            ) from error
         finally:
             places.close()
         finished += 1
@@ -216,7 +232,9 @@ def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: froz
         if info is not None and (not identities or identity(info) == line.identity):
             meant[line.path] = identity(info)
     spoiled = {line.index for line in lines if line.path not in meant and top.look(line.path) is not None}
-    return [dataclasses.replace(line, identity=meant[line.path]) for line in lines if line.path in meant and line.index not in spoiled - {None}]
+    return [
+        dataclasses.replace(line, identity=meant[line.path]) for line in lines if line.path in meant and line.index not in spoiled - {None}
+    ]
 
 
 def _carry_out(places: _Places, manifest: Manifest, written: float) -> tuple[int, int, list[str], int]:
@@ -432,7 +450,10 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
             os.unlink(MANIFEST, dir_fd=places.here.fd)
             _confine.remove(places.quarantine, found.ident)  # only empty folders are left in it
         elif not left:
-            left += [f"{os.path.join(places.here.path, stray)} is not what this repair put there: the quarantine is kept as it is" for stray in strays]
+            left += [
+                f"{os.path.join(places.here.path, stray)} is not what this repair put there: the quarantine is kept as it is"
+                for stray in strays
+            ]
         return restored, left
     finally:
         places.close()
@@ -445,7 +466,11 @@ def _not_ours(here: Folder) -> list[str]:
     found = []
     for below, folders, files, fd in os.fwalk(dir_fd=here.fd):
         found += [os.path.normpath(os.path.join(below, name)) for name in files if below != os.curdir or name not in ours]
-        found += [os.path.normpath(os.path.join(below, name)) for name in folders if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)]
+        found += [
+            os.path.normpath(os.path.join(below, name))
+            for name in folders
+            if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+        ]
     return found
 
 
@@ -457,7 +482,12 @@ def _restore_one(places: _Places, item: Stored) -> bool | None:
     if item.state is StoredState.BACK:
         stored = places.stored.look(item.path) if places.stored is not None else None
         now = places.top.look(item.path)
-        if places.stored is not None and stored is not None and now is not None and (stored.st_dev, stored.st_ino) == (now.st_dev, now.st_ino):
+        if (
+            places.stored is not None
+            and stored is not None
+            and now is not None
+            and (stored.st_dev, stored.st_ino) == (now.st_dev, now.st_ino)
+        ):
             folder, name = places.stored.reach(item.path)
             with folder:
                 os.unlink(name, dir_fd=folder.fd)  # a spare link to what is back in place

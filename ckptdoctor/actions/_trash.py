@@ -80,7 +80,9 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done
                 done, problems, changed = _move_all(top, folder, record, set(relative))
                 problems += _finish(trash, folder)
     paths = [[os.path.relpath(entry.os_path, plan.root) for entry in item.entries] for item in doomed]
-    whole = [item for item, own in zip(doomed, paths, strict=True) if any(p in done for p in own) and all(p in done or p in gone for p in own)]
+    whole = [
+        item for item, own in zip(doomed, paths, strict=True) if any(p in done for p in own) and all(p in done or p in gone for p in own)
+    ]
     freed = plan.freed_bytes if len(whole) == len(doomed) else sum(item.bytes for item in whole)
     return Done(len(whole), len(done), freed, left + changed, tuple(problems), journal_free=journal is None)
 
@@ -250,7 +252,9 @@ def _under(path: str, kept: frozenset[str]) -> bool:
     return path in kept or any(other.startswith(path + os.sep) or path.startswith(other + os.sep) for other in kept)
 
 
-def _pending_journals(top: Folder, home: str, busy: frozenset[str], kept: frozenset[str]) -> Iterator[tuple[Folder, Folder, Journal, list[str]]]:
+def _pending_journals(
+    top: Folder, home: str, busy: frozenset[str], kept: frozenset[str]
+) -> Iterator[tuple[Folder, Folder, Journal, list[str]]]:
     """(trash, journal folder, journal, the entries finishing it deletes) for each journal a
     killed prune left."""
     for trash, _, folder in _journals(home):
@@ -333,4 +337,3 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
             if not folder.names():
                 os.rmdir(name, dir_fd=trash.fd)
     return restored, left
-

@@ -45,9 +45,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
-    ] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = False,
 ) -> None:
     """A checkpoint doctor for training runs: what is there, what is broken, where to resume."""
 
@@ -74,8 +72,7 @@ def main() -> None:
         if os.environ.get("CKPTDOCTOR_DEBUG"):
             raise
         print(
-            f"ckptdoctor: internal error: {type(error).__name__}: {error}\n"
-            "Please report it; set CKPTDOCTOR_DEBUG=1 for a traceback.",
+            f"ckptdoctor: internal error: {type(error).__name__}: {error}\nPlease report it; set CKPTDOCTOR_DEBUG=1 for a traceback.",
             file=sys.stderr,
         )
         sys.exit(EXIT_USAGE)

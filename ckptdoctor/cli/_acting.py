@@ -40,10 +40,14 @@ if TYPE_CHECKING:
 EXIT_LOCKED = 3
 """Another ckptdoctor is acting on the run (cli-conventions §2)."""
 
-MinAge = Annotated[str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")]
+MinAge = Annotated[
+    str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
-PlanFormat = Annotated[str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")]
+PlanFormat = Annotated[
+    str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +72,15 @@ class ActingOptions:
         return self.format == HUMAN
 
     def listener(self, repair: bool = False) -> Listener:
-        return listener(self.settings, dry_run=self.dry_run, fmt=self.format, quiet=self.quiet, output=self.output, show_all=self.show_all, repair=repair)
+        return listener(
+            self.settings,
+            dry_run=self.dry_run,
+            fmt=self.format,
+            quiet=self.quiet,
+            output=self.output,
+            show_all=self.show_all,
+            repair=repair,
+        )
 
     def confirm(self) -> Confirm:
         return asker(self.yes, self.human)
@@ -94,7 +106,9 @@ acting_command = sharing(acting_options)
 """``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`."""
 
 
-def listener(settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False) -> Listener:
+def listener(
+    settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False
+) -> Listener:
     """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
     the JSON document), every other message on stderr (what was done only without --quiet)."""
     from ckptdoctor.acting import Planned, Tone
@@ -110,7 +124,9 @@ def listener(settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output
     return hear
 
 
-def show_plans(planned: Planned, settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool) -> None:
+def show_plans(
+    planned: Planned, settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool
+) -> None:
     """The plans in ``fmt`` where it renders plans (tables, the JSON document); in a format that
     does not, the scan's findings (as configured), which is what a CI system reads. What killed
     prunes' journals would still do is said on stderr beside any but the JSON document, which

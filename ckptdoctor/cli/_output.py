@@ -56,7 +56,9 @@ Paths = Annotated[
     list[str] | None,
     typer.Argument(help="Run folders, parents of runs, or single files.", show_default="."),
 ]
-FormatOption = Annotated[str | None, format_option(Kind.REPORT, "Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).")]
+FormatOption = Annotated[
+    str | None, format_option(Kind.REPORT, "Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).")
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
 OutputOption = Annotated[
     str | None,
@@ -64,16 +66,34 @@ OutputOption = Annotated[
 ]
 FailOnOption = Annotated[
     FailOn | None,
-    typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False),
+    typer.Option(
+        "--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False
+    ),
 ]
-ConfigOption = Annotated[str | None, typer.Option("--config", help="Settings file (default: [tool.ckptdoctor] of the nearest pyproject.toml, or ckptdoctor.toml).", metavar="FILE")]
-SelectOption = Annotated[list[str] | None, typer.Option("--select", help="Report only these rules: codes, prefixes (CKD1) or names; repeatable or comma-separated.", metavar="RULES")]
+ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", help="Settings file (default: [tool.ckptdoctor] of the nearest pyproject.toml, or ckptdoctor.toml).", metavar="FILE"
+    ),
+]
+SelectOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--select", help="Report only these rules: codes, prefixes (CKD1) or names; repeatable or comma-separated.", metavar="RULES"
+    ),
+]
 IgnoreOption = Annotated[list[str] | None, typer.Option("--ignore", help="Do not report these rules (as --select).", metavar="RULES")]
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
-QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")]
+QuietFlag = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")
+]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
-BaselineOption = Annotated[str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")]
-WriteBaselineOption = Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE (for --baseline) and exit 0.", metavar="FILE")]
+BaselineOption = Annotated[
+    str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")
+]
+WriteBaselineOption = Annotated[
+    str | None, typer.Option("--write-baseline", help="Record today's findings in FILE (for --baseline) and exit 0.", metavar="FILE")
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +240,9 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
         if write_baseline is not None:
             count = baselines.write(report, write_baseline)
             if not quiet:
-                say(f"Recorded {count} finding{'s' if count != 1 else ''} in {write_baseline}; `--baseline {write_baseline}` reports only new ones.")
+                say(
+                    f"Recorded {count} finding{'s' if count != 1 else ''} in {write_baseline}; `--baseline {write_baseline}` reports only new ones."
+                )
             raise typer.Exit(EXIT_OK)
         if baseline is None:
             return report

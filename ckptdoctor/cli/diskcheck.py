@@ -10,10 +10,25 @@ import typer
 from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting, say
 
 Folder = Annotated[str, typer.Argument(help="The run's checkpoint folder (it need not exist yet).", show_default=".")]
-ModelBytes = Annotated[str | None, typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MB, or bytes).", metavar="SIZE")]
-ModelFile = Annotated[str | None, typer.Option("--model", help="For a run with no checkpoint yet: a saved model whose size to use.", metavar="FILE")]
-Optimizer = Annotated[str | None, typer.Option("--optimizer", help="With --model or --model-bytes: adam, adamw, sgd, sgd-momentum, adagrad, rmsprop, lion or adafactor.", metavar="KIND")]
-KeepLast = Annotated[int | None, typer.Option("--keep-last", min=1, help="The run's retention (default: [tool.ckptdoctor.prune] keep-last, if set).", metavar="N")]
+ModelBytes = Annotated[
+    str | None,
+    typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MB, or bytes).", metavar="SIZE"),
+]
+ModelFile = Annotated[
+    str | None, typer.Option("--model", help="For a run with no checkpoint yet: a saved model whose size to use.", metavar="FILE")
+]
+Optimizer = Annotated[
+    str | None,
+    typer.Option(
+        "--optimizer",
+        help="With --model or --model-bytes: adam, adamw, sgd, sgd-momentum, adagrad, rmsprop, lion or adafactor.",
+        metavar="KIND",
+    ),
+]
+KeepLast = Annotated[
+    int | None,
+    typer.Option("--keep-last", min=1, help="The run's retention (default: [tool.ckptdoctor.prune] keep-last, if set).", metavar="N"),
+]
 Margin = Annotated[float, typer.Option("--margin", min=0.0, help="Headroom on top of the estimate, as a fraction.")]
 Runway = Annotated[int, typer.Option("--runway", min=1, help="Warn (CKD502) when fewer saves than this fit.", metavar="N")]
 
@@ -72,7 +87,22 @@ def diskcheck(
     emit(report, options)
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
 
 
 def parse_size(text: str) -> int:

@@ -25,10 +25,14 @@ if TYPE_CHECKING:
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
 KeepBest = Annotated[int | None, typer.Option("--keep-best", min=0, help="Keep the N best by --metric.", metavar="N")]
-Metric = Annotated[str | None, typer.Option("--metric", help="Metric for --keep-best (burn valid/ logs, HF log_history, Lightning file names).")]
+Metric = Annotated[
+    str | None, typer.Option("--metric", help="Metric for --keep-best (burn valid/ logs, HF log_history, Lightning file names).")
+]
 Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (accuracy).", metavar="min|max")]
 KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
-KeepWithin = Annotated[str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")]
+KeepWithin = Annotated[
+    str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")
+]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
 VerifyKept = Annotated[
     bool | None,
@@ -38,10 +42,14 @@ VerifyKept = Annotated[
     ),
 ]
 MaxRuns = Annotated[
-    int | None, typer.Option("--max-runs", min=1, help="Refuse to delete in more than N runs at once (default 50; config: max-runs).", metavar="N")
+    int | None,
+    typer.Option("--max-runs", min=1, help="Refuse to delete in more than N runs at once (default 50; config: max-runs).", metavar="N"),
 ]
 DiscardJournal = Annotated[
-    bool, typer.Option("--discard-journal", help="Drop what an interrupted prune left pending, putting back what it had moved, instead of finishing it.")
+    bool,
+    typer.Option(
+        "--discard-journal", help="Drop what an interrupted prune left pending, putting back what it had moved, instead of finishing it."
+    ),
 ]
 MetricsFile = Annotated[str | None, typer.Option("--metrics-file", help="CSV or JSON of index -> metric value.", metavar="FILE")]
 

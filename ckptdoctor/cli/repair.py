@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     pass
 
 Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest repair of each run moved and re-pointed.")]
-QuarantineId = Annotated[str | None, typer.Option("--id", help="With --undo: the quarantine to put back (default: the latest).", metavar="ID")]
+QuarantineId = Annotated[
+    str | None, typer.Option("--id", help="With --undo: the quarantine to put back (default: the latest).", metavar="ID")
+]
 
 
 @acting_command

@@ -44,9 +44,7 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
         exact = find_rule(query)
         selected = (exact,) if exact else tuple(rules_explaining(query))
     if not selected:
-        stderr_console().print(
-            f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False
-        )
+        stderr_console().print(f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False)
         raise typer.Exit(EXIT_FINDINGS)
     renderer = named(chosen(fmt, as_json), Kind.RULES)
     write(renderer.module().render_rules(selected, RenderOptions(explain=query is not None)), None)

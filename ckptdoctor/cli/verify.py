@@ -83,9 +83,7 @@ class _progress_bar:
         if self._bar is None:
             if time.monotonic() - self._started < PROGRESS_AFTER or done >= total:
                 return
-            bar = Progress(
-                "verifying", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console(), transient=True
-            )
+            bar = Progress("verifying", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=stderr_console(), transient=True)
             bar.start()
             self._bar, self._task = bar, bar.add_task("verify", total=total)
         assert isinstance(self._bar, Progress)

@@ -40,7 +40,8 @@ class DiskCheck(Watch, Callback):
         due = [
             cb
             for cb in _saving(trainer)
-            if not cb._should_save_on_train_epoch_end(trainer) and (_epoch_due(cb, trainer) or getattr(cb, "_defer_save_until_validation", False))
+            if not cb._should_save_on_train_epoch_end(trainer)
+            and (_epoch_due(cb, trainer) or getattr(cb, "_defer_save_until_validation", False))
         ]
         self._check(trainer, pl_module, due)
 
@@ -67,7 +68,9 @@ class DiskCheck(Watch, Callback):
                 continue
             judge = self.judge(_keep_last(checkpointer))
             self.report = judge.preflight(checkpointer.dirpath, pl_module, None if checkpointer.save_weights_only else optimizer)
-            finding = judge.blocking(self.report) or judge.staging(self.report, tempfile.gettempdir(), "Lightning writes each checkpoint there first, then moves it")
+            finding = judge.blocking(self.report) or judge.staging(
+                self.report, tempfile.gettempdir(), "Lightning writes each checkpoint there first, then moves it"
+            )
             if finding is not None:
                 return finding
         return None

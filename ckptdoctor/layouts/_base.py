@@ -185,9 +185,11 @@ class Layout:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
 
-    wording: Mapping[str, str] = MappingProxyType({
-        "save_full": "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
-    })
+    wording: Mapping[str, str] = MappingProxyType(
+        {
+            "save_full": "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
+        }
+    )
     """Fix placeholders in this framework's own words (``save_full``: how it is told to save
     optimizer state with the weights, CKD107's fix); a placeholder a layout leaves out keeps
     ``rules._rule.GENERIC_CONTEXT``'s general wording."""
@@ -343,7 +345,6 @@ class FolderLayout(Layout):
         same name means another thing at another depth (Orbax's per-item markers)."""
         return self.role_of(relative.rpartition("/")[2])
 
-
     def nested(self, name: str) -> bool:
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
         return False
@@ -352,9 +353,7 @@ class FolderLayout(Layout):
         """The newest index the framework's tracker has committed; later ones never finished."""
         return None
 
-    def _contents(
-        self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]
-    ) -> list[tuple[str, Entry]]:
+    def _contents(self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]) -> list[tuple[str, Entry]]:
         """A checkpoint folder's entries, with those of its nested rank folders, by relative name."""
         found: list[tuple[str, Entry]] = []
         for item in folder.entries if folder else ():
@@ -378,9 +377,7 @@ class FolderLayout(Layout):
         ]
         return self._assemble(listing, probe, slots)
 
-    def build_alone(
-        self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]
-    ) -> Run:
+    def build_alone(self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run:
         """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
         out/step_500``; a ``save_state("my_checkpoint")``): a run of that one checkpoint, indexed by
         the number in the folder's name. A name without a number is one save of its own: index 0,
@@ -675,9 +672,7 @@ def _whole_for(checkpoint: Checkpoint, roles: frozenset[Role]) -> bool:
     return bool(held) and not any(f.report.problems & (_PARTIAL | _CORRUPT) or Role.TEMP in f.roles for f in held)
 
 
-def missing_from_siblings(
-    files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]
-) -> tuple[str, ...]:
+def missing_from_siblings(files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
     """Files the run's other checkpoints have and this one lacks (by name inside the checkpoint):
     for frameworks whose every save is written by the same ranks under the same names."""
     expected = {file.prefix for others in siblings for file in others}
@@ -785,11 +780,7 @@ def _checkpoint(
     # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
     # repeated) save: its own finding (CKD202), not a checkpoint cut short
     whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-    judged = [
-        f
-        for f in counted
-        if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
-    ]
+    judged = [f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)]
     problems = {problem for f in judged for problem in f.report.problems}
     if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
         status = Status.PARTIAL

@@ -47,9 +47,7 @@ def _readings(files: Sequence[CheckpointFile]) -> Iterator[tuple[_What, bool, st
     """(what was read, whether it is all zero, the path of the file that holds it, the tensor or
     item, empty for a file's tail) for one checkpoint's cleanly read files. A file whose bytes were
     read one by one (``--deep``) is judged by them, not by a guess from its tail."""
-    clean = {
-        f.entry.os_path: f for f in files if Role.TEMP not in f.roles and not f.report.problems - _READ_CLEANLY
-    }
+    clean = {f.entry.os_path: f for f in files if Role.TEMP not in f.roles and not f.report.problems - _READ_CLEANLY}
     read_whole = {_holder(f, span.file) for f in clean.values() for span in f.report.spans or ()}
     for path, file in clean.items():
         same = (file.prefix, file.roles, file.report.format)

@@ -43,17 +43,19 @@ class BurnLayout(Layout):
     name = "burn"
     default_unit = Unit.EPOCH
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
-    legacy_formats = MappingProxyType({
-        fmt.value: f"written by a recorder of burn 0.21 or earlier ({extension}); burn 0.22 and later read only burnpack (.bpk)"
-        for fmt, extension in (
-            (Format.MSGPACK, ".mpk"),
-            (Format.MSGPACK_GZ, ".mpk.gz"),
-            (Format.JSON, ".json"),
-            (Format.JSON_GZ, ".json.gz"),
-            (Format.BINCODE, ".bin"),
-            (Format.BINCODE_GZ, ".bin.gz"),
-        )
-    })
+    legacy_formats = MappingProxyType(
+        {
+            fmt.value: f"written by a recorder of burn 0.21 or earlier ({extension}); burn 0.22 and later read only burnpack (.bpk)"
+            for fmt, extension in (
+                (Format.MSGPACK, ".mpk"),
+                (Format.MSGPACK_GZ, ".mpk.gz"),
+                (Format.JSON, ".json"),
+                (Format.JSON_GZ, ".json.gz"),
+                (Format.BINCODE, ".bin"),
+                (Format.BINCODE_GZ, ".bin.gz"),
+            )
+        }
+    )
     content = _CONTENT
 
     def claim(self, name: str) -> Claim | None:
@@ -83,7 +85,6 @@ class BurnLayout(Layout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f"pass `.checkpoint({checkpoint.index})` to burn's `SupervisedTraining` (or `LearnerBuilder`)"
-
 
     def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
         """burn's learner logs each validation metric beside its ``checkpoint/`` folder:

@@ -66,17 +66,17 @@ NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TR
 class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
     default_unit = Unit.STEP
-    content = frozenset(
-        {Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT}
-    )
+    content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT})
     resume_needs = frozenset(REQUIRED)
-    named_files = MappingProxyType({
-        TRAINER_STATE: Named(
-            functools.partial(hfjson.read_values, name=TRAINER_STATE, keys={"global_step": int, BEST: str}), Format.JSON
-        ),
-        TRAINING_ARGS: Named(annotate=functools.partial(pickled_flags.with_flags, fields=(SAVE_ONLY_MODEL,))),
-        "latest": Named(pointer.read),  # under DeepSpeed: the engine's tag file, inside each checkpoint-N
-    })
+    named_files = MappingProxyType(
+        {
+            TRAINER_STATE: Named(
+                functools.partial(hfjson.read_values, name=TRAINER_STATE, keys={"global_step": int, BEST: str}), Format.JSON
+            ),
+            TRAINING_ARGS: Named(annotate=functools.partial(pickled_flags.with_flags, fields=(SAVE_ONLY_MODEL,))),
+            "latest": Named(pointer.read),  # under DeepSpeed: the engine's tag file, inside each checkpoint-N
+        }
+    )
 
     def claim(self, name: str) -> Claim | None:
         match = _CHECKPOINT.match(name)

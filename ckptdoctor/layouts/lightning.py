@@ -46,12 +46,12 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
 
 
-
 def _beside(link_path: str, target: str) -> bool:
     """Whether a symlink at ``link_path`` names a file in its own folder: ``ckpt_path="last"``
     loads whatever it names, and a file of the same name in another run is not this run's."""
     folder = os.path.dirname(link_path)
     return os.path.realpath(os.path.dirname(os.path.join(folder, target))) == os.path.realpath(folder)
+
 
 class LightningLayout(Layout):
     name = "lightning"

@@ -118,7 +118,9 @@ class OrbaxLayout(FolderLayout):
             pytree = items.get(item, "").endswith(_PYTREE) or any(_pytree_file(f.prefix[len(item) + 1 :]) for f in inside)
             if not pytree:
                 continue
-            lacking += [f"{item}/{name}" for name in (ITEM_METADATA, MANIFEST) if f"{item}/{name}" not in names and _needed(name, inside, item)]
+            lacking += [
+                f"{item}/{name}" for name in (ITEM_METADATA, MANIFEST) if f"{item}/{name}" not in names and _needed(name, inside, item)
+            ]
             for f in inside:
                 missing = f.report.fact("missing") if f.prefix == f"{item}/{MANIFEST}" else None
                 lacking += [f"{item}/{path}" for path in missing.split("\n")] if missing else []
@@ -132,7 +134,9 @@ class OrbaxLayout(FolderLayout):
         if marker and not marker[0].report.issues:
             return f"`ocp.CheckpointManager('{run.path}').restore({checkpoint.index})`"
         # without its _CHECKPOINT_METADATA, Orbax knows the items' handlers only from the args
-        return f"`ocp.CheckpointManager('{run.path}').restore({checkpoint.index}, args=ocp.args.Composite(...))` with each item's restore args"
+        return (
+            f"`ocp.CheckpointManager('{run.path}').restore({checkpoint.index}, args=ocp.args.Composite(...))` with each item's restore args"
+        )
 
 
 def _items(files: Sequence[CheckpointFile]) -> dict[str, str]:

@@ -140,9 +140,7 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     return group(listing, _AnyFile(writer), probe)
 
 
-def _signed(
-    candidate: tuple[Layout, dict[str, Claim]], listing: Listing, subfolder: Callable[[Entry], Listing | None]
-) -> int:
+def _signed(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, subfolder: Callable[[Entry], Listing | None]) -> int:
     """How many of the folders a folder layout claims carry its framework's signature inside."""
     layout, claims = candidate
     if not isinstance(layout, FolderLayout):

@@ -61,9 +61,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
                 taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
                 unclaimed.append(listing)
-                unrecognised.extend(
-                    e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name)
-                )
+                unrecognised.extend(e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name))
         if len(runs) == before:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)

@@ -78,7 +78,9 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
             why = f"{checkpoint.status.value} and newer than the resume point ({unit} {resume.index})"
             if busy:
                 held.add(index)
-                items.append(PlanItem(index, Action.KEEP, (why, *busy, "may still be being saved: left as it is"), targets(checkpoint), sizes[index]))
+                items.append(
+                    PlanItem(index, Action.KEEP, (why, *busy, "may still be being saved: left as it is"), targets(checkpoint), sizes[index])
+                )
             else:
                 fixes = labels.of(index=index, paths=[f.path for f in checkpoint.files])
                 items.append(PlanItem(index, Action.QUARANTINE, (why, *fixes), targets(checkpoint), sizes[index]))
@@ -119,7 +121,18 @@ def undo_plan(found: Quarantine, run: str, root: str, home: str) -> Plan:
             items.append(PlanItem(stored.number, Action.RESTORE, (what, undo), (entry,), stored.bytes))
         elif stored.state is StoredState.CONFLICT:
             clash = "changed since the repair" if stored.write is not None else "exists again in the run"
-            items.append(PlanItem(stored.number, Action.KEEP, (what, f"{clash}: not overwritten",), (entry,), stored.bytes))
+            items.append(
+                PlanItem(
+                    stored.number,
+                    Action.KEEP,
+                    (
+                        what,
+                        f"{clash}: not overwritten",
+                    ),
+                    (entry,),
+                    stored.bytes,
+                )
+            )
         elif stored.state is StoredState.LOST:
             items.append(PlanItem(stored.number, Action.KEEP, (what, "no longer in the quarantine: cannot be put back"), (entry,), 0))
     return Plan(run, root, home, tuple(items), 0, f"undo repair {found.ident}")
@@ -134,9 +147,7 @@ def _what(files: Iterable[CheckpointFile]) -> str:
     return " and ".join(kinds)
 
 
-def _loose_leftovers(
-    run: Run, labels: _Labels, circumstances: Circumstances, min_age: float, repointed: set[str]
-) -> list[PlanItem]:
+def _loose_leftovers(run: Run, labels: _Labels, circumstances: Circumstances, min_age: float, repointed: set[str]) -> list[PlanItem]:
     """Staging files and folders, and empty files, that belong to no checkpoint."""
     items = []
     for file in run.loose_files:

@@ -108,7 +108,9 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
-                reasons[checkpoint.index].append(f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)")
+                reasons[checkpoint.index].append(
+                    f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)"
+                )
             elif resume is None:
                 reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
         reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age)
@@ -214,9 +216,7 @@ def _parents(path: str) -> list[str]:
     return parents
 
 
-def _apply_policy(
-    run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]], saved: dict[int, float]
-) -> None:
+def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reasons: dict[int, list[str]], saved: dict[int, float]) -> None:
     complete = [c for c in run.checkpoints if c.status is Status.COMPLETE]
     for rank, checkpoint in enumerate(reversed(complete[-policy.keep_last :] if policy.keep_last else []), 1):
         reasons[checkpoint.index].append(f"keep-last #{rank}")
@@ -279,9 +279,11 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
                 if not (is_symlink or is_dir):
                     doomed[inode or os_path] = size
                     names.setdefault(inode or os_path, [0, links])[0] += 1
-        if checkpoint.index in deleted and checkpoint.folder is not None and checkpoint.folder.os_path in inside:  # what else the folder holds
-                claimed = {file.entry.os_path for file in checkpoint.files}
-                doomed.update((path, size) for path, _, size in inside[checkpoint.folder.os_path] if path not in claimed)
+        if (
+            checkpoint.index in deleted and checkpoint.folder is not None and checkpoint.folder.os_path in inside
+        ):  # what else the folder holds
+            claimed = {file.entry.os_path for file in checkpoint.files}
+            doomed.update((path, size) for path, _, size in inside[checkpoint.folder.os_path] if path not in claimed)
         if checkpoint.index not in deleted:
             kept.extend(file.entry for file in checkpoint.files)
     kept += [file.entry for file in run.loose_files] + list(run.other_files)

@@ -28,6 +28,8 @@ RECENT = 3
 MARGIN = 0.10
 """Headroom on top of the estimate: saves vary (metadata, growing state), and filesystems
 allocate in blocks."""
+
+
 class EstimateError(ValueError):
     """A model size or optimizer that cannot be used (exit 2)."""
 

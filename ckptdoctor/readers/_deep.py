@@ -192,6 +192,7 @@ def _nonfinite_counter(dtype: str, nan_only: bool = False) -> Callable[[memoryvi
     if exponent is None:
         return None
     exponent += nan_only  # all exponent bits and a zero mantissa is Inf: NaN lies above it
+
     def count_narrow(view: memoryview) -> int:
         # all exponent bits set means Inf or NaN: compare the magnitude bits against that
         values = np.frombuffer(view, np.uint16, len(view) // 2)

@@ -68,4 +68,3 @@ def burn_dtype(value: object) -> tuple[str, int] | None:
         if kind == "Bool" and isinstance(storage, str) and storage in BURN_BOOL_SIZES:
             return "bool", BURN_BOOL_SIZES[storage]
     return None
-

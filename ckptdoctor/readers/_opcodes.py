@@ -316,7 +316,9 @@ def _text_op(name: str, line: bytes, position: int, after: int) -> Op:
         if name == "PUT" and isinstance(c_value, int) and c_value < 0:
             raise StreamEnd("a negative PUT index", position)
         if c_value is None or py_value is None or not _same(c_value, py_value):
-            note = f"{name} {line[:40]!r} at byte {position}, read as {c_value!r} by pickle.load and as {py_value!r} by pure-Python unpicklers"
+            note = (
+                f"{name} {line[:40]!r} at byte {position}, read as {c_value!r} by pickle.load and as {py_value!r} by pure-Python unpicklers"
+            )
             return Op(name, c_value if c_value is not None else py_value, position, after, note)
         return Op(name, c_value, position, after)
     text = line[:-1]

@@ -140,16 +140,20 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     if reasons:
         issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code"))
     if walk.unproven:
-        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows"))
+        issues.append(
+            FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows")
+        )
     benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
-        issues.append(FileIssue(
-            Problem.NON_WEIGHTS,
-            f"{where} needs {_names(benign)}: known to be harmless, but torch.load(weights_only=True) "
-            f"refuses them; load it with torch.serialization.safe_globals([{listed}])",
-            tuple(benign),
-        ))
+        issues.append(
+            FileIssue(
+                Problem.NON_WEIGHTS,
+                f"{where} needs {_names(benign)}: known to be harmless, but torch.load(weights_only=True) "
+                f"refuses them; load it with torch.serialization.safe_globals([{listed}])",
+                tuple(benign),
+            )
+        )
     if walk.odd:
         issues.append(FileIssue(Problem.MALFORMED, f"{where} cannot be loaded: {walk.odd[0]}"))
     if walk.error:
@@ -172,9 +176,11 @@ def weights_only_refusal(walk: Walk, where: str) -> list[FileIssue]:
     if not walk.beyond_weights_only or walk.error or walk.unproven:
         return []
     opcodes = ", ".join(sorted(walk.beyond_weights_only))
-    return [FileIssue(
-        Problem.NON_WEIGHTS,
-        f"{where} uses pickle opcodes ({opcodes}) that torch.load(weights_only=True) refuses "
-        '("Unsupported operand"): it was saved with a pickle_protocol above 2. Load it with weights_only=False '
-        "only once verify finds it safe, or save it again with torch.save's default protocol",
-    )]
+    return [
+        FileIssue(
+            Problem.NON_WEIGHTS,
+            f"{where} uses pickle opcodes ({opcodes}) that torch.load(weights_only=True) refuses "
+            '("Unsupported operand"): it was saved with a pickle_protocol above 2. Load it with weights_only=False '
+            "only once verify finds it safe, or save it again with torch.save's default protocol",
+        )
+    ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 _MODULES = ("sniff", "burnpack", "torchzip", "pickle", "burnrecord", "safetensors", "torchtar", "sevenzip", "dcp")
 """The modules that declare formats (``SPECS``): the one registration line a new reader adds."""
 
+
 class Rank(enum.IntEnum):
     """Where a sniff runs, lowest first (integrity reference §2). Within a band, ``Rank.X + n``
     orders formats whose tests could both accept the same bytes; declaration order breaks ties."""

@@ -43,6 +43,8 @@ class _Container:
 
     def __init__(self) -> None:
         self.filled = False
+
+
 _U1 = struct.Struct("<B").unpack_from
 _U2 = struct.Struct("<H").unpack_from
 _U4 = struct.Struct("<I").unpack_from

@@ -285,7 +285,9 @@ def walk(
     return result
 
 
-JOBLIB_WRAPPERS = frozenset({Global("joblib.numpy_pickle", "NumpyArrayWrapper"), Global("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper")})
+JOBLIB_WRAPPERS = frozenset(
+    {Global("joblib.numpy_pickle", "NumpyArrayWrapper"), Global("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper")}
+)
 
 
 class ArrayPayload(NamedTuple):
@@ -332,7 +334,13 @@ def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> 
     """Bytes per element of a pickled ``numpy.dtype``; None for objects (joblib then pickles them).
     Its BUILD state can resize or restructure it (``__setstate__``): only a state that leaves the
     dtype as its name says is followed."""
-    if not (isinstance(dtype, Call) and dtype.func == Global("numpy", "dtype") and isinstance(dtype.args, tuple) and dtype.args and isinstance(dtype.args[0], str)):
+    if not (
+        isinstance(dtype, Call)
+        and dtype.func == Global("numpy", "dtype")
+        and isinstance(dtype.args, tuple)
+        and dtype.args
+        and isinstance(dtype.args[0], str)
+    ):
         raise _Unproven("a joblib array wrapper whose dtype is not a literal numpy.dtype")
     import numpy
 
@@ -488,7 +496,9 @@ class _Machine:
             func = self._pop()
             if name == "NEWOBJ" and isinstance(func, Global):
                 self.result.constructed[func] += 1
-            elif func == _RECONSTRUCTOR and isinstance(args, tuple) and len(args) == 3 and args[1] == _OBJECT and isinstance(args[0], Global):
+            elif (
+                func == _RECONSTRUCTOR and isinstance(args, tuple) and len(args) == 3 and args[1] == _OBJECT and isinstance(args[0], Global)
+            ):
                 self.result.constructed[args[0]] += 1  # copyreg's protocol 0-1 NEWOBJ: object.__new__(cls)
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":

@@ -72,16 +72,19 @@ def probe(sample: Sample) -> FileReport:
         expected = unaligned
     issues: list[FileIssue] = []
     if sample.size < expected:
-        issues.append(FileIssue(
-            Problem.TRUNCATED,
-            f"{sample.size} bytes, but its metadata needs {expected} "
-            f"({expected - sample.size} missing): the save was cut short",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.TRUNCATED,
+                f"{sample.size} bytes, but its metadata needs {expected} ({expected - sample.size} missing): the save was cut short",
+            )
+        )
     elif sample.size > expected:
-        issues.append(FileIssue(
-            Problem.TRAILING_BYTES,
-            f"{sample.size - expected} bytes beyond the {expected} its metadata accounts for",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.TRAILING_BYTES,
+                f"{sample.size - expected} bytes beyond the {expected} its metadata accounts for",
+            )
+        )
     return FileReport(Format.BURNPACK.value, tuple(issues), facts)
 
 
@@ -159,11 +162,7 @@ def _extent(name: object, descriptor: object) -> tuple[int, int]:
     if not isinstance(descriptor, Mapping):
         raise ValueError(f"tensor {name!r} has no descriptor map")
     offsets = descriptor.get("data_offsets")
-    if (
-        not isinstance(offsets, (list, tuple))
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and o >= 0 for o in offsets)
-    ):
+    if not isinstance(offsets, (list, tuple)) or len(offsets) != 2 or not all(isinstance(o, int) and o >= 0 for o in offsets):
         raise ValueError(f"tensor {name!r} has no valid data_offsets")
     start, end = offsets
     if end < start:
@@ -215,7 +214,11 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     aligned = header.fact("aligned") != "no"
     data_start = -(-metadata_end // ALIGNMENT) * ALIGNMENT if aligned else metadata_end
     blob = sample.range(HEADER.size, metadata_size)
-    inventory = _inventory_cached(blob, aligned, header.fact("record")) if len(blob) <= _CACHED_METADATA else _inventory(blob, aligned, header.fact("record"))
+    inventory = (
+        _inventory_cached(blob, aligned, header.fact("record"))
+        if len(blob) <= _CACHED_METADATA
+        else _inventory(blob, aligned, header.fact("record"))
+    )
     listed, found, floats = inventory
     issues = [*header.issues, *found]
     padding = sample.range(metadata_end, data_start - metadata_end)
@@ -261,10 +264,12 @@ def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
             continue
         needed = math.prod(shape) * dtype[1]
         if end - start != needed:
-            issues.append(FileIssue(
-                Problem.MALFORMED,
-                f"tensor {name} spans {end - start} bytes but its {dtype[0]} shape {list(shape)} needs {needed}",
-            ))
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"tensor {name} spans {end - start} bytes but its {dtype[0]} shape {list(shape)} needs {needed}",
+                )
+            )
         if aligned and start % ALIGNMENT:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} starts at {start}, off burn's {ALIGNMENT}-byte alignment"))
         extents.append((start, end, str(name)))
@@ -277,11 +282,13 @@ def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
             issues.append(FileIssue(Problem.MALFORMED, f"tensors {previous} and {name} overlap"))
             break
     if missing_ids and record in ("model", "optimizer"):
-        issues.append(FileIssue(
-            Problem.MALFORMED,
-            f"{len(missing_ids)} tensors carry no param_id ({', '.join(missing_ids[:3])}): burn cannot match "
-            "optimizer state to them (Optimizer record tensors should carry a parameter id.)",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.MALFORMED,
+                f"{len(missing_ids)} tensors carry no param_id ({', '.join(missing_ids[:3])}): burn cannot match "
+                "optimizer state to them (Optimizer record tensors should carry a parameter id.)",
+            )
+        )
     scalars = metadata.get("scalars", {})
     odd = [str(k) for k, v in scalars.items() if not _is_scalar(v)] if isinstance(scalars, Mapping) else ["scalars"]
     if odd:

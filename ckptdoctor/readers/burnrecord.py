@@ -145,9 +145,7 @@ def _unpack_msgpack(data: bytes) -> object:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def _verify_record(
-    sample: Sample, header: FileReport, decode: Callable[[bytes], object], deep: int, decoded_size: int = 0
-) -> FileReport:
+def _verify_record(sample: Sample, header: FileReport, decode: Callable[[bytes], object], deep: int, decoded_size: int = 0) -> FileReport:
     """The record decoded whole: every tensor listed with its ParamId, each length checked."""
     if header.issues:
         return header

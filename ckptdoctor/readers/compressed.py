@@ -129,11 +129,16 @@ def read(sample: Sample) -> FileReport | None:
     try:
         inflater = _Inflater(sample, stream)
     except ImportError:
-        return FileReport(Format.UNKNOWN.value, (FileIssue(
-            Problem.UNSAFE_PICKLE,
-            f"it is an {stream.name} stream, which joblib.load unpickles after decompressing it; without the lz4 "
-            "package ckptdoctor cannot look inside, so it cannot be proven safe (pip install lz4)",
-        ),))
+        return FileReport(
+            Format.UNKNOWN.value,
+            (
+                FileIssue(
+                    Problem.UNSAFE_PICKLE,
+                    f"it is an {stream.name} stream, which joblib.load unpickles after decompressing it; without the lz4 "
+                    "package ckptdoctor cannot look inside, so it cannot be proven safe (pip install lz4)",
+                ),
+            ),
+        )
     # opcodes per compressed byte stay small in real files; a few KiB that inflate to millions
     # of opcodes are a bomb, and stop being followed long before the file's own budget
     budget = Budget(steps=_STEPS_PER_BYTE * sample.size + _STEPS_BASE)
@@ -144,11 +149,16 @@ def read(sample: Sample) -> FileReport | None:
         if not walked.truncated or inflater.done:
             break
         if limit > MAX_OUTPUT:
-            return FileReport(Format.PICKLE.value, (FileIssue(
-                Problem.UNSAFE_PICKLE,
-                f"its {stream.name} stream holds a pickle longer than the {MAX_OUTPUT} bytes ckptdoctor "
-                "decompresses: what joblib.load would unpickle cannot be proven safe",
-            ),))
+            return FileReport(
+                Format.PICKLE.value,
+                (
+                    FileIssue(
+                        Problem.UNSAFE_PICKLE,
+                        f"its {stream.name} stream holds a pickle longer than the {MAX_OUTPUT} bytes ckptdoctor "
+                        "decompresses: what joblib.load would unpickle cannot be proven safe",
+                    ),
+                ),
+            )
         limit *= 8
     issues = judge(walked, where)
     # what an unpickler could act on: a whole pickle, a pickle's start, or an import before it stops

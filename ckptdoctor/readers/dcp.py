@@ -85,12 +85,15 @@ def shard_issue(data: FileReport, size: int, end: int) -> FileIssue | None:
     if size < end:
         return FileIssue(
             Problem.TRUNCATED,
-            f"{size} bytes, but {METADATA} places its items up to byte {end}: the last {end - size} bytes are "
-            "missing (dcp.load fails)",
+            f"{size} bytes, but {METADATA} places its items up to byte {end}: the last {end - size} bytes are missing (dcp.load fails)",
         )
     ending = data.fact(ZIP_END)
     if size == end and data.fact(FRAMING) == "torch-save" and ending != "yes":
-        why = "its last bytes are zeros: the end of the save never reached the disk" if ending == "zeros" else "its end was cut or overwritten"
+        why = (
+            "its last bytes are zeros: the end of the save never reached the disk"
+            if ending == "zeros"
+            else "its end was cut or overwritten"
+        )
         return FileIssue(
             Problem.TRUNCATED,
             f"its last item does not end with the zip end record every torch.save stream ends with; {why} "

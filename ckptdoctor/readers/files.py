@@ -297,14 +297,24 @@ def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIss
     """Each object a DCP checkpoint holds besides its tensors, read where ``.metadata`` says, from
     the data files in ``folder``, as the ``torch.load(weights_only=False)`` that ``dcp.load`` runs."""
     if isinstance(items, str):
-        return [FileIssue(Problem.UNSAFE_PICKLE, f"{items}: where dcp.load finds the objects it unpickles cannot be told, so they cannot be proven safe")]
+        return [
+            FileIssue(
+                Problem.UNSAFE_PICKLE,
+                f"{items}: where dcp.load finds the objects it unpickles cannot be told, so they cannot be proven safe",
+            )
+        ]
     issues: list[FileIssue] = []
     for item in items:
         if item.tensor:
             continue
         where = f"the DCP object {item.fqn!r} ({item.relative_path}, {item.length} bytes at {item.offset})"
         if not _in_folder(item.relative_path):
-            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} lies outside the checkpoint's folder: what dcp.load would unpickle there cannot be proven safe"))
+            issues.append(
+                FileIssue(
+                    Problem.UNSAFE_PICKLE,
+                    f"{where} lies outside the checkpoint's folder: what dcp.load would unpickle there cannot be proven safe",
+                )
+            )
             continue
         if item.length > MAX_DCP_OBJECT:
             issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} is longer than ckptdoctor reads: it cannot be proven safe"))
@@ -321,7 +331,9 @@ def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIss
 
 def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool, values: bool) -> FileReport:
     if sample.size > ocdbt.MAX_NODE_BYTES:
-        return FileReport(Format.OCDBT.value, (FileIssue(Problem.MALFORMED, f"{sample.size:,} bytes: larger than any OCDBT manifest ckptdoctor reads"),))
+        return FileReport(
+            Format.OCDBT.value, (FileIssue(Problem.MALFORMED, f"{sample.size:,} bytes: larger than any OCDBT manifest ckptdoctor reads"),)
+        )
     return ocdbt.walk(sample.head(sample.size), _Folder(folder), crc, values)
 
 

@@ -73,12 +73,16 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     if dtype.hasobject:
         issues = [_objects(name)]
         if size > len(data):
-            issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe"))
+            issues.append(
+                FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe")
+            )
         issues += judge(walk(data, start), f"the pickle in {name}")
         return FileReport(Format.NUMPY.value, tuple(issues))
     tensor_name = _dtype_name(dtype)
     if any(dimension < 0 for dimension in shape):  # its header parser takes it; reading the data fails
-        return FileReport(Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: shape {shape} is negative; numpy.load fails to read it"),))
+        return FileReport(
+            Format.NUMPY.value, (FileIssue(Problem.MALFORMED, f"{name}: shape {shape} is negative; numpy.load fails to read it"),)
+        )
     nbytes = math.prod(shape) * dtype.itemsize
     tensor = Tensor(name, tensor_name, shape, nbytes)
     issues = []

@@ -139,7 +139,12 @@ class _Walk:
         """Read the node at ``ref`` and, below it, every node and value it names."""
         self.read(ref)
         if self.budget < ref.length:
-            self.issues.append(FileIssue(Problem.UNREADABLE, f"its B+tree is larger than ckptdoctor reads ({MAX_TREE_BYTES:,} bytes): what a restore reads below {ref.path} is unchecked"))
+            self.issues.append(
+                FileIssue(
+                    Problem.UNREADABLE,
+                    f"its B+tree is larger than ckptdoctor reads ({MAX_TREE_BYTES:,} bytes): what a restore reads below {ref.path} is unchecked",
+                )
+            )
             return
         self.budget -= ref.length
         size = self.store.size(ref.path)
@@ -174,7 +179,10 @@ def _value(store: Store, ref: Ref) -> FileIssue | None:
     try:
         _inflate(pieces, ref.length * _MAX_RATIO, keep=False)
     except Damage as damage:
-        return FileIssue(Problem.MALFORMED, f"{ref.path}: the value at bytes {ref.offset:,}–{ref.end:,} {damage.detail}: its bytes were damaged after it was written")
+        return FileIssue(
+            Problem.MALFORMED,
+            f"{ref.path}: the value at bytes {ref.offset:,}–{ref.end:,} {damage.detail}: its bytes were damaged after it was written",
+        )
     return None
 
 
@@ -208,7 +216,9 @@ def _manifest(data: bytes) -> _Version:
     body.skip(16)  # the database's uuid
     kind = body.varint()
     if kind != 0:
-        raise Damage(Problem.UNREADABLE, "is a numbered manifest (its versions are in manifest.<n> files), which Orbax does not write: not read")
+        raise Damage(
+            Problem.UNREADABLE, "is a numbered manifest (its versions are in manifest.<n> files), which Orbax does not write: not read"
+        )
     body.varint()  # max_inline_value_bytes
     body.varint()  # max_decoded_node_bytes
     body.u8()  # version_tree_arity_log2
@@ -414,4 +424,3 @@ def crc32c(data: bytes) -> int:
     for byte in data:
         value = table[(value ^ byte) & 0xFF] ^ (value >> 8)
     return value ^ 0xFFFFFFFF
-

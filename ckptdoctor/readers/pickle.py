@@ -69,8 +69,7 @@ def probe_pickle(sample: Sample) -> FileReport:
 def probe_legacy(sample: Sample) -> FileReport:
     issue = FileIssue(
         Problem.LEGACY,
-        "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); "
-        "it cannot be memory-mapped",
+        "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); it cannot be memory-mapped",
     )
     return FileReport(Format.TORCH_LEGACY.value, (issue,))
 
@@ -102,7 +101,9 @@ def read_whole_pickle(sample: Sample, deep: int = 0) -> FileReport:
     if any(g in JOBLIB_WRAPPERS for g in first.globals):
         as_joblib = walk_sample(sample, 0, None, arrays=True)
         plain = [i for i in judge(first, "the pickle read by pickle.load") if i.problem is Problem.UNSAFE_PICKLE]
-        return FileReport(Format.PICKLE.value, (*judge(as_joblib, "the pickle read by joblib.load"), *plain), (), (), top_keys(as_joblib.root))
+        return FileReport(
+            Format.PICKLE.value, (*judge(as_joblib, "the pickle read by joblib.load"), *plain), (), (), top_keys(as_joblib.root)
+        )
     issues: list[FileIssue] = []
     position = 0
     walked = first
@@ -125,7 +126,13 @@ def read_whole_pickle(sample: Sample, deep: int = 0) -> FileReport:
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
-_LEGACY_PICKLES = (("the magic number", MAGIC_NUMBER), ("the protocol", PROTOCOL_VERSION), ("sys_info", None), ("the object", None), ("the storage list", None))
+_LEGACY_PICKLES = (
+    ("the magic number", MAGIC_NUMBER),
+    ("the protocol", PROTOCOL_VERSION),
+    ("sys_info", None),
+    ("the object", None),
+    ("the storage list", None),
+)
 
 
 def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
@@ -144,7 +151,12 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
             if isinstance(walked.root, int):  # torch: Invalid magic number / protocol version
                 issues.append(FileIssue(Problem.MALFORMED, f"{what} pickle holds {walked.root}, not torch's {expected}: torch.load stops"))
             else:
-                issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{what} pickle is not a literal number: whether torch.load reads on is only known when it runs"))
+                issues.append(
+                    FileIssue(
+                        Problem.UNSAFE_PICKLE,
+                        f"{what} pickle is not a literal number: whether torch.load reads on is only known when it runs",
+                    )
+                )
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues))
         walks.append(walked)
         position = walked.end
@@ -153,7 +165,9 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
     storages = {storage.key: storage for storage in walks[1].storages}
     keys = walks[2].root if isinstance(walks[2].root, list) else []
     listed = tuple(
-        Tensor(name, ref.dtype, ref.size, math.prod(ref.size) * TORCH_SIZES.get(ref.dtype, 1), ref.storage.location if ref.storage else "meta")
+        Tensor(
+            name, ref.dtype, ref.size, math.prod(ref.size) * TORCH_SIZES.get(ref.dtype, 1), ref.storage.location if ref.storage else "meta"
+        )
         for name, ref in found
     )
     regions: list[_deep.Region] = []
@@ -172,10 +186,12 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
         assert storage is not None and storage.dtype is not None
         (count,) = _ELEMENT.unpack(header)
         if count != storage.numel:
-            issues.append(FileIssue(
-                Problem.MALFORMED,
-                f"storage {key} records {count} elements where its pickle says {storage.numel} (torch: storage has wrong byte size)",
-            ))
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"storage {key} records {count} elements where its pickle says {storage.numel} (torch: storage has wrong byte size)",
+                )
+            )
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         nbytes = count * element
         if storage.dtype in NONFINITE_SCANNED and storage.key not in not_weights:

@@ -59,8 +59,7 @@ def probe(sample: Sample) -> FileReport:
     if sample.size < expected:
         issue = FileIssue(
             Problem.TRUNCATED,
-            f"{sample.size} bytes, but its header needs {expected} "
-            f"({expected - sample.size} missing): the save was cut short",
+            f"{sample.size} bytes, but its header needs {expected} ({expected - sample.size} missing): the save was cut short",
         )
         return FileReport(Format.SAFETENSORS.value, (issue,), facts)
     if sample.size > expected:
@@ -97,9 +96,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     header = json.loads(sample.range(LENGTH.size, length))
     issues = list(report.issues)
     metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-    ):
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         issues.append(FileIssue(Problem.MALFORMED, "__metadata__ is not a map of strings (InvalidHeaderDeserialization)"))
     listed: list[Tensor] = []
     regions: list[_deep.Region] = []
@@ -116,11 +113,13 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         count = math.prod(shape)
         bits = count * dtype[1]
         if bits % 8 or end - start != bits // 8:
-            issues.append(FileIssue(
-                Problem.MALFORMED,
-                f"tensor {name!r} spans {end - start} bytes but its {info['dtype']} shape {shape} needs "
-                f"{bits // 8 if bits % 8 == 0 else f'{bits}/8'} (TensorInvalidInfo)",
-            ))
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"tensor {name!r} spans {end - start} bytes but its {info['dtype']} shape {shape} needs "
+                    f"{bits // 8 if bits % 8 == 0 else f'{bits}/8'} (TensorInvalidInfo)",
+                )
+            )
         extents.append((start, end, name))
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
         if end > start:  # every tensor for zeros (no CRC guards this data), floats for NaN and Inf too

@@ -87,7 +87,6 @@ class Format(str):
     UNKNOWN: ClassVar[Format] = _known("unknown")
 
 
-
 for _constant, _name in list(vars(Format).items()):
     if _constant.isupper() and isinstance(_name, str):
         setattr(Format, _constant, Format.declare(_name))

@@ -100,11 +100,15 @@ def _member(archive: tarfile.TarFile, name: str, extracted: dict[str, bytes]) ->
         if member.issym():
             return FileIssue(Problem.MALFORMED, f"its {name} member links to {member.linkname!r}, which torch has not extracted")
     if member.size > MAX_MEMBER:
-        return FileIssue(Problem.UNSAFE_PICKLE, f"its {name} member is {member.size} bytes, more than ckptdoctor reads: it cannot be proven safe")
+        return FileIssue(
+            Problem.UNSAFE_PICKLE, f"its {name} member is {member.size} bytes, more than ckptdoctor reads: it cannot be proven safe"
+        )
     try:
         handle: IO[bytes] | None = archive.extractfile(member)  # follows links inside the archive
     except KeyError:  # tarfile's own words: a link to a member that is not there
-        return FileIssue(Problem.MALFORMED, f"its {name} member links to {member.linkname!r}, which the archive does not hold: torch.load fails")
+        return FileIssue(
+            Problem.MALFORMED, f"its {name} member links to {member.linkname!r}, which the archive does not hold: torch.load fails"
+        )
     if handle is None:
         return FileIssue(Problem.MALFORMED, f"its {name} member is not a file")
     return handle.read()
@@ -155,7 +159,9 @@ def _records(data: bytes, name: str) -> list[FileIssue]:
             if position > len(data):
                 return [*issues, FileIssue(Problem.TRUNCATED, f"the {name} member ends inside a record")]
         if name == "storages" and position >= len(data):
-            issues.append(FileIssue(Problem.MALFORMED, "the storages member ends before its storage views: torch.load fails (Ran out of input)"))
+            issues.append(
+                FileIssue(Problem.MALFORMED, "the storages member ends before its storage views: torch.load fails (Ran out of input)")
+            )
         elif name == "storages":
             issues += judge(walk(data, position), "the storages member's views")
     except struct.error:
@@ -164,7 +170,9 @@ def _records(data: bytes, name: str) -> list[FileIssue]:
 
 
 def _unproven(why: str) -> FileIssue:
-    return FileIssue(Problem.UNSAFE_PICKLE, f"{why}: where the next pickle starts is only known when it runs, so the rest cannot be proven safe")
+    return FileIssue(
+        Problem.UNSAFE_PICKLE, f"{why}: where the next pickle starts is only known when it runs, so the rest cannot be proven safe"
+    )
 
 
 SPECS = (

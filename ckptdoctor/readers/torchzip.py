@@ -103,8 +103,7 @@ def locate(sample: Sample) -> Directory | FileIssue:
     if position is None:
         return FileIssue(
             Problem.TRUNCATED,
-            "no end-of-central-directory record at its end: the archive was cut short "
-            "(torch: failed finding central directory)",
+            "no end-of-central-directory record at its end: the archive was cut short (torch: failed finding central directory)",
         )
     fields = END.unpack_from(tail, position)
     entries, cd_size, cd_offset, comment_length = fields[4], fields[5], fields[6], fields[7]
@@ -195,11 +194,13 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
             else:
                 issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2], resolved)
     if script:
-        issues.append(FileIssue(
-            Problem.NON_WEIGHTS,
-            "a TorchScript program (torch.jit.save): torch.load hands it to torch.jit.load, which compiles the "
-            "TorchScript code in its code/ folder; it holds a model's code, not only its weights",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.NON_WEIGHTS,
+                "a TorchScript program (torch.jit.save): torch.load hands it to torch.jit.load, which compiles the "
+                "TorchScript code in its code/ folder; it holds a model's code, not only its weights",
+            )
+        )
     byteorder = by_name.get(f"{prefix}/byteorder".lower())
     if byteorder is not None:
         order = _member_bytes(sample, byteorder)
@@ -231,7 +232,9 @@ def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[F
         issues.append(FileIssue(Problem.MALFORMED, f"the central directory lists {len(members)} of {directory.entries} members"))
     for member in members:
         if member.method == 0 and member.size != member.compressed:
-            issues.append(FileIssue(Problem.MALFORMED, f"stored member {member.name} declares {member.size} bytes but occupies {member.compressed}"))
+            issues.append(
+                FileIssue(Problem.MALFORMED, f"stored member {member.name} declares {member.size} bytes but occupies {member.compressed}")
+            )
         elif member.data >= 0 and member.data + member.compressed > directory.offset:
             issues.append(FileIssue(Problem.MALFORMED, f"member {member.name} runs into the central directory"))
     return members, issues
@@ -406,17 +409,20 @@ def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[F
     issues: list[FileIssue] = []
     duplicates = [name for name, count in Counter(m.name.lower() for m in members).items() if count > 1]
     if duplicates:
-        issues.append(FileIssue(
-            Problem.ZIP_ANOMALY,
-            f"members stored twice, or in two spellings torch does not tell apart ({', '.join(duplicates[:3])}): "
-            "loaders and scanners may each read a different copy",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.ZIP_ANOMALY,
+                f"members stored twice, or in two spellings torch does not tell apart ({', '.join(duplicates[:3])}): "
+                "loaders and scanners may each read a different copy",
+            )
+        )
     for member in members:
         relative = member.name.partition("/")[2]
-        scripted = script and member.method == 8 and (relative.startswith(_SCRIPT_COMPRESSED[0]) or relative.endswith(_SCRIPT_COMPRESSED[1]))
+        scripted = (
+            script and member.method == 8 and (relative.startswith(_SCRIPT_COMPRESSED[0]) or relative.endswith(_SCRIPT_COMPRESSED[1]))
+        )
         anomaly = _flag_anomaly(member) or (
-            f"member {member.name} is compressed (method {member.method}); torch never compresses, and "
-            "torch.load(mmap=True) fails on it"
+            f"member {member.name} is compressed (method {member.method}); torch never compresses, and torch.load(mmap=True) fails on it"
             if member.method != 0 and not scripted
             else None
         )
@@ -424,11 +430,13 @@ def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[F
             issues.append(FileIssue(Problem.ZIP_ANOMALY, anomaly))
     outside = [m.name for m in members if not m.name.startswith(f"{prefix}/")]
     if outside:
-        issues.append(FileIssue(
-            Problem.ZIP_ANOMALY,
-            f"members outside the archive's {prefix}/ folder ({', '.join(outside[:3])}): torch refuses them "
-            "(file in archive is not in a subdirectory)",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.ZIP_ANOMALY,
+                f"members outside the archive's {prefix}/ folder ({', '.join(outside[:3])}): torch refuses them "
+                "(file in archive is not in a subdirectory)",
+            )
+        )
     return issues
 
 
@@ -510,15 +518,22 @@ def _storages(
         member = by_name.get(f"{prefix}/data/{storage.key}".lower())
         expected = _storage_bytes(storage)
         if member is None:
-            issues.append(FileIssue(Problem.MALFORMED, f"storage {storage.key} has no member data/{storage.key} (torch: failed locating file data/{storage.key})"))
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"storage {storage.key} has no member data/{storage.key} (torch: failed locating file data/{storage.key})",
+                )
+            )
         elif expected is None:
             issues.append(FileIssue(Problem.MALFORMED, f"storage {storage.key} is of an unknown type ({storage.dtype})"))
         elif member.size != expected:
-            issues.append(FileIssue(
-                Problem.MALFORMED,
-                f"member data/{storage.key} holds {member.size} bytes but its storage needs {expected} "
-                "(torch: record size does not match expected size)",
-            ))
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"member data/{storage.key} holds {member.size} bytes but its storage needs {expected} "
+                    "(torch: record size does not match expected size)",
+                )
+            )
         else:
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
@@ -545,8 +560,7 @@ def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Regio
     recorded = any(m.crc for m in stored if m.size)
     by_offset = {region.offset: region for region in floats}
     regions = [
-        by_offset[m.data]._replace(crc=recorded) if m.data in by_offset else _deep.Region(m.data, m.size, crc=recorded)
-        for m in stored
+        by_offset[m.data]._replace(crc=recorded) if m.data in by_offset else _deep.Region(m.data, m.size, crc=recorded) for m in stored
     ]
     try:
         results = _deep.check(sample, regions, threads)
@@ -556,11 +570,13 @@ def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Regio
     bad = [m.name for m, r in zip(stored, results, strict=True) if r.crc is not None and r.crc != m.crc]
     bad += [m.name for m in members if m.method == 8 and m.data >= 0 and _inflated_crc(sample, m) != m.crc]
     if bad:
-        issues.append(FileIssue(
-            Problem.CRC_MISMATCH,
-            f"{len(bad)} member{'s' if len(bad) > 1 else ''} ({', '.join(bad[:3])}) do not match their recorded CRC-32: "
-            "the bytes changed after saving, and torch.load would return wrong values silently",
-        ))
+        issues.append(
+            FileIssue(
+                Problem.CRC_MISMATCH,
+                f"{len(bad)} member{'s' if len(bad) > 1 else ''} ({', '.join(bad[:3])}) do not match their recorded CRC-32: "
+                "the bytes changed after saving, and torch.load would return wrong values silently",
+            )
+        )
     nonfinite = [(m.name, r.nonfinite) for m, r in zip(stored, results, strict=True) if r.nonfinite]
     if nonfinite:
         total = sum(count for _, count in nonfinite)

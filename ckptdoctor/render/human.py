@@ -154,7 +154,9 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
     if run.checkpoints:
         parts.append(_table(run, show_all))
     if run.single_file:
-        parts += [_contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors]
+        parts += [
+            _contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors
+        ]
     if run.other_files:
         n = len(run.other_files)
         parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
@@ -218,7 +220,9 @@ def _contents(file: CheckpointFile) -> Text:
     dtypes = ", ".join(sorted({t.dtype for t in tensors}))
     devices = ", ".join(sorted({t.device for t in tensors}))
     count = len(tensors)
-    return Text(f"{file.name}: {count} tensor{'s' if count != 1 else ''}, {size(file.report.tensor_bytes)} of {dtypes} on {devices}", style="dim")
+    return Text(
+        f"{file.name}: {count} tensor{'s' if count != 1 else ''}, {size(file.report.tensor_bytes)} of {dtypes} on {devices}", style="dim"
+    )
 
 
 def _table(run: Run, show_all: bool) -> RenderableType:
@@ -326,7 +330,10 @@ def plan_block(plan: Plan, unit: str, show_all: bool = False, summary: Callable[
     table.add_column("SIZE", justify="right", no_wrap=True)
     items = plan.items if show_all or len(plan.items) <= NEWEST_ROWS * 2 else plan.items[-NEWEST_ROWS * 2 :]
     for item in items:
-        cells: list[str | Text] = [str(item.number) if item.number is not None else "-", Text(item.action.value, style=_ACTION_STYLE[item.action])]
+        cells: list[str | Text] = [
+            str(item.number) if item.number is not None else "-",
+            Text(item.action.value, style=_ACTION_STYLE[item.action]),
+        ]
         if named:
             cells.append(", ".join(_relative(path, plan.run) for path in item.paths))
         table.add_row(*cells, "; ".join(item.reasons), size(item.bytes))

@@ -130,7 +130,9 @@ def _run(run: Run) -> dict[str, Any]:
         "bytes": run.bytes,
         "required": [role.value for role in run.required],
         "checkpoints": [_checkpoint(c) for c in run.checkpoints],
-        "resume": None if resume is None else {"index": resume.index, "paths": [f.path for f in resume.files], "weights_only": run.weights_only is not None},
+        "resume": None
+        if resume is None
+        else {"index": resume.index, "paths": [f.path for f in resume.files], "weights_only": run.weights_only is not None},
         "weights_only": run.weights_only,
         "loose_files": [_file(f) for f in run.loose_files],
         "other_files": [_other(e) for e in run.other_files],

@@ -54,8 +54,15 @@ def _suite(parent: ET.Element, name: str, cases: dict[str, list[Finding]]) -> ET
         notes = [f"{f.code} {f.name}: {f.message}" for f in findings if f.severity is Severity.INFO]
         if failing:  # one failure per case (the JUnit schema allows one), holding every finding
             first = failing[0]
-            failure = ET.SubElement(case, "failure", type=_clean(", ".join(f"{f.code} {f.name}" for f in failing)), message=_clean(first.message))
-            failure.text = _clean("\n\n".join("\n".join([f"{f.code} {f.name} ({f.severity.value}): {f.message}", *(f"fix: {fix}" for fix in f.fixes)]) for f in failing))
+            failure = ET.SubElement(
+                case, "failure", type=_clean(", ".join(f"{f.code} {f.name}" for f in failing)), message=_clean(first.message)
+            )
+            failure.text = _clean(
+                "\n\n".join(
+                    "\n".join([f"{f.code} {f.name} ({f.severity.value}): {f.message}", *(f"fix: {fix}" for fix in f.fixes)])
+                    for f in failing
+                )
+            )
         if notes:
             ET.SubElement(case, "system-out").text = _clean("\n".join(notes))
     return suite

@@ -1,6 +1,6 @@
 """The rule table as Markdown, for the README (kept in sync by a test).
 
-    python -m ckptdoctor.render.markdown   # rewrites the table in README.md
+python -m ckptdoctor.render.markdown   # rewrites the table in README.md
 """
 
 from __future__ import annotations

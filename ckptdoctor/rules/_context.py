@@ -138,10 +138,7 @@ def resume_sentence(run: Run, layout: Layout) -> str:
         return f"Run `ckptdoctor inspect {run.path}` to see the whole run and the checkpoint to resume from"
     checkpoint = run.resume
     if checkpoint is None:
-        return (
-            f"No complete checkpoint is left in {run.path}: restore one from a backup, "
-            "or start the run again"
-        )
+        return f"No complete checkpoint is left in {run.path}: restore one from a backup, or start the run again"
     hint = layout.resume_hint(run, checkpoint)
     where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
     whole = "the newest whole weights" if run.weights_only else "the newest complete checkpoint"

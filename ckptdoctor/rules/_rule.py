@@ -31,6 +31,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
 
+
 @dataclass(frozen=True)
 class Rule:
     """One row of the rule table (DESIGN §3.4) with the documentation that explains it."""

@@ -148,9 +148,7 @@ DEVICE_BOUND = Rule(
         "To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
         "If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
     ),
-    messages=(
-        "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False",
-    ),
+    messages=("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False",),
     related=("CKD306", "CKD210"),
 )
 
@@ -211,7 +209,6 @@ SHAPE_CHANGED = Rule(
     ),
     related=("CKD301", "CKD306", "CKD303", "CKD208"),
 )
-
 
 
 INDEX_MISMATCH = Rule(
@@ -432,10 +429,7 @@ def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
 @fires(DEVICE_BOUND)
 def device_bound(ctx: RunContext) -> Iterator[Finding]:
     """CKD305: tensors saved from a GPU or MPS device (once per run)."""
-    bound = [
-        (file, sorted({t.device for t in file.report.tensors or () if t.device not in ("cpu", "meta")}))
-        for _, file in ctx.files
-    ]
+    bound = [(file, sorted({t.device for t in file.report.tensors or () if t.device not in ("cpu", "meta")})) for _, file in ctx.files]
     bound = [(file, devices) for file, devices in bound if devices]
     if bound:
         file, devices = bound[0]
@@ -475,8 +469,12 @@ def shape_changed(ctx: RunContext) -> Iterator[Finding]:
             before = previous[1]
             added = sorted(shapes.keys() - before.keys())
             removed = sorted(before.keys() - shapes.keys())
-            resized = [f"{n} {list(before[n])} → {list(shapes[n])}" for n in sorted(shapes.keys() & before.keys()) if shapes[n] != before[n]]
-            parts = [f"{len(v)} {label} ({', '.join(v[:3])})" for label, v in (("added", added), ("removed", removed), ("resized", resized)) if v]
+            resized = [
+                f"{n} {list(before[n])} → {list(shapes[n])}" for n in sorted(shapes.keys() & before.keys()) if shapes[n] != before[n]
+            ]
+            parts = [
+                f"{len(v)} {label} ({', '.join(v[:3])})" for label, v in (("added", added), ("removed", removed), ("resized", resized)) if v
+            ]
             yield ctx.finding(
                 SHAPE_CHANGED,
                 f"{ctx.run.unit.value} {checkpoint.index}'s model differs from {ctx.run.unit.value} {previous[0]}'s: {'; '.join(parts)}",

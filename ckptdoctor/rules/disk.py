@@ -210,11 +210,20 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
         )
     elif guess is not None and disk.saves_until_full is not None and disk.saves_until_full < runway:
         retention = f"at keep-last {disk.keep_last}" if disk.keep_last else "with nothing deleted between saves"
-        add(SPACE_RUNWAY, f"room for only {disk.saves_until_full} more save{'s' if disk.saves_until_full != 1 else ''} {retention} ({size(volume.free_bytes)} free, {size(guess.bytes)} each)")
+        add(
+            SPACE_RUNWAY,
+            f"room for only {disk.saves_until_full} more save{'s' if disk.saves_until_full != 1 else ''} {retention} ({size(volume.free_bytes)} free, {size(guess.bytes)} each)",
+        )
     if guess is not None and volume.free_inodes is not None and volume.free_inodes < guess.files * runway:
-        add(LOW_INODES, f"only {volume.free_inodes} free inodes on {volume.mountpoint}, and one save creates {guess.files} files: fewer than {runway} saves' worth")
+        add(
+            LOW_INODES,
+            f"only {volume.free_inodes} free inodes on {volume.mountpoint}, and one save creates {guess.files} files: fewer than {runway} saves' worth",
+        )
     if volume.network:
-        add(NETWORK_FILESYSTEM, f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name")
+        add(
+            NETWORK_FILESYSTEM,
+            f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name",
+        )
     return tuple(found)
 
 

@@ -644,7 +644,13 @@ def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
 def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
     """CKD211 for folders below the user's paths that could not be listed."""
     for folder in unlisted:
-        yield make_finding(UNREADABLE, f"could not list {folder.path}: {folder.reason}", None, path=folder.path, context={"path": folder.path, "name": folder.path})
+        yield make_finding(
+            UNREADABLE,
+            f"could not list {folder.path}: {folder.reason}",
+            None,
+            path=folder.path,
+            context={"path": folder.path, "name": folder.path},
+        )
 
 
 CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data)

@@ -22,7 +22,7 @@ UNSAFE_PICKLE = Rule(
         "or an old torch would run that code with your permissions. ckptdoctor found this statically, without running "
         "anything. The rule fails closed: a pickle that ckptdoctor cannot follow to its end the way the loaders read it "
         "(an argument the C and pure-Python unpicklers read differently, a record count that is not a literal, a link out "
-        "of a tar, a stream past the per-file budget) is reported here too, as \"cannot be proven safe\"."
+        'of a tar, a stream past the per-file budget) is reported here too, as "cannot be proven safe".'
     ),
     causes=(
         "A malicious or tampered file from an untrusted source (a model hub, a shared drive, an email). A checkpoint that "
