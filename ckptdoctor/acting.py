@@ -24,15 +24,19 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ckptdoctor import actions, processes
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Plan, Report, Role, Run
+from ckptdoctor.pipelines import scan
+from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, run_root
-from ckptdoctor.records import StoredState
-
-if TYPE_CHECKING:
-    from ckptdoctor.planners.retention import Circumstances, Policy
-    from ckptdoctor.records import Pending, Quarantine
+from ckptdoctor.planners import repair, retention
+from ckptdoctor.planners.metrics import MetricsError, metric_values
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.records import Pending, Quarantine, StoredState
+from ckptdoctor.units import size
 
 
 class Refused(Exception):
@@ -194,8 +198,6 @@ def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confir
     """Run one acting pass over ``paths`` (the working folder when None)."""
     context = _Context(pass_.command, list(paths or ["."]), dry_run, listener)
     with contextlib.ExitStack() as held:
-        from ckptdoctor import actions
-
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
         lock_all(held, context.runs, dry_run, context.tell, pass_.more_locks(context))
@@ -230,14 +232,13 @@ def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confir
 def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
     """The report over ``paths`` and the distinct runs in it that ``command`` can change
     (``Refused`` when a path cannot be acted on as given)."""
-    from ckptdoctor.pipelines.scan import inspect
 
     for path in paths:
         if os.path.realpath(path) in _NEVER_WHOLE:
             raise Refused(
                 f"{path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)"
             )
-    report, found = inspect(list(paths))
+    report, found = scan.inspect(list(paths))
     for path in paths:
         real = os.path.realpath(path)
         if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:
@@ -271,14 +272,13 @@ def lock_all(
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
     deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
     lock that exists, and takes none where there is none."""
-    from ckptdoctor.actions import confirm_run, locked, strays
 
     if not dry_run:  # before ckptdoctor's own folder is made in it
         for run in runs:
-            confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
+            actions.confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
     for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
-        held.enter_context(locked(place, shown, create=not dry_run))
-        for stray in strays(place):
+        held.enter_context(actions.locked(place, shown, create=not dry_run))
+        for stray in actions.strays(place):
             tell(f"note: {stray} is not ckptdoctor's: ignored")
 
 
@@ -286,11 +286,9 @@ def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = Non
     """The world around ``run``: what is inside its folders, and which of its files live
     processes hold open. What cannot be known is told (with ``tell``, even under --quiet: a prune
     that could not check open files is never silent)."""
-    from ckptdoctor.planners.retention import Circumstances
-    from ckptdoctor.processes import open_by
 
     inside = folder_contents(run)
-    busy, said = open_by(files_of(run, inside))
+    busy, said = processes.open_by(files_of(run, inside))
     if said and tell is not None:
         tell(f"note: {said}")
     return Circumstances(now, open_by=busy, inside=inside)
@@ -368,7 +366,6 @@ class Prune(Pass):
         self._journals: dict[str, list[Pending]] = {}
 
     def tidy(self, context: _Context) -> None:
-        from ckptdoctor import actions
 
         if self.options.discard_journal:
             self._discard_journals(context)
@@ -381,7 +378,6 @@ class Prune(Pass):
     def _discard_journals(self, context: _Context) -> None:
         """Drop the journals killed prunes left (a dry run only says what it would do), then scan
         again: what was put back is in the runs again."""
-        from ckptdoctor import actions
 
         changed = False
         for run in context.runs:
@@ -400,9 +396,6 @@ class Prune(Pass):
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
-        from ckptdoctor.layouts.registry import layout_named
-        from ckptdoctor.planners import retention
-        from ckptdoctor.planners.metrics import MetricsError, metric_values
 
         planned = []
         try:
@@ -420,7 +413,6 @@ class Prune(Pass):
 
     def _verified(self, run: Run, context: _Context) -> Run:
         """The run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
-        from ckptdoctor.pipelines.verify import verify_newest
 
         judged, failed = verify_newest(run, max(self.policy.keep_last, 1))
         for index in failed:
@@ -430,7 +422,6 @@ class Prune(Pass):
         return judged
 
     def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
-        from ckptdoctor import actions
 
         self._journals = {plan.run: actions.pending(plan.root, plan.home, self._worlds[plan.run][2], kept_paths(plan)) for plan in plans}
         return tuple(found for listed in self._journals.values() for found in listed)
@@ -444,7 +435,6 @@ class Prune(Pass):
         return [*asked, *super().questions(context, acting)]
 
     def act(self, context: _Context, plans: Sequence[Plan]) -> None:
-        from ckptdoctor import actions
 
         try:
             for plan in plans:
@@ -470,8 +460,6 @@ class Prune(Pass):
 
     @staticmethod
     def _delete(context: _Context, plan: Plan, run: Run, since: float) -> None:
-        from ckptdoctor import actions
-        from ckptdoctor.units import size
 
         done = actions.delete(plan, since, _busy_now(run))
         context.problems += done.problems
@@ -491,7 +479,6 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
     """The prune that ``settings`` ask for: the ``[tool.ckptdoctor.prune]`` keys (``keep-last``,
     ``metric``, ``min-age`` …), whether from a configuration file, the command line or the
     Python API. ValueError (or ``retention.PolicyError``) names a value it cannot use."""
-    from ckptdoctor.planners.retention import MIN_AGE, Policy, parse_duration
 
     def integer(key: str, default: int = 0, least: int | None = None) -> int:
         value = settings.get(key)
@@ -546,7 +533,6 @@ class Repair(Pass):
 
     def tidy(self, context: _Context) -> None:
         """Finish what killed repairs left (a dry run only notes it), then scan again."""
-        from ckptdoctor import actions
 
         finished = 0
         for run in context.runs:
@@ -567,8 +553,6 @@ class Repair(Pass):
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
-        from ckptdoctor.layouts.registry import layout_named
-        from ckptdoctor.planners import repair
 
         planned = []
         for run in context.runs:
@@ -582,8 +566,6 @@ class Repair(Pass):
         return planned
 
     def act(self, context: _Context, plans: Sequence[Plan]) -> None:
-        from ckptdoctor import actions
-        from ckptdoctor.units import size
 
         for plan in plans:
             if not any(plan.acting(action) for action in self.acts_on):
@@ -623,8 +605,6 @@ class Undo(Pass):
         return [(place, shown) for shown, _, place, _ in self._roots]
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
-        from ckptdoctor import actions
-        from ckptdoctor.planners.repair import undo_plan
 
         planned = []
         for shown, root, place, unit in self._roots:
@@ -635,7 +615,7 @@ class Undo(Pass):
             if not picked and not self.ident:
                 context.tell(f"{shown}: no quarantine: nothing to undo", Tone.DONE)
             for found in picked:
-                plan = undo_plan(found, shown, root, place)
+                plan = repair.undo_plan(found, shown, root, place)
                 self._chosen[plan.run] = found
                 planned.append((plan, unit))
                 context.refused += [
@@ -648,7 +628,6 @@ class Undo(Pass):
         return planned
 
     def before_asking(self, context: _Context, plans: Sequence[Plan]) -> bool:
-        from ckptdoctor import actions
 
         if context.refused:
             context.tell("Nothing was restored.")
@@ -660,7 +639,6 @@ class Undo(Pass):
         return True
 
     def act(self, context: _Context, plans: Sequence[Plan]) -> None:
-        from ckptdoctor import actions
 
         for plan in plans:
             if plan.acting(Action.RESTORE):
@@ -673,7 +651,6 @@ class Undo(Pass):
 def undo_roots(paths: Sequence[str], runs: Sequence[Run]) -> list[tuple[str, str, str, str]]:
     """(shown path, root, home, unit) of every run to undo in: the runs found, and any folder
     given that holds a quarantine but no longer scans as a run."""
-    from ckptdoctor.actions import QUARANTINE
 
     roots = [(run.path, run_root(run), home(run), run.unit.value) for run in runs]
     known = {os.path.realpath(root) for _, root, _, _ in roots}
@@ -681,6 +658,6 @@ def undo_roots(paths: Sequence[str], runs: Sequence[Run]) -> list[tuple[str, str
         if os.path.realpath(path) in known:
             continue
         for beside in (False, True):
-            if os.path.isdir(os.path.join(home_of(path, beside), QUARANTINE)):
+            if os.path.isdir(os.path.join(home_of(path, beside), actions.QUARANTINE)):
                 roots.append((path, path, home_of(path, beside), "index"))
     return roots
