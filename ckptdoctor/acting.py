@@ -28,7 +28,7 @@ from typing import Any
 
 from ckptdoctor import actions, processes
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Plan, Report, Role, Run
+from ckptdoctor.model import Action, Checkpoint, Plan, Report, Role, Run
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, run_root
@@ -223,7 +223,7 @@ def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confir
         if dry_run or not (acting or pending):
             return outcome()
         for question in pass_.questions(context, acting):
-            if not confirm(question):
+            if confirm(question) is not True:  # only True goes ahead: not "no", not 1
                 return outcome(declined=question.declined)
         pass_.act(context, plans)
         return outcome(acted=True)
@@ -460,7 +460,13 @@ class Prune(Pass):
 
     @staticmethod
     def _delete(context: _Context, plan: Plan, run: Run, since: float) -> None:
-
+        changed = _changed(run.resume)
+        if changed:  # deleting older checkpoints now could leave the run nothing to resume from
+            context.problems.append(
+                f"{plan.run}: nothing was deleted: {changed}, the checkpoint to resume from, changed since the plan was made; "
+                "prune again to plan from the run as it is"
+            )
+            return
         done = actions.delete(plan, since, _busy_now(run))
         context.problems += done.problems
         if done.journal_free:
@@ -473,6 +479,22 @@ class Prune(Pass):
             context.tell(
                 f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."
             )
+
+
+def _changed(checkpoint: Checkpoint | None) -> str | None:
+    """The first file of ``checkpoint`` that is gone, replaced or rewritten since it was scanned
+    (another inode, size or time); None when all are as they were."""
+    for entry in (file.entry for file in checkpoint.files) if checkpoint else ():
+        try:
+            now = os.stat(entry.os_path)  # as the scan saw it: through a symlink, to what it names
+        except OSError:
+            return entry.path
+        if entry.is_dir:
+            continue
+        same_inode = entry.inode is None or (now.st_dev, now.st_ino) == entry.inode
+        if not same_inode or now.st_size != entry.size or now.st_mtime != entry.mtime:
+            return entry.path
+    return None
 
 
 def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Prune:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.model import Report, Run
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Listener, Outcome, Pass, Question
     from ckptdoctor.config import Settings
 
-Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 """One path or several: run folders, folders holding runs, or single checkpoint files."""
 
 
@@ -218,14 +218,17 @@ def _act(pass_: Pass, paths: list[str], dry_run: bool, confirm: Confirm | bool, 
 
 
 def _answer(confirm: Confirm | bool) -> Confirm:
-    """``True``: go ahead as ``--yes`` does (never past the prune's ``max_runs``); ``False``: no."""
+    """``True``: go ahead as ``--yes`` does (never past the prune's ``max_runs``); ``False``: no.
+    Nothing else is taken for a yes: ``"no"`` or ``1`` is not ``True``."""
     if callable(confirm):
         return confirm
+    if not isinstance(confirm, bool):
+        raise TypeError(f"confirm must be True, False or a function of a Question, not {confirm!r}")
 
     def answer(question: Question) -> bool:
         from ckptdoctor.acting import Ask
 
-        return confirm and question.ask is Ask.GO
+        return confirm is True and question.ask is Ask.GO
 
     return answer
 
@@ -234,10 +237,19 @@ def _ignore(event: Any) -> None:
     """The listener of a caller that reads the outcome only."""
 
 
-def _listed(paths: Paths) -> list[str]:
-    if isinstance(paths, (str, os.PathLike)):
-        return [os.fspath(paths)]
-    return [os.fspath(path) for path in paths] or ["."]
+def _listed(paths: object) -> list[str]:
+    """``paths`` as a list of str; an empty list is refused, never taken for the working folder
+    (an empty glob must not prune everything where the caller stands). Typed ``object``: callers
+    pass what they have, and what is not a path is refused here with a clear message."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    if isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
+        raise TypeError(f"paths must be a path (str or os.PathLike) or a list of them, not {paths!r}")
+    names = [os.fspath(item) if isinstance(item, os.PathLike) else item for item in items]
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"paths must be text paths (str or os.PathLike), not {paths!r}")
+    if not names:
+        raise ValueError("no paths given: name the runs (or '.' for the working folder)")
+    return [name for name in names if isinstance(name, str)]
 
 
 def _start(paths: list[str]) -> str | None:

@@ -245,3 +245,51 @@ def test_the_examples_in_docs_api_md_run(tmp_path: Path, monkeypatch: pytest.Mon
     printed = capsys.readouterr().out
     assert "runs/exp1/checkpoint: resume from epoch 6" in printed
     assert _epochs(tmp_path / "runs" / "exp1" / "checkpoint") == [4, 5, 6], "the interactive prune kept the last 3"
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "replace"])
+def test_a_resume_point_damaged_while_the_question_waits_stops_the_deletion(tmp_path: Path, damage: str) -> None:
+    """Deleting the older checkpoints after the newest was lost would leave nothing to resume from."""
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 9))
+    _aged(run)
+    newest = run / "optim-8.bpk"
+
+    def lose_the_newest_while_asked(question: acting.Question) -> bool:
+        if damage == "delete":
+            newest.unlink()
+        elif damage == "truncate":
+            newest.write_bytes(newest.read_bytes()[:10])
+        else:
+            data = newest.read_bytes()
+            newest.unlink()
+            newest.write_bytes(data)  # same bytes, another file: a save that rewrote it
+        return True
+
+    outcome = ckd.prune(run, keep_last=1, confirm=lose_the_newest_while_asked)
+    assert _epochs(run) == list(range(1, 9)), "nothing deleted"
+    assert outcome.problems and "the checkpoint to resume from, changed since the plan was made" in outcome.problems[0]
+
+
+@pytest.mark.parametrize("answer", ["no", 1, "yes", None])
+def test_only_true_goes_ahead(tmp_path: Path, answer: object) -> None:
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 5))
+    _aged(run)
+    outcome = ckd.prune(run, keep_last=1, confirm=lambda question: answer)
+    assert outcome.declined and _epochs(run) == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match="confirm must be True, False or a function"):
+        ckd.prune(run, keep_last=1, confirm=answer)  # type: ignore[arg-type]
+
+
+def test_no_paths_is_refused_never_the_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_burn_run(tmp_path / "run", range(1, 5))
+    _aged(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="no paths given"):
+        ckd.prune([], keep_last=1, confirm=True)  # an empty glob
+    with pytest.raises(TypeError, match="paths must be"):
+        ckd.inspect(b"run")  # type: ignore[arg-type]
+    assert _epochs(tmp_path / "run") == [1, 2, 3, 4]
+    assert ckd.prune((path for path in tmp_path.glob("r*")), keep_last=1, confirm=True).acted, "a generator of paths is paths"
+    assert _epochs(tmp_path / "run") == [4]
