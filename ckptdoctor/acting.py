@@ -554,9 +554,9 @@ class Repair(Pass):
         self._worlds: dict[str, tuple[Run, float]] = {}
 
     def tidy(self, context: _Context) -> None:
-        """Finish what killed repairs left (a dry run only notes it), then scan again."""
-
-        finished = 0
+        """Close what killed repairs left (a dry run only notes it), then scan again: what they
+        had moved stays in their quarantines, and this repair plans the rest anew."""
+        closed = 0
         for run in context.runs:
             root, place = run_root(run), home(run)
             for journal in actions.pending(root, place):
@@ -564,14 +564,20 @@ class Repair(Pass):
             if context.dry_run:
                 for found in actions.quarantines(root, place):
                     if found.state == "repairing":
-                        context.tell(f"note: an interrupted repair left {found.folder}; a repair without --dry-run finishes it")
+                        context.tell(
+                            f"note: an interrupted repair left {found.folder}; a repair without --dry-run closes it "
+                            "(what it moved stays there) and plans the rest anew"
+                        )
                 continue
             actions.sweep(place)
-            count, failed = actions.finish_repairs(root, place, _busy_now(run))
-            finished += count
+            count, failed = actions.close_repairs(root, place)
+            closed += count
             context.problems += failed
-        if finished:
-            context.tell(f"Finished {finished} interrupted repair{'s' if finished != 1 else ''}.", Tone.DONE)
+        if closed:
+            context.tell(
+                f"Closed {closed} interrupted repair{'s' if closed != 1 else ''}: what it moved stays in its quarantine "
+                "(`ckptdoctor repair --undo` puts it back); the rest is planned anew.",
+            )
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:

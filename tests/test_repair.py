@@ -522,7 +522,7 @@ def _undo_everything(folder: Path) -> None:
     raise AssertionError("undo does not empty the quarantine")
 
 
-def test_an_interrupted_repair_is_finished_into_its_own_quarantine(tmp_path, cli):
+def test_an_interrupted_repair_is_closed_with_what_it_moved_and_the_rest_is_asked_anew(tmp_path, cli):
     folder = broken_burn_run(tmp_path)
     plan = cli("repair", "--json", "--dry-run", folder)
     assert plan.exit_code == 0
@@ -535,10 +535,14 @@ def test_an_interrupted_repair_is_finished_into_its_own_quarantine(tmp_path, cli
     os.rename(folder / "model-7.bpk", quarantine / "files" / "model-7.bpk")  # killed after the first move
     dry = cli("repair", "--dry-run", folder)
     assert "an interrupted repair left" in dry.stderr and (folder / "scheduler-7.bpk").exists()
-    result = cli("repair", "--yes", folder)
-    assert result.exit_code == 0 and "Finished 1 interrupted repair" in result.stderr
-    assert {p.name for p in (quarantine / "files").iterdir()} == {"model-7.bpk", "scheduler-7.bpk"}
+    unasked = cli("repair", folder)  # off a terminal, without --yes: nothing more moves
+    assert unasked.exit_code == 2 and "Closed 1 interrupted repair" in unasked.stderr
+    assert (folder / "scheduler-7.bpk").exists(), "the manifest is a record, not an order: the rest waits for a yes"
+    assert {p.name for p in (quarantine / "files").iterdir()} == {"model-7.bpk"}
     assert json.loads((quarantine / "manifest.json").read_text())["state"] == "done"
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert not (folder / "scheduler-7.bpk").exists() and not (folder / "model-8.bpk.tmp").exists(), "planned anew and moved"
 
 
 def _line(folder: Path, name: str, index: int) -> dict:
@@ -735,7 +739,7 @@ def test_finishing_a_repair_keeps_in_its_manifest_what_had_moved(tmp_path, cli):
     os.rename(folder / "model-7.bpk", quarantine / "files" / "model-7.bpk")  # moved before the kill
     assert cli("repair", "--yes", folder).exit_code == 0
     manifest = json.loads((quarantine / "manifest.json").read_text())
-    assert {line["path"] for line in manifest["entries"]} == {"model-7.bpk", "scheduler-7.bpk"}
+    assert {line["path"] for line in manifest["entries"]} == {"model-7.bpk"}, "what it had moved; the rest went to a new quarantine"
     _undo_everything(folder)
     assert tree(folder) == before
 
@@ -771,3 +775,16 @@ def test_a_staging_leftover_still_being_written_is_left_alone(tmp_path, cli):
     assert item["action"] == "keep" and any("--min-age 10min" in reason for reason in item["reasons"])
     assert (folder / "model-8.bpk.tmp").exists()
     assert quarantined(folder) == {"model-7.bpk", "scheduler-7.bpk"}
+
+
+def test_a_hand_written_repairing_manifest_moves_nothing(tmp_path, cli):
+    """A manifest is a record of what a repair did, never an order: one that lists every healthy
+    checkpoint, with their real identities, moves none of them."""
+    folder = broken_burn_run(tmp_path)
+    healthy = [f"{role}-{epoch}.bpk" for epoch in range(1, 7) for role in ("model", "optim", "scheduler")]
+    lines = [_line(folder, name, int(name.split("-")[1].split(".")[0])) for name in healthy]
+    _interrupted(folder, lines, written=time.time())
+    result = cli("repair", "--yes", folder)
+    assert result.exit_code == 0, result.stderr
+    assert all((folder / name).is_file() for name in healthy)
+    assert cli("inspect", "--resume", folder).stdout.strip() == "6"

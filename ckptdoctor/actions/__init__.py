@@ -15,7 +15,7 @@ from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_
 from ckptdoctor.actions._home import Locked, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
-    finish_repairs,
+    close_repairs,
     quarantine,
     quarantines,
     restore,
@@ -35,11 +35,11 @@ __all__ = [
     "Escapes",
     "Locked",
     "anchored",
+    "close_repairs",
     "confirm_run",
     "delete",
     "discard",
     "finish_interrupted",
-    "finish_repairs",
     "leftovers",
     "locked",
     "pending",

@@ -190,13 +190,16 @@ def sweep(home: str) -> None:
             _confine.remove(quarantine, name)
 
 
-def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> tuple[int, list[str]]:
-    """Complete the quarantines of repairs that were killed part-way; (how many, problems).
+def close_repairs(root: str, home: str) -> tuple[int, list[str]]:
+    """Close the quarantines of repairs that were killed part-way; (how many, problems).
 
-    As with a prune's journal, only what the manifest meant: the same inode, unchanged since the
-    manifest was written, not held open, reached without a symlink.
+    What such a repair had moved stays in its quarantine (``--undo`` puts it back), and a pointer
+    it had begun to re-point is finished; nothing else moves. What it had not moved yet is for the
+    next plan to decide, made from the run as it is now and confirmed like any other: a manifest
+    is a record of what was done, never an order (a hand-written one moves nothing), and what
+    was damaged then may be whole again.
     """
-    finished = 0
+    closed = 0
     problems: list[str] = []
     for found in quarantines(root, home):
         if found.state != Phase.REPAIRING.value:
@@ -205,31 +208,27 @@ def finish_repairs(root: str, home: str, busy: frozenset[str] = frozenset()) -> 
         try:
             manifest = _read_manifest(places.here)
             written = os.stat(MANIFEST, dir_fd=places.here.fd, follow_symlinks=False).st_mtime
-            moved = [line for line in manifest.entries if places.stored is not None and places.stored.look(line.path) is not None]
-            rest = [line for line in manifest.entries if line not in moved]
-            meant = _movable(places.top, rest, written, busy, identities=True)
-            problems += _carry_out(places, dataclasses.replace(manifest, entries=tuple(moved + meant)), written)[
-                2
-            ]  # what undo will put back
+            moved = tuple(line for line in manifest.entries if places.stored is not None and places.stored.look(line.path) is not None)
+            begun = tuple(line for line in manifest.pointers if places.stored is not None and places.stored.look(line.path) is not None)
+            problems += _carry_out(places, dataclasses.replace(manifest, entries=moved, pointers=begun), written)[2]
         except (OSError, ValueError) as error:
             raise ActionError(
-                f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be completed ({error})"
+                f"an interrupted repair left {os.path.join(places.here.path, MANIFEST)}, which cannot be closed ({error})"
             ) from error
         finally:
             places.close()
-        finished += 1
-    return finished, problems
+        closed += 1
+    return closed, problems
 
 
-def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: frozenset[str], identities: bool = False) -> list[EntryLine]:
+def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: frozenset[str]) -> list[EntryLine]:
     """The manifest ``lines`` whose entries are still as planned at ``written`` (see
-    ``still_meant``) — and, with ``identities``, still the inode the manifest recorded — each
-    with its identity now: when one file of a checkpoint was written since, it may be being
-    saved again, and none of that checkpoint moves."""
+    ``still_meant``), each with its identity now: when one file of a checkpoint was written
+    since, it may be being saved again, and none of that checkpoint moves."""
     meant: dict[str, Identity] = {}
     for line in lines:
         info = top.look(line.path) if still_meant(top, line.path, written, busy) else None
-        if info is not None and (not identities or identity(info) == line.identity):
+        if info is not None:
             meant[line.path] = identity(info)
     spoiled = {line.index for line in lines if line.path not in meant and top.look(line.path) is not None}
     return [
