@@ -651,6 +651,12 @@ class Undo(Pass):
                     for item in found.items
                     if item.state is StoredState.CONFLICT
                 ]
+                context.refused += [
+                    f"{item.path} in {found.folder} is not what the repair moved there (another file, or a link): "
+                    "it is never put back; remove it from the quarantine, then undo again"
+                    for item in found.items
+                    if item.state is StoredState.REPLACED
+                ]
         if self.ident and not planned:
             raise Refused(f"no run given holds quarantine {self.ident}")
         return planned

@@ -56,6 +56,9 @@ class StoredState(str, enum.Enum):
     """In the run already (restored, or never moved by a repair that was killed)."""
     CONFLICT = "conflict"
     """In the quarantine, and something else is at its place in the run."""
+    REPLACED = "replaced"
+    """In the quarantine, but not what the repair moved there (another inode, size or time):
+    never put back into the run."""
     LOST = "lost"
     """Neither in the quarantine nor in the run: someone removed it."""
 

@@ -254,11 +254,15 @@ def test_a_manifest_the_previous_release_wrote_is_undone(tmp_path: Path, cli) ->
     before = tree(folder)
     # what that release's `repair --yes` left: the step moved, the old `latest` kept, the new one written
     quarantine = _quarantine_of(folder)
+    moved = os.lstat(folder / "global_step300")
     os.rename(folder / "global_step300", quarantine / "files" / "global_step300")
     os.link(folder / "latest", quarantine / "files" / "latest")
     (folder / "latest.new").write_text("global_step200")
     os.replace(folder / "latest.new", folder / "latest")
-    (quarantine / "manifest.json").write_bytes(PREVIOUS_MANIFEST.replace("RUN", json.dumps(str(folder))).encode())
+    # the literal's bytes, with the identity this machine gives the folder it moved (undo checks it)
+    found = [moved.st_dev, moved.st_ino, moved.st_size, moved.st_mtime_ns, moved.st_ctime_ns]
+    written = PREVIOUS_MANIFEST.replace("65024, 2564255, 4096, 1796084324709733009, 1796170724709697537", ", ".join(map(str, found)))
+    (quarantine / "manifest.json").write_bytes(written.replace("RUN", json.dumps(str(folder))).encode())
     result = cli("repair", "--undo", "--yes", folder)
     assert result.exit_code == 0, result.stderr
     assert tree(folder) == before and (folder / "latest").read_text() == "global_step300"

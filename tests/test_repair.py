@@ -788,3 +788,22 @@ def test_a_hand_written_repairing_manifest_moves_nothing(tmp_path, cli):
     assert result.exit_code == 0, result.stderr
     assert all((folder / name).is_file() for name in healthy)
     assert cli("inspect", "--resume", folder).stdout.strip() == "6"
+
+
+@pytest.mark.parametrize("planted", ["a symlink out of the run", "another file"])
+def test_undo_never_puts_back_what_was_planted_in_the_quarantine(tmp_path, cli, planted):
+    """Only what the repair moved goes back: a link or file swapped into the quarantine stays there."""
+    folder = broken_burn_run(tmp_path)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    (stored,) = (folder / ".ckptdoctor" / "quarantine").glob("*/files/model-7.bpk")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"outside the run")
+    stored.unlink()
+    if planted == "a symlink out of the run":
+        stored.symlink_to(victim)
+    else:
+        stored.write_bytes(b"not what was moved")
+    result = cli("repair", "--undo", "--yes", folder)
+    assert result.exit_code == 1 and "is not what the repair moved there" in result.stderr and "Nothing was restored." in result.stderr
+    assert not os.path.lexists(folder / "model-7.bpk") and not (folder / "scheduler-7.bpk").exists(), "nothing restored"
+    assert victim.read_bytes() == b"outside the run"

@@ -381,7 +381,7 @@ def _stored(top: Folder, stored: Folder | None, line: EntryLine | PointerLine) -
             # one file in both places: an undo killed between linking it back and unlinking the spare
             state = StoredState.BACK if same else StoredState.CONFLICT
         elif kept is not None:
-            state = StoredState.QUARANTINED
+            state = StoredState.QUARANTINED if _as_moved(kept, line.identity) else StoredState.REPLACED
         else:
             state = StoredState.BACK if in_run is not None else StoredState.LOST
     else:
@@ -389,6 +389,15 @@ def _stored(top: Folder, stored: Folder | None, line: EntryLine | PointerLine) -
         ours = _written_at(top, path, write)
         state = _pointer_state(ours, existed, in_run is not None, kept is not None, lambda: same)
     return Stored(path, line.index, line.reasons, write, existed, state, line.bytes if isinstance(line, EntryLine) else 0)
+
+
+def _as_moved(kept: os.stat_result, moved: Identity | None) -> bool:
+    """Whether what the quarantine holds is what the repair moved there: a move keeps the inode,
+    size and modification time (not the change time). A version 1 manifest recorded no identity:
+    then anything but a symlink the repair could not have moved (it never follows one)."""
+    if moved is None:
+        return not stat.S_ISLNK(kept.st_mode)
+    return (kept.st_dev, kept.st_ino, kept.st_size, kept.st_mtime_ns) == moved[:4]
 
 
 def _written_at(top: Folder, path: str, write: PointerWrite) -> bool:
@@ -476,7 +485,7 @@ def _not_ours(here: Folder) -> list[str]:
 def _restore_one(places: _Places, item: Stored) -> bool | None:
     """Put one entry back: True when done, False when something stands in its way, None when
     there is nothing to do."""
-    if item.state is StoredState.CONFLICT:
+    if item.state in (StoredState.CONFLICT, StoredState.REPLACED):
         return False
     if item.state is StoredState.BACK:
         stored = places.stored.look(item.path) if places.stored is not None else None

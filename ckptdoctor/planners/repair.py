@@ -133,6 +133,8 @@ def undo_plan(found: Quarantine, run: str, root: str, home: str) -> Plan:
                     stored.bytes,
                 )
             )
+        elif stored.state is StoredState.REPLACED:
+            items.append(PlanItem(stored.number, Action.KEEP, (what, "not what the repair moved: not put back"), (entry,), 0))
         elif stored.state is StoredState.LOST:
             items.append(PlanItem(stored.number, Action.KEEP, (what, "no longer in the quarantine: cannot be put back"), (entry,), 0))
     return Plan(run, root, home, tuple(items), 0, f"undo repair {found.ident}")
