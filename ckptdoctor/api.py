@@ -81,7 +81,12 @@ def diskcheck(
     from ckptdoctor.pipelines.scan import scan
     from ckptdoctor.rules.disk import findings
 
-    path = os.fspath(run_dir)
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
+    (path,) = _listed(run_dir)
+    for name, value, least in (("model_bytes", model_bytes, 0), ("keep_last", keep_last, 1), ("runway", runway, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
     if remote(path):
         raise ValueError(f"{path} is {NOT_LOCAL}")
     if os.path.lexists(path) and not os.path.isdir(path):

@@ -164,8 +164,8 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         raise fail("fail-on", f"must be one of {', '.join(SEVERITIES)}, not {fail_on!r}")
     fmt = values.get("format")
     if fmt is not None:
-        try:  # a report's formats, as `--format` offers them, and refused with its message
-            named(fmt)
+        try:  # a report's formats, as `--format` offers them (in any case), and refused with its message
+            fmt = named(fmt).name
         except ValueError as error:
             raise fail("format", str(error)) from error
     severity = values.get("severity", {})

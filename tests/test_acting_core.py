@@ -293,3 +293,25 @@ def test_no_paths_is_refused_never_the_working_folder(tmp_path: Path, monkeypatc
     assert _epochs(tmp_path / "run") == [1, 2, 3, 4]
     assert ckd.prune((path for path in tmp_path.glob("r*")), keep_last=1, confirm=True).acted, "a generator of paths is paths"
     assert _epochs(tmp_path / "run") == [4]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"model_bytes": "7GiB"}, ValueError),
+        ({"keep_last": -3}, ValueError),
+        ({"runway": True}, ValueError),
+        ({"run_dir": ["a", "b"]}, TypeError),
+    ],
+)
+def test_diskcheck_refuses_arguments_it_cannot_use_with_a_clear_message(tmp_path: Path, arguments: dict, error: type) -> None:
+    given = {"run_dir": tmp_path, **arguments}
+    with pytest.raises(error, match="must be"):
+        ckd.diskcheck(**given)
+
+
+def test_a_report_written_to_a_fifo_nobody_reads_is_refused_not_waited_for(tmp_path: Path, cli) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    result = cli("inspect", "-o", fifo, Path(__file__).resolve().parents[1] / "examples" / "runs" / "torch-split")
+    assert result.exit_code == 2 and "a FIFO no process reads" in result.stderr

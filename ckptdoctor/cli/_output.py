@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import functools
 import inspect
 import os
@@ -45,7 +46,7 @@ def format_option(kind: Kind, help: str) -> Any:
 
     def parse(value: str) -> str:
         try:
-            return named(value.lower(), kind).name
+            return named(value, kind).name
         except ValueError as error:
             raise typer.BadParameter(str(error)) from error
 
@@ -309,8 +310,16 @@ def write(text: str, output: str | None) -> None:
         sys.stdout.buffer.flush()
         return
     try:
-        with open(output, "wb") as handle:
-            handle.write(encoded)
+        # O_NONBLOCK: a FIFO nobody reads is refused (ENXIO) instead of waiting forever
+        handle = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        why = "a FIFO no process reads" if error.errno == errno.ENXIO else error.strerror
+        say(f"ckptdoctor: error: cannot write {output}: {why}")
+        raise typer.Exit(EXIT_USAGE) from error
+    try:
+        os.set_blocking(handle, True)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(encoded)
     except OSError as error:
         say(f"ckptdoctor: error: cannot write {output}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error

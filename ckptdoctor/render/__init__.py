@@ -114,10 +114,12 @@ def formats(kind: Kind = Kind.REPORT) -> tuple[str, ...]:
 
 
 def named(name: str, kind: Kind = Kind.REPORT) -> Renderer:
-    """The renderer called ``name`` if it renders ``kind``; ValueError saying which do, else
-    (one message for ``--format`` and ``format =`` in the configuration alike)."""
+    """The renderer called ``name`` (in any case) if it renders ``kind``; ValueError saying which
+    do, else (one message for ``--format``, ``format =`` in the configuration and
+    ``CKPTDOCTOR_FORMAT`` alike)."""
+    wanted = name.lower() if isinstance(name, str) else name
     for renderer in RENDERERS:
-        if renderer.name == name and kind in renderer.kinds:
+        if renderer.name == wanted and kind in renderer.kinds:
             return renderer
     raise ValueError(f"must be one of {_listed(formats(kind))}, not {name!r}")
 
