@@ -12,6 +12,7 @@ __all__ = ["__version__", "preflight"]
 def __getattr__(name: str) -> Any:
     # `ckptdoctor.preflight` without importing the scanner for every command-line start
     if name == "preflight":
+        # loaded on first use: `import ckptdoctor` stays free of the scanner
         from ckptdoctor.api import preflight
 
         return preflight

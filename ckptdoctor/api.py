@@ -75,6 +75,7 @@ def diskcheck(
     (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
     nearest ``run_dir``.
     """
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import prune_settings
     from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts.registry import layout_named
@@ -121,6 +122,7 @@ def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
     and tail of its files (nothing read whole), its checkpoints' status, the resume point
     (``Run.resume``) and the findings, as configured. Paths that cannot be scanned are in
     ``report.errors``."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.pipelines.scan import inspect as inspect_paths
 
     listed = _listed(paths)
@@ -134,6 +136,7 @@ def verify(paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: 
     (statically: nothing in a file is executed). ``deep`` checks every byte (CRC-32, NaN/Inf in
     weights); ``load`` also loads each file that passed with the real library (torch must be
     installed); ``jobs`` files at once (0: one per core)."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.pipelines.verify import VerifyOptions
     from ckptdoctor.pipelines.verify import verify as verify_paths
 
@@ -173,6 +176,7 @@ def prune(
     finished. ``listener`` hears each step as it happens (``acting.Planned``, ``acting.Message``).
     Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` for a policy it
     cannot use, ``actions.Locked`` when another ckptdoctor acts on a run."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor import acting
     from ckptdoctor.config import prune_settings
 
@@ -202,6 +206,7 @@ def repair(
     checkpoint into a quarantine in the run, and re-point broken pointers; with ``undo``, put
     back the latest quarantine of each run (or the one named ``ident``). ``confirm``,
     ``dry_run`` and ``listener`` as for ``prune``; ``Outcome.refused`` names the runs left alone."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor import acting
     from ckptdoctor.planners.retention import MIN_AGE, parse_duration
 
@@ -216,6 +221,7 @@ def repair(
 
 
 def _act(pass_: Pass, paths: list[str], dry_run: bool, confirm: Confirm | bool, listener: Listener | None, config: str | None) -> Outcome:
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor import acting
 
     with _configured(paths, config):
@@ -231,6 +237,7 @@ def _answer(confirm: Confirm | bool) -> Confirm:
         raise TypeError(f"confirm must be True, False or a function of a Question, not {confirm!r}")
 
     def answer(question: Question) -> bool:
+        # loaded when called: importing the API (a trainer callback's start) loads no pipeline
         from ckptdoctor.acting import Ask
 
         return confirm is True and question.ask is Ask.GO
@@ -268,6 +275,7 @@ def _configured(paths: list[str], config: str | None) -> Iterator[Settings]:
     """The settings for ``paths`` (``config``, else the nearest configuration), with their role
     hints in force inside the block: a run's own configuration names its checkpointers'
     prefixes (``[tool.ckptdoctor.roles]``)."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
     from ckptdoctor.layouts._base import hinted_roles
 

@@ -143,6 +143,7 @@ def _explicit(path: str) -> Mapping[str, Any]:
 
 
 def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
+    # the rule table loads every layout: only when a rule list is checked
     from ckptdoctor.rules.registry import RULES
 
     def fail(key: str, why: str) -> ConfigError:

@@ -426,6 +426,7 @@ class Finding:
         """Stable across runs of ckptdoctor and versions of its wording: the rule, the run, the
         checkpoint and the file, never the message (sizes and counts in it change). SARIF's
         ``partialFingerprints`` and baselines both key on it."""
+        # only fingerprints need it, and --help loads the model
         import hashlib
 
         key = "\x1f".join((self.code, _normal(self.run), "" if self.index is None else str(self.index), _normal(self.path)))

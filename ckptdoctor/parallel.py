@@ -55,6 +55,7 @@ def start_worker(parent: int) -> None:
     pipe and the run's filesystem."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
+        # only a big run starts a pool
         import ctypes
 
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

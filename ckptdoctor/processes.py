@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 from collections.abc import Iterable
 
 _PROC = "/proc"
@@ -84,7 +85,6 @@ def _held(pid: int, folders: frozenset[str], around: str) -> list[str]:
 
 def _named(pid: int) -> str:
     """``pid (command, user)``: the process table's own words, for a note."""
-    import pwd
 
     base = os.path.join(_PROC, str(pid))
     try:

@@ -7,6 +7,7 @@ of burn-format reference §11 (checked against a real burn-written file in the t
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import struct
@@ -133,8 +134,8 @@ def write_burn_run(
 def write_hf_checkpoints(folder: str | os.PathLike[str], steps: Iterable[int]) -> None:
     """Minimal, complete HF Trainer ``checkpoint-N/`` folders (no Trainer run: fast): a
     safetensors model, optimizer and scheduler pickles, and ``trainer_state.json``."""
-    import json
 
+    # only HF runs need numpy and safetensors
     import numpy as np
     from safetensors.numpy import save_file
 

@@ -111,3 +111,28 @@ def test_a_package_init_loads_nothing_heavy() -> None:
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "ckptdoctor.rules._rule" in loaded
     assert not {m for m in loaded if m.startswith(("ckptdoctor.layouts", "ckptdoctor.readers", "ckptdoctor.rules.integrity"))}, loaded
+
+
+def test_every_import_inside_a_function_says_why() -> None:
+    """Imports belong at the top of a module; one inside a function is there to keep start-up lean
+    (or an optional library out of every other path), and a comment on it, or just above the block
+    of imports it belongs to, says so."""
+    silent = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+        spans = sorted(
+            {(n.lineno, n.end_lineno or n.lineno) for f in functions for n in ast.walk(f) if isinstance(n, ast.Import | ast.ImportFrom)}
+        )
+        blocks: list[list[int]] = []
+        for first, last in spans:  # consecutive import statements are one block
+            if blocks and first == blocks[-1][1] + 1:
+                blocks[-1][1] = last
+            else:
+                blocks.append([first, last])
+        for first, last in blocks:
+            said = any("#" in lines[i] for i in range(first - 1, last)) or lines[first - 2].strip().startswith("#")
+            if not said:
+                silent.append(f"{path.relative_to(PACKAGE.parent)}:{first}: {lines[first - 1].strip()}")
+    assert silent == [], "imports inside functions that do not say why:\n" + "\n".join(silent)

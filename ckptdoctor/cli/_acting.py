@@ -30,7 +30,7 @@ from ckptdoctor.cli._output import (
     sharing,
     write,
 )
-from ckptdoctor.render import HUMAN, JSON, Kind
+from ckptdoctor.render import HUMAN, JSON, Kind, Plans, RenderOptions, named
 
 if TYPE_CHECKING:
     from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
@@ -111,6 +111,7 @@ def listener(
 ) -> Listener:
     """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
     the JSON document), every other message on stderr (what was done only without --quiet)."""
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.acting import Planned, Tone
 
     def hear(event: Event) -> None:
@@ -131,10 +132,6 @@ def show_plans(
     does not, the scan's findings (as configured), which is what a CI system reads. What killed
     prunes' journals would still do is said on stderr beside any but the JSON document, which
     holds it: the same confirmation finishes it."""
-    import dataclasses
-
-    from ckptdoctor.render import Kind, Plans, RenderOptions, named
-
     renderer = named(fmt)
     if fmt != JSON:
         for found in planned.pending:
@@ -162,6 +159,7 @@ def asker(yes: bool, human: bool) -> Confirm:
     off one (or in JSON mode) exit 2, naming what would let it go on."""
 
     def answer(question: Question) -> bool:
+        # loaded when the command runs: --help stays fast
         from ckptdoctor.acting import Ask
 
         if question.ask is Ask.GO and yes:
@@ -188,6 +186,7 @@ def declined(outcome: Outcome) -> None:
 def failures_explained(command: str) -> Iterator[None]:
     """Turn what stops an acting command into a message and its exit code: 3 for a lock held
     elsewhere, 1 for a run that cannot be changed."""
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.acting import Refused, Stopped
     from ckptdoctor.actions import ActionError, Locked
 

@@ -136,6 +136,7 @@ def report_options(
     """The report options of a command line (its parameters are those every report command
     takes: :func:`reporting` adds them). The command line wins over the environment, which wins
     over the configuration file; exit 2 naming a bad key or rule."""
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.config import ConfigError, check_rules
 
     settings = configured(config)
@@ -181,6 +182,7 @@ reporting = sharing(report_options)
 
 def configured(config: str | None) -> Settings:
     """The settings of the environment and the configuration file; exit 2 naming a bad key."""
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.config import ConfigError, settings
     from ckptdoctor.layouts._base import use_role_hints
 
@@ -235,6 +237,7 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
 def baselined(report: Report, baseline: str | None, write_baseline: str | None, quiet: bool) -> Report:
     """``--write-baseline``: record the findings and exit 0. ``--baseline``: the report without
     the findings it records (a note on stderr says how many were left out)."""
+    # loaded when the command runs: --help stays fast
     from ckptdoctor import baseline as baselines
 
     try:

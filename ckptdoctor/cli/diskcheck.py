@@ -58,6 +58,7 @@ def diskcheck(
 
       ckptdoctor diskcheck /scratch/new-run --model-bytes 7GiB --optimizer adamw
     """
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.planners.space import EstimateError

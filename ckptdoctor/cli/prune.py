@@ -87,6 +87,7 @@ def prune(
 
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
     """
+    # loaded when the command runs: --help stays fast
     from ckptdoctor import acting
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.planners import retention

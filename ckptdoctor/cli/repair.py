@@ -50,6 +50,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
 
       ckptdoctor repair --undo runs/exp1/checkpoint
     """
+    # loaded when the command runs: --help stays fast
     from ckptdoctor import acting
     from ckptdoctor.planners.retention import MIN_AGE, parse_duration
 
@@ -72,6 +73,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
         verb = "restored" if undo else "moved"
         say(f"Dry run: nothing was {verb}." if dry_run else ("Nothing to restore." if undo else "Nothing to repair."))
     if outcome.acted and not undo and human and not quiet:
+        # loaded when the command runs: --help stays fast
         from ckptdoctor.render.human import resume_line
 
         console = stdout_console()

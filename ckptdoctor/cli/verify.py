@@ -47,6 +47,7 @@ def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, 
 
       ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
     """
+    # loaded when the command runs: --help stays fast
     from ckptdoctor.pipelines.verify import VerifyOptions
     from ckptdoctor.pipelines.verify import verify as verify_paths
 
@@ -58,6 +59,7 @@ def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, 
 
 
 def _require_torch() -> None:
+    # loaded when the command runs: --help stays fast
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -78,6 +80,7 @@ class _progress_bar:
         return self._update if self._enabled else None
 
     def _update(self, done: int, total: int) -> None:
+        # loaded when the command runs: --help stays fast
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
         if self._bar is None:
@@ -92,6 +95,7 @@ class _progress_bar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is None:
             return
+        # loaded when the command runs: --help stays fast
         from rich.progress import Progress
 
         assert isinstance(self._bar, Progress)

@@ -54,6 +54,7 @@ class Judge:
     def preflight(self, folder: str | os.PathLike[str], model: Any, optimizer: Any) -> Report | None:
         """The report for a save into ``folder`` of ``model`` with ``optimizer``'s state (None:
         weights only). None when it cannot be made: a callback never breaks training."""
+        # loaded when the callback first runs: importing it costs a trainer nothing
         from ckptdoctor.api import preflight
         from ckptdoctor.planners.space import EstimateError
 
@@ -77,6 +78,7 @@ class Judge:
 
     def staging(self, report: Report | None, folder: str, why: str) -> Finding | None:
         """CKD501 when the save is first written whole to ``folder`` (another volume) and does not fit there."""
+        # loaded when the callback first runs: importing it costs a trainer nothing
         from ckptdoctor.planners.space import volume
         from ckptdoctor.rules.disk import staging_space
 

@@ -51,6 +51,7 @@ class DiskCheckCallback(Watch, TrainerCallback):
 
 def _from_rank_zero(finding: Finding | None) -> Finding | None:
     """Rank 0's decision on every rank (each must skip the same save, or the save's collectives hang)."""
+    # loaded when the callback first runs: importing it costs a trainer nothing
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

@@ -19,6 +19,7 @@ from typing import Any
 from ckptdoctor.model import DiskCheck, Estimate, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import run_root
+from ckptdoctor.units import size
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
 """Optimizer state per byte of parameters with default settings (``ckptdoctor.optimizers``)."""
@@ -52,7 +53,7 @@ def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | N
     if optimizer not in OPTIMIZER_STATE:
         raise EstimateError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIMIZER_STATE)})")
     state = OPTIMIZER_STATE[optimizer]
-    return Estimate(math.ceil(model_bytes * (1 + state)), 3, f"model {_size(model_bytes)} + {optimizer} state ({state:g}x the model)")
+    return Estimate(math.ceil(model_bytes * (1 + state)), 3, f"model {size(model_bytes)} + {optimizer} state ({state:g}x the model)")
 
 
 def needed(estimate: Estimate, margin: float = MARGIN) -> int:
@@ -143,12 +144,6 @@ def _which(error: OSError) -> str:
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return " (this user may not write there)"
     return ""
-
-
-def _size(n: int) -> str:
-    from ckptdoctor.units import size
-
-    return size(n)
 
 
 def check(

@@ -342,6 +342,7 @@ def _dtype_itemsize(dtype: object, states: dict[int, tuple[object, object]]) -> 
         and isinstance(dtype.args[0], str)
     ):
         raise _Unproven("a joblib array wrapper whose dtype is not a literal numpy.dtype")
+    # imported when a file needs it: start-up stays lean
     import numpy
 
     try:
@@ -614,6 +615,7 @@ class _Machine:
 def _python3_name(module: str, attribute: str) -> Global:
     """The name Python 3's unpickler imports for a Python 2 one (``__builtin__ set`` is
     ``builtins.set``): pickle maps them for protocols below 3 (torch writes 2), never above."""
+    # imported when a file needs it: start-up stays lean
     import _compat_pickle
 
     if (module, attribute) in _compat_pickle.NAME_MAPPING:

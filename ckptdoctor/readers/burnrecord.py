@@ -140,6 +140,7 @@ def read_whole_gzip(sample: Sample, deep: int = 0) -> FileReport:
 
 
 def _unpack_msgpack(data: bytes) -> object:
+    # imported when a file needs it: start-up stays lean
     import msgpack
 
     return msgpack.unpackb(data, raw=False, strict_map_key=False)

@@ -53,6 +53,7 @@ def _bz2() -> _Decompressor:
 
 
 def _lzma() -> _Decompressor:
+    # imported when a file needs it: start-up stays lean
     import lzma
 
     return lzma.LZMADecompressor()

@@ -31,6 +31,7 @@ _EXPLAINED: tuple[tuple[str, Problem], ...] = (
 
 def load_all(entries: Iterable[Entry], reports: dict[str, FileReport]) -> dict[str, FileReport]:
     """The reports of files that failed to load, with the failure added."""
+    # the libraries load only for verify --load
     import torch
 
     failed: dict[str, FileReport] = {}
@@ -49,6 +50,7 @@ def load_all(entries: Iterable[Entry], reports: dict[str, FileReport]) -> dict[s
 def _load(torch: object, path: str, library: Library) -> str | None:
     try:
         if library is Library.SAFETENSORS:
+            # the libraries load only for verify --load
             from safetensors.torch import load_file
 
             load_file(path, device="cpu")

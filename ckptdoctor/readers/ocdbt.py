@@ -286,9 +286,9 @@ def _inflate(pieces: Iterable[bytes], limit: int, keep: bool) -> list[bytes]:
     # the standard library's zstd (Python 3.14) or its backport, imported on first use only
     try:
         if sys.version_info >= (3, 14):
-            from compression.zstd import ZstdDecompressor, ZstdError
+            from compression.zstd import ZstdDecompressor, ZstdError  # on first use: start-up stays lean
         else:
-            from backports.zstd import ZstdDecompressor, ZstdError
+            from backports.zstd import ZstdDecompressor, ZstdError  # on first use: start-up stays lean
     except ImportError:
         raise Damage(Problem.UNREADABLE, "is zstd-compressed and this Python has no zstd module (install backports.zstd)") from None
     decompressor: ZstdDecompressor = ZstdDecompressor()

@@ -145,6 +145,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
 
 def confirm(os_path: str) -> str | None:
     """What the safetensors library itself says about a file our own parse accepted (no torch)."""
+    # the library loads only to confirm a file that passed
     from safetensors import SafetensorError, safe_open
 
     try:

@@ -61,6 +61,7 @@ def is_tar(sample: Sample) -> bool:
 def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """Every pickle torch would read from the tar, and from the file read as pickles (torch's
     fallback when tarfile fails part-way)."""
+    # imported when a file needs it: start-up stays lean
     import tarfile
 
     issues = list(probe(sample).issues)

@@ -365,6 +365,7 @@ def _zipfile_view(sample: Sample) -> list[FileIssue]:
     """What Python's ``zipfile`` (``numpy.load`` of an ``.npz``) finds where torch's reader finds no
     archive: zipfile shifts every offset by bytes prepended to the archive or left before its
     end record, so it may read members that torch cannot."""
+    # imported when a file needs it: start-up stays lean
     import zipfile
 
     issues: list[FileIssue] = []
@@ -466,10 +467,12 @@ def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
         if member.method == 8:
             return zlib.decompressobj(-15).decompress(raw, MAX_PICKLE)
         if member.method == 12:  # bzip2: zipfile (numpy.load) reads it, torch does not
+            # imported when a file needs it: start-up stays lean
             import bz2
 
             return bz2.BZ2Decompressor().decompress(raw, MAX_PICKLE)
         if member.method == 14:  # LZMA: a 4-byte version and properties length, the properties, a raw stream
+            # imported when a file needs it: start-up stays lean
             import lzma
 
             (properties,) = struct.unpack_from("<H", raw, 2)

@@ -26,6 +26,7 @@ def stdout_console(file: io.StringIO | None = None) -> Console:
 
 
 def stderr_console() -> Console:
+    # rich loads only when something is rendered for people
     from rich.console import Console
 
     # one message, one line: scripts grep stderr, and wrapped paths do not paste back

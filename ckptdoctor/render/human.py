@@ -171,6 +171,7 @@ BAR_WIDTH = 32
 
 def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> RenderableType:
     """A bar per checkpoint of its size, then the next save, the free space and the runway in one line."""
+    # rich loads only when something is rendered for people
     from rich.bar import Bar
 
     run = next((r for r in report.runs if r.checkpoints and (r.path == disk.path or disk.path.endswith(r.path))), None)

@@ -4,7 +4,9 @@ help, and one result per finding with its location and a stable fingerprint."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
+from urllib.parse import quote
 
 from ckptdoctor import __version__
 from ckptdoctor.model import Finding, Report, Severity
@@ -82,8 +84,6 @@ def _uri(path: str) -> str:
     """A URI reference code scanning can match to a file: relative to the working directory (the
     checkout) when the path is inside it, else an absolute ``file://`` URI; the name's own bytes
     percent-encoded (undecodable ones included)."""
-    import os
-    from urllib.parse import quote
 
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
