@@ -28,7 +28,7 @@ from typing import Any
 
 from ckptdoctor import actions, processes
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Checkpoint, Plan, Report, Role, Run
+from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, run_root
@@ -460,11 +460,11 @@ class Prune(Pass):
 
     @staticmethod
     def _delete(context: _Context, plan: Plan, run: Run, since: float) -> None:
-        changed = _changed(run.resume)
+        changed = actions.changed_since_scan(plan.root, _relied_on(run))
         if changed:  # deleting older checkpoints now could leave the run nothing to resume from
             context.problems.append(
-                f"{plan.run}: nothing was deleted: {changed}, the checkpoint to resume from, changed since the plan was made; "
-                "prune again to plan from the run as it is"
+                f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
+                "was made; prune again to plan from the run as it is"
             )
             return
         done = actions.delete(plan, since, _busy_now(run))
@@ -481,20 +481,11 @@ class Prune(Pass):
             )
 
 
-def _changed(checkpoint: Checkpoint | None) -> str | None:
-    """The first file of ``checkpoint`` that is gone, replaced or rewritten since it was scanned
-    (another inode, size or time); None when all are as they were."""
-    for entry in (file.entry for file in checkpoint.files) if checkpoint else ():
-        try:
-            now = os.stat(entry.os_path)  # as the scan saw it: through a symlink, to what it names
-        except OSError:
-            return entry.path
-        if entry.is_dir:
-            continue
-        same_inode = entry.inode is None or (now.st_dev, now.st_ino) == entry.inode
-        if not same_inode or now.st_size != entry.size or now.st_mtime != entry.mtime:
-            return entry.path
-    return None
+def _relied_on(run: Run) -> list[Entry]:
+    """What acting on ``run`` relies on being as the scan saw it: the files of the checkpoint to
+    resume from, and the pointers that name what is kept."""
+    resume = [file.entry for file in run.resume.files] if run.resume else []
+    return resume + [file.entry for file in run.loose_files if Role.POINTER in file.roles and not file.entry.is_dir]
 
 
 def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Prune:
@@ -599,6 +590,13 @@ class Repair(Pass):
             if not any(plan.acting(action) for action in self.acts_on):
                 continue
             run, since = self._worlds[plan.run]
+            changed = actions.changed_since_scan(plan.root, _relied_on(run))
+            if changed:  # moving and re-pointing now could leave the run pointing at a damaged checkpoint
+                context.problems.append(
+                    f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
+                    "was made; repair again to plan from the run as it is"
+                )
+                continue
             moved = actions.quarantine(plan, since, _busy_now(run))
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             context.tell(

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.model import Report, Run
-from ckptdoctor.planners.space import MARGIN, check
+from ckptdoctor.planners.space import MARGIN, MAX_MARGIN, check
 from ckptdoctor.rules.disk import RUNWAY
 
 if TYPE_CHECKING:
@@ -85,9 +85,13 @@ def diskcheck(
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
     (path,) = _listed(run_dir)
-    for name, value, least in (("model_bytes", model_bytes, 0), ("keep_last", keep_last, 1), ("runway", runway, 0)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+    for name, value, least in (("model_bytes", model_bytes, 0), ("keep_last", keep_last, 1), ("runway", runway, 1)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not least <= value < 2**63):
             raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
+    if not isinstance(margin, int | float) or isinstance(margin, bool) or not 0 <= margin <= MAX_MARGIN:  # also refuses nan
+        raise ValueError(f"margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin!r}")
+    if not os.fspath(run_dir):
+        raise ValueError("run_dir must name the folder the run saves into (or '.'), not ''")
     if remote(path):
         raise ValueError(f"{path} is {NOT_LOCAL}")
     if os.path.lexists(path) and not os.path.isdir(path):

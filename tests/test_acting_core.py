@@ -268,7 +268,7 @@ def test_a_resume_point_damaged_while_the_question_waits_stops_the_deletion(tmp_
 
     outcome = ckd.prune(run, keep_last=1, confirm=lose_the_newest_while_asked)
     assert _epochs(run) == list(range(1, 9)), "nothing deleted"
-    assert outcome.problems and "the checkpoint to resume from, changed since the plan was made" in outcome.problems[0]
+    assert outcome.problems and "which the plan keeps the run resumable by, changed since the plan was made" in outcome.problems[0]
 
 
 @pytest.mark.parametrize("answer", ["no", 1, "yes", None])
@@ -301,12 +301,19 @@ def test_no_paths_is_refused_never_the_working_folder(tmp_path: Path, monkeypatc
         ({"model_bytes": "7GiB"}, ValueError),
         ({"keep_last": -3}, ValueError),
         ({"runway": True}, ValueError),
+        ({"runway": 0}, ValueError),
+        ({"margin": -1.0}, ValueError),
+        ({"margin": float("nan")}, ValueError),
+        ({"margin": float("inf")}, ValueError),
+        ({"margin": "0.1"}, ValueError),
+        ({"model_bytes": 10**40}, ValueError),
+        ({"run_dir": ""}, ValueError),
         ({"run_dir": ["a", "b"]}, TypeError),
     ],
 )
 def test_diskcheck_refuses_arguments_it_cannot_use_with_a_clear_message(tmp_path: Path, arguments: dict, error: type) -> None:
     given = {"run_dir": tmp_path, **arguments}
-    with pytest.raises(error, match="must be"):
+    with pytest.raises(error, match="must"):
         ckd.diskcheck(**given)
 
 
@@ -315,3 +322,41 @@ def test_a_report_written_to_a_fifo_nobody_reads_is_refused_not_waited_for(tmp_p
     os.mkfifo(fifo)
     result = cli("inspect", "-o", fifo, Path(__file__).resolve().parents[1] / "examples" / "runs" / "torch-split")
     assert result.exit_code == 2 and "a FIFO no process reads" in result.stderr
+
+
+def test_a_repair_whose_resume_point_breaks_while_the_question_waits_moves_nothing(tmp_path: Path) -> None:
+    """Re-pointing at, or resuming from, a checkpoint damaged meanwhile would fix nothing."""
+    from frameworks import deepspeed_run
+
+    run = deepspeed_run(tmp_path / "ds", steps=(40, 50))
+    (run / "global_step50" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()  # 50 broken; `latest` names it
+    _aged(run)
+    before = _tree(run)
+
+    def break_the_resume_point(question: acting.Question) -> bool:
+        state = run / "global_step40" / "mp_rank_00_model_states.pt"
+        state.write_bytes(state.read_bytes()[:50])
+        return True
+
+    outcome = ckd.repair(run, confirm=break_the_resume_point)
+    assert outcome.problems and "nothing was moved" in outcome.problems[0] and "global_step40" in outcome.problems[0]
+    after = _tree(run)
+    assert (run / "latest").read_text().strip() == "global_step50", "the pointer is not turned to a damaged checkpoint"
+    assert set(after) == set(before), "nothing moved"
+
+
+def test_a_prune_whose_pointer_moves_while_the_question_waits_deletes_nothing(tmp_path: Path) -> None:
+    """`latest` turned back to an older step meanwhile (a manual rollback racing a cron prune): that
+    step is the framework's resume point now, and the plan would delete it."""
+    from frameworks import deepspeed_run
+
+    run = deepspeed_run(tmp_path / "ds", steps=(10, 20, 30, 40))
+    _aged(run)
+
+    def roll_back(question: acting.Question) -> bool:
+        (run / "latest").write_text("global_step20")
+        return True
+
+    outcome = ckd.prune(run, keep_last=1, confirm=roll_back)
+    assert outcome.problems and "latest" in outcome.problems[0]
+    assert all((run / f"global_step{step}").is_dir() for step in (10, 20, 30, 40))

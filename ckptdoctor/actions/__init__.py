@@ -11,7 +11,7 @@ What the journal and manifest say, and what these functions return, is typed in
 ``ckptdoctor.records``, which the planners and renderers import instead of this package.
 """
 
-from ckptdoctor.actions._confine import ActionError, Escapes, anchored, confirm_run
+from ckptdoctor.actions._confine import ActionError, Escapes, anchored, changed_since_scan, confirm_run
 from ckptdoctor.actions._home import Locked, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
@@ -35,6 +35,7 @@ __all__ = [
     "Escapes",
     "Locked",
     "anchored",
+    "changed_since_scan",
     "close_repairs",
     "confirm_run",
     "delete",

@@ -177,6 +177,33 @@ def anchored(paths: Iterable[str]) -> Iterator[None]:
             folder.close()
 
 
+def changed_since_scan(root: str, entries: Iterable[Entry]) -> str | None:
+    """The first of ``entries`` (of the run in ``root``) that is gone, or is another file than
+    the scan saw (inode, size, modification time), reached from the folders the user named as
+    every action is; None when all are as they were. A symlink is followed to what it names, as
+    the scan followed it; a folder, or a link to nothing, only has to be there."""
+    with open_run(root) as top:
+        for entry in entries:
+            try:
+                parent, name = top.reach(os.path.relpath(entry.os_path, root))
+                with parent:
+                    if entry.dangling:  # a link to nothing, as it was: it only has to be there still
+                        if parent.lstat(name) is None:
+                            return entry.path
+                        continue
+                    now = os.stat(name, dir_fd=parent.fd)
+            except (Escapes, OSError):
+                return entry.path
+            if entry.is_dir:
+                continue
+            if (entry.inode is not None and (now.st_dev, now.st_ino) != entry.inode) or (now.st_size, now.st_mtime) != (
+                entry.size,
+                entry.mtime,
+            ):
+                return entry.path
+    return None
+
+
 def open_run(path: str) -> Folder:
     """The folder ``path`` of a run (or the folder holding ckptdoctor's own), reached from the
     nearest folder the user named (see ``anchored``) one folder at a time; Escapes if a folder

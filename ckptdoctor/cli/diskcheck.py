@@ -61,10 +61,10 @@ def diskcheck(
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
-    from ckptdoctor.planners.space import EstimateError
+    from ckptdoctor.planners.space import MAX_MARGIN, EstimateError
 
-    if not math.isfinite(margin) or margin > 10:
-        say(f"ckptdoctor: error: --margin must be a fraction between 0 and 10, not {margin}")
+    if not math.isfinite(margin) or margin > MAX_MARGIN:
+        say(f"ckptdoctor: error: --margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin}")
         raise typer.Exit(EXIT_USAGE)
     try:
         if keep_last is None:

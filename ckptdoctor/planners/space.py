@@ -29,6 +29,8 @@ RECENT = 3
 MARGIN = 0.10
 """Headroom on top of the estimate: saves vary (metadata, growing state), and filesystems
 allocate in blocks."""
+MAX_MARGIN = 10.0
+"""More headroom than this (ten times the save) is a typo, not a margin."""
 
 
 class EstimateError(ValueError):
