@@ -21,10 +21,11 @@ Query = Annotated[
     typer.Argument(help="A rule code (CKD101), a name (missing-optimizer), or a pasted error message."),
 ]
 RulesFormat = Annotated[str | None, format_option(Kind.RULES, "Output format (default: human).")]
+Full = Annotated[bool, typer.Option("--full", help="Explain every rule a pasted message matches, not one line each.")]
 
 
-def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False) -> None:
-    """List the rule table, explain one rule, or find the rules that explain an error message.
+def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False, full: Full = False) -> None:
+    """List the rule table, explain one rule, or rank the rules that explain an error message.
 
     Examples:
 
@@ -35,16 +36,22 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
       ckptdoctor rules "Can load optimizer checkpoint."
     """
     # the rule table and renderers load only when the command runs: `--help` stays fast
-    from ckptdoctor.rules.registry import RULES, Rule, find_rule, rules_explaining
+    from ckptdoctor.rules.registry import RULES, find_rule
+    from ckptdoctor.rules.search import Match, rank
 
-    selected: tuple[Rule, ...]
+    renderer = named(chosen(fmt, as_json), Kind.RULES)
+    matches: tuple[Match, ...] = ()
+    exact = find_rule(query) if query is not None else None
     if query is None:
         selected = RULES
+    elif exact is not None:
+        selected = (exact,)
     else:
-        exact = find_rule(query)
-        selected = (exact,) if exact else tuple(rules_explaining(query))
+        matches = rank(query)
+        selected = tuple(match.rule for match in matches)
     if not selected:
         stderr_console().print(f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False)
         raise typer.Exit(EXIT_FINDINGS)
-    renderer = named(chosen(fmt, as_json), Kind.RULES)
-    write(renderer.module().render_rules(selected, RenderOptions(explain=query is not None)), None)
+    # a page for a rule asked for by name, for a search's only match, or for all with --full
+    explain = query is not None and (exact is not None or len(matches) == 1 or full)
+    write(renderer.module().render_rules(selected, RenderOptions(explain=explain), matches), None)

@@ -2,7 +2,8 @@
 
 Each declaration names its module (``render/<name>.py``) and what it renders; the module gives
 ``render(report, options) -> str`` for a :class:`~ckptdoctor.model.Report`, for the
-:attr:`Kind.RULES` kind ``render_rules(rules, options) -> str``, and for :attr:`Kind.PLAN`
+:attr:`Kind.RULES` kind ``render_rules(rules, options, matches) -> str`` (``matches``: why a
+search chose each rule, when one did), and for :attr:`Kind.PLAN`
 ``render_plans(plans, options) -> str``. The formats each command's
 ``--format`` offers, and those ``format =`` in the configuration accepts, are read from here.
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ckptdoctor.model import Plan, Report
     from ckptdoctor.records import Pending
     from ckptdoctor.rules._rule import Rule
+    from ckptdoctor.rules.search import Match
 
 
 class Kind(enum.Enum):
@@ -70,7 +72,7 @@ class _Module(Protocol):
 
     def render(self, report: Report, options: RenderOptions = PLAIN) -> str: ...
 
-    def render_rules(self, rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str: ...
+    def render_rules(self, rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str: ...
 
     def render_plans(self, plans: Plans, options: RenderOptions = PLAIN) -> str: ...
 

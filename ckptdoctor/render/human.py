@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import textwrap
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -29,6 +30,9 @@ from ckptdoctor.render._console import stdout_console
 from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import size
 
+if TYPE_CHECKING:
+    from ckptdoctor.rules.search import Match
+
 NEWEST_ROWS = 20
 MAX_FIXES = 3
 MAX_MESSAGES = 10
@@ -50,11 +54,13 @@ def render(report: Report, options: RenderOptions = PLAIN) -> str:
     return captured.get()
 
 
-def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
-    """The rule table, or each rule's page (``ckptdoctor rules QUERY``)."""
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str:
+    """The rule table, each rule's page (``ckptdoctor rules CODE``), or a search's ranked matches."""
     console = _console(options)
     with console.capture() as captured:
-        if options.explain:
+        if matches and not options.explain:
+            console.print(match_list(matches))
+        elif options.explain:
             for position, rule in enumerate(rules):
                 if position:
                     console.print()
@@ -114,6 +120,16 @@ def rule_table(rules: Iterable[Rule]) -> Table:
         _glyph, style = _SEVERITY_STYLE[rule.severity]
         table.add_row(rule.code, rule.name, Text(rule.severity.value, style=style), rule.summary)
     return table
+
+
+def match_list(matches: Iterable[Match]) -> RenderableType:
+    """``ckptdoctor rules "<pasted error>"``: one line per rule, best first, then how to read one."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("CODE", "NAME", "WHY"):
+        table.add_column(column, overflow="fold", no_wrap=column != "WHY")
+    for match in matches:
+        table.add_row(match.rule.code, match.rule.name, match.why)
+    return Group(table, Text("`ckptdoctor rules CODE` explains one; --full explains them all.", style="dim"))
 
 
 def rule_page(rule: Rule, width: int) -> RenderableType:

@@ -25,7 +25,7 @@ from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.rules._rule import Rule
 
 if TYPE_CHECKING:
-    pass
+    from ckptdoctor.rules.search import Match
 
 SCHEMA = "ckptdoctor.report.v1"
 
@@ -102,8 +102,12 @@ def _plan_item(plan: Plan, item: PlanItem) -> dict[str, Any]:
     return entry
 
 
-def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
-    return json.dumps({"schema": "ckptdoctor.rules.v1", "version": __version__, "rules": [rule_entry(r) for r in rules]}, indent=2) + "\n"
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str:
+    """The rules in full; after a search, also ``matches``: each rule's code, name, score and why, best first."""
+    document: dict[str, Any] = {"schema": "ckptdoctor.rules.v1", "version": __version__, "rules": [rule_entry(r) for r in rules]}
+    if matches:
+        document["matches"] = [{"code": m.rule.code, "name": m.rule.name, "score": m.score, "why": m.why} for m in matches]
+    return json.dumps(document, indent=2) + "\n"
 
 
 def rule_entry(rule: Rule) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from ckptdoctor import __version__
 from ckptdoctor.model import Finding, Report, Severity
 from ckptdoctor.render import PLAIN, RenderOptions
 from ckptdoctor.rules.registry import RULES, Rule
+from ckptdoctor.rules.search import Match
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -22,8 +23,9 @@ def render(report: Report, options: RenderOptions = PLAIN) -> str:
     return _document(RULES, [_result(finding, index) for finding in report.findings], report.command)
 
 
-def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN) -> str:
-    """``ckptdoctor rules --format sarif``: the rules alone, as a code-scanning tool describes itself."""
+def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str:
+    """``ckptdoctor rules --format sarif``: the rules alone, as a code-scanning tool describes itself
+    (a search's ``matches`` have no place in SARIF: its rules come in their ranked order)."""
     return _document(rules, [], "rules")
 
 

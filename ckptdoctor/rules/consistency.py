@@ -206,6 +206,9 @@ SHAPE_CHANGED = Rule(
         "shape mismatch, expected",
         "Missing tensors:",
         "Unused tensors:",
+        "Missing key(s) in state_dict",
+        "Unexpected key(s) in state_dict",
+        "Missing key in checkpoint state_dict",
     ),
     related=("CKD301", "CKD306", "CKD303", "CKD208"),
 )
@@ -235,7 +238,7 @@ INDEX_MISMATCH = Rule(
         "If the shards are right and only the index is stale, rebuild the index from the shards' headers (every safetensors header lists its tensors), or re-save.",
         "Delete shards that no index names before copying a checkpoint elsewhere; `ckptdoctor verify {run}` then checks the rest.",
     ),
-    messages=("tensor not found", "is missing from the checkpoint", "Missing key(s) in state_dict"),
+    messages=("File does not contain tensor",),
     related=("CKD105", "CKD307"),
 )
 

@@ -181,7 +181,7 @@ NOT_A_CHECKPOINT = Rule(
     messages=(
         "invalid load key, 'v'.",
         "invalid load key, '<'.",
-        "Unsupported operand 118",
+        "Unsupported operand",
         "HeaderTooLarge",
         "header too large",
         "Invalid magic number",

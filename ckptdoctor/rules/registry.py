@@ -7,7 +7,6 @@ them (``CHECKS``, each declaring its rules with ``@fires``); this package puts t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from ckptdoctor.discover import Unlisted
@@ -18,7 +17,7 @@ from ckptdoctor.rules._context import RunContext, Thresholds
 from ckptdoctor.rules._harm import by_harm
 from ckptdoctor.rules._rule import BEHIND_RESUME, Check, Rule
 
-__all__ = ["BEHIND_RESUME", "CHECKS", "RULES", "Check", "Rule", "Thresholds", "check", "find_rule", "rules_explaining"]
+__all__ = ["BEHIND_RESUME", "CHECKS", "RULES", "Check", "Rule", "Thresholds", "check", "find_rule"]
 
 _FAMILIES = (completeness, integrity, consistency, safety, disk)
 
@@ -41,32 +40,6 @@ def find_rule(key: str) -> Rule | None:
     return _BY_KEY.get(key.strip().lower())
 
 
-def rules_explaining(text: str) -> list[Rule]:
-    """Rules whose documented messages match a pasted error message, best match first."""
-    pasted = _normalise(text)
-    if not pasted:
-        return []
-    pasted_words = set(pasted.split())
-    scored: list[tuple[float, str, Rule]] = []
-    for rule in RULES:
-        best = 0.0
-        for message in rule.messages:
-            known = _normalise(message)
-            if not known:
-                continue
-            if known in pasted or (len(pasted) >= 12 and pasted in known):
-                best = max(best, 1.0 + len(known) / 1000)
-                continue
-            words = set(known.split())
-            overlap = len(words & pasted_words) / len(words)
-            if overlap >= 0.75 and len(words) >= 3:
-                best = max(best, overlap)
-        if best:
-            scored.append((best, rule.code, rule))
-    scored.sort(key=lambda item: (-item[0], item[1]))
-    return [rule for _, _, rule in scored]
-
-
 def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds) -> tuple[Finding, ...]:
     """Every finding for every run, in run order, then by checkpoint index."""
     findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
@@ -75,7 +48,3 @@ def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresho
         found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
         findings.extend(by_harm(context, found, find_rule))
     return tuple(findings)
-
-
-def _normalise(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())

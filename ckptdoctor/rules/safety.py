@@ -67,7 +67,7 @@ NON_WEIGHTS_OBJECT = Rule(
         "Upgrade the framework: newer accelerate and transformers releases allowlist the numpy globals their own RNG files need.",
     ),
     messages=(
-        "Weights only load failed",
+        "Weights only load failed. This file can still be loaded",
         "Unsupported global: GLOBAL",
         "was not an allowed global by default",
     ),
