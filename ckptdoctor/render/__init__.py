@@ -45,7 +45,7 @@ class RenderOptions:
     show_all: bool = False
     """Every checkpoint of a run, not only the newest rows (human)."""
     to_file: bool = False
-    """The text goes to a file, not the terminal: no colour, and wide lines (human)."""
+    """The text goes to a file, not the terminal: no colour, and lines as long as they are (human)."""
     explain: bool = False
     """Rules asked about by code, name or message: each explained in full, not the table (human)."""
 

@@ -4,25 +4,42 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-WIDTH_OFF_TERMINAL = 120
-"""Pipes and files get wide lines rather than rich's 80 columns: logs are read in editors."""
+UNBOUNDED = 10_000
+"""The width of text with no screen to fit (a file, a pipe with no terminal beside it and no
+``$COLUMNS``): lines as long as they are, neither padded nor wrapped; a pager or editor wraps them."""
 
 
 def stdout_console(file: io.StringIO | None = None) -> Console:
-    """The terminal's console (its colours and width), or a plain, wide one writing to ``file``."""
+    """The terminal's console (its colours and width), or a plain, unbounded one writing to ``file``.
+
+    Piped, stdout takes ``$COLUMNS`` if set, else the width of the terminal the user reads on
+    (stderr's or stdin's: ``| less`` shows there), else no width at all: never rich's 80 columns
+    padded out, nor a fixed width that a narrower pager wraps row by row."""
     from rich.console import Console  # rich only when something is rendered for people
 
     if file is not None:
-        return Console(file=file, width=WIDTH_OFF_TERMINAL, no_color=True, highlight=False)
+        return Console(file=file, width=UNBOUNDED, no_color=True, highlight=False)
     console = Console(highlight=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = WIDTH_OFF_TERMINAL
+    if not console.is_terminal and "COLUMNS" not in os.environ and _terminal_width() is None:
+        console.width = UNBOUNDED
     return console
+
+
+def _terminal_width() -> int | None:
+    """The width of a terminal on stderr or stdin, if either is one."""
+    for stream in (sys.__stderr__, sys.__stdin__):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # closed, or not a real file
+            continue
+    return None
 
 
 def stderr_console() -> Console:

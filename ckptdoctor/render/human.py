@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
-import textwrap
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -51,7 +53,16 @@ def render(report: Report, options: RenderOptions = PLAIN) -> str:
     console = _console(options)
     with console.capture() as captured:
         _print(report, console, options.show_all)
-    return captured.get()
+    return _unpadded(captured.get())
+
+
+_PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _unpadded(text: str) -> str:
+    """No line ends in spaces (a table pads its last column): a pager narrower than the padding
+    would show each row followed by a blank one."""
+    return _PADDING.sub(r"\1", text)
 
 
 def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str:
@@ -64,18 +75,18 @@ def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matche
             for position, rule in enumerate(rules):
                 if position:
                     console.print()
-                console.print(rule_page(rule, console.width))
+                console.print(rule_page(rule, console.width), crop=False)
         else:
-            console.print(rule_table(rules))
-    return captured.get()
+            console.print(rule_table(rules, console.width), crop=False)
+    return _unpadded(captured.get())
 
 
 def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
     console = _console(options)
     with console.capture() as captured:
         for plan, unit in plans.plans:
-            console.print(plan_block(plan, unit, options.show_all, repair_summary if plans.repair else None))
-    return captured.get()
+            console.print(plan_block(plan, unit, options.show_all, repair_summary if plans.repair else None, console.width), crop=False)
+    return _unpadded(captured.get())
 
 
 def _console(options: RenderOptions) -> Console:
@@ -85,17 +96,30 @@ def _console(options: RenderOptions) -> Console:
 
 def _print(report: Report, console: Console, show_all: bool) -> None:
     if report.disk is not None:
-        console.print(_disk_block(report, report.disk, show_all, console.width))
+        console.print(_disk_block(report, report.disk, show_all, console.width), crop=False)
         return
-    by_run: dict[str | None, list[Finding]] = {}
-    for finding in report.findings:
-        by_run.setdefault(finding.run, []).append(finding)
-    outside = by_run.pop(None, [])
+    outside, per_run = _by_run(report)
     if outside:
-        console.print(_findings(outside, console.width))
-    for run in report.runs:
-        console.print(_run_block(run, by_run.get(run.path, []), show_all, console.width))
+        console.print(_findings(outside, console.width), crop=False)
+    for run, findings in zip(report.runs, per_run, strict=True):
+        console.print(_run_block(run, findings, show_all, console.width), crop=False)
         console.print()
+
+
+def _by_run(report: Report) -> tuple[list[Finding], list[list[Finding]]]:
+    """The findings of no run, and each run's, each finding once: files given one by one in the
+    same folder are runs of the same path, so a finding goes to the run that holds its file."""
+    outside: list[Finding] = []
+    per_run: list[list[Finding]] = [[] for _ in report.runs]
+    held = [{f.path for f in (*(f for c in run.checkpoints for f in c.files), *run.extra_files)} for run in report.runs]
+    for finding in report.findings:
+        same = [i for i, run in enumerate(report.runs) if run.path == finding.run]
+        holding = [i for i in same if finding.path in held[i]]
+        if not same:
+            outside.append(finding)
+        else:
+            per_run[(holding or same)[0]].append(finding)
+    return outside, per_run
 
 
 def resume_line(run: Run) -> Text:
@@ -112,14 +136,39 @@ def resume_line(run: Run) -> Text:
     return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
 
 
-def rule_table(rules: Iterable[Rule]) -> Table:
+def rule_table(rules: Iterable[Rule], width: int) -> RenderableType:
+    """CODE, NAME and SEVERITY whole, the summary wrapped in what is left, its code spans whole;
+    where too little is left, each summary on the lines under its rule."""
+    rules = tuple(rules)
+    taken = [
+        max([len(header), *(len(cell) for cell in cells)])
+        for header, cells in (
+            ("CODE", [r.code for r in rules]),
+            ("NAME", [r.name for r in rules]),
+            ("SEVERITY", [r.severity.value for r in rules]),
+        )
+    ]
+    left = width - sum(taken) - 3 * _GAP
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("CODE", "NAME", "SEVERITY", "SUMMARY"):
-        table.add_column(column, overflow="fold")
+    for column in ("CODE", "NAME", "SEVERITY"):
+        table.add_column(column, no_wrap=True)
+    if left >= MIN_SUMMARY:
+        table.add_column("SUMMARY")
+    lines: list[RenderableType] = []
     for rule in rules:
         _glyph, style = _SEVERITY_STYLE[rule.severity]
-        table.add_row(rule.code, rule.name, Text(rule.severity.value, style=style), rule.summary)
-    return table
+        row: list[RenderableType] = [rule.code, rule.name, Text(rule.severity.value, style=style)]
+        if left >= MIN_SUMMARY:
+            table.add_row(*row, wrap(Text(rule.summary), left))
+        else:
+            lines += [Text.assemble(f"{rule.code:<{taken[0]}}  {rule.name}  ", (rule.severity.value, style))]
+            lines += [wrap(Text(" " * (taken[0] + _GAP) + rule.summary), width, taken[0] + _GAP)]
+    return table if left >= MIN_SUMMARY else Group(*lines)
+
+
+MIN_SUMMARY = 40
+"""The narrowest column a rule's summary is wrapped in beside its code, name and severity (no
+narrower than :data:`MIN_PROSE`, which :func:`wrap` keeps to)."""
 
 
 def match_list(matches: Iterable[Match]) -> RenderableType:
@@ -142,20 +191,20 @@ def rule_page(rule: Rule, width: int) -> RenderableType:
             (rule.severity.value, style),
             f" ({rule.behind_resume.value} {BEHIND_RESUME})" if rule.behind_resume and rule.lowered_behind_resume else "",
         ),
-        Text(rule.summary),
+        wrap(Text(rule.summary), width),
         Text(""),
         Text("What it means", style="bold"),
-        Text(rule.meaning),
+        wrap(Text(rule.meaning), width),
         Text(""),
         Text("When it happens", style="bold"),
-        Text(rule.causes),
+        wrap(Text(rule.causes), width),
         Text(""),
         Text("How to fix it", style="bold"),
         *[_hanging("  •", "", f" {fix}", 4, width) for fix in rule.fix_texts()],
     ]
     if rule.messages:
         parts += [Text(""), Text("Messages it explains", style="bold")]
-        parts += [Text(f"  {message}") for message in rule.messages]
+        parts += [wrap(Text(f"  {message}"), width, 4) for message in rule.messages]
     if rule.related:
         parts += [Text(""), Text.assemble(("Related: ", "bold"), ", ".join(rule.related))]
     return Group(*parts)
@@ -168,7 +217,7 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
     parts: list[RenderableType] = [title]
     if run.checkpoints:
-        parts.append(_table(run, show_all))
+        parts.append(_table(run, show_all, width))
     if run.single_file:
         parts += [
             _contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors
@@ -178,7 +227,7 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
         parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
     if findings:
         parts.append(_findings(findings, width))
-    parts.append(resume_line(run))
+    parts.append(wrap(resume_line(run), width, 2))
     return Group(*parts)
 
 
@@ -210,7 +259,7 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
         parts.append(table)
         if len(sizes) < len(disk.sizes):
             parts.append(Text(f"… {len(disk.sizes) - len(sizes)} older not shown (--all shows them)", style="dim"))
-    parts.append(Text(disk_line(disk)))
+    parts.append(wrap(Text(disk_line(disk)), width, 2))
     if report.findings:
         parts.append(_findings(list(report.findings), width))
     return Group(*parts)
@@ -242,32 +291,136 @@ def _contents(file: CheckpointFile) -> Text:
     )
 
 
-def _table(run: Run, show_all: bool) -> RenderableType:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column(run.unit.value.upper(), justify="right", no_wrap=True)
-    roles = [role for role in COLUMNS if role in run.required or any(role in c.roles for c in run.checkpoints)]
-    for role in roles:
-        table.add_column(role.value.upper(), no_wrap=True)
-    table.add_column("SIZE", justify="right", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
+_GAP = 2
+"""Spaces between two columns of a table with no box and no edge padding (rich's padding of 1 each side)."""
+MIN_PROSE = 40
+"""The narrowest text is wrapped to, however narrow the screen."""
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A column of a checkpoint table, with what it can give up to fit the screen."""
+
+    header: str
+    cells: tuple[Text, ...]
+    short: tuple[Text, ...] | None = None
+    """The cells shortened (a file column: a mark for each file, the names said once below)."""
+    justify: JustifyMethod = "left"
+    drop: int | None = None
+    """Its place in the order columns are dropped when even shortened they do not fit; None:
+    never dropped nor shortened (the index and the status: what the table is for)."""
+
+    def width(self, short: bool) -> int:
+        cells = self.short if short and self.short is not None else self.cells
+        return max([cell_len(self.header), *(cell.cell_len for cell in cells)])
+
+
+def _fitted(columns: Sequence[_Column], width: int) -> tuple[list[_Column], bool, list[str]]:
+    """The columns that fit in ``width``, whether file columns are shortened, and the headers of
+    those dropped: file names give up their common part first, then whole columns go (the healthy
+    first, then the size, then those that say what is missing or broken); no column is ever crushed."""
+    shown = list(columns)
+
+    def total(short: bool) -> int:
+        return sum(column.width(short) for column in shown) + _GAP * (len(shown) - 1)
+
+    short = total(False) > width and any(column.short is not None for column in shown)
+    dropped: list[str] = []
+    for column in sorted((c for c in columns if c.drop is not None), key=lambda c: c.drop or 0):
+        if total(short) <= width:
+            break
+        shown.remove(column)
+        dropped.append(column.header)
+    return shown, short, dropped
+
+
+def _table(run: Run, show_all: bool, width: int) -> RenderableType:
+    """The checkpoints, newest last, fitted to ``width``; notes on statuses and what the fitting
+    left out go on lines under it."""
     shown = run.checkpoints if show_all else run.checkpoints[-NEWEST_ROWS:]
-    for checkpoint in shown:
-        table.add_row(str(checkpoint.index), *(_cell(checkpoint, role) for role in roles), size(checkpoint.bytes), _status(checkpoint))
-    hidden = len(run.checkpoints) - len(shown)
+    roles = [role for role in COLUMNS if role in run.required or any(role in c.roles for c in run.checkpoints)]
+    files = [[_role_cells(checkpoint, role) for checkpoint in shown] for role in roles]
+    telling = [any(alarm for _, _, alarm in column) for column in files]
+    order = len(roles)  # healthy file columns right to left, then SIZE, then the telling ones
+    columns = [
+        _Column(run.unit.value.upper(), tuple(Text(str(c.index)) for c in shown), justify="right"),
+        *(
+            _Column(
+                role.value.upper(),
+                tuple(full for full, _, _ in cells),
+                tuple(short for _, short, _ in cells),
+                drop=(position + order + 1 if alarm else order - 1 - position),
+            )
+            for position, (role, cells, alarm) in enumerate(zip(roles, files, telling, strict=True))
+        ),
+        _Column("SIZE", tuple(Text(size(c.bytes)) for c in shown), justify="right", drop=order),
+        _Column("STATUS", tuple(_status(c) for c in shown)),
+    ]
+    fitted, short, dropped = _fitted(columns, width)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in fitted:
+        table.add_column(column.header, justify=column.justify, no_wrap=True)
+    for row in range(len(shown)):
+        table.add_row(*((column.short if short and column.short is not None else column.cells)[row] for column in fitted))
     parts: list[RenderableType] = [table]
+    hidden = len(run.checkpoints) - len(shown)
     if hidden:
         parts.insert(0, Text(f"… {hidden} older checkpoint{'s' if hidden != 1 else ''} not shown (--all shows every one)", style="dim"))
+    notes = [*_status_notes(shown, run.unit.value)]
+    if short:
+        named = [f"{role.value.upper()} {_pattern(_names(shown, role))}" for role in roles if _names(shown, role)]
+        notes.append(f"files: {', '.join(named)}")
+    if dropped:
+        notes.append(f"not shown at this width: {', '.join(dropped)} (--json lists every file)")
+    parts += [wrap(Text(note, style="dim"), width, 2) for note in notes]
     return Group(*parts)
 
 
-def _cell(checkpoint: Checkpoint, role: Role) -> Text:
+def _role_cells(checkpoint: Checkpoint, role: Role) -> tuple[Text, Text, bool]:
+    """A checkpoint's cell for one role, in full and shortened, and whether it says that something
+    is missing or broken."""
     files = checkpoint.files_for(role)
     if not files:
-        return Text("missing", style="red") if role in checkpoint.missing else Text("—", style="dim")
+        cell = Text("missing", style="red") if role in checkpoint.missing else Text("—", style="dim")
+        return cell, cell, role in checkpoint.missing
     if len(files) > 2:  # shards: the count says enough, --json lists them
         broken = any(f.report.problems - _NOT_DAMAGE for f in files)
-        return Text(f"{len(files)} files" + (" ✗" if broken else ""), style="red" if broken else "")
-    return Text(" + ").join(_file_text(f, role) for f in files)
+        cell = Text(f"{len(files)} files" + (" ✗" if broken else ""), style="red" if broken else "")
+        return cell, cell, broken
+    full = Text(" + ").join(_file_text(f, role) for f in files)
+    short = Text(" + ").join(_file_mark(f, role) for f in files)
+    return full, short, any(f.report.problems - _NOT_DAMAGE for f in files)
+
+
+def _file_mark(file: CheckpointFile, role: Role) -> Text:
+    if file.bundled and file.roles[0] is not role:
+        return Text("(bundled)", style="dim")
+    if file.report.problems - _NOT_DAMAGE:
+        return Text("✗", style="red")
+    return Text("✓")
+
+
+def _names(checkpoints: Sequence[Checkpoint], role: Role) -> list[str]:
+    """The names of the files that hold ``role`` themselves (not bundled in another role's file)."""
+    found = [f.name for c in checkpoints for f in c.files_for(role) if not (f.bundled and f.roles[0] is not role)]
+    return list(dict.fromkeys(found))
+
+
+def _pattern(names: Sequence[str]) -> str:
+    """The names as one: their common start and end around a ``*`` (``model_*.safetensors``)."""
+    if len(names) == 1:
+        return names[0]
+    head = _common_start(names)
+    tail = _common_start([name[len(head) :][::-1] for name in names])[::-1]
+    return f"{head}*{tail}"
+
+
+def _common_start(texts: Sequence[str]) -> str:
+    """The characters every one of ``texts`` starts with."""
+    length = 0
+    while all(len(text) > length and text[length] == texts[0][length] for text in texts):
+        length += 1
+    return texts[0][:length]
 
 
 def _file_text(file: CheckpointFile, role: Role) -> Text:
@@ -284,13 +437,19 @@ _NOT_DAMAGE = frozenset({Problem.NON_WEIGHTS})
 
 def _status(checkpoint: Checkpoint) -> Text:
     glyph, style = _STATUS_STYLE[checkpoint.status]
-    text = Text(f"{glyph} {checkpoint.status.value}", style=style)
-    if checkpoint.status is Status.COMPLETE and checkpoint.roles_unread:
-        text.append(" (roles not read: run verify)", style="dim")
-    staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
-    if staged:
-        text.append(f" (leftover {', '.join(staged)})", style="dim")
-    return text
+    return Text(f"{glyph} {checkpoint.status.value}", style=style)
+
+
+def _status_notes(checkpoints: Sequence[Checkpoint], unit: str) -> Iterable[str]:
+    """What a status cell would not hold whole: which complete checkpoints had roles left unread,
+    and which have leftovers of a save (one line each, under the table)."""
+    unread = [str(c.index) for c in checkpoints if c.status is Status.COMPLETE and c.roles_unread]
+    if unread:
+        yield f"{unit}{'s' if len(unread) != 1 else ''} {', '.join(unread)}: complete (roles not read: run verify)"
+    for checkpoint in checkpoints:
+        staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
+        if staged:
+            yield f"{unit} {checkpoint.index}: leftover {', '.join(staged)}"
 
 
 def _findings(findings: list[Finding], width: int) -> RenderableType:
@@ -318,11 +477,45 @@ def _findings(findings: list[Finding], width: int) -> RenderableType:
 
 
 def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
-    """``lead`` + ``body`` wrapped to ``width`` with continuation lines indented (no trailing spaces)."""
-    wrapped = textwrap.fill(lead + body, width=max(width, 40), subsequent_indent=" " * indent, break_on_hyphens=False)
-    text = Text(wrapped)
+    """``lead`` + ``body`` wrapped to ``width`` with continuation lines indented."""
+    text = Text(lead + body)
     text.stylize(style, 0, len(lead))
-    return text
+    return wrap(text, width, indent)
+
+
+_WORD = re.compile(r"(?:`[^`]*`|[^\s`]|`)+")
+"""What a line is never broken inside: a word, and a code span (a command) with its spaces."""
+
+
+def wrap(text: Text, width: int, indent: int = 0) -> Text:
+    """``text`` wrapped at its spaces to ``width`` (at least :data:`MIN_PROSE`), continuation lines
+    indented by ``indent``, its styles kept. A code span is never broken: one that does not fit
+    goes on a line of its own, however long, so that it pastes back whole (rich is told not to
+    wrap the result again)."""
+    width = max(width, MIN_PROSE)
+    plain = text.plain
+    out = Text(style=text.style, end=text.end, no_wrap=True, overflow="ignore")
+    column = 0
+    previous = 0
+    for match in _WORD.finditer(plain):
+        start, end = match.span()
+        gap = plain[previous:start]
+        if "\n" in gap:
+            out.append("\n" + " " * indent)
+            column = indent
+        elif not previous:  # the text's own indentation
+            out.append(gap)
+            column = len(gap)
+        elif column + len(gap) + cell_len(match.group()) > width and column > indent:
+            out.append("\n" + " " * indent)
+            column = indent
+        else:
+            out.append(gap)
+            column += len(gap)
+        out.append_text(text[start:end])
+        column += cell_len(match.group())
+        previous = end
+    return out
 
 
 _ACTION_STYLE = {
@@ -334,7 +527,9 @@ _ACTION_STYLE = {
 }
 
 
-def plan_block(plan: Plan, unit: str, show_all: bool = False, summary: Callable[[Plan, str], str] | None = None) -> RenderableType:
+def plan_block(
+    plan: Plan, unit: str, show_all: bool = False, summary: Callable[[Plan, str], str] | None = None, width: int = 80
+) -> RenderableType:
     """A plan as a table (INDEX / ACTION / REASONS / SIZE, and WHAT for a repair) and the line
     that sums it up."""
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -357,7 +552,7 @@ def plan_block(plan: Plan, unit: str, show_all: bool = False, summary: Callable[
     parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
     if len(items) < len(plan.items):
         parts.append(Text(f"… {len(plan.items) - len(items)} older {unit}s not shown (--all shows them)", style="dim"))
-    parts.append(Text((summary or plan_summary)(plan, unit)))
+    parts.append(wrap(Text((summary or plan_summary)(plan, unit)), width, 2))
     return Group(*parts)
 
 
