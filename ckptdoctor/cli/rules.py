@@ -24,7 +24,9 @@ RulesFormat = Annotated[str | None, format_option(Kind.RULES, "Output format (de
 
 
 def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False) -> None:
-    """List the rule table, explain one rule, or find the rules that explain an error message.
+    """Show the rule table, one rule, or the rules an error matches.
+
+    Lists the rule table, explains one rule, or finds the rules that explain an error message.
 
     Examples:
 
