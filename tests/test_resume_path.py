@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from frameworks import accelerator_for, copy_run, deepspeed_run, hf_trainer, lightning_fit
+from test_dcp import dcp_load, dcp_run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "runs"
 
@@ -78,6 +79,13 @@ def test_accelerate_loads_the_folder_printed(cli, accelerate_saved: Path, tmp_pa
     assert path == str(accelerate_saved / "checkpoints" / "checkpoint_3")
     accelerator, *_ = accelerator_for(tmp_path / "fresh")
     accelerator.load_state(path)
+
+
+def test_dcp_loads_the_step_folder_printed(cli, tmp_path: Path) -> None:
+    run = dcp_run(tmp_path / "dcp")
+    path = printed(cli, run)
+    assert path == str(run / "step-20")
+    assert dcp_load(Path(path)) is None, "`dcp.load(checkpoint_id=...)` loads it"
 
 
 def test_deepspeed_names_the_tag_folder(cli, tmp_path: Path) -> None:
