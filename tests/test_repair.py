@@ -134,7 +134,9 @@ def test_a_second_repair_has_nothing_to_do(tmp_path, cli):
     again = cli("repair", "--json", "--yes", folder)
     assert again.exit_code == 0
     assert {item["action"] for item in again.json["plan"]} == {"keep"}
-    assert "Nothing to repair" in cli("repair", folder).stderr
+    third = cli("repair", folder)
+    assert (third.stdout + third.stderr).count("Nothing to repair") == 1, "said once"
+    assert "Nothing to repair" in cli("repair", "-o", tmp_path / "plan.txt", folder).stderr, "said on the terminal"
 
 
 def test_a_healthy_run_is_left_alone(tmp_path, cli):

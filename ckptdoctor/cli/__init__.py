@@ -6,6 +6,7 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Annotated
 
@@ -29,12 +30,17 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command()(inspect)
-app.command()(verify)
-app.command()(prune)
-app.command()(repair)
-app.command()(diskcheck)
-app.command()(rules)
+
+
+def _command(function: Callable[..., None]) -> None:
+    """Add a subcommand. Its summary in ``ckptdoctor --help`` is its docstring's first paragraph,
+    whole: given as ``short_help`` it wraps at any width, where click would cut it with "..."."""
+    summary = " ".join((function.__doc__ or "").partition("\n\n")[0].split())
+    app.command(short_help=summary)(function)
+
+
+for _subcommand in (inspect, verify, prune, repair, diskcheck, rules):
+    _command(_subcommand)
 
 
 def _version(value: bool) -> None:

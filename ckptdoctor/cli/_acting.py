@@ -15,7 +15,6 @@ import typer
 
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
-    EXIT_OK,
     EXIT_USAGE,
     AllFlag,
     ConfigOption,
@@ -44,7 +43,7 @@ MinAge = Annotated[
     str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required off a terminal).")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required when stdin is not a terminal).")]
 PlanFormat = Annotated[
     str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")
 ]
@@ -155,8 +154,9 @@ def pending_line(found: Pending) -> str:
 
 
 def asker(yes: bool, human: bool) -> Confirm:
-    """The answer to an acting pass's questions: --yes to go ahead, else the user on a terminal;
-    off one (or in JSON mode) exit 2, naming what would let it go on."""
+    """The answer to an acting pass's questions: --yes to go ahead, else the user, when stdin is a
+    terminal (wherever stdout goes: ``prune > plan.txt`` still asks, as git and apt do); with no
+    terminal to answer on (or in JSON mode) exit 2, naming what would let it go on."""
 
     def answer(question: Question) -> bool:
         # loaded when the command runs: --help stays fast
@@ -164,8 +164,8 @@ def asker(yes: bool, human: bool) -> Confirm:
 
         if question.ask is Ask.GO and yes:
             return True
-        if human and not yes and sys.stdin.isatty() and sys.stdout.isatty():
-            return typer.confirm(question.text, default=False)
+        if human and not yes and sys.stdin.isatty():
+            return ask(question.text)
         if question.ask is Ask.TOO_MANY_RUNS:
             say(f"ckptdoctor: error: {question.why}; {question.declined}: check the path, or pass --max-runs {question.needed} to go ahead")
         else:
@@ -175,11 +175,21 @@ def asker(yes: bool, human: bool) -> Confirm:
     return answer
 
 
+def ask(text: str) -> bool:
+    """Ask on the terminal: the prompt on stderr, the answer from stdin, so that stdout (the plan,
+    perhaps redirected to a file or a pipe) gets neither. Only ``y`` or ``yes`` go ahead; anything
+    else, or end of input, is a no."""
+    sys.stderr.write(f"{text} [y/N]: ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
 def declined(outcome: Outcome) -> None:
-    """A question answered no: say what was not done, and stop (exit 0: the user chose)."""
+    """A question answered no: say what was not done, and stop (exit 1: what was asked for was
+    not done, so a script that goes on only after a prune goes no further)."""
     if outcome.declined:
         say(f"{outcome.declined[0].upper()}{outcome.declined[1:]}.")
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 @contextlib.contextmanager

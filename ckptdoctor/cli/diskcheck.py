@@ -45,9 +45,10 @@ def diskcheck(
     *,
     options: ReportOptions,
 ) -> None:
-    """Before a job starts or from cron: will the next save fit, how many more will under the
-    run's retention, and is the folder a safe place to save (writable, enough inodes, not a
-    network filesystem)? Exit 1 when the next save does not fit or cannot be written.
+    """Check that the next save fits, before a job or from cron.
+
+    Will the next save fit, how many more will under the run's retention, and is the folder a safe
+    place to save (writable, enough inodes, not a network filesystem)? Exit 1 when the next save does not fit or cannot be written.
 
     The next save is the largest of the run's last 3 complete checkpoints; for a run with none,
     the model's size plus the optimizer's state (--model or --model-bytes, and --optimizer).

@@ -27,40 +27,56 @@ ResumeFlag = Annotated[
         help="Print only the index to resume from (exit 1 when there is none), for job scripts.",
     ),
 ]
+ResumePathFlag = Annotated[
+    bool,
+    typer.Option(
+        "--resume-path",
+        help="Print only the path to pass to the framework's resume (a checkpoint's folder, or its model file).",
+    ),
+]
 
 
 @reporting
-def inspect(paths: Paths = None, resume: ResumeFlag = False, *, options: ReportOptions) -> None:
-    """Find runs, group their files into checkpoints, and name the checkpoint to resume from.
+def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: ResumePathFlag = False, *, options: ReportOptions) -> None:
+    """Name the checkpoint to resume from, and what is missing.
 
-    Reads only the first and last few KiB of each file (and a format's declared header).
+    Finds runs, groups their files into checkpoints, and names the newest complete one. Reads
+    only the first and last few KiB of each file (and a format's declared header).
 
     Examples:
 
+    \b
       ckptdoctor inspect runs/exp1
-
       ckptdoctor inspect --json lightning_logs/ > report.json
-
-      --resume-epoch $(ckptdoctor inspect --resume runs/exp1/checkpoint)
+      python train.py --resume-epoch "$(ckptdoctor inspect --resume runs/exp1/checkpoint)"
+      python train.py --resume_from_checkpoint "$(ckptdoctor inspect --resume-path out)"
     """
     from ckptdoctor.pipelines.scan import (
         inspect as inspect_paths,  # the core loads only when a command runs
     )
 
+    if resume and resume_path:
+        say("ckptdoctor: error: --resume and --resume-path print one thing each: pass one of them")
+        raise typer.Exit(EXIT_USAGE)
     report, found = inspect_paths(paths or ["."], options.settings.thresholds)
-    if resume:
-        _print_resume(report, found)
+    if resume or resume_path:
+        _print_resume(report, found, "--resume-path" if resume_path else "--resume")
     emit(report, options, found.empty)
 
 
-def _print_resume(report: Report, found: Scan) -> None:
+def _print_resume(report: Report, found: Scan, flag: str) -> None:
+    """The resume point's index (``--resume``) or the path its framework resumes from
+    (``--resume-path``), alone on stdout; exit 1 when there is none."""
+    # loaded when the command runs: --help stays fast
+    from ckptdoctor.layouts.registry import layout_named
+
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
         raise typer.Exit(EXIT_USAGE)
     if len(report.runs) > 1:
         paths = ", ".join(run.path for run in report.runs)
-        say(f"ckptdoctor: error: --resume needs one run; found {len(report.runs)}: {paths}")
+        say(f"ckptdoctor: error: {flag} needs one run; found {len(report.runs)}: {paths}")
         raise typer.Exit(EXIT_USAGE)
     run = report.runs[0] if report.runs else None
     checkpoint = run.resume if run else None
@@ -68,5 +84,5 @@ def _print_resume(report: Report, found: Scan) -> None:
         where = run.path if run else ", ".join(found.empty)
         say(f"No checkpoint to resume from in {where}")
         raise typer.Exit(EXIT_FINDINGS)
-    typer.echo(checkpoint.index)
+    typer.echo(layout_named(run.layout).resume_path(run, checkpoint) if flag == "--resume-path" else checkpoint.index)
     raise typer.Exit(0)

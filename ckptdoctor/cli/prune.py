@@ -71,9 +71,11 @@ def prune(
     *,
     options: ActingOptions,
 ) -> None:
-    """Delete checkpoints a retention policy does not keep; never the resume point, the framework's
-    best or pointed-to checkpoint, an incomplete checkpoint newer than the resume point, files
-    modified within --min-age, files a live process holds open, or anything outside the run.
+    """Delete the checkpoints a retention policy does not keep.
+
+    Never deleted: the resume point, the framework's best or pointed-to checkpoint, an incomplete
+    checkpoint newer than the resume point, files modified within --min-age, files a live process
+    holds open, or anything outside the run.
 
     A checkpoint is kept if any rule keeps it; the plan shows the reasons. Deletion is journalled:
     a prune killed at any moment loses nothing that was to be kept, and the next one finishes it.
@@ -107,7 +109,10 @@ def prune(
         outcome = acting.carry_out(pruning, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=options.listener())
     declined(outcome)
     if not outcome.acted and options.human and not options.quiet:
-        say("Dry run: no files were deleted." if options.dry_run else "Nothing to delete.")
+        if options.dry_run:
+            say("Dry run: no files were deleted.")
+        elif options.output is not None:  # on stdout, the plan's last line has said so
+            say("Nothing to delete.")
     _fail_with(outcome.problems)
     raise typer.Exit(EXIT_OK)
 

@@ -34,9 +34,11 @@ QuarantineId = Annotated[
 
 @acting_command
 def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, *, options: ActingOptions) -> None:
-    """Make a run resumable from its newest complete checkpoint: move incomplete, partial and
-    corrupt checkpoints newer than it, empty files and staging leftovers into a quarantine in the
-    run, and re-point `latest` (DeepSpeed), the Megatron tracker and a broken `last.ckpt` at it.
+    """Make a run resumable from its newest complete checkpoint.
+
+    Moves incomplete, partial and corrupt checkpoints newer than it, empty files and staging
+    leftovers into a quarantine in the run, and re-points `latest` (DeepSpeed), the Megatron
+    tracker and a broken `last.ckpt` at it.
 
     Nothing is deleted and no checkpoint's bytes change; every action names the rule it fixes.
     Files modified within --min-age or held open are left alone. `repair --undo` puts everything
@@ -70,8 +72,10 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
     declined(outcome)
     blocked = undo and bool(outcome.refused)  # an undo that would put an entry over one that exists again does nothing
     if not outcome.acted and not blocked and human and not quiet:
-        verb = "restored" if undo else "moved"
-        say(f"Dry run: nothing was {verb}." if dry_run else ("Nothing to restore." if undo else "Nothing to repair."))
+        if dry_run:
+            say(f"Dry run: nothing was {'restored' if undo else 'moved'}.")
+        elif undo or options.output is not None:  # a repair's plan on stdout has said so in its last line
+            say("Nothing to restore." if undo else "Nothing to repair.")
     if outcome.acted and not undo and human and not quiet:
         # loaded when the command runs: --help stays fast
         from ckptdoctor.render.human import resume_line

@@ -25,7 +25,10 @@ Full = Annotated[bool, typer.Option("--full", help="Explain every rule a pasted 
 
 
 def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False, full: Full = False) -> None:
-    """List the rule table, explain one rule, or rank the rules that explain an error message.
+    """Show the rule table, one rule, or the rules an error matches.
+
+    Lists the rule table, explains one rule, or ranks the rules that explain an error message
+    (one line each; --full explains them all).
 
     Examples:
 

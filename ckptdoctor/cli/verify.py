@@ -34,7 +34,9 @@ PROGRESS_AFTER = 1.0
 
 @reporting
 def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, jobs: JobsOption = 0, *, options: ReportOptions) -> None:
-    """Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
+    """Read every file whole: what inspect does, and more.
+
+    Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
     and consistency between the files of a checkpoint and between checkpoints.
 
     Nothing from a checkpoint is ever executed: pickles are parsed, never loaded.

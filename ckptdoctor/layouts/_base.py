@@ -112,6 +112,7 @@ class Layout:
                                                                               megatron, lightning
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
     ``resume_hint(run, c)``      ``""``                                       every layout but torch
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
     ``reads_every_name``         False                                        accelerate
@@ -218,6 +219,19 @@ class Layout:
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""
+
+    def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
+        """The path to hand the framework's resume (``inspect --resume-path``): the checkpoint's
+        own folder where it saves one (HF's ``resume_from_checkpoint``, DCP's ``checkpoint_id``,
+        an Orbax step, a DeepSpeed or Megatron tag folder), the run's folder where a folder
+        layout saved straight into it, else the checkpoint's model file (Lightning's and timm's
+        one file, a split save's weights)."""
+        if checkpoint.path is not None:
+            return checkpoint.path
+        if self.folders:
+            return run.path
+        files = checkpoint.files_for(Role.MODEL) or checkpoint.files
+        return files[0].path if files else run.path
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """What the framework's pointer files (``latest``, ``best_model_checkpoint``, ...) name."""

@@ -37,6 +37,8 @@ _KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(\d+)\.(?:
 SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
 REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
 PREFIXES = {**SUPERVISED, **REINFORCEMENT}
+_FOLDER = "checkpoint"
+"""The folder of the artifact directory ``FileCheckpointer`` saves into."""
 
 
 class BurnLayout(Layout):
@@ -85,6 +87,14 @@ class BurnLayout(Layout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f"pass `.checkpoint({checkpoint.index})` to burn's `SupervisedTraining` (or `LearnerBuilder`)"
+
+    def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
+        """burn resumes from an index (``.checkpoint(N)``) in the artifact folder its learner is
+        built on, the folder above ``checkpoint/``; files moved out of a ``checkpoint/`` folder
+        are no learner's: their model file, for loading the weights by hand."""
+        if os.path.basename(os.path.abspath(run.path)) == _FOLDER:  # abspath: the run may be "."
+            return os.path.normpath(os.path.join(run.path, os.pardir))
+        return super().resume_path(run, checkpoint)
 
     def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
         """burn's learner logs each validation metric beside its ``checkpoint/`` folder:

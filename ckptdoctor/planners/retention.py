@@ -64,7 +64,7 @@ class Policy:
     def describe(self, unit: str) -> str:
         parts = []
         if self.keep_last:
-            parts.append(f"the last {self.keep_last} complete {unit}s")
+            parts.append(f"the last {self.keep_last} complete {unit}s" if self.keep_last != 1 else f"the last complete {unit}")
         if self.keep_best:
             parts.append(f"the best {self.keep_best} by {self.metric} ({'lowest' if self.mode == 'min' else 'highest'})")
         if self.keep_every:
@@ -72,7 +72,7 @@ class Policy:
         if self.keep_within:
             parts.append(f"everything saved within {duration(self.keep_within)} of the newest")
         if self.keep:
-            parts.append(f"{unit}s {', '.join(str(i) for i in sorted(self.keep))}")
+            parts.append(f"{unit}{'s' if len(self.keep) != 1 else ''} {', '.join(str(i) for i in sorted(self.keep))}")
         return "keep " + "; ".join(parts)
 
 

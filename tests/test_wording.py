@@ -1,0 +1,71 @@
+"""What a user reads first: ``--help`` summaries that are whole sentences, examples that are whole
+commands, each thing said once, and counts in the right number."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ckptdoctor.cli import app
+from ckptdoctor.testing import write_burn_run
+
+
+def _help(*args: str, columns: int) -> str:
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+    result = subprocess.run([sys.executable, "-m", "ckptdoctor", *args, "--help"], capture_output=True, text=True, env=env, check=True)
+    return result.stdout
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_command_summaries_are_whole_sentences_at_any_width(columns: int) -> None:
+    listed = _help(columns=columns).split("Commands:\n", 1)[1]
+    # a summary may wrap onto lines of its own, indented under it: join them back
+    summaries = dict(re.findall(r"^  (\w+) +(.+(?:\n {4,}.+)*)", listed, re.MULTILINE))
+    names = [command.name or (command.callback.__name__ if command.callback else "") for command in app.registered_commands]
+    assert sorted(summaries) == sorted(names)
+    for name, summary in summaries.items():
+        sentence = " ".join(summary.split())
+        assert "..." not in sentence and sentence.endswith("."), f"{name}: {sentence!r} is cut"
+        assert len(sentence) <= 63, f"{name}: a summary is one short sentence (it fits beside the name at 80 columns)"
+
+
+def test_inspect_help_examples_are_whole_commands() -> None:
+    text = _help("inspect", columns=80)
+    examples = [line.strip() for line in text.split("Examples:", 1)[1].split("Arguments:", 1)[0].splitlines() if line.strip()]
+    assert examples, "inspect --help shows examples"
+    for example in examples:
+        assert not example.startswith("-"), f"{example!r} is the tail of a command, not one"
+        assert "ckptdoctor" in example
+
+
+def _aged_burn_run(tmp_path: Path, epochs: range) -> Path:
+    folder = tmp_path / "run" / "checkpoint"
+    write_burn_run(folder, epochs)
+    when = time.time() - 86400  # older than --min-age
+    for path in folder.rglob("*"):
+        os.utime(path, (when, when))
+    return folder
+
+
+def test_nothing_to_delete_is_said_once(tmp_path: Path, cli) -> None:
+    folder = _aged_burn_run(tmp_path, range(1, 3))
+    result = cli("prune", "--keep-last", "5", folder)
+    assert result.exit_code == 0, result.stderr
+    assert (result.stdout + result.stderr).count("Nothing to delete") == 1
+    to_file = cli("prune", "--keep-last", "5", "-o", tmp_path / "plan.txt", folder)
+    assert "Nothing to delete" in to_file.stderr, "with the plan in a file, the terminal is told"
+
+
+def test_one_is_singular_in_the_policy(tmp_path: Path, cli) -> None:
+    folder = _aged_burn_run(tmp_path, range(1, 4))
+    result = cli("prune", "--keep-last", "1", "--keep", "2", "--dry-run", folder)
+    assert "keep the last complete epoch; epoch 2" in result.stdout, result.stdout
+    assert "1 complete epochs" not in result.stdout and "epochs 2" not in result.stdout
+    several = cli("prune", "--keep-last", "2", "--keep", "1", "--keep", "2", "--dry-run", folder)
+    assert "keep the last 2 complete epochs; epochs 1, 2" in several.stdout, several.stdout
