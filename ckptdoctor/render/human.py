@@ -564,7 +564,7 @@ def plan_summary(plan: Plan, unit: str) -> str:
     """A prune plan in one line."""
     doomed = plan.acting(Action.DELETE)
     if not doomed:
-        return f"Nothing to delete; keeping {len(plan.items)} {unit}s."
+        return f"Nothing to delete; keeping {_count(len(plan.items), unit, unit + 's')}."
     files = sum(len(item.entries) for item in doomed)
     kept = len(plan.items) - len(doomed)
     return (
@@ -580,7 +580,8 @@ def repair_summary(plan: Plan, unit: str) -> str:
         total = sum(item.bytes for item in restored)
         return f"About to put back {_count(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
     if not (moved or repointed):
-        return f"Nothing to repair; {plan.policy}."
+        undo = plan.policy.startswith("undo")  # an undo with nothing to put back is no repair
+        return f"Nothing to put back ({plan.policy})." if undo else f"Nothing to repair; {plan.policy}."
     actions = []
     if moved:
         total = sum(item.bytes for item in moved)
