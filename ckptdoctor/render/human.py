@@ -243,7 +243,7 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
     run = run or next((r for r in report.runs if r.checkpoints), None)
     volume = disk.volume
     where = f"{volume.fstype} on {volume.mountpoint}" if volume else "volume unknown"
-    title = f"{run.layout} · {len(run.checkpoints)} {run.unit.value}s · {where}" if run else where
+    title = f"{run.layout} · {_count(len(run.checkpoints), run.unit.value, run.unit.value + 's')} · {where}" if run else where
     parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
     sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
     if sizes:
@@ -551,7 +551,8 @@ def plan_block(
         table.add_row(*cells, "; ".join(item.reasons), size(item.bytes))
     parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
     if len(items) < len(plan.items):
-        parts.append(Text(f"… {len(plan.items) - len(items)} older {unit}s not shown (--all shows them)", style="dim"))
+        hidden = len(plan.items) - len(items)
+        parts.append(Text(f"… {hidden} older {unit if hidden == 1 else unit + 's'} not shown (--all shows them)", style="dim"))
     parts.append(wrap(Text((summary or plan_summary)(plan, unit)), width, 2))
     return Group(*parts)
 
