@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from terminal import in_terminal
 
 import ckptdoctor
 from ckptdoctor.testing import write_burn_run
@@ -407,34 +407,17 @@ def _colour_codes(output: bytes) -> set[int]:
     return found
 
 
-def _run_in_terminal(args: list[str], env: dict[str, str]) -> tuple[int, bytes]:
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
-    os.close(slave)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO once the child has closed the terminal
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(master)
-    return proc.wait(timeout=60), output
-
-
 def test_no_color_is_respected_on_a_terminal(tmp_path):
     folder = missing_optimizer(tmp_path)
     base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE")}
     base["TERM"] = "xterm-256color"
     args = [sys.executable, "-m", "ckptdoctor", "inspect", str(folder)]
 
-    code, coloured = _run_in_terminal(args, base)
+    code, coloured, _ = in_terminal(args, base)
     assert code == 1
     assert _colour_codes(coloured), "on a terminal the report is coloured (the control case)"
 
-    code, plain = _run_in_terminal(args, {**base, "NO_COLOR": "1"})
+    code, plain, _ = in_terminal(args, {**base, "NO_COLOR": "1"})
     assert code == 1
     assert b"CKD101" in plain
     assert _colour_codes(plain) == set()

@@ -9,19 +9,16 @@ from __future__ import annotations
 import hashlib
 import os
 import pty
-import select
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO
 
 import pytest
+from terminal import PROMPT, in_terminal
 
 from ckptdoctor.testing import write_burn_run
-
-PROMPT = b"[y/N]: "
 
 
 def _burn_run(tmp_path: Path) -> Path:
@@ -42,38 +39,8 @@ def _env() -> dict[str, str]:
 
 
 def _answered(args: list[str], answer: bytes | None, stdout: int | IO[bytes]) -> tuple[int, bytes, bytes]:
-    """Run the CLI with stdin and stderr on a pseudo-terminal and stdout as given; type ``answer``
-    once the prompt shows (None: expect no prompt). Returns the exit code, what the terminal
-    showed, and what a pipe on stdout got."""
-    master, slave = pty.openpty()
-    command = [sys.executable, "-m", "ckptdoctor", *args]
-    proc = subprocess.Popen(command, stdin=slave, stdout=stdout, stderr=slave, env=_env(), close_fds=True)
-    os.close(slave)
-    piped: list[bytes] = []
-    reader = threading.Thread(target=lambda: piped.append(proc.stdout.read() if proc.stdout else b""))
-    reader.start()
-    shown = b""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 1)
-        if not ready:
-            if proc.poll() is not None:
-                break
-            continue
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO once the child has closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-        if answer is not None and shown.endswith(PROMPT):
-            os.write(master, answer + b"\n")
-            answer = None
-    os.close(master)
-    code = proc.wait(timeout=60)
-    reader.join(timeout=60)
-    return code, shown, b"".join(piped)
+    """The CLI with stdin and stderr on a terminal and stdout as given, answered ``answer``."""
+    return in_terminal([sys.executable, "-m", "ckptdoctor", *args], _env(), stdout, answer)
 
 
 @pytest.mark.parametrize("to", ["file", "pipe"])

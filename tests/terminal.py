@@ -1,0 +1,50 @@
+"""Run a command with a pseudo-terminal as its user's terminal, as the tests of prompting and
+colour need: stdin and stderr on the terminal, stdout on it too or wherever the test says."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import threading
+import time
+from typing import IO
+
+PROMPT = b"[y/N]: "
+
+
+def in_terminal(
+    command: list[str], env: dict[str, str], stdout: int | IO[bytes] | None = None, answer: bytes | None = None
+) -> tuple[int, bytes, bytes]:
+    """Run ``command``; type ``answer`` once the prompt shows (None: type nothing). ``stdout``:
+    None for the terminal, else a file or ``subprocess.PIPE``. Returns the exit code, what the
+    terminal showed, and what a pipe on stdout got."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    piped: list[bytes] = []
+    reader = threading.Thread(target=lambda: piped.append(proc.stdout.read() if proc.stdout else b""))
+    reader.start()
+    shown = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO once the child has closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if answer is not None and shown.endswith(PROMPT):
+            os.write(master, answer + b"\n")
+            answer = None
+    os.close(master)
+    code = proc.wait(timeout=60)
+    reader.join(timeout=60)
+    return code, shown, b"".join(piped)
