@@ -320,6 +320,12 @@ class Run:
     """Why the run saves weights alone by design (HF ``save_only_model``, Lightning
     ``save_weights_only``): its checkpoints need no optimizer or scheduler state, and its
     framework resumes from them with a fresh optimizer. None for a run that saves it all."""
+    resume_how: str = ""
+    """How the run's framework resumes from ``resume``, in its own terms (``pass
+    `.checkpoint(4)` to burn's `SupervisedTraining```); '' where there is nothing to add."""
+    resume_path: str | None = None
+    """The path to hand the framework's resume (``inspect --resume-path``); None where there is
+    no resume point, or only one file was judged."""
 
     @property
     def resume(self) -> Checkpoint | None:

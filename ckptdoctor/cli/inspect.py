@@ -67,9 +67,6 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
 def _print_resume(report: Report, found: Scan, flag: str) -> None:
     """The resume point's index (``--resume``) or the path its framework resumes from
     (``--resume-path``), alone on stdout; exit 1 when there is none."""
-    # loaded when the command runs: --help stays fast
-    from ckptdoctor.layouts.registry import layout_named
-
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
@@ -84,5 +81,5 @@ def _print_resume(report: Report, found: Scan, flag: str) -> None:
         where = run.path if run else ", ".join(found.empty)
         say(f"No checkpoint to resume from in {where}")
         raise typer.Exit(EXIT_FINDINGS)
-    typer.echo(layout_named(run.layout).resume_path(run, checkpoint) if flag == "--resume-path" else checkpoint.index)
+    typer.echo(run.resume_path if flag == "--resume-path" else checkpoint.index)
     raise typer.Exit(0)

@@ -116,15 +116,16 @@ class Layout:
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
     ``reads_every_name``         False                                        accelerate
-    ``wording``                  ``save_full`` for a hand-written loop        hf-trainer, lightning
+    ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
+                                                                              frameworks
     ===========================  ===========================================  ====================================
 
     Each hook's own docstring says what it answers. Nothing outside ``layouts/`` knows a
     framework by name: readers get the file names they must read specially from ``named_files``
     (through ``layouts.NAMED_FILES``), rules and planners ask the run's layout
     (``layout_named(run.layout)``), and a test (``tests/test_layout_knowledge.py``) keeps it so.
-    ``wording`` holds placeholder values only; fix templates keyed per layout, with the rule's
-    generic ones as fallback, would be an attribute beside it.
+    A rule's fixes are keyed by ``fix_keys`` (``rules._rule.Fix``): a run is told its own
+    framework's words, else the general ones, never another framework's.
     """
 
     name: str = "unknown"
@@ -186,14 +187,14 @@ class Layout:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
 
-    wording: Mapping[str, str] = MappingProxyType(
-        {
-            "save_full": "put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
-        }
-    )
-    """Fix placeholders in this framework's own words (``save_full``: how it is told to save
-    optimizer state with the weights, CKD107's fix); a placeholder a layout leaves out keeps
-    ``rules._rule.GENERIC_CONTEXT``'s general wording."""
+    builds_on: tuple[str, ...] = ()
+    """What this framework saves with (``torch``): fixes worded for that fit its runs too."""
+
+    @property
+    def fix_keys(self) -> tuple[str, ...]:
+        """The keys of the fix wordings that fit this layout's runs, most specific first
+        (``rules._rule.Fix``): its own name, then what it builds on."""
+        return (self.name, *self.builds_on)
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
         """Why this run saves weights alone by design, from what the framework records (None

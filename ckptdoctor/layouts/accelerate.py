@@ -42,6 +42,7 @@ epoch 3); a save cut short before any of these joins its run by its name (``step
 
 class AccelerateLayout(FolderLayout):
     name = "accelerate"
+    builds_on = ("torch",)
     default_unit = Unit.SAVE
     reads_every_name = True
     content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -25,6 +25,7 @@ _MARKERS = (METADATA, METADATA + ".tmp")
 
 class DcpLayout(FolderLayout):
     name = "dcp"
+    builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.DISTCP, Format.PICKLE})
     resume_needs = frozenset({Role.MODEL, Role.METADATA})

@@ -29,6 +29,7 @@ UNIVERSAL = "latest_universal"
 
 class DeepSpeedLayout(FolderLayout):
     name = "deepspeed"
+    builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})

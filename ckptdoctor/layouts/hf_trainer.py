@@ -65,6 +65,7 @@ NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TR
 
 class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
+    builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT})
     resume_needs = frozenset(REQUIRED)
@@ -135,8 +136,6 @@ class HfTrainerLayout(FolderLayout):
 
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
-
-    wording = MappingProxyType({"save_full": "drop `save_only_model=True` from `TrainingArguments`"})
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         hint = f'pass `resume_from_checkpoint="{checkpoint.path or run.path}"` to `trainer.train()`'

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout, Pointer, group
@@ -55,6 +54,7 @@ def _beside(link_path: str, target: str) -> bool:
 
 class LightningLayout(Layout):
     name = "lightning"
+    builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     whole_saves = True
@@ -115,8 +115,6 @@ class LightningLayout(Layout):
             return None
         kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
-
-    wording = MappingProxyType({"save_full": "pass `save_weights_only=False` to `ModelCheckpoint`"})
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # a requeued SLURM job loads the highest hpc_ckpt_N.ckpt, whatever is in it

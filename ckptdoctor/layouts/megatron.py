@@ -33,6 +33,7 @@ _FILES = {
 
 class MegatronLayout(FolderLayout):
     name = "megatron"
+    builds_on = ("torch",)
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.DISTCP, Format.TEXT})
     resume_needs = frozenset({Role.MODEL})

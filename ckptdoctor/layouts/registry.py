@@ -6,6 +6,7 @@ a hand-made loop's ``model-3.bin``), the content of the files decides.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from types import MappingProxyType
 
@@ -83,7 +84,16 @@ def find_run(
     probe: Callable[[Entry], FileReport],
     subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
 ) -> Run | None:
-    """The run in ``listing``, if any layout recognises its files (or its checkpoint folders)."""
+    """The run in ``listing``, if any layout recognises its files (or its checkpoint folders),
+    with how its framework resumes from its resume point."""
+    run = _recognised(listing, probe, subfolder)
+    if run is None or run.single_file or (checkpoint := run.resume) is None:
+        return run
+    layout = layout_named(run.layout)
+    return dataclasses.replace(run, resume_how=layout.resume_hint(run, checkpoint), resume_path=layout.resume_path(run, checkpoint))
+
+
+def _recognised(listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run | None:
     candidates = [
         (layout, claims)
         for layout in LAYOUTS

@@ -37,6 +37,7 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 
 class TimmLayout(Layout):
     name = "timm"
+    builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     loader_allows = frozenset({"argparse.Namespace"})

@@ -136,6 +136,15 @@ def resume_line(run: Run) -> Text:
     return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
 
 
+def resume_block(run: Run, width: int) -> RenderableType:
+    """The resume point, then how the run's framework resumes from it: said once per run, here
+    at the end, not as a fix of every finding."""
+    line = wrap(resume_line(run), width, 2)
+    if not run.resume_how or run.resume is None:
+        return line
+    return Group(line, _hanging("  how:", "dim", f" {run.resume_how}", 4, width))
+
+
 def rule_table(rules: Iterable[Rule], width: int) -> RenderableType:
     """CODE, NAME and SEVERITY whole, the summary wrapped in what is left, its code spans whole;
     where too little is left, each summary on the lines under its rule."""
@@ -200,7 +209,7 @@ def rule_page(rule: Rule, width: int) -> RenderableType:
         wrap(Text(rule.causes), width),
         Text(""),
         Text("How to fix it", style="bold"),
-        *[_hanging("  •", "", f" {fix}", 4, width) for fix in rule.fix_texts()],
+        *_documented_fixes(rule, width),
     ]
     if rule.messages:
         parts += [Text(""), Text("Messages it explains", style="bold")]
@@ -208,6 +217,15 @@ def rule_page(rule: Rule, width: int) -> RenderableType:
     if rule.related:
         parts += [Text(""), Text.assemble(("Related: ", "bold"), ", ".join(rule.related))]
     return Group(*parts)
+
+
+def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
+    """Each fix in general words, its frameworks' own words indented under it."""
+    for generic, own in rule.documented_fixes():
+        for text in generic:
+            yield _hanging("  •", "", f" {text}", 4, width)
+        for key, text in own:
+            yield _hanging("     " if generic else "  •", "", f" {key}: {text}", 8 if generic else 4, width)
 
 
 def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) -> RenderableType:
@@ -227,7 +245,7 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
         parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
     if findings:
         parts.append(_findings(findings, width))
-    parts.append(wrap(resume_line(run), width, 2))
+    parts.append(resume_block(run, width))
     return Group(*parts)
 
 

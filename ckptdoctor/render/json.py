@@ -136,7 +136,13 @@ def _run(run: Run) -> dict[str, Any]:
         "checkpoints": [_checkpoint(c) for c in run.checkpoints],
         "resume": None
         if resume is None
-        else {"index": resume.index, "paths": [f.path for f in resume.files], "weights_only": run.weights_only is not None},
+        else {
+            "index": resume.index,
+            "paths": [f.path for f in resume.files],
+            "weights_only": run.weights_only is not None,
+            "path": run.resume_path,
+            "how": run.resume_how,
+        },
         "weights_only": run.weights_only,
         "loose_files": [_file(f) for f in run.loose_files],
         "other_files": [_other(e) for e in run.other_files],

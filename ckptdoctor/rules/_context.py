@@ -49,13 +49,7 @@ class RunContext:
 
     @functools.cached_property
     def _fix_context(self) -> dict[str, str]:
-        # once per run: a run can have thousands of findings, and finding the resume point walks it
-        return {
-            "run": self.run.path,
-            "unit": self.run.unit.value,
-            "resume": resume_sentence(self.run, self.layout),
-            **self.layout.wording,
-        }
+        return {"run": self.run.path, "unit": self.run.unit.value}
 
     def finding(
         self,
@@ -67,6 +61,7 @@ class RunContext:
         severity: Severity | None = None,
         context: Mapping[str, str] | None = None,
         extra_fixes: tuple[str, ...] = (),
+        case: str | None = None,
     ) -> Finding:
         values = self.fix_context
         if index is not None:
@@ -75,7 +70,7 @@ class RunContext:
             values["path"] = path
             values["name"] = path.rsplit("/", 1)[-1]
         values.update(context or {})
-        return make_finding(rule, message, self.run.path, index, path, severity, values, extra_fixes)
+        return make_finding(rule, message, self.run.path, index, path, severity, values, self.layout.fix_keys, case, extra_fixes)
 
     def sibling_name(self, role: Role, index: int) -> str | None:
         """The name a missing file of ``role`` would have at ``index``, from the nearest
@@ -110,8 +105,12 @@ def make_finding(
     path: str | None = None,
     severity: Severity | None = None,
     context: Mapping[str, str] | None = None,
+    frameworks: tuple[str, ...] = (),
+    case: str | None = None,
     extra_fixes: tuple[str, ...] = (),
 ) -> Finding:
+    """Every finding is made here: its fixes for ``case``, in the words of ``frameworks`` (a
+    layout's ``fix_keys``) where they have their own, else in general words."""
     return Finding(
         code=rule.code,
         name=rule.name,
@@ -120,7 +119,7 @@ def make_finding(
         index=index,
         path=path,
         message=message,
-        fixes=extra_fixes + rule.fix_texts(context),
+        fixes=extra_fixes + rule.fix_texts(context, frameworks, case),
     )
 
 
@@ -131,16 +130,3 @@ def renumber(name: str, old: int, new: int) -> str:
             digits = str(new).zfill(len(match.group()))
             return name[: match.start()] + digits + name[match.end() :]
     return name
-
-
-def resume_sentence(run: Run, layout: Layout) -> str:
-    if run.single_file:
-        return f"Run `ckptdoctor inspect {run.path}` to see the whole run and the checkpoint to resume from"
-    checkpoint = run.resume
-    if checkpoint is None:
-        return f"No complete checkpoint is left in {run.path}: restore one from a backup, or start the run again"
-    hint = layout.resume_hint(run, checkpoint)
-    where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
-    whole = "the newest whole weights" if run.weights_only else "the newest complete checkpoint"
-    sentence = f"Resume from {run.unit.value} {checkpoint.index}, {whole} ({where})"
-    return f"{sentence}: {hint}" if hint else sentence

@@ -2,21 +2,22 @@
 
 A rule is data: the documentation that `ckptdoctor rules CODE` prints, SARIF help text and the
 README table all come from the same record. Fixes are templates so that a finding can name
-the user's own files ("Resume from epoch 4, ...") while `rules` prints the same advice in
-general terms.
+the user's own files ("Restore optim-5.bpk ...") while `rules` prints the same advice in
+general terms. A fix may also have the words of particular frameworks (a burn run is told about
+``with_default_checkpointers()``, an HF run about ``resume_from_checkpoint``): a run gets its own
+framework's words, or the general ones, never another framework's.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, ParamSpec, TypeVar
 
 from ckptdoctor.model import Severity
 
 GENERIC_CONTEXT: Mapping[str, str] = {
-    "resume": "Resume from the newest complete checkpoint (`ckptdoctor inspect --resume RUN_DIR` prints its index)",
     "run": "RUN_DIR",
     "path": "the file",
     "name": "the file",
@@ -27,9 +28,40 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "known": "the run's own prefix",
     "format": "the expected format",
     "ratio": "the usual ratio",
-    "save_full": "HF, drop `save_only_model=True`; Lightning, `ModelCheckpoint(save_weights_only=False)`; your own loop, put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
+
+OTHERWISE = "*"
+"""The ``case`` of a fix for every case of its rule that no other fix of the rule names."""
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix of a rule, in general words and in the words of frameworks that have their own.
+
+    Made with ``fix(...)``; a plain string in ``Rule.fixes`` is a fix with general words only."""
+
+    generic: str | None
+    """For a run of any framework; None where only the frameworks below have this fix (DeepSpeed's
+    ``zero_to_fp32.py``)."""
+    frameworks: tuple[tuple[str, str], ...] = ()
+    """(key, template): a layout's name, or what it builds on (``torch``: every layout whose
+    files torch writes), with the fix in that framework's words; ``""`` where the fix does not
+    apply to that framework (HF Trainer saves the scheduler itself)."""
+    case: str | None = None
+    """Only for findings of this case (the content a CKD205 file really holds: ``html``), or
+    ``OTHERWISE``; None for every finding of the rule."""
+
+    def text_for(self, keys: Sequence[str]) -> str | None:
+        """The template for a run whose layout answers to ``keys`` (most specific first)."""
+        own = dict(self.frameworks)
+        return next((own[key] for key in keys if key in own), self.generic)
+
+
+def fix(generic: str | None = None, /, *, case: str | None = None, **frameworks: str) -> Fix:
+    """``fix("Restore it.", burn="…", hf_trainer="…")``: keyword names are layout names with
+    ``_`` for ``-``."""
+    return Fix(generic, tuple((key.replace("_", "-"), text) for key, text in frameworks.items()), case)
 
 
 @dataclass(frozen=True)
@@ -48,8 +80,8 @@ class Rule:
     """What it means for the run, in a paragraph."""
     causes: str
     """When it happens: the situations that produce it."""
-    fixes: tuple[str, ...]
-    """Concrete fixes, as templates over the placeholders of ``GENERIC_CONTEXT``."""
+    fixes: tuple[str | Fix, ...]
+    """Concrete fixes, most useful first, as templates over the placeholders of ``GENERIC_CONTEXT``."""
     messages: tuple[str, ...] = ()
     """Exact error messages of other tools that this rule explains."""
     related: tuple[str, ...] = ()
@@ -71,16 +103,54 @@ class Rule:
         """Whether a finding of this rule is less severe on a checkpoint nothing resumes from."""
         return self.behind_resume is not None and self.behind_resume.rank < self.severity.rank
 
-    def fix_texts(self, context: Mapping[str, str] | None = None) -> tuple[str, ...]:
-        """The fixes worded for ``context`` (a run's own names), generic where it is silent."""
+    @property
+    def fix_records(self) -> tuple[Fix, ...]:
+        return tuple(Fix(f) if isinstance(f, str) else f for f in self.fixes)
+
+    def fix_texts(
+        self,
+        context: Mapping[str, str] | None = None,
+        frameworks: Sequence[str] | None = None,
+        case: str | None = None,
+    ) -> tuple[str, ...]:
+        """The fixes worded for ``context`` (a run's own names, generic where it is silent).
+
+        ``frameworks`` are the keys of the run's layout, most specific first: each fix in that
+        framework's words, or in general words, or left out where only other frameworks have it.
+        None documents the rule: each fix in general words, then in each framework's, labelled.
+        ``case`` picks the fixes for one case of the rule (None: all of them)."""
+        if frameworks is None:
+            return tuple(text for generic, own in self.documented_fixes(context) for text in (*generic, *(f"{k}: {t}" for k, t in own)))
         values = _Context(context or {})
-        return tuple(_FORMATTER.vformat(fix, (), values) for fix in self.fixes)
+        texts = (record.text_for(frameworks) for record in self._for_case(case))
+        return tuple(_FORMATTER.vformat(text, (), values) for text in texts if text)
+
+    def documented_fixes(self, context: Mapping[str, str] | None = None) -> tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
+        """Each fix as the rule's documentation gives it: in general words (none where only some
+        frameworks have it), and each framework's own words, by key."""
+        values = _Context(context or {})
+        return tuple(
+            (
+                tuple(_FORMATTER.vformat(t, (), values) for t in (record.generic,) if t),
+                tuple((key, _FORMATTER.vformat(text, (), values)) for key, text in record.frameworks if text),
+            )
+            for record in self.fix_records
+        )
+
+    def _for_case(self, case: str | None) -> tuple[Fix, ...]:
+        records = self.fix_records
+        if case is None:
+            return records
+        named = {f.case for f in records if f.case not in (None, OTHERWISE)}
+        wanted = case if case in named else OTHERWISE
+        return tuple(f for f in records if f.case is None or f.case == wanted)
 
     def placeholders(self) -> frozenset[str]:
         """Every placeholder the fixes use (tests check each is known)."""
         names: set[str] = set()
-        for fix in self.fixes:
-            names.update(field for _, field, _, _ in _FORMATTER.parse(fix) if field)
+        for record in self.fix_records:
+            for template in (record.generic or "", *(text for _, text in record.frameworks)):
+                names.update(field for _, field, _, _ in _FORMATTER.parse(template) if field)
         return frozenset(names)
 
 

@@ -12,7 +12,17 @@ from collections.abc import Iterator
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule, fires
+from ckptdoctor.rules._rule import Rule, fires, fix
+
+_FRESH_OPTIMIZER = (
+    "This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up "
+    "lost, and the learning-rate schedule restarts too unless you restore it separately (advance the scheduler to where "
+    "{unit} {index} left it)."
+)
+_ZERO3_WEIGHTS = (
+    "the weights are inside `global_stepN/`; rebuild full weights with the `zero_to_fp32.py` script DeepSpeed copied into "
+    "the checkpoint folder, and set `stage3_gather_16bit_weights_on_model_save: true` for future saves."
+)
 
 MISSING_OPTIMIZER = Rule(
     code="CKD101",
@@ -37,10 +47,19 @@ MISSING_OPTIMIZER = Rule(
         "checkpoint was copied from another machine or bucket without its optimizer state."
     ),
     fixes=(
-        "{resume}.",
-        "Point the optimizer checkpointer at the same folder and prefix as the run that saved, so that the resume finds {expected} in {run}: in burn, build all three checkpointers with `with_default_checkpointers()` on the same directory (or create custom `FileCheckpointer`s with that directory and the names `model`, `optim`, `scheduler`); in HF, pass `resume_from_checkpoint` the `checkpoint-N` folder itself.",
+        fix(
+            "Point the optimizer's saving code at {run}, with the name and index the model file uses, so that the resume finds {expected} there.",
+            burn="Build all three checkpointers on the same artifact folder with `with_default_checkpointers()` (or custom `FileCheckpointer`s on that folder named `model`, `optim` and `scheduler`), so that the resume finds {expected} in {run}.",
+            hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: the Trainer resumes from a folder without `optimizer.pt` with a fresh optimizer and says nothing.",
+        ),
         "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {run}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
-        "If no copy exists, resume from the weights alone with a fresh optimizer: in burn, load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files); in torch, `model.load_state_dict(...)` and build a new optimizer. This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up lost, and the learning-rate schedule restarts too unless you restore it separately (advance the scheduler to where {unit} {index} left it).",
+        fix(
+            "If no copy exists, start a new run from the weights alone with a fresh optimizer. " + _FRESH_OPTIMIZER,
+            burn="If no copy exists, resume from the weights alone with a fresh optimizer: load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files). "
+            + _FRESH_OPTIMIZER,
+            torch="If no copy exists, resume from the weights alone: `model.load_state_dict(...)` and build a new optimizer. "
+            + _FRESH_OPTIMIZER,
+        ),
         "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {run}` moves them into a quarantine folder (`ckptdoctor repair --undo {run}` puts them back).",
         "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {run} --keep-last 2`.",
     ),
@@ -70,10 +89,15 @@ MISSING_MODEL = Rule(
         "`global_stepN/` folder. A PEFT run saved adapter weights where full weights were expected."
     ),
     fixes=(
-        "{resume}.",
         "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
-        "If the model checkpointer writes elsewhere, point it at {run} with the prefix the run used when it saved (burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`).",
-        "DeepSpeed ZeRO-3: the weights are inside `global_stepN/`; rebuild full weights with the `zero_to_fp32.py` script DeepSpeed copied into the checkpoint folder, and set `stage3_gather_16bit_weights_on_model_save: true` for future saves.",
+        fix(
+            "If the model's saving code writes elsewhere, point it at {run} with the name the run used when it saved.",
+            burn="If the model checkpointer writes elsewhere, point it at {run}: burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`.",
+        ),
+        fix(
+            deepspeed="Under ZeRO-3, " + _ZERO3_WEIGHTS,
+            hf_trainer="Under DeepSpeed ZeRO-3, " + _ZERO3_WEIGHTS,
+        ),
         "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {run}`.",
     ),
     messages=(
@@ -106,11 +130,23 @@ MISSING_SCHEDULER = Rule(
         "scheduler, so HF writes no `scheduler.pt` and the state lives in the DeepSpeed files instead."
     ),
     fixes=(
-        "{resume}.",
         "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
-        "Point the scheduler checkpointer at {run} with the same prefix as before (burn: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`).",
-        "If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and rebuild the scheduler at the right position yourself: torch schedulers take `last_epoch=`, and a burn scheduler can be stepped forward in your own loading code (burn's `.checkpoint(...)` insists on all three files).",
-        "Save the scheduler with every checkpoint from now on: in your own loop put `scheduler.state_dict()` in the same save as the model and optimizer.",
+        fix(
+            "Point the scheduler's saving code at {run} with the same name as before.",
+            burn="Point the scheduler checkpointer at {run} with the same name as before: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`.",
+            hf_trainer="",
+        ),
+        fix(
+            "If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and set the scheduler to the right position yourself.",
+            burn="If no copy exists and the schedule is easy to recompute, load weights and optimizer in your own code and step the scheduler forward to the right position (`.checkpoint(...)` insists on all three files).",
+            hf_trainer="If no copy exists, do not resume from this folder: the Trainer loads `optimizer.pt` only together with `scheduler.pt`, so the optimizer would restart as well. Resume from the folder the last line names.",
+            torch="If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and rebuild the scheduler at the right position: torch schedulers take `last_epoch=`.",
+        ),
+        fix(
+            "Save the scheduler with every checkpoint from now on, in the same save as the model and optimizer.",
+            hf_trainer="",
+            torch="Save the scheduler with every checkpoint from now on: put `scheduler.state_dict()` in the same save as the model and optimizer.",
+        ),
         "Quarantine the incomplete {unit} with `ckptdoctor repair {run}` so nothing resumes from it.",
     ),
     messages=(
@@ -138,9 +174,14 @@ MISSING_TRAINER_STATE = Rule(
         "weights."
     ),
     fixes=(
-        "{resume}.",
-        "Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
-        "Resume from an explicit folder instead of `True`: `trainer.train(resume_from_checkpoint='{run}/checkpoint-N')`, with N the newest complete step.",
+        fix(
+            "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `ckptdoctor repair {run}` quarantines it.",
+            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+        ),
+        fix(
+            "Resume from an explicit checkpoint, the one the last line names, instead of the newest.",
+            hf_trainer="Resume from an explicit folder instead of `True`: `trainer.train(resume_from_checkpoint='{run}/checkpoint-N')`, with N the newest complete step.",
+        ),
         "If the other files of the folder verify (`ckptdoctor verify {run}`), its weights are still usable for evaluation or export; do not resume from it, since the step count and log history are gone.",
         "Make sure the next saves can finish: `ckptdoctor diskcheck {run}` compares the size of a save with the free space.",
     ),
@@ -168,10 +209,11 @@ MISSING_SHARD = Rule(
         "cleanup script deleted files by pattern."
     ),
     fixes=(
-        "{resume}.",
         "Copy {expected} from the node or bucket that holds it into the checkpoint folder; with node-local storage, gather every node's files into one folder, then run `ckptdoctor verify {run}`.",
         "Save to a filesystem that every rank can see, so that all partitions of a checkpoint land in the same folder.",
-        "Do not reuse a DeepSpeed tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
+        fix(
+            deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
+        ),
         "Quarantine the incomplete checkpoint so nothing resumes from it: `ckptdoctor repair {run}`.",
     ),
     messages=(
@@ -203,10 +245,11 @@ MISSING_COMMIT_MARKER = Rule(
         "copy `.metadata`)."
     ),
     fixes=(
-        "{resume}.",
         "If an asynchronous save may still be running, wait for it to finish and rerun `ckptdoctor inspect {run}`.",
         "Copy the marker from the coordinator's node (rank 0) or the original location; shell globs skip dotfiles, so copy folders with `cp -a src/. dest` or `rsync -a`.",
-        "Megatron-LM: do not edit the tracker to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
+        fix(
+            megatron="Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
+        ),
         "Quarantine the uncommitted folder with `ckptdoctor repair {run}` so no tool resumes from it.",
     ),
     messages=("metadata is None; global metadata read failed",),
@@ -234,8 +277,12 @@ WEIGHTS_ONLY = Rule(
         "A training loop that `torch.save`s only the model's state dict inside its checkpoint dict."
     ),
     fixes=(
-        "{resume}.",
-        "To resume with the optimizer's state next time, save it from now on: {save_full}.",
+        fix(
+            "To resume with the optimizer's state next time, save it with the weights from now on.",
+            hf_trainer="To resume with the optimizer's state next time, drop `save_only_model=True` from `TrainingArguments`.",
+            lightning="To resume with the optimizer's state next time, pass `save_weights_only=False` to `ModelCheckpoint`.",
+            torch="To resume with the optimizer's state next time, put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights.",
+        ),
         "If the run did save optimizer state and something removed it from every checkpoint (a cleanup script, a copy of the weights alone), this is damage, not design: restore the checkpoints from a backup, then run `ckptdoctor verify {run}`.",
     ),
     messages=(
@@ -264,9 +311,14 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         "framework's pattern (HF `checkpoint-N`) no longer matches. Files were copied without the optimizer or scheduler."
     ),
     fixes=(
-        "Check that {run} is the folder the job saved into (burn: `<dir>/checkpoint`; HF: `output_dir`; Lightning: `lightning_logs/version_N/checkpoints`); `ckptdoctor inspect` on a parent folder finds every run below it.",
+        fix(
+            "Check that {run} is the folder the job saved into; `ckptdoctor inspect` on a parent folder finds every run below it.",
+            burn="Check that {run} is the `checkpoint` folder inside the learner's artifact directory; `ckptdoctor inspect` on a parent folder finds every run below it.",
+            hf_trainer="Check that {run} is the Trainer's `output_dir`; `ckptdoctor inspect` on a parent folder finds every run below it.",
+            lightning="Check that {run} is the `ModelCheckpoint` folder (`lightning_logs/version_N/checkpoints` unless `dirpath=` says otherwise); `ckptdoctor inspect` on a parent folder finds every run below it.",
+        ),
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
-        "HF: if the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`.",
+        fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
         "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
         "Otherwise start again in a clean folder, after quarantining what is here with `ckptdoctor repair {run}` so no tool picks it up.",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
@@ -293,8 +345,14 @@ STRAY_PREFIX = Rule(
         "than the one that saved. Two runs or two learners write into one checkpoint folder. Files were renamed by hand."
     ),
     fixes=(
-        "If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index (in burn, `optimizer-3.bpk` becomes `optim-3.bpk`), then run `ckptdoctor verify {run}`.",
-        "Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
+        fix(
+            "If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index, then run `ckptdoctor verify {run}`.",
+            burn="If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index (`optimizer-3.bpk` becomes `optim-3.bpk`), then run `ckptdoctor verify {run}`.",
+        ),
+        fix(
+            "Use the same file names when saving and resuming.",
+            burn="Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
+        ),
         "If the files belong to another run, move them into that run's own folder; give every run its own checkpoint directory.",
         "If nobody needs them, quarantine them with `ckptdoctor repair {run}`; retention never deletes files under a prefix the run does not use.",
     ),
@@ -321,10 +379,18 @@ MIXED_FORMATS = Rule(
         "share one folder. Half-precision and full-precision checkpoints were copied together."
     ),
     fixes=(
-        "Resume with the code version and recorder settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+        fix(
+            "Resume with the code version and save settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+            burn="Resume with the burn version and recorder settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+        ),
         "Keep one format per folder: move the files that are not {format} into a folder of their own (e.g. `{run}-legacy`).",
-        "To carry a recorder-era run into burn 0.22 or later, load the weights with the burn version that wrote them, re-save them as burnpack and start a new run from them; the optimizer state does not carry over.",
-        "Keep one recorder and one precision per run; when a load fails, burn's `Metadata has a different …` lines name the setting that changed.",
+        fix(
+            burn="To carry a recorder-era run into burn 0.22 or later, load the weights with the burn version that wrote them, re-save them as burnpack and start a new run from them; the optimizer state does not carry over.",
+        ),
+        fix(
+            "Keep one save format and one precision per run.",
+            burn="Keep one recorder and one precision per run; when a load fails, burn's `Metadata has a different …` lines name the setting that changed.",
+        ),
     ),
     messages=(
         "Invalid magic number",
@@ -355,11 +421,14 @@ STALE_POINTER = Rule(
         "parallel naming)."
     ),
     fixes=(
-        "{resume}.",
-        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {run}` rewrites `latest`-style pointers (`ckptdoctor repair --undo {run}` restores them).",
-        "By hand: DeepSpeed, write the tag without a newline (`printf global_stepN > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`); Megatron-LM, write the iteration number into `{run}/latest_checkpointed_iteration.txt`.",
-        "Lightning: replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
-        "HF: if `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
+        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {run}` rewrites the pointer (`ckptdoctor repair --undo {run}` restores it).",
+        fix(
+            "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
+            deepspeed="By hand: write the tag without a newline (`printf global_stepN > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
+            megatron="By hand: write the iteration number into `{run}/latest_checkpointed_iteration.txt`.",
+            lightning="Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
+            hf_trainer="If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
+        ),
     ),
     messages=(
         "Unable to find latest file at",
@@ -388,9 +457,14 @@ UNSAFE_AUTO_RESUME = Rule(
         "with `save_only_model=True`, so no folder carries optimizer state."
     ),
     fixes=(
-        "{resume}.",
-        "Or move the incomplete newest checkpoint out of the run folder (or delete it once you are sure), so that the automatic resume finds the complete one.",
-        "Keep resuming with an explicit checkpoint path in job scripts: `ckptdoctor inspect --resume {run}` prints the index of the newest complete checkpoint.",
+        fix(
+            "Name the checkpoint the last line gives when you resume: an automatic resume takes the newest, which is incomplete.",
+            hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: `True` takes the highest-numbered `checkpoint-N`, which is incomplete.",
+            accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
+            deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
+        ),
+        "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {run}` quarantines it), so that the automatic resume finds the complete one.",
+        "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
     ),
     messages=(
         "No valid checkpoint found in output directory",

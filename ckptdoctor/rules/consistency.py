@@ -15,7 +15,7 @@ from ckptdoctor.bundles import ROLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
 from ckptdoctor.readers._dtypes import FLOATS
 from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule, fires
+from ckptdoctor.rules._rule import Rule, fires, fix
 
 OPTIMIZER_MODEL_MISMATCH = Rule(
     code="CKD301",
@@ -95,10 +95,19 @@ FORMAT_VERSION_CHANGED = Rule(
         "precision against full precision, fp16/bf16 flags)."
     ),
     fixes=(
-        "Resume with the framework version that wrote the checkpoint you resume from, and pin it in the environment (`requirements.txt`, `Cargo.lock`).",
-        "If you upgraded on purpose, check that the newest checkpoint loads with the new version (`ckptdoctor verify --load {run}` for torch files) before removing the old environment.",
+        fix(
+            "Resume with the framework version that wrote the checkpoint you resume from, and pin it in the environment.",
+            burn="Resume with the burn version that wrote the checkpoint you resume from, and pin it in `Cargo.lock`.",
+            torch="Resume with the library versions that wrote the checkpoint you resume from, and pin them in the environment (`requirements.txt`).",
+        ),
+        fix(
+            "If you upgraded on purpose, check that the newest checkpoint loads with the new version before removing the old environment.",
+            torch="If you upgraded on purpose, check that the newest checkpoint loads with the new version (`ckptdoctor verify --load {run}` loads it with the installed torch) before removing the old environment.",
+        ),
         "Keep one precision setting per run, and start a new run folder when you change it.",
-        "burn recorder era: a version difference alone is not an error; when a load does fail, the `Metadata has a different …` lines name what changed, and the burn version that wrote the file can still load it.",
+        fix(
+            burn="Recorder era: a version difference alone is not an error; when a load does fail, the `Metadata has a different …` lines name what changed, and the burn version that wrote the file can still load it.",
+        ),
     ),
     messages=("Metadata has a different Burn version",),
     related=("CKD112", "CKD210", "CKD302", "CKD307"),
@@ -121,7 +130,11 @@ NONFINITE_VALUES = Rule(
     ),
     fixes=(
         "Resume from an earlier {unit} whose tensors are all finite; `ckptdoctor verify --deep {run}` checks every checkpoint.",
-        "Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`, burn's `GradientClippingConfig`), and use loss scaling or bf16 instead of plain fp16.",
+        fix(
+            "Before resuming, lower the learning rate or add gradient clipping, and use loss scaling or bf16 instead of plain fp16.",
+            burn="Before resuming, lower the learning rate or add gradient clipping (`GradientClippingConfig`), and use bf16 instead of plain fp16.",
+            torch="Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`), and use loss scaling or bf16 instead of plain fp16.",
+        ),
         "Stop saving diverged state: check the loss for NaN before each save, or stop early on the validation loss, so that good checkpoints are not rotated out by broken ones.",
         "Pin the last finite checkpoint so retention keeps it: `ckptdoctor prune {run} --keep E` with E that {unit}.",
     ),
@@ -144,9 +157,18 @@ DEVICE_BOUND = Rule(
         "saving `cuda:1`-style devices, which fail on hosts with fewer GPUs. MPS tensors saved on a Mac."
     ),
     fixes=(
-        "Load with `map_location`: `torch.load(f, map_location='cpu', weights_only=True)`, or `map_location='cuda:0'` on a single GPU.",
-        "To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
-        "If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
+        fix(
+            "Load it with its tensors mapped to the CPU, or to the one GPU there is.",
+            torch="Load with `map_location`: `torch.load(f, map_location='cpu', weights_only=True)`, or `map_location='cuda:0'` on a single GPU.",
+        ),
+        fix(
+            "To make checkpoints portable, move tensors to the CPU before saving, or save safetensors, which records no device.",
+            torch="To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
+        ),
+        fix(
+            "If a GPU should be there, check that it is visible (`nvidia-smi`, `CUDA_VISIBLE_DEVICES`).",
+            torch="If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
+        ),
     ),
     messages=("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False",),
     related=("CKD306", "CKD210"),
@@ -168,9 +190,15 @@ WRAPPER_PREFIX = Rule(
         "Training code that saves from the wrapper while evaluation code loads into a plain model."
     ),
     fixes=(
-        "Strip the prefix when loading: `sd = {{k.removeprefix('module.'): v for k, v in sd.items()}}` (or `'_orig_mod.'`), then `model.load_state_dict(sd)`.",
-        "Or use torch's helper: `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, 'module.')`.",
-        "Save the inner model from now on: `model.module.state_dict()` for DDP and DataParallel, the original module (`model._orig_mod`) after `torch.compile`.",
+        fix(
+            "Strip the prefix (`module.`, `_orig_mod.`) from every key when loading.",
+            torch="Strip the prefix when loading: `sd = {{k.removeprefix('module.'): v for k, v in sd.items()}}` (or `'_orig_mod.'`), then `model.load_state_dict(sd)`.",
+        ),
+        fix(torch="Or use torch's helper: `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, 'module.')`."),
+        fix(
+            "Save the inner model from now on, not its wrapper.",
+            torch="Save the inner model from now on: `model.module.state_dict()` for DDP and DataParallel, the original module (`model._orig_mod`) after `torch.compile`.",
+        ),
     ),
     messages=(
         'Unexpected key(s) in state_dict: "module.',
@@ -196,8 +224,14 @@ SHAPE_CHANGED = Rule(
         "such as a wrapper prefix (CKD306)."
     ),
     fixes=(
-        "Resume with the config that saved the checkpoint you resume from (HF: the checkpoint's own `config.json`).",
-        "If the vocabulary grew, resize the embeddings before loading (HF: `model.resize_token_embeddings(n)`).",
+        fix(
+            "Resume with the config that saved the checkpoint you resume from.",
+            hf_trainer="Resume with the config that saved the checkpoint you resume from: the checkpoint's own `config.json`.",
+        ),
+        fix(
+            "If the vocabulary grew, resize the embeddings before loading.",
+            hf_trainer="If the vocabulary grew, resize the embeddings before loading: `model.resize_token_embeddings(n)`.",
+        ),
         "Keep each model variant in its own run folder: move the other variant's checkpoints out of {run}.",
         "`ckptdoctor verify {run}` lists each checkpoint's tensors, to find the {unit} where the model changed.",
     ),
@@ -233,8 +267,10 @@ INDEX_MISMATCH = Rule(
         "A copy that took the index from one revision and the shards from another."
     ),
     fixes=(
-        "{resume}.",
-        "Re-save the model from a trusted copy with `save_pretrained(...)`, which writes matching shards and index together.",
+        fix(
+            "Re-save the model from a trusted copy with the library that wrote it, which writes matching shards and index together.",
+            hf_trainer="Re-save the model from a trusted copy with `save_pretrained(...)`, which writes matching shards and index together.",
+        ),
         "If the shards are right and only the index is stale, rebuild the index from the shards' headers (every safetensors header lists its tensors), or re-save.",
         "Delete shards that no index names before copying a checkpoint elsewhere; `ckptdoctor verify {run}` then checks the rest.",
     ),

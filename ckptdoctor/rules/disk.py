@@ -9,12 +9,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import DiskCheck, Finding, Run, Severity
-from ckptdoctor.rules._context import make_finding, resume_sentence
-from ckptdoctor.rules._rule import Rule, fires
+from ckptdoctor.rules._context import make_finding
+from ckptdoctor.rules._rule import Rule, fires, fix
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
     from ckptdoctor.layouts.registry import Layout
+
+_RETENTION = fix(
+    "Keep fewer checkpoints: set a retention limit in the training code, and save optimizer state only with the checkpoints you may resume from.",
+    burn="Keep fewer checkpoints: `KeepLastNCheckpoints::new(n)` in the learner's checkpointing strategy.",
+    hf_trainer="Keep fewer checkpoints: `save_total_limit` in `TrainingArguments` (and `save_only_model=True` for saves you will never resume from).",
+    lightning="Keep fewer checkpoints: `ModelCheckpoint(save_top_k=n)`.",
+    orbax="Keep fewer checkpoints: `CheckpointManagerOptions(max_to_keep=n)`.",
+    accelerate="Keep fewer checkpoints: `ProjectConfiguration(total_limit=n)`.",
+    megatron="Keep fewer checkpoints: with `--save-retain-interval N` only saves N iterations apart, and the last, stay.",
+)
+"""How a framework keeps fewer checkpoints: the fix of both CKD501 and CKD502."""
 
 INSUFFICIENT_SPACE = Rule(
     code="CKD501",
@@ -39,9 +50,12 @@ INSUFFICIENT_SPACE = Rule(
     fixes=(
         "Free disk space on the volume that holds {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; `ckptdoctor diskcheck {run}` shows the estimate against the free space.",
         "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2` (add `--dry-run` to see the plan first).",
-        "Keep fewer checkpoints or save optimizer state less often: burn `KeepLastNCheckpoints::new(n)` in the checkpointing strategy, HF `save_total_limit` (and `save_only_model=True` for saves you will never resume from), Lightning `save_top_k`, Orbax `max_to_keep`, accelerate `total_limit`.",
+        _RETENTION,
         "Save to a bigger disk: point the checkpoint directory at a scratch or data volume with room for several saves.",
-        "Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file); burn's checkpointer ignores errors creating it and only fails at the first save.",
+        fix(
+            "Check that the checkpoint folder exists and is writable before a long run: `ckptdoctor diskcheck {run}` tests it with a probe file.",
+            burn="Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file): burn's checkpointer ignores errors creating it and only fails at the first save.",
+        ),
         "Remove the leftovers of a failed save, which still take space and confuse resumes: `ckptdoctor repair {run}`.",
     ),
     messages=(
@@ -79,7 +93,7 @@ SPACE_RUNWAY = Rule(
         "files left by failed saves."
     ),
     fixes=(
-        "Set a retention limit in the trainer: burn `KeepLastNCheckpoints::new(n)`, HF `save_total_limit`, Lightning `save_top_k`, Orbax `max_to_keep`, accelerate `total_limit`, Megatron-LM `--save-retain-interval`.",
+        _RETENTION,
         "Or prune from cron with a safe policy that always keeps the resume point: `ckptdoctor prune {run} --keep-last 2 --yes -q`.",
         "Move the run to a bigger volume, or save less often.",
         "Re-check after changing settings: `ckptdoctor diskcheck {run}` prints how many saves still fit.",
@@ -165,7 +179,10 @@ LOW_INODES = Rule(
         "Check with `df -i {run}`, and find where the inodes go with `du --inodes -s * | sort -n` on the volume.",
         "Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2`.",
         "Pack small files (datasets, logs) into archives or move them to another volume.",
-        "Write fewer files per checkpoint (DCP: `single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
+        fix(
+            "Write fewer files per checkpoint, or move checkpoints to a filesystem with more inodes.",
+            dcp="Write fewer files per checkpoint (`single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
+        ),
     ),
     messages=("No space left on device",),
     related=("CKD501", "CKD502"),
@@ -190,12 +207,11 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     under retention, writability and the kind of filesystem."""
     where = run.path if run is not None else disk.path
     context = {"run": where, "unit": run.unit.value if run is not None else "checkpoint"}
-    if run is not None and layout is not None:
-        context["resume"] = resume_sentence(run, layout)
+    frameworks = layout.fix_keys if layout is not None else ()
     found = []
 
     def add(rule: Rule, message: str) -> None:
-        found.append(make_finding(rule, message, where, None, disk.path, None, context))
+        found.append(make_finding(rule, message, where, None, disk.path, None, context, frameworks))
 
     if not disk.writable:
         add(NOT_WRITABLE, f"the next save cannot be written: {disk.why_not_writable}")

@@ -15,9 +15,10 @@ from ckptdoctor.discover import Unlisted
 from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.optimizers import state_size
 from ckptdoctor.readers._sample import TAIL
+from ckptdoctor.readers.sniff import Format
 from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules._context import RunContext, make_finding
-from ckptdoctor.rules._rule import Rule, fires
+from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
 from ckptdoctor.units import size
 
 EMPTY_FILE = Rule(
@@ -36,7 +37,6 @@ EMPTY_FILE = Rule(
         "A copy or download stopped before its first block. A script left a placeholder (`touch`)."
     ),
     fixes=(
-        "{resume}.",
         "Quarantine the empty file with `ckptdoctor repair {run}` so no tool resumes from {unit} {index}.",
         "Restore {name} from a backup or object-store copy if one exists, then run `ckptdoctor verify {run}`.",
         "Check the disk before the next save, since an empty file often means it was already full: `ckptdoctor diskcheck {run}`.",
@@ -73,8 +73,10 @@ TEMP_FILE = Rule(
     fixes=(
         "If no save is running, quarantine the leftovers with `ckptdoctor repair {run}` (`ckptdoctor repair --undo {run}` restores them).",
         "Or delete {path} by hand once you are sure no job is writing to it.",
-        "Orbax: create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
-        "HF Trainer: if saves fail with `Directory not empty` on several nodes, move off the transformers versions that staged saves (4.36–4.38, the 4.49 development builds), and delete stale `tmp-checkpoint-*` folders and any `checkpoint-N` of the same step before resuming.",
+        fix(
+            orbax="Create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
+            hf_trainer="If saves fail with `Directory not empty` on several nodes, move off the transformers versions that staged saves (4.36–4.38, the 4.49 development builds), and delete stale `tmp-checkpoint-*` folders and any `checkpoint-N` of the same step before resuming.",
+        ),
         "If leftovers keep appearing, check that saves have room to finish: `ckptdoctor diskcheck {run}`.",
     ),
     messages=(
@@ -104,11 +106,14 @@ TRUNCATED = Rule(
         "being written."
     ),
     fixes=(
-        "{resume}.",
         "Quarantine {name} with `ckptdoctor repair {run}` so no tool resumes from it.",
         "If it was copied or downloaded, fetch it again and compare the size and `sha256sum` with the source.",
         "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
-        "In your own saving code, write to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name, so a failed save never leaves a cut file under the real name.",
+        fix(
+            "In your own saving code, write to a temporary name in the same folder, flush it to disk, then rename it to the final name, so a failed save never leaves a cut file under the real name.",
+            burn="",
+            torch="In your own saving code, write to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name, so a failed save never leaves a cut file under the real name.",
+        ),
     ),
     messages=(
         "failed finding central directory",
@@ -172,11 +177,24 @@ NOT_A_CHECKPOINT = Rule(
         "archive passed where a state dict was expected."
     ),
     fixes=(
-        "{resume}.",
-        "Git-LFS pointer: run `git lfs install` and then `git lfs pull` in the repository, and check that the file is no longer about 130 bytes.",
-        "HTML page: download again with authentication or a direct link (`curl -fL`, `huggingface-cli download`), then look at the first bytes with `head -c 64`.",
-        "Wrong extension: rename it to its real format, or convert it to {format} properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
-        "All zeros: the data never reached the disk; quarantine it with `ckptdoctor repair {run}` and restore {name} from a backup.",
+        fix(
+            "Run `git lfs install` and then `git lfs pull` in the repository, and check that the file is no longer about 130 bytes.",
+            case=Format.GIT_LFS_POINTER,
+        ),
+        fix(
+            "Download it again with authentication or a direct link (`curl -fL`), then look at the first bytes with `head -c 64`.",
+            case=Format.HTML,
+        ),
+        fix(
+            "The data never reached the disk: quarantine it with `ckptdoctor repair {run}` and restore {name} from a backup.",
+            case=Format.ZEROS,
+        ),
+        fix(
+            "If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming.",
+            torch="If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
+            case=OTHERWISE,
+        ),
+        "Restore {name} from a backup or its source, then run `ckptdoctor verify {run}`.",
     ),
     messages=(
         "invalid load key, 'v'.",
@@ -211,7 +229,6 @@ CRC_MISMATCH = Rule(
         "or object-store transfer; a tool that edited the archive in place; two writers overlapping on one file."
     ),
     fixes=(
-        "{resume}.",
         "Restore {name} from a backup or object-store copy and compare its `sha256sum` with the original.",
         "Check the hardware that wrote it (`dmesg`, `smartctl -a` on the disk, a memory test on the host), and check the run's other checkpoints with `ckptdoctor verify --deep {run}`.",
         "Quarantine the file with `ckptdoctor repair {run}` so no resume picks it up.",
@@ -237,11 +254,19 @@ MALFORMED = Rule(
         "burnpack version above 1). A file edited by hand or rewritten by another tool."
     ),
     fixes=(
-        "{resume}.",
         "Restore {name} from a backup or download it again, then run `ckptdoctor verify {run}`.",
-        "If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors`) before concluding the file is damaged.",
+        fix(
+            "If a newer library may have written it, upgrade the library that reads it first, before concluding the file is damaged.",
+            burn="If a newer burn may have written it, resume with that release before concluding the file is damaged.",
+            torch="If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors torch`) before concluding the file is damaged.",
+        ),
         "Quarantine the file with `ckptdoctor repair {run}`.",
-        "If freshly written files show the same error, the saving code produces it: save with the library's own API (`save_pretrained`, `safetensors.torch.save_file`, burn's checkpointer) instead of a custom writer.",
+        fix(
+            "If freshly written files show the same error, the saving code produces it: save with the format library's own API instead of a custom writer.",
+            burn="If freshly written files show the same error, the saving code produces it: save with burn's checkpointers instead of a custom writer.",
+            hf_trainer="If freshly written files show the same error, the saving code produces it: save with `save_pretrained` instead of a custom writer.",
+            torch="If freshly written files show the same error, the saving code produces it: save with `torch.save` or `safetensors.torch.save_file` instead of a custom writer.",
+        ),
     ),
     messages=(
         "InvalidHeaderDeserialization",
@@ -306,8 +331,13 @@ OVERSIZED = Rule(
     ),
     fixes=(
         "See what the file holds: `ckptdoctor verify {run}` lists tensors and bytes per file; compare the optimizer with the model against {ratio}.",
-        "Save `model.state_dict()` and `optimizer.state_dict()`, not the objects, and keep logs, data and extra copies out of the checkpoint.",
-        "burn: upgrade to a release with PR #5177 (parameter ids persisted across resumes) so resumes stop orphaning optimizer state; the dead state already saved only goes away when you resume once with a fresh optimizer.",
+        fix(
+            "Save the state, not the objects, and keep logs, data and extra copies out of the checkpoint.",
+            torch="Save `model.state_dict()` and `optimizer.state_dict()`, not the objects, and keep logs, data and extra copies out of the checkpoint.",
+        ),
+        fix(
+            burn="Upgrade to a release with PR #5177 (parameter ids persisted across resumes) so resumes stop orphaning optimizer state; the dead state already saved only goes away when you resume once with a fresh optimizer.",
+        ),
         "If the size is expected (a bigger model, an optimizer with more state), budget disk for it: `ckptdoctor diskcheck {run}`.",
     ),
     messages=(),
@@ -332,10 +362,17 @@ LEGACY_FORMAT = Rule(
         "(`CompactRecorder` writes `.mpk`) kept after upgrading burn. A file written by a newer torch than the one loading it."
     ),
     fixes=(
-        "torch: re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
-        "burn: resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
-        "`Attempted to read a PyTorch file with version …`: upgrade torch where you load; the file is newer than the reader.",
-        "Tar-format files cannot be loaded with `weights_only=True`; load them only if you trust their source, and re-save them in the zip format.",
+        fix(
+            "Re-save it in the format its library writes today, with the version that wrote it.",
+            torch="Re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
+        ),
+        fix(
+            burn="Resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
+        ),
+        fix(torch="`Attempted to read a PyTorch file with version …`: upgrade torch where you load; the file is newer than the reader."),
+        fix(
+            torch="Tar-format files cannot be loaded with `weights_only=True`; load them only if you trust their source, and re-save them in the zip format.",
+        ),
     ),
     messages=(
         "Attempted to read a PyTorch file with version",
@@ -368,7 +405,6 @@ UNREADABLE = Rule(
         "If files were being written or deleted, wait for that job to finish and rerun `ckptdoctor inspect {run}`.",
         "For I/O errors, check the storage (`dmesg`, `smartctl -a`, remount the network filesystem), then rerun `ckptdoctor verify {run}`.",
         "For a symlink, check that its target exists and is readable (`readlink -f`), or replace the link with a copy of the target.",
-        "{resume}.",
     ),
     messages=(
         "Input/output error",
@@ -403,7 +439,6 @@ ZEROED_DATA = Rule(
         "first checkpoint that holds the zeros."
     ),
     fixes=(
-        "{resume}.",
         "Move the damaged checkpoint out of the run (or restore {name} from a backup and compare its `sha256sum` with the source), so that no resume from the latest checkpoint loads zeros as weights.",
         "Before the next save, check that there is room and that the storage is healthy: `ckptdoctor diskcheck {run}`, and `dmesg` for I/O errors.",
         "If the zeros are meant (a tensor reset on purpose), nothing is lost: the next checkpoint, compared with this one, is quiet.",
@@ -489,6 +524,7 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 path=file.path,
                 severity=severity,
                 context={"format": file.report.format},
+                case=file.report.format,
             )
 
 

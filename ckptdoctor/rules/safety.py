@@ -7,7 +7,7 @@ container around them.
 from __future__ import annotations
 
 from ckptdoctor.model import Severity
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules._rule import Rule, fix
 
 UNSAFE_PICKLE = Rule(
     code="CKD401",
@@ -30,9 +30,15 @@ UNSAFE_PICKLE = Rule(
         "that runs on load. A pickle written by another tool with other opcodes."
     ),
     fixes=(
-        "Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
+        fix(
+            "Do not load it with a loader that runs pickled code (`pickle.load`, an unrestricted unpickler).",
+            torch="Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
+        ),
         "Find out where the file came from and compare its `sha256sum` with the publisher's; if in doubt, delete it.",
-        "If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
+        fix(
+            "If it is your own file with custom objects, re-save only the tensors, as safetensors, from a trusted, isolated environment.",
+            torch="If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
+        ),
         "Check the other files from the same source: `ckptdoctor verify {run}`.",
         "Share weights as safetensors, which cannot hold code.",
     ),
@@ -61,10 +67,20 @@ NON_WEIGHTS_OBJECT = Rule(
         "older than 2.6 and is now loaded with 2.6 or later."
     ),
     fixes=(
-        "Allowlist exactly the globals the finding names and keep `weights_only=True`: `torch.serialization.add_safe_globals([...])`, or the `torch.serialization.safe_globals([...])` context manager around the load.",
-        "For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
+        fix(
+            "Allow exactly the globals the finding names, and keep the restricted loader.",
+            torch="Allowlist exactly the globals the finding names and keep `weights_only=True`: `torch.serialization.add_safe_globals([...])`, or the `torch.serialization.safe_globals([...])` context manager around the load.",
+        ),
+        fix(
+            "For files you wrote yourself and trust, the unrestricted loader works; never use it for files from elsewhere.",
+            torch="For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
+        ),
         "Save plain types from now on: `vars(args)` instead of the `Namespace`, Python numbers or tensors instead of numpy scalars, plain dicts for hyper-parameters.",
-        "Upgrade the framework: newer accelerate and transformers releases allowlist the numpy globals their own RNG files need.",
+        fix(
+            "Upgrade the framework: newer releases allow the globals their own files need.",
+            accelerate="Upgrade accelerate: newer releases allowlist the numpy globals its own RNG files need.",
+            hf_trainer="Upgrade `transformers`: newer releases allowlist the numpy globals its own RNG files need.",
+        ),
     ),
     messages=(
         "Weights only load failed. This file can still be loaded",
@@ -93,7 +109,10 @@ ZIP_ANOMALY = Rule(
     ),
     fixes=(
         "Do not load it if it comes from an untrusted source; find out where it came from and compare its `sha256sum` with the publisher's.",
-        "If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
+        fix(
+            "If it is your own file re-zipped by a tool, restore the original.",
+            torch="If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
+        ),
         "Never re-compress checkpoints with `zip`; archive whole runs with `tar` instead.",
         "Check every member's CRC and pickle: `ckptdoctor verify --deep {run}`.",
     ),
