@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import scan
-from ckptdoctor.rules._context import resume_sentence
 
 torch = pytest.importorskip("torch")
 
@@ -164,7 +162,7 @@ def test_a_run_killed_mid_epoch_resumes_from_its_newest_recovery_save(tmp_path, 
     assert [c["index"] for c in run["checkpoints"]] == [0, 1, 2, 3]
     assert run["resume"]["index"] == 3 and _resume_file(run).endswith("recovery-3-3.pth.tar")
     (scanned,) = scan([str(saver.folder)]).runs
-    advice = resume_sentence(scanned, layout_named("timm"))
+    advice = scanned.resume_how
     assert "`--resume " in advice and "goes on at epoch 4, skipping the rest of epoch 3" in advice
     assert "recovery-3-1.pth.tar" in {Path(f["path"]).name for f in run["loose_files"]}
     # timm resumes from it with the newest weights there are, and goes on at epoch 4
