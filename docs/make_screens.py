@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -296,8 +297,10 @@ def expected() -> dict[Path, str]:
     its markers are (README.md or docs/commands.md); a screen shown nowhere is an error."""
     documents = {path: path.read_text(encoding="utf-8") for path in (README, COMMANDS_DOC)}
     files: dict[Path, str] = {}
-    for screen in SCREEN_LIST:
-        made = make(screen)
+    with ThreadPoolExecutor() as pool:  # each screen runs in its own copy: they may run side by side
+        screens = list(pool.map(make, SCREEN_LIST))
+        helps = list(pool.map(_help, HELP))
+    for screen, made in zip(SCREEN_LIST, screens, strict=True):
         start, end = f"<!-- screen:{screen.name}:start -->", f"<!-- screen:{screen.name}:end -->"
         holding = [path for path, text in documents.items() if start in text]
         if not holding:
@@ -305,10 +308,8 @@ def expected() -> dict[Path, str]:
         for path in holding:
             documents[path] = _between(documents[path], start, end, made.text)
         files[SCREENS / f"{screen.name}.svg"] = made.svg
-    for command in HELP:
-        documents[COMMANDS_DOC] = _between(
-            documents[COMMANDS_DOC], f"<!-- help:{command}:start -->", f"<!-- help:{command}:end -->", _help(command)
-        )
+    for command, text in zip(HELP, helps, strict=True):
+        documents[COMMANDS_DOC] = _between(documents[COMMANDS_DOC], f"<!-- help:{command}:start -->", f"<!-- help:{command}:end -->", text)
     return {**documents, **files}
 
 
