@@ -1,8 +1,12 @@
-"""The project's own promises: README commands and table, examples, parallel probing."""
+"""The project's own promises: the README and docs/ (commands, example output, screens, rule
+table, links), the examples, parallel probing."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,19 +23,87 @@ from ckptdoctor.testing import write_burn_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+RULES_DOC = ROOT / "docs" / "rules.md"
 
 
-def test_readme_rule_table_is_current():
-    text = README.read_text(encoding="utf-8")
-    assert with_table(text) == text, "run `python -m ckptdoctor.render.markdown` to refresh README.md"
+def test_rule_table_is_current():
+    text = RULES_DOC.read_text(encoding="utf-8")
+    assert with_table(text) == text, "run `python -m ckptdoctor.render.markdown` to refresh docs/rules.md"
     assert rule_table() in text
 
 
-def test_readme_opens_with_the_install_and_test_commands():
-    commands = [line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith("python -m pip")]
-    assert commands[0] == "python -m pip install . && ckptdoctor inspect --exit-zero examples/runs"
-    assert commands[1] == "python -m pip install torch==2.13.0 -e '.[test]' && python -m pytest"
-    assert "python -m pip install torch==2.13.0 -e '.[test]'" in (ROOT / ".ci" / "run").read_text()
+@functools.cache
+def _make_screens():
+    """docs/make_screens.py, the script that writes the example output (docs/ is no package)."""
+    spec = importlib.util.spec_from_file_location("make_screens", ROOT / "docs" / "make_screens.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_output_and_screens_are_current():
+    """The README's blocks, docs/commands.md's output and --help, and docs/screens/*.svg are what
+    ckptdoctor prints now on the shipped examples (an SVG by the text it shows)."""
+    screens = _make_screens()
+    stale = [str(path.relative_to(ROOT)) for path in screens.stale(screens.expected())]
+    assert not stale, f"{', '.join(stale)}: run `python docs/make_screens.py` to regenerate"
+
+
+def test_every_screen_is_embedded_or_linked():
+    screens = _make_screens()
+    shown = README.read_text(encoding="utf-8") + (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert "![" in README.read_text(encoding="utf-8") and "(docs/screens/inspect.svg)" in README.read_text(encoding="utf-8")
+    for screen in screens.SCREEN_LIST:
+        assert f"<!-- screen:{screen.name}:start -->" in shown
+        assert (ROOT / "docs" / "screens" / f"{screen.name}.svg").is_file()
+
+
+def test_screen_text_is_read_back_from_the_svg():
+    """The check compares what an SVG shows, so it must read back exactly what was drawn."""
+    screens = _make_screens()
+    lines = ["\x1b[1mEPOCH\x1b[0m  \x1b[32m✓ complete\x1b[0m  <a & b>", "  indented, then    spaced", "x" * 85]
+    assert screens.svg_text(screens.svg("t", [("$ ckptdoctor t", lines)])) == "\n".join(
+        ["$ ckptdoctor t", "EPOCH  ✓ complete  <a & b>", "  indented, then    spaced", "x" * 80, "x" * 5]
+    )
+
+
+def test_transient_lines_are_gone_from_a_screen():
+    """A progress line rich draws and erases on stderr is not in the screenshot."""
+    screens = _make_screens()
+    drawn = "\x1b[?25lreading 3/9\r\x1b[2Kreading 9/9\r\x1b[2K\x1b[?25hrun  burn\r\nResume from epoch 4\r\n"
+    assert screens.settle(drawn) == ["run  burn", "Resume from epoch 4"]
+    with pytest.raises(ValueError, match="does not draw"):
+        screens.settle("\x1b[5;1Hmoved")
+
+
+def test_readme_is_a_guide_with_the_resume_recipe_on_its_first_screen():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 260, f"the README is a guide of about 250 lines ({len(lines)}): move reference to docs/"
+    first_screen = "\n".join(lines[:25])
+    assert '"$(ckptdoctor inspect --resume ' in first_screen and '"$(ckptdoctor inspect --resume-path ' in first_screen
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``markdown`` (outside code blocks)."""
+    outside = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    headings = re.findall(r"^#+ (.+)$", outside, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_links_in_readme_and_docs_lead_somewhere():
+    for document in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", document.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            where = (document.parent / path).resolve() if path else document
+            assert where.exists(), f"{document.relative_to(ROOT)} links to {target}, which does not exist"
+            if anchor:
+                assert anchor in _anchors(where.read_text(encoding="utf-8")), (
+                    f"{document.relative_to(ROOT)} links to {target}: no such heading"
+                )
 
 
 def test_examples_say_what_the_readme_says(inspect_json):

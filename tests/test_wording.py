@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import typer
 
 from ckptdoctor.cli import app
+from ckptdoctor.rules.registry import RULES
 from ckptdoctor.testing import write_burn_run
 
 
@@ -35,13 +39,65 @@ def test_command_summaries_are_whole_sentences_at_any_width(columns: int) -> Non
         assert len(sentence) <= 63, f"{name}: a summary is one short sentence (it fits beside the name at 80 columns)"
 
 
-def test_inspect_help_examples_are_whole_commands() -> None:
-    text = _help("inspect", columns=80)
+COMMANDS = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
+
+
+def _ckptdoctor_words(example: str) -> list[str]:
+    """The ckptdoctor command in an example line: inside ``$(...)``, after a cron schedule, before
+    a redirection or a pipe."""
+    inner = re.search(r"\$\((ckptdoctor [^)]*)\)", example)
+    words = shlex.split(inner.group(1) if inner else example)
+    assert "ckptdoctor" in words, f"{example!r} runs no ckptdoctor command"
+    words = words[words.index("ckptdoctor") :]
+    ends = [at for at, word in enumerate(words) if word in {">", ">>", "|", "&&", ";"}]
+    return words[: ends[0]] if ends else words
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("columns", [60, 80])
+def test_help_examples_are_whole_commands_that_parse(command: str, columns: int) -> None:
+    """Each line under "Examples:" is a whole command, even on a narrow terminal (never wrapped
+    onto a second line), and the command line parser takes it: the command exists, every option
+    is one of its own and every value is valid."""
+    text = _help(command, columns=columns)
     examples = [line.strip() for line in text.split("Examples:", 1)[1].split("Arguments:", 1)[0].splitlines() if line.strip()]
-    assert examples, "inspect --help shows examples"
+    assert examples, f"{command} --help shows examples"
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
     for example in examples:
-        assert not example.startswith("-"), f"{example!r} is the tail of a command, not one"
-        assert "ckptdoctor" in example
+        words = _ckptdoctor_words(example)
+        assert words[1] == command, f"{example!r} is not an example of {command}"
+        context = group.commands[command].make_context(command, words[2:])  # parses, runs nothing
+        assert not context.args, f"{example!r}: {context.args} left over"
+
+
+_DECIMAL_UNIT = re.compile(r"(?<![A-Za-z])[kKMGT]B(?![A-Za-z])")
+
+
+def test_sizes_are_binary_in_every_command_output(tmp_path: Path, cli) -> None:
+    """One unit system: KiB, MiB, GiB (as ``du -h`` and disk quotas count), never kB, MB, GB,
+    in what any command prints for people, its help included (JSON keeps bytes)."""
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "runs", tmp_path / "runs")
+    runs = tmp_path / "runs"
+    when = time.time() - 86400  # older than --min-age: prune and repair plan to act
+    for path in runs.rglob("*"):
+        os.utime(path, (when, when))
+    rules = [rule.code for rule in RULES]
+    said = [
+        cli("inspect", runs),
+        cli("verify", "--deep", runs),
+        cli("prune", "--keep-last", "1", "--dry-run", runs),
+        cli("repair", "--dry-run", runs),
+        cli("diskcheck", runs / "burn-healthy", "--keep-last", "3"),
+        cli("diskcheck", tmp_path / "new", "--model-bytes", "800MB", "--optimizer", "adamw"),
+        cli("rules"),
+        *(cli("rules", code) for code in rules),
+        *(cli(command, "--help") for command in COMMANDS),
+    ]
+    for result in said:
+        for stream in (result.stdout, result.stderr):
+            assert not _DECIMAL_UNIT.search(stream), _DECIMAL_UNIT.findall(stream)
+    assert "KiB" in said[0].stdout and "GiB" in said[4].stdout  # sizes were printed at all
 
 
 def _aged_burn_run(tmp_path: Path, epochs: range) -> Path:

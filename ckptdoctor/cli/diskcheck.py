@@ -12,7 +12,7 @@ from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting, s
 Folder = Annotated[str, typer.Argument(help="The run's checkpoint folder (it need not exist yet).", show_default=".")]
 ModelBytes = Annotated[
     str | None,
-    typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MB, or bytes).", metavar="SIZE"),
+    typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MiB, or bytes).", metavar="SIZE"),
 ]
 ModelFile = Annotated[
     str | None, typer.Option("--model", help="For a run with no checkpoint yet: a saved model whose size to use.", metavar="FILE")
@@ -55,8 +55,8 @@ def diskcheck(
 
     Examples:
 
+    \b
       ckptdoctor diskcheck runs/exp1/checkpoint --keep-last 3
-
       ckptdoctor diskcheck /scratch/new-run --model-bytes 7GiB --optimizer adamw
     """
     # loaded when the command runs: --help stays fast
@@ -108,7 +108,7 @@ _UNITS = {
 
 
 def parse_size(text: str) -> int:
-    """``1.5GiB``, ``800MB``, ``7G`` (binary, as ``du -h``), or bytes; ValueError otherwise."""
+    """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
     cleaned = text.strip().lower().replace(" ", "")
     number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = cleaned[len(number) :]
@@ -117,5 +117,5 @@ def parse_size(text: str) -> int:
     except ValueError:
         value = -1.0
     if unit not in _UNITS or not 0 <= value * _UNITS[unit] < 2**63:  # also rejects nan and inf
-        raise ValueError(f"--model-bytes: not a size: {text!r} (use e.g. 1.5GiB, 800MB or a number of bytes)")
+        raise ValueError(f"--model-bytes: not a size: {text!r} (use e.g. 1.5GiB, 800MiB or a number of bytes)")
     return int(value * _UNITS[unit])

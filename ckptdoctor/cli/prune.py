@@ -83,10 +83,9 @@ def prune(
 
     Examples:
 
+    \b
       ckptdoctor prune --keep-last 3 --dry-run runs/exp1/checkpoint
-
       ckptdoctor prune --keep-last 2 --keep-best 1 --metric Loss --yes runs/exp1/checkpoint
-
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
     """
     # loaded when the command runs: --help stays fast

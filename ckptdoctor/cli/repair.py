@@ -46,10 +46,9 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
 
     Examples:
 
+    \b
       ckptdoctor repair --dry-run runs/exp1/checkpoint
-
       ckptdoctor repair --yes runs/exp1/checkpoint
-
       ckptdoctor repair --undo runs/exp1/checkpoint
     """
     # loaded when the command runs: --help stays fast

@@ -32,10 +32,9 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
 
     Examples:
 
+    \b
       ckptdoctor rules
-
       ckptdoctor rules CKD101
-
       ckptdoctor rules "Can load optimizer checkpoint."
     """
     # the rule table and renderers load only when the command runs: `--help` stays fast

@@ -43,10 +43,9 @@ def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, 
 
     Examples:
 
+    \b
       ckptdoctor verify runs/exp1
-
       ckptdoctor verify --deep downloads/model.pt
-
       ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
     """
     # loaded when the command runs: --help stays fast

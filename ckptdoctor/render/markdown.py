@@ -1,6 +1,6 @@
-"""The rule table as Markdown, for the README (kept in sync by a test).
+"""The rule table as Markdown, for docs/rules.md (kept in sync by a test).
 
-python -m ckptdoctor.render.markdown   # rewrites the table in README.md
+python -m ckptdoctor.render.markdown   # rewrites the table in docs/rules.md
 """
 
 from __future__ import annotations
@@ -39,5 +39,5 @@ def with_table(readme: str) -> str:
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/rules.md")
     path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")

@@ -320,8 +320,8 @@ OVERSIZED = Rule(
         "momentum about once, AMSGrad about three times). A file much bigger than its siblings, or optimizer state many "
         "times the model, usually carries something it should not: state for parameters that no longer exist, whole "
         "Python objects pickled instead of a `state_dict`, gradients or a second copy of the model. burn before PR #5177 "
-        "(July 2026) orphaned the Adam moments on every resume, adding about twice the model per restart; a 1.13 GB "
-        "optimizer file for a 70 MB model was reported. It costs disk space on every save and can fail to load on smaller "
+        "(July 2026) orphaned the Adam moments on every resume, adding about twice the model per restart; an optimizer "
+        "file of over 1 GiB for a model of about 70 MiB was reported. It costs disk space on every save and can fail to load on smaller "
         "machines."
     ),
     causes=(
