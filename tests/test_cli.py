@@ -258,6 +258,8 @@ def test_json_report_shape(tmp_path, cli, monkeypatch):
         "index": 4,
         "paths": [f"exp1/checkpoint/{n}" for n in ("model-4.bpk", "optim-4.bpk", "scheduler-4.bpk")],
         "weights_only": False,
+        "path": "exp1",  # burn resumes from the artifact folder above checkpoint/
+        "how": "pass `.checkpoint(4)` to burn's `SupervisedTraining` (or `LearnerBuilder`)",
     }
     assert run["weights_only"] is None
 
@@ -272,7 +274,7 @@ def test_json_report_shape(tmp_path, cli, monkeypatch):
     assert finding["path"] == "exp1/checkpoint/model-5.bpk"
     assert "optim-5.bpk" in finding["message"]
     assert isinstance(finding["fixes"], list) and all(isinstance(f, str) for f in finding["fixes"])
-    assert finding["fixes"][0].startswith("Resume from epoch 4, the newest complete checkpoint")
+    assert not any(fix.startswith("Resume from") for fix in finding["fixes"])  # the run says it once: runs[].resume
 
     assert report["summary"] == {"error": 1, "warning": 0, "info": 0}
 
@@ -347,8 +349,14 @@ def test_human_report_ends_each_run_with_its_resume_point(tmp_path, cli):
     assert result.exit_code == 1
     paths = [str(tmp_path / "runs" / x / "checkpoint") for x in ("a", "b", "c")]
     a, b, c = _blocks(result.stdout, paths)
-    assert a[-1] == "Resume from epoch 5: model-5.bpk, optim-5.bpk, scheduler-5.bpk"
-    assert b[-1] == "Resume from epoch 4: model-4.bpk, optim-4.bpk, scheduler-4.bpk"
+    assert a[-2:] == [
+        "Resume from epoch 5: model-5.bpk, optim-5.bpk, scheduler-5.bpk",
+        "  how: pass `.checkpoint(5)` to burn's `SupervisedTraining` (or `LearnerBuilder`)",
+    ]
+    assert b[-2] == "Resume from epoch 4: model-4.bpk, optim-4.bpk, scheduler-4.bpk"
+    assert b[-1].startswith("  how: pass `.checkpoint(4)`")
+    # said once per run: no finding's fix repeats it
+    assert sum("Resume from" in line or ".checkpoint(4)" in line for line in b) == 2
     assert any("CKD101" in line for line in b)  # the findings sit above the resume line
     assert c[-1].startswith("No checkpoint to resume from")
     assert "CKD110" in c[-1]
@@ -375,7 +383,7 @@ def test_human_report_shows_the_newest_20_rows_unless_all(tmp_path, cli):
     assert result.exit_code == 0
     assert _row_indexes(result.stdout) == list(range(6, 26))
     assert "5 older checkpoints not shown" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-1].startswith("Resume from epoch 25")
+    assert result.stdout.rstrip().splitlines()[-2].startswith("Resume from epoch 25")
 
     everything = cli("inspect", "--all", folder)
     assert _row_indexes(everything.stdout) == list(range(1, 26))

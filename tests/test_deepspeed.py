@@ -30,7 +30,7 @@ def test_a_missing_rank_file_is_ckd105_and_latest_now_points_at_an_incomplete_ta
     assert shard["index"] == 200 and "zero_pp_rank_1_mp_rank_00_optim_states.pt" in shard["message"]
     (auto,) = findings(report, "CKD114")
     assert auto["index"] == 200
-    assert 'tag="global_step100"' in auto["fixes"][0]
+    assert 'tag="global_step100"' in report["runs"][0]["resume"]["how"]
     assert report["runs"][0]["resume"]["index"] == 100
 
 

@@ -78,7 +78,9 @@ def test_every_rule_rendered_for_a_layout_names_no_other_framework(layout) -> No
     leaks = []
     for rule in RULES:
         for text in rule.fix_texts(GENERIC_CONTEXT, layout.fix_keys):
-            leaks += [f"{rule.code}: {name}'s {word!r} in {text!r}" for name, words in foreign.items() for word in words if _uses(text, word)]
+            leaks += [
+                f"{rule.code}: {name}'s {word!r} in {text!r}" for name, words in foreign.items() for word in words if _uses(text, word)
+            ]
     assert not leaks, "\n".join(leaks)
 
 
@@ -87,7 +89,9 @@ def test_general_words_name_no_framework() -> None:
     leaks = []
     for rule in RULES:
         for text in rule.fix_texts(GENERIC_CONTEXT, ()):
-            leaks += [f"{rule.code}: {name}'s {word!r} in {text!r}" for name, words in VOCABULARY.items() for word in words if _uses(text, word)]
+            leaks += [
+                f"{rule.code}: {name}'s {word!r} in {text!r}" for name, words in VOCABULARY.items() for word in words if _uses(text, word)
+            ]
     assert not leaks, "\n".join(leaks)
 
 
@@ -108,8 +112,8 @@ def test_a_run_is_told_its_own_frameworks_words_else_the_general_ones() -> None:
 
 
 def test_a_case_picks_its_own_fixes_and_otherwise_the_rest() -> None:
-    from ckptdoctor.rules._rule import Rule  # the shape under test: built here, not registered
     from ckptdoctor.model import Severity
+    from ckptdoctor.rules._rule import Rule  # the shape under test: built here, not registered
 
     rule = Rule(
         "CKD999", "demo", Severity.ERROR, "s", "m", "c",

@@ -64,7 +64,8 @@ def test_missing_newest_optimizer_names_the_argument_that_resumes_safely(run, in
     assert "optimizer.pt" in missing["message"]
     auto = finding(report, "CKD114")
     assert auto["index"] == 6 and "checkpoint-6" in auto["message"]
-    assert f'resume_from_checkpoint="{run}/checkpoint-4"' in auto["fixes"][0]
+    assert f'resume_from_checkpoint="{run}/checkpoint-4"' in report["runs"][0]["resume"]["how"]
+    assert "not `True`" in auto["fixes"][0]  # the fix says why the automatic resume is unsafe
     assert report["runs"][0]["resume"]["index"] == 4
 
 
@@ -171,7 +172,7 @@ def test_missing_shard_is_ckd105(tmp_path, inspect_json):
 def test_human_table_has_a_trainer_state_column(run, cli):
     result = cli("inspect", run)
     assert "STEP" in result.stdout and "TRAINER-STATE" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-1] == f"Resume from step 6: {run}/checkpoint-6"
+    assert result.stdout.rstrip().splitlines()[-2] == f"Resume from step 6: {run}/checkpoint-6"
 
 
 def test_layouts_do_not_claim_each_others_runs(run, tmp_path):
@@ -230,7 +231,7 @@ def test_checkpoints_renamed_are_known_by_what_they_hold_and_the_trainer_resumes
     assert [(c["index"], c["status"]) for c in found["checkpoints"]] == [(2, "complete"), (4, "complete"), (6, "incomplete")]
     assert found["resume"]["index"] == 4
     assert "CKD104" in codes(report) and "CKD114" not in codes(report)
-    fix = finding(report, "CKD104")["fixes"][0]
+    fix = report["runs"][0]["resume"]["how"]
     assert f'resume_from_checkpoint="{renamed}/step_4"' in fix
 
     class Steps(transformers.TrainerCallback):  # type: ignore[misc]

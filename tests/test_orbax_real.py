@@ -181,8 +181,8 @@ def test_markers_orbax_restores_without_are_warnings_and_the_step_stays_the_resu
     (step / "_CHECKPOINT_METADATA").write_bytes(b"")
     report = agree(run, cli)
     assert codes(report) == [] and sorted(codes(report, "warning")) == ["CKD106", "CKD201"]
-    # the fix says how to restore it: with each item's args, which is what restores() does
-    assert "args=ocp.args.Composite" in " ".join(report["findings"][0]["fixes"])
+    # the run says how to restore it: with each item's args, which is what restores() does
+    assert "args=ocp.args.Composite" in report["runs"][0]["resume"]["how"]
 
 
 def _flip(path: Path, offset: int) -> None:

@@ -116,7 +116,8 @@ def test_yes_quarantines_exactly_the_plan_and_inspect_is_then_clean(tmp_path, cl
     assert errors(cli, folder)
     result = cli("repair", "--yes", folder)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("Resume from epoch 6: model-6.bpk")
+    assert result.stdout.strip().splitlines()[-2].startswith("Resume from epoch 6: model-6.bpk")
+    assert result.stdout.strip().splitlines()[-1].startswith("  how: pass `.checkpoint(6)`")
     assert "repair --undo" in result.stderr
     moved = {"model-7.bpk", "scheduler-7.bpk", "model-8.bpk.tmp"}
     assert quarantined(folder) == moved

@@ -299,7 +299,7 @@ def test_hf_trainer_human_output_ends_with_the_resume_point(hf_run, cli):
     assert refused.exit_code == 2 and (hf_run / "checkpoint-6").is_dir()
     result = cli("repair", "--yes", hf_run)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.rstrip().splitlines()[-1] == f"Resume from step 4: {hf_run}/checkpoint-4"
+    assert result.stdout.rstrip().splitlines()[-2] == f"Resume from step 4: {hf_run}/checkpoint-4"
 
 
 def test_hf_trainer_a_save_still_being_written_is_left_alone(hf_run, cli):

@@ -161,7 +161,7 @@ def test_lightning_save_weights_only_resumes_as_the_fix_says(tmp_path, cli):
         assert [f["code"] for f in report["findings"]] == ["CKD107"], command
         resume = report["runs"][0]["resume"]
         assert (resume["index"], resume["weights_only"]) == (8, True)
-    (fix,) = [f["fixes"][0] for f in report["findings"]]
+    fix = report["runs"][0]["resume"]["how"]
     assert "load_from_checkpoint" in fix and "ckpt_path" in fix
     named = Path(resume["paths"][0])
 

@@ -119,10 +119,20 @@ def rule_entry(rule: Rule) -> dict[str, Any]:
         "summary": rule.summary,
         "meaning": rule.meaning,
         "causes": rule.causes,
-        "fixes": list(rule.fix_texts()),
+        "fixes": [text for generic, _ in rule.documented_fixes() for text in generic],
+        "fixes_by_framework": _by_framework(rule),
         "messages": list(rule.messages),
         "related": list(rule.related),
     }
+
+
+def _by_framework(rule: Rule) -> dict[str, list[str]]:
+    """Each framework's own wording of the rule's fixes, in the rule's order."""
+    by_framework: dict[str, list[str]] = {}
+    for _, own in rule.documented_fixes():
+        for key, text in own:
+            by_framework.setdefault(key, []).append(text)
+    return by_framework
 
 
 def _run(run: Run) -> dict[str, Any]:

@@ -366,6 +366,7 @@ LEGACY_FORMAT = Rule(
             "Re-save it in the format its library writes today, with the version that wrote it.",
             torch="Re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
         ),
+        "See which files are affected: `ckptdoctor verify {run}` lists each file's format.",
         fix(
             burn="Resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
         ),
