@@ -141,6 +141,8 @@ class _Context:
     paths: list[str]
     dry_run: bool
     listener: Listener
+    recurse: bool = True
+    """False: only the run whose folder is a path given, never the runs in folders below it."""
     report: Report = field(default_factory=lambda: Report("", (), ()))
     runs: list[Run] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
@@ -153,6 +155,8 @@ class _Context:
 
     def scan(self) -> None:
         self.report, self.runs = scan_runs(self.paths, self.command, self.tell)
+        if not self.recurse:
+            self.report, self.runs = own_runs(self.paths, self.report, self.runs, self.tell)
 
     def rescan(self) -> None:
         """Scan again after tidying changed the runs; the same runs, as they are now."""
@@ -194,9 +198,12 @@ class Pass:
         raise NotImplementedError
 
 
-def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener) -> Outcome:
-    """Run one acting pass over ``paths`` (the working folder when None)."""
-    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener)
+def carry_out(
+    pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener, recurse: bool = True
+) -> Outcome:
+    """Run one acting pass over ``paths`` (the working folder when None): over every run found
+    in and below them, or (``recurse`` False) only over the runs whose folders they are."""
+    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener, recurse)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -251,6 +258,25 @@ def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -
     if single:
         raise Refused(*(f"{path} is one file; {command} acts on whole runs: give the folder that holds it" for path in single))
     return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])
+
+
+def own_runs(paths: Sequence[str], report: Report, runs: list[Run], tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
+    """Only the runs whose own folder is one of ``paths`` (``--no-recurse``), and the report of
+    them alone: a loose file's run is repaired without the runs in the folders below it. A path
+    that is no run's own folder is said, and nothing in or below it is touched."""
+    given = {os.path.realpath(path): path for path in paths}
+    kept = [run for run in runs if os.path.realpath(run_root(run)) in given]
+    for real, path in given.items():
+        if not any(os.path.realpath(run_root(run)) == real for run in kept):
+            tell(f"No run in {path} itself; with --no-recurse the runs in folders below it are left alone")
+    shown = {run.path for run in kept}
+    narrowed = dataclasses.replace(
+        report,
+        runs=tuple(run for run in report.runs if run.path in shown),
+        findings=tuple(f for f in report.findings if f.run in shown),
+        unrecognised=tuple(path for path in report.unrecognised if os.path.realpath(os.path.dirname(path) or ".") in given),
+    )
+    return narrowed, kept
 
 
 def distinct(runs: list[Run]) -> list[Run]:

@@ -80,6 +80,7 @@ def diskcheck(
     from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts.registry import layout_named
     from ckptdoctor.pipelines.scan import scan
+    from ckptdoctor.rules._context import with_runs_below
     from ckptdoctor.rules.disk import findings
 
     if not isinstance(run_dir, (str, os.PathLike)):
@@ -110,7 +111,8 @@ def diskcheck(
     run = _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
     disk = check(path, run, model_bytes, optimizer, keep_last, margin)
-    return Report("diskcheck", runs, findings(disk, run, layout, runway), scanned.errors if scanned else (), disk=disk)
+    below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
+    return Report("diskcheck", runs, findings(disk, run, layout, runway, below), scanned.errors if scanned else (), disk=disk)
 
 
 def _largest(runs: tuple[Run, ...]) -> Run | None:

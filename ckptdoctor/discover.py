@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 
 from ckptdoctor.model import Entry
-from ckptdoctor.places import OWN_FOLDER
+from ckptdoctor.places import MOVED_ASIDE, OWN_FOLDER
 
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
@@ -112,8 +112,8 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
     with os.scandir(os_dir) as scan:
         prefix = shown_dir.rstrip(os.sep) + os.sep
         for item in scan:
-            if item.name == OWN_FOLDER:
-                continue  # ckptdoctor's lock, journal and trash: never part of a run
+            if item.name in (OWN_FOLDER, MOVED_ASIDE):
+                continue  # ckptdoctor's lock, journal and trash, and what a fix moved aside: never part of a run
             shown = prefix + display(item.name)
             try:
                 is_symlink = item.is_symlink()

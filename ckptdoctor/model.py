@@ -260,6 +260,12 @@ class CheckpointFile(NamedTuple):
     def bundled(self) -> bool:
         return len(self.roles) > 1
 
+    @property
+    def leftover(self) -> bool:
+        """Useless wherever it lies: a staging leftover, or an empty file. ``repair`` moves such a
+        file even when it belongs to no checkpoint; the fixes say so only of these."""
+        return Role.TEMP in self.roles or Problem.EMPTY in self.report.problems
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -506,6 +512,8 @@ class DiskCheck:
     (or nothing is known to estimate)."""
     sizes: tuple[tuple[int, int], ...] = ()
     """(index, bytes) of the run's checkpoints, oldest first."""
+    exists: bool = True
+    """False for a folder that does not exist yet (a run that has not saved)."""
 
 
 @dataclass(frozen=True)

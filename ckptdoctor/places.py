@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 OWN_FOLDER = ".ckptdoctor"
 """ckptdoctor's own folder: its lock, prune's journals and trash, repair's quarantines."""
 
+MOVED_ASIDE = ".ckptdoctor-quarantine"
+"""Where a fix tells the user to move by hand a loose file that no ``repair`` moves (a stray or
+damaged file of no checkpoint): beside it, and, like ``OWN_FOLDER``, never scanned below a path."""
+
 
 def home_of(root: str, beside: bool) -> str:
     """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it

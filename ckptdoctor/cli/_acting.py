@@ -43,6 +43,12 @@ MinAge = Annotated[
     str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
+NoRecurse = Annotated[
+    bool,
+    typer.Option(
+        "--no-recurse", help="Act only on the run whose folder is PATH itself, never on runs in folders below it (its loose files' fix)."
+    ),
+]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required when stdin is not a terminal).")]
 PlanFormat = Annotated[
     str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")
@@ -58,6 +64,8 @@ class ActingOptions:
     """As given (``--min-age``): each command weighs it against its own configuration."""
     dry_run: bool
     yes: bool
+    recurse: bool
+    """False (``--no-recurse``): only the runs whose folders are the paths given."""
     format: str
     """The command line's (a plan is no report: ``format =`` in the configuration is not used)."""
     output: str | None
@@ -89,6 +97,7 @@ def acting_options(
     min_age: MinAge = None,
     dry_run: DryRun = False,
     yes: Yes = False,
+    no_recurse: NoRecurse = False,
     fmt: PlanFormat = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
@@ -98,7 +107,7 @@ def acting_options(
 ) -> ActingOptions:
     """The options every acting command takes (:func:`acting_command` adds them); exit 2 naming a bad
     configuration key."""
-    return ActingOptions(min_age, dry_run, yes, chosen(fmt, as_json), output, quiet, show_all, config, configured(config))
+    return ActingOptions(min_age, dry_run, yes, not no_recurse, chosen(fmt, as_json), output, quiet, show_all, config, configured(config))
 
 
 acting_command = sharing(acting_options)

@@ -105,7 +105,9 @@ def prune(
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     with failures_explained("prune"):
-        outcome = acting.carry_out(pruning, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=options.listener())
+        outcome = acting.carry_out(
+            pruning, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=options.listener(), recurse=options.recurse
+        )
     declined(outcome)
     if not outcome.acted and options.human and not options.quiet:
         if options.dry_run:

@@ -42,9 +42,6 @@ from ckptdoctor.planners.retention import (
 from ckptdoctor.records import Quarantine, StoredState
 from ckptdoctor.rules.completeness import STALE_POINTER
 
-_LEFTOVER = frozenset({Problem.EMPTY})
-"""What makes a file useless wherever it lies (with staging leftovers, which are a role)."""
-
 
 class Refused(Exception):
     """Repair would not make the run resumable: there is no complete checkpoint to resume from."""
@@ -85,7 +82,7 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
                 fixes = labels.of(index=index, paths=[f.path for f in checkpoint.files])
                 items.append(PlanItem(index, Action.QUARANTINE, (why, *fixes), targets(checkpoint), sizes[index]))
             continue
-        leftovers = [f for f in checkpoint.files if _leftover(f)]
+        leftovers = [f for f in checkpoint.files if f.leftover]
         if leftovers and len(leftovers) == len(checkpoint.files) and not busy:
             # nothing but leftovers: the whole checkpoint goes, and every finding about it
             fixes = labels.of(index=index, paths=[f.path for f in leftovers])
@@ -140,10 +137,6 @@ def undo_plan(found: Quarantine, run: str, root: str, home: str) -> Plan:
     return Plan(run, root, home, tuple(items), 0, f"undo repair {found.ident}")
 
 
-def _leftover(file: CheckpointFile) -> bool:
-    return Role.TEMP in file.roles or bool(file.report.problems & _LEFTOVER)
-
-
 def _what(files: Iterable[CheckpointFile]) -> str:
     kinds = sorted({"staging leftover" if Role.TEMP in f.roles else "empty file" for f in files})
     return " and ".join(kinds)
@@ -153,7 +146,7 @@ def _loose_leftovers(run: Run, labels: _Labels, circumstances: Circumstances, mi
     """Staging files and folders, and empty files, that belong to no checkpoint."""
     items = []
     for file in run.loose_files:
-        if not _leftover(file) or file.path in repointed:
+        if not file.leftover or file.path in repointed:
             continue
         entry = file.entry
         size = entry.size + sum(size for _, _, size in circumstances.inside.get(entry.os_path, ()))

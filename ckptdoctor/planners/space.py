@@ -169,4 +169,4 @@ def check(
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
     sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
-    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes)
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes, os.path.isdir(folder))

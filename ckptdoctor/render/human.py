@@ -288,7 +288,8 @@ def disk_line(disk: DiskCheck) -> str:
     volume, guess = disk.volume, disk.estimate
     free = f"{size(volume.free_bytes)} free" if volume else "free space unknown"
     if guess is None:
-        return f"{free}; the next save cannot be estimated: the run has no complete checkpoint (give --model or --model-bytes, and --optimizer)"
+        empty = "the run has no complete checkpoint" if disk.exists else "the folder does not exist yet"
+        return f"{free}; the next save cannot be estimated: {empty} (give --model or --model-bytes, and --optimizer)"
     retention = f" at keep-last {disk.keep_last}" if disk.keep_last else ""
     if disk.saves_until_full is None:
         runway = f"keep-last {disk.keep_last} keeps the run within it" if disk.keep_last else "runway unknown"

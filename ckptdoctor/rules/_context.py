@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
+import posixpath
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
+from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.rules._rule import Rule
 
 _DIGITS = re.compile(r"\d+")
@@ -37,6 +41,8 @@ class RunContext:
     thresholds: Thresholds = field(default_factory=Thresholds)
     memo: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
     """What one family's checks work out once and share (each family keys its own entries)."""
+    below: bool = False
+    """Other runs lie, or may lie, in folders below this run's (see ``with_runs_below``)."""
 
     @functools.cached_property
     def files(self) -> list[tuple[int, CheckpointFile]]:
@@ -49,7 +55,7 @@ class RunContext:
 
     @functools.cached_property
     def _fix_context(self) -> dict[str, str]:
-        return {"run": self.run.path, "unit": self.run.unit.value}
+        return run_context(self.run, self.below or self.run.single_file)
 
     def finding(
         self,
@@ -62,15 +68,36 @@ class RunContext:
         context: Mapping[str, str] | None = None,
         extra_fixes: tuple[str, ...] = (),
         case: str | None = None,
+        moves: tuple[str, ...] = (),
     ) -> Finding:
+        """The finding, its fixes worded for this run; ``moves``: the files its ``{quarantine}``
+        moves aside (``path`` unless told)."""
         values = self.fix_context
         if index is not None:
             values["index"] = str(index)
         if path is not None:
-            values["path"] = path
+            values["path"] = shlex.quote(path)
             values["name"] = path.rsplit("/", 1)[-1]
+            values["quarantine"] = self._quarantine(moves or (path,), values["this_run"])
         values.update(context or {})
         return make_finding(rule, message, self.run.path, index, path, severity, values, self.layout.fix_keys, case, extra_fixes)
+
+    def _quarantine(self, paths: tuple[str, ...], this_run: str) -> str:
+        """How to move the files at ``paths`` aside: ``repair`` of their run where the repair
+        moves them (a checkpoint's files, loose leftovers), else by hand into a folder no scan
+        enters (stray or damaged files that belong to no checkpoint, or to no run at all): never
+        a command that would act on more than these files' run."""
+        moved_by_repair = {f.path for _, f in self.files} | {f.path for f in self.run.loose_files if f.leftover}
+        if self.run.checkpoints and moved_by_repair.issuperset(paths):
+            return f"`ckptdoctor repair {this_run}` moves it into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
+        here = posixpath.dirname(paths[0]) or "."
+        if self.layout.reads_every_name:  # a folder in the run would be read as a checkpoint, as ckptdoctor's own home would
+            here = posixpath.normpath(posixpath.join(here, ".."))
+        folder = shlex.quote(posixpath.join(here, MOVED_ASIDE))
+        given = " ".join(shlex.quote(path) for path in paths)
+        back = " ".join(shlex.quote(posixpath.join(here, MOVED_ASIDE, posixpath.basename(path))) for path in paths)
+        where = shlex.quote(posixpath.dirname(paths[0]) or ".")
+        return f"`mkdir -p {folder} && mv -n -- {given} {folder}/` moves only {'this file' if len(paths) == 1 else 'these files'} aside, where no scan looks (`mv -n -- {back} {where}/` puts {'it' if len(paths) == 1 else 'them'} back)"
 
     def sibling_name(self, role: Role, index: int) -> str | None:
         """The name a missing file of ``role`` would have at ``index``, from the nearest
@@ -95,6 +122,34 @@ class RunContext:
                     named.append((checkpoint.index, name))
             self.memo[key] = named
         return cast("list[tuple[int, str]]", self.memo[key])
+
+
+def run_context(run: Run, below: bool) -> dict[str, str]:
+    """The placeholders a run fills in every fix (``GENERIC_CONTEXT`` says what each means):
+    paths quoted for a shell where they need it, since fixes name them in commands to copy."""
+    path = shlex.quote(run.path)
+    values = {"run": path, "unit": run.unit.value, "this_run": f"--no-recurse {path}" if below else path}
+    if run.resume is not None:
+        values["resume"] = str(run.resume.index)
+    return values
+
+
+def with_runs_below(runs: Iterable[Run], unlisted: Iterable[str] = ()) -> frozenset[str]:
+    """The paths of those ``runs`` that hold another run, or a folder that could not be listed,
+    in a folder below theirs: ``ckptdoctor repair RUN`` of one would act on those runs too, so
+    its fixes name it with ``--no-recurse``."""
+    runs = list(runs)
+    holding: set[str] = set()
+    for folder in [_absolute(run_root(run)) for run in runs] + [_absolute(path) for path in unlisted]:
+        parent = os.path.dirname(folder)
+        while parent not in holding and parent != folder:
+            holding.add(parent)
+            folder, parent = parent, os.path.dirname(parent)
+    return frozenset(run.path for run in runs if _absolute(run_root(run)) in holding)
+
+
+def _absolute(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
 
 
 def make_finding(

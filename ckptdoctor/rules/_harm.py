@@ -35,7 +35,7 @@ def by_harm(ctx: RunContext, findings: Iterable[Finding], rule_of: Callable[[str
     policy = f"--keep-last {complete}{' --verify' if read_whole else ''}"
     fix = (
         f"Nothing resumes from a broken {unit} older than the resume point ({unit} {resume.index}): "
-        f"`ckptdoctor prune {run.path} {policy} --dry-run` deletes them and keeps every complete {unit} and "
+        f"`ckptdoctor prune {ctx.fix_context['this_run']} {policy} --dry-run` deletes them and keeps every complete {unit} and "
         "what the framework's pointers name (it shows the plan; run it again with `--yes` instead of `--dry-run`)."
     )
     lowered: list[Finding] = []

@@ -19,6 +19,9 @@ from ckptdoctor.model import Severity
 
 GENERIC_CONTEXT: Mapping[str, str] = {
     "run": "RUN_DIR",
+    "this_run": "RUN_DIR",
+    "resume": "N",
+    "quarantine": "`ckptdoctor repair RUN_DIR` moves it into a quarantine folder (`ckptdoctor repair --undo RUN_DIR` puts it back)",
     "path": "the file",
     "name": "the file",
     "unit": "epoch",
@@ -29,7 +32,16 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "format": "the expected format",
     "ratio": "the usual ratio",
 }
-"""What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``)."""
+"""What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
+
+``run`` is the run's folder; ``this_run`` the same as the PATH of ``repair`` or ``prune``, which
+act on every run below a path (with ``--no-recurse`` where runs lie below the run's folder);
+``resume`` the index of the resume point (a fix that names it is left out of a run without
+one); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
+alone (``rules/_context.py`` fills them)."""
+
+NEEDS_THE_RUN = frozenset({"resume"})
+"""Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it."""
 
 OTHERWISE = "*"
 """The ``case`` of a fix for every case of its rule that no other fix of the rule names."""
@@ -123,7 +135,8 @@ class Rule:
             return tuple(text for generic, own in self.documented_fixes(context) for text in (*generic, *(f"{k}: {t}" for k, t in own)))
         values = _Context(context or {})
         texts = (record.text_for(frameworks) for record in self._for_case(case))
-        return tuple(_FORMATTER.vformat(text, (), values) for text in texts if text)
+        lacking = NEEDS_THE_RUN - set(context or {})
+        return tuple(_FORMATTER.vformat(text, (), values) for text in texts if text and not lacking & _names(text))
 
     def documented_fixes(self, context: Mapping[str, str] | None = None) -> tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...]:
         """Each fix as the rule's documentation gives it: in general words (none where only some
@@ -150,8 +163,13 @@ class Rule:
         names: set[str] = set()
         for record in self.fix_records:
             for template in (record.generic or "", *(text for _, text in record.frameworks)):
-                names.update(field for _, field, _, _ in _FORMATTER.parse(template) if field)
+                names.update(_names(template))
         return frozenset(names)
+
+
+def _names(template: str) -> frozenset[str]:
+    """The placeholders ``template`` uses."""
+    return frozenset(field for _, field, _, _ in _FORMATTER.parse(template) if field)
 
 
 P = ParamSpec("P")

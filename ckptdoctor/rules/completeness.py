@@ -60,8 +60,8 @@ MISSING_OPTIMIZER = Rule(
             torch="If no copy exists, resume from the weights alone: `model.load_state_dict(...)` and build a new optimizer. "
             + _FRESH_OPTIMIZER,
         ),
-        "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {run}` moves them into a quarantine folder (`ckptdoctor repair --undo {run}` puts them back).",
-        "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {run} --keep-last 2`.",
+        "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
+        "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {this_run} --keep-last 2`.",
     ),
     messages=(
         "Can load optimizer checkpoint.",
@@ -98,7 +98,7 @@ MISSING_MODEL = Rule(
             deepspeed="Under ZeRO-3, " + _ZERO3_WEIGHTS,
             hf_trainer="Under DeepSpeed ZeRO-3, " + _ZERO3_WEIGHTS,
         ),
-        "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {run}`.",
+        "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {this_run}`.",
     ),
     messages=(
         "Can load model checkpoint.",
@@ -147,7 +147,7 @@ MISSING_SCHEDULER = Rule(
             hf_trainer="",
             torch="Save the scheduler with every checkpoint from now on: put `scheduler.state_dict()` in the same save as the model and optimizer.",
         ),
-        "Quarantine the incomplete {unit} with `ckptdoctor repair {run}` so nothing resumes from it.",
+        "Quarantine the incomplete {unit} with `ckptdoctor repair {this_run}` so nothing resumes from it.",
     ),
     messages=(
         "Can load learning rate scheduler checkpoint.",
@@ -175,12 +175,12 @@ MISSING_TRAINER_STATE = Rule(
     ),
     fixes=(
         fix(
-            "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `ckptdoctor repair {run}` quarantines it.",
-            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+            "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `ckptdoctor repair {this_run}` quarantines it.",
+            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {this_run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
         ),
         fix(
             "Resume from an explicit checkpoint, the one the last line names, instead of the newest.",
-            hf_trainer="Resume from an explicit folder instead of `True`: `trainer.train(resume_from_checkpoint='{run}/checkpoint-N')`, with N the newest complete step.",
+            hf_trainer="Resume from an explicit folder instead of `True`: pass `trainer.train(resume_from_checkpoint=...)` the folder that `ckptdoctor inspect --resume-path {run}` prints, the newest complete step.",
         ),
         "If the other files of the folder verify (`ckptdoctor verify {run}`), its weights are still usable for evaluation or export; do not resume from it, since the step count and log history are gone.",
         "Make sure the next saves can finish: `ckptdoctor diskcheck {run}` compares the size of a save with the free space.",
@@ -214,7 +214,7 @@ MISSING_SHARD = Rule(
         fix(
             deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
         ),
-        "Quarantine the incomplete checkpoint so nothing resumes from it: `ckptdoctor repair {run}`.",
+        "Quarantine the incomplete checkpoint so nothing resumes from it: `ckptdoctor repair {this_run}`.",
     ),
     messages=(
         "Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
@@ -250,7 +250,7 @@ MISSING_COMMIT_MARKER = Rule(
         fix(
             megatron="Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
         ),
-        "Quarantine the uncommitted folder with `ckptdoctor repair {run}` so no tool resumes from it.",
+        "Quarantine the uncommitted folder with `ckptdoctor repair {this_run}` so no tool resumes from it.",
     ),
     messages=("metadata is None; global metadata read failed",),
     related=("CKD202", "CKD113", "CKD105", "CKD110"),
@@ -320,7 +320,7 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
         fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
         "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
-        "Otherwise start again in a clean folder, after quarantining what is here with `ckptdoctor repair {run}` so no tool picks it up.",
+        "Otherwise start again in a clean folder, after quarantining what is here with `ckptdoctor repair {this_run}` so no tool picks it up.",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
     ),
     messages=("No valid checkpoint found in output directory", "No steps found in"),
@@ -354,7 +354,7 @@ STRAY_PREFIX = Rule(
             burn="Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
         ),
         "If the files belong to another run, move them into that run's own folder; give every run its own checkpoint directory.",
-        "If nobody needs them, quarantine them with `ckptdoctor repair {run}`; retention never deletes files under a prefix the run does not use.",
+        "If nobody needs them, move them aside: {quarantine}; retention never deletes files under a prefix the run does not use.",
     ),
     messages=("Can load optimizer checkpoint.",),
     related=("CKD101", "CKD102", "CKD103", "CKD112"),
@@ -421,10 +421,10 @@ STALE_POINTER = Rule(
         "parallel naming)."
     ),
     fixes=(
-        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {run}` rewrites the pointer (`ckptdoctor repair --undo {run}` restores it).",
+        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {this_run}` rewrites the pointer (`ckptdoctor repair --undo {this_run}` restores it).",
         fix(
             "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
-            deepspeed="By hand: write the tag without a newline (`printf global_stepN > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
+            deepspeed="By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
             megatron="By hand: write the iteration number into `{run}/latest_checkpointed_iteration.txt`.",
             lightning="Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
             hf_trainer="If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
@@ -463,7 +463,7 @@ UNSAFE_AUTO_RESUME = Rule(
             accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
             deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
         ),
-        "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {run}` quarantines it), so that the automatic resume finds the complete one.",
+        "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
         "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
     ),
     messages=(
@@ -593,6 +593,7 @@ def stray_prefixes(ctx: RunContext) -> Iterator[Finding]:
             index=_index_of(ctx, files[0]) if len(files) == 1 else None,
             path=files[0].path,
             context={"prefix": prefix, "known": known[0] if known else role.value},
+            moves=tuple(f.path for f in files),
         )
 
 

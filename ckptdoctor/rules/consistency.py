@@ -136,7 +136,7 @@ NONFINITE_VALUES = Rule(
             torch="Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`), and use loss scaling or bf16 instead of plain fp16.",
         ),
         "Stop saving diverged state: check the loss for NaN before each save, or stop early on the validation loss, so that good checkpoints are not rotated out by broken ones.",
-        "Pin the last finite checkpoint so retention keeps it: `ckptdoctor prune {run} --keep E` with E that {unit}.",
+        "Pin the resume point, the newest {unit} that passed, so that retention keeps it whatever is saved after it: `ckptdoctor prune {this_run} --keep {resume} --keep-last 2` (add `--dry-run` to see the plan first).",
     ),
     messages=(),
     related=("CKD206", "CKD208"),

@@ -6,11 +6,12 @@ save and the run's retention, writability, and the kind of filesystem.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import DiskCheck, Finding, Run, Severity
-from ckptdoctor.rules._context import make_finding
-from ckptdoctor.rules._rule import Rule, fires, fix
+from ckptdoctor.rules._context import make_finding, run_context
+from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -26,6 +27,11 @@ _RETENTION = fix(
     megatron="Keep fewer checkpoints: with `--save-retain-interval N` only saves N iterations apart, and the last, stay.",
 )
 """How a framework keeps fewer checkpoints: the fix of both CKD501 and CKD502."""
+
+NO_RUN = "no-run"
+"""The case of a finding on a folder that holds no run to prune or repair: one that does not
+exist yet (``diskcheck`` before the first save), or a trainer's staging folder. Its fixes name
+no ``prune`` or ``repair`` of it, nor a ``diskcheck`` with no size to estimate."""
 
 INSUFFICIENT_SPACE = Rule(
     code="CKD501",
@@ -48,15 +54,38 @@ INSUFFICIENT_SPACE = Rule(
         "instead of a scratch volume."
     ),
     fixes=(
-        "Free disk space on the volume that holds {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; `ckptdoctor diskcheck {run}` shows the estimate against the free space.",
-        "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2` (add `--dry-run` to see the plan first).",
+        fix(
+            "Free disk space on the volume that holds {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; `ckptdoctor diskcheck {run}` shows the estimate against the free space.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Free disk space on the volume that will hold {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; then run this diskcheck again, with the same size options.",
+            case=NO_RUN,
+        ),
+        fix(
+            "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2` (add `--dry-run` to see the plan first).",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Prune the other runs on that volume, each in its own folder (ckptdoctor's prune always keeps their resume points), or delete what is no longer needed there.",
+            case=NO_RUN,
+        ),
         _RETENTION,
         "Save to a bigger disk: point the checkpoint directory at a scratch or data volume with room for several saves.",
         fix(
             "Check that the checkpoint folder exists and is writable before a long run: `ckptdoctor diskcheck {run}` tests it with a probe file.",
             burn="Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file): burn's checkpointer ignores errors creating it and only fails at the first save.",
+            case=OTHERWISE,
         ),
-        "Remove the leftovers of a failed save, which still take space and confuse resumes: `ckptdoctor repair {run}`.",
+        fix(
+            "Create the checkpoint folder before the run starts (`mkdir -p {run}`), so that a wrong path fails at once rather than at the first save.",
+            burn="Create the checkpoint folder before the run starts (`mkdir -p {run}`): burn's checkpointer ignores errors creating it and only fails at the first save.",
+            case=NO_RUN,
+        ),
+        fix(
+            "Remove the leftovers of a failed save, which still take space and confuse resumes: `ckptdoctor repair {this_run}`.",
+            case=OTHERWISE,
+        ),
     ),
     messages=(
         "Can save optimizer checkpoint.",
@@ -94,9 +123,20 @@ SPACE_RUNWAY = Rule(
     ),
     fixes=(
         _RETENTION,
-        "Or prune from cron with a safe policy that always keeps the resume point: `ckptdoctor prune {run} --keep-last 2 --yes -q`.",
+        fix(
+            "Or prune from cron with a safe policy that always keeps the resume point: `ckptdoctor prune {this_run} --keep-last 2 --yes -q`.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Or, once the run has saved, prune it from cron with a safe policy that always keeps the resume point (`--keep-last 2 --yes -q`).",
+            case=NO_RUN,
+        ),
         "Move the run to a bigger volume, or save less often.",
-        "Re-check after changing settings: `ckptdoctor diskcheck {run}` prints how many saves still fit.",
+        fix("Re-check after changing settings: `ckptdoctor diskcheck {run}` prints how many saves still fit.", case=OTHERWISE),
+        fix(
+            "Re-check after changing settings: this diskcheck again, with the same size options, prints how many saves still fit.",
+            case=NO_RUN,
+        ),
     ),
     messages=(),
     related=("CKD501", "CKD505", "CKD202"),
@@ -121,11 +161,19 @@ NOT_WRITABLE = Rule(
         "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission."
     ),
     fixes=(
-        "When the message says the disk is full: free space with `ckptdoctor prune {run} --keep-last 2 --yes`, which works on a full disk (it deletes without a journal when none fits), and check quotas with `quota -s` or `lfs quota`.",
+        fix(
+            "When the message says the disk is full: free space with `ckptdoctor prune {this_run} --keep-last 2 --yes`, which works on a full disk (it deletes without a journal when none fits), and check quotas with `quota -s` or `lfs quota`.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "When the message says the disk is full: free space on the volume (ckptdoctor's prune of the other runs there works on a full disk), and check quotas with `quota -s` or `lfs quota`.",
+            case=NO_RUN,
+        ),
         "When it says permission denied: check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
         "When it says read-only file system: `findmnt -T {run}` shows `ro` among its options: remount it read-write or save elsewhere.",
         "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
-        "Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.",
+        fix("Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.", case=OTHERWISE),
+        fix("Run this diskcheck again before the job starts (it writes and deletes a probe file).", case=NO_RUN),
     ),
     messages=(
         "Permission denied",
@@ -154,7 +202,14 @@ NETWORK_FILESYSTEM = Rule(
     fixes=(
         "Save to a local disk (node-local SSD, `/tmp`) and copy finished checkpoints to the shared volume afterwards (`rsync`, or the framework's asynchronous upload).",
         "In your own saving code, write atomically: save to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name.",
-        "Verify checkpoints after they land on the shared volume with `ckptdoctor verify {run}`, and keep more than one complete checkpoint.",
+        fix(
+            "Verify checkpoints after they land on the shared volume with `ckptdoctor verify {run}`, and keep more than one complete checkpoint.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Verify checkpoints after they land on the shared volume (ckptdoctor's verify of the run folder), and keep more than one complete checkpoint.",
+            case=NO_RUN,
+        ),
     ),
     messages=(),
     related=("CKD203", "CKD202", "CKD211", "CKD501"),
@@ -177,7 +232,8 @@ LOW_INODES = Rule(
     ),
     fixes=(
         "Check with `df -i {run}`, and find where the inodes go with `du --inodes -s * | sort -n` on the volume.",
-        "Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {run} --keep-last 2`.",
+        fix("Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2`.", case=OTHERWISE),
+        fix("Prune old checkpoints of the other runs on the volume (ckptdoctor's prune keeps their resume points).", case=NO_RUN),
         "Pack small files (datasets, logs) into archives or move them to another volume.",
         fix(
             "Write fewer files per checkpoint, or move checkpoints to a filesystem with more inodes.",
@@ -202,16 +258,18 @@ fire them through ``findings``."""
 
 
 @fires(NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM)
-def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY) -> tuple[Finding, ...]:
+def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY, below: bool = False) -> tuple[Finding, ...]:
     """CKD501–505 for ``disk``: the next save against the free space and inodes, the runway
-    under retention, writability and the kind of filesystem."""
+    under retention, writability and the kind of filesystem. ``below``: other runs lie in
+    folders below ``run``'s (its fixes then prune and repair it with ``--no-recurse``)."""
     where = run.path if run is not None else disk.path
-    context = {"run": where, "unit": run.unit.value if run is not None else "checkpoint"}
+    context = run_context(run, below) if run is not None else {"run": shlex.quote(where), "unit": "checkpoint"}
     frameworks = layout.fix_keys if layout is not None else ()
+    case = OTHERWISE if run is not None else NO_RUN
     found = []
 
     def add(rule: Rule, message: str) -> None:
-        found.append(make_finding(rule, message, where, None, disk.path, None, context, frameworks))
+        found.append(make_finding(rule, message, where, None, disk.path, None, context, frameworks, case))
 
     if not disk.writable:
         add(NOT_WRITABLE, f"the next save cannot be written: {disk.why_not_writable}")
@@ -248,4 +306,5 @@ def staging_space(disk: DiskCheck, folder: str, free_bytes: int, why: str) -> Fi
     """CKD501 for a save first written whole to ``folder``, on another volume than the run's,
     where only ``free_bytes`` are free (the trainer callbacks' staging folder)."""
     message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(free_bytes)} is free there"
-    return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, {"run": folder, "unit": "checkpoint"})
+    context = {"run": shlex.quote(folder), "unit": "checkpoint"}
+    return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, context, case=NO_RUN)

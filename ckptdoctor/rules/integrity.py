@@ -37,7 +37,7 @@ EMPTY_FILE = Rule(
         "A copy or download stopped before its first block. A script left a placeholder (`touch`)."
     ),
     fixes=(
-        "Quarantine the empty file with `ckptdoctor repair {run}` so no tool resumes from {unit} {index}.",
+        "Quarantine the empty file so that no tool resumes from it: {quarantine}.",
         "Restore {name} from a backup or object-store copy if one exists, then run `ckptdoctor verify {run}`.",
         "Check the disk before the next save, since an empty file often means it was already full: `ckptdoctor diskcheck {run}`.",
         "If a copy or download produced it, copy it again and compare the size and `sha256sum` with the source.",
@@ -71,7 +71,7 @@ TEMP_FILE = Rule(
         "browser download) was interrupted."
     ),
     fixes=(
-        "If no save is running, quarantine the leftovers with `ckptdoctor repair {run}` (`ckptdoctor repair --undo {run}` restores them).",
+        "If no save is running, quarantine the leftover: {quarantine}.",
         "Or delete {path} by hand once you are sure no job is writing to it.",
         fix(
             orbax="Create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
@@ -106,7 +106,7 @@ TRUNCATED = Rule(
         "being written."
     ),
     fixes=(
-        "Quarantine {name} with `ckptdoctor repair {run}` so no tool resumes from it.",
+        "Quarantine {name} so that no tool resumes from it: {quarantine}.",
         "If it was copied or downloaded, fetch it again and compare the size and `sha256sum` with the source.",
         "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
         fix(
@@ -186,7 +186,7 @@ NOT_A_CHECKPOINT = Rule(
             case=Format.HTML,
         ),
         fix(
-            "The data never reached the disk: quarantine it with `ckptdoctor repair {run}` and restore {name} from a backup.",
+            "The data never reached the disk: restore {name} from a backup, after quarantining it: {quarantine}.",
             case=Format.ZEROS,
         ),
         fix(
@@ -231,7 +231,7 @@ CRC_MISMATCH = Rule(
     fixes=(
         "Restore {name} from a backup or object-store copy and compare its `sha256sum` with the original.",
         "Check the hardware that wrote it (`dmesg`, `smartctl -a` on the disk, a memory test on the host), and check the run's other checkpoints with `ckptdoctor verify --deep {run}`.",
-        "Quarantine the file with `ckptdoctor repair {run}` so no resume picks it up.",
+        "Quarantine the file so that no resume picks it up: {quarantine}.",
     ),
     messages=("Bad CRC-32 for file",),
     related=("CKD207", "CKD203", "CKD304", "CKD403"),
@@ -260,7 +260,7 @@ MALFORMED = Rule(
             burn="If a newer burn may have written it, resume with that release before concluding the file is damaged.",
             torch="If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors torch`) before concluding the file is damaged.",
         ),
-        "Quarantine the file with `ckptdoctor repair {run}`.",
+        "Quarantine the file: {quarantine}.",
         fix(
             "If freshly written files show the same error, the saving code produces it: save with the format library's own API instead of a custom writer.",
             burn="If freshly written files show the same error, the saving code produces it: save with burn's checkpointers instead of a custom writer.",
@@ -302,7 +302,7 @@ UNDERSIZED = Rule(
     ),
     fixes=(
         "Compare it with its siblings: `ckptdoctor verify {run}` lists tensors, dtypes and bytes per file, and a missing tensor or changed dtype explains the size.",
-        "If tensors are missing, treat {unit} {index} as broken: resume from an earlier {unit} and quarantine this one with `ckptdoctor repair {run}`.",
+        "If tensors are missing, treat {unit} {index} as broken: resume from an earlier {unit} and quarantine this one with `ckptdoctor repair {this_run}`.",
         "If the change was intended (new precision, adapter-only saves), save into a new run folder so that sizes stay comparable.",
         "Look for write errors around that save in the training log, and check the disk: `ckptdoctor diskcheck {run}`.",
     ),
@@ -672,7 +672,7 @@ def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
     if found.read_whole:
         return ()
     return (
-        f"Read every byte with `ckptdoctor verify --deep {ctx.run.path}`: it checks each tensor and DCP item, and "
+        f"Read every byte with `ckptdoctor verify --deep {ctx.fix_context['run']}`: it checks each tensor and DCP item, and "
         "takes the checkpoint out of the resume point if its data turned to zeros.",
     )
 

@@ -13,7 +13,7 @@ from ckptdoctor.discover import Unlisted
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Finding, Run
 from ckptdoctor.rules import completeness, consistency, disk, integrity, safety
-from ckptdoctor.rules._context import RunContext, Thresholds
+from ckptdoctor.rules._context import RunContext, Thresholds, with_runs_below
 from ckptdoctor.rules._harm import by_harm
 from ckptdoctor.rules._rule import BEHIND_RESUME, Check, Rule
 
@@ -42,9 +42,12 @@ def find_rule(key: str) -> Rule | None:
 
 def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds) -> tuple[Finding, ...]:
     """Every finding for every run, in run order, then by checkpoint index."""
+    unlisted = list(unlisted)
     findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
+    runs = list(runs)
+    holding = with_runs_below(runs, (folder.path for folder in unlisted))
     for run in runs:
-        context = RunContext(run, layout_named(run.layout), thresholds)
+        context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding)
         found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
         findings.extend(by_harm(context, found, find_rule))
     return tuple(findings)
