@@ -145,7 +145,7 @@ def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project,
     assert report["runs"][0]["resume"]["index"] == 3
     assert {"CKD103", "CKD105", "CKD114", "CKD203"} <= {f["code"] for f in report["findings"]}
     fix = report["runs"][0]["resume"]["how"]  # the run's one resume advice, under its findings
-    assert f"quarantine checkpoint_4 with `ckptdoctor repair {run}`" in fix
+    assert f"quarantine checkpoint_4 with `ckptdoctor repair --no-recurse {run}`" in fix
     folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
     iteration = int(re.search(r"accelerator\.project_configuration\.iteration = (\d+)", fix)[1])  # type: ignore[index]
     assert (folder, iteration) == (str(run / "checkpoint_3"), 4)
@@ -263,7 +263,7 @@ def test_a_save_killed_in_a_named_folder_and_the_resume_named(saves, inspect_jso
     (auto,) = [f for f in report["findings"] if f["code"] == "CKD114"]
     assert auto["index"] == 8
     fix = report["runs"][0]["resume"]["how"]
-    assert f"quarantine step_6, step_8 with `ckptdoctor repair {run}`" in fix
+    assert f"quarantine step_6, step_8 with `ckptdoctor repair --no-recurse {run}`" in fix
     assert "iteration" not in fix, "no automatic naming: no save count to set"
     folder = re.search(r'accelerator\.load_state\("([^"]+)"\)', fix)[1]  # type: ignore[index]
     accelerator, counter, model, *_ = named_accelerator()

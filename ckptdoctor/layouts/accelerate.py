@@ -79,7 +79,7 @@ class AccelerateLayout(FolderLayout):
         if newer:
             # a bare load_state() takes the highest number, and the next automatic save_state()
             # would find the broken folder where it wants to write
-            steps.append(f"quarantine {', '.join(newer)} with `ckptdoctor repair {run.path}`")
+            steps.append(f"quarantine {', '.join(newer)} with `ckptdoctor repair --no-recurse {run.path}`")
         steps.append(f'call `accelerator.load_state("{checkpoint.path or run.path}")`')
         if checkpoint.folder is not None and _CHECKPOINT.match(checkpoint.folder.name):
             steps.append(
