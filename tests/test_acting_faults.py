@@ -457,8 +457,8 @@ def test_diskcheck_on_a_full_disk_says_full_not_permission(tmp_path: Path, cli) 
         result = cli("diskcheck", "--json", folder)
         found = [f for f in result.json["findings"] if f["code"] == "CKD503"]
         assert len(found) == 1 and "the disk is full" in found[0]["message"], result.stdout
-    assert any("disk is full" in fix and "ckptdoctor prune" in fix for fix in NOT_WRITABLE.fixes)
-    assert any("permission denied" in fix and "chown" in fix for fix in NOT_WRITABLE.fixes)
+    assert any("disk is full" in fix and "ckptdoctor prune" in fix for fix in NOT_WRITABLE.fix_texts())
+    assert any("permission denied" in fix and "chown" in fix for fix in NOT_WRITABLE.fix_texts())
 
 
 def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path: Path, cli) -> None:

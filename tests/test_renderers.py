@@ -123,7 +123,7 @@ def test_the_acting_commands_take_the_shared_acting_options():
     probe = typer.Typer(add_completion=False)
     probe.command()(acting_options)
     shared = {param.name: set(param.opts) for param in typer.main.get_command(probe).params}
-    assert {"min_age", "dry_run", "yes", "fmt", "as_json", "output", "quiet", "show_all", "config"} == set(shared)
+    assert {"min_age", "dry_run", "yes", "fmt", "as_json", "output", "quiet", "show_all", "config", "no_recurse"} == set(shared)
     for command in ("prune", "repair"):
         options = _options(command)
         assert {
@@ -139,6 +139,7 @@ def test_the_acting_commands_take_the_shared_acting_options():
             "--dry-run",
             "--yes",
             "--min-age",
+            "--no-recurse",
         } <= set(options), command
         for name, opts in shared.items():
             assert {options[opt].name for opt in opts} == {name}, (command, name)
