@@ -35,6 +35,7 @@ from ckptdoctor.places import home, home_of, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.progress import Tally
 from ckptdoctor.records import Pending, Quarantine, StoredState
 from ckptdoctor.units import size
 
@@ -141,6 +142,7 @@ class _Context:
     paths: list[str]
     dry_run: bool
     listener: Listener
+    tally: Tally | None = None
     report: Report = field(default_factory=lambda: Report("", (), ()))
     runs: list[Run] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
@@ -152,7 +154,7 @@ class _Context:
         self.listener(Message(text, tone))
 
     def scan(self) -> None:
-        self.report, self.runs = scan_runs(self.paths, self.command, self.tell)
+        self.report, self.runs = scan_runs(self.paths, self.command, self.tell, self.tally)
 
     def rescan(self) -> None:
         """Scan again after tidying changed the runs; the same runs, as they are now."""
@@ -194,9 +196,12 @@ class Pass:
         raise NotImplementedError
 
 
-def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener) -> Outcome:
-    """Run one acting pass over ``paths`` (the working folder when None)."""
-    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener)
+def carry_out(
+    pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener, tally: Tally | None = None
+) -> Outcome:
+    """Run one acting pass over ``paths`` (the working folder when None); ``tally`` counts what
+    its scan sees, for a status line shown until the listener hears the first event."""
+    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -229,7 +234,7 @@ def carry_out(pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confir
         return outcome(acted=True)
 
 
-def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
+def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], tally: Tally | None = None) -> tuple[Report, list[Run]]:
     """The report over ``paths`` and the distinct runs in it that ``command`` can change
     (``Refused`` when a path cannot be acted on as given)."""
 
@@ -238,7 +243,7 @@ def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -
             raise Refused(
                 f"{path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)"
             )
-    report, found = scan.inspect(list(paths))
+    report, found = scan.inspect(list(paths), tally=tally)
     for path in paths:
         real = os.path.realpath(path)
         if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:
