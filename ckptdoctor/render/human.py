@@ -616,7 +616,7 @@ def _undoes(plan: Plan) -> bool:
     return plan.policy.startswith("undo")
 
 
-SummaryRow = tuple[str, "Run | None", "Plan | None"]
+SummaryRow = tuple[str, Run | None, Plan | None]
 """A row of the runs' summary: the run's path, the run as scanned (None: a folder an undo puts
 back into that no longer scans as a run) and its plan (None: a report's summary)."""
 PlanColumn = tuple[str, Callable[[Plan], str], int]
