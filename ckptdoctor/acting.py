@@ -35,6 +35,7 @@ from ckptdoctor.places import home, home_of, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.progress import Tally
 from ckptdoctor.records import Pending, Quarantine, StoredState
 from ckptdoctor.units import size
 
@@ -143,6 +144,7 @@ class _Context:
     listener: Listener
     recurse: bool = True
     """False: only the run whose folder is a path given, never the runs in folders below it."""
+    tally: Tally | None = None
     report: Report = field(default_factory=lambda: Report("", (), ()))
     runs: list[Run] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
@@ -154,7 +156,7 @@ class _Context:
         self.listener(Message(text, tone))
 
     def scan(self) -> None:
-        self.report, self.runs = scan_runs(self.paths, self.command, self.tell)
+        self.report, self.runs = scan_runs(self.paths, self.command, self.tell, self.tally)
         if not self.recurse:
             self.report, self.runs = own_runs(self.paths, self.report, self.runs, self.tell)
 
@@ -199,11 +201,20 @@ class Pass:
 
 
 def carry_out(
-    pass_: Pass, paths: Sequence[str] | None, *, dry_run: bool, confirm: Confirm, listener: Listener, recurse: bool = True
+    pass_: Pass,
+    paths: Sequence[str] | None,
+    *,
+    dry_run: bool,
+    confirm: Confirm,
+    listener: Listener,
+    recurse: bool = True,
+    tally: Tally | None = None,
 ) -> Outcome:
     """Run one acting pass over ``paths`` (the working folder when None): over every run found
-    in and below them, or (``recurse`` False) only over the runs whose folders they are."""
-    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener, recurse)
+    in and below them, or (``recurse`` False) only over the runs whose folders they are.
+    ``tally`` counts what its scan sees, for a status line shown until the listener hears the
+    first event."""
+    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -236,7 +247,7 @@ def carry_out(
         return outcome(acted=True)
 
 
-def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -> tuple[Report, list[Run]]:
+def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], tally: Tally | None = None) -> tuple[Report, list[Run]]:
     """The report over ``paths`` and the distinct runs in it that ``command`` can change
     (``Refused`` when a path cannot be acted on as given)."""
 
@@ -245,7 +256,7 @@ def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None]) -
             raise Refused(
                 f"{path} is {_NEVER_WHOLE[os.path.realpath(path)]}; {command} acts on runs: name the run folders (or a folder that holds only runs)"
             )
-    report, found = scan.inspect(list(paths))
+    report, found = scan.inspect(list(paths), tally=tally)
     for path in paths:
         real = os.path.realpath(path)
         if os.path.ismount(real) and {os.path.realpath(run_root(run)) for run in report.runs if run.checkpoints} - {real}:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ckptdoctor.model import Entry
 from ckptdoctor.places import MOVED_ASIDE, OWN_FOLDER
+from ckptdoctor.progress import Tally
 
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
@@ -77,8 +78,9 @@ def remote(path: str) -> bool:
     return bool(_URL.match(path)) and not os.path.lexists(path)
 
 
-def discover(path: str) -> Discovery:
-    """List every folder at or below ``path`` (or just ``path`` when it names a file)."""
+def discover(path: str, tally: Tally | None = None) -> Discovery:
+    """List every folder at or below ``path`` (or just ``path`` when it names a file), counting
+    the folders and files in ``tally`` as it goes."""
     if remote(path):
         raise PathNotFound(NOT_LOCAL)
     try:
@@ -102,6 +104,9 @@ def discover(path: str) -> Discovery:
             continue
         listings.append(Listing(shown_dir, os_dir, entries))
         pending.extend(reversed(subfolders))
+        if tally is not None:  # once per folder: the loop over its entries stays as it is
+            tally.folders += 1
+            tally.files += len(entries) - len(subfolders)
     listings.sort(key=lambda listing: natural_key(listing.path))
     return Discovery(tuple(listings), tuple(unlisted))
 

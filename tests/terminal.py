@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import threading
@@ -48,3 +49,30 @@ def in_terminal(
     code = proc.wait(timeout=60)
     reader.join(timeout=60)
     return code, shown, b"".join(piped)
+
+
+_TOKEN = re.compile(rb"\x1b\[([0-9;?]*)([A-Za-z])|\r|\n|[^\x1b\r\n]+|\x1b")
+
+
+def screen(shown: bytes) -> list[str]:
+    """The lines a terminal shows once it has been sent ``shown``: text, line feeds, carriage
+    returns, erasing a line and moving up (what a transient line is drawn and erased with);
+    other escapes (colours, the cursor's visibility) change no text."""
+    lines, row, column = [""], 0, 0
+    for match in _TOKEN.finditer(shown):
+        token = match.group()
+        if token == b"\n":
+            row += 1
+            lines += [""] * (row + 1 - len(lines))
+        elif token == b"\r":
+            column = 0
+        elif match.group(2) == b"K":  # erase in line: 2 the whole line, else from the cursor on
+            lines[row] = "" if match.group(1) == b"2" else lines[row][:column]
+        elif match.group(2) == b"A":
+            row = max(0, row - int(match.group(1) or b"1"))
+        elif not token.startswith(b"\x1b"):
+            text = token.decode("utf-8", "replace")
+            line = lines[row].ljust(column)
+            lines[row] = line[:column] + text + line[column + len(text) :]
+            column += len(text)
+    return [line.rstrip() for line in lines]

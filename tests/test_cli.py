@@ -329,8 +329,11 @@ def test_resume_on_a_missing_path_exits_2(tmp_path, cli):
 
 
 def _blocks(stdout: str, run_paths: list[str]) -> list[list[str]]:
-    """The lines of each run's block, from its title line to the next run's title."""
+    """The lines of each run's block, from its title line to the next run's title (or to the
+    summary of several runs, which ends the report)."""
     lines = stdout.splitlines()
+    summary = next((i for i, line in enumerate(lines) if re.match(r"\d+ runs( in |$)", line)), len(lines))
+    lines = lines[:summary]
     starts = []
     for path in run_paths:
         matches = [i for i, line in enumerate(lines) if line.startswith(path + "  ")]

@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import errno
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -32,7 +32,7 @@ from ckptdoctor.cli._output import (
 from ckptdoctor.render import HUMAN, JSON, Kind, Plans, RenderOptions, named
 
 if TYPE_CHECKING:
-    from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Planned, Question
+    from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Pass, Planned, Question
     from ckptdoctor.config import Settings
     from ckptdoctor.records import Pending
 
@@ -112,6 +112,25 @@ def acting_options(
 
 acting_command = sharing(acting_options)
 """``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`."""
+
+
+def carried_out(pass_: Pass, paths: Sequence[str] | None, options: ActingOptions, repair: bool = False) -> Outcome:
+    """``pass_`` carried out as the options say, with a status line on the terminal while it
+    scans; the line goes before the pass tells anything (its plans, its notes)."""
+    # loaded when the command runs: --help stays fast
+    from ckptdoctor import acting
+    from ckptdoctor.cli._progress import ScanStatus
+
+    with ScanStatus(options.quiet) as status:
+        hear = options.listener(repair)
+
+        def heard(event: Event) -> None:
+            status.stop()
+            hear(event)
+
+        return acting.carry_out(
+            pass_, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=heard, recurse=options.recurse, tally=status.tally
+        )
 
 
 def listener(

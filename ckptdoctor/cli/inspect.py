@@ -51,14 +51,15 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
       python train.py --resume-epoch "$(ckptdoctor inspect --resume runs/exp1/checkpoint)"
       python train.py --resume_from_checkpoint "$(ckptdoctor inspect --resume-path out)"
     """
-    from ckptdoctor.pipelines.scan import (
-        inspect as inspect_paths,  # the core loads only when a command runs
-    )
+    # the core loads only when a command runs
+    from ckptdoctor.cli._progress import ScanStatus
+    from ckptdoctor.pipelines.scan import inspect as inspect_paths
 
     if resume and resume_path:
         say("ckptdoctor: error: --resume and --resume-path print one thing each: pass one of them")
         raise typer.Exit(EXIT_USAGE)
-    report, found = inspect_paths(paths or ["."], options.settings.thresholds)
+    with ScanStatus(options.quiet) as status:
+        report, found = inspect_paths(paths or ["."], options.settings.thresholds, status.tally)
     if resume or resume_path:
         _print_resume(report, found, "--resume-path" if resume_path else "--resume")
     emit(report, options, found.empty)

@@ -9,6 +9,7 @@ import typer
 from ckptdoctor.cli._acting import (
     ActingOptions,
     acting_command,
+    carried_out,
     declined,
     failures_explained,
 )
@@ -105,9 +106,7 @@ def prune(
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     with failures_explained("prune"):
-        outcome = acting.carry_out(
-            pruning, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=options.listener(), recurse=options.recurse
-        )
+        outcome = carried_out(pruning, paths, options)
     declined(outcome)
     if not outcome.acted and options.human and not options.quiet:
         if options.dry_run:

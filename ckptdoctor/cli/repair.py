@@ -10,6 +10,7 @@ import typer
 from ckptdoctor.cli._acting import (
     ActingOptions,
     acting_command,
+    carried_out,
     declined,
     failures_explained,
 )
@@ -67,9 +68,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
     human, quiet, dry_run = options.human, options.quiet, options.dry_run
     with failures_explained("repair"):
         pass_ = acting.Undo(ident) if undo else acting.Repair(age)
-        outcome = acting.carry_out(
-            pass_, paths, dry_run=dry_run, confirm=options.confirm(), listener=options.listener(repair=True), recurse=options.recurse
-        )
+        outcome = carried_out(pass_, paths, options, repair=True)
     declined(outcome)
     blocked = undo and bool(outcome.refused)  # an undo that would put an entry over one that exists again does nothing
     if not outcome.acted and not blocked and human and not quiet:

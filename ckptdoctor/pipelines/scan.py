@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
+from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import looks_like_checkpoint, probe
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
@@ -33,8 +34,9 @@ def header_read(entry: Entry) -> FileReport:
     return probe(entry, NAMED_FILES)
 
 
-def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read) -> Scan:
-    """Find the runs under ``paths``; ``read`` judges each file (a header read unless told)."""
+def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read, tally: Tally | None = None) -> Scan:
+    """Find the runs under ``paths``; ``read`` judges each file (a header read unless told).
+    ``tally`` counts the folders, files and runs found, for a status line."""
     runs: list[Run] = []
     unlisted: list[Unlisted] = []
     errors: list[ScanError] = []
@@ -43,7 +45,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
     unclaimed: list[Listing] = []
     for path in paths:
         try:
-            found = discover(path)
+            found = discover(path, tally)
         except PathNotFound as error:
             errors.append(ScanError(display(path), str(error)))
             continue
@@ -57,6 +59,8 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
             run = find_run(listing, read, functools.partial(_subfolder, by_path))
             if run is not None:
                 runs.append(run)
+                if tally is not None:
+                    tally.runs += 1
                 taken.update(c.folder.os_path for c in run.checkpoints if c.folder is not None)
                 taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
             else:
@@ -84,9 +88,10 @@ def _inside(path: str, folders: set[str]) -> bool:
     return False
 
 
-def inspect(paths: Iterable[str], thresholds: Thresholds | None = None) -> tuple[Report, Scan]:
-    """What ``ckptdoctor inspect`` reports: runs from headers and trailers, and cheap findings."""
-    result = scan(paths)
+def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: Tally | None = None) -> tuple[Report, Scan]:
+    """What ``ckptdoctor inspect`` reports: runs from headers and trailers, and cheap findings
+    (``tally`` counts what the scan sees as it goes)."""
+    result = scan(paths, tally=tally)
     findings = check(result.runs, result.unlisted, thresholds or Thresholds())
     report = Report("inspect", result.runs, findings, result.errors, unrecognised=result.unrecognised)
     return report, result

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
@@ -18,6 +18,7 @@ from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import cores, start_worker
 from ckptdoctor.pipelines.scan import Scan, scan
+from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
@@ -28,9 +29,6 @@ from ckptdoctor.readers.files import (
 )
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
-
-Progress = Callable[[int, int], None]
-"""Called with (bytes read so far, bytes to read) as files finish."""
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -56,12 +54,14 @@ def verify(
     paths: Iterable[str],
     options: VerifyOptions = VerifyOptions(),
     thresholds: Thresholds | None = None,
-    progress: Progress | None = None,
+    tally: Tally | None = None,
 ) -> tuple[Report, Scan]:
+    """What ``ckptdoctor verify`` reports; ``tally`` counts what the first scan sees and the
+    files and bytes read whole as they finish (the second scan, of the same tree, is not counted)."""
     paths = list(paths)
-    first = scan(paths)
+    first = scan(paths, tally=tally)
     targets = _targets(first)
-    reports = _read_all(targets, options.deep, options.jobs or cores(), progress)
+    reports = _read_all(targets, options.deep, options.jobs or cores(), tally)
     if options.load:
         from ckptdoctor.readers.library import load_all  # torch is imported only here
 
@@ -124,18 +124,18 @@ def _worth_reading(entry: Entry) -> bool:
     return entry.size > 0 and holds(entry, read_any_name())
 
 
-def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | None) -> dict[str, FileReport]:
+def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) -> dict[str, FileReport]:
     total = sum(e.size for e in entries)
-    done = 0
+    tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
+    tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     if jobs < 2 or len(entries) < 2 or not worth_a_pool or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
             reports[entry.os_path] = verify_file(entry, threads)
-            done += entry.size
-            if progress:
-                progress(done, total)
+            tally.read += 1
+            tally.bytes_read += entry.size
         return reports
     # files shared between worker processes: walking pickles holds the GIL, so threads would not do
     if deep:
@@ -151,9 +151,8 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, progress: Progress | 
         futures = {pool.submit(_verify_batch, batch, 1 if deep else 0): batch for batch in batches}
         for future in as_completed(futures):
             reports.update(future.result())
-            done += sum(entry.size for entry in futures[future])
-            if progress:
-                progress(done, total)
+            tally.read += len(futures[future])
+            tally.bytes_read += sum(entry.size for entry in futures[future])
     except BaseException:
         # Ctrl-C: stop the workers (they only read) and drop the queued batches, then let it through
         for worker in multiprocessing.active_children():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,6 +22,7 @@ from ckptdoctor.model import (
     DiskCheck,
     Finding,
     Plan,
+    PlanItem,
     Problem,
     Report,
     Role,
@@ -86,6 +89,9 @@ def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
     with console.capture() as captured:
         for plan, unit in plans.plans:
             console.print(plan_block(plan, unit, options.show_all, repair_summary if plans.repair else None, console.width), crop=False)
+        if len(plans.plans) > 1:  # after every run's plan, before the one question: all of it in one table and one line
+            console.print()
+            console.print(plans_summary(plans, console.width), crop=False)
     return _unpadded(captured.get())
 
 
@@ -104,6 +110,9 @@ def _print(report: Report, console: Console, show_all: bool) -> None:
     for run, findings in zip(report.runs, per_run, strict=True):
         console.print(_run_block(run, findings, show_all, console.width), crop=False)
         console.print()
+    runs = [run for run in report.runs if not run.single_file]  # files checked one by one have no resume point to sum up
+    if len(runs) > 1:
+        console.print(runs_summary([(run.path, run, None) for run in runs], (), console.width), crop=False)
 
 
 def _by_run(report: Report) -> tuple[list[Finding], list[list[Finding]]]:
@@ -502,8 +511,9 @@ def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
     return wrap(text, width, indent)
 
 
-_WORD = re.compile(r"(?:`[^`]*`|[^\s`]|`)+")
-"""What a line is never broken inside: a word, and a code span (a command) with its spaces."""
+_WORD = re.compile(r"(?:`[^`]*`|\d[\d.,]* (?:[KMGT]iB|B)\b|[^\s`]|`)+")
+"""What a line is never broken inside: a word, a code span (a command) with its spaces, and a size
+with its unit (``214.4 KiB``)."""
 
 
 def wrap(text: Text, width: int, indent: int = 0) -> Text:
@@ -599,9 +609,8 @@ def repair_summary(plan: Plan, unit: str) -> str:
     if restored:
         total = sum(item.bytes for item in restored)
         return f"About to put back {_count(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
-    if not (moved or repointed):
-        undo = plan.policy.startswith("undo")  # an undo with nothing to put back is no repair
-        return f"Nothing to put back ({plan.policy})." if undo else f"Nothing to repair; {plan.policy}."
+    if not (moved or repointed):  # an undo with nothing to put back is no repair
+        return f"Nothing to put back ({plan.policy})." if _undoes(plan) else f"Nothing to repair; {plan.policy}."
     actions = []
     if moved:
         total = sum(item.bytes for item in moved)
@@ -619,3 +628,150 @@ def repair_summary(plan: Plan, unit: str) -> str:
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
+
+
+def _undoes(plan: Plan) -> bool:
+    """Whether ``plan`` is a ``repair --undo``'s (whose items may all be kept: nothing to put back)."""
+    return plan.policy.startswith("undo")
+
+
+SummaryRow = tuple[str, Run | None, Plan | None]
+"""A row of the runs' summary: the run's path, the run as scanned (None: a folder an undo puts
+back into that no longer scans as a run) and its plan (None: a report's summary)."""
+PlanColumn = tuple[str, Callable[[Plan], str], int]
+"""A column of the runs' summary saying what each plan does: its header, its cell for a plan, and
+its place in the order columns are dropped (after the layout, the count and the resume point: 3
+goes first)."""
+
+
+def runs_summary(rows: Sequence[SummaryRow], acting: Sequence[PlanColumn], width: int) -> RenderableType:
+    """Several runs, one row each, for the end of a report or of the plans: the run (below the
+    folder they share, named above), its layout, its checkpoints and how many have each status,
+    where it resumes, and a column per ``acting``. Fitted to ``width``
+    as a run's table is: the run and the status are never cut, columns are dropped before they
+    are crushed (the layout first, then the count, the resume point, what the plans do)."""
+    paths = [path for path, _, _ in rows]
+    parent = _shared_folder(paths)
+    runs = [run for _, run, _ in rows]
+    columns = [
+        _Column("RUN", tuple(Text(_below(path, parent)) for path in paths)),
+        _Column("LAYOUT", tuple(Text(run.layout) if run else _NONE for run in runs), drop=0),
+        _Column("CHECKPOINTS", tuple(Text(str(len(run.checkpoints))) if run else _NONE for run in runs), justify="right", drop=1),
+        _Column("STATUS", tuple(_status_counts(run) for run in runs)),
+        _Column("RESUME", tuple(_resume_cell(run) for run in runs), drop=2),
+        *(
+            _Column(header, tuple(Text(cell(plan)) if plan else _NONE for _, _, plan in rows), justify="right", drop=drop)
+            for header, cell, drop in acting
+        ),
+    ]
+    fitted, _, dropped = _fitted(columns, width)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in fitted:  # a run's path longer than the screen folds, whole, rather than lose its end
+        table.add_column(column.header, justify=column.justify, no_wrap=column.header != "RUN", overflow="fold")
+    for row in range(len(rows)):
+        table.add_row(*(column.cells[row] for column in fitted))
+    parts: list[RenderableType] = [Text.assemble((_count(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
+    if dropped:
+        parts.append(wrap(Text(f"not shown at this width: {', '.join(dropped)}", style="dim"), width, 2))
+    return Group(*parts)
+
+
+_NONE = Text("—", style="dim")
+
+
+def _shared_folder(paths: Sequence[str]) -> str:
+    """The folder every one of ``paths`` is in (or is), as given; "" where they share none."""
+    try:
+        shared = os.path.commonpath(paths)
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+    return "" if shared in ("", os.curdir) else shared
+
+
+def _below(path: str, parent: str) -> str:
+    return os.path.relpath(path, parent) if parent else path
+
+
+def _status_counts(run: Run | None) -> Text:
+    """``2 complete, 1 partial``: how many checkpoints have each status, the bad ones in red."""
+    if run is None or not run.checkpoints:
+        return Text("no checkpoints", style="red") if run else _NONE
+    counts = Counter(checkpoint.status for checkpoint in run.checkpoints)
+    return Text(", ").join(Text(f"{counts[status]} {status.value}", style=_STATUS_STYLE[status][1]) for status in Status if counts[status])
+
+
+def _resume_cell(run: Run | None) -> Text:
+    if run is None:
+        return _NONE
+    checkpoint = run.resume
+    if checkpoint is None:
+        return Text("none", style="bold red")
+    return Text(f"{run.unit.value} {checkpoint.index}{' (weights only)' if run.weights_only else ''}", style="green")
+
+
+def plans_summary(plans: Plans, width: int) -> RenderableType:
+    """The plans of several runs in one table (what each deletes and frees, or quarantines and
+    re-points, or puts back), and their grand total in one line: what the one question asks."""
+    scanned: dict[str, Run] = {}
+    for run in plans.report.runs:
+        scanned.setdefault(run.path, run)
+    rows = [(plan.run, scanned.get(plan.run), plan) for plan, _ in plans.plans]
+    acting: tuple[PlanColumn, ...]
+    if not plans.repair:  # the bytes freed are what a prune is for: kept longest
+        acting = (("DELETE", lambda plan: _number(len(plan.acting(Action.DELETE))), 3), ("FREES", _frees, 4))
+    elif any(_undoes(plan) for plan, _ in plans.plans):
+        acting = (("PUT BACK", lambda plan: _moved(plan.acting(Action.RESTORE)), 3),)
+    else:
+        acting = (("QUARANTINE", lambda plan: _moved(plan.acting(Action.QUARANTINE)), 4), ("RE-POINT", _repointed, 3))
+    return Group(runs_summary(rows, acting, width), wrap(Text(grand_total(plans)), width, 2))
+
+
+def _number(n: int) -> str:
+    return str(n) if n else "—"
+
+
+def _frees(plan: Plan) -> str:
+    return size(plan.freed_bytes) if plan.acting(Action.DELETE) else "—"
+
+
+def _repointed(plan: Plan) -> str:
+    return _number(len(plan.acting(Action.REPOINT)))
+
+
+def _moved(items: Sequence[PlanItem]) -> str:
+    """``3 (5.3 KiB)``: the entries ``items`` move, and their bytes."""
+    entries = sum(len(item.entries) for item in items)
+    return f"{entries} ({size(sum(item.bytes for item in items))})" if entries else "—"
+
+
+def grand_total(plans: Plans) -> str:
+    """What the plans of every run do, together: ``About to delete 12 checkpoints from 3 runs,
+    totalling 4.1 GiB.``"""
+    every = [plan for plan, _ in plans.plans]
+    runs = _count(len(every), "run", "runs")
+    if not plans.repair:
+        acting = [plan for plan in every if plan.acting(Action.DELETE)]
+        if not acting:
+            return f"Nothing to delete in {runs}."
+        doomed = sum(len(plan.acting(Action.DELETE)) for plan in acting)
+        freed = sum(plan.freed_bytes for plan in acting)
+        return f"About to delete {_count(doomed, 'checkpoint', 'checkpoints')} from {_count(len(acting), 'run', 'runs')}, totalling {size(freed)}."
+    if any(_undoes(plan) for plan in every):
+        restored = [item for plan in every for item in plan.acting(Action.RESTORE)]
+        if not restored:
+            return f"Nothing to put back in {runs}."
+        into = _count(len({plan.run for plan in every if plan.acting(Action.RESTORE)}), "run", "runs")
+        entries = sum(len(item.entries) for item in restored)
+        return f"About to put back {_count(entries, 'entry', 'entries')} totalling {size(sum(i.bytes for i in restored))} into {into}."
+    acting = [plan for plan in every if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
+    if not acting:
+        return f"Nothing to repair in {runs}."
+    moved = [item for plan in acting for item in plan.acting(Action.QUARANTINE)]
+    repointed = sum(len(plan.acting(Action.REPOINT)) for plan in acting)
+    what = []
+    if moved:
+        entries = sum(len(item.entries) for item in moved)
+        what.append(f"quarantine {_count(entries, 'entry', 'entries')} totalling {size(sum(item.bytes for item in moved))}")
+    if repointed:
+        what.append(f"re-point {_count(repointed, 'pointer', 'pointers')}")
+    return f"About to {' and '.join(what)} in {_count(len(acting), 'run', 'runs')}."
