@@ -78,17 +78,13 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
             say("Nothing to restore." if undo else "Nothing to repair.")
     if outcome.acted and not undo and human and not quiet:
         # loaded when the command runs: --help stays fast
-        from rich.text import Text
-
         from ckptdoctor.render.human import resume_block
 
         console = stdout_console()
         acted = {plan.run for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
         for run in outcome.report.runs:  # the resume point is the one kept: the last line says where to go on
             if run.path in acted:
-                if len(acted) > 1:  # which run each resume point is of
-                    console.print(Text(run.path, style="bold"))
-                console.print(resume_block(run, console.width))
+                console.print(resume_block(run, console.width, named=len(acted) > 1))
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")
     if outcome.problems and not undo:

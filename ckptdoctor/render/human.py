@@ -145,13 +145,15 @@ def resume_line(run: Run) -> Text:
     return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
 
 
-def resume_block(run: Run, width: int) -> RenderableType:
+def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
     """The resume point, then how the run's framework resumes from it: said once per run, here
-    at the end, not as a fix of every finding."""
-    line = wrap(resume_line(run), width, 2)
-    if not run.resume_how or run.resume is None:
-        return line
-    return Group(line, _hanging("  how:", "dim", f" {run.resume_how}", 4, width))
+    at the end, not as a fix of every finding; ``named``: under the run's path, where several
+    runs' resume points follow each other with no table between them."""
+    lines: list[RenderableType] = [Text(run.path, style="bold")] if named else []
+    lines.append(wrap(resume_line(run), width, 2))
+    if run.resume_how and run.resume is not None:
+        lines.append(_hanging("  how:", "dim", f" {run.resume_how}", 4, width))
+    return Group(*lines)
 
 
 def rule_table(rules: Iterable[Rule], width: int) -> RenderableType:
