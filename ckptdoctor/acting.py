@@ -36,6 +36,7 @@ from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
 from ckptdoctor.progress import Tally
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Pending, Quarantine, StoredState
 from ckptdoctor.units import size
 
@@ -638,7 +639,7 @@ class Repair(Pass):
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             context.tell(
                 f"{plan.run}: quarantined {_entries(moved.entries)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
-                f"`ckptdoctor repair --undo {plan.run}` puts it all back.",
+                f"`ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
                 Tone.DONE,
             )
             if moved.left:

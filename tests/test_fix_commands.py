@@ -334,3 +334,49 @@ def test_no_fix_template_prunes_or_repairs_a_bare_run_folder() -> None:
         if bare.search(text)
     ]
     assert not found, found
+
+
+def test_a_file_named_on_its_own_whose_name_no_layout_claims_is_moved_by_hand(tmp_path: Path) -> None:
+    """``inspect 'hint/my file.pt'`` judges the file by its content; a scan of ``hint`` passes it
+    by (no layout claims its name), so ``repair hint`` would move nothing: the fix moves the file."""
+    root = tmp_path / "work"
+    (root / "hint").mkdir(parents=True)
+    (root / "hint" / "my file.pt").write_bytes((EXAMPLES / "torch-split" / "optimizer_1.pt").read_bytes()[:100])
+    _aged(root)
+    _, out, _ = _invoke(root, "inspect", "--json", "--exit-zero", "hint/my file.pt")
+    fixes = [text for finding in json.loads(out)["findings"] for text in finding["fixes"]]
+    assert not [c for c in _commands(fixes) if c.split()[1] in ("repair", "prune")], fixes
+    (move,) = [span for text in fixes for span in CODE_SPAN.findall(text) if span.startswith("mkdir")]
+    subprocess.run(["sh", "-c", move], cwd=root, check=True)
+    assert (root / "hint" / MOVED_ASIDE / "my file.pt").is_file() and not (root / "hint" / "my file.pt").exists()
+
+
+def test_the_undo_a_repair_names_acts_on_that_run_alone_and_survives_a_space(tmp_path: Path) -> None:
+    """After ``repair --no-recurse 'a run'``, the undo it prints is quoted and keeps to that run:
+    a run below it, repaired before, stays repaired."""
+    root = tmp_path / "work"
+    shutil.copytree(EXAMPLES / "torch-split", root / "a run")
+    shutil.copytree(EXAMPLES / "burn-truncated", root / "a run" / "nested")
+    _aged(root)
+    code, _, err = _invoke(root, "repair", "--yes", "a run/nested/checkpoint")
+    assert code == 0, err
+    nested = _tree(root / "a run" / "nested")
+    code, out, err = _invoke(root, "repair", "--yes", "--no-recurse", "a run")
+    assert code == 0, err
+    (undo,) = [c for c in _commands([out + err]) if "--undo" in c]
+    assert undo == "ckptdoctor repair --undo --no-recurse 'a run'"
+    code, _, err = _invoke(root, *shlex.split(undo)[1:], "--yes")
+    assert code == 0, err
+    assert (root / "a run" / "optimizer_3.pt").is_file()  # the run's own repair undone
+    assert _tree(root / "a run" / "nested") == nested  # the nested run's repair stands
+
+
+def test_findings_of_one_rule_with_different_fixes_each_keep_theirs(tmp_path: Path) -> None:
+    """Two cut files, one a checkpoint's (repair moves it) and one loose (moved by hand): the
+    human output shows both fixes, not the first file's for both."""
+    root = tmp_path / "work"
+    shutil.copytree(EXAMPLES / "torch-split", root / "v")
+    (root / "v" / "stray.pt").write_bytes((EXAMPLES / "torch-split" / "optimizer_1.pt").read_bytes()[:100])
+    _aged(root)
+    _, out, _ = _invoke(root, "verify", "v")
+    assert "ckptdoctor repair v" in out and "mv -n -- v/stray.pt" in out, out

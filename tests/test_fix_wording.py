@@ -195,3 +195,36 @@ def test_an_html_page_is_told_to_download_again(cli, tmp_path: Path) -> None:
     (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "CKD205"]
     assert any("`curl -fL`" in fix for fix in finding["fixes"])
     assert not any("git lfs" in fix for fix in finding["fixes"])
+
+
+def test_a_split_torch_run_is_told_which_file_each_object_loads_from_and_it_resumes(cli, tmp_path: Path) -> None:
+    """The ``how`` of a hand-made loop's run names each state's file; loading them as it says
+    restores the model, optimizer and scheduler that saved them."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    for epoch in (1, 2):
+        model(torch.randn(4, 3)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        save_file(model.state_dict(), str(run / f"model_{epoch}.safetensors"))
+        torch.save(optimizer.state_dict(), run / f"optimizer_{epoch}.pt")
+        torch.save(scheduler.state_dict(), run / f"scheduler_{epoch}.pt")
+    (resumed,) = _inspect(cli, run)["runs"]
+    how = resumed["resume"]["how"]
+    pairs = dict(re.findall(r"(\w+) from (\S+?)(?:,|$)", how))
+    assert pairs == {"model": "model_2.safetensors", "optimizer": "optimizer_2.pt", "scheduler": "scheduler_2.pt"}, how
+    fresh = torch.nn.Linear(3, 2)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters())
+    fresh_scheduler = torch.optim.lr_scheduler.StepLR(fresh_optimizer, 1)
+    fresh.load_state_dict(load_file(str(run / pairs["model"])))
+    fresh_optimizer.load_state_dict(torch.load(run / pairs["optimizer"], weights_only=True))
+    fresh_scheduler.load_state_dict(torch.load(run / pairs["scheduler"], weights_only=True))
+    assert torch.equal(fresh.weight, model.weight)
+    assert fresh_optimizer.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
+    assert fresh_scheduler.last_epoch == scheduler.last_epoch

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptdoctor.model import Report, Severity
+from ckptdoctor.quoting import printable, shell_word
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
@@ -284,17 +285,16 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
 
 
 def say(line: str) -> None:
-    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it."""
-    sys.stderr.write(line + "\n")
+    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
+    control characters in it (from a file's name) shown, never obeyed."""
+    sys.stderr.write(printable(line) + "\n")
     sys.stderr.flush()
 
 
 def _hint_unrecognised(paths: tuple[str, ...]) -> None:
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    say(
-        f"{len(paths)} file{'s' if len(paths) != 1 else ''} named like checkpoints follow no layout "
-        f"ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {paths[0]}"
-    )
+    follow = "file named like a checkpoint follows" if len(paths) == 1 else "files named like checkpoints follow"
+    say(f"{len(paths)} {follow} no layout ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {shell_word(paths[0])}")
 
 
 def _summary(report: Report, console: Console) -> None:

@@ -111,7 +111,7 @@ class Layout:
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
-    ``resume_hint(run, c)``      ``""``                                       every layout but torch
+    ``resume_hint(run, c)``      ``""``                                       every layout
     ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn

@@ -23,7 +23,7 @@ from ckptdoctor.layouts._base import (
     Layout,
     role_hints,
 )
-from ckptdoctor.model import Entry, FileReport, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
@@ -63,6 +63,17 @@ class TorchLayout(Layout):
         if parsed.unit is not None or CHECKPOINT_WORDS.intersection(parsed.words):
             return Claim(BUNDLED_ROLES, parsed.index, parsed.prefix or "checkpoint", parsed.unit)
         return None
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        """A hand-made loop resumes by loading each saved state into the object that saved it."""
+        files = [f for f in checkpoint.files if f.roles and Role.TEMP not in f.roles]
+        if len(files) == 1 and len(files[0].roles) > 1:
+            return f'`state = torch.load("{files[0].path}", weights_only=True)`, then hand each part to its `load_state_dict`'
+        pairs = ", ".join(f"{'/'.join(r.value for r in f.roles)} from {f.name}" for f in files)
+        return (
+            "load each state with `torch.load(path, weights_only=True)` (`safetensors.torch.load_file` for safetensors) "
+            f"into its object's `load_state_dict`: {pairs}"
+        )
 
     def stray(self, name: str) -> Claim | None:
         parsed = _parse(name)

@@ -24,11 +24,11 @@ def stdout_console(file: io.StringIO | None = None) -> Console:
     from rich.console import Console  # rich only when something is rendered for people
 
     if file is not None:
-        return Console(file=file, width=UNBOUNDED, no_color=True, highlight=False)
+        return _shows_controls(Console(file=file, width=UNBOUNDED, no_color=True, highlight=False))
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ and _terminal_width() is None:
         console.width = UNBOUNDED
-    return console
+    return _shows_controls(console)
 
 
 def _terminal_width() -> int | None:
@@ -47,4 +47,12 @@ def stderr_console() -> Console:
     from rich.console import Console
 
     # one message, one line: scripts grep stderr, and wrapped paths do not paste back
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _shows_controls(Console(stderr=True, highlight=False, soft_wrap=True))
+
+
+def _shows_controls(console: Console) -> Console:
+    # loaded with rich: the hook is a rich class
+    from ckptdoctor.render._printable import ShowControls
+
+    console.push_render_hook(ShowControls())
+    return console

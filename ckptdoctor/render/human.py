@@ -30,6 +30,7 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render._console import stdout_console
 from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
@@ -483,12 +484,14 @@ def _status_notes(checkpoints: Sequence[Checkpoint], unit: str) -> Iterable[str]
 
 
 def _findings(findings: list[Finding], width: int) -> RenderableType:
-    """Findings of one rule together: each message, then the fixes once (worded for the first)."""
-    groups: dict[str, list[Finding]] = {}
+    """Findings of one rule together: each message, then the fixes once (worded for the first).
+    Findings of a rule whose fixes differ beyond the file they name (a checkpoint's file that
+    ``repair`` moves, a loose one moved by hand) are grouped apart: no finding loses its fixes."""
+    groups: dict[tuple[str, tuple[str, ...]], list[Finding]] = {}
     for finding in sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
-        groups.setdefault(finding.code, []).append(finding)
+        groups.setdefault((finding.code, _fix_shape(finding)), []).append(finding)
     lines: list[RenderableType] = []
-    for code, group in groups.items():
+    for (code, _), group in groups.items():
         first = group[0]
         glyph, style = _SEVERITY_STYLE[first.severity]
         heading = f"{glyph} {code} {first.name}"
@@ -504,6 +507,20 @@ def _findings(findings: list[Finding], width: int) -> RenderableType:
         if len(first.fixes) > MAX_FIXES:
             lines.append(Text(f"    more fixes: ckptdoctor rules {code}", style="dim"))
     return Group(*lines)
+
+
+def _fix_shape(finding: Finding) -> tuple[str, ...]:
+    """The finding's fixes with its own file's path and name taken out."""
+    if finding.path is None:
+        return finding.fixes
+    name = finding.path.rsplit("/", 1)[-1]
+    own = sorted({shell_word(finding.path), finding.path, shell_word(name), name}, key=len, reverse=True)
+    shaped = []
+    for fix in finding.fixes:
+        for text in own:
+            fix = fix.replace(text, "\0")
+        shaped.append(fix)
+    return tuple(shaped)
 
 
 def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:

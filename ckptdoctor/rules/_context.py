@@ -7,7 +7,6 @@ import functools
 import os
 import posixpath
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
@@ -15,6 +14,7 @@ from typing import cast
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._rule import Rule
 
 _DIGITS = re.compile(r"\d+")
@@ -76,7 +76,7 @@ class RunContext:
         if index is not None:
             values["index"] = str(index)
         if path is not None:
-            values["path"] = shlex.quote(path)
+            values["path"] = shell_word(path)
             values["name"] = path.rsplit("/", 1)[-1]
             values["quarantine"] = self._quarantine(moves or (path,), values["this_run"])
         values.update(context or {})
@@ -88,16 +88,36 @@ class RunContext:
         enters (stray or damaged files that belong to no checkpoint, or to no run at all): never
         a command that would act on more than these files' run."""
         moved_by_repair = {f.path for _, f in self.files} | {f.path for f in self.run.loose_files if f.leftover}
-        if self.run.checkpoints and moved_by_repair.issuperset(paths):
+        if self.run.checkpoints and moved_by_repair.issuperset(paths) and self._found_by_a_scan(paths):
             return f"`ckptdoctor repair {this_run}` moves it into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
-        here = posixpath.dirname(paths[0]) or "."
-        if self.layout.reads_every_name:  # a folder in the run would be read as a checkpoint, as ckptdoctor's own home would
-            here = posixpath.normpath(posixpath.join(here, ".."))
-        folder = shlex.quote(posixpath.join(here, MOVED_ASIDE))
-        given = " ".join(shlex.quote(path) for path in paths)
-        back = " ".join(shlex.quote(posixpath.join(here, MOVED_ASIDE, posixpath.basename(path))) for path in paths)
-        where = shlex.quote(posixpath.dirname(paths[0]) or ".")
-        return f"`mkdir -p {folder} && mv -n -- {given} {folder}/` moves only {'this file' if len(paths) == 1 else 'these files'} aside, where no scan looks (`mv -n -- {back} {where}/` puts {'it' if len(paths) == 1 else 'them'} back)"
+        aside = self._aside()
+        moves: dict[str, list[str]] = {}
+        for path in paths:  # each file keeps its place in the run: two files of one name never meet
+            inside = posixpath.relpath(posixpath.dirname(path) or ".", self.run.path)
+            moves.setdefault(aside if inside == "." or inside.startswith("..") else posixpath.join(aside, inside), []).append(path)
+        there = " ".join(shell_word(folder) for folder in moves)
+        away = " && ".join(f"mv -n -- {' '.join(map(shell_word, given))} {shell_word(folder)}/" for folder, given in moves.items())
+        back = " && ".join(
+            f"mv -n -- {' '.join(shell_word(posixpath.join(folder, posixpath.basename(p))) for p in given)} {shell_word(posixpath.dirname(given[0]) or '.')}/"
+            for folder, given in moves.items()
+        )
+        what, it = ("this file", "it") if len(paths) == 1 else ("these files", "them")
+        return f"`mkdir -p {there} && {away}` moves only {what} aside, where no scan looks (`{back}` puts {it} back)"
+
+    def _found_by_a_scan(self, paths: tuple[str, ...]) -> bool:
+        """Whether ``repair`` of the run's folder would find these files: a file named on its own
+        is judged by its content, and where its name is none the layout claims, a scan of its
+        folder passes it by."""
+        return not self.run.single_file or all(self.layout.claim(posixpath.basename(path)) is not None for path in paths)
+
+    def _aside(self) -> str:
+        """Where files are moved aside by hand: in the run's folder, as ckptdoctor's own folder is,
+        or beside it for a framework that reads every name in it (a folder there would break
+        its resume, as ckptdoctor's own would)."""
+        if not self.layout.reads_every_name:
+            return posixpath.join(self.run.path, MOVED_ASIDE)
+        parent = posixpath.normpath(posixpath.join(self.run.path, ".."))
+        return posixpath.join(parent, MOVED_ASIDE, os.path.basename(os.path.abspath(self.run.path)))
 
     def sibling_name(self, role: Role, index: int) -> str | None:
         """The name a missing file of ``role`` would have at ``index``, from the nearest
@@ -127,7 +147,7 @@ class RunContext:
 def run_context(run: Run, below: bool) -> dict[str, str]:
     """The placeholders a run fills in every fix (``GENERIC_CONTEXT`` says what each means):
     paths quoted for a shell where they need it, since fixes name them in commands to copy."""
-    path = shlex.quote(run.path)
+    path = shell_word(run.path)
     values = {"run": path, "unit": run.unit.value, "this_run": f"--no-recurse {path}" if below else path}
     if run.resume is not None:
         values["resume"] = str(run.resume.index)

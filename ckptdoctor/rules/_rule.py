@@ -27,6 +27,8 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "unit": "epoch",
     "index": "N",
     "expected": "the missing file",
+    "folder": "the checkpoint's folder",
+    "existing": "the nearest existing folder at or above RUN_DIR",
     "prefix": "the prefix",
     "known": "the run's own prefix",
     "format": "the expected format",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule, fires, fix
 
@@ -51,8 +52,10 @@ MISSING_OPTIMIZER = Rule(
             "Point the optimizer's saving code at {run}, with the name and index the model file uses, so that the resume finds {expected} there.",
             burn="Build all three checkpointers on the same artifact folder with `with_default_checkpointers()` (or custom `FileCheckpointer`s on that folder named `model`, `optim` and `scheduler`), so that the resume finds {expected} in {run}.",
             hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: the Trainer resumes from a folder without `optimizer.pt` with a fresh optimizer and says nothing.",
+            accelerate="Save with `accelerator.save_state()`, which writes the optimizer's state beside the weights in each folder, rather than saving the model alone, so that `load_state` finds {expected} in {folder}.",
+            deepspeed="Call `engine.save_checkpoint(dir, tag)` on every rank, not on rank 0 alone: each rank writes its own optimizer partition into the tag folder, and the resume needs them all.",
         ),
-        "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {run}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
+        "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {folder}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
         fix(
             "If no copy exists, start a new run from the weights alone with a fresh optimizer. " + _FRESH_OPTIMIZER,
             burn="If no copy exists, resume from the weights alone with a fresh optimizer: load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files). "
@@ -89,7 +92,7 @@ MISSING_MODEL = Rule(
         "`global_stepN/` folder. A PEFT run saved adapter weights where full weights were expected."
     ),
     fixes=(
-        "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        "Restore {expected} from a backup or object-store copy into {folder}, then run `ckptdoctor verify {run}`.",
         fix(
             "If the model's saving code writes elsewhere, point it at {run} with the name the run used when it saved.",
             burn="If the model checkpointer writes elsewhere, point it at {run}: burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`.",
@@ -130,7 +133,7 @@ MISSING_SCHEDULER = Rule(
         "scheduler, so HF writes no `scheduler.pt` and the state lives in the DeepSpeed files instead."
     ),
     fixes=(
-        "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        "Restore {expected} from a backup or object-store copy into {folder}, then run `ckptdoctor verify {run}`.",
         fix(
             "Point the scheduler's saving code at {run} with the same name as before.",
             burn="Point the scheduler checkpointer at {run} with the same name as before: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`.",
@@ -209,7 +212,7 @@ MISSING_SHARD = Rule(
         "cleanup script deleted files by pattern."
     ),
     fixes=(
-        "Copy {expected} from the node or bucket that holds it into the checkpoint folder; with node-local storage, gather every node's files into one folder, then run `ckptdoctor verify {run}`.",
+        "Copy {expected} from the node or bucket that holds it into {folder}; with node-local storage, gather every node's files into one folder, then run `ckptdoctor verify {run}`.",
         "Save to a filesystem that every rank can see, so that all partitions of a checkpoint land in the same folder.",
         fix(
             deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
@@ -525,9 +528,9 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
             expected = ctx.sibling_name(role, checkpoint.index) or f"a file with its {role.value} state"
             message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
-            keys = next((f.report.keys for f in checkpoint.files if f.report.keys and f.report.tensors is not None), ())
-            if keys:
-                message += f"; its top-level keys are {', '.join(keys[:8])}"
+            keyed = next((f for f in checkpoint.files if f.report.keys and f.report.tensors is not None), None)
+            if keyed is not None:
+                message += f"; the top-level keys of {keyed.name} are {', '.join(keyed.report.keys[:8])}"
             strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
@@ -543,7 +546,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 index=checkpoint.index,
                 path=checkpoint.files[0].path if checkpoint.files else None,
                 severity=severity,
-                context={"expected": expected},
+                context={"expected": expected, "folder": shell_word(checkpoint.path or run.path)},
             )
 
 
@@ -660,7 +663,7 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
             f"{where} lacks {count} file{'s' if count != 1 else ''} that {named_by} name{'s' if index_file else ''}: {names}",
             index=checkpoint.index,
             path=index_file.path if index_file else where,
-            context={"expected": checkpoint.absent[0]},
+            context={"expected": checkpoint.absent[0], "folder": shell_word(where)},
         )
 
 

@@ -6,10 +6,11 @@ save and the run's retention, writability, and the kind of filesystem.
 
 from __future__ import annotations
 
-import shlex
+import os
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import DiskCheck, Finding, Run, Severity
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import make_finding, run_context
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
 from ckptdoctor.units import size
@@ -169,8 +170,16 @@ NOT_WRITABLE = Rule(
             "When the message says the disk is full: free space on the volume (ckptdoctor's prune of the other runs there works on a full disk), and check quotas with `quota -s` or `lfs quota`.",
             case=NO_RUN,
         ),
-        "When it says permission denied: check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
-        "When it says read-only file system: `findmnt -T {run}` shows `ro` among its options: remount it read-write or save elsewhere.",
+        fix(
+            "When it says permission denied: check who may write there with `ls -ld {run}` and `namei -l {run}`, and fix it with `chown -R $USER {run}` or `chmod u+w {run}`.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "When it says permission denied: `ls -ld {existing}` and `namei -l {existing}` show which folder refuses you; make that one folder writable for you (`chmod u+w`, or ask its owner), never a shared parent recursively.",
+            case=NO_RUN,
+        ),
+        "When it says read-only file system: `findmnt -T {existing}` shows `ro` among its options: remount it read-write or save elsewhere.",
+        "When it says a part of the path is not a folder: a file stands where a folder should be; save elsewhere, or move that file away.",
         "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
         fix("Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.", case=OTHERWISE),
         fix("Run this diskcheck again before the job starts (it writes and deletes a probe file).", case=NO_RUN),
@@ -231,7 +240,7 @@ LOW_INODES = Rule(
         "a sharded layout. A filesystem created with few inodes."
     ),
     fixes=(
-        "Check with `df -i {run}`, and find where the inodes go with `du --inodes -s * | sort -n` on the volume.",
+        "Check with `df -i {existing}`, and find where the inodes go with `du --inodes -s * | sort -n` on the volume.",
         fix("Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2`.", case=OTHERWISE),
         fix("Prune old checkpoints of the other runs on the volume (ckptdoctor's prune keeps their resume points).", case=NO_RUN),
         "Pack small files (datasets, logs) into archives or move them to another volume.",
@@ -257,13 +266,25 @@ CHECKS: tuple[()] = ()
 fire them through ``findings``."""
 
 
+def _existing(path: str) -> str:
+    """The nearest folder at or above ``path`` that exists: what a check of permissions or of the
+    mount can look at before the run's folder is made."""
+    while not os.path.isdir(path):
+        parent = os.path.dirname(path.rstrip("/"))
+        if not parent or parent == path:
+            return "." if not os.path.isabs(path) else "/"
+        path = parent
+    return path
+
+
 @fires(NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM)
 def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY, below: bool = False) -> tuple[Finding, ...]:
     """CKD501–505 for ``disk``: the next save against the free space and inodes, the runway
     under retention, writability and the kind of filesystem. ``below``: other runs lie in
     folders below ``run``'s (its fixes then prune and repair it with ``--no-recurse``)."""
     where = run.path if run is not None else disk.path
-    context = run_context(run, below) if run is not None else {"run": shlex.quote(where), "unit": "checkpoint"}
+    context = run_context(run, below) if run is not None else {"run": shell_word(where), "unit": "checkpoint"}
+    context["existing"] = shell_word(_existing(where))
     frameworks = layout.fix_keys if layout is not None else ()
     case = OTHERWISE if run is not None else NO_RUN
     found = []
@@ -306,5 +327,5 @@ def staging_space(disk: DiskCheck, folder: str, free_bytes: int, why: str) -> Fi
     """CKD501 for a save first written whole to ``folder``, on another volume than the run's,
     where only ``free_bytes`` are free (the trainer callbacks' staging folder)."""
     message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(free_bytes)} is free there"
-    context = {"run": shlex.quote(folder), "unit": "checkpoint"}
+    context = {"run": shell_word(folder), "unit": "checkpoint"}
     return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, context, case=NO_RUN)
