@@ -160,6 +160,8 @@ def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project,
     )
     assert repaired.returncode == 0, repaired.stderr
     assert sorted(os.listdir(run)) == ["checkpoint_2", "checkpoint_3"]
+    # its closing advice is for the run as it left it: nothing left to quarantine
+    assert f'load_state("{folder}")' in repaired.stdout and "quarantine checkpoint_4" not in repaired.stdout
 
     accelerator, model, optimizer, scheduler = accelerator_for(project, total_limit=3)
     accelerator.load_state(folder)

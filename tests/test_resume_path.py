@@ -4,6 +4,7 @@ resumes from it (HF ``resume_from_checkpoint``, Lightning ``ckpt_path``, acceler
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -104,4 +105,16 @@ def test_no_resume_point_exits_1_and_both_flags_are_refused(cli, tmp_path: Path)
     both = cli("inspect", "--resume", "--resume-path", run)
     assert both.exit_code == 2 and both.stdout == ""
     several = cli("inspect", "--resume-path", EXAMPLES)
+    assert several.exit_code == 2 and "--resume-path needs one run" in several.stderr
+
+
+def test_a_copy_of_a_checkpoint_below_the_run_does_not_hide_the_runs_resume_point(cli, hf_trained: Path, tmp_path: Path) -> None:
+    """An HF ``output_dir`` that also holds a copied checkpoint folder (``best/``, a run of its
+    own below it): the run in the folder named is the one the job resumes, so the recipe
+    ``--resume_from_checkpoint "$(ckptdoctor inspect --resume-path out)"`` still works."""
+    run = copy_run(hf_trained, tmp_path / "out")
+    shutil.copytree(run / "checkpoint-4", run / "best" / "checkpoint-4")
+    assert len(json.loads(cli("inspect", "--json", run).stdout)["runs"]) == 2
+    assert printed(cli, run) == str(run / "checkpoint-6")
+    several = cli("inspect", "--resume-path", tmp_path)  # no run in the folder named itself: which one is meant is unknown
     assert several.exit_code == 2 and "--resume-path needs one run" in several.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,6 +17,7 @@ from ckptdoctor.cli._output import (
     say,
 )
 from ckptdoctor.model import Report
+from ckptdoctor.places import run_root
 
 if TYPE_CHECKING:
     from ckptdoctor.pipelines.scan import Scan
@@ -61,22 +63,26 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
     with ScanStatus(options.quiet) as status:
         report, found = inspect_paths(paths or ["."], options.settings.thresholds, status.tally)
     if resume or resume_path:
-        _print_resume(report, found, "--resume-path" if resume_path else "--resume")
+        _print_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
     emit(report, options, found.empty)
 
 
-def _print_resume(report: Report, found: Scan, flag: str) -> None:
+def _print_resume(report: Report, found: Scan, flag: str, given: list[str]) -> None:
     """The resume point's index (``--resume``) or the path its framework resumes from
-    (``--resume-path``), alone on stdout; exit 1 when there is none."""
+    (``--resume-path``), alone on stdout; exit 1 when there is none. Of several runs, the one
+    whose folder was ``given``: runs in folders below it are not where the job resumes."""
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
         raise typer.Exit(EXIT_USAGE)
-    if len(report.runs) > 1:
+    runs = report.runs
+    if len(runs) > 1:  # the run in the folder named, not those in folders below it (a copied best/)
+        runs = tuple(run for run in runs if os.path.realpath(run_root(run)) in {os.path.realpath(path) for path in given})
+    if len(runs) != 1 and report.runs:
         paths = ", ".join(run.path for run in report.runs)
         say(f"ckptdoctor: error: {flag} needs one run; found {len(report.runs)}: {paths}")
         raise typer.Exit(EXIT_USAGE)
-    run = report.runs[0] if report.runs else None
+    run = runs[0] if runs else None
     checkpoint = run.resume if run else None
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)

@@ -3,6 +3,7 @@ deleting) what stands in the way; ``--undo`` puts it back."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -78,13 +79,16 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
             say("Nothing to restore." if undo else "Nothing to repair.")
     if outcome.acted and not undo and human and not quiet:
         # loaded when the command runs: --help stays fast
+        from ckptdoctor.layouts.registry import advised
         from ckptdoctor.render.human import resume_block
 
         console = stdout_console()
         acted = {plan.run for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
         for run in outcome.report.runs:  # the resume point is the one kept: the last line says where to go on
-            if run.path in acted:
-                console.print(resume_block(run, console.width, named=len(acted) > 1))
+            if run.path in acted and (resume := run.resume) is not None:
+                # advice for the run as the repair left it: what was above the resume point is in the quarantine
+                repaired = advised(dataclasses.replace(run, checkpoints=tuple(c for c in run.checkpoints if c.index <= resume.index)))
+                console.print(resume_block(repaired, console.width, named=len(acted) > 1))
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")
     if outcome.problems and not undo:

@@ -36,7 +36,7 @@ from ckptdoctor.readers.files import expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
-__all__ = ["LAYOUTS", "NAMED_FILES", "Layout", "find_run", "layout_named"]
+__all__ = ["LAYOUTS", "NAMED_FILES", "Layout", "advised", "find_run", "layout_named"]
 
 _BURN, _TORCH = BurnLayout(), TorchLayout()
 LAYOUTS: tuple[Layout, ...] = (
@@ -87,7 +87,12 @@ def find_run(
     """The run in ``listing``, if any layout recognises its files (or its checkpoint folders),
     with how its framework resumes from its resume point."""
     run = _recognised(listing, probe, subfolder)
-    if run is None or run.single_file or (checkpoint := run.resume) is None:
+    return None if run is None else advised(run)
+
+
+def advised(run: Run) -> Run:
+    """``run`` with how its framework resumes from its resume point, and the path to pass."""
+    if run.single_file or (checkpoint := run.resume) is None:
         return run
     layout = layout_named(run.layout)
     return dataclasses.replace(run, resume_how=layout.resume_hint(run, checkpoint), resume_path=layout.resume_path(run, checkpoint))

@@ -69,6 +69,7 @@ MISSING_OPTIMIZER = Rule(
     messages=(
         "Can load optimizer checkpoint.",
         "No such file or directory: '…optimizer.bin'",
+        "No such file or directory: '…optimizer.pt'",
     ),
     related=("CKD102", "CKD103", "CKD110", "CKD111", "CKD203", "CKD501"),
 )
@@ -155,6 +156,7 @@ MISSING_SCHEDULER = Rule(
     messages=(
         "Can load learning rate scheduler checkpoint.",
         "No such file or directory: '…scheduler.bin'",
+        "No such file or directory: '…scheduler.pt'",
     ),
     related=("CKD101", "CKD102", "CKD110"),
 )
@@ -428,7 +430,7 @@ STALE_POINTER = Rule(
         fix(
             "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
             deepspeed="By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
-            megatron="By hand: write the iteration number into `{run}/latest_checkpointed_iteration.txt`.",
+            megatron="By hand: `printf {resume} > {run}/latest_checkpointed_iteration.txt` (the iteration of the newest complete checkpoint).",
             lightning="Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
             hf_trainer="If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
         ),
