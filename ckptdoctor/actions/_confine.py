@@ -51,10 +51,19 @@ def inside_run(root: str, paths: list[str]) -> list[str]:
 
 
 def as_planned(root: str, entries: Iterable[Entry], identities: dict[str, Identity]) -> dict[str, Identity]:
-    """The ``identities`` (by path relative to ``root``) whose device and inode are still those
-    the plan's scan saw: an entry replaced since the scan is not the one the plan judged."""
-    seen = {os.path.relpath(entry.os_path, root): entry.inode for entry in entries if entry.inode is not None and not entry.is_symlink}
-    return {path: found for path, found in identities.items() if seen.get(path, found[:2]) == found[:2]}
+    """The ``identities`` (by path relative to ``root``) still those the plan's scan saw: the same
+    device and inode, and for a file the same size and modification time. An entry replaced or
+    written since the scan is not the one the plan judged; the scan's own times are compared, not
+    the clock's (a filesystem stamps a write with a coarser, or another machine's, clock)."""
+    scanned = {os.path.relpath(entry.os_path, root): entry for entry in entries if entry.inode is not None and not entry.is_symlink}
+    return {path: found for path, found in identities.items() if path not in scanned or _same(scanned[path], found)}
+
+
+def _same(entry: Entry, found: Identity) -> bool:
+    if entry.inode != found[:2]:
+        return False
+    # a float of seconds holds a time of now to a quarter of a microsecond
+    return entry.is_dir or (entry.size == found[2] and abs(entry.mtime - found[3] / 1e9) < 1e-6)
 
 
 class Folder:
