@@ -136,6 +136,27 @@ def test_what_changes_while_the_question_waits_is_left(tmp_path: Path) -> None:
     assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
 
 
+def test_a_write_stamped_by_a_clock_behind_ours_is_still_seen(tmp_path: Path) -> None:
+    """A filesystem stamps a write with its own clock (coarser, or an NFS server's, behind this
+    machine's): a file written after the plan, with a modification time older than the plan,
+    is still left, because it is not what the scan saw."""
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 8))
+    _aged(run)
+    doomed = run / "model-2.bpk"
+
+    def written_with_an_old_stamp(question: acting.Question) -> bool:
+        stamp = os.stat(doomed).st_mtime
+        with open(doomed, "ab") as handle:
+            handle.write(b"more")
+        os.utime(doomed, (stamp, stamp))
+        return True
+
+    outcome = ckd.prune(run, keep_last=2, confirm=written_with_an_old_stamp)
+    assert outcome.acted
+    assert doomed.exists(), "a file written since the plan is not deleted, whatever its stamp"
+
+
 def test_repair_then_undo_through_the_api(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_burn_run(run, range(1, 6))
