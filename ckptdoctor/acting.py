@@ -28,7 +28,7 @@ from typing import Any
 
 from ckptdoctor import actions, processes
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run
+from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, run_root
@@ -291,6 +291,12 @@ def own_runs(paths: Sequence[str], report: Report, runs: list[Run], tell: Callab
     return narrowed, kept
 
 
+def _seen(run: Run, root: str) -> Seen:
+    """Every file of ``run`` as its scan saw it, by path in its folder (``root``)."""
+    files = [f for c in run.checkpoints for f in c.files] + [*run.loose_files, *run.extra_files]
+    return {os.path.relpath(f.entry.os_path, root): f.entry for f in files if not f.entry.is_dir and not f.entry.is_symlink}
+
+
 def distinct(runs: list[Run]) -> list[Run]:
     """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
     run, with one lock."""
@@ -505,7 +511,7 @@ class Prune(Pass):
                 "was made; prune again to plan from the run as it is"
             )
             return
-        done = actions.delete(plan, since, _busy_now(run))
+        done = actions.delete(plan, since, _busy_now(run), _seen(run, plan.root))
         context.problems += done.problems
         if done.journal_free:
             context.tell(
@@ -585,7 +591,7 @@ class Repair(Pass):
     def tidy(self, context: _Context) -> None:
         """Close what killed repairs left (a dry run only notes it), then scan again: what they
         had moved stays in their quarantines, and this repair plans the rest anew."""
-        closed = 0
+        closed_any = False
         for run in context.runs:
             root, place = run_root(run), home(run)
             for journal in actions.pending(root, place):
@@ -599,14 +605,15 @@ class Repair(Pass):
                         )
                 continue
             actions.sweep(place)
-            count, failed = actions.close_repairs(root, place)
-            closed += count
+            closed, failed = actions.close_repairs(root, place)
             context.problems += failed
-        if closed:
-            context.tell(
-                f"Closed {closed} interrupted repair{'s' if closed != 1 else ''}: what it moved stays in its quarantine "
-                "(`ckptdoctor repair --undo` puts it back); the rest is planned anew.",
-            )
+            for ident in closed:  # each its own undo: the one after this repair's would not reach it
+                context.tell(
+                    f"{run.path}: closed an interrupted repair: what it moved stays in its quarantine "
+                    f"(`ckptdoctor repair --undo --no-recurse --id {ident} {shell_word(run.path)}` puts it back); the rest is planned anew.",
+                )
+            closed_any = closed_any or bool(closed)
+        if closed_any:
             context.rescan()
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
@@ -635,7 +642,7 @@ class Repair(Pass):
                     "was made; repair again to plan from the run as it is"
                 )
                 continue
-            moved = actions.quarantine(plan, since, _busy_now(run))
+            moved = actions.quarantine(plan, since, _busy_now(run), _seen(run, plan.root))
             pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
             context.tell(
                 f"{plan.run}: quarantined {_entries(moved.entries)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "

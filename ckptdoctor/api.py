@@ -80,6 +80,7 @@ def diskcheck(
     from ckptdoctor.discover import NOT_LOCAL, remote
     from ckptdoctor.layouts.registry import layout_named
     from ckptdoctor.pipelines.scan import scan
+    from ckptdoctor.places import run_root
     from ckptdoctor.rules._context import with_runs_below
     from ckptdoctor.rules.disk import findings
 
@@ -108,7 +109,9 @@ def diskcheck(
     with _configured([path] if start else [], config):
         scanned = scan([path]) if start else None
     runs: tuple[Run, ...] = scanned.runs if scanned else ()
-    run = _largest(runs)
+    # the run in the folder named is the one that saves there next; else the biggest below it
+    own = [r for r in runs if os.path.realpath(run_root(r)) == os.path.realpath(path)]
+    run = own[0] if own else _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
     disk = check(path, run, model_bytes, optimizer, keep_last, margin)
     below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())

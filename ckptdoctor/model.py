@@ -11,8 +11,9 @@ import enum
 import functools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 
@@ -380,6 +381,12 @@ class PointerWrite(NamedTuple):
     """Its content; for a symlink where it points, for a copy the file copied (both relative to
     the pointer's folder)."""
     kind: PointerKind = PointerKind.TEXT
+
+
+Seen = Mapping[str, Entry]
+"""What a scan saw of a run, by path relative to the run's folder: the executor leaves what has
+changed since (``actions.delete``, ``actions.quarantine``)."""
+NOTHING_SEEN: Seen = MappingProxyType({})
 
 
 class PlanItem(NamedTuple):

@@ -157,6 +157,29 @@ def test_a_write_stamped_by_a_clock_behind_ours_is_still_seen(tmp_path: Path) ->
     assert doomed.exists(), "a file written since the plan is not deleted, whatever its stamp"
 
 
+@pytest.mark.parametrize("inner", ["config.json", "optimizer.pt"])
+def test_a_file_inside_a_checkpoint_folder_written_while_asked_keeps_the_folder(hf_trained: Path, tmp_path: Path, inner: str) -> None:
+    """A real HF Trainer run: a file in a doomed ``checkpoint-N/`` written while the question
+    waited, its time then set back (a copy that keeps times), is not what the scan saw: the
+    whole folder is left."""
+    from frameworks import copy_run
+
+    run = _aged(copy_run(hf_trained, tmp_path / "out"))
+    written = run / "checkpoint-2" / inner
+
+    def written_while_asked(question: acting.Question) -> bool:
+        stamp = os.stat(written).st_mtime
+        with open(written, "ab") as handle:
+            handle.write(b" ")
+        os.utime(written, (stamp, stamp))
+        return True
+
+    outcome = ckd.prune(run, keep_last=1, confirm=written_while_asked)
+    assert outcome.acted
+    assert written.exists() and not (run / "checkpoint-4").exists()
+    assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
+
+
 def test_repair_then_undo_through_the_api(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_burn_run(run, range(1, 6))

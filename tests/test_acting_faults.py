@@ -538,10 +538,10 @@ def test_a_folder_between_the_named_path_and_the_run_swapped_for_a_symlink_is_re
     before = _contents(elsewhere)
     real_delete = ckptdoctor.actions.delete
 
-    def swap_first(plan, since, busy=frozenset()):
+    def swap_first(plan, since, busy=frozenset(), seen=None):
         (runs / "u").rename(tmp_path / "u-aside")
         (runs / "u").symlink_to(elsewhere, target_is_directory=True)
-        return real_delete(plan, since, busy)
+        return real_delete(plan, since, busy, seen)
 
     monkeypatch.setattr(ckptdoctor.actions, "delete", swap_first)
     result = cli("prune", "--yes", "--keep-last", "2", runs)

@@ -424,10 +424,10 @@ def test_files_written_while_the_prompt_waited_are_left(tmp_path, cli, monkeypat
     folder = burn_run(tmp_path)
     real_delete = ckptdoctor.actions.delete
 
-    def trainer_writes_first(plan, since, busy=frozenset()):
+    def trainer_writes_first(plan, since, busy=frozenset(), seen=None):
         time.sleep(0.01)
         (folder / "optim-2.bpk").write_bytes((folder / "optim-2.bpk").read_bytes())  # rewritten after the plan
-        return real_delete(plan, since, busy)
+        return real_delete(plan, since, busy, seen)
 
     monkeypatch.setattr(ckptdoctor.actions, "delete", trainer_writes_first)
     result = cli("prune", "--yes", "--keep-last", "2", folder)

@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import random
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -539,13 +541,18 @@ def test_an_interrupted_repair_is_closed_with_what_it_moved_and_the_rest_is_aske
     dry = cli("repair", "--dry-run", folder)
     assert "an interrupted repair left" in dry.stderr and (folder / "scheduler-7.bpk").exists()
     unasked = cli("repair", folder)  # off a terminal, without --yes: nothing more moves
-    assert unasked.exit_code == 2 and "Closed 1 interrupted repair" in unasked.stderr
+    assert unasked.exit_code == 2 and "closed an interrupted repair" in unasked.stderr
     assert (folder / "scheduler-7.bpk").exists(), "the manifest is a record, not an order: the rest waits for a yes"
     assert {p.name for p in (quarantine / "files").iterdir()} == {"model-7.bpk"}
     assert json.loads((quarantine / "manifest.json").read_text())["state"] == "done"
     result = cli("repair", "--yes", folder)
     assert result.exit_code == 0, result.stderr
     assert not (folder / "scheduler-7.bpk").exists() and not (folder / "model-8.bpk.tmp").exists(), "planned anew and moved"
+    # the undo the closing note names puts back what the killed repair moved, not the newest quarantine
+    (undo,) = re.findall(r"`(ckptdoctor repair --undo [^`]+)`", unasked.stderr)
+    assert "--id 20260101-000000-deadbeef" in undo and "--no-recurse" in undo
+    assert cli(*shlex.split(undo)[1:], "--yes").exit_code == 0
+    assert (folder / "model-7.bpk").exists() and not (folder / "scheduler-7.bpk").exists()
 
 
 def _line(folder: Path, name: str, index: int) -> dict:

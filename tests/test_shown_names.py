@@ -161,3 +161,58 @@ def test_a_file_moved_aside_in_an_accelerate_run_leaves_checkpoints_as_accelerat
     accelerator.load_state()  # the newest save, found by parsing every name in checkpoints/
     subprocess.run(["bash", "-c", back], cwd=tmp_path, check=True)
     assert (run / "checkpoint_2" / "extra.pt").is_file()
+
+
+def test_a_path_that_starts_with_a_dash_is_never_read_as_an_option(tmp_path: Path) -> None:
+    """Every ckptdoctor command the fixes print for a run called ``-e f`` runs as printed."""
+    root = tmp_path / "work"
+    shutil.copytree(EXAMPLES / "torch-split", root / "-e f")
+    _aged(root)
+    _, output = _ckptdoctor(root, "inspect", "--json", "--exit-zero", "--", "-e f")
+    report = json.loads(output[: output.rindex(b"}") + 1])
+    commands = {span for f in report["findings"] for fix in f["fixes"] for span in SPAN.findall(fix) if span.startswith("ckptdoctor ")}
+    assert commands and all("'./-e f'" in command for command in commands), commands
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command.replace("ckptdoctor ", f"{sys.executable} -m ckptdoctor ", 1) + " --help"], cwd=root, capture_output=True
+        )
+        assert done.returncode == 0, (command, done.stderr)
+
+
+def test_a_lone_file_hint_and_a_note_on_stderr_stay_one_line_and_quoted(tmp_path: Path) -> None:
+    folder = tmp_path / "sp a"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "torch-split" / "model_2.safetensors", folder / "model_2.safetensors")
+    _, output = _ckptdoctor(tmp_path, "inspect", "sp a/model_2.safetensors")
+    assert b"`ckptdoctor inspect 'sp a'`" in output
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "x\ny.pt").write_bytes(b"")
+    (tmp_path / "odd" / "train.log").write_text("")
+    _, output = _ckptdoctor(tmp_path, "inspect", "odd")
+    notes = [line for line in output.decode().splitlines() if "no layout" in line]
+    assert all("x\\x0ay.pt" in line for line in notes), output
+
+
+def test_resume_path_is_raw_in_a_pipe_and_escaped_on_a_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    shutil.copytree(EXAMPLES / "torch-split", root / f"r{TITLE}un")
+    _, piped = _ckptdoctor(tmp_path, "inspect", "--resume-path", str(root / f"r{TITLE}un"))
+    assert piped.decode().strip() == str(root / f"r{TITLE}un" / "model_2.safetensors")
+    _, shown = _ckptdoctor(tmp_path, "inspect", "--resume-path", str(root / f"r{TITLE}un"), terminal=True)
+    assert b"\x1b]" not in shown and b"\\x1b]0;owned\\x07" in shown
+
+
+def test_diskcheck_of_a_run_sizes_that_run_not_one_below_it(tmp_path: Path, cli) -> None:
+    run = tmp_path / "r" / "checkpoint"
+    shutil.copytree(EXAMPLES / "burn-healthy" / "checkpoint", run)
+    shutil.copytree(EXAMPLES / "torch-split", run / "inner")
+    report = json.loads(cli("diskcheck", "--json", run).stdout)
+    # the burn run's own saves: 3 files of about 5 KiB each epoch, not the torch run's
+    assert (report["disk"]["next_save_files"], report["disk"]["estimate_basis"].split(":")[0]) == (
+        3,
+        "the largest of the last 3 complete epochs",
+    )
+    assert (
+        report["disk"]["next_save_bytes"]
+        == (run / "model-5.bpk").stat().st_size + (run / "optim-5.bpk").stat().st_size + (run / "scheduler-5.bpk").stat().st_size
+    )

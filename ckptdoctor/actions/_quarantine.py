@@ -42,7 +42,7 @@ from ckptdoctor.actions._home import (
     write_record,
 )
 from ckptdoctor.actions._trash import still_meant
-from ckptdoctor.model import Action, Plan, PointerKind, PointerWrite
+from ckptdoctor.model import NOTHING_SEEN, Action, Plan, PointerKind, PointerWrite, Seen
 from ckptdoctor.records import (
     MANIFEST_VERSION,
     EntryLine,
@@ -100,10 +100,10 @@ class _Places:
             folder.close()
 
 
-def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Moved:
+def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset(), seen: Seen = NOTHING_SEEN) -> Moved:
     """Do what a ``repair`` plan says (under the caller's lock): manifest, moves, pointers.
-    What was written after ``since`` (when the plan was made: a prompt may have waited), is held
-    open (``busy``) or was replaced since is left."""
+    What was written after ``since`` (when the plan was made: a prompt may have waited) or
+    otherwise than the scan ``seen`` it, is held open (``busy``) or was replaced since is left."""
     moves = [(item, entry) for item in plan.acting(Action.QUARANTINE) for entry in item.entries]
     repoints = [item for item in plan.acting(Action.REPOINT) if item.write is not None]
     root = plan.root
@@ -119,7 +119,9 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> 
             (entry for _, entry in moves),
             {path: identity(info) for path in relative[: len(moves)] if (info := top.look(path)) is not None},
         )
-        movable = [line for line in _movable(top, lines, since, busy) if line.path in planned]  # before the manifest: it lists what moves
+        movable = [
+            line for line in _movable(top, lines, since, busy, seen) if line.path in planned
+        ]  # before the manifest: it lists what moves
         pointers = [
             PointerLine(path, item.number, item.reasons, item.write.text, item.write.kind, top.look(path) is not None)
             for path, item in zip(relative[len(moves) :], repoints, strict=True)
@@ -190,8 +192,8 @@ def sweep(home: str) -> None:
             _confine.remove(quarantine, name)
 
 
-def close_repairs(root: str, home: str) -> tuple[int, list[str]]:
-    """Close the quarantines of repairs that were killed part-way; (how many, problems).
+def close_repairs(root: str, home: str) -> tuple[list[str], list[str]]:
+    """Close the quarantines of repairs that were killed part-way; (their ids, problems).
 
     What such a repair had moved stays in its quarantine (``--undo`` puts it back), and a pointer
     it had begun to re-point is finished; nothing else moves. What it had not moved yet is for the
@@ -199,7 +201,7 @@ def close_repairs(root: str, home: str) -> tuple[int, list[str]]:
     is a record of what was done, never an order (a hand-written one moves nothing), and what
     was damaged then may be whole again.
     """
-    closed = 0
+    closed: list[str] = []
     problems: list[str] = []
     for found in quarantines(root, home):
         if found.state != Phase.REPAIRING.value:
@@ -217,17 +219,17 @@ def close_repairs(root: str, home: str) -> tuple[int, list[str]]:
             ) from error
         finally:
             places.close()
-        closed += 1
+        closed.append(found.ident)
     return closed, problems
 
 
-def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: frozenset[str]) -> list[EntryLine]:
+def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: frozenset[str], seen: Seen) -> list[EntryLine]:
     """The manifest ``lines`` whose entries are still as planned at ``written`` (see
     ``still_meant``), each with its identity now: when one file of a checkpoint was written
     since, it may be being saved again, and none of that checkpoint moves."""
     meant: dict[str, Identity] = {}
     for line in lines:
-        info = top.look(line.path) if still_meant(top, line.path, written, busy) else None
+        info = top.look(line.path) if still_meant(top, line.path, written, busy, seen) else None
         if info is not None:
             meant[line.path] = identity(info)
     spoiled = {line.index for line in lines if line.path not in meant and top.look(line.path) is not None}

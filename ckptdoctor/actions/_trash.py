@@ -45,7 +45,7 @@ from ckptdoctor.actions._confine import (
     take,
 )
 from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
-from ckptdoctor.model import Action, Plan
+from ckptdoctor.model import NOTHING_SEEN, Action, Plan, Seen
 from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
 
 TRASH = "trash"
@@ -54,17 +54,17 @@ _MOVED = re.compile(r"\d{6}")
 """How an entry is named once moved into the trash: its place in the journal's list."""
 
 
-def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset()) -> Done:
+def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset(), seen: Seen = NOTHING_SEEN) -> Done:
     """Delete what ``plan`` says (under the caller's lock, after ``finish_interrupted``).
-    Entries written after ``since`` (when the plan was made: a prompt may have waited), held open
-    (``busy``) or replaced since are left."""
+    Entries written after ``since`` (when the plan was made: a prompt may have waited), or
+    otherwise than the scan ``seen`` them, held open (``busy``) or replaced since are left."""
     doomed = [item for item in plan.items if item.action is Action.DELETE]
     planned = inside_run(plan.root, [entry.os_path for item in doomed for entry in item.entries])
     with open_run(plan.root) as top:
         gone = {path for path in planned if top.look(path) is None}  # finished by a journal, or removed by hand
-        relative = [path for path in planned if still_meant(top, path, since, busy)]
-        seen = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
-        identities = as_planned(plan.root, (entry for item in doomed for entry in item.entries), seen)
+        relative = [path for path in planned if still_meant(top, path, since, busy, seen)]
+        now = {path: identity(info) for path in relative if (info := top.look(path)) is not None}
+        identities = as_planned(plan.root, (entry for item in doomed for entry in item.entries), now)
         relative = [path for path in relative if path in identities]
         left = len(planned) - len(relative) - len(gone)
         if not relative:
@@ -187,10 +187,12 @@ def _delete_in_place(top: Folder, journal: Journal) -> tuple[set[str], list[str]
     return deleted, problems, changed
 
 
-def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]) -> bool:
+def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str], seen: Seen = NOTHING_SEEN) -> bool:
     """Whether an entry is still as it was when it was planned (``written``): reached inside the
     run without a symlink, not modified since, not held open (``busy``); for a folder, nothing
-    inside it either (a folder that cannot be read through is not)."""
+    inside it either (a folder that cannot be read through is not). A file the scan saw
+    (``seen``, by path in the run) must still have the size and modification time it saw: a
+    filesystem's clock may lag this machine's, and a copy may carry an old time."""
     if not plain(relative) or os.path.join(top.path, relative) in busy:
         return False
     try:
@@ -212,6 +214,9 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
                 except FileNotFoundError:
                     continue
                 if os.path.join(parent.path, below, inner) in busy or found.st_mtime > written:
+                    return False
+                scanned = seen.get(os.path.normpath(os.path.join(os.path.dirname(relative), below, inner)))
+                if scanned is not None and (found.st_size, found.st_mtime) != (scanned.size, scanned.mtime):
                     return False
         return not unreadable
 

@@ -287,7 +287,7 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
 def say(line: str) -> None:
     """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
     control characters in it (from a file's name) shown, never obeyed."""
-    sys.stderr.write(printable(line) + "\n")
+    sys.stderr.write(printable(line, line=True) + "\n")
     sys.stderr.flush()
 
 

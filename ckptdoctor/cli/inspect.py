@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,6 +19,7 @@ from ckptdoctor.cli._output import (
 )
 from ckptdoctor.model import Report
 from ckptdoctor.places import run_root
+from ckptdoctor.quoting import printable
 
 if TYPE_CHECKING:
     from ckptdoctor.pipelines.scan import Scan
@@ -88,5 +90,6 @@ def _print_resume(report: Report, found: Scan, flag: str, given: list[str]) -> N
         where = run.path if run else ", ".join(found.empty)
         say(f"No checkpoint to resume from in {where}")
         raise typer.Exit(EXIT_FINDINGS)
-    typer.echo(run.resume_path if flag == "--resume-path" else checkpoint.index)
+    shown = str(run.resume_path if flag == "--resume-path" else checkpoint.index)
+    typer.echo(printable(shown) if sys.stdout.isatty() else shown)  # raw for $(...), never obeyed on a terminal
     raise typer.Exit(0)

@@ -137,7 +137,7 @@ def resume_line(run: Run) -> Text:
         n = len(run.extra_files)
         return Text(f"{n} file{'s' if n != 1 else ''} checked one by one: {run.path} follows no checkpoint layout.", style="dim")
     if run.single_file:
-        return Text(f"One file checked; `ckptdoctor inspect {run.path}` shows the whole run and where to resume.", style="dim")
+        return Text(f"One file checked; `ckptdoctor inspect {shell_word(run.path)}` shows the whole run and where to resume.", style="dim")
     checkpoint = run.resume
     if checkpoint is None:
         return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")

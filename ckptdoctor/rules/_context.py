@@ -89,7 +89,8 @@ class RunContext:
         a command that would act on more than these files' run."""
         moved_by_repair = {f.path for _, f in self.files} | {f.path for f in self.run.loose_files if f.leftover}
         if self.run.checkpoints and moved_by_repair.issuperset(paths) and self._found_by_a_scan(paths):
-            return f"`ckptdoctor repair {this_run}` moves it into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
+            whole = "it and the rest of its checkpoint" if {f.path for _, f in self.files}.issuperset(paths) else "it"
+            return f"`ckptdoctor repair {this_run}` moves {whole} into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
         aside = self._aside()
         moves: dict[str, list[str]] = {}
         for path in paths:  # each file keeps its place in the run: two files of one name never meet
