@@ -717,10 +717,10 @@ def test_what_is_written_while_the_prompt_waited_is_left(tmp_path, cli, monkeypa
     folder = broken_burn_run(tmp_path)
     real_quarantine = ckptdoctor.actions.quarantine
 
-    def trainer_writes_first(plan, since, busy=frozenset()):
+    def trainer_writes_first(plan, since, busy=frozenset(), seen=None):
         time.sleep(0.01)
         (folder / "model-7.bpk").write_bytes((folder / "model-7.bpk").read_bytes())
-        return real_quarantine(plan, since, busy)
+        return real_quarantine(plan, since, busy, seen)
 
     monkeypatch.setattr(ckptdoctor.actions, "quarantine", trainer_writes_first)
     result = cli("repair", "--yes", folder)
