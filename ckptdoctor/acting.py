@@ -38,7 +38,7 @@ from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Pending, Quarantine, StoredState
-from ckptdoctor.units import size
+from ckptdoctor.units import files_or_folders, size
 
 
 class Refused(Exception):
@@ -518,7 +518,9 @@ class Prune(Pass):
                 f"{plan.run}: the disk is too full for a journal: deleted in place, one checkpoint after the other, oldest first "
                 "(a kill leaves at worst one old checkpoint incomplete, which the next prune deletes)."
             )
-        context.tell(f"{plan.run}: deleted {done.deleted} checkpoints ({done.files} files); freed {size(done.freed_bytes)}.", Tone.DONE)
+        folders = all(entry.is_dir for item in plan.acting(Action.DELETE) for entry in item.entries)
+        deleted = f"{done.deleted} checkpoint{'s' if done.deleted != 1 else ''} ({files_or_folders(done.files, done.files if folders else 0)})"
+        context.tell(f"{plan.run}: deleted {deleted}; freed {size(done.freed_bytes)}.", Tone.DONE)
         if done.left:
             context.tell(
                 f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."

@@ -353,8 +353,11 @@ def test_hf_checkpoint_folders_are_deleted_whole(tmp_path, cli):
         (tmp_path / f"checkpoint-{step}" / "notes.txt").write_text("a file no layout claims, inside the checkpoint folder")
     (tmp_path / "runs.log").write_text("beside the checkpoints: never touched")
     age(tmp_path)
+    planned = cli("prune", "--dry-run", "--keep-last", "1", tmp_path)
+    assert "About to delete 2 checkpoints (2 folders)" in planned.stdout  # folders, not "files"
     result = cli("prune", "--yes", "--keep-last", "1", tmp_path)
     assert result.exit_code == 0, result.stderr
+    assert "deleted 2 checkpoints (2 folders)" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ckptdoctor", "checkpoint-30", "runs.log"]
 
 

@@ -34,7 +34,7 @@ from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render._console import stdout_console
 from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
-from ckptdoctor.units import size
+from ckptdoctor.units import files_or_folders, size
 
 if TYPE_CHECKING:
     from ckptdoctor.rules.search import Match
@@ -614,11 +614,11 @@ def plan_summary(plan: Plan, unit: str) -> str:
     doomed = plan.acting(Action.DELETE)
     if not doomed:
         return f"Nothing to delete; keeping {_count(len(plan.items), unit, unit + 's')}."
-    files = sum(len(item.entries) for item in doomed)
+    touched = [entry for item in doomed for entry in item.entries]
     kept = len(plan.items) - len(doomed)
     return (
-        f"About to delete {len(doomed)} checkpoint{'s' if len(doomed) != 1 else ''} ({files} "
-        f"{'files' if files != 1 else 'file'}) totalling {size(plan.freed_bytes)}; keeping {kept}."
+        f"About to delete {len(doomed)} checkpoint{'s' if len(doomed) != 1 else ''} "
+        f"({files_or_folders(len(touched), sum(e.is_dir for e in touched))}) totalling {size(plan.freed_bytes)}; keeping {kept}."
     )
 
 
