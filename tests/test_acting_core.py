@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,20 @@ def test_what_changes_while_the_question_waits_is_left(tmp_path: Path) -> None:
     assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
 
 
+def _written_keeping_its_stamp(path: Path) -> Callable[[acting.Question], bool]:
+    """A confirmation during which ``path`` is written and its old time set back (a copy that
+    keeps times, or a filesystem clock behind this machine's), then a yes."""
+
+    def confirm(question: acting.Question) -> bool:
+        stamp = os.stat(path).st_mtime
+        with open(path, "ab") as handle:
+            handle.write(b"more")
+        os.utime(path, (stamp, stamp))
+        return True
+
+    return confirm
+
+
 def test_a_write_stamped_by_a_clock_behind_ours_is_still_seen(tmp_path: Path) -> None:
     """A filesystem stamps a write with its own clock (coarser, or an NFS server's, behind this
     machine's): a file written after the plan, with a modification time older than the plan,
@@ -144,15 +159,7 @@ def test_a_write_stamped_by_a_clock_behind_ours_is_still_seen(tmp_path: Path) ->
     write_burn_run(run, range(1, 8))
     _aged(run)
     doomed = run / "model-2.bpk"
-
-    def written_with_an_old_stamp(question: acting.Question) -> bool:
-        stamp = os.stat(doomed).st_mtime
-        with open(doomed, "ab") as handle:
-            handle.write(b"more")
-        os.utime(doomed, (stamp, stamp))
-        return True
-
-    outcome = ckd.prune(run, keep_last=2, confirm=written_with_an_old_stamp)
+    outcome = ckd.prune(run, keep_last=2, confirm=_written_keeping_its_stamp(doomed))
     assert outcome.acted
     assert doomed.exists(), "a file written since the plan is not deleted, whatever its stamp"
 
@@ -166,15 +173,7 @@ def test_a_file_inside_a_checkpoint_folder_written_while_asked_keeps_the_folder(
 
     run = _aged(copy_run(hf_trained, tmp_path / "out"))
     written = run / "checkpoint-2" / inner
-
-    def written_while_asked(question: acting.Question) -> bool:
-        stamp = os.stat(written).st_mtime
-        with open(written, "ab") as handle:
-            handle.write(b" ")
-        os.utime(written, (stamp, stamp))
-        return True
-
-    outcome = ckd.prune(run, keep_last=1, confirm=written_while_asked)
+    outcome = ckd.prune(run, keep_last=1, confirm=_written_keeping_its_stamp(written))
     assert outcome.acted
     assert written.exists() and not (run / "checkpoint-4").exists()
     assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
