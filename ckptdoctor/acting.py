@@ -519,7 +519,8 @@ class Prune(Pass):
                 "(a kill leaves at worst one old checkpoint incomplete, which the next prune deletes)."
             )
         folders = all(entry.is_dir for item in plan.acting(Action.DELETE) for entry in item.entries)
-        deleted = f"{done.deleted} checkpoint{'s' if done.deleted != 1 else ''} ({files_or_folders(done.files, done.files if folders else 0)})"
+        what = files_or_folders(done.files, done.files if folders else 0)
+        deleted = f"{done.deleted} checkpoint{'s' if done.deleted != 1 else ''} ({what})"
         context.tell(f"{plan.run}: deleted {deleted}; freed {size(done.freed_bytes)}.", Tone.DONE)
         if done.left:
             context.tell(
