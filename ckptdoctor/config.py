@@ -16,11 +16,6 @@ from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
 from ckptdoctor.rules._context import Thresholds
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
-
 PRUNE_KEYS = frozenset(
     {"keep-last", "keep-best", "metric", "mode", "keep-every", "keep-within", "keep", "min-age", "metrics-file", "verify", "max-runs"}
 )
@@ -241,6 +236,11 @@ def _find(folder: str) -> tuple[str, Mapping[str, Any]] | None:
 
 
 def _load(path: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib  # the TOML parser loads only where there is a file to parse
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
+
     try:
         document: dict[str, Any] = tomllib.loads(read_regular(path, MAX_CONFIG).decode("utf-8"))
         return document

@@ -25,13 +25,18 @@ PART = 64 * 1024 * 1024
 _SLICE = 256 * 1024
 """Bytes compared at a time by the 16-bit scans, so that their scratch stays in cache."""
 
-_crc32_combine: Callable[[int, int, int], int] | None
-try:  # zlib-ng's CRC-32 is several times faster than zlib's, and can combine parts
-    from zlib_ng.zlib_ng import crc32 as _crc32  # type: ignore[import-not-found,unused-ignore]
-    from zlib_ng.zlib_ng import crc32_combine as _crc32_combine  # type: ignore[import-not-found,unused-ignore,no-redef]
-except ImportError:  # pragma: no cover - zlib-ng ships wheels for every platform we test on
-    _crc32 = zlib.crc32
-    _crc32_combine = None
+_Crc = Callable[[memoryview, int], int]
+
+
+@functools.cache
+def _crc() -> tuple[_Crc, Callable[[int, int, int], int] | None]:
+    """CRC-32 and, where it can, the combination of two parts' CRCs: zlib-ng's (several times
+    faster than zlib's), else zlib's, which cannot combine. Loaded at the first deep check."""
+    try:
+        from zlib_ng.zlib_ng import crc32, crc32_combine  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # pragma: no cover - zlib-ng ships wheels for every platform we test on
+        return zlib.crc32, None
+    return crc32, crc32_combine
 
 
 class Region(NamedTuple):
@@ -67,7 +72,7 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
             raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
-        step = PART if _crc32_combine is not None or not region.crc else max(region.length, 1)
+        step = PART if _crc()[1] is not None or not region.crc else max(region.length, 1)
         start = 0
         while True:
             length = min(step, region.length - start)
@@ -96,8 +101,9 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
 
 
 def _combine(first: int, second: int, second_length: int) -> int:
-    assert _crc32_combine is not None
-    return int(_crc32_combine(first, second, second_length))
+    combine = _crc()[1]
+    assert combine is not None
+    return int(combine(first, second, second_length))
 
 
 _buffers = threading.local()
@@ -113,6 +119,7 @@ def _buffer() -> memoryview:
 
 def _check_part(sample: Sample, region: Region) -> Checked:
     buffer = _buffer()
+    crc32 = _crc()[0]
     count = _nonfinite_counter(region.dtype, region.infinite) if region.dtype else None
     crc = 0
     nonfinite = 0
@@ -125,7 +132,7 @@ def _check_part(sample: Sample, region: Region) -> Checked:
             raise FileChanged(f"the file ended at byte {position} while it was being read")
         view = view[:got]
         if region.crc:
-            crc = _crc32(view, crc)
+            crc = crc32(view, crc)
         if count is not None:
             nonfinite += count(view)
         if zero:

@@ -17,8 +17,6 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-import cbor2
-
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
@@ -33,6 +31,15 @@ MAX_METADATA = 104_857_600
 SUPPORTED_VERSION = 1
 
 _OPTIMIZER_TENSOR = re.compile(r"^\d+\.")
+
+
+def _cbor() -> Any:
+    """cbor2, which decodes a burnpack's metadata: loaded at the first burnpack read, so that a
+    run of other formats never pays for it."""
+    import cbor2  # the first burnpack read imports it; later ones find it in sys.modules
+
+    return cbor2
+
 
 OPTIMIZER_LEAVES: tuple[tuple[str, str], ...] = (
     (".momentum.max_moment_2", "adam-amsgrad"),
@@ -108,7 +115,7 @@ def _parse_cached(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ..
 
 def _decode_metadata(blob: bytes) -> tuple[int, _Packing, tuple[tuple[str, str], ...]] | str:
     try:
-        metadata = cbor2.loads(blob)
+        metadata = _cbor().loads(blob)
     except Exception as error:  # cbor2 raises several unrelated types on bad input
         return f"metadata is not valid CBOR ({error})"
     tensors = metadata.get("tensors") if isinstance(metadata, Mapping) else None
@@ -241,7 +248,7 @@ def _inventory_cached(blob: bytes, aligned: bool, record: str | None) -> _Invent
 
 
 def _inventory(blob: bytes, aligned: bool, record: str | None) -> _Inventory:
-    metadata = cbor2.loads(blob)  # probe() decoded it already: it is valid
+    metadata = _cbor().loads(blob)  # probe() decoded it already: it is valid
     issues: list[FileIssue] = []
     listed: list[Tensor] = []
     floats: list[tuple[int, int, str]] = []
