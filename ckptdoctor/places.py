@@ -30,6 +30,17 @@ def home_of(root: str, beside: bool) -> str:
     return os.path.join(root, OWN_FOLDER)
 
 
+def nearest_existing(path: str) -> str:
+    """``path``, or the nearest path above it that exists (``.`` or ``/`` at the top): what a
+    save into ``path`` meets first, a folder or something that stands where one should."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path.rstrip("/"))
+        if not parent or parent == path:
+            return "/" if os.path.isabs(path) else "."
+        path = parent
+    return path
+
+
 def run_root(run: Run) -> str:
     """The run's folder as the OS opens it, from any entry in it."""
     for checkpoint in run.checkpoints:

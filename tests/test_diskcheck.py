@@ -358,3 +358,14 @@ def test_a_file_is_not_a_checkpoint_folder(tmp_path, cli):
     write_burn_run(run, range(1, 3))
     result = cli("diskcheck", run / "model-1.bpk")
     assert result.exit_code == 2 and "is not a folder" in result.stderr
+
+
+def test_a_file_standing_where_a_folder_should_be_is_named_and_the_checks_look_above_it(tmp_path, cli):
+    """``diskcheck afile/sub``: the save cannot be made (CKD503 names the file), and the fixes'
+    permission and mount checks look at the folder that holds the file, which exists."""
+    (tmp_path / "afile").write_text("")
+    result = cli("diskcheck", "--json", tmp_path / "afile" / "sub")
+    (finding,) = [f for f in result.json["findings"] if f["code"] == "CKD503"]
+    assert f"{tmp_path / 'afile'} is not a folder" in finding["message"]
+    checks = " ".join(finding["fixes"])
+    assert f"findmnt -T {tmp_path}`" in checks and "findmnt -T " + str(tmp_path / "afile") not in checks

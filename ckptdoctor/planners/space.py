@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptdoctor.model import DiskCheck, Estimate, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
-from ckptdoctor.places import run_root
+from ckptdoctor.places import nearest_existing, run_root
 from ckptdoctor.units import size
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
@@ -112,11 +112,9 @@ def why_unwritable(folder: str) -> str:
     if not os.path.isdir(folder):
         if os.path.lexists(folder):
             return f"{folder} exists and is not a folder"
-        parent = os.path.dirname(os.path.abspath(folder))
-        while not os.path.isdir(parent):
-            if os.path.lexists(parent):
-                return f"{parent} is not a folder"
-            parent = os.path.dirname(parent)
+        parent = nearest_existing(os.path.abspath(folder))
+        if not os.path.isdir(parent):
+            return f"{parent} is not a folder"
         if not os.access(parent, os.W_OK | os.X_OK):
             return f"{folder} does not exist, and {parent} does not let this user create it"
         return ""

@@ -87,9 +87,8 @@ class RunContext:
         moves them (a checkpoint's files, loose leftovers), else by hand into a folder no scan
         enters (stray or damaged files that belong to no checkpoint, or to no run at all): never
         a command that would act on more than these files' run."""
-        moved_by_repair = {f.path for _, f in self.files} | {f.path for f in self.run.loose_files if f.leftover}
-        if self.run.checkpoints and moved_by_repair.issuperset(paths) and self._found_by_a_scan(paths):
-            whole = "it and the rest of its checkpoint" if {f.path for _, f in self.files}.issuperset(paths) else "it"
+        if self.run.checkpoints and self._moved_by_repair.issuperset(paths) and self._found_by_a_scan(paths):
+            whole = "it and the rest of its checkpoint" if self._in_checkpoints.issuperset(paths) else "it"
             return f"`ckptdoctor repair {this_run}` moves {whole} into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
         aside = self._aside()
         moves: dict[str, list[str]] = {}
@@ -104,6 +103,16 @@ class RunContext:
         )
         what, it = ("this file", "it") if len(paths) == 1 else ("these files", "them")
         return f"`mkdir -p {there} && {away}` moves only {what} aside, where no scan looks (`{back}` puts {it} back)"
+
+    @functools.cached_property
+    def _in_checkpoints(self) -> frozenset[str]:
+        # once per run: a run with thousands of broken files words a fix for each
+        return frozenset(f.path for _, f in self.files)
+
+    @functools.cached_property
+    def _moved_by_repair(self) -> frozenset[str]:
+        """What ``repair`` moves: a checkpoint's files, and leftovers of a save."""
+        return self._in_checkpoints | {f.path for f in self.run.loose_files if f.leftover}
 
     def _found_by_a_scan(self, paths: tuple[str, ...]) -> bool:
         """Whether ``repair`` of the run's folder would find these files: a file named on its own

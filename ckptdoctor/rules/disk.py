@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import DiskCheck, Finding, Run, Severity
+from ckptdoctor.places import nearest_existing
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import make_finding, run_context
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
@@ -269,12 +270,8 @@ fire them through ``findings``."""
 def _existing(path: str) -> str:
     """The nearest folder at or above ``path`` that exists: what a check of permissions or of the
     mount can look at before the run's folder is made."""
-    while not os.path.isdir(path):
-        parent = os.path.dirname(path.rstrip("/"))
-        if not parent or parent == path:
-            return "." if not os.path.isabs(path) else "/"
-        path = parent
-    return path
+    met = nearest_existing(path)
+    return met if os.path.isdir(met) else os.path.dirname(met) or "."
 
 
 @fires(NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM)
