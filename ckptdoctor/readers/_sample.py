@@ -97,6 +97,10 @@ class FileSample(Sample):
     def close(self) -> None:
         os.close(self._fd)
 
+    def whole(self) -> bytes | None:
+        """All of the file's bytes when the first read held them (small files), else None."""
+        return self._head if len(self._head) == self.size else None
+
     def __enter__(self) -> FileSample:
         return self
 

@@ -232,11 +232,39 @@ def probe(entry: Entry, named: NamedFiles) -> FileReport:
     ``named``: the files a framework names, read as their name says (the layouts' table)."""
     if entry.name == ocdbt.MANIFEST:
         return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
-    report = _read_file(entry, functools.partial(read_header, named=named))
+    report = _read_file(entry, functools.partial(_judged_once, named=named))
     if report.issues or report.tensors:
         return report
     # clean reports of one run are alike: share one object (and its cached problem set)
     return _CLEAN.setdefault((report.format, report.facts), report)
+
+
+def _judged_once(sample: Sample, name: str, named: NamedFiles) -> FileReport:
+    """``read_header``, judged once per content: a run saves the same small files again and again
+    (burn's scheduler and optimizer records, pointer files), and a file read whole in one read is
+    judged by its bytes and by what its name's suffixes promise, nothing else. Files whose own
+    name picks their reader are judged each time."""
+    whole = sample.whole() if isinstance(sample, FileSample) else None
+    if whole is None or name in named or name in _NAME_PICKS_READER:
+        return read_header(sample, name, named)
+    dot = name.find(".")
+    # every name test of read_header left is one of the suffixes from the first dot on
+    key = (whole, name[dot:] if dot >= 0 else "")
+    report = _BY_CONTENT.get(key)
+    if report is None:
+        report = read_header(sample, name, named)
+        if dcp.is_data_file(name) or hfjson.is_index(name):
+            return report  # read by what their suffix names, not by content
+        if len(_BY_CONTENT) >= _BY_CONTENT_MAX:
+            _BY_CONTENT.clear()  # a run of many distinct small files: keep memory bounded, not the memo
+        _BY_CONTENT[key] = report
+    return report
+
+
+_NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA, ocdbt.MANIFEST}
+_BY_CONTENT: dict[tuple[bytes, str], FileReport] = {}
+_BY_CONTENT_MAX = 256
+"""Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
 
 
 def with_keys(entry: Entry, report: FileReport) -> FileReport:
