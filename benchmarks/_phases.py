@@ -4,7 +4,10 @@ Each phase is a function of the pipeline wrapped with an exclusive timer: time s
 nested inside another (the reads grouping asks for) counts for the inner one only. Work done in
 forked workers shows as the time the parent waits for it.
 
-    python benchmarks/_phases.py DIR
+    python benchmarks/_phases.py DIR [--cpu]
+
+``--cpu`` counts this process's CPU time instead of wall time: steadier on a busy machine, but
+blind to work done in forked workers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+_clock = time.perf_counter
 _spent: dict[str, float] = {}
 _stack: list[list[float]] = []  # per active phase: [started, time spent in nested phases]
 
@@ -23,13 +27,13 @@ _stack: list[list[float]] = []  # per active phase: [started, time spent in nest
 def _timed(phase: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        frame = [time.perf_counter(), 0.0]
+        frame = [_clock(), 0.0]
         _stack.append(frame)
         try:
             return function(*args, **kwargs)
         finally:
             _stack.pop()
-            total = time.perf_counter() - frame[0]
+            total = _clock() - frame[0]
             _spent[phase] = _spent.get(phase, 0.0) + total - frame[1]
             if _stack:
                 _stack[-1][1] += total
@@ -64,18 +68,21 @@ def phases(folder: str) -> tuple[dict[str, float], float]:
 
     argv, stdout = sys.argv, sys.stdout
     sys.argv, sys.stdout = ["ckptdoctor", "inspect", "--format", "json", folder], io.TextIOWrapper(io.BytesIO())
-    started = time.perf_counter()
+    started = _clock()
     try:
         main()
     except SystemExit:
         pass
     finally:
-        whole = time.perf_counter() - started
+        whole = _clock() - started
         sys.argv, sys.stdout = argv, stdout
     return dict(_spent), whole
 
 
 def main() -> None:
+    global _clock
+    if "--cpu" in sys.argv:
+        _clock = time.process_time
     spent, whole = phases(sys.argv[1])
     for phase, seconds in sorted(spent.items(), key=lambda item: -item[1]):
         print(f"  {phase:<28} {seconds:7.3f} s  {seconds / whole:5.1%}")

@@ -117,29 +117,40 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
     with os.scandir(os_dir) as scan:
         prefix = shown_dir.rstrip(os.sep) + os.sep
         for item in scan:
-            if item.name in (OWN_FOLDER, MOVED_ASIDE):
-                continue  # ckptdoctor's lock, journal and trash, and what a fix moved aside: never part of a run
-            shown = prefix + display(item.name)
+            name = item.name
+            if name in _NEVER_PART_OF_A_RUN:
+                continue
+            shown = prefix + (name if name.isascii() else display(name))
             try:
                 is_symlink = item.is_symlink()
                 if item.is_dir(follow_symlinks=False):
-                    entries.append(Entry(item.name, shown, item.path, 0, is_dir=True))
-                    if item.name not in SKIPPED_FOLDERS:
+                    entries.append(Entry(name, shown, item.path, 0, is_dir=True))
+                    if name not in SKIPPED_FOLDERS:
                         subfolders.append((item.path, shown))
                     continue
                 info = item.stat(follow_symlinks=True)
             except FileNotFoundError:
                 if is_symlink:
-                    entries.append(Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True))
+                    entries.append(Entry(name, shown, item.path, 0, is_symlink=True, dangling=True))
                 # else: it vanished between listing and stat; it is no longer part of the run
                 continue
             except OSError:
                 # ELOOP and friends: a symlink that cannot be resolved is as good as dangling
-                entries.append(Entry(item.name, shown, item.path, 0, is_symlink=True, dangling=True))
+                entries.append(Entry(name, shown, item.path, 0, is_symlink=True, dangling=True))
                 continue
-            entry = _entry(item.name, shown, item.path, info, is_symlink)
-            entries.append(entry._replace(link=_readlink(item.path)) if is_symlink else entry)
+            if is_symlink or info.st_mode & _KIND != _FILE:
+                entry = _entry(name, shown, item.path, info, is_symlink)
+                entries.append(entry._replace(link=_readlink(item.path)) if is_symlink else entry)
+                continue
+            # a plain file, the case of nearly every entry of a big run: built in place, positionally
+            entries.append(Entry(name, shown, item.path, info.st_size, False, False, False, (info.st_dev, info.st_ino), info.st_mtime, None, info.st_nlink))
     return tuple(entries), subfolders
+
+
+_NEVER_PART_OF_A_RUN = frozenset({OWN_FOLDER, MOVED_ASIDE})
+"""ckptdoctor's lock, journal and trash, and what a fix moved aside."""
+_KIND = 0o170000  # the file-type bits of st_mode (what stat.S_IFMT keeps)
+_FILE = stat.S_IFREG
 
 
 def _readlink(path: str) -> str | None:

@@ -11,7 +11,7 @@ import enum
 import functools
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
@@ -289,7 +289,7 @@ class Checkpoint:
 
     @property
     def bytes(self) -> int:
-        return _unique_bytes(f.entry for f in self.files)
+        return _unique_bytes([f.entry for f in self.files])
 
     @property
     def path(self) -> str | None:
@@ -550,8 +550,15 @@ def _normal(path: str | None) -> str:
     return os.path.relpath(os.path.abspath(path)) if path else ""
 
 
-def _unique_bytes(entries: Iterable[Entry]) -> int:
+def _unique_bytes(entries: Sequence[Entry]) -> int:
     """Sum sizes, counting each inode once (hard links, symlinked copies)."""
+    total = 0
+    for entry in entries:
+        if entry.links != 1 or entry.is_symlink:
+            break
+        total += entry.size
+    else:
+        return total  # no file can be another's second name (nearly every run)
     seen: set[tuple[int, int]] = set()
     total = 0
     for entry in entries:

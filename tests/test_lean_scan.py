@@ -6,16 +6,25 @@ the verdict (what the name promises, a name-picked reader, a suffix's case)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts.registry import NAMED_FILES
+from ckptdoctor.layouts.registry import LAYOUTS, NAMED_FILES, layout_named
+from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.readers import files
 from ckptdoctor.readers._sample import FileSample
+from ckptdoctor.render import json as render_json
 from ckptdoctor.testing import SMALL_MODEL
+from tests.test_claims import CLAIMED
 
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
 BURNPACK = SMALL_MODEL.model_record()
 NAMES = [
     "model-1.bpk",
@@ -58,3 +67,51 @@ def test_the_memo_stays_bounded(tmp_path: Path) -> None:
         for entry in listing.entries:
             files.probe(entry, NAMED_FILES)
     assert 0 < len(files._BY_CONTENT) <= files._BY_CONTENT_MAX
+
+
+_FRAGMENTS = ["model", "optim", "scheduler", "epoch", "step", "=", "-", "_", ".", "3", "12", "v1", "ckpt", "checkpoint", "recovery"]
+_SUFFIXES = [".bpk", ".mpk", ".mpk.gz", ".json", ".bin", ".pt", ".PT", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".tmp", ""]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=6), st.sampled_from(_SUFFIXES), st.sampled_from(["", "\n", "x"]))
+def test_a_layout_sifts_out_no_name_it_claims(parts: list[str], suffix: str, end: str) -> None:
+    name = "".join(parts) + suffix + end
+    for layout in LAYOUTS:
+        if layout.claimable is not None and layout.claim(name) is not None:
+            assert layout.claimable.search(name), (layout.name, name)
+
+
+@pytest.mark.parametrize(("layout", "name"), [(layout, name) for layout, name, _ in CLAIMED])
+def test_every_claimed_name_passes_its_layouts_sieve(layout: str, name: str) -> None:
+    sieve = layout_named(layout).claimable
+    assert sieve is None or sieve.search(name)
+
+
+def _stdlib(body: dict[str, object]) -> str:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _named_run(folder: Path) -> Path:
+    """A burn run whose names hold what encoders disagree on: non-ASCII, control characters,
+    bytes that are not UTF-8, quotes and backslashes."""
+    names = ["model-1.bpk", "optim-1.bpk", "modèle-2.bpk", "mo\x1bdel-3.bpk", 'q"uote\\-4.bpk', "emoji😀-5.bpk"]
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(BURNPACK)
+    os.close(os.open(os.fsencode(folder) + b"/bad\xff-6.bpk", os.O_CREAT | os.O_WRONLY, 0o644))
+    return folder
+
+
+def test_the_json_report_is_the_standard_librarys_document_byte_for_byte(tmp_path: Path) -> None:
+    paths = [str(p) for p in sorted((ROOT / "examples" / "runs").iterdir())]
+    paths += [str(p) for p in sorted(CORPUS.iterdir())] if CORPUS.is_dir() else []
+    paths.append(str(_named_run(tmp_path / "names")))
+    for path in paths:
+        report, _ = inspect([path])
+        assert render_json.render(report) == _stdlib(render_json.document(report)), path
+
+
+def test_a_string_orjson_refuses_is_written_by_the_standard_library() -> None:
+    body: dict[str, object] = {"path": "bad\udcff.bpk", "bytes": 3}
+    assert render_json.encoded(body) == _stdlib(body)
+    assert render_json.encoded(body).encode("utf-8", "backslashreplace") == (json.dumps(body, separators=(",", ":")) + "\n").encode()

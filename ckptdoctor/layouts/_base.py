@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import operator
 import os
 import re
 from collections import Counter, defaultdict
@@ -84,6 +85,7 @@ class Layout:
     ``aliases``                  none                                         torch (``safetensors``)
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
+    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
@@ -162,6 +164,10 @@ class Layout:
     a pointer, read by ``readers.pointer``; HF's ``trainer_state.json``: JSON, for the values its
     layout asks for). ``layouts.NAMED_FILES`` joins every layout's, and the pipelines pass that
     to the readers: the readers know formats, never a framework's file names."""
+
+    claimable: re.Pattern[str] | None = None
+    """A pattern every name ``claim`` takes matches (its suffixes): a big folder's names are
+    sifted by it at once, and only those it finds are asked one by one. None: every name is asked."""
 
     def claim(self, name: str) -> Claim | None:
         """The roles and index of a checkpoint file of this layout, or None."""
@@ -564,10 +570,11 @@ def group(
         claim = claims.get(entry.name)
         if claim is not None:
             report = judge(entry)
-            if len(claim.roles) > 1:
+            roles = claim.roles
+            if len(roles) > 1:
                 report = with_keys(entry, report)
-                bundles.append(CheckpointFile(entry, claim.roles, claim.prefix, report))
-            roles = confirmed_roles(claim.roles, report)
+                bundles.append(CheckpointFile(entry, roles, claim.prefix, report))
+                roles = confirmed_roles(roles, report)
             by_index[claim.number].append(CheckpointFile(entry, roles, claim.prefix, report))
             continue
         base = temp_base(entry.name)
@@ -717,12 +724,19 @@ def claim_all(
 ) -> dict[str, Claim]:
     if isinstance(layout, FolderLayout):
         return layout.claim_folders([(entry, subfolder(entry)) for entry in entries if entry.is_dir])
+    names: Iterable[str] = map(_NAME_OF, entries)
+    if layout.claimable is not None:
+        names = filter(layout.claimable.search, names)  # sifted in C: most names of a big folder are another layout's
     claims: dict[str, Claim] = {}
-    for entry in entries:
-        claim = layout.claim(entry.name)
+    claim_of = layout.claim
+    for name in names:
+        claim = claim_of(name)
         if claim is not None:
-            claims[entry.name] = claim
+            claims[name] = claim
     return claims
+
+
+_NAME_OF = operator.attrgetter("name")
 
 
 def file_names(listing: Listing | None) -> frozenset[str]:
@@ -782,8 +796,9 @@ def _checkpoint(
     zeroed: tuple[Zeroed, ...] = (),
     whole_saves: bool = False,
 ) -> Checkpoint:
-    files = tuple(sorted(files, key=lambda f: (_ROLE_ORDER[f.roles[0]], f.entry.name)))
+    files = tuple(sorted(files, key=_file_order))
     counted = files
+    staged = any(Role.TEMP in f.roles for f in files)
     if whole_saves and len(saves := [f for f in files if Role.TEMP not in f.roles]) > 1:
         # each file is a whole save of this index: the checkpoint is what the best of them holds,
         # named first (the resume names files[0]); the others are copies with findings of their own
@@ -792,12 +807,15 @@ def _checkpoint(
         counted = (best, *(f for f in files if Role.TEMP in f.roles))
     present = {role for f in counted for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
-    # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
-    # repeated) save: its own finding (CKD202), not a checkpoint cut short
-    whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-    judged = [f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)]
-    problems = {problem for f in judged for problem in f.report.problems}
-    if any(Role.TEMP in f.roles for f in judged) or problems & _PARTIAL:
+    if staged:
+        # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
+        # repeated) save: its own finding (CKD202), not a checkpoint cut short
+        whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
+        judged = [f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)]
+    else:
+        judged = [f for f in counted if not advisory.issuperset(f.roles)] if advisory else [f for f in counted if f.roles]
+    problems = {problem for f in judged if f.report.issues for problem in f.report.problems}
+    if (staged and any(Role.TEMP in f.roles for f in judged)) or problems & _PARTIAL:
         status = Status.PARTIAL
     elif problems & _CORRUPT or any(z.read_whole for z in zeroed):
         # tensors read as zeros where the previous checkpoint held data: a resume would load them
@@ -807,8 +825,13 @@ def _checkpoint(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
+    unread = tuple(f.name for f in files if len(f.roles) > 1 and Role.POINTER not in f.roles and roles_in(f.report) is None)
     return Checkpoint(index, files, status, missing, absent, folder, unread, zeroed)
+
+
+def _file_order(file: CheckpointFile) -> tuple[int, str]:
+    """A checkpoint's files by role (the model first), then by name."""
+    return _ROLE_ORDER[file.roles[0]], file.entry.name
 
 
 def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:

@@ -47,7 +47,15 @@ def _readings(files: Sequence[CheckpointFile]) -> Iterator[tuple[_What, bool, st
     """(what was read, whether it is all zero, the path of the file that holds it, the tensor or
     item, empty for a file's tail) for one checkpoint's cleanly read files. A file whose bytes were
     read one by one (``--deep``) is judged by them, not by a guess from its tail."""
-    clean = {f.entry.os_path: f for f in files if Role.TEMP not in f.roles and not f.report.problems - _READ_CLEANLY}
+    if not any(f.report.spans for f in files):  # header reads: each clean file's tail alone
+        for file in files:
+            report = file.report
+            if Role.TEMP not in file.roles and (not report.issues or report.problems <= _READ_CLEANLY):
+                tail = report.fact(TAIL_ZERO)
+                if tail is not None:
+                    yield ((file.prefix, file.roles, report.format), None), tail == "yes", file.path, ""
+        return
+    clean = {f.entry.os_path: f for f in files if Role.TEMP not in f.roles and f.report.problems <= _READ_CLEANLY}
     read_whole = {_holder(f, span.file) for f in clean.values() for span in f.report.spans or ()}
     for path, file in clean.items():
         same = (file.prefix, file.roles, file.report.format)

@@ -53,7 +53,7 @@ class AccelerateLayout(FolderLayout):
         return Claim((), int(match[1]), "checkpoint", Unit.SAVE) if match else None
 
     def signature(self, names: frozenset[str]) -> bool:
-        return any(_SIGNATURE.match(name) for name in names) and not written_by_trainer(names)
+        return any(map(_SIGNATURE.match, names)) and not written_by_trainer(names)
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         return next((roles for pattern, roles in _ROLES if pattern.match(name)), None)

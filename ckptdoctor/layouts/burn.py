@@ -60,6 +60,8 @@ class BurnLayout(Layout):
     )
     content = _CONTENT
 
+    claimable = re.compile(rf"\.(?:{EXTENSIONS})$")
+
     def claim(self, name: str) -> Claim | None:
         match = _KNOWN.match(name)
         if match is not None:

@@ -63,6 +63,8 @@ class LightningLayout(Layout):
     every N steps: ``epoch=0-step=3.ckpt``, ``epoch=0-step=6.ckpt``) holds one checkpoint per
     step, not one per epoch."""
 
+    claimable = re.compile(r"\.ckpt$")
+
     def claim(self, name: str) -> Claim | None:
         if (hpc := _HPC.match(name)) is not None:
             return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)

@@ -48,6 +48,8 @@ class TimmLayout(Layout):
         # a hand-made loop may name files checkpoint-3.pth.tar too; timm leaves its signature
         return any(entry.name in _SIGNATURE for entry in entries)
 
+    claimable = re.compile(r"\.pth\.tar$")
+
     def claim(self, name: str) -> Claim | None:
         if match := _NUMBERED.match(name):
             return Claim(BUNDLED, int(match[1]), "checkpoint", Unit.EPOCH)

@@ -54,6 +54,8 @@ class TorchLayout(Layout):
         run = super().build(listing, probe, claims, subfolder)
         return dataclasses.replace(run, layout=self.aliases[0]) if run is not None and _all_safetensors(run) else run
 
+    claimable = _SUFFIX
+
     def claim(self, name: str) -> Claim | None:
         parsed = _parse(name)
         if parsed is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from ckptdoctor.layouts.registry import Layout
-from ckptdoctor.model import CheckpointFile, Finding, Role, Run, Severity
+from ckptdoctor.model import CheckpointFile, FileReport, Finding, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._rule import Rule
@@ -48,6 +48,19 @@ class RunContext:
     def files(self) -> list[tuple[int, CheckpointFile]]:
         """Every file of every checkpoint with its index, in order: what most checks walk."""
         return [(c.index, f) for c in self.run.checkpoints for f in c.files]
+
+    @functools.cached_property
+    def by_report(self) -> list[tuple[FileReport, list[tuple[int, CheckpointFile]]]]:
+        """``files`` by the report that judged them: the reports of a big run's clean files are a
+        few shared objects, so a check that asks about content asks once per report, not per file."""
+        groups: dict[int, tuple[FileReport, list[tuple[int, CheckpointFile]]]] = {}
+        for index, file in self.files:
+            report = file.report
+            group = groups.get(id(report))
+            if group is None:
+                group = groups[id(report)] = (report, [])
+            group[1].append((index, file))
+        return list(groups.values())
 
     @property
     def fix_context(self) -> dict[str, str]:

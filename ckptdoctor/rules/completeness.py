@@ -609,11 +609,18 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     # reports of clean files are shared objects: label each distinct one once
     by_report: dict[tuple[Role, int], list[int]] = defaultdict(list)
     reports: dict[int, FileReport] = {}
-    for index, file in ctx.files:
-        report = file.report
-        if ctx.layout.unread(file.prefix) is not None:
-            continue  # not read, so not a way of saving (an OCDBT store's data files)
-        if len(file.roles) == 1 and not (report.issues and report.problems - {Problem.LEGACY}):
+    unread: dict[str, bool] = {}
+    for report, files in ctx.by_report:
+        if report.issues and report.problems - {Problem.LEGACY}:
+            continue
+        for index, file in files:
+            if len(file.roles) != 1:
+                continue
+            skipped = unread.get(file.prefix)
+            if skipped is None:
+                skipped = unread[file.prefix] = ctx.layout.unread(file.prefix) is not None
+            if skipped:
+                continue  # not read, so not a way of saving (an OCDBT store's data files)
             by_report[file.roles[0], id(report)].append(index)
             reports[id(report)] = report
     variants: dict[Role, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))

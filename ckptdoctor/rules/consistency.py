@@ -468,8 +468,12 @@ def format_version_changed(ctx: RunContext) -> Iterator[Finding]:
 @fires(DEVICE_BOUND)
 def device_bound(ctx: RunContext) -> Iterator[Finding]:
     """CKD305: tensors saved from a GPU or MPS device (once per run)."""
-    bound = [(file, sorted({t.device for t in file.report.tensors or () if t.device not in ("cpu", "meta")})) for _, file in ctx.files]
-    bound = [(file, devices) for file, devices in bound if devices]
+    bound = [
+        (file, devices)
+        for report, files in ctx.by_report
+        if (devices := sorted({t.device for t in report.tensors or () if t.device not in ("cpu", "meta")}))
+        for _, file in files
+    ]
     if bound:
         file, devices = bound[0]
         more = f" and {len(bound) - 1} more files" if len(bound) > 1 else ""

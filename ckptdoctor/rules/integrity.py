@@ -545,9 +545,9 @@ def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD210, once per run and format: obsolete torch formats, a framework's superseded formats."""
     legacy = ctx.layout.legacy_formats
     by_format: dict[str, list[CheckpointFile]] = defaultdict(list)
-    for _, file in ctx.files:
-        if file.report.format in legacy or Problem.LEGACY in file.report.problems:
-            by_format[file.report.format].append(file)
+    for report, judged in ctx.by_report:
+        if report.format in legacy or Problem.LEGACY in report.problems:
+            by_format[report.format].extend(file for _, file in judged)
     for fmt, files in sorted(by_format.items()):
         why = legacy.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
         subject = f"{len(files)} files" if len(files) > 1 else files[0].name
@@ -566,9 +566,16 @@ def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
     limits = ctx.thresholds
     by_kind: dict[tuple[tuple[Role, ...], str], list[tuple[int, int, CheckpointFile]]] = defaultdict(list)
+    sized: dict[tuple[Role, ...], bool] = {}  # a run's files carry a few distinct role tuples
     for index, file in ctx.files:
-        if not file.report.issues and _SIZED.issuperset(file.roles):
-            by_kind[file.roles, file.prefix].append((file.entry.size, index, file))
+        if file.report.issues:
+            continue
+        roles = file.roles
+        fits = sized.get(roles)
+        if fits is None:
+            fits = sized[roles] = _SIZED.issuperset(roles)
+        if fits:
+            by_kind[roles, file.prefix].append((file.entry.size, index, file))
     for (roles, _), files in by_kind.items():
         if len(files) < limits.min_peers:
             continue
