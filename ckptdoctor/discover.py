@@ -7,6 +7,7 @@ listed are reported rather than skipped silently.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -40,6 +41,16 @@ class Listing:
     entries: tuple[Entry, ...]
     single_file: bool = False
     """The user named one file: the listing holds just that file."""
+
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        """Every entry's name, in order: what the layouts sift for names they claim."""
+        return tuple(entry.name for entry in self.entries)
+
+    @functools.cached_property
+    def folders(self) -> tuple[Entry, ...]:
+        """The entries that are folders (a folder layout's checkpoints are among them)."""
+        return tuple(entry for entry in self.entries if entry.is_dir)
 
 
 @dataclass(frozen=True)
@@ -143,7 +154,21 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
                 entries.append(entry._replace(link=_readlink(item.path)) if is_symlink else entry)
                 continue
             # a plain file, the case of nearly every entry of a big run: built in place, positionally
-            entries.append(Entry(name, shown, item.path, info.st_size, False, False, False, (info.st_dev, info.st_ino), info.st_mtime, None, info.st_nlink))
+            entries.append(
+                Entry(
+                    name,
+                    shown,
+                    item.path,
+                    info.st_size,
+                    False,
+                    False,
+                    False,
+                    (info.st_dev, info.st_ino),
+                    info.st_mtime,
+                    None,
+                    info.st_nlink,
+                )
+            )
     return tuple(entries), subfolders
 
 

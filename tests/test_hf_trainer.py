@@ -186,7 +186,7 @@ def test_layouts_do_not_claim_each_others_runs(run, tmp_path):
     }
     for layout in LAYOUTS:
         for owner, listing in trees.items():
-            claimed = claim_all(layout, listing.entries)
+            claimed = claim_all(layout, listing)
             assert bool(claimed) == (layout.name == owner), (layout.name, owner)
     assert isinstance(LAYOUTS[0], HfTrainerLayout)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import operator
 import os
 import re
 from collections import Counter, defaultdict
@@ -36,7 +35,7 @@ from ckptdoctor.model import (
     Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
-from ckptdoctor.readers.files import ReadAhead, expected_formats, with_keys
+from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, with_keys
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
@@ -558,7 +557,7 @@ def group(
 ) -> Run | None:
     """Build the run ``layout`` sees in ``listing``; None when it claims nothing there."""
     if claims is None:
-        claims = claim_all(layout, listing.entries)
+        claims = claim_all(layout, listing)
     if not claims:
         return None
     judge = _ContentCheck(layout, probe)
@@ -705,8 +704,11 @@ def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) ->
     """Probe ``batch`` at once (on every core for big runs); a probe that serves from the results."""
     if isinstance(probe, ReadAhead):
         return probe  # read already: sending its reports between processes would cost more
-    chunks = map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch))
-    reports = dict(zip((entry.os_path for entry in batch), (r for chunk in chunks for r in chunk), strict=True))
+    if isinstance(probe, HeaderReads):
+        read = probe.many(batch)
+    else:
+        read = [r for chunk in map_chunks(lambda start, stop: [probe(entry) for entry in batch[start:stop]], len(batch)) for r in chunk]
+    reports = dict(zip((entry.os_path for entry in batch), read, strict=True))
 
     def cached(entry: Entry) -> FileReport:
         report = reports.get(entry.os_path)
@@ -719,12 +721,12 @@ def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) ->
 
 def claim_all(
     layout: Layout,
-    entries: Iterable[Entry],
+    listing: Listing,
     subfolder: Callable[[Entry], Listing | None] = lambda entry: None,
 ) -> dict[str, Claim]:
     if isinstance(layout, FolderLayout):
-        return layout.claim_folders([(entry, subfolder(entry)) for entry in entries if entry.is_dir])
-    names: Iterable[str] = map(_NAME_OF, entries)
+        return layout.claim_folders([(entry, subfolder(entry)) for entry in listing.folders])
+    names: Iterable[str] = listing.names
     if layout.claimable is not None:
         names = filter(layout.claimable.search, names)  # sifted in C: most names of a big folder are another layout's
     claims: dict[str, Claim] = {}
@@ -734,9 +736,6 @@ def claim_all(
         if claim is not None:
             claims[name] = claim
     return claims
-
-
-_NAME_OF = operator.attrgetter("name")
 
 
 def file_names(listing: Listing | None) -> frozenset[str]:
@@ -811,7 +810,9 @@ def _checkpoint(
         # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
         # repeated) save: its own finding (CKD202), not a checkpoint cut short
         whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-        judged = [f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)]
+        judged = [
+            f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
+        ]
     else:
         judged = [f for f in counted if not advisory.issuperset(f.roles)] if advisory else [f for f in counted if f.roles]
     problems = {problem for f in judged if f.report.issues for problem in f.report.problems}

@@ -29,6 +29,8 @@ _What = tuple[object, ...]
 def find_zeroed(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[int, tuple[Zeroed, ...]]:
     """For checkpoints in index order: the bytes of each that are all zero where the previous
     reading of the same tensor, item or file tail held data."""
+    if not any(f.report.spans for _, files in saves for f in files):
+        return _zeroed_tails(saves)
     previous: dict[_What, tuple[int, bool]] = {}  # what -> (index, all zero) where last read
     found: dict[int, tuple[Zeroed, ...]] = {}
     for index, files in saves:
@@ -43,18 +45,37 @@ def find_zeroed(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[i
     return found
 
 
+def _zeroed_tails(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[int, tuple[Zeroed, ...]]:
+    """``find_zeroed`` after header reads, where a file's tail is all there is to compare: one
+    pass, each report's verdict looked up once (a big run's clean files share a few reports)."""
+    previous: dict[_What, tuple[int, bool]] = {}
+    found: dict[int, tuple[Zeroed, ...]] = {}
+    tails: dict[int, bool | None] = {}  # report -> whether its tail is zero; None: not compared
+    for index, files in saves:
+        hits: list[Zeroed] = []
+        for file in files:
+            report = file.report
+            if id(report) in tails:
+                zero = tails[id(report)]
+            else:
+                tail = report.fact(TAIL_ZERO) if not report.issues or report.problems <= _READ_CLEANLY else None
+                zero = tails[id(report)] = None if tail is None else tail == "yes"
+            if zero is None or Role.TEMP in file.roles:
+                continue
+            what = (file.prefix, file.roles, report.format), None
+            before = previous.get(what)
+            if zero and before is not None and not before[1]:
+                hits.append(Zeroed(file.path, (), before[0]))
+            previous[what] = (index, zero)
+        if hits:
+            found[index] = tuple(hits)
+    return found
+
+
 def _readings(files: Sequence[CheckpointFile]) -> Iterator[tuple[_What, bool, str, str]]:
     """(what was read, whether it is all zero, the path of the file that holds it, the tensor or
     item, empty for a file's tail) for one checkpoint's cleanly read files. A file whose bytes were
     read one by one (``--deep``) is judged by them, not by a guess from its tail."""
-    if not any(f.report.spans for f in files):  # header reads: each clean file's tail alone
-        for file in files:
-            report = file.report
-            if Role.TEMP not in file.roles and (not report.issues or report.problems <= _READ_CLEANLY):
-                tail = report.fact(TAIL_ZERO)
-                if tail is not None:
-                    yield ((file.prefix, file.roles, report.format), None), tail == "yes", file.path, ""
-        return
     clean = {f.entry.os_path: f for f in files if Role.TEMP not in f.roles and f.report.problems <= _READ_CLEANLY}
     read_whole = {_holder(f, span.file) for f in clean.values() for span in f.report.spans or ()}
     for path, file in clean.items():

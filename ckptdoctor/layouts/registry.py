@@ -100,9 +100,7 @@ def advised(run: Run) -> Run:
 
 def _recognised(listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run | None:
     candidates = [
-        (layout, claims)
-        for layout in LAYOUTS
-        if (claims := claim_all(layout, listing.entries, subfolder)) and layout.recognises(listing.entries)
+        (layout, claims) for layout in LAYOUTS if (claims := claim_all(layout, listing, subfolder)) and layout.recognises(listing.entries)
     ]
     folder_layouts = [candidate for candidate in candidates if candidate[0].folders]
     if folder_layouts:

@@ -11,7 +11,7 @@ from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, displ
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
 from ckptdoctor.progress import Tally
-from ckptdoctor.readers.files import looks_like_checkpoint, probe
+from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
 
@@ -29,9 +29,8 @@ class Scan:
     """Folders no layout recognises (their files are listed in ``unrecognised``)."""
 
 
-def header_read(entry: Entry) -> FileReport:
-    """A file's header read, with the files frameworks name read as the layouts say."""
-    return probe(entry, NAMED_FILES)
+header_read = HeaderReads(NAMED_FILES)
+"""A file's header read, with the files frameworks name read as the layouts say (and many at once)."""
 
 
 def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read, tally: Tally | None = None) -> Scan:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
@@ -20,6 +20,7 @@ from ckptdoctor.model import (
     Problem,
     Span,
 )
+from ckptdoctor.parallel import cores, map_chunks
 from ckptdoctor.readers import (
     _deep,
     compressed,
@@ -32,8 +33,9 @@ from ckptdoctor.readers import (
     torchtar,
     torchzip,
 )
+from ckptdoctor.readers._edges import COMPILED, read_edges
 from ckptdoctor.readers._registry import Naming, current
-from ckptdoctor.readers._sample import TAIL_ZERO, BytesSample, FileSample, Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import Budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
@@ -41,6 +43,7 @@ from ckptdoctor.readers.sniff import Format
 __all__ = [
     "BytesSample",
     "Format",
+    "HeaderReads",
     "ReadAhead",
     "Sample",
     "checkpoint_suffixes",
@@ -232,27 +235,40 @@ def probe(entry: Entry, named: NamedFiles) -> FileReport:
     ``named``: the files a framework names, read as their name says (the layouts' table)."""
     if entry.name == ocdbt.MANIFEST:
         return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
-    report = _read_file(entry, functools.partial(_judged_once, named=named))
+    return _read_file(entry, functools.partial(_header_of, named=named))
+
+
+def _header_of(sample: Sample, name: str, named: NamedFiles) -> FileReport:
+    whole = sample.whole() if isinstance(sample, FileSample) else None
+    if whole is not None and _judged_by_content(name, named):
+        return _judged_whole(whole, name, named)
+    return _shared(read_header(sample, name, named))
+
+
+def _shared(report: FileReport) -> FileReport:
+    """Clean reports of one run are alike: one object each (and its cached problem set)."""
     if report.issues or report.tensors:
         return report
-    # clean reports of one run are alike: share one object (and its cached problem set)
     return _CLEAN.setdefault((report.format, report.facts), report)
 
 
-def _judged_once(sample: Sample, name: str, named: NamedFiles) -> FileReport:
-    """``read_header``, judged once per content: a run saves the same small files again and again
-    (burn's scheduler and optimizer records, pointer files), and a file read whole in one read is
-    judged by its bytes and by what its name's suffixes promise, nothing else. Files whose own
-    name picks their reader are judged each time."""
-    whole = sample.whole() if isinstance(sample, FileSample) else None
-    if whole is None or name in named or name in _NAME_PICKS_READER:
-        return read_header(sample, name, named)
+def _judged_by_content(name: str, named: NamedFiles) -> bool:
+    """Whether a whole small file of this name is judged by its bytes and the formats its
+    suffixes promise alone: not where its own name picks its reader."""
+    return name not in named and name not in _NAME_PICKS_READER
+
+
+def _judged_whole(whole: bytes, name: str, named: NamedFiles) -> FileReport:
+    """``read_header`` of a file read whole in one read, judged once per content: a run saves
+    the same small files again and again (burn's scheduler and optimizer records, pointer
+    files), and such a file is judged by its bytes and by what its name's suffixes promise,
+    nothing else."""
     dot = name.find(".")
     # every name test of read_header left is one of the suffixes from the first dot on
     key = (whole, name[dot:] if dot >= 0 else "")
     report = _BY_CONTENT.get(key)
     if report is None:
-        report = read_header(sample, name, named)
+        report = _shared(read_header(BytesSample(whole), name, named))
         if dcp.is_data_file(name) or hfjson.is_index(name):
             return report  # read by what their suffix names, not by content
         if len(_BY_CONTENT) >= _BY_CONTENT_MAX:
@@ -261,7 +277,48 @@ def _judged_once(sample: Sample, name: str, named: NamedFiles) -> FileReport:
     return report
 
 
+def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) -> list[FileReport]:
+    """``probe`` of each of ``entries``, in order. Small files (at most ``HEAD + TAIL`` bytes: a
+    big run's pointers, configs and small states) are read whole in bulk, by the compiled
+    reader on ``threads`` threads where it was built; a file that bulk read could not take (not
+    regular, unreadable, changed size) is probed alone, which says why."""
+    reports: list[FileReport | None] = [None] * len(entries)
+    small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and _judged_by_content(entry.name, named)]
+    for start in range(0, len(small), _BULK):
+        chunk = small[start : start + _BULK]
+        read = read_edges([os.fsencode(entries[i].os_path) for i in chunk], [entries[i].size for i in chunk], HEAD, TAIL, threads)
+        for i, whole in zip(chunk, read, strict=True):
+            if isinstance(whole, bytes) and len(whole) == entries[i].size:
+                reports[i] = _judged_whole(whole, entries[i].name, named)
+    return [report if report is not None else probe(entry, named) for report, entry in zip(reports, entries, strict=True)]
+
+
+_BULK = 2048
+"""Files read per bulk call: their bytes are held until it returns (at most 40 MiB)."""
+
+
+class HeaderReads:
+    """``inspect``'s read of a file (``probe``, with the files the layouts name read as named),
+    and of many at once (``many``): what grouping reads a run's files with."""
+
+    def __init__(self, named: NamedFiles) -> None:
+        self.named = named
+
+    def __call__(self, entry: Entry) -> FileReport:
+        return probe(entry, self.named)
+
+    def many(self, entries: Sequence[Entry]) -> list[FileReport]:
+        """Each of ``entries`` probed, in order: in this process where the compiled reader reads
+        (its threads share the reads out, and what is judged is mostly judged once), else over
+        every core in forked workers (Python's own reads do not share out across threads)."""
+        if COMPILED:
+            return probe_many(entries, self.named, cores())
+        chunks = map_chunks(lambda start, stop: probe_many(entries[start:stop], self.named), len(entries))
+        return [report for chunk in chunks for report in chunk]
+
+
 _NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA, ocdbt.MANIFEST}
+"""Names whose reader their name picks, whatever the table of named files says."""
 _BY_CONTENT: dict[tuple[bytes, str], FileReport] = {}
 _BY_CONTENT_MAX = 256
 """Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
