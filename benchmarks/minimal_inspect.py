@@ -36,6 +36,7 @@ FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 NAME = re.compile(r"(model|optim|scheduler)-(\d+)\.bpk")
 ROLES = {"model": "model", "optim": "optimizer", "scheduler": "scheduler"}
 REQUIRED = ("model", "optimizer", "scheduler")
+RESUMABLE = {"trailing-bytes"}  # a finding, but burn still loads the file
 HEADER = struct.Struct("<4sHI")
 FILE = ("role", "roles", "path", "bytes", "format", "problems")
 FINDING = ("code", "name", "severity", "run", "index", "path", "message", "fixes")
@@ -59,7 +60,7 @@ def read(path: str, size: int) -> tuple[bytes, bytes, bytes] | str:
             whole = os.read(fd, size)
             return whole, whole[-TAIL:], b""
         head, tail = os.read(fd, HEAD), os.pread(fd, TAIL, size - TAIL)
-        end = 10 + struct.unpack_from("<I", head, 6)[0] if head[:4] == b"NRUB" else 0
+        end = HEADER.size + HEADER.unpack_from(head)[2] if head[:4] == b"NRUB" else 0
         return head, tail, os.pread(fd, min(end, 1 << 24) - HEAD, HEAD) if end > HEAD else b""
     except OSError as error:
         return error.strerror or str(error)
@@ -75,7 +76,9 @@ def judge(size: int, head: bytes, extra: bytes) -> tuple[str, list[dict[str, str
         return "unknown", [{"problem": "not-a-checkpoint", "detail": "holds no burnpack data"}]
     _, version, length = HEADER.unpack_from(head)
     metadata = (head + extra)[HEADER.size : HEADER.size + length]
-    if version > 1 or len(metadata) < length:
+    if version > 1:
+        return "burnpack", [{"problem": "malformed", "detail": f"burnpack version {version}"}]
+    if len(metadata) < length:
         return "burnpack", [{"problem": "truncated", "detail": f"cut inside its metadata: {size} bytes"}]
     try:
         tensors = cbor2.loads(metadata)["tensors"]
@@ -91,7 +94,9 @@ def judge(size: int, head: bytes, extra: bytes) -> tuple[str, list[dict[str, str
             }
         ]
     if size > expected:
-        return "burnpack", [{"problem": "trailing-bytes", "detail": f"{size - expected} bytes beyond {expected}"}]
+        return "burnpack", [
+            {"problem": "trailing-bytes", "detail": f"{size - expected} bytes beyond the {expected} its metadata accounts for"}
+        ]
     return "burnpack", []
 
 
@@ -138,7 +143,8 @@ def run_document(folder: str, epochs: Epochs, others: list[str]) -> tuple[dict[s
     for index in sorted(epochs):
         files = [epochs[index][role] for role in REQUIRED if role in epochs[index]]
         missing = [role for role in REQUIRED if role not in epochs[index]]
-        status = "incomplete" if missing else "partial" if any(f["problems"] for f in files) else "complete"
+        broken = any(p["problem"] not in RESUMABLE for f in files for p in f["problems"])
+        status = "incomplete" if missing else "partial" if broken else "complete"
         checkpoints.append({"index": index, "status": status, "bytes": sum(f["bytes"] for f in files), "missing": missing, "files": files})
         if status == "complete":
             resume = {"index": index, "paths": [f["path"] for f in files], "weights_only": False, "path": os.path.dirname(folder)}
