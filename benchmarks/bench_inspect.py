@@ -146,6 +146,8 @@ def main() -> None:
         with installed() as ckptdoctor:
             print(f"ckptdoctor: {ckptdoctor.origin}")
             print(f"cpus: {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            orjson = subprocess.run([ckptdoctor.python, "-c", "import orjson"], env=ckptdoctor.env, capture_output=True, check=False)
+            print(f"the reference encodes with {'orjson' if orjson.returncode == 0 else 'json (no orjson here)'}")
             burn = scratch / "burn" / "checkpoint"
             started = time.perf_counter()
             build_burn(ckptdoctor, burn, 1, args.epochs)
