@@ -2,24 +2,23 @@
 
 Each phase is a function of the pipeline wrapped with an exclusive timer: time spent in a phase
 nested inside another (the reads grouping asks for) counts for the inner one only. Work done in
-forked workers shows as the time the parent waits for it.
+forked workers shows as the time the parent waits for it. A function the pipeline no longer has
+is named under the table, not hooked: the breakdown then shows less, and says so.
 
-    python benchmarks/_phases.py DIR [--cpu]
-
-``--cpu`` counts this process's CPU time instead of wall time: steadier on a busy machine, but
-blind to work done in forked workers.
+    python benchmarks/_phases.py DIR
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import io
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-_clock = time.perf_counter
 _spent: dict[str, float] = {}
 _stack: list[list[float]] = []  # per active phase: [started, time spent in nested phases]
 
@@ -27,13 +26,13 @@ _stack: list[list[float]] = []  # per active phase: [started, time spent in nest
 def _timed(phase: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        frame = [_clock(), 0.0]
+        frame = [time.perf_counter(), 0.0]
         _stack.append(frame)
         try:
             return function(*args, **kwargs)
         finally:
             _stack.pop()
-            total = _clock() - frame[0]
+            total = time.perf_counter() - frame[0]
             _spent[phase] = _spent.get(phase, 0.0) + total - frame[1]
             if _stack:
                 _stack[-1][1] += total
@@ -41,7 +40,8 @@ def _timed(phase: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# (phase, module, attribute): the attribute is replaced where the pipeline looks it up
+# (phase, module, attribute): the attribute is replaced where the pipeline looks it up (a
+# `from m import f` binds its own name: `emit` is looked up in cli/inspect.py, not cli/_output.py)
 PHASES = (
     ("listing and stat", "ckptdoctor.pipelines.scan", "discover"),
     ("grouping", "ckptdoctor.pipelines.scan", "find_run"),
@@ -49,46 +49,69 @@ PHASES = (
     ("name claims", "ckptdoctor.layouts._base", "claim_all"),
     ("reading and judging", "ckptdoctor.layouts._base", "probe_batch"),
     ("reading and judging", "ckptdoctor.layouts.registry", "probe_batch"),
-    ("reading and judging", "ckptdoctor.pipelines.scan", "probe"),
+    ("reading and judging", "ckptdoctor.readers.files", "probe_many"),
     ("reading and judging", "ckptdoctor.layouts._base", "with_keys"),
     ("rules", "ckptdoctor.pipelines.scan", "check"),
     ("JSON: building", "ckptdoctor.render.json", "document"),
-    ("JSON: encoding and writing", "ckptdoctor.cli._output", "emit"),
+    ("JSON: encoding and writing", "ckptdoctor.cli.inspect", "emit"),
 )
 
 
-def phases(folder: str) -> tuple[dict[str, float], float]:
-    """Seconds per phase of one ``inspect --format json folder``, and the whole."""
-    import importlib
+class _Exited(BaseException):
+    """``os._exit`` called by the command: the process must live on to print the table."""
 
+
+_real_exit, _measured = os._exit, os.getpid()
+
+
+def _exit(code: int) -> None:
+    if os.getpid() != _measured:  # a forked worker ends as it would have
+        _real_exit(code)
+    raise _Exited(code)
+
+
+def phases(folder: str) -> tuple[dict[str, float], float, list[str]]:
+    """Seconds per phase of one ``inspect --format json folder``, the whole, and the hooks missing."""
+    missing = []
     for phase, module, attribute in PHASES:
-        owner = importlib.import_module(module)
-        setattr(owner, attribute, _timed(phase, getattr(owner, attribute)))
+        try:
+            owner = importlib.import_module(module)
+        except ModuleNotFoundError:
+            owner = None
+        if owner is not None and hasattr(owner, attribute):
+            setattr(owner, attribute, _timed(phase, getattr(owner, attribute)))
+        else:
+            missing.append(f"{module}.{attribute} ({phase})")
     from ckptdoctor.cli import main
 
-    argv, stdout = sys.argv, sys.stdout
+    os._exit = _exit  # type: ignore[assignment]  # a command that ends with os._exit ends here
+
+    argv, stdout, fd = sys.argv, sys.stdout, os.dup(1)
     sys.argv, sys.stdout = ["ckptdoctor", "inspect", "--format", "json", folder], io.TextIOWrapper(io.BytesIO())
-    started = _clock()
+    with open(os.devnull, "wb") as null:  # for output written to the descriptor, past sys.stdout
+        os.dup2(null.fileno(), 1)
+    started = time.perf_counter()
     try:
         main()
-    except SystemExit:
+    except (SystemExit, _Exited):
         pass
     finally:
-        whole = _clock() - started
+        whole = time.perf_counter() - started
+        os.dup2(fd, 1)
+        os.close(fd)
         sys.argv, sys.stdout = argv, stdout
-    return dict(_spent), whole
+    return dict(_spent), whole, missing
 
 
 def main() -> None:
-    global _clock
-    if "--cpu" in sys.argv:
-        _clock = time.process_time
-    spent, whole = phases(sys.argv[1])
+    spent, whole, missing = phases(sys.argv[1])
     for phase, seconds in sorted(spent.items(), key=lambda item: -item[1]):
         print(f"  {phase:<28} {seconds:7.3f} s  {seconds / whole:5.1%}")
     rest = whole - sum(spent.values())
     print(f"  {'other':<28} {rest:7.3f} s  {rest / whole:5.1%}")
     print(f"  {'whole, in process':<28} {whole:7.3f} s")
+    for hook in missing:
+        print(f"  not hooked, no such function: {hook}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""How `inspect --format json` and `prune --dry-run` grow with the number of files (issue 17: the
+cost must grow linearly, with no super-linear step).
+
+    python benchmarks/bench_scale.py [--sizes 10000,50000,150000,500000] [--repeat 3] [--folder DIR]
+
+One burn `checkpoint/` folder (3 files per epoch) grows through the sizes: it is built up to the
+first, measured, extended with new epochs up to the next, measured, and so on. Every file is its
+own: no hard link (inspect de-duplicates files by inode) and no copy of another size's folder. At
+each size, --repeat rounds interleaved (find, inspect, prune, ...) after one untimed run each give,
+per command, the median wall time; the time per file (µs) net of the fixed costs, which are the same
+command's median time on a run of one epoch measured in the same rounds (start-up weighs most on
+the smallest size, and would hide a super-linear step there); the marginal time per file since the
+previous size; and the peak RSS of the child (ru_maxrss, read by a wrapper process). At the end,
+per command: the least-squares slope of time against files (µs per file) and its intercept, and
+each step where the net time per file grows by more than 25% from one size to the next: a
+super-linear step. `find -printf` is the machine's baseline
+(its own slope is printed too: on a noisy machine, a step that find takes as well is noise).
+
+The commands: `ckptdoctor inspect --format json DIR` and `ckptdoctor prune --dry-run --keep-last 3
+--min-age 0 --format json DIR`, run from a wheel of this tree installed in a temporary venv
+(`_installed.py`). Disk: one block per small file, about 2 GB for 500,000 files; free space and
+inodes are checked first, and everything is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from _installed import first_run, installed, measure
+from bench_inspect import build_burn, commands
+
+SUPER_LINEAR = 1.25
+"""Time per file growing by more than this factor from one size to the next is a super-linear step."""
+MEASURED = ("find", "inspect", "prune")
+
+
+@dataclass(frozen=True)
+class Point:
+    files: int
+    seconds: float
+    fixed: float
+    """The same command's time on a run of one epoch, in the same rounds: start-up and fixed costs."""
+    rss_mib: float
+
+    @property
+    def per_file(self) -> float:
+        """Seconds per file, the fixed costs left out."""
+        return max(self.seconds - self.fixed, 0.0) / self.files
+
+
+def slope(points: list[Point]) -> tuple[float, float]:
+    """Least-squares fit of seconds against files: (µs per file, intercept in seconds)."""
+    mean_n = statistics.fmean(p.files for p in points)
+    mean_t = statistics.fmean(p.seconds for p in points)
+    spread = sum((p.files - mean_n) ** 2 for p in points)
+    per_file = sum((p.files - mean_n) * (p.seconds - mean_t) for p in points) / spread if spread else 0.0
+    return per_file * 1e6, mean_t - per_file * mean_n
+
+
+def super_linear_steps(points: list[Point]) -> list[str]:
+    steps = []
+    for before, after in itertools.pairwise(points):
+        growth = after.per_file / before.per_file if before.per_file else 1.0
+        if growth > SUPER_LINEAR:
+            steps.append(f"{before.files:,} -> {after.files:,} files: net time per file x{growth:.2f}")
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,50000,150000,500000", help="file counts, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()), help="where to build (default: the temp folder)")
+    args = parser.parse_args()
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+    epochs_at = [-(-size // 3) for size in sizes]
+    usage, inodes = shutil.disk_usage(args.folder), os.statvfs(args.folder).f_favail
+    needed = epochs_at[-1] * 3 * 4096 * 1.2
+    if usage.free < needed + 1e9 or inodes < epochs_at[-1] * 3 * 1.2:
+        raise SystemExit(
+            f"{args.folder}: {usage.free / 1e9:.1f} GB and {inodes:,} inodes free; {sizes[-1]:,} files need ~{needed / 1e9:.1f} GB"
+        )
+    print(f"{args.folder}: {usage.free / 1e9:.1f} GB free; the biggest size takes ~{needed / 1.2 / 1e9:.1f} GB")
+
+    scratch = Path(tempfile.mkdtemp(prefix="ckptdoctor-scale-", dir=args.folder))
+    points: dict[str, list[Point]] = {name: [] for name in MEASURED}
+    try:
+        with installed() as ckptdoctor:
+            print(f"ckptdoctor: {ckptdoctor.origin}")
+            print(f"cpus: {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            run, tiny = scratch / "burn" / "checkpoint", scratch / "tiny" / "checkpoint"
+            build_burn(ckptdoctor, tiny, 1, 1)
+            fixed = {f"{name}, 1 epoch": argv for name, argv in commands(ckptdoctor, tiny, reference=False).items() if name in MEASURED}
+            built = 0
+            for epochs in epochs_at:
+                build_burn(ckptdoctor, run, built + 1, epochs)
+                built, files = epochs, epochs * 3
+                measured = {name: argv for name, argv in commands(ckptdoctor, run, reference=False).items() if name in MEASURED}
+                measured |= fixed
+                for argv in measured.values():
+                    first_run(argv, ckptdoctor.env, scratch)
+                rounds = [{name: measure(argv, ckptdoctor.env, scratch) for name, argv in measured.items()} for _ in range(args.repeat)]
+                print(f"{files:,} files ({epochs:,} epochs), median of {args.repeat}:")
+                for name in MEASURED:
+                    seconds = statistics.median(r[name].seconds for r in rounds)
+                    one = statistics.median(r[f"{name}, 1 epoch"].seconds for r in rounds)
+                    point = Point(files, seconds, one, max(r[name].rss_mib for r in rounds))
+                    previous = points[name][-1] if points[name] else None
+                    marginal = f"{(seconds - previous.seconds) / (files - previous.files) * 1e6:7.2f}" if previous else "      —"
+                    points[name].append(point)
+                    print(
+                        f"  {name:<8} {seconds:8.3f} s (1 epoch: {one:6.3f} s)  {point.per_file * 1e6:7.2f} µs/file net  "
+                        f"marginal {marginal} µs/file  peak RSS {point.rss_mib:7.1f} MiB"
+                    )
+            print(
+                f"growth (least squares over {len(sizes)} sizes; super-linear: net time per file x>{SUPER_LINEAR} from one size to the next):"
+            )
+            for name, series in points.items():
+                per_file, intercept = slope(series)
+                steps = super_linear_steps(series)
+                verdict = "; ".join(steps) if steps else "none"
+                print(f"  {name:<8} slope {per_file:7.2f} µs/file, intercept {intercept:6.3f} s; super-linear steps: {verdict}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
