@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,10 @@ from hypothesis import strategies as st
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts.registry import LAYOUTS, NAMED_FILES, layout_named
 from ckptdoctor.pipelines.scan import inspect
-from ckptdoctor.readers import files
-from ckptdoctor.readers._sample import FileSample
+from ckptdoctor.readers import _edges, files
+from ckptdoctor.readers._sample import HEAD, TAIL, FileSample
 from ckptdoctor.render import json as render_json
-from ckptdoctor.testing import SMALL_MODEL
+from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 from tests.test_claims import CLAIMED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,3 +117,43 @@ def test_a_string_orjson_refuses_is_written_by_the_standard_library() -> None:
     body: dict[str, object] = {"path": "bad\udcff.bpk", "bytes": 3}
     assert render_json.encoded(body) == _stdlib(body)
     assert render_json.encoded(body).encode("utf-8", "backslashreplace") == (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def _inspect_json(path: Path, compiled: bool) -> str:
+    env = {**os.environ, "CKPTDOCTOR_NO_CEDGES": "0" if compiled else "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "inspect", "--format", "json", str(path)], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.stdout
+
+
+def _odd_tree(folder: Path) -> Path:
+    """A run with what a bulk read must hand back to the slow path: a FIFO and a folder under
+    checkpoint names, a dangling symlink, a symlink to a file, an unreadable file (when not
+    root), an empty file, and files just below, at and above what is read whole."""
+    folder.mkdir()
+    for epoch in (1, 2, 3):
+        (folder / f"model-{epoch}.bpk").write_bytes(BURNPACK)
+        (folder / f"optim-{epoch}.bpk").write_bytes(BURNPACK)
+    os.mkfifo(folder / "scheduler-1.bpk")
+    (folder / "scheduler-2.bpk").mkdir()
+    (folder / "scheduler-3.bpk").symlink_to("model-3.bpk")
+    (folder / "model-4.bpk").symlink_to("gone.bpk")
+    (folder / "optim-4.bpk").write_bytes(b"")
+    for epoch, size in ((5, HEAD + TAIL - 1), (6, HEAD + TAIL), (7, HEAD + TAIL + 1)):
+        (folder / f"model-{epoch}.bpk").write_bytes(BURNPACK + b"\0" * (size - len(BURNPACK)))
+    locked = folder / "optim-5.bpk"
+    locked.write_bytes(BURNPACK)
+    locked.chmod(0)
+    return folder
+
+
+@pytest.mark.skipif(not _edges.COMPILED, reason="the compiled reader is not built here (no compiler when installed)")
+def test_the_compiled_reader_and_the_python_one_give_the_same_report(tmp_path: Path) -> None:
+    big = tmp_path / "big"  # past PARALLEL_MIN: the Python path reads in forked workers
+    write_burn_run(big, range(1, 1600))
+    folders = [ROOT / "examples" / "runs", _odd_tree(tmp_path / "odd"), big]
+    folders += [CORPUS] if CORPUS.is_dir() else []
+    for folder in folders:
+        assert _inspect_json(folder, compiled=True) == _inspect_json(folder, compiled=False), folder
