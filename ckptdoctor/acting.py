@@ -31,7 +31,7 @@ from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
-from ckptdoctor.places import home, home_of, run_root
+from ckptdoctor.places import home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
@@ -294,7 +294,7 @@ def own_runs(paths: Sequence[str], report: Report, runs: list[Run], tell: Callab
 def _seen(run: Run, root: str) -> Seen:
     """Every file of ``run`` as its scan saw it, by path in its folder (``root``)."""
     files = [f for c in run.checkpoints for f in c.files] + [*run.loose_files, *run.extra_files]
-    return {os.path.relpath(f.entry.os_path, root): f.entry for f in files if not f.entry.is_dir and not f.entry.is_symlink}
+    return {relative(f.entry.os_path, root): f.entry for f in files if not f.entry.is_dir and not f.entry.is_symlink}
 
 
 def distinct(runs: list[Run]) -> list[Run]:
@@ -574,7 +574,7 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
 def kept_paths(plan: Plan) -> frozenset[str]:
     """What ``plan`` keeps, relative to its run (a killed prune's journal spares it)."""
     return frozenset(
-        os.path.relpath(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries
+        relative(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries
     )
 
 

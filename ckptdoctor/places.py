@@ -41,6 +41,22 @@ def nearest_existing(path: str) -> str:
     return path
 
 
+def relative(path: str, root: str) -> str:
+    """``path`` relative to ``root``: ``os.path.relpath(path, root)``, without its cost (two
+    ``abspath`` calls and a walk) where ``path`` is ``root`` joined with plain names, as a scan's
+    entries are: a plan of a big run asks it of every file."""
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    if path.startswith(prefix):
+        rest = path[len(prefix) :]
+        if rest and not any(part in _NOT_PLAIN for part in rest.split(os.sep)):
+            return rest
+    return os.path.relpath(path, root)
+
+
+_NOT_PLAIN = frozenset({"", ".", ".."})
+"""Path parts that ``relpath`` would normalise away: a path holding one takes the long way."""
+
+
 def run_root(run: Run) -> str:
     """The run's folder as the OS opens it, from any entry in it."""
     for checkpoint in run.checkpoints:

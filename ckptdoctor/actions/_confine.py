@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 from ckptdoctor.model import Entry
+from ckptdoctor.places import relative
 from ckptdoctor.records import Identity, plain
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -55,7 +56,7 @@ def as_planned(root: str, entries: Iterable[Entry], identities: dict[str, Identi
     device and inode, and for a file the same size and modification time. An entry replaced or
     written since the scan is not the one the plan judged; the scan's own times are compared, not
     the clock's (a filesystem stamps a write with a coarser, or another machine's, clock)."""
-    scanned = {os.path.relpath(entry.os_path, root): entry for entry in entries if entry.inode is not None and not entry.is_symlink}
+    scanned = {relative(entry.os_path, root): entry for entry in entries if entry.inode is not None and not entry.is_symlink}
     return {path: found for path, found in identities.items() if path not in scanned or _same(scanned[path], found)}
 
 

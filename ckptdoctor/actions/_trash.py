@@ -46,6 +46,7 @@ from ckptdoctor.actions._confine import (
 )
 from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
 from ckptdoctor.model import NOTHING_SEEN, Action, Plan, Seen
+from ckptdoctor.places import relative as relative_to
 from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
 
 TRASH = "trash"
@@ -79,7 +80,7 @@ def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset(), seen: S
                 _confine.between("journal written", folder.path)
                 done, problems, changed = _move_all(top, folder, record, set(relative))
                 problems += _finish(trash, folder)
-    paths = [[os.path.relpath(entry.os_path, plan.root) for entry in item.entries] for item in doomed]
+    paths = [[relative_to(entry.os_path, plan.root) for entry in item.entries] for item in doomed]
     whole = [
         item for item, own in zip(doomed, paths, strict=True) if any(p in done for p in own) and all(p in done or p in gone for p in own)
     ]
