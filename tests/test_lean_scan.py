@@ -39,6 +39,10 @@ NAMES = [
     "model.safetensors.index.json",
     "latest",  # a name a framework names (DeepSpeed's pointer)
     "trainer_state.json",
+    "training_args.bin",
+    ".metadata",  # DCP's metadata: its name picks its reader ...
+    "x.metadata",  # ... and a name that ends like it is judged by content
+    "_CHECKPOINT_METADATA",
     "x.tmp",
     "noext",
 ]
@@ -49,7 +53,7 @@ def _fresh(path: Path) -> object:
         return files.read_header(sample, path.name, NAMED_FILES)
 
 
-@pytest.mark.parametrize("content", [BURNPACK, b"", b"\0" * 100, b'{"a": 1}', b"PK\x03\x04" + b"\0" * 40])
+@pytest.mark.parametrize("content", [BURNPACK, b"", b"\0" * 100, b'{"a": 1}', b"PK\x03\x04" + b"\0" * 40, b"\x80\x02}q\x00."])
 def test_memoised_judging_says_what_judging_afresh_says(tmp_path: Path, content: bytes) -> None:
     for name in NAMES:
         (tmp_path / name).write_bytes(content)

@@ -240,7 +240,7 @@ def probe(entry: Entry, named: NamedFiles) -> FileReport:
 
 def _header_of(sample: Sample, name: str, named: NamedFiles) -> FileReport:
     whole = sample.whole() if isinstance(sample, FileSample) else None
-    if whole is not None and _judged_by_content(name, named):
+    if whole is not None:
         return _judged_whole(whole, name, named)
     return _shared(read_header(sample, name, named))
 
@@ -252,25 +252,22 @@ def _shared(report: FileReport) -> FileReport:
     return _CLEAN.setdefault((report.format, report.facts), report)
 
 
-def _judged_by_content(name: str, named: NamedFiles) -> bool:
-    """Whether a whole small file of this name is judged by its bytes and the formats its
-    suffixes promise alone: not where its own name picks its reader."""
-    return name not in named and name not in _NAME_PICKS_READER
-
-
 def _judged_whole(whole: bytes, name: str, named: NamedFiles) -> FileReport:
     """``read_header`` of a file read whole in one read, judged once per content: a run saves
-    the same small files again and again (burn's scheduler and optimizer records, pointer
-    files), and such a file is judged by its bytes and by what its name's suffixes promise,
-    nothing else."""
-    dot = name.find(".")
-    # every name test of read_header left is one of the suffixes from the first dot on
-    key = (whole, name[dot:] if dot >= 0 else "")
+    the same small files again and again (burn's scheduler and optimizer records, HF's
+    ``training_args.bin``, pointer files). Readers are pure functions of the bytes, and the name
+    picks how they are read in two ways only: a name of its own (one a framework names, a
+    format's metadata file, a DCP data file, a shard index) picks its reader, so such a file is
+    remembered under its whole name; any other is judged by what its suffixes promise, so it is
+    remembered under its suffixes, from the first dot on."""
+    if name in named or name in _NAME_PICKS_READER or dcp.is_data_file(name) or hfjson.is_index(name):
+        key = (whole, True, name)
+    else:
+        dot = name.find(".")
+        key = (whole, False, name[dot:] if dot >= 0 else "")
     report = _BY_CONTENT.get(key)
     if report is None:
         report = _shared(read_header(BytesSample(whole), name, named))
-        if dcp.is_data_file(name) or hfjson.is_index(name):
-            return report  # read by what their suffix names, not by content
         if len(_BY_CONTENT) >= _BY_CONTENT_MAX:
             _BY_CONTENT.clear()  # a run of many distinct small files: keep memory bounded, not the memo
         _BY_CONTENT[key] = report
@@ -283,7 +280,8 @@ def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) ->
     reader on ``threads`` threads where it was built; a file that bulk read could not take (not
     regular, unreadable, changed size) is probed alone, which says why."""
     reports: list[FileReport | None] = [None] * len(entries)
-    small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and _judged_by_content(entry.name, named)]
+    # an OCDBT manifest is judged with the files it names: ``probe`` reads it alone
+    small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and entry.name != ocdbt.MANIFEST]
     for start in range(0, len(small), _BULK):
         chunk = small[start : start + _BULK]
         read = read_edges([os.fsencode(entries[i].os_path) for i in chunk], [entries[i].size for i in chunk], HEAD, TAIL, threads)
@@ -317,9 +315,9 @@ class HeaderReads:
         return [report for chunk in chunks for report in chunk]
 
 
-_NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA, ocdbt.MANIFEST}
+_NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA}
 """Names whose reader their name picks, whatever the table of named files says."""
-_BY_CONTENT: dict[tuple[bytes, str], FileReport] = {}
+_BY_CONTENT: dict[tuple[bytes, bool, str], FileReport] = {}
 _BY_CONTENT_MAX = 256
 """Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
 
