@@ -852,7 +852,7 @@ class _ContentCheck:
         self.judged: dict[int, FileReport] = {}
 
     def __call__(self, entry: Entry) -> FileReport:
-        report = _report(entry, self.probe)
+        report = _report(entry, self.probe) if entry.is_dir or entry.dangling else self.probe(entry)
         if report.issues:
             return report
         judged = self.judged.get(id(report))

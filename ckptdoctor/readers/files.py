@@ -260,7 +260,7 @@ def _judged_whole(whole: bytes, name: str, named: NamedFiles) -> FileReport:
     format's metadata file, a DCP data file, a shard index) picks its reader, so such a file is
     remembered under its whole name; any other is judged by what its suffixes promise, so it is
     remembered under its suffixes, from the first dot on."""
-    if name in named or name in _NAME_PICKS_READER or dcp.is_data_file(name) or hfjson.is_index(name):
+    if name in named or name in _NAME_PICKS_READER or name.endswith(_SUFFIX_PICKS_READER):
         key = (whole, True, name)
     else:
         dot = name.find(".")
@@ -317,6 +317,8 @@ class HeaderReads:
 
 _NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA}
 """Names whose reader their name picks, whatever the table of named files says."""
+_SUFFIX_PICKS_READER = (dcp.DATA_SUFFIX, *hfjson.INDEX_SUFFIXES)
+"""Suffixes whose files' reader their name picks: what ``dcp.is_data_file`` and ``hfjson.is_index`` test."""
 _BY_CONTENT: dict[tuple[bytes, bool, str], FileReport] = {}
 _BY_CONTENT_MAX = 256
 """Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
