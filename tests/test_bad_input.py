@@ -18,6 +18,7 @@ import pytest
 from safetensors import numpy as safetensors_numpy
 
 import ckptdoctor.discover
+from ckptdoctor.readers import files
 from ckptdoctor.readers._sample import FileSample
 from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 
@@ -408,6 +409,14 @@ def test_file_vanishes_during_scan(inspect_json, cli, tmp_path: Path, monkeypatc
         return real_open(os_path, *args, **kwargs)
 
     monkeypatch.setattr(FileSample, "open", open_after_delete)
+    real_edges = files.read_edges
+
+    def bulk_after_delete(paths, *args, **kwargs):  # the bulk reader opens in C, past the hook above
+        if os.fsencode(victim) in paths and victim.exists():
+            victim.unlink()
+        return real_edges(paths, *args, **kwargs)
+
+    monkeypatch.setattr(files, "read_edges", bulk_after_delete)
     result = inspect_json(checkpoint)
     _no_traceback(result.stdout, result.stderr)
     assert not victim.exists(), "the test's hook never ran: the scan did not open the file"

@@ -21,6 +21,7 @@ import msgpack
 import pytest
 
 from ckptdoctor.model import Problem
+from ckptdoctor.readers import files
 from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel, Tensor, burnpack, write_burn_run
 
@@ -842,6 +843,14 @@ def _deny(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", guarded)
+    real_edges = files.read_edges
+
+    def bulk(paths: Any, sizes: Any, head: int, tail: int, threads: int = 1) -> Any:
+        # the compiled reader opens in C, past the hook above: it gives None for a file it cannot open
+        found = real_edges(paths, sizes, head, tail, threads)
+        return [None if os.path.basename(os.fsdecode(path)) == name else got for path, got in zip(paths, found, strict=True)]
+
+    monkeypatch.setattr(files, "read_edges", bulk)
 
 
 def test_ckd211_fires_for_a_file_that_cannot_be_opened(tmp_path, inspect_json, monkeypatch):
