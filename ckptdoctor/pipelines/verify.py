@@ -137,7 +137,10 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
-    if jobs < 2 or len(entries) < 2 or not worth_a_pool or not hasattr(os, "fork"):
+    # one file that outweighs the rest twice over is read soonest by every thread at once (and
+    # the rest after it), not by one worker while the others finish the small files and wait
+    one_big = deep and max((e.size for e in entries), default=0) * 3 > total * 2
+    if jobs < 2 or len(entries) < 2 or not worth_a_pool or one_big or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
             reports[entry.os_path] = verify_file(entry, threads)
@@ -147,7 +150,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     # files shared between worker processes: walking pickles holds the GIL, so threads would not do
     if deep:
         numpy()  # imported once, before the fork: the workers share its pages
-    tasks = _batches(entries, TASKS_PER_WORKER * jobs)
+    tasks = _batches(entries, min(TASKS_PER_WORKER * jobs, MAX_TASKS))
     done: set[int] = set()
     with contextlib.closing(_forked(tasks, min(jobs, len(tasks)), 1 if deep else 0)) as results:
         for number, batch in results:
@@ -164,6 +167,8 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
 TASKS_PER_WORKER = 32
 """Tasks the files are dealt into, per worker: each worker takes the next when it is done, so the
 workers end together, within one small task of each other, however the machine slows one."""
+MAX_TASKS = 1024
+"""Their numbers fill 4 KiB, written to a pipe before any worker reads it: less than any pipe holds."""
 _TASK = struct.Struct("<I")
 """A task's number, as the workers read it from their common pipe."""
 _FRAME = struct.Struct("<Q")

@@ -109,6 +109,7 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
         if region.offset + region.length > sample.size:
             raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
     sample.read_in_order()
+    numpy()  # imported by this thread before any other needs it
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
         step = PART if _crc()[1] is not None or not region.crc else max(region.length, 1)
