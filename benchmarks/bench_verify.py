@@ -7,6 +7,9 @@ Targets (issue 17):
      throughput, peak RSS <= 128 MiB;
   3. `verify --deep --jobs 2` >= 1.7x faster than `--jobs 1` on a set where the work dominates
      start-up: 400 files of 20 MB (8 GB) by default.
+Both state dicts hold 250 float32 tensors (--tensors): the 4 GB one is the 1 GB one with layers
+four times as big, as a bigger model has. verify's structural read costs per tensor (~0.2 ms: the
+pickle walk), --deep per byte.
 
 The package measured is installed, as users have it, not the editable checkout: the working tree
 is copied, built and installed with pip into a fresh virtual environment (byte-compiled by pip, no
@@ -17,7 +20,7 @@ neighbour slows both alike, and the ratio of the medians is reported, with every
 RSS is the child's ru_maxrss, read by a small wrapper process per run.
 
     python benchmarks/bench_verify.py [--size-mb 1000] [--deep-size-mb 4000] [--files 400]
-        [--file-mb 20] [--repeat 7] [--only load,deep,jobs] [--keep DIR]
+        [--file-mb 20] [--tensors 250] [--repeat 7] [--only load,deep,jobs] [--keep DIR]
 
 The files take --size-mb + --deep-size-mb + --files x --file-mb of disk (13 GB by default), and
 each set must fit in the page cache while it is measured; they are deleted at the end unless
@@ -104,13 +107,13 @@ def install(work: Path) -> Path:
     return venv / "bin" / "ckptdoctor"
 
 
-def make_torch_file(path: Path, size_mb: int) -> None:
-    """A state dict of 4 MB float32 tensors (250 per GB), saved by torch."""
+def make_torch_file(path: Path, size_mb: int, tensors: int) -> None:
+    """A state dict of ``tensors`` float32 tensors of equal size, saved by torch."""
     code = (
-        "import sys, torch; count = max(1, int(sys.argv[2]) // 4); n = 1024 * 1024; torch.manual_seed(0); "
+        "import sys, torch; count = int(sys.argv[3]); n = int(sys.argv[2]) * 1024 * 1024 // 4 // count; torch.manual_seed(0); "
         "torch.save({f'layer{i}.weight': torch.randn(n) for i in range(count)}, sys.argv[1])"
     )
-    subprocess.run([sys.executable, "-c", code, str(path), str(size_mb)], check=True)
+    subprocess.run([sys.executable, "-c", code, str(path), str(size_mb), str(tensors)], check=True)
 
 
 def make_many(folder: Path, count: int, size_mb: int) -> None:
@@ -135,6 +138,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=1000, help="the torch.load comparison's file")
     parser.add_argument("--deep-size-mb", type=int, default=4000, help="the --deep against cat file")
+    parser.add_argument("--tensors", type=int, default=250, help="in each of those two files (the bigger file, the bigger tensors)")
     parser.add_argument("--files", type=int, default=400)
     parser.add_argument("--file-mb", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=7)
@@ -150,9 +154,9 @@ def main() -> int:
         ckptdoctor = str(install(work))
         print(f"measuring {ckptdoctor} (installed with pip from {TREE}); {os.cpu_count()} CPUs; {args.repeat} runs of each")
         if "load" in only:
-            big = data / f"state-{args.size_mb}mb.pt"
+            big = data / f"state-{args.size_mb}mb-{args.tensors}.pt"
             if not big.exists():
-                make_torch_file(big, args.size_mb)
+                make_torch_file(big, args.size_mb, args.tensors)
             warm(big)
             torch_load = [sys.executable, "-c", f"import torch; torch.load({str(big)!r}, weights_only=True)"]
             torch_runs, verify_runs = alternate(torch_load, [ckptdoctor, "verify", str(big)], args.repeat)
@@ -160,9 +164,9 @@ def main() -> int:
             results |= {"torch_load_s": torch_runs.median, "verify_s": verify_runs.median, "verify_rss_mib": max(verify_runs.rss_mib)}
             results["verify_vs_torch_load"] = torch_runs.median / verify_runs.median
         if "deep" in only:
-            deep = data / f"state-{args.deep_size_mb}mb.pt"
+            deep = data / f"state-{args.deep_size_mb}mb-{args.tensors}.pt"
             if not deep.exists():
-                make_torch_file(deep, args.deep_size_mb)
+                make_torch_file(deep, args.deep_size_mb, args.tensors)
             warm(deep)
             size = deep.stat().st_size
             cat_runs, deep_runs = alternate(
