@@ -166,7 +166,9 @@ def _refusal(head: bytes) -> str | None:
 
     try:
         deserialize(head)  # type: ignore[no-untyped-call,unused-ignore]
-    except Exception as error:  # whatever the library raises is its refusal
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # whatever the library raises is its refusal, a Rust panic too
         message = str(error)
         return None if _without_numbers(message) == _without_numbers(_uncovered()) else message
     return None
