@@ -1,6 +1,6 @@
 """A command imports only what it needs (issue 17, start-up): no library a file of another
-format would need, no terminal toolkit for JSON, no array library before ``--deep``, no TOML
-parser without a configuration file. Each command runs as a user runs it, in a folder with no
+format would need, no terminal toolkit for JSON, no array library before ``--deep`` (the
+safetensors library checks a header without numpy), no TOML parser without a configuration file. Each command runs as a user runs it, in a folder with no
 configuration, under ``python -X importtime``; the time budget itself belongs to
 ``benchmarks/bench_startup.py``, not to a timed test.
 """
@@ -45,8 +45,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (("--help",), frozenset()),
         (("inspect", "--format", "json", "run"), frozenset()),
         (("inspect", "run"), frozenset({"rich"})),
+        (("verify", "--format", "json", "run"), frozenset({"safetensors"})),
     ],
-    ids=["help", "inspect-json", "inspect-human"],
+    ids=["help", "inspect-json", "inspect-human", "verify-json"],
 )
 def test_a_command_loads_no_heavy_library_it_does_not_use(folder: Path, args: tuple[str, ...], allowed: frozenset[str]) -> None:
     loaded = _imported(folder, *args) & HEAVY
@@ -60,3 +61,10 @@ def test_a_library_loads_when_a_file_needs_it(tmp_path: Path) -> None:
     assert "cbor2" in _imported(tmp_path, "inspect", "--format", "json", "burn")
     (tmp_path / "ckptdoctor.toml").write_text('format = "json"\n')
     assert "tomllib" in _imported(tmp_path, "inspect", "burn")
+
+
+def test_verify_deep_loads_numpy_and_the_json_verify_only_the_safetensors_library(folder: Path) -> None:
+    """The run holds safetensors files: ``verify`` asks their library (which the check above
+    allows), ``--deep`` scans their floats with numpy and the torch pickles' CRCs with zlib-ng."""
+    assert _imported(folder, "verify", "--format", "json", "run") & HEAVY == {"safetensors"}
+    assert _imported(folder, "verify", "--deep", "--format", "json", "run") & HEAVY >= {"safetensors", "numpy"}

@@ -2,30 +2,68 @@
 regions that hold only zero bytes.
 
 Files are read with ``preadv`` into one reusable buffer per thread (never mapped: a file cut
-while mapped kills the process with SIGBUS), so memory stays flat whatever the file size.
-Big regions are split into parts that threads check at once; zlib, zlib-ng and numpy release
-the GIL, and the CRCs of the parts are combined. numpy is imported only here.
+while mapped kills the process with SIGBUS), so memory stays flat whatever the file size. With
+several threads, each takes the next part of the file and reads and checks it: while one copies
+from the page cache, in the kernel, another checks the block it read (zlib-ng, numpy and the
+reads release the GIL). A block is a quarter of a core's L2 cache, so that it is still there
+when the checks read it. Big regions are split into parts that threads share, and the CRCs of
+the parts are combined. numpy is imported only here, and with its BLAS on one thread (``numpy``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import zlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, Problem
 from ckptdoctor.readers._sample import Sample
 
-BLOCK = 1024 * 1024
-"""Bytes read at a time by each thread."""
+BLOCK = 256 * 1024
+"""Bytes read at a time by each thread: small enough to stay in a core's L2 cache between the
+read and the checks, large enough that a syscall per block costs nothing."""
 PART = 64 * 1024 * 1024
 """Regions longer than this are split so that threads share them."""
-_SLICE = 256 * 1024
-"""Bytes compared at a time by the 16-bit scans, so that their scratch stays in cache."""
 
 _Crc = Callable[[memoryview, int], int]
+
+BLAS_THREADS = (
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+"""What BLAS libraries (OpenBLAS, MKL, BLIS, Accelerate, any OpenMP one) read their thread count from."""
+
+
+@functools.cache
+def numpy() -> ModuleType:
+    """numpy, for the deep check alone. Imported here first, its BLAS (which computes the dot
+    products of the NaN test) is told to run one thread: OpenBLAS would otherwise split each
+    block's dot product over every core, against the threads that already check one block each,
+    and spin its idle threads on the cores they need. The thread counts are read when the library
+    loads, so they are set for the import and removed after it: a library loaded later in this
+    process (torch for ``verify --load``, a caller's own) gets its usual threads. A count set by
+    the user (any of ``BLAS_THREADS``) is theirs: then none is set."""
+    if "numpy" not in sys.modules and not any(name in os.environ for name in BLAS_THREADS):
+        for name in BLAS_THREADS:
+            os.environ[name] = "1"
+        try:
+            import numpy as np  # only --deep pays for numpy
+        finally:
+            for name in BLAS_THREADS:
+                os.environ.pop(name, None)
+        return np
+    import numpy as np  # only --deep pays for numpy
+
+    return np
 
 
 @functools.cache
@@ -70,6 +108,8 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
     for region in regions:
         if region.offset + region.length > sample.size:
             raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
+    sample.read_in_order()
+    numpy()  # imported by this thread before any other needs it
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
         step = PART if _crc()[1] is not None or not region.crc else max(region.length, 1)
@@ -82,13 +122,10 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
                 break
     total = sum(region.length for region in regions)
     if threads > 1 and total > PART:
-        # only big files are shared between threads
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(threads) as pool:
-            results = list(pool.map(lambda part: _check_part(sample, part[1]), parts))
+        results = _shared([part for _, part in parts], sample, threads)
     else:
-        results = [_check_part(sample, part) for _, part in parts]
+        scratch = _scratch()
+        results = [_check_part(sample, part, scratch) for _, part in parts]
     combined: list[Checked] = [Checked(0 if r.crc else None, 0, r.zeros or None) for r in regions]
     for (number, part), result in zip(parts, results, strict=True):
         before = combined[number]
@@ -100,118 +137,172 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
     return combined
 
 
+def _shared(parts: list[Region], sample: Sample, threads: int) -> list[Checked]:
+    """``parts`` checked by ``threads`` threads, each taking the next part as it finishes one
+    (the parts are in file order: the threads read near each other, ahead of the kernel's
+    read-ahead for the file); results in the same order. A failure in any thread (the file
+    cut meanwhile) stops the others at their next part and is raised here."""
+    results: list[Checked | None] = [None] * len(parts)
+    numbers = iter(range(len(parts)))
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        scratch = _scratch()
+        try:
+            while not failures:
+                with lock:
+                    number = next(numbers, None)
+                if number is None:
+                    return
+                results[number] = _check_part(sample, parts[number], scratch)
+        except BaseException as error:  # Ctrl-C or a cut file: handed to the caller's thread
+            failures.append(error)
+
+    workers = [threading.Thread(target=work, name=f"ckptdoctor-deep-{n}", daemon=True) for n in range(threads - 1)]
+    for worker in workers:
+        worker.start()
+    work()  # this thread is one of them
+    for worker in workers:
+        worker.join()
+    if failures:
+        raise failures[0]
+    return [result for result in results if result is not None]
+
+
 def _combine(first: int, second: int, second_length: int) -> int:
     combine = _crc()[1]
     assert combine is not None
     return int(combine(first, second, second_length))
 
 
-_buffers = threading.local()
+class _Scratch:
+    """One thread's read buffer, with the arrays that view it and the zeros the NaN test
+    multiplies by, made once per thread: a fresh buffer per block costs a page fault per 4 KiB,
+    and an array per block a few microseconds."""
+
+    def __init__(self) -> None:
+        np = numpy()
+        self.buffer = bytearray(BLOCK)
+        self.view = memoryview(self.buffer)
+        self.words = np.frombuffer(self.buffer, np.uint64)
+        self.halves = np.frombuffer(self.buffer, np.uint16)
+        self.octets = np.frombuffer(self.buffer, np.uint8)
+        self.floats = {4: np.frombuffer(self.buffer, np.float32), 8: np.frombuffer(self.buffer, np.float64)}
+        self.zeros = {4: np.zeros(BLOCK // 4, np.float32), 8: np.zeros(BLOCK // 8, np.float64)}
+        self.magnitudes = np.empty(BLOCK // 2, np.uint16)
 
 
-def _buffer() -> memoryview:
-    """This thread's read buffer, reused: a fresh one per part costs a page fault per 4 KiB."""
-    buffer: memoryview | None = getattr(_buffers, "buffer", None)
-    if buffer is None:
-        buffer = _buffers.buffer = memoryview(bytearray(BLOCK))
-    return buffer
+_scratches = threading.local()
 
 
-def _check_part(sample: Sample, region: Region) -> Checked:
-    buffer = _buffer()
+def _scratch() -> _Scratch:
+    """This thread's scratch, reused from file to file."""
+    scratch: _Scratch | None = getattr(_scratches, "scratch", None)
+    if scratch is None:
+        scratch = _scratches.scratch = _Scratch()
+    return scratch
+
+
+_Count = Callable[[_Scratch, int], int]
+"""Non-finite values among the first ``n`` bytes of a scratch buffer."""
+
+
+def _check_part(sample: Sample, region: Region, scratch: _Scratch) -> Checked:
     crc32 = _crc()[0]
     count = _nonfinite_counter(region.dtype, region.infinite) if region.dtype else None
     crc = 0
     nonfinite = 0
     zero = region.zeros  # until a byte that is not: then no longer looked at
     position, end = region.offset, region.offset + region.length
-    while position < end:
-        view = buffer[: min(len(buffer), end - position)]
-        got = sample.readinto(position, view)
-        if got <= 0:
-            raise FileChanged(f"the file ended at byte {position} while it was being read")
-        view = view[:got]
-        if region.crc:
-            crc = crc32(view, crc)
-        if count is not None:
-            nonfinite += count(view)
-        if zero:
-            zero = _all_zero(view)
-        position += got
+    with numpy().errstate(invalid="ignore", over="ignore"):  # NaN in, NaN out: no warning per block
+        while position < end:
+            got = _fill(sample, position, scratch.view[: min(BLOCK, end - position)])
+            view = scratch.view[:got]
+            if region.crc:
+                crc = crc32(view, crc)
+            if count is not None:
+                nonfinite += count(scratch, got)
+            if zero:
+                zero = _all_zero(scratch, got)
+            position += got
     return Checked(crc if region.crc else None, nonfinite, zero if region.zeros else None)
 
 
-def _all_zero(view: memoryview) -> bool:
-    import numpy as np  # only --deep pays for numpy
+def _fill(sample: Sample, position: int, view: memoryview) -> int:
+    """Read ``view`` full from ``position``: a block that ends inside an element would split it
+    across two checks. Raises FileChanged where the file ends first."""
+    got = 0
+    while got < len(view):
+        more = sample.readinto(position + got, view[got:])
+        if more <= 0:
+            raise FileChanged(f"the file ended at byte {position + got} while it was being read")
+        got += more
+    return got
 
-    words = len(view) // 8  # eight bytes at a time, then the odd end
-    return not (np.frombuffer(view, np.uint64, words).any() or any(view[words * 8 :]))
+
+def _all_zero(scratch: _Scratch, length: int) -> bool:
+    words = length // 8  # eight bytes at a time, then the odd end
+    return not (scratch.words[:words].any() or scratch.octets[words * 8 : length].any())
 
 
 _FLOAT8_NONFINITE = {
-    "float8_e4m3fn": (0x7F, 0x7F),  # S.1111.111 is NaN; no Inf
-    "float8_e5m2": (0x7F, 0x7C),  # exponent all ones: S.11111.00 is Inf, the rest NaN
-    "float8_e4m3fnuz": (0xFF, 0x80),  # only 1.0000.000 ("negative zero") is NaN
-    "float8_e5m2fnuz": (0xFF, 0x80),
-    "float8_e8m0fnu": (0xFF, 0xFF),  # only 0xFF is NaN
+    "float8_e4m3fn": (0x7F, 0x7F, 0x7F),  # S.1111.111 is NaN; no Inf
+    "float8_e5m2": (0x7F, 0x7C, 0x7F),  # exponent all ones: S.11111.00 is Inf, the rest NaN
+    "float8_e4m3fnuz": (0xFF, 0x80, 0x80),  # only 1.0000.000 ("negative zero") is NaN
+    "float8_e5m2fnuz": (0xFF, 0x80, 0x80),
+    "float8_e8m0fnu": (0xFF, 0xFF, 0xFF),  # only 0xFF is NaN
 }
-"""For each 8-bit float: (bits to keep, the least value of those bits that is NaN or Inf)."""
+"""For each 8-bit float: (bits to keep, the least and the greatest value of those bits that is NaN or Inf)."""
+
+_WIDE = {"float32": 4, "complex64": 4, "float64": 8, "complex128": 8}
+"""Floats numpy (and its BLAS) computes with, by the bytes of one float: a complex number is a
+pair of them, each checked."""
+_NARROW_INF = {"float16": 0x7C00, "bfloat16": 0x7F80}
+"""16-bit floats: their bits, sign aside, for +Inf; NaN lies above."""
 
 
 @functools.cache
-def _nonfinite_counter(dtype: str, nan_only: bool = False) -> Callable[[memoryview], int] | None:
-    """A counter of NaN and Inf (``nan_only``: of NaN) for one float dtype, made once (threads
-    share it: no shared state)."""
-    import numpy as np  # only --deep pays for numpy
-
+def _nonfinite_counter(dtype: str, nan_only: bool = False) -> _Count | None:
+    """A counter of NaN and Inf (``nan_only``: of NaN) in one float dtype's bytes, made once
+    (threads share it: it keeps no state)."""
+    np = numpy()
     if dtype in _FLOAT8_NONFINITE:
-        mask, least = _FLOAT8_NONFINITE[dtype]
+        mask, least, most = _FLOAT8_NONFINITE[dtype]
         least += nan_only and dtype == "float8_e5m2"  # its only Inf pattern is the least one
 
-        def count_bytes(view: memoryview) -> int:
-            values = np.frombuffer(view, np.uint8, len(view))
-            return int(np.count_nonzero((values & mask) >= least))
+        def count_bytes(scratch: _Scratch, length: int) -> int:
+            kept = scratch.octets[:length] & mask
+            return int(np.count_nonzero(kept == least if least == most else (kept >= least) & (kept <= most)))
 
         return count_bytes
-    if nan_only and dtype in ("float32", "float64", "complex64", "complex128"):
-        real = np.float32 if dtype in ("float32", "complex64") else np.float64
+    if dtype in _WIDE:
+        size = _WIDE[dtype]
 
-        def count_nan(view: memoryview) -> int:
-            return int(np.count_nonzero(np.isnan(np.frombuffer(view, real, len(view) // real().itemsize))))
-
-        return count_nan
-    if dtype in ("float32", "float64", "complex64", "complex128"):
-        # a complex number is a pair of floats: each part is checked
-        kind = np.float32 if dtype in ("float32", "complex64") else np.float64
-
-        def count_wide(view: memoryview) -> int:
-            values = np.frombuffer(view, kind, len(view) // kind().itemsize)
-            if not values.size:
-                return 0
-            with np.errstate(invalid="ignore"):
-                # NaN propagates through max/min and Inf is an extreme: both finite means all finite
-                if np.isfinite(values.max()) and np.isfinite(values.min()):
-                    return 0
-            return int(values.size - np.count_nonzero(np.isfinite(values)))
+        def count_wide(scratch: _Scratch, length: int) -> int:
+            values = scratch.floats[size][: length // size]
+            # One pass over the block, in BLAS: a NaN or an Inf times zero is NaN, a finite value
+            # times zero is zero, and NaN survives a sum; only NaN survives a sum of squares (Inf
+            # squared stays Inf, an overflow too). The exact count is made only when it fires.
+            if nan_only:
+                test = values.dot(values)
+                return 0 if test == test else int(np.count_nonzero(np.isnan(values)))
+            test = values.dot(scratch.zeros[size][: values.size])
+            return 0 if test == test else int(values.size - np.count_nonzero(np.isfinite(values)))
 
         return count_wide
-    exponent = {"float16": 0x7C00, "bfloat16": 0x7F80}.get(dtype)
-    if exponent is None:
+    inf = _NARROW_INF.get(dtype)
+    if inf is None:
         return None
-    exponent += nan_only  # all exponent bits and a zero mantissa is Inf: NaN lies above it
+    least = inf + nan_only  # all exponent bits and a zero mantissa is Inf: NaN lies above it
 
-    def count_narrow(view: memoryview) -> int:
-        # all exponent bits set means Inf or NaN: compare the magnitude bits against that
-        values = np.frombuffer(view, np.uint16, len(view) // 2)
-        scratch = np.empty(min(values.size, _SLICE // 2), np.uint16)
-        found = 0
-        for start in range(0, values.size, max(scratch.size, 1)):
-            chunk = values[start : start + scratch.size]
-            magnitudes = scratch[: chunk.size]
-            np.bitwise_and(chunk, 0x7FFF, out=magnitudes)
-            if magnitudes.size and magnitudes.max() >= exponent:
-                found += int(np.count_nonzero(magnitudes >= exponent))
-        return found
+    def count_narrow(scratch: _Scratch, length: int) -> int:
+        # numpy has no arithmetic on bfloat16: compare the bits, sign aside, with Inf's
+        magnitudes = scratch.magnitudes[: length // 2]
+        np.bitwise_and(scratch.halves[: length // 2], 0x7FFF, out=magnitudes)
+        if not magnitudes.size or magnitudes.max() < least:
+            return 0
+        return int(np.count_nonzero(magnitudes >= least))
 
     return count_narrow
 
@@ -238,4 +329,13 @@ def scan(sample: Sample, regions: list[Region], threads: int) -> tuple[list[File
 def count_nonfinite(data: bytes, dtype: str) -> int:
     """NaN and Inf values in tensor bytes already in memory (burn records decode whole)."""
     count = _nonfinite_counter(dtype)
-    return count(memoryview(data)) if count else 0
+    if count is None:
+        return 0
+    scratch = _scratch()
+    found = 0
+    with numpy().errstate(invalid="ignore", over="ignore"):
+        for start in range(0, len(data), BLOCK):  # through the scratch buffer, whose arrays the counters read
+            chunk = memoryview(data)[start : start + BLOCK]
+            scratch.view[: len(chunk)] = chunk
+            found += count(scratch, len(chunk))
+    return found

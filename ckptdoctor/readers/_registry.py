@@ -101,8 +101,6 @@ class ReaderSpec:
     """``verify`` reads a file of this content whatever it is called: it can carry code or tensors."""
     loaded_by: Library | None = None
     """The library ``verify --load`` loads it with, if any."""
-    confirm: Callable[[str], str | None] | None = None
-    """After a clean whole read, what the format's own library says about the file at this path (None: fine)."""
     not_a_checkpoint: str = ""
     """For content that is never a checkpoint: why, in the user's terms (CKD205 says it)."""
 

@@ -342,20 +342,14 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
 
 
 def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
-    """Read one file whole and judge it; safetensors files the library itself confirms; a DCP
-    ``.metadata`` is judged with the objects ``dcp.load`` would unpickle from its data files."""
+    """Read one file whole and judge it; a DCP ``.metadata`` is judged with the objects
+    ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
         report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
     elif entry.name == ocdbt.MANIFEST:
         report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named))
-    spec = current().by_format.get(report.format)
-    if spec is not None and spec.confirm is not None and not report.issues:
-        refusal = spec.confirm(entry.os_path)
-        if refusal:
-            issue = FileIssue(Problem.MALFORMED, f"the {spec.format} library refuses it: {refusal}")
-            return dataclasses.replace(report, issues=(issue,))
     return report
 
 

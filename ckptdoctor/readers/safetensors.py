@@ -2,12 +2,18 @@
 
 The file must be exactly ``8 + N + max(end)`` bytes (integrity reference §9.1); the library
 itself reports both truncation and trailing bytes as ``MetadataIncompleteBuffer``.
+
+``verify`` also asks the library itself (``safetensors.deserialize``, its Rust parser) about every
+header this module accepts: Python's JSON and serde's differ at the edges (``true`` is an int to
+Python, not a size to serde), and the library is what loads the file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 import struct
 from typing import Any
 
@@ -134,6 +140,8 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name!r} {what} (InvalidOffset)"))
             break
         position = end
+    if not issues and (refusal := _refusal(sample.head(data_start))) is not None:
+        issues.append(FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}"))
     spans = None
     if deep and regions and not issues:
         found, checked = _deep.scan(sample, regions, deep)
@@ -143,17 +151,46 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     return FileReport(Format.SAFETENSORS.value, tuple(issues), report.facts, tuple(listed), (), total, spans=spans)
 
 
-def confirm(os_path: str) -> str | None:
-    """What the safetensors library itself says about a file our own parse accepted (no torch)."""
-    # the library loads only to confirm a file that passed
-    from safetensors import SafetensorError, safe_open
+def _refusal(head: bytes) -> str | None:
+    """What the safetensors library says of a file whose header (``head``: the length and the
+    JSON) this module accepted; None where it accepts it too.
+
+    The library's checks are all of the header but one, that the file is as long as the header
+    says, which ``probe`` has made already. Asked about the header alone, with no tensor bytes,
+    the library runs every check up to that one (``safe_open`` runs the same ones, then imports
+    numpy or torch to hand tensors to, and maps the file): its "file not fully covered" is then the
+    only answer that means it accepts the header. Any other answer, whatever its type, is a
+    refusal: fail closed."""
+    # the library loads only when verify reads a safetensors file
+    from safetensors import deserialize
 
     try:
-        with safe_open(os_path, framework="numpy") as opened:
-            opened.keys()
-    except (SafetensorError, OSError, ValueError) as error:
-        return str(error)
+        deserialize(head)  # type: ignore[no-untyped-call,unused-ignore]
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # whatever the library raises is its refusal, a Rust panic too
+        message = str(error)
+        return None if _without_numbers(message) == _without_numbers(_uncovered()) else message
     return None
+
+
+@functools.cache
+def _uncovered() -> str:
+    """How this version of the library says that a file is shorter than its header needs: a
+    header that declares one byte, asked about without it."""
+    # the library loads only when verify reads a safetensors file
+    from safetensors import deserialize
+
+    header = b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    try:
+        deserialize(LENGTH.pack(len(header)) + header)  # type: ignore[no-untyped-call,unused-ignore]
+    except Exception as error:  # the library's wording, whatever its type
+        return str(error)
+    return "\0"  # it accepts a file it cannot load: then no answer is taken for an acceptance
+
+
+def _without_numbers(message: str) -> str:
+    return re.sub(r"\d+", "#", message)
 
 
 def _sniff(head: bytes, sample: Sample) -> bool:
@@ -176,6 +213,5 @@ SPECS = (
         read_whole,
         read_any_name=True,
         loaded_by=Library.SAFETENSORS,
-        confirm=confirm,
     ),
 )
