@@ -7,10 +7,14 @@ bundled example run, and of `verify --format json` on it; and how many of ckptdo
 the installed `ckptdoctor` script (median of --repeat runs), in a folder with no configuration
 file above it, as a user runs it.
 
-    python benchmarks/bench_startup.py [--repeat 15] [--baseline PATH]
+    python benchmarks/bench_startup.py [--repeat 15] [--baseline PATH] [--instructions]
 
 PATH is another checkout of the project, e.g. the commit before a change:
     git archive <commit> | tar -x -C /tmp/ckptdoctor-before
+
+--instructions also counts the instructions each command runs, under valgrind's callgrind (about
+50 times slower, once each): wall times on a shared 2-core machine vary by half from one run to
+the next, instruction counts do not; the time itself is what the targets are set in.
 
 Each tree is installed as a user installs it, not run from its folder: its wheel is built and
 installed, byte-compiled, into a virtual environment of its own, whose one `.pth` line puts this
@@ -95,10 +99,39 @@ def _modules(argv: list[str], where: Path) -> int:
     return sum(1 for line in result.stderr.splitlines() if line.rsplit("|", 1)[-1].strip().startswith("ckptdoctor"))
 
 
+def _instructions(argv: list[str], where: Path) -> float:
+    """Millions of instructions ``argv`` runs (callgrind): the same on a busy machine as on an idle one."""
+    result = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        cwd=where,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    collected = [line.split()[-1] for line in result.stderr.splitlines() if "Collected :" in line]
+    return int(collected[-1]) / 1e6 if collected else float("nan")
+
+
+def _rows(values: dict[tuple[str, str], float], trees: list[str], cell: str, floor: float | None = None) -> None:
+    """One table row per command: each tree's value (and its multiple of ``floor``), and the ratio."""
+    compared = "baseline" in trees
+    print(f"\n| {'command':<38}" + "".join(f" | {name:>22}" for name in trees) + (" | this / baseline" if compared else "") + " |")
+    print(f"| {'-' * 38}" + " | ---" * len(trees) + (" | ---" if compared else "") + " |")
+    for label in COMMANDS:
+        shown = "".join(
+            f" | {cell.format(values[(name, label)])}" + (f" ({values[(name, label)] / floor:4.1f}x)" if floor else "") for name in trees
+        )
+        ratio = f" | {values[('this tree', label)] / values[('baseline', label)]:.2f}" if compared else ""
+        print(f"| {label:<38}{shown}{ratio} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--baseline", type=Path, help="another checkout of the project to compare with")
+    parser.add_argument("--instructions", action="store_true", help="also count each command's instructions with valgrind")
     args = parser.parse_args()
     trees = {"this tree": HERE} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
@@ -117,15 +150,18 @@ def main() -> None:
                 for name in trees:
                     times.setdefault((name, label), []).append(_time([str(bins[name] / "ckptdoctor"), *command], work))
         base = statistics.median(floor)
-        print(f"python -c pass: {base * 1000:6.1f} ms (median of {args.repeat})")
-        header = "".join(f" | {name:>22}" for name in trees)
-        print(f"\n| {'command':<38}{header}{' | this / baseline' if args.baseline else ''} |")
-        print(f"| {'-' * 38}" + " | ---" * len(trees) + (" | ---" if args.baseline else "") + " |")
-        for label in COMMANDS:
-            medians = {name: statistics.median(times[(name, label)]) for name in trees}
-            cells = "".join(f" | {medians[name] * 1000:9.1f} ms ({medians[name] / base:4.1f}x)" for name in trees)
-            ratio = f" | {medians['this tree'] / medians['baseline']:.2f}" if args.baseline else ""
-            print(f"| {label:<38}{cells}{ratio} |")
+        print(f"python -c pass: {base * 1000:6.1f} ms; wall time, median of {args.repeat}:")
+        _rows({key: statistics.median(values) * 1000 for key, values in times.items()}, list(trees), "{:9.1f} ms", base * 1000)
+        if args.instructions:
+            counted = {
+                (name, label): _instructions([str(bins[name] / "ckptdoctor"), *command], work)
+                for label, command in COMMANDS.items()
+                for name in trees
+            }
+            pass_count = _instructions([str(python), "-c", "pass"], work)
+            print(f"\npython -c pass: {pass_count:6.1f} M instructions; each command's (callgrind):")
+            _rows(counted, list(trees), "{:11.1f} M", pass_count)
+        print()
         for label, argv in IMPORTS.items():
             counts = {
                 name: _modules([str(bins[name] / "python"), *(arg.format(script=bins[name] / "ckptdoctor") for arg in argv)], work)
