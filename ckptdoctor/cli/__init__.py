@@ -54,7 +54,9 @@ class _Built(MutableMapping[str, Any]):
                 raise KeyError(name)
             function = _function(name)
             info = CommandInfo(callback=function, short_help=_summary(function))
-            self._built[name] = get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=None)
+            self._built[name] = get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+            )
         return self._built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -78,6 +80,7 @@ class _Subcommands(TyperGroup):
         self.commands = _Built()
 
     def list_commands(self, ctx: Any) -> list[str]:
+        # the names alone (typer's own lists the built commands: it would build them all)
         return list(SUBCOMMANDS)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
