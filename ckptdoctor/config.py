@@ -225,7 +225,7 @@ def _find(folder: str) -> tuple[str, Mapping[str, Any]] | None:
             return own, _load(own)
         project = os.path.join(folder, "pyproject.toml")
         if os.path.isfile(project):
-            tool = _load(project).get("tool", {})
+            tool = _load(project, naming=b"ckptdoctor").get("tool", {})
             table = tool.get("ckptdoctor") if isinstance(tool, dict) else None
             if isinstance(table, dict):
                 return project, table
@@ -235,17 +235,24 @@ def _find(folder: str) -> tuple[str, Mapping[str, Any]] | None:
         folder = parent
 
 
-def _load(path: str) -> dict[str, Any]:
+def _load(path: str, naming: bytes | None = None) -> dict[str, Any]:
+    """The TOML document in ``path``. With ``naming``: ``{}``, unparsed, when no key in it can be
+    that name (a key is spelt out in the file, or escaped in a quoted key), as in a project's
+    ``pyproject.toml`` with no table of ckptdoctor's: the parser loads only for a configuration."""
+    try:
+        text = read_regular(path, MAX_CONFIG)
+    except OSError as error:
+        raise ConfigError(f"{path}: {error.strerror or error}") from error
+    if naming is not None and naming not in text and b"\\u" not in text and b"\\U" not in text:
+        return {}
     if sys.version_info >= (3, 11):
         import tomllib  # the TOML parser loads only where there is a file to parse
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
     try:
-        document: dict[str, Any] = tomllib.loads(read_regular(path, MAX_CONFIG).decode("utf-8"))
+        document: dict[str, Any] = tomllib.loads(text.decode("utf-8"))
         return document
-    except OSError as error:
-        raise ConfigError(f"{path}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from error
     except tomllib.TOMLDecodeError as error:

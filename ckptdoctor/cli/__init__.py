@@ -1,28 +1,97 @@
-"""The ``ckptdoctor`` command: one thin module per subcommand, wired together here."""
+"""The ``ckptdoctor`` command: one thin module per subcommand, wired together here.
+
+A subcommand's module is imported, and its options built, only when that command runs or shows
+its own ``--help``: typer builds a command's options from its signature, and building all six for
+every start would cost each command the others' time. ``ckptdoctor --help`` lists them from their
+docstrings alone, building none.
+"""
 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
+from typer.main import get_command_from_info
+from typer.models import CommandInfo
 
 from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
-from ckptdoctor.cli.diskcheck import diskcheck
-from ckptdoctor.cli.inspect import inspect
-from ckptdoctor.cli.prune import prune
-from ckptdoctor.cli.repair import repair
-from ckptdoctor.cli.rules import rules
-from ckptdoctor.cli.verify import verify
+
+SUBCOMMANDS = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
+"""In the order ``ckptdoctor --help`` lists them; ``ckptdoctor.cli.<name>`` defines the function ``<name>``."""
+
+
+def _function(name: str) -> Callable[..., None]:
+    # the subcommand's module loads only when that command is used or listed
+    function: Callable[..., None] = getattr(importlib.import_module(f"{__name__}.{name}"), name)
+    return function
+
+
+def _summary(function: Callable[..., None]) -> str:
+    """A subcommand's summary in ``ckptdoctor --help``: its docstring's first paragraph, whole
+    (given as ``short_help``, it wraps at any width, where click would cut it with "...")."""
+    return " ".join((function.__doc__ or "").partition("\n\n")[0].split())
+
+
+class _Built(MutableMapping[str, Any]):
+    """The subcommands by name, in ``--help``'s order, each built on first use (as typer would
+    build it had it been registered with ``app.command``)."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in SUBCOMMANDS:
+                raise KeyError(name)
+            function = _function(name)
+            info = CommandInfo(callback=function, short_help=_summary(function))
+            self._built[name] = get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+            )
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        raise TypeError(f"the subcommands are ckptdoctor.cli.SUBCOMMANDS, not {name!r}")
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError(f"the subcommands are ckptdoctor.cli.SUBCOMMANDS, not {name!r}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SUBCOMMANDS)
+
+    def __len__(self) -> int:
+        return len(SUBCOMMANDS)
+
+
+class _Subcommands(TyperGroup):
+    """ckptdoctor's group: the subcommands of :data:`SUBCOMMANDS`, each built when used."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.commands = _Built()
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        # the names alone (typer's own lists the built commands: it would build them all)
+        return list(SUBCOMMANDS)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # the summaries alone: `ckptdoctor --help` builds none of the commands it lists
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, _summary(_function(name))) for name in SUBCOMMANDS])
+
 
 app = typer.Typer(
     name="ckptdoctor",
+    cls=_Subcommands,
     help="A checkpoint doctor for training runs: what is there, what is broken, where to resume.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -30,17 +99,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def _command(function: Callable[..., None]) -> None:
-    """Add a subcommand. Its summary in ``ckptdoctor --help`` is its docstring's first paragraph,
-    whole: given as ``short_help`` it wraps at any width, where click would cut it with "..."."""
-    summary = " ".join((function.__doc__ or "").partition("\n\n")[0].split())
-    app.command(short_help=summary)(function)
-
-
-for _subcommand in (inspect, verify, prune, repair, diskcheck, rules):
-    _command(_subcommand)
 
 
 def _version(value: bool) -> None:

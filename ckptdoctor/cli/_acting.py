@@ -9,7 +9,7 @@ import dataclasses
 import errno
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -55,10 +55,10 @@ PlanFormat = Annotated[
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class ActingOptions:
+class ActingOptions(NamedTuple):
     """How an acting command (prune, repair) runs and shows its plan: its shared options, with
-    the configuration file's settings. Built by :func:`acting_options` alone."""
+    the configuration file's settings. Built by :func:`acting_options` alone. (A NamedTuple, as
+    ``ReportOptions``: defined at every start.)"""
 
     min_age: str | None
     """As given (``--min-age``): each command weighs it against its own configuration."""

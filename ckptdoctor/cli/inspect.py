@@ -17,11 +17,11 @@ from ckptdoctor.cli._output import (
     reporting,
     say,
 )
-from ckptdoctor.model import Report
 from ckptdoctor.places import run_root
 from ckptdoctor.quoting import printable
 
 if TYPE_CHECKING:
+    from ckptdoctor.model import Report
     from ckptdoctor.pipelines.scan import Scan
 
 ResumeFlag = Annotated[

@@ -23,7 +23,6 @@ from ckptdoctor.cli._output import (
     say,
     stdout_console,
 )
-from ckptdoctor.model import Action
 
 if TYPE_CHECKING:
     pass
@@ -80,6 +79,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
     if outcome.acted and not undo and human and not quiet:
         # loaded when the command runs: --help stays fast
         from ckptdoctor.layouts.registry import advised
+        from ckptdoctor.model import Action
         from ckptdoctor.render.human import resume_block
 
         console = stdout_console()

@@ -8,7 +8,8 @@ search chose each rule, when one did), and for :attr:`Kind.PLAN`
 ``--format`` offers, and those ``format =`` in the configuration accepts, are read from here.
 
 This module stays light (no renderer, rich or json is imported): the command line reads it to
-build ``--help``; a renderer's module is imported only when something is rendered with it.
+build ``--help``; a renderer's module is imported only when something is rendered with it. Its
+records are NamedTuples: a frozen dataclass would cost every start ~1 ms to define.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from __future__ import annotations
 import enum
 import importlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 if TYPE_CHECKING:
     from ckptdoctor.model import Plan, Report
@@ -38,8 +38,7 @@ class Kind(enum.Enum):
     repair show their scan's findings, which is what a CI system reads."""
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+class RenderOptions(NamedTuple):
     """What a renderer is told beyond what it renders (most formats need none of it)."""
 
     show_all: bool = False
@@ -53,8 +52,7 @@ class RenderOptions:
 PLAIN = RenderOptions()
 
 
-@dataclass(frozen=True)
-class Plans:
+class Plans(NamedTuple):
     """The plans of one prune or repair, with the scan they were made from."""
 
     report: Report
@@ -79,8 +77,7 @@ class _Module(Protocol):
     def summary(self, report: Report) -> str: ...
 
 
-@dataclass(frozen=True)
-class Renderer:
+class Renderer(NamedTuple):
     """One output format: its name (that of its module under ``ckptdoctor.render``) and kinds."""
 
     name: str

@@ -23,9 +23,12 @@ def stdout_console(file: io.StringIO | None = None) -> Console:
     padded out, nor a fixed width that a narrower pager wraps row by row."""
     from rich.console import Console  # rich only when something is rendered for people
 
+    # emoji=False on every console: no `:name:` in a string (a file's name) becomes an emoji, and
+    # rich's table of emoji names (3,600 of them, ~2 ms) is never loaded
+
     if file is not None:
-        return _shows_controls(Console(file=file, width=UNBOUNDED, no_color=True, highlight=False))
-    console = Console(highlight=False)
+        return _shows_controls(Console(file=file, width=UNBOUNDED, no_color=True, highlight=False, emoji=False))
+    console = Console(highlight=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ and _terminal_width() is None:
         console.width = UNBOUNDED
     return _shows_controls(console)
@@ -47,7 +50,7 @@ def stderr_console() -> Console:
     from rich.console import Console
 
     # one message, one line: scripts grep stderr, and wrapped paths do not paste back
-    return _shows_controls(Console(stderr=True, highlight=False, soft_wrap=True))
+    return _shows_controls(Console(stderr=True, highlight=False, soft_wrap=True, emoji=False))
 
 
 def _shows_controls(console: Console) -> Console:
