@@ -46,9 +46,15 @@ def _off_a_terminal(*args: str, env: dict[str, str]) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The examples, copied: prune and repair lock the runs they scan."""
+    """The examples, copied: prune and repair lock the runs they scan. Their files are dated a
+    month back, so that a plan's "modified N ago" reads the same in two runs seconds apart (at
+    minutes it could tick over between them)."""
     copy = tmp_path_factory.mktemp("progress") / "runs"
     shutil.copytree(EXAMPLES, copy)
+    month_ago = time.time() - 30 * 86400
+    for folder, _, names in os.walk(copy):
+        for name in names:
+            os.utime(os.path.join(folder, name), (month_ago, month_ago))
     return copy
 
 
