@@ -39,8 +39,9 @@ def render(report: Report, options: RenderOptions = PLAIN) -> str:
 def encoded(body: dict[str, Any]) -> str:
     """``body`` as one compact line of JSON: what ``json.dumps(body, separators=(",", ":"),
     ensure_ascii=False)`` writes, byte for byte, at a tenth of its time (reports of big runs are
-    tens of MB). A string orjson refuses (a lone surrogate) goes to the standard library, whose
-    ``\\udcxx`` the output's ``backslashreplace`` writes as before."""
+    tens of MB). A string orjson refuses (a lone surrogate, which no name shown reaches: names are
+    ``discover.display``-ed) goes to the standard library, whose ``\\udcxx`` the output's
+    ``backslashreplace`` writes as before."""
     try:
         return orjson.dumps(body).decode() + "\n"
     except TypeError:  # orjson.JSONEncodeError is one
