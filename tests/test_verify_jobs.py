@@ -111,3 +111,21 @@ def test_a_worker_that_dies_is_never_a_clean_read(tmp_path: Path, monkeypatch: p
 def _no_children_left() -> None:
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
+
+
+@pytest.mark.usefixtures("pool_for_few_files")
+def test_a_fork_that_fails_stops_the_workers_already_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _run(tmp_path / "run")
+    real_fork = os.fork
+    forks: list[int] = []
+
+    def fork_once() -> int:
+        if forks:
+            raise BlockingIOError("Resource temporarily unavailable")
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    with pytest.raises(BlockingIOError):
+        verify([str(folder)], VerifyOptions(deep=True, jobs=3))
+    _no_children_left()

@@ -197,12 +197,16 @@ def _forked(tasks: list[list[Entry]], workers: int, threads: int) -> Generator[t
     try:
         for _ in range(workers):
             results, results_end = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # out of processes: the workers forked so far are stopped below
+                os.close(results)
+                os.close(results_end)
+                raise
             if pid == 0:  # pragma: no cover - the worker (coverage does not follow a fork)
                 _work(parent, tasks, threads, numbers, results_end, inherited=(*children, results))
             os.close(results_end)
             children[results] = pid
-        os.close(numbers)
         received = {pipe: bytearray() for pipe in children}
         with selectors.DefaultSelector() as selector:
             for pipe in children:
@@ -222,6 +226,7 @@ def _forked(tasks: list[list[Entry]], workers: int, threads: int) -> Generator[t
                             raise value
                         yield value
     finally:
+        os.close(numbers)
         for pipe, pid in children.items():  # done, failed or interrupted: no worker outlives the call
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
