@@ -39,6 +39,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TREE = Path(__file__).resolve().parents[1]
@@ -125,6 +126,14 @@ def make_many(folder: Path, count: int, size_mb: int) -> None:
         shutil.copyfile(folder / "model_0.pt", folder / f"model_{index}.pt")
 
 
+def prepared(path: Path, make: Callable[[Path], None]) -> Path:
+    """``path``, made by ``make`` unless an earlier run kept it (``--keep``), read once into the page cache."""
+    if not path.exists():
+        make(path)
+    warm(path)
+    return path
+
+
 def warm(*paths: Path) -> None:
     for path in paths:
         files = sorted(path.iterdir()) if path.is_dir() else [path]
@@ -154,20 +163,18 @@ def main() -> int:
         ckptdoctor = str(install(work))
         print(f"measuring {ckptdoctor} (installed with pip from {TREE}); {os.cpu_count()} CPUs; {args.repeat} runs of each")
         if "load" in only:
-            big = data / f"state-{args.size_mb}mb-{args.tensors}.pt"
-            if not big.exists():
-                make_torch_file(big, args.size_mb, args.tensors)
-            warm(big)
+            big = prepared(
+                data / f"state-{args.size_mb}mb-{args.tensors}.pt", lambda path: make_torch_file(path, args.size_mb, args.tensors)
+            )
             torch_load = [sys.executable, "-c", f"import torch; torch.load({str(big)!r}, weights_only=True)"]
             torch_runs, verify_runs = alternate(torch_load, [ckptdoctor, "verify", str(big)], args.repeat)
             print(f"{big.stat().st_size / 1e6:.0f} MB torch.save file:\n  torch.load   {torch_runs}\n  verify       {verify_runs}")
             results |= {"torch_load_s": torch_runs.median, "verify_s": verify_runs.median, "verify_rss_mib": max(verify_runs.rss_mib)}
             results["verify_vs_torch_load"] = torch_runs.median / verify_runs.median
         if "deep" in only:
-            deep = data / f"state-{args.deep_size_mb}mb-{args.tensors}.pt"
-            if not deep.exists():
-                make_torch_file(deep, args.deep_size_mb, args.tensors)
-            warm(deep)
+            deep = prepared(
+                data / f"state-{args.deep_size_mb}mb-{args.tensors}.pt", lambda path: make_torch_file(path, args.deep_size_mb, args.tensors)
+            )
             size = deep.stat().st_size
             cat_runs, deep_runs = alternate(
                 ["sh", "-c", f"cat {str(deep)!r} > /dev/null"], [ckptdoctor, "verify", "--deep", str(deep)], args.repeat
@@ -177,10 +184,7 @@ def main() -> int:
             results |= {"cat_gb_per_s": size / cat_runs.median / 1e9, "deep_gb_per_s": size / deep_runs.median / 1e9}
             results["deep_throughput_vs_cat"] = cat_runs.median / deep_runs.median
         if "jobs" in only:
-            many = data / f"many-{args.files}x{args.file_mb}mb"
-            if not many.exists():
-                make_many(many, args.files, args.file_mb)
-            warm(many)
+            many = prepared(data / f"many-{args.files}x{args.file_mb}mb", lambda path: make_many(path, args.files, args.file_mb))
             one, two = alternate(
                 [ckptdoctor, "verify", "--deep", "--jobs", "1", str(many)],
                 [ckptdoctor, "verify", "--deep", "--jobs", "2", str(many)],
