@@ -1,4 +1,4 @@
-"""``verify --jobs N`` reads files in forked workers (``pipelines/verify._forked``): the same
+"""``verify --jobs N`` reads files in forked workers (``parallel.forked``): the same
 reports as one process, every file read exactly once, a worker's failure raised in the parent,
 a worker that dies never taken for a clean read, and no worker left behind.
 """

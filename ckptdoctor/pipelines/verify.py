@@ -11,18 +11,13 @@ import contextlib
 import dataclasses
 import errno
 import os
-import selectors
-import signal
-import struct
-import traceback
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NoReturn
 
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
-from ckptdoctor.parallel import cores, start_worker
+from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, scan
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers._deep import numpy
@@ -151,8 +146,13 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     if deep:
         numpy()  # imported once, before the fork: the workers share its pages
     tasks = _batches(entries, min(TASKS_PER_WORKER * jobs, MAX_TASKS))
+    threads = 1 if deep else 0
     done: set[int] = set()
-    with contextlib.closing(_forked(tasks, min(jobs, len(tasks)), 1 if deep else 0)) as results:
+
+    def read_task(number: int) -> dict[str, FileReport]:
+        return {entry.os_path: verify_file(entry, threads) for entry in tasks[number]}
+
+    with contextlib.closing(forked(read_task, len(tasks), jobs)) as results:
         for number, batch in results:
             done.add(number)
             reports.update(batch)
@@ -167,105 +167,6 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
 TASKS_PER_WORKER = 32
 """Tasks the files are dealt into, per worker: each worker takes the next when it is done, so the
 workers end together, within one small task of each other, however the machine slows one."""
-MAX_TASKS = 1024
-"""Their numbers fill 4 KiB, written to a pipe before any worker reads it: less than any pipe holds."""
-_TASK = struct.Struct("<I")
-"""A task's number, as the workers read it from their common pipe."""
-_FRAME = struct.Struct("<Q")
-"""The length that leads each pickled frame a worker sends."""
-
-
-def _forked(tasks: list[list[Entry]], workers: int, threads: int) -> Generator[tuple[int, dict[str, FileReport]], None, None]:
-    """(task number, the reports of its files) for each task, as each is done, read in ``workers``
-    forked processes with ``threads`` threads each.
-
-    Lighter than a process pool: no ``multiprocessing`` to import, no threads feeding queues, no
-    entries pickled. The workers are forked with the tasks in memory, take the next task's number
-    from a pipe (a read of 4 bytes is atomic) and send back each task's reports, pickled, on a
-    pipe of their own; they end with ``os._exit``, with nothing to tear down. A worker that fails
-    sends its exception, which is raised here; on Ctrl-C (which the workers ignore), an error, or
-    when the caller stops early, every worker is killed."""
-    # only a pool needs it: verify of a few files starts without it
-    import pickle
-
-    numbers, numbers_end = os.pipe()
-    # every task's number, written before any worker starts: once read to its end the pipe is empty
-    os.write(numbers_end, b"".join(_TASK.pack(number) for number in range(len(tasks))))
-    os.close(numbers_end)
-    parent = os.getpid()
-    children: dict[int, int] = {}  # result pipe -> pid
-    try:
-        for _ in range(workers):
-            results, results_end = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:  # out of processes: the workers forked so far are stopped below
-                os.close(results)
-                os.close(results_end)
-                raise
-            if pid == 0:  # pragma: no cover - the worker (coverage does not follow a fork)
-                _work(parent, tasks, threads, numbers, results_end, inherited=(*children, results))
-            os.close(results_end)
-            children[results] = pid
-        received = {pipe: bytearray() for pipe in children}
-        with selectors.DefaultSelector() as selector:
-            for pipe in children:
-                selector.register(pipe, selectors.EVENT_READ)
-            while selector.get_map():
-                for key, _ in selector.select():
-                    chunk = os.read(key.fd, 1 << 20)
-                    if not chunk:  # the worker is done (a task it took and never sent is found missing)
-                        selector.unregister(key.fd)
-                        continue
-                    frames = received[key.fd]
-                    frames += chunk
-                    while len(frames) >= _FRAME.size and len(frames) >= _FRAME.size + (length := _FRAME.unpack_from(frames)[0]):
-                        value = pickle.loads(frames[_FRAME.size : _FRAME.size + length])
-                        del frames[: _FRAME.size + length]
-                        if isinstance(value, BaseException):
-                            raise value
-                        yield value
-    finally:
-        os.close(numbers)
-        for pipe, pid in children.items():  # done, failed or interrupted: no worker outlives the call
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(pipe)
-
-
-def _work(
-    parent: int, tasks: list[list[Entry]], threads: int, numbers: int, results: int, inherited: tuple[int, ...]
-) -> NoReturn:  # pragma: no cover
-    """A forked worker: the tasks whose numbers it takes, each task's reports sent as one frame.
-    Whatever happens, it ends here, never back in the parent's code."""
-    code = 0
-    try:
-        for pipe in inherited:
-            os.close(pipe)
-        start_worker(parent)
-        while claimed := os.read(numbers, _TASK.size):
-            (number,) = _TASK.unpack(claimed)
-            _send(results, (number, {entry.os_path: verify_file(entry, threads) for entry in tasks[number]}))
-    except BaseException as error:  # handed to the parent, which raises it
-        code = 1
-        with contextlib.suppress(BaseException):
-            try:
-                _send(results, error)
-            except BaseException:  # an exception that does not pickle: its traceback does
-                _send(results, RuntimeError(traceback.format_exc()))
-    finally:
-        os._exit(code)
-
-
-def _send(pipe: int, value: object) -> None:
-    # imported by _forked before the fork
-    import pickle
-
-    data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_FRAME.pack(len(data)) + data)
-    while view:
-        view = view[os.write(pipe, view) :]
 
 
 def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
