@@ -3,7 +3,7 @@ dtype ckptdoctor scans is counted wherever it lies (the first value, the last, e
 block's or a part's edge), finite values never are, zeros and CRC-32s come out as the bytes say,
 one thread or several, and a file cut while it is read is reported, never a crash.
 
-The reference is torch: each dtype is widened to float32 (or split into its complex parts) and
+The reference is torch: each dtype is widened to float64 (or split into its complex parts) and
 asked ``isnan`` / ``isfinite``, a computation independent of the one-pass test the scan makes.
 """
 
@@ -43,7 +43,8 @@ def _finite(dtype: str, count: int) -> torch.Tensor:
 
 
 def _specials(dtype: str) -> list[complex]:
-    """The non-finite values this dtype holds (those it has no encoding for become NaN)."""
+    """The non-finite values to write in this dtype (where it has no Inf, torch makes it NaN or
+    saturates it: ``_special``)."""
     if dtype.startswith("complex"):
         nan, inf = float("nan"), float("inf")
         return [complex(nan, 0), complex(0, inf), complex(-inf, nan), complex(1, -inf)]
