@@ -13,8 +13,9 @@ the smallest size, and would hide a super-linear step there); the marginal time 
 previous size; and the peak RSS of the child (ru_maxrss, read by a wrapper process). At the end,
 per command: the least-squares slope of time against files (µs per file) and its intercept, and
 each step where the net time per file grows by more than 25% from one size to the next: a
-super-linear step. `find -printf` is the machine's baseline
-(its own slope is printed too: on a noisy machine, a step that find takes as well is noise).
+super-linear step. `find -printf` is the machine's baseline: its own figures are printed too, and
+each super-linear step shows find's growth over the same step (where find slowed as much, the
+machine did: this one is shared and noisy).
 
 The commands: `ckptdoctor inspect --format json DIR` and `ckptdoctor prune --dry-run --keep-last 3
 --min-age 0 --format json DIR`, run from a wheel of this tree installed in a temporary venv
@@ -64,12 +65,18 @@ def slope(points: list[Point]) -> tuple[float, float]:
     return per_file * 1e6, mean_t - per_file * mean_n
 
 
-def super_linear_steps(points: list[Point]) -> list[str]:
+def growths(points: list[Point]) -> list[float]:
+    """How much the net time per file grows from each size to the next."""
+    return [after.per_file / before.per_file if before.per_file else 1.0 for before, after in itertools.pairwise(points)]
+
+
+def super_linear_steps(points: list[Point], baseline: list[Point]) -> list[str]:
+    """Steps where the net time per file grows by more than SUPER_LINEAR, each with find's growth
+    over the same step: where find slowed as much, the machine did."""
     steps = []
-    for before, after in itertools.pairwise(points):
-        growth = after.per_file / before.per_file if before.per_file else 1.0
+    for before, growth, machine in zip(points, growths(points), growths(baseline), strict=False):
         if growth > SUPER_LINEAR:
-            steps.append(f"{before.files:,} -> {after.files:,} files: net time per file x{growth:.2f}")
+            steps.append(f"from {before.files:,} files x{growth:.2f} (find x{machine:.2f})")
     return steps
 
 
@@ -124,7 +131,7 @@ def main() -> None:
             )
             for name, series in points.items():
                 per_file, intercept = slope(series)
-                steps = super_linear_steps(series)
+                steps = super_linear_steps(series, points["find"])
                 verdict = "; ".join(steps) if steps else "none"
                 print(f"  {name:<8} slope {per_file:7.2f} µs/file, intercept {intercept:6.3f} s; super-linear steps: {verdict}")
     finally:
