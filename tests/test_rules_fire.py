@@ -422,7 +422,7 @@ def test_ckd111_quiet_beside_burn_logs_and_metric_folders(tmp_path, inspect_json
 
 
 def test_ckd112_fires_for_mixed_precision(tmp_path, inspect_json):
-    folder = burn(tmp_path)
+    folder = burn(tmp_path, epochs=range(1, 10))
     half = BurnModel(SMALL_MODEL.params, dtype="F16")
     (folder / "model-5.bpk").write_bytes(half.model_record())
     result = inspect_json(folder)
@@ -430,6 +430,8 @@ def test_ckd112_fires_for_mixed_precision(tmp_path, inspect_json):
     finding = assert_fires(report, "CKD112", "warning", folder, None, None)
     assert "F16" in finding["message"] and "F32" in finding["message"]
     assert "model" in finding["message"]
+    # the F32 range leaves epoch 5 out: no range covers a checkpoint saved the other way
+    assert "(F32) in epochs 1–4 and 6–9" in finding["message"] and "(F16) in epoch 5" in finding["message"], finding["message"]
     assert result.exit_code == 0
 
 

@@ -632,7 +632,8 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
         if len(labels) < 2 or role is Role.TEMP:
             continue
         ordered = sorted(((label, sorted(indexes)) for label, indexes in labels.items()), key=lambda item: item[1][0])
-        parts = "; ".join(f"{label} in {_span(run.unit.value, indexes)}" for label, indexes in ordered)
+        place = {checkpoint.index: position for position, checkpoint in enumerate(run.checkpoints)}
+        parts = "; ".join(f"{label} in {_span(run.unit.value, indexes, place)}" for label, indexes in ordered)
         yield ctx.finding(MIXED_FORMATS, f"{role.value} files are saved in {len(labels)} ways: {parts}")
 
 
@@ -641,12 +642,21 @@ def _index_of(ctx: RunContext, file: CheckpointFile) -> int | None:
     return claim.number if claim else None
 
 
-def _span(unit: str, indexes: list[int]) -> str:
-    """``epoch 5``, ``epochs 3 and 4``, ``epochs 1–9``."""
-    if len(indexes) == 1:
-        return f"{unit} {indexes[0]}"
-    joined = f"{indexes[0]} and {indexes[1]}" if len(indexes) == 2 else f"{indexes[0]}–{indexes[-1]}"
-    return f"{unit}s {joined}"
+def _span(unit: str, indexes: list[int], place: dict[int, int]) -> str:
+    """``epoch 5``, ``epochs 3 and 4``, ``epochs 1–9``, ``epochs 1–4 and 6–9``: ``indexes`` (in
+    order) as stretches of the run's consecutive checkpoints (``place``: each index's position in
+    the run), so that a range never covers a checkpoint saved the other way."""
+    stretches: list[list[int]] = []
+    for index in indexes:
+        if stretches and place[index] == place[stretches[-1][-1]] + 1:
+            stretches[-1].append(index)
+        else:
+            stretches.append([index])
+    items: list[str] = []
+    for stretch in stretches:
+        items += [str(i) for i in stretch] if len(stretch) < 3 else [f"{stretch[0]}–{stretch[-1]}"]
+    joined = items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+    return f"{unit}{'s' if len(indexes) > 1 else ''} {joined}"
 
 
 _NAMING_ROLES = frozenset({Role.SHARD_INDEX, Role.METADATA})
