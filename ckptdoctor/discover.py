@@ -149,33 +149,12 @@ def _list(os_dir: str, shown_dir: str) -> tuple[tuple[Entry, ...], list[tuple[st
                 # ELOOP and friends: a symlink that cannot be resolved is as good as dangling
                 entries.append(Entry(name, shown, item.path, 0, is_symlink=True, dangling=True))
                 continue
-            if is_symlink or info.st_mode & _KIND != _FILE:
-                entry = _entry(name, shown, item.path, info, is_symlink)
-                entries.append(entry._replace(link=_readlink(item.path)) if is_symlink else entry)
-                continue
-            # a plain file, the case of nearly every entry of a big run: built in place, positionally
-            entries.append(
-                Entry(
-                    name,
-                    shown,
-                    item.path,
-                    info.st_size,
-                    False,
-                    False,
-                    False,
-                    (info.st_dev, info.st_ino),
-                    info.st_mtime,
-                    None,
-                    info.st_nlink,
-                )
-            )
+            entries.append(_entry(name, shown, item.path, info, is_symlink, _readlink(item.path) if is_symlink else None))
     return tuple(entries), subfolders
 
 
 _NEVER_PART_OF_A_RUN = frozenset({OWN_FOLDER, MOVED_ASIDE})
 """ckptdoctor's lock, journal and trash, and what a fix moved aside."""
-_KIND = 0o170000  # the file-type bits of st_mode (what stat.S_IFMT keeps)
-_FILE = stat.S_IFREG
 
 
 def _readlink(path: str) -> str | None:
@@ -185,19 +164,11 @@ def _readlink(path: str) -> str | None:
         return None
 
 
-def _entry(name: str, shown: str, os_path: str, info: os.stat_result, is_symlink: bool) -> Entry:
+def _entry(name: str, shown: str, os_path: str, info: os.stat_result, is_symlink: bool, link: str | None = None) -> Entry:
     is_dir = stat.S_ISDIR(info.st_mode)
-    return Entry(
-        name=name,
-        path=shown,
-        os_path=os_path,
-        size=0 if is_dir else info.st_size,
-        is_dir=is_dir,
-        is_symlink=is_symlink,
-        inode=(info.st_dev, info.st_ino),
-        mtime=info.st_mtime,
-        links=info.st_nlink,
-    )
+    # positional: a big run makes one per file, and keywords cost a NamedTuple several times more
+    size = 0 if is_dir else info.st_size
+    return Entry(name, shown, os_path, size, is_dir, is_symlink, False, (info.st_dev, info.st_ino), info.st_mtime, link, info.st_nlink)
 
 
 def _reason(error: OSError) -> str:

@@ -25,7 +25,7 @@ class NotRegular(OSError):
     """The path is a FIFO, socket, device or folder, not a regular file."""
 
 
-def open_regular(path: str, flags: int = 0, dir_fd: int | None = None) -> int:
+def open_regular(path: str | bytes, flags: int = 0, dir_fd: int | None = None) -> int:
     """A read-only descriptor of the regular file at ``path`` (``flags`` added, e.g. O_NOATIME).
     Relative to ``dir_fd``, a symlink is refused too: ckptdoctor's own files are never links."""
     if dir_fd is not None:
@@ -40,6 +40,20 @@ def open_regular(path: str, flags: int = 0, dir_fd: int | None = None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def open_to_read(path: str | bytes) -> int:
+    """``open_regular`` for a scan: access times left alone (``O_NOATIME``) where the user may ask
+    for that, which only a file's owner may."""
+    try:
+        return open_regular(path, _NOATIME)
+    except PermissionError:
+        if not _NOATIME:
+            raise
+        return open_regular(path)
+
+
+_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:

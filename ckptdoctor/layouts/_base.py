@@ -806,15 +806,10 @@ def _checkpoint(
         counted = (best, *(f for f in files if Role.TEMP in f.roles))
     present = {role for f in counted for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
-    if staged:
-        # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
-        # repeated) save: its own finding (CKD202), not a checkpoint cut short
-        whole = {f.entry.name for f in files if Role.TEMP not in f.roles}
-        judged = [
-            f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)
-        ]
-    else:
-        judged = [f for f in counted if not advisory.issuperset(f.roles)] if advisory else [f for f in counted if f.roles]
+    # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
+    # repeated) save: its own finding (CKD202), not a checkpoint cut short
+    whole = {f.entry.name for f in files if Role.TEMP not in f.roles} if staged else set()
+    judged = [f for f in counted if (Role.TEMP not in f.roles or temp_base(f.entry.name) not in whole) and not advisory.issuperset(f.roles)]
     problems = {problem for f in judged if f.report.issues for problem in f.report.problems}
     if (staged and any(Role.TEMP in f.roles for f in judged)) or problems & _PARTIAL:
         status = Status.PARTIAL
@@ -826,7 +821,7 @@ def _checkpoint(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    unread = tuple(f.name for f in files if len(f.roles) > 1 and Role.POINTER not in f.roles and roles_in(f.report) is None)
+    unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
     return Checkpoint(index, files, status, missing, absent, folder, unread, zeroed)
 
 
@@ -852,7 +847,7 @@ class _ContentCheck:
         self.judged: dict[int, FileReport] = {}
 
     def __call__(self, entry: Entry) -> FileReport:
-        report = _report(entry, self.probe) if entry.is_dir or entry.dangling else self.probe(entry)
+        report = _report(entry, self.probe)
         if report.issues:
             return report
         judged = self.judged.get(id(report))

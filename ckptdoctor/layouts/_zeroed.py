@@ -29,13 +29,13 @@ _What = tuple[object, ...]
 def find_zeroed(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[int, tuple[Zeroed, ...]]:
     """For checkpoints in index order: the bytes of each that are all zero where the previous
     reading of the same tensor, item or file tail held data."""
-    if not any(f.report.spans for _, files in saves for f in files):
-        return _zeroed_tails(saves)
+    read_whole = any(f.report.spans for _, files in saves for f in files)
+    tails: dict[int, bool | None] = {}
     previous: dict[_What, tuple[int, bool]] = {}  # what -> (index, all zero) where last read
     found: dict[int, tuple[Zeroed, ...]] = {}
     for index, files in saves:
         hits: dict[tuple[str, int], list[str]] = {}
-        for what, zero, path, region in _readings(files):
+        for what, zero, path, region in _readings(files) if read_whole else _tails(files, tails):
             before = previous.get(what)
             if zero and before is not None and not before[1]:
                 hits.setdefault((path, before[0]), []).append(region)
@@ -45,31 +45,19 @@ def find_zeroed(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[i
     return found
 
 
-def _zeroed_tails(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[int, tuple[Zeroed, ...]]:
-    """``find_zeroed`` after header reads, where a file's tail is all there is to compare: one
-    pass, each report's verdict looked up once (a big run's clean files share a few reports)."""
-    previous: dict[_What, tuple[int, bool]] = {}
-    found: dict[int, tuple[Zeroed, ...]] = {}
-    tails: dict[int, bool | None] = {}  # report -> whether its tail is zero; None: not compared
-    for index, files in saves:
-        hits: list[Zeroed] = []
-        for file in files:
-            report = file.report
-            if id(report) in tails:
-                zero = tails[id(report)]
-            else:
-                tail = report.fact(TAIL_ZERO) if not report.issues or report.problems <= _READ_CLEANLY else None
-                zero = tails[id(report)] = None if tail is None else tail == "yes"
-            if zero is None or Role.TEMP in file.roles:
-                continue
-            what = (file.prefix, file.roles, report.format), None
-            before = previous.get(what)
-            if zero and before is not None and not before[1]:
-                hits.append(Zeroed(file.path, (), before[0]))
-            previous[what] = (index, zero)
-        if hits:
-            found[index] = tuple(hits)
-    return found
+def _tails(files: Sequence[CheckpointFile], tails: dict[int, bool | None]) -> Iterator[tuple[_What, bool, str, str]]:
+    """``_readings`` after header reads, where each cleanly read file's tail is all there is:
+    whether a report's tail is zero is looked up once (``tails``, by report; None where the file
+    was not read cleanly or has no tail read), as a big run's clean files share a few reports."""
+    for file in files:
+        report = file.report
+        if id(report) in tails:
+            zero = tails[id(report)]
+        else:
+            tail = report.fact(TAIL_ZERO) if report.problems <= _READ_CLEANLY else None
+            zero = tails[id(report)] = None if tail is None else tail == "yes"
+        if zero is not None and Role.TEMP not in file.roles:
+            yield ((file.prefix, file.roles, report.format), None), zero, file.path, ""
 
 
 def _readings(files: Sequence[CheckpointFile]) -> Iterator[tuple[_What, bool, str, str]]:

@@ -33,18 +33,15 @@ directly.
 from __future__ import annotations
 
 import contextlib
-import errno
 import operator
 import os
-import stat
 from collections.abc import Callable, Iterable
 from typing import TypeAlias
 
+from ckptdoctor.regular import open_to_read
+
 Edges: TypeAlias = bytes | tuple[bytes, bytes] | None
 ReadEdges: TypeAlias = Callable[[Iterable[bytes], Iterable[int], int, int, int], list[Edges]]
-
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def python_read_edges(paths: Iterable[bytes], sizes: Iterable[int], head: int, tail: int, threads: int = 1) -> list[Edges]:
@@ -64,28 +61,15 @@ def python_read_edges(paths: Iterable[bytes], sizes: Iterable[int], head: int, t
             raise TypeError(f"sizes must be int, not {type(size).__name__}")
         if size < 0:
             raise ValueError("a size must not be negative")
-    noatime = _NOATIME
     found: list[Edges] = []
     for path, size in zip(paths, sizes, strict=True):
         try:
-            fd = os.open(path, _FLAGS | noatime)
-        except PermissionError as error:
-            if error.errno != errno.EPERM or not noatime:
-                found.append(None)
-                continue
-            noatime = 0  # only a file's owner may ask for O_NOATIME: stop asking, as the C one does
-            try:
-                fd = os.open(path, _FLAGS)
-            except OSError:
-                found.append(None)
-                continue
+            fd = open_to_read(path)  # refused unless regular, as in C
         except OSError:
             found.append(None)
             continue
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                found.append(None)
-            elif size <= head + tail:
+            if size <= head + tail:
                 found.append(_read_full(fd, size, 0))
             else:
                 found.append((_read_full(fd, head, 0), _read_full(fd, tail, size - tail)))

@@ -11,7 +11,7 @@ import io
 import os
 from collections.abc import Iterator
 
-from ckptdoctor.regular import open_regular
+from ckptdoctor.regular import open_to_read
 
 HEAD = 16 * 1024
 TAIL = 4 * 1024
@@ -20,7 +20,6 @@ TAIL_ZERO = "zero-tail"
 MAX_HEADER = 16 * 1024 * 1024
 """The longest header a reader may ask for; a declared header beyond this is itself a finding."""
 CHUNK = 1024 * 1024
-_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 class Sample:
@@ -86,11 +85,7 @@ class FileSample(Sample):
     @classmethod
     def open(cls, os_path: str, size: int | None = None) -> FileSample:
         """Open a file; ``size`` from a fresh stat saves a syscall per file on big scans."""
-        try:
-            # O_NOATIME keeps a scan from touching access times; only a file's owner may ask
-            fd = open_regular(os_path, _NOATIME)
-        except PermissionError:
-            fd = open_regular(os_path)
+        fd = open_to_read(os_path)
         try:
             return cls(fd, size)
         except BaseException:

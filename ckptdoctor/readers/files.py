@@ -256,11 +256,11 @@ def _judged_whole(whole: bytes, name: str, named: NamedFiles) -> FileReport:
     """``read_header`` of a file read whole in one read, judged once per content: a run saves
     the same small files again and again (burn's scheduler and optimizer records, HF's
     ``training_args.bin``, pointer files). Readers are pure functions of the bytes, and the name
-    picks how they are read in two ways only: a name of its own (one a framework names, a
-    format's metadata file, a DCP data file, a shard index) picks its reader, so such a file is
-    remembered under its whole name; any other is judged by what its suffixes promise, so it is
-    remembered under its suffixes, from the first dot on."""
-    if name in named or name in _NAME_PICKS_READER or name.endswith(_SUFFIX_PICKS_READER):
+    picks how they are read in two ways only: a reader that is handed the name (a file a
+    framework names, a format's metadata file, a shard index) may say it, so such a file is
+    remembered under its whole name; any other is judged by its suffixes (what they promise, or
+    a DCP data file's), so it is remembered under its suffixes, from the first dot on."""
+    if name in named or name in _NAME_PICKS_READER or hfjson.is_index(name):
         key = (whole, True, name)
     else:
         dot = name.find(".")
@@ -317,8 +317,6 @@ class HeaderReads:
 
 _NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA}
 """Names whose reader their name picks, whatever the table of named files says."""
-_SUFFIX_PICKS_READER = (dcp.DATA_SUFFIX, *hfjson.INDEX_SUFFIXES)
-"""Suffixes whose files' reader their name picks: what ``dcp.is_data_file`` and ``hfjson.is_index`` test."""
 _BY_CONTENT: dict[tuple[bytes, bool, str], FileReport] = {}
 _BY_CONTENT_MAX = 256
 """Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
