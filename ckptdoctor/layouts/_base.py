@@ -441,6 +441,7 @@ class FolderLayout(Layout):
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
         newest = self.committed([f for f in loose if Role.POINTER in f.roles])
         zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
+        verdicts: _Verdicts = {}
         checkpoints = [
             _checkpoint(
                 claim.number,
@@ -452,6 +453,7 @@ class FolderLayout(Layout):
                 self.absent(files, every),
                 frozenset(self.advisory),
                 zeros.get(claim.number, ()),
+                verdicts=verdicts,
             )
             for claim, folder, files in saved
         ]
@@ -604,8 +606,17 @@ def group(
     if weights_only:
         required = without_training_state(required)
     zeros = find_zeroed(saves)
+    verdicts: _Verdicts = {}
     checkpoints = tuple(
-        _checkpoint(index, tuple(files), required, listing.single_file, zeroed=zeros.get(index, ()), whole_saves=layout.whole_saves)
+        _checkpoint(
+            index,
+            tuple(files),
+            required,
+            listing.single_file,
+            zeroed=zeros.get(index, ()),
+            whole_saves=layout.whole_saves,
+            verdicts=verdicts,
+        )
         for index, files in saves
     )
     return Run(
@@ -794,11 +805,50 @@ def _checkpoint(
     advisory: frozenset[Role] = frozenset(),
     zeroed: tuple[Zeroed, ...] = (),
     whole_saves: bool = False,
+    verdicts: _Verdicts | None = None,
 ) -> Checkpoint:
+    """The checkpoint ``files`` make, and its verdict. A run's checkpoints mostly repeat a few
+    shapes (the same roles, with the same shared reports): ``verdicts``, kept for one run, holds
+    each shape's verdict once it is worked out. A shape holds what the verdict depends on
+    beyond the names, so only checkpoints whose names play no part are looked up there: none of
+    their files is a staging file, and no two are whole saves of one index."""
     files = tuple(sorted(files, key=_file_order))
-    counted = files
     staged = any(Role.TEMP in f.roles for f in files)
-    if whole_saves and len(saves := [f for f in files if Role.TEMP not in f.roles]) > 1:
+    several_saves = whole_saves and sum(Role.TEMP not in f.roles for f in files) > 1
+    if verdicts is None or staged or several_saves:
+        return _judged(index, files, required, single, folder, absent, advisory, zeroed, staged, several_saves)
+    # ids of reports the run's files hold alive: stable while ``verdicts`` is in use
+    shape = (required, single, advisory, bool(absent), any(z.read_whole for z in zeroed), tuple((f.roles, id(f.report)) for f in files))
+    verdict = verdicts.get(shape)
+    if verdict is None:
+        judged = _judged(index, files, required, single, folder, absent, advisory, zeroed, staged, several_saves)
+        unread = tuple(_roles_unread(f) for f in files)
+        verdict = verdicts[shape] = (judged.status, judged.missing, unread)
+        return judged
+    status, missing, unread = verdict
+    roles_unread = tuple(f.name for f, skipped in zip(files, unread, strict=True) if skipped) if any(unread) else ()
+    return Checkpoint(index, files, status, missing, absent, folder, roles_unread, zeroed)
+
+
+_Verdicts = dict[tuple[object, ...], tuple[Status, tuple[Role, ...], tuple[bool, ...]]]
+"""Verdicts (status, missing roles, which files' roles are unread) by checkpoint shape, for one run."""
+
+
+def _judged(
+    index: int,
+    files: tuple[CheckpointFile, ...],
+    required: tuple[Role, ...],
+    single: bool,
+    folder: Entry | None,
+    absent: tuple[str, ...],
+    advisory: frozenset[Role],
+    zeroed: tuple[Zeroed, ...],
+    staged: bool,
+    several_saves: bool,
+) -> Checkpoint:
+    counted = files
+    if several_saves:
+        saves = [f for f in files if Role.TEMP not in f.roles]
         # each file is a whole save of this index: the checkpoint is what the best of them holds,
         # named first (the resume names files[0]); the others are copies with findings of their own
         best = min(saves, key=lambda f: (bool(f.report.problems & _UNUSABLE), -len(set(f.roles) & set(required)), f.entry.name))
@@ -821,8 +871,12 @@ def _checkpoint(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    unread = tuple(f.name for f in files if f.bundled and Role.POINTER not in f.roles and roles_in(f.report) is None)
-    return Checkpoint(index, files, status, missing, absent, folder, unread, zeroed)
+    return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in files if _roles_unread(f)), zeroed)
+
+
+def _roles_unread(file: CheckpointFile) -> bool:
+    """Whether ``file`` is bundled and only its name tells its roles."""
+    return file.bundled and Role.POINTER not in file.roles and roles_in(file.report) is None
 
 
 def _file_order(file: CheckpointFile) -> tuple[int, str]:

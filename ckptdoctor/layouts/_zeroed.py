@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from ckptdoctor.model import CheckpointFile, Problem, Role, Zeroed
+from ckptdoctor.model import CheckpointFile, FileReport, Problem, Role, Zeroed
 from ckptdoctor.readers._sample import TAIL_ZERO
 
 _READ_CLEANLY = frozenset({Problem.LEGACY})
@@ -29,7 +29,10 @@ _What = tuple[object, ...]
 def find_zeroed(saves: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> dict[int, tuple[Zeroed, ...]]:
     """For checkpoints in index order: the bytes of each that are all zero where the previous
     reading of the same tensor, item or file tail held data."""
-    read_whole = any(f.report.spans for _, files in saves for f in files)
+    reports = {id(f.report): f.report for _, files in saves for f in files}.values()  # a big run's files share a few
+    read_whole = any(report.spans for report in reports)
+    if not read_whole and not any(_zero_tail(report) for report in reports):
+        return {}  # no tail reads as zero: none can have lost data (a healthy run)
     tails: dict[int, bool | None] = {}
     previous: dict[_What, tuple[int, bool]] = {}  # what -> (index, all zero) where last read
     found: dict[int, tuple[Zeroed, ...]] = {}
@@ -54,10 +57,16 @@ def _tails(files: Sequence[CheckpointFile], tails: dict[int, bool | None]) -> It
         if id(report) in tails:
             zero = tails[id(report)]
         else:
-            tail = report.fact(TAIL_ZERO) if report.problems <= _READ_CLEANLY else None
-            zero = tails[id(report)] = None if tail is None else tail == "yes"
+            zero = tails[id(report)] = _zero_tail(report)
         if zero is not None and Role.TEMP not in file.roles:
             yield ((file.prefix, file.roles, report.format), None), zero, file.path, ""
+
+
+def _zero_tail(report: FileReport) -> bool | None:
+    """Whether the tail a header read of a cleanly read file saw is all zero; None where there is
+    no such reading."""
+    tail = report.fact(TAIL_ZERO) if report.problems <= _READ_CLEANLY else None
+    return None if tail is None else tail == "yes"
 
 
 def _readings(files: Sequence[CheckpointFile]) -> Iterator[tuple[_What, bool, str, str]]:

@@ -9,10 +9,10 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from ckptdoctor.layouts.registry import Layout
-from ckptdoctor.model import CheckpointFile, FileReport, Finding, Role, Run, Severity
+from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._rule import Rule
@@ -34,6 +34,16 @@ class Thresholds:
     """Medians need at least this many files of a role."""
 
 
+class Kind(NamedTuple):
+    """Files of a run that share one report, their roles and their name prefix."""
+
+    report: FileReport
+    roles: tuple[Role, ...]
+    prefix: str
+    files: list[tuple[int, CheckpointFile]]
+    """With their checkpoints' indexes, in the run's order."""
+
+
 @dataclass(frozen=True)
 class RunContext:
     run: Run
@@ -50,17 +60,42 @@ class RunContext:
         return [(c.index, f) for c in self.run.checkpoints for f in c.files]
 
     @functools.cached_property
-    def by_report(self) -> list[tuple[FileReport, list[tuple[int, CheckpointFile]]]]:
-        """``files`` by the report that judged them: the reports of a big run's clean files are a
-        few shared objects, so a check that asks about content asks once per report, not per file."""
-        groups: dict[int, tuple[FileReport, list[tuple[int, CheckpointFile]]]] = {}
-        for index, file in self.files:
-            report = file.report
-            group = groups.get(id(report))
-            if group is None:
-                group = groups[id(report)] = (report, [])
-            group[1].append((index, file))
+    def by_report(self) -> list[tuple[FileReport, list[Kind]]]:
+        """The checkpoints' files by the report that judged them, and under each report by roles
+        and prefix: the reports of a big run's clean files are a few shared objects, so a check
+        that asks about content, or about one kind of file, asks once per group, not per file.
+        Reports, kinds and each kind's files come in the order of the run's files (``files``);
+        a report's first kind holds its first file."""
+        groups: dict[int, tuple[FileReport, list[Kind]]] = {}
+        kinds: dict[tuple[object, ...], Kind] = {}
+        for checkpoint in self.run.checkpoints:
+            index = checkpoint.index
+            for file in checkpoint.files:
+                report, roles = file.report, file.roles
+                key: tuple[object, ...] = (id(report), file.prefix)
+                kind = kinds.get(key)
+                # roles compared, not hashed: hashing each Role is a Python call, and a prefix
+                # nearly always has one set of roles (looked up by value where it has more)
+                if kind is not None and kind.roles != roles:
+                    key = (id(report), file.prefix, roles)
+                    kind = kinds.get(key)
+                if kind is None:
+                    kind = kinds[key] = Kind(report, roles, file.prefix, [])
+                    group = groups.get(id(report))
+                    if group is None:
+                        group = groups[id(report)] = (report, [])
+                    group[1].append(kind)
+                kind.files.append((index, file))
         return list(groups.values())
+
+    def position(self, file: tuple[int, CheckpointFile]) -> tuple[int, int]:
+        """Where one of the run's files (with its index) comes in ``files``: a sort key."""
+        index, found = file
+        return index, self._by_index[index].files.index(found)
+
+    @functools.cached_property
+    def _by_index(self) -> dict[int, Checkpoint]:
+        return {checkpoint.index: checkpoint for checkpoint in self.run.checkpoints}
 
     @property
     def fix_context(self) -> dict[str, str]:

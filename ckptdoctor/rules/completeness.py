@@ -610,18 +610,18 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
     by_report: dict[tuple[Role, int], list[int]] = defaultdict(list)
     reports: dict[int, FileReport] = {}
     unread: dict[str, bool] = {}
-    for report, files in ctx.by_report:
+    for report, kinds in ctx.by_report:
         if report.issues and report.problems - {Problem.LEGACY}:
             continue
-        for index, file in files:
-            if len(file.roles) != 1:
+        for kind in kinds:
+            if len(kind.roles) != 1:
                 continue
-            skipped = unread.get(file.prefix)
+            skipped = unread.get(kind.prefix)
             if skipped is None:
-                skipped = unread[file.prefix] = ctx.layout.unread(file.prefix) is not None
+                skipped = unread[kind.prefix] = ctx.layout.unread(kind.prefix) is not None
             if skipped:
                 continue  # not read, so not a way of saving (an OCDBT store's data files)
-            by_report[file.roles[0], id(report)].append(index)
+            by_report[kind.roles[0], id(report)].extend(index for index, _ in kind.files)
             reports[id(report)] = report
     variants: dict[Role, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for (role, report_id), indexes in by_report.items():

@@ -470,9 +470,10 @@ def device_bound(ctx: RunContext) -> Iterator[Finding]:
     """CKD305: tensors saved from a GPU or MPS device (once per run)."""
     bound = [
         (file, devices)
-        for report, files in ctx.by_report
+        for report, kinds in ctx.by_report
         if (devices := sorted({t.device for t in report.tensors or () if t.device not in ("cpu", "meta")}))
-        for _, file in files
+        for kind in kinds
+        for _, file in kind.files
     ]
     if bound:
         file, devices = bound[0]

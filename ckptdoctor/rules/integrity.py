@@ -17,7 +17,7 @@ from ckptdoctor.optimizers import state_size
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.rules import completeness, consistency, safety
-from ckptdoctor.rules._context import RunContext, make_finding
+from ckptdoctor.rules._context import Kind, RunContext, make_finding
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
 from ckptdoctor.units import size
 
@@ -545,9 +545,9 @@ def legacy_formats(ctx: RunContext) -> Iterator[Finding]:
     """CKD210, once per run and format: obsolete torch formats, a framework's superseded formats."""
     legacy = ctx.layout.legacy_formats
     by_format: dict[str, list[CheckpointFile]] = defaultdict(list)
-    for report, judged in ctx.by_report:
+    for report, kinds in ctx.by_report:
         if report.format in legacy or Problem.LEGACY in report.problems:
-            by_format[report.format].extend(file for _, file in judged)
+            by_format[report.format].extend(file for kind in kinds for _, file in kind.files)
     for fmt, files in sorted(by_format.items()):
         why = legacy.get(fmt) or next(i.detail for i in files[0].report.issues if i.problem is Problem.LEGACY)
         subject = f"{len(files)} files" if len(files) > 1 else files[0].name
@@ -565,26 +565,24 @@ def _median(values: list[int]) -> float:
 def size_outliers(ctx: RunContext) -> Iterator[Finding]:
     """CKD208 / CKD209: files far from their role's median size in the run."""
     limits = ctx.thresholds
-    by_kind: dict[tuple[tuple[Role, ...], str], list[tuple[int, int, CheckpointFile]]] = defaultdict(list)
-    sized: dict[tuple[Role, ...], bool] = {}  # a run's files carry a few distinct role tuples
-    for index, file in ctx.files:
-        if file.report.issues:
+    # the run's kinds of cleanly read files, by roles and prefix in the order of their first files
+    by_kind: dict[tuple[tuple[Role, ...], str], list[Kind]] = defaultdict(list)
+    for report, kinds in ctx.by_report:
+        if not report.issues:
+            for kind in kinds:
+                if _SIZED.issuperset(kind.roles):
+                    by_kind[kind.roles, kind.prefix].append(kind)
+    for (roles, _), kinds in sorted(by_kind.items(), key=lambda item: min(ctx.position(kind.files[0]) for kind in item[1])):
+        sizes = [file.entry.size for kind in kinds for _, file in kind.files]
+        if len(sizes) < limits.min_peers:
             continue
-        roles = file.roles
-        fits = sized.get(roles)
-        if fits is None:
-            fits = sized[roles] = _SIZED.issuperset(roles)
-        if fits:
-            by_kind[roles, file.prefix].append((file.entry.size, index, file))
-    for (roles, _), files in by_kind.items():
-        if len(files) < limits.min_peers:
-            continue
-        middle = _median([size for size, _, _ in files])
+        middle = _median(sizes)
         low, high = middle * limits.undersized, middle * limits.oversized
+        if low <= min(sizes) and max(sizes) <= high:
+            continue  # the common case, settled without a second pass over the files
         label = "bundled checkpoint" if len(roles) > 1 else roles[0].value
-        for file_size, index, file in files:
-            if low <= file_size <= high:
-                continue
+        outside = [(index, file) for kind in kinds for index, file in kind.files if not low <= file.entry.size <= high]
+        for index, file in sorted(outside, key=ctx.position) if len(kinds) > 1 else outside:
             if file.bytes < middle * limits.undersized:
                 yield ctx.finding(
                     UNDERSIZED,
