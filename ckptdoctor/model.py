@@ -17,7 +17,15 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 
-class Severity(str, enum.Enum):
+class _Word(str, enum.Enum):
+    """An enum whose members are their values' strings, hashed as those strings are: in C, and
+    once per member (``Enum`` hashes each member by its name in a Python call, and a big run
+    puts roles and problems into sets and dict keys for every file)."""
+
+    __hash__ = str.__hash__
+
+
+class Severity(_Word):
     """How bad a finding is; ordered so that thresholds (`--fail-on`) compare."""
 
     INFO = "info"
@@ -32,7 +40,7 @@ class Severity(str, enum.Enum):
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
-class Status(str, enum.Enum):
+class Status(_Word):
     """The state of one checkpoint (DESIGN §2.1)."""
 
     COMPLETE = "complete"
@@ -41,7 +49,7 @@ class Status(str, enum.Enum):
     CORRUPT = "corrupt"
 
 
-class Role(str, enum.Enum):
+class Role(_Word):
     """What a file holds for its checkpoint (DESIGN §2.2)."""
 
     MODEL = "model"
@@ -59,7 +67,7 @@ class Role(str, enum.Enum):
     """A staging artefact of an interrupted save, attributed to the checkpoint it belonged to."""
 
 
-class Unit(str, enum.Enum):
+class Unit(_Word):
     """What a run's checkpoint index counts."""
 
     EPOCH = "epoch"
@@ -68,7 +76,7 @@ class Unit(str, enum.Enum):
     SAVE = "save"
 
 
-class Problem(str, enum.Enum):
+class Problem(_Word):
     """What a reader can find wrong with one file: the one table from reader problems to rules
     and checkpoint statuses. Each value is the name of the rule that reports the problem
     (``rules.integrity`` looks it up by name; a test checks each names a rule), and ``status`` is

@@ -146,12 +146,16 @@ def _resolved(paths: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
     """Each path under its real name (what the process table shows), resolving each folder once
     (a run reached through a symlinked folder, ``/data`` -> ``/mnt/data``, still matches); and
     the real folders."""
-    folders: dict[str, str] = {}
+    folders: dict[str, str] = {}  # as given -> the real folder, with its separator
     resolved: dict[str, str] = {}
     for path in paths:
-        folder, name = os.path.split(path)
+        # not os.path.split and join: a big run has a hundred thousand paths, and these are
+        # Python functions; "a//b" keys its folder as "a/", which resolves as "a" does
+        head, separator, name = path.rpartition("/")
+        folder = head or separator
         real = folders.get(folder)
         if real is None:
-            real = folders[folder] = os.path.realpath(folder or ".")
-        resolved[os.path.join(real, name)] = path
-    return resolved, frozenset(folders.values())
+            real = os.path.realpath(folder or ".")
+            real = folders[folder] = real if real.endswith("/") else real + "/"
+        resolved[real + name] = path
+    return resolved, frozenset(real if real == "/" else real[:-1] for real in folders.values())

@@ -11,17 +11,34 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptdoctor.discover import discover
+from ckptdoctor.layouts import _base
 from ckptdoctor.layouts.registry import LAYOUTS, NAMED_FILES, layout_named
+from ckptdoctor.model import (
+    TOP_LEVEL_TENSORS,
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    FileIssue,
+    FileReport,
+    Problem,
+    Role,
+    Run,
+    Status,
+    Unit,
+    Zeroed,
+)
 from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.readers import _edges, files
 from ckptdoctor.readers._sample import HEAD, TAIL, FileSample
 from ckptdoctor.render import json as render_json
+from ckptdoctor.rules._context import RunContext
 from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 from tests.test_claims import CLAIMED
 
@@ -161,3 +178,77 @@ def test_the_compiled_reader_and_the_python_one_give_the_same_report(tmp_path: P
     folders += [CORPUS] if CORPUS.is_dir() else []
     for folder in folders:
         assert _inspect_json(folder, compiled=True) == _inspect_json(folder, compiled=False), folder
+
+
+_REPORTS = (
+    FileReport("burnpack"),
+    FileReport("torch-zip", (FileIssue(Problem.TRUNCATED, "cut short"),)),
+    FileReport("torch-zip", (FileIssue(Problem.NOT_A_CHECKPOINT, "not a checkpoint"),)),
+    FileReport("msgpack", (FileIssue(Problem.LEGACY, "old"),)),
+    FileReport("torch-zip", (), ((TOP_LEVEL_TENSORS, "0"),), keys=("model", "optimizer")),
+    FileReport("torch-zip", (), ((TOP_LEVEL_TENSORS, "0"),), keys=("epoch",)),
+    FileReport("torch-zip"),  # a bundle whose keys were not read
+)
+_ROLES = ((Role.MODEL,), (Role.OPTIMIZER,), (Role.SCHEDULER,), (Role.MODEL, Role.OPTIMIZER), (Role.TEMP,), (Role.POINTER,), (Role.CONFIG,))
+_FILE = st.tuples(
+    st.sampled_from(_ROLES), st.sampled_from(_REPORTS), st.sampled_from(["model-1.bpk", "optim-1.bpk", "a", "model-1.bpk.tmp", "b.tmp"])
+)
+_SHAPE = st.tuples(
+    st.lists(_FILE, min_size=1, max_size=4),
+    st.sampled_from([(Role.MODEL,), (Role.MODEL, Role.OPTIMIZER), (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)]),
+    st.booleans(),  # single file
+    st.sampled_from([frozenset(), frozenset({Role.CONFIG}), frozenset({Role.SCHEDULER})]),
+    st.booleans(),  # absent files
+    st.booleans(),  # zeros read whole
+    st.booleans(),  # whole saves
+)
+
+
+@given(st.lists(_SHAPE, min_size=1, max_size=12))
+def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: list[tuple[Any, ...]]) -> None:
+    """Checkpoints judged with one run's memo of verdicts by shape are the checkpoints judged
+    one by one, whatever shapes repeat: names, staging files and whole saves included."""
+    verdicts: _base._Verdicts = {}
+    for index, (made, required, single, advisory, absent, whole, whole_saves) in enumerate(shapes * 2):
+        files = tuple(
+            CheckpointFile(Entry(name, f"run/{position}/{name}", f"run/{position}/{name}", 10), roles, name.split("-")[0], report)
+            for position, (roles, report, name) in enumerate(made)
+        )
+        zeroed = (Zeroed(files[0].path, ("w",) if whole else (), index - 1),)
+        args = (index, files, required, single, None, ("x",) if absent else (), advisory, zeroed, whole_saves)
+        assert _base._checkpoint(*args, verdicts=verdicts) == _base._checkpoint(*args)
+
+
+@given(st.lists(st.lists(_FILE, min_size=1, max_size=4), min_size=1, max_size=10))
+def test_files_by_report_and_kind_keep_the_runs_order(made: list[list[tuple[Any, ...]]]) -> None:
+    """Every file once, in its report's and its kind's group; reports, kinds and files in the
+    order of the run's files, which the checks that walk the groups rely on for their output."""
+    checkpoints = tuple(
+        Checkpoint(
+            index,
+            tuple(
+                # equal roles as equal tuples that are not the same object, as claims make them
+                CheckpointFile(Entry(name, f"run/{index}-{i}-{name}", "", 1), tuple(list(roles)), name[:1], report)
+                for i, (roles, report, name) in enumerate(files)
+            ),
+            Status.COMPLETE,
+        )
+        for index, files in enumerate(made)
+    )
+    context = RunContext(Run("run", "burn", Unit.EPOCH, checkpoints, ()), layout_named("burn"))
+    order = [file.path for _, file in context.files]
+    grouped = [(report, kind) for report, kinds in context.by_report for kind in kinds]
+    assert sorted(file.path for _, kind in grouped for _, file in kind.files) == sorted(order)
+    for report, kind in grouped:
+        assert kind.report is report
+        assert all(file.report is report and file.roles == kind.roles and file.prefix == kind.prefix for _, file in kind.files)
+        assert [file.path for _, file in kind.files] == [p for p in order if p in {f.path for _, f in kind.files}]
+        assert len({(kind.roles, kind.prefix) for r, kind in grouped if r is report}) == sum(1 for r, _ in grouped if r is report)
+    firsts = [kinds[0].files[0][1].path for _, kinds in context.by_report]
+    assert firsts == [p for p in order if p in firsts]
+    assert all(
+        order.index(kinds[0].files[0][1].path) < order.index(f.path)
+        for _, kinds in context.by_report
+        for k in kinds[1:]
+        for _, f in k.files
+    )

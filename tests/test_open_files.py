@@ -117,3 +117,17 @@ def test_processes_of_other_users_are_noted(monkeypatch, tmp_path: Path) -> None
     found, note = processes.open_by([str(target)])
     assert found == {}
     assert note is not None and "cannot be read by this user" in note and str(other) in note
+
+
+def test_each_path_is_looked_up_under_its_real_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real name of each path, as the process table shows it, is its real folder joined with
+    its name, whatever way the path was written: relative, absolute, doubled or trailing
+    separators, through a symlinked folder, the root itself."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    given = ["f", "./f", "real/f", "real//f", "link/f", "real/", "link/sub/", f"{tmp_path}/link/f", "/etc", "//etc", "../x", ""]
+    wanted, folders = processes._resolved(given)
+    expected = {os.path.join(os.path.realpath(os.path.dirname(p) or "."), os.path.basename(p)): p for p in given}
+    assert wanted == expected
+    assert folders == {os.path.realpath(os.path.dirname(p) or ".") for p in given}

@@ -37,6 +37,8 @@ _KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(\d+)\.(?:
 SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
 REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
 PREFIXES = {**SUPERVISED, **REINFORCEMENT}
+_ROLES = {prefix: (role,) for prefix, role in PREFIXES.items()}
+"""Each prefix's roles as one tuple that every claim shares (checks group files by it)."""
 _FOLDER = "checkpoint"
 """The folder of the artifact directory ``FileCheckpointer`` saves into."""
 
@@ -65,7 +67,7 @@ class BurnLayout(Layout):
     def claim(self, name: str) -> Claim | None:
         match = _KNOWN.match(name)
         if match is not None:
-            return Claim((PREFIXES[match[1]],), int(match[2]), match[1])
+            return Claim(_ROLES[match[1]], int(match[2]), match[1])
         hints = role_hints()
         hinted = _NAME.match(name) if hints else None  # a project's own checkpointer
         if hinted is not None and hinted["prefix"].lower() in hints:
