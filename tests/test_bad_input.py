@@ -132,14 +132,14 @@ def denied_subfolder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[P
     write_burn_run(denied, [1])
     inside = good / "archive"  # a folder inside the readable run itself
     write_burn_run(inside, [1])
-    real_scandir = os.scandir
+    real_list = ckptdoctor.discover._list  # the compiled lister or os.scandir: either is denied here
 
-    def scandir(path=".", *args, **kwargs):
-        if os.fspath(path) in (os.fspath(denied), os.fspath(inside)):
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return real_scandir(path, *args, **kwargs)
+    def listing(os_dir: str, shown_dir: str) -> object:
+        if os_dir in (os.fspath(denied), os.fspath(inside)):
+            raise PermissionError(13, "Permission denied", os_dir)
+        return real_list(os_dir, shown_dir)
 
-    monkeypatch.setattr(ckptdoctor.discover.os, "scandir", scandir)
+    monkeypatch.setattr(ckptdoctor.discover, "_list", listing)
     return parent, denied
 
 

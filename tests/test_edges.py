@@ -254,13 +254,13 @@ def test_the_compiled_reader_is_built_where_required() -> None:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_the_c_source_compiles_without_a_warning(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["readers/_cedges.c", "_clisting.c"])
+def test_the_c_source_compiles_without_a_warning(tmp_path: Path, source: str) -> None:
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").is_file():
         pytest.skip(f"no Python headers in {include}")
-    source = ROOT / "ckptdoctor" / "readers" / "_cedges.c"
     # the headers as system headers: their own warnings vary with the Python version, not with this file
     command = ["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wshadow", "-Werror"]
-    command += ["-fPIC", "-shared", "-pthread", "-isystem", include, str(source), "-o", str(tmp_path / "_cedges.so")]
+    command += ["-fPIC", "-shared", "-pthread", "-isystem", include, str(ROOT / "ckptdoctor" / source), "-o", str(tmp_path / "built.so")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=HANG)
     assert done.returncode == 0, done.stderr

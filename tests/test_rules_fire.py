@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from ckptdoctor import discover
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import files
 from ckptdoctor.readers.files import BytesSample, read_header
@@ -871,14 +872,14 @@ def test_ckd211_fires_for_a_folder_that_cannot_be_listed(tmp_path, inspect_json,
     write_burn_run(tmp_path / "runs" / "a" / "checkpoint", range(1, 3))
     locked = tmp_path / "runs" / "b"
     locked.mkdir()
-    real_scandir = os.scandir
+    real_list = discover._list  # the compiled lister or os.scandir: either is denied here
 
-    def guarded(path: Any = ".") -> Any:
-        if os.fsdecode(path) == str(locked):
-            raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
-        return real_scandir(path)
+    def guarded(os_dir: str, shown_dir: str) -> Any:
+        if os_dir == str(locked):
+            raise PermissionError(errno.EACCES, "Permission denied", os_dir)
+        return real_list(os_dir, shown_dir)
 
-    monkeypatch.setattr(os, "scandir", guarded)
+    monkeypatch.setattr(discover, "_list", guarded)
     result = inspect_json(tmp_path / "runs")
     report = result.json
     finding = one(report, "CKD211")
