@@ -332,7 +332,9 @@ def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = Non
     that could not check open files is never silent)."""
 
     inside = folder_contents(run)
-    busy, said = processes.open_by(files_of(run, inside))
+    # the scan's identities: a file replaced since has another, but is kept anyway, as changed since the plan
+    entries = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
+    busy, said = processes.open_by(files_of(run, inside), {e.os_path: e.inode for e in entries if e.inode is not None})
     if said and tell is not None:
         tell(f"note: {said}")
     return Circumstances(now, open_by=busy, inside=inside)

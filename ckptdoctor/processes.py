@@ -3,9 +3,11 @@
 On Linux the process table is read from ``/proc`` directly: each process's descriptors
 (``/proc/<pid>/fd``) and mapped files (``/proc/<pid>/maps``: ``safetensors`` and
 ``torch.load(mmap=True)`` keep a file mapped after closing it). There is no time limit: a check
-cut short would let ``prune`` delete what a trainer holds. A mapping table is searched only when
-it names a folder of the run at all, which keeps thousands of processes cheap. Elsewhere psutil
-reads descriptors.
+cut short would let ``prune`` delete what a trainer holds. A file is held whatever name the
+process reached it by: each descriptor's file and each mapping is known by its device and inode
+too (a bind mount, another hard link), not only by its path. A mapping table's lines are matched
+by path only where it names a folder of the run at all. Elsewhere psutil reads descriptors, by
+path.
 
 What cannot be read is said in a note: processes of other users, hidden from a user who is not
 root (a root cron job sees them all). When the table cannot be read at all, or a process that
@@ -17,23 +19,48 @@ from __future__ import annotations
 import errno
 import os
 import pwd
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _PROC = "/proc"
 
 
-def open_by(paths: Iterable[str]) -> tuple[dict[str, int], str | None]:
+Identity = tuple[int, int]
+"""A file's (device, inode): the same file whatever path reaches it."""
+
+
+def open_by(paths: Iterable[str], identities: Mapping[str, Identity] | None = None) -> tuple[dict[str, int], str | None]:
     """``{path: pid}`` for the given paths some process has open or mapped (every path, with pid
-    0, when that cannot be known), and a note on what could not be read."""
+    0, when that cannot be known), and a note on what could not be read. A file counts as held
+    when a process holds it under any name: through a bind mount (a trainer in a container
+    sees ``/mnt/data`` where cron prunes ``/data``), a symlinked folder or another hard link.
+    So on Linux a held file is matched by its device and inode as well as by its path;
+    ``identities`` gives those the caller has (its scan's), and the rest are looked up."""
+    paths = list(paths)
     wanted, folders = _resolved(paths)
     if not wanted:
         return {}, None
     if os.path.isdir(os.path.join(_PROC, "self", "fd")):
-        return _from_proc(wanted, folders)
+        return _from_proc(wanted, folders, _by_identity(paths, identities or {}))
     return _from_psutil(wanted)
 
 
-def _from_proc(wanted: dict[str, str], folders: frozenset[str]) -> tuple[dict[str, int], str | None]:
+def _by_identity(paths: list[str], known: Mapping[str, Identity]) -> dict[Identity, str]:
+    """Each path by the identity of the file it names (looked up where ``known`` lacks it; a path
+    that cannot be looked up is matched by its path alone)."""
+    found: dict[Identity, str] = {}
+    for path in paths:
+        identity = known.get(path)
+        if identity is None:
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            identity = (info.st_dev, info.st_ino)
+        found[identity] = path
+    return found
+
+
+def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict[Identity, str]) -> tuple[dict[str, int], str | None]:
     around = os.path.commonpath(list(folders))
     found: dict[str, int] = {}
     hidden: set[str] = set()
@@ -47,11 +74,15 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str]) -> tuple[dict[st
             continue
         try:
             try:
-                held = _held(pid, folders, around)
+                held, identities = _held(pid, folders, around)
             except PermissionError:
-                held = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
+                held, identities = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
             for real in held:
                 path = wanted.get(real)
+                if path is not None:
+                    found[path] = pid
+            for identity in identities:
+                path = identified.get(identity)
                 if path is not None:
                     found[path] = pid
         except PermissionError:
@@ -65,22 +96,35 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str]) -> tuple[dict[st
     return found, _hidden_note(hidden)
 
 
-def _held(pid: int, folders: frozenset[str], around: str) -> list[str]:
+def _held(pid: int, folders: frozenset[str], around: str) -> tuple[list[str], set[Identity]]:
     """The files process ``pid`` holds open or mapped that lie in one of ``folders`` (all of
-    them below ``around``)."""
+    them below ``around``), by path; and the identities of every file it holds open or maps,
+    wherever it reached them."""
     base = os.path.join(_PROC, str(pid))
     held = []
+    identities: set[Identity] = set()
     descriptors = os.path.join(base, "fd")
     for fd in os.listdir(descriptors):
+        link = os.path.join(descriptors, fd)
         try:
-            held.append(os.readlink(os.path.join(descriptors, fd)))
+            target = os.readlink(link)
+            if target.startswith("/"):  # a file, not a pipe, socket or anonymous inode
+                info = os.stat(link)  # the open file itself, whatever its path says
+                identities.add((info.st_dev, info.st_ino))
         except FileNotFoundError:
             continue  # closed meanwhile
+        held.append(target)
     with open(os.path.join(base, "maps"), "rb") as handle:
         maps = handle.read().decode("utf-8", "surrogateescape")
-    if around in maps:  # one search of the whole table first: most processes map nothing of the run
-        held += [line.split(None, 5)[5].removesuffix(" (deleted)") for line in maps.splitlines() if around in line and line.count(" ") >= 5]
-    return [path for path in held if os.path.dirname(path) in folders]
+    for line in maps.splitlines():
+        # address, permissions, offset, device (major:minor, hex), inode, path: inode 0 is memory
+        fields = line.split(None, 5)
+        if len(fields) >= 5 and fields[4] != "0" and ":" in fields[3]:
+            major, _, minor = fields[3].partition(":")
+            identities.add((os.makedev(int(major, 16), int(minor, 16)), int(fields[4])))
+            if len(fields) == 6 and around in fields[5]:
+                held.append(fields[5].removesuffix(" (deleted)"))
+    return [path for path in held if os.path.dirname(path) in folders], identities
 
 
 def _named(pid: int) -> str:

@@ -25,7 +25,6 @@ CLAIMED = [
     ("burn", "model-3.bpk", ((M,), 3, None)),
     ("burn", "optim-12.mpk.gz", ((OPT,), 12, None)),
     ("burn", "scheduler-1.json", ((S,), 1, None)),
-    ("burn", "model-0007.bpk", ((M,), 7, None)),
     ("burn", "policy-2.bpk", ((M,), 2, None)),  # the RL learner's names
     ("burn", "learning-agent-2.bpk", ((OPT,), 2, None)),
     ("lightning", "epoch=3-step=1200.ckpt", (LIGHTNING, 3, Unit.EPOCH)),  # by epoch, unless the run says steps
@@ -71,6 +70,8 @@ REFUSED = [
     ("burn", "Model-3.bpk"),
     ("burn", "optimizer-3.bpk"),  # another prefix: a stray, not one of the run's roles
     ("burn", "model-3.bpk.tmp"),  # staging of model-3.bpk, never the checkpoint itself
+    ("burn", "model-0007.bpk"),  # burn writes the epoch unpadded: `.checkpoint(7)` loads model-7.bpk
+    ("burn", "model-\uff18.bpk"),  # a full-width 8 is a digit to Python, not to burn
     ("lightning", "last.ckpt"),  # a pointer to a checkpoint, not one
     ("lightning", "last-v1.ckpt"),
     ("lightning", "model.ckpt"),
@@ -184,3 +185,18 @@ def test_names_no_layout_claims_stay_beside_the_run(tmp_path):
     run = only_run(folder)
     assert sorted(e.name for e in run.other_files) == ["events.out.tfevents.123", "model3.bpk", "notes.txt"]
     assert [c.index for c in run.checkpoints] == [1]
+
+
+@pytest.mark.parametrize(("layout", "name"), [(layout, name) for layout, name, _ in CLAIMED])
+def test_a_name_with_more_after_it_or_other_digits_is_no_checkpoint(layout: str, name: str) -> None:
+    """A name its framework writes, with a newline after it or its digits written in another
+    script, is a name no save writes and no resume opens: never a checkpoint of that index."""
+    claim = layout_named(layout).claim
+    assert claim(name + "\n") is None
+    other_digits = name.translate({ord(d): chr(0xFF10 + int(d)) for d in "0123456789"})  # full-width
+    if other_digits != name:
+        found = claim(other_digits)
+        assert found is None or found.number != CLAIMED_AS[layout, name][1], other_digits
+
+
+CLAIMED_AS = {(layout, name): claimed for layout, name, claimed in CLAIMED}

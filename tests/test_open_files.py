@@ -68,11 +68,11 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
     folder = burn_run(tmp_path)
     real_open_by, real_clock = processes.open_by, time.monotonic
 
-    def slow_table(paths):  # every look at the clock while the table is read: 5 s later
+    def slow_table(paths, identities=None):  # every look at the clock while the table is read: 5 s later
         ticks = iter(range(10**9))
         monkeypatch.setattr(time, "monotonic", lambda: real_clock() + 5 * next(ticks))
         try:
-            return real_open_by(paths)
+            return real_open_by(paths, identities)
         finally:
             monkeypatch.setattr(time, "monotonic", real_clock)
 
@@ -131,3 +131,37 @@ def test_each_path_is_looked_up_under_its_real_name(tmp_path: Path, monkeypatch:
     expected = {os.path.join(os.path.realpath(os.path.dirname(p) or "."), os.path.basename(p)): p for p in given}
     assert wanted == expected
     assert folders == {os.path.realpath(os.path.dirname(p) or ".") for p in given}
+
+
+@pytest.mark.parametrize("how", ["open", "mapped"])
+def test_a_file_held_under_another_name_is_kept(tmp_path: Path, cli, how: str) -> None:
+    """A hard link elsewhere names the same file: the trainer that holds it through that name
+    holds the run's file, which stays, as do the run's others the plan keeps."""
+    folder = burn_run(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.link(folder / "model-2.bpk", elsewhere / "weights")
+    with _holder(how, elsewhere / "weights"):
+        result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 0, result.stderr
+    assert (folder / "model-2.bpk").exists(), "held through its other name"
+    assert not (folder / "model-3.bpk").exists()
+
+
+def test_a_file_held_through_a_bind_mount_is_kept(tmp_path: Path, cli) -> None:
+    """A trainer in a container sees the run under its own mount point (``/mnt/data``) while
+    cron on the host prunes ``/data``: the same files, under paths that share nothing."""
+    folder = burn_run(tmp_path)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "--bind", str(tmp_path / "run"), str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts need privileges this test lacks")
+    try:
+        with _holder("open", mount / "checkpoint" / "model-2.bpk"), _holder("mapped", mount / "checkpoint" / "optim-3.bpk"):
+            result = cli("prune", "--yes", "--keep-last", "1", folder)
+        assert result.exit_code == 0, result.stderr
+        assert (folder / "model-2.bpk").exists(), "open through the bind mount"
+        assert (folder / "optim-3.bpk").exists(), "mapped through the bind mount"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert not (folder / "model-4.bpk").exists()

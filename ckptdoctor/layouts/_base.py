@@ -541,7 +541,7 @@ def guess_roles(prefix: str) -> tuple[Role, ...]:
     return (Role.MODEL,)
 
 
-TEMP_SUFFIX = re.compile(r"(?:\.\d+-\d+)?\.(?:tmp|temp|partial)$|\.tmp\d*$", re.IGNORECASE)
+TEMP_SUFFIX = re.compile(r"(?:\.[0-9]+-[0-9]+)?\.(?:tmp|temp|partial)\Z|\.tmp[0-9]*\Z", re.IGNORECASE)
 """``x.tmp``, ``x.partial`` and the atomic writers' ``x.<pid>-<n>.tmp`` scratch files."""
 
 
@@ -632,7 +632,7 @@ def group(
     )
 
 
-_METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?\d+(?:\.\d+)?(?:e-?\d+)?)", re.IGNORECASE)
+_METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)", re.IGNORECASE)
 
 
 def values_in_names(run: Run, metric: str) -> dict[int, float]:
@@ -768,8 +768,8 @@ CHECKPOINT_WORDS = frozenset({"checkpoint", "ckpt", "state", "snapshot"})
 """Words that call a numbered name a checkpoint (``checkpoint_3.pth``, ``ckpt-500/``)."""
 SERIES_WORDS = frozenset(UNIT_WORDS) | CHECKPOINT_WORDS | {"save"}
 _LETTERS = re.compile(r"[a-z]+")
-_WORDS_AND_NUMBERS = re.compile(r"[a-z]+|\d+")
-_DIGITS = re.compile(r"\d+")
+_WORDS_AND_NUMBERS = re.compile(r"[a-z]+|[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def numbered(name: str) -> tuple[int, Unit | None] | None:

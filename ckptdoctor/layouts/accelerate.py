@@ -24,17 +24,17 @@ from ckptdoctor.layouts.hf_trainer import written_by_trainer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
-_CHECKPOINT = re.compile(r"^checkpoint_(\d+)$")
+_CHECKPOINT = re.compile(r"^checkpoint_([0-9]+)\Z")
 _ROLES: tuple[tuple[re.Pattern[str], tuple[Role, ...]], ...] = (
-    (re.compile(r"^(?:model|pytorch_model|pytorch_model_fsdp)(?:_\d+)?\.(?:safetensors|bin)$"), (Role.MODEL,)),
-    (re.compile(r"^optimizer(?:_\d+)?\.bin$"), (Role.OPTIMIZER,)),
-    (re.compile(r"^scheduler(?:_\d+)?\.bin$"), (Role.SCHEDULER,)),
-    (re.compile(r"^random_states_\d+\.pkl$"), (Role.RNG_STATE,)),
-    (re.compile(r"^scaler\.pt$"), (Role.SCALER,)),
+    (re.compile(r"^(?:model|pytorch_model|pytorch_model_fsdp)(?:_[0-9]+)?\.(?:safetensors|bin)\Z"), (Role.MODEL,)),
+    (re.compile(r"^optimizer(?:_[0-9]+)?\.bin\Z"), (Role.OPTIMIZER,)),
+    (re.compile(r"^scheduler(?:_[0-9]+)?\.bin\Z"), (Role.SCHEDULER,)),
+    (re.compile(r"^random_states_[0-9]+\.pkl\Z"), (Role.RNG_STATE,)),
+    (re.compile(r"^scaler\.pt\Z"), (Role.SCALER,)),
     # the training loop's own state: samplers, stateful dataloaders, objects registered for checkpointing
-    (re.compile(r"^(?:(?:sampler|dl_state_dict)(?:_\d+)?\.bin|custom_checkpoint_\d+\.pkl)$"), (Role.TRAINER_STATE,)),
+    (re.compile(r"^(?:(?:sampler|dl_state_dict)(?:_[0-9]+)?\.bin|custom_checkpoint_[0-9]+\.pkl)\Z"), (Role.TRAINER_STATE,)),
 )
-_SIGNATURE = re.compile(r"^(?:random_states_\d+\.pkl|custom_checkpoint_\d+\.pkl|(?:scheduler|sampler|dl_state_dict)\.bin)$")
+_SIGNATURE = re.compile(r"^(?:random_states_[0-9]+\.pkl|custom_checkpoint_[0-9]+\.pkl|(?:scheduler|sampler|dl_state_dict)\.bin)\Z")
 """Names only accelerate writes. Not ``optimizer.bin`` (HF Trainer writes it under FSDP), nor the
 numbered ``scheduler_1.bin`` of a second scheduler (a hand-made loop's ``scheduler_3.bin`` is its
 epoch 3); a save cut short before any of these joins its run by its name (``step_#`` like its siblings)."""

@@ -31,8 +31,10 @@ _CONTENT = frozenset(
 )
 EXTENSIONS = "|".join(re.escape(suffix[1:]) for suffix in checkpoint_suffixes(_CONTENT))
 """The suffixes (without the dot) of the formats burn writes, as their readers declare them."""
-_NAME = re.compile(rf"^(?P<prefix>[A-Za-z][\w.-]*?)-(?P<index>\d+)\.(?P<ext>{EXTENSIONS})$")
-_KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(\d+)\.(?:{EXTENSIONS})$")
+# burn names a file `{name}-{epoch}` from a usize: ASCII digits with no leading zero, nothing after
+# the suffix (`model-06.bpk` or a trailing newline is no name `.checkpoint(6)` loads)
+_NAME = re.compile(rf"^(?P<prefix>[A-Za-z][\w.-]*?)-(?P<index>0|[1-9][0-9]*)\.(?P<ext>{EXTENSIONS})\Z")
+_KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(0|[1-9][0-9]*)\.(?:{EXTENSIONS})\Z")
 
 SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
 REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
@@ -62,7 +64,7 @@ class BurnLayout(Layout):
     )
     content = _CONTENT
 
-    claimable = re.compile(rf"\.(?:{EXTENSIONS})$")
+    claimable = re.compile(rf"\.(?:{EXTENSIONS})\Z")
 
     def claim(self, name: str) -> Claim | None:
         match = _KNOWN.match(name)

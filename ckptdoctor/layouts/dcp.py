@@ -19,7 +19,7 @@ from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Unit
 from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA, extents, shard_issue
 from ckptdoctor.readers.sniff import Format
 
-_NUMBER = re.compile(r"(\d+)$")
+_NUMBER = re.compile(r"([0-9]+)\Z")
 _MARKERS = (METADATA, METADATA + ".tmp")
 
 

@@ -19,9 +19,9 @@ from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
-_TAG = re.compile(r"^global_step(\d+)$")
-_MODEL = re.compile(r"_model_states\.pt$")
-_OPTIMIZER = re.compile(r"optim_states\.pt$")
+_TAG = re.compile(r"^global_step([0-9]+)\Z")
+_MODEL = re.compile(r"_model_states\.pt\Z")
+_OPTIMIZER = re.compile(r"optim_states\.pt\Z")
 LATEST = "latest"
 UNIVERSAL = "latest_universal"
 """The tag of the newest universal checkpoint (``ds_to_universal.py``), beside ``latest``."""

@@ -21,10 +21,10 @@ from ckptdoctor.readers import hfjson, pickled_flags, pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_STAGING = re.compile(r"^tmp-checkpoint-(\d+|[a-z0-9_]+)$")
-_SHARD = re.compile(r"^(?:model|pytorch_model)-\d{5}-of-\d{5}\.(?:safetensors|bin)$")
-_RNG = re.compile(r"^rng_state(?:_\d+)?\.pth$")
+_CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)\Z")
+_STAGING = re.compile(r"^tmp-checkpoint-([0-9]+|[a-z0-9_]+)\Z")
+_SHARD = re.compile(r"^(?:model|pytorch_model)-[0-9]{5}-of-[0-9]{5}\.(?:safetensors|bin)\Z")
+_RNG = re.compile(r"^rng_state(?:_[0-9]+)?\.pth\Z")
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_ARGS = "training_args.bin"

@@ -30,13 +30,13 @@ from ckptdoctor.model import (
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 
-_TOKEN = re.compile(r"(?:^|-)(epoch|step)=(\d+)")
-_TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v\d+)?\.ckpt$")
-_LAST = re.compile(r"^last(?:-v?\d+)?\.ckpt$")
-_BARE = re.compile(r"^(\d+)(?:-(\d+))?(?:-v\d+)?\.ckpt$")
+_TOKEN = re.compile(r"(?:^|-)(epoch|step)=([0-9]+)")
+_TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v[0-9]+)?\.ckpt\Z")
+_LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
+_BARE = re.compile(r"^([0-9]+)(?:-([0-9]+))?(?:-v[0-9]+)?\.ckpt\Z")
 """The default template without metric names (``auto_insert_metric_name=False``): ``{epoch}-{step}``
 gives ``3-1200.ckpt``, ``{epoch}`` gives ``3.ckpt``."""
-_HPC = re.compile(r"^hpc_ckpt_(\d+)\.ckpt$")
+_HPC = re.compile(r"^hpc_ckpt_([0-9]+)\.ckpt\Z")
 """SLURM auto-requeue saves in ``default_root_dir``; ``ckpt_path="hpc"`` (and a requeued job on
 SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, ``_hpc_resume_path``)."""
 _HPC_PREFIX = "hpc_ckpt"
@@ -63,7 +63,7 @@ class LightningLayout(Layout):
     every N steps: ``epoch=0-step=3.ckpt``, ``epoch=0-step=6.ckpt``) holds one checkpoint per
     step, not one per epoch."""
 
-    claimable = re.compile(r"\.ckpt$")
+    claimable = re.compile(r"\.ckpt\Z")
 
     def claim(self, name: str) -> Claim | None:
         if (hpc := _HPC.match(name)) is not None:

@@ -19,8 +19,8 @@ from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
-_ITERATION = re.compile(r"^iter_(\d{7,})$")
-_RANK = re.compile(r"^mp_rank_\d{2}(?:_\d{3}){0,2}$")
+_ITERATION = re.compile(r"^iter_([0-9]{7,})\Z")
+_RANK = re.compile(r"^mp_rank_[0-9]{2}(?:_[0-9]{3}){0,2}\Z")
 TRACKER = "latest_checkpointed_iteration.txt"
 _FILES = {
     "model_optim_rng.pt": (Role.MODEL, Role.OPTIMIZER),

@@ -25,8 +25,8 @@ from ckptdoctor.readers.ocdbt import MANIFEST
 from ckptdoctor.readers.orbax import CHECKPOINT_METADATA, ITEM_METADATA, SHARDING
 from ckptdoctor.readers.sniff import Format
 
-_STEP = re.compile(r"^(?:(.+)_)?(\d+)$")
-_TEMPORARY = re.compile(r"^.*?_*?(\d+)\.orbax-checkpoint-tmp(?:-\d+)?$")
+_STEP = re.compile(r"^(?:(.+)_)?([0-9]+)\Z")
+_TEMPORARY = re.compile(r"^.*?_*?([0-9]+)\.orbax-checkpoint-tmp(?:-[0-9]+)?\Z")
 METADATA = CHECKPOINT_METADATA
 COMMIT = "commit_success.txt"
 _STORE = re.compile(r"^[^/]+/(?:d|ocdbt\.process_[^/]+)/")
@@ -34,7 +34,7 @@ _STORE = re.compile(r"^[^/]+/(?:d|ocdbt\.process_[^/]+)/")
 _IN_STORE = FileReport(Format.OCDBT.value)
 _IGNORED = FileReport(Format.TEXT.value)
 _MARKERS = {METADATA: (Role.METADATA,), COMMIT: (Role.POINTER,)}
-_ARRAY_DATA = re.compile(r"^(?:[0-9a-f]{32}|\d+(?:\.\d+)*)$")
+_ARRAY_DATA = re.compile(r"^(?:[0-9a-f]{32}|[0-9]+(?:\.[0-9]+)*)\Z")
 """An OCDBT data file (``d/<32 hex>``) or a zarr chunk (``0.0``)."""
 _PYTREE = ("PyTreeCheckpointHandler", "StandardCheckpointHandler")
 _PYTREE_FILES = (MANIFEST, SHARDING, "d/", "ocdbt.process_")

@@ -25,9 +25,9 @@ from ckptdoctor.layouts._base import Claim, Layout, group
 from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
-_NUMBERED = re.compile(r"^checkpoint-(\d+)\.pth\.tar$")
-_RECOVERY = re.compile(r"^recovery-(\d+)-(\d+)\.pth\.tar$")
-_POINTERS = re.compile(r"^(last|model_best)\.pth\.tar$")
+_NUMBERED = re.compile(r"^checkpoint-([0-9]+)\.pth\.tar\Z")
+_RECOVERY = re.compile(r"^recovery-([0-9]+)-([0-9]+)\.pth\.tar\Z")
+_POINTERS = re.compile(r"^(last|model_best)\.pth\.tar\Z")
 _STAGING = frozenset({"tmp.pth.tar", "recovery_tmp.pth.tar"})
 _SIGNATURE = frozenset({"last.pth.tar", "model_best.pth.tar", "args.yaml", "summary.csv"})
 """Files only timm's ``train.py`` leaves beside its checkpoints."""
@@ -48,7 +48,7 @@ class TimmLayout(Layout):
         # a hand-made loop may name files checkpoint-3.pth.tar too; timm leaves its signature
         return any(entry.name in _SIGNATURE for entry in entries)
 
-    claimable = re.compile(r"\.pth\.tar$")
+    claimable = re.compile(r"\.pth\.tar\Z")
 
     def claim(self, name: str) -> Claim | None:
         if match := _NUMBERED.match(name):

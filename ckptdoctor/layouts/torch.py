@@ -28,10 +28,10 @@ from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
 _CONTENT = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE, Format.SAFETENSORS})
-_SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + ")$", re.IGNORECASE)
+_SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + r")\Z", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[-_.=]+")
-_LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*\d+)", re.IGNORECASE)
-_UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)(\d+)$")
+_LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*[0-9]+)", re.IGNORECASE)
+_UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)([0-9]+)\Z")
 
 BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
 """What a one-file-per-index save holds by convention; ``verify`` confirms it from the keys."""
@@ -111,7 +111,7 @@ def _parse(name: str) -> _Name | None:
         spelled = _UNIT_NUMBER.match(token)
         if spelled:
             unit, index = UNIT_WORDS[spelled[1]], int(spelled[2])
-        elif token.isdigit():
+        elif token.isascii() and token.isdigit():  # what a Python script formats an int as
             index, unit = int(token), named_unit or unit
         elif token in UNIT_WORDS:
             named_unit = UNIT_WORDS[token]
