@@ -8,6 +8,7 @@ docstrings alone, building none.
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import os
@@ -133,6 +134,9 @@ def main() -> None:
         print("Interrupted.", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as error:  # the last line of defence: a message, never a traceback
+        if isinstance(error, OSError) and _output_failed(error):
+            print(f"ckptdoctor: error: cannot write the output: {error.strerror}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
         if os.environ.get("CKPTDOCTOR_DEBUG"):
             raise
         print(
@@ -140,3 +144,13 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_USAGE)
+
+
+def _output_failed(error: OSError) -> bool:
+    """Whether ``error`` is stdout's (a full disk, a quota, an I/O error where the output goes: no
+    bug of ours): one no file name comes with. Its descriptor then goes to /dev/null, so that
+    what its buffer still holds does not fail again at the interpreter's own last flush."""
+    if error.filename is not None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return False
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return True

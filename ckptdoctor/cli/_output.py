@@ -313,7 +313,7 @@ def write(text: str, output: str | None) -> None:
     encoded = text.encode("utf-8", "backslashreplace")
     if output is None or output == "-":
         sys.stdout.flush()
-        sys.stdout.buffer.write(encoded)
+        sys.stdout.buffer.write(encoded)  # an error here is stdout's: cli.main says so
         sys.stdout.buffer.flush()
         return
     try:
