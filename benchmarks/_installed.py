@@ -107,11 +107,12 @@ def _install(tree: Path, scratch: Path) -> Ckptdoctor:
     # plain path lines: the .pth files there (an editable ckptdoctor's import hook) stay unread
     (site / "_benchmark_dependencies.pth").write_text("".join(f"{path}\n" for path in ours))
     _run([*pip, "--python", python, "install", "--quiet", "--no-deps", str(wheel)], env)
-    where = _run([python, "-c", _WHERE], env).strip()
+    # from the scratch folder: `python -c` imports from the working folder first (a checkout's)
+    where = _run([python, "-c", _WHERE], env, cwd=scratch).strip()
     if not where.startswith(str(venv)):
         raise RuntimeError(f"the venv imports ckptdoctor from {where}, not from its own install")
     try:
-        missing = _run([python, "-c", _MISSING], env).split("\n")
+        missing = _run([python, "-c", _MISSING], env, cwd=scratch).split("\n")
     except RuntimeError as error:
         missing = [f"(could not check the dependencies: {error})"]
     for line in filter(None, missing):
