@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _rounds import interleaved
+
 from ckptdoctor.readers._edges import ReadEdges, compiled_read_edges, python_read_edges
 from ckptdoctor.readers._sample import HEAD, TAIL
 
@@ -91,15 +93,7 @@ def main() -> None:
                 )
         else:
             print("ckptdoctor.readers._cedges is not built: the compiled rows are missing")
-        times: dict[str, list[float]] = {name: [] for name in measures}
-        names = list(measures)
-        for name in names:  # one untimed pass each: the same warm cache for all
-            measures[name]()
-        for round_ in range(args.repeat):
-            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                start = time.perf_counter()
-                measures[name]()
-                times[name].append(time.perf_counter() - start)
+        times = interleaved(measures, args.repeat)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

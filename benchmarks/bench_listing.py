@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _rounds import interleaved
+
 from ckptdoctor.discover import Lister, compiled_list, python_list
 from ckptdoctor.testing import write_burn_run
 
@@ -71,16 +73,8 @@ def main() -> None:
             measures["compiled_list"] = listing(compiled_list, folder)
         else:
             print("ckptdoctor._clisting is not built: the compiled row is missing")
-        times: dict[str, list[float]] = {name: [] for name in measures}
-        names = list(measures)
         gc.disable()
-        for name in names:  # one untimed pass each: the same warm cache for all
-            measures[name]()
-        for round_ in range(args.repeat):
-            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-                start = time.perf_counter()
-                measures[name]()
-                times[name].append(time.perf_counter() - start)
+        times = interleaved(measures, args.repeat)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

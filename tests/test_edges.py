@@ -8,18 +8,18 @@ turns the skip into a failure, so that CI proves the compiled path is built and 
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _leaks import assert_nothing_left_behind
 
-from ckptdoctor.readers import _edges
 from ckptdoctor.readers._edges import Edges, ReadEdges, compiled_read_edges, python_read_edges
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,10 +207,6 @@ CALLS = 20
 """Calls in the leak test: a leak of one result per call would add more than it allows."""
 
 
-def _open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
 def test_no_descriptor_or_memory_is_left_behind(read_edges: ReadEdges, many: tuple[list[bytes], list[int], list[Edges]]) -> None:
     """Reads that succeed, fail, come up short, and calls refused half-way through their checks."""
@@ -226,31 +222,35 @@ def test_no_descriptor_or_memory_is_left_behind(read_edges: ReadEdges, many: tup
             else:
                 raise AssertionError("a str path was read")
 
-    descriptors = _open_descriptors()
-    calls()  # caches and free lists filled first
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        calls()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    assert _open_descriptors() == descriptors
-    assert after - before < CALLS * 32, f"{after - before} bytes more after {CALLS} calls: one bytes object leaked per call"
+    assert_nothing_left_behind(calls, CALLS)
 
 
-def test_the_module_says_which_reader_it_uses() -> None:
-    assert (_edges.read_edges is compiled_read_edges) == _edges.COMPILED
-    code = "from ckptdoctor.readers import _edges; print(_edges.COMPILED, _edges.read_edges.__name__)"
+_TWINS = [
+    # the module that picks, the name it picks under, its compiled and its Python twin
+    ("ckptdoctor.readers._edges", "read_edges", "compiled_read_edges", "python_read_edges"),
+    ("ckptdoctor.discover", "_list", "compiled_list", "python_list"),
+]
+
+
+@pytest.mark.parametrize(("module", "chosen", "compiled", "python"), _TWINS)
+def test_each_module_says_which_twin_it_uses(module: str, chosen: str, compiled: str, python: str) -> None:
+    owner = importlib.import_module(module)
+    assert (getattr(owner, chosen) is getattr(owner, compiled)) == owner.COMPILED
+    assert (getattr(owner, compiled) is not None and os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1") == owner.COMPILED
+    code = f"import {module} as m; print(m.COMPILED, m.{chosen}.__name__)"
     env = {**os.environ, "CKPTDOCTOR_NO_CEDGES": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG, cwd=ROOT, env=env, check=True)
-    assert done.stdout.split() == ["False", "python_read_edges"]
+    assert done.stdout.split() == ["False", python]
 
 
-@pytest.mark.skipif(os.environ.get("CKPTDOCTOR_REQUIRE_CEDGES") != "1", reason="CKPTDOCTOR_REQUIRE_CEDGES=1 asks for the compiled reader")
-def test_the_compiled_reader_is_built_where_required() -> None:
-    assert compiled_read_edges is not None, "ckptdoctor.readers._cedges did not build: see the compiler's output in the install log"
-    assert _edges.COMPILED or os.environ.get("CKPTDOCTOR_NO_CEDGES") == "1"
+@pytest.mark.skipif(
+    os.environ.get("CKPTDOCTOR_REQUIRE_CEDGES") != "1", reason="CKPTDOCTOR_REQUIRE_CEDGES=1 asks for the compiled extensions"
+)
+@pytest.mark.parametrize(("module", "chosen", "compiled", "python"), _TWINS)
+def test_each_compiled_twin_is_built_where_required(module: str, chosen: str, compiled: str, python: str) -> None:
+    owner = importlib.import_module(module)
+    assert getattr(owner, compiled) is not None, f"{module}'s extension did not build: see the compiler's output in the install log"
+    assert owner.COMPILED or os.environ.get("CKPTDOCTOR_NO_CEDGES") == "1"
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -19,14 +19,13 @@ import socket
 import stat
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from _leaks import assert_nothing_left_behind
 
-from ckptdoctor import discover
 from ckptdoctor.discover import SKIPPED_FOLDERS, Listed, Lister, compiled_list, display, python_list
 from ckptdoctor.model import Entry
 from ckptdoctor.places import MOVED_ASIDE, OWN_FOLDER
@@ -472,35 +471,10 @@ def test_no_descriptor_or_memory_is_left_behind(tree: Path) -> None:
                 else:
                     raise AssertionError("a listing that must fail did not")
 
-    descriptors = len(os.listdir("/proc/self/fd"))
-    calls()  # caches and free lists filled first
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        calls()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    assert len(os.listdir("/proc/self/fd")) == descriptors
-    assert after - before < CALLS * 32, f"{after - before} bytes more after {CALLS} calls: an object leaked per call"
+    assert_nothing_left_behind(calls, CALLS)
 
 
 # --- the switch, and whole reports ---------------------------------------------------------------
-
-
-def test_the_module_says_which_lister_it_uses() -> None:
-    assert (discover._list is compiled_list) == discover.COMPILED
-    assert (compiled_list is not None and os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1") == discover.COMPILED
-    code = "from ckptdoctor import discover; print(discover.COMPILED, discover._list.__name__)"
-    env = {**os.environ, "CKPTDOCTOR_NO_CEDGES": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG, cwd=ROOT, env=env, check=True)
-    assert done.stdout.split() == ["False", "python_list"]
-
-
-@pytest.mark.skipif(os.environ.get("CKPTDOCTOR_REQUIRE_CEDGES") != "1", reason="CKPTDOCTOR_REQUIRE_CEDGES=1 asks for the compiled lister")
-def test_the_compiled_lister_is_built_where_required() -> None:
-    assert compiled_list is not None, "ckptdoctor._clisting did not build: see the compiler's output in the install log"
-    assert discover.COMPILED or os.environ.get("CKPTDOCTOR_NO_CEDGES") == "1"
 
 
 def _inspect_json(path: Path, compiled: bool) -> tuple[int, bytes]:
