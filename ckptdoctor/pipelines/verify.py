@@ -20,7 +20,7 @@ from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Sta
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, scan
 from ckptdoctor.progress import Tally
-from ckptdoctor.readers._deep import numpy
+from ckptdoctor.readers._deep import prepare
 from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
@@ -144,7 +144,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
         return reports
     # files shared between worker processes: walking pickles holds the GIL, so threads would not do
     if deep:
-        numpy()  # imported once, before the fork: the workers share its pages
+        prepare()  # numpy, where it tests the blocks, imported once before the fork: the workers share its pages
     tasks = _batches(entries, min(TASKS_PER_WORKER * jobs, MAX_TASKS))
     threads = 1 if deep else 0
     done: set[int] = set()

@@ -7,11 +7,19 @@ several threads, each takes the next part of the file and reads and checks it: w
 from the page cache, in the kernel, another checks the block it read (zlib-ng, numpy and the
 reads release the GIL). A block is a quarter of a core's L2 cache, so that it is still there
 when the checks read it. Big regions are split into parts that threads share, and the CRCs of
-the parts are combined. numpy is imported only here, and with its BLAS on one thread (``numpy``).
+the parts are combined.
+
+The NaN/Inf count and the zero test of each block are made by ``scan_block`` of the compiled
+extension (``readers/_cedges.c``) where it is built and chosen (``_edges.COMPILED``: the same
+``CKPTDOCTOR_NO_CEDGES=1`` turns both to Python), with the GIL released; numpy is then never
+imported. Otherwise numpy makes them, imported only here, with its BLAS on one thread
+(``numpy``). Both read the same table of float bit patterns (``FLOAT_BITS``) and give the same
+counts (``tests/test_deep_scan.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -22,7 +30,14 @@ from types import ModuleType
 from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, Problem
+from ckptdoctor.readers._edges import COMPILED
 from ckptdoctor.readers._sample import Sample
+
+ScanBlock = Callable[[bytearray | bytes | memoryview, int, int, int, int, int, bool], tuple[int, bool]]
+compiled_scan_block: ScanBlock | None = None
+if COMPILED:  # the extension loaded and CKPTDOCTOR_NO_CEDGES does not turn it off
+    with contextlib.suppress(ImportError):  # an extension built before scan_block: numpy's tests
+        from ckptdoctor.readers._cedges import scan_block as compiled_scan_block
 
 BLOCK = 256 * 1024
 """Bytes read at a time by each thread: small enough to stay in a core's L2 cache between the
@@ -64,6 +79,13 @@ def numpy() -> ModuleType:
     import numpy as np  # only --deep pays for numpy
 
     return np
+
+
+def prepare() -> None:
+    """Load what the block tests use: numpy, unless the compiled tests make them. Called before
+    threads start, and before a fork (the workers then share its pages)."""
+    if compiled_scan_block is None:
+        numpy()
 
 
 @functools.cache
@@ -109,7 +131,7 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
         if region.offset + region.length > sample.size:
             raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
     sample.read_in_order()
-    numpy()  # imported by this thread before any other needs it
+    prepare()  # by this thread, before any other needs it
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
         step = PART if _crc()[1] is not None or not region.crc else max(region.length, 1)
@@ -177,18 +199,30 @@ def _combine(first: int, second: int, second_length: int) -> int:
 
 
 class _Scratch:
-    """One thread's read buffer, with the arrays that view it and the zeros the NaN test
-    multiplies by, made once per thread: a fresh buffer per block costs a page fault per 4 KiB,
-    and an array per block a few microseconds."""
+    """One thread's read buffer, made once per thread: a fresh buffer per block costs a page
+    fault per 4 KiB."""
 
     def __init__(self) -> None:
-        np = numpy()
         self.buffer = bytearray(BLOCK)
         self.view = memoryview(self.buffer)
-        self.words = np.frombuffer(self.buffer, np.uint64)
-        self.halves = np.frombuffer(self.buffer, np.uint16)
-        self.octets = np.frombuffer(self.buffer, np.uint8)
-        self.floats = {4: np.frombuffer(self.buffer, np.float32), 8: np.frombuffer(self.buffer, np.float64)}
+
+    @functools.cached_property
+    def arrays(self) -> _Arrays:
+        """numpy's views of the buffer, made at its first numpy test: never where the compiled
+        tests run, which read the buffer itself."""
+        return _Arrays(self.buffer)
+
+
+class _Arrays:
+    """The arrays that view one scratch buffer, with the zeros the NaN test multiplies by, made
+    once per thread: an array per block costs a few microseconds."""
+
+    def __init__(self, buffer: bytearray) -> None:
+        np = numpy()
+        self.words = np.frombuffer(buffer, np.uint64)
+        self.halves = np.frombuffer(buffer, np.uint16)
+        self.octets = np.frombuffer(buffer, np.uint8)
+        self.floats = {4: np.frombuffer(buffer, np.float32), 8: np.frombuffer(buffer, np.float64)}
         self.zeros = {4: np.zeros(BLOCK // 4, np.float32), 8: np.zeros(BLOCK // 8, np.float64)}
         self.magnitudes = np.empty(BLOCK // 2, np.uint16)
 
@@ -204,29 +238,71 @@ def _scratch() -> _Scratch:
     return scratch
 
 
-_Count = Callable[[_Scratch, int], int]
-"""Non-finite values among the first ``n`` bytes of a scratch buffer."""
+class FloatBits(NamedTuple):
+    """Which bit patterns of a float type are NaN or Inf: those that, with ``mask`` applied (the
+    sign dropped where there is one), lie from ``least`` to ``most``. This is what numpy's
+    ``isfinite`` and ``isnan`` say, by bits, whatever the floating-point environment."""
+
+    size: int
+    """Bytes of one float (a complex number is a pair of them, each checked)."""
+    mask: int
+    least: int
+    most: int
+    inf: bool
+    """``least`` is Inf, and NaN lies above it (where there is no Inf, every pattern is NaN)."""
+
+    def first(self, nan_only: bool) -> int:
+        """The least pattern counted: one above Inf when only NaN counts."""
+        return self.least + (nan_only and self.inf)
+
+
+_F32 = FloatBits(4, 0x7FFF_FFFF, 0x7F80_0000, 0x7FFF_FFFF, True)  # exponent all ones: Inf, or NaN with a mantissa
+_F64 = FloatBits(8, 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000, 0x7FFF_FFFF_FFFF_FFFF, True)
+FLOAT_BITS = {
+    "float32": _F32,
+    "complex64": _F32,
+    "float64": _F64,
+    "complex128": _F64,
+    "float16": FloatBits(2, 0x7FFF, 0x7C00, 0x7FFF, True),
+    "bfloat16": FloatBits(2, 0x7FFF, 0x7F80, 0x7FFF, True),
+    "float8_e4m3fn": FloatBits(1, 0x7F, 0x7F, 0x7F, False),  # S.1111.111 is NaN; no Inf
+    "float8_e5m2": FloatBits(1, 0x7F, 0x7C, 0x7F, True),  # exponent all ones: S.11111.00 is Inf, the rest NaN
+    "float8_e4m3fnuz": FloatBits(1, 0xFF, 0x80, 0x80, False),  # only 1.0000.000 ("negative zero") is NaN
+    "float8_e5m2fnuz": FloatBits(1, 0xFF, 0x80, 0x80, False),
+    "float8_e8m0fnu": FloatBits(1, 0xFF, 0xFF, 0xFF, False),  # only 0xFF is NaN
+}
+"""Every float type the deep check scans, for the compiled tests and numpy's alike."""
+
+_Test = Callable[[_Scratch, int, bool], tuple[int, bool]]
+"""Among the first ``n`` bytes of a scratch buffer: how many values are NaN or Inf, and (when
+asked; else False) whether every byte is zero."""
 
 
 def _check_part(sample: Sample, region: Region, scratch: _Scratch) -> Checked:
     crc32 = _crc()[0]
-    count = _nonfinite_counter(region.dtype, region.infinite) if region.dtype else None
+    scanned = region.dtype in FLOAT_BITS
+    test = _block_test(region.dtype if scanned else None, region.infinite)
     crc = 0
     nonfinite = 0
     zero = region.zeros  # until a byte that is not: then no longer looked at
     position, end = region.offset, region.offset + region.length
-    with numpy().errstate(invalid="ignore", over="ignore"):  # NaN in, NaN out: no warning per block
+    with _quiet():
         while position < end:
             got = _fill(sample, position, scratch.view[: min(BLOCK, end - position)])
-            view = scratch.view[:got]
             if region.crc:
-                crc = crc32(view, crc)
-            if count is not None:
-                nonfinite += count(scratch, got)
-            if zero:
-                zero = _all_zero(scratch, got)
+                crc = crc32(scratch.view[:got], crc)
+            if scanned or zero:
+                found, zero = test(scratch, got, zero)
+                nonfinite += found
             position += got
     return Checked(crc if region.crc else None, nonfinite, zero if region.zeros else None)
+
+
+def _quiet() -> contextlib.AbstractContextManager[object]:
+    """No numpy warning per block (NaN in, NaN out); nothing to silence in the compiled tests."""
+    if compiled_scan_block is not None:
+        return contextlib.nullcontext()
+    return numpy().errstate(invalid="ignore", over="ignore")  # type: ignore[no-any-return]
 
 
 def _fill(sample: Sample, position: int, view: memoryview) -> int:
@@ -241,65 +317,82 @@ def _fill(sample: Sample, position: int, view: memoryview) -> int:
     return got
 
 
-def _all_zero(scratch: _Scratch, length: int) -> bool:
+def _block_test(dtype: str | None, nan_only: bool) -> _Test:
+    """The compiled test where it is chosen, else numpy's."""
+    if compiled_scan_block is not None:
+        return _compiled_test(compiled_scan_block, dtype, nan_only)
+    return _numpy_test(dtype, nan_only)
+
+
+@functools.cache
+def _compiled_test(scan: ScanBlock, dtype: str | None, nan_only: bool) -> _Test:
+    """One pass of C over the buffer (the GIL released); ``dtype`` None: the zero test alone."""
+    bits = FLOAT_BITS.get(dtype) if dtype else None
+    size, mask, least, most = (bits.size, bits.mask, bits.first(nan_only), bits.most) if bits else (0, 0, 0, 0)
+
+    def compiled(scratch: _Scratch, length: int, zeros: bool) -> tuple[int, bool]:
+        return scan(scratch.buffer, length, size, mask, least, most, zeros)
+
+    return compiled
+
+
+@functools.cache
+def _numpy_test(dtype: str | None, nan_only: bool) -> _Test:
+    count = _nonfinite_counter(dtype, nan_only) if dtype else None
+
+    def with_numpy(scratch: _Scratch, length: int, zeros: bool) -> tuple[int, bool]:
+        arrays = scratch.arrays
+        return (count(arrays, length) if count is not None else 0), zeros and _all_zero(arrays, length)
+
+    return with_numpy
+
+
+def _all_zero(arrays: _Arrays, length: int) -> bool:
     words = length // 8  # eight bytes at a time, then the odd end
-    return not (scratch.words[:words].any() or scratch.octets[words * 8 : length].any())
+    return not (arrays.words[:words].any() or arrays.octets[words * 8 : length].any())
 
 
-_FLOAT8_NONFINITE = {
-    "float8_e4m3fn": (0x7F, 0x7F, 0x7F),  # S.1111.111 is NaN; no Inf
-    "float8_e5m2": (0x7F, 0x7C, 0x7F),  # exponent all ones: S.11111.00 is Inf, the rest NaN
-    "float8_e4m3fnuz": (0xFF, 0x80, 0x80),  # only 1.0000.000 ("negative zero") is NaN
-    "float8_e5m2fnuz": (0xFF, 0x80, 0x80),
-    "float8_e8m0fnu": (0xFF, 0xFF, 0xFF),  # only 0xFF is NaN
-}
-"""For each 8-bit float: (bits to keep, the least and the greatest value of those bits that is NaN or Inf)."""
-
-_WIDE = {"float32": 4, "complex64": 4, "float64": 8, "complex128": 8}
-"""Floats numpy (and its BLAS) computes with, by the bytes of one float: a complex number is a
-pair of them, each checked."""
-_NARROW_INF = {"float16": 0x7C00, "bfloat16": 0x7F80}
-"""16-bit floats: their bits, sign aside, for +Inf; NaN lies above."""
+_Count = Callable[[_Arrays, int], int]
+"""Non-finite values among the first ``n`` bytes of a scratch buffer, counted by numpy."""
 
 
 @functools.cache
 def _nonfinite_counter(dtype: str, nan_only: bool = False) -> _Count | None:
     """A counter of NaN and Inf (``nan_only``: of NaN) in one float dtype's bytes, made once
     (threads share it: it keeps no state)."""
+    bits = FLOAT_BITS.get(dtype)
+    if bits is None:
+        return None
     np = numpy()
-    if dtype in _FLOAT8_NONFINITE:
-        mask, least, most = _FLOAT8_NONFINITE[dtype]
-        least += nan_only and dtype == "float8_e5m2"  # its only Inf pattern is the least one
+    if bits.size == 1:
+        mask, least, most = bits.mask, bits.first(nan_only), bits.most
 
-        def count_bytes(scratch: _Scratch, length: int) -> int:
-            kept = scratch.octets[:length] & mask
+        def count_bytes(arrays: _Arrays, length: int) -> int:
+            kept = arrays.octets[:length] & mask
             return int(np.count_nonzero(kept == least if least == most else (kept >= least) & (kept <= most)))
 
         return count_bytes
-    if dtype in _WIDE:
-        size = _WIDE[dtype]
+    size = bits.size
+    if size > 2:  # floats numpy (and its BLAS) computes with
 
-        def count_wide(scratch: _Scratch, length: int) -> int:
-            values = scratch.floats[size][: length // size]
+        def count_wide(arrays: _Arrays, length: int) -> int:
+            values = arrays.floats[size][: length // size]
             # One pass over the block, in BLAS: a NaN or an Inf times zero is NaN, a finite value
             # times zero is zero, and NaN survives a sum; only NaN survives a sum of squares (Inf
             # squared stays Inf, an overflow too). The exact count is made only when it fires.
             if nan_only:
                 test = values.dot(values)
                 return 0 if test == test else int(np.count_nonzero(np.isnan(values)))
-            test = values.dot(scratch.zeros[size][: values.size])
+            test = values.dot(arrays.zeros[size][: values.size])
             return 0 if test == test else int(values.size - np.count_nonzero(np.isfinite(values)))
 
         return count_wide
-    inf = _NARROW_INF.get(dtype)
-    if inf is None:
-        return None
-    least = inf + nan_only  # all exponent bits and a zero mantissa is Inf: NaN lies above it
+    mask, least = bits.mask, bits.first(nan_only)  # all exponent bits and a zero mantissa is Inf: NaN lies above it
 
-    def count_narrow(scratch: _Scratch, length: int) -> int:
+    def count_narrow(arrays: _Arrays, length: int) -> int:
         # numpy has no arithmetic on bfloat16: compare the bits, sign aside, with Inf's
-        magnitudes = scratch.magnitudes[: length // 2]
-        np.bitwise_and(scratch.halves[: length // 2], 0x7FFF, out=magnitudes)
+        magnitudes = arrays.magnitudes[: length // 2]
+        np.bitwise_and(arrays.halves[: length // 2], mask, out=magnitudes)
         if not magnitudes.size or magnitudes.max() < least:
             return 0
         return int(np.count_nonzero(magnitudes >= least))
@@ -328,14 +421,14 @@ def scan(sample: Sample, regions: list[Region], threads: int) -> tuple[list[File
 
 def count_nonfinite(data: bytes, dtype: str) -> int:
     """NaN and Inf values in tensor bytes already in memory (burn records decode whole)."""
-    count = _nonfinite_counter(dtype)
-    if count is None:
+    if dtype not in FLOAT_BITS:
         return 0
+    test = _block_test(dtype, False)
     scratch = _scratch()
     found = 0
-    with numpy().errstate(invalid="ignore", over="ignore"):
-        for start in range(0, len(data), BLOCK):  # through the scratch buffer, whose arrays the counters read
+    with _quiet():
+        for start in range(0, len(data), BLOCK):  # through the scratch buffer, which the tests read
             chunk = memoryview(data)[start : start + BLOCK]
             scratch.view[: len(chunk)] = chunk
-            found += count(scratch, len(chunk))
+            found += test(scratch, len(chunk), False)[0]
     return found
