@@ -5,17 +5,22 @@ one thread or several, and a file cut while it is read is reported, never a cras
 
 The reference is torch: each dtype is widened to float64 (or split into its complex parts) and
 asked ``isnan`` / ``isfinite``, a computation independent of the one-pass test the scan makes.
+These run through whichever block tests the module chose: the compiled ones where the extension is
+built, numpy's under ``CKPTDOCTOR_NO_CEDGES=1``. The two are also compared directly, byte pattern
+by byte pattern, at every alignment, and through a whole ``verify --deep`` report.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import zlib
 from pathlib import Path
 
 import pytest
+from _leaks import assert_nothing_left_behind
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import _deep
@@ -25,6 +30,7 @@ from ckptdoctor.readers.files import verify_sample
 
 torch = pytest.importorskip("torch")
 np = _deep.numpy()
+ROOT = Path(__file__).resolve().parents[1]
 
 PREFIX = 7
 """Bytes before the tensor in each test file: a region need not start on an aligned offset."""
@@ -300,3 +306,174 @@ def test_numpy_loads_with_one_blas_thread_and_leaves_the_environment_as_it_was()
     )
     names, threads = done.stdout.split("\n")[:2]
     assert names == "['OMP_NUM_THREADS']" and threads == "2"
+
+
+# The compiled block tests against numpy's
+
+
+def test_one_table_names_every_scanned_float() -> None:
+    assert set(_deep.FLOAT_BITS) == NONFINITE_SCANNED
+
+
+@pytest.fixture
+def scan_block() -> _deep.ScanBlock:
+    """The compiled test, whether or not the module chose it (``CKPTDOCTOR_NO_CEDGES``)."""
+    cedges = pytest.importorskip("ckptdoctor.readers._cedges", reason="the extension is not built: numpy's tests alone run")
+    compiled: _deep.ScanBlock = cedges.scan_block
+    return compiled
+
+
+def _patterns(bits: _deep.FloatBits) -> list[int]:
+    """Bit patterns either side of every boundary the table draws, with the sign bit and without:
+    zero and negative zero, the smallest subnormals, the largest finite value, Inf, quiet and
+    signalling NaN with payloads, and (float8 fnuz, e8m0) the one NaN pattern."""
+    top = (1 << (8 * bits.size)) - 1
+    sign = top & ~bits.mask
+    near = {0, 1, 2, bits.least - 1, bits.least, bits.least + 1, bits.least + 2, bits.most - 1, bits.most, bits.mask}
+    near |= {bits.least | (bits.least + 1) >> 1 & ~bits.least, bits.least | 0x5A5A5A5A5A5A5A5A & bits.mask & ~bits.least}
+    return sorted({(value | extra) & top for value in near for extra in (0, sign) if value >= 0})
+
+
+def _buffers(size: int) -> list[bytes]:
+    """Random bytes and every crafted pattern of each float type of this size, at lengths that are
+    and are not whole elements (a trailing partial element is not counted)."""
+    generator = random.Random(size)
+    crafted = b"".join(p.to_bytes(size, "little") for bits in _deep.FLOAT_BITS.values() if bits.size == size for p in _patterns(bits))
+    noise = generator.randbytes(_deep.BLOCK)
+    lengths = [0, 1, 3, 5, 7, 8, 9, 13, 4095, 4096, 4097, _deep.BLOCK - 1]
+    return [b"", crafted, crafted[:-1], crafted * 3 + b"\xff" * 3, noise, noise[: _deep.BLOCK // 3 + 1]] + [noise[:n] for n in lengths]
+
+
+def _numpy_found(dtype: str | None, nan_only: bool, data: bytes) -> tuple[int, bool]:
+    scratch = _deep._Scratch()
+    scratch.view[: len(data)] = data
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _deep._numpy_test(dtype, nan_only)(scratch, len(data), True)
+
+
+@pytest.mark.parametrize("dtype", [*sorted(NONFINITE_SCANNED), None])
+def test_compiled_and_numpy_tests_agree_at_every_alignment(scan_block: _deep.ScanBlock, dtype: str | None) -> None:
+    bits = _deep.FLOAT_BITS[dtype] if dtype else None
+    for data in _buffers(bits.size if bits else 1):
+        for nan_only in (False, True):
+            expected = _numpy_found(dtype, nan_only, data)
+            test = _deep._compiled_test(scan_block, dtype, nan_only)
+            scratch = _deep._Scratch()
+            scratch.view[: len(data)] = data
+            assert test(scratch, len(data), True) == expected, (dtype, nan_only, len(data))
+            assert test(scratch, len(data), False) == (expected[0], False)
+            args = (bits.size, bits.mask, bits.first(nan_only), bits.most) if bits else (0, 0, 0, 0)
+            for offset in range(8):  # a region starts anywhere in a file, a burn payload anywhere in memory
+                unaligned = bytearray(offset) + data + b"\xff"
+                assert scan_block(memoryview(unaligned)[offset:], len(data), *args, True) == expected, (dtype, offset)
+
+
+def test_the_crafted_patterns_are_what_numpy_says() -> None:
+    """The table itself, for the types numpy computes with: a pattern counts exactly where
+    ``isfinite`` (``isnan``) says it is not finite (NaN)."""
+    for dtype, kind in (("float16", np.float16), ("float32", np.float32), ("float64", np.float64)):
+        bits = _deep.FLOAT_BITS[dtype]
+        values = np.frombuffer(b"".join(p.to_bytes(bits.size, "little") for p in _patterns(bits)), kind)
+        assert _numpy_found(dtype, False, values.tobytes())[0] == int((~np.isfinite(values)).sum()) > 0
+        assert _numpy_found(dtype, True, values.tobytes())[0] == int(np.isnan(values).sum()) > 0
+
+
+def test_the_compiled_zero_test_stops_at_any_byte(scan_block: _deep.ScanBlock) -> None:
+    for length in (0, 1, 7, 8, 4095, 4096, 4097, 8193, _deep.BLOCK):
+        data = bytearray(length + 1)
+        assert scan_block(data, length, 0, 0, 0, 0, True) == (0, True)
+        for position in {0, length // 2, 4095, 4096, length - 8, length - 1} - {-1}:
+            if 0 <= position < length:
+                data[position] = 0x10
+                assert scan_block(data, length, 0, 0, 0, 0, True) == (0, False), (length, position)
+                data[position] = 0
+        data[length] = 1  # past the length: not looked at
+        assert scan_block(data, length, 0, 0, 0, 0, True) == (0, True)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((bytearray(8), 9, 4, 1, 0, 1, False), ValueError),  # longer than the buffer
+        ((bytearray(8), -1, 4, 1, 0, 1, False), ValueError),
+        ((bytearray(8), 8, 3, 1, 0, 1, False), ValueError),  # no such element size
+        ((bytearray(8), 8, 1, 0x100, 0, 1, False), ValueError),  # a mask wider than the element
+        ((bytearray(8), 8, 2, 0xFF, 2, 1, False), ValueError),  # an empty range
+        ((bytearray(8), 8, 4, -1, 0, 1, False), OverflowError),
+        (("text", 4, 4, 1, 0, 1, False), TypeError),  # no buffer
+        ((memoryview(bytearray(16))[::2], 4, 4, 1, 0, 1, False), BufferError),  # not contiguous
+    ],
+)
+def test_the_compiled_test_refuses_what_it_cannot_read(
+    scan_block: _deep.ScanBlock, args: tuple[object, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        scan_block(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
+def test_the_compiled_test_keeps_nothing(scan_block: _deep.ScanBlock) -> None:
+    data = bytearray(os.urandom(4096))
+
+    def calls() -> None:
+        for _ in range(20):
+            scan_block(data, len(data), 4, 0x7FFF_FFFF, 0x7F80_0000, 0x7FFF_FFFF, True)
+            try:
+                scan_block(data, len(data) + 1, 4, 0x7FFF_FFFF, 0x7F80_0000, 0x7FFF_FFFF, True)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("a length past the buffer was read")
+        data.extend(b"")  # resizable again: every buffer export was released
+
+    assert_nothing_left_behind(calls, 20)
+    data.append(0)
+
+
+@pytest.mark.skipif(
+    os.environ.get("CKPTDOCTOR_REQUIRE_CEDGES") != "1", reason="CKPTDOCTOR_REQUIRE_CEDGES=1 asks for the compiled extensions"
+)
+def test_the_compiled_tests_are_chosen_where_built() -> None:
+    assert (_deep.compiled_scan_block is not None) == (os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1")
+
+
+def _deep_run(folder: Path) -> Path:
+    """Safetensors saves of three epochs (NaN and Inf in the second; the last one's tail zeroed, its
+    last tensor whole) and a torch.save of every scanned float type with NaN, Inf, and an all-zero
+    tensor."""
+    from safetensors.torch import save_file  # the library writes the real format; only these tests need it
+
+    folder.mkdir()
+    generator = torch.Generator().manual_seed(5)
+    for epoch in (1, 2, 3):
+        weights = {"a": torch.randn(3000, generator=generator), "b": torch.randn(70_000, generator=generator), "z": torch.ones(2048)}
+        if epoch == 2:
+            weights["a"][[0, 17, 2999]] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+        save_file(weights, str(folder / f"model-{epoch}.safetensors"))
+    path = folder / "model-3.safetensors"
+    with path.open("r+b") as data:
+        data.seek(path.stat().st_size - 8192 - 64)
+        data.write(bytes(8192 + 64))
+    state = {}
+    for dtype in sorted(NONFINITE_SCANNED):
+        tensor = _finite(dtype, 50_000)
+        for position, value in zip((1, 25_000, 49_999), _specials(dtype), strict=False):
+            _set(tensor, position, value)
+        state[dtype] = tensor
+    state["zeros"] = torch.zeros(10_000)
+    torch.save(state, folder / "extra.pt")
+    return folder
+
+
+def test_verify_deep_reports_alike_with_and_without_the_compiled_tests(scan_block: _deep.ScanBlock, tmp_path: Path) -> None:
+    del scan_block  # only where the extension is built
+    run = _deep_run(tmp_path / "run")
+    outputs = []
+    for off in ("0", "1"):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "CKPTDOCTOR_NO_CEDGES": off}
+        command = [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--format", "json", str(run)]
+        done = subprocess.run(command, env=env, capture_output=True, timeout=120, check=False)
+        assert done.returncode == 1, done.stderr[-2000:]
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert b"CKD212" in outputs[0] and b"nonfinite-values" in outputs[0]

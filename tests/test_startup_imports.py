@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptdoctor.readers._deep import compiled_scan_block
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "runs"
 HEAVY = frozenset({"rich", "numpy", "torch", "safetensors", "cbor2", "zlib_ng", "tomllib", "multiprocessing", "concurrent"})
@@ -63,8 +65,15 @@ def test_a_library_loads_when_a_file_needs_it(tmp_path: Path) -> None:
     assert "tomllib" in _imported(tmp_path, "inspect", "burn")
 
 
-def test_verify_deep_loads_numpy_and_the_json_verify_only_the_safetensors_library(folder: Path) -> None:
+def test_verify_deep_loads_numpy_only_without_the_compiled_tests_and_the_json_verify_only_the_safetensors_library(folder: Path) -> None:
     """The run holds safetensors files: ``verify`` asks their library (which the check above
-    allows), ``--deep`` scans their floats with numpy and the torch pickles' CRCs with zlib-ng."""
+    allows); ``--deep`` scans their floats with the compiled extension's tests, or with numpy
+    where those are not built or ``CKPTDOCTOR_NO_CEDGES=1`` turns them off."""
     assert _imported(folder, "verify", "--format", "json", "run") & HEAVY == {"safetensors"}
-    assert _imported(folder, "verify", "--deep", "--format", "json", "run") & HEAVY >= {"safetensors", "numpy"}
+    deep = _imported(folder, "verify", "--deep", "--format", "json", "run") & HEAVY
+    assert "safetensors" in deep and ("numpy" in deep) == (compiled_scan_block is None)
+
+
+@pytest.mark.skipif(compiled_scan_block is None, reason="numpy tests the blocks: the compiled extension is not built or not chosen")
+def test_verify_deep_of_a_torch_file_loads_no_array_library(folder: Path) -> None:
+    assert not _imported(folder, "verify", "--deep", "--format", "json", "run/optimizer_1.pt") & HEAVY - {"zlib_ng"}
