@@ -341,7 +341,10 @@ def _buffers(size: int) -> list[bytes]:
     crafted = b"".join(p.to_bytes(size, "little") for bits in _deep.FLOAT_BITS.values() if bits.size == size for p in _patterns(bits))
     noise = generator.randbytes(_deep.BLOCK)
     lengths = [0, 1, 3, 5, 7, 8, 9, 13, 4095, 4096, 4097, _deep.BLOCK - 1]
-    return [b"", crafted, crafted[:-1], crafted * 3 + b"\xff" * 3, noise, noise[: _deep.BLOCK // 3 + 1]] + [noise[:n] for n in lengths]
+    every = b"\xff" * (_deep.BLOCK - 5)  # NaN in every type: every element counts, more than a byte or a 16-bit lane can hold
+    return [b"", crafted, crafted[:-1], crafted * 3 + b"\xff" * 3, every, noise, noise[: _deep.BLOCK // 3 + 1]] + [
+        noise[:n] for n in lengths
+    ]
 
 
 def _numpy_found(dtype: str | None, nan_only: bool, data: bytes) -> tuple[int, bool]:
