@@ -153,3 +153,20 @@ def test_main_returns_to_its_caller(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_console_script_is_the_program() -> None:
     assert 'ckptdoctor = "ckptdoctor.__main__:program"' in (ROOT / "pyproject.toml").read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(5, "Input/output error"),
+        OSError(28, "No space left on device", "run/.ckptdoctor/journal"),
+        OSError(2, "No such file or directory"),
+    ],
+    ids=["a read's EIO", "a named file's ENOSPC", "ENOENT"],
+)
+def test_only_an_unnamed_write_error_is_taken_for_the_outputs(error: OSError) -> None:
+    """A damaged checkpoint's read (EIO) or a file ckptdoctor writes itself (named) is not the
+    output's failure: it stays an error to report, and stdout stays where it was."""
+    from ckptdoctor import cli
+
+    assert not cli._output_failed(error)

@@ -147,10 +147,12 @@ def main() -> None:
 
 
 def _output_failed(error: OSError) -> bool:
-    """Whether ``error`` is stdout's (a full disk, a quota, an I/O error where the output goes: no
-    bug of ours): one no file name comes with. Its descriptor then goes to /dev/null, so that
-    what its buffer still holds does not fail again at the interpreter's own last flush."""
-    if error.filename is not None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+    """Whether ``error`` is stdout's (a full disk or a quota where the output goes: no bug of
+    ours): an error only a write gives, with no file name (every file ckptdoctor writes itself is
+    named in its errors). Not EIO: a read of a damaged checkpoint gives it too. Its descriptor then
+    goes to /dev/null, so that what its buffer still holds does not fail again at the
+    interpreter's own last flush."""
+    if error.filename is not None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return False
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return True
