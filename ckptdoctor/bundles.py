@@ -24,6 +24,8 @@ ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
         "module",  # DeepSpeed engine._common_checkpoint_state
         "ema",  # Ultralytics BaseTrainer.save_model: the weights of a training save (its "model" is None)
         "state.model",  # Composer State.state_dict
+        "layers", "vars",  # Keras 3 H5IOStore (saving_lib._save_state): layers/<name>/vars, the model's own vars
+        "model_weights",  # Keras 2 / legacy .h5 models (legacy_h5_format.save_model_to_hdf5)
     )),
     (Role.OPTIMIZER, (
         "optimizer_states",  # Lightning dump_checkpoint
@@ -32,6 +34,7 @@ ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
         "optimizer_state", "optim", "opt",  # hand-written loops
         "last_optimizer_state",  # fairseq Trainer.state_dict
         "state.optimizers",  # Composer State.get_optim_state_dict
+        "optimizer_weights",  # Keras 2 / legacy .h5 models (legacy_h5_format.save_optimizer_weights_to_hdf5_group)
     )),
     (Role.SCHEDULER, (
         "lr_schedulers",  # Lightning dump_checkpoint

@@ -113,6 +113,10 @@ class Problem(_Word):
     NON_WEIGHTS = "non-weights-object", None
     """Its own framework loads it with those globals allowed."""
     ZIP_ANOMALY = "zip-anomaly", Status.CORRUPT
+    PARTLY_CHECKED = "partly-checked", None
+    """An optional library that reads the rest is missing: what could be checked was."""
+    CODE_IN_CONFIG = "code-in-config", Status.CORRUPT
+    """A model's configuration carries Python code its loader would run (Keras' Lambda layers)."""
 
 
 _NO_PROBLEMS: frozenset[Problem] = frozenset()

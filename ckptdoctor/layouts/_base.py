@@ -206,6 +206,15 @@ class Layout:
         where it does not, or where only the files' keys tell: ``group`` reads those)."""
         return None
 
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        """One checkpoint's files, each judged against what the others record about it (a data
+        file's size against the metadata that places its items)."""
+        return files
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
+        return ()
+
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
         seen = {role for claim in claims for role in claim.roles}
@@ -300,11 +309,6 @@ class FolderLayout(Layout):
         """The roles of a file inside a checkpoint folder, or None for files that hold none."""
         raise NotImplementedError
 
-    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
-        """One checkpoint's files, each judged against what the others record about it (a data
-        file's size against the metadata that places its items)."""
-        return files
-
     def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
         """A checkpoint folder of this framework, judged by its name (and, where names are free,
         by what it holds)."""
@@ -351,10 +355,6 @@ class FolderLayout(Layout):
     def _numbered(self, name: str) -> Claim | None:
         found = numbered(name)
         return Claim((), found[0], _pattern(name), found[1] or self.default_unit) if found else None
-
-    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
-        return ()
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
@@ -600,7 +600,7 @@ def group(
         others.append(entry)
 
     required = layout.required(list(claims.values()))
-    saves = sorted(by_index.items())
+    saves = sorted(((index, layout.measured(files)) for index, files in by_index.items()), key=lambda save: save[0])
     saved = [files for _, files in saves]
     weights_only = layout.weights_only(saved) or _bundles_hold_weights_only(bundles, saved)
     if weights_only:
@@ -613,6 +613,7 @@ def group(
             tuple(files),
             required,
             listing.single_file,
+            absent=layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
             whole_saves=layout.whole_saves,
             verdicts=verdicts,

@@ -26,9 +26,11 @@ from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
+from ckptdoctor.layouts.keras import KerasLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
+from ckptdoctor.layouts.tensorflow import TensorFlowLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
@@ -38,7 +40,7 @@ from ckptdoctor.readers.sniff import Format
 
 __all__ = ["LAYOUTS", "NAMED_FILES", "Layout", "advised", "find_run", "layout_named"]
 
-_BURN, _TORCH = BurnLayout(), TorchLayout()
+_BURN, _TORCH, _KERAS = BurnLayout(), TorchLayout(), KerasLayout()
 LAYOUTS: tuple[Layout, ...] = (
     HfTrainerLayout(),
     AccelerateLayout(),
@@ -46,8 +48,10 @@ LAYOUTS: tuple[Layout, ...] = (
     MegatronLayout(),
     DcpLayout(),
     OrbaxLayout(),
+    TensorFlowLayout(),
     LightningLayout(),
     TimmLayout(),
+    _KERAS,
     _BURN,
     _TORCH,
 )
@@ -68,7 +72,7 @@ def _named_files(layouts: tuple[Layout, ...]) -> NamedFiles:
 NAMED_FILES = _named_files(LAYOUTS)
 """File name -> how it is read, for every file a framework names: what the pipelines pass to
 ``readers.probe`` and ``readers.verify``."""
-_CONTENT_WRITERS = (_BURN, _TORCH)
+_CONTENT_WRITERS = (_BURN, _TORCH, _KERAS)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
 
 

@@ -52,12 +52,14 @@ class TorchLayout(Layout):
     ) -> Run | None:
         """The run, reported as ``safetensors`` where every file that can be read is one."""
         run = super().build(listing, probe, claims, subfolder)
-        return dataclasses.replace(run, layout=self.aliases[0]) if run is not None and _all_safetensors(run) else run
+        return dataclasses.replace(run, layout=self.aliases[0]) if run is not None and self.aliases and _all_safetensors(run) else run
 
-    claimable = _SUFFIX
+    claimable: re.Pattern[str] = _SUFFIX
+    """The suffixes of the formats it writes: a layout that names files as scripts do, for other
+    formats (Keras), sets its own."""
 
     def claim(self, name: str) -> Claim | None:
-        parsed = _parse(name)
+        parsed = parse_name(name, self.claimable)
         if parsed is None:
             return None
         if parsed.roles:
@@ -78,7 +80,7 @@ class TorchLayout(Layout):
         )
 
     def stray(self, name: str) -> Claim | None:
-        parsed = _parse(name)
+        parsed = parse_name(name, self.claimable)
         if parsed is None or parsed.roles or parsed.unit is not None or not parsed.words:
             return None
         if CHECKPOINT_WORDS.intersection(parsed.words):
@@ -87,7 +89,9 @@ class TorchLayout(Layout):
 
 
 @dataclass(frozen=True)
-class _Name:
+class ScriptName:
+    """A file name as a script's template wrote it (``model_3.pt``, ``ep03-0.190.keras``)."""
+
     roles: tuple[Role, ...]
     index: int
     unit: Unit | None
@@ -97,11 +101,16 @@ class _Name:
     """The name up to its index, as written: what a checkpointer was told to call its files."""
 
 
-def _parse(name: str) -> _Name | None:
-    suffix = _SUFFIX.search(name)
+_METRIC_VALUE = re.compile(r"(?<![0-9A-Za-z])-?[0-9]+\.[0-9]+(?:e[-+]?[0-9]+)?(?![0-9A-Za-z])", re.IGNORECASE)
+"""A number with a decimal point (``weights.05-0.42``, ``ep03-0.190``): a metric's value that a
+filename template wrote, never the index."""
+
+
+def parse_name(name: str, suffixes: re.Pattern[str]) -> ScriptName | None:
+    suffix = suffixes.search(name)
     if suffix is None:
         return None
-    stem = name[: suffix.start()]
+    stem = _METRIC_VALUE.sub("", name[: suffix.start()])
     roles: list[Role] = []
     words: list[str] = []
     index: int | None = None
@@ -122,7 +131,7 @@ def _parse(name: str) -> _Name | None:
     if index is None:
         return None
     prefix = _SEPARATORS.sub("_", _LEADING_WORDS.match(stem).group(1)).strip("_").lower()  # type: ignore[union-attr]
-    return _Name(tuple(dict.fromkeys(roles)), index, unit or named_unit, tuple(words), prefix)
+    return ScriptName(tuple(dict.fromkeys(roles)), index, unit or named_unit, tuple(words), prefix)
 
 
 def _all_safetensors(run: Run) -> bool:

@@ -28,7 +28,20 @@ from ckptdoctor.readers._sample import Sample
 if TYPE_CHECKING:
     from ckptdoctor.readers.sniff import Format
 
-_MODULES = ("sniff", "burnpack", "torchzip", "pickle", "burnrecord", "safetensors", "torchtar", "sevenzip", "dcp")
+_MODULES = (
+    "sniff",
+    "burnpack",
+    "hdf5",
+    "keras",
+    "torchzip",
+    "pickle",
+    "burnrecord",
+    "safetensors",
+    "torchtar",
+    "sevenzip",
+    "dcp",
+    "tfbundle",
+)
 """The modules that declare formats (``SPECS``): the one registration line a new reader adds."""
 
 
@@ -69,6 +82,10 @@ class Library(enum.Enum):
     TORCH_MMAP = "torch-mmap"
     """The same, memory-mapped (zip archives allow it)."""
     SAFETENSORS = "safetensors"
+    H5PY = "h5py"
+    """Every dataset read with h5py (Keras' weights; a ``.keras`` archive's ``model.weights.h5``)."""
+    TENSORFLOW = "tensorflow"
+    """``tf.train.load_checkpoint`` of a bundle's prefix, and every tensor read."""
 
 
 SniffTest = Callable[[bytes, Sample], bool]

@@ -167,3 +167,21 @@ class SampleReader(io.RawIOBase):
 
     def tell(self) -> int:
         return self._position
+
+
+class Window(Sample):
+    """A stretch of another sample, read as a file of its own (a stored zip member)."""
+
+    def __init__(self, outer: Sample, offset: int, size: int) -> None:
+        self._outer = outer
+        self._offset = offset
+        self.size = max(0, min(size, outer.size - offset))
+
+    def range(self, offset: int, n: int) -> bytes:
+        return self._outer.range(self._offset + offset, max(0, min(n, self.size - offset)))
+
+    def readinto(self, offset: int, buffer: memoryview) -> int:
+        return self._outer.readinto(self._offset + offset, buffer[: max(0, self.size - offset)])
+
+    def read_in_order(self) -> None:
+        self._outer.read_in_order()

@@ -30,6 +30,7 @@ from ckptdoctor.readers import (
     orbax,
     pickle,
     sniff,
+    tfbundle,
     torchtar,
     torchzip,
 )
@@ -220,6 +221,10 @@ def _named_reader(name: str, kind: Format, named: NamedFiles) -> Callable[[Sampl
         return known.read
     if dcp.is_data_file(name):
         return dcp.read_data_file
+    if tfbundle.is_data_file(name):
+        return tfbundle.read_data_file
+    if kind is Format.UNKNOWN and name.endswith(tfbundle.INDEX_SUFFIX):
+        return tfbundle.read_index  # an index cut short lost the magic it is told by
     if name in orbax.NAMES:
         return functools.partial(orbax.read, name=name)
     if name == dcp.METADATA and kind is Format.PICKLE:

@@ -164,7 +164,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         return FileReport(Format.TORCH_ZIP.value, (located, *_salvage(sample), *_zipfile_view(sample)))
     if located.size > MAX_DIRECTORY:
         return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
-    members, issues = _members(sample, located)
+    members, issues = list_members(sample, located)
     end_anomaly = _end_anomaly(sample, located)
     if end_anomaly:
         issues.append(end_anomaly)
@@ -179,7 +179,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     script = f"{prefix}/constants.pkl" in {m.name for m in members}
     issues += _torch_anomalies(members, prefix or "", script)
     issues += _numpy_members(sample, members)
-    data = _member_bytes(sample, pickle_member)
+    data = member_bytes(sample, pickle_member)
     if isinstance(data, FileIssue):
         return FileReport(Format.TORCH_ZIP.value, (*issues, data))
     resolved = _torchscript_type if script else None
@@ -188,7 +188,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     issues += weights_only_refusal(walked, "data.pkl")
     for member in members:
         if member.name.lower().endswith((".pkl", ".debug_pkl")) and member is not pickle_member:
-            extra = _member_bytes(sample, member)
+            extra = member_bytes(sample, member)
             if isinstance(extra, FileIssue):
                 issues.append(extra)
             else:
@@ -203,20 +203,20 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         )
     byteorder = by_name.get(f"{prefix}/byteorder".lower())
     if byteorder is not None:
-        order = _member_bytes(sample, byteorder)
+        order = member_bytes(sample, byteorder)
         if isinstance(order, bytes) and order not in (b"little", b"big"):
             issues.append(FileIssue(Problem.MALFORMED, f"its byteorder record says {order[:16]!r}; torch reads only little or big"))
     found = list(tensors(walked.root))
     listed, storage_issues, regions, tensor_bytes = _storages(found, walked.storages, by_name, prefix or "")
     issues += storage_issues
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
-        issues += _deep_issues(sample, members, regions, deep)
+        issues += crc_issues(sample, members, regions, deep)
     numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in top_numbers(walked.root))
     facts = (("members", str(len(members))), *numbers)
     return FileReport(Format.TORCH_ZIP.value, tuple(issues), facts, listed, top_keys(walked.root), tensor_bytes)
 
 
-def _members(sample: Sample, directory: Directory) -> tuple[list[Member], list[FileIssue]]:
+def list_members(sample: Sample, directory: Directory) -> tuple[list[Member], list[FileIssue]]:
     blob = sample.range(directory.offset, directory.size)
     members: list[Member] = []
     issues: list[FileIssue] = []
@@ -350,10 +350,10 @@ def _numpy_members(sample: Sample, members: list[Member]) -> list[FileIssue]:
             if member.method == 8:
                 first = zlib.decompressobj(-15).decompress(first, len(npy.MAGIC)) if first else b""
         else:
-            whole = _member_bytes(sample, member)
+            whole = member_bytes(sample, member)
             first = whole if isinstance(whole, bytes) else b""
         if first.startswith(npy.MAGIC):
-            data = _member_bytes(sample, member)
+            data = member_bytes(sample, member)
             if isinstance(data, bytes):
                 with one_budget(_inflated_budget(member.compressed, member.method)):
                     found = npy.read_array(data, member.name).issues
@@ -453,7 +453,7 @@ def _flag_anomaly(member: Member) -> str | None:
     return f"member {member.name} {what}: torch ignores these bits, while zip libraries and scanners refuse the member"
 
 
-def _member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
+def member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
     if member.data < 0:
         return FileIssue(Problem.MALFORMED, f"member {member.name} cannot be located")
     if member.size > MAX_PICKLE or member.compressed > MAX_PICKLE:
@@ -558,7 +558,7 @@ def _extent(ref: TensorRef) -> int:
     return ref.offset + sum((dim - 1) * stride for dim, stride in zip(ref.size, ref.stride, strict=False)) + 1
 
 
-def _deep_issues(sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int) -> list[FileIssue]:
+def crc_issues(sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int) -> list[FileIssue]:
     stored = [m for m in members if m.method == 0 and m.data >= 0]
     recorded = any(m.crc for m in stored if m.size)
     by_offset = {region.offset: region for region in floats}
@@ -635,7 +635,7 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
         if member.flags & 0x1 and member.method != 0:
             issues.append(FileIssue(Problem.ZIP_ANOMALY, f"member {member.name} is encrypted: it cannot be checked"))
             continue
-        data = _member_bytes(sample, member)
+        data = member_bytes(sample, member)
         if isinstance(data, FileIssue):
             issues.append(data)
             continue
@@ -651,7 +651,7 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
                 issues += judge(walk(data), member.name)
             contents.append("pickle")
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
-        issues += _deep_issues(sample, members, [], deep)
+        issues += crc_issues(sample, members, [], deep)
     if not contents or "pickle" in contents:
         issues.insert(0, FileIssue(Problem.NOT_A_CHECKPOINT, "a zip archive, not a torch checkpoint: it has no <folder>/data.pkl"))
     fmt = Format.NUMPY.value if contents and set(contents) == {"numpy"} else Format.ZIP.value
@@ -666,7 +666,7 @@ _TORCH_MEMBERS = (b"data.pkl", b"version", b".format_version", b"byteorder", b"c
 _TORCH_FOLDERS = (b"data/", b".data/", b"code/", b"extra/")
 
 
-def _first_member(head: bytes) -> bytes:
+def first_member(head: bytes) -> bytes:
     name_length: int = struct.unpack_from("<H", head, 26)[0]
     return head[30 : 30 + name_length]
 
@@ -679,7 +679,7 @@ def _torch_archive(head: bytes, sample: Sample) -> bool:
         return False
     if len(head) < 30:
         return True
-    _, slash, member = _first_member(head).partition(b"/")
+    _, slash, member = first_member(head).partition(b"/")
     return bool(slash) and (member in _TORCH_MEMBERS or member.startswith(_TORCH_FOLDERS))
 
 
@@ -687,7 +687,7 @@ def _npz(head: bytes, sample: Sample) -> bool:
     """A zip of ``.npy`` members (``numpy.savez``)."""
     if len(head) < 30 or not head.startswith(ZIP_LOCAL):
         return False
-    return _first_member(head).endswith(b".npy")
+    return first_member(head).endswith(b".npy")
 
 
 def _probe_numpy(sample: Sample) -> FileReport:

@@ -448,6 +448,30 @@ ZEROED_DATA = Rule(
     related=("CKD203", "CKD206", "CKD304", "CKD501"),
 )
 
+PARTLY_CHECKED = Rule(
+    code="CKD213",
+    name="partly-checked",
+    severity=Severity.INFO,
+    summary="`verify` could check only part of a file: the optional library that reads the rest is not installed.",
+    meaning=(
+        "Some formats are read past their header by a library that ckptdoctor does not require: HDF5 (Keras' "
+        "`.weights.h5`, the weights inside a `.keras` archive) by h5py. Without it `verify` still checks what it can read "
+        "itself (the HDF5 superblock against the file's size, the archive's members), and says here that the rest (the "
+        "object headers that place each dataset, the datasets' bytes) was not read. Nothing was found wrong: the "
+        "checkpoint stays a resume point, but it is not vouched for as a whole."
+    ),
+    causes=(
+        "ckptdoctor was installed without the extra that brings the library (`pip install 'ckptdoctor[keras]'`), or runs in "
+        "a lean environment (CI, a cron job) without the training stack."
+    ),
+    fixes=(
+        "Install the library and verify again: `pip install h5py` (or `pip install 'ckptdoctor[keras]'`), then `ckptdoctor verify {run}`.",
+        "Or run ckptdoctor in the training environment, which has the library already.",
+    ),
+    messages=("only the HDF5 superblock and the file's size were checked",),
+    related=("CKD203", "CKD207"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -461,6 +485,7 @@ RULES: tuple[Rule, ...] = (
     LEGACY_FORMAT,
     UNREADABLE,
     ZEROED_DATA,
+    PARTLY_CHECKED,
 )
 
 

@@ -124,10 +124,43 @@ ZIP_ANOMALY = Rule(
     related=("CKD401", "CKD206", "CKD207"),
 )
 
+CODE_IN_CONFIG = Rule(
+    code="CKD404",
+    name="code-in-config",
+    severity=Severity.ERROR,
+    summary="A model's saved configuration holds Python code that its loader runs (a Keras `Lambda` layer's bytecode).",
+    meaning=(
+        "Keras saves a `Lambda` layer's function as marshalled Python bytecode inside the model's configuration "
+        "(`config.json` in a `.keras` archive, the `model_config` attribute of a legacy `.h5` model). "
+        "`keras.models.load_model` refuses it in its default safe mode (`Requested the deserialization of a Lambda layer "
+        "... arbitrary code execution`) and runs it when called with `safe_mode=False` or after "
+        "`keras.config.enable_unsafe_deserialization()`. Code in a checkpoint is never proven safe, so the file is no place "
+        "to resume from until you trust where it came from."
+    ),
+    causes=(
+        "The model has a `Lambda` layer (or a layer argument given as a Python lambda), as many tutorials write. Or the file "
+        "was crafted to run code when someone loads it with safe mode off."
+    ),
+    fixes=(
+        fix(
+            "Do not load it with safe mode off unless you wrote it yourself.",
+            keras="Do not pass `safe_mode=False` to `keras.models.load_model` unless you wrote {name} yourself; load the weights alone into a model built in code instead: `model.load_weights({name})` reads no configuration.",
+        ),
+        "Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
+    ),
+    messages=(
+        "Requested the deserialization of a `Lambda` layer",
+        "Requested the deserialization of a Python lambda",
+        "carries a potential risk of arbitrary code execution",
+    ),
+    related=("CKD401", "CKD402"),
+)
+
 RULES: tuple[Rule, ...] = (
     UNSAFE_PICKLE,
     NON_WEIGHTS_OBJECT,
     ZIP_ANOMALY,
+    CODE_IN_CONFIG,
 )
 
 CHECKS: tuple[()] = ()

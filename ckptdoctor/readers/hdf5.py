@@ -1,0 +1,273 @@
+"""HDF5 files (Keras' ``.weights.h5``, the weights inside a ``.keras`` archive, legacy ``.h5`` models).
+
+The superblock at the start of the file records where the file ends (the end-of-file address).
+libhdf5 writes it when the file is closed and then truncates the file to it, so a whole file is
+exactly as long as it says. A file shorter than that was cut short (libhdf5: "truncated file");
+a longer one was never closed: the writer was killed mid-save and the metadata that places the
+datasets was never written (libhdf5: "bad object header version number"). Superblock versions
+2 and 3 also carry a flag that stays set while a writer holds the file open.
+
+Everything past the superblock (object headers, B-trees, datasets) is read with h5py, which
+``verify`` uses where it is installed: every object's metadata is read and every dataset's
+bytes placed inside the file; ``--deep`` reads every byte and counts NaN and Inf. Without
+h5py only the superblock is checked, and the report says so (CKD213). Nothing is read from
+outside the file: external links, external storage and virtual datasets are refused, since
+Keras never writes them and reading them would read other files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import _deep
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
+from ckptdoctor.readers._sample import Sample, SampleReader
+from ckptdoctor.readers.sniff import Format, begins
+
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
+HDF5 = Format.declare("hdf5")
+STORED_END = "hdf5-end"
+"""A fact: the end-of-file address the superblock records, plus its base address."""
+WITHOUT_H5PY = "h5py is not installed: only the HDF5 superblock and the file's size were checked (pip install h5py)"
+_UNDEFINED = -1
+_LIBRARY_SIZES = frozenset({2, 4, 8, 16})
+"""The sizes of offsets and lengths libhdf5 accepts."""
+
+
+class Superblock(NamedTuple):
+    version: int
+    base: int
+    end: int
+    """The end-of-file address, relative to ``base``."""
+    open_for_writing: bool
+
+
+def superblock(head: bytes) -> Superblock | FileIssue:
+    """The superblock at the start of ``head`` (format spec, "Disk Format: Level 0A"), or why it
+    cannot be read."""
+    if len(head) < 10:
+        return FileIssue(Problem.TRUNCATED, "cut inside its HDF5 superblock")
+    version = head[8]
+    if version in (0, 1):
+        offsets, lengths = head[13], head[14]
+        addresses = 24 if version == 0 else 28
+        flags = 0  # version 0 and 1 superblocks keep no flags
+    elif version in (2, 3):
+        offsets, lengths = head[9], head[10]
+        addresses = 12
+        flags = head[11]
+    else:
+        return FileIssue(Problem.MALFORMED, f"HDF5 superblock version {version}, which libhdf5 does not write")
+    if offsets not in _LIBRARY_SIZES or lengths not in _LIBRARY_SIZES:
+        return FileIssue(Problem.MALFORMED, f"its HDF5 superblock declares {offsets}-byte offsets and {lengths}-byte lengths")
+    # base address, then (0/1) free-space address or (2/3) superblock extension address, then the end
+    needed = addresses + 3 * offsets
+    if len(head) < needed:
+        return FileIssue(Problem.TRUNCATED, "cut inside its HDF5 superblock")
+    base, _, end = (_address(head, addresses + i * offsets, offsets) for i in range(3))
+    if base == _UNDEFINED or end == _UNDEFINED:
+        return FileIssue(Problem.MALFORMED, "its HDF5 superblock records no base or end-of-file address")
+    return Superblock(version, base, end, bool(flags & 0x1) and version >= 3)
+
+
+def _address(head: bytes, at: int, size: int) -> int:
+    value = int.from_bytes(head[at : at + size], "little")
+    return _UNDEFINED if value == (1 << (8 * size)) - 1 else value
+
+
+def extent_issues(block: Superblock, size: int) -> list[FileIssue]:
+    """How the file's length agrees with the end its superblock records."""
+    stored = block.base + block.end
+    if block.open_for_writing:
+        return [
+            FileIssue(
+                Problem.TRUNCATED,
+                "its HDF5 superblock says a writer still holds it open: the save was killed before the file was "
+                "closed (h5py: file is already open for write)",
+            )
+        ]
+    if size < stored:
+        return [
+            FileIssue(
+                Problem.TRUNCATED,
+                f"{size} of the {stored} bytes its HDF5 superblock records: the file was cut short "
+                f"(h5py: truncated file: eof = {size}, stored_eof = {stored})",
+            )
+        ]
+    if size > stored:
+        return [
+            FileIssue(
+                Problem.TRUNCATED,
+                f"never closed: {size} bytes, but its HDF5 superblock still records {stored}, as written when the save "
+                "began; the writer was killed before it wrote the metadata that places the datasets (h5py: bad "
+                "object header version number)",
+            )
+        ]
+    return []
+
+
+def probe(sample: Sample) -> FileReport:
+    """The superblock against the file's size: all ``inspect`` reads."""
+    block = superblock(sample.head(128))
+    if isinstance(block, FileIssue):
+        return FileReport(HDF5.value, (block,))
+    facts = ((STORED_END, str(block.base + block.end)),)
+    return FileReport(HDF5.value, tuple(extent_issues(block, sample.size)), facts)
+
+
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
+    """The superblock, then every object with h5py where it is installed; ``deep`` > 0 also
+    reads every dataset's bytes (NaN and Inf in float datasets)."""
+    header = probe(sample)
+    if header.issues:
+        return header
+    h5py = _h5py()
+    if h5py is None:
+        return FileReport(HDF5.value, (FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY),), header.facts)
+    try:
+        with h5py.File(SampleReader(sample), "r") as opened:
+            walked = _walk(h5py, opened, sample.size)
+            issues = walked.issues
+            if deep and not issues:
+                issues = _deep_issues(sample, opened, walked, deep)
+    except Exception as error:  # libhdf5's errors come as OSError, KeyError, RuntimeError...: each is damage
+        detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        return FileReport(HDF5.value, (FileIssue(Problem.MALFORMED, f"h5py cannot read it: {detail}"),), header.facts)
+    tensors = tuple(walked.tensors)
+    return FileReport(HDF5.value, tuple(issues), header.facts, tensors, tuple(walked.top), sum(t.nbytes for t in tensors))
+
+
+class _Walked(NamedTuple):
+    tensors: list[Tensor]
+    top: list[str]
+    issues: list[FileIssue]
+    regions: list[_deep.Region]
+    chunked: list[str]
+    """Datasets whose bytes are not one run in the file: ``--deep`` reads them through h5py."""
+
+
+def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
+    walked = _Walked([], list(opened.keys()), [], [], [])
+    for name, item in _objects(h5py, opened, walked.issues):
+        if not isinstance(item, h5py.Dataset):
+            continue
+        dtype = _dtype(item)
+        shape = tuple(int(n) for n in item.shape or ())
+        nbytes = int(item.id.get_storage_size()) if item.chunks else int(item.size or 0) * item.dtype.itemsize
+        walked.tensors.append(Tensor(name.replace("/", "."), dtype, shape, int(item.size or 0) * item.dtype.itemsize))
+        plist = item.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
+            walked.issues.append(_outside(name, "its data lives in other files (an external or virtual dataset)"))
+            continue
+        if item.chunks or item.compression:
+            walked.chunked.append(name)
+            for chunk in range(item.id.get_num_chunks()):
+                info = item.id.get_chunk_info(chunk)
+                if info.byte_offset + info.size > size:
+                    walked.issues.append(_past_end(name, info.byte_offset + info.size, size))
+                    break
+            continue
+        offset = item.id.get_offset()
+        if offset is None:
+            continue  # never written: reads as its fill value, as h5py and Keras read it
+        if offset + nbytes > size:
+            walked.issues.append(_past_end(name, offset + nbytes, size))
+        else:
+            walked.regions.append(_deep.Region(offset, nbytes, dtype if dtype in _deep.FLOAT_BITS else None))
+    return walked
+
+
+def _objects(h5py: Any, group: Any, issues: list[FileIssue], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every object below ``group``, through hard links only (a soft link names an object that is
+    visited where it lives; an external link names another file)."""
+    for name in group:
+        path = f"{prefix}{name}"
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            issues.append(_outside(path, f"an external link to {link.filename!r}"))
+            continue
+        if isinstance(link, h5py.SoftLink):
+            continue
+        item = group[name]
+        yield path, item
+        if isinstance(item, h5py.Group):
+            yield from _objects(h5py, item, issues, f"{path}/")
+
+
+def _outside(name: str, what: str) -> FileIssue:
+    return FileIssue(
+        Problem.MALFORMED, f"{name} is {what}: frameworks never write one, and reading it would read files outside the checkpoint"
+    )
+
+
+def _past_end(name: str, end: int, size: int) -> FileIssue:
+    return FileIssue(Problem.TRUNCATED, f"dataset {name} reaches byte {end} of a {size}-byte file: the file was cut short")
+
+
+def _dtype(dataset: Any) -> str:
+    """torch's spelling of a dataset's element type; Keras marks bfloat16 with an attribute."""
+    if dataset.attrs.get("dtype") == "bfloat16":
+        return "bfloat16"
+    kind = dataset.dtype
+    names = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
+    base = names.get(kind.kind)
+    if base is None:
+        return str(kind)
+    return "bool" if base == "bool" else f"{base}{kind.itemsize * 8}"
+
+
+def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> list[FileIssue]:
+    """NaN and Inf in every float dataset: straight from the file where a dataset's bytes are one
+    run, else through h5py (chunked or filtered datasets, which Keras does not write)."""
+    issues, _ = _deep.scan(sample, walked.regions, threads)
+    found = 0
+    for name in walked.chunked:
+        dataset = opened[name]
+        dtype = _dtype(dataset)
+        if dtype not in _deep.FLOAT_BITS or dtype == "bfloat16":
+            continue  # h5py hands bfloat16 over as raw 16-bit words: counted only where contiguous
+        for rows in _row_blocks(dataset):
+            found += _deep.count_nonfinite(dataset[rows].tobytes(), dtype)
+    if found:
+        issues.append(FileIssue(Problem.NONFINITE, f"{found} NaN or Inf values in its chunked datasets"))
+    return issues
+
+
+def _row_blocks(dataset: Any) -> Iterator[slice | tuple[()]]:
+    """Slices of a dataset's first axis of about ``_deep.PART`` bytes each (all of a scalar)."""
+    if not dataset.shape:
+        yield ()
+        return
+    row = max(1, dataset.size // max(1, dataset.shape[0]) * dataset.dtype.itemsize)
+    step = max(1, _deep.PART // row)
+    for start in range(0, dataset.shape[0], step):
+        yield slice(start, start + step)
+
+
+def _h5py() -> Any:
+    """h5py where it is installed (an optional extra), else None."""
+    try:
+        # an optional library, imported only by verify of an HDF5 file
+        import h5py
+    except ImportError:
+        return None
+    return h5py
+
+
+def _hdf5(head: bytes, sample: Sample) -> bool:
+    return begins(head, SIGNATURE)
+
+
+SPECS = (
+    ReaderSpec(
+        HDF5,
+        (Sniff(Rank.MAGIC, _hdf5),),
+        ((".weights.h5", Naming.CHECKPOINT_ONLY), (".h5", Naming.CHECKPOINT), (".hdf5", Naming.CHECKPOINT)),
+        probe,
+        read_whole,
+        read_any_name=True,
+        loaded_by=Library.H5PY,
+    ),
+)

@@ -1,0 +1,128 @@
+"""Keras 3's ``.keras`` archive: a zip of ``metadata.json``, ``config.json`` and ``model.weights.h5``.
+
+``keras/src/saving/saving_lib.py`` (``save_model``, ``_save_model_to_fileobj``) writes the members
+in that order, stored, straight into the target: a killed save leaves a zip with no central
+directory. ``load_model`` (``_load_model_from_fileobj``) needs ``config.json`` and the weights
+(``model.weights.h5``, or ``model.weights.npz`` when saved so); ``assets/`` is optional. The
+weights member is an HDF5 file, judged by ``readers.hdf5`` in place; the configuration is parsed
+for code a loader would run (``readers._kerasconfig``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.readers import _kerasconfig, hdf5, torchzip
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
+from ckptdoctor.readers._sample import BytesSample, Sample, Window
+from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
+
+KERAS = Format.declare("keras")
+CONFIG = "config.json"
+METADATA = "metadata.json"
+WEIGHTS = ("model.weights.h5", "model.weights.npz")
+_FIRST = frozenset({METADATA.encode(), CONFIG.encode(), *(name.encode() for name in WEIGHTS)})
+MAX_WEIGHTS_INFLATED = 1 << 30
+"""A compressed weights member is inflated into memory to be read: no larger than this."""
+
+
+def probe(sample: Sample) -> FileReport:
+    """The archive's end records and member list, and the weights' HDF5 superblock: all
+    ``inspect`` reads."""
+    listed = _listed(sample)
+    if isinstance(listed, FileReport):
+        return listed
+    members, issues = listed
+    weights = next((m for m in members if m.name == WEIGHTS[0]), None)
+    if weights is not None and weights.method == 0 and weights.data >= 0:
+        header = hdf5.probe(Window(sample, weights.data, weights.size))
+        issues += [_inside(issue, weights.name) for issue in header.issues]
+    return FileReport(KERAS.value, tuple(issues), (("members", str(len(members))),))
+
+
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
+    """Every member: the configuration parsed for code, the weights read as HDF5, and with
+    ``deep`` every stored member's CRC-32 and every float's value."""
+    listed = _listed(sample)
+    if isinstance(listed, FileReport):
+        return listed
+    members, issues = listed
+    by_name = {member.name: member for member in members}
+    for name in (CONFIG, METADATA):
+        member = by_name.get(name)
+        data = torchzip.member_bytes(sample, member) if member is not None else None
+        if isinstance(data, FileIssue):
+            issues.append(data)
+        elif data is not None and name == CONFIG:
+            issues += _kerasconfig.code_in(data, CONFIG)
+    weights = by_name.get(WEIGHTS[0])
+    report = FileReport(KERAS.value)
+    if weights is not None:
+        inner = _weights_sample(sample, weights)
+        if isinstance(inner, FileIssue):
+            issues.append(inner)
+        else:
+            report = hdf5.read_whole(inner, deep)
+            issues += [_inside(issue, weights.name) for issue in report.issues]
+    if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
+        issues += [i for i in torchzip.crc_issues(sample, members, [], deep) if i.problem is not Problem.NONFINITE]
+    facts = (("members", str(len(members))), *report.facts)
+    return FileReport(KERAS.value, tuple(issues), facts, report.tensors, report.keys, report.tensor_bytes)
+
+
+def _listed(sample: Sample) -> tuple[list[torchzip.Member], list[FileIssue]] | FileReport:
+    located = torchzip.locate(sample)
+    if isinstance(located, FileIssue):
+        if located.problem is Problem.TRUNCATED:
+            located = dataclasses.replace(
+                located, detail="no zip end record at its end: the save was cut short (keras: File is not a zip file)"
+            )
+        return FileReport(KERAS.value, (located,))
+    members, issues = torchzip.list_members(sample, located)
+    names = {member.name for member in members}
+    if CONFIG not in names or not names.intersection(WEIGHTS):
+        lacking = " and ".join(
+            what for what, present in ((CONFIG, CONFIG in names), ("model.weights.h5", bool(names.intersection(WEIGHTS)))) if not present
+        )
+        issues.insert(0, FileIssue(Problem.MALFORMED, f"the archive has no {lacking}: keras.models.load_model cannot load it"))
+    issues += [FileIssue(Problem.ZIP_ANOMALY, f"member {m.name} is encrypted") for m in members if m.flags & 0x1]
+    return members, issues
+
+
+def _weights_sample(sample: Sample, member: torchzip.Member) -> Sample | FileIssue:
+    """The weights member as a file of its own: in place where stored, inflated where not."""
+    if member.data < 0:
+        return FileIssue(Problem.MALFORMED, f"member {member.name} cannot be located")
+    if member.method == 0:
+        return Window(sample, member.data, member.size)
+    if member.method != 8 or member.size > MAX_WEIGHTS_INFLATED:
+        return FileIssue(Problem.PARTLY_CHECKED, f"member {member.name} is compressed in a way ckptdoctor does not inflate: not read")
+    try:
+        data = zlib.decompressobj(-15).decompress(sample.range(member.data, member.compressed), MAX_WEIGHTS_INFLATED)
+    except zlib.error as error:
+        return FileIssue(Problem.MALFORMED, f"member {member.name} does not inflate ({error})")
+    return BytesSample(data)
+
+
+def _inside(issue: FileIssue, member: str) -> FileIssue:
+    return dataclasses.replace(issue, detail=f"{member}: {issue.detail}")
+
+
+def _keras_archive(head: bytes, sample: Sample) -> bool:
+    """A zip whose first member is one ``save_model`` writes (it writes ``metadata.json`` first)."""
+    return len(head) >= 30 and head.startswith(ZIP_LOCAL) and torchzip.first_member(head) in _FIRST
+
+
+SPECS = (
+    ReaderSpec(
+        KERAS,
+        (Sniff(Rank.MAGIC + 1, _keras_archive),),
+        ((".keras", Naming.CHECKPOINT_ONLY),),
+        probe,
+        read_whole,
+        read_any_name=True,
+        loaded_by=Library.H5PY,
+    ),
+)

@@ -1,0 +1,321 @@
+"""TensorFlow's checkpoint bundle: ``<prefix>.index``, its ``<prefix>.data-KKKKK-of-NNNNN`` shards,
+and the ``checkpoint`` state file that names the newest prefix.
+
+The index is an SSTable in LevelDB's format (``third_party/xla/xla/tsl/lib/io/format.{h,cc}``,
+``table_builder.cc``, ``block_builder.cc``): data blocks, an empty metaindex block, an index block,
+then a 48-byte footer (two block handles, zero-padded, and the magic ``0xdb4775248b80fb57``). Each
+block is followed by a type byte and the masked CRC-32C of the block and that byte. Key ``""``
+holds a ``BundleHeaderProto`` (the number of shards); every other key is a tensor's name and holds
+a ``BundleEntryProto``: its dtype, shape, shard, offset, size and CRC-32C
+(``tensorflow/core/util/tensor_bundle/tensor_bundle.{h,cc}``, ``tensor_bundle.proto``). So the
+index alone says how long each data shard must be; the layout holds each shard to it.
+``MergeV2Checkpoints`` writes the index after every shard is in place, under its final name: a
+killed save leaves shards without an index, or an index cut short (no magic at its end).
+
+The state file is a text-format ``CheckpointState`` proto written through
+``checkpoint.tmp<hex>`` and a rename (``checkpoint_management.py``,
+``update_checkpoint_state_internal``). Everything here is parsed, nothing is run.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.readers import pointer
+from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
+from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers.sniff import Format
+
+TF_INDEX = Format.declare("tf-index")
+TF_DATA = Format.declare("tf-data")
+TF_STATE = Format.declare("tf-checkpoint-state")
+INDEX_SUFFIX = ".index"
+_DATA = re.compile(r"\.data-([0-9]{5})-of-([0-9]{5})\Z")
+MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
+FOOTER = 48
+SHARDS = "shards"
+"""An index fact: how many data shards the bundle has."""
+EXTENTS = "shard-extents"
+"""An index fact: for each shard number, the byte where its last tensor ends (``shard\\tend`` lines)."""
+ALL_CHECKPOINTS = "all-checkpoints"
+"""A state-file fact: the prefixes ``all_model_checkpoint_paths`` lists, one per line."""
+_DTYPES = {
+    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
+    9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 18: "complex128", 19: "float16", 20: "resource",
+    21: "variant", 22: "uint32", 23: "uint64",
+}  # fmt: skip
+"""``DataType`` (tensorflow/core/framework/types.proto) in torch's spelling."""
+_BLOCK_TRAILER = 5
+
+
+class Damage(Exception):
+    """The index cannot be read past this point."""
+
+    def __init__(self, problem: Problem, detail: str) -> None:
+        super().__init__(detail)
+        self.issue = FileIssue(problem, detail)
+
+
+def is_data_file(name: str) -> bool:
+    return _DATA.search(name) is not None
+
+
+def data_file_name(prefix: str, shard: int, shards: int) -> str:
+    """The name ``DataFilename`` (tensor_bundle/naming.cc) gives shard ``shard`` of ``shards``."""
+    return f"{prefix}.data-{shard:05d}-of-{shards:05d}"
+
+
+def shard_of(name: str) -> tuple[str, int, int] | None:
+    """(prefix, shard, shards) of a data file's name, or None."""
+    match = _DATA.search(name)
+    return (name[: match.start()], int(match[1]), int(match[2])) if match else None
+
+
+def read_data_file(sample: Sample) -> FileReport:
+    """A data shard: tensors' raw bytes back to back, any content fine; its index says how long
+    it must be, and the layout holds it to that."""
+    return FileReport(TF_DATA.value)
+
+
+def read_index(sample: Sample) -> FileReport:
+    """The whole index, every block's checksum, and every entry."""
+    if sample.size > MAX_HEADER:
+        return FileReport(
+            TF_INDEX.value, (FileIssue(Problem.MALFORMED, f"{sample.size} bytes: larger than ckptdoctor reads for an index"),)
+        )
+    data = sample.head(sample.size)
+    try:
+        return _report(_entries(data))
+    except Damage as damage:
+        return FileReport(TF_INDEX.value, (damage.issue,))
+
+
+class Entry(NamedTuple):
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: int
+    offset: int
+    size: int
+
+
+def _report(parsed: tuple[int, list[Entry]]) -> FileReport:
+    shards, entries = parsed
+    ends: dict[int, int] = {}
+    issues: list[FileIssue] = []
+    for entry in entries:
+        if entry.shard >= shards:
+            issues.append(FileIssue(Problem.MALFORMED, f"tensor {entry.key!r} is placed in shard {entry.shard} of a {shards}-shard bundle"))
+        ends[entry.shard] = max(ends.get(entry.shard, 0), entry.offset + entry.size)
+    tensors = tuple(Tensor(e.key, e.dtype, e.shape, e.size) for e in entries)
+    top = tuple(dict.fromkeys(e.key.split("/", 1)[0] for e in entries))
+    facts = ((SHARDS, str(shards)), (EXTENTS, "\n".join(f"{shard}\t{end}" for shard, end in sorted(ends.items()))))
+    return FileReport(TF_INDEX.value, tuple(issues), facts, tensors, top, sum(e.size for e in entries))
+
+
+def extents(report: FileReport) -> dict[int, int]:
+    """Shard number -> the byte where its last tensor ends, from an index's report."""
+    recorded = report.fact(EXTENTS)
+    return {int(shard): int(end) for shard, _, end in (line.partition("\t") for line in recorded.splitlines())} if recorded else {}
+
+
+def _entries(data: bytes) -> tuple[int, list[Entry]]:
+    if len(data) < FOOTER or not data.endswith(MAGIC):
+        raise Damage(
+            Problem.TRUNCATED,
+            "no SSTable magic at its end: the index was cut short (tensorflow: not an sstable (bad magic number))",
+        )
+    footer = data[-FOOTER:]
+    _, position = _handle(footer, 0)
+    (index_offset, index_size), _ = _handle(footer, position)
+    shards: int | None = None
+    entries: list[Entry] = []
+    for _, handle in _block(data, index_offset, index_size):
+        (offset, size), _ = _handle(handle, 0)
+        for key, value in _block(data, offset, size):
+            if key == b"":
+                shards = _header(value)
+            else:
+                entries.append(_entry(key, value))
+    if shards is None:
+        raise Damage(Problem.MALFORMED, "the index has no bundle header (its first key)")
+    return shards, entries
+
+
+def _block(data: bytes, offset: int, size: int) -> Iterator[tuple[bytes, bytes]]:
+    """The (key, value) entries of the block at ``offset``, its checksum checked."""
+    end = offset + size
+    if end + _BLOCK_TRAILER > len(data):
+        raise Damage(Problem.TRUNCATED, f"a block at {offset}+{size} lies past the index's end: the index was cut short")
+    contents, kind = data[offset:end], data[end]
+    (stored,) = struct.unpack_from("<I", data, end + 1)
+    if kind != 0:
+        raise Damage(Problem.MALFORMED, f"a block compressed with type {kind}: TensorFlow writes bundles uncompressed")
+    if _crc32c(data[offset : end + 1]) != _unmask(stored):
+        raise Damage(Problem.CRC_MISMATCH, f"the block at {offset} does not match its CRC-32C (tensorflow: block checksum mismatch)")
+    if len(contents) < 4:
+        raise Damage(Problem.MALFORMED, f"the block at {offset} is too short to hold its restart points")
+    (restarts,) = struct.unpack_from("<I", contents, len(contents) - 4)
+    limit = len(contents) - 4 - 4 * restarts
+    if limit < 0:
+        raise Damage(Problem.MALFORMED, f"the block at {offset} declares more restart points than it holds")
+    key = b""
+    position = 0
+    while position < limit:
+        shared, position = _varint(contents, position)
+        unshared, position = _varint(contents, position)
+        length, position = _varint(contents, position)
+        if shared > len(key) or position + unshared + length > limit:
+            raise Damage(Problem.MALFORMED, f"an entry of the block at {offset} runs past the block")
+        key = key[:shared] + contents[position : position + unshared]
+        position += unshared
+        yield key, contents[position : position + length]
+        position += length
+
+
+def _handle(data: bytes, position: int) -> tuple[tuple[int, int], int]:
+    offset, position = _varint(data, position)
+    size, position = _varint(data, position)
+    return (offset, size), position
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 63:
+            raise Damage(Problem.MALFORMED, "a varint runs past its record")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _fields(message: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """A protobuf message's (field number, value) pairs: varints, fixed32s, fixed64s and bytes."""
+    position = 0
+    while position < len(message):
+        tag, position = _varint(message, position)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, position = _varint(message, position)
+            yield number, value
+        elif wire == 1 or wire == 5:
+            width = 8 if wire == 1 else 4
+            if position + width > len(message):
+                raise Damage(Problem.MALFORMED, "a fixed-width field runs past its record")
+            yield number, int.from_bytes(message[position : position + width], "little")
+            position += width
+        elif wire == 2:
+            length, position = _varint(message, position)
+            if position + length > len(message):
+                raise Damage(Problem.MALFORMED, "a field runs past its record")
+            yield number, message[position : position + length]
+            position += length
+        else:
+            raise Damage(Problem.MALFORMED, f"a field of wire type {wire}, which bundles never hold")
+
+
+def _header(value: bytes) -> int:
+    shards = 1  # proto3: an absent field holds its default, and a bundle has at least one shard
+    for number, field in _fields(value):
+        if number == 1 and isinstance(field, int):
+            shards = field
+    return shards
+
+
+def _entry(key: bytes, value: bytes) -> Entry:
+    dtype, shard, offset, size = 0, 0, 0, 0
+    shape: tuple[int, ...] = ()
+    for number, field in _fields(value):
+        if number == 1 and isinstance(field, int):
+            dtype = field
+        elif number == 2 and isinstance(field, bytes):
+            shape = _shape(field)
+        elif number == 3 and isinstance(field, int):
+            shard = field
+        elif number == 4 and isinstance(field, int):
+            offset = field
+        elif number == 5 and isinstance(field, int):
+            size = field
+    return Entry(key.decode("utf-8", "replace"), _DTYPES.get(dtype, f"tf-{dtype}"), shape, shard, offset, size)
+
+
+def _shape(value: bytes) -> tuple[int, ...]:
+    dims: list[int] = []
+    for number, field in _fields(value):
+        if number == 2 and isinstance(field, bytes):
+            size = next((n for k, n in _fields(field) if k == 1 and isinstance(n, int)), 0)
+            dims.append(size - (1 << 64) if size >= 1 << 63 else size)  # int64 on the wire
+    return tuple(dims)
+
+
+def _unmask(masked: int) -> int:
+    rotated = (masked - 0xA282EAD8) & 0xFFFFFFFF
+    return ((rotated >> 17) | (rotated << 15)) & 0xFFFFFFFF
+
+
+def _crc32c(data: bytes) -> int:
+    # google-crc32c (a dependency) does it in C; imported when an index is read
+    import google_crc32c
+
+    return int(google_crc32c.value(data))
+
+
+_STATE_FIELD = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')
+_OTHER_FIELD = re.compile(r"^\s*(all_model_checkpoint_timestamps|last_preserved_timestamp)\s*:\s*[-+0-9.eE]+\s*$")
+
+
+def read_state(sample: Sample) -> FileReport:
+    """The ``checkpoint`` state file: the prefix ``tf.train.latest_checkpoint`` returns (``points_to``)
+    and the prefixes the manager still keeps."""
+    if sample.size > pointer.LIMIT * 64:
+        return _state_issue(f"{sample.size} bytes: too long for a checkpoint state file")
+    try:
+        text = sample.head(sample.size).decode("utf-8")
+    except UnicodeDecodeError:
+        return _state_issue("not text: TensorFlow's checkpoint state file is a text proto")
+    latest: str | None = None
+    kept: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or _OTHER_FIELD.match(line):
+            continue
+        match = _STATE_FIELD.match(line)
+        if match is None:
+            return _state_issue(f"not a CheckpointState text proto: {line.strip()[:60]!r} (tensorflow cannot parse it)")
+        path = match[2].encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
+        if match[1] == "model_checkpoint_path":
+            latest = path
+        else:
+            kept.append(path)
+    if not latest:
+        return _state_issue("names no model_checkpoint_path: tf.train.latest_checkpoint returns None and a restore starts afresh")
+    return FileReport(TF_STATE.value, (), ((pointer.POINTS_TO, latest), (ALL_CHECKPOINTS, "\n".join(kept))))
+
+
+def _state_issue(detail: str) -> FileReport:
+    return FileReport(TF_STATE.value, (FileIssue(Problem.MALFORMED, detail),))
+
+
+def _index(head: bytes, sample: Sample) -> bool:
+    return sample.size >= FOOTER and sample.tail(len(MAGIC)) == MAGIC
+
+
+SPECS = (
+    ReaderSpec(
+        TF_INDEX,
+        (Sniff(Rank.STRUCTURE, _index),),
+        ((INDEX_SUFFIX, Naming.CHECKPOINT),),
+        read_index,
+        loaded_by=Library.TENSORFLOW,
+    ),
+    ReaderSpec(TF_DATA),
+    ReaderSpec(TF_STATE),
+)
+"""Data shards are told by name (``is_data_file``), whatever bytes they hold; the state file by the
+name its layout gives it."""
