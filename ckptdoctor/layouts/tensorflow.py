@@ -30,6 +30,8 @@ from ckptdoctor.readers.sniff import Format
 
 STATE = "checkpoint"
 _BUNDLE = re.compile(r"^(.+)\.(?:index|data-[0-9]{5}-of-[0-9]{5})\Z")
+_SAVED = re.compile(r"^.+-[0-9]+\Z")
+"""How ``Checkpoint.save`` names a save (``"%s-%d" % (prefix, save_counter)``)."""
 _LAST_NUMBER = re.compile(r"([0-9]+)(?!.*[0-9])")
 _STAGING = re.compile(r"(?:_temp|\.tempstate[0-9]+|^checkpoint\.tmp[0-9a-f]+)\Z")
 """``<prefix>_temp/`` (``MultiDeviceSaver.save``), ``….tempstate<n>`` (``BundleWriter``) and
@@ -98,11 +100,14 @@ class TensorFlowLayout(Layout):
             return ()
         state = next((f for f in run.loose_files if f.entry.name == STATE), None)
         if state is None:
-            return (Pointer(None, "", None, "tf.train.latest_checkpoint"),)
+            # `Checkpoint.save` and the manager name saves `<prefix>-<n>` and record them in the
+            # state file; `Checkpoint.write` names them as told and records nothing
+            saved = any(_SAVED.match(prefix) for c in run.checkpoints if (prefix := bundle_prefix(c)) is not None)
+            return (Pointer(None, "", None, STATE),) if saved else ()
         target = state.report.fact(pointer.POINTS_TO)
         if target is None:
             return ()  # unreadable or malformed: its own finding says so
-        return (Pointer(state, target, _named(run, target), "tf.train.latest_checkpoint"),)
+        return (Pointer(state, target, _named(run, target), STATE),)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         return followed(run, self.pointers(run))

@@ -201,10 +201,18 @@ def _repoints(
             reasons = (f"{said} ({rule})", f"{held}: left as it is")
             items.append(PlanItem(resume.index, Action.KEEP, reasons, (entry,), 0))
             continue
-        shown = {PointerKind.SYMLINK: f"-> {write.text}", PointerKind.COPY: f"a copy of {write.text}"}.get(write.kind, repr(write.text))
+        shown = {PointerKind.SYMLINK: f"-> {write.text}", PointerKind.COPY: f"a copy of {write.text}"}.get(
+            write.kind, _first_line(write.text)
+        )
         reasons = (f"{said}: fixes {rule}", f"will name {shown}, the resume point")
         items.append(PlanItem(resume.index, Action.REPOINT, reasons, (entry,), entry.size, write))
     return items
+
+
+def _first_line(text: str) -> str:
+    """A pointer's text as people read it: a state file of several lines by its first."""
+    lines = text.splitlines() or [""]
+    return repr(lines[0]) + (f" (and {len(lines) - 1} more line{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else "")
 
 
 def _said(pointer: Pointer, state: str) -> str:
