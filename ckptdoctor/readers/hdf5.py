@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep
+from ckptdoctor.readers import _deep, _kerasconfig
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample, SampleReader
 from ckptdoctor.readers.sniff import Format, begins
@@ -30,6 +30,9 @@ SIGNATURE = b"\x89HDF\r\n\x1a\n"
 HDF5 = Format.declare("hdf5")
 STORED_END = "hdf5-end"
 """A fact: the end-of-file address the superblock records, plus its base address."""
+MODEL_CONFIG = "model_config"
+"""The root attribute in which legacy Keras ``.h5`` models keep their configuration
+(``legacy_h5_format.save_model_to_hdf5``)."""
 WITHOUT_H5PY = "h5py is not installed: only the HDF5 superblock and the file's size were checked (pip install h5py)"
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
@@ -101,8 +104,8 @@ def extent_issues(block: Superblock, size: int) -> list[FileIssue]:
             FileIssue(
                 Problem.TRUNCATED,
                 f"never closed: {size} bytes, but its HDF5 superblock still records {stored}, as written when the save "
-                "began; the writer was killed before it wrote the metadata that places the datasets (h5py: bad "
-                "object header version number)",
+                "began; the writer was killed before it closed the file, so the metadata that places the datasets is "
+                "missing or out of date (h5py: bad object header version number)",
             )
         ]
     return []
@@ -150,6 +153,9 @@ class _Walked(NamedTuple):
 
 def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
     walked = _Walked([], list(opened.keys()), [], [], [])
+    config = opened.attrs.get(MODEL_CONFIG)
+    if config is not None:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
+        walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), MODEL_CONFIG))
     for name, item in _objects(h5py, opened, walked.issues):
         if not isinstance(item, h5py.Dataset):
             continue

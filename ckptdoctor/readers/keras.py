@@ -77,7 +77,8 @@ def _listed(sample: Sample) -> tuple[list[torchzip.Member], list[FileIssue]] | F
     if isinstance(located, FileIssue):
         if located.problem is Problem.TRUNCATED:
             located = dataclasses.replace(
-                located, detail="no zip end record at its end: the save was cut short (keras: File is not a zip file)"
+                located,
+                detail="no zip end record at its end: the save was cut short (keras: Please ensure the file is an accessible `.keras` zip file)",
             )
         return FileReport(KERAS.value, (located,))
     members, issues = torchzip.list_members(sample, located)
