@@ -84,10 +84,12 @@ class Layout:
     ``aliases``                  none                                         torch (``safetensors``)
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
-    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm
+    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
+                                                                              tensorflow
     ``stray(name)``              None                                         burn, torch
-    ``staging(name)``            None                                         hf-trainer, orbax, timm
-    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
+    ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
+    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
+                                                                              keras, tensorflow
     ``recognises(entries)``      True                                         timm
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn
@@ -95,25 +97,30 @@ class Layout:
     ``content``                  empty (nothing written is vouched for)       every layout
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
     ``legacy_formats``           none                                         burn
-    ``named_files``              none                                         hf-trainer, deepspeed, megatron
+    ``named_files``              none                                         hf-trainer, deepspeed, megatron,
+                                                                              tensorflow
     ``unread(relative)``         None (every file is read)                    orbax
     ``loader_allows``            none                                         timm
     ``flat_optimizer_state``     False                                        deepspeed
     *what a checkpoint needs*
-    ``required(claims)``         every role the claims name                   dcp, burn
+    ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
-    ``whole_saves``              False                                        lightning
+    ``whole_saves``              False                                        lightning, keras
+    ``absent(files, siblings)``  none                                         every folder layout, tensorflow
+    ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index)
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
-                                                                              lightning
+                                                                              lightning, tensorflow
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
-                                                                              megatron, lightning
-    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
+                                                                              megatron, lightning, tensorflow
+    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
+                                                                              tensorflow (its state file)
     ``resume_hint(run, c)``      ``""``                                       every layout
-    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder),
+                                                                              tensorflow (the bundle's prefix)
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
     ``reads_every_name``         False                                        accelerate
@@ -296,8 +303,6 @@ class FolderLayout(Layout):
     ``claim_folders(folders)``    by name, else by signature in a series      none
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax
-    ``absent(files, siblings)``   none                                        every folder layout
-    ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``)
     ``committed(pointers)``       None                                        megatron (its tracker)
     ``build_alone(...)``          one folder as a run of one checkpoint       none
     ============================  ==========================================  ======================================

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.parallel import forked
 from ckptdoctor.readers import _deep, _kerasconfig
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample, SampleReader
@@ -50,7 +51,7 @@ class Superblock(NamedTuple):
 def superblock(head: bytes) -> Superblock | FileIssue:
     """The superblock at the start of ``head`` (format spec, "Disk Format: Level 0A"), or why it
     cannot be read."""
-    if len(head) < 10:
+    if len(head) < 16:  # no superblock version is shorter
         return FileIssue(Problem.TRUNCATED, "cut inside its HDF5 superblock")
     version = head[8]
     if version in (0, 1):
@@ -122,24 +123,33 @@ def probe(sample: Sample) -> FileReport:
 
 def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """The superblock, then every object with h5py where it is installed; ``deep`` > 0 also
-    reads every dataset's bytes (NaN and Inf in float datasets)."""
+    reads every dataset's bytes (NaN and Inf in float datasets). h5py reads in a forked process:
+    libhdf5 is C, and a crafted file that crashes it ends that process, not ckptdoctor."""
     header = probe(sample)
     if header.issues:
         return header
-    h5py = _h5py()
-    if h5py is None:
+    if _h5py() is None:
         return FileReport(HDF5.value, (FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY),), header.facts)
     try:
-        with h5py.File(SampleReader(sample), "r") as opened:
-            walked = _walk(h5py, opened, sample.size)
-            issues = walked.issues
-            if deep and not issues:
-                issues = _deep_issues(sample, opened, walked, deep)
+        outcome = [result for _, result in forked(lambda _: _read(sample, deep), 1, 1)]
     except Exception as error:  # libhdf5's errors come as OSError, KeyError, RuntimeError...: each is damage
         detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         return FileReport(HDF5.value, (FileIssue(Problem.MALFORMED, f"h5py cannot read it: {detail}"),), header.facts)
-    tensors = tuple(walked.tensors)
-    return FileReport(HDF5.value, tuple(issues), header.facts, tensors, tuple(walked.top), sum(t.nbytes for t in tensors))
+    if not outcome:
+        crashed = FileIssue(Problem.MALFORMED, "libhdf5 crashed reading it: the file is damaged, or crafted to crash readers")
+        return FileReport(HDF5.value, (crashed,), header.facts)
+    issues, tensors, top = outcome[0]
+    return FileReport(HDF5.value, tuple(issues), header.facts, tuple(tensors), tuple(top), sum(t.nbytes for t in tensors))
+
+
+def _read(sample: Sample, deep: int) -> tuple[list[FileIssue], list[Tensor], list[str]]:
+    h5py = _h5py()
+    with h5py.File(SampleReader(sample), "r") as opened:
+        walked = _walk(h5py, opened, sample.size)
+        issues = walked.issues
+        if deep and not issues:
+            issues = _deep_issues(sample, opened, walked, deep)
+    return issues, walked.tensors, walked.top
 
 
 class _Walked(NamedTuple):
@@ -165,7 +175,7 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
         walked.tensors.append(Tensor(name.replace("/", "."), dtype, shape, int(item.size or 0) * item.dtype.itemsize))
         plist = item.id.get_create_plist()
         if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
-            walked.issues.append(_outside(name, "its data lives in other files (an external or virtual dataset)"))
+            walked.issues.append(_outside(name, "a dataset whose data lives in other files (external storage or a virtual dataset)"))
             continue
         if item.chunks or item.compression:
             walked.chunked.append(name)

@@ -1,0 +1,114 @@
+"""HDF5 files as libhdf5 writes them (through h5py), and as a killed writer, a cut copy or an
+attacker leaves them: what ``readers.hdf5`` says of each, checked against what h5py says.
+
+Superblock layouts follow the HDF5 file format specification ("Disk Format: Level 0A"); a
+version-3 superblock (``libver="latest"``) keeps a flag set while a writer holds the file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptdoctor.model import Problem
+from ckptdoctor.readers import hdf5
+from ckptdoctor.readers._sample import BytesSample
+
+h5py = pytest.importorskip("h5py", reason="needs h5py (pip install 'ckptdoctor[keras]')")
+np = pytest.importorskip("numpy")
+
+
+def problems(path: Path, deep: int = 0) -> list[Problem]:
+    return [issue.problem for issue in hdf5.read_whole(BytesSample(path.read_bytes()), deep).issues]
+
+
+def weights(path: Path, **options: object) -> Path:
+    """A file laid out as Keras' ``H5IOStore`` writes one (``layers/<name>/vars/<i>``, ``optimizer/vars``)."""
+    with h5py.File(path, "w", **options) as f:
+        f.create_dataset("layers/dense/vars/0", data=np.ones((4, 8), "float32"))
+        f.create_dataset("layers/dense/vars/1", data=np.zeros((8,), "float32"))
+        f.create_dataset("optimizer/vars/0", data=np.int64(12))
+    return path
+
+
+def test_a_whole_file_is_clean_and_lists_its_datasets(tmp_path: Path) -> None:
+    path = weights(tmp_path / "w.weights.h5")
+    report = hdf5.read_whole(BytesSample(path.read_bytes()), deep=1)
+    assert report.issues == ()
+    assert {(t.name, t.dtype, t.shape) for t in report.tensors or ()} == {
+        ("layers.dense.vars.0", "float32", (4, 8)),
+        ("layers.dense.vars.1", "float32", (8,)),
+        ("optimizer.vars.0", "int64", ()),
+    }
+    assert report.keys == ("layers", "optimizer")
+    assert hdf5.probe(BytesSample(path.read_bytes())).issues == ()
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_a_file_cut_short_is_truncated_as_libhdf5_says(tmp_path: Path, libver: str) -> None:
+    path = weights(tmp_path / "w.h5", libver=libver)
+    os.truncate(path, path.stat().st_size - 1)
+    assert problems(path) == [Problem.TRUNCATED]
+    with pytest.raises(OSError, match="truncated file"):
+        h5py.File(path, "r")
+
+
+def test_a_writer_killed_with_the_file_open_leaves_its_flag_set(tmp_path: Path) -> None:
+    path = tmp_path / "v3.h5"
+    code = "import os, h5py, numpy as np\nf = h5py.File(os.environ['OUT'], 'w', libver='latest')\nf.create_dataset('a', data=np.ones(1000))\nf.flush()\nos._exit(0)"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "OUT": str(path)})
+    assert problems(path) == [Problem.TRUNCATED]
+    with pytest.raises(OSError, match="already open for write"):
+        h5py.File(path, "r")
+
+
+def test_links_and_storage_outside_the_file_are_refused_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "secret.bin"
+    outside.write_bytes(b"\x7f" * 64)
+    path = tmp_path / "evil.weights.h5"
+    with h5py.File(path, "w") as f:
+        f["layers/link"] = h5py.ExternalLink(str(outside), "/x")
+        f.create_dataset("layers/ext", shape=(4,), dtype="f4", external=[(str(outside), 0, 16)])
+    report = hdf5.read_whole(BytesSample(path.read_bytes()), deep=1)
+    assert [i.problem for i in report.issues] == [Problem.MALFORMED, Problem.MALFORMED]
+    assert all("outside the checkpoint" in i.detail for i in report.issues)
+
+
+def test_deep_finds_nan_in_contiguous_and_in_chunked_datasets(tmp_path: Path) -> None:
+    for chunked in (False, True):
+        path = tmp_path / f"nan-{chunked}.h5"
+        with h5py.File(path, "w") as f:
+            data = np.array([1.0, np.nan] * 100, "float32")
+            f.create_dataset("layers/d/vars/0", data=data, **({"chunks": (10,), "compression": "gzip"} if chunked else {}))
+        assert problems(path) == []
+        assert problems(path, deep=1) == [Problem.NONFINITE], chunked
+
+
+def test_a_crash_inside_libhdf5_is_damage_not_a_crash_of_ckptdoctor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = weights(tmp_path / "w.h5")
+    monkeypatch.setattr(hdf5, "_read", lambda sample, deep: os.abort())  # as a segfault in C would end it
+    report = hdf5.read_whole(BytesSample(path.read_bytes()))
+    assert [i.problem for i in report.issues] == [Problem.MALFORMED]
+    assert "crashed" in report.issues[0].detail
+
+
+def test_a_legacy_model_config_with_a_lambda_is_code(tmp_path: Path) -> None:
+    path = weights(tmp_path / "legacy.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["model_config"] = '{"class_name": "Lambda", "config": {"function": ["4wEAAA==", null, null], "function_type": "lambda"}}'
+    assert problems(path) == [Problem.CODE_IN_CONFIG]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=3))
+def test_any_bytes_after_the_signature_give_a_report_never_a_traceback(tail: bytes, version: int) -> None:
+    data = hdf5.SIGNATURE + bytes([version]) + tail
+    for report in (hdf5.probe(BytesSample(data)), hdf5.read_whole(BytesSample(data))):
+        assert report.format == "hdf5"
+        assert report.issues, "random bytes are never a whole HDF5 file"
