@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import struct
+import zipfile
 from functools import cache
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
-NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin")
+NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin", "x.keras", "x.weights.h5", "x.index")
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CORPUS_MNIST = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "burn" / "mnist-model.bpk"
 
@@ -85,8 +86,40 @@ def msgpack_gz_file() -> bytes:
     return gzip.compress(msgpack.packb(record))
 
 
+@cache
+def hdf5_file() -> bytes:
+    """Laid out as Keras' ``H5IOStore`` writes ``.weights.h5`` (libhdf5 through h5py)."""
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        f.create_dataset("layers/dense/vars/0", data=np.ones((4, 8), "float32"))
+        f.create_dataset("optimizer/vars/0", data=np.int64(12))
+    return buffer.getvalue()
+
+
+@cache
+def keras_file() -> bytes:
+    """A ``.keras`` archive as ``saving_lib._save_model_to_fileobj`` lays it out."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("metadata.json", b'{"keras_version": "3.15.1"}')
+        archive.writestr("config.json", b'{"class_name": "Sequential", "config": {}}')
+        archive.writestr("model.weights.h5", hdf5_file())
+    return buffer.getvalue()
+
+
+def tf_index_file() -> bytes:
+    """A real TensorFlow 2.21 index (``CheckpointManager.save`` of a small Keras model)."""
+    return (Path(__file__).parent / "data" / "ckpt-2.index").read_bytes()
+
+
 VALID = {
     "burnpack": (burnpack_file, "model-3.bpk"),
+    "hdf5": (hdf5_file, "ep03.weights.h5"),
+    "keras": (keras_file, "ep03.keras"),
+    "tf-index": (tf_index_file, "ckpt-2.index"),
     "torch-zip": (torch_zip_file, "model_3.pt"),
     "safetensors": (safetensors_file, "model_3.safetensors"),
     "msgpack.gz": (msgpack_gz_file, "model-3.mpk.gz"),
@@ -221,7 +254,7 @@ def _padding_cut(record: bytes) -> int:
     return start - (10 + metadata_size)
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(data=st.data())
 def test_truncations_are_never_clean(kind: str, data: st.DataObject) -> None:
@@ -245,7 +278,7 @@ def test_burnpack_cut_by_its_padding_is_truncated(record) -> None:
     assert Problem.TRUNCATED in report.problems, report
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(extra=st.binary(min_size=1, max_size=256))
 def test_appended_bytes_are_never_clean(kind: str, extra: bytes) -> None:

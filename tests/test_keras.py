@@ -46,6 +46,17 @@ callbacks = [
     keras.callbacks.ModelCheckpoint(out + "/best/best.keras", save_best_only=True, monitor="loss"),
 ]
 model.fit(x, y, epochs=3, batch_size=8, callbacks=callbacks, verbose=0)
+class Killed(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 2:
+            raise RuntimeError("killed after the backup of epoch 3")
+backed = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+backed.compile(optimizer="adam", loss="mse")
+backup = keras.callbacks.BackupAndRestore(out + "/backup", double_checkpoint=True)
+try:
+    backed.fit(x, y, epochs=5, batch_size=8, callbacks=[backup, Killed()], verbose=0)
+except RuntimeError:
+    pass
 lam = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda t: t * 2), keras.layers.Dense(2)])
 os.makedirs(out + "/lambda")
 lam.save(out + "/lambda/ep01.keras")
@@ -61,6 +72,20 @@ try:
 except Exception as caught:
     error = str(caught)
 print(json.dumps({"error": error, "iterations": iterations}))
+"""
+
+_RESUME_BACKUP = r"""
+import sys, json, numpy as np, keras
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss="mse")
+begun = []
+class Record(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        begun.append(epoch)
+x, y = np.random.rand(32, 4).astype("float32"), np.random.rand(32, 2).astype("float32")
+model.fit(x, y, epochs=5, batch_size=8, verbose=0,
+          callbacks=[keras.callbacks.BackupAndRestore(sys.argv[1], double_checkpoint=True, delete_checkpoint=False), Record()])
+print(json.dumps({"first_epoch": begun[0] if begun else None}))
 """
 
 _NEVER_CLOSED = r"""
@@ -164,6 +189,29 @@ def test_a_weights_file_cut_short_says_what_libhdf5_says(tmp_path: Path, keras_r
     assert "truncated file" in finding.message
     with pytest.raises(OSError, match="truncated file"):
         h5py.File(newest, "r")
+
+
+def resumed_backup(folder: Path) -> int:
+    """The epoch (0-based) at which ``fit`` with ``BackupAndRestore(folder)`` goes on."""
+    first: int = json.loads(_python(_RESUME_BACKUP, str(folder)).splitlines()[-1])["first_epoch"]
+    return first
+
+
+def test_a_backup_folder_is_indexed_by_the_epoch_its_metadata_records(keras_runs: Path, tmp_path: Path, cli) -> None:
+    backup = Path(shutil.copytree(keras_runs / "backup", tmp_path / "backup"))
+    run = only_run(backup)
+    assert (run.layout, [c.index for c in run.checkpoints]) == ("keras", [2, 3])  # .bkp: the previous pair
+    assert run.resume.index == 3 and run.resume.files[0].name == "latest.weights.h5"
+    assert cli("verify", "--deep", str(backup)).exit_code == 0
+    assert resumed_backup(backup) == 3  # Keras goes on at epoch index 3: after the 3 epochs recorded
+
+
+def test_a_cut_backup_falls_back_to_its_previous_pair_as_keras_does(keras_runs: Path, tmp_path: Path) -> None:
+    backup = Path(shutil.copytree(keras_runs / "backup", tmp_path / "backup"))
+    os.truncate(backup / "latest.weights.h5", 3000)
+    run = only_run(backup)
+    assert (run.checkpoints[-1].status, run.resume.index) == (Status.PARTIAL, 2)
+    assert resumed_backup(backup) == 2  # on_train_begin's OSError fallback: the .bkp pair
 
 
 def test_a_lambda_layer_is_code_keras_refuses_in_safe_mode(keras_runs: Path) -> None:

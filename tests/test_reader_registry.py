@@ -48,6 +48,9 @@ _HEADS: dict[str, bytes] = {
     "pickle": b"\x80\x04K\x01.",
     "msgpack": b"\x81\xa1a\x01",
     "json": b'{"a": 1}',
+    "hdf5": b"\x89HDF\r\n\x1a\n" + bytes(8),
+    "keras": b"PK\x03\x04" + bytes(22) + b"\x0d\x00\x00\x00" + b"metadata.json",
+    "tf-index": bytes(40) + bytes.fromhex("57fb808b247547db"),
     "bincode": b"\x03f32\x03i64\x2cburn_core::record::file::BinFileRecorder<x>",
 }
 

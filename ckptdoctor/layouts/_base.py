@@ -820,7 +820,7 @@ def _checkpoint(
     their files is a staging file, and no two are whole saves of one index."""
     files = tuple(sorted(files, key=_file_order))
     staged = any(Role.TEMP in f.roles for f in files)
-    several_saves = whole_saves and sum(Role.TEMP not in f.roles for f in files) > 1
+    several_saves = whole_saves and sum(_whole_save(f) for f in files) > 1
     if verdicts is None or staged or several_saves:
         return _judged(index, files, required, single, folder, absent, advisory, zeroed, staged, several_saves)
     # ids of reports the run's files hold alive: stable while ``verdicts`` is in use
@@ -854,12 +854,13 @@ def _judged(
 ) -> Checkpoint:
     counted = files
     if several_saves:
-        saves = [f for f in files if Role.TEMP not in f.roles]
-        # each file is a whole save of this index: the checkpoint is what the best of them holds,
-        # named first (the resume names files[0]); the others are copies with findings of their own
+        saves = [f for f in files if _whole_save(f)]
+        # each file that holds the model is a whole save of this index: the checkpoint is what the
+        # best of them holds, named first (the resume names files[0]); the others are copies with
+        # findings of their own; what is no save (a staging file, a progress record) counts as it is
         best = min(saves, key=lambda f: (bool(f.report.problems & _UNUSABLE), -len(set(f.roles) & set(required)), f.entry.name))
         files = (best, *(f for f in files if f is not best))
-        counted = (best, *(f for f in files if Role.TEMP in f.roles))
+        counted = (best, *(f for f in files if not _whole_save(f)))
     present = {role for f in counted for role in f.roles}
     missing = () if single else tuple(role for role in required if role not in present)
     # a staging file whose final name stands whole beside it is a leftover of an earlier (or a
@@ -878,6 +879,11 @@ def _judged(
     else:
         status = Status.COMPLETE
     return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in files if _roles_unread(f)), zeroed)
+
+
+def _whole_save(file: CheckpointFile) -> bool:
+    """A file that is a save of its own where the framework's saves are whole (``whole_saves``)."""
+    return Role.MODEL in file.roles and Role.TEMP not in file.roles
 
 
 def _roles_unread(file: CheckpointFile) -> bool:

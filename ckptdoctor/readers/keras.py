@@ -82,6 +82,8 @@ def _listed(sample: Sample) -> tuple[list[torchzip.Member], list[FileIssue]] | F
             )
         return FileReport(KERAS.value, (located,))
     members, issues = torchzip.list_members(sample, located)
+    if located.end < sample.size:
+        issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record"))
     names = {member.name for member in members}
     if CONFIG not in names or not names.intersection(WEIGHTS):
         lacking = " and ".join(

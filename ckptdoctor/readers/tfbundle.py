@@ -127,7 +127,7 @@ def _entries(data: bytes) -> tuple[int, list[Entry]]:
     if len(data) < FOOTER or not data.endswith(MAGIC):
         raise Damage(
             Problem.TRUNCATED,
-            "no SSTable magic at its end: the index was cut short (tensorflow: not an sstable (bad magic number))",
+            "no SSTable magic at its end: the index was cut short, or bytes were added after it (tensorflow: not an sstable (bad magic number))",
         )
     footer = data[-FOOTER:]
     _, position = _handle(footer, 0)
