@@ -54,6 +54,15 @@ CLAIMED = [
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
+    ("keras", "ep03-0.190.keras", (BUNDLE, 3, Unit.EPOCH)),  # ModelCheckpoint's template: 0.190 is the loss
+    ("keras", "weights.05-0.42.weights.h5", (BUNDLE, 5, None)),  # the Keras docs' example template
+    ("keras", "model_12.h5", (BUNDLE, 12, None)),  # legacy HDF5 models
+    ("keras", "latest.weights.h5", (BUNDLE, 0, Unit.EPOCH)),  # BackupAndRestore: its epoch is in its metadata
+    ("tensorflow", "ckpt-12.index", ((Role.METADATA,), 12, None)),  # CheckpointManager.save
+    ("tensorflow", "ckpt-12.data-00000-of-00001", ((M,), 12, None)),
+    ("tensorflow", "model.ckpt-1000.index", ((Role.METADATA,), 1000, None)),  # TF 1 Saver
+    ("tensorflow", "cp-0005.ckpt.data-00001-of-00002", ((M,), 5, None)),  # the Keras 2 tutorials' template
+    ("tensorflow", "weights.index", ((Role.METADATA,), 0, None)),  # Checkpoint.write("weights"): one save
 ]
 
 
@@ -100,6 +109,14 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("keras", "best.keras"),  # save_best_only under one name: a copy that stands for a save
+    ("keras", "ep03.keras.tmp"),
+    ("keras", "ep03.pt"),
+    ("tensorflow", "checkpoint"),  # the state file
+    ("tensorflow", "ckpt-3_temp"),  # a killed save's staging folder
+    ("tensorflow", "ckpt-3.index.tempstate123"),
+    ("tensorflow", "ckpt-3.data-00000-of-00001.tempstate15889886598725582139"),
+    ("tensorflow", "ckpt-3.data-0-of-1"),  # DataFilename pads to five digits
 ]
 
 
@@ -118,13 +135,17 @@ NAME_PARTS = st.lists(
     min_size=1,
     max_size=7,
 ).map("".join)
-SUFFIXES = st.sampled_from(["", ".bpk", ".mpk.gz", ".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".bin", ".tmp", ".txt"])
+SUFFIXES = st.sampled_from(
+    ["", ".bpk", ".mpk.gz", ".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors", ".bin", ".tmp", ".txt", ".keras", ".weights.h5", ".index"]
+)
 
 
 @given(NAME_PARTS, SUFFIXES)
 def test_every_claim_takes_its_index_from_a_number_in_the_name(stem, suffix):
     """Whatever the name, no layout raises on it, and a claim's index is written in the name
-    (leading zeros aside): a checkpoint is never placed at an index it does not carry."""
+    (leading zeros aside), or is 0 where the name has no number (a save written under a name of
+    its own, as a folder named on its own is): a checkpoint is never placed at an index it does
+    not carry."""
     name = stem + suffix
     digits = "".join(ch if ch.isdigit() else " " for ch in name).split()
     for layout in LAYOUTS:
@@ -132,7 +153,7 @@ def test_every_claim_takes_its_index_from_a_number_in_the_name(stem, suffix):
         if claim is None:
             continue
         assert claim.number >= 0
-        assert str(claim.number) in {part.lstrip("0") or "0" for part in digits}, (layout.name, name, claim)
+        assert str(claim.number) in {part.lstrip("0") or "0" for part in digits or ["0"]}, (layout.name, name, claim)
         assert Role.TEMP not in claim.roles and Role.POINTER not in claim.roles, (layout.name, name)
 
 

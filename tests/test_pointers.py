@@ -262,3 +262,76 @@ def test_hf_best_checkpoint_is_read_from_the_newest_state_that_names_one(tmp_pat
     assert states(folder) == ([(2, None)], [])
     shutil.rmtree(folder / "checkpoint-2")
     assert states(folder)[0] == [(2, "not there")]
+
+
+# --- TensorFlow: the `checkpoint` state file -------------------------------------------------------
+
+_TF_DATA = Path(__file__).parent / "data"
+
+
+def tensorflow_run(folder: Path, saves: tuple[int, ...] = (2, 3), state: str | None = "ckpt-3") -> Path:
+    """Bundles as ``CheckpointManager.save`` names them, each a copy of one real TensorFlow 2.21
+    bundle (an index does not name its prefix), and the state file as
+    ``update_checkpoint_state_internal`` writes it."""
+    folder.mkdir()
+    for number in saves:
+        shutil.copy(_TF_DATA / "ckpt-2.index", folder / f"ckpt-{number}.index")
+        shutil.copy(_TF_DATA / "ckpt-2.data-00000-of-00001", folder / f"ckpt-{number}.data-00000-of-00001")
+    if state is not None:
+        kept = "".join(f'all_model_checkpoint_paths: "ckpt-{n}"\n' for n in saves)
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{state}"\n{kept}')
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ("ckpt-3", (3, None)),
+        ("ckpt-2", (2, None)),  # an older whole save: followable
+        ("ckpt-9", (9, "not there")),  # deleted, or never written
+        ("../other/ckpt-3", (None, "not there")),  # TensorFlow joins it to the folder: another run's
+        ("ckpt-4/../ckpt-3", (None, "not there")),  # no path a save of this run has
+        ("/elsewhere/ckpt-3", (None, "not there")),
+        ("ckpt-3.index", (None, "not there")),  # a file, not a prefix: restore fails on it
+    ],
+)
+def test_tensorflow_state_names_a_save_of_the_run_or_nothing(tmp_path, state, expected):
+    folder = tensorflow_run(tmp_path / "tf", state=state)
+    found, codes = states(folder)
+    assert found == [expected]
+    assert (("CKD113", expected[0]) in codes) == (expected[1] is not None), codes
+
+
+def test_tensorflow_state_may_name_the_save_by_its_absolute_path(tmp_path):
+    folder = tensorflow_run(tmp_path / "tf", state=str(tmp_path / "tf" / "ckpt-3"))
+    assert states(folder) == ([(3, None)], [])
+
+
+def test_tensorflow_saves_without_a_state_file_have_a_missing_pointer(tmp_path):
+    folder = tensorflow_run(tmp_path / "tf", state=None)
+    assert states(folder) == ([(None, "missing")], [("CKD113", None)])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model_checkpoint_path: ckpt-3\n",  # unquoted: not what text format writes
+        'all_model_checkpoint_paths: "ckpt-3"\n',  # no model_checkpoint_path: latest_checkpoint is None
+        "\xff\xfe",
+    ],
+)
+def test_a_state_file_tensorflow_cannot_follow_is_its_own_finding(tmp_path, text):
+    folder = tensorflow_run(tmp_path / "tf")
+    (folder / "checkpoint").write_bytes(text.encode("latin-1"))
+    found, codes = states(folder)
+    assert found == []
+    assert codes == [("CKD207", None)]
+
+
+def test_a_state_file_path_in_octal_escapes_is_read_as_utf8(tmp_path):
+    folder = tmp_path / "tf"
+    tensorflow_run(folder, saves=(3,), state=None)
+    for suffix in (".index", ".data-00000-of-00001"):
+        (folder / f"ckpt-3{suffix}").rename(folder / f"\u00e9t\u00e9-3{suffix}")
+    (folder / "checkpoint").write_text('model_checkpoint_path: "\\303\\251t\\303\\251-3"\n')
+    assert states(folder) == ([(3, None)], [])

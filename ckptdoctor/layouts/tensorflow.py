@@ -154,9 +154,16 @@ def _named(run: Run, target: str) -> int | None:
     """The index of the checkpoint whose prefix is ``target`` (relative, or absolute in this run's
     folder, as older TensorFlow wrote it); None where no save of this run has that prefix."""
     folder, prefix = os.path.split(target)
-    if folder and os.path.abspath(folder) != os.path.abspath(run.path):
+    # TensorFlow joins a relative path to the folder: only a bare prefix names a save of this run,
+    # or an absolute path to this folder, as older versions wrote
+    if folder and (not os.path.isabs(folder) or ".." in folder.split(os.sep) or os.path.abspath(folder) != os.path.abspath(run.path)):
         return None
-    return next((c.index for c in run.checkpoints if bundle_prefix(c) == prefix), _number_of(prefix))
+    named = next((c.index for c in run.checkpoints if bundle_prefix(c) == prefix), None)
+    if named is not None:
+        return named
+    # a save that is gone: its number says which, unless a save of another prefix holds it
+    number = _number_of(prefix)
+    return number if number is not None and all(c.index != number for c in run.checkpoints) else None
 
 
 def _number_of(prefix: str) -> int | None:

@@ -19,6 +19,7 @@ The state file is a text-format ``CheckpointState`` proto written through
 
 from __future__ import annotations
 
+import codecs
 import re
 import struct
 from collections.abc import Iterator
@@ -288,7 +289,8 @@ def read_state(sample: Sample) -> FileReport:
         match = _STATE_FIELD.match(line)
         if match is None:
             return _state_issue(f"not a CheckpointState text proto: {line.strip()[:60]!r} (tensorflow cannot parse it)")
-        path = match[2].encode("latin-1", "backslashreplace").decode("unicode_escape", "replace")
+        # text format escapes bytes (`\303\251`, `\"`): undo them, then read the bytes as UTF-8
+        path = codecs.escape_decode(match[2].encode("utf-8"))[0].decode("utf-8", "replace")  # type: ignore[attr-defined]
         if match[1] == "model_checkpoint_path":
             latest = path
         else:
