@@ -290,7 +290,7 @@ def read_state(sample: Sample) -> FileReport:
         if match is None:
             return _state_issue(f"not a CheckpointState text proto: {line.strip()[:60]!r} (tensorflow cannot parse it)")
         # text format escapes bytes (`\303\251`, `\"`): undo them, then read the bytes as UTF-8
-        path = codecs.escape_decode(match[2].encode("utf-8"))[0].decode("utf-8", "replace")  # type: ignore[attr-defined]
+        path = codecs.escape_decode(match[2].encode("utf-8"))[0].decode("utf-8", "replace")
         if match[1] == "model_checkpoint_path":
             latest = path
         else:
