@@ -40,6 +40,8 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "orbax": ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success"),
     "dcp": ("DCP", "single_file_per_rank", "torch.distributed.checkpoint"),
     "timm": ("timm", "recovery-", "checkpoint_hist"),
+    "keras": ("Keras", "keras.", "load_model", "load_weights", "safe_mode", "BackupAndRestore", "initial_epoch"),
+    "tensorflow": ("TensorFlow", "tf.train", "latest_checkpoint"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""
 

@@ -29,8 +29,9 @@ FRAMEWORK_FILES = frozenset({
     "latest_checkpointed_iteration.txt",  # Megatron-LM
     "model_optim_rng.pt", "distrib_optim.pt",  # Megatron-LM
     "random_states_0.pkl",  # accelerate
-})  # fmt: skip
-"""File names one framework gives its files (the layouts' ``named_files`` and a few more)."""
+}) - {"checkpoint"}  # fmt: skip
+"""File names one framework gives its files (the layouts' ``named_files`` and a few more); but
+TensorFlow's state file, which is called by the word every module says (``Naming.CHECKPOINT``)."""
 FRAMEWORK_NAMES = frozenset(name for layout in LAYOUTS for name in (layout.name, *layout.aliases))
 
 ALLOWED: dict[str, str] = {

@@ -502,7 +502,7 @@ def test_verify_load_maps_library_failures_to_rules(tmp_path, cli, monkeypatch):
     torch_run(run)
     loaded: list[str] = []
 
-    def refuse(torch_module, path, fmt):
+    def refuse(path, fmt):
         loaded.append(path)
         return (
             "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"
@@ -526,7 +526,7 @@ def test_verify_load_skips_files_the_static_pass_flagged(tmp_path, cli, monkeypa
     _flip_tensor_byte(run / "model_3.pt")
     (run / "model_2.pt").write_bytes((run / "model_2.pt").read_bytes()[:-40])
     loaded: list[str] = []
-    monkeypatch.setattr(library, "_load", lambda torch_module, path, fmt: loaded.append(path))
+    monkeypatch.setattr(library, "_load", lambda path, fmt: loaded.append(path))
     verify(cli, "--load", "--deep", run)
     assert not any(p.endswith(("model_2.pt", "model_3.pt")) for p in loaded)
     assert len(loaded) == 4

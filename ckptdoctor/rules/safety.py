@@ -146,7 +146,10 @@ CODE_IN_CONFIG = Rule(
             "Do not load it with safe mode off unless you wrote it yourself.",
             keras="Do not pass `safe_mode=False` to `keras.models.load_model` unless you wrote {name} yourself; load the weights alone into a model built in code instead: `model.load_weights({name})` reads no configuration.",
         ),
-        "Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
+        fix(
+            "Keep a model's code in your package, not in the file: build the model in code and load only its weights.",
+            keras="Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
+        ),
     ),
     messages=(
         "Requested the deserialization of a `Lambda` layer",
