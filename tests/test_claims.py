@@ -54,6 +54,10 @@ CLAIMED = [
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
+    ("mmengine", "epoch_3.pth", (BUNDLE, 3, Unit.EPOCH)),  # 1-based, unpadded (CheckpointHook.filename_tmpl)
+    ("mmengine", "iter_12.pth", (BUNDLE, 12, Unit.ITERATION)),
+    ("detectron2", "model_0009999.pth", (BUNDLE, 9999, Unit.ITERATION)),  # the 0-based iteration, 7 digits
+    ("detectron2", "model_12345678.pth", (BUNDLE, 12345678, Unit.ITERATION)),
 ]
 
 
@@ -100,6 +104,14 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("mmengine", "best_mse_epoch_3.pth"),  # save_best's weights, no resume point
+    ("mmengine", "epoch_3-0123abcd.pth"),  # published
+    ("mmengine", "epoch_3.pt"),
+    ("mmengine", "last_checkpoint"),
+    ("detectron2", "model_final.pth"),  # its iteration is inside: indexed when the run is built
+    ("detectron2", "model_best.pth"),
+    ("detectron2", "model_999.pth"),  # fvcore pads to 7 digits
+    ("detectron2", "last_checkpoint"),
 ]
 
 

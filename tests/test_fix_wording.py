@@ -40,6 +40,8 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "orbax": ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success"),
     "dcp": ("DCP", "single_file_per_rank", "torch.distributed.checkpoint"),
     "timm": ("timm", "recovery-", "checkpoint_hist"),
+    "mmengine": ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer"),
+    "detectron2": ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""
 
