@@ -86,18 +86,21 @@ class Layout:
     ``aliases``                  none                                         torch (``safetensors``)
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
-    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm
+    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm,
+                                                                              mmengine, detectron2
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm
-    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
-    ``recognises(entries)``      True                                         timm
+    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
+                                                                              mmengine, detectron2
+    ``recognises(entries)``      True                                         timm, mmengine, detectron2
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn
     *content and reading*
     ``content``                  empty (nothing written is vouched for)       every layout
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
     ``legacy_formats``           none                                         burn
-    ``named_files``              none                                         hf-trainer, deepspeed, megatron
+    ``named_files``              none                                         hf-trainer, deepspeed, megatron,
+                                                                              mmengine, detectron2
     ``unread(relative)``         None (every file is read)                    orbax
     ``loader_allows``            none                                         timm
     ``flat_optimizer_state``     False                                        deepspeed
@@ -105,19 +108,22 @@ class Layout:
     ``required(claims)``         every role the claims name                   dcp, burn
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
-    ``whole_saves``              False                                        lightning
+    ``whole_saves``              False                                        lightning, detectron2
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
-    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
-                                                                              lightning
+                                                                              lightning, mmengine, detectron2
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
-                                                                              megatron, lightning
-    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
+                                                                              megatron, lightning, mmengine,
+                                                                              detectron2
+    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
+                                                                              mmengine, detectron2 (both through
+                                                                              ``NamingFile``)
     ``resume_hint(run, c)``      ``""``                                       every layout
-    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), detectron2
     *planners and wording*
-    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, mmengine, detectron2
     ``reads_every_name``         False                                        accelerate
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
