@@ -8,8 +8,8 @@ which parts are weights at all: NaN and Inf matter in model and optimizer tensor
 callback's ``kth_value = inf``.
 
 Every key below was taken from the framework's saving code (the repository, file and function
-are named beside it), not from memory. A dotted key lives one level down: Composer keeps every
-role inside ``state``.
+are named beside it), not from memory. A dotted key lives further down: Composer keeps every
+role inside ``state``, Detectron2 its optimizer two levels down (``trainer._trainer.optimizer``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
         "last_optimizer_state",  # fairseq Trainer.state_dict
         "state.optimizers",  # Composer State.get_optim_state_dict
         "optimizer_weights",  # Keras 2 / legacy .h5 models (legacy_h5_format.save_optimizer_weights_to_hdf5_group)
+        "trainer._trainer.optimizer",  # Detectron2 DefaultTrainer.state_dict: SimpleTrainer.state_dict's optimizer
     )),
     (Role.SCHEDULER, (
         "lr_schedulers",  # Lightning dump_checkpoint
@@ -44,14 +45,16 @@ ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
         "param_schedulers",  # mmengine Runner.save_checkpoint
         "optimizer_history",  # fairseq Trainer.state_dict: [-1].lr_scheduler_state
         "state.schedulers",  # Composer State.state_dict
+        "trainer.hooks.LRScheduler",  # Detectron2 TrainerBase.state_dict: the LRScheduler hook's state
     )),
 )  # fmt: skip
 """Keys under which bundled checkpoints keep each part."""
 
 NESTED_KEYS = frozenset(key for _, keys in ROLE_KEYS for key in keys if "." in key)
-"""Role keys one level down (``state.optimizers``): readers list them with the top-level keys."""
-NESTED = frozenset(key.partition(".")[0] for key in NESTED_KEYS)
-"""Top-level keys whose own keys may name roles (Composer's ``state``)."""
+"""Role keys below the top level (``state.optimizers``): readers list them with the top-level keys."""
+NESTED = frozenset(key.rsplit(".", depth)[0] for key in NESTED_KEYS for depth in range(1, key.count(".") + 1))
+"""The dotted paths of the dicts whose own keys may name roles (Composer's ``state``, Detectron2's
+``trainer`` and ``trainer._trainer``)."""
 
 EMPTY_IS_ABSENT = frozenset(dict(ROLE_KEYS)[Role.OPTIMIZER])
 """Keys whose empty value (``[]``, ``{}``) holds no state: an optimizer's state is never empty."""

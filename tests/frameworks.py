@@ -9,6 +9,8 @@ callable for what a test must do itself with the framework (resume, train on, lo
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import warnings
 from collections.abc import Sequence
@@ -206,3 +208,189 @@ def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: 
             torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
     (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
     return folder
+
+
+# --- OpenMMLab mmengine ---------------------------------------------------------------------------
+
+
+def mmengine_run(work_dir: Path, by: str = "epoch", length: int = 4, *, resume: bool | str = False, **hook: Any) -> Any:
+    """A real ``Runner.train()`` of a linear model on the CPU (16 samples in batches of 4: 4
+    iterations an epoch), evaluated by an MSE metric after every epoch (``by="epoch"``) or every 4
+    iterations (``by="iter"``), for ``length`` epochs or iterations, with SGD and a MultiStepLR;
+    ``CheckpointHook(interval=1 or 4, max_keep_ckpts=2, save_best="mse", rule="less", **hook)``.
+    ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path. Returns
+    the runner."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("mmengine")
+    from mmengine.evaluator import BaseMetric
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    class Net(BaseModel):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, inputs: Any, labels: Any, mode: str = "tensor") -> Any:
+            out = self.lin(inputs)
+            if mode == "loss":
+                return {"loss": ((out - labels) ** 2).mean()}
+            return [((out - labels) ** 2).mean()] if mode == "predict" else out
+
+    class Mse(BaseMetric):  # type: ignore[misc]
+        def process(self, data_batch: Any, data_samples: Any) -> None:
+            self.results.extend(float(x) for x in data_samples)
+
+        def compute_metrics(self, results: list[float]) -> dict[str, float]:
+            return {"mse": sum(results) / len(results)}
+
+    class Data(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __init__(self) -> None:
+            generator = torch.Generator().manual_seed(0)
+            self.x, self.y = torch.randn(16, 4, generator=generator), torch.randn(16, 2, generator=generator)
+
+        def __len__(self) -> int:
+            return 16
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            return {"inputs": self.x[i], "labels": self.y[i]}
+
+    epochs = by == "epoch"
+    loader = {
+        "dataset": Data(),
+        "sampler": {"type": "DefaultSampler", "shuffle": False},
+        "batch_size": 4,
+        "collate_fn": {"type": "default_collate"},
+    }
+    train_cfg = (
+        {"by_epoch": True, "max_epochs": length, "val_interval": 1}
+        if epochs
+        else {"by_epoch": False, "max_iters": length, "val_interval": 4}
+    )
+    checkpoint = {
+        "type": "CheckpointHook",
+        "interval": 1 if epochs else 4,
+        "by_epoch": epochs,
+        "max_keep_ckpts": 2,
+        "save_best": "mse",
+        "rule": "less",
+        **hook,
+    }
+    runner = Runner(
+        model=Net(),
+        work_dir=str(work_dir),
+        experiment_name=f"{work_dir}-{length}-{resume}",  # Runners in one process share instances by this name
+        train_dataloader=loader,
+        val_dataloader=loader,
+        val_evaluator={"type": Mse},
+        optim_wrapper={"optimizer": {"type": "SGD", "lr": 0.01, "momentum": 0.9}},
+        param_scheduler={"type": "MultiStepLR", "milestones": [2], "by_epoch": epochs},
+        train_cfg=train_cfg,
+        val_cfg={},
+        default_hooks={"checkpoint": checkpoint, "logger": {"type": "LoggerHook", "interval": 1}},
+        resume=bool(resume),
+        load_from=resume if isinstance(resume, str) else None,
+        default_scope=None,
+        randomness={"seed": 0},
+        log_level="ERROR",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner.train()
+    return runner
+
+
+# --- Detectron2, from its source ------------------------------------------------------------------
+
+
+class Detectron2Trainer:
+    """What Detectron2's ``DefaultTrainer`` saves, and how ``train_net.py --resume`` loads it, for a
+    linear model on the CPU. Detectron2 is not on PyPI, so this follows its source (detectron2@02b5c4e,
+    fvcore@3378afe): ``Checkpointer.save`` (``{"model", "trainer", **kwargs}``, one ``torch.save`` to
+    the final name, then ``tag_last_checkpoint`` writes the file's name), ``PeriodicCheckpointer.step``
+    (``model_{iteration:07d}`` when ``(iteration + 1) % period == 0``, ``model_final`` at
+    ``max_iter - 1``, ``max_to_keep``), ``BestCheckpointer`` (``model_best``),
+    ``TrainerBase``/``SimpleTrainer``/``DefaultTrainer.state_dict``, ``JSONWriter``'s ``metrics.json``,
+    and ``resume_or_load`` (fvcore ``get_checkpoint_file`` and ``load``, torch's default ``torch.load``)."""
+
+    def __init__(self, output: Path, max_iter: int = 12, period: int = 4, max_to_keep: int | None = None, best_every: int = 0) -> None:
+        torch = pytest.importorskip("torch")
+        output.mkdir(parents=True, exist_ok=True)
+        self.torch, self.output = torch, output
+        self.max_iter, self.period, self.max_to_keep, self.best_every = max_iter, period, max_to_keep, best_every
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(4, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.scheduler = torch.optim.lr_scheduler.MultiStepLR(self.optimizer, milestones=[6])
+        self.iter = self.start_iter = 0
+        self.recent: list[str] = []
+        self.best: float | None = None
+        (output / "config.yaml").write_text("SOLVER:\n  CHECKPOINT_PERIOD: 4\n")  # default_setup
+
+    def state_dict(self) -> dict[str, Any]:
+        """``DefaultTrainer.state_dict``: TrainerBase's iteration and stateful hooks (LRScheduler),
+        and the inner SimpleTrainer's under ``_trainer``."""
+        return {
+            "iteration": self.iter,
+            "hooks": {"LRScheduler": self.scheduler.state_dict()},
+            "_trainer": {"iteration": self.iter, "optimizer": self.optimizer.state_dict()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iter = state["iteration"]
+        for name, value in state.get("hooks", {}).items():
+            if name == "LRScheduler":
+                self.scheduler.load_state_dict(value)
+        self.optimizer.load_state_dict(state["_trainer"]["optimizer"])  # SimpleTrainer.load_state_dict
+
+    def save(self, name: str, **kwargs: Any) -> None:
+        data = {"model": self.model.state_dict(), "trainer": self.state_dict(), **kwargs}
+        with open(self.output / f"{name}.pth", "wb") as f:
+            self.torch.save(data, f)
+        (self.output / "last_checkpoint").write_text(f"{name}.pth")
+
+    def periodic(self, iteration: int) -> None:
+        if (iteration + 1) % self.period == 0:
+            self.save(f"model_{iteration:07d}", iteration=iteration)
+            if self.max_to_keep is not None:
+                self.recent.append(str(self.output / (self.output / "last_checkpoint").read_text()))
+                if len(self.recent) > self.max_to_keep:
+                    old = self.recent.pop(0)
+                    if os.path.exists(old) and not old.endswith("model_final.pth"):
+                        os.remove(old)
+        if iteration >= self.max_iter - 1:
+            self.save("model_final", iteration=iteration)
+
+    def train(self, until: int | None = None) -> Detectron2Trainer:
+        """Iterations ``start_iter`` to ``max_iter - 1`` (or ``until - 1``: a job killed after it)."""
+        for iteration in range(self.start_iter, self.max_iter if until is None else until):
+            self.iter = iteration  # TrainerBase.train: `for self.iter in range(start_iter, max_iter)`
+            loss = self.model(self.torch.randn(4, 4)).pow(2).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()  # the LRScheduler hook, before the PeriodicCheckpointer
+            self.periodic(self.iter)
+            row: dict[str, Any] = {"iteration": self.iter, "total_loss": loss.item(), "lr": self.scheduler.get_last_lr()[0]}
+            if self.best_every and (self.iter + 1) % self.best_every == 0:
+                row["bbox/AP"] = ap = 10.0 + (self.iter % 7)  # EvalHook, then BestCheckpointer
+                if self.best is None or ap > self.best:
+                    self.best = ap
+                    self.save("model_best", iteration=self.iter)
+            with open(self.output / "metrics.json", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return self
+
+    @classmethod
+    def resumed(cls, output: Path, **settings: Any) -> Detectron2Trainer:
+        """A new trainer on ``output`` after ``resume_or_load(resume=True)``: what ``last_checkpoint``
+        names loaded (model, then the trainer's state), ``start_iter`` the iteration after it."""
+        trainer = cls(output, **settings)
+        tag = output / "last_checkpoint"
+        if tag.exists():
+            checkpoint = trainer.torch.load(os.path.join(output, tag.read_text().strip()), map_location="cpu")
+            trainer.model.load_state_dict(checkpoint.pop("model"))
+            if "trainer" in checkpoint:
+                trainer.load_state_dict(checkpoint.pop("trainer"))
+            trainer.start_iter = trainer.iter + 1
+        return trainer

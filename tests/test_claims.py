@@ -63,6 +63,10 @@ CLAIMED = [
     ("tensorflow", "model.ckpt-1000.index", ((Role.METADATA,), 1000, None)),  # TF 1 Saver
     ("tensorflow", "cp-0005.ckpt.data-00001-of-00002", ((M,), 5, None)),  # the Keras 2 tutorials' template
     ("tensorflow", "weights.index", ((Role.METADATA,), 0, None)),  # Checkpoint.write("weights"): one save
+    ("mmengine", "epoch_3.pth", (BUNDLE, 3, Unit.EPOCH)),  # 1-based, unpadded (CheckpointHook.filename_tmpl)
+    ("mmengine", "iter_12.pth", (BUNDLE, 12, Unit.ITERATION)),
+    ("detectron2", "model_0009999.pth", (BUNDLE, 9999, Unit.ITERATION)),  # the 0-based iteration, 7 digits
+    ("detectron2", "model_12345678.pth", (BUNDLE, 12345678, Unit.ITERATION)),
 ]
 
 
@@ -117,6 +121,14 @@ REFUSED = [
     ("tensorflow", "ckpt-3.index.tempstate123"),
     ("tensorflow", "ckpt-3.data-00000-of-00001.tempstate15889886598725582139"),
     ("tensorflow", "ckpt-3.data-0-of-1"),  # DataFilename pads to five digits
+    ("mmengine", "best_mse_epoch_3.pth"),  # save_best's weights, no resume point
+    ("mmengine", "epoch_3-0123abcd.pth"),  # published
+    ("mmengine", "epoch_3.pt"),
+    ("mmengine", "last_checkpoint"),
+    ("detectron2", "model_final.pth"),  # its iteration is inside: indexed when the run is built
+    ("detectron2", "model_best.pth"),
+    ("detectron2", "model_999.pth"),  # fvcore pads to 7 digits
+    ("detectron2", "last_checkpoint"),
 ]
 
 

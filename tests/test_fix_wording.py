@@ -42,6 +42,8 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "timm": ("timm", "recovery-", "checkpoint_hist"),
     "keras": ("Keras", "keras.", "load_model", "load_weights", "safe_mode", "BackupAndRestore", "initial_epoch"),
     "tensorflow": ("TensorFlow", "tf.train", "latest_checkpoint"),
+    "mmengine": ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer"),
+    "detectron2": ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""
 

@@ -38,7 +38,7 @@ def states(folder: Path) -> tuple[list[State], list[tuple[str, int | None]]]:
 # --- reading a pointer file -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["latest", "latest_universal", "latest_checkpointed_iteration.txt"])
+@pytest.mark.parametrize("name", ["latest", "latest_universal", "latest_checkpointed_iteration.txt", "last_checkpoint"])
 @pytest.mark.parametrize(
     ("data", "named"),
     [(b"global_step200", "global_step200"), (b"  global_step200\n", "global_step200"), (b"release", "release")],
@@ -335,3 +335,35 @@ def test_a_state_file_path_in_octal_escapes_is_read_as_utf8(tmp_path):
         (folder / f"ckpt-3{suffix}").rename(folder / f"\u00e9t\u00e9-3{suffix}")
     (folder / "checkpoint").write_text('model_checkpoint_path: "\\303\\251t\\303\\251-3"\n')
     assert states(folder) == ([(3, None)], [])
+
+
+# --- mmengine and Detectron2: `last_checkpoint` (a full path, or a name) ---------------------------
+# The real runs' cases are in tests/test_mmengine.py and tests/test_detectron2.py; here, the one
+# helper both layouts share reads each framework's own format and no other.
+
+
+@pytest.mark.parametrize(
+    ("layout", "text", "number"),
+    [
+        ("mmengine", "{run}/epoch_2.pth", 2),
+        ("mmengine", "epoch_2.pth", None),  # mmengine writes the full path: a name is resolved from the job's cwd
+        ("detectron2", "model_0000002.pth", 2),
+        ("detectron2", "{run}/model_0000002.pth", 2),  # fvcore joins the folder with it: an absolute path stays
+        ("detectron2", "../{name}/model_0000002.pth", 2),
+        ("detectron2", "../elsewhere/model_0000002.pth", None),
+    ],
+)
+def test_last_checkpoint_is_read_in_each_frameworks_format(tmp_path, layout, text, number):
+    torch = pytest.importorskip("torch")
+    run = tmp_path / "run"
+    run.mkdir()
+    names = {"mmengine": "epoch_{}.pth", "detectron2": "model_{:07d}.pth"}[layout]
+    for index in (1, 2):
+        torch.save({"model": {"w": torch.zeros(1)}, "optimizer": {"state": {}, "param_groups": [{"lr": 1}]}}, run / names.format(index))
+    (run / "last_checkpoint").write_text(text.format(run=run, name=run.name))
+    (run / "config.yaml").write_text("")  # Detectron2's default_setup; mmengine knows its run by last_checkpoint
+    _, found = inspect([str(run)])
+    (scanned,) = found.runs
+    assert scanned.layout == layout
+    (pointer,) = layout_named(layout).pointers(scanned)
+    assert pointer.number == number

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import re
 from collections import Counter, defaultdict
@@ -35,8 +36,9 @@ from ckptdoctor.model import (
     Zeroed,
 )
 from ckptdoctor.parallel import map_chunks
+from ckptdoctor.readers import pointer as pointer_file
 from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, with_keys
-from ckptdoctor.readers.named import NO_NAMES, NamedFiles
+from ckptdoctor.readers.named import NO_NAMES, Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
 
@@ -85,12 +87,12 @@ class Layout:
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
     ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
-                                                                              tensorflow
+                                                                              tensorflow, mmengine, detectron2
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
-                                                                              keras, tensorflow
-    ``recognises(entries)``      True                                         timm
+                                                                              keras, tensorflow, mmengine, detectron2
+    ``recognises(entries)``      True                                         timm, mmengine, detectron2
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn
     *content and reading*
@@ -98,7 +100,7 @@ class Layout:
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
     ``legacy_formats``           none                                         burn
     ``named_files``              none                                         hf-trainer, deepspeed, megatron,
-                                                                              tensorflow
+                                                                              tensorflow, mmengine, detectron2
     ``unread(relative)``         None (every file is read)                    orbax
     ``loader_allows``            none                                         timm
     ``flat_optimizer_state``     False                                        deepspeed
@@ -106,23 +108,26 @@ class Layout:
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
-    ``whole_saves``              False                                        lightning, keras
+    ``whole_saves``              False                                        lightning, keras, detectron2
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index)
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
-    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
-                                                                              lightning, tensorflow
+                                                                              lightning, tensorflow, mmengine,
+                                                                              detectron2
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
-                                                                              megatron, lightning, tensorflow
+                                                                              megatron, lightning, tensorflow,
+                                                                              mmengine, detectron2
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
-                                                                              tensorflow (its state file)
+                                                                              tensorflow (its state file), mmengine,
+                                                                              detectron2 (both through ``NamingFile``)
     ``resume_hint(run, c)``      ``""``                                       every layout
-    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder),
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), detectron2,
                                                                               tensorflow (the bundle's prefix)
     *planners and wording*
-    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, mmengine, detectron2
     ``reads_every_name``         False                                        accelerate
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
@@ -653,6 +658,83 @@ def values_in_names(run: Run, metric: str) -> dict[int, float]:
                 if name.replace("/", "_") == wanted:
                     values[checkpoint.index] = float(value)
     return values
+
+
+class NamingFile(NamedTuple):
+    """A text file beside the checkpoints that names the newest one's file, rewritten after
+    every save and read by the framework's resume (``last_checkpoint``): mmengine writes the
+    file's full path (``CheckpointHook._save_checkpoint_with_step``), Detectron2 through fvcore
+    its name alone (``Checkpointer.tag_last_checkpoint``), which fvcore joins with its folder
+    (``get_checkpoint_file``). The layouts that keep one answer their pointer hooks from it."""
+
+    name: str
+    full_path: bool
+    """The file holds the checkpoint file's absolute path, not its name."""
+
+    @property
+    def named_files(self) -> NamedFiles:
+        return MappingProxyType({self.name: Named(pointer_file.read)})
+
+    def pointer(self, name: str) -> Claim | None:
+        return Claim((Role.POINTER,), 0, self.name) if name == self.name else None
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """What the file names: the checkpoint holding that file in the run's folder, else
+        none that can exist (another folder, a name no checkpoint has, a relative path the
+        framework would resolve from wherever the job runs)."""
+        if not run.checkpoints:
+            return ()
+        source = next((f for f in run.loose_files if f.entry.name == self.name), None)
+        if source is None:
+            return (Pointer(None, "", None, self.name),)
+        text = source.report.fact(pointer_file.POINTS_TO)
+        if text is None:
+            return ()  # unreadable or malformed: its own finding says so
+        folder = os.path.dirname(source.entry.os_path)
+        path = os.path.join(folder, text)
+        if (self.full_path and not os.path.isabs(text)) or os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
+            return (Pointer(source, text, None, self.name),)
+        name = os.path.basename(path)
+        number = next((c.index for c in run.checkpoints for f in c.files if f.entry.name == name and Role.TEMP not in f.roles), None)
+        return (Pointer(source, text, number, self.name),)
+
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """The file, written as the framework writes it, naming ``checkpoint``'s file (the
+        best of its whole saves, named first)."""
+        if source is not None and source.entry.name != self.name:
+            return None
+        file = next((f for f in checkpoint.files if Role.MODEL in f.roles and Role.TEMP not in f.roles), None)
+        if file is None:
+            return None
+        return PointerWrite(self.name, os.path.abspath(file.entry.os_path) if self.full_path else file.entry.name)
+
+
+def logged_values(data: bytes | None, metric: str, index: str, unless: str | None = None) -> dict[int, float]:
+    """``metric`` by ``index`` from a JSON-lines log (mmengine's ``vis_data/scalars.json``,
+    Detectron2's ``metrics.json``), from the rows that hold no ``unless`` key (training rows,
+    where evaluation rows are wanted). An index logged twice with two values is left out: the
+    log does not say which one a checkpoint of that index saw (mmengine logs evaluations of
+    iteration-based runs under epoch 0)."""
+    values: dict[int, float] = {}
+    clashes: set[int] = set()
+    try:
+        lines = data.decode("utf-8").splitlines() if data is not None else []
+    except UnicodeDecodeError:
+        return {}
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill, or not JSON
+        if not isinstance(row, dict) or (unless is not None and unless in row):
+            continue
+        step, value = row.get(index), row.get(metric)
+        if type(step) is not int or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if step in values and values[step] != value:
+            clashes.add(step)
+        values[step] = float(value)
+    return {step: value for step, value in values.items() if step not in clashes}
 
 
 def without_training_state(required: tuple[Role, ...]) -> tuple[Role, ...]:

@@ -25,10 +25,12 @@ from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.detectron2 import Detectron2Layout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.keras import KerasLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
+from ckptdoctor.layouts.mmengine import MmengineLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.tensorflow import TensorFlowLayout
 from ckptdoctor.layouts.timm import TimmLayout
@@ -51,6 +53,8 @@ LAYOUTS: tuple[Layout, ...] = (
     TensorFlowLayout(),
     LightningLayout(),
     TimmLayout(),
+    MmengineLayout(),
+    Detectron2Layout(),
     _KERAS,
     _BURN,
     _TORCH,
@@ -166,8 +170,10 @@ def _signed(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, subfol
 
 
 def _content_score(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, probe: Callable[[Entry], FileReport]) -> int:
+    """How many of the files a layout claims, or knows as its framework's pointers and copies
+    (mmengine's ``best_*.pth`` beside ``epoch_3.pth``), hold content its framework writes."""
     layout, claims = candidate
-    entries = [e for e in listing.entries if e.name in claims and not e.is_dir and not e.dangling]
+    entries = [e for e in listing.entries if (e.name in claims or layout.pointer(e.name) is not None) and not e.is_dir and not e.dangling]
     return sum(1 for e in entries if _format(probe(e)) in layout.content)
 
 

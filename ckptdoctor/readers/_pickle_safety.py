@@ -11,6 +11,7 @@ Three tiers, judged on the exact ``module.name`` a pickle imports:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from ckptdoctor.model import FileIssue, Problem
@@ -92,6 +93,8 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
         "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING",
     )),
     "torch.distributed.checkpoint.filesystem._StorageInfo",
+    # mmengine's logged scalars (Runner.save_checkpoint's message_hub), rebuilt field by field
+    "mmengine.logging.history_buffer.HistoryBuffer",
 })  # fmt: skip
 """Harmless to import and call (they build plain values), but outside torch's default allowlist."""
 
@@ -99,9 +102,19 @@ CONSTRUCT_ONLY: frozenset[str] = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
     "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
     "transformers.generation.configuration_utils.GenerationConfig",
+    "mmengine.logging.history_buffer.HistoryBuffer",
 })  # fmt: skip
 """Benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call: calling runs their set-up
 code (devices, distributed state), so a pickle that calls them is unsafe."""
+
+OWN_METHODS: dict[str, frozenset[str]] = {
+    "mmengine.logging.history_buffer.HistoryBuffer": frozenset({"min", "max", "current", "mean"}),
+}
+"""Classes whose state keeps some of their own methods, which pickle writes as
+``getattr(cls, "min")`` (mmengine's ``HistoryBuffer.__getstate__`` adds ``statistics_methods``):
+looking up one of these names on that class, and keeping what it finds, runs nothing. The
+lookup needs ``builtins.getattr``, which is unsafe for any other use."""
+_GETATTR = "builtins.getattr"
 
 _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 """Modules torch refuses even when a user allowlists them: named first in a finding."""
@@ -115,11 +128,18 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     allowlists. Anything else is CKD401. ``resolved`` names globals the loader resolves itself,
     without importing anything (TorchScript's own classes)."""
     issues: list[FileIssue] = []
+    looked_up = _own_method_lookups(walk)
     unsafe = [
         g.dotted
         for g in walk.globals
-        if (g.dotted not in TORCH_WEIGHTS_ONLY and g.dotted not in KNOWN_BENIGN and not (resolved and resolved(g.dotted)))
-        or (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g))
+        if (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g, looked_up[g.dotted]))
+        or (g.dotted == _GETATTR and (walk.lookups_called or walk.references[g] > looked_up[_GETATTR] + walk.discarded[g]))
+        or (
+            g.dotted != _GETATTR
+            and g.dotted not in TORCH_WEIGHTS_ONLY
+            and g.dotted not in KNOWN_BENIGN
+            and not (resolved and resolved(g.dotted))
+        )
     ]
     unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
     reasons: list[str] = []
@@ -143,7 +163,7 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         issues.append(
             FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows")
         )
-    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
+    benign = [g.dotted for g in walk.globals if (g.dotted in KNOWN_BENIGN or g.dotted == _GETATTR) and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
         issues.append(
@@ -161,6 +181,17 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         problem = Problem.TRUNCATED if walk.truncated else Problem.MALFORMED
         issues.append(FileIssue(problem, f"{where} stops every unpickler: {walk.error}{found}"))
     return issues
+
+
+def _own_method_lookups(walk: Walk) -> Counter[str]:
+    """How many of the pickle's ``getattr`` calls look up one of a class's own methods
+    (``OWN_METHODS``), counted for ``builtins.getattr`` and for each class looked up on."""
+    found: Counter[str] = Counter()
+    for (cls, name), count in walk.lookups.items():
+        if name in OWN_METHODS.get(cls.dotted, ()):
+            found[_GETATTR] += count
+            found[cls.dotted] += count
+    return found
 
 
 def _names(names: Iterable[str], limit: int = 5) -> str:

@@ -39,10 +39,12 @@ _NONE = object()
 class _Container:
     """An empty list or dict as pushed; ``filled`` once anything is appended or set into it."""
 
-    __slots__ = ("filled",)
+    __slots__ = ("filled", "mapping")
 
-    def __init__(self) -> None:
+    def __init__(self, mapping: bool) -> None:
         self.filled = False
+        self.mapping = mapping
+        """A dict (``EMPTY_DICT``), not a list: only a dict's keys name roles."""
 
 
 _U1 = struct.Struct("<B").unpack_from
@@ -150,7 +152,7 @@ def _skim(data: bytes) -> Skimmed | None:
             _fill(stack, base)
             del stack[base:]
         elif op == 0x5D or op == 0x7D:  # EMPTY_LIST, EMPTY_DICT
-            push(_Container())
+            push(_Container(op == 0x7D))
         elif op == 0x4E:  # NONE
             push(_NONE)
         elif op == 0x63:  # GLOBAL: two lines, module and name
@@ -199,12 +201,14 @@ def _skim(data: bytes) -> Skimmed | None:
 
 def _set_items(stack: list[object], base: int, marks: list[int], values: dict[str, object]) -> bool:
     """Record the items set from ``stack[base:]`` into the dict at ``base - 1`` when it is the
-    root or the value of a root key whose keys name roles (a later set of a key wins, as in the
-    dict); False for a key the skim cannot read."""
+    root or a dict whose keys name roles (``state``, ``trainer._trainer``: a later set of a key
+    wins, as in the dict); False for a key of the root the skim cannot read."""
     if base == 1:
         prefix = ""
-    elif marks in ([], [1]) and base % 2 == 1 and stack[base - 2] in bundles.NESTED:
-        prefix = f"{stack[base - 2]}."  # the dict is the value of a root key, whose key is at base-2
+    elif (path := _place(stack, marks, base - 1)) is None:
+        return False  # it may hold role keys: they are unknown, never guessed
+    elif path:
+        prefix = f"{path}."
     else:
         return True
     items = stack[base:]
@@ -216,6 +220,62 @@ def _set_items(stack: list[object], base: int, marks: list[int], values: dict[st
         if not prefix or f"{prefix}{key}" in bundles.NESTED_KEYS:
             values[f"{prefix}{key}"] = value
     return True
+
+
+def _places() -> dict[str, tuple[tuple[str, ...], ...]]:
+    places: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for path in sorted(bundles.NESTED):
+        parts = tuple(path.split("."))
+        places[parts[-1]] = (*places.get(parts[-1], ()), parts)
+    return places
+
+
+_PLACES = _places()
+"""Under which key each dict whose keys name roles is kept, and where (``_trainer``: in
+``trainer``, at the root)."""
+
+
+def _place(stack: list[object], marks: list[int], at: int) -> str | None:
+    """The dotted path of the dict at ``stack[at]`` where it is one whose keys name roles
+    (``trainer._trainer``), ``""`` where it is not, or None where the stack cannot tell."""
+    key = stack[at - 1]
+    for parts in _PLACES.get(key, ()) if isinstance(key, str) else ():
+        readings = _fits(stack, marks, at, parts)
+        if readings == {True}:
+            return ".".join(parts)
+        if True in readings:
+            return None
+    return ""
+
+
+def _fits(stack: list[object], marks: list[int], at: int, parts: tuple[str, ...]) -> set[bool]:
+    """For each way the stack can be read, whether the dict at ``stack[at]`` is the value of
+    ``parts`` (keys from the root), while items are still being set into every dict that holds it.
+
+    Each dict on the way is the value of the key just below it. The dict that holds them is
+    where the innermost open batch of items begins (its ``MARK``, the key at an even distance
+    from it), or, for a dict given its one item by ``SETITEM`` (no ``MARK``), the dict just below
+    the key. Both fit where an empty dict lies below the key, which may be a value of the batch
+    (``{"trainer": {}, "_trainer": {...}}``) or the dict that holds it."""
+    if at == 0:
+        return {not parts}
+    if not parts or stack[at - 1] != parts[-1]:
+        return {False}
+    mark = next((m for m in reversed(marks) if m <= at - 1), None)
+    holders = set()
+    if mark is not None and (at - 1 - mark) % 2 == 0 and _is_dict(stack[mark - 1]):
+        holders.add(mark - 1)
+    below = stack[at - 2] if at >= 2 else None
+    if isinstance(below, _Container) and below.mapping and not below.filled:
+        holders.add(at - 2)
+    readings: set[bool] = set()
+    for holder in holders:
+        readings |= _fits(stack, marks, holder, parts[:-1])
+    return readings or {False}
+
+
+def _is_dict(value: object) -> bool:
+    return isinstance(value, _Container) and value.mapping
 
 
 def _fill(stack: list[object], base: int) -> None:

@@ -138,6 +138,11 @@ class Walk:
     """Globals that BUILD sets attributes on: the class or function itself is altered."""
     states: dict[int, tuple[object, object]] = field(default_factory=dict)
     """What BUILD gave each object the machine does not model, by id (kept with its object)."""
+    lookups: Counter[tuple[Global, str]] = field(default_factory=Counter)
+    """How often ``builtins.getattr`` is called on an imported class with a constant name
+    (``getattr(HistoryBuffer, "min")``), by class and name."""
+    lookups_called: int = 0
+    """How often the result of such a lookup is itself called (the method run, not kept)."""
 
     def state(self, value: object) -> object:
         """The BUILD state of a built object (a dataclass's fields), or None."""
@@ -155,14 +160,17 @@ class Walk:
         self.constructed.update(other.constructed)
         self.discarded.update(other.discarded)
         self.changed |= other.changed
+        self.lookups.update(other.lookups)
+        self.lookups_called += other.lookups_called
         for name, position in other.foreign.items():
             self.foreign.setdefault(name, position)
         self.beyond_weights_only |= other.beyond_weights_only
 
-    def used_beyond_construction(self, symbol: Global) -> bool:
+    def used_beyond_construction(self, symbol: Global, looked_up: int = 0) -> bool:
         """Whether some reference to ``symbol`` is called, passed, stored or returned rather than
-        only instantiated: set-up classes are benign only when rebuilt field by field."""
-        return self.references[symbol] > self.constructed[symbol] + self.discarded[symbol]
+        only instantiated (or, ``looked_up`` times, looked up on for one of its own methods): set-up
+        classes are benign only when rebuilt field by field."""
+        return self.references[symbol] > self.constructed[symbol] + self.discarded[symbol] + looked_up
 
 
 class Budget:
@@ -218,6 +226,7 @@ _REBUILD_TENSOR = frozenset({"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_
 _REBUILD_PARAMETER = frozenset({"_rebuild_parameter", "_rebuild_parameter_with_state"})
 _RECONSTRUCTOR = Global("copyreg", "_reconstructor")
 _OBJECT = Global("builtins", "object")
+_GETATTR = Global("builtins", "getattr")
 
 
 def walk(
@@ -501,6 +510,12 @@ class _Machine:
                 func == _RECONSTRUCTOR and isinstance(args, tuple) and len(args) == 3 and args[1] == _OBJECT and isinstance(args[0], Global)
             ):
                 self.result.constructed[args[0]] += 1  # copyreg's protocol 0-1 NEWOBJ: object.__new__(cls)
+            elif (
+                func == _GETATTR and isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], Global) and isinstance(args[1], str)
+            ):
+                self.result.lookups[args[0], args[1]] += 1
+            elif isinstance(func, Call) and func.func == _GETATTR:
+                self.result.lookups_called += 1
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
             self._pop()
@@ -723,16 +738,20 @@ def _unhashable(key: object, depth: int = 100, items: int = 10_000) -> bool:
 
 def top_keys(root: object) -> tuple[str, ...]:
     """The top-level keys of a walked pickle that is a dict (a bundled checkpoint's roles), with
-    the role keys one level down (``state.optimizers``); a key whose value is None holds nothing
-    (DeepSpeed's ``optimizer=None`` under ZeRO) and is left out."""
+    the role keys further down (``state.optimizers``, ``trainer._trainer.optimizer``); a key whose
+    value is None holds nothing (DeepSpeed's ``optimizer=None`` under ZeRO) and is left out."""
     if not isinstance(root, dict):
         return ()
     keys = [str(key) for key, value in root.items() if _holds(str(key), value)]
-    for outer in bundles.NESTED:
-        inner = root.get(outer)
-        if isinstance(inner, dict):
-            dotted = ((f"{outer}.{key}", value) for key, value in inner.items())
-            keys += [key for key, value in dotted if key in bundles.NESTED_KEYS and _holds(key, value)]
+    below = [(str(key), value) for key, value in root.items() if str(key) in bundles.NESTED and isinstance(value, dict)]
+    while below:  # as deep as the role keys go, no deeper: a dict the memo makes hold itself ends there
+        path, inner = below.pop(0)
+        for key, value in inner.items():
+            dotted = f"{path}.{key}"
+            if dotted in bundles.NESTED_KEYS and _holds(dotted, value):
+                keys.append(dotted)
+            if dotted in bundles.NESTED and isinstance(value, dict):
+                below.append((dotted, value))
     return tuple(keys)
 
 

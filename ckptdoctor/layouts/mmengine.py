@@ -1,0 +1,109 @@
+"""OpenMMLab mmengine (MMDetection, MMSegmentation, ...): ``Runner`` with its ``CheckpointHook``.
+
+From open-mmlab/mmengine (``mmengine/hooks/checkpoint_hook.py``, ``mmengine/runner/runner.py``,
+``mmengine/runner/checkpoint.py``), checked against real runs of mmengine 0.10.7:
+
+- ``CheckpointHook._save_checkpoint`` saves ``epoch_{N}.pth`` (``by_epoch``) or ``iter_{N}.pth``
+  into ``out_dir`` (``work_dir`` by default), N the 1-based count of finished epochs or iterations,
+  unpadded (``filename_tmpl``). Each is one bundled ``torch.save`` of ``Runner.save_checkpoint``:
+  ``meta``, ``state_dict``, ``message_hub``, ``optimizer``, ``param_schedulers`` (none without a
+  scheduler). Nothing is staged: ``LocalBackend.put`` writes the final name in place.
+- ``max_keep_ckpts`` deletes the oldest before the new one is saved
+  (``_save_checkpoint_with_step``): a kill mid-save leaves a cut newest file and one fewer whole.
+- ``save_best`` writes ``best_{metric}_{epoch|iter}_{N}.pth`` (``_save_best_checkpoint``) with
+  ``save_optimizer=False``: a copy of weights by design, no resume point, never rotated.
+  ``published_keys`` writes ``<name>-<sha256[:8]>.pth`` after training (``_publish_model``).
+- After each save, ``work_dir/last_checkpoint`` is rewritten with the checkpoint's **full path**
+  (no newline). ``Runner(resume=True)`` reads it (``find_latest_checkpoint``), or resumes
+  ``load_from`` where that is given (``Runner.load_or_resume``); without it the run starts over.
+  ``Runner.resume`` restores the optimizer and schedulers only ``if`` their keys are there.
+- ``Runner`` logs into ``work_dir/<YYYYmmdd_HHMMSS>/``; evaluation rows of
+  ``vis_data/scalars.json`` carry the epoch (or, with ``log_metric_by_epoch=False``, the
+  iteration) as ``step``, training rows carry ``iter``.
+- mmengine 0.10 loads with ``torch.load``'s default: on torch >= 2.6 that refuses the
+  ``HistoryBuffer`` of its own ``message_hub`` (``Unsupported global``).
+
+Not read here: DeepSpeed and FSDP strategies save *folders* under the same names, and an
+``out_dir`` apart from ``work_dir`` keeps ``last_checkpoint`` away from the checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from ckptdoctor.layouts._base import Claim, Layout, NamingFile, Pointer, followed, logged_values
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerWrite, Role, Run, Unit
+from ckptdoctor.readers.sniff import Format
+
+_NUMBERED = re.compile(r"^(epoch|iter)_([0-9]+)\.pth\Z")
+_BEST = re.compile(r"^best_.+_(?:epoch|iter)_[0-9]+\.pth\Z")
+_PUBLISHED = re.compile(r"^(?:best_.+_)?(?:epoch|iter)_[0-9]+-[0-9a-f]{8}\.pth\Z")
+_LOG_FOLDER = re.compile(r"^[0-9]{8}_[0-9]{6}\Z")
+"""``Runner``'s ``work_dir/<timestamp>/``, one per launch, with the log and ``vis_data/``."""
+LAST = NamingFile("last_checkpoint", full_path=True)
+BUNDLED = (Role.MODEL, Role.OPTIMIZER)
+"""What ``Runner.save_checkpoint`` writes (``param_schedulers`` only where the run has a
+scheduler: the keys confirm it)."""
+_TORCH_26 = (
+    "with torch >= 2.6 set `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` for the resume: mmengine 0.10 loads with "
+    "torch's default `weights_only=True`, which refuses the `HistoryBuffer` of its own `message_hub`"
+)
+
+
+class MmengineLayout(Layout):
+    name = "mmengine"
+    builds_on = ("torch",)
+    default_unit = Unit.EPOCH
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
+    resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+    """``Runner.resume`` loads the optimizer only ``if 'optimizer' in checkpoint``: without it the
+    run goes on silently with a fresh one."""
+    named_files = LAST.named_files
+
+    claimable = re.compile(r"\.pth\Z")
+
+    def claim(self, name: str) -> Claim | None:
+        match = _NUMBERED.match(name)
+        if match is None:
+            return None
+        return Claim(BUNDLED, int(match[2]), match[1], Unit.EPOCH if match[1] == "epoch" else Unit.ITERATION)
+
+    def recognises(self, entries: tuple[Entry, ...]) -> bool:
+        # a hand-made loop may save epoch_3.pth too: a Runner leaves its pointer, its log folders
+        # or its best checkpoints beside them
+        return any(e.name == LAST.name or _BEST.match(e.name) or (e.is_dir and _LOG_FOLDER.match(e.name)) for e in entries)
+
+    def pointer(self, name: str) -> Claim | None:
+        if _BEST.match(name) or _PUBLISHED.match(name):
+            return Claim((Role.POINTER,), 0, "best" if name.startswith("best_") else "published")  # copies outside the series
+        return LAST.pointer(name)
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        return LAST.pointers(run)
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        return followed(run, self.pointers(run))
+
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        return LAST.repoint(source, checkpoint)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        path = self.resume_path(run, checkpoint)
+        if followed(run, self.pointers(run)) is checkpoint:
+            how = f"pass `resume=True` to `Runner` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
+        else:
+            how = (
+                f'pass `resume=True, load_from="{path}"` to `Runner` (`tools/train.py --resume {path}`); '
+                f"`resume=True` alone follows {LAST.name}, which does not name it"
+            )
+        return f"{how}; {_TORCH_26}"
+
+    def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
+        """Evaluation rows of each launch's ``vis_data/scalars.json``, oldest launch first (a
+        resumed run evaluates again under a new timestamp)."""
+        values: dict[int, float] = {}
+        for entry in sorted((e for e in run.other_files if e.is_dir and _LOG_FOLDER.match(e.name)), key=lambda e: e.name):
+            values.update(logged_values(read(os.path.join(entry.os_path, "vis_data", "scalars.json")), metric, "step", unless="iter"))
+        return values
