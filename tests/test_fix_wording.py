@@ -40,6 +40,9 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "orbax": ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success"),
     "dcp": ("DCP", "single_file_per_rank", "torch.distributed.checkpoint"),
     "timm": ("timm", "recovery-", "checkpoint_hist"),
+    "composer": ("Composer", "autoresume", "load_path", "latest-rank", "CheckpointSaver"),
+    "ultralytics": ("Ultralytics", "YOLO", "yolo train", "strip_optimizer", "results.csv"),
+    "torchtune": ("torchtune", "recipe_state", "tune run", "should_load_recipe_state"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""
 

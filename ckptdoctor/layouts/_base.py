@@ -215,6 +215,11 @@ class Layout:
         """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
         return None
 
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Files a checkpoint should have but does not: named by its own index, or by its siblings
+        (a rank's file the run's other checkpoints have)."""
+        return ()
+
     def unread(self, relative: str) -> FileReport | None:
         """The report of a checkpoint's file (by its path inside the checkpoint) that the framework
         does not read on its own: read only through another one, which judges it (an OCDBT
@@ -352,10 +357,6 @@ class FolderLayout(Layout):
         found = numbered(name)
         return Claim((), found[0], _pattern(name), found[1] or self.default_unit) if found else None
 
-    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
-        return ()
-
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
         return self.required([])
@@ -369,8 +370,9 @@ class FolderLayout(Layout):
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
         return False
 
-    def committed(self, pointers: Sequence[CheckpointFile]) -> int | None:
-        """The newest index the framework's tracker has committed; later ones never finished."""
+    def committed(self, pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> int | None:
+        """The newest index the framework's tracker has committed; later ones never finished.
+        ``pointers`` are the run's pointer files, ``saved`` each checkpoint's index and files."""
         return None
 
     def _contents(self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]) -> list[tuple[str, Entry]]:
@@ -439,7 +441,7 @@ class FolderLayout(Layout):
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
-        newest = self.committed([f for f in loose if Role.POINTER in f.roles])
+        newest = self.committed([f for f in loose if Role.POINTER in f.roles], [(claim.number, files) for claim, _, files in saved])
         zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
         verdicts: _Verdicts = {}
         checkpoints = [
@@ -613,6 +615,7 @@ def group(
             tuple(files),
             required,
             listing.single_file,
+            absent=() if listing.single_file else layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
             whole_saves=layout.whole_saves,
             verdicts=verdicts,
@@ -681,6 +684,26 @@ def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
     for pointer in pointers:
         return next((c for c in run.checkpoints if c.index == pointer.number), None)
     return None
+
+
+def link_beside(link_path: str, target: str) -> bool:
+    """Whether a symlink at ``link_path`` names a file in its own folder: a framework that loads
+    whatever its link names (Lightning's ``last.ckpt``, Composer's ``latest-rank0.pt``) loads a
+    file of the same name in another run as readily, and that one is not this run's."""
+    folder = os.path.dirname(link_path)
+    return os.path.realpath(os.path.dirname(os.path.join(folder, target))) == os.path.realpath(folder)
+
+
+def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: str) -> tuple[Pointer, ...]:
+    """What the run's pointer files that are symlinks name (a dangling one names nothing: its
+    own finding, CKD113, says so, and ``repair`` re-points it): the index ``claim`` reads in the
+    target's name where the target lies beside the link, else None (not the run's)."""
+    found = []
+    for file in run.loose_files:
+        if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
+            named = claim(file.entry.link.rsplit("/", 1)[-1]) if link_beside(file.entry.os_path, file.entry.link) else None
+            found.append(Pointer(file, file.entry.link, named.number if named else None, meaning))
+    return tuple(found)
 
 
 def unfollowable(run: Run, pointer: Pointer) -> str | None:

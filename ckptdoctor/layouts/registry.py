@@ -23,6 +23,7 @@ from ckptdoctor.layouts._base import (
 )
 from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
+from ckptdoctor.layouts.composer import ComposerLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
@@ -46,6 +47,7 @@ LAYOUTS: tuple[Layout, ...] = (
     MegatronLayout(),
     DcpLayout(),
     OrbaxLayout(),
+    ComposerLayout(),
     LightningLayout(),
     TimmLayout(),
     _BURN,
