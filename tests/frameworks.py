@@ -206,3 +206,107 @@ def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: 
             torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
     (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
     return folder
+
+
+# --- MosaicML Composer, from its source ------------------------------------------------------------
+
+
+def composer_state(batch: int, epoch: int, weights_only: bool = False, seed: int = 0) -> dict[str, Any]:
+    """What ``_save_checkpoint`` (``composer/utils/checkpoint.py``) hands ``torch.save``: ``{'state':
+    State.state_dict(), 'rng': get_rng_state()}`` (``composer/core/state.py``,
+    ``composer/utils/reproducibility.py``), or ``{'state': {model, integrations, metadata}}`` for a
+    ``weights_only`` save; a linear model with Adam, trained ``batch`` steps."""
+    import datetime
+    import random
+
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(batch):
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    metadata = {"composer_env_info": {}, "torch_version": torch.__version__, "device": "cpu", "precision": "fp32", "world_size": 1}
+    if weights_only:
+        return {"state": {"model": model.state_dict(), "integrations": {}, "metadata": metadata}}
+    wct = datetime.timedelta(seconds=batch)
+    timestamp = {
+        "iteration": 0, "epoch": epoch, "batch": batch, "sample": 2 * batch, "token": 0, "epoch_in_iteration": epoch,
+        "token_in_iteration": 0, "batch_in_epoch": 0, "sample_in_epoch": 0, "token_in_epoch": 0,
+        "total_wct": wct, "iteration_wct": wct, "epoch_wct": datetime.timedelta(0), "batch_wct": datetime.timedelta(0),
+    }  # fmt: skip
+    state = {
+        "model": model.state_dict(),
+        "optimizers": {type(optimizer).__qualname__: optimizer.state_dict()},
+        "schedulers": {},
+        "algorithms": [],
+        "callbacks": {},
+        "scaler": {},
+        "timestamp": timestamp,
+        "rank_zero_seed": 42,
+        "train_metrics": {},
+        "eval_metrics": {},
+        "run_name": "tiny-run",
+        "dataset_state": {"train": None, "eval": {}},
+        "integrations": {},
+        "metadata": metadata,
+    }
+    rng = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}]
+    return {"state": state, "rng": rng}
+
+
+def composer_save(folder: Path, epoch: int, batch: int, ranks: int = 1, weights_only: bool = False, latest: bool = True) -> None:
+    """One ``CheckpointSaver._save_checkpoint``: each rank's ``ep{epoch}-ba{batch}-rank{rank}.pt``
+    written in place (``_write_checkpoint_file``), then ``latest-rank{rank}.pt`` removed and made a
+    symlink to the save's path relative to the folder."""
+    torch = pytest.importorskip("torch")
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        name = f"ep{epoch}-ba{batch}-rank{rank}.pt"
+        with open(folder / name, "wb") as f:
+            torch.save(composer_state(batch, epoch, weights_only, seed=rank), f)
+        if latest:
+            link = folder / f"latest-rank{rank}.pt"
+            link.unlink(missing_ok=True)
+            link.symlink_to(name)
+
+
+def composer_run(folder: Path, saves: Sequence[tuple[int, int]] = ((1, 4), (2, 8)), **saving: Any) -> Path:
+    """A ``save_folder`` after saves at (epoch, batch) ``saves``, as the Trainer's default
+    ``CheckpointSaver`` names them."""
+    for epoch, batch in saves:
+        composer_save(folder, epoch, batch, **saving)
+    return folder
+
+
+def composer_load(path: str | Path) -> tuple[int, Any]:
+    """``load_checkpoint``'s local path: ``_torch_load_with_validation`` (``weights_only=True`` with
+    ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS``), then ``State.load_state_dict``'s model and optimizer;
+    the batch the timestamp resumes at, and the model."""
+    import datetime
+
+    import numpy as np
+    import numpy.dtypes
+
+    torch = pytest.importorskip("torch")
+    allowed: list[Any] = [datetime.timedelta, np.ndarray, np.dtype, torch.torch_version.TorchVersion, np._core.multiarray._reconstruct]
+    allowed += [kind for kind in vars(numpy.dtypes).values() if isinstance(kind, type) and issubclass(kind, np.dtype)]
+    with torch.serialization.safe_globals(allowed):
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    state = saved["state"]
+    model = torch.nn.Linear(4, 2)
+    model.load_state_dict(state["model"])
+    (optimizer_state,) = state["optimizers"].values()
+    torch.optim.Adam(model.parameters()).load_state_dict(optimizer_state)
+    return state["timestamp"]["batch"], model
+
+
+def composer_autoresume(save_folder: Path) -> str | None:
+    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/latest-rank0.pt`` where
+    ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts over), else None."""
+    import os
+
+    latest = os.path.abspath(save_folder / "latest-rank0.pt")
+    return latest if os.path.exists(latest) else None

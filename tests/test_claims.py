@@ -54,6 +54,8 @@ CLAIMED = [
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
+    ("composer", "ep1-ba4-rank0.pt", (BUNDLE, 4, Unit.STEP)),  # by batch, the global step
+    ("composer", "ep12-ba3000-rank3.pt", (BUNDLE, 3000, Unit.STEP)),
 ]
 
 
@@ -100,6 +102,10 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("composer", "latest-rank0.pt"),  # its pointer
+    ("composer", "latest-rank0.pt.symlink"),
+    ("composer", "ep1-ba4.pt"),  # not the saver's default name
+    ("composer", "ep1-ba4-rank0.tar.gz"),  # a tarball: no reader opens it
 ]
 
 
