@@ -393,11 +393,19 @@ class FolderLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        slots = [
-            _Saved(claims[entry.name], entry, self._contents(subfolder(entry), subfolder)) if entry.name in claims else entry
-            for entry in listing.entries
-        ]
+        slots: list[_Saved | Entry] = []
+        for entry in listing.entries:
+            if entry.name in claims:
+                slots.append(_Saved(claims[entry.name], entry, self._contents(subfolder(entry), subfolder)))
+            else:
+                slots.extend(self.beside(entry, subfolder))
         return self._assemble(listing, probe, slots)
+
+    def beside(self, entry: Entry, subfolder: Callable[[Entry], Listing | None]) -> Sequence[Entry]:
+        """What an entry beside the checkpoint folders stands for: itself, or, for a folder where
+        the framework keeps the run's own state (torchtune's ``recipe_state/``), the files in it,
+        judged as the run's files (its pointers, its staging)."""
+        return (entry,)
 
     def build_alone(self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run:
         """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
@@ -732,6 +740,17 @@ def missing_from_siblings(files: Sequence[CheckpointFile], siblings: Sequence[Se
     for frameworks whose every save is written by the same ranks under the same names."""
     expected = {file.prefix for others in siblings for file in others}
     return tuple(sorted(expected - {file.prefix for file in files}))
+
+
+def unlisted_shards(files: Sequence[CheckpointFile]) -> tuple[str, ...]:
+    """The shards a checkpoint's shard index (``model.safetensors.index.json``) names that are not
+    among its files: for frameworks that write HF's sharded weights."""
+    present = {f.entry.name for f in files}
+    named: set[str] = set()
+    for file in files:
+        if Role.SHARD_INDEX in file.roles and (shards := file.report.fact("shards")):
+            named.update(shards.split("\n"))
+    return tuple(sorted(named - present))
 
 
 def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:

@@ -32,6 +32,7 @@ from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
+from ckptdoctor.layouts.torchtune import TorchtuneLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers.files import expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
@@ -47,6 +48,7 @@ LAYOUTS: tuple[Layout, ...] = (
     MegatronLayout(),
     DcpLayout(),
     OrbaxLayout(),
+    TorchtuneLayout(),
     ComposerLayout(),
     LightningLayout(),
     TimmLayout(),
