@@ -310,3 +310,54 @@ def composer_autoresume(save_folder: Path) -> str | None:
 
     latest = os.path.abspath(save_folder / "latest-rank0.pt")
     return latest if os.path.exists(latest) else None
+
+
+# --- torchtune ---------------------------------------------------------------------------------------
+
+
+def torchtune_run(root: Path, epochs: int, total: int, hf: bool = False) -> tuple[Path, Path]:
+    """``output_dir`` and ``checkpoint_dir`` of a recipe's saves made by torchtune's own
+    checkpointer (``FullModelTorchTuneCheckpointer``, or ``FullModelHFCheckpointer`` with ``hf``)
+    on a three-tensor Llama state dict: ``epochs`` saves of a ``total``-epoch run, each with the
+    recipe state ``recipes/full_finetune_single_device.py`` hands it, intermediate but the last epoch."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchao")
+    training = pytest.importorskip("torchtune.training")
+    base, output = root / "base", root / "out"
+    base.mkdir(parents=True)
+    if hf:
+        import json
+
+        from safetensors.torch import save_file
+
+        weights = {"model.embed_tokens.weight": torch.randn(8, 4), "model.norm.weight": torch.ones(4), "lm_head.weight": torch.randn(8, 4)}
+        save_file(weights, base / "model.safetensors")
+        (base / "config.json").write_text(json.dumps({"num_attention_heads": 1, "num_key_value_heads": 1, "hidden_size": 4}))
+        checkpointer = training.FullModelHFCheckpointer(str(base), ["model.safetensors"], "LLAMA3", str(output))
+    else:
+        torch.save(
+            {"tok_embeddings.weight": torch.randn(8, 4), "norm.scale": torch.ones(4), "output.weight": torch.randn(8, 4)}, base / "model.pt"
+        )
+        checkpointer = training.FullModelTorchTuneCheckpointer(str(base), ["model.pt"], "LLAMA3", str(output))
+    model = checkpointer.load_checkpoint()["model"]
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
+    for epoch in range(epochs):
+        state = {
+            "model": {name: tensor + epoch + 1 for name, tensor in model.items()},  # epoch N's weights: the base's + N + 1
+            "optimizer": optimizer.state_dict(),
+            "seed": 0,
+            "epochs_run": epoch + 1,
+            "total_epochs": total,
+            "max_steps_per_epoch": None,
+        }
+        checkpointer.save_checkpoint(state, epoch=epoch, intermediate_checkpoint=epoch + 1 < total)
+    return output, base
+
+
+def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = False) -> dict[str, Any]:
+    """What a recipe's ``resume_from_checkpoint=True`` loads: torchtune's checkpointer built as the
+    recipe builds it (``checkpoint_files`` relative to ``output_dir``) and its ``load_checkpoint()``."""
+    training = pytest.importorskip("torchtune.training")
+    kind = training.FullModelHFCheckpointer if hf else training.FullModelTorchTuneCheckpointer
+    checkpointer = kind(str(base), list(files), "LLAMA3", str(output), resume_from_checkpoint=True)
+    return dict(checkpointer.load_checkpoint())

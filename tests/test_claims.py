@@ -56,6 +56,8 @@ CLAIMED = [
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
     ("composer", "ep1-ba4-rank0.pt", (BUNDLE, 4, Unit.STEP)),  # by batch, the global step
     ("composer", "ep12-ba3000-rank3.pt", (BUNDLE, 3000, Unit.STEP)),
+    ("torchtune", "epoch_0", ((), 0, Unit.EPOCH)),  # 0-based, as the recipes save
+    ("torchtune", "step_500", ((), 500, Unit.STEP)),  # main's dir_prefix="step"
 ]
 
 
@@ -106,6 +108,9 @@ REFUSED = [
     ("composer", "latest-rank0.pt.symlink"),
     ("composer", "ep1-ba4.pt"),  # not the saver's default name
     ("composer", "ep1-ba4-rank0.tar.gz"),  # a tarball: no reader opens it
+    ("torchtune", "recipe_state"),  # 0.6.1's folder of the run's one recipe state
+    ("torchtune", "epoch_3.pt"),
+    ("torchtune", "epoch-3"),
 ]
 
 

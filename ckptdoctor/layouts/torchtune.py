@@ -138,7 +138,8 @@ class TorchtuneLayout(FolderLayout):
         files = f"checkpointer.checkpoint_files=[{','.join(shards)}]"
         own = next((f for f in checkpoint.files if f.entry.name == RECIPE_STATE), None)
         shared = next((f for f in run.loose_files if f.entry.name == RECIPE_STATE), None)
-        state = own or shared
+        newest = [f for c in reversed(run.checkpoints) for f in c.files if f.entry.name == RECIPE_STATE]
+        state = own or shared or (newest[0] if newest else None)
         epochs = _number(state, "epochs_run") if state is not None else None
         total = _number(state, "total_epochs") if state is not None else None
         if own is not None or (epochs is not None and epochs - 1 == checkpoint.index and not _damaged(shared)):
