@@ -361,3 +361,109 @@ def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = 
     kind = training.FullModelHFCheckpointer if hf else training.FullModelTorchTuneCheckpointer
     checkpointer = kind(str(base), list(files), "LLAMA3", str(output), resume_from_checkpoint=True)
     return dict(checkpointer.load_checkpoint())
+
+
+# --- Ultralytics YOLO, from its source ---------------------------------------------------------------
+
+
+class YoloTrainer:
+    """What ``BaseTrainer`` (ultralytics 8.4.190, ``ultralytics/engine/trainer.py``) writes: after
+    each epoch a ``results.csv`` row (``save_metrics``), then ``save_model``'s one serialized dict
+    to ``weights/last.pt``, ``weights/best.pt`` on a new best fitness and ``weights/epoch{N}.pt``
+    every ``save_period`` epochs; ``finish`` is ``final_eval``'s ``strip_optimizer``. The ``ema`` is
+    a pickled ``nn.Module`` of torch's own classes (Ultralytics pickles its ``DetectionModel``):
+    arbitrary objects alike, and loadable here without Ultralytics."""
+
+    def __init__(self, save_dir: Path, epochs: int = 10, save_period: int = -1) -> None:
+        torch = pytest.importorskip("torch")
+        torch.manual_seed(0)
+        self.save_dir, self.epochs, self.save_period = save_dir, epochs, save_period
+        self.wdir = save_dir / "weights"
+        self.wdir.mkdir(parents=True)
+        (save_dir / "args.yaml").write_text(f"task: detect\nepochs: {epochs}\n")
+        self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.best_fitness: float | None = None
+        self.epoch = 0
+
+    def train_epoch(self, fitness: float) -> None:
+        import copy
+        import io
+
+        torch = pytest.importorskip("torch")
+        self.model(torch.randn(2, 3, 4, 4)).sum().backward()
+        self.optimizer.step()
+        csv = self.save_dir / "results.csv"
+        head = "" if csv.exists() else "                  epoch,         metrics/mAP50-95(B),      val/box_loss\n"
+        with open(csv, "a") as f:
+            f.write(head + f"{self.epoch + 1:>24},{fitness:>28.5g},{1 - fitness:>18.5g}\n")
+        if self.best_fitness is None or fitness >= self.best_fitness:
+            self.best_fitness = fitness
+        buffer = io.BytesIO()
+        torch.save(
+            {
+                "epoch": self.epoch,
+                "best_fitness": self.best_fitness,
+                "stopper": {"best_fitness": self.best_fitness, "best_epoch": self.epoch},
+                "model": None,
+                "ema": copy.deepcopy(self.model).half(),
+                "updates": self.epoch + 1,
+                "modelopt": None,
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": {},
+                "train_args": {"task": "detect", "epochs": self.epochs, "save_period": self.save_period},
+                "train_metrics": {"metrics/mAP50-95(B)": fitness, "fitness": fitness},
+                "train_results": {},
+                "date": "2026-12-02T10:00:00+00:00",
+                "version": "8.4.190",
+                "license": "AGPL-3.0 (https://ultralytics.com/license)",
+                "docs": "https://docs.ultralytics.com",
+            },
+            buffer,
+        )
+        data = buffer.getvalue()
+        (self.wdir / "last.pt").write_bytes(data)
+        if self.best_fitness == fitness:
+            (self.wdir / "best.pt").write_bytes(data)
+        if self.save_period > 0 and self.epoch % self.save_period == 0:
+            (self.wdir / f"epoch{self.epoch}.pt").write_bytes(data)
+        self.epoch += 1
+
+    def finish(self) -> None:
+        """``strip_optimizer`` on last.pt and best.pt: ``model = ema``, training state None, ``epoch = -1``."""
+        for name in ("last.pt", "best.pt"):
+            saved = yolo_load(self.wdir / name)
+            saved["model"] = saved["ema"]
+            for key in ("optimizer", "best_fitness", "stopper", "ema", "updates", "scaler"):
+                saved[key] = None
+            saved["epoch"] = -1
+            pytest.importorskip("torch").save(saved, self.wdir / name)
+
+
+def yolo_run(save_dir: Path, fitness: Sequence[float], save_period: int = -1, finished: bool = False) -> Path:
+    """``save_dir`` after one epoch per ``fitness`` value; its ``weights/`` folder."""
+    trainer = YoloTrainer(save_dir, epochs=len(fitness) if finished else 10, save_period=save_period)
+    for value in fitness:
+        trainer.train_epoch(value)
+    if finished:
+        trainer.finish()
+    return trainer.wdir
+
+
+def yolo_load(path: Path) -> dict[str, Any]:
+    """``torch_load`` (``ultralytics/utils/patches.py``): ``weights_only=False``."""
+    return dict(pytest.importorskip("torch").load(path, map_location="cpu", weights_only=False))
+
+
+def yolo_resume(path: Path) -> int:
+    """``check_resume`` and ``resume_training``: the 0-based epoch training goes on at; raises
+    where Ultralytics refuses ("training to N epochs is finished, nothing to resume")."""
+    saved = yolo_load(path)
+    start = saved.get("epoch", -1) + 1
+    epochs = saved["train_args"]["epochs"]
+    assert 0 < start < epochs, f"{path} training to {epochs} epochs is finished, nothing to resume."
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+    model.load_state_dict(saved["ema"].float().state_dict())
+    torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9).load_state_dict(saved["optimizer"])
+    return int(start)

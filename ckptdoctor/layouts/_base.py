@@ -149,6 +149,10 @@ class Layout:
     """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
     loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
     that needs those and nothing else is CKD402 as info."""
+    unsafe_loader: str = ""
+    """How the framework's own loader loads files that need more than any allowlist (Ultralytics'
+    ``torch_load`` passes ``weights_only=False`` for its pickled modules): said beside CKD401,
+    whose verdict stands, since nothing proves such a file safe."""
     advisory: Mapping[Role, str] = MappingProxyType({})
     """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
     when such a file is missing or damaged, and the finding that says so is a warning."""
@@ -182,6 +186,12 @@ class Layout:
 
     def pointer(self, name: str) -> Claim | None:
         """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
+        return None
+
+    def recorded(self, name: str) -> Claim | None:
+        """A checkpoint file whose index is recorded inside it, not in its name (Ultralytics'
+        ``last.pt``): its roles and prefix, with the index -1 until the layout's ``build`` reads
+        it from the file. None for every other name."""
         return None
 
     def staging(self, name: str) -> Claim | None:
@@ -783,9 +793,9 @@ def claim_all(
     if layout.claimable is not None:
         names = filter(layout.claimable.search, names)  # sifted in C: most names of a big folder are another layout's
     claims: dict[str, Claim] = {}
-    claim_of = layout.claim
+    claim_of, recorded = layout.claim, layout.recorded
     for name in names:
-        claim = claim_of(name)
+        claim = claim_of(name) or recorded(name)
         if claim is not None:
             claims[name] = claim
     return claims

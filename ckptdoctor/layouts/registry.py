@@ -33,6 +33,7 @@ from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.layouts.torchtune import TorchtuneLayout
+from ckptdoctor.layouts.ultralytics import UltralyticsLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers.files import expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
@@ -52,6 +53,7 @@ LAYOUTS: tuple[Layout, ...] = (
     ComposerLayout(),
     LightningLayout(),
     TimmLayout(),
+    UltralyticsLayout(),
     _BURN,
     _TORCH,
 )
