@@ -84,38 +84,46 @@ class Layout:
     ``aliases``                  none                                         torch (``safetensors``)
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
-    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm
+    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm,
+                                                                              composer, ultralytics
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm
-    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
-    ``recognises(entries)``      True                                         timm
+    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
+                                                                              composer, torchtune, ultralytics
+    ``recorded(name)``           None                                         ultralytics (``last.pt``)
+    ``recognises(entries)``      True                                         timm, ultralytics
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
-                                                                              dcp, orbax, burn
+                                                                              dcp, orbax, burn, torchtune
     *content and reading*
     ``content``                  empty (nothing written is vouched for)       every layout
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
     ``legacy_formats``           none                                         burn
-    ``named_files``              none                                         hf-trainer, deepspeed, megatron
+    ``named_files``              none                                         hf-trainer, deepspeed, megatron,
+                                                                              composer
     ``unread(relative)``         None (every file is read)                    orbax
-    ``loader_allows``            none                                         timm
+    ``loader_allows``            none                                         timm, composer
+    ``unsafe_loader``            ``""``                                       ultralytics
     ``flat_optimizer_state``     False                                        deepspeed
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
-    ``whole_saves``              False                                        lightning
-    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
-    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
+    ``whole_saves``              False                                        lightning, ultralytics
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics
+    ``absent(files, siblings)``  none                                         every folder layout, composer
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, ultralytics
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
-                                                                              lightning
+                                                                              lightning, composer, torchtune
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
-                                                                              megatron, lightning
-    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
+                                                                              megatron, lightning, composer,
+                                                                              torchtune
+    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
+                                                                              composer
     ``resume_hint(run, c)``      ``""``                                       every layout
     ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
     *planners and wording*
-    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, ultralytics
     ``reads_every_name``         False                                        accelerate
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
@@ -298,13 +306,14 @@ class FolderLayout(Layout):
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
     ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
-    ``signature(names)``          False                                       hf-trainer, accelerate
-    ``claim_folders(folders)``    by name, else by signature in a series      none
+    ``signature(names)``          False                                       hf-trainer, accelerate, torchtune
+    ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
-                                                                              megatron, orbax
-    ``absent(files, siblings)``   none                                        every folder layout
+                                                                              megatron, orbax, torchtune
     ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``)
-    ``committed(pointers)``       None                                        megatron (its tracker)
+    ``committed(pointers, s)``    None                                        megatron (its tracker), torchtune
+                                                                              (its recipe state)
+    ``beside(entry, subfolder)``  the entry itself                            torchtune (``recipe_state/``)
     ``build_alone(...)``          one folder as a run of one checkpoint       none
     ============================  ==========================================  ======================================
     """
