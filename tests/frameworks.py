@@ -394,3 +394,264 @@ class Detectron2Trainer:
                 trainer.load_state_dict(checkpoint.pop("trainer"))
             trainer.start_iter = trainer.iter + 1
         return trainer
+
+
+# --- MosaicML Composer, from its source ------------------------------------------------------------
+
+
+def composer_state(batch: int, epoch: int, weights_only: bool = False, seed: int = 0) -> dict[str, Any]:
+    """What ``_save_checkpoint`` (``composer/utils/checkpoint.py``) hands ``torch.save``: ``{'state':
+    State.state_dict(), 'rng': get_rng_state()}`` (``composer/core/state.py``,
+    ``composer/utils/reproducibility.py``), or ``{'state': {model, integrations, metadata}}`` for a
+    ``weights_only`` save; a linear model with Adam, trained ``batch`` steps."""
+    import datetime
+    import random
+
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(batch):
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    metadata = {"composer_env_info": {}, "torch_version": torch.__version__, "device": "cpu", "precision": "fp32", "world_size": 1}
+    if weights_only:
+        return {"state": {"model": model.state_dict(), "integrations": {}, "metadata": metadata}}
+    wct = datetime.timedelta(seconds=batch)
+    timestamp = {
+        "iteration": 0, "epoch": epoch, "batch": batch, "sample": 2 * batch, "token": 0, "epoch_in_iteration": epoch,
+        "token_in_iteration": 0, "batch_in_epoch": 0, "sample_in_epoch": 0, "token_in_epoch": 0,
+        "total_wct": wct, "iteration_wct": wct, "epoch_wct": datetime.timedelta(0), "batch_wct": datetime.timedelta(0),
+    }  # fmt: skip
+    state = {
+        "model": model.state_dict(),
+        "optimizers": {type(optimizer).__qualname__: optimizer.state_dict()},
+        "schedulers": {},
+        "algorithms": [],
+        "callbacks": {},
+        "scaler": {},
+        "timestamp": timestamp,
+        "rank_zero_seed": 42,
+        "train_metrics": {},
+        "eval_metrics": {},
+        "run_name": "tiny-run",
+        "dataset_state": {"train": None, "eval": {}},
+        "integrations": {},
+        "metadata": metadata,
+    }
+    rng = [{"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}]
+    return {"state": state, "rng": rng}
+
+
+def composer_save(folder: Path, epoch: int, batch: int, ranks: int = 1, weights_only: bool = False, latest: bool = True) -> None:
+    """One ``CheckpointSaver._save_checkpoint``: each rank's ``ep{epoch}-ba{batch}-rank{rank}.pt``
+    written in place (``_write_checkpoint_file``), then ``latest-rank{rank}.pt`` removed and made a
+    symlink to the save's path relative to the folder."""
+    torch = pytest.importorskip("torch")
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        name = f"ep{epoch}-ba{batch}-rank{rank}.pt"
+        with open(folder / name, "wb") as f:
+            torch.save(composer_state(batch, epoch, weights_only, seed=rank), f)
+        if latest:
+            link = folder / f"latest-rank{rank}.pt"
+            link.unlink(missing_ok=True)
+            link.symlink_to(name)
+
+
+def composer_run(folder: Path, saves: Sequence[tuple[int, int]] = ((1, 4), (2, 8)), **saving: Any) -> Path:
+    """A ``save_folder`` after saves at (epoch, batch) ``saves``, as the Trainer's default
+    ``CheckpointSaver`` names them."""
+    for epoch, batch in saves:
+        composer_save(folder, epoch, batch, **saving)
+    return folder
+
+
+def composer_load(path: str | Path) -> tuple[int, Any]:
+    """``load_checkpoint``'s local path: ``_torch_load_with_validation`` (``weights_only=True`` with
+    ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS``), then ``State.load_state_dict``'s model and optimizer;
+    the batch the timestamp resumes at, and the model."""
+    import datetime
+
+    import numpy as np
+    import numpy.dtypes
+
+    torch = pytest.importorskip("torch")
+    allowed: list[Any] = [datetime.timedelta, np.ndarray, np.dtype, torch.torch_version.TorchVersion, np._core.multiarray._reconstruct]
+    allowed += [kind for kind in vars(numpy.dtypes).values() if isinstance(kind, type) and issubclass(kind, np.dtype)]
+    with torch.serialization.safe_globals(allowed):
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    state = saved["state"]
+    model = torch.nn.Linear(4, 2)
+    model.load_state_dict(state["model"])
+    (optimizer_state,) = state["optimizers"].values()
+    torch.optim.Adam(model.parameters()).load_state_dict(optimizer_state)
+    return state["timestamp"]["batch"], model
+
+
+def composer_autoresume(save_folder: Path) -> str | None:
+    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/latest-rank0.pt`` where
+    ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts over), else None."""
+    import os
+
+    latest = os.path.abspath(save_folder / "latest-rank0.pt")
+    return latest if os.path.exists(latest) else None
+
+
+# --- torchtune ---------------------------------------------------------------------------------------
+
+
+def torchtune_run(root: Path, epochs: int, total: int, hf: bool = False) -> tuple[Path, Path]:
+    """``output_dir`` and ``checkpoint_dir`` of a recipe's saves made by torchtune's own
+    checkpointer (``FullModelTorchTuneCheckpointer``, or ``FullModelHFCheckpointer`` with ``hf``)
+    on a three-tensor Llama state dict: ``epochs`` saves of a ``total``-epoch run, each with the
+    recipe state ``recipes/full_finetune_single_device.py`` hands it, intermediate but the last epoch."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchao")
+    training = pytest.importorskip("torchtune.training")
+    base, output = root / "base", root / "out"
+    base.mkdir(parents=True)
+    if hf:
+        import json
+
+        from safetensors.torch import save_file
+
+        weights = {"model.embed_tokens.weight": torch.randn(8, 4), "model.norm.weight": torch.ones(4), "lm_head.weight": torch.randn(8, 4)}
+        save_file(weights, base / "model.safetensors")
+        (base / "config.json").write_text(json.dumps({"num_attention_heads": 1, "num_key_value_heads": 1, "hidden_size": 4}))
+        checkpointer = training.FullModelHFCheckpointer(str(base), ["model.safetensors"], "LLAMA3", str(output))
+    else:
+        torch.save(
+            {"tok_embeddings.weight": torch.randn(8, 4), "norm.scale": torch.ones(4), "output.weight": torch.randn(8, 4)}, base / "model.pt"
+        )
+        checkpointer = training.FullModelTorchTuneCheckpointer(str(base), ["model.pt"], "LLAMA3", str(output))
+    model = checkpointer.load_checkpoint()["model"]
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])
+    for epoch in range(epochs):
+        state = {
+            "model": {name: tensor + epoch + 1 for name, tensor in model.items()},  # epoch N's weights: the base's + N + 1
+            "optimizer": optimizer.state_dict(),
+            "seed": 0,
+            "epochs_run": epoch + 1,
+            "total_epochs": total,
+            "max_steps_per_epoch": None,
+        }
+        checkpointer.save_checkpoint(state, epoch=epoch, intermediate_checkpoint=epoch + 1 < total)
+    return output, base
+
+
+def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = False) -> dict[str, Any]:
+    """What a recipe's ``resume_from_checkpoint=True`` loads: torchtune's checkpointer built as the
+    recipe builds it (``checkpoint_files`` relative to ``output_dir``) and its ``load_checkpoint()``."""
+    training = pytest.importorskip("torchtune.training")
+    kind = training.FullModelHFCheckpointer if hf else training.FullModelTorchTuneCheckpointer
+    checkpointer = kind(str(base), list(files), "LLAMA3", str(output), resume_from_checkpoint=True)
+    return dict(checkpointer.load_checkpoint())
+
+
+# --- Ultralytics YOLO, from its source ---------------------------------------------------------------
+
+
+class YoloTrainer:
+    """What ``BaseTrainer`` (ultralytics 8.4.190, ``ultralytics/engine/trainer.py``) writes: after
+    each epoch a ``results.csv`` row (``save_metrics``), then ``save_model``'s one serialized dict
+    to ``weights/last.pt``, ``weights/best.pt`` on a new best fitness and ``weights/epoch{N}.pt``
+    every ``save_period`` epochs; ``finish`` is ``final_eval``'s ``strip_optimizer``. The ``ema`` is
+    a pickled ``nn.Module`` of torch's own classes (Ultralytics pickles its ``DetectionModel``):
+    arbitrary objects alike, and loadable here without Ultralytics."""
+
+    def __init__(self, save_dir: Path, epochs: int = 10, save_period: int = -1) -> None:
+        torch = pytest.importorskip("torch")
+        torch.manual_seed(0)
+        self.save_dir, self.epochs, self.save_period = save_dir, epochs, save_period
+        self.wdir = save_dir / "weights"
+        self.wdir.mkdir(parents=True)
+        (save_dir / "args.yaml").write_text(f"task: detect\nepochs: {epochs}\n")
+        self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.best_fitness: float | None = None
+        self.epoch = 0
+
+    def train_epoch(self, fitness: float) -> None:
+        import copy
+        import io
+
+        torch = pytest.importorskip("torch")
+        self.model(torch.randn(2, 3, 4, 4)).sum().backward()
+        self.optimizer.step()
+        csv = self.save_dir / "results.csv"
+        head = "" if csv.exists() else "                  epoch,         metrics/mAP50-95(B),      val/box_loss\n"
+        with open(csv, "a") as f:
+            f.write(head + f"{self.epoch + 1:>24},{fitness:>28.5g},{1 - fitness:>18.5g}\n")
+        if self.best_fitness is None or fitness >= self.best_fitness:
+            self.best_fitness = fitness
+        buffer = io.BytesIO()
+        torch.save(
+            {
+                "epoch": self.epoch,
+                "best_fitness": self.best_fitness,
+                "stopper": {"best_fitness": self.best_fitness, "best_epoch": self.epoch},
+                "model": None,
+                "ema": copy.deepcopy(self.model).half(),
+                "updates": self.epoch + 1,
+                "modelopt": None,
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": {},
+                "train_args": {"task": "detect", "epochs": self.epochs, "save_period": self.save_period},
+                "train_metrics": {"metrics/mAP50-95(B)": fitness, "fitness": fitness},
+                "train_results": {},
+                "date": "2026-12-02T10:00:00+00:00",
+                "version": "8.4.190",
+                "license": "AGPL-3.0 (https://ultralytics.com/license)",
+                "docs": "https://docs.ultralytics.com",
+            },
+            buffer,
+        )
+        data = buffer.getvalue()
+        (self.wdir / "last.pt").write_bytes(data)
+        if self.best_fitness == fitness:
+            (self.wdir / "best.pt").write_bytes(data)
+        if self.save_period > 0 and self.epoch % self.save_period == 0:
+            (self.wdir / f"epoch{self.epoch}.pt").write_bytes(data)
+        self.epoch += 1
+
+    def finish(self) -> None:
+        """``strip_optimizer`` on last.pt and best.pt: ``model = ema``, training state None, ``epoch = -1``."""
+        for name in ("last.pt", "best.pt"):
+            saved = yolo_load(self.wdir / name)
+            saved["model"] = saved["ema"]
+            for key in ("optimizer", "best_fitness", "stopper", "ema", "updates", "scaler"):
+                saved[key] = None
+            saved["epoch"] = -1
+            pytest.importorskip("torch").save(saved, self.wdir / name)
+
+
+def yolo_run(save_dir: Path, fitness: Sequence[float], save_period: int = -1, finished: bool = False) -> Path:
+    """``save_dir`` after one epoch per ``fitness`` value; its ``weights/`` folder."""
+    trainer = YoloTrainer(save_dir, epochs=len(fitness) if finished else 10, save_period=save_period)
+    for value in fitness:
+        trainer.train_epoch(value)
+    if finished:
+        trainer.finish()
+    return trainer.wdir
+
+
+def yolo_load(path: Path) -> dict[str, Any]:
+    """``torch_load`` (``ultralytics/utils/patches.py``): ``weights_only=False``."""
+    return dict(pytest.importorskip("torch").load(path, map_location="cpu", weights_only=False))
+
+
+def yolo_resume(path: Path) -> int:
+    """``check_resume`` and ``resume_training``: the 0-based epoch training goes on at; raises
+    where Ultralytics refuses ("training to N epochs is finished, nothing to resume")."""
+    saved = yolo_load(path)
+    start = saved.get("epoch", -1) + 1
+    epochs = saved["train_args"]["epochs"]
+    assert 0 < start < epochs, f"{path} training to {epochs} epochs is finished, nothing to resume."
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+    model.load_state_dict(saved["ema"].float().state_dict())
+    torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9).load_state_dict(saved["optimizer"])
+    return int(start)

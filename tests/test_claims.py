@@ -67,6 +67,10 @@ CLAIMED = [
     ("mmengine", "iter_12.pth", (BUNDLE, 12, Unit.ITERATION)),
     ("detectron2", "model_0009999.pth", (BUNDLE, 9999, Unit.ITERATION)),  # the 0-based iteration, 7 digits
     ("detectron2", "model_12345678.pth", (BUNDLE, 12345678, Unit.ITERATION)),
+    ("composer", "ep1-ba4-rank0.pt", (BUNDLE, 4, Unit.STEP)),  # by batch, the global step
+    ("composer", "ep12-ba3000-rank3.pt", (BUNDLE, 3000, Unit.STEP)),
+    ("torchtune", "epoch_0", ((), 0, Unit.EPOCH)),  # 0-based, as the recipes save
+    ("torchtune", "step_500", ((), 500, Unit.STEP)),  # main's dir_prefix="step"
 ]
 
 
@@ -129,6 +133,13 @@ REFUSED = [
     ("detectron2", "model_best.pth"),
     ("detectron2", "model_999.pth"),  # fvcore pads to 7 digits
     ("detectron2", "last_checkpoint"),
+    ("composer", "latest-rank0.pt"),  # its pointer
+    ("composer", "latest-rank0.pt.symlink"),
+    ("composer", "ep1-ba4.pt"),  # not the saver's default name
+    ("composer", "ep1-ba4-rank0.tar.gz"),  # a tarball: no reader opens it
+    ("torchtune", "recipe_state"),  # 0.6.1's folder of the run's one recipe state
+    ("torchtune", "epoch_3.pt"),
+    ("torchtune", "epoch-3"),
 ]
 
 

@@ -44,6 +44,9 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "tensorflow": ("TensorFlow", "tf.train", "latest_checkpoint"),
     "mmengine": ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer"),
     "detectron2": ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load"),
+    "composer": ("Composer", "autoresume", "load_path", "latest-rank", "CheckpointSaver"),
+    "ultralytics": ("Ultralytics", "YOLO", "yolo train", "strip_optimizer", "results.csv"),
+    "torchtune": ("torchtune", "recipe_state", "tune run", "should_load_recipe_state"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""
 

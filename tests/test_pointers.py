@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from frameworks import copy_run, deepspeed_run, megatron_run
+from frameworks import composer_run, copy_run, deepspeed_run, megatron_run
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.layouts.registry import NAMED_FILES, layout_named
@@ -367,3 +367,40 @@ def test_last_checkpoint_is_read_in_each_frameworks_format(tmp_path, layout, tex
     assert scanned.layout == layout
     (pointer,) = layout_named(layout).pointers(scanned)
     assert pointer.number == number
+
+
+# --- Composer: `latest-rank0.pt` as a symlink, or a `.symlink` object ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("ep2-ba8-rank0.pt", [(8, None)]),  # what CheckpointSaver makes
+        ("ep1-ba4-rank0.pt", [(4, None)]),
+        ("./ep1-ba4-rank0.pt", [(4, None)]),
+        ("../other/ep1-ba4-rank0.pt", [(None, "not there")]),  # another run's file
+        ("ep9-ba36-rank0.pt", []),  # dangling: its own finding, CKD113
+    ],
+)
+def test_composer_latest_names_the_save_it_links_to(tmp_path, target, expected):
+    composer_run(tmp_path / "other")
+    folder = composer_run(tmp_path / "checkpoints")
+    (folder / "latest-rank0.pt").unlink()
+    os.symlink(target, folder / "latest-rank0.pt")
+    found, codes = states(folder)
+    assert found == expected
+    assert ("CKD113" in {code for code, _ in codes}) == (expected != [(8, None)] and expected != [(4, None)]), codes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("tiny-run/checkpoints/ep2-ba8-rank0.pt", [(8, None)]),
+        ("ep1-ba4-rank0.pt", [(4, None)]),
+        ("tiny-run/checkpoints/ep5-ba20-rank0.pt", [(20, "not there")]),
+    ],
+)
+def test_composer_remote_symlink_object_names_a_save_by_its_file_name(tmp_path, text, expected):
+    folder = composer_run(tmp_path / "checkpoints", latest=False)
+    (folder / "latest-rank0.pt.symlink").write_text(text)
+    assert states(folder)[0] == expected

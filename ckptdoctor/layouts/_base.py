@@ -87,47 +87,58 @@ class Layout:
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
     ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
-                                                                              tensorflow, mmengine, detectron2
+                                                                              tensorflow, mmengine, detectron2,
+                                                                              composer, ultralytics
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
-                                                                              keras, tensorflow, mmengine, detectron2
-    ``recognises(entries)``      True                                         timm, mmengine, detectron2
+                                                                              keras, tensorflow, mmengine, detectron2,
+                                                                              composer, torchtune, ultralytics
+    ``recorded(name)``           None                                         ultralytics (``last.pt``)
+    ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
-                                                                              dcp, orbax, burn
+                                                                              dcp, orbax, burn, torchtune
     *content and reading*
     ``content``                  empty (nothing written is vouched for)       every layout
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
     ``legacy_formats``           none                                         burn
     ``named_files``              none                                         hf-trainer, deepspeed, megatron,
-                                                                              tensorflow, mmengine, detectron2
+                                                                              tensorflow, mmengine, detectron2,
+                                                                              composer
     ``unread(relative)``         None (every file is read)                    orbax
-    ``loader_allows``            none                                         timm
+    ``loader_allows``            none                                         timm, composer
+    ``unsafe_loader``            ``""``                                       ultralytics
     ``flat_optimizer_state``     False                                        deepspeed
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
-    ``whole_saves``              False                                        lightning, keras, detectron2
-    ``absent(files, siblings)``  none                                         every folder layout, tensorflow
+    ``whole_saves``              False                                        lightning, keras, detectron2,
+                                                                              ultralytics
+    ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
+                                                                              composer
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index)
-    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
-    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2,
+                                                                              ultralytics, keras
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
                                                                               lightning, tensorflow, mmengine,
-                                                                              detectron2
+                                                                              detectron2, composer, torchtune
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
-                                                                              mmengine, detectron2
+                                                                              mmengine, detectron2, composer,
+                                                                              torchtune
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
                                                                               tensorflow (its state file), mmengine,
-                                                                              detectron2 (both through ``NamingFile``)
+                                                                              detectron2 (both through ``NamingFile``),
+                                                                              composer
     ``resume_hint(run, c)``      ``""``                                       every layout
     ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), detectron2,
                                                                               tensorflow (the bundle's prefix)
     *planners and wording*
-    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, mmengine, detectron2
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, mmengine, detectron2,
+                                                                              ultralytics
     ``reads_every_name``         False                                        accelerate
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
@@ -161,6 +172,10 @@ class Layout:
     """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
     loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
     that needs those and nothing else is CKD402 as info."""
+    unsafe_loader: str = ""
+    """How the framework's own loader loads files that need more than any allowlist (Ultralytics'
+    ``torch_load`` passes ``weights_only=False`` for its pickled modules): said beside CKD401,
+    whose verdict stands, since nothing proves such a file safe."""
     advisory: Mapping[Role, str] = MappingProxyType({})
     """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
     when such a file is missing or damaged, and the finding that says so is a warning."""
@@ -196,6 +211,12 @@ class Layout:
         """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
         return None
 
+    def recorded(self, name: str) -> Claim | None:
+        """A checkpoint file whose index is recorded inside it, not in its name (Ultralytics'
+        ``last.pt``): its roles and prefix, with the index -1 until the layout's ``build`` reads
+        it from the file. None for every other name."""
+        return None
+
     def staging(self, name: str) -> Claim | None:
         """A staging artefact of an interrupted save named by the framework (``tmp.pth.tar``)."""
         return None
@@ -223,10 +244,6 @@ class Layout:
         file's size against the metadata that places its items)."""
         return files
 
-    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
-        return ()
-
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
         seen = {role for claim in claims for role in claim.roles}
@@ -235,6 +252,11 @@ class Layout:
     def file_name(self, role: Role, index: int) -> str | None:
         """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
         return None
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Files a checkpoint should have but does not: named by its own index, or by its siblings
+        (a rank's file the run's other checkpoints have)."""
+        return ()
 
     def unread(self, relative: str) -> FileReport | None:
         """The report of a checkpoint's file (by its path inside the checkpoint) that the framework
@@ -304,11 +326,13 @@ class FolderLayout(Layout):
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
     ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
-    ``signature(names)``          False                                       hf-trainer, accelerate
-    ``claim_folders(folders)``    by name, else by signature in a series      none
+    ``signature(names)``          False                                       hf-trainer, accelerate, torchtune
+    ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
-                                                                              megatron, orbax
-    ``committed(pointers)``       None                                        megatron (its tracker)
+                                                                              megatron, orbax, torchtune
+    ``committed(pointers, s)``    None                                        megatron (its tracker), torchtune
+                                                                              (its recipe state)
+    ``beside(entry, subfolder)``  the entry itself                            torchtune (``recipe_state/``)
     ``build_alone(...)``          one folder as a run of one checkpoint       none
     ============================  ==========================================  ======================================
     """
@@ -379,8 +403,9 @@ class FolderLayout(Layout):
         """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
         return False
 
-    def committed(self, pointers: Sequence[CheckpointFile]) -> int | None:
-        """The newest index the framework's tracker has committed; later ones never finished."""
+    def committed(self, pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> int | None:
+        """The newest index the framework's tracker has committed; later ones never finished.
+        ``pointers`` are the run's pointer files, ``saved`` each checkpoint's index and files."""
         return None
 
     def _contents(self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]) -> list[tuple[str, Entry]]:
@@ -401,11 +426,19 @@ class FolderLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        slots = [
-            _Saved(claims[entry.name], entry, self._contents(subfolder(entry), subfolder)) if entry.name in claims else entry
-            for entry in listing.entries
-        ]
+        slots: list[_Saved | Entry] = []
+        for entry in listing.entries:
+            if entry.name in claims:
+                slots.append(_Saved(claims[entry.name], entry, self._contents(subfolder(entry), subfolder)))
+            else:
+                slots.extend(self.beside(entry, subfolder))
         return self._assemble(listing, probe, slots)
+
+    def beside(self, entry: Entry, subfolder: Callable[[Entry], Listing | None]) -> Sequence[Entry]:
+        """What an entry beside the checkpoint folders stands for: itself, or, for a folder where
+        the framework keeps the run's own state (torchtune's ``recipe_state/``), the files in it,
+        judged as the run's files (its pointers, its staging)."""
+        return (entry,)
 
     def build_alone(self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run:
         """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
@@ -449,7 +482,7 @@ class FolderLayout(Layout):
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
-        newest = self.committed([f for f in loose if Role.POINTER in f.roles])
+        newest = self.committed([f for f in loose if Role.POINTER in f.roles], [(claim.number, files) for claim, _, files in saved])
         zeros = find_zeroed([(claim.number, files) for claim, _, files in saved])
         verdicts: _Verdicts = {}
         checkpoints = [
@@ -623,7 +656,7 @@ def group(
             tuple(files),
             required,
             listing.single_file,
-            absent=layout.absent(files, saved),
+            absent=() if listing.single_file else layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
             whole_saves=layout.whole_saves,
             verdicts=verdicts,
@@ -771,6 +804,26 @@ def followed(run: Run, pointers: Sequence[Pointer]) -> Checkpoint | None:
     return None
 
 
+def link_beside(link_path: str, target: str) -> bool:
+    """Whether a symlink at ``link_path`` names a file in its own folder: a framework that loads
+    whatever its link names (Lightning's ``last.ckpt``, Composer's ``latest-rank0.pt``) loads a
+    file of the same name in another run as readily, and that one is not this run's."""
+    folder = os.path.dirname(link_path)
+    return os.path.realpath(os.path.dirname(os.path.join(folder, target))) == os.path.realpath(folder)
+
+
+def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: str) -> tuple[Pointer, ...]:
+    """What the run's pointer files that are symlinks name (a dangling one names nothing: its
+    own finding, CKD113, says so, and ``repair`` re-points it): the index ``claim`` reads in the
+    target's name where the target lies beside the link, else None (not the run's)."""
+    found = []
+    for file in run.loose_files:
+        if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
+            named = claim(file.entry.link.rsplit("/", 1)[-1]) if link_beside(file.entry.os_path, file.entry.link) else None
+            found.append(Pointer(file, file.entry.link, named.number if named else None, meaning))
+    return tuple(found)
+
+
 def unfollowable(run: Run, pointer: Pointer) -> str | None:
     """Why the framework cannot follow ``pointer`` (``missing``, ``not there``, ``partial``, ...);
     None if it can."""
@@ -797,6 +850,17 @@ def missing_from_siblings(files: Sequence[CheckpointFile], siblings: Sequence[Se
     for frameworks whose every save is written by the same ranks under the same names."""
     expected = {file.prefix for others in siblings for file in others}
     return tuple(sorted(expected - {file.prefix for file in files}))
+
+
+def unlisted_shards(files: Sequence[CheckpointFile]) -> tuple[str, ...]:
+    """The shards a checkpoint's shard index (``model.safetensors.index.json``) names that are not
+    among its files: for frameworks that write HF's sharded weights."""
+    present = {f.entry.name for f in files}
+    named: set[str] = set()
+    for file in files:
+        if Role.SHARD_INDEX in file.roles and (shards := file.report.fact("shards")):
+            named.update(shards.split("\n"))
+    return tuple(sorted(named - present))
 
 
 def probe_batch(batch: Sequence[Entry], probe: Callable[[Entry], FileReport]) -> Callable[[Entry], FileReport]:
@@ -829,9 +893,9 @@ def claim_all(
     if layout.claimable is not None:
         names = filter(layout.claimable.search, names)  # sifted in C: most names of a big folder are another layout's
     claims: dict[str, Claim] = {}
-    claim_of = layout.claim
+    claim_of, recorded = layout.claim, layout.recorded
     for name in names:
-        claim = claim_of(name)
+        claim = claim_of(name) or recorded(name)
         if claim is not None:
             claims[name] = claim
     return claims

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, unlisted_shards
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers import hfjson, pickled_flags, pointer
 from ckptdoctor.readers.named import Named
@@ -127,12 +127,7 @@ class HfTrainerLayout(FolderLayout):
         return None
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        present = {f.entry.name for f in files}
-        named: set[str] = set()
-        for file in files:
-            if Role.SHARD_INDEX in file.roles and (shards := file.report.fact("shards")):
-                named.update(shards.split("\n"))
-        return tuple(sorted(named - present))
+        return unlisted_shards(files)
 
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, Pointer, group
+from ckptdoctor.layouts._base import Claim, Layout, Pointer, group, symlink_pointers
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
     Checkpoint,
@@ -43,13 +43,6 @@ _HPC_PREFIX = "hpc_ckpt"
 
 BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
-
-
-def _beside(link_path: str, target: str) -> bool:
-    """Whether a symlink at ``link_path`` names a file in its own folder: ``ckpt_path="last"``
-    loads whatever it names, and a file of the same name in another run is not this run's."""
-    folder = os.path.dirname(link_path)
-    return os.path.realpath(os.path.dirname(os.path.join(folder, target))) == os.path.realpath(folder)
 
 
 class LightningLayout(Layout):
@@ -100,13 +93,8 @@ class LightningLayout(Layout):
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
-        found = []
         named = _STEPPED if run.unit is Unit.STEP else self
-        for file in run.loose_files:
-            if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
-                claim = named.claim(file.entry.link.rsplit("/", 1)[-1]) if _beside(file.entry.os_path, file.entry.link) else None
-                found.append(Pointer(file, file.entry.link, claim.number if claim else None, "symlink target"))
-        return tuple(found)
+        return symlink_pointers(run, named.claim, "symlink target")
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """What the run used: a relative symlink (``save_last="link"``), or a copy. Never a

@@ -61,7 +61,7 @@ class MegatronLayout(FolderLayout):
         """Rank folders (and their files) that the other iterations have."""
         return missing_from_siblings(files, siblings)
 
-    def committed(self, pointers: Sequence[CheckpointFile]) -> int | None:
+    def committed(self, pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> int | None:
         tracker = next((p for p in pointers if p.entry.name == TRACKER), None)
         text = tracker.report.fact(pointer.POINTS_TO) if tracker else None
         return int(text) if text is not None and text.isdigit() else None

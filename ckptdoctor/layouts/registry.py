@@ -23,6 +23,7 @@ from ckptdoctor.layouts._base import (
 )
 from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
+from ckptdoctor.layouts.composer import ComposerLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.detectron2 import Detectron2Layout
@@ -35,6 +36,8 @@ from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.tensorflow import TensorFlowLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
+from ckptdoctor.layouts.torchtune import TorchtuneLayout
+from ckptdoctor.layouts.ultralytics import UltralyticsLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
 from ckptdoctor.readers.files import expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
@@ -51,10 +54,13 @@ LAYOUTS: tuple[Layout, ...] = (
     DcpLayout(),
     OrbaxLayout(),
     TensorFlowLayout(),
+    TorchtuneLayout(),
+    ComposerLayout(),
     LightningLayout(),
     TimmLayout(),
     MmengineLayout(),
     Detectron2Layout(),
+    UltralyticsLayout(),
     _KERAS,
     _BURN,
     _TORCH,

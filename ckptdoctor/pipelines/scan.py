@@ -62,6 +62,9 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
                     tally.runs += 1
                 taken.update(c.folder.os_path for c in run.checkpoints if c.folder is not None)
                 taken.update(f.entry.os_path for f in run.loose_files if f.entry.is_dir)
+                # a run's file kept in a folder of its own beside the checkpoints (``FolderLayout.beside``)
+                here = os.path.normpath(listing.os_path)
+                taken.update(folder for f in run.loose_files if (folder := os.path.normpath(os.path.dirname(f.entry.os_path))) != here)
             else:
                 unclaimed.append(listing)
                 unrecognised.extend(e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name))

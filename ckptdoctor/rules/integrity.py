@@ -540,6 +540,8 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
             if issue.problem is Problem.NON_WEIGHTS and _loaded_as_written(ctx, file, issue):
                 severity = Severity.INFO
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
+            elif issue.problem is Problem.UNSAFE_PICKLE and file.roles and ctx.layout.unsafe_loader:
+                message += f"; {ctx.layout.unsafe_loader}"
             elif file.roles and set(file.roles) <= set(ctx.layout.advisory):
                 severity = Severity.WARNING
                 message += f"; {'; '.join(ctx.layout.advisory[role] for role in file.roles)}"

@@ -33,11 +33,13 @@ UNSAFE_PICKLE = Rule(
         fix(
             "Do not load it with a loader that runs pickled code (`pickle.load`, an unrestricted unpickler).",
             torch="Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
+            ultralytics="Ultralytics pickles its model (`ema`; `model` once `strip_optimizer` ran) as a whole `nn.Module`, and its own loader (`torch_load` in `ultralytics/utils/patches.py`) loads it with `weights_only=False`, which runs the pickle: `yolo train resume` on it only for files your own training wrote, where nobody else could change them. ckptdoctor cannot prove such a file safe.",
         ),
         "Find out where the file came from and compare its `sha256sum` with the publisher's; if in doubt, delete it.",
         fix(
             "If it is your own file with custom objects, re-save only the tensors, as safetensors, from a trusted, isolated environment.",
             torch="If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
+            ultralytics="To keep or share the weights without code, load the file with Ultralytics in a trusted, isolated environment and save `YOLO(path).model.state_dict()` with `safetensors.torch.save_file`.",
         ),
         "Check the other files from the same source: `ckptdoctor verify {run}`.",
         "Share weights as safetensors, which cannot hold code.",

@@ -1,0 +1,148 @@
+"""MosaicML Composer's ``CheckpointSaver``: ``ep{epoch}-ba{batch}-rank{rank}.pt`` beside ``latest-rank{rank}.pt``.
+
+From mosaicml/composer at 6405188805a0054b4551ec49e4919c54c971d0e8 (0.33.0.dev0):
+
+- Names (``CheckpointSaver.__init__``, ``composer/callbacks/checkpoint_saver.py``): the Trainer's
+  defaults are ``filename='ep{epoch}-ba{batch}-rank{rank}.pt'`` and
+  ``latest_filename='latest-rank{rank}.pt'``, unpadded. ``epoch`` counts completed epochs and
+  ``batch`` is the global batch count (``Timestamp``): the index here is the batch, a global step.
+- Content (``_save_checkpoint``, ``composer/utils/checkpoint.py``): ``{'state': State.state_dict(),
+  'rng': get_rng_state()}``; a ``weights_only`` save holds ``{'state': {model, integrations,
+  metadata}}``. ``State.state_dict`` (``composer/core/state.py``) keeps ``model``, ``optimizers``
+  (keyed by the optimizer's class), ``schedulers``, ``timestamp`` and the rest under ``state``
+  (``bundles.ROLE_KEYS`` reads ``state.model`` and ``state.optimizers``).
+- Ranks: today only global rank 0 writes a monolithic file (``_save_checkpoint``: ``elif
+  dist.get_global_rank() == 0``) and every rank loads it (``download_checkpoint`` formats the path
+  with rank 0); releases that saved under DeepSpeed wrote one file per rank. A checkpoint needs
+  every rank's file the run's other checkpoints have.
+- No atomic write (``_write_checkpoint_file``: ``open(filename, 'wb')``, ``torch.save``): a kill
+  leaves a cut file under its final name.
+- Latest: after the save (and its barrier) ``CheckpointSaver._save_checkpoint`` removes
+  ``latest-rank{R}.pt`` and makes it a symlink to the save's path relative to the folder.
+  ``Trainer(autoresume=True)`` (``Trainer._get_autoresume_checkpoint``) loads
+  ``save_folder/latest-rank0.pt`` where ``os.path.exists`` says it is there: a dangling link reads
+  as no checkpoint, and the run starts over.
+- Remote runs: ``{latest_remote_file_name}.symlink``, a text object holding the remote name of the
+  save (``create_symlink_file``), which ``get_file`` follows (``composer/utils/file_helpers.py``);
+  it is found in a local copy of the bucket, naming a file of the same folder.
+- Loading (``_torch_load_with_validation``): ``torch.load(weights_only=True)`` with
+  ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS`` allowed (``datetime.timedelta``, numpy arrays and dtypes,
+  ``TorchVersion``): the timestamp's wall-clock times and the numpy RNG state need them.
+- Not claimed: tarballs (``.tar``, ``.tar.gz``: ``composer_states.pt`` inside) and compressed
+  ``.pt.*`` names, which no reader opens; FSDP's sharded saves (``ep{E}-ba{B}/__{R}_0.distcp`` with
+  ``.metadata``) are DCP folders, which the dcp layout reads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from ckptdoctor.layouts._base import Claim, Layout, Pointer, followed, missing_from_siblings, symlink_pointers
+from ckptdoctor.model import Checkpoint, CheckpointFile, PointerKind, PointerWrite, Role, Run, Unit
+from ckptdoctor.readers import pointer
+from ckptdoctor.readers.named import Named
+from ckptdoctor.readers.sniff import Format
+
+_SAVE = re.compile(r"^ep([0-9]+)-ba([0-9]+)-(rank[0-9]+)\.pt\Z")
+_LATEST = re.compile(r"^latest-(rank[0-9]+)\.pt(\.symlink)?\Z")
+REMOTE_LATEST = "latest-rank0.pt.symlink"
+"""The remote pointer of the rank that writes it (rank 0: ``rank_saves_symlinks``)."""
+
+BUNDLED = (Role.MODEL, Role.OPTIMIZER)
+"""What a save holds unless ``save_weights_only``; ``verify`` confirms it from ``state``'s keys."""
+
+_NUMPY_DTYPES = (
+    "Bool", "Byte", "Bytes", "CLongDouble", "Complex128", "Complex64", "DateTime64", "Float16", "Float32", "Float64",
+    "Int16", "Int32", "Int64", "Int8", "Int", "Long", "LongDouble", "LongLong", "Object", "Short", "Str", "String",
+    "TimeDelta64", "UByte", "UInt16", "UInt32", "UInt64", "UInt8", "UInt", "ULong", "ULongLong", "UShort", "Void",
+)  # fmt: skip
+
+
+class ComposerLayout(Layout):
+    name = "composer"
+    builds_on = ("torch",)
+    default_unit = Unit.STEP
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
+    resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+    named_files = MappingProxyType({REMOTE_LATEST: Named(pointer.read)})
+    loader_allows = frozenset(
+        {
+            "datetime.timedelta",
+            "numpy.ndarray",
+            "numpy.dtype",
+            "numpy.core.multiarray._reconstruct",
+            "numpy._core.multiarray._reconstruct",
+            "torch.torch_version.TorchVersion",
+            *(f"numpy.dtypes.{name}DType" for name in _NUMPY_DTYPES),
+        }
+    )
+    """``_COMPOSER_CHECKPOINT_SAFE_GLOBALS`` in ``composer/utils/checkpoint.py``: what Composer's
+    own ``weights_only=True`` load allows."""
+
+    claimable = re.compile(r"^ep[0-9]+-ba[0-9]+-rank[0-9]+\.pt\Z")
+
+    def claim(self, name: str) -> Claim | None:
+        match = _SAVE.match(name)
+        return Claim(BUNDLED, int(match[2]), match[3], Unit.STEP) if match else None
+
+    def pointer(self, name: str) -> Claim | None:
+        match = _LATEST.match(name)
+        return Claim((Role.POINTER,), 0, f"latest-{match[1]}") if match else None
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """The files of the ranks the run's other checkpoints have, by the name this one's would have."""
+        ranks = missing_from_siblings(files, siblings)
+        named = next((match for f in files if (match := _SAVE.match(f.entry.name))), None)
+        if named is None:
+            return ranks
+        return tuple(f"ep{named[1]}-ba{named[2]}-{rank}.pt" for rank in ranks)
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each names."""
+        found = list(symlink_pointers(run, self.claim, "latest symlink"))
+        for file in run.loose_files:
+            if file.entry.name.endswith(".symlink") and (text := file.report.fact(pointer.POINTS_TO)) is not None:
+                named = self.claim(text.rsplit("/", 1)[-1])
+                found.append(Pointer(file, text, named.number if named else None, "remote latest (.symlink)"))
+        return tuple(found)
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        # autoresume loads what latest-rank0.pt names
+        return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == "latest-rank0.pt"])
+
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """The link as Composer makes it (relative, to the same rank's file), or the ``.symlink``
+        object's text with its remote folder kept. Never a link where a copy stands."""
+        if source is None:
+            return None
+        match = _LATEST.match(source.entry.name)
+        target = next((f for f in checkpoint.files if match and f.prefix == match[1] and Role.TEMP not in f.roles), None)
+        if match is None or target is None:
+            return None
+        if match[2]:
+            said = source.report.fact(pointer.POINTS_TO)
+            if said is None:
+                return None  # its remote folder is unknown: a bare name would not be followed
+            folder = said.rpartition("/")[0]
+            return PointerWrite(source.entry.name, f"{folder}/{target.entry.name}" if folder else target.entry.name)
+        if not source.entry.is_symlink:
+            return None
+        return PointerWrite(source.entry.name, os.path.basename(target.entry.os_path), PointerKind.SYMLINK)
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        files = [f for f in checkpoint.files if Role.TEMP not in f.roles]
+        match = _SAVE.match(files[0].entry.name) if files else None
+        if match is None:
+            return ""
+        path = files[0].path
+        if len(files) > 1:
+            path = path[: len(path) - len(files[0].entry.name)] + f"ep{match[1]}-ba{match[2]}-rank{{rank}}.pt"
+        said = f'pass `load_path="{path}"` to `Trainer` (epoch {match[1]}, batch {match[2]})'
+        if run.weights_only:
+            return f"{said} with `load_weights_only=True`: the save holds the weights alone"
+        if self.auto_resume_pick(run) is checkpoint:
+            said += "; `autoresume=True` with the same `save_folder` and `run_name` loads it too, through latest-rank0.pt"
+        return said
