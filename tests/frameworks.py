@@ -206,3 +206,151 @@ def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: 
             torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
     (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
     return folder
+
+
+# --- fairseq (written from its source: fairseq cannot be imported on Python 3.11) ----------------
+
+
+class FairseqTrainer:
+    """What ``fairseq-train`` writes into ``--save-dir``, from facebookresearch/fairseq
+    3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99: ``Trainer.state_dict`` (fairseq/trainer.py) for the
+    keys, ``checkpoint_utils.save_checkpoint`` for which names a save writes (the first with
+    ``torch_persistent_save``: ``<name>.tmp``, then a rename; the others as whole copies,
+    ``PathManager.copy``) and for ``--keep-*`` retention; ``fairseq_resume`` below loads as
+    ``checkpoint_utils.load_checkpoint`` and ``Trainer.load_checkpoint`` do. A tiny linear model
+    with Adam stands for the model; ``ranks`` > 1 saves FSDP's sharded state (``-shard{rank}``)."""
+
+    def __init__(
+        self,
+        save_dir: Path,
+        *,
+        save_interval_updates: int = 0,
+        no_epoch_checkpoints: bool = False,
+        keep_best_checkpoints: int = 0,
+        no_save_optimizer_state: bool = False,
+        ranks: int = 1,
+    ) -> None:
+        torch = pytest.importorskip("torch")
+        torch.manual_seed(0)
+        self.save_dir = save_dir
+        self.save_interval_updates = save_interval_updates
+        self.no_epoch_checkpoints = no_epoch_checkpoints
+        self.keep_best_checkpoints = keep_best_checkpoints
+        self.no_save_optimizer_state = no_save_optimizer_state
+        self.ranks = ranks
+        self.model = torch.nn.Linear(8, 4)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.num_updates = 0
+        self.best: float | None = None
+        self.epoch = 1
+        self.iterations_in_epoch = 0
+
+    def update(self) -> None:
+        import torch
+
+        self.optimizer.zero_grad()
+        self.model(torch.randn(2, 8)).pow(2).mean().backward()
+        self.optimizer.step()
+        self.num_updates += 1
+        self.iterations_in_epoch += 1
+
+    def state_dict(self, val_loss: float | None, end_of_epoch: bool) -> dict[str, Any]:
+        """``Trainer.state_dict`` with ``extra_state`` updated as ``Trainer.save_checkpoint`` does."""
+        meters = {"loss": ("fairseq.logging.meters", "AverageMeter", {"val": 2.5, "count": 4, "sum": 10.0, "round": 3})}
+        state: dict[str, Any] = {
+            "args": None,
+            "cfg": {"checkpoint": {"save_dir": str(self.save_dir), "restore_file": "checkpoint_last.pt"}, "optimizer": {"_name": "adam"}},
+            "model": self.model.state_dict(),
+            "criterion": None,
+            "optimizer_history": [
+                {
+                    "criterion_name": "CrossEntropyCriterion",
+                    "optimizer_name": "FairseqAdam",
+                    "lr_scheduler_state": {"best": self.best},
+                    "num_updates": self.num_updates,
+                }
+            ],
+            "task_state": {},
+            "extra_state": {"metrics": {"train": meters}, "previous_training_time": 1.5},
+        }
+        if not self.no_save_optimizer_state:
+            state["last_optimizer_state"] = self.optimizer.state_dict()
+        iterator = {"version": 2, "epoch": self.epoch + 1, "iterations_in_epoch": 0, "shuffle": True} if end_of_epoch else {
+            "version": 2, "epoch": self.epoch, "iterations_in_epoch": self.iterations_in_epoch, "shuffle": True,
+        }  # fmt: skip
+        state["extra_state"].update({"train_iterator": iterator, "val_loss": val_loss})
+        if self.best is not None:
+            state["extra_state"]["best"] = self.best
+        return state
+
+    def names(self, val_loss: float | None, end_of_epoch: bool, suffix: str) -> list[str]:
+        """``checkpoint_conds`` of ``save_checkpoint``, in its order (``save_interval`` 1)."""
+        epoch, updates = self.epoch, self.num_updates
+        conds = {
+            f"checkpoint{epoch}{suffix}.pt": end_of_epoch and not self.no_epoch_checkpoints,
+            f"checkpoint_{epoch}_{updates}{suffix}.pt": not end_of_epoch
+            and self.save_interval_updates > 0
+            and updates % self.save_interval_updates == 0,
+            f"checkpoint_best{suffix}.pt": val_loss is not None and (self.best is None or val_loss <= self.best),
+        }
+        if val_loss is not None and self.keep_best_checkpoints > 0:
+            conds[f"checkpoint.best_loss_{val_loss:.3f}{epoch % self.keep_best_checkpoints}{suffix}.pt"] = True
+        conds[f"checkpoint_last{suffix}.pt"] = True
+        return [name for name, cond in conds.items() if cond]
+
+    def save(self, val_loss: float | None = None, *, end_of_epoch: bool, copies: bool = True) -> list[Path]:
+        """One ``save_checkpoint`` call; ``copies=False`` stops after the first file (killed)."""
+        import torch
+
+        if val_loss is not None:
+            self.best = val_loss if self.best is None else min(val_loss, self.best)
+        written: list[Path] = []
+        for rank in range(self.ranks):
+            suffix = f"-shard{rank}" if self.ranks > 1 else ""
+            names = self.names(val_loss, end_of_epoch, suffix)
+            first = self.save_dir / names[0]
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            torch.save(self.state_dict(val_loss, end_of_epoch), str(first) + ".tmp")
+            (self.save_dir / (names[0] + ".tmp")).rename(first)
+            written.append(first)
+            for name in names[1:] if copies else ():
+                shutil.copyfile(first, self.save_dir / name)
+        if not end_of_epoch or not self.keep_best_checkpoints:
+            return written
+        kept = sorted(self.save_dir.glob("checkpoint.best_loss_*.pt"), key=lambda p: float(p.name.split("_")[-1][:-4]))
+        for old in kept[self.keep_best_checkpoints :]:
+            old.unlink()
+        return written
+
+    def epochs(self, count: int, updates: int = 4, losses: Sequence[float] = ()) -> FairseqTrainer:
+        """``count`` whole epochs of ``updates`` each, saving at interval updates and epoch ends."""
+        for _ in range(count):
+            for _ in range(updates):
+                self.update()
+                if self.save_interval_updates and self.num_updates % self.save_interval_updates == 0 and self.iterations_in_epoch < updates:
+                    self.save(end_of_epoch=False)
+            loss = losses[self.epoch - 1] if len(losses) >= self.epoch else 3.0 / self.epoch
+            self.save(loss, end_of_epoch=True)
+            self.epoch += 1
+            self.iterations_in_epoch = 0
+        return self
+
+
+def fairseq_resume(path: str | Path) -> dict[str, Any]:
+    """``load_checkpoint`` + ``Trainer.load_checkpoint`` for ``--restore-file path`` on one rank:
+    the weights into the model, ``last_optimizer_state`` into Adam where there is one (and then
+    ``num_updates``), and the epoch the iterator goes on at. Raises as fairseq does on a file
+    ``torch.load`` cannot read."""
+    torch = pytest.importorskip("torch")
+    with open(path, "rb") as f:
+        state = torch.load(f, map_location=torch.device("cpu"), weights_only=False)
+    model = torch.nn.Linear(8, 4)
+    model.load_state_dict(state["model"], strict=True)
+    num_updates = 0
+    optimizer_state = state.get("last_optimizer_state", None)
+    if optimizer_state is not None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        optimizer.load_state_dict(optimizer_state)
+        num_updates = state["optimizer_history"][-1]["num_updates"]
+    iterator = state["extra_state"]["train_iterator"]
+    return {"model": model, "num_updates": num_updates, "epoch": iterator["epoch"], "in_epoch": iterator["iterations_in_epoch"]}

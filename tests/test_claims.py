@@ -19,6 +19,7 @@ from ckptdoctor.testing import write_burn_run
 M, OPT, S = Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER
 LIGHTNING = (M, OPT, S)
 BUNDLE = (M, OPT)
+FAIRSEQ = (M, OPT, S)  # model, last_optimizer_state, optimizer_history (the scheduler's state)
 
 CLAIMED = [
     # layout, name, (roles, index, unit the name spells)
@@ -54,6 +55,11 @@ CLAIMED = [
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
+    ("fairseq", "checkpoint3.pt", (FAIRSEQ, 3, Unit.EPOCH)),
+    ("fairseq", "checkpoint_3_1500.pt", (FAIRSEQ, 3, Unit.EPOCH)),  # by epoch; a run of interval saves alone goes by updates
+    ("fairseq", "checkpoint12-shard1.pt", (FAIRSEQ, 12, Unit.EPOCH)),  # FSDP's sharded state: one file per rank
+    ("fairseq", "checkpoint_2_800-model_part-0.pt", (FAIRSEQ, 2, Unit.EPOCH)),
+    ("fairseq", "checkpoint4_part1.pt", (FAIRSEQ, 4, Unit.EPOCH)),
 ]
 
 
@@ -100,6 +106,13 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("fairseq", "checkpoint_last.pt"),  # a copy of the newest save, what --restore-file loads by default
+    ("fairseq", "checkpoint_best-shard0.pt"),
+    ("fairseq", "checkpoint.best_loss_2.3451.pt"),  # --keep-best-checkpoints copies
+    ("fairseq", "checkpoint3.pt.tmp"),  # torch_persistent_save's staging file
+    ("fairseq", "checkpoint_3.pt"),  # a hand-made loop's name
+    ("fairseq", "checkpoint3.pth"),
+    ("fairseq", "checkpoint3-shard.pt"),
 ]
 
 

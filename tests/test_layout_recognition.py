@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from frameworks import deepspeed_run, megatron_run
+from frameworks import FairseqTrainer, deepspeed_run, megatron_run
 from test_dcp import dcp_run
 from test_orbax import orbax_run
 from test_timm import timm_run
@@ -63,6 +63,7 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         "megatron": megatron_run(tmp_path / "megatron"),
         "orbax": orbax_run(tmp_path / "orbax"),
         "timm": timm_run(tmp_path / "timm", range(1, 3)),
+        "fairseq": FairseqTrainer(tmp_path / "fairseq", save_interval_updates=3).epochs(2).save_dir,
     }
 
 

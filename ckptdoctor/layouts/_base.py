@@ -84,11 +84,12 @@ class Layout:
     ``aliases``                  none                                         torch (``safetensors``)
     ``default_unit``             save                                         every layout
     ``claim(name)``              required: the roles and index of a name      every layout
-    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm
+    ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, fairseq
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm
-    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm
-    ``recognises(entries)``      True                                         timm
+    ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
+                                                                              fairseq
+    ``recognises(entries)``      True                                         timm, fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn
     *content and reading*
@@ -104,18 +105,21 @@ class Layout:
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
     ``whole_saves``              False                                        lightning
-    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer
-    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, fairseq
+    ``absent(files, siblings)``  none                                         fairseq (rank files); every
+                                                                              folder layout
+    ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, fairseq
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
-                                                                              lightning
+                                                                              lightning, fairseq
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning
-    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning
+    ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
+                                                                              fairseq
     ``resume_hint(run, c)``      ``""``                                       every layout
-    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder)
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), fairseq
     *planners and wording*
-    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn
+    ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, fairseq
     ``reads_every_name``         False                                        accelerate
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
@@ -205,6 +209,11 @@ class Layout:
         """Why this run saves weights alone by design, from what the framework records (None
         where it does not, or where only the files' keys tell: ``group`` reads those)."""
         return None
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        """Files a checkpoint should have but does not: named by its own index, or by its siblings
+        (a rank's shard that the run's other checkpoints have)."""
+        return ()
 
     def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
         """The roles a checkpoint of this run needs to be complete."""
@@ -351,10 +360,6 @@ class FolderLayout(Layout):
     def _numbered(self, name: str) -> Claim | None:
         found = numbered(name)
         return Claim((), found[0], _pattern(name), found[1] or self.default_unit) if found else None
-
-    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        """Files a checkpoint should have but does not: named by its own index, or by its siblings."""
-        return ()
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
         """The roles every checkpoint needs, given what the run's checkpoints hold."""
@@ -613,6 +618,7 @@ def group(
             tuple(files),
             required,
             listing.single_file,
+            absent=() if listing.single_file else layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
             whole_saves=layout.whole_saves,
             verdicts=verdicts,

@@ -25,6 +25,7 @@ from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.fairseq import FairseqLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
@@ -48,6 +49,7 @@ LAYOUTS: tuple[Layout, ...] = (
     OrbaxLayout(),
     LightningLayout(),
     TimmLayout(),
+    FairseqLayout(),
     _BURN,
     _TORCH,
 )
