@@ -354,3 +354,113 @@ def fairseq_resume(path: str | Path) -> dict[str, Any]:
         num_updates = state["optimizer_history"][-1]["num_updates"]
     iterator = state["extra_state"]["train_iterator"]
     return {"model": model, "num_updates": num_updates, "epoch": iterator["epoch"], "in_epoch": iterator["iterations_in_epoch"]}
+
+
+# --- nanoGPT (its train.py's save and resume, around a GPT-shaped stand-in) -----------------------
+
+
+def nanogpt_model(n_embd: int = 16, vocab_size: int = 32, block_size: int = 8) -> Any:
+    """A module whose state dict is shaped as nanoGPT's ``GPT`` (``model.py``) with one layer:
+    ``transformer.wte`` tied to ``lm_head`` (one storage saved twice), ``transformer.h.0.*``."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Block(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(n_embd, bias=False)
+            self.attn = nn.ModuleDict(
+                {"c_attn": nn.Linear(n_embd, 3 * n_embd, bias=False), "c_proj": nn.Linear(n_embd, n_embd, bias=False)}
+            )
+            self.ln_2 = nn.LayerNorm(n_embd, bias=False)
+            self.mlp = nn.ModuleDict(
+                {"c_fc": nn.Linear(n_embd, 4 * n_embd, bias=False), "c_proj": nn.Linear(4 * n_embd, n_embd, bias=False)}
+            )
+
+    class GPT(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = nn.ModuleDict(
+                {
+                    "wte": nn.Embedding(vocab_size, n_embd),
+                    "wpe": nn.Embedding(block_size, n_embd),
+                    "h": nn.ModuleList([Block()]),
+                    "ln_f": nn.LayerNorm(n_embd, bias=False),
+                }
+            )
+            self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+            self.transformer["wte"].weight = self.lm_head.weight
+
+        def forward(self, idx: Any) -> Any:
+            x = self.transformer["wte"](idx) + self.transformer["wpe"](torch.arange(idx.shape[1]))
+            block = self.transformer["h"][0]
+            x = x + block.attn["c_proj"](block.attn["c_attn"](block.ln_1(x))[..., :n_embd])
+            x = x + block.mlp["c_proj"](block.mlp["c_fc"](block.ln_2(x)))
+            return self.lm_head(self.transformer["ln_f"](x))
+
+    return GPT()
+
+
+NANOGPT_ARGS = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "bias": False, "vocab_size": 32, "dropout": 0.0}
+
+
+def nanogpt_optimizer(model: Any) -> Any:
+    """``GPT.configure_optimizers``: AdamW, decay for 2-D parameters, none for the rest."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))
+
+
+def nanogpt_train(out_dir: Path, max_iters: int, eval_interval: int = 2, **config: Any) -> tuple[Any, Any, int]:
+    """``train.py``'s loop: an update per iteration, and at every ``eval_interval`` (with
+    ``always_save_checkpoint``) ``torch.save`` of its dict straight over ``out_dir/ckpt.pt``."""
+    import torch
+
+    torch.manual_seed(0)
+    model = nanogpt_model()
+    optimizer = nanogpt_optimizer(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = {"out_dir": str(out_dir), "eval_interval": eval_interval, "always_save_checkpoint": True, "init_from": "scratch", **config}
+    iter_num = 0
+    while True:
+        if iter_num % eval_interval == 0 and iter_num > 0:
+            best_val_loss = torch.tensor(2.0 / iter_num)
+            checkpoint = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "model_args": dict(NANOGPT_ARGS),
+                "iter_num": iter_num,
+                "best_val_loss": best_val_loss,
+                "config": settings,
+            }
+            torch.save(checkpoint, out_dir / "ckpt.pt")
+        if iter_num >= max_iters:
+            return model, optimizer, iter_num
+        idx = torch.randint(0, 32, (2, 8))
+        loss = torch.nn.functional.cross_entropy(model(idx).flatten(0, 1), idx.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        iter_num += 1
+
+
+def nanogpt_resume(out_dir: str | Path) -> tuple[Any, int]:
+    """``train.py --init_from=resume --out_dir=out_dir``: ``torch.load`` of ``ckpt.pt`` (torch's
+    default, ``weights_only``), the ``_orig_mod.`` prefix stripped, the weights and the optimizer
+    state loaded; the model and the ``iter_num`` it goes on at."""
+    import torch
+
+    checkpoint = torch.load(Path(out_dir) / "ckpt.pt", map_location="cpu")
+    model = nanogpt_model(**{k: checkpoint["model_args"][k] for k in ("n_embd", "vocab_size", "block_size")})
+    state_dict = checkpoint["model"]
+    for k in list(state_dict):
+        if k.startswith("_orig_mod."):
+            state_dict[k[len("_orig_mod.") :]] = state_dict.pop(k)
+    model.load_state_dict(state_dict)
+    nanogpt_optimizer(model).load_state_dict(checkpoint["optimizer"])
+    return model, checkpoint["iter_num"]

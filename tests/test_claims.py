@@ -113,6 +113,7 @@ REFUSED = [
     ("fairseq", "checkpoint_3.pt"),  # a hand-made loop's name
     ("fairseq", "checkpoint3.pth"),
     ("fairseq", "checkpoint3-shard.pt"),
+    ("nanogpt", "ckpt.pt"),  # no index in the name: the folder is the one save, indexed by its iter_num
 ]
 
 

@@ -11,7 +11,7 @@ from test_orbax import orbax_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts._base import claim_all
+from ckptdoctor.layouts._base import FolderLayout, claim_all, file_names
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
 
@@ -85,6 +85,16 @@ def test_each_tree_is_reported_under_its_layout(trees, inspect_json):
         report = inspect_json(folder).json
         assert [run["layout"] for run in report["runs"]] == [owner], owner
         assert report["findings"] == [], (owner, report["findings"])
+
+
+def test_no_signature_takes_another_layouts_tree_for_a_lone_checkpoint_folder(trees):
+    """A folder layout's signature (files only its framework writes) makes a folder one of its
+    saves whatever the folder is called: it must not fit another framework's run folder
+    (nanoGPT's ``ckpt.pt`` alone beside a run's numbered saves, say)."""
+    for owner, folder in trees.items():
+        names = file_names(discover(str(folder)).listings[0])
+        signed = [layout.name for layout in LAYOUTS if isinstance(layout, FolderLayout) and layout.signature(names)]
+        assert signed in ([], [owner]), (owner, signed)
 
 
 def test_a_loop_saving_bin_files_per_epoch_is_not_taken_for_an_accelerate_save(tmp_path, inspect_json):

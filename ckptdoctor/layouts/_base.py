@@ -299,7 +299,7 @@ class FolderLayout(Layout):
     ``absent(files, siblings)``   none                                        every folder layout
     ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``)
     ``committed(pointers)``       None                                        megatron (its tracker)
-    ``build_alone(...)``          one folder as a run of one checkpoint       none
+    ``build_alone(...)``          one folder as a run of one checkpoint       nanogpt (indexed by ``iter_num``)
     ============================  ==========================================  ======================================
     """
 
@@ -402,11 +402,14 @@ class FolderLayout(Layout):
         ]
         return self._assemble(listing, probe, slots)
 
-    def build_alone(self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run:
+    def build_alone(
+        self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]
+    ) -> Run | None:
         """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
         out/step_500``; a ``save_state("my_checkpoint")``): a run of that one checkpoint, indexed by
         the number in the folder's name. A name without a number is one save of its own: index 0,
-        counted in saves (nothing says what it would count)."""
+        counted in saves (nothing says what it would count). None where what the folder holds
+        shows it is not this framework's after all (nanoGPT's ``ckpt.pt`` with another's keys)."""
         name = os.path.basename(os.path.normpath(listing.os_path))
         claim = self._numbered(name) or Claim((), 0, name, Unit.SAVE)
         return self._assemble(listing, probe, [_Saved(claim, None, self._contents(listing, subfolder))])

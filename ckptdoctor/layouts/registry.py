@@ -29,6 +29,7 @@ from ckptdoctor.layouts.fairseq import FairseqLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
+from ckptdoctor.layouts.nanogpt import NanoGptLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.timm import TimmLayout
 from ckptdoctor.layouts.torch import TorchLayout
@@ -50,6 +51,7 @@ LAYOUTS: tuple[Layout, ...] = (
     LightningLayout(),
     TimmLayout(),
     FairseqLayout(),
+    NanoGptLayout(),
     _BURN,
     _TORCH,
 )
