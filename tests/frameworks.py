@@ -464,3 +464,130 @@ def nanogpt_resume(out_dir: str | Path) -> tuple[Any, int]:
     model.load_state_dict(state_dict)
     nanogpt_optimizer(model).load_state_dict(checkpoint["optimizer"])
     return model, checkpoint["iter_num"]
+
+
+# --- LitGPT (its own save functions, with a real Fabric) ------------------------------------------
+
+
+class LitGptTraining:
+    """A tiny LitGPT ``GPT`` on a CPU ``lightning.Fabric``, saved by LitGPT's own code (litgpt
+    0.5.13): ``pretrain.save_checkpoint`` (``step-{:08d}``) or, for ``finetune_full``, its
+    ``fabric.save`` of ``{model, optimizer, scheduler, iter_num, step_count}`` into
+    ``step-{:06d}`` with ``save_config``, ``save_hyperparameters`` and ``save_prompt_style``;
+    ``lora`` saves with ``finetune.lora.save_lora_checkpoint``. ``resume()`` is what the scripts do
+    with ``--resume``: ``find_resume_path``, then ``fabric.load`` into a fresh state."""
+
+    def __init__(self, out_dir: Path, method: str = "full") -> None:
+        pytest.importorskip("litgpt")
+        import lightning
+        import torch
+        from litgpt import Config
+        from litgpt.model import GPT
+
+        torch.manual_seed(0)
+        self.out_dir, self.method = out_dir, method
+        tiny = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "vocab_size": 32, "padded_vocab_size": 32}
+        self.config = Config(**tiny)
+        if method == "lora":
+            from litgpt.lora import GPT as LoraGPT
+            from litgpt.lora import Config as LoraConfig
+            from litgpt.lora import mark_only_lora_as_trainable
+
+            self.config = LoraConfig(**tiny, lora_r=2, lora_query=True)
+            module = LoraGPT(self.config)
+            mark_only_lora_as_trainable(module)
+            self.fabric = lightning.Fabric(accelerator="cpu", devices=1)
+            self.state = self._state(module)
+        else:
+            self.fabric = lightning.Fabric(accelerator="cpu", devices=1)
+            self.state = self._state(GPT(self.config))
+
+    def _state(self, module: Any) -> dict[str, Any]:
+        import torch
+
+        model = self.fabric.setup(module)
+        trained = [p for p in model.parameters() if p.requires_grad]
+        optimizer = self.fabric.setup_optimizers(torch.optim.AdamW(trained, lr=1e-3))
+        if self.method == "pretrain":
+            return {"model": model, "optimizer": optimizer, "train_dataloader": _LoaderState(), "iter_num": 0, "step_count": 0}
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        return {"model": model, "optimizer": optimizer, "scheduler": scheduler, "iter_num": 0, "step_count": 0}
+
+    def _argv(self) -> list[str]:
+        command = {"full": "finetune_full", "lora": "finetune_lora", "pretrain": "pretrain"}[self.method]
+        base = ["pythia-14m"] if self.method == "pretrain" else ["checkpoints/tiny"]
+        return ["litgpt", command, *base, "--out_dir", str(self.out_dir)]
+
+    def train(self, steps: int, save_interval: int = 2) -> LitGptTraining:
+        import torch
+
+        model, optimizer = self.state["model"], self.state["optimizer"]
+        for _ in range(steps):
+            tokens = torch.randint(0, 32, (2, 8))
+            self.fabric.backward(model(tokens).float().pow(2).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+            if "scheduler" in self.state:
+                self.state["scheduler"].step()
+            self.state["iter_num"] += 1
+            self.state["step_count"] += 1
+            if self.state["step_count"] % save_interval == 0:
+                self.save()
+        return self
+
+    def save(self, final: bool = False) -> Path:
+        import sys
+
+        argv, sys.argv = sys.argv, self._argv()  # save_hyperparameters parses the command line
+        try:
+            return self._save(final)
+        finally:
+            sys.argv = argv
+
+    def _save(self, final: bool) -> Path:
+        from litgpt import pretrain
+        from litgpt.finetune import full, lora
+        from litgpt.parser_config import save_hyperparameters
+        from litgpt.prompts import Alpaca, save_prompt_style
+        from litgpt.utils import save_config
+
+        step = self.state["step_count"]
+        if self.method == "pretrain":
+            path = self.out_dir / ("final" if final else f"step-{step:08d}") / "lit_model.pth"
+            pretrain.save_checkpoint(self.fabric, self.state, None, path)
+            return path
+        name = "lit_model.pth.lora" if self.method == "lora" else "lit_model.pth"
+        path = self.out_dir / ("final" if final else f"step-{step:06d}") / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.method == "lora":
+            lora.save_lora_checkpoint(self.fabric, self.state["model"], path)
+        else:
+            self.fabric.save(path, {"model": self.state["model"]} if final else self.state)
+        save_config(self.config, path.parent)
+        save_hyperparameters(lora.setup if self.method == "lora" else full.setup, path.parent)
+        save_prompt_style(Alpaca(), path.parent)
+        return path
+
+    def resume(self, resume: Any = "auto") -> dict[str, Any]:
+        """``--resume`` (``auto``, or a path): ``find_resume_path``, then a strict ``fabric.load``
+        into a fresh model, optimizer (and scheduler); the loaded state, with ``path`` the file."""
+        from litgpt.utils import find_resume_path
+
+        path = find_resume_path(resume if resume == "auto" else Path(resume), self.out_dir)
+        fresh = LitGptTraining(self.out_dir, self.method)
+        if path is not None:
+            fresh.fabric.load(path, fresh.state)
+        return {**fresh.state, "path": path}
+
+
+class _LoaderState:
+    """What Fabric saves of pretraining's ``StreamingDataLoader``: its ``state_dict``."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.seen = state["seen"]

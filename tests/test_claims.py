@@ -60,6 +60,8 @@ CLAIMED = [
     ("fairseq", "checkpoint12-shard1.pt", (FAIRSEQ, 12, Unit.EPOCH)),  # FSDP's sharded state: one file per rank
     ("fairseq", "checkpoint_2_800-model_part-0.pt", (FAIRSEQ, 2, Unit.EPOCH)),
     ("fairseq", "checkpoint4_part1.pt", (FAIRSEQ, 4, Unit.EPOCH)),
+    ("litgpt", "step-000500", ((), 500, Unit.STEP)),  # finetuning pads to 6 digits
+    ("litgpt", "step-00001000", ((), 1000, Unit.STEP)),  # pretraining to 8
 ]
 
 
@@ -113,7 +115,11 @@ REFUSED = [
     ("fairseq", "checkpoint_3.pt"),  # a hand-made loop's name
     ("fairseq", "checkpoint3.pth"),
     ("fairseq", "checkpoint3-shard.pt"),
-    ("nanogpt", "ckpt.pt"),  # no index in the name: the folder is the one save, indexed by its iter_num
+    ("nanogpt", "ckpt.pt"),
+    ("litgpt", "final"),  # the finished model: a run of its own, not a step
+    ("litgpt", "step-5"),  # LitGPT pads the step count
+    ("litgpt", "step_000500"),
+    ("litgpt", "step-000500.pth"),  # no index in the name: the folder is the one save, indexed by its iter_num
 ]
 
 

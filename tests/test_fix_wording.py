@@ -40,6 +40,7 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "orbax": ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success"),
     "dcp": ("DCP", "single_file_per_rank", "torch.distributed.checkpoint"),
     "timm": ("timm", "recovery-", "checkpoint_hist"),
+    "litgpt": ("LitGPT", "litgpt", "find_resume_path", "fabric.load", "lit_model.pth", "merge_lora", "--resume auto"),
     "nanogpt": ("nanoGPT", "--init_from", "ckpt.pt", "train.py", "out_dir"),
     "fairseq": ("fairseq", "--restore-file", "checkpoint_last.pt", "last_optimizer_state", "--save-dir", "--reset-optimizer"),
 }  # fmt: skip

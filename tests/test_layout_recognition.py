@@ -52,7 +52,24 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         torch.save({}, folder / "optimizer.bin")
         torch.save({}, folder / "scheduler.bin")
         torch.save({}, folder / "random_states_0.pkl")
+    litgpt = tmp_path / "litgpt" / "out"
+    for step in (2, 4):  # finetune/full.py's fabric.save, and the files saved beside it
+        folder = litgpt / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        torch.save(
+            {
+                "model": {"w": torch.zeros(2)},
+                "optimizer": {"state": {}, "param_groups": []},
+                "scheduler": {},
+                "iter_num": step,
+                "step_count": step,
+            },
+            folder / "lit_model.pth",
+        )
+        (folder / "model_config.yaml").write_text("n_layer: 1\n")
+        (folder / "hyperparameters.yaml").write_text("out_dir: out\n")
     return {
+        "litgpt": litgpt,
         "burn": burn,
         "accelerate": accelerate,
         "torch": split,

@@ -105,7 +105,7 @@ class Layout:
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
     ``whole_saves``              False                                        lightning
-    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, fairseq
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, fairseq, litgpt
     ``absent(files, siblings)``  none                                         fairseq (rank files); every
                                                                               folder layout
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, fairseq
@@ -113,14 +113,15 @@ class Layout:
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
                                                                               lightning, fairseq
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
-                                                                              megatron, lightning
+                                                                              megatron, lightning, litgpt
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
                                                                               fairseq
     ``resume_hint(run, c)``      ``""``                                       every layout
-    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), fairseq
+    ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), fairseq,
+                                                                              litgpt (its weights file)
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, fairseq
-    ``reads_every_name``         False                                        accelerate
+    ``reads_every_name``         False                                        accelerate, litgpt (a recursive glob)
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
     ===========================  ===========================================  ====================================
@@ -292,12 +293,14 @@ class FolderLayout(Layout):
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
     ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
-    ``signature(names)``          False                                       hf-trainer, accelerate
-    ``claim_folders(folders)``    by name, else by signature in a series      none
+    ``signature(names)``          False                                       hf-trainer, accelerate, nanogpt,
+                                                                              litgpt
+    ``claim_folders(folders)``    by name, else by signature in a series      nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
-                                                                              megatron, orbax
+                                                                              megatron, orbax, nanogpt, litgpt
     ``absent(files, siblings)``   none                                        every folder layout
-    ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``)
+    ``measured(files)``           the files as they are                       dcp (sizes against ``.metadata``),
+                                                                              nanogpt, litgpt (roles from keys)
     ``committed(pointers)``       None                                        megatron (its tracker)
     ``build_alone(...)``          one folder as a run of one checkpoint       nanogpt (indexed by ``iter_num``)
     ============================  ==========================================  ======================================

@@ -28,6 +28,7 @@ from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.fairseq import FairseqLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.lightning import LightningLayout
+from ckptdoctor.layouts.litgpt import LitGptLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.nanogpt import NanoGptLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
@@ -52,6 +53,7 @@ LAYOUTS: tuple[Layout, ...] = (
     TimmLayout(),
     FairseqLayout(),
     NanoGptLayout(),
+    LitGptLayout(),
     _BURN,
     _TORCH,
 )
