@@ -19,6 +19,7 @@ from ckptdoctor.testing import write_burn_run
 M, OPT, S = Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER
 LIGHTNING = (M, OPT, S)
 BUNDLE = (M, OPT)
+FAIRSEQ = (M, OPT, S)  # model, last_optimizer_state, optimizer_history (the scheduler's state)
 
 CLAIMED = [
     # layout, name, (roles, index, unit the name spells)
@@ -71,6 +72,13 @@ CLAIMED = [
     ("composer", "ep12-ba3000-rank3.pt", (BUNDLE, 3000, Unit.STEP)),
     ("torchtune", "epoch_0", ((), 0, Unit.EPOCH)),  # 0-based, as the recipes save
     ("torchtune", "step_500", ((), 500, Unit.STEP)),  # main's dir_prefix="step"
+    ("fairseq", "checkpoint3.pt", (FAIRSEQ, 3, Unit.EPOCH)),
+    ("fairseq", "checkpoint_3_1500.pt", (FAIRSEQ, 3, Unit.EPOCH)),  # by epoch; a run of interval saves alone goes by updates
+    ("fairseq", "checkpoint12-shard1.pt", (FAIRSEQ, 12, Unit.EPOCH)),  # FSDP's sharded state: one file per rank
+    ("fairseq", "checkpoint_2_800-model_part-0.pt", (FAIRSEQ, 2, Unit.EPOCH)),
+    ("fairseq", "checkpoint4_part1.pt", (FAIRSEQ, 4, Unit.EPOCH)),
+    ("litgpt", "step-000500", ((), 500, Unit.STEP)),  # finetuning pads to 6 digits
+    ("litgpt", "step-00001000", ((), 1000, Unit.STEP)),  # pretraining to 8
 ]
 
 
@@ -140,6 +148,18 @@ REFUSED = [
     ("torchtune", "recipe_state"),  # 0.6.1's folder of the run's one recipe state
     ("torchtune", "epoch_3.pt"),
     ("torchtune", "epoch-3"),
+    ("fairseq", "checkpoint_last.pt"),  # a copy of the newest save, what --restore-file loads by default
+    ("fairseq", "checkpoint_best-shard0.pt"),
+    ("fairseq", "checkpoint.best_loss_2.3451.pt"),  # --keep-best-checkpoints copies
+    ("fairseq", "checkpoint3.pt.tmp"),  # torch_persistent_save's staging file
+    ("fairseq", "checkpoint_3.pt"),  # a hand-made loop's name
+    ("fairseq", "checkpoint3.pth"),
+    ("fairseq", "checkpoint3-shard.pt"),
+    ("nanogpt", "ckpt.pt"),
+    ("litgpt", "final"),  # the finished model: a run of its own, not a step
+    ("litgpt", "step-5"),  # LitGPT pads the step count
+    ("litgpt", "step_000500"),
+    ("litgpt", "step-000500.pth"),  # no index in the name: the folder is the one save, indexed by its iter_num
 ]
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from frameworks import deepspeed_run, megatron_run
+from frameworks import FairseqTrainer, deepspeed_run, megatron_run
 from test_dcp import dcp_run
 from test_orbax import orbax_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts._base import claim_all
+from ckptdoctor.layouts._base import FolderLayout, claim_all, file_names
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
 
@@ -52,7 +52,24 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         torch.save({}, folder / "optimizer.bin")
         torch.save({}, folder / "scheduler.bin")
         torch.save({}, folder / "random_states_0.pkl")
+    litgpt = tmp_path / "litgpt" / "out"
+    for step in (2, 4):  # finetune/full.py's fabric.save, and the files saved beside it
+        folder = litgpt / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        torch.save(
+            {
+                "model": {"w": torch.zeros(2)},
+                "optimizer": {"state": {}, "param_groups": []},
+                "scheduler": {},
+                "iter_num": step,
+                "step_count": step,
+            },
+            folder / "lit_model.pth",
+        )
+        (folder / "model_config.yaml").write_text("n_layer: 1\n")
+        (folder / "hyperparameters.yaml").write_text("out_dir: out\n")
     return {
+        "litgpt": litgpt,
         "burn": burn,
         "accelerate": accelerate,
         "torch": split,
@@ -63,6 +80,7 @@ def trees(tmp_path: Path) -> dict[str, Path]:
         "megatron": megatron_run(tmp_path / "megatron"),
         "orbax": orbax_run(tmp_path / "orbax"),
         "timm": timm_run(tmp_path / "timm", range(1, 3)),
+        "fairseq": FairseqTrainer(tmp_path / "fairseq", save_interval_updates=3).epochs(2).save_dir,
     }
 
 
@@ -84,6 +102,16 @@ def test_each_tree_is_reported_under_its_layout(trees, inspect_json):
         report = inspect_json(folder).json
         assert [run["layout"] for run in report["runs"]] == [owner], owner
         assert report["findings"] == [], (owner, report["findings"])
+
+
+def test_no_signature_takes_another_layouts_tree_for_a_lone_checkpoint_folder(trees):
+    """A folder layout's signature (files only its framework writes) makes a folder one of its
+    saves whatever the folder is called: it must not fit another framework's run folder
+    (nanoGPT's ``ckpt.pt`` alone beside a run's numbered saves, say)."""
+    for owner, folder in trees.items():
+        names = file_names(discover(str(folder)).listings[0])
+        signed = [layout.name for layout in LAYOUTS if isinstance(layout, FolderLayout) and layout.signature(names)]
+        assert signed in ([], [owner]), (owner, signed)
 
 
 def test_a_loop_saving_bin_files_per_epoch_is_not_taken_for_an_accelerate_save(tmp_path, inspect_json):

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from frameworks import composer_run, copy_run, deepspeed_run, megatron_run
+from frameworks import FairseqTrainer, composer_run, copy_run, deepspeed_run, megatron_run
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.layouts.registry import NAMED_FILES, layout_named
@@ -404,3 +404,19 @@ def test_composer_remote_symlink_object_names_a_save_by_its_file_name(tmp_path, 
     folder = composer_run(tmp_path / "checkpoints", latest=False)
     (folder / "latest-rank0.pt.symlink").write_text(text)
     assert states(folder)[0] == expected
+
+
+# --- fairseq's checkpoint_last.pt -----------------------------------------------------------------
+
+
+def test_fairseq_checkpoint_last_that_is_there_is_a_copy_not_a_pointer(tmp_path):
+    """A copy says nothing by its name; what --restore-file loads by default is judged as a file."""
+    trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
+    assert states(trainer.save_dir) == ([], [])
+
+
+def test_fairseq_without_checkpoint_last_is_a_missing_pointer(tmp_path):
+    """fairseq's default --restore-file then finds nothing and trains from scratch."""
+    trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
+    (trainer.save_dir / "checkpoint_last.pt").unlink()
+    assert states(trainer.save_dir) == ([(None, "missing")], [("CKD113", None)])

@@ -88,14 +88,15 @@ class Layout:
     ``claim(name)``              required: the roles and index of a name      every layout
     ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
                                                                               tensorflow, mmengine, detectron2,
-                                                                              composer, ultralytics
+                                                                              composer, ultralytics, fairseq
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
                                                                               keras, tensorflow, mmengine, detectron2,
-                                                                              composer, torchtune, ultralytics
+                                                                              composer, torchtune, ultralytics, fairseq
     ``recorded(name)``           None                                         ultralytics (``last.pt``)
-    ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics
+    ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
+                                                                              fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn, torchtune
     *content and reading*
@@ -116,30 +117,32 @@ class Layout:
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
-                                                                              composer
-    ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index)
-    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics
+                                                                              composer, fairseq (rank files)
+    ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index),
+                                                                              nanogpt, litgpt (roles from keys)
+    ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics, fairseq, litgpt
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2,
-                                                                              ultralytics, keras
+                                                                              ultralytics, keras, fairseq
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
                                                                               lightning, tensorflow, mmengine,
-                                                                              detectron2, composer, torchtune
+                                                                              detectron2, composer, torchtune, fairseq
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
-                                                                              torchtune
+                                                                              torchtune, litgpt
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
                                                                               tensorflow (its state file), mmengine,
                                                                               detectron2 (both through ``NamingFile``),
-                                                                              composer
+                                                                              composer, fairseq
     ``resume_hint(run, c)``      ``""``                                       every layout
     ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), detectron2,
-                                                                              tensorflow (the bundle's prefix)
+                                                                              tensorflow (the bundle's prefix),
+                                                                              fairseq, litgpt (its weights file)
     *planners and wording*
     ``metric_values(...)``       ``name=value`` pairs in file names           hf-trainer, burn, mmengine, detectron2,
-                                                                              ultralytics
-    ``reads_every_name``         False                                        accelerate
+                                                                              ultralytics, fairseq
+    ``reads_every_name``         False                                        accelerate, litgpt (a recursive glob)
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
     ===========================  ===========================================  ====================================
@@ -326,14 +329,17 @@ class FolderLayout(Layout):
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
     ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
-    ``signature(names)``          False                                       hf-trainer, accelerate, torchtune
-    ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature)
+    ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
+                                                                              nanogpt, litgpt
+    ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature),
+                                                                              nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
-                                                                              megatron, orbax, torchtune
+                                                                              megatron, orbax, torchtune, nanogpt,
+                                                                              litgpt
     ``committed(pointers, s)``    None                                        megatron (its tracker), torchtune
                                                                               (its recipe state)
     ``beside(entry, subfolder)``  the entry itself                            torchtune (``recipe_state/``)
-    ``build_alone(...)``          one folder as a run of one checkpoint       none
+    ``build_alone(...)``          one folder as a run of one checkpoint       nanogpt (indexed by ``iter_num``)
     ============================  ==========================================  ======================================
     """
 
@@ -440,11 +446,14 @@ class FolderLayout(Layout):
         judged as the run's files (its pointers, its staging)."""
         return (entry,)
 
-    def build_alone(self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run:
+    def build_alone(
+        self, listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]
+    ) -> Run | None:
         """``listing`` is itself one checkpoint folder of this framework (``ckptdoctor inspect
         out/step_500``; a ``save_state("my_checkpoint")``): a run of that one checkpoint, indexed by
         the number in the folder's name. A name without a number is one save of its own: index 0,
-        counted in saves (nothing says what it would count)."""
+        counted in saves (nothing says what it would count). None where what the folder holds
+        shows it is not this framework's after all (nanoGPT's ``ckpt.pt`` with another's keys)."""
         name = os.path.basename(os.path.normpath(listing.os_path))
         claim = self._numbered(name) or Claim((), 0, name, Unit.SAVE)
         return self._assemble(listing, probe, [_Saved(claim, None, self._contents(listing, subfolder))])

@@ -27,11 +27,14 @@ from ckptdoctor.layouts.composer import ComposerLayout
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.detectron2 import Detectron2Layout
+from ckptdoctor.layouts.fairseq import FairseqLayout
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.keras import KerasLayout
 from ckptdoctor.layouts.lightning import LightningLayout
+from ckptdoctor.layouts.litgpt import LitGptLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.mmengine import MmengineLayout
+from ckptdoctor.layouts.nanogpt import NanoGptLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.tensorflow import TensorFlowLayout
 from ckptdoctor.layouts.timm import TimmLayout
@@ -61,6 +64,9 @@ LAYOUTS: tuple[Layout, ...] = (
     MmengineLayout(),
     Detectron2Layout(),
     UltralyticsLayout(),
+    FairseqLayout(),
+    NanoGptLayout(),
+    LitGptLayout(),
     _KERAS,
     _BURN,
     _TORCH,
