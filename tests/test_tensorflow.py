@@ -24,7 +24,7 @@ import pytest
 
 from ckptdoctor.model import Problem, Role, Status
 from ckptdoctor.pipelines.scan import inspect
-from ckptdoctor.pipelines.verify import verify
+from ckptdoctor.pipelines.verify import VerifyOptions, verify
 from ckptdoctor.readers import tfbundle
 from ckptdoctor.readers._sample import BytesSample
 
@@ -97,7 +97,7 @@ def manager(tf_runs: Path, tmp_path: Path) -> Path:
 
 
 def codes(folder: Path, deep: bool = False) -> list[tuple[str, int | None]]:
-    report, _ = verify([str(folder)], deep=2 if deep else 0) if deep else inspect([str(folder)])
+    report, _ = verify([str(folder)], VerifyOptions(deep=True)) if deep else inspect([str(folder)])
     return [(f.code, f.index) for f in report.findings]
 
 
@@ -169,6 +169,18 @@ def test_a_flipped_byte_in_an_index_block_fails_its_crc32c(manager: Path) -> Non
     data[40] ^= 0x01  # inside the first data block, before any handle the footer needs
     index.write_bytes(bytes(data))
     assert ("CKD206", 4) in codes(manager)
+
+
+def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it(manager: Path) -> None:
+    shard = manager / "ckpt-4.data-00000-of-00001"
+    data = bytearray(shard.read_bytes())
+    data[600] ^= 0x01  # inside a float tensor (the index places the object graph after it)
+    shard.write_bytes(bytes(data))
+    assert codes(manager) == []  # the length is right: only the bytes can tell
+    assert ("CKD206", 4) in codes(manager, deep=True)
+    report, found = verify([str(manager)], VerifyOptions(deep=True))
+    assert found.runs[0].resume.index == 3
+    assert "Checksum does not match" in str(restored(manager)["error"])  # what the finding quotes
 
 
 def test_a_state_file_naming_a_deleted_save_or_none_is_a_stale_pointer(manager: Path, cli) -> None:

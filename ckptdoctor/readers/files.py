@@ -351,9 +351,34 @@ def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
         report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
     elif entry.name == ocdbt.MANIFEST:
         report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
+    elif deep and entry.name.endswith(tfbundle.INDEX_SUFFIX):
+        report = _read_file(entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), named=named))
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named))
     return report
+
+
+def _verify_bundle(sample: Sample, name: str, folder: str, named: NamedFiles) -> FileReport:
+    """A TensorFlow index (``verify --deep``), with every tensor of its shards read against the
+    CRC-32C it records: the shards are raw bytes that only their index can judge."""
+    report = verify_sample(sample, name, 1, named)
+    parsed = tfbundle.bundle_entries(sample.head(sample.size)) if report.format == tfbundle.TF_INDEX.value else None
+    if parsed is None or report.issues:
+        return report
+    shards, entries = parsed
+    prefix = name.removesuffix(tfbundle.INDEX_SUFFIX)
+    issues: list[FileIssue] = []
+    for shard in range(min(shards, _MAX_SHARDS)):
+        shard_name = tfbundle.data_file_name(prefix, shard, shards)
+        try:
+            with FileSample.open(os.path.join(folder, shard_name)) as data:
+                issues += tfbundle.shard_issues(data, [e for e in entries if e.shard == shard], shard_name)
+        except OSError:
+            continue  # a missing or unreadable shard: its own report, or the layout, says so
+    return dataclasses.replace(report, issues=tuple(issues)) if issues else report
+
+
+_MAX_SHARDS = 100_000
 
 
 MAX_DCP_OBJECT = 256 * 1024 * 1024

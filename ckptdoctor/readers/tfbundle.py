@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import pointer
+from ckptdoctor.readers import _deep, pointer
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
@@ -102,6 +102,58 @@ class Entry(NamedTuple):
     shard: int
     offset: int
     size: int
+    crc: int | None = None
+    """The masked CRC-32C of its bytes (``BundleWriter::Add``), where recorded."""
+
+
+def bundle_entries(data: bytes) -> tuple[int, list[Entry]] | None:
+    """The shard count and every entry of a whole index; None where it cannot be read (its own
+    report says why)."""
+    try:
+        return _entries(data)
+    except Damage:
+        return None
+
+
+def shard_issues(sample: Sample, entries: list[Entry], shard_name: str) -> list[FileIssue]:
+    """Every tensor of one data shard against the CRC-32C its index records (what TensorFlow
+    checks when it restores), and its float values for NaN and Inf; read block by block."""
+    # google-crc32c (a dependency) does it in C; imported when a bundle is read whole
+    import google_crc32c
+
+    mismatched: list[str] = []
+    nonfinite = 0
+    for entry in entries:
+        if entry.offset + entry.size > sample.size:
+            continue  # the shard is cut short: the layout reports it
+        crc = 0
+        for start in range(entry.offset, entry.offset + entry.size, _READ):
+            block = sample.range(start, min(_READ, entry.offset + entry.size - start))
+            crc = google_crc32c.extend(crc, block)
+            if entry.dtype in _deep.FLOAT_BITS:
+                nonfinite += _deep.count_nonfinite(block, entry.dtype)
+        # a string tensor's checksum covers its lengths as fixed 64-bit words, not the varints it
+        # stores (WriteStringTensor): only plain tensors' bytes are what was checksummed
+        if entry.crc is not None and entry.dtype not in _NOT_PLAIN and crc != _unmask(entry.crc):
+            mismatched.append(entry.key)
+    issues = []
+    if mismatched:
+        names = ", ".join(mismatched[:3]) + (f" and {len(mismatched) - 3} more" if len(mismatched) > 3 else "")
+        issues.append(
+            FileIssue(
+                Problem.CRC_MISMATCH,
+                f"{shard_name}: {len(mismatched)} tensor{'s' if len(mismatched) > 1 else ''} ({names}) do not match the CRC-32C "
+                "the index records: the bytes changed after saving (tensorflow: Checksum does not match)",
+            )
+        )
+    if nonfinite:
+        issues.append(FileIssue(Problem.NONFINITE, f"{shard_name}: {nonfinite} NaN or Inf values"))
+    return issues
+
+
+_NOT_PLAIN = frozenset({"string", "variant", "resource"})
+_READ = 4 * 1024 * 1024
+"""Bytes of a tensor read at a time (a multiple of every element's size)."""
 
 
 def _report(parsed: tuple[int, list[Entry]]) -> FileReport:
@@ -232,6 +284,7 @@ def _header(value: bytes) -> int:
 
 def _entry(key: bytes, value: bytes) -> Entry:
     dtype, shard, offset, size = 0, 0, 0, 0
+    crc: int | None = None
     shape: tuple[int, ...] = ()
     for number, field in _fields(value):
         if number == 1 and isinstance(field, int):
@@ -244,7 +297,9 @@ def _entry(key: bytes, value: bytes) -> Entry:
             offset = field
         elif number == 5 and isinstance(field, int):
             size = field
-    return Entry(key.decode("utf-8", "replace"), _DTYPES.get(dtype, f"tf-{dtype}"), shape, shard, offset, size)
+        elif number == 6 and isinstance(field, int):
+            crc = field
+    return Entry(key.decode("utf-8", "replace"), _DTYPES.get(dtype, f"tf-{dtype}"), shape, shard, offset, size, crc)
 
 
 def _shape(value: bytes) -> tuple[int, ...]:
