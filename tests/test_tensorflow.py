@@ -178,7 +178,7 @@ def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it
     shard.write_bytes(bytes(data))
     assert codes(manager) == []  # the length is right: only the bytes can tell
     assert ("CKD206", 4) in codes(manager, deep=True)
-    report, found = verify([str(manager)], VerifyOptions(deep=True))
+    _, found = verify([str(manager)], VerifyOptions(deep=True))
     assert found.runs[0].resume.index == 3
     assert "Checksum does not match" in str(restored(manager)["error"])  # what the finding quotes
 
