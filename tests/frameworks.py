@@ -1040,3 +1040,27 @@ class _LoaderState:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.seen = state["seen"]
+
+
+# --- Megatron release/, DeepSpeed universal, Lightning and HF under DeepSpeed/FSDP, NeMo -----------
+
+
+def megatron_release(folder: Path, ranks: int = 2, tracker: str | None = "release", iterations: tuple[int, ...] = ()) -> Path:
+    """A released Megatron model (``megatron/training/checkpointing.py``: ``get_checkpoint_name``
+    with ``release=True``): ``release/mp_rank_XX/model_optim_rng.pt`` holding the model alone, as
+    the converters write it; then ``iterations`` saved after it by training (with
+    ``distrib_optim.pt``), and the tracker saying ``tracker`` (None: none written)."""
+    torch = pytest.importorskip("torch")
+    for rank in range(ranks):
+        rank_folder = folder / "release" / f"mp_rank_{rank:02d}"
+        rank_folder.mkdir(parents=True)
+        torch.save({"model": {"w": torch.ones(2)}, "checkpoint_version": 3.0}, rank_folder / "model_optim_rng.pt")
+    for iteration in iterations:
+        for rank in range(ranks):
+            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
+            rank_folder.mkdir(parents=True)
+            torch.save({"model": {"w": torch.ones(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
+            torch.save({"param_state": {}}, rank_folder / "distrib_optim.pt")
+    if tracker is not None:
+        (folder / "latest_checkpointed_iteration.txt").write_text(tracker)
+    return folder

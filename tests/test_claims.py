@@ -125,6 +125,7 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("megatron", "release"),  # by its name alone: only a folder holding rank folders is one (tests/test_megatron.py)
     ("keras", "best.keras"),  # save_best_only under one name: a copy that stands for a save
     ("keras", "ep03.keras.tmp"),
     ("keras", "ep03.pt"),
