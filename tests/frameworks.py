@@ -1064,3 +1064,35 @@ def megatron_release(folder: Path, ranks: int = 2, tracker: str | None = "releas
     if tracker is not None:
         (folder / "latest_checkpointed_iteration.txt").write_text(tracker)
     return folder
+
+
+def deepspeed_universal(
+    folder: Path, steps: tuple[int, ...] = (100, 200), params: tuple[str, ...] = ("linear.weight", "linear.bias"), latest: bool = True
+) -> Path:
+    """``ds_to_universal.py --input_folder global_stepN --output_folder global_stepN_universal``
+    beside each tag of :func:`deepspeed_run` (``deepspeed/checkpoint/ds_to_universal.py``, ``main``):
+    per parameter ``zero/<name>/{fp32,exp_avg,exp_avg_sq,step}.pt`` (``_merge_zero_shards``: each
+    ``{"param": tensor}``), ``zero/optimizer_state.pt`` (``_save_optimizer_state``: the optimizer's
+    state dict without the sharded states, with ``param_groups``), then the copied
+    ``mp_rank_00_model_states.pt`` (with ``universal_checkpoint_info``); and ``latest_universal``
+    (which the user writes: the converter does not) naming the newest."""
+    torch = pytest.importorskip("torch")
+    if not folder.exists():
+        deepspeed_run(folder, steps)
+    for step in steps:
+        out = folder / f"global_step{step}_universal"
+        for param in params:
+            (out / "zero" / param).mkdir(parents=True)
+            for state in ("fp32", "exp_avg", "exp_avg_sq"):
+                torch.save({"param": torch.ones(4)}, out / "zero" / param / f"{state}.pt")
+            torch.save(step, out / "zero" / param / "step.pt")
+        torch.save({"zero_stage": 2, "param_groups": [{"lr": 0.1, "params": [0, 1]}]}, out / "zero" / "optimizer_state.pt")
+        model = {
+            "module": {p: torch.ones(4) for p in params},
+            "global_steps": step,
+            "universal_checkpoint_info": {"universal_checkpoint_version": 0.4},
+        }
+        torch.save(model, out / "mp_rank_00_model_states.pt")
+    if latest:
+        (folder / "latest_universal").write_text(f"global_step{steps[-1]}_universal")
+    return folder

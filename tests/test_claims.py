@@ -53,6 +53,7 @@ CLAIMED = [
     ("hf-trainer", "checkpoint-500", ((), 500, Unit.STEP)),
     ("accelerate", "checkpoint_3", ((), 3, Unit.SAVE)),
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
+    ("deepspeed", "global_step100_universal", ((), 100, Unit.STEP)),  # ds_to_universal.py's output folder
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
     ("keras", "ep03-0.190.keras", (BUNDLE, 3, Unit.EPOCH)),  # ModelCheckpoint's template: 0.190 is the loss

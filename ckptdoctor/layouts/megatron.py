@@ -18,13 +18,12 @@ here as iteration 0, compared with no ``iter_*`` folder (its parallelism is its 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, file_names, followed, missing_from_siblings
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, file_names, folder_name, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
@@ -140,5 +139,4 @@ def _release_of(run: Run) -> Checkpoint | None:
 
 
 def _released(files: Sequence[CheckpointFile]) -> bool:
-    """Whether ``files`` lie in ``release/`` (each file's path ends with its path inside the folder)."""
-    return any(os.path.basename(f.entry.os_path[: -len(f.prefix) - 1]) == RELEASE for f in files[:1])
+    return folder_name(files) == RELEASE
