@@ -1096,3 +1096,35 @@ def deepspeed_universal(
     if latest:
         (folder / "latest_universal").write_text(f"global_step{steps[-1]}_universal")
     return folder
+
+
+def hf_fsdp_run(output: Path, steps: tuple[int, ...] = (2, 4), sharded: bool = True) -> Path:
+    """HF Trainer ``checkpoint-N/`` folders as the Trainer writes them under FSDP through accelerate
+    (``accelerate/utils/fsdp_utils.py``): ``SHARDED_STATE_DICT`` saves ``pytorch_model_fsdp_0/``
+    with ``dcp.save({"model": ...})`` (``save_fsdp_model``) and ``optimizer_0/`` with
+    ``dcp.save({"optimizer": ...})`` (``save_fsdp_optimizer``), here by ``torch.distributed.checkpoint``
+    itself in one process; ``FULL_STATE_DICT`` saves ``pytorch_model_fsdp.bin`` and
+    ``optimizer.bin`` with ``torch.save``. Beside them the Trainer's own ``scheduler.pt``,
+    ``rng_state.pth``, ``trainer_state.json`` and ``training_args.bin``."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    for step in steps:
+        folder = output / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        if sharded:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
+                dcp.save({"model": model.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "pytorch_model_fsdp_0")))
+                dcp.save({"optimizer": optimizer.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "optimizer_0")))
+        else:
+            torch.save(model.state_dict(), folder / "pytorch_model_fsdp.bin")
+            torch.save(optimizer.state_dict(), folder / "optimizer.bin")
+        torch.save({"last_epoch": step}, folder / "scheduler.pt")
+        torch.save({"python": 1}, folder / "rng_state.pth")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        torch.save({"output_dir": str(output)}, folder / "training_args.bin")
+    return output

@@ -106,7 +106,7 @@ class Layout:
     ``named_files``              none                                         hf-trainer, deepspeed, megatron,
                                                                               tensorflow, mmengine, detectron2,
                                                                               composer
-    ``unread(relative)``         None (every file is read)                    orbax
+    ``unread(relative)``         None (every file is read)                    orbax, deepspeed (a conversion's ``tmp/``)
     ``loader_allows``            none                                         timm, composer
     ``unsafe_loader``            ``""``                                       ultralytics
     ``flat_optimizer_state``     False                                        deepspeed
@@ -119,7 +119,8 @@ class Layout:
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
                                                                               composer, fairseq (rank files)
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index),
-                                                                              nanogpt, litgpt (roles from keys)
+                                                                              nanogpt, litgpt (roles from keys),
+                                                                              deepspeed (a kept ``tmp/``)
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics, fairseq, litgpt
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2,
                                                                               ultralytics, keras, fairseq
@@ -326,13 +327,17 @@ class FolderLayout(Layout):
     hook                          default                                     overridden by
     ============================  ==========================================  ======================================
     ``role_of(name)``             required: roles of a file in a folder       every folder layout
-    ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
+    ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers), deepspeed,
+                                                                              hf-trainer (by the folder a file is in)
     ``nested(path)``              False                                       megatron (``mp_rank_*/`` folders),
-                                                                              deepspeed (universal ``zero/<param>/``)
-    ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
+                                                                              deepspeed (universal ``zero/<param>/``),
+                                                                              hf-trainer (FSDP's DCP folders)
+    ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax, megatron (``release/``:
+                                                                              judged by contents)
     ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
-                                                                              nanogpt, litgpt
+                                                                              nanogpt, litgpt, deepspeed (a tag alone)
     ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature),
+                                                                              deepspeed (one tag a step),
                                                                               nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax, torchtune, nanogpt,
