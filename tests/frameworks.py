@@ -1040,3 +1040,91 @@ class _LoaderState:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.seen = state["seen"]
+
+
+# --- Megatron release/, DeepSpeed universal, Lightning and HF under DeepSpeed/FSDP, NeMo -----------
+
+
+def megatron_release(folder: Path, ranks: int = 2, tracker: str | None = "release", iterations: tuple[int, ...] = ()) -> Path:
+    """A released Megatron model (``megatron/training/checkpointing.py``: ``get_checkpoint_name``
+    with ``release=True``): ``release/mp_rank_XX/model_optim_rng.pt`` holding the model alone, as
+    the converters write it; then ``iterations`` saved after it by training (with
+    ``distrib_optim.pt``), and the tracker saying ``tracker`` (None: none written)."""
+    torch = pytest.importorskip("torch")
+    for rank in range(ranks):
+        rank_folder = folder / "release" / f"mp_rank_{rank:02d}"
+        rank_folder.mkdir(parents=True)
+        torch.save({"model": {"w": torch.ones(2)}, "checkpoint_version": 3.0}, rank_folder / "model_optim_rng.pt")
+    for iteration in iterations:
+        for rank in range(ranks):
+            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
+            rank_folder.mkdir(parents=True)
+            torch.save({"model": {"w": torch.ones(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
+            torch.save({"param_state": {}}, rank_folder / "distrib_optim.pt")
+    if tracker is not None:
+        (folder / "latest_checkpointed_iteration.txt").write_text(tracker)
+    return folder
+
+
+def deepspeed_universal(
+    folder: Path, steps: tuple[int, ...] = (100, 200), params: tuple[str, ...] = ("linear.weight", "linear.bias"), latest: bool = True
+) -> Path:
+    """``ds_to_universal.py --input_folder global_stepN --output_folder global_stepN_universal``
+    beside each tag of :func:`deepspeed_run` (``deepspeed/checkpoint/ds_to_universal.py``, ``main``):
+    per parameter ``zero/<name>/{fp32,exp_avg,exp_avg_sq,step}.pt`` (``_merge_zero_shards``: each
+    ``{"param": tensor}``), ``zero/optimizer_state.pt`` (``_save_optimizer_state``: the optimizer's
+    state dict without the sharded states, with ``param_groups``), then the copied
+    ``mp_rank_00_model_states.pt`` (with ``universal_checkpoint_info``); and ``latest_universal``
+    (which the user writes: the converter does not) naming the newest."""
+    torch = pytest.importorskip("torch")
+    if not folder.exists():
+        deepspeed_run(folder, steps)
+    for step in steps:
+        out = folder / f"global_step{step}_universal"
+        for param in params:
+            (out / "zero" / param).mkdir(parents=True)
+            for state in ("fp32", "exp_avg", "exp_avg_sq"):
+                torch.save({"param": torch.ones(4)}, out / "zero" / param / f"{state}.pt")
+            torch.save(step, out / "zero" / param / "step.pt")
+        torch.save({"zero_stage": 2, "param_groups": [{"lr": 0.1, "params": [0, 1]}]}, out / "zero" / "optimizer_state.pt")
+        model = {
+            "module": {p: torch.ones(4) for p in params},
+            "global_steps": step,
+            "universal_checkpoint_info": {"universal_checkpoint_version": 0.4},
+        }
+        torch.save(model, out / "mp_rank_00_model_states.pt")
+    if latest:
+        (folder / "latest_universal").write_text(f"global_step{steps[-1]}_universal")
+    return folder
+
+
+def hf_fsdp_run(output: Path, steps: tuple[int, ...] = (2, 4), sharded: bool = True) -> Path:
+    """HF Trainer ``checkpoint-N/`` folders as the Trainer writes them under FSDP through accelerate
+    (``accelerate/utils/fsdp_utils.py``): ``SHARDED_STATE_DICT`` saves ``pytorch_model_fsdp_0/``
+    with ``dcp.save({"model": ...})`` (``save_fsdp_model``) and ``optimizer_0/`` with
+    ``dcp.save({"optimizer": ...})`` (``save_fsdp_optimizer``), here by ``torch.distributed.checkpoint``
+    itself in one process; ``FULL_STATE_DICT`` saves ``pytorch_model_fsdp.bin`` and
+    ``optimizer.bin`` with ``torch.save``. Beside them the Trainer's own ``scheduler.pt``,
+    ``rng_state.pth``, ``trainer_state.json`` and ``training_args.bin``."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    for step in steps:
+        folder = output / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        if sharded:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
+                dcp.save({"model": model.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "pytorch_model_fsdp_0")))
+                dcp.save({"optimizer": optimizer.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "optimizer_0")))
+        else:
+            torch.save(model.state_dict(), folder / "pytorch_model_fsdp.bin")
+            torch.save(optimizer.state_dict(), folder / "optimizer.bin")
+        torch.save({"last_epoch": step}, folder / "scheduler.pt")
+        torch.save({"python": 1}, folder / "rng_state.pth")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        torch.save({"output_dir": str(output)}, folder / "training_args.bin")
+    return output

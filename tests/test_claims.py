@@ -53,6 +53,7 @@ CLAIMED = [
     ("hf-trainer", "checkpoint-500", ((), 500, Unit.STEP)),
     ("accelerate", "checkpoint_3", ((), 3, Unit.SAVE)),
     ("deepspeed", "global_step100", ((), 100, Unit.STEP)),
+    ("deepspeed", "global_step100_universal", ((), 100, Unit.STEP)),  # ds_to_universal.py's output folder
     ("megatron", "iter_0000200", ((), 200, Unit.ITERATION)),
     ("megatron", "iter_12345678", ((), 12345678, Unit.ITERATION)),
     ("keras", "ep03-0.190.keras", (BUNDLE, 3, Unit.EPOCH)),  # ModelCheckpoint's template: 0.190 is the loss
@@ -125,6 +126,7 @@ REFUSED = [
     ("megatron", "iter_0000200.pt"),
     ("megatron", "iter_0000200_old"),
     ("megatron", "latest_checkpointed_iteration.txt"),
+    ("megatron", "release"),  # by its name alone: only a folder holding rank folders is one (tests/test_megatron.py)
     ("keras", "best.keras"),  # save_best_only under one name: a copy that stands for a save
     ("keras", "ep03.keras.tmp"),
     ("keras", "ep03.pt"),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
-from frameworks import megatron_run
+import pytest
+from frameworks import megatron_release, megatron_run
 
 
 def only(report: dict, code: str) -> dict:
@@ -42,3 +44,74 @@ def test_a_missing_rank_folder_is_ckd105_and_the_tracker_points_at_it(tmp_path, 
 def test_a_tracker_naming_a_missing_iteration_is_ckd113(tmp_path, inspect_json):
     folder = megatron_run(tmp_path / "save", tracker=400)
     assert "not there" in only(inspect_json(folder).json, "CKD113")["message"]
+
+
+# --- release/ (megatron/training/checkpointing.py: get_checkpoint_name, read_metadata, load_checkpoint)
+
+
+def test_a_release_alone_is_a_whole_checkpoint_resumed_with_finetune(tmp_path, inspect_json, cli):
+    folder = megatron_release(tmp_path / "save")
+    result = inspect_json(folder)
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (run,) = result.json["runs"]
+    assert (run["layout"], run["unit"], run["resume"]["index"]) == ("megatron", "iteration", 0)
+    assert f"--load {folder} --finetune" in run["resume"]["how"]
+    assert run["resume"]["path"] == str(folder / "release")
+    # the model alone: Megatron loads no optimizer or RNG state from a release
+    deep = cli("verify", "--deep", "--json", folder)
+    assert deep.exit_code == 0 and json.loads(deep.stdout)["findings"] == []
+    assert cli("inspect", "--resume-path", folder).stdout.strip() == str(folder / "release")
+
+
+def test_a_release_is_not_compared_with_the_iterations_saved_after_it(tmp_path, inspect_json):
+    folder = megatron_release(tmp_path / "save", tracker="200", iterations=(100, 200))
+    report = inspect_json(folder).json
+    assert report["findings"] == []  # no distrib_optim.pt in release/: not missing
+    (run,) = report["runs"]
+    assert [c["index"] for c in run["checkpoints"]] == [0, 100, 200] and run["resume"]["index"] == 200
+
+
+def test_iterations_newer_than_a_release_tracker_never_finished(tmp_path, inspect_json):
+    folder = megatron_release(tmp_path / "save", iterations=(100,))
+    report = inspect_json(folder).json
+    assert only(report, "CKD106")["index"] == 100
+    assert report["runs"][0]["resume"]["index"] == 0
+
+
+def test_a_cut_release_is_partial_and_the_tracker_names_it(tmp_path, inspect_json):
+    folder = megatron_release(tmp_path / "save")
+    weights = folder / "release" / "mp_rank_01" / "model_optim_rng.pt"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    report = inspect_json(folder).json
+    assert report["runs"][0]["checkpoints"][0]["status"] == "partial"
+    assert report["runs"][0]["resume"] is None
+    assert only(report, "CKD113")["index"] == 0
+
+
+def test_a_release_tracker_without_the_folder_names_nothing(tmp_path, inspect_json):
+    folder = megatron_run(tmp_path / "save", tracker="release")
+    report = inspect_json(folder).json
+    assert "not there" in only(report, "CKD113")["message"]
+
+
+def test_repair_points_the_tracker_back_at_the_release(tmp_path, cli):
+    folder = megatron_release(tmp_path / "save", tracker="300")
+    assert cli("repair", "--yes", "--min-age", "0", folder).exit_code == 0
+    assert (folder / "latest_checkpointed_iteration.txt").read_text() == "release"
+    assert cli("inspect", "--json", folder).exit_code == 0
+
+
+def test_prune_keeps_a_lone_release(tmp_path, cli):
+    folder = megatron_release(tmp_path / "save")
+    cli("prune", "--keep-last", "1", "--min-age", "0", "--yes", folder)
+    assert (folder / "release" / "mp_rank_00" / "model_optim_rng.pt").is_file()
+
+
+@pytest.mark.parametrize("inside", [("notes.md",), ("model_optim_rng.pt",), ("mp_rank_00.txt",)])
+def test_a_release_folder_of_something_else_is_no_megatron_run(tmp_path, inspect_json, inside):
+    folder = tmp_path / "project"
+    (folder / "release").mkdir(parents=True)
+    for name in inside:
+        (folder / "release" / name).write_bytes(b"not a checkpoint")
+    runs = inspect_json(folder).json["runs"]
+    assert all(run["layout"] != "megatron" for run in runs)

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from frameworks import FairseqTrainer, composer_run, copy_run, deepspeed_run, megatron_run
+from frameworks import FairseqTrainer, composer_run, copy_run, deepspeed_run, megatron_release, megatron_run
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.layouts.registry import NAMED_FILES, layout_named
@@ -137,13 +137,20 @@ def test_deepspeed_latest_linking_to_itself_dangles(tmp_path):
         (100, [(100, None)], ("CKD106", 200)),  # followable; 200, newer than it, never finished
         (400, [(400, "not there")], ("CKD113", 400)),
         ("iter_0000200", [(None, "not there")], ("CKD113", None)),  # the folder's name, not the number
-        ("release", [], None),  # a released model: Megatron loads `release/`, no iteration
     ],
 )
 def test_megatron_tracker_names_an_iteration_by_its_number(tmp_path, tracker, expected, code):
     found, codes = states(megatron_run(tmp_path / "save", tracker=tracker))
     assert found == expected
     assert codes == ([code] if code else [])
+
+
+def test_megatron_release_tracker_names_the_release_folder_or_nothing(tmp_path):
+    # `release` loads `release/` (as iteration 0); the iterations beside it never reached the tracker
+    assert states(megatron_release(tmp_path / "one")) == ([(0, None)], [])
+    found, codes = states(megatron_run(tmp_path / "two", tracker="release"))
+    assert found == [(None, "not there")]
+    assert sorted(codes, key=str) == [("CKD106", 100), ("CKD106", 200), ("CKD110", None), ("CKD113", None)]  # no resume point
 
 
 # --- Lightning: `last.ckpt` as a symlink ----------------------------------------------------------

@@ -106,7 +106,7 @@ class Layout:
     ``named_files``              none                                         hf-trainer, deepspeed, megatron,
                                                                               tensorflow, mmengine, detectron2,
                                                                               composer
-    ``unread(relative)``         None (every file is read)                    orbax
+    ``unread(relative)``         None (every file is read)                    orbax, deepspeed (a conversion's ``tmp/``)
     ``loader_allows``            none                                         timm, composer
     ``unsafe_loader``            ``""``                                       ultralytics
     ``flat_optimizer_state``     False                                        deepspeed
@@ -119,7 +119,8 @@ class Layout:
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
                                                                               composer, fairseq (rank files)
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index),
-                                                                              nanogpt, litgpt (roles from keys)
+                                                                              nanogpt, litgpt (roles from keys),
+                                                                              deepspeed (a kept ``tmp/``)
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics, fairseq, litgpt
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2,
                                                                               ultralytics, keras, fairseq
@@ -326,12 +327,17 @@ class FolderLayout(Layout):
     hook                          default                                     overridden by
     ============================  ==========================================  ======================================
     ``role_of(name)``             required: roles of a file in a folder       every folder layout
-    ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers)
-    ``nested(name)``              False                                       megatron (``mp_rank_*/`` folders)
-    ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax (judged by contents)
+    ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers), deepspeed,
+                                                                              hf-trainer (by the folder a file is in)
+    ``nested(path)``              False                                       megatron (``mp_rank_*/`` folders),
+                                                                              deepspeed (universal ``zero/<param>/``),
+                                                                              hf-trainer (FSDP's DCP folders)
+    ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax, megatron (``release/``:
+                                                                              judged by contents)
     ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
-                                                                              nanogpt, litgpt
+                                                                              nanogpt, litgpt, deepspeed (a tag alone)
     ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature),
+                                                                              deepspeed (one tag a step),
                                                                               nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax, torchtune, nanogpt,
@@ -406,7 +412,8 @@ class FolderLayout(Layout):
         return self.role_of(relative.rpartition("/")[2])
 
     def nested(self, name: str) -> bool:
-        """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``)."""
+        """Whether a subfolder of a checkpoint folder holds its files (Megatron's ``mp_rank_00/``),
+        by its path inside the checkpoint (DeepSpeed's universal ``zero/<param>/``)."""
         return False
 
     def committed(self, pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> int | None:
@@ -415,14 +422,19 @@ class FolderLayout(Layout):
         return None
 
     def _contents(self, folder: Listing | None, subfolder: Callable[[Entry], Listing | None]) -> list[tuple[str, Entry]]:
-        """A checkpoint folder's entries, with those of its nested rank folders, by relative name."""
+        """A checkpoint folder's entries, with those of its nested folders (at any depth ``nested``
+        allows), by relative name."""
         found: list[tuple[str, Entry]] = []
-        for item in folder.entries if folder else ():
-            nested = subfolder(item) if item.is_dir and self.nested(item.name) else None
-            if nested is None:
-                found.append((item.name, item))
-            else:
-                found.extend((f"{item.name}/{inner.name}", inner) for inner in nested.entries)
+        pending = [("", folder)]
+        while pending:
+            prefix, listing = pending.pop(0)
+            for item in listing.entries if listing else ():
+                relative = prefix + item.name
+                inner = subfolder(item) if item.is_dir and self.nested(relative) else None
+                if inner is None:
+                    found.append((relative, item))
+                else:
+                    pending.append((f"{relative}/", inner))
         return found
 
     def build(
@@ -859,6 +871,13 @@ def missing_from_siblings(files: Sequence[CheckpointFile], siblings: Sequence[Se
     for frameworks whose every save is written by the same ranks under the same names."""
     expected = {file.prefix for others in siblings for file in others}
     return tuple(sorted(expected - {file.prefix for file in files}))
+
+
+def folder_name(files: Sequence[CheckpointFile]) -> str:
+    """The name of the checkpoint folder ``files`` lie in ('' for none): each file's path ends
+    with its path inside the folder. For frameworks that save kinds of checkpoint side by side
+    (Megatron's ``release/`` beside ``iter_*/``), each compared only with its own kind."""
+    return next((os.path.basename(f.entry.os_path[: -len(f.prefix) - 1]) for f in files[:1]), "")
 
 
 def unlisted_shards(files: Sequence[CheckpointFile]) -> tuple[str, ...]:

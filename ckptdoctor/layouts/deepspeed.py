@@ -5,26 +5,45 @@ and, under ZeRO, one optimizer partition per data-parallel rank
 (``zero_pp_rank_<dp>_mp_rank_<mp>_optim_states.pt``). Rank 0 writes ``latest`` (the tag, no
 newline) after every rank finished; ``load_checkpoint()`` follows it, and without it only warns
 and loads nothing.
+
+A universal checkpoint (``deepspeed/checkpoint/ds_to_universal.py``, ``main``) is a tag folder
+``global_step<N>_universal/`` converted from ``global_step<N>/``: ``zero/<param>/fp32.pt``,
+``exp_avg.pt``, ``exp_avg_sq.pt`` (and ``step.pt``) per parameter (``_merge_zero_shards``),
+``zero/optimizer_state.pt`` (``_save_optimizer_state``), and last the copied
+``mp_rank_XX_model_states.pt``. Its fragments go through ``tmp/`` first, removed before the copy
+(kept with ``--keep_temp_folder``): a ``tmp/`` without the model states is a conversion cut
+short. The converter writes no pointer; ``load_checkpoint`` with ``"checkpoint":
+{"load_universal": true}`` reads ``latest_universal`` instead of ``latest``
+(``engine.py``: ``latest_tag = "latest_universal" if self.load_universal_checkpoint() else
+"latest"``) and fails without it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, followed, missing_from_siblings
-from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run, Unit
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, folder_name, followed, missing_from_siblings
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _TAG = re.compile(r"^global_step([0-9]+)\Z")
+_UNIVERSAL_TAG = re.compile(r"^global_step([0-9]+)_universal\Z")
 _MODEL = re.compile(r"_model_states\.pt\Z")
 _OPTIMIZER = re.compile(r"optim_states\.pt\Z")
 LATEST = "latest"
 UNIVERSAL = "latest_universal"
 """The tag of the newest universal checkpoint (``ds_to_universal.py``), beside ``latest``."""
+_ZERO = "zero"
+_TMP = "tmp"
+_COMMON = f"{_ZERO}/optimizer_state.pt"
+_FRAGMENT = FileReport(Format.TORCH_ZIP.value)
+"""A fragment in a universal conversion's ``tmp/``: counted, never read (the conversion's own)."""
 
 
 class DeepSpeedLayout(FolderLayout):
@@ -37,8 +56,47 @@ class DeepSpeedLayout(FolderLayout):
     named_files = MappingProxyType({LATEST: Named(pointer.read), UNIVERSAL: Named(pointer.read)})
 
     def claim(self, name: str) -> Claim | None:
-        match = _TAG.match(name)
-        return Claim((), int(match[1]), "global_step", Unit.STEP) if match else None
+        if match := _TAG.match(name):
+            return Claim((), int(match[1]), "global_step", Unit.STEP)
+        match = _UNIVERSAL_TAG.match(name)
+        return Claim((), int(match[1]), "global_step_universal", Unit.STEP) if match else None
+
+    def claim_folders(self, folders: Sequence[tuple[Entry, Listing | None]]) -> dict[str, Claim]:
+        """Tags by name; a universal tag converted from a tag still beside it holds the same step
+        (a run holds one checkpoint a step): the tag it came from is the run's, and the
+        converted one is looked at as a run of its own."""
+        named = super().claim_folders(folders)
+        plain = {claim.number for claim in named.values() if claim.prefix == "global_step"}
+        return {name: claim for name, claim in named.items() if claim.prefix == "global_step" or claim.number not in plain}
+
+    def signature(self, names: frozenset[str]) -> bool:
+        """A tag folder looked at on its own (a universal one beside the tag it came from): the
+        engine's model states, with no other framework's checkpoint files."""
+        return any(_MODEL.search(name) for name in names) and all(
+            _MODEL.search(n) or _OPTIMIZER.search(n) or n in (LATEST, "zero_to_fp32.py") for n in names if n.endswith(".pt")
+        )
+
+    def nested(self, name: str) -> bool:
+        # a universal tag's zero/<param>/ folders, and a cut conversion's tmp/<param>/<tp>/
+        return name in (_ZERO, _TMP) or (name.startswith(f"{_ZERO}/") and name.count("/") == 1) or name.startswith(f"{_TMP}/")
+
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        if relative.startswith(f"{_TMP}/"):
+            return (Role.TEMP,)
+        if relative.startswith(f"{_ZERO}/"):
+            # fp32 master weights and the optimizer's moments per parameter, and its common state
+            return (Role.OPTIMIZER,) if relative.endswith(".pt") else None
+        return self.role_of(relative)
+
+    def unread(self, relative: str) -> FileReport | None:
+        return _FRAGMENT if relative.startswith(f"{_TMP}/") else None
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        """A universal tag's ``tmp/`` beside its copied model states is one kept on purpose
+        (``--keep_temp_folder``): the conversion finished, and nothing loads from it."""
+        if any(Role.MODEL in f.roles for f in files):
+            return [f for f in files if Role.TEMP not in f.roles]
+        return files
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         if _OPTIMIZER.search(name):
@@ -57,31 +115,69 @@ class DeepSpeedLayout(FolderLayout):
         return tuple(role for role in (Role.MODEL, Role.OPTIMIZER) if role in seen) or (Role.MODEL,)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        return missing_from_siblings(files, siblings)
+        """Rank files the run's other tags of the same kind have; in a universal tag, also its
+        common optimizer state and each parameter's state files the other parameters have."""
+        universal = _converted(files)
+        # a cut conversion's tmp/ fragments are no file the others lack
+        kind = [[f for f in other if Role.TEMP not in f.roles] for other in siblings if _converted(other) == universal]
+        missing = missing_from_siblings(files, kind)
+        if not universal:
+            return missing
+        states: dict[str, set[str]] = {}
+        for file in files:
+            parts = file.prefix.split("/")
+            if len(parts) == 3 and parts[0] == _ZERO:
+                states.setdefault(parts[1], set()).add(parts[2])
+        every = set().union(*states.values()) if states else set()
+        cut = [f"{_ZERO}/{param}/{name}" for param, held in states.items() for name in sorted(every - held)]
+        common = [] if any(f.prefix == _COMMON for f in files) else [_COMMON]
+        return tuple(sorted({*missing, *cut, *common}))
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        if not run.checkpoints:
-            return ()
-        latest = next((f for f in run.loose_files if f.entry.name == LATEST), None)
-        if latest is None:
-            return (Pointer(None, "", None, LATEST),)
-        tag = latest.report.fact(pointer.POINTS_TO)
-        if tag is None:
-            return ()  # unreadable or malformed: its own finding says so
-        match = _TAG.match(tag)
-        return (Pointer(latest, tag, int(match[1]) if match else None, LATEST),)
+        """``latest`` for the run's tags, ``latest_universal`` for its universal ones (each
+        expected where the run has tags of its kind; a tag of the other kind is not one it can
+        name)."""
+        found = []
+        for name, tags in ((LATEST, _TAG), (UNIVERSAL, _UNIVERSAL_TAG)):
+            file = next((f for f in run.loose_files if f.entry.name == name), None)
+            if file is None:
+                if any(c.folder is not None and tags.match(c.folder.name) for c in run.checkpoints):
+                    found.append(Pointer(None, "", None, name))
+                continue
+            tag = file.report.fact(pointer.POINTS_TO)
+            if tag is None:
+                continue  # unreadable or malformed: its own finding says so
+            match = tags.match(tag)
+            found.append(Pointer(file, tag, int(match[1]) if match else None, name))
+        return tuple(found)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        # `latest` unless the config sets load_universal (ckptdoctor cannot see it): the first pointer
         return followed(run, self.pointers(run))
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         # the tag is the folder's name; `latest_universal` names universal checkpoints only
-        if (source is not None and source.entry.name != LATEST) or checkpoint.folder is None:
+        if checkpoint.folder is None:
             return None
-        return PointerWrite(LATEST, checkpoint.folder.name)
+        name = UNIVERSAL if _UNIVERSAL_TAG.match(checkpoint.folder.name) else LATEST
+        if source is not None and source.entry.name != name:
+            return None
+        return PointerWrite(name, checkpoint.folder.name)
 
     def file_name(self, role: Role, index: int) -> str | None:
         return {Role.MODEL: "mp_rank_00_model_states.pt", Role.OPTIMIZER: "zero_pp_rank_0_mp_rank_00_optim_states.pt"}.get(role)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        return f'pass `tag="global_step{checkpoint.index}"` to `engine.load_checkpoint("{run.path}", tag=...)`'
+        # a tag folder looked at on its own is the run: it is loaded from the folder above it
+        load_dir, tag = (run.path, checkpoint.folder.name) if checkpoint.folder else os.path.split(os.path.normpath(run.path))
+        if _UNIVERSAL_TAG.match(tag):
+            return (
+                f'set `"checkpoint": {{"load_universal": true}}` in the DeepSpeed config and pass '
+                f'`tag="{tag}"` to `engine.load_checkpoint("{load_dir}", tag=...)` (or write the tag into {UNIVERSAL})'
+            )
+        return f'pass `tag="{tag}"` to `engine.load_checkpoint("{load_dir}", tag=...)`'
+
+
+def _converted(files: Sequence[CheckpointFile]) -> bool:
+    """Whether ``files`` are a universal tag's."""
+    return bool(_UNIVERSAL_TAG.match(folder_name(files)))

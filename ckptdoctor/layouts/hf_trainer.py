@@ -5,6 +5,13 @@ index, or a PEFT adapter), ``optimizer.pt``, ``scheduler.pt``, RNG state, ``trai
 and, written last, ``trainer_state.json``. The Trainer's own resume (``get_last_checkpoint``)
 takes the highest-numbered folder without looking inside it, and loads optimizer and scheduler
 only as a pair: a folder missing either resumes silently with a fresh optimizer.
+
+Under FSDP the Trainer saves through accelerate (``accelerate/utils/fsdp_utils.py``,
+``save_fsdp_model`` and ``save_fsdp_optimizer``): ``SHARDED_STATE_DICT`` writes DCP folders
+``pytorch_model_fsdp_<i>/`` and ``optimizer_<i>/`` (``.metadata`` and ``__<rank>_0.distcp``),
+``FULL_STATE_DICT`` writes ``pytorch_model_fsdp.bin`` (``pytorch_model_fsdp_<i>.bin``) and
+``optimizer.bin`` (``optimizer_<i>.bin``), ``LOCAL_STATE_DICT`` one
+``pytorch_model_fsdp[_<i>]_rank<r>.bin`` per rank. Each holds the model, or the optimizer.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ _CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)\Z")
 _STAGING = re.compile(r"^tmp-checkpoint-([0-9]+|[a-z0-9_]+)\Z")
 _SHARD = re.compile(r"^(?:model|pytorch_model)-[0-9]{5}-of-[0-9]{5}\.(?:safetensors|bin)\Z")
 _RNG = re.compile(r"^rng_state(?:_[0-9]+)?\.pth\Z")
+_FSDP_MODEL = re.compile(r"^pytorch_model_fsdp(?:_[0-9]+)?(?:_rank[0-9]+)?\.bin\Z")
+_FSDP_OPTIMIZER = re.compile(r"^optimizer_[0-9]+\.bin\Z")
+_FSDP_FOLDER = re.compile(r"^(pytorch_model_fsdp|optimizer)_[0-9]+\Z")
+"""accelerate's DCP folders of a sharded FSDP save: the model's, and each optimizer's."""
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_ARGS = "training_args.bin"
@@ -67,7 +78,7 @@ class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
     builds_on = ("torch",)
     default_unit = Unit.STEP
-    content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT})
+    content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT, Format.DISTCP})
     resume_needs = frozenset(REQUIRED)
     named_files = MappingProxyType(
         {
@@ -100,11 +111,29 @@ class HfTrainerLayout(FolderLayout):
             return None
         return Claim((Role.TEMP,), int(match[1]) if match[1].isdigit() else 0, "tmp-checkpoint")
 
+    def nested(self, name: str) -> bool:
+        return bool(_FSDP_FOLDER.match(name))
+
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        folder, _, name = relative.rpartition("/")
+        if not folder:
+            return self.role_of(name)
+        match = _FSDP_FOLDER.match(folder)
+        if match is None:
+            return None
+        if name == ".metadata":
+            return (Role.METADATA,)  # where DCP places each item: read with the data files
+        if not name.endswith(".distcp"):
+            return None
+        return (Role.MODEL,) if match[1] == "pytorch_model_fsdp" else (Role.OPTIMIZER,)
+
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         if name in FILES:
             return FILES[name]
-        if _SHARD.match(name):
+        if _SHARD.match(name) or _FSDP_MODEL.match(name):
             return (Role.MODEL,)
+        if _FSDP_OPTIMIZER.match(name):
+            return (Role.OPTIMIZER,)
         if _RNG.match(name):
             return (Role.RNG_STATE,)
         return None
