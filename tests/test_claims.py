@@ -59,6 +59,7 @@ CLAIMED = [
     ("keras", "ep03-0.190.keras", (BUNDLE, 3, Unit.EPOCH)),  # ModelCheckpoint's template: 0.190 is the loss
     ("keras", "weights.05-0.42.weights.h5", (BUNDLE, 5, None)),  # the Keras docs' example template
     ("keras", "model_12.h5", (BUNDLE, 12, None)),  # legacy HDF5 models
+    ("keras", "ep1-99.keras", (BUNDLE, 1, Unit.EPOCH)),  # `ep{epoch}-{val_acc:.0f}`: the number after its unit word
     ("keras", "latest.weights.h5", (BUNDLE, 0, Unit.EPOCH)),  # BackupAndRestore: its epoch is in its metadata
     ("tensorflow", "ckpt-12.index", ((Role.METADATA,), 12, None)),  # CheckpointManager.save
     ("tensorflow", "ckpt-12.data-00000-of-00001", ((M,), 12, None)),

@@ -57,6 +57,11 @@ try:
     backed.fit(x, y, epochs=5, batch_size=8, callbacks=[backup, Killed()], verbose=0)
 except RuntimeError:
     pass
+os.makedirs(out + "/sharded")
+wide = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64), keras.layers.Dense(64), keras.layers.Dense(1)])
+wide.compile(optimizer="adam", loss="mse")
+wide.fit(np.zeros((4, 64), "float32"), np.zeros((4, 1), "float32"), verbose=0)
+wide.save_weights(out + "/sharded/model.weights.json", max_shard_size=0.00002)  # GB: about 20 KB a shard
 lam = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda t: t * 2), keras.layers.Dense(2)])
 os.makedirs(out + "/lambda")
 lam.save(out + "/lambda/ep01.keras")
@@ -212,6 +217,42 @@ def test_a_cut_backup_falls_back_to_its_previous_pair_as_keras_does(keras_runs: 
     run = only_run(backup)
     assert (run.checkpoints[-1].status, run.resume.index) == (Status.PARTIAL, 2)
     assert resumed_backup(backup) == 2  # on_train_begin's OSError fallback: the .bkp pair
+
+
+def test_repair_and_prune_leave_the_pair_keras_falls_back_from(keras_runs: Path, tmp_path: Path, cli) -> None:
+    backup = Path(shutil.copytree(keras_runs / "backup", tmp_path / "backup"))
+    os.truncate(backup / "latest.weights.h5", 3000)
+    before = sorted(p.name for p in backup.iterdir())
+    assert cli("repair", "--yes", "--min-age", "0", str(backup)).exit_code == 0
+    assert cli("prune", "--yes", "--min-age", "0", "--keep-last", "1", str(backup)).exit_code == 0
+    assert sorted(p.name for p in backup.iterdir() if p.name != ".ckptdoctor") == before
+    assert resumed_backup(backup) == 2  # Keras still finds the damaged weights and falls back by itself
+
+
+@pytest.mark.parametrize("damage", ["empty progress record", "weights gone"])
+def test_a_newest_backup_keras_cannot_fall_back_from_is_an_unsafe_auto_resume(keras_runs: Path, tmp_path: Path, damage: str) -> None:
+    backup = Path(shutil.copytree(keras_runs / "backup", tmp_path / "backup"))
+    if damage == "empty progress record":
+        (backup / "training_metadata.json").write_bytes(b"")  # killed after open("w"): Keras' json.loads fails, no fallback
+    else:
+        (backup / "latest.weights.h5").unlink()  # Keras then goes on at epoch 3 with fresh weights
+    report, found = inspect([str(backup)])
+    assert ("CKD114", 3) in [(f.code, f.index) for f in report.findings]
+    assert found.runs[0].resume.index == 2
+    # the fix CKD114 gives a BackupAndRestore folder: the .bkp pair over the newest, as Keras does itself
+    shutil.copy(backup / "latest.weights.h5.bkp", backup / "latest.weights.h5")
+    shutil.copy(backup / "training_metadata.json.bkp", backup / "training_metadata.json")
+    assert resumed_backup(backup) == 2
+
+
+def test_a_sharded_save_is_one_save_never_pruned_as_epochs(keras_runs: Path, tmp_path: Path, cli) -> None:
+    sharded = Path(shutil.copytree(keras_runs / "sharded", tmp_path / "sharded"))
+    shards = sorted(p.name for p in sharded.glob("model_*.weights.h5"))
+    assert len(shards) > 1, "the shard size should have split the save"
+    _, found = inspect([str(sharded)])
+    assert not any(c.index > 0 for run in found.runs for c in run.checkpoints)
+    assert cli("prune", "--yes", "--min-age", "0", "--keep-last", "1", str(sharded)).exit_code in (0, 1)
+    assert sorted(p.name for p in sharded.glob("model_*.weights.h5")) == shards
 
 
 def test_a_lambda_layer_is_code_keras_refuses_in_safe_mode(keras_runs: Path) -> None:

@@ -132,6 +132,8 @@ class Layout:
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
                                                                               torchtune, litgpt
+    ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
+                                                                              (``release/``)
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
                                                                               tensorflow (its state file), mmengine,
                                                                               detectron2 (both through ``NamingFile``),
@@ -292,6 +294,13 @@ class Layout:
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
+        return None
+
+    def left_in_place(self, checkpoint: Checkpoint) -> str | None:
+        """Why ``prune`` and ``repair`` must leave ``checkpoint`` where it is, whatever its state
+        and age: the framework manages it itself (Keras falls back from a damaged
+        ``BackupAndRestore`` save to the one before, only while both are there), or it is no save
+        in the sequence (Megatron's ``release/``). None: the usual rules decide."""
         return None
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:

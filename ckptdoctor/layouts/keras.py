@@ -40,7 +40,9 @@ PROGRESS = "training_metadata.json"
 PREVIOUS = ".bkp"
 """``double_checkpoint``'s copies of the previous pair: ``latest.weights.h5.bkp``, ``training_metadata.json.bkp``."""
 _BACKUP_FILES = {BACKUP: PROGRESS, BACKUP + PREVIOUS: PROGRESS + PREVIOUS}
-"""Each backup's weights, and the file that records its epoch."""
+"""Each backup's weights, and the file that records its epoch: the newest first."""
+_SHARD_INDEX = ".weights.json"
+"""The index of a sharded save (``ShardedH5IOStore``)."""
 _SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + r")\Z", re.IGNORECASE)
 
 
@@ -79,28 +81,74 @@ class KerasLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
-        """A ``BackupAndRestore`` folder's saves indexed by the epochs their metadata records."""
-        entries = {entry.name: entry for entry in listing.entries}
-        for weights, progress in _BACKUP_FILES.items():
-            if weights not in claims:
-                continue
-            recorded = entries.get(progress)
-            epoch = probe(recorded).fact("epoch") if recorded is not None and not recorded.is_dir else None
-            number = int(epoch) if epoch is not None else 0
-            claims = {**claims, weights: claims[weights]._replace(number=number)}
-            if recorded is not None:
+        """A ``BackupAndRestore`` folder's two saves indexed by the epochs their metadata records
+        (the newest one above the copy before it where a record cannot be read); a progress record
+        without its weights is a save too, which Keras resumes with fresh weights."""
+        entries = {entry.name: entry for entry in listing.entries if not entry.is_dir}
+        if not any(name in entries for name in (*_BACKUP_FILES, *_BACKUP_FILES.values())):
+            return super().build(listing, probe, self._without_shards(claims, entries), subfolder)
+        epochs = [_epoch(probe, entries.get(progress)) for progress in _BACKUP_FILES.values()]
+        newest, previous = epochs
+        if newest is None:
+            newest = previous + 1 if previous is not None else 1
+        if previous is None:
+            previous = max(0, newest - 1)
+        claims = dict(claims)
+        for (weights, progress), number in zip(_BACKUP_FILES.items(), (newest, previous), strict=True):
+            if weights in claims:
+                claims[weights] = claims[weights]._replace(number=number)
+            if progress in entries:
                 claims[progress] = Claim((Role.METADATA,), number, "backup", Unit.EPOCH)
         return super().build(listing, probe, claims, subfolder)
 
-    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        if any(f.entry.name in _BACKUP_FILES for f in checkpoint.files):
+    def _without_shards(self, claims: dict[str, Claim], entries: dict[str, Entry]) -> dict[str, Claim]:
+        """Claims with the shards of a sharded save (``save_weights("x.weights.json",
+        max_shard_size=...)``: ``x_00000.weights.h5``, … beside ``x.weights.json``) left out: they
+        are one save, not one an epoch, and no file of theirs is ckptdoctor's to prune or move."""
+        stems = [name.removesuffix(_SHARD_INDEX) for name in entries if name.endswith(_SHARD_INDEX)]
+        if not stems:
+            return claims
+        shard = re.compile("^(?:" + "|".join(map(re.escape, stems)) + r")_[0-9]{5}\.weights\.h5\Z")
+        return {name: claim for name, claim in claims.items() if not shard.match(name)}
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        """What ``BackupAndRestore.on_train_begin`` loads: the newest save; where its weights fail to
+        load with an ``OSError`` (cut, damaged) and the ``.bkp`` copy is there, that copy instead."""
+        saves = {file.entry.name: checkpoint for checkpoint in run.checkpoints for file in checkpoint.files}
+        newest = saves.get(BACKUP) or saves.get(PROGRESS)
+        if newest is None:
+            return None
+        weights = next((f for f in newest.files if f.entry.name == BACKUP), None)
+        previous = saves.get(BACKUP + PREVIOUS)
+        fails = weights is not None and any(problem.status is not None for problem in weights.report.problems)
+        return previous if fails and previous is not None else newest
+
+    def left_in_place(self, checkpoint: Checkpoint) -> str | None:
+        if any(f.entry.name in _BACKUP_FILES or f.entry.name in _BACKUP_FILES.values() for f in checkpoint.files):
             return (
-                f'call `model.fit(...)` again with `keras.callbacks.BackupAndRestore("{run.path}")`: it loads {BACKUP} '
-                f"and goes on after epoch {checkpoint.index}"
+                "BackupAndRestore's own save: Keras falls back from a damaged latest.weights.h5 to its .bkp copy only while both are there"
             )
+        return None
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        names = {f.entry.name for f in checkpoint.files}
+        if names & set(_BACKUP_FILES):
+            loads = (
+                f"it finds {BACKUP} damaged, copies {BACKUP + PREVIOUS} over it"
+                if BACKUP not in names and self.auto_resume_pick(run) is checkpoint
+                else f"it loads {BACKUP}"
+            )
+            return f'call `model.fit(...)` again with `keras.callbacks.BackupAndRestore("{run.path}")`: {loads} and goes on after epoch {checkpoint.index}'
+
         path = checkpoint.files[0].path
         if path.endswith(".keras"):
             load = f'`model = keras.models.load_model("{path}")` (it restores the optimizer and its step count)'
         else:
             load = f'build and compile the model, then `model.load_weights("{path}")`'
         return f"{load}, then `model.fit(..., initial_epoch={checkpoint.index})`"
+
+
+def _epoch(probe: Callable[[Entry], FileReport], record: Entry | None) -> int | None:
+    """The epoch a progress record holds, or None where there is none or it cannot be read."""
+    epoch = probe(record).fact("epoch") if record is not None else None
+    return int(epoch) if epoch is not None else None

@@ -106,6 +106,11 @@ class MegatronLayout(FolderLayout):
             return (Pointer(tracker, text, release.index if release else None, "latest checkpointed iteration"),)
         return (Pointer(tracker, text, int(text) if text.isdigit() else None, "latest checkpointed iteration"),)
 
+    def left_in_place(self, checkpoint: Checkpoint) -> str | None:
+        if checkpoint.folder is not None and checkpoint.folder.name == RELEASE:
+            return "a released model (release/), not one of the run's saves: --keep-last does not count it"
+        return None
+
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         found = self.pointers(run)
         if found and found[0].target == RELEASE:

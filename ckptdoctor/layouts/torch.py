@@ -116,18 +116,24 @@ def parse_name(name: str, suffixes: re.Pattern[str]) -> ScriptName | None:
     index: int | None = None
     unit: Unit | None = None
     named_unit: Unit | None = None
+    by_unit = False  # the index came with its unit's word (`ep3`, `epoch_3`): a bare number after it is no index
+    after_unit = False
     for token in _SEPARATORS.split(stem.lower()):
         spelled = _UNIT_NUMBER.match(token)
         if spelled:
-            unit, index = UNIT_WORDS[spelled[1]], int(spelled[2])
+            unit, index, by_unit = UNIT_WORDS[spelled[1]], int(spelled[2]), True
         elif token.isascii() and token.isdigit():  # what a Python script formats an int as
-            index, unit = int(token), named_unit or unit
+            if after_unit or not by_unit:
+                index, unit, by_unit = int(token), named_unit or unit, by_unit or after_unit
         elif token in UNIT_WORDS:
             named_unit = UNIT_WORDS[token]
+            after_unit = True
+            continue
         elif token in ROLE_WORDS or token in (hints := role_hints()):
             roles.append(ROLE_WORDS.get(token) or hints[token])
         elif token and token != "lr":
             words.append(token)
+        after_unit = False
     if index is None:
         return None
     prefix = _SEPARATORS.sub("_", _LEADING_WORDS.match(stem).group(1)).strip("_").lower()  # type: ignore[union-attr]

@@ -71,6 +71,11 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
             items += [PlanItem(None, Action.QUARANTINE, (_what([f]), *labels.of(paths=[f.path])), (f.entry,), f.entry.size) for f in spare]
             continue
         busy = held_back(checkpoint, saved[index], circumstances, min_age)
+        if (why := layout.left_in_place(checkpoint)) is not None and checkpoint.status is not Status.COMPLETE:
+            items.append(
+                PlanItem(index, Action.KEEP, (f"{checkpoint.status.value}: {why}: left as it is",), targets(checkpoint), sizes[index])
+            )
+            continue
         if index > resume.index:
             why = f"{checkpoint.status.value} and newer than the resume point ({unit} {resume.index})"
             if busy:

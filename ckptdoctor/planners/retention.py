@@ -104,6 +104,9 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
+    for checkpoint in run.checkpoints:
+        if (why := layout.left_in_place(checkpoint)) is not None:
+            reasons[checkpoint.index].append(why)
     saved, sizes, tangled = measure(run, circumstances)
     for checkpoint in run.checkpoints:
         if checkpoint.status is not Status.COMPLETE:

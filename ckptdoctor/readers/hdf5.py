@@ -17,6 +17,7 @@ Keras never writes them and reading them would read other files.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -179,7 +180,17 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
             continue
         if item.chunks or item.compression:
             walked.chunked.append(name)
-            for chunk in range(item.id.get_num_chunks()):
+            expected = math.prod(-(-n // c) for n, c in zip(shape, item.chunks, strict=True)) if shape else 1
+            stored = item.id.get_num_chunks()
+            if stored < expected:
+                walked.issues.append(
+                    FileIssue(
+                        Problem.MALFORMED,
+                        f"dataset {name} has {stored} of its {expected} chunks stored: the rest read as its fill value "
+                        "(frameworks write every dataset whole)",
+                    )
+                )
+            for chunk in range(stored):
                 info = item.id.get_chunk_info(chunk)
                 if info.byte_offset + info.size > size:
                     walked.issues.append(_past_end(name, info.byte_offset + info.size, size))
@@ -244,22 +255,19 @@ def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> 
         dtype = _dtype(dataset)
         if dtype not in _deep.FLOAT_BITS or dtype == "bfloat16":
             continue  # h5py hands bfloat16 over as raw 16-bit words: counted only where contiguous
-        for rows in _row_blocks(dataset):
-            found += _deep.count_nonfinite(dataset[rows].tobytes(), dtype)
+        for chunk in _stored_chunks(dataset):
+            found += _deep.count_nonfinite(dataset[chunk].tobytes(), dtype)
     if found:
         issues.append(FileIssue(Problem.NONFINITE, f"{found} NaN or Inf values in its chunked datasets"))
     return issues
 
 
-def _row_blocks(dataset: Any) -> Iterator[slice | tuple[()]]:
-    """Slices of a dataset's first axis of about ``_deep.PART`` bytes each (all of a scalar)."""
-    if not dataset.shape:
-        yield ()
-        return
-    row = max(1, dataset.size // max(1, dataset.shape[0]) * dataset.dtype.itemsize)
-    step = max(1, _deep.PART // row)
-    for start in range(0, dataset.shape[0], step):
-        yield slice(start, start + step)
+def _stored_chunks(dataset: Any) -> Iterator[tuple[slice, ...]]:
+    """The slices of a chunked dataset's chunks that are stored: a chunk never written reads as
+    the fill value, and a crafted shape can claim far more chunks than the file holds."""
+    for number in range(dataset.id.get_num_chunks()):
+        corner = dataset.id.get_chunk_info(number).chunk_offset
+        yield tuple(slice(start, start + size) for start, size in zip(corner, dataset.chunks, strict=True))
 
 
 def _h5py() -> Any:

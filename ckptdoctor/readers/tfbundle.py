@@ -20,6 +20,7 @@ The state file is a text-format ``CheckpointState`` proto written through
 from __future__ import annotations
 
 import codecs
+import math
 import re
 import struct
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, pointer
+from ckptdoctor.readers._dtypes import TORCH_SIZES
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
@@ -51,6 +53,8 @@ _DTYPES = {
 }  # fmt: skip
 """``DataType`` (tensorflow/core/framework/types.proto) in torch's spelling."""
 _BLOCK_TRAILER = 5
+_SIZES = {dtype: size for dtype, size in TORCH_SIZES.items() if dtype in set(_DTYPES.values())}
+"""Element sizes of the plain dtypes: their entries' sizes are the shape's bytes (``BundleReader::GetValue``)."""
 
 
 class Damage(Exception):
@@ -161,6 +165,15 @@ def _report(parsed: tuple[int, list[Entry]]) -> FileReport:
     ends: dict[int, int] = {}
     issues: list[FileIssue] = []
     for entry in entries:
+        element = _SIZES.get(entry.dtype)
+        if element is not None and all(n >= 0 for n in entry.shape) and entry.size != math.prod(entry.shape) * element:
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"tensor {entry.key!r} is {entry.size} bytes, not the {math.prod(entry.shape) * element} its {entry.dtype} shape "
+                    f"{list(entry.shape)} takes (tensorflow: Invalid size in bundle entry)",
+                )
+            )
         if entry.shard >= shards:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {entry.key!r} is placed in shard {entry.shard} of a {shards}-shard bundle"))
         ends[entry.shard] = max(ends.get(entry.shard, 0), entry.offset + entry.size)
@@ -187,9 +200,14 @@ def _entries(data: bytes) -> tuple[int, list[Entry]]:
     (index_offset, index_size), _ = _handle(footer, position)
     shards: int | None = None
     entries: list[Entry] = []
+    last: bytes | None = None
     for _, handle in _block(data, index_offset, index_size):
         (offset, size), _ = _handle(handle, 0)
         for key, value in _block(data, offset, size):
+            if last is not None and key <= last:
+                # lookups seek through sorted keys: one out of order is not found, and not restored
+                raise Damage(Problem.MALFORMED, f"its keys are out of order at {key[:60]!r}: TensorFlow would not find some tensors")
+            last = key
             if key == b"":
                 shards = _header(value)
             else:
@@ -275,11 +293,26 @@ def _fields(message: bytes) -> Iterator[tuple[int, int | bytes]]:
 
 
 def _header(value: bytes) -> int:
+    """The shard count of a ``BundleHeaderProto``; a bundle this TensorFlow cannot read raises."""
     shards = 1  # proto3: an absent field holds its default, and a bundle has at least one shard
     for number, field in _fields(value):
         if number == 1 and isinstance(field, int):
             shards = field
+        elif number == 2 and field == 1:
+            # BundleReader refuses the other byte order's tensors (their length checksums fail)
+            raise Damage(Problem.MALFORMED, "the bundle header says big-endian: TensorFlow reads little-endian bundles only")
+        elif number == 3 and isinstance(field, bytes):
+            consumer = next((n for k, n in _fields(field) if k == 2 and isinstance(n, int)), 0)
+            if consumer > _BUNDLE_VERSION:
+                raise Damage(
+                    Problem.MALFORMED,
+                    f"the bundle needs a TensorFlow that reads version {consumer} (tensorflow: Please upgrade TensorFlow)",
+                )
     return shards
+
+
+_BUNDLE_VERSION = 1
+"""``kTensorBundleVersion`` (tensor_bundle.h): a header whose ``min_consumer`` is above it is refused."""
 
 
 def _entry(key: bytes, value: bytes) -> Entry:
@@ -338,12 +371,12 @@ def read_state(sample: Sample) -> FileReport:
         return _state_issue("not text: TensorFlow's checkpoint state file is a text proto")
     latest: str | None = None
     kept: list[str] = []
-    for line in text.splitlines():
-        if not line.strip() or _OTHER_FIELD.match(line):
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#") or _OTHER_FIELD.match(line):
             continue
         match = _STATE_FIELD.match(line)
         if match is None:
-            return _state_issue(f"not a CheckpointState text proto: {line.strip()[:60]!r} (tensorflow cannot parse it)")
+            return _state_issue(f"line {number} is not a CheckpointState field (tensorflow cannot parse it)")
         # text format escapes bytes (`\303\251`, `\"`): undo them, then read the bytes as UTF-8
         path = codecs.escape_decode(match[2].encode("utf-8"))[0].decode("utf-8", "replace")
         if match[1] == "model_checkpoint_path":

@@ -468,7 +468,10 @@ UNSAFE_AUTO_RESUME = Rule(
             accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
             deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
         ),
-        "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
+        fix(
+            "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
+            keras="Or put the previous save back in its place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
+        ),
         "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
     ),
     messages=(
