@@ -295,6 +295,7 @@ def tensorflow_run(folder: Path, saves: tuple[int, ...] = (2, 3), state: str | N
     [
         ("ckpt-3", (3, None)),
         ("ckpt-2", (2, None)),  # an older whole save: followable
+        ("./ckpt-3", (3, None)),  # TensorFlow joins it to the folder: the same save
         ("ckpt-9", (9, "not there")),  # deleted, or never written
         ("../other/ckpt-3", (None, "not there")),  # TensorFlow joins it to the folder: another run's
         ("ckpt-4/../ckpt-3", (None, "not there")),  # no path a save of this run has

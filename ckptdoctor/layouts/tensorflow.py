@@ -135,10 +135,10 @@ class TensorFlowLayout(Layout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
-        return (
-            f'pass `"{path}"` to `tf.train.Checkpoint(...).restore(...)`; `restore(manager.latest_checkpoint)` '
-            f"follows {os.path.join(run.path, STATE)}"
-        )
+        hint = f'pass `"{path}"` to `tf.train.Checkpoint(...).restore(...)`'
+        if any(p.source is not None and p.number == checkpoint.index for p in self.pointers(run)):
+            return f"{hint}; `restore(manager.latest_checkpoint)` follows {os.path.join(run.path, STATE)} to it"
+        return hint
 
 
 def bundle_prefix(checkpoint: Checkpoint) -> str | None:
@@ -153,7 +153,9 @@ def bundle_prefix(checkpoint: Checkpoint) -> str | None:
 def _named(run: Run, target: str) -> int | None:
     """The index of the checkpoint whose prefix is ``target`` (relative, or absolute in this run's
     folder, as older TensorFlow wrote it); None where no save of this run has that prefix."""
-    folder, prefix = os.path.split(target)
+    if ".." in target.split(os.sep):
+        return None  # the operating system resolves `ckpt-4/..` only through a folder ckpt-4: no save's path
+    folder, prefix = os.path.split(os.path.normpath(target))  # `./ckpt-3` is ckpt-3, as TensorFlow joins it
     # TensorFlow joins a relative path to the folder: only a bare prefix names a save of this run,
     # or an absolute path to this folder, as older versions wrote
     if folder and (not os.path.isabs(folder) or ".." in folder.split(os.sep) or os.path.abspath(folder) != os.path.abspath(run.path)):
