@@ -57,6 +57,16 @@ class Listing:
         return tuple(entry.name for entry in self.entries)
 
     @functools.cached_property
+    def by_suffix(self) -> dict[str, list[str]]:
+        """The names by their suffix from the first dot (``.bpk``, ``.pth.tar``, ``""`` without
+        one), each group in order: a big folder has few, and a layout sifts them, not every name."""
+        groups: dict[str, list[str]] = {}
+        for name in self.names:
+            dot = name.find(".")
+            groups.setdefault(name[dot:] if dot >= 0 else "", []).append(name)
+        return groups
+
+    @functools.cached_property
     def folders(self) -> tuple[Entry, ...]:
         """The entries that are folders (a folder layout's checkpoints are among them)."""
         return tuple(entry for entry in self.entries if entry.is_dir)

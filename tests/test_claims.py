@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import sifted
 from ckptdoctor.layouts.registry import LAYOUTS, layout_named
-from ckptdoctor.model import Role, Unit
+from ckptdoctor.model import Entry, Role, Unit
 from ckptdoctor.pipelines.scan import inspect, scan
 from ckptdoctor.testing import write_burn_run
 
@@ -201,6 +203,25 @@ def test_every_claim_takes_its_index_from_a_number_in_the_name(stem, suffix):
         assert claim.number >= 0
         assert str(claim.number) in {part.lstrip("0") or "0" for part in digits or ["0"]}, (layout.name, name, claim)
         assert Role.TEMP not in claim.roles and Role.POINTER not in claim.roles, (layout.name, name)
+
+
+@given(NAME_PARTS, SUFFIXES)
+def test_a_claimable_pattern_sifts_by_suffix_as_it_would_name_by_name(stem, suffix):
+    """A big folder's names are sifted once per suffix (``_base.sifted``): every layout's
+    ``claimable`` pattern finds by suffix exactly the names it finds one by one."""
+    names = (stem + suffix, f"x{suffix}", f"a.b{suffix}", stem)
+    listing = Listing("/run", "/run", tuple(Entry(name, f"/run/{name}", f"/run/{name}", 1) for name in names))
+    for layout in LAYOUTS:
+        if layout.claimable is not None:
+            assert list(sifted(listing, layout.claimable)) == [n for n in names if layout.claimable.search(n)], layout.name
+
+
+@pytest.mark.parametrize(("layout", "name", "expected"), CLAIMED)
+def test_a_claimed_name_passes_its_layouts_sieve(layout, name, expected):
+    owner = layout_named(layout)
+    if owner.claimable is not None:
+        listing = Listing("/run", "/run", (Entry(name, f"/run/{name}", f"/run/{name}", 1),))
+        assert list(sifted(listing, owner.claimable)) == [name]
 
 
 # --- what a refused name becomes beside a run -------------------------------------------------------

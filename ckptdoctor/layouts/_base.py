@@ -928,7 +928,7 @@ def claim_all(
         return layout.claim_folders([(entry, subfolder(entry)) for entry in listing.folders])
     names: Iterable[str] = listing.names
     if layout.claimable is not None:
-        names = filter(layout.claimable.search, names)  # sifted in C: most names of a big folder are another layout's
+        names = sifted(listing, layout.claimable)
     claims: dict[str, Claim] = {}
     claim_of, recorded = layout.claim, layout.recorded
     for name in names:
@@ -936,6 +936,22 @@ def claim_all(
         if claim is not None:
             claims[name] = claim
     return claims
+
+
+def sifted(listing: Listing, claimable: re.Pattern[str]) -> Iterable[str]:
+    r"""The names of ``listing`` that ``claimable`` matches, in order. A pattern anchored at the
+    name's start (``^ep…``) is tried on every name, in C; any other ends the name and begins at a
+    dot (``\.pth\Z``), so it matches a name exactly when it matches the name's suffix from its
+    first dot, and is tried once per suffix: most names of a big folder share one
+    (``tests/test_claims.py`` holds every layout's pattern to that)."""
+    if claimable.pattern.startswith("^"):
+        return filter(claimable.search, listing.names)
+    groups = listing.by_suffix
+    matched = [suffix for suffix in groups if claimable.search(suffix)]
+    if len(matched) < 2:
+        return groups[matched[0]] if matched else ()
+    wanted = set(matched)
+    return [name for name in listing.names if name[name.find(".") :] in wanted and "." in name]
 
 
 def file_names(listing: Listing | None) -> frozenset[str]:
