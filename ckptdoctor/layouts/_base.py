@@ -225,6 +225,11 @@ class Layout:
         """A staging artefact of an interrupted save named by the framework (``tmp.pth.tar``)."""
         return None
 
+    def unfinished(self, name: str) -> str | None:
+        """The checkpoint (file or folder name) that a marker file of a save in progress names
+        (NeMo's ``<checkpoint without .ckpt>-unfinished``, removed once the save finished), or None."""
+        return None
+
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         """Whether a folder whose names this layout claims is really this framework's."""
         return True
@@ -483,6 +488,7 @@ class FolderLayout(Layout):
         saved: list[tuple[Claim, Entry | None, list[CheckpointFile]]] = []
         loose: list[CheckpointFile] = []
         others: list[Entry] = []
+        markers: list[tuple[str, Entry]] = []
         for slot in slots:
             if isinstance(slot, _Saved):
                 files: list[CheckpointFile] = []
@@ -495,10 +501,19 @@ class FolderLayout(Layout):
                 saved.append((slot.claim, slot.folder, self.measured(files)))
             elif slot.is_dir and (staged := self.staging(slot.name)) is not None:
                 loose.append(CheckpointFile(slot, (Role.TEMP,), staged.prefix, FileReport("folder")))
-            elif not slot.is_dir and (pointer := self.pointer(slot.name)) is not None:
-                loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, judge(slot)))
+            elif (pointer := self.pointer(slot.name)) is not None:
+                # a copy of a checkpoint folder under the pointer's name (Lightning's `last.ckpt/`) is the run's too
+                loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, FileReport("folder") if slot.is_dir else judge(slot)))
+            elif not slot.is_dir and (marked := self.unfinished(slot.name)) is not None:
+                markers.append((marked, slot))
             else:
                 others.append(slot)
+        for marked, slot in markers:
+            held = next((files for claim, folder, files in saved if folder is not None and folder.name == marked), None)
+            if held is None:
+                others.append(slot)
+            else:
+                held.append(CheckpointFile(slot, (Role.TEMP,), slot.name, _MARKER))
         saved.sort(key=lambda save: save[0].number)  # folders list in any order; "newest" means the highest number
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
@@ -649,6 +664,11 @@ def group(
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
             (by_index[target.number] if target else loose).append(staged)
             continue
+        marked = layout.unfinished(entry.name)
+        if marked is not None and (target := claims.get(marked)) is not None:
+            # the framework's "save in progress" marker beside the checkpoint it names: that save never finished
+            by_index[target.number].append(CheckpointFile(entry, (Role.TEMP,), target.prefix, _MARKER))
+            continue
         staged_by_name = layout.staging(entry.name)
         if staged_by_name is not None:
             loose.append(CheckpointFile(entry, (Role.TEMP,), staged_by_name.prefix, _report(entry, probe)))
@@ -697,6 +717,9 @@ def group(
     )
 
 
+_MARKER = FileReport("marker")
+"""A marker file's report: its presence is what it says, its bytes are never read."""
+
 _METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)", re.IGNORECASE)
 
 
@@ -706,8 +729,8 @@ def values_in_names(run: Run, metric: str) -> dict[int, float]:
     values: dict[int, float] = {}
     wanted = metric.replace("/", "_")
     for checkpoint in run.checkpoints:
-        for file in checkpoint.files:
-            stem = file.name.rsplit(".", 1)[0]
+        names = [checkpoint.folder.name] if checkpoint.folder is not None else []
+        for stem in (name.rsplit(".", 1)[0] for name in (*names, *(file.name for file in checkpoint.files))):
             for name, value in _METRIC_PAIR.findall(stem):
                 if name.replace("/", "_") == wanted:
                     values[checkpoint.index] = float(value)
