@@ -95,6 +95,7 @@ class Layout:
                                                                               keras, tensorflow, mmengine, detectron2,
                                                                               composer, torchtune, ultralytics, fairseq
     ``recorded(name)``           None                                         ultralytics (``last.pt``)
+    ``unfinished(name)``         None                                         lightning (NeMo's ``-unfinished``)
     ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
                                                                               fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
