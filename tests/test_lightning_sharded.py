@@ -175,3 +175,32 @@ def test_keep_best_reads_the_metric_in_nemo_names(tmp_path, cli):
     )
     left = sorted(p.name for p in folder.iterdir() if p.name.endswith(".ckpt"))
     assert "megatron_gpt--val_loss=0.3000-epoch=1.ckpt" in left and "megatron_gpt--val_loss=0.5000-epoch=0.ckpt" not in left
+
+
+def test_lightning_loads_the_fsdp_folder_named_for_resume_and_not_the_cut_one(tmp_path, inspect_json):
+    # Lightning's own loading path (`FSDPStrategy.load_checkpoint`): `_is_sharded_checkpoint`,
+    # `_distributed_checkpoint_load` of the model, then `meta.pt`; FSDP itself needs a GPU here
+    pytest.importorskip("lightning")
+    torch = pytest.importorskip("torch")
+    from lightning.fabric.strategies.fsdp import _distributed_checkpoint_load, _is_sharded_checkpoint
+    from lightning.fabric.utilities.load import _METADATA_FILENAME
+
+    folder = lightning_fsdp_run(tmp_path / "checkpoints", last=None)
+    cut = folder / "epoch=1-step=4.ckpt"
+    (cut / "meta.pt").unlink()
+    assert not _is_sharded_checkpoint(cut)  # Lightning would take the folder for a file and fail
+    resume = Path(inspect_json(folder).json["runs"][0]["resume"]["path"])
+    assert _is_sharded_checkpoint(resume)
+    model = torch.nn.Linear(4, 2)
+    state = {"model": model.state_dict()}
+    _distributed_checkpoint_load(state, resume)
+    assert torch.load(resume / _METADATA_FILENAME, weights_only=True)["global_step"] == 2
+
+
+def test_lightning_takes_the_deepspeed_folder_named_for_resume_for_a_deepspeed_checkpoint(tmp_path, inspect_json):
+    pytest.importorskip("lightning")
+    from lightning.fabric.strategies.deepspeed import _is_deepspeed_checkpoint
+
+    folder = lightning_deepspeed_run(tmp_path / "checkpoints")
+    resume = Path(inspect_json(folder).json["runs"][0]["resume"]["path"])
+    assert _is_deepspeed_checkpoint(resume) and (resume / "latest").read_text() == "checkpoint"
