@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from frameworks import lightning_deepspeed_run, lightning_fsdp_run, nemo_run
+from frameworks import lightning_deepspeed_run, lightning_fsdp_run
 
 
 def codes(report: dict) -> set[str]:
@@ -126,55 +126,6 @@ def test_a_folder_of_other_files_named_ckpt_is_not_a_checkpoint(tmp_path, inspec
     report = inspect_json(folder).json
     assert statuses(report)[6] != "complete"
     assert report["runs"][0]["resume"]["index"] == 4
-
-
-# --- NeMo exp_manager -----------------------------------------------------------------------------
-
-
-def test_nemo_names_are_lightning_checkpoints_by_epoch_with_the_last_copy_a_pointer(tmp_path, inspect_json, cli):
-    folder = nemo_run(tmp_path / "checkpoints")
-    result = inspect_json(folder)
-    report = result.json
-    assert result.exit_code == 0 and report["findings"] == []
-    (run,) = report["runs"]
-    assert (run["layout"], run["unit"]) == ("lightning", "epoch")
-    assert statuses(report) == {0: "complete", 1: "complete", 2: "complete"}
-    assert [Path(f["path"]).name for f in run["loose_files"]] == ["megatron_gpt--val_loss=0.4000-epoch=2-last.ckpt"]
-    assert run["resume"]["path"].endswith("megatron_gpt--val_loss=0.4000-epoch=2.ckpt")
-    assert cli("verify", "--deep", folder).exit_code == 0
-
-
-def test_a_nemo_checkpoint_beside_its_unfinished_marker_is_partial(tmp_path, inspect_json):
-    folder = nemo_run(tmp_path / "checkpoints")
-    (folder / "megatron_gpt--val_loss=0.4000-epoch=2-unfinished").write_bytes(b"")
-    report = inspect_json(folder).json
-    assert statuses(report) == {0: "complete", 1: "complete", 2: "partial"}
-    assert report["runs"][0]["resume"]["index"] == 1
-
-
-def test_an_unfinished_marker_of_a_ckpt_folder_makes_it_partial(tmp_path, inspect_json):
-    folder = lightning_deepspeed_run(tmp_path / "checkpoints", last=None)
-    (folder / "epoch=1-step=4-unfinished").write_bytes(b"")
-    report = inspect_json(folder).json
-    assert statuses(report) == {2: "complete", 4: "partial"}
-
-
-def test_a_marker_naming_nothing_is_left_alone(tmp_path, inspect_json):
-    folder = nemo_run(tmp_path / "checkpoints")
-    (folder / "megatron_gpt--val_loss=0.9000-epoch=9-unfinished").write_bytes(b"")
-    assert set(statuses(inspect_json(folder).json).values()) == {"complete"}
-
-
-def test_keep_best_reads_the_metric_in_nemo_names(tmp_path, cli):
-    folder = nemo_run(tmp_path / "checkpoints", losses=(0.5, 0.3, 0.4, 0.6))
-    assert (
-        cli(
-            "prune", "--keep-last", "1", "--keep-best", "1", "--metric", "val_loss", "--mode", "min", "--min-age", "0", "--yes", folder
-        ).exit_code
-        == 0
-    )
-    left = sorted(p.name for p in folder.iterdir() if p.name.endswith(".ckpt"))
-    assert "megatron_gpt--val_loss=0.3000-epoch=1.ckpt" in left and "megatron_gpt--val_loss=0.5000-epoch=0.ckpt" not in left
 
 
 def test_lightning_loads_the_fsdp_folder_named_for_resume_and_not_the_cut_one(tmp_path, inspect_json):
