@@ -88,7 +88,7 @@ class Layout:
     ``claim(name)``              required: the roles and index of a name      every layout
     ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
                                                                               tensorflow, mmengine, detectron2,
-                                                                              composer, ultralytics, fairseq
+                                                                              composer, ultralytics, fairseq, nemo
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
@@ -118,7 +118,8 @@ class Layout:
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
-                                                                              composer, fairseq (rank files)
+                                                                              composer, fairseq (rank files),
+                                                                              nemo (an archive's members)
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index),
                                                                               nanogpt, litgpt (roles from keys),
                                                                               deepspeed (a kept ``tmp/``)
@@ -334,10 +335,12 @@ class FolderLayout(Layout):
     ============================  ==========================================  ======================================
     ``role_of(name)``             required: roles of a file in a folder       every folder layout
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers), deepspeed,
-                                                                              hf-trainer (by the folder a file is in)
+                                                                              hf-trainer (by the folder a file is in),
+                                                                              lightning (its ``.ckpt`` folders)
     ``nested(path)``              False                                       megatron (``mp_rank_*/`` folders),
                                                                               deepspeed (universal ``zero/<param>/``),
-                                                                              hf-trainer (FSDP's DCP folders)
+                                                                              hf-trainer (FSDP's DCP folders),
+                                                                              lightning (DeepSpeed's ``checkpoint/``)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax, megatron (``release/``:
                                                                               judged by contents)
     ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
@@ -347,7 +350,7 @@ class FolderLayout(Layout):
                                                                               nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax, torchtune, nanogpt,
-                                                                              litgpt
+                                                                              litgpt, lightning (``.ckpt`` folders)
     ``committed(pointers, s)``    None                                        megatron (its tracker), torchtune
                                                                               (its recipe state)
     ``beside(entry, subfolder)``  the entry itself                            torchtune (``recipe_state/``)
