@@ -1128,3 +1128,99 @@ def hf_fsdp_run(output: Path, steps: tuple[int, ...] = (2, 4), sharded: bool = T
         (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
         torch.save({"output_dir": str(output)}, folder / "training_args.bin")
     return output
+
+
+# --- Lightning under DeepSpeed/FSDP (`.ckpt` folders), NeMo exp_manager ------------------------
+
+
+def lightning_deepspeed_run(
+    folder: Path, saves: Sequence[tuple[int, int]] = ((0, 2), (1, 4)), ranks: int = 2, last: str | None = "link"
+) -> Path:
+    """``.ckpt`` folders as Lightning's ``DeepSpeedStrategy.save_checkpoint`` has the engine write
+    them (``engine.save_checkpoint(filepath, client_state=..., tag="checkpoint")``, DeepSpeed's
+    ``engine.py``): ``latest`` holding ``checkpoint``, ``zero_to_fp32.py``,
+    ``checkpoint/mp_rank_00_model_states.pt`` (the module and the client state) and one
+    ``checkpoint/bf16_zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank. ``last``: a
+    ``last.ckpt`` symlink (``"link"``), a copy (``"copy"``) or none."""
+    torch = pytest.importorskip("torch")
+    for epoch, step in saves:
+        engine = folder / f"epoch={epoch}-step={step}.ckpt" / "checkpoint"
+        engine.mkdir(parents=True)
+        state = {
+            "module": {"layer.weight": torch.ones(2, 4)},
+            "global_steps": step,
+            "dp_world_size": ranks,
+            "epoch": epoch,
+            "global_step": step,
+        }
+        torch.save(state, engine / "mp_rank_00_model_states.pt")
+        for rank in range(ranks):
+            partition = {"optimizer_state_dict": {"state": {}, "param_groups": []}, "ds_config": {}, "ds_version": "0.16.0"}
+            torch.save(partition, engine / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+        (engine.parent / "latest").write_text("checkpoint")
+        (engine.parent / "zero_to_fp32.py").write_text("# DeepSpeed's conversion script\n")
+    _lightning_last(folder, saves, last)
+    return folder
+
+
+def lightning_fsdp_run(folder: Path, saves: Sequence[tuple[int, int]] = ((0, 2), (1, 4)), last: str | None = "link") -> Path:
+    """``.ckpt`` folders as Lightning's ``FSDPStrategy(state_dict_type="sharded").save_checkpoint``
+    writes them (``strategies/fsdp.py``): ``_distributed_checkpoint_save({"model": ...,
+    "optimizer_0": ...}, path)`` (DCP: ``.metadata``, ``__0_0.distcp``), then ``meta.pt`` with the
+    rest of the checkpoint through ``_atomic_save``; here DCP's own ``save`` in one process."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    for epoch, step in saves:
+        path = folder / f"epoch={epoch}-step={step}.ckpt"
+        path.mkdir(parents=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
+            state = {"model": model.state_dict(), "optimizer_0": optimizer.state_dict()}
+            dcp.save(state, storage_writer=dcp.FileSystemWriter(str(path)))
+        meta = {
+            "epoch": epoch,
+            "global_step": step,
+            "pytorch-lightning_version": "2.5.0",
+            "loops": {},
+            "callbacks": {},
+            "lr_schedulers": [],
+        }
+        torch.save(meta, path / "meta.pt")
+    _lightning_last(folder, saves, last)
+    return folder
+
+
+def _lightning_last(folder: Path, saves: Sequence[tuple[int, int]], last: str | None) -> None:
+    """``ModelCheckpoint(save_last=...)``: ``"link"`` a relative symlink, ``"copy"`` a whole save."""
+    if not saves or last is None:
+        return
+    epoch, step = saves[-1]
+    newest = f"epoch={epoch}-step={step}.ckpt"
+    if last == "link":
+        (folder / "last.ckpt").symlink_to(newest)
+    else:
+        shutil.copytree(folder / newest, folder / "last.ckpt")
+
+
+def nemo_run(folder: Path, losses: Sequence[float] = (0.5, 0.3, 0.4), name: str = "megatron_gpt") -> Path:
+    """NeMo's ``exp_manager`` checkpoints (``nemo/utils/exp_manager.py``, ``configure_checkpointing``:
+    ``filename=f"{name}--{{{monitor}:.4f}}-{{epoch}}"``, ``CHECKPOINT_NAME_LAST = filename + "-last"``):
+    Lightning checkpoints, one an epoch, and the newest's ``-last`` copy."""
+    torch = pytest.importorskip("torch")
+    folder.mkdir(parents=True, exist_ok=True)
+    for epoch, loss in enumerate(losses):
+        bundle = {
+            "state_dict": {"layer.weight": torch.ones(2, 4) * epoch},
+            "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
+            "lr_schedulers": [{"last_epoch": epoch}],
+            "epoch": epoch,
+            "global_step": 10 * (epoch + 1),
+        }
+        torch.save(bundle, folder / f"{name}--val_loss={loss:.4f}-epoch={epoch}.ckpt")
+    newest = folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}.ckpt"
+    shutil.copyfile(newest, folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}-last.ckpt")
+    return folder

@@ -37,6 +37,8 @@ CLAIMED = [
     ("lightning", "3-1200.ckpt", (LIGHTNING, 1200, Unit.STEP)),  # {epoch}-{step} without metric names
     ("lightning", "3.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
     ("lightning", "hpc_ckpt_2.ckpt", (LIGHTNING, 2, Unit.SAVE)),
+    ("lightning", "megatron_gpt--val_loss=0.1234-epoch=3.ckpt", (LIGHTNING, 3, Unit.EPOCH)),  # NeMo's exp_manager
+    ("lightning", "gpt--val_loss=0.1234-epoch=3-step=1200.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
     ("torch", "model_3.pt", ((M,), 3, None)),
     ("torch", "model-3.pt", ((M,), 3, None)),
     ("torch", "model_ema_3.pt", ((M,), 3, None)),
@@ -103,6 +105,8 @@ REFUSED = [
     ("burn", "model-\uff18.bpk"),  # a full-width 8 is a digit to Python, not to burn
     ("lightning", "last.ckpt"),  # a pointer to a checkpoint, not one
     ("lightning", "last-v1.ckpt"),
+    ("lightning", "megatron_gpt--val_loss=0.1234-epoch=3-last.ckpt"),  # NeMo's copy of the newest save
+    ("lightning", "megatron_gpt--val_loss=0.1234-epoch=3-unfinished"),  # NeMo's marker of a save in progress
     ("lightning", "model.ckpt"),
     ("lightning", "val_loss=0.1.ckpt"),  # a metric alone names no index
     ("lightning", "epoch=3-step=1200.ckpt.tmp"),

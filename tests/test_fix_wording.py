@@ -49,6 +49,7 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "torchtune": ("torchtune", "recipe_state", "tune run", "should_load_recipe_state"),
     "litgpt": ("LitGPT", "litgpt", "find_resume_path", "fabric.load", "lit_model.pth", "merge_lora", "--resume auto"),
     "nanogpt": ("nanoGPT", "--init_from", "ckpt.pt", "train.py", "out_dir"),
+    "nemo": ("NeMo", ".nemo", "restore_from", "model_weights.ckpt", "model_config.yaml", "exp_manager"),
     "fairseq": ("fairseq", "--restore-file", "checkpoint_last.pt", "last_optimizer_state", "--save-dir", "--reset-optimizer"),
 }  # fmt: skip
 """Each framework's own words; a fix for another framework's run must not use them."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import struct
+import tarfile
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -115,6 +116,23 @@ def tf_index_file() -> bytes:
     return (Path(__file__).parent / "data" / "ckpt-2.index").read_bytes()
 
 
+def nemo_file() -> bytes:
+    """A ``.nemo`` as NeMo's ``_make_nemo_file_from_folder`` tars it (``arcname="."``)."""
+    torch = pytest.importorskip("torch")
+    weights = io.BytesIO()
+    torch.save({"fc.weight": torch.randn(16, 8)}, weights)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:") as archive:
+        folder = tarfile.TarInfo(".")
+        folder.type = tarfile.DIRTYPE
+        archive.addfile(folder)
+        for name, data in (("./model_config.yaml", b"target: x\n"), ("./model_weights.ckpt", weights.getvalue())):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 VALID = {
     "burnpack": (burnpack_file, "model-3.bpk"),
     "hdf5": (hdf5_file, "ep03.weights.h5"),
@@ -123,6 +141,7 @@ VALID = {
     "torch-zip": (torch_zip_file, "model_3.pt"),
     "safetensors": (safetensors_file, "model_3.safetensors"),
     "msgpack.gz": (msgpack_gz_file, "model-3.mpk.gz"),
+    "tar": (nemo_file, "megatron_gpt.nemo"),
 }
 
 

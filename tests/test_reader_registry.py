@@ -43,6 +43,7 @@ _HEADS: dict[str, bytes] = {
     "html": b"<!DOCTYPE html><html></html>",
     "zeros": bytes(100),
     "torch-tar": bytes(257) + b"ustar\x0000" + bytes(300),
+    "tar": b"./" + bytes(255) + b"ustar\x0000" + bytes(300),
     "safetensors": (2).to_bytes(8, "little") + b"{}",
     "7z": b"7z\xbc\xaf\x27\x1c" + bytes(10),
     "pickle": b"\x80\x04K\x01.",

@@ -88,13 +88,14 @@ class Layout:
     ``claim(name)``              required: the roles and index of a name      every layout
     ``claimable``                None (every name is asked)                   burn, torch, lightning, timm, keras,
                                                                               tensorflow, mmengine, detectron2,
-                                                                              composer, ultralytics, fairseq
+                                                                              composer, ultralytics, fairseq, nemo
     ``stray(name)``              None                                         burn, torch
     ``staging(name)``            None                                         hf-trainer, orbax, timm, tensorflow
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
                                                                               keras, tensorflow, mmengine, detectron2,
                                                                               composer, torchtune, ultralytics, fairseq
     ``recorded(name)``           None                                         ultralytics (``last.pt``)
+    ``unfinished(name)``         None                                         lightning (NeMo's ``-unfinished``)
     ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
                                                                               fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
@@ -117,7 +118,8 @@ class Layout:
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
-                                                                              composer, fairseq (rank files)
+                                                                              composer, fairseq (rank files),
+                                                                              nemo (an archive's members)
     ``measured(files)``          the files as they are                        dcp, tensorflow (sizes against the index),
                                                                               nanogpt, litgpt (roles from keys),
                                                                               deepspeed (a kept ``tmp/``)
@@ -225,6 +227,11 @@ class Layout:
 
     def staging(self, name: str) -> Claim | None:
         """A staging artefact of an interrupted save named by the framework (``tmp.pth.tar``)."""
+        return None
+
+    def unfinished(self, name: str) -> str | None:
+        """The checkpoint (file or folder name) that a marker file of a save in progress names
+        (NeMo's ``<checkpoint without .ckpt>-unfinished``, removed once the save finished), or None."""
         return None
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
@@ -337,10 +344,12 @@ class FolderLayout(Layout):
     ============================  ==========================================  ======================================
     ``role_of(name)``             required: roles of a file in a folder       every folder layout
     ``role_in(relative)``         ``role_of`` of the last path part           orbax (per-item markers), deepspeed,
-                                                                              hf-trainer (by the folder a file is in)
+                                                                              hf-trainer (by the folder a file is in),
+                                                                              lightning (its ``.ckpt`` folders)
     ``nested(path)``              False                                       megatron (``mp_rank_*/`` folders),
                                                                               deepspeed (universal ``zero/<param>/``),
-                                                                              hf-trainer (FSDP's DCP folders)
+                                                                              hf-trainer (FSDP's DCP folders),
+                                                                              lightning (DeepSpeed's ``checkpoint/``)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax, megatron (``release/``:
                                                                               judged by contents)
     ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
@@ -350,7 +359,7 @@ class FolderLayout(Layout):
                                                                               nanogpt (none: out_dirs alone)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax, torchtune, nanogpt,
-                                                                              litgpt
+                                                                              litgpt, lightning (``.ckpt`` folders)
     ``committed(pointers, s)``    None                                        megatron (its tracker), torchtune
                                                                               (its recipe state)
     ``beside(entry, subfolder)``  the entry itself                            torchtune (``recipe_state/``)
@@ -492,6 +501,7 @@ class FolderLayout(Layout):
         saved: list[tuple[Claim, Entry | None, list[CheckpointFile]]] = []
         loose: list[CheckpointFile] = []
         others: list[Entry] = []
+        markers: list[tuple[str, Entry]] = []
         for slot in slots:
             if isinstance(slot, _Saved):
                 files: list[CheckpointFile] = []
@@ -504,10 +514,19 @@ class FolderLayout(Layout):
                 saved.append((slot.claim, slot.folder, self.measured(files)))
             elif slot.is_dir and (staged := self.staging(slot.name)) is not None:
                 loose.append(CheckpointFile(slot, (Role.TEMP,), staged.prefix, FileReport("folder")))
-            elif not slot.is_dir and (pointer := self.pointer(slot.name)) is not None:
-                loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, judge(slot)))
+            elif (pointer := self.pointer(slot.name)) is not None:
+                # a copy of a checkpoint folder under the pointer's name (Lightning's `last.ckpt/`) is the run's too
+                loose.append(CheckpointFile(slot, pointer.roles, pointer.prefix, FileReport("folder") if slot.is_dir else judge(slot)))
+            elif not slot.is_dir and (marked := self.unfinished(slot.name)) is not None:
+                markers.append((marked, slot))
             else:
                 others.append(slot)
+        for marked, slot in markers:
+            held = next((files for claim, folder, files in saved if folder is not None and folder.name == marked), None)
+            if held is None:
+                others.append(slot)
+            else:
+                held.append(CheckpointFile(slot, (Role.TEMP,), slot.name, _MARKER))
         saved.sort(key=lambda save: save[0].number)  # folders list in any order; "newest" means the highest number
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
@@ -658,6 +677,11 @@ def group(
             staged = CheckpointFile(entry, (Role.TEMP,), target.prefix if target else "", _report(entry, probe))
             (by_index[target.number] if target else loose).append(staged)
             continue
+        marked = layout.unfinished(entry.name)
+        if marked is not None and (target := claims.get(marked)) is not None:
+            # the framework's "save in progress" marker beside the checkpoint it names: that save never finished
+            by_index[target.number].append(CheckpointFile(entry, (Role.TEMP,), target.prefix, _MARKER))
+            continue
         staged_by_name = layout.staging(entry.name)
         if staged_by_name is not None:
             loose.append(CheckpointFile(entry, (Role.TEMP,), staged_by_name.prefix, _report(entry, probe)))
@@ -706,6 +730,9 @@ def group(
     )
 
 
+_MARKER = FileReport("marker")
+"""A marker file's report: its presence is what it says, its bytes are never read."""
+
 _METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)", re.IGNORECASE)
 
 
@@ -715,8 +742,8 @@ def values_in_names(run: Run, metric: str) -> dict[int, float]:
     values: dict[int, float] = {}
     wanted = metric.replace("/", "_")
     for checkpoint in run.checkpoints:
-        for file in checkpoint.files:
-            stem = file.name.rsplit(".", 1)[0]
+        names = [checkpoint.folder.name] if checkpoint.folder is not None else []
+        for stem in (name.rsplit(".", 1)[0] for name in (*names, *(file.name for file in checkpoint.files))):
             for name, value in _METRIC_PAIR.findall(stem):
                 if name.replace("/", "_") == wanted:
                     values[checkpoint.index] = float(value)

@@ -5,16 +5,38 @@ from a template, by default ``{epoch}-{step}`` with the metric names inserted
 (``epoch=3-step=1200.ckpt``, ``epoch=2-val_loss=0.12.ckpt``), ``-vN`` when a name repeats;
 ``last.ckpt`` (or ``last-vN.ckpt``) is a copy or a symlink of the newest save and is what
 ``ckpt_path="last"`` resumes from.
+
+Under ``DeepSpeedStrategy`` and ``FSDPStrategy(state_dict_type="sharded")`` each ``.ckpt`` is a
+folder of the same name (``strategies/deepspeed.py``, ``save_checkpoint``: the engine's
+``save_checkpoint(filepath, tag="checkpoint")`` writes ``latest`` (the text ``checkpoint``),
+``zero_to_fp32.py``, ``checkpoint/mp_rank_00_model_states.pt`` and one
+``checkpoint/{bf16_}zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank, and
+``load_checkpoint`` fails without ``latest``; ``strategies/fsdp.py``, ``save_checkpoint``: DCP
+files (``.metadata``, ``__<r>_0.distcp``) holding ``{"model", "optimizer_0", …}`` and ``meta.pt``,
+the rest of the checkpoint, written last by ``_atomic_save``; ``_is_sharded_checkpoint`` is a
+folder with ``meta.pt``: without it ``fit(ckpt_path=)`` takes the folder for a file). Those
+folders are the run's checkpoints, indexed like the files; ``last.ckpt`` is then a folder
+(a copy) or a symlink to one.
+
+NeMo's ``exp_manager`` saves through a ``ModelCheckpoint`` of its own
+(``nemo/utils/callbacks/nemo_model_checkpoint.py``, ``NeMoModelCheckpoint``) named
+``<name>--val_loss=0.1234-epoch=3.ckpt``, its copy of the newest one ``…-epoch=3-last.ckpt``
+(``CHECKPOINT_NAME_LAST = filename + "-last"``), and marks a save in progress with
+``<checkpoint without .ckpt>-unfinished`` (``format_checkpoint_unfinished_marker_path``), removed
+once the save finished: a checkpoint beside its marker is unfinished, and NeMo's resume skips and
+deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpoints``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, Pointer, group, symlink_pointers
+from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, group, symlink_pointers
+from ckptdoctor.layouts.dcp import DcpLayout
+from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
     Checkpoint,
@@ -40,6 +62,15 @@ _HPC = re.compile(r"^hpc_ckpt_([0-9]+)\.ckpt\Z")
 """SLURM auto-requeue saves in ``default_root_dir``; ``ckpt_path="hpc"`` (and a requeued job on
 SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, ``_hpc_resume_path``)."""
 _HPC_PREFIX = "hpc_ckpt"
+_NEMO_NAME = re.compile(r"^[^/]+?--(?=[\w.]+=)")
+"""NeMo's ``<name>--`` before the metric and epoch tokens (``exp_manager``'s ``filename``)."""
+_NEMO_LAST = re.compile(r"-last(?:-v[0-9]+)?\.ckpt\Z")
+_UNFINISHED = "-unfinished"
+_ENGINE = "checkpoint"
+"""The tag DeepSpeedStrategy saves under inside each ``.ckpt`` folder (``latest`` names it)."""
+_META = "meta.pt"
+"""FSDPStrategy's ``meta.pt``: everything of the checkpoint but the sharded model and optimizer."""
+_DEEPSPEED, _DCP = DeepSpeedLayout(), DcpLayout()
 
 BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
@@ -59,6 +90,9 @@ class LightningLayout(Layout):
     claimable = re.compile(r"\.ckpt\Z")
 
     def claim(self, name: str) -> Claim | None:
+        if _NEMO_LAST.search(name):
+            return None  # NeMo's copy of the newest save: a pointer
+        name = _NEMO_NAME.sub("", name, count=1)
         if (hpc := _HPC.match(name)) is not None:
             return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)
         if (bare := _BARE.match(name)) is not None:
@@ -81,6 +115,12 @@ class LightningLayout(Layout):
         claims: dict[str, Claim],
         subfolder: Callable[[Entry], Listing | None],
     ) -> Run | None:
+        folders = {entry.name for entry in listing.folders if entry.name in claims}
+        if folders:
+            # DeepSpeedStrategy's or FSDPStrategy's `.ckpt` folders: the run is theirs
+            by_step = self.by_step or all((c := _STEPPED.claim(name)) is not None and c.unit is Unit.STEP for name in folders)
+            sharded = _SHARDED_BY_STEP if by_step else _SHARDED
+            return sharded.build(listing, probe, {name: c for name in folders if (c := sharded.claim(name)) is not None}, subfolder)
         stepped = {name: claim for name in claims if (claim := _STEPPED.claim(name)) is not None and claim.unit is Unit.STEP}
         if not self.by_step and claims and len(stepped) == len(claims):
             return group(listing, _STEPPED, probe, stepped)
@@ -89,7 +129,13 @@ class LightningLayout(Layout):
         return group(listing, self, probe, claims)
 
     def pointer(self, name: str) -> Claim | None:
-        return Claim((Role.POINTER,), 0, "last") if _LAST.match(name) else None
+        if _LAST.match(name) or (_NEMO_LAST.search(name) and self.claim(_NEMO_LAST.sub(".ckpt", name)) is not None):
+            return Claim((Role.POINTER,), 0, "last")
+        return None
+
+    def unfinished(self, name: str) -> str | None:
+        # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`
+        return name[: -len(_UNFINISHED)] + ".ckpt" if name.endswith(_UNFINISHED) and len(name) > len(_UNFINISHED) else None
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
@@ -103,6 +149,9 @@ class LightningLayout(Layout):
         checkpoint it names."""
         if source is None or not checkpoint.files:
             return None
+        if checkpoint.folder is not None:
+            # a `.ckpt` folder: re-pointed only where `last.ckpt` is a symlink (a folder is no file to copy)
+            return PointerWrite(source.entry.name, checkpoint.folder.name, PointerKind.SYMLINK) if source.entry.is_symlink else None
         kind = PointerKind.SYMLINK if source.entry.is_symlink else PointerKind.COPY
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
@@ -112,7 +161,7 @@ class LightningLayout(Layout):
         return run.checkpoints[-1] if run.checkpoints and hpc else None
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        path = checkpoint.files[0].path
+        path = self.resume_path(run, checkpoint)
         if run.weights_only:
             # fit(ckpt_path=...) restores the optimizer and raises KeyError on a weights-only checkpoint
             return (
@@ -156,3 +205,62 @@ class _SteppedLightning(LightningLayout):
 
 LIGHTNING = LightningLayout()
 _STEPPED = _SteppedLightning()
+
+
+class _ShardedLightning(FolderLayout):
+    """DeepSpeedStrategy's and FSDPStrategy's ``.ckpt`` folders, built into the lightning run
+    (``LightningLayout.build`` hands them here; never listed on its own): the engine's files
+    are judged as DeepSpeed's, the DCP files as DCP's."""
+
+    name = LightningLayout.name
+    builds_on = LightningLayout.builds_on
+    default_unit = Unit.EPOCH
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT, Format.DISTCP})
+
+    def __init__(self, by_step: bool) -> None:
+        self.naming = _STEPPED if by_step else LIGHTNING
+
+    def claim(self, name: str) -> Claim | None:
+        return self.naming.claim(name)
+
+    def pointer(self, name: str) -> Claim | None:
+        return self.naming.pointer(name)
+
+    def unfinished(self, name: str) -> str | None:
+        return self.naming.unfinished(name)
+
+    def nested(self, name: str) -> bool:
+        return name == _ENGINE
+
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        folder, _, name = relative.rpartition("/")
+        if folder:
+            return _DEEPSPEED.role_of(name) if folder == _ENGINE else None
+        if name == "latest":
+            return (Role.METADATA,)  # the engine's tag: DeepSpeed loads nothing without it
+        if name == _META:
+            return (Role.TRAINER_STATE,)
+        return _DCP.role_of(name)
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        return self.role_in(name)
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        """The model and what says where it is (``latest``, ``.metadata``); the engine's optimizer
+        partitions where the run wrote any (without ZeRO the model states hold it); FSDP's
+        ``meta.pt`` where the run is FSDP's (the DCP files)."""
+        seen = {role for files in saved for file in files for role in file.roles}
+        sharded = any(file.entry.name.endswith(".distcp") for files in saved for file in files)
+        wanted = {Role.MODEL, Role.METADATA, *(seen & {Role.OPTIMIZER}), *((Role.TRAINER_STATE,) if sharded else ())}
+        return tuple(role for role in Role if role in wanted)
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        # an engine rank's partition the other saves have; a data file `.metadata` names
+        return tuple(sorted({*_DEEPSPEED.absent(files, siblings), *_DCP.absent(files, siblings)}))
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        return _DCP.measured(files)
+
+
+_SHARDED = _ShardedLightning(by_step=False)
+_SHARDED_BY_STEP = _ShardedLightning(by_step=True)

@@ -35,6 +35,7 @@ from ckptdoctor.layouts.litgpt import LitGptLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.mmengine import MmengineLayout
 from ckptdoctor.layouts.nanogpt import NanoGptLayout
+from ckptdoctor.layouts.nemo import NemoLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
 from ckptdoctor.layouts.tensorflow import TensorFlowLayout
 from ckptdoctor.layouts.timm import TimmLayout
@@ -67,6 +68,7 @@ LAYOUTS: tuple[Layout, ...] = (
     FairseqLayout(),
     NanoGptLayout(),
     LitGptLayout(),
+    NemoLayout(),
     _KERAS,
     _BURN,
     _TORCH,

@@ -37,6 +37,7 @@ _MODULES = (
     "pickle",
     "burnrecord",
     "safetensors",
+    "tararchive",
     "torchtar",
     "sevenzip",
     "dcp",

@@ -1,0 +1,126 @@
+"""A tar archive of a saved folder (``tar -C folder .``): its members, and the checkpoints inside.
+
+Such archives are written by ``tarfile`` with ``arcname="."`` (NeMo's ``.nemo``:
+``save_restore_connector.py``, ``_make_nemo_file_from_folder``): the first member is the folder
+itself, ``.``, and the others are named ``./<path>``. That first name tells them from torch's own
+legacy tar (``sys_info``, ``pickle``, ``tensors``, ``storages``: ``readers/torchtar.py``).
+``tarfile`` pads every archive with zeros to a whole 10240-byte record, after two zero blocks that
+end it: an archive that stops anywhere else was cut short.
+
+``inspect`` reads the first header and the file's end; ``verify`` walks every member's header,
+checks that each member's data is there, and reads each member that is itself a checkpoint file
+(``.ckpt``, ``.pt``, ``.pth``: a ``torch.save`` zip) through the reader of its content, as a
+stretch of the archive (members are stored, never compressed). The names of the members are kept
+(``MEMBERS``), so that a layout can ask for the ones its framework needs.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.model import FileIssue, FileReport, Problem
+from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
+from ckptdoctor.readers._sample import Sample, Window
+from ckptdoctor.readers.sniff import Format, sniff
+
+TAR = Format.declare("tar")
+MEMBERS = "members"
+"""A fact: the archive's member names (files only), one a line, without the leading ``./``."""
+BLOCK = 512
+RECORD = 20 * BLOCK
+"""``tarfile.RECORDSIZE``: an archive's length is a multiple of it."""
+_CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")
+"""Members read as checkpoint files of their own (a ``torch.save`` of a state dict)."""
+
+
+def _folder_tar(head: bytes, sample: Sample) -> bool:
+    """``ustar`` at 257 and a first member named ``.`` or ``./…``: a folder archived whole."""
+    if len(head) < 262 or head[257:262] != b"ustar":
+        return False
+    name = head[:100].split(b"\0", 1)[0]
+    return name in (b".", b"./") or name.startswith(b"./")
+
+
+def _ending(sample: Sample) -> FileIssue | None:
+    """A cut in the archive's last record: the length or its closing zero blocks."""
+    if sample.size % RECORD:
+        return FileIssue(Problem.TRUNCATED, f"{sample.size} bytes: a tar archive ends on a whole {RECORD}-byte record")
+    if sample.range(sample.size - 2 * BLOCK, 2 * BLOCK).strip(b"\0"):
+        return FileIssue(Problem.TRUNCATED, "the archive does not end with the two zero blocks that close a tar")
+    return None
+
+
+def probe(sample: Sample) -> FileReport:
+    issue = _ending(sample)
+    return FileReport(TAR.value, (issue,) if issue else ())
+
+
+def read_whole(sample: Sample, deep: int = 0) -> FileReport:
+    """Every member's header and data, and each checkpoint member read whole as its content."""
+    issues: list[FileIssue] = []
+    names: list[str] = []
+    offset, end = 0, 0
+    while offset + BLOCK <= sample.size:
+        header = sample.range(offset, BLOCK)
+        if not header.strip(b"\0"):
+            break  # the end of the archive: zero blocks
+        member = _header(header)
+        if member is None:
+            issues.append(FileIssue(Problem.MALFORMED, f"the tar header at byte {offset} cannot be read"))
+            break
+        name, size, kind = member
+        start = offset + BLOCK
+        end = start + size
+        if end > sample.size:
+            issues.append(FileIssue(Problem.TRUNCATED, f"{name}: its data stops {end - sample.size} bytes short"))
+            break
+        if kind in (b"0", b"\0", b"7"):
+            relative = name.removeprefix("./")
+            names.append(relative)
+            if relative.lower().endswith(_CHECKPOINT_SUFFIXES):
+                issues += (FileIssue(i.problem, f"{relative}: {i.detail}") for i in _inner(Window(sample, start, size), deep))
+        offset = start + -(-size // BLOCK) * BLOCK
+    else:
+        if not issues:
+            issues.append(FileIssue(Problem.TRUNCATED, "the archive stops before the zero blocks that close a tar"))
+    if not issues and (ending := _ending(sample)) is not None:
+        issues.append(ending)
+    if not issues and sample.range(offset, sample.size - offset).strip(b"\0"):
+        issues.append(FileIssue(Problem.TRAILING_BYTES, "bytes after the end of the archive"))
+    return FileReport(TAR.value, tuple(issues), ((MEMBERS, "\n".join(names)),))
+
+
+def _header(block: bytes) -> tuple[str, int, bytes] | None:
+    """A member's name, data size and type from its ustar header; None where it is not one."""
+    stored = sum(block[:148]) + 8 * 32 + sum(block[156:])
+    try:
+        checksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+        size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        return None
+    if checksum != stored or block[257:262] != b"ustar":
+        return None
+    prefix = block[345:500].split(b"\0", 1)[0]
+    name = block[:100].split(b"\0", 1)[0]
+    full = (prefix + b"/" + name if prefix else name).decode("utf-8", "replace")
+    return full, size, block[156:157]
+
+
+def _inner(member: Sample, deep: int) -> tuple[FileIssue, ...]:
+    """A checkpoint member judged as the file it is."""
+    kind = sniff(member)
+    spec = current().by_format.get(kind)
+    if spec is None or (spec.read_whole is None and spec.probe is None):
+        return (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {kind.value} data, not a checkpoint file"),)
+    report = spec.read_whole(member, deep) if spec.read_whole is not None else spec.probe(member)  # type: ignore[misc]
+    return report.issues
+
+
+SPECS = (
+    ReaderSpec(
+        TAR,
+        (Sniff(Rank.STRUCTURE - 1, _folder_tar),),
+        ((".nemo", Naming.CHECKPOINT_ONLY),),
+        probe,
+        read_whole,
+        read_any_name=True,
+    ),
+)
