@@ -1182,3 +1182,22 @@ def roles_in(report: FileReport) -> tuple[Role, ...] | None:
     if report.tensors or report.fact(TOP_LEVEL_TENSORS) == str(len(report.keys)):
         return (Role.MODEL,)  # a bare state dict: its keys are tensor names
     return None
+
+
+class NamedByFile(Layout):
+    """A layout whose pointer hooks all answer from one ``NamingFile`` (``naming_file``):
+    mmengine's and Detectron2's ``last_checkpoint``, written each in its framework's form."""
+
+    naming_file: NamingFile
+
+    def pointer(self, name: str) -> Claim | None:
+        return self.naming_file.pointer(name)
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        return self.naming_file.pointers(run)
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        return followed(run, self.pointers(run))
+
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        return self.naming_file.repoint(source, checkpoint)

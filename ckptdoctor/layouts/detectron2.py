@@ -33,8 +33,8 @@ import re
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, NamingFile, Pointer, followed, group, logged_values
-from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
+from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, followed, group, logged_values
+from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 
@@ -50,12 +50,13 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 _ITERATION = f"{TOP_LEVEL_NUMBER}iteration"
 
 
-class Detectron2Layout(Layout):
+class Detectron2Layout(NamedByFile):
     name = "detectron2"
     builds_on = ("torch",)
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+    naming_file = LAST
     named_files = LAST.named_files
     whole_saves = True
     """``model_final.pth`` is saved at the same iteration as the last periodic file, where the
@@ -91,16 +92,7 @@ class Detectron2Layout(Layout):
     def pointer(self, name: str) -> Claim | None:
         if name in _SAVED_BY_NAME:
             return Claim((Role.POINTER,), 0, name.removesuffix(".pth"))  # its iteration could not be read
-        return LAST.pointer(name)
-
-    def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        return LAST.pointers(run)
-
-    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        return followed(run, self.pointers(run))
-
-    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        return LAST.repoint(source, checkpoint)
+        return super().pointer(name)
 
     def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
         return next((f.path for f in checkpoint.files if Role.TEMP not in f.roles), run.path)

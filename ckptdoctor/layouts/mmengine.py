@@ -33,8 +33,8 @@ import os
 import re
 from collections.abc import Callable
 
-from ckptdoctor.layouts._base import Claim, Layout, NamingFile, Pointer, followed, logged_values
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerWrite, Role, Run, Unit
+from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, followed, logged_values
+from ckptdoctor.model import Checkpoint, Entry, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _NUMBERED = re.compile(r"^(epoch|iter)_([0-9]+)\.pth\Z")
@@ -52,7 +52,7 @@ _TORCH_26 = (
 )
 
 
-class MmengineLayout(Layout):
+class MmengineLayout(NamedByFile):
     name = "mmengine"
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
@@ -60,6 +60,7 @@ class MmengineLayout(Layout):
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     """``Runner.resume`` loads the optimizer only ``if 'optimizer' in checkpoint``: without it the
     run goes on silently with a fresh one."""
+    naming_file = LAST
     named_files = LAST.named_files
 
     claimable = re.compile(r"\.pth\Z")
@@ -78,16 +79,7 @@ class MmengineLayout(Layout):
     def pointer(self, name: str) -> Claim | None:
         if _BEST.match(name) or _PUBLISHED.match(name):
             return Claim((Role.POINTER,), 0, "best" if name.startswith("best_") else "published")  # copies outside the series
-        return LAST.pointer(name)
-
-    def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        return LAST.pointers(run)
-
-    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        return followed(run, self.pointers(run))
-
-    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        return LAST.repoint(source, checkpoint)
+        return super().pointer(name)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
