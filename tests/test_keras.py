@@ -14,12 +14,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from _frameworks_subprocess import run_python
 
 from ckptdoctor.model import Problem, Status
 from ckptdoctor.pipelines.scan import inspect
@@ -30,7 +29,6 @@ from ckptdoctor.readers._sample import BytesSample
 pytest.importorskip("tensorflow", reason="needs tensorflow-cpu with Keras 3 (pip install -e '.[tensorflow]')")
 h5py = pytest.importorskip("h5py")
 
-_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
 STEPS_PER_EPOCH = 4
 
 _MAKE = r"""
@@ -103,22 +101,16 @@ os._exit(0)  # killed before close: libhdf5 never writes the final end-of-file a
 """
 
 
-def _python(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=_ENV, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 def loaded(path: Path) -> dict[str, object]:
     """What ``keras.models.load_model`` makes of ``path``: the optimizer's step count, or its error."""
-    result: dict[str, object] = json.loads(_python(_LOAD, str(path)).splitlines()[-1])
+    result: dict[str, object] = json.loads(run_python(_LOAD, str(path)).splitlines()[-1])
     return result
 
 
 @pytest.fixture(scope="module")
 def keras_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("keras")
-    _python(_MAKE, str(root))
+    run_python(_MAKE, str(root))
     return root
 
 
@@ -176,7 +168,7 @@ def test_a_weights_file_whose_save_was_killed_is_never_closed(tmp_path: Path, ke
     folder = Path(shutil.copytree(keras_runs / "weights", tmp_path / "weights"))
     newest = sorted(folder.glob("weights.03-*"))[0]
     newest.unlink()
-    _python(_NEVER_CLOSED, str(newest))
+    run_python(_NEVER_CLOSED, str(newest))
     report, found = inspect([str(folder)])
     (finding,) = [f for f in report.findings if f.code == "CKD203"]
     assert finding.index == 3 and "never closed" in finding.message
@@ -198,7 +190,7 @@ def test_a_weights_file_cut_short_says_what_libhdf5_says(tmp_path: Path, keras_r
 
 def resumed_backup(folder: Path) -> int:
     """The epoch (0-based) at which ``fit`` with ``BackupAndRestore(folder)`` goes on."""
-    first: int = json.loads(_python(_RESUME_BACKUP, str(folder)).splitlines()[-1])["first_epoch"]
+    first: int = json.loads(run_python(_RESUME_BACKUP, str(folder)).splitlines()[-1])["first_epoch"]
     return first
 
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _frameworks_subprocess import run_python
 
 from ckptdoctor.model import Problem, Role, Status
 from ckptdoctor.pipelines.scan import inspect
@@ -30,7 +29,6 @@ from ckptdoctor.readers._sample import BytesSample
 
 pytest.importorskip("tensorflow", reason="needs tensorflow-cpu (pip install -e '.[tensorflow]')")
 
-_ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
 
 _MAKE = r"""
 import sys, numpy as np, keras, tensorflow as tf
@@ -71,23 +69,17 @@ print(json.dumps({"latest": latest, "manager": manager.latest_checkpoint, "step"
 """
 
 
-def _python(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=_ENV, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 def restored(folder: Path) -> dict[str, object]:
     """What TensorFlow itself makes of ``folder``: the prefix ``latest_checkpoint`` returns and the
     step a manager's ``restore(manager.latest_checkpoint)`` restores (0: it started afresh)."""
-    result: dict[str, object] = json.loads(_python(_RESTORE, str(folder)).splitlines()[-1])
+    result: dict[str, object] = json.loads(run_python(_RESTORE, str(folder)).splitlines()[-1])
     return result
 
 
 @pytest.fixture(scope="module")
 def tf_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tf")
-    _python(_MAKE, str(root))
+    run_python(_MAKE, str(root))
     return root
 
 
