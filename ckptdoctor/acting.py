@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdoctor import actions, processes
+from ckptdoctor.discover import remote
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen
 from ckptdoctor.pipelines import scan
@@ -38,6 +39,7 @@ from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Pending, Quarantine, StoredState
+from ckptdoctor.stores import urls
 from ckptdoctor.units import files_or_folders, size
 
 
@@ -215,7 +217,7 @@ def carry_out(
     in and below them, or (``recurse`` False) only over the runs whose folders they are.
     ``tally`` counts what its scan sees, for a status line shown until the listener hears the
     first event."""
-    context = _Context(pass_.command, list(paths or ["."]), dry_run, listener, recurse, tally)
+    context = _Context(pass_.command, [_local(path, pass_.command) for path in paths or ["."]], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -246,6 +248,19 @@ def carry_out(
                 return outcome(declined=question.declined)
         pass_.act(context, plans)
         return outcome(acted=True)
+
+
+def _local(path: str, command: str) -> str:
+    """The local path an acting pass acts on (a ``file://`` URL's path); a store URL is refused."""
+    try:
+        local = urls.local_path(path)
+    except urls.BadURL as error:
+        raise Refused(str(error)) from None
+    if local is not None:
+        return local
+    if remote(path):
+        raise Refused(f"{path}: {command} acts on local folders only, for now: inspect and verify read runs in object stores")
+    return path
 
 
 def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], tally: Tally | None = None) -> tuple[Report, list[Run]]:

@@ -15,6 +15,7 @@ from ckptdoctor.model import Finding, Role, Severity
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
 from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.units import parse_size
 
 PRUNE_KEYS = frozenset(
     {"keep-last", "keep-best", "metric", "mode", "keep-every", "keep-within", "keep", "min-age", "metrics-file", "verify", "max-runs"}
@@ -41,7 +42,7 @@ def prune_settings(config: str | None = None, start: str | None = None) -> tuple
     return prune, path
 
 
-TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles"})
+TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles", "max-download"})
 HINTED_ROLES = ("model", "optimizer", "scheduler")
 THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
 SEVERITIES = ("error", "warning", "info")
@@ -50,8 +51,13 @@ ENVIRONMENT = {
     "CKPTDOCTOR_FAIL_ON": "fail-on",
     "CKPTDOCTOR_SELECT": "select",
     "CKPTDOCTOR_IGNORE": "ignore",
+    "CKPTDOCTOR_MAX_DOWNLOAD": "max-download",
 }
 """Environment twins of settings (pip-audit's pattern): between the command line and the file."""
+
+
+MAX_DOWNLOAD = 2**30
+"""``max-download``'s default: 1 GiB."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class Settings:
     min_age: str | None = None
     roles: Mapping[str, Role] = field(default_factory=dict)
     """Name prefixes of a project's own checkpointers and the role each holds (``ema = "model"``)."""
+    max_download: int = MAX_DOWNLOAD
+    """Bytes ``verify`` reads from object stores without asking (egress costs money)."""
     source: str | None = None
     """The file the settings came from, if any."""
 
@@ -196,6 +204,14 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
             raise fail(f"roles.{prefix}", f"must be one of {', '.join(HINTED_ROLES)}, not {role!r}")
         hinted[str(prefix)] = Role(role)
     defaults = Thresholds()
+    max_download = values.get("max-download", MAX_DOWNLOAD)
+    if isinstance(max_download, str):
+        try:
+            max_download = parse_size(max_download, "max-download")
+        except ValueError:
+            raise fail("max-download", "must be a size such as 20GiB") from None
+    if isinstance(max_download, bool) or not isinstance(max_download, int) or max_download < 0:
+        raise fail("max-download", "must be a size such as 20GiB")
     min_age = values.get("min-age")
     if min_age is not None and not isinstance(min_age, str | int | float):
         raise fail("min-age", "must be a duration such as 10min")
@@ -212,6 +228,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
             min_peers=int(given.get("min_peers", defaults.min_peers)),
         ),
         min_age=str(min_age) if min_age is not None else None,
+        max_download=max_download,
         roles=hinted,
         source=where,
     )

@@ -99,8 +99,8 @@ def display(path: str) -> str:
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
-NOT_LOCAL = "an object-store URL: ckptdoctor reads local folders only, for now (mount the bucket, or copy the run)"
-"""Why a URL (``s3://…``, ``gs://…``) that names no local folder is refused (exit 2)."""
+NOT_LOCAL = "an object-store URL: this command acts on local folders only, for now (mount the bucket, or copy the run)"
+"""Why a URL (``s3://…``, ``gs://…``) is refused (exit 2) where a command cannot use one yet."""
 
 
 def remote(path: str) -> bool:
@@ -112,7 +112,7 @@ def discover(path: str, tally: Tally | None = None) -> Discovery:
     """List every folder at or below ``path`` (or just ``path`` when it names a file), counting
     the folders and files in ``tally`` as it goes."""
     if remote(path):
-        raise PathNotFound(NOT_LOCAL)
+        raise PathNotFound(NOT_LOCAL)  # a store's listing is made in ``stores.listing``
     try:
         info = os.stat(path)
     except OSError as error:
@@ -157,7 +157,7 @@ def python_list(os_dir: str, shown_dir: str) -> Listed:
         prefix = _shown_prefix(shown_dir)
         for item in scan:
             name = item.name
-            if name in _NEVER_PART_OF_A_RUN:
+            if name in NEVER_PART_OF_A_RUN:
                 continue
             shown = prefix + (name if name.isascii() else display(name))
             try:
@@ -185,7 +185,7 @@ def _shown_prefix(shown_dir: str) -> str:
     return shown_dir.rstrip(os.sep) + os.sep
 
 
-_NEVER_PART_OF_A_RUN = frozenset({OWN_FOLDER, MOVED_ASIDE})
+NEVER_PART_OF_A_RUN = frozenset({OWN_FOLDER, MOVED_ASIDE})
 """ckptdoctor's lock, journal and trash, and what a fix moved aside."""
 
 
@@ -198,7 +198,7 @@ else:
 
     def compiled_list(os_dir: str, shown_dir: str) -> Listed:
         """:func:`python_list` in C (``ckptdoctor/_clisting.c``): the same entries, at near ``find``'s cost."""
-        return list_folder(os_dir, _shown_prefix(shown_dir), Entry, display, _NEVER_PART_OF_A_RUN, SKIPPED_FOLDERS)
+        return list_folder(os_dir, _shown_prefix(shown_dir), Entry, display, NEVER_PART_OF_A_RUN, SKIPPED_FOLDERS)
 
 
 _list: Lister = compiled_list if compiled_list is not None and os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1" else python_list

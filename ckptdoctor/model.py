@@ -512,6 +512,13 @@ class Estimate:
     """In words: ``the largest of the last 3 complete epochs``, ``model 1.2 GiB + adam state``."""
 
 
+class Transfer(NamedTuple):
+    """What reading a run in an object store cost: requests made and bytes received."""
+
+    requests: int
+    received: int
+
+
 @dataclass(frozen=True)
 class DiskCheck:
     """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
@@ -547,6 +554,8 @@ class Report:
     """Checkpoint-like files (by suffix) in folders that no layout recognises: listed, not judged."""
     disk: DiskCheck | None = None
     """``diskcheck``: the volume, the next save and the runway."""
+    transfer: Transfer | None = None
+    """What the paths in object stores cost to read (None where every path was local)."""
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity is severity)
@@ -558,7 +567,10 @@ class Report:
 
 
 def _normal(path: str | None) -> str:
-    """``runs/a``, ``./runs/a`` and ``$PWD/runs/a`` alike: relative to the working directory."""
+    """``runs/a``, ``./runs/a`` and ``$PWD/runs/a`` alike: relative to the working directory (a
+    store's URL as it is)."""
+    if path and "://" in path:
+        return path
     return os.path.relpath(os.path.abspath(path)) if path else ""
 
 

@@ -7,6 +7,7 @@ neither imports the other.
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,6 +29,22 @@ def home_of(root: str, beside: bool) -> str:
         absolute = os.path.abspath(root)
         return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))
     return os.path.join(root, OWN_FOLDER)
+
+
+def store_url(path: str) -> bool:
+    """Whether ``path`` is an object's or a prefix's URL (``s3://bkt/run``), as a store listing
+    makes them: such a path is absolute already, and its ``//`` is no empty folder."""
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.isalnum()
+
+
+def parent(path: str) -> str:
+    """The folder above ``path`` (``..`` of it, normalised); a URL keeps its scheme."""
+    if store_url(path):
+        scheme, _, rest = path.partition("://")
+        above = posixpath.dirname(posixpath.normpath(rest))
+        return f"{scheme}://{above or rest}"
+    return os.path.normpath(os.path.join(path, os.pardir))
 
 
 def nearest_existing(path: str) -> str:

@@ -21,3 +21,35 @@ def files_or_folders(count: int, folders: int) -> str:
     if folders == count:
         return f"{count} folder{'s' if count != 1 else ''}"
     return f"{count} entries"
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
+
+
+def parse_size(text: str, what: str) -> int:
+    """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = cleaned[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or not 0 <= value * _UNITS[unit] < 2**63:  # also rejects nan and inf
+        raise ValueError(f"{what}: not a size: {text!r} (use e.g. 1.5GiB, 800MiB or a number of bytes)")
+    return int(value * _UNITS[unit])

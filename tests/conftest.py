@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import stores
 from frameworks import accelerator_for, hf_trainer, lightning_fit, step_and_save
 from typer.testing import CliRunner
 
@@ -60,6 +61,45 @@ def inspect_json(cli: Callable[..., Result]) -> Callable[..., Result]:
         return cli("inspect", "--json", *args, *paths)
 
     return run
+
+
+# --- object stores: real S3 servers on 127.0.0.1 (tests/stores.py) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    with stores.moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def seaweed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with stores.seaweed_server(tmp_path_factory.mktemp("weed")) as endpoint:
+        yield endpoint
+
+
+def _bucket_fixture(endpoint: str, name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
+    from ckptdoctor.stores import session
+
+    bucket = stores.bucket_in(endpoint, name)
+    for variable, value in bucket.env.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    session.forget()  # no client of another server's bucket carried over
+    yield bucket
+    session.forget()
+
+
+@pytest.fixture
+def moto_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
+    """A prefix of its own in a bucket of the moto server, with the environment set to reach it."""
+    yield from _bucket_fixture(moto_endpoint, "ckpt-moto", monkeypatch)
+
+
+@pytest.fixture
+def weed_bucket(seaweed_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
+    """A prefix of its own in a bucket of the SeaweedFS server, with the environment set to reach it."""
+    yield from _bucket_fixture(seaweed_endpoint, "ckpt-weed", monkeypatch)
 
 
 # --- framework runs, built once per test run (tests copy them with frameworks.copy_run) ----------

@@ -16,19 +16,22 @@ LAYERS: dict[str, int] = {
     "bundles": 1, "optimizers": 1, "places": 1, "regular": 1, "parallel": 1, "processes": 1,
     "_clisting": 1,  # compiled (its .pyi stub stands for it): imports nothing of ckptdoctor
     # input: listings, files, and the records ckptdoctor keeps in a run
-    "discover": 2, "readers": 2, "records": 2,
+    "discover": 2,
+    # object stores: their URLs, clients and listings (as discover lists folders)
+    "stores": 3,
+    "readers": 4, "records": 4,
     # what a name or a file means; the executor, which acts on entries and knows no framework
-    "layouts": 3, "actions": 3,
+    "layouts": 5, "actions": 5,
     # what is wrong
-    "rules": 4,
+    "rules": 6,
     # pipelines (paths → report) and planners (run → plan or verdict)
-    "pipelines": 5, "planners": 5, "baseline": 5,
+    "pipelines": 7, "planners": 7, "baseline": 7,
     # output
-    "render": 6,
+    "render": 8,
     # settings (which name rules and output formats); what users call: the acting pass, the Python
     # API, trainer callbacks, the command line
-    "config": 7, "acting": 7, "api": 8, "integrations": 9, "testing": 9,
-    "cli": 10, "__main__": 11, "ckptdoctor": 11,
+    "config": 9, "acting": 9, "api": 10, "integrations": 11, "testing": 11,
+    "cli": 12, "__main__": 13, "ckptdoctor": 13,
 }  # fmt: skip
 
 ALLOWED: dict[tuple[str, str], str] = {

@@ -18,6 +18,7 @@ from ckptdoctor.cli._output import (
     EXIT_USAGE,
     AllFlag,
     ConfigOption,
+    EndpointOption,
     JsonFlag,
     OutputOption,
     QuietFlag,
@@ -27,6 +28,7 @@ from ckptdoctor.cli._output import (
     rendered,
     say,
     sharing,
+    use_endpoint,
     write,
 )
 from ckptdoctor.render import HUMAN, JSON, Kind, Plans, RenderOptions, named
@@ -104,9 +106,11 @@ def acting_options(
     quiet: QuietFlag = False,
     show_all: AllFlag = False,
     config: ConfigOption = None,
+    endpoint: EndpointOption = None,
 ) -> ActingOptions:
     """The options every acting command takes (:func:`acting_command` adds them); exit 2 naming a bad
     configuration key."""
+    use_endpoint(endpoint)
     return ActingOptions(min_age, dry_run, yes, not no_recurse, chosen(fmt, as_json), output, quiet, show_all, config, configured(config))
 
 

@@ -72,6 +72,15 @@ FailOnOption = Annotated[
         "--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False
     ),
 ]
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        help="The S3-compatible server of s3:// paths (MinIO, Ceph, R2, SeaweedFS), or the emulator of gs:// and az:// ones "
+        "(default: AWS_ENDPOINT_URL).",
+        metavar="URL",
+    ),
+]
 ConfigOption = Annotated[
     str | None,
     typer.Option(
@@ -133,6 +142,7 @@ def report_options(
     config: ConfigOption = None,
     select: SelectOption = None,
     ignore: IgnoreOption = None,
+    endpoint: EndpointOption = None,
 ) -> ReportOptions:
     """The report options of a command line (its parameters are those every report command
     takes: :func:`reporting` adds them). The command line wins over the environment, which wins
@@ -142,6 +152,7 @@ def report_options(
     from ckptdoctor.model import Severity
 
     settings = configured(config)
+    use_endpoint(endpoint)
     try:
         chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
     except ConfigError as bad:
@@ -180,6 +191,20 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
 
 reporting = sharing(report_options)
 """``inspect``, ``verify`` and ``diskcheck``: the report options, as one :class:`ReportOptions`."""
+
+
+def use_endpoint(endpoint: str | None) -> None:
+    """Reach the stores of URL paths at ``endpoint`` (``--endpoint-url``); exit 2 for one that is no
+    http(s) URL."""
+    if endpoint is None:
+        return
+    if not endpoint.startswith(("http://", "https://")) or len(endpoint) <= len("https://"):
+        say(f"ckptdoctor: error: --endpoint-url {endpoint}: give the server's http:// or https:// URL")
+        raise typer.Exit(EXIT_USAGE)
+    # loaded only when an endpoint is given: a local run's start-up does not change
+    from ckptdoctor.stores.session import configure
+
+    configure(endpoint)
 
 
 def configured(config: str | None) -> Settings:
@@ -301,10 +326,15 @@ def _hint_unrecognised(paths: tuple[str, ...]) -> None:
 def _summary(report: Report, console: Console) -> None:
     # loaded by the report already: --help never comes here
     from ckptdoctor.model import Severity
+    from ckptdoctor.units import size
 
     counts = [f"{report.count(s)} {s.value}{'s' if report.count(s) != 1 and s is not Severity.INFO else ''}" for s in reversed(Severity)]
     runs = len(report.runs)
-    console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}.", style="dim", markup=False)
+    cost = ""
+    if report.transfer is not None:
+        requests = report.transfer.requests
+        cost = f"; {requests:,} request{'s' if requests != 1 else ''} to the store, {size(report.transfer.received)} read"
+    console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
 
 
 def write(text: str, output: str | None) -> None:

@@ -63,6 +63,7 @@ def diskcheck(
     from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.planners.space import MAX_MARGIN, EstimateError
+    from ckptdoctor.units import parse_size
 
     if not math.isfinite(margin) or margin > MAX_MARGIN:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin}")
@@ -73,7 +74,7 @@ def diskcheck(
             keep_last = retention if isinstance(retention, int) and retention > 0 else None
         report = preflight(
             path,
-            model_bytes=parse_size(model_bytes) if model_bytes is not None else None,
+            model_bytes=parse_size(model_bytes, "--model-bytes") if model_bytes is not None else None,
             model=model,
             optimizer=optimizer.lower() if optimizer else None,
             keep_last=keep_last,
@@ -87,35 +88,3 @@ def diskcheck(
         say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error
     emit(report, options)
-
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "k": 2**10,
-    "m": 2**20,
-    "g": 2**30,
-    "t": 2**40,
-}
-
-
-def parse_size(text: str) -> int:
-    """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = cleaned[len(number) :]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    if unit not in _UNITS or not 0 <= value * _UNITS[unit] < 2**63:  # also rejects nan and inf
-        raise ValueError(f"--model-bytes: not a size: {text!r} (use e.g. 1.5GiB, 800MiB or a number of bytes)")
-    return int(value * _UNITS[unit])

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptdoctor.cli._output import Paths, ReportOptions, emit, reporting, say
+from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, reporting, say
+from ckptdoctor.render import HUMAN
+
+if TYPE_CHECKING:
+    from ckptdoctor.cli._progress import ScanStatus
 
 DeepFlag = Annotated[
     bool,
@@ -20,6 +26,17 @@ LoadFlag = Annotated[
         "(needs the torch extra: pip install 'ckptdoctor[torch]').",
     ),
 ]
+YesFlag = Annotated[bool, typer.Option("--yes", "-y", help="Download from object stores above --max-download without asking.")]
+MaxDownloadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--max-download",
+        help="Bytes read from object stores without asking, e.g. 20GiB (default: 1GiB; max-download in the config; "
+        "CKPTDOCTOR_MAX_DOWNLOAD).",
+        metavar="SIZE",
+        show_default=False,
+    ),
+]
 JobsOption = Annotated[
     int,
     typer.Option("--jobs", "-j", min=0, help="Files read at once; 0 means one per CPU core.", show_default="0"),
@@ -27,7 +44,16 @@ JobsOption = Annotated[
 
 
 @reporting
-def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, jobs: JobsOption = 0, *, options: ReportOptions) -> None:
+def verify(
+    paths: Paths = None,
+    deep: DeepFlag = False,
+    load: LoadFlag = False,
+    jobs: JobsOption = 0,
+    yes: YesFlag = False,
+    max_download: MaxDownloadOption = None,
+    *,
+    options: ReportOptions,
+) -> None:
     """Read every file whole: what inspect does, and more.
 
     Everything inspect does, plus a full static read of every file: integrity, tensors, pickle safety,
@@ -41,17 +67,53 @@ def verify(paths: Paths = None, deep: DeepFlag = False, load: LoadFlag = False, 
       ckptdoctor verify runs/exp1
       ckptdoctor verify --deep downloads/model.pt
       ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
+      ckptdoctor verify s3://bucket/runs/exp1 --max-download 50GiB
     """
     # loaded when the command runs: --help stays fast
     from ckptdoctor.cli._progress import ScanStatus
-    from ckptdoctor.pipelines.verify import VerifyOptions
+    from ckptdoctor.pipelines.verify import NotDownloaded, VerifyOptions
     from ckptdoctor.pipelines.verify import verify as verify_paths
+    from ckptdoctor.units import parse_size
 
     if load:
         _require_torch()
+    try:
+        limit = parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
+    except ValueError as error:
+        say(f"ckptdoctor: error: {error}")
+        raise typer.Exit(EXIT_USAGE) from None
     with ScanStatus(options.quiet) as status:
-        report, found = verify_paths(paths or ["."], VerifyOptions(deep, load, jobs), options.settings.thresholds, status.tally)
+        download = _download_asker(limit, yes, options, status)
+        try:
+            report, found = verify_paths(
+                paths or ["."], VerifyOptions(deep, load, jobs, download), options.settings.thresholds, status.tally
+            )
+        except NotDownloaded as stopped:
+            say(f"ckptdoctor: {stopped}; nothing was verified")
+            raise typer.Exit(EXIT_USAGE) from None
     emit(report, options, found.empty)
+
+
+def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus) -> Callable[[int, int], bool]:
+    """What ``verify`` asks before reading objects from a store: it says how much it will read,
+    and above ``limit`` goes on only with --yes or the user's yes on a terminal."""
+    # loaded when the command runs: --help stays fast
+    from ckptdoctor.cli._acting import ask
+    from ckptdoctor.units import size
+
+    def answer(count: int, total: int) -> bool:
+        status.stop()
+        what = f"{count:,} object{'s' if count != 1 else ''} totalling {size(total)}"
+        if total <= limit or yes:
+            if not options.quiet:
+                say(f"Reading {what} from the store.")
+            return True
+        if options.format == HUMAN and sys.stdin.isatty():
+            return ask(f"About to download {what} (over --max-download {size(limit)}; egress may be billed). Go ahead?")
+        say(f"ckptdoctor: error: verify would download {what}, over --max-download {size(limit)}: pass --yes, or a larger --max-download")
+        raise typer.Exit(EXIT_USAGE)
+
+    return answer
 
 
 def _require_torch() -> None:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.places import parent
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
@@ -99,7 +100,7 @@ class BurnLayout(Layout):
         built on, the folder above ``checkpoint/``; files moved out of a ``checkpoint/`` folder
         are no learner's: their model file, for loading the weights by hand."""
         if os.path.basename(os.path.abspath(run.path)) == _FOLDER:  # abspath: the run may be "."
-            return os.path.normpath(os.path.join(run.path, os.pardir))
+            return parent(run.path)
         return super().resume_path(run, checkpoint)
 
     def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, folder_name, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
+from ckptdoctor.places import parent
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
@@ -169,7 +170,9 @@ class DeepSpeedLayout(FolderLayout):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         # a tag folder looked at on its own is the run: it is loaded from the folder above it
-        load_dir, tag = (run.path, checkpoint.folder.name) if checkpoint.folder else os.path.split(os.path.normpath(run.path))
+        load_dir, tag = (
+            (run.path, checkpoint.folder.name) if checkpoint.folder else (parent(run.path), os.path.basename(os.path.normpath(run.path)))
+        )
         if _UNIVERSAL_TAG.match(tag):
             return (
                 f'set `"checkpoint": {{"load_universal": true}}` in the DeepSpeed config and pass '

@@ -7,13 +7,16 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ckptdoctor.discover import Listing, PathNotFound, Unlisted, discover, display, natural_key
+from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
-from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError
+from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
+from ckptdoctor.stores import session, urls
+from ckptdoctor.stores.listing import discover_store
+from ckptdoctor.stores.session import StoreError
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,8 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
     unclaimed: list[Listing] = []
     for path in paths:
         try:
-            found = discover(path, tally)
-        except PathNotFound as error:
+            found = discovered(path, tally)
+        except (PathNotFound, StoreError) as error:
             errors.append(ScanError(display(path), str(error)))
             continue
         unlisted.extend(found.unlisted)
@@ -74,6 +77,20 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
 
 
+def discovered(path: str, tally: Tally | None = None) -> Discovery:
+    """The folders at or below ``path``: a local path (or ``file://`` URL) listed from disk, a
+    store URL (``s3://``, ``gs://``, ``az://``) from one listing of its bucket."""
+    try:
+        local = urls.local_path(path)
+    except urls.BadURL as error:
+        raise PathNotFound(str(error)) from None
+    if local is not None:
+        return discover(local, tally)
+    if remote(path):
+        return discover_store(path, tally)
+    return discover(path, tally)
+
+
 def _subfolder(listings: dict[str, Listing], entry: Entry) -> Listing | None:
     return listings.get(entry.os_path)
 
@@ -93,7 +110,18 @@ def _inside(path: str, folders: set[str]) -> bool:
 def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: Tally | None = None) -> tuple[Report, Scan]:
     """What ``ckptdoctor inspect`` reports: runs from headers and trailers, and cheap findings
     (``tally`` counts what the scan sees as it goes)."""
+    paths = list(paths)
+    before = session.traffic()
     result = scan(paths, tally=tally)
     findings = check(result.runs, result.unlisted, thresholds or Thresholds())
-    report = Report("inspect", result.runs, findings, result.errors, unrecognised=result.unrecognised)
+    report = Report("inspect", result.runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
     return report, result
+
+
+def transfer(paths: list[str], before: tuple[int, int]) -> Transfer | None:
+    """What reading ``paths`` cost in requests and bytes since ``before`` (``session.traffic()``),
+    where any of them is in a store."""
+    if not any(remote(path) and urls.local_path(path) is None for path in paths):
+        return None
+    requests, received = session.traffic()
+    return Transfer(requests - before[0], received - before[1])

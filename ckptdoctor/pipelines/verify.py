@@ -11,14 +11,14 @@ import contextlib
 import dataclasses
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
-from ckptdoctor.pipelines.scan import Scan, scan
+from ckptdoctor.pipelines.scan import Scan, scan, transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers._deep import prepare
 from ckptdoctor.readers.files import (
@@ -31,11 +31,14 @@ from ckptdoctor.readers.files import (
 )
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
+from ckptdoctor.stores import session
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
 
 
+OBJECT_THREADS = 8
+"""Objects read whole at once (each in parallel parts of its own)."""
 POOL_MIN_FILES = 512
 """Below this many files a structural read takes less time than starting worker processes."""
 POOL_MIN_BYTES = 64 * 1024 * 1024
@@ -50,6 +53,13 @@ class VerifyOptions:
     """Also load each file that passed with the real library (torch or safetensors)."""
     jobs: int = 0
     """Files read at once (0: one per CPU core)."""
+    download: Callable[[int, int], bool] | None = None
+    """Asked, with the count and bytes of the objects to read whole from stores, before any is
+    read (egress costs money); False stops with :class:`NotDownloaded`. None: read them."""
+
+
+class NotDownloaded(Exception):
+    """``verify`` stopped before reading objects from a store, as ``VerifyOptions.download`` said."""
 
 
 def verify(
@@ -61,8 +71,12 @@ def verify(
     """What ``ckptdoctor verify`` reports; ``tally`` counts what the first scan sees and the
     files and bytes read whole as they finish (the second scan, of the same tree, is not counted)."""
     paths = list(paths)
+    before = session.traffic()
     first = scan(paths, tally=tally)
     targets = _targets(first)
+    stored = [entry for entry in targets if session.owner(entry.os_path) is not None]
+    if stored and options.download is not None and not options.download(len(stored), sum(entry.size for entry in stored)):
+        raise NotDownloaded(f"{len(stored)} objects were not read")
     reports = _read_all(targets, options.deep, options.jobs or cores(), tally)
     if options.load:
         from ckptdoctor.readers.library import load_all  # torch is imported only here
@@ -75,7 +89,7 @@ def verify(
     findings = check(runs, second.unlisted, thresholds or Thresholds())
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
-    report = Report("verify", tuple(runs), findings, second.errors)
+    report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
     return report, dataclasses.replace(second, empty=empty)
 
 
@@ -131,6 +145,10 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
     tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
+    objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
+    if objects:
+        entries = [entry for entry in entries if session.owner(entry.os_path) is None]
+        _read_objects(objects, deep, tally, reports)
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     # one file that outweighs the rest twice over is read soonest by every thread at once (and
     # the rest after it), not by one worker while the others finish the small files and wait
@@ -162,6 +180,19 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
         lost = sum(len(tasks[number]) for number in range(len(tasks)) if number not in done)
         raise RuntimeError(f"a verify worker process died (killed?): {lost} files were not read")
     return reports
+
+
+def _read_objects(objects: list[Entry], deep: bool, tally: Tally, reports: dict[str, FileReport]) -> None:
+    """Objects in a store, each read whole, by threads that wait on the network: a forked worker
+    would inherit the store client's threads mid-flight."""
+    # loaded only where objects are read: a local verify does not import it
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(OBJECT_THREADS) as pool:
+        for entry, report in zip(objects, pool.map(lambda entry: verify_file(entry, 1 if deep else 0), objects), strict=True):
+            reports[entry.os_path] = report
+            tally.read += 1
+            tally.bytes_read += entry.size
 
 
 TASKS_PER_WORKER = 32

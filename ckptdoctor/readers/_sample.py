@@ -7,11 +7,19 @@ metadata, a safetensors header), exactly that header. Tests and fuzzers hand the
 
 from __future__ import annotations
 
+import collections
+import errno
 import io
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ckptdoctor.regular import open_to_read
+from ckptdoctor.stores import session
+
+if TYPE_CHECKING:
+    from ckptdoctor.stores._bucket import Bucket
 
 HEAD = 16 * 1024
 TAIL = 4 * 1024
@@ -58,6 +66,19 @@ class Sample:
             yield data
             offset += len(data)
 
+    def whole(self) -> bytes | None:
+        """All of the file's bytes where they are already at hand (a small file), else None."""
+        return None
+
+    def close(self) -> None:
+        """Let go of what the sample holds open (a file, a download)."""
+
+    def __enter__(self) -> Sample:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class BytesSample(Sample):
     """A sample over bytes in memory (tests, fuzzing, decompressed payloads)."""
@@ -98,12 +119,6 @@ class FileSample(Sample):
     def whole(self) -> bytes | None:
         """All of the file's bytes when the first read held them (small files), else None."""
         return self._head if len(self._head) == self.size else None
-
-    def __enter__(self) -> FileSample:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def range(self, offset: int, n: int) -> bytes:
         end = min(self.size, offset + max(0, n))
@@ -185,3 +200,125 @@ class Window(Sample):
 
     def read_in_order(self) -> None:
         self._outer.read_in_order()
+
+
+class ObjectSample(Sample):
+    """A sample of an object in a bucket, read by ranged GETs: the head and tail a bulk read
+    fetched already, and blocks of ``BLOCK`` bytes around any other read, a few kept, because
+    readers walk a header in many small reads and every request costs a round trip."""
+
+    BLOCK = 256 * 1024
+    KEPT = 8
+
+    def __init__(self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"") -> None:
+        self._bucket = bucket
+        self._key = key
+        self.size = size
+        self._head = head
+        self._tail = tail
+        self._blocks: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+
+    def whole(self) -> bytes | None:
+        return self._head if len(self._head) == self.size else None
+
+    def range(self, offset: int, n: int) -> bytes:
+        end = min(self.size, offset + max(0, n))
+        if end <= offset:
+            return b""
+        if end <= len(self._head):
+            return self._head[offset:end]
+        tail_start = self.size - len(self._tail)
+        if self._tail and offset >= tail_start:
+            return self._tail[offset - tail_start : end - tail_start]
+        if end - offset > self.BLOCK:
+            return self._bucket.read(self._key, offset, end - offset)
+        first, last = offset // self.BLOCK, (end - 1) // self.BLOCK
+        data = b"".join(self._block(number) for number in range(first, last + 1))
+        start = offset - first * self.BLOCK
+        return data[start : start + end - offset]
+
+    def _block(self, number: int) -> bytes:
+        block = self._blocks.get(number)
+        if block is None:
+            block = self._bucket.read(self._key, number * self.BLOCK, self.BLOCK)
+            self._blocks[number] = block
+            if len(self._blocks) > self.KEPT:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(number)
+        return block
+
+
+IN_MEMORY = 256 * 1024 * 1024
+"""An object read whole up to this size is held in memory; a bigger one goes to a temporary file."""
+
+
+def open_sample(os_path: str, size: int | None = None) -> Sample:
+    """The file (or a listed object's URL) at ``os_path``, sampled: a local file as
+    :meth:`FileSample.open` opens it, an object by ranged reads. ``OSError`` when it cannot be."""
+    bucket = session.owner(os_path)
+    if bucket is None:
+        return FileSample.open(os_path, size)
+    key = bucket.location.key_of(os_path)
+    if size is None:
+        listed = session.listed(os_path)
+        size = listed.size if listed is not None else bucket.head(key).size
+    return ObjectSample(bucket, key, size)
+
+
+def downloaded(os_path: str, size: int) -> Sample:
+    """An object read whole (``verify``), its parts in parallel: in memory up to ``IN_MEMORY``
+    bytes, else in a temporary file that is gone once the sample is closed; a local file is
+    opened as :func:`open_sample` opens it."""
+    bucket = session.owner(os_path)
+    if bucket is None:
+        return FileSample.open(os_path, size)
+    key = bucket.location.key_of(os_path)
+    if size <= IN_MEMORY:
+        buffer = bytearray(size)
+
+        def keep(offset: int, data: bytes) -> None:
+            buffer[offset : offset + len(data)] = data
+
+        bucket.read_into(key, size, keep)
+        return BytesSample(bytes(buffer))
+    fd, path = tempfile.mkstemp(prefix="ckptdoctor-")
+    os.unlink(path)  # nobody else can open it, and it is gone with its descriptor
+    try:
+        bucket.read_into(key, size, lambda offset, data: os.pwrite(fd, data, offset))
+        return FileSample(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def object_samples(objects: Sequence[tuple[str, int]], head: int = HEAD, tail: int = TAIL) -> list[Sample | OSError]:
+    """A sample of each listed object ``(URL, size)`` holding its first ``head`` and last ``tail``
+    bytes (all of it when no longer), every range fetched at once, a few dozen in flight; an
+    object that could not be read is its error, in its place."""
+    if not objects:
+        return []
+    bucket = session.owner(objects[0][0])
+    if bucket is None or any(not url.startswith(bucket.location.root + "/") for url, _ in objects):
+        raise ValueError("objects of one listed bucket only")
+    ranges: list[tuple[str, int, int]] = []
+    for url, size in objects:
+        key = bucket.location.key_of(url)
+        if size <= head + tail:
+            ranges.append((key, 0, size))
+        else:
+            ranges += [(key, 0, head), (key, size - tail, tail)]
+    got: Iterator[bytes | OSError] = iter(bucket.read_many(ranges))
+    samples: list[Sample | OSError] = []
+    for url, size in objects:
+        first = next(got)
+        last = next(got) if size > head + tail else b""
+        if isinstance(first, OSError):
+            samples.append(first)
+        elif isinstance(last, OSError):
+            samples.append(last)
+        elif len(first) == min(size, head if size > head + tail else size) and len(last) == (tail if size > head + tail else 0):
+            samples.append(ObjectSample(bucket, bucket.location.key_of(url), size, first, last))
+        else:
+            samples.append(OSError(errno.EIO, "it is shorter than its listing said: it changed while it was read"))
+    return samples

@@ -36,10 +36,11 @@ from ckptdoctor.readers import (
 )
 from ckptdoctor.readers._edges import COMPILED, read_edges
 from ckptdoctor.readers._registry import Naming, current
-from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, FileSample, Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
 from ckptdoctor.readers._unpickler import Budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.stores import session
 
 __all__ = [
     "BytesSample",
@@ -244,7 +245,7 @@ def probe(entry: Entry, named: NamedFiles) -> FileReport:
 
 
 def _header_of(sample: Sample, name: str, named: NamedFiles) -> FileReport:
-    whole = sample.whole() if isinstance(sample, FileSample) else None
+    whole = sample.whole()
     if whole is not None:
         return _judged_whole(whole, name, named)
     return _shared(read_header(sample, name, named))
@@ -283,7 +284,10 @@ def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) ->
     """``probe`` of each of ``entries``, in order. Small files (at most ``HEAD + TAIL`` bytes: a
     big run's pointers, configs and small states) are read whole in bulk, by the compiled
     reader on ``threads`` threads where it was built; a file that bulk read could not take (not
-    regular, unreadable, changed size) is probed alone, which says why."""
+    regular, unreadable, changed size) is probed alone, which says why. Objects in a bucket have
+    their heads and tails fetched many at once, then are judged from them."""
+    if entries and session.owner(entries[0].os_path) is not None:
+        return _probe_objects(entries, named)
     reports: list[FileReport | None] = [None] * len(entries)
     # an OCDBT manifest is judged with the files it names: ``probe`` reads it alone
     small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and entry.name != ocdbt.MANIFEST]
@@ -300,6 +304,22 @@ _BULK = 2048
 """Files read per bulk call: their bytes are held until it returns (at most 40 MiB)."""
 
 
+def _probe_objects(entries: Sequence[Entry], named: NamedFiles) -> list[FileReport]:
+    reports: list[FileReport] = []
+    for start in range(0, len(entries), _BULK):
+        chunk = entries[start : start + _BULK]
+        for entry, sample in zip(chunk, object_samples([(e.os_path, e.size) for e in chunk], HEAD, TAIL), strict=True):
+            if isinstance(sample, FileNotFoundError):
+                reports.append(_unreadable("it vanished while being scanned"))
+            elif isinstance(sample, OSError):
+                reports.append(_unreadable(sample.strerror or str(sample)))
+            elif entry.name == ocdbt.MANIFEST:
+                reports.append(_walk_ocdbt(sample, entry.name, folder=os.path.dirname(entry.os_path), crc=False, values=False))
+            else:
+                reports.append(_header_of(sample, entry.name, named))
+    return reports
+
+
 class HeaderReads:
     """``inspect``'s read of a file (``probe``, with the files the layouts name read as named),
     and of many at once (``many``): what grouping reads a run's files with."""
@@ -314,7 +334,7 @@ class HeaderReads:
         """Each of ``entries`` probed, in order: in this process where the compiled reader reads
         (its threads share the reads out, and what is judged is mostly judged once), else over
         every core in forked workers (Python's own reads do not share out across threads)."""
-        if COMPILED:
+        if COMPILED or (entries and session.owner(entries[0].os_path) is not None):  # objects: fetched by one thread's event loop
             return probe_many(entries, self.named, cores())
         chunks = map_chunks(lambda start, stop: probe_many(entries[start:stop], self.named), len(entries))
         return [report for chunk in chunks for report in chunk]
@@ -333,7 +353,7 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     if report.format != Format.TORCH_ZIP.value or report.issues or report.keys_read:
         return report
     try:
-        with FileSample.open(entry.os_path, entry.size) as sample:
+        with open_sample(entry.os_path, entry.size) as sample:
             skimmed = torchzip.top_level(sample)
     except OSError:
         return report
@@ -348,13 +368,15 @@ def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
     """Read one file whole and judge it; a DCP ``.metadata`` is judged with the objects
     ``dcp.load`` would unpickle from its data files."""
     if entry.name == dcp.METADATA:
-        report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep))
+        report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep), whole=True)
     elif entry.name == ocdbt.MANIFEST:
-        report = _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0))
+        report = _read_file(
+            entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0), whole=True
+        )
     elif deep and entry.name.endswith(tfbundle.INDEX_SUFFIX):
-        report = _read_file(entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), named=named))
+        report = _read_file(entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), named=named), whole=True)
     else:
-        report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named))
+        report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named), whole=True)
     return report
 
 
@@ -371,7 +393,7 @@ def _verify_bundle(sample: Sample, name: str, folder: str, named: NamedFiles) ->
     for shard in range(min(shards, _MAX_SHARDS)):
         shard_name = tfbundle.data_file_name(prefix, shard, shards)
         try:
-            with FileSample.open(os.path.join(folder, shard_name)) as data:
+            with open_sample(os.path.join(folder, shard_name)) as data:
                 issues += tfbundle.shard_issues(data, [e for e in entries if e.shard == shard], shard_name)
         except OSError:
             continue  # a missing or unreadable shard: its own report, or the layout, says so
@@ -427,7 +449,7 @@ def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIss
             issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} is longer than ckptdoctor reads: it cannot be proven safe"))
             continue
         try:
-            with FileSample.open(os.path.join(folder, item.relative_path)) as data:
+            with open_sample(os.path.join(folder, item.relative_path)) as data:
                 chunk = data.range(item.offset, item.length) if item.offset >= 0 else b""
         except OSError:
             continue  # dcp.load fails on it too; the data file's own report says why
@@ -452,13 +474,14 @@ class _Folder:
 
     def size(self, path: str) -> int | None:
         try:
-            return os.stat(os.path.join(self.folder, path)).st_size
+            with open_sample(os.path.join(self.folder, path)) as data:
+                return data.size
         except OSError:
             return None
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         try:
-            with FileSample.open(os.path.join(self.folder, path)) as data:
+            with open_sample(os.path.join(self.folder, path)) as data:
                 return data.range(offset, length)
         except OSError:
             return b""
@@ -473,7 +496,7 @@ def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[
     spans: list[Span] = []
     for file, stored in sorted(by_file.items()):
         try:
-            with FileSample.open(os.path.join(folder, file)) as data:
+            with open_sample(os.path.join(folder, file)) as data:
                 _, checked = _deep.scan(data, [_deep.Region(i.offset, i.length, zeros=True) for i in stored], threads)
         except OSError:
             continue  # the data file's own report says why
@@ -502,15 +525,17 @@ def holds(entry: Entry, formats: frozenset[Format]) -> bool:
     """Whether a file's first bytes are one of ``formats``, or a stream joblib.load decompresses;
     False when it cannot be opened."""
     try:
-        with FileSample.open(entry.os_path, entry.size) as sample:
+        with open_sample(entry.os_path, entry.size) as sample:
             return sniff.sniff(sample) in formats or compressed.compressed(sample)
     except OSError:
         return False
 
 
-def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport]) -> FileReport:
+def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport], whole: bool = False) -> FileReport:
+    """``judge`` of the file's sample; ``whole``: the file is read whole anyway (``verify``), so an
+    object in a bucket is fetched whole first, in parallel parts, not range by range."""
     try:
-        with FileSample.open(entry.os_path, entry.size) as sample:
+        with (downloaded if whole else open_sample)(entry.os_path, entry.size) as sample:
             return judge(sample, entry.name)
     except FileNotFoundError:
         return _unreadable("it vanished while being scanned")

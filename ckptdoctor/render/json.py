@@ -65,6 +65,8 @@ def document(report: Report) -> dict[str, Any]:
         body["errors"] = [{"path": e.path, "message": e.message} for e in report.errors]
     if report.disk is not None:
         body["disk"] = disk_entry(report.disk)
+    if report.transfer is not None:
+        body["store"] = {"requests": report.transfer.requests, "bytes_read": report.transfer.received}
     return body
 
 

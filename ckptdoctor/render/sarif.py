@@ -87,6 +87,8 @@ def _uri(path: str) -> str:
     checkout) when the path is inside it, else an absolute ``file://`` URI; the name's own bytes
     percent-encoded (undecodable ones included)."""
 
+    if "://" in path:  # an object in a store: its URL is the URI
+        return path
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
     if relative == os.curdir:

@@ -1,0 +1,352 @@
+"""One bucket, through obstore: list it, read ranges of its objects, many at once.
+
+Imported only when a URL is scanned: obstore (and boto3, for credentials) never load for a local
+run. Every request is counted (``Traffic``), because on a bucket requests and bytes are what a
+scan costs, and the report says how many it made.
+
+Errors are told apart by what the store answered (the HTTP status, the error kind), never by one
+client's exception classes alone: a missing object is ``FileNotFoundError`` and any other failed
+read an ``OSError`` (a reader then calls the file unreadable, never clean); a listing the store
+refuses is a :class:`StoreError`, one line that names the fix (exit 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+import obstore
+from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+
+from ckptdoctor.stores.session import StoreError
+from ckptdoctor.stores.urls import Location, Store
+
+if TYPE_CHECKING:
+    from obstore.store import AzureConfig, ClientConfig, GCSConfig, S3Config
+
+CONCURRENCY = 48
+"""Requests in flight at once: a local server and a cloud store alike answer 32-64 best."""
+PART = 8 * 1024 * 1024
+"""Bytes per ranged GET when an object is read whole: big objects come down in parallel parts."""
+
+T = TypeVar("T")
+
+
+class ObjectInfo(NamedTuple):
+    """One object as a listing shows it: no request per object is needed for any of it."""
+
+    key: str
+    size: int
+    etag: str | None
+    modified: float
+    """Last modified, in seconds since the epoch, by the store's clock."""
+    version: str | None
+
+
+class Traffic:
+    """Requests made and bytes received so far (threads add to it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.received = 0
+
+    def add(self, requests: int, received: int) -> None:
+        with self._lock:
+            self.requests += requests
+            self.received += received
+
+
+class Bucket:
+    """A bucket (or container) and the client that reaches it."""
+
+    def __init__(self, location: Location, store: Any, endpoint: str | None) -> None:
+        self.location = location
+        self.endpoint = endpoint
+        self._store = store
+        self.traffic = Traffic()
+
+    def objects(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in one recursive listing."""
+        found: list[ObjectInfo] = []
+        pages = 0
+        try:
+            for page in obstore.list(self._store, prefix or None, chunk_size=1000):
+                pages += 1
+                found.extend(_info(meta) for meta in page)
+        except BaseError as error:
+            if _UNNAMEABLE in str(error):  # one key with an empty, '.' or '..' part fails obstore's whole listing
+                return self._objects_by_boto3(prefix, _first_line(error))
+            raise StoreError(self.refused("list", prefix, error)) from None
+        except FileNotFoundError:
+            raise StoreError(f"{self.location.root} does not exist (no such bucket)") from None
+        finally:
+            self.traffic.add(max(pages, 1), 0)
+        return found
+
+    def _objects_by_boto3(self, prefix: str, why: str) -> list[ObjectInfo]:
+        """The listing boto3 makes, which takes any key: the keys no path can name are then
+        reported by the listing's reader, and left alone."""
+        from ckptdoctor.stores import _control  # boto3: only for a bucket holding such a key
+
+        try:
+            s3 = _control.client(self.location, self.endpoint)
+        except StoreError:
+            raise StoreError(f"{self.location.url_of(prefix)}: {why}; to list it, {_control.NEEDS_BOTO3}") from None
+        found: list[ObjectInfo] = []
+        try:
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.location.bucket, Prefix=prefix):
+                self.traffic.add(1, 0)
+                found += [
+                    ObjectInfo(item["Key"], item["Size"], item.get("ETag"), item["LastModified"].timestamp(), None)
+                    for item in page.get("Contents", [])
+                ]
+        except Exception as error:  # botocore's: told apart by the status S3 sent
+            status, code = _control.answer(error)
+            raise StoreError(f"{self.location.url_of(prefix)}: the store refused to list it (HTTP {status}, {code})") from None
+        return found
+
+    def head(self, key: str) -> ObjectInfo:
+        """The object ``key`` as it is now (``FileNotFoundError`` when there is none)."""
+        try:
+            return _info(self._call(obstore.head, key))
+        finally:
+            self.traffic.add(1, 0)
+
+    def read(self, key: str, start: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end)."""
+        if length <= 0:
+            return b""
+        data = bytes(self._call(obstore.get_range, key, start=start, length=length))
+        self.traffic.add(1, len(data))
+        return data
+
+    def read_many(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes | OSError]:
+        """Each ``(key, start, length)`` read, ``CONCURRENCY`` at a time; a read that failed is
+        its error, in its place."""
+        return run(self._gather([self._read_async(key, start, length) for key, start, length in ranges]))
+
+    def read_into(self, key: str, size: int, write: Callable[[int, bytes], object]) -> None:
+        """The whole object, in parallel ``PART``-sized ranges, each handed to ``write(offset,
+        data)`` as it arrives; ``OSError`` when any range failed or came back short (the object
+        changed or was cut while it was read)."""
+        starts = list(range(0, size, PART))
+
+        async def part(start: int) -> None:
+            length = min(PART, size - start)
+            data = await self._read_async(key, start, length)
+            if len(data) != length:
+                raise OSError(errno.EIO, f"{len(data):,} bytes where {length:,} were listed at {start:,}: it changed while it was read")
+            write(start, data)
+
+        for result in run(self._gather([part(start) for start in starts])):
+            if isinstance(result, OSError):
+                raise result
+
+    async def _read_async(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        try:
+            data = bytes(await obstore.get_range_async(self._store, key, start=start, length=length))
+        except FileNotFoundError:
+            self.traffic.add(1, 0)
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
+        except BaseError as error:
+            self.traffic.add(1, 0)
+            raise OSError(errno.EIO, self.refused("read", key, error)) from None
+        self.traffic.add(1, len(data))
+        return data
+
+    @staticmethod
+    async def _gather(jobs: list[Awaitable[T]]) -> list[T | OSError]:
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def gated(job: Awaitable[T]) -> T | OSError:
+            async with gate:
+                try:
+                    return await job
+                except OSError as error:
+                    return error
+
+        return await asyncio.gather(*(gated(job) for job in jobs))
+
+    def _call(self, function: Callable[..., T], key: str, **arguments: Any) -> T:
+        try:
+            return function(self._store, key, **arguments)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
+        except BaseError as error:
+            raise OSError(errno.EIO, self.refused("read", key, error)) from None
+
+    def refused(self, what: str, key: str, error: BaseException) -> str:
+        """One line on why the store refused to ``what`` ``key``, and what to do about it."""
+        where = self.location.url_of(key) if key else self.location.root
+        status = _status(error)
+        code = _code(error)
+        if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
+            return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
+        if isinstance(error, PermissionDeniedError) or status == 403:
+            return f"{where}: permission denied to {what} ({code or 403}): grant {_PERMISSIONS[what][self.location.store]}"
+        if code == "NoSuchBucket" or (status == 404 and what == "list"):
+            return f"{self.location.root} does not exist (no such bucket)"
+        if status is None and _UNREACHED.search(str(error)):
+            reach = self.endpoint or "the store"
+            return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network, --endpoint-url or AWS_ENDPOINT_URL"
+        if status is None:
+            return f"{where}: the store's answer could not be used ({_first_line(error)})"
+        return f"{where}: the store refused to {what} it (HTTP {status}{f', {code}' if code else ''})"
+
+
+def run(job: Awaitable[T]) -> T:
+    """Run a coroutine to its end from ordinary code, in this thread or, where an event loop
+    already runs here (a notebook), in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(job)  # type: ignore[arg-type]
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            result.append(asyncio.run(job))  # type: ignore[arg-type]
+        except BaseException as error:  # carried back to the caller's thread, raised there
+            failure.append(error)
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _info(meta: Any) -> ObjectInfo:
+    modified = meta["last_modified"]
+    return ObjectInfo(meta["path"], meta["size"], meta.get("e_tag"), modified.timestamp(), meta.get("version"))
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_UNREACHED = re.compile(r"error sending request|connect|timed out|dns error|Connection refused", re.IGNORECASE)
+_UNNAMEABLE = "Encountered object with invalid path"
+_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
+_BAD_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AuthenticationFailed"})
+_CREDENTIALS = {
+    Store.S3: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (with ckptdoctor[s3] installed), or run `aws sso login`",
+    Store.GCS: "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key, or run `gcloud auth application-default login`",
+    Store.AZURE: "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or run `az login`",
+}
+_PERMISSIONS = {
+    "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
+    "read": {Store.S3: "s3:GetObject", Store.GCS: "storage.objects.get", Store.AZURE: "the Storage Blob Data Reader role"},
+}
+
+
+def _status(error: BaseException) -> int | None:
+    match = _STATUS.search(str(error))
+    return int(match.group(1)) if match else None
+
+
+def _code(error: BaseException) -> str | None:
+    match = _CODE.search(str(error))
+    return match.group(1) if match else None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.rsplit(" - ", 1)[-1][:160]
+
+
+def connect(location: Location, endpoint: str | None = None) -> Bucket:
+    """A client for ``location``'s bucket: the store's own credential chain, and ``endpoint``
+    (else ``AWS_ENDPOINT_URL``) for S3-compatible servers and emulators."""
+    if location.store is Store.S3:
+        return _s3(location, endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+    if location.store is Store.GCS:
+        from obstore.store import GCSStore  # each store's client is built only for its URLs
+
+        options = _plain_http(endpoint)
+        config: GCSConfig = {"base_url": endpoint} if endpoint else {}
+        return Bucket(location, _built(location, lambda: GCSStore(location.bucket, config=config, client_options=options)), endpoint)
+    from obstore.store import AzureStore  # each store's client is built only for its URLs
+
+    azure: AzureConfig = {"endpoint": endpoint} if endpoint else {}
+    if location.account:
+        azure["account_name"] = location.account
+    options = _plain_http(endpoint)
+    return Bucket(location, _built(location, lambda: AzureStore(location.bucket, config=azure, client_options=options)), endpoint)
+
+
+def _s3(location: Location, endpoint: str | None) -> Bucket:
+    from obstore.store import S3Store  # each store's client is built only for its URLs
+
+    config: S3Config = {}
+    if endpoint:
+        config["endpoint"] = endpoint
+        config["virtual_hosted_style_request"] = False  # MinIO, Ceph, SeaweedFS: the bucket in the path
+    provider = _boto3_credentials()
+    if provider is None and not _has_env_credentials():
+        raise StoreError(
+            f"{location.root}: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "or install ckptdoctor[s3] (boto3) to use AWS_PROFILE, SSO and instance roles"
+        )
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or _boto3_region()
+    config.setdefault("region", region or "us-east-1")
+
+    def build() -> Any:
+        if provider is not None:
+            return S3Store(location.bucket, config=config, client_options=_plain_http(endpoint), credential_provider=provider)
+        return S3Store(location.bucket, config=config, client_options=_plain_http(endpoint))
+
+    return Bucket(location, _built(location, build), endpoint)
+
+
+def _built(location: Location, build: Callable[[], T]) -> T:
+    try:
+        return build()
+    except (BaseError, ValueError) as error:
+        raise StoreError(f"{location.root}: the client could not be set up: {_first_line(error)}") from None
+
+
+def _plain_http(endpoint: str | None) -> ClientConfig:
+    return {"allow_http": True} if endpoint and endpoint.startswith("http://") else {}
+
+
+_ENV_CREDENTIALS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _has_env_credentials() -> bool:
+    return any(os.environ.get(name) for name in _ENV_CREDENTIALS)
+
+
+def _boto3_credentials() -> Any:
+    """boto3's credential chain (profiles, SSO, instance roles) for obstore, which reads only the
+    environment; None where boto3 is not installed or finds no credentials."""
+    try:
+        import boto3  # the optional extra: only its credential chain is used here
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError:
+        return None
+    session = boto3.Session()
+    if session.get_credentials() is None:
+        return None
+    return Boto3CredentialProvider(session)
+
+
+def _boto3_region() -> str | None:
+    try:
+        import boto3  # the optional extra: the region of the profile in use
+    except ImportError:
+        return None
+    region: str | None = boto3.Session().region_name
+    return region

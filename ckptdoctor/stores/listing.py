@@ -1,0 +1,90 @@
+"""A bucket prefix -> the folders ``discover`` makes of a local tree, from one recursive listing.
+
+An object store has keys, not folders: ``run/checkpoint-4/model.safetensors`` is one key. The
+folders a layout looks at are the key prefixes up to each ``/``. One listing gives every key's
+size, ETag and time, so no object is asked about on its own. Keys no filesystem could hold as a
+path (an empty, ``.`` or ``..`` part) are not made into paths: they are reported as left unread,
+and nothing acts on them.
+"""
+
+from __future__ import annotations
+
+from ckptdoctor.discover import NEVER_PART_OF_A_RUN, SKIPPED_FOLDERS, Discovery, Listing, PathNotFound, Unlisted, natural_key
+from ckptdoctor.model import Entry
+from ckptdoctor.progress import Tally
+from ckptdoctor.stores import session
+from ckptdoctor.stores.urls import BadURL, Location, parse
+
+_ODD_PARTS = frozenset({"", ".", ".."})
+
+
+def discover_store(url: str, tally: Tally | None = None) -> Discovery:
+    """Every folder at or below the prefix ``url`` names (or just the object it names), from one
+    listing; :class:`session.StoreError` when the store cannot be listed."""
+    try:
+        location = parse(url)
+    except BadURL as error:
+        raise PathNotFound(str(error)) from None
+    bucket = session.bucket(location)
+    below = location.prefix + "/" if location.prefix else ""
+    objects = bucket.objects(below)
+    if not objects and location.prefix:
+        try:
+            info = bucket.head(location.prefix)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise session.StoreError(error.strerror or str(error)) from None
+        else:  # the user named one object
+            session.remember(bucket, [info])
+            parent, _, name = location.url.rpartition("/")
+            entry = Entry(name, location.url, location.url, info.size, mtime=info.modified)
+            return Discovery((Listing(parent, parent, (entry,), single_file=True),), ())
+    if not objects:
+        raise PathNotFound(f"no objects under {location.url}/")
+    session.remember(bucket, objects)
+    return _folders(location, [(info.key[len(below) :], info.size, info.modified) for info in objects], tally)
+
+
+def _folders(location: Location, keys: list[tuple[str, int, float]], tally: Tally | None) -> Discovery:
+    """The listings of the folders the ``keys`` (relative to the prefix) make."""
+    files: dict[str, list[Entry]] = {}
+    subfolders: dict[str, set[str]] = {"": set()}
+    unlisted: list[Unlisted] = []
+    base = location.url
+    for relative, size, modified in keys:
+        parts = relative.split("/")
+        if relative.endswith("/") and not any(part in _ODD_PARTS for part in parts[:-1]):
+            parts = parts[:-1]  # a folder marker (what consoles make for "create folder"): the folder alone
+            name = None
+        else:
+            name = parts.pop()
+        if any(part in _ODD_PARTS for part in parts) or name in _ODD_PARTS:
+            unlisted.append(
+                Unlisted(f"{base}/{relative}", "an object key with an empty, '.' or '..' part: no path names it, so it is left alone")
+            )
+            continue
+        folder = ""
+        for part in parts:
+            if part in NEVER_PART_OF_A_RUN:
+                break
+            subfolders[folder].add(part)
+            if part in SKIPPED_FOLDERS:
+                break  # listed as a folder of its parent, never entered (as on disk)
+            folder = f"{folder}/{part}" if folder else part
+            subfolders.setdefault(folder, set())
+        else:
+            if name is not None and name not in NEVER_PART_OF_A_RUN:
+                url = f"{base}/{folder}/{name}" if folder else f"{base}/{name}"
+                files.setdefault(folder, []).append(Entry(name, url, url, size, mtime=modified))
+    listings: list[Listing] = []
+    for folder, below in subfolders.items():
+        path = f"{base}/{folder}" if folder else base
+        entries = [Entry(name, f"{path}/{name}", f"{path}/{name}", 0, is_dir=True) for name in sorted(below)]
+        entries += sorted(files.get(folder, []), key=lambda entry: entry.name)
+        listings.append(Listing(path, path, tuple(entries)))
+        if tally is not None:
+            tally.folders += 1
+            tally.files += len(entries) - len(below)
+    listings.sort(key=lambda listing: natural_key(listing.path))
+    return Discovery(tuple(listings), tuple(unlisted))

@@ -1,0 +1,91 @@
+"""The buckets this process reaches, and what their listings showed.
+
+A scan of a bucket lists it once; the readers then open its objects by URL, as they open local
+files by path (``readers._sample.open_sample``), and the acting commands plan against the ETags
+that listing saw. Both find the bucket and the object here. Only URLs under a bucket this process
+listed are routed to a store: a local path that merely looks like a URL is never sent anywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from ckptdoctor.stores.urls import Location
+
+if TYPE_CHECKING:
+    from ckptdoctor.stores._bucket import Bucket, ObjectInfo
+
+
+class StoreError(Exception):
+    """The store cannot be used as asked (no extra, no credentials, denied, unreachable): one
+    line that says what to do (exit 2)."""
+
+
+MISSING_EXTRA = (
+    "reading object stores needs obstore: pip install 'ckptdoctor[s3]' (with boto3, for AWS profiles and SSO) or 'ckptdoctor[store]'"
+)
+
+_lock = threading.Lock()
+_buckets: dict[str, Bucket] = {}
+_objects: dict[str, ObjectInfo] = {}
+_endpoint: list[str | None] = [None]
+
+
+def configure(endpoint: str | None) -> None:
+    """Where S3-compatible servers are reached (``--endpoint-url``); None: the store's own, or
+    ``AWS_ENDPOINT_URL``. Clients already made keep theirs."""
+    _endpoint[0] = endpoint
+
+
+def bucket(location: Location) -> Bucket:
+    """The client for ``location``'s bucket, made once per process."""
+    with _lock:
+        found = _buckets.get(location.root)
+    if found is not None:
+        return found
+    try:
+        from ckptdoctor.stores._bucket import connect  # obstore loads only when a URL is scanned
+    except ImportError:
+        raise StoreError(f"{location.url}: {MISSING_EXTRA}") from None
+    made = connect(location, _endpoint[0])
+    with _lock:
+        return _buckets.setdefault(location.root, made)
+
+
+def owner(url: str) -> Bucket | None:
+    """The bucket a listed object's URL belongs to; None for anything else (a local path)."""
+    if "://" not in url:
+        return None
+    with _lock:
+        for root, found in _buckets.items():
+            if url.startswith(root + "/"):
+                return found
+    return None
+
+
+def remember(found: Bucket, objects: list[ObjectInfo]) -> None:
+    """What a listing of ``found`` showed, by URL: sizes, ETags and times for the later steps."""
+    root = found.location.root + "/"
+    with _lock:
+        _objects.update((root + info.key, info) for info in objects)
+
+
+def listed(url: str) -> ObjectInfo | None:
+    """The object at ``url`` as the last listing showed it."""
+    return _objects.get(url)
+
+
+def traffic() -> tuple[int, int]:
+    """Requests made and bytes received by every bucket so far."""
+    with _lock:
+        clients = list(_buckets.values())
+    return sum(c.traffic.requests for c in clients), sum(c.traffic.received for c in clients)
+
+
+def forget() -> None:
+    """Drop every client, listing and endpoint (tests, and the Python API between calls)."""
+    with _lock:
+        _buckets.clear()
+        _objects.clear()
+        _endpoint[0] = None

@@ -1,0 +1,105 @@
+"""Object-store URLs, parsed without any client: which store, which bucket, which prefix.
+
+A path the user gives is a URL when it starts with a scheme (``s3://``); a local folder of that
+very name wins, as it always has (``discover.remote``). ``file://`` URLs are local paths and are
+scanned as such. Every other scheme is refused by name, so a typo never reaches a client.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import urllib.parse
+from dataclasses import dataclass
+
+
+class Store(enum.Enum):
+    S3 = "s3"
+    GCS = "gs"
+    AZURE = "az"
+
+
+_SCHEMES = {"s3": Store.S3, "s3a": Store.S3, "gs": Store.GCS, "gcs": Store.GCS, "az": Store.AZURE, "azure": Store.AZURE}
+_AZURE_FS = frozenset({"abfs", "abfss"})
+SUPPORTED = "s3://, gs://, az:// (abfs://) and file://"
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+"""What S3, GCS and Azure all accept as a bucket or container name (3 to 63 characters)."""
+
+
+class BadURL(ValueError):
+    """A URL ckptdoctor cannot read a run from; the message says why and what it accepts."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a run is in an object store: the bucket and the key prefix below it (no slashes at
+    either end; empty for the whole bucket)."""
+
+    store: Store
+    bucket: str
+    prefix: str
+    account: str | None = None
+    """The Azure storage account an ``abfs://container@account.dfs.core.windows.net`` URL names."""
+
+    @property
+    def root(self) -> str:
+        """The bucket as a URL, with no slash at its end: every object's URL starts with it."""
+        return f"{self.store.value}://{self.bucket}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/{self.prefix}" if self.prefix else self.root
+
+    def url_of(self, key: str) -> str:
+        """The URL of the object ``key`` of this bucket."""
+        return f"{self.root}/{key}"
+
+    def key_of(self, url: str) -> str:
+        """The key of an object of this bucket, from its URL."""
+        if not url.startswith(self.root + "/"):
+            raise BadURL(f"{url} is not in {self.root}")
+        return url[len(self.root) + 1 :]
+
+
+def scheme(path: str) -> str | None:
+    """The scheme a path starts with (``s3``), lower-cased; None for a plain path."""
+    match = _SCHEME.match(path)
+    return match.group(1).lower() if match else None
+
+
+def local_path(path: str) -> str | None:
+    """The local path a ``file://`` URL names (None for anything else)."""
+    if scheme(path) != "file":
+        return None
+    parsed = urllib.parse.urlsplit(path)
+    if parsed.netloc not in ("", "localhost"):
+        raise BadURL(f"{path}: a file:// URL names a local path (file:///path), not the host {parsed.netloc!r}")
+    return urllib.parse.unquote(parsed.path) or "/"
+
+
+def parse(url: str) -> Location:
+    """The location a store URL names; :class:`BadURL` saying why for anything else."""
+    name = scheme(url)
+    rest = url[len(name) + 3 :] if name else ""
+    if name in _AZURE_FS:
+        container, _, host = rest.partition("/")[0].partition("@")
+        account = host.split(".")[0] if host else None
+        return _location(url, Store.AZURE, container, rest.partition("/")[2], account)
+    store = _SCHEMES.get(name or "")
+    if store is None:
+        raise BadURL(f"{url}: not a store ckptdoctor reads (it reads {SUPPORTED})")
+    bucket, _, prefix = rest.partition("/")
+    return _location(url, store, bucket, prefix, None)
+
+
+def _location(url: str, store: Store, bucket: str, prefix: str, account: str | None) -> Location:
+    if not _BUCKET.fullmatch(bucket):
+        raise BadURL(f"{url}: {bucket!r} is not a bucket name (3 to 63 lower-case letters, digits, dots and dashes)")
+    if "?" in prefix or "#" in prefix:
+        raise BadURL(f"{url}: a query or fragment is not part of a run's path")
+    parts = [part for part in prefix.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        raise BadURL(f"{url}: '.' and '..' are not folders in a bucket; name the run's prefix as its keys spell it")
+    return Location(store, bucket, "/".join(parts), account)
