@@ -1,25 +1,35 @@
-"""The S3 control plane obstore has no calls for, through boto3 (the ``s3`` extra): listings with
-keys no path can name, and later multipart uploads, versions and conditional deletes.
+"""S3's control plane, which obstore has no calls for, through boto3 (the ``s3`` extra).
 
-Imported only where a bucket needs it; a missing boto3 is a :class:`StoreError` naming the extra.
-Errors are told apart by the HTTP status and the error code S3 sends, never by botocore's classes.
+Incomplete multipart uploads (list, abort), object versions and delete markers, lifecycle rules,
+listings holding keys no path can name, and the one write ``prune`` and ``repair`` must make
+conditionally but obstore cannot: a delete that removes an object only while its ETag is the one
+planned (``If-Match``). Imported only where a command needs it; a missing boto3 is a
+:class:`StoreError` naming the extra.
+
+Outcomes are told apart by the HTTP status and the error code S3 sends (412 is "changed since",
+404 "gone"), never by botocore's exception classes. Every call is counted in the bucket's traffic.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import email.utils
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import Location, Store
 
 NEEDS_BOTO3 = "pip install 'ckptdoctor[s3]' (boto3)"
+T = TypeVar("T")
 
 
 def client(location: Location, endpoint: str | None) -> Any:
     """A boto3 S3 client for ``location``'s bucket: boto3's own credential chain and region,
     ``endpoint`` for S3-compatible servers."""
     if location.store is not Store.S3:
-        raise StoreError(f"{location.root}: this needs S3's control plane, which {location.store.value}:// has no boto3 client for")
+        raise StoreError(f"{location.root}: this needs S3's control plane, which {location.store.value}:// has no client for here")
     try:
         import boto3  # the optional extra, loaded only where the control plane is used
         from botocore.config import Config
@@ -37,3 +47,157 @@ def answer(error: BaseException) -> tuple[int | None, str | None]:
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     code = response.get("Error", {}).get("Code")
     return (status if isinstance(status, int) else None), (code if isinstance(code, str) else None)
+
+
+class Upload(NamedTuple):
+    """A multipart upload begun and neither completed nor aborted: no object shows it, yet its
+    parts are stored (and billed)."""
+
+    key: str
+    upload_id: str
+    initiated: float
+    """When it began, in seconds since the epoch, by the store's clock."""
+    parts_bytes: int
+    """Bytes of the parts uploaded so far."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """What a versioned bucket keeps under a prefix besides its current objects."""
+
+    noncurrent: int
+    noncurrent_bytes: int
+    """Bytes of older versions: a delete on a versioned bucket frees nothing until they expire."""
+    delete_markers: int
+
+
+class Deleted(enum.Enum):
+    """What a conditional delete did."""
+
+    DELETED = "deleted"
+    CHANGED = "changed"
+    """Not deleted: the object is no longer the one planned (412)."""
+    GONE = "gone"
+    """Not there any more (404)."""
+
+
+class Control:
+    """The control plane of one bucket, for the commands that need it."""
+
+    def __init__(self, location: Location, endpoint: str | None, count: Callable[[int], None]) -> None:
+        self.location = location
+        self._s3 = client(location, endpoint)
+        self._count = count
+        self.server_date: float | None = None
+        """The store's clock (its ``Date`` header) at the last answer: ages are measured by it."""
+
+    def _call(self, what: str, operation: str, **arguments: Any) -> Any:
+        self._count(1)
+        try:
+            result = getattr(self._s3, operation)(Bucket=self.location.bucket, **arguments)
+        except Exception as error:  # botocore's: told apart by the status and code S3 sent
+            status, code = answer(error)
+            if status is None:
+                raise StoreError(f"{self.location.root}: cannot reach the store to {what} ({error})") from None
+            raise _Refused(status, code, f"{self.location.root}: the store refused to {what} (HTTP {status}, {code})") from None
+        self._remember_date(result)
+        return result
+
+    def _remember_date(self, result: Any) -> None:
+        date = result.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date") if isinstance(result, dict) else None
+        if date:
+            parsed = email.utils.parsedate_to_datetime(date)
+            self.server_date = parsed.timestamp()
+
+    def _pages(self, what: str, operation: str, items: str, token: tuple[str, ...], **arguments: Any) -> list[dict[str, Any]]:
+        """Every item of a paged listing (``token``: the response's names of the next page's
+        markers, then the request's)."""
+        found: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {}
+        while True:
+            page = self._call(what, operation, **arguments, **extra)
+            found += page.get(items, [])
+            if not page.get("IsTruncated"):
+                return found
+            half = len(token) // 2
+            extra = {token[half + i]: page.get(token[i]) for i in range(half) if page.get(token[i]) is not None}
+            if not extra:
+                return found
+
+    def uploads(self, prefix: str) -> list[Upload]:
+        """Every incomplete multipart upload whose key starts with ``prefix``, with its parts' bytes."""
+        listed = self._pages(
+            "list its multipart uploads", "list_multipart_uploads", "Uploads", ("NextKeyMarker", "NextUploadIdMarker", "KeyMarker", "UploadIdMarker"),
+            Prefix=prefix,
+        )  # fmt: skip
+        found: list[Upload] = []
+        for item in listed:
+            parts = self._pages(
+                "list an upload's parts", "list_parts", "Parts", ("NextPartNumberMarker", "PartNumberMarker"),
+                Key=item["Key"], UploadId=item["UploadId"],
+            )  # fmt: skip
+            found.append(Upload(item["Key"], item["UploadId"], item["Initiated"].timestamp(), sum(part.get("Size", 0) for part in parts)))
+        return found
+
+    def abort(self, upload: Upload) -> bool:
+        """Abort an incomplete upload; False where it is gone already (completed or aborted since)."""
+        try:
+            self._call("abort a multipart upload", "abort_multipart_upload", Key=upload.key, UploadId=upload.upload_id)
+        except _Refused as refused:
+            if refused.status == 404:
+                return False
+            raise StoreError(str(refused)) from None
+        return True
+
+    def versioning(self) -> str | None:
+        """``Enabled``, ``Suspended``, or None for a bucket that was never versioned."""
+        status: str | None = self._call("read its versioning", "get_bucket_versioning").get("Status")
+        return status
+
+    def versions(self, prefix: str) -> Versions:
+        """The older versions and delete markers kept under ``prefix``."""
+        pages = self._versions_pages(prefix)
+        noncurrent = [item for item in pages[0] if not item.get("IsLatest")]
+        return Versions(len(noncurrent), sum(item.get("Size", 0) for item in noncurrent), len(pages[1]))
+
+    def _versions_pages(self, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        versions: list[dict[str, Any]] = []
+        markers: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {}
+        while True:
+            page = self._call("list its object versions", "list_object_versions", Prefix=prefix, **extra)
+            versions += page.get("Versions", [])
+            markers += page.get("DeleteMarkers", [])
+            if not page.get("IsTruncated"):
+                return versions, markers
+            extra = {"KeyMarker": page.get("NextKeyMarker"), "VersionIdMarker": page.get("NextVersionIdMarker")}
+
+    def lifecycle(self) -> list[dict[str, Any]]:
+        """The bucket's lifecycle rules (none where it has no configuration)."""
+        try:
+            rules: list[dict[str, Any]] = self._call("read its lifecycle rules", "get_bucket_lifecycle_configuration").get("Rules", [])
+        except _Refused as refused:
+            if refused.code == "NoSuchLifecycleConfiguration" or refused.status == 404:
+                return []
+            raise StoreError(str(refused)) from None
+        return rules
+
+    def delete_if_match(self, key: str, etag: str) -> Deleted:
+        """Delete ``key`` only while its ETag is ``etag`` (``If-Match``): anything rewritten since
+        the plan is kept."""
+        try:
+            self._call("delete an object", "delete_object", Key=key, IfMatch=etag)
+        except _Refused as refused:
+            if refused.status == 412:
+                return Deleted.CHANGED
+            if refused.status == 404:
+                return Deleted.GONE
+            raise StoreError(str(refused)) from None
+        return Deleted.DELETED
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code

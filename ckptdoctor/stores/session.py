@@ -15,6 +15,7 @@ from ckptdoctor.stores.urls import Location
 
 if TYPE_CHECKING:
     from ckptdoctor.stores._bucket import Bucket, ObjectInfo
+    from ckptdoctor.stores._control import Control
 
 
 class StoreError(Exception):
@@ -29,6 +30,7 @@ MISSING_EXTRA = (
 _lock = threading.Lock()
 _buckets: dict[str, Bucket] = {}
 _objects: dict[str, ObjectInfo] = {}
+_controls: dict[str, Control] = {}
 _endpoint: list[str | None] = [None]
 
 
@@ -51,6 +53,21 @@ def bucket(location: Location) -> Bucket:
     made = connect(location, _endpoint[0])
     with _lock:
         return _buckets.setdefault(location.root, made)
+
+
+def control(location: Location) -> Control:
+    """S3's control plane for ``location``'s bucket (boto3), made once per process;
+    :class:`StoreError` naming the extra where boto3 is missing."""
+    with _lock:
+        found = _controls.get(location.root)
+    if found is not None:
+        return found
+    from ckptdoctor.stores._control import Control  # boto3 loads only where its calls are needed
+
+    data = bucket(location)
+    made = Control(location, data.endpoint, lambda requests: data.traffic.add(requests, 0))
+    with _lock:
+        return _controls.setdefault(location.root, made)
 
 
 def owner(url: str) -> Bucket | None:
@@ -88,4 +105,5 @@ def forget() -> None:
     with _lock:
         _buckets.clear()
         _objects.clear()
+        _controls.clear()
         _endpoint[0] = None
