@@ -35,10 +35,10 @@ from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
-from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, duration, parse_duration
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.records import Pending, Quarantine, StoredState
+from ckptdoctor.records import ObjectJournal, Pending, Quarantine, StoredState
 from ckptdoctor.stores import urls
 from ckptdoctor.units import files_or_folders, size
 
@@ -217,7 +217,17 @@ def carry_out(
     in and below them, or (``recurse`` False) only over the runs whose folders they are.
     ``tally`` counts what its scan sees, for a status line shown until the listener hears the
     first event."""
-    context = _Context(pass_.command, [_local(path, pass_.command) for path in paths or ["."]], dry_run, listener, recurse, tally)
+    given = list(paths or ["."])
+    in_stores = [path for path in given if _in_store(path)]
+    if in_stores:
+        if len(in_stores) != len(given):
+            raise Refused(f"{pass_.command} takes either local folders or bucket URLs, not both at once: run it once for each")
+        if not isinstance(pass_, Prune):
+            raise Refused(
+                f"{in_stores[0]}: {pass_.command} acts on local folders only, for now: inspect, verify and prune read runs in buckets"
+            )
+        return _prune_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm)
+    context = _Context(pass_.command, [_local(path) for path in given], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -250,17 +260,19 @@ def carry_out(
         return outcome(acted=True)
 
 
-def _local(path: str, command: str) -> str:
-    """The local path an acting pass acts on (a ``file://`` URL's path); a store URL is refused."""
+def _in_store(path: str) -> bool:
+    """Whether ``path`` names a prefix in an object store (not a ``file://`` URL, not a local
+    folder whose name merely looks like a URL)."""
+    return remote(path) and urls.scheme(path) != "file"
+
+
+def _local(path: str) -> str:
+    """The local path an acting pass acts on (a ``file://`` URL's path)."""
     try:
         local = urls.local_path(path)
     except urls.BadURL as error:
         raise Refused(str(error)) from None
-    if local is not None:
-        return local
-    if remote(path):
-        raise Refused(f"{path}: {command} acts on local folders only, for now: inspect and verify read runs in object stores")
-    return path
+    return path if local is None else local
 
 
 def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], tally: Tally | None = None) -> tuple[Report, list[Run]]:
@@ -412,6 +424,9 @@ class PruneOptions:
     max_runs: int = MAX_RUNS
     discard_journal: bool = False
     """Drop what an interrupted prune left pending, putting back what it had moved."""
+    abort_uploads: float | None = None
+    """Runs in buckets: abort the incomplete multipart uploads under the run older than this many
+    seconds (by the store's clock)."""
 
 
 class Prune(Pass):
@@ -585,7 +600,9 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
         min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
     )
     policy.check()
-    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal))
+    uploads = settings.get("abort-uploads")
+    abort_uploads = parse_duration(str(uploads)) if uploads is not None else None
+    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal, abort_uploads))
 
 
 def kept_paths(plan: Plan) -> frozenset[str]:
@@ -593,6 +610,259 @@ def kept_paths(plan: Plan) -> frozenset[str]:
     return frozenset(
         relative(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries
     )
+
+
+# prune in a bucket
+
+
+ABANDONED = 24 * 3600.0
+"""An incomplete multipart upload older than this (without --abort-uploads) is taken for abandoned;
+a younger one may be a save still going on, and keeps what it writes into."""
+
+
+@dataclass
+class _InStore:
+    """One run in a bucket, as a prune there sees it."""
+
+    run: Run
+    place: Any
+    """Its ``actions._objects.Place``."""
+    now: float
+    uploads: list[Any]
+    plan: Plan | None = None
+    journals: list[Any] = field(default_factory=list)
+
+
+def _prune_in_store(prune: Prune, context: _Context, confirm: Confirm) -> Outcome:
+    """``carry_out`` for runs in buckets: the same steps, by the store's own means (a lock
+    object, a journal object, conditional deletes, ages by the store's clock)."""
+    # loaded only for runs in buckets: the store executor and S3's control plane
+    from ckptdoctor.actions import _objects
+
+    if prune.policy.keep_best:
+        raise Refused("--keep-best reads metrics beside local runs only, for now: use --keep-last or --keep-within on a bucket")
+    if prune.options.discard_journal:
+        raise Refused(
+            "--discard-journal: a bucket has no trash to put back from; the next prune finishes (or shows) what a killed one left"
+        )
+    context.scan()
+    runs = [_InStore(run, _objects.place_of(run_root(run), home(run)), 0.0, []) for run in context.runs]
+    with contextlib.ExitStack() as held:
+        leases = {}
+        if not context.dry_run:
+            for found in sorted(runs, key=lambda found: found.run.path):
+                leases[found.run.path] = held.enter_context(_objects.locked(found.place, found.run.path))
+        for found in runs:
+            _plan_in_store(prune, context, found)
+        plans = [found.plan for found in runs if found.plan is not None]
+        pending = tuple(_pending_in_store(found) for found in runs if found.journals)
+        context.listener(
+            Planned(context.report, tuple((plan, found.run.unit.value) for found, plan in zip(runs, plans, strict=True)), pending)
+        )
+
+        def outcome(acted: bool = False, declined: str = "") -> Outcome:
+            return Outcome(
+                prune.command, context.report, tuple(plans), context.dry_run, acted, declined, tuple(context.told),
+                tuple(context.problems), tuple(context.refused),
+            )  # fmt: skip
+
+        acting = [plan for plan in plans if plan.acting(Action.DELETE)]
+        aborting = any(_stale_uploads(prune, found) for found in runs)
+        if context.dry_run or not (acting or pending or aborting):
+            return outcome()
+        for question in prune.questions(context, acting):
+            if confirm(question) is not True:
+                return outcome(declined=question.declined)
+        for found in runs:
+            _act_in_store(prune, context, found, leases.get(found.run.path))
+        return outcome(acted=True)
+
+
+def _plan_in_store(prune: Prune, context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _objects
+
+    run, place = found.run, found.place
+    found.now = place.control.now()
+    found.uploads = place.control.uploads(place.run.prefix + "/")
+    found.journals = _objects.journals(place)
+    for journal in found.journals:
+        if journal.journal is None:
+            context.tell(f"note: {place.run.url_of(journal.key)} is not ckptdoctor's ({journal.why}): ignored")
+    inside, open_by = _objects_inside(run, found)
+    world = Circumstances(found.now, open_by=open_by, inside=inside)
+    judged = prune._verified(run, context) if prune.options.verify_kept else run
+    try:
+        found.plan = retention.plan(judged, layout_named(run.layout), prune.policy, world)
+    except retention.PolicyError as error:
+        raise Refused(str(error)) from error
+    found.run = judged
+    _say_versions(context, found)
+    stale = _stale_uploads(prune, found)
+    if stale:
+        verb = "would abort" if context.dry_run else "aborts"
+        context.tell(
+            f"{run.path}: {verb} {len(stale)} incomplete upload{'s' if len(stale) != 1 else ''} older than "
+            f"{duration(prune.options.abort_uploads or 0)} ({size(sum(upload.parts_bytes for upload in stale))} of parts)"
+        )
+
+
+def _objects_inside(run: Run, found: _InStore) -> tuple[dict[str, tuple[tuple[str, float, int], ...]], dict[str, int | str]]:
+    """Every object inside each checkpoint folder of ``run`` (from the scan's listing), with the
+    uploads going on into it; and what the young uploads are writing, by URL: a save into a
+    checkpoint that is still going on keeps it, as a file held open does on disk."""
+    folders = [c.folder for c in run.checkpoints if c.folder is not None]
+    folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
+    location = found.place.run
+    listed = sorted(url for url in _listed_under(location.url))
+    young = [upload for upload in found.uploads if found.now - upload.initiated < ABANDONED]
+    inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    open_by: dict[str, int | str] = {}
+    for upload in young:
+        url = location.url_of(upload.key)
+        open_by[url] = f"an upload into it began {duration(max(0.0, found.now - upload.initiated))} ago and is not complete"
+    for folder in folders:
+        prefix = folder.os_path + "/"
+        contents = [(url, info.modified, info.size) for url in listed if url.startswith(prefix) and (info := _info(url)) is not None]
+        contents += [(location.url_of(u.key), u.initiated, u.parts_bytes) for u in young if location.url_of(u.key).startswith(prefix)]
+        inside[folder.os_path] = tuple(contents)
+    return inside, open_by
+
+
+def _listed_under(url: str) -> list[str]:
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    return session.listed_under(url)
+
+
+def _info(url: str) -> Any:
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    return session.listed(url)
+
+
+def _stale_uploads(prune: Prune, found: _InStore) -> list[Any]:
+    age = prune.options.abort_uploads
+    if age is None:
+        return []
+    return [upload for upload in found.uploads if found.now - upload.initiated >= age]
+
+
+def _say_versions(context: _Context, found: _InStore) -> None:
+    """On a versioned bucket a delete frees nothing: say so before anything is asked."""
+    plan = found.plan
+    if plan is None or not plan.acting(Action.DELETE):
+        return
+    control = found.place.control
+    if control.versioning() is None:
+        return
+    expiring = [rule for rule in control.lifecycle() if rule.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in rule]
+    later = (
+        f"once its lifecycle rule expires noncurrent versions ({expiring[0]['NoncurrentVersionExpiration'].get('NoncurrentDays', '?')} days)"
+        if expiring
+        else "never: no lifecycle rule expires noncurrent versions (add one with a NoncurrentVersionExpiration)"
+    )
+    context.tell(
+        f"note: {found.place.run.root} keeps object versions: these deletes free 0 B now (each leaves a delete marker), "
+        f"and {size(plan.freed_bytes)} {later}"
+    )
+
+
+def _planned_objects(plan: Plan, run: Run) -> list[tuple[str, str]]:
+    """The (key, ETag) of every object the plan deletes: a folder's are every object listed below it."""
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    location = urls.parse(run_root(run))
+    found: list[tuple[str, str]] = []
+    for item in plan.acting(Action.DELETE):
+        for entry in item.entries:
+            urls_of = session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]
+            for url in urls_of:
+                info = session.listed(url)
+                if info is not None and info.etag:
+                    found.append((location.key_of(url), info.etag))
+    return found
+
+
+def _pending_in_store(found: _InStore) -> Pending:
+    """What the journals a killed prune left would still delete (objects unchanged, not kept now)."""
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    location = found.place.run
+    kept = kept_paths(found.plan) if found.plan is not None else frozenset()
+    in_run: list[str] = []
+    spared: list[str] = []
+    for journal in found.journals:
+        if journal.journal is None:
+            continue
+        for key, etag in journal.journal.objects:
+            url = f"{location.url}/{key}"
+            info = session.listed(url)
+            if info is None:
+                continue
+            still = info.etag == etag and not any(url == f"{location.url}/{k}" or url.startswith(f"{location.url}/{k}/") for k in kept)
+            (in_run if still else spared).append(key)
+    names = ", ".join(found.place.run.url_of(j.key) for j in found.journals if j.journal is not None)
+    return Pending(names, 0, tuple(in_run), tuple(spared))
+
+
+def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) -> None:
+    # loaded only for runs in buckets: the store executor and what their listing showed
+    from ckptdoctor.actions import _objects
+    from ckptdoctor.stores import session
+
+    run, place, plan = found.run, found.place, found.plan
+    location = place.run
+    for journal in found.journals:  # what a killed prune was confirmed to delete, still as it was
+        if journal.journal is None:
+            continue
+        kept = kept_paths(plan) if plan is not None else frozenset()
+        left = [
+            (location.key_of(f"{location.url}/{key}"), etag)
+            for key, etag in journal.journal.objects
+            if not any(key == k or key.startswith(k + "/") for k in kept) and session.listed(f"{location.url}/{key}") is not None
+        ]
+        done = _objects.delete_objects(place, left, lease)
+        context.problems += done.problems
+        if not done.problems:
+            _objects.close_journal(place, journal.key, journal.etag)
+        context.tell(f"{run.path}: finished an interrupted prune: {len(done.deleted)} objects it had planned to delete.", Tone.DONE)
+    if plan is not None and plan.acting(Action.DELETE):
+        changed = _objects.changed_since_scan(_relied_on(run))
+        if changed:
+            context.problems.append(
+                f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
+                "was made; prune again to plan from the run as it is"
+            )
+        else:
+            objects = _planned_objects(plan, run)
+            below = len(location.prefix) + 1 if location.prefix else 0
+            key, etag = _objects.write_journal(place, ObjectJournal(run.path, tuple((k[below:], e) for k, e in objects)))
+            done = _objects.delete_objects(place, objects, lease)
+            context.problems += done.problems
+            if not done.problems:
+                _objects.close_journal(place, key, etag)
+            freed = sum(info.size for k in done.deleted if (info := session.listed(location.url_of(k))) is not None)
+            checkpoints = len(plan.acting(Action.DELETE))
+            context.tell(
+                f"{plan.run}: deleted {checkpoints} checkpoint{'s' if checkpoints != 1 else ''} ({len(done.deleted)} objects); "
+                f"{size(freed)} no longer listed.",
+                Tone.DONE,
+            )
+            if done.changed:
+                context.tell(
+                    f"{plan.run}: left {len(done.changed)} objects rewritten or removed since the plan was made; the next prune looks again."
+                )
+    for upload in _stale_uploads(prune, found):
+        if place.control.abort(upload):
+            context.tell(
+                f"{run.path}: aborted the incomplete upload of {location.url_of(upload.key)} ({size(upload.parts_bytes)} of parts).",
+                Tone.DONE,
+            )
 
 
 # repair

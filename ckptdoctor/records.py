@@ -324,17 +324,63 @@ class Journal:
         return cls(document["run"], tuple(entries), kept)
 
 
+@dataclass(frozen=True)
+class ObjectJournal:
+    """``<run>/.ckptdoctor/prune-<id>.json`` in a bucket: the objects a prune deletes (keys
+    relative to the run's prefix), each with the ETag the plan saw. Written before the first
+    delete and removed after the last: one left behind means a prune was killed, and the next one
+    deletes what it still names, but only objects whose ETag is still the one recorded."""
+
+    run: str
+    """The run's URL."""
+    objects: tuple[tuple[str, str], ...]
+
+    def encode(self) -> bytes:
+        return _readable(self, ObjectJournal.decode)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ObjectJournal:
+        return cls.from_json(_parse(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": OBJECT_JOURNAL, "run": self.run, "objects": [list(item) for item in self.objects]}
+
+    @classmethod
+    def from_json(cls, document: object) -> ObjectJournal:
+        if not isinstance(document, dict) or document.get("kind") != OBJECT_JOURNAL:
+            raise BadRecord("not a ckptdoctor journal of a bucket")
+        _only(document, _OBJECT_JOURNAL_KEYS, "it")
+        objects = document.get("objects")
+        if not isinstance(document.get("run"), str) or not isinstance(objects, list):
+            raise BadRecord("not a ckptdoctor journal of a bucket")
+        for item in objects:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) and part for part in item)):
+                raise BadRecord("one of its objects is not a key and an ETag")
+            if not plain_key(item[0]) or item[0].split("/")[0] == OWN_FOLDER:
+                raise BadRecord(f"it names {item[0]!r}, which is no object of the run ckptdoctor would delete")
+        return cls(document["run"], tuple((key, etag) for key, etag in objects))
+
+
+OBJECT_JOURNAL = "ckptdoctor.bucket-prune.v1"
+
+
+def plain_key(relative: str) -> bool:
+    """Whether ``relative`` names an object below a prefix: no empty, ``.`` or ``..`` part."""
+    return bool(relative) and not any(part in ("", ".", "..") for part in relative.split("/"))
+
+
 # --- checks ----------------------------------------------------------------------------------------
 
 _MANIFEST_KEYS = frozenset({"version", "run", "created", "state", "entries", "pointers"})
 _JOURNAL_KEYS = frozenset({"run", "entries", "identities"})
+_OBJECT_JOURNAL_KEYS = frozenset({"kind", "run", "objects"})
 _PHASES = frozenset(phase.value for phase in Phase)
 _KINDS = frozenset(kind.value for kind in PointerKind)
 _INT64 = 1 << 63
 _UINT64 = 1 << 64
 
 
-_Record = TypeVar("_Record", "Manifest", "Journal")
+_Record = TypeVar("_Record", "Manifest", "Journal", "ObjectJournal")
 
 
 def _readable(record: _Record, decode: Callable[[bytes], _Record]) -> bytes:

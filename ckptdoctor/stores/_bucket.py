@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import obstore
-from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import Location, Store
@@ -117,6 +117,32 @@ class Bucket:
             return _info(self._call(obstore.head, key))
         finally:
             self.traffic.add(1, 0)
+
+    def create(self, key: str, data: bytes) -> str | None:
+        """Write ``key`` only where no object has it (``If-None-Match: *``): its ETag, or None
+        where one exists already."""
+        return self._put(key, data, "create")
+
+    def replace(self, key: str, data: bytes, etag: str) -> str | None:
+        """Write ``key`` only while its ETag is ``etag`` (``If-Match``): its new ETag, or None
+        where it changed (or went) since."""
+        return self._put(key, data, {"e_tag": etag})
+
+    def _put(self, key: str, data: bytes, mode: Any) -> str | None:
+        self.traffic.add(1, 0)
+        try:
+            result = obstore.put(self._store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError, FileNotFoundError):
+            return None
+        except BaseError as error:
+            status = _status(error)
+            if status in (409, 412):  # a conditional write refused, however the client names it
+                return None
+            raise StoreError(self.refused("write", key, error)) from None
+        etag: str | None = result.get("e_tag")
+        if etag is None:
+            raise StoreError(f"{self.location.url_of(key)}: the store wrote it but sent no ETag: it cannot be changed safely later")
+        return etag
 
     def read(self, key: str, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end)."""
@@ -244,6 +270,7 @@ _CREDENTIALS = {
 _PERMISSIONS = {
     "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
     "read": {Store.S3: "s3:GetObject", Store.GCS: "storage.objects.get", Store.AZURE: "the Storage Blob Data Reader role"},
+    "write": {Store.S3: "s3:PutObject", Store.GCS: "storage.objects.create", Store.AZURE: "the Storage Blob Data Contributor role"},
 }
 
 

@@ -124,6 +124,14 @@ class Control:
             if not extra:
                 return found
 
+    def now(self) -> float:
+        """The store's clock (the ``Date`` of its answer to one light request): what ages of
+        objects are measured by, never the local clock."""
+        self._call("reach the bucket", "head_bucket")
+        if self.server_date is None:
+            raise StoreError(f"{self.location.root}: the store sent no Date: object ages cannot be measured by its clock")
+        return self.server_date
+
     def uploads(self, prefix: str) -> list[Upload]:
         """Every incomplete multipart upload whose key starts with ``prefix``, with its parts' bytes."""
         listed = self._pages(
