@@ -40,11 +40,11 @@ def _burn(bucket: stores.Bucket, tmp_path: Path, epochs: range | list[int]) -> s
 
 
 def _epochs(bucket: stores.Bucket) -> list[int]:
-    return sorted({int(key.split("-")[1].split(".")[0]) for key in bucket.keys() if key.startswith("run/model-")})
+    return sorted({int(key.split("-")[1].split(".")[0]) for key in bucket.stored() if key.startswith("run/model-")})
 
 
 def _own(bucket: stores.Bucket) -> list[str]:
-    return [key for key in bucket.keys() if "/.ckptdoctor/" in key]
+    return [key for key in bucket.stored() if "/.ckptdoctor/" in key]
 
 
 def test_prune_of_a_bucket_deletes_what_the_plan_says_and_keeps_the_rest(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
@@ -165,7 +165,7 @@ def test_an_object_rewritten_after_the_plan_is_kept(weed_bucket: stores.Bucket, 
     url = _burn(weed_bucket, tmp_path, range(1, 5))
     outcome = _prune(url, 1, _confirming(lambda: weed_bucket.put("run/optim-2.bpk", b"a new save under the old name")))
     assert outcome.acted
-    assert sorted(weed_bucket.keys()) == ["run/model-4.bpk", "run/optim-2.bpk", "run/optim-4.bpk", "run/scheduler-4.bpk"]
+    assert sorted(weed_bucket.stored()) == ["run/model-4.bpk", "run/optim-2.bpk", "run/optim-4.bpk", "run/scheduler-4.bpk"]
     assert weed_bucket.get("run/optim-2.bpk") == b"a new save under the old name"
     assert any("rewritten or removed since the plan" in message for message in outcome.messages)
 
@@ -195,7 +195,7 @@ def test_a_prune_killed_at_random_moments_loses_nothing_to_keep_and_the_next_fin
         left = _epochs(weed_bucket)
         assert left[-5:] == [76, 77, 78, 79, 80]  # what is kept is always there, whole
         for epoch in (76, 77, 78, 79, 80):
-            assert {f"run/{role}-{epoch}.bpk" for role in ("model", "optim", "scheduler")} <= set(weed_bucket.keys())
+            assert {f"run/{role}-{epoch}.bpk" for role in ("model", "optim", "scheduler")} <= set(weed_bucket.stored())
         cut_short += 5 < len(left) < 80 or any("/prune-" in key for key in _own(weed_bucket))
         weed_bucket.s3.delete_object(Bucket=weed_bucket.name, Key=weed_bucket.key("run/.ckptdoctor/lock"))  # its lease would run out
         final = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -209,7 +209,7 @@ def test_a_journal_left_by_a_killed_prune_is_shown_then_finished_and_spares_what
     weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
 ) -> None:
     url = _burn(weed_bucket, tmp_path, range(1, 5))
-    etags = {key: weed_bucket.s3.head_object(Bucket=weed_bucket.name, Key=weed_bucket.key(key))["ETag"] for key in weed_bucket.keys()}
+    etags = {key: weed_bucket.s3.head_object(Bucket=weed_bucket.name, Key=weed_bucket.key(key))["ETag"] for key in weed_bucket.stored()}
     named = [(name, etags[f"run/{name}"]) for name in ("model-1.bpk", "optim-1.bpk", "model-4.bpk")]
     weed_bucket.put("run/.ckptdoctor/prune-20260101T000000Z-0000.json", ObjectJournal(url, tuple(named)).encode())
     dry = cli("prune", "--keep-last", "3", *NOW, "--dry-run", url)
@@ -217,7 +217,7 @@ def test_a_journal_left_by_a_killed_prune_is_shown_then_finished_and_spares_what
     assert "prune-20260101T000000Z-0000.json" in dry.stdout + dry.stderr
     done = cli("prune", "--keep-last", "3", *NOW, "--yes", url)
     assert done.exit_code == 0, done.stderr
-    keys = weed_bucket.keys()
+    keys = weed_bucket.stored()
     assert "run/model-4.bpk" in keys  # the resume point: kept though the journal names it
     assert "run/model-1.bpk" not in keys and "run/optim-1.bpk" not in keys
     assert _own(weed_bucket) == []
@@ -231,7 +231,7 @@ def test_a_journal_ckptdoctor_did_not_write_is_ignored_with_a_note(weed_bucket: 
     assert result.exit_code == 0, result.stderr
     assert "is not ckptdoctor's" in result.stderr + result.stdout
     assert _epochs(weed_bucket) == [1, 2, 3]
-    assert "run/.ckptdoctor/prune-planted.json" in weed_bucket.keys()  # left as it was
+    assert "run/.ckptdoctor/prune-planted.json" in weed_bucket.stored()  # left as it was
 
 
 @pytest.mark.parametrize(

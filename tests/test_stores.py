@@ -270,12 +270,12 @@ def test_a_bad_endpoint_url_is_refused(cli: Any) -> None:
 def test_acting_on_a_bucket_is_refused_until_it_can_be_done_safely(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
     write_burn_run(tmp_path / "run", [1, 2, 3])
     url = moto_bucket.upload(tmp_path / "run", "run")
-    before = moto_bucket.keys()
+    before = moto_bucket.stored()
     for args in (("prune", "--keep-last", "1", "--yes"), ("repair", "--yes"), ("diskcheck",)):
         result = cli(*args, url)
         assert result.exit_code == 2, args
         assert "Traceback" not in result.stderr
-    assert moto_bucket.keys() == before
+    assert moto_bucket.stored() == before
 
 
 # --- verify: whole objects, in parts, after saying what it will download -------------------------
