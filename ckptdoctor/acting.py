@@ -647,6 +647,9 @@ def _prune_in_store(prune: Prune, context: _Context, confirm: Confirm) -> Outcom
         )
     context.scan()
     runs = [_InStore(run, _objects.place_of(run_root(run), home(run)), 0.0, []) for run in context.runs]
+    for found in runs:  # before any lock is written: only S3 has the conditional delete prune needs
+        if found.place.run.store is not urls.Store.S3:
+            raise Refused(f"{found.run.path}: prune deletes in s3:// buckets only, for now (it needs S3's conditional delete)")
     with contextlib.ExitStack() as held:
         leases = {}
         if not context.dry_run:
