@@ -29,7 +29,7 @@ from typing import Any
 from ckptdoctor import actions, processes
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen
+from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, relative, run_root
@@ -222,11 +222,7 @@ def carry_out(
     if in_stores:
         if len(in_stores) != len(given):
             raise Refused(f"{pass_.command} takes either local folders or bucket URLs, not both at once: run it once for each")
-        if not isinstance(pass_, Prune):
-            raise Refused(
-                f"{in_stores[0]}: {pass_.command} acts on local folders only, for now: inspect, verify and prune read runs in buckets"
-            )
-        return _prune_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm)
+        return _carry_out_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm)
     context = _Context(pass_.command, [_local(path) for path in given], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
@@ -631,54 +627,81 @@ class _InStore:
     uploads: list[Any]
     plan: Plan | None = None
     journals: list[Any] = field(default_factory=list)
+    quarantine: Any = None
+    """``repair --undo``: the quarantine (``actions._object_quarantine.Found``) to put back."""
 
 
-def _prune_in_store(prune: Prune, context: _Context, confirm: Confirm) -> Outcome:
+def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm) -> Outcome:
     """``carry_out`` for runs in buckets: the same steps, by the store's own means (a lock
-    object, a journal object, conditional deletes, ages by the store's clock)."""
+    object, journal and manifest objects, conditional copies and deletes, ages by the store's clock)."""
     # loaded only for runs in buckets: the store executor and S3's control plane
     from ckptdoctor.actions import _objects
 
-    if prune.policy.keep_best:
+    if isinstance(pass_, Prune) and pass_.policy.keep_best:
         raise Refused("--keep-best reads metrics beside local runs only, for now: use --keep-last or --keep-within on a bucket")
-    if prune.options.discard_journal:
+    if isinstance(pass_, Prune) and pass_.options.discard_journal:
         raise Refused(
             "--discard-journal: a bucket has no trash to put back from; the next prune finishes (or shows) what a killed one left"
         )
     context.scan()
     runs = [_InStore(run, _objects.place_of(run_root(run), home(run)), 0.0, []) for run in context.runs]
-    for found in runs:  # before any lock is written: only S3 has the conditional delete prune needs
+    if isinstance(pass_, Undo) and not runs:  # every checkpoint quarantined: the run is its folder's quarantine
+        runs = [
+            _InStore(_bare_run(path), _objects.place_of(path.rstrip("/"), home_of(path.rstrip("/"), False)), 0.0, [])
+            for path in context.paths
+        ]
+    for found in runs:  # before any lock is written: only S3 has the conditional writes acting needs
         if found.place.run.store is not urls.Store.S3:
-            raise Refused(f"{found.run.path}: prune deletes in s3:// buckets only, for now (it needs S3's conditional delete)")
+            raise Refused(
+                f"{found.run.path}: {pass_.command} acts in s3:// buckets only, for now (it needs S3's conditional copy and delete)"
+            )
     with contextlib.ExitStack() as held:
         leases = {}
         if not context.dry_run:
             for found in sorted(runs, key=lambda found: found.run.path):
                 leases[found.run.path] = held.enter_context(_objects.locked(found.place, found.run.path))
         for found in runs:
-            _plan_in_store(prune, context, found)
-        plans = [found.plan for found in runs if found.plan is not None]
+            found.now = found.place.control.now()
+            if isinstance(pass_, Prune):
+                _plan_in_store(pass_, context, found)
+            elif isinstance(pass_, Repair):
+                _plan_repair_in_store(pass_, context, found)
+            elif isinstance(pass_, Undo):
+                _plan_undo_in_store(pass_, context, found)
+        planned = [(found.plan, found.run.unit.value) for found in runs if found.plan is not None]
+        plans = [plan for plan, _ in planned]
         pending = tuple(_pending_in_store(found) for found in runs if found.journals)
-        context.listener(
-            Planned(context.report, tuple((plan, found.run.unit.value) for found, plan in zip(runs, plans, strict=True)), pending)
-        )
+        context.listener(Planned(context.report, tuple(planned), pending, tuple(context.refused)))
 
         def outcome(acted: bool = False, declined: str = "") -> Outcome:
             return Outcome(
-                prune.command, context.report, tuple(plans), context.dry_run, acted, declined, tuple(context.told),
+                pass_.command, context.report, tuple(plans), context.dry_run, acted, declined, tuple(context.told),
                 tuple(context.problems), tuple(context.refused),
             )  # fmt: skip
 
-        acting = [plan for plan in plans if plan.acting(Action.DELETE)]
-        aborting = any(_stale_uploads(prune, found) for found in runs)
+        if isinstance(pass_, Undo) and context.refused:
+            context.tell("Nothing was restored.")
+            return outcome()
+        acting = [plan for plan in plans if any(plan.acting(action) for action in pass_.acts_on)]
+        aborting = isinstance(pass_, Prune) and any(_stale_uploads(pass_, found) for found in runs)
         if context.dry_run or not (acting or pending or aborting):
             return outcome()
-        for question in prune.questions(context, acting):
+        for question in pass_.questions(context, acting):
             if confirm(question) is not True:
                 return outcome(declined=question.declined)
         for found in runs:
-            _act_in_store(prune, context, found, leases.get(found.run.path))
+            lease = leases.get(found.run.path)
+            if isinstance(pass_, Prune):
+                _act_in_store(pass_, context, found, lease)
+            elif isinstance(pass_, Repair):
+                _repair_in_store(context, found, lease)
+            else:
+                _undo_in_store(context, found)
         return outcome(acted=True)
+
+
+def _bare_run(path: str) -> Run:
+    return Run(path.rstrip("/"), "unknown", Unit.SAVE, (), ())
 
 
 def _plan_in_store(prune: Prune, context: _Context, found: _InStore) -> None:
@@ -686,7 +709,6 @@ def _plan_in_store(prune: Prune, context: _Context, found: _InStore) -> None:
     from ckptdoctor.actions import _objects
 
     run, place = found.run, found.place
-    found.now = place.control.now()
     found.uploads = place.control.uploads(place.run.prefix + "/")
     found.journals = _objects.journals(place)
     for journal in found.journals:
@@ -866,6 +888,99 @@ def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) 
                 f"{run.path}: aborted the incomplete upload of {location.url_of(upload.key)} ({size(upload.parts_bytes)} of parts).",
                 Tone.DONE,
             )
+
+
+def _plan_repair_in_store(repair_: Repair, context: _Context, found: _InStore) -> None:
+    run, place = found.run, found.place
+    found.uploads = place.control.uploads(place.run.prefix + "/")
+    for left in _quarantines_in_store(found):
+        if left.manifest is not None and left.manifest.state == "repairing":
+            context.tell(
+                f"note: an interrupted repair left {place.run.url_of(left.key)}: what it moved stays there "
+                f"(`ckptdoctor repair --undo --id {left.ident} {shell_word(run.path)}` puts it back); the rest is planned anew"
+            )
+    inside, open_by = _objects_inside(run, found)
+    world = Circumstances(found.now, open_by=open_by, inside=inside)
+    findings = [finding for finding in context.report.findings if finding.run == run.path]
+    try:
+        found.plan = repair.plan(run, layout_named(run.layout), findings, world, repair_.min_age)
+    except repair.Refused as refusal:
+        context.refused.append(str(refusal))
+
+
+def _quarantines_in_store(found: _InStore) -> list[Any]:
+    # loaded only for runs in buckets: their quarantines
+    from ckptdoctor.actions import _object_quarantine
+
+    return _object_quarantine.quarantines(found.place)
+
+
+def _repair_in_store(context: _Context, found: _InStore, lease: Any) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _object_quarantine, _objects
+
+    plan, run = found.plan, found.run
+    if plan is None or not (plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)):
+        return
+    changed = _objects.changed_since_scan(_relied_on(run))
+    if changed:
+        context.problems.append(
+            f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
+            "was made; repair again to plan from the run as it is"
+        )
+        return
+    moved = _object_quarantine.quarantine(found.place, plan, found.now, lease)
+    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+    context.tell(
+        f"{plan.run}: quarantined {moved.entries} object{'s' if moved.entries != 1 else ''} ({size(moved.bytes)}) in {moved.folder}"
+        f"{pointers}; `ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
+        Tone.DONE,
+    )
+    if moved.left:
+        context.tell(f"{plan.run}: left {moved.left} objects written or replaced since the plan was made; the next repair looks again.")
+    context.problems += moved.problems
+
+
+def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: their quarantines
+    from ckptdoctor.actions import _object_quarantine
+
+    every = [left for left in _quarantines_in_store(found) if left.manifest is not None]
+    picked = [left for left in every if left.ident == undo.ident] if undo.ident else every[-1:]
+    if not picked:
+        if undo.ident:
+            raise Refused(f"no run given holds quarantine {undo.ident}")
+        context.tell(f"{found.run.path}: no quarantine: nothing to undo", Tone.DONE)
+        return
+    chosen = picked[0]
+    standing = _object_quarantine.standing(found.place, chosen)
+    found.plan = repair.undo_plan(standing, found.run.path, found.place.run.url, standing.home)
+    found.journals = []
+    undo._chosen[found.plan.run] = standing
+    found.quarantine = chosen
+    context.refused += [
+        f"{item.path} is in the run again and in {standing.folder}: move one of them aside, then undo again"
+        for item in standing.items
+        if item.state is StoredState.CONFLICT
+    ]
+    context.refused += [
+        f"{item.path} in {standing.folder} is not what the repair moved there: it is never put back; remove it from the quarantine, then undo again"
+        for item in standing.items
+        if item.state is StoredState.REPLACED
+    ]
+
+
+def _undo_in_store(context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _object_quarantine
+
+    if found.plan is None or found.quarantine is None:
+        return
+    restored, problems = _object_quarantine.restore(found.place, found.quarantine)
+    context.tell(
+        f"{found.plan.run}: put back {_entries(restored)} from {found.place.run.url_of(found.quarantine.key.rsplit('/', 1)[0])}.", Tone.DONE
+    )
+    context.problems += problems
 
 
 # repair
