@@ -231,6 +231,13 @@ def test_an_unreachable_endpoint_names_the_fix(moto_bucket: stores.Bucket, cli: 
     assert "cannot reach" in result.stderr and "--endpoint-url" in result.stderr
 
 
+def test_a_password_in_the_endpoint_url_is_never_printed(moto_bucket: stores.Bucket, cli: Any) -> None:
+    result = cli("inspect", moto_bucket.url("run"), "--endpoint-url", f"http://admin:hunter2@127.0.0.1:{stores.free_port()}")
+    assert result.exit_code == 2
+    assert "cannot reach http://127.0.0.1:" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
 def test_wrong_credentials_name_the_fix(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     write_burn_run(tmp_path / "run", [1])
     url = weed_bucket.upload(tmp_path / "run", "run")

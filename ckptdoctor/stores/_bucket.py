@@ -221,7 +221,7 @@ class Bucket:
         if code == "NoSuchBucket" or (status == 404 and what == "list"):
             return f"{self.location.root} does not exist (no such bucket)"
         if status is None and _UNREACHED.search(str(error)):
-            reach = self.endpoint or "the store"
+            reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
             return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network, --endpoint-url or AWS_ENDPOINT_URL"
         if status is None:
             return f"{where}: the store's answer could not be used ({_first_line(error)})"
@@ -282,6 +282,13 @@ def _status(error: BaseException) -> int | None:
 def _code(error: BaseException) -> str | None:
     match = _CODE.search(str(error))
     return match.group(1) if match else None
+
+
+def _without_secrets(endpoint: str) -> str:
+    """An endpoint as it may be printed: any ``user:password@`` in it left out."""
+    scheme, sep, rest = endpoint.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
 
 
 def _first_line(error: BaseException) -> str:
