@@ -795,13 +795,15 @@ def _say_versions(context: _Context, found: _InStore) -> None:
     )
 
 
-def _planned_objects(plan: Plan, run: Run) -> list[tuple[str, str]]:
-    """The (key, ETag) of every object the plan deletes: a folder's are every object listed below it."""
+def _planned_objects(plan: Plan, run: Run) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (key, ETag) of every object the plan deletes (a folder's are every object listed below
+    it); and the URLs of those the listing gave no ETag, which no delete can be conditioned on."""
     # loaded only for runs in buckets: what their listing showed
     from ckptdoctor.stores import session
 
     location = urls.parse(run_root(run))
     found: list[tuple[str, str]] = []
+    unconditioned: list[str] = []
     for item in plan.acting(Action.DELETE):
         for entry in item.entries:
             urls_of = session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]
@@ -809,7 +811,9 @@ def _planned_objects(plan: Plan, run: Run) -> list[tuple[str, str]]:
                 info = session.listed(url)
                 if info is not None and info.etag:
                     found.append((location.key_of(url), info.etag))
-    return found
+                elif info is not None:
+                    unconditioned.append(url)
+    return found, unconditioned
 
 
 def _pending_in_store(found: _InStore) -> Pending:
@@ -864,7 +868,10 @@ def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) 
                 "was made; prune again to plan from the run as it is"
             )
         else:
-            objects = _planned_objects(plan, run)
+            objects, unconditioned = _planned_objects(plan, run)
+            context.problems += [
+                f"{url}: the store listed it without an ETag: it cannot be deleted only as planned, so it is left" for url in unconditioned
+            ]
             below = len(location.prefix) + 1 if location.prefix else 0
             key, etag = _objects.write_journal(place, ObjectJournal(run.path, tuple((k[below:], e) for k, e in objects)))
             done = _objects.delete_objects(place, objects, lease)
