@@ -7,6 +7,7 @@ report or one clear line, never a traceback, a hang or a crash.
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -561,11 +562,23 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
 @pytest.mark.parametrize(
     "command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]]
 )
-def test_an_object_store_url_is_refused_not_measured_as_the_local_disk(cli, url: str, command: list[str]) -> None:
-    """Issue 14, item 14: `diskcheck s3://…` used to answer with the free space of `/`."""
-    result = cli(*command, url)
+def test_an_object_store_url_is_never_measured_or_acted_on_as_the_local_disk(cli, url: str, command: list[str]) -> None:
+    """Issue 14, item 14: `diskcheck s3://…` used to answer with the free space of `/`. A store
+    that cannot be reached is one line and exit 2 in every command, never the local disk."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    env = {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AZURE_STORAGE_ACCOUNT_NAME": "acct",
+        "AZURE_STORAGE_ACCOUNT_KEY": "a2V5",
+    }
+    result = cli(*command, url, "--endpoint-url", f"http://127.0.0.1:{port}", env=env)
     assert result.exit_code == 2, result.stdout
-    assert "object-store URL" in result.stderr and "free" not in result.stdout
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "free" not in result.stdout
 
 
 def test_a_local_folder_named_like_a_url_is_still_read(tmp_path, cli, monkeypatch) -> None:

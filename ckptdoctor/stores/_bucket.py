@@ -323,11 +323,15 @@ def _s3(location: Location, endpoint: str | None) -> Bucket:
     if endpoint:
         config["endpoint"] = endpoint
         config["virtual_hosted_style_request"] = False  # MinIO, Ceph, SeaweedFS: the bucket in the path
-    provider = _boto3_credentials()
+    provider, has_boto3 = _boto3_credentials()
     if provider is None and not _has_env_credentials():
         raise StoreError(
-            f"{location.root}: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-            "or install ckptdoctor[s3] (boto3) to use AWS_PROFILE, SSO and instance roles"
+            f"{location.root}: no AWS credentials: "
+            + (
+                "none in the environment, AWS_PROFILE, SSO or an instance role: run `aws configure` or `aws sso login`, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                if has_boto3
+                else "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or install ckptdoctor[s3] (boto3) to use AWS_PROFILE, SSO and instance roles"
+            )
         )
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or _boto3_region()
     config.setdefault("region", region or "us-east-1")
@@ -363,18 +367,18 @@ def _has_env_credentials() -> bool:
     return any(os.environ.get(name) for name in _ENV_CREDENTIALS)
 
 
-def _boto3_credentials() -> Any:
+def _boto3_credentials() -> tuple[Any, bool]:
     """boto3's credential chain (profiles, SSO, instance roles) for obstore, which reads only the
-    environment; None where boto3 is not installed or finds no credentials."""
+    environment (None where boto3 finds none); and whether boto3 is installed."""
     try:
         import boto3  # the optional extra: only its credential chain is used here
         from obstore.auth.boto3 import Boto3CredentialProvider
     except ImportError:
-        return None
+        return None, False
     session = boto3.Session()
     if session.get_credentials() is None:
-        return None
-    return Boto3CredentialProvider(session)
+        return None, True
+    return Boto3CredentialProvider(session), True
 
 
 def _boto3_region() -> str | None:

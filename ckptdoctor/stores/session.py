@@ -72,10 +72,13 @@ def control(location: Location) -> Control:
 
 
 def owner(url: str) -> Bucket | None:
-    """The bucket a listed object's URL belongs to; None for anything else (a local path)."""
+    """The bucket of an object a listing of this process showed; None for anything else (a local
+    path, even one spelled like a URL, and an object no listing showed)."""
     if "://" not in url:
         return None
     with _lock:
+        if url not in _objects:
+            return None
         for root, found in _buckets.items():
             if url.startswith(root + "/"):
                 return found
