@@ -10,6 +10,12 @@ is a tag name it opens; Composer's ``.symlink`` object holds the remote name it 
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +156,44 @@ def test_a_dry_run_repair_writes_nothing(weed_bucket: stores.Bucket, tmp_path: P
     assert result.exit_code == 0
     assert "About to quarantine 3 entries" in result.stdout
     assert {key: weed_bucket.get(key) for key in weed_bucket.stored()} == before
+
+
+def test_a_repair_killed_at_random_moments_loses_nothing_and_undo_puts_everything_back(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
+    write_burn_run(tmp_path / "run", range(1, 41))
+    for epoch in range(21, 41):
+        (tmp_path / "run" / f"optim-{epoch}.bpk").unlink()  # epochs 21-40 lost their optimizer state
+    env = {**os.environ, **weed_bucket.env}
+    rng = random.Random(20)
+    midway = 0
+    for _ in range(4):
+        for key in weed_bucket.stored():
+            weed_bucket.s3.delete_object(Bucket=weed_bucket.name, Key=weed_bucket.key(key))
+        url = weed_bucket.upload(tmp_path / "run", "run")
+        before = {key: weed_bucket.get(key) for key in weed_bucket.stored()}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ckptdoctor", "repair", *NOW, "--yes", url],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while (
+            not any(key.endswith("/manifest.json") for key in weed_bucket.stored())
+            and process.poll() is None
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        now = {key: weed_bucket.get(key) for key in weed_bucket.stored()}
+        moved = [key for key in now if key.startswith("run/.ckptdoctor/quarantine/") and key.endswith(".bpk")]
+        midway += 0 < len(moved) < 40
+        for key, data in before.items():  # every object is in the run or, whole, in the quarantine
+            copies = [now[k] for k in now if k == key or (k.startswith("run/.ckptdoctor/quarantine/") and k.endswith("/" + key[4:]))]
+            assert data in copies, key
+        weed_bucket.s3.delete_object(Bucket=weed_bucket.name, Key=weed_bucket.key("run/.ckptdoctor/lock"))  # its lease would run out
+        undone = subprocess.run(
+            [sys.executable, "-m", "ckptdoctor", "repair", "--undo", "--yes", url], env=env, capture_output=True, text=True, check=False
+        )
+        assert undone.returncode == 0, undone.stdout + undone.stderr
+        assert {key: weed_bucket.get(key) for key in _run_keys(weed_bucket)} == before
+    assert midway, "no kill landed while the repair was moving objects: the test proved little"

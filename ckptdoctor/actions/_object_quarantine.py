@@ -190,6 +190,8 @@ def _state(place: Place, copy: str | None, expected: str | None, original: str, 
         if copy is not None and kept != expected:
             return StoredState.REPLACED if kept is not None else StoredState.LOST
         return StoredState.QUARANTINED
+    if here is not None and here == expected:
+        return StoredState.BACK  # never moved (a repair killed between its copy and its delete): still in place
     if kept is None:
         return StoredState.BACK if here is not None else StoredState.LOST
     if kept != expected:
@@ -214,6 +216,9 @@ def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
     problems: list[str] = []
     for line in found.manifest.objects:
         copy, expected = f"{folder}/{line.key}", line.copied or line.etag
+        if _etag_of(place, _in_run(place, line.key)) == line.etag:  # still in place: its copy is a leftover
+            control.delete_if_match(copy, expected)
+            continue
         if control.copy_if_match(copy, _in_run(place, line.key), expected) is None:
             problems.append(f"{place.run.url_of(_in_run(place, line.key))}: not put back (in the run again, or its copy changed)")
             continue
