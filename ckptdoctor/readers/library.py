@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from ckptdoctor.model import Entry, FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Library, current
+from ckptdoctor.stores import session
 
 _HARMLESS = frozenset({Problem.LEGACY})
 """Issues that do not stop a file from being loaded."""
@@ -47,6 +48,12 @@ def load_all(entries: Iterable[Entry], reports: dict[str, FileReport]) -> dict[s
         report = reports[entry.os_path]
         spec = current().by_format.get(report.format)
         if spec is None or spec.loaded_by is None or any(i.problem not in _HARMLESS for i in report.issues):
+            continue
+        if session.owner(entry.os_path) is not None:  # the libraries open local paths only
+            issue = FileIssue(
+                Problem.PARTLY_CHECKED, "not loaded: it is in a bucket, and --load loads local files (copy the run down to load it)"
+            )
+            failed[entry.os_path] = dataclasses.replace(report, issues=(*report.issues, issue))
             continue
         try:
             error = _load(entry.os_path, spec.loaded_by)
