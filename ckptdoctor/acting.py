@@ -963,7 +963,6 @@ def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
     standing = _object_quarantine.standing(found.place, chosen)
     found.plan = repair.undo_plan(standing, found.run.path, found.place.run.url, standing.home)
     found.journals = []
-    undo._chosen[found.plan.run] = standing
     found.quarantine = chosen
     context.refused += [
         f"{item.path} is in the run again and in {standing.folder}: move one of them aside, then undo again"
