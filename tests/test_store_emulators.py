@@ -153,11 +153,11 @@ def test_inspect_of_a_gcs_bucket_agrees_with_the_disk(gcs_endpoint: str, tmp_pat
     assert remote.json["store"] == {"requests": 1 + files, "bytes_read": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())}
 
 
-def test_verify_of_a_gcs_bucket_agrees_with_the_disk(gcs_endpoint: str, tmp_path: Path, cli: Any) -> None:
+def test_verify_deep_of_a_gcs_bucket_agrees_with_the_disk(gcs_endpoint: str, tmp_path: Path, cli: Any) -> None:
     folder = _burn_run_with_a_broken_checkpoint(tmp_path)
     url = _gcs_upload(gcs_endpoint, folder, "t-verify")
-    local = cli("verify", "--json", str(folder))
-    remote = cli("verify", "--json", url, "--endpoint-url", gcs_endpoint)
+    local = cli("verify", "--deep", "--json", str(folder))
+    remote = cli("verify", "--deep", "--json", url, "--endpoint-url", gcs_endpoint)
     assert remote.exit_code == local.exit_code, remote.stderr
     _same_but_paths(remote.json, local.json, url, folder)
 
@@ -224,17 +224,45 @@ def _azure_upload(endpoint: str, folder: Path, prefix: str) -> str:
     return f"az://{BUCKET}/{prefix}"
 
 
-@pytest.mark.parametrize("given", ["with the account", "without it"])
-def test_inspect_of_an_azure_container_agrees_with_the_disk(azure_endpoint: str, tmp_path: Path, cli: Any, given: str) -> None:
+@pytest.mark.parametrize("given", ["the account in the endpoint", "the account implied", "a key in the environment"])
+def test_inspect_of_an_azure_container_agrees_with_the_disk(
+    azure_endpoint: str, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    """Azurite reached as its docs write its endpoint, as its connection strings do (no account
+    in it), and with its key set as a user's own key is (the ordinary credential path)."""
     folder = _burn_run_with_a_broken_checkpoint(tmp_path)
-    url = _azure_upload(azure_endpoint, folder, f"t-inspect-{given.split()[0]}")
-    endpoint = azure_endpoint if given == "with the account" else azure_endpoint.rsplit("/", 1)[0]  # Azurite's account is implied
+    url = _azure_upload(azure_endpoint, folder, f"t-inspect-{given.split()[-1]}")
+    endpoint = azure_endpoint.rsplit("/", 1)[0] if given == "the account implied" else azure_endpoint
+    if given == "a key in the environment":
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT)
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
     local = cli("inspect", "--json", str(folder))
     remote = cli("inspect", "--json", url, "--endpoint-url", endpoint)
     assert remote.exit_code == local.exit_code, remote.stderr
     _same_but_paths(remote.json, local.json, url, folder)
     [run] = remote.json["runs"]
     assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete", "complete", "incomplete"]
+
+
+def test_verify_deep_of_an_azure_container_agrees_with_the_disk(azure_endpoint: str, tmp_path: Path, cli: Any) -> None:
+    folder = _burn_run_with_a_broken_checkpoint(tmp_path)
+    url = _azure_upload(azure_endpoint, folder, "t-verify")
+    local = cli("verify", "--deep", "--json", str(folder))
+    remote = cli("verify", "--deep", "--json", url, "--endpoint-url", azure_endpoint)
+    assert remote.exit_code == local.exit_code, remote.stderr
+    _same_but_paths(remote.json, local.json, url, folder)
+
+
+def test_a_wrong_azure_key_is_one_line_and_exit_2(azure_endpoint: str, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_burn_run(tmp_path / "run", [1])
+    url = _azure_upload(azure_endpoint, tmp_path / "run", "t-wrong-key")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", base64.b64encode(b"not the key").decode())
+    result = cli("inspect", url, "--endpoint-url", azure_endpoint)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.stderr
+    # Azurite answers a bad signature AuthorizationFailure (Azure itself: AuthenticationFailed)
+    assert "AuthorizationFailure" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 # --- no credentials: one line, exit 2, at once ---------------------------------------------------
