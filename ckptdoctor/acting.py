@@ -29,16 +29,16 @@ from typing import Any
 from ckptdoctor import actions, processes
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen
+from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
-from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, duration, parse_duration
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.records import Pending, Quarantine, StoredState
+from ckptdoctor.records import ObjectJournal, Pending, Quarantine, StoredState
 from ckptdoctor.stores import urls
 from ckptdoctor.units import files_or_folders, size
 
@@ -217,7 +217,13 @@ def carry_out(
     in and below them, or (``recurse`` False) only over the runs whose folders they are.
     ``tally`` counts what its scan sees, for a status line shown until the listener hears the
     first event."""
-    context = _Context(pass_.command, [_local(path, pass_.command) for path in paths or ["."]], dry_run, listener, recurse, tally)
+    given = list(paths or ["."])
+    in_stores = [path for path in given if _in_store(path)]
+    if in_stores:
+        if len(in_stores) != len(given):
+            raise Refused(f"{pass_.command} takes either local folders or bucket URLs, not both at once: run it once for each")
+        return _carry_out_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm)
+    context = _Context(pass_.command, [_local(path) for path in given], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
         context.scan()
@@ -250,17 +256,19 @@ def carry_out(
         return outcome(acted=True)
 
 
-def _local(path: str, command: str) -> str:
-    """The local path an acting pass acts on (a ``file://`` URL's path); a store URL is refused."""
+def _in_store(path: str) -> bool:
+    """Whether ``path`` names a prefix in an object store (not a ``file://`` URL, not a local
+    folder whose name merely looks like a URL)."""
+    return remote(path) and urls.scheme(path) != "file"
+
+
+def _local(path: str) -> str:
+    """The local path an acting pass acts on (a ``file://`` URL's path)."""
     try:
         local = urls.local_path(path)
     except urls.BadURL as error:
         raise Refused(str(error)) from None
-    if local is not None:
-        return local
-    if remote(path):
-        raise Refused(f"{path}: {command} acts on local folders only, for now: inspect and verify read runs in object stores")
-    return path
+    return path if local is None else local
 
 
 def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], tally: Tally | None = None) -> tuple[Report, list[Run]]:
@@ -412,6 +420,9 @@ class PruneOptions:
     max_runs: int = MAX_RUNS
     discard_journal: bool = False
     """Drop what an interrupted prune left pending, putting back what it had moved."""
+    abort_uploads: float | None = None
+    """Runs in buckets: abort the incomplete multipart uploads under the run older than this many
+    seconds (by the store's clock)."""
 
 
 class Prune(Pass):
@@ -585,7 +596,9 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
         min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
     )
     policy.check()
-    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal))
+    uploads = settings.get("abort-uploads")
+    abort_uploads = parse_duration(str(uploads)) if uploads is not None else None
+    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal, abort_uploads))
 
 
 def kept_paths(plan: Plan) -> frozenset[str]:
@@ -593,6 +606,388 @@ def kept_paths(plan: Plan) -> frozenset[str]:
     return frozenset(
         relative(entry.os_path, plan.root) for item in plan.items if item.action is not Action.DELETE for entry in item.entries
     )
+
+
+# prune in a bucket
+
+
+ABANDONED = 24 * 3600.0
+"""An incomplete multipart upload older than this (without --abort-uploads) is taken for abandoned;
+a younger one may be a save still going on, and keeps what it writes into."""
+
+
+@dataclass
+class _InStore:
+    """One run in a bucket, as a prune there sees it."""
+
+    run: Run
+    place: Any
+    """Its ``actions._objects.Place``."""
+    now: float
+    uploads: list[Any]
+    plan: Plan | None = None
+    journals: list[Any] = field(default_factory=list)
+    quarantine: Any = None
+    """``repair --undo``: the quarantine (``actions._object_quarantine.Found``) to put back."""
+
+
+def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm) -> Outcome:
+    """``carry_out`` for runs in buckets: the same steps, by the store's own means (a lock
+    object, journal and manifest objects, conditional copies and deletes, ages by the store's clock)."""
+    # loaded only for runs in buckets: the store executor and S3's control plane
+    from ckptdoctor.actions import _objects
+
+    if isinstance(pass_, Prune) and pass_.policy.keep_best:
+        raise Refused("--keep-best reads metrics beside local runs only, for now: use --keep-last or --keep-within on a bucket")
+    if isinstance(pass_, Prune) and pass_.options.discard_journal:
+        raise Refused(
+            "--discard-journal: a bucket has no trash to put back from; the next prune finishes (or shows) what a killed one left"
+        )
+    context.scan()
+    runs = [_InStore(run, _objects.place_of(run_root(run), home(run)), 0.0, []) for run in context.runs]
+    if isinstance(pass_, Undo) and not runs:  # every checkpoint quarantined: the run is its folder's quarantine
+        runs = [
+            _InStore(_bare_run(path), _objects.place_of(path.rstrip("/"), home_of(path.rstrip("/"), False)), 0.0, [])
+            for path in context.paths
+        ]
+    for found in runs:  # before any lock is written: only S3 has the conditional writes acting needs
+        if found.place.run.store is not urls.Store.S3:
+            raise Refused(
+                f"{found.run.path}: {pass_.command} acts in s3:// buckets only, for now (it needs S3's conditional copy and delete)"
+            )
+    with contextlib.ExitStack() as held:
+        leases = {}
+        if not context.dry_run:
+            for found in sorted(runs, key=lambda found: found.run.path):
+                leases[found.run.path] = held.enter_context(_objects.locked(found.place, found.run.path))
+        for found in runs:
+            found.now = found.place.control.now()
+            if isinstance(pass_, Prune):
+                _plan_in_store(pass_, context, found)
+            elif isinstance(pass_, Repair):
+                _plan_repair_in_store(pass_, context, found)
+            elif isinstance(pass_, Undo):
+                _plan_undo_in_store(pass_, context, found)
+        planned = [(found.plan, found.run.unit.value) for found in runs if found.plan is not None]
+        plans = [plan for plan, _ in planned]
+        pending = tuple(_pending_in_store(found) for found in runs if found.journals)
+        context.listener(Planned(context.report, tuple(planned), pending, tuple(context.refused)))
+
+        def outcome(acted: bool = False, declined: str = "") -> Outcome:
+            return Outcome(
+                pass_.command, context.report, tuple(plans), context.dry_run, acted, declined, tuple(context.told),
+                tuple(context.problems), tuple(context.refused),
+            )  # fmt: skip
+
+        if isinstance(pass_, Undo) and context.refused:
+            context.tell("Nothing was restored.")
+            return outcome()
+        acting = [plan for plan in plans if any(plan.acting(action) for action in pass_.acts_on)]
+        aborting = isinstance(pass_, Prune) and any(_stale_uploads(pass_, found) for found in runs)
+        if context.dry_run or not (acting or pending or aborting):
+            return outcome()
+        for question in pass_.questions(context, acting):
+            if confirm(question) is not True:
+                return outcome(declined=question.declined)
+        for found in runs:
+            lease = leases.get(found.run.path)
+            if isinstance(pass_, Prune):
+                _act_in_store(pass_, context, found, lease)
+            elif isinstance(pass_, Repair):
+                _repair_in_store(context, found, lease)
+            else:
+                _undo_in_store(context, found)
+        return outcome(acted=True)
+
+
+def _bare_run(path: str) -> Run:
+    return Run(path.rstrip("/"), "unknown", Unit.SAVE, (), ())
+
+
+def _plan_in_store(prune: Prune, context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _objects
+
+    run, place = found.run, found.place
+    found.uploads = place.control.uploads(place.run.prefix + "/")
+    found.journals = _objects.journals(place)
+    for journal in found.journals:
+        if journal.journal is None:
+            context.tell(f"note: {place.run.url_of(journal.key)} is not ckptdoctor's ({journal.why}): ignored")
+    inside, open_by = _objects_inside(run, found)
+    world = Circumstances(found.now, open_by=open_by, inside=inside)
+    judged = prune._verified(run, context) if prune.options.verify_kept else run
+    try:
+        found.plan = retention.plan(judged, layout_named(run.layout), prune.policy, world)
+    except retention.PolicyError as error:
+        raise Refused(str(error)) from error
+    found.run = judged
+    _say_versions(context, found)
+    stale = _stale_uploads(prune, found)
+    if stale:
+        verb = "would abort" if context.dry_run else "aborts"
+        context.tell(
+            f"{run.path}: {verb} {len(stale)} incomplete upload{'s' if len(stale) != 1 else ''} older than "
+            f"{duration(prune.options.abort_uploads or 0)} ({size(sum(upload.parts_bytes for upload in stale))} of parts)"
+        )
+
+
+def _objects_inside(run: Run, found: _InStore) -> tuple[dict[str, tuple[tuple[str, float, int], ...]], dict[str, int | str]]:
+    """Every object inside each checkpoint folder of ``run`` (from the scan's listing), with the
+    uploads going on into it; and what the young uploads are writing, by URL: a save into a
+    checkpoint that is still going on keeps it, as a file held open does on disk."""
+    folders = [c.folder for c in run.checkpoints if c.folder is not None]
+    folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
+    location = found.place.run
+    listed = sorted(url for url in _listed_under(location.url))
+    young = [upload for upload in found.uploads if found.now - upload.initiated < ABANDONED]
+    inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    open_by: dict[str, int | str] = {}
+    for upload in young:
+        url = location.url_of(upload.key)
+        open_by[url] = f"an upload into it began {duration(max(0.0, found.now - upload.initiated))} ago and is not complete"
+    for folder in folders:
+        prefix = folder.os_path + "/"
+        contents = [(url, info.modified, info.size) for url in listed if url.startswith(prefix) and (info := _info(url)) is not None]
+        contents += [(location.url_of(u.key), u.initiated, u.parts_bytes) for u in young if location.url_of(u.key).startswith(prefix)]
+        inside[folder.os_path] = tuple(contents)
+    return inside, open_by
+
+
+def _listed_under(url: str) -> list[str]:
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    return session.listed_under(url)
+
+
+def _info(url: str) -> Any:
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    return session.listed(url)
+
+
+def _stale_uploads(prune: Prune, found: _InStore) -> list[Any]:
+    age = prune.options.abort_uploads
+    if age is None:
+        return []
+    return [upload for upload in found.uploads if found.now - upload.initiated >= age]
+
+
+def _say_versions(context: _Context, found: _InStore) -> None:
+    """On a versioned bucket a delete frees nothing: say so before anything is asked."""
+    plan = found.plan
+    if plan is None or not plan.acting(Action.DELETE):
+        return
+    control = found.place.control
+    if control.versioning() is None:
+        return
+    expiring = [rule for rule in control.lifecycle() if rule.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in rule]
+    later = (
+        f"once its lifecycle rule expires noncurrent versions ({expiring[0]['NoncurrentVersionExpiration'].get('NoncurrentDays', '?')} days)"
+        if expiring
+        else "never: no lifecycle rule expires noncurrent versions (add one with a NoncurrentVersionExpiration)"
+    )
+    context.tell(
+        f"note: {found.place.run.root} keeps object versions: these deletes free 0 B now (each leaves a delete marker), "
+        f"and {size(plan.freed_bytes)} {later}"
+    )
+
+
+def _planned_objects(plan: Plan, run: Run) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (key, ETag) of every object the plan deletes (a folder's are every object listed below
+    it); and the URLs of those the listing gave no ETag, which no delete can be conditioned on."""
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    location = urls.parse(run_root(run))
+    found: list[tuple[str, str]] = []
+    unconditioned: list[str] = []
+    for item in plan.acting(Action.DELETE):
+        for entry in item.entries:
+            urls_of = session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]
+            for url in urls_of:
+                info = session.listed(url)
+                if info is not None and info.etag:
+                    found.append((location.key_of(url), info.etag))
+                elif info is not None:
+                    unconditioned.append(url)
+    return found, unconditioned
+
+
+def _pending_in_store(found: _InStore) -> Pending:
+    """What the journals a killed prune left would still delete (objects unchanged, not kept now)."""
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    location = found.place.run
+    kept = kept_paths(found.plan) if found.plan is not None else frozenset()
+    in_run: list[str] = []
+    spared: list[str] = []
+    for journal in found.journals:
+        if journal.journal is None:
+            continue
+        for key, etag in journal.journal.objects:
+            url = f"{location.url}/{key}"
+            info = session.listed(url)
+            if info is None:
+                continue
+            still = info.etag == etag and not any(url == f"{location.url}/{k}" or url.startswith(f"{location.url}/{k}/") for k in kept)
+            (in_run if still else spared).append(key)
+    names = ", ".join(found.place.run.url_of(j.key) for j in found.journals if j.journal is not None)
+    return Pending(names, 0, tuple(in_run), tuple(spared))
+
+
+def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) -> None:
+    # loaded only for runs in buckets: the store executor and what their listing showed
+    from ckptdoctor.actions import _objects
+    from ckptdoctor.stores import session
+
+    run, place, plan = found.run, found.place, found.plan
+    location = place.run
+    for journal in found.journals:  # what a killed prune was confirmed to delete, still as it was
+        if journal.journal is None:
+            continue
+        kept = kept_paths(plan) if plan is not None else frozenset()
+        left = [
+            (location.key_of(f"{location.url}/{key}"), etag)
+            for key, etag in journal.journal.objects
+            if not any(key == k or key.startswith(k + "/") for k in kept) and session.listed(f"{location.url}/{key}") is not None
+        ]
+        done = _objects.delete_objects(place, left, lease)
+        context.problems += done.problems
+        if not done.problems:
+            _objects.close_journal(place, journal.key, journal.etag)
+        context.tell(f"{run.path}: finished an interrupted prune: {len(done.deleted)} objects it had planned to delete.", Tone.DONE)
+    if plan is not None and plan.acting(Action.DELETE):
+        changed = _objects.changed_since_scan(_relied_on(run))
+        if changed:
+            context.problems.append(
+                f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
+                "was made; prune again to plan from the run as it is"
+            )
+        else:
+            objects, unconditioned = _planned_objects(plan, run)
+            context.problems += [
+                f"{url}: the store listed it without an ETag: it cannot be deleted only as planned, so it is left" for url in unconditioned
+            ]
+            below = len(location.prefix) + 1 if location.prefix else 0
+            key, etag = _objects.write_journal(place, ObjectJournal(run.path, tuple((k[below:], e) for k, e in objects)))
+            done = _objects.delete_objects(place, objects, lease)
+            context.problems += done.problems
+            if not done.problems:
+                _objects.close_journal(place, key, etag)
+            freed = sum(info.size for k in done.deleted if (info := session.listed(location.url_of(k))) is not None)
+            checkpoints = len(plan.acting(Action.DELETE))
+            context.tell(
+                f"{plan.run}: deleted {checkpoints} checkpoint{'s' if checkpoints != 1 else ''} ({len(done.deleted)} objects); "
+                f"{size(freed)} no longer listed.",
+                Tone.DONE,
+            )
+            if done.changed:
+                context.tell(
+                    f"{plan.run}: left {len(done.changed)} objects rewritten or removed since the plan was made; the next prune looks again."
+                )
+    for upload in _stale_uploads(prune, found):
+        if place.control.abort(upload):
+            context.tell(
+                f"{run.path}: aborted the incomplete upload of {location.url_of(upload.key)} ({size(upload.parts_bytes)} of parts).",
+                Tone.DONE,
+            )
+
+
+def _plan_repair_in_store(repair_: Repair, context: _Context, found: _InStore) -> None:
+    run, place = found.run, found.place
+    found.uploads = place.control.uploads(place.run.prefix + "/")
+    for left in _quarantines_in_store(found):
+        if left.manifest is not None and left.manifest.state == "repairing":
+            context.tell(
+                f"note: an interrupted repair left {place.run.url_of(left.key)}: what it moved stays there "
+                f"(`ckptdoctor repair --undo --id {left.ident} {shell_word(run.path)}` puts it back); the rest is planned anew"
+            )
+    inside, open_by = _objects_inside(run, found)
+    world = Circumstances(found.now, open_by=open_by, inside=inside)
+    findings = [finding for finding in context.report.findings if finding.run == run.path]
+    try:
+        found.plan = repair.plan(run, layout_named(run.layout), findings, world, repair_.min_age)
+    except repair.Refused as refusal:
+        context.refused.append(str(refusal))
+
+
+def _quarantines_in_store(found: _InStore) -> list[Any]:
+    # loaded only for runs in buckets: their quarantines
+    from ckptdoctor.actions import _object_quarantine
+
+    return _object_quarantine.quarantines(found.place)
+
+
+def _repair_in_store(context: _Context, found: _InStore, lease: Any) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _object_quarantine, _objects
+
+    plan, run = found.plan, found.run
+    if plan is None or not (plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)):
+        return
+    changed = _objects.changed_since_scan(_relied_on(run))
+    if changed:
+        context.problems.append(
+            f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
+            "was made; repair again to plan from the run as it is"
+        )
+        return
+    moved = _object_quarantine.quarantine(found.place, plan, found.now, lease)
+    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+    context.tell(
+        f"{plan.run}: quarantined {moved.entries} object{'s' if moved.entries != 1 else ''} ({size(moved.bytes)}) in {moved.folder}"
+        f"{pointers}; `ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
+        Tone.DONE,
+    )
+    if moved.left:
+        context.tell(f"{plan.run}: left {moved.left} objects written or replaced since the plan was made; the next repair looks again.")
+    context.problems += moved.problems
+
+
+def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: their quarantines
+    from ckptdoctor.actions import _object_quarantine
+
+    every = [left for left in _quarantines_in_store(found) if left.manifest is not None]
+    picked = [left for left in every if left.ident == undo.ident] if undo.ident else every[-1:]
+    if not picked:
+        if undo.ident:
+            raise Refused(f"no run given holds quarantine {undo.ident}")
+        context.tell(f"{found.run.path}: no quarantine: nothing to undo", Tone.DONE)
+        return
+    chosen = picked[0]
+    standing = _object_quarantine.standing(found.place, chosen)
+    found.plan = repair.undo_plan(standing, found.run.path, found.place.run.url, standing.home)
+    found.journals = []
+    undo._chosen[found.plan.run] = standing
+    found.quarantine = chosen
+    context.refused += [
+        f"{item.path} is in the run again and in {standing.folder}: move one of them aside, then undo again"
+        for item in standing.items
+        if item.state is StoredState.CONFLICT
+    ]
+    context.refused += [
+        f"{item.path} in {standing.folder} is not what the repair moved there: it is never put back; remove it from the quarantine, then undo again"
+        for item in standing.items
+        if item.state is StoredState.REPLACED
+    ]
+
+
+def _undo_in_store(context: _Context, found: _InStore) -> None:
+    # loaded only for runs in buckets: the store executor
+    from ckptdoctor.actions import _object_quarantine
+
+    if found.plan is None or found.quarantine is None:
+        return
+    restored, problems = _object_quarantine.restore(found.place, found.quarantine)
+    context.tell(
+        f"{found.plan.run}: put back {_entries(restored)} from {found.place.run.url_of(found.quarantine.key.rsplit('/', 1)[0])}.", Tone.DONE
+    )
+    context.problems += problems
 
 
 # repair

@@ -18,7 +18,20 @@ from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.units import parse_size
 
 PRUNE_KEYS = frozenset(
-    {"keep-last", "keep-best", "metric", "mode", "keep-every", "keep-within", "keep", "min-age", "metrics-file", "verify", "max-runs"}
+    {
+        "keep-last",
+        "keep-best",
+        "metric",
+        "mode",
+        "keep-every",
+        "keep-within",
+        "keep",
+        "min-age",
+        "metrics-file",
+        "verify",
+        "max-runs",
+        "abort-uploads",
+    }
 )
 
 

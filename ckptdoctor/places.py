@@ -25,6 +25,8 @@ def home_of(root: str, beside: bool) -> str:
     """Where ckptdoctor keeps its lock, journals and quarantines for the run in ``root``: in it
     (``<run>/.ckptdoctor``), or ``beside`` it (``<parent>/.ckptdoctor/<run name>``) for frameworks
     that read every name in the run folder. Either way on the run's filesystem, as a move must be."""
+    if beside and store_url(root):
+        return f"{parent(root)}/{OWN_FOLDER}/{posixpath.basename(root.rstrip('/'))}"
     if beside:
         absolute = os.path.abspath(root)
         return os.path.join(os.path.dirname(absolute), OWN_FOLDER, os.path.basename(absolute))

@@ -324,17 +324,183 @@ class Journal:
         return cls(document["run"], tuple(entries), kept)
 
 
+@dataclass(frozen=True)
+class ObjectJournal:
+    """``<run>/.ckptdoctor/prune-<id>.json`` in a bucket: the objects a prune deletes (keys
+    relative to the run's prefix), each with the ETag the plan saw. Written before the first
+    delete and removed after the last: one left behind means a prune was killed, and the next one
+    deletes what it still names, but only objects whose ETag is still the one recorded."""
+
+    run: str
+    """The run's URL."""
+    objects: tuple[tuple[str, str], ...]
+
+    def encode(self) -> bytes:
+        return _readable(self, ObjectJournal.decode)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ObjectJournal:
+        return cls.from_json(_parse(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": OBJECT_JOURNAL, "run": self.run, "objects": [list(item) for item in self.objects]}
+
+    @classmethod
+    def from_json(cls, document: object) -> ObjectJournal:
+        if not isinstance(document, dict) or document.get("kind") != OBJECT_JOURNAL:
+            raise BadRecord("not a ckptdoctor journal of a bucket")
+        _only(document, _OBJECT_JOURNAL_KEYS, "it")
+        objects = document.get("objects")
+        if not isinstance(document.get("run"), str) or not isinstance(objects, list):
+            raise BadRecord("not a ckptdoctor journal of a bucket")
+        for item in objects:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) and part for part in item)):
+                raise BadRecord("one of its objects is not a key and an ETag")
+            if not plain_key(item[0]) or item[0].split("/")[0] == OWN_FOLDER:
+                raise BadRecord(f"it names {item[0]!r}, which is no object of the run ckptdoctor would delete")
+        return cls(document["run"], tuple((key, etag) for key, etag in objects))
+
+
+OBJECT_JOURNAL = "ckptdoctor.bucket-prune.v1"
+OBJECT_MANIFEST = "ckptdoctor.bucket-quarantine.v1"
+
+
+class ObjectLine(NamedTuple):
+    """One object a repair moved into a bucket's quarantine."""
+
+    key: str
+    """Relative to the run's prefix; its copy is at the same key below the quarantine."""
+    etag: str
+    """The object's ETag when the plan was made."""
+    copied: str | None
+    """Its copy's ETag in the quarantine (None until the copy is made: then ``etag``, a copy in
+    one piece keeping it)."""
+    number: int | None
+    reasons: tuple[str, ...]
+    bytes: int
+
+
+class ObjectPointer(NamedTuple):
+    """A pointer object a repair rewrote: its old version is copied into the quarantine first."""
+
+    key: str
+    old: str | None
+    """The ETag it had (None: the repair created it)."""
+    write: PointerWrite
+    written: str | None
+    """The ETag of what the repair wrote (None until written)."""
+
+
+@dataclass(frozen=True)
+class ObjectManifest:
+    """``<run>/.ckptdoctor/quarantine/<id>/manifest.json`` in a bucket: what a repair moved there
+    and re-pointed, for ``--undo``. Written (create-only) before the first move, and again with
+    ``If-Match`` as each step is done."""
+
+    run: str
+    created: float
+    state: str
+    """``repairing`` (killed part-way) or ``done``."""
+    objects: tuple[ObjectLine, ...]
+    pointers: tuple[ObjectPointer, ...]
+
+    def encode(self) -> bytes:
+        return _readable(self, ObjectManifest.decode)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ObjectManifest:
+        return cls.from_json(_parse(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": OBJECT_MANIFEST,
+            "run": self.run,
+            "created": self.created,
+            "state": self.state,
+            "objects": [
+                {"key": o.key, "etag": o.etag, "copied": o.copied, "number": o.number, "reasons": list(o.reasons), "bytes": o.bytes}
+                for o in self.objects
+            ],
+            "pointers": [
+                {"key": p.key, "old": p.old, "name": p.write.name, "text": p.write.text, "kind": p.write.kind.value, "written": p.written}
+                for p in self.pointers
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, document: object) -> ObjectManifest:
+        if not isinstance(document, dict) or document.get("kind") != OBJECT_MANIFEST:
+            raise BadRecord("not a ckptdoctor quarantine manifest of a bucket")
+        _only(document, _OBJECT_MANIFEST_KEYS, "it")
+        objects, pointers = document.get("objects"), document.get("pointers")
+        if not (
+            isinstance(document.get("run"), str)
+            and _is_time(document.get("created"))
+            and document.get("state") in ("repairing", "done")
+            and isinstance(objects, list)
+            and isinstance(pointers, list)
+        ):
+            raise BadRecord("not a ckptdoctor quarantine manifest of a bucket")
+        return cls(
+            document["run"], float(document["created"]), document["state"],
+            tuple(_object_line(item) for item in objects), tuple(_object_pointer(item) for item in pointers),
+        )  # fmt: skip
+
+
+def _key_of_run(value: object) -> str:
+    if not isinstance(value, str) or not plain_key(value) or value.split("/")[0] == OWN_FOLDER:
+        raise BadRecord(f"it names {value!r}, which is no object of the run ckptdoctor would move")
+    return value
+
+
+def _etag(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise BadRecord(f"{value!r} is not an ETag")
+    return value
+
+
+def _maybe_etag(value: object) -> str | None:
+    return None if value is None else _etag(value)
+
+
+def _object_line(item: object) -> ObjectLine:
+    if not isinstance(item, dict) or item.keys() != {"key", "etag", "copied", "number", "reasons", "bytes"}:
+        raise BadRecord("one of its objects is not one ckptdoctor recorded")
+    number = item["number"]
+    if not (number is None or _is_int(number)) or not _is_reasons(item["reasons"]) or not _is_size(item["bytes"]):
+        raise BadRecord("one of its objects is not one ckptdoctor recorded")
+    return ObjectLine(
+        _key_of_run(item["key"]), _etag(item["etag"]), _maybe_etag(item["copied"]), number, tuple(item["reasons"]), item["bytes"]
+    )
+
+
+def _object_pointer(item: object) -> ObjectPointer:
+    if not isinstance(item, dict) or item.keys() != {"key", "old", "name", "text", "kind", "written"}:
+        raise BadRecord("one of its pointers is not one ckptdoctor recorded")
+    if not isinstance(item["name"], str) or not isinstance(item["text"], str) or item["kind"] not in _KINDS:
+        raise BadRecord("one of its pointers is not one ckptdoctor recorded")
+    write = PointerWrite(item["name"], item["text"], PointerKind(item["kind"]))
+    return ObjectPointer(_key_of_run(item["key"]), _maybe_etag(item["old"]), write, _maybe_etag(item["written"]))
+
+
+def plain_key(relative: str) -> bool:
+    """Whether ``relative`` names an object below a prefix: no empty, ``.`` or ``..`` part."""
+    return bool(relative) and not any(part in ("", ".", "..") for part in relative.split("/"))
+
+
 # --- checks ----------------------------------------------------------------------------------------
 
 _MANIFEST_KEYS = frozenset({"version", "run", "created", "state", "entries", "pointers"})
 _JOURNAL_KEYS = frozenset({"run", "entries", "identities"})
+_OBJECT_JOURNAL_KEYS = frozenset({"kind", "run", "objects"})
+_OBJECT_MANIFEST_KEYS = frozenset({"kind", "run", "created", "state", "objects", "pointers"})
 _PHASES = frozenset(phase.value for phase in Phase)
 _KINDS = frozenset(kind.value for kind in PointerKind)
 _INT64 = 1 << 63
 _UINT64 = 1 << 64
 
 
-_Record = TypeVar("_Record", "Manifest", "Journal")
+_Record = TypeVar("_Record", "Manifest", "Journal", "ObjectJournal", "ObjectManifest")
 
 
 def _readable(record: _Record, decode: Callable[[bytes], _Record]) -> bytes:

@@ -82,7 +82,7 @@ class Bucket:
         body: bytes = self.s3.get_object(Bucket=self.name, Key=self.key(relative))["Body"].read()
         return body
 
-    def keys(self) -> list[str]:
+    def stored(self) -> list[str]:
         """Every key under the test's prefix, relative to it, sorted."""
         found: list[str] = []
         pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=self.prefix + "/")

@@ -231,6 +231,13 @@ def test_an_unreachable_endpoint_names_the_fix(moto_bucket: stores.Bucket, cli: 
     assert "cannot reach" in result.stderr and "--endpoint-url" in result.stderr
 
 
+def test_a_password_in_the_endpoint_url_is_never_printed(moto_bucket: stores.Bucket, cli: Any) -> None:
+    result = cli("inspect", moto_bucket.url("run"), "--endpoint-url", f"http://admin:hunter2@127.0.0.1:{stores.free_port()}")
+    assert result.exit_code == 2
+    assert "cannot reach http://127.0.0.1:" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
 def test_wrong_credentials_name_the_fix(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     write_burn_run(tmp_path / "run", [1])
     url = weed_bucket.upload(tmp_path / "run", "run")
@@ -270,12 +277,12 @@ def test_a_bad_endpoint_url_is_refused(cli: Any) -> None:
 def test_acting_on_a_bucket_is_refused_until_it_can_be_done_safely(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
     write_burn_run(tmp_path / "run", [1, 2, 3])
     url = moto_bucket.upload(tmp_path / "run", "run")
-    before = moto_bucket.keys()
+    before = moto_bucket.stored()
     for args in (("prune", "--keep-last", "1", "--yes"), ("repair", "--yes"), ("diskcheck",)):
         result = cli(*args, url)
         assert result.exit_code == 2, args
         assert "Traceback" not in result.stderr
-    assert moto_bucket.keys() == before
+    assert moto_bucket.stored() == before
 
 
 # --- verify: whole objects, in parts, after saying what it will download -------------------------

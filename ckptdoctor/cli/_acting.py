@@ -231,9 +231,13 @@ def failures_explained(command: str) -> Iterator[None]:
     # loaded when the command runs: --help stays fast
     from ckptdoctor.acting import Refused, Stopped
     from ckptdoctor.actions import ActionError, Locked
+    from ckptdoctor.stores.session import StoreError
 
     try:
         yield
+    except StoreError as error:
+        say(f"ckptdoctor: error: {error}; nothing that was to be kept was touched")
+        raise typer.Exit(EXIT_USAGE) from error
     except Refused as refused:
         for line in refused.lines:
             say(f"ckptdoctor: error: {line}")

@@ -52,6 +52,14 @@ DiscardJournal = Annotated[
         "--discard-journal", help="Drop what an interrupted prune left pending, putting back what it had moved, instead of finishing it."
     ),
 ]
+AbortUploads = Annotated[
+    str | None,
+    typer.Option(
+        "--abort-uploads",
+        help="Runs in buckets: also abort incomplete multipart uploads under the run older than AGE (by the store's clock), e.g. 7d.",
+        metavar="AGE",
+    ),
+]
 MetricsFile = Annotated[str | None, typer.Option("--metrics-file", help="CSV or JSON of index -> metric value.", metavar="FILE")]
 
 
@@ -69,6 +77,7 @@ def prune(
     discard_journal: DiscardJournal = False,
     verify_kept: VerifyKept = None,
     max_runs: MaxRuns = None,
+    abort_uploads: AbortUploads = None,
     *,
     options: ActingOptions,
 ) -> None:
@@ -88,6 +97,7 @@ def prune(
       ckptdoctor prune --keep-last 3 --dry-run runs/exp1/checkpoint
       ckptdoctor prune --keep-last 2 --keep-best 1 --metric Loss --yes runs/exp1/checkpoint
       0 3 * * * ckptdoctor prune -q --yes --keep-last 5 /data/runs
+      ckptdoctor prune --keep-last 3 --abort-uploads 7d s3://bucket/runs/exp1
     """
     # loaded when the command runs: --help stays fast
     from ckptdoctor import acting
@@ -97,7 +107,7 @@ def prune(
     given = {
         "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
         "keep-within": keep_within, "keep": keep, "min-age": options.min_age, "metrics-file": metrics_file,
-        "verify": verify_kept, "max-runs": max_runs,
+        "verify": verify_kept, "max-runs": max_runs, "abort-uploads": abort_uploads,
     }  # fmt: skip
     try:
         table, _ = prune_settings(options.config)

@@ -83,8 +83,9 @@ class Circumstances:
     now: float
     metrics: Mapping[int, float] = field(default_factory=dict)
     """Metric value per checkpoint index (``--keep-best``)."""
-    open_by: Mapping[str, int] = field(default_factory=dict)
-    """Files (OS paths) a live process holds open, with its pid."""
+    open_by: Mapping[str, int | str] = field(default_factory=dict)
+    """Files (OS paths) a live process holds open, with its pid; or objects (URLs) a multipart
+    upload is still writing, with what that upload is."""
     inside: Mapping[str, Contents] = field(default_factory=dict)
     """Every file inside each folder of the run (by the folder's os path), claimed by a layout or
     not: moving or deleting the folder takes them all, so they all count for --min-age and open
@@ -170,8 +171,10 @@ def _held(paths: list[str], saved: float | None, circumstances: Circumstances, m
     if saved is not None and circumstances.now - saved < min_age:
         reasons.append(f"modified {duration(circumstances.now - saved)} ago (--min-age {duration(min_age)})")
     holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
-    if holder is not None:
+    if isinstance(holder, int):
         reasons.append(f"open in process {holder}")
+    elif holder is not None:
+        reasons.append(holder)
     return reasons
 
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import obstore
-from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import Location, Store
@@ -119,6 +119,32 @@ class Bucket:
         finally:
             self.traffic.add(1, 0)
 
+    def create(self, key: str, data: bytes) -> str | None:
+        """Write ``key`` only where no object has it (``If-None-Match: *``): its ETag, or None
+        where one exists already."""
+        return self._put(key, data, "create")
+
+    def replace(self, key: str, data: bytes, etag: str) -> str | None:
+        """Write ``key`` only while its ETag is ``etag`` (``If-Match``): its new ETag, or None
+        where it changed (or went) since."""
+        return self._put(key, data, {"e_tag": etag})
+
+    def _put(self, key: str, data: bytes, mode: Any) -> str | None:
+        self.traffic.add(1, 0)
+        try:
+            result = obstore.put(self._store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError, FileNotFoundError):
+            return None
+        except BaseError as error:
+            status = _status(error)
+            if status in (409, 412):  # a conditional write refused, however the client names it
+                return None
+            raise StoreError(self.refused("write", key, error)) from None
+        etag: str | None = result.get("e_tag")
+        if etag is None:
+            raise StoreError(f"{self.location.url_of(key)}: the store wrote it but sent no ETag: it cannot be changed safely later")
+        return etag
+
     def read(self, key: str, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end)."""
         if length <= 0:
@@ -196,7 +222,7 @@ class Bucket:
         if code == "NoSuchBucket" or (status == 404 and what == "list"):
             return f"{self.location.root} does not exist (no such bucket)"
         if status is None and _UNREACHED.search(str(error)):
-            reach = self.endpoint or "the store"
+            reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
             return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network, --endpoint-url or AWS_ENDPOINT_URL"
         if status is None:
             return f"{where}: the store's answer could not be used ({_first_line(error)})"
@@ -247,6 +273,7 @@ _CREDENTIALS = {
 _PERMISSIONS = {
     "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
     "read": {Store.S3: "s3:GetObject", Store.GCS: "storage.objects.get", Store.AZURE: "the Storage Blob Data Reader role"},
+    "write": {Store.S3: "s3:PutObject", Store.GCS: "storage.objects.create", Store.AZURE: "the Storage Blob Data Contributor role"},
 }
 
 
@@ -258,6 +285,13 @@ def _status(error: BaseException) -> int | None:
 def _code(error: BaseException) -> str | None:
     match = _CODE.search(str(error))
     return match.group(1) if match else None
+
+
+def _without_secrets(endpoint: str) -> str:
+    """An endpoint as it may be printed: any ``user:password@`` in it left out."""
+    scheme, sep, rest = endpoint.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
 
 
 def _first_line(error: BaseException) -> str:

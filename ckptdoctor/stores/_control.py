@@ -124,6 +124,14 @@ class Control:
             if not extra:
                 return found
 
+    def now(self) -> float:
+        """The store's clock (the ``Date`` of its answer to one light request): what ages of
+        objects are measured by, never the local clock."""
+        self._call("reach the bucket", "head_bucket")
+        if self.server_date is None:
+            raise StoreError(f"{self.location.root}: the store sent no Date: object ages cannot be measured by its clock")
+        return self.server_date
+
     def uploads(self, prefix: str) -> list[Upload]:
         """Every incomplete multipart upload whose key starts with ``prefix``, with its parts' bytes."""
         listed = self._pages(
@@ -182,6 +190,55 @@ class Control:
             raise StoreError(str(refused)) from None
         return rules
 
+    def copy_if_match(self, source: str, target: str, etag: str, *, over: str | None = None) -> str | None:
+        """Copy ``source`` (only while its ETag is ``etag``) to ``target``: only where no object
+        is there, or with ``over``, only while the one there has that ETag. The new object's ETag,
+        or None where a condition failed (412) or the source is gone (404). Objects over 5 GiB,
+        which one CopyObject cannot take, are copied in parts under the same source condition."""
+        condition = {"IfMatch": over} if over is not None else {"IfNoneMatch": "*"}
+        try:
+            if self._size(source) > MAX_COPY:
+                return self._copy_in_parts(source, target, etag, over)
+            result = self._call(
+                "copy an object", "copy_object", Key=target, CopySource={"Bucket": self.location.bucket, "Key": source},
+                CopySourceIfMatch=etag, **condition,
+            )  # fmt: skip
+        except _Refused as refused:
+            if refused.status in (404, 409, 412):
+                return None
+            raise StoreError(str(refused)) from None
+        copied: str | None = result.get("CopyObjectResult", {}).get("ETag")
+        return quoted(copied) if copied else None
+
+    def _size(self, key: str) -> int:
+        size: int = self._call("read an object's size", "head_object", Key=key).get("ContentLength", 0)
+        return size
+
+    def _copy_in_parts(self, source: str, target: str, etag: str, over: str | None) -> str | None:
+        """A copy over 5 GiB: boto3's managed copy (UploadPartCopy), each part under ``etag``."""
+        from boto3.s3.transfer import TransferConfig  # the managed copy: only for objects over 5 GiB
+
+        if over is None:
+            try:
+                self._call("look for an object", "head_object", Key=target)
+                return None  # something is there already: never overwritten
+            except _Refused as refused:
+                if refused.status != 404:
+                    raise
+        self._count(1)
+        try:
+            self._s3.copy(
+                {"Bucket": self.location.bucket, "Key": source}, self.location.bucket, target,
+                ExtraArgs={"CopySourceIfMatch": etag}, Config=TransferConfig(multipart_chunksize=PART_COPY),
+            )  # fmt: skip
+        except Exception as error:  # botocore's: told apart by the status S3 sent
+            status, _ = answer(error)
+            if status in (404, 412):
+                return None
+            raise StoreError(f"{self.location.root}: the store refused to copy {source} (HTTP {status})") from None
+        copied: str | None = self._call("read an object's ETag", "head_object", Key=target).get("ETag")
+        return quoted(copied) if copied else None
+
     def delete_if_match(self, key: str, etag: str) -> Deleted:
         """Delete ``key`` only while its ETag is ``etag`` (``If-Match``): anything rewritten since
         the plan is kept."""
@@ -194,6 +251,17 @@ class Control:
                 return Deleted.GONE
             raise StoreError(str(refused)) from None
         return Deleted.DELETED
+
+
+MAX_COPY = 5 * 1024**3
+"""The largest object one CopyObject takes."""
+PART_COPY = 512 * 1024**2
+
+
+def quoted(etag: str) -> str:
+    """An ETag as listings and HEAD give it, in double quotes (some servers leave them off in a
+    copy's answer): ETags are compared in this one form."""
+    return etag if etag.startswith('"') else f'"{etag}"'
 
 
 class _Refused(Exception):

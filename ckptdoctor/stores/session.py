@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from ckptdoctor.stores.urls import Location
 
 if TYPE_CHECKING:
-    from ckptdoctor.stores._bucket import Bucket, ObjectInfo
-    from ckptdoctor.stores._control import Control
+    from ckptdoctor.stores._bucket import Bucket as Bucket
+    from ckptdoctor.stores._bucket import ObjectInfo
+    from ckptdoctor.stores._control import Control as Control
 
 
 class StoreError(Exception):
@@ -91,6 +92,13 @@ def remember(found: Bucket, objects: list[ObjectInfo]) -> None:
 def listed(url: str) -> ObjectInfo | None:
     """The object at ``url`` as the last listing showed it."""
     return _objects.get(url)
+
+
+def listed_under(url: str) -> list[str]:
+    """The URLs of every listed object below the prefix ``url``."""
+    prefix = url.rstrip("/") + "/"
+    with _lock:
+        return [found for found in _objects if found.startswith(prefix)]
 
 
 def traffic() -> tuple[int, int]:

@@ -1,0 +1,152 @@
+"""``repair`` and ``repair --undo`` of runs in buckets, against a real SeaweedFS (moto ignores the
+conditions of CopyObject, so it cannot hold the safety semantics to their word).
+
+A move in a bucket is a server-side copy made only while the source is the object planned, then a
+delete made only while it still is; a pointer is copied aside, then rewritten only while it is the
+one the plan saw. The pointer is then read the way the framework reads it (DeepSpeed's ``latest``
+is a tag name it opens; Composer's ``.symlink`` object holds the remote name it downloads).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stores
+from frameworks import composer_run, deepspeed_run
+
+from ckptdoctor import acting
+from ckptdoctor.testing import write_burn_run
+
+pytest.importorskip("obstore")
+pytest.importorskip("boto3")
+
+NOW = ("--min-age", "0")
+
+
+def _cut_newest(bucket: stores.Bucket, tmp_path: Path) -> tuple[str, dict[str, bytes]]:
+    write_burn_run(tmp_path / "run", range(1, 5))
+    model = tmp_path / "run" / "model-4.bpk"
+    model.write_bytes(model.read_bytes()[:100])  # the save of epoch 4 was cut short
+    url = bucket.upload(tmp_path / "run", "run")
+    return url, {key: bucket.get(key) for key in bucket.stored()}
+
+
+def _run_keys(bucket: stores.Bucket) -> list[str]:
+    return [key for key in bucket.stored() if "/.ckptdoctor/" not in key]
+
+
+def test_repair_moves_the_broken_newest_checkpoint_aside_and_undo_puts_it_back_byte_for_byte(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, inspect_json: Any
+) -> None:
+    url, before = _cut_newest(weed_bucket, tmp_path)
+    assert inspect_json(url).json["runs"][0]["resume"]["index"] == 3
+    done = cli("repair", *NOW, "--yes", url)
+    assert done.exit_code == 0, done.stderr
+    assert "quarantined 3 objects" in done.stdout + done.stderr
+    assert not any(key.endswith("-4.bpk") for key in _run_keys(weed_bucket))
+    quarantined = [key for key in weed_bucket.stored() if "/.ckptdoctor/quarantine/" in key]
+    assert sorted(key.rsplit("/", 1)[1] for key in quarantined) == ["manifest.json", "model-4.bpk", "optim-4.bpk", "scheduler-4.bpk"]
+    after = inspect_json(url).json
+    assert after["findings"] == [] and after["runs"][0]["resume"]["index"] == 3
+    undone = cli("repair", "--undo", "--yes", url)
+    assert undone.exit_code == 0, undone.stderr
+    assert {key: weed_bucket.get(key) for key in weed_bucket.stored()} == before  # nothing else left behind
+
+
+def test_an_object_rewritten_after_the_plan_is_not_moved(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
+    url, _ = _cut_newest(weed_bucket, tmp_path)
+
+    def confirm(question: acting.Question) -> bool:
+        weed_bucket.put("run/optim-4.bpk", b"the trainer saved again")
+        return True
+
+    outcome = acting.carry_out(acting.Repair(0.0), [url], dry_run=False, confirm=confirm, listener=lambda event: None)
+    assert outcome.acted
+    assert weed_bucket.get("run/optim-4.bpk") == b"the trainer saved again"
+    assert "run/model-4.bpk" not in weed_bucket.stored()  # what was as planned moved
+    assert any("left 1 objects" in message for message in outcome.messages)
+
+
+def test_undo_never_puts_back_over_an_object_that_exists_again(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url, _ = _cut_newest(weed_bucket, tmp_path)
+    assert cli("repair", *NOW, "--yes", url).exit_code == 0
+    weed_bucket.put("run/model-4.bpk", b"a new save of epoch 4")
+    result = cli("repair", "--undo", "--yes", url)
+    assert result.exit_code != 0 or "Nothing was restored" in result.stdout + result.stderr
+    assert weed_bucket.get("run/model-4.bpk") == b"a new save of epoch 4"
+    assert "run/optim-4.bpk" not in weed_bucket.stored()  # nothing at all was put back
+
+
+def test_undo_never_puts_back_what_the_repair_did_not_put_in_the_quarantine(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url, _ = _cut_newest(weed_bucket, tmp_path)
+    assert cli("repair", *NOW, "--yes", url).exit_code == 0
+    [planted] = [key for key in weed_bucket.stored() if "/.ckptdoctor/quarantine/" in key and key.endswith("/optim-4.bpk")]
+    weed_bucket.put(planted, b"planted by someone with write access")
+    result = cli("repair", "--undo", "--yes", url)
+    assert "not what the repair moved there" in result.stdout + result.stderr
+    assert "run/optim-4.bpk" not in weed_bucket.stored()
+
+
+def test_a_manifest_ckptdoctor_did_not_write_is_never_undone(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url, _ = _cut_newest(weed_bucket, tmp_path)
+    planted = {
+        "kind": "ckptdoctor.bucket-quarantine.v1", "run": url, "created": 0, "state": "done", "pointers": [],
+        "objects": [{"key": "../other/model.bpk", "etag": '"x"', "copied": None, "number": None, "reasons": [], "bytes": 1}],
+    }  # fmt: skip
+    weed_bucket.put("run/.ckptdoctor/quarantine/20990101T000000Z-000000/manifest.json", json.dumps(planted).encode())
+    result = cli("repair", "--undo", "--yes", url)
+    assert result.exit_code == 0
+    assert "no quarantine: nothing to undo" in result.stdout + result.stderr
+
+
+def test_repair_rewrites_deepspeeds_latest_with_if_match_and_deepspeed_then_loads_the_good_tag(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
+) -> None:
+    folder = deepspeed_run(tmp_path / "ds")
+    (folder / "global_step200" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"")  # rank 1's save cut short
+    url = weed_bucket.upload(folder, "run")
+    done = cli("repair", *NOW, "--yes", url)
+    assert done.exit_code == 0, done.stderr
+    # DeepSpeed's load_checkpoint(load_dir) reads the tag from `latest` (open().read().strip())
+    tag = weed_bucket.get("run/latest").decode().strip()
+    assert tag == "global_step100"
+    assert any(key.startswith(f"run/{tag}/") for key in weed_bucket.stored())
+    undone = cli("repair", "--undo", "--yes", url)
+    assert undone.exit_code == 0, undone.stderr
+    assert weed_bucket.get("run/latest").decode().strip() == "global_step200"
+
+
+def test_a_pointer_rewritten_after_the_plan_is_left_as_it_is(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
+    folder = deepspeed_run(tmp_path / "ds")
+    (folder / "global_step200" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"")
+    url = weed_bucket.upload(folder, "run")
+
+    def confirm(question: acting.Question) -> bool:
+        weed_bucket.put("run/latest", b"global_step300")  # the trainer moved on meanwhile
+        return True
+
+    outcome = acting.carry_out(acting.Repair(0.0), [url], dry_run=False, confirm=confirm, listener=lambda event: None)
+    assert weed_bucket.get("run/latest") == b"global_step300"
+    assert any("nothing was moved" in problem and "latest" in problem for problem in outcome.problems)
+
+
+def test_repair_rewrites_composers_remote_symlink_object(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    folder = composer_run(tmp_path / "bucket" / "tiny-run" / "checkpoints", latest=False)
+    (folder / "latest-rank0.pt.symlink").write_text("tiny-run/checkpoints/ep2-ba8-rank0.pt")
+    (folder / "ep2-ba8-rank0.pt").write_bytes(b"")  # an upload cut short
+    url = weed_bucket.upload(folder, "run")
+    done = cli("repair", *NOW, "--yes", url)
+    assert done.exit_code == 0, done.stderr
+    # Composer's autoresume downloads the object this names
+    assert weed_bucket.get("run/latest-rank0.pt.symlink").decode() == "tiny-run/checkpoints/ep1-ba4-rank0.pt"
+
+
+def test_a_dry_run_repair_writes_nothing(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url, before = _cut_newest(weed_bucket, tmp_path)
+    result = cli("repair", *NOW, "--dry-run", url)
+    assert result.exit_code == 0
+    assert "About to quarantine 3 entries" in result.stdout
+    assert {key: weed_bucket.get(key) for key in weed_bucket.stored()} == before
