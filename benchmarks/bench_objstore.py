@@ -11,11 +11,11 @@ of ``--repeat``, in interleaved rounds (benchmarks/_rounds.py):
   - the baseline: bare obstore making the requests ckptdoctor makes: one recursive listing, then
     the head and tail of each object (the whole object where it is no longer than HEAD + TAIL,
     readers/_sample.py), at the same concurrency (stores/_bucket.py ``CONCURRENCY``),
-  - the retention planning of ``prune --dry-run --keep-last 3`` on the scanned run (``prune``
-    of a URL, when it refuses one, cannot be timed whole: the plan is what it would compute),
+  - the retention planning of ``prune --dry-run --keep-last 3`` on the scanned run,
 
-and ``ckptdoctor inspect --json`` once as a subprocess (start-up included). It prints the ratio
-inspect/baseline, the requests per checkpoint both made, and the bytes both read.
+then ``ckptdoctor inspect --json`` and ``prune --dry-run --json --keep-last 3`` once each as a
+process (start-up included; a ckptdoctor whose ``prune`` refuses URLs says so). It prints the
+ratio inspect/baseline, the requests per checkpoint both made, and the bytes both read.
 
     python benchmarks/bench_objstore.py [--checkpoints 2000] [--repeat 5] [--server weed|moto]
         [--profile FILE]
@@ -203,27 +203,24 @@ def main() -> int:
         policy = Policy(keep_last=3)
         circumstances = Circumstances(now=time.time() + 7200)
         planned = interleaved({"plan": lambda: plan(run, layout, policy, circumstances)}, args.repeat)["plan"]
-        prune = subprocess.run(
-            [sys.executable, "-m", "ckptdoctor", "prune", "--dry-run", "--keep-last", "3", "--min-age", "0", url],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        refused = prune.returncode == 2
-        print(
-            f"prune --dry-run --keep-last 3: retention plan best {min(planned) * 1000:.1f} ms"
-            + (
-                f" (the command refuses the URL: {prune.stderr.strip().splitlines()[-1]})"
-                if refused
-                else f" (command exit {prune.returncode})"
-            )
-        )
+        print(f"prune --dry-run --keep-last 3: the retention plan of the scanned run, best {min(planned) * 1000:.1f} ms")
 
-        started = time.perf_counter()
-        cli = subprocess.run([sys.executable, "-m", "ckptdoctor", "inspect", "--json", url], capture_output=True, text=True, check=False)
-        wall = time.perf_counter() - started
-        store = json.loads(cli.stdout).get("store", {}) if cli.stdout.startswith("{") else {}
-        print(f"ckptdoctor inspect --json {url} (a subprocess, start-up included): {wall:.2f} s, exit {cli.returncode}, {store}")
+        commands = {
+            "inspect": ["inspect", "--json", url],
+            "prune": ["prune", "--dry-run", "--json", "--keep-last", "3", "--min-age", "0", url],
+        }
+        walls: dict[str, float] = {}
+        for name, command in commands.items():
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "ckptdoctor", *command], capture_output=True, text=True, check=False)
+            walls[name] = time.perf_counter() - started
+            if done.returncode == 2:  # refused (prune of a URL before it acted on buckets): say why
+                print(f"ckptdoctor {' '.join(command)}: refused: {done.stderr.strip().splitlines()[-1]}")
+                continue
+            store = json.loads(done.stdout).get("store", {}) if done.stdout.startswith("{") else {}
+            print(f"ckptdoctor {' '.join(command)} (a process, start-up included): {walls[name]:.2f} s, exit {done.returncode}, {store}")
+        if len(walls) == 2:
+            print(f"prune --dry-run / inspect, as processes: {walls['prune'] / walls['inspect']:.2f}x")
 
         if args.profile:
             session.forget()

@@ -285,6 +285,10 @@ def _bare_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_no_cloud_credentials_is_one_line_and_exit_2_without_asking_a_metadata_server(tmp_path: Path, url: str, says: str) -> None:
+    from ckptdoctor.stores import _bucket  # obstore: only in the tests that reach a store
+
+    if _bucket._on_cloud(_bucket._GOOGLE_CLOUD if url.startswith("gs:") else _bucket._AZURE_CLOUD):
+        pytest.skip("on that cloud its metadata server is the credential: nothing is refused")
     started = time.monotonic()
     result = _bare_cli("inspect", url, home=tmp_path)
     took = time.monotonic() - started
@@ -293,6 +297,21 @@ def test_no_cloud_credentials_is_one_line_and_exit_2_without_asking_a_metadata_s
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert took < 30  # start-up only: no request was retried against 169.254.169.254
+
+
+def test_a_cloud_is_known_by_its_firmware_or_its_platforms_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdoctor.stores import _bucket  # obstore: only in the tests that reach a store
+
+    product = tmp_path / "product_name"
+    signs = ((str(product), "Google"), ("K_SERVICE", ""))
+    assert not _bucket._on_cloud(signs)  # no such file, no such variable
+    product.write_text("Standard PC (Q35 + ICH9, 2009)\n")
+    assert not _bucket._on_cloud(signs)
+    product.write_text("Google Compute Engine\n")
+    assert _bucket._on_cloud(signs)
+    product.unlink()
+    monkeypatch.setenv("K_SERVICE", "a-cloud-run-service")
+    assert _bucket._on_cloud(signs)
 
 
 def test_gcloud_application_default_credentials_count_as_credentials(tmp_path: Path) -> None:
