@@ -416,7 +416,7 @@ def _s3(location: Location, endpoint: str | None) -> Bucket:
         config["endpoint"] = endpoint
         config["virtual_hosted_style_request"] = False  # MinIO, Ceph, SeaweedFS: the bucket in the path
     provider = _boto3_credentials()
-    if provider is None and not _has_env(_ENV_CREDENTIALS):
+    if provider is None and not _has_env_credentials():
         raise StoreError(
             f"{location.root}: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
             "or install ckptdoctor[s3] (boto3) to use AWS_PROFILE, SSO and instance roles"
@@ -449,6 +449,10 @@ _ENV_CREDENTIALS = (
     "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
     "AWS_CONTAINER_CREDENTIALS_FULL_URI",
 )
+
+
+def _has_env_credentials() -> bool:
+    return any(os.environ.get(name) for name in _ENV_CREDENTIALS)
 
 
 def _boto3_credentials() -> Any:
