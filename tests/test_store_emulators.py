@@ -315,15 +315,17 @@ def test_a_cloud_is_known_by_its_firmware_or_its_platforms_variables(tmp_path: P
 
 
 def test_gcloud_application_default_credentials_count_as_credentials(tmp_path: Path) -> None:
-    """With gcloud's file present ckptdoctor does not refuse: the client is set up and the
-    request goes out (here to a port where nothing listens, so it cannot be reached)."""
+    """With gcloud's file present ckptdoctor does not refuse: the client is set up and asks
+    Google's token service for a token, which these made-up credentials do not get (no network
+    here, or a refusal where there is): one line that says so and names the fix."""
     adc = tmp_path / ".config" / "gcloud" / "application_default_credentials.json"
     adc.parent.mkdir(parents=True)
     adc.write_text(json.dumps({"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"}))
     result = _bare_cli("inspect", "gs://some-bucket/run", "--endpoint-url", f"https://127.0.0.1:{stores.free_port()}", home=tmp_path)
     assert result.returncode == 2
     assert "no Google Cloud credentials" not in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "no access token could be had" in result.stderr and "gcloud auth application-default login" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_an_http_endpoint_without_credentials_is_taken_for_an_emulator(tmp_path: Path) -> None:

@@ -215,7 +215,9 @@ class Bucket:
         where = self.location.url_of(key) if key else self.location.root
         status = _status(error)
         code = _code(error)
-        if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS or _NO_TOKEN in str(error):
+        if _NO_TOKEN in str(error):  # the token service (a metadata server, OAuth) answered no, or not at all
+            return f"{where}: no access token could be had ({f'HTTP {status}' if status else _first_line(error)}): {_CREDENTIALS[self.location.store]}"
+        if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, PermissionDeniedError) or status == 403:
             return f"{where}: permission denied to {what} ({code or 403}): grant {_PERMISSIONS[what][self.location.store]}"
