@@ -364,12 +364,16 @@ _AZURE_CREDENTIALS = (
     "AZURE_STORAGE_SAS_TOKEN",
     "AZURE_STORAGE_TOKEN",
     "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_CLIENT_SECRET",
     "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_FABRIC_TOKEN_SERVICE_URL",
     "AZURE_USE_AZURE_CLI",
     "AZURE_STORAGE_USE_EMULATOR",
     "AZURE_SKIP_SIGNATURE",
     "IDENTITY_ENDPOINT",
     "MSI_ENDPOINT",
+    "AZURE_IDENTITY_ENDPOINT",
+    "AZURE_MSI_ENDPOINT",
 )
 """What object_store reads Azure credentials from, besides the VM's managed identity."""
 _GOOGLE_CLOUD = (("/sys/class/dmi/id/product_name", "Google"), ("GCE_METADATA_HOST", ""), ("K_SERVICE", ""), ("CLOUD_RUN_JOB", ""))
