@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -214,6 +215,8 @@ class Bucket:
         where = self.location.url_of(key) if key else self.location.root
         status = _status(error)
         code = _code(error)
+        if _NO_TOKEN in str(error):  # the token service (a metadata server, OAuth) answered no, or not at all
+            return f"{where}: no access token could be had ({f'HTTP {status}' if status else _first_line(error)}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, PermissionDeniedError) or status == 403:
@@ -260,12 +263,14 @@ def _info(meta: Any) -> ObjectInfo:
 _STATUS = re.compile(r"status code: (\d{3})")
 _UNREACHED = re.compile(r"error sending request|connect|timed out|dns error|Connection refused", re.IGNORECASE)
 _UNNAMEABLE = "Encountered object with invalid path"
+_NO_TOKEN = "Error performing token request"
+"""object_store's words where it asked for a token (a metadata server, an OAuth endpoint) and got none."""
 _CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
 _BAD_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AuthenticationFailed"})
 _CREDENTIALS = {
     Store.S3: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (with ckptdoctor[s3] installed), or run `aws sso login`",
     Store.GCS: "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key, or run `gcloud auth application-default login`",
-    Store.AZURE: "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or run `az login`",
+    Store.AZURE: "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or run `az login` with AZURE_USE_AZURE_CLI=true",
 }
 _PERMISSIONS = {
     "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
@@ -302,18 +307,111 @@ def connect(location: Location, endpoint: str | None = None) -> Bucket:
     if location.store is Store.S3:
         return _s3(location, endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
     if location.store is Store.GCS:
-        from obstore.store import GCSStore  # each store's client is built only for its URLs
+        return _gcs(location, endpoint)
+    return _azure(location, endpoint)
 
-        options = _plain_http(endpoint)
-        config: GCSConfig = {"base_url": endpoint} if endpoint else {}
-        return Bucket(location, _built(location, lambda: GCSStore(location.bucket, config=config, client_options=options)), endpoint)
+
+def _gcs(location: Location, endpoint: str | None) -> Bucket:
+    from obstore.store import GCSStore  # each store's client is built only for its URLs
+
+    config: GCSConfig = {"base_url": endpoint} if endpoint else {}
+    if not _has_env(_GOOGLE_CREDENTIALS) and not os.path.isfile(_google_adc()):
+        if _emulated(endpoint):
+            # an emulator checks no token; object_store asks the metadata server for one even
+            # with skip_signature (to write or delete), so a stand-in token is sent instead
+            config["bearer_token"] = "emulator"
+        elif not _on_cloud(_GOOGLE_CLOUD):
+            raise StoreError(f"{location.root}: no Google Cloud credentials: {_CREDENTIALS[Store.GCS]}")
+    options = _plain_http(endpoint)
+    return Bucket(location, _built(location, lambda: GCSStore(location.bucket, config=config, client_options=options)), endpoint)
+
+
+def _azure(location: Location, endpoint: str | None) -> Bucket:
     from obstore.store import AzureStore  # each store's client is built only for its URLs
 
-    azure: AzureConfig = {"endpoint": endpoint} if endpoint else {}
-    if location.account:
-        azure["account_name"] = location.account
+    config: AzureConfig = {}
+    account = location.account or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get("AZURE_STORAGE_ACCOUNT")
+    if not _has_env(_AZURE_CREDENTIALS) and _emulated(endpoint):
+        # Azurite: its one well-known account and key, published by Microsoft, and the account
+        # in the path (http://127.0.0.1:10000/devstoreaccount1) as Azurite's URLs have it
+        account = account or _AZURITE_ACCOUNT
+        config["account_key"] = _AZURITE_KEY
+        endpoint = endpoint if urllib.parse.urlsplit(endpoint or "").path.strip("/") else f"{(endpoint or '').rstrip('/')}/{account}"
+    elif not account:
+        raise StoreError(f"{location.root}: no Azure storage account: {_CREDENTIALS[Store.AZURE]}")
+    elif not _has_env(_AZURE_CREDENTIALS) and not _on_cloud(_AZURE_CLOUD):
+        raise StoreError(f"{location.root}: no Azure credentials for the account {account}: {_CREDENTIALS[Store.AZURE]}")
+    config["account_name"] = account
+    if endpoint:
+        config["endpoint"] = endpoint
     options = _plain_http(endpoint)
-    return Bucket(location, _built(location, lambda: AzureStore(location.bucket, config=azure, client_options=options)), endpoint)
+    return Bucket(location, _built(location, lambda: AzureStore(location.bucket, config=config, client_options=options)), endpoint)
+
+
+_GOOGLE_CREDENTIALS = (
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BEARER_TOKEN",
+)
+"""What object_store reads Google credentials from, besides gcloud's file and the metadata server."""
+_AZURE_CREDENTIALS = (
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_MASTER_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_CLIENT_SECRET",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_FABRIC_TOKEN_SERVICE_URL",
+    "AZURE_USE_AZURE_CLI",
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURE_SKIP_SIGNATURE",
+    "IDENTITY_ENDPOINT",
+    "MSI_ENDPOINT",
+    "AZURE_IDENTITY_ENDPOINT",
+    "AZURE_MSI_ENDPOINT",
+)
+"""What object_store reads Azure credentials from, besides the VM's managed identity."""
+_GOOGLE_CLOUD = (("/sys/class/dmi/id/product_name", "Google"), ("GCE_METADATA_HOST", ""), ("K_SERVICE", ""), ("CLOUD_RUN_JOB", ""))
+_AZURE_CLOUD = (("/sys/class/dmi/id/chassis_asset_tag", "7783-7084-3265-9085-8269-3286-77"),)
+"""Where a metadata server answers with credentials: a file that starts with a word (the
+machine's firmware says whose cloud it is), or an environment variable the platform sets. Off
+these, object_store would ask 169.254.169.254 and wait for it (or be refused by a firewall)."""
+_AZURITE_ACCOUNT = "devstoreaccount1"
+_AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _has_env(names: Sequence[str]) -> bool:
+    return any(os.environ.get(name) for name in names)
+
+
+def _google_adc() -> str:
+    """gcloud's application default credentials, where ``gcloud auth application-default
+    login`` writes them and object_store reads them."""
+    return os.path.join(os.path.expanduser("~"), ".config", "gcloud", "application_default_credentials.json")
+
+
+def _emulated(endpoint: str | None) -> bool:
+    """An emulator: an endpoint over plain HTTP, to which no real credential is ever sent."""
+    return bool(endpoint) and urllib.parse.urlsplit(endpoint or "").scheme == "http"
+
+
+def _on_cloud(signs: Sequence[tuple[str, str]]) -> bool:
+    for where, starts in signs:
+        if where.startswith("/"):
+            try:
+                with open(where, encoding="utf-8", errors="replace") as handle:
+                    if handle.read(256).startswith(starts):
+                        return True
+            except OSError:
+                continue
+        elif os.environ.get(where):
+            return True
+    return False
 
 
 def _s3(location: Location, endpoint: str | None) -> Bucket:
