@@ -559,8 +559,8 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
 
 @pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/runs/exp1", "az://container/run"])
 @pytest.mark.parametrize(
-    "command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]]
-)
+    "command", [["inspect"], ["verify"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]]
+)  # diskcheck of a URL probes the bucket, never the local disk: tests/test_store_diskcheck.py
 def test_an_object_store_url_is_refused_not_measured_as_the_local_disk(cli, url: str, command: list[str]) -> None:
     """Issue 14, item 14: `diskcheck s3://…` used to answer with the free space of `/`."""
     result = cli(*command, url)

@@ -271,7 +271,7 @@ def test_acting_on_a_bucket_is_refused_until_it_can_be_done_safely(moto_bucket: 
     write_burn_run(tmp_path / "run", [1, 2, 3])
     url = moto_bucket.upload(tmp_path / "run", "run")
     before = moto_bucket.keys()
-    for args in (("prune", "--keep-last", "1", "--yes"), ("repair", "--yes"), ("diskcheck",)):
+    for args in (("prune", "--keep-last", "1", "--yes"), ("repair", "--yes")):
         result = cli(*args, url)
         assert result.exit_code == 2, args
         assert "Traceback" not in result.stderr
