@@ -174,6 +174,39 @@ def test_a_url_is_never_measured_on_the_local_disk(moto_bucket: stores.Bucket, t
     assert report.disk.path == url
 
 
+@pytest.mark.parametrize("failure", ["store", "interrupt"])
+def test_the_probe_object_is_deleted_whatever_fails_after_it_was_made(
+    failure: str, weed_admin_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptdoctor.stores import _bucket
+
+    url = _run(weed_admin_bucket, tmp_path)
+    before = weed_admin_bucket.keys()
+    made: list[str] = []
+    create = _bucket.Bucket.create
+
+    def remembered(self: _bucket.Bucket, key: str, data: bytes) -> str | None:
+        made.append(key)
+        return create(self, key, data)
+
+    def fails(self: _bucket.Bucket, key: str) -> bytes:
+        assert made and weed_admin_bucket.s3.head_object(Bucket=weed_admin_bucket.name, Key=made[0])  # it exists now
+        if failure == "store":
+            raise session.StoreError(f"{url}: cannot reach the store (the network went away)")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_bucket.Bucket, "create", remembered)
+    monkeypatch.setattr(_bucket.Bucket, "first_byte", fails)
+    if failure == "store":
+        result = cli("diskcheck", url)
+        assert result.exit_code == 2 and "cannot reach the store" in result.stderr
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            ckptdoctor.preflight(url)
+    assert weed_admin_bucket.keys() == before
+    assert _left_behind(weed_admin_bucket) == ([], [])
+
+
 # --- denials, for real -------------------------------------------------------------------------
 
 

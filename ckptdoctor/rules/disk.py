@@ -1,7 +1,9 @@
 """Disk rules (CKD5xx): will the next save fit, and can it be written safely?
 
 These checks look at the volume under a run: free space and inodes against the size of the next
-save and the run's retention, writability, and the kind of filesystem.
+save and the run's retention, writability, and the kind of filesystem. A run in a bucket has no
+volume: what its probes found (``stores.probe``) stands in for it, with its own rules (CKD509-511)
+and its own case of CKD503's fixes (``BUCKET``); CKD501 and CKD502 are never fired there.
 """
 
 from __future__ import annotations
@@ -165,13 +167,15 @@ NOT_WRITABLE = Rule(
         "with `Can save … checkpoint.` and a `Permission denied` or `No such file or directory` inside; torch and "
         "safetensors fail with `[Errno 13] Permission denied`, `Read-only file system` or `No space left on device`. A whole "
         "epoch of training can run before that first save fails. The message says which: a disk that is full, or a folder "
-        "this user may not write."
+        "this user may not write. In a bucket, the write probe (an object created, then deleted, under the run's "
+        "`.ckptdoctor/` prefix) was refused, and the message names the permission the identity lacks (`s3:PutObject`)."
     ),
     causes=(
         "Full: other jobs, or checkpoints no retention deletes, took the last bytes or inodes (or the user's quota). "
         "Not writable: the folder belongs to another user (a container that ran as root, a shared project folder); the "
         "volume is mounted read-only (a dataset mount, a snapshot, or a filesystem the kernel remounted read-only after "
-        "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission."
+        "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission. "
+        "In a bucket: a read-only role, a policy whose prefix leaves the run's keys out, a bucket policy that denies writes."
     ),
     fixes=(
         fix(
