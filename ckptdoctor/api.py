@@ -48,6 +48,9 @@ def preflight(
     report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
     if not report.ok:
         raise SystemExit(report.findings[0].message)
+
+    A URL (``s3://bucket/runs/exp1``) is checked in its bucket, never on the local disk
+    (``report.disk.bucket``, ``report.disk.growth``).
     """
     return diskcheck(run_dir, model_bytes=model_bytes, model=model, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway)
 
@@ -74,6 +77,14 @@ def diskcheck(
     (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
     (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
     nearest ``run_dir``.
+
+    ``run_dir`` may be a URL (``s3://``, ``gs://``, ``az://``): a bucket has no free space to
+    read, so a probe object is created and deleted under the run's ``.ckptdoctor/`` prefix, the
+    permissions the other commands need are tried (``report.disk.bucket.permissions``), and the
+    run's growth at ``keep_last`` (``report.disk.growth``) and the bucket's lifecycle rules are
+    judged (CKD503, CKD509-511; never CKD501/502). Raises
+    ``ckptdoctor.stores.session.StoreError`` where the bucket cannot be used at all (none,
+    credentials refused, unreachable).
     """
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import prune_settings

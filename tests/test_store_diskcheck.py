@@ -390,3 +390,40 @@ def test_without_boto3_what_could_not_be_checked_is_said_never_passed(
     assert "not checked: multipart uploads, versioning and lifecycle rules" in human.stdout
     assert moto_bucket.keys() == before
     assert s3.list_objects_v2(Bucket=moto_bucket.name, Prefix=moto_bucket.key("run", ".ckptdoctor")).get("Contents", []) == []
+
+
+# --- gs:// and az:// ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_on_other_stores_the_write_probe_is_made_and_the_rest_is_said_not_checked(
+    scheme: str, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No GCS or Azure emulator installs here: obstore's in-memory store stands in for the
+    bucket (the probes go through the same ``Bucket`` calls as on a real one)."""
+    obstore = pytest.importorskip("obstore")
+    from obstore.store import MemoryStore
+
+    from ckptdoctor.stores import _bucket
+    from ckptdoctor.stores.urls import parse
+
+    location = parse(f"{scheme}://ckpt-mem/run")
+    memory = MemoryStore()
+    write_burn_run(tmp_path / "run", range(1, 3))
+    for path in sorted((tmp_path / "run").iterdir()):
+        obstore.put(memory, f"run/{path.name}", path.read_bytes())
+    bucket = _bucket.Bucket(location, memory, None)
+    monkeypatch.setattr(session, "bucket", lambda wanted: bucket)
+    code, document = _diskcheck(cli, location.url, "--keep-last", "1")
+    assert code == 0 and _codes(document) == []
+    access = _access(document)
+    assert access == {"list": "granted", "read": "granted", "write": "granted", "delete": "granted"}  # no upload actions here
+    names = {p["action"]: p["permission"] for p in document["disk"]["bucket"]["permissions"]}
+    assert names["write"] == ("storage.objects.create" if scheme == "gs" else "the Storage Blob Data Contributor role")
+    checked = document["disk"]["bucket"]
+    assert checked["quota"] == "not checked on this store" and checked["versioning"] is None and checked["lifecycle_rules"] is None
+    assert any(f"not checked on this store ({scheme}://)" in note for note in checked["not_checked"])
+    assert document["disk"]["growth"]["steady_bytes"] == document["disk"]["growth"]["bytes_per_save"]
+    assert sorted(meta["path"] for page in obstore.list(memory) for meta in page) == sorted(
+        f"run/{p.name}" for p in (tmp_path / "run").iterdir()
+    )
