@@ -339,7 +339,8 @@ def bucket_lines(disk: DiskCheck, bucket: BucketCheck) -> list[str]:
         elif named:
             lines += [f"permission {_MARKS[access]}: {p.action} ({p.name}), needed by {', '.join(p.needed_by)}: {p.detail}" for p in named]
     lines.append(f"quota: {bucket.quota}")
-    lines.append(_growth_line(disk.growth, disk))
+    listed = bucket.access("list") is Access.GRANTED
+    lines.append(_growth_line(disk.growth) if listed else "growth: unknown (the run's prefix could not be listed)")
     if bucket.lifecycle is not None:
         aborts = "yes" if bucket.aborts_uploads else "none covers the run"
         rules = f"lifecycle: {len(bucket.lifecycle)} rule{'s' if len(bucket.lifecycle) != 1 else ''}; aborting incomplete uploads: {aborts}"
@@ -352,7 +353,7 @@ def bucket_lines(disk: DiskCheck, bucket: BucketCheck) -> list[str]:
     return lines
 
 
-def _growth_line(growth: Growth | None, disk: DiskCheck) -> str:
+def _growth_line(growth: Growth | None) -> str:
     """``growth: 2.1 GiB a save, 30 saves a month (their times) = 63 GiB a month; …``."""
     if growth is None:
         return "growth: unknown (no checkpoint under the prefix yet)"
