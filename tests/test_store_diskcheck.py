@@ -226,8 +226,8 @@ def test_a_read_only_identity_is_told_what_it_may_not_do_and_nothing_is_left(
     [unwritable] = by_code["CKD503"]
     assert "s3:PutObject" in unwritable
     missing = by_code["CKD511"]
-    assert any("s3:DeleteObject" in message and "prune, repair" in message for message in missing)
-    assert any("s3:AbortMultipartUpload" in message and "prune --abort-uploads" in message for message in missing)
+    assert any("grant s3:DeleteObject" in message and "prune, repair need it" in message for message in missing)
+    assert any("s3:AbortMultipartUpload" in message and "prune --abort-uploads needs it" in message for message in missing)
     assert not any("s3:PutObject" in message for message in missing)  # the write is CKD503's, said once
     fixes = next(f["fixes"] for f in document["findings"] if f["code"] == "CKD503")
     assert any("arn:aws:s3:::ckpt-reader/" in fix for fix in fixes)

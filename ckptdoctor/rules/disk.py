@@ -496,7 +496,7 @@ def _in_bucket(disk: DiskCheck, bucket: BucketCheck, run: Run | None, layout: La
         severity = Severity.ERROR if permission.action in ("list", "read") else None
         add(
             MISSING_PERMISSION,
-            f"{permission.name} ({permission.action}) is refused on {disk.path}/, and {users} need it: {permission.detail}{left}",
+            f"{permission.name} ({permission.action}) is refused on {disk.path}/, and {users} need{'s' if len(permission.needed_by) == 1 else ''} it: {permission.detail}{left}",
             severity,
         )
     if bucket.aborts_uploads is False:

@@ -264,7 +264,7 @@ class Bucket:
         code = _code(error)
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
-        if isinstance(error, PermissionDeniedError) or status == 403:
+        if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
             return f"{where}: permission denied to {what} ({code or 403}): grant {PERMISSIONS[what][self.location.store]}"
         if code == "NoSuchBucket" or (status == 404 and what == "list"):
             return f"{self.location.root} does not exist (no such bucket)"
