@@ -168,8 +168,12 @@ def check(
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
-    sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
-    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes, os.path.isdir(folder))
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder))
+
+
+def _sizes(run: Run | None) -> tuple[tuple[int, int], ...]:
+    """(index, bytes) of each of the run's checkpoints, oldest first."""
+    return tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
 
 
 MONTH = 30 * 24 * 3600
@@ -208,8 +212,7 @@ def bucket_check(
     writable = write is not None and write.access is Access.GRANTED
     why = "" if writable else (write.detail if write is not None and write.detail else "the write probe could not be made")
     guess = estimate(run, model_bytes, optimizer)
-    sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
-    expands = probed.versioned and probed.expires_noncurrent is not True
+    frees_nothing = probed.versioned and probed.expires_noncurrent is not True
     return DiskCheck(
         url,
         None,
@@ -219,8 +222,8 @@ def bucket_check(
         needed(guess, margin) if guess is not None else 0,
         keep_last,
         None,
-        sizes,
+        _sizes(run),
         probed.has_objects,
         bucket=probed,
-        growth=growth(run, keep_last, expands),
+        growth=growth(run, keep_last, frees_nothing),
     )

@@ -340,7 +340,10 @@ def bucket_lines(disk: DiskCheck, bucket: BucketCheck) -> list[str]:
             lines += [f"permission {_MARKS[access]}: {p.action} ({p.name}), needed by {', '.join(p.needed_by)}: {p.detail}" for p in named]
     lines.append(f"quota: {bucket.quota}")
     listed = bucket.access("list") is Access.GRANTED
-    lines.append(_growth_line(disk.growth) if listed else "growth: unknown (the run's prefix could not be listed)")
+    growth = _growth_line(disk.growth) if listed else "growth: unknown (the run's prefix could not be listed)"
+    if bucket.versioning is None and disk.growth is not None and disk.growth.steady_bytes is not None:
+        growth += " if deletes free space (versioning not checked: on a versioned bucket they free nothing)"
+    lines.append(growth)
     if bucket.lifecycle is not None:
         aborts = "yes" if bucket.aborts_uploads else "none covers the run"
         rules = f"lifecycle: {len(bucket.lifecycle)} rule{'s' if len(bucket.lifecycle) != 1 else ''}; aborting incomplete uploads: {aborts}"
