@@ -358,8 +358,8 @@ MISSING_PERMISSION = Rule(
         "command), read one byte of an object (`s3:GetObject`: inspect, verify, prune, repair), delete its probe object "
         "(`s3:DeleteObject`: prune, repair), and list and abort multipart uploads (`s3:ListBucketMultipartUploads`, "
         "`s3:AbortMultipartUpload`: the incomplete-upload findings and `prune --abort-uploads`). A permission the store "
-        "refused makes those commands fail when they reach it, possibly part-way. It is an error where listing or reading "
-        "is refused (no command can look at the run); a refused write is CKD503."
+        "refused makes those commands fail when they reach it, possibly part-way. The trainer's own saves need only the "
+        "write, so this is a warning; a refused write is CKD503."
     ),
     causes=(
         "A read-only role (an evaluation job's) used for maintenance. A policy granting object actions on "
@@ -479,8 +479,8 @@ def _in_bucket(disk: DiskCheck, bucket: BucketCheck, run: Run | None, layout: La
     where = run.path if run is not None else disk.path
     found: list[Finding] = []
 
-    def add(rule: Rule, message: str, severity: Severity | None = None) -> None:
-        found.append(make_finding(rule, message, where, None, disk.path, severity, context, frameworks, BUCKET))
+    def add(rule: Rule, message: str) -> None:
+        found.append(make_finding(rule, message, where, None, disk.path, None, context, frameworks, BUCKET))
 
     if not disk.writable:
         add(NOT_WRITABLE, f"the next save cannot be written to {disk.path}/: {disk.why_not_writable}")
@@ -493,11 +493,9 @@ def _in_bucket(disk: DiskCheck, bucket: BucketCheck, run: Run | None, layout: La
             if permission.action == "delete" and bucket.probe_left
             else ""
         )
-        severity = Severity.ERROR if permission.action in ("list", "read") else None
         add(
             MISSING_PERMISSION,
             f"{permission.name} ({permission.action}) is refused on {disk.path}/, and {users} need{'s' if len(permission.needed_by) == 1 else ''} it: {permission.detail}{left}",
-            severity,
         )
     if bucket.aborts_uploads is False:
         add(
