@@ -428,3 +428,11 @@ def test_on_other_stores_the_write_probe_is_made_and_the_rest_is_said_not_checke
     assert sorted(meta["path"] for page in obstore.list(memory) for meta in page) == sorted(
         f"run/{p.name}" for p in (tmp_path / "run").iterdir()
     )
+
+
+def test_a_file_url_is_the_local_folder_measured_as_before(tmp_path: Path, cli: Any) -> None:
+    write_burn_run(tmp_path / "run", range(1, 3))
+    code, document = _diskcheck(cli, f"file://{tmp_path / 'run'}")
+    assert code == 0
+    assert document["disk"]["free_bytes"] is not None and "bucket" not in document["disk"]
+    assert document["disk"]["next_save_bytes"] > 0
