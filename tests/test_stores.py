@@ -275,16 +275,6 @@ def test_a_bad_endpoint_url_is_refused(cli: Any) -> None:
     assert "http:// or https://" in result.stderr
 
 
-def test_diskcheck_of_a_bucket_is_refused_not_measured_on_the_local_disk(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    write_burn_run(tmp_path / "run", [1, 2, 3])
-    url = moto_bucket.upload(tmp_path / "run", "run")
-    before = moto_bucket.stored()
-    result = cli("diskcheck", url)
-    assert result.exit_code == 2
-    assert "Traceback" not in result.stderr and "free" not in result.stdout
-    assert moto_bucket.stored() == before
-
-
 # --- verify: whole objects, in parts, after saying what it will download -------------------------
 
 

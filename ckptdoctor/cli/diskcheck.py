@@ -9,7 +9,9 @@ import typer
 
 from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting, say
 
-Folder = Annotated[str, typer.Argument(help="The run's checkpoint folder (it need not exist yet).", show_default=".")]
+Folder = Annotated[
+    str, typer.Argument(help="The run's checkpoint folder (it need not exist yet), or its URL (s3://bucket/run).", show_default=".")
+]
 ModelBytes = Annotated[
     str | None,
     typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MiB, or bytes).", metavar="SIZE"),
@@ -50,6 +52,10 @@ def diskcheck(
     Will the next save fit, how many more will under the run's retention, and is the folder a safe
     place to save (writable, enough inodes, not a network filesystem)? Exit 1 when the next save does not fit or cannot be written.
 
+    A run in a bucket (s3://, gs://, az://) has no free space to read: a probe object is created
+    and deleted under its .ckptdoctor/ prefix, the permissions the other commands need are tried,
+    and its growth per save and per month, and the bucket's lifecycle rules, are reported.
+
     The next save is the largest of the run's last 3 complete checkpoints; for a run with none,
     the model's size plus the optimizer's state (--model or --model-bytes, and --optimizer).
 
@@ -58,11 +64,13 @@ def diskcheck(
     \b
       ckptdoctor diskcheck runs/exp1/checkpoint --keep-last 3
       ckptdoctor diskcheck /scratch/new-run --model-bytes 7GiB --optimizer adamw
+      ckptdoctor diskcheck s3://my-bucket/runs/exp1 --keep-last 3
     """
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import preflight
     from ckptdoctor.config import ConfigError, prune_settings
     from ckptdoctor.planners.space import MAX_MARGIN, EstimateError
+    from ckptdoctor.stores.session import StoreError
     from ckptdoctor.units import parse_size
 
     if not math.isfinite(margin) or margin > MAX_MARGIN:
@@ -81,7 +89,7 @@ def diskcheck(
             margin=margin,
             runway=runway,
         )
-    except (ConfigError, EstimateError, ValueError) as error:
+    except (ConfigError, EstimateError, ValueError, StoreError) as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     except OSError as error:

@@ -57,6 +57,7 @@ class Judge:
         # loaded when the callback first runs: importing it costs a trainer nothing
         from ckptdoctor.api import preflight
         from ckptdoctor.planners.space import EstimateError
+        from ckptdoctor.stores.session import StoreError
 
         try:
             return preflight(
@@ -66,7 +67,7 @@ class Judge:
                 keep_last=self.keep_last,
                 margin=self.margin,
             )
-        except (EstimateError, OSError, ValueError) as error:
+        except (EstimateError, OSError, ValueError, StoreError) as error:  # StoreError: a bucket that cannot be reached
             log.warning("ckptdoctor could not check the disk before this save: %s", error)
             return None
 

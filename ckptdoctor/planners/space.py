@@ -1,8 +1,10 @@
 """Will the next save fit? The volume under a run, the size of its next save, and how many more
 saves its retention leaves room for (``diskcheck``, ``ckptdoctor.preflight``).
 
-``estimate`` and ``runway`` are pure; ``volume`` and ``why_unwritable`` ask the system (psutil, statvfs,
-and one probe file that is written, fsynced and removed).
+``estimate``, ``runway``, ``growth`` and ``bucket_check`` are pure; ``volume`` and ``why_unwritable``
+ask the system (psutil, statvfs, and one probe file that is written, fsynced and removed). A run in
+a bucket has no volume: ``stores.probe`` tries what the store allows, and ``bucket_check`` puts
+that beside the run's growth.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from ckptdoctor.model import DiskCheck, Estimate, Run, Status, Volume
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
 from ckptdoctor.units import size
@@ -166,5 +168,62 @@ def check(
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
-    sizes = tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
-    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, sizes, os.path.isdir(folder))
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder))
+
+
+def _sizes(run: Run | None) -> tuple[tuple[int, int], ...]:
+    """(index, bytes) of each of the run's checkpoints, oldest first."""
+    return tuple((c.index, c.bytes) for c in run.checkpoints) if run is not None else ()
+
+
+MONTH = 30 * 24 * 3600
+"""Seconds in the month growth is given per."""
+
+
+def growth(run: Run | None, keep_last: int | None, deletes_free_nothing: bool = False) -> Growth | None:
+    """How ``run`` grows in its bucket: the mean bytes of its checkpoints per save, the saves a
+    month its checkpoints' last-modified times (the store's clock) show, and what it holds for
+    good at ``keep_last`` (none: it grows without bound, as where deletes free nothing)."""
+    saved = [c for c in run.checkpoints if c.files] if run is not None else []
+    if not saved:
+        return None
+    stored = sum(c.bytes for c in saved)
+    per_save = round(stored / len(saved))
+    times = sorted(max(f.entry.mtime for f in c.files) for c in saved)
+    span = times[-1] - times[0]
+    per_month = (len(times) - 1) * MONTH / span if len(times) > 1 and span > 0 else None
+    monthly = round(per_save * per_month) if per_month is not None else None
+    steady = keep_last * per_save if keep_last is not None and not deletes_free_nothing else None
+    return Growth(len(saved), stored, per_save, per_month, monthly, keep_last, steady, deletes_free_nothing)
+
+
+def bucket_check(
+    url: str,
+    run: Run | None,
+    probed: BucketCheck,
+    model_bytes: int | None = None,
+    optimizer: str | None = None,
+    keep_last: int | None = None,
+    margin: float = MARGIN,
+) -> DiskCheck:
+    """``diskcheck`` of the run at ``url`` in a bucket: what the probes found, the next save,
+    and the growth at ``keep_last``; no volume, so no free space and no runway."""
+    write = next((p for p in probed.permissions if p.action == "write"), None)
+    writable = write is not None and write.access is Access.GRANTED
+    why = "" if writable else (write.detail if write is not None and write.detail else "the write probe could not be made")
+    guess = estimate(run, model_bytes, optimizer)
+    frees_nothing = probed.versioned and probed.expires_noncurrent is not True
+    return DiskCheck(
+        url,
+        None,
+        writable,
+        why,
+        guess,
+        needed(guess, margin) if guess is not None else 0,
+        keep_last,
+        None,
+        _sizes(run),
+        probed.has_objects,
+        bucket=probed,
+        growth=growth(run, keep_last, frees_nothing),
+    )

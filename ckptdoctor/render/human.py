@@ -16,11 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ckptdoctor.model import (
+    Access,
     Action,
+    BucketCheck,
     Checkpoint,
     CheckpointFile,
     DiskCheck,
     Finding,
+    Growth,
     Plan,
     PlanItem,
     Problem,
@@ -273,6 +276,8 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
     run = run or next((r for r in report.runs if r.checkpoints), None)
     volume = disk.volume
     where = f"{volume.fstype} on {volume.mountpoint}" if volume else "volume unknown"
+    if disk.bucket is not None:
+        where = f"bucket ({disk.bucket.store}://), no free space to read"
     title = f"{run.layout} · {_count(len(run.checkpoints), run.unit.value, run.unit.value + 's')} · {where}" if run else where
     parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
     sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
@@ -289,7 +294,8 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
         parts.append(table)
         if len(sizes) < len(disk.sizes):
             parts.append(Text(f"… {len(disk.sizes) - len(sizes)} older not shown (--all shows them)", style="dim"))
-    parts.append(wrap(Text(disk_line(disk)), width, 2))
+    lines = bucket_lines(disk, disk.bucket) if disk.bucket is not None else [disk_line(disk)]
+    parts.extend(wrap(Text(line), width, 2) for line in lines)
     if report.findings:
         parts.append(_findings(list(report.findings), width))
     return Group(*parts)
@@ -309,6 +315,63 @@ def disk_line(disk: DiskCheck) -> str:
         n = disk.saves_until_full
         runway = f"room for {n:,} more save{'s' if n != 1 else ''}{retention or ' (nothing deleted between saves)'}"
     return f"next save ≈ {size(guess.bytes)} ({guess.basis}); needs {size(disk.needed_bytes)} with headroom; {free}; {runway}"
+
+
+_MARKS = {Access.GRANTED: "granted", Access.DENIED: "REFUSED", Access.UNCHECKED: "not checked"}
+
+
+def bucket_lines(disk: DiskCheck, bucket: BucketCheck) -> list[str]:
+    """What ``diskcheck`` of a run in a bucket found, a line each: the write probe, the
+    permissions, the quota, the growth at the retention, the lifecycle rules, what went unchecked."""
+    if disk.writable:
+        probe = (
+            f"write probe: created and deleted {bucket.probe}"
+            if not bucket.probe_left
+            else f"write probe: created {bucket.probe}, and it is LEFT (the delete was refused)"
+        )
+    else:
+        probe = f"write probe: refused: {disk.why_not_writable}"
+    lines = [probe]
+    for access in Access:
+        named = [p for p in bucket.permissions if p.access is access]
+        if named and access is Access.GRANTED:
+            lines.append(f"permissions {_MARKS[access]}: " + ", ".join(f"{p.action} ({p.name})" for p in named))
+        elif named:
+            lines += [f"permission {_MARKS[access]}: {p.action} ({p.name}), needed by {', '.join(p.needed_by)}: {p.detail}" for p in named]
+    lines.append(f"quota: {bucket.quota}")
+    listed = bucket.access("list") is Access.GRANTED
+    growth = _growth_line(disk.growth) if listed else "growth: unknown (the run's prefix could not be listed)"
+    if bucket.versioning is None and disk.growth is not None and disk.growth.steady_bytes is not None:
+        growth += " if deletes free space (versioning not checked: on a versioned bucket they free nothing)"
+    lines.append(growth)
+    if bucket.lifecycle is not None:
+        aborts = "yes" if bucket.aborts_uploads else "none covers the run"
+        rules = f"lifecycle: {len(bucket.lifecycle)} rule{'s' if len(bucket.lifecycle) != 1 else ''}; aborting incomplete uploads: {aborts}"
+        if bucket.versioning is not None:
+            rules += f"; versioning: {bucket.versioning}"
+            if bucket.versioned:
+                rules += f"; expiring noncurrent versions: {'yes' if bucket.expires_noncurrent else 'none covers the run'}"
+        lines.append(rules)
+    lines += [f"not checked: {note}" for note in bucket.not_checked]
+    return lines
+
+
+def _growth_line(growth: Growth | None) -> str:
+    """``growth: 2.1 GiB a save, 30 saves a month (their times) = 63 GiB a month; …``."""
+    if growth is None:
+        return "growth: unknown (no checkpoint under the prefix yet)"
+    per_save = f"{size(growth.bytes_per_save)} a save (the mean of {growth.checkpoints})"
+    if growth.saves_per_month is None:
+        rate = "saves a month unknown (fewer than two saves at different times)"
+    else:
+        rate = f"{growth.saves_per_month:,.1f} saves a month by their times = {size(growth.bytes_per_month or 0)} a month"
+    if growth.steady_bytes is not None:
+        held = f"at keep-last {growth.keep_last} it holds {size(growth.steady_bytes)} for good (now {size(growth.stored_bytes)})"
+    elif growth.deletes_free_nothing:
+        held = f"it grows for good ({size(growth.stored_bytes)} now): the bucket is versioned and deletes free nothing"
+    else:
+        held = f"with no retention it grows for good ({size(growth.stored_bytes)} now): Lightning and Composer never delete remote checkpoints (set --keep-last, or prune it)"
+    return f"growth: {per_save}; {rate}; {held}"
 
 
 def _contents(file: CheckpointFile) -> Text:

@@ -9,12 +9,14 @@ import orjson
 
 from ckptdoctor import __version__
 from ckptdoctor.model import (
+    BucketCheck,
     Checkpoint,
     CheckpointFile,
     DiskCheck,
     Entry,
     FileReport,
     Finding,
+    Growth,
     Plan,
     PlanItem,
     Report,
@@ -88,6 +90,43 @@ def disk_entry(disk: DiskCheck) -> dict[str, Any]:
         "needed_bytes": disk.needed_bytes if guess else None,
         "keep_last": disk.keep_last,
         "saves_until_full": disk.saves_until_full,
+        **({"bucket": bucket_entry(disk.bucket), "growth": growth_entry(disk.growth)} if disk.bucket is not None else {}),
+    }
+
+
+def bucket_entry(bucket: BucketCheck) -> dict[str, Any]:
+    """What the probes of a run's bucket found (``docs/commands.md``, diskcheck)."""
+    return {
+        "store": bucket.store,
+        "probe": bucket.probe,
+        "probe_left": bucket.probe_left,
+        "permissions": [
+            {"action": p.action, "permission": p.name, "access": p.access.value, "needed_by": list(p.needed_by), "detail": p.detail}
+            for p in bucket.permissions
+        ],
+        "quota_bytes": bucket.quota_bytes,
+        "quota": bucket.quota,
+        "versioning": bucket.versioning,
+        "lifecycle_rules": len(bucket.lifecycle) if bucket.lifecycle is not None else None,
+        "aborts_incomplete_uploads": bucket.aborts_uploads,
+        "expires_noncurrent_versions": bucket.expires_noncurrent,
+        "not_checked": list(bucket.not_checked),
+    }
+
+
+def growth_entry(growth: Growth | None) -> dict[str, Any] | None:
+    """How the run grows in its bucket; None before its first checkpoint."""
+    if growth is None:
+        return None
+    return {
+        "checkpoints": growth.checkpoints,
+        "stored_bytes": growth.stored_bytes,
+        "bytes_per_save": growth.bytes_per_save,
+        "saves_per_month": growth.saves_per_month,
+        "bytes_per_month": growth.bytes_per_month,
+        "keep_last": growth.keep_last,
+        "steady_bytes": growth.steady_bytes,
+        "deletes_free_nothing": growth.deletes_free_nothing,
     }
 
 

@@ -33,6 +33,10 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "known": "the run's own prefix",
     "format": "the expected format",
     "ratio": "the usual ratio",
+    "bucket": "BUCKET",
+    "keys": "RUN_PREFIX/",
+    "keys_arg": "RUN_PREFIX/",
+    "probe_key": "RUN_PREFIX/.ckptdoctor/write-test",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
 

@@ -1,7 +1,9 @@
 """Disk rules (CKD5xx): will the next save fit, and can it be written safely?
 
 These checks look at the volume under a run: free space and inodes against the size of the next
-save and the run's retention, writability, and the kind of filesystem.
+save and the run's retention, writability, and the kind of filesystem. A run in a bucket has no
+volume: what its probes found (``stores.probe``) stands in for it, with its own rules (CKD509-511)
+and its own case of CKD503's fixes (``BUCKET``); CKD501 and CKD502 are never fired there.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ckptdoctor.model import DiskCheck, Finding, Run, Severity
-from ckptdoctor.places import nearest_existing
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Severity
+from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import make_finding, run_context
-from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
+from ckptdoctor.rules._rule import OTHERWISE, Fix, Rule, fires, fix
+from ckptdoctor.stores.urls import parse
 from ckptdoctor.units import size
 
 if TYPE_CHECKING:
@@ -104,6 +107,16 @@ INSUFFICIENT_SPACE = Rule(
     related=("CKD502", "CKD503", "CKD505", "CKD203", "CKD101"),
 )
 
+BUCKET = "bucket"
+"""The case of a finding on a run in an object store: its fixes name the store's permissions and
+lifecycle rules, never a folder's mode or mount."""
+
+
+def _on_disk(*texts: str) -> tuple[Fix, ...]:
+    """Fixes for a folder on disk (a run's, or one not made yet), never for a bucket."""
+    return tuple(fix(text, case=case) for text in texts for case in (OTHERWISE, NO_RUN))
+
+
 RUNWAY = 3
 """Fewer saves than this left before the disk is full is CKD502."""
 
@@ -154,13 +167,15 @@ NOT_WRITABLE = Rule(
         "with `Can save … checkpoint.` and a `Permission denied` or `No such file or directory` inside; torch and "
         "safetensors fail with `[Errno 13] Permission denied`, `Read-only file system` or `No space left on device`. A whole "
         "epoch of training can run before that first save fails. The message says which: a disk that is full, or a folder "
-        "this user may not write."
+        "this user may not write. In a bucket, the write probe (an object created, then deleted, under the run's "
+        "`.ckptdoctor/` prefix) was refused, and the message names the permission the identity lacks (`s3:PutObject`)."
     ),
     causes=(
         "Full: other jobs, or checkpoints no retention deletes, took the last bytes or inodes (or the user's quota). "
         "Not writable: the folder belongs to another user (a container that ran as root, a shared project folder); the "
         "volume is mounted read-only (a dataset mount, a snapshot, or a filesystem the kernel remounted read-only after "
-        "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission."
+        "errors); a typo in the path, or a network volume that is not mounted; a parent folder without write or search permission. "
+        "In a bucket: a read-only role, a policy whose prefix leaves the run's keys out, a bucket policy that denies writes."
     ),
     fixes=(
         fix(
@@ -179,11 +194,25 @@ NOT_WRITABLE = Rule(
             "When it says permission denied: `ls -ld {existing}` and `namei -l {existing}` show which folder refuses you; make that one folder writable for you (`chmod u+w`, or ask its owner), never a shared parent recursively.",
             case=NO_RUN,
         ),
-        "When it says read-only file system: `findmnt -T {existing}` shows `ro` among its options: remount it read-write or save elsewhere.",
-        "When it says a part of the path is not a folder: a file stands where a folder should be; save elsewhere, or move that file away.",
-        "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
+        *_on_disk(
+            "When it says read-only file system: `findmnt -T {existing}` shows `ro` among its options: remount it read-write or save elsewhere.",
+            "When it says a part of the path is not a folder: a file stands where a folder should be; save elsewhere, or move that file away.",
+            "Create the folder before training (`mkdir -p {run}`) so that a wrong path fails at once rather than at the first save.",
+        ),
         fix("Run `ckptdoctor diskcheck {run}` before long jobs: it writes and deletes a probe file.", case=OTHERWISE),
         fix("Run this diskcheck again before the job starts (it writes and deletes a probe file).", case=NO_RUN),
+        fix(
+            'In a bucket: grant the permission the message names on the run\'s keys to the identity that saves there and runs ckptdoctor (`aws sts get-caller-identity` shows which it is), e.g. the policy statement `{{"Effect": "Allow", "Action": ["s3:PutObject", "s3:DeleteObject"], "Resource": "arn:aws:s3:::{bucket}/{keys}*"}}`; on gs:// `roles/storage.objectUser`, on az:// the Storage Blob Data Contributor role.',
+            case=BUCKET,
+        ),
+        fix(
+            "Try the write by hand: `aws s3api put-object --bucket {bucket} --key {probe_key} --body /dev/null`, then `aws s3api delete-object --bucket {bucket} --key {probe_key}`.",
+            case=BUCKET,
+        ),
+        fix(
+            "Run `ckptdoctor diskcheck {run}` again after the change: it creates and deletes a probe object under the run's `.ckptdoctor/` prefix.",
+            case=BUCKET,
+        ),
     ),
     messages=(
         "Permission denied",
@@ -254,12 +283,114 @@ LOW_INODES = Rule(
     related=("CKD501", "CKD502"),
 )
 
+
+_LIFECYCLE = "aws s3api put-bucket-lifecycle-configuration --bucket {bucket} --lifecycle-configuration"
+_REPLACES = (
+    "The call replaces the bucket's whole lifecycle configuration: first list the rules it has "
+    "(`aws s3api get-bucket-lifecycle-configuration --bucket {bucket}`) and put them in the same `Rules` list."
+)
+
+NO_UPLOAD_CLEANUP = Rule(
+    code="CKD509",
+    name="no-upload-cleanup",
+    severity=Severity.WARNING,
+    summary="No lifecycle rule of the bucket aborts incomplete multipart uploads under the run.",
+    meaning=(
+        "Big checkpoints are uploaded in parts. A save killed mid-upload (a preempted job, an out-of-memory kill, an "
+        "exception inside the writer) leaves its parts stored, and billed, with no object to show them: only "
+        "`ListMultipartUploads` lists them, and nothing removes them unless a lifecycle rule with "
+        "`AbortIncompleteMultipartUpload` does. A run killed often leaves gigabytes behind that no listing of the run shows."
+    ),
+    causes=(
+        "Buckets are made without lifecycle rules. A rule exists but for another prefix, or is disabled. A rule filtered by "
+        "tags never applies to uploads in progress."
+    ),
+    fixes=(
+        fix(
+            "Abort uploads a week old: `"
+            + _LIFECYCLE
+            + ' \'{{"Rules": [{{"ID": "abort-incomplete-uploads", "Status": "Enabled", "Filter": {{"Prefix": ""}}, "AbortIncompleteMultipartUpload": {{"DaysAfterInitiation": 7}}}}]}}\'`. '
+            + _REPLACES
+        ),
+        "See what is left now: `aws s3api list-multipart-uploads --bucket {bucket} --prefix {keys_arg}`.",
+        "Run `ckptdoctor diskcheck {run}` again: the finding goes once an enabled rule covers the run's keys.",
+    ),
+    messages=(),
+    related=("CKD510", "CKD511"),
+)
+
+NO_VERSION_EXPIRY = Rule(
+    code="CKD510",
+    name="no-version-expiry",
+    severity=Severity.WARNING,
+    summary="The bucket is versioned and no lifecycle rule expires noncurrent versions under the run: deletes free nothing.",
+    meaning=(
+        "On a versioned bucket a delete only adds a delete marker: the checkpoint's bytes stay stored, and billed, as a "
+        "noncurrent version. Pruning the run, or a framework's own retention, then frees nothing, and the bucket grows as if "
+        "nothing were ever deleted, until a lifecycle rule with `NoncurrentVersionExpiration` removes the older versions."
+    ),
+    causes=(
+        "Versioning turned on for the whole bucket (for protection, or because replication needs it) with no rule for "
+        "older versions; a rule for another prefix; a rule that is disabled."
+    ),
+    fixes=(
+        fix(
+            "Remove older versions a week after they are replaced or deleted: `"
+            + _LIFECYCLE
+            + ' \'{{"Rules": [{{"ID": "expire-old-checkpoint-versions", "Status": "Enabled", "Filter": {{"Prefix": "{keys}"}}, "NoncurrentVersionExpiration": {{"NoncurrentDays": 7}}, "Expiration": {{"ExpiredObjectDeleteMarker": true}}}}]}}\'`. '
+            + _REPLACES
+        ),
+        "See what older versions hold now: `aws s3api list-object-versions --bucket {bucket} --prefix {keys_arg}`.",
+        "Or save checkpoints to a bucket without versioning: they are rewritten and deleted all the time, and a complete "
+        "checkpoint kept by the run's retention is the protection that matters.",
+    ),
+    messages=(),
+    related=("CKD509", "CKD502"),
+)
+
+MISSING_PERMISSION = Rule(
+    code="CKD511",
+    name="missing-permission",
+    severity=Severity.WARNING,
+    summary="The identity lacks a permission on the bucket that a ckptdoctor command needs.",
+    meaning=(
+        "`diskcheck` of a run in a bucket tries what the other commands do: list the run's prefix (`s3:ListBucket`: every "
+        "command), read one byte of an object (`s3:GetObject`: inspect, verify, prune, repair), delete its probe object "
+        "(`s3:DeleteObject`: prune, repair), and list and abort multipart uploads (`s3:ListBucketMultipartUploads`, "
+        "`s3:AbortMultipartUpload`: the incomplete-upload findings and `prune --abort-uploads`). A permission the store "
+        "refused makes those commands fail when they reach it, possibly part-way. The trainer's own saves need only the "
+        "write, so this is a warning; a refused write is CKD503."
+    ),
+    causes=(
+        "A read-only role (an evaluation job's) used for maintenance. A policy granting object actions on "
+        "`arn:aws:s3:::BUCKET/*` but not `s3:ListBucket` on the bucket itself, or the reverse. A prefix condition that "
+        "leaves the run's prefix out. A bucket policy, object lock or organisation policy that denies deletes."
+    ),
+    fixes=(
+        "Grant the permission the message names to the identity that runs the command (`aws sts get-caller-identity` shows "
+        "it): object actions on `arn:aws:s3:::{bucket}/{keys}*`, and `s3:ListBucket` and `s3:ListBucketMultipartUploads` "
+        "on `arn:aws:s3:::{bucket}` itself.",
+        'The statements that let ckptdoctor tend the run: `{{"Effect": "Allow", "Action": ["s3:GetObject", '
+        '"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"], "Resource": "arn:aws:s3:::{bucket}/{keys}*"}}` '
+        'and `{{"Effect": "Allow", "Action": ["s3:ListBucket", "s3:ListBucketMultipartUploads"], '
+        '"Resource": "arn:aws:s3:::{bucket}"}}`.',
+        "On gs:// grant `roles/storage.objectUser` on the bucket; on az:// the Storage Blob Data Contributor role (the Reader "
+        "role lists and reads only).",
+        "Run `ckptdoctor diskcheck {run}` again: it tries each permission again.",
+    ),
+    messages=("AccessDenied",),
+    related=("CKD503",),
+)
+
 RULES: tuple[Rule, ...] = (
     INSUFFICIENT_SPACE,
     SPACE_RUNWAY,
     NOT_WRITABLE,
     NETWORK_FILESYSTEM,
     LOW_INODES,
+    NO_UPLOAD_CLEANUP,
+    NO_VERSION_EXPIRY,
+    MISSING_PERMISSION,
 )
 
 CHECKS: tuple[()] = ()
@@ -274,11 +405,16 @@ def _existing(path: str) -> str:
     return met if os.path.isdir(met) else os.path.dirname(met) or "."
 
 
-@fires(NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM)
+@fires(
+    NOT_WRITABLE, INSUFFICIENT_SPACE, SPACE_RUNWAY, LOW_INODES, NETWORK_FILESYSTEM, NO_UPLOAD_CLEANUP, NO_VERSION_EXPIRY, MISSING_PERMISSION
+)
 def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: int = RUNWAY, below: bool = False) -> tuple[Finding, ...]:
     """CKD501–505 for ``disk``: the next save against the free space and inodes, the runway
     under retention, writability and the kind of filesystem. ``below``: other runs lie in
-    folders below ``run``'s (its fixes then prune and repair it with ``--no-recurse``)."""
+    folders below ``run``'s (its fixes then prune and repair it with ``--no-recurse``). A run in
+    a bucket has no volume: CKD503, 509–511 from what its probes found, never CKD501/502."""
+    if disk.bucket is not None:
+        return _in_bucket(disk, disk.bucket, run, layout, below)
     where = run.path if run is not None else disk.path
     context = run_context(run, below) if run is not None else {"run": shell_word(where), "unit": "checkpoint"}
     context["existing"] = shell_word(_existing(where))
@@ -326,3 +462,49 @@ def staging_space(disk: DiskCheck, folder: str, free_bytes: int, why: str) -> Fi
     message = f"the next save needs about {size(disk.needed_bytes)} in {folder} ({why}), but only {size(free_bytes)} is free there"
     context = {"run": shell_word(folder), "unit": "checkpoint"}
     return make_finding(INSUFFICIENT_SPACE, message, disk.path, None, folder, None, context, case=NO_RUN)
+
+
+def _in_bucket(disk: DiskCheck, bucket: BucketCheck, run: Run | None, layout: Layout | None, below: bool) -> tuple[Finding, ...]:
+    """CKD503 for a refused write probe, CKD511 for each other permission refused, CKD509 and
+    CKD510 for the lifecycle rules a bucket lacks. No free space is known: nothing of 501/502."""
+    location = parse(disk.path)
+    context = run_context(run, below) if run is not None else {"run": shell_word(disk.path), "unit": "checkpoint"}
+    context.update(
+        bucket=shell_word(location.bucket),
+        keys=bucket.keys,
+        keys_arg=shell_word(bucket.keys),
+        probe_key=shell_word(f"{bucket.keys}{OWN_FOLDER}/write-test"),
+    )
+    frameworks = layout.fix_keys if layout is not None else ()
+    where = run.path if run is not None else disk.path
+    found: list[Finding] = []
+
+    def add(rule: Rule, message: str) -> None:
+        found.append(make_finding(rule, message, where, None, disk.path, None, context, frameworks, BUCKET))
+
+    if not disk.writable:
+        add(NOT_WRITABLE, f"the next save cannot be written to {disk.path}/: {disk.why_not_writable}")
+    for permission in bucket.permissions:
+        if permission.access is not Access.DENIED or permission.action == "write":
+            continue
+        users = ", ".join(permission.needed_by)
+        left = (
+            f"; the probe object {bucket.probe} is left: delete it with an identity that may"
+            if permission.action == "delete" and bucket.probe_left
+            else ""
+        )
+        add(
+            MISSING_PERMISSION,
+            f"{permission.name} ({permission.action}) is refused on {disk.path}/, and {users} need{'s' if len(permission.needed_by) == 1 else ''} it: {permission.detail}{left}",
+        )
+    if bucket.aborts_uploads is False:
+        add(
+            NO_UPLOAD_CLEANUP,
+            f"no enabled lifecycle rule of {location.root} aborts incomplete multipart uploads under {disk.path}/: a killed save's parts stay stored and billed",
+        )
+    if bucket.versioned and bucket.expires_noncurrent is False:
+        add(
+            NO_VERSION_EXPIRY,
+            f"{location.root} is versioned ({bucket.versioning}) and no enabled lifecycle rule expires noncurrent versions under {disk.path}/: deleting checkpoints frees nothing",
+        )
+    return tuple(found)

@@ -25,7 +25,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from ckptdoctor.stores.session import StoreError
-from ckptdoctor.stores.urls import Location, Store
+from ckptdoctor.stores.urls import PERMISSIONS, Location, Store
 
 if TYPE_CHECKING:
     from obstore.store import AzureConfig, ClientConfig, GCSConfig, S3Config
@@ -121,7 +121,7 @@ class Bucket:
 
     def create(self, key: str, data: bytes) -> str | None:
         """Write ``key`` only where no object has it (``If-None-Match: *``): its ETag, or None
-        where one exists already."""
+        where one exists already; ``PermissionError`` where writing is denied."""
         return self._put(key, data, "create")
 
     def replace(self, key: str, data: bytes, etag: str) -> str | None:
@@ -139,7 +139,7 @@ class Bucket:
             status = _status(error)
             if status in (409, 412):  # a conditional write refused, however the client names it
                 return None
-            raise StoreError(self.refused("write", key, error)) from None
+            raise self.failure("write", key, error) from None
         etag: str | None = result.get("e_tag")
         if etag is None:
             raise StoreError(f"{self.location.url_of(key)}: the store wrote it but sent no ETag: it cannot be changed safely later")
@@ -210,6 +210,60 @@ class Bucket:
         except BaseError as error:
             raise OSError(errno.EIO, self.refused("read", key, error)) from None
 
+    def first(self, prefix: str) -> ObjectInfo | None:
+        """The first object whose key starts with ``prefix`` (one listing request), None for
+        none; ``PermissionError`` where listing is denied, :class:`StoreError` where the bucket
+        cannot be used at all (none, bad credentials, unreachable)."""
+        try:
+            for page in obstore.list(self._store, prefix or None, chunk_size=1):
+                return _info(page[0]) if page else None
+            return None
+        except FileNotFoundError:
+            raise StoreError(f"{self.location.root} does not exist (no such bucket)") from None
+        except BaseError as error:
+            raise self.failure("list", prefix, error) from None
+        finally:
+            self.traffic.add(1, 0)
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` whatever it holds (a missing key is no error); ``PermissionError``
+        where deleting is denied. Only for keys no one else writes (``diskcheck``'s probe)."""
+        try:
+            obstore.delete(self._store, key)
+        except FileNotFoundError:
+            return
+        except BaseError as error:
+            raise self.failure("delete", key, error) from None
+        finally:
+            self.traffic.add(1, 0)
+
+    def first_byte(self, key: str) -> bytes:
+        """The first byte of ``key`` (a ranged read); ``PermissionError`` where reading is denied."""
+        try:
+            data = bytes(obstore.get_range(self._store, key, start=0, length=1))
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
+        except BaseError as error:
+            raise self.failure("read", key, error) from None
+        finally:
+            self.traffic.add(1, 0)
+        self.traffic.add(0, len(data))
+        return data
+
+    def failure(self, what: str, key: str, error: BaseException) -> Exception:
+        """What a refused ``what`` of ``key`` is: :class:`StoreError` where the bucket cannot be
+        used at all (bad credentials, no such bucket, unreachable), ``PermissionError`` where
+        only this is denied, else ``OSError``; each with :meth:`refused`'s line."""
+        message = self.refused(what, key, error)
+        status, code = _status(error), _code(error)
+        if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS or code == "NoSuchBucket":
+            return StoreError(message)
+        if status is None and not isinstance(error, PermissionDeniedError) and code != "AccessDenied":
+            return StoreError(message)
+        if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
+            return PermissionError(errno.EACCES, message)
+        return OSError(errno.EIO, message)
+
     def refused(self, what: str, key: str, error: BaseException) -> str:
         """One line on why the store refused to ``what`` ``key``, and what to do about it."""
         where = self.location.url_of(key) if key else self.location.root
@@ -219,8 +273,8 @@ class Bucket:
             return f"{where}: no access token could be had ({f'HTTP {status}' if status else _first_line(error)}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
-        if isinstance(error, PermissionDeniedError) or status == 403:
-            return f"{where}: permission denied to {what} ({code or 403}): grant {_PERMISSIONS[what][self.location.store]}"
+        if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
+            return f"{where}: permission denied to {what} ({code or 403}): grant {PERMISSIONS[what][self.location.store]}"
         if code == "NoSuchBucket" or (status == 404 and what == "list"):
             return f"{self.location.root} does not exist (no such bucket)"
         if status is None and _UNREACHED.search(str(error)):
@@ -265,17 +319,12 @@ _UNREACHED = re.compile(r"error sending request|connect|timed out|dns error|Conn
 _UNNAMEABLE = "Encountered object with invalid path"
 _NO_TOKEN = "Error performing token request"
 """object_store's words where it asked for a token (a metadata server, an OAuth endpoint) and got none."""
-_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
+_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>|\(code: ([A-Za-z]+)\)")
 _BAD_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AuthenticationFailed"})
 _CREDENTIALS = {
     Store.S3: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (with ckptdoctor[s3] installed), or run `aws sso login`",
     Store.GCS: "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key, or run `gcloud auth application-default login`",
     Store.AZURE: "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or run `az login` with AZURE_USE_AZURE_CLI=true",
-}
-_PERMISSIONS = {
-    "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
-    "read": {Store.S3: "s3:GetObject", Store.GCS: "storage.objects.get", Store.AZURE: "the Storage Blob Data Reader role"},
-    "write": {Store.S3: "s3:PutObject", Store.GCS: "storage.objects.create", Store.AZURE: "the Storage Blob Data Contributor role"},
 }
 
 
@@ -286,7 +335,7 @@ def _status(error: BaseException) -> int | None:
 
 def _code(error: BaseException) -> str | None:
     match = _CODE.search(str(error))
-    return match.group(1) if match else None
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def _without_secrets(endpoint: str) -> str:

@@ -252,6 +252,33 @@ class Control:
             raise StoreError(str(refused)) from None
         return Deleted.DELETED
 
+    def attempt(self, what: str, operation: str, **arguments: Any) -> Attempt:
+        """One call made to see whether the store allows it (``diskcheck``'s probes): what it
+        answered, refused or not; :class:`StoreError` only where it could not be reached."""
+        try:
+            result = self._call(what, operation, **arguments)
+        except _Refused as refused:
+            return Attempt(refused.status, refused.code, {})
+        status = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
+        return Attempt(status if isinstance(status, int) else 200, None, result)
+
+
+class Attempt(NamedTuple):
+    """What the store answered to one probing call."""
+
+    status: int
+    code: str | None
+    """S3's error code (``AccessDenied``, ``NoSuchUpload``); None where the call went through."""
+    result: dict[str, Any]
+
+    @property
+    def denied(self) -> bool:
+        return self.status == 403 or self.code == "AccessDenied"
+
+    @property
+    def succeeded(self) -> bool:
+        return 200 <= self.status < 300
+
 
 MAX_COPY = 5 * 1024**3
 """The largest object one CopyObject takes."""

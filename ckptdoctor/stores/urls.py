@@ -19,6 +19,16 @@ class Store(enum.Enum):
     AZURE = "az"
 
 
+PERMISSIONS: dict[str, dict[Store, str]] = {
+    "list": {Store.S3: "s3:ListBucket", Store.GCS: "storage.objects.list", Store.AZURE: "the Storage Blob Data Reader role"},
+    "read": {Store.S3: "s3:GetObject", Store.GCS: "storage.objects.get", Store.AZURE: "the Storage Blob Data Reader role"},
+    "write": {Store.S3: "s3:PutObject", Store.GCS: "storage.objects.create", Store.AZURE: "the Storage Blob Data Contributor role"},
+    "delete": {Store.S3: "s3:DeleteObject", Store.GCS: "storage.objects.delete", Store.AZURE: "the Storage Blob Data Contributor role"},
+    "list uploads": {Store.S3: "s3:ListBucketMultipartUploads"},
+    "abort uploads": {Store.S3: "s3:AbortMultipartUpload"},
+}
+"""What each store calls the permission to do each thing ckptdoctor does to a bucket."""
+
 _SCHEMES = {"s3": Store.S3, "s3a": Store.S3, "gs": Store.GCS, "gcs": Store.GCS, "az": Store.AZURE, "azure": Store.AZURE}
 _AZURE_FS = frozenset({"abfs", "abfss"})
 SUPPORTED = "s3://, gs://, az:// (abfs://) and file://"
