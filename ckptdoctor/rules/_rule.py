@@ -33,6 +33,8 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "known": "the run's own prefix",
     "format": "the expected format",
     "ratio": "the usual ratio",
+    "bucket": "BUCKET",
+    "key_prefix": "RUN_PREFIX/",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
 

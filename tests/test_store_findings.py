@@ -1,0 +1,222 @@
+"""What a bucket keeps under a run that no listing of its objects shows, and what breaks only there.
+
+Incomplete multipart uploads (CKD506) and, on a versioned bucket, older versions and delete markers
+(CKD507) come from S3's control plane, asked once per path the user gave; a DCP step whose
+``.metadata`` the copy-then-delete rename of fsspec lost; an Orbax step on ``gs://`` without its
+``commit_success.txt``. Against real servers on 127.0.0.1 (tests/stores.py): moto for breadth,
+SeaweedFS where moto is wrong (moto dates every upload 2010-11-10, so ages are tested on SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stores
+
+from ckptdoctor.stores import leftovers, session
+from ckptdoctor.testing import write_burn_run
+
+pytest.importorskip("obstore")
+pytest.importorskip("boto3")
+
+PART = 5 << 20
+"""S3's smallest part (but the last)."""
+
+
+def _burn_run(bucket: stores.Bucket, tmp_path: Path, *under: str) -> tuple[str, int]:
+    """A healthy burn run put under ``under``: its URL and its number of objects."""
+    folder = tmp_path / "/".join(under or ("run",))
+    write_burn_run(folder, range(1, 4))
+    return bucket.upload(folder, *(under or ("run",))), len([p for p in folder.rglob("*") if p.is_file()])
+
+
+def _killed_upload(bucket: stores.Bucket, key: str) -> None:
+    """A process writes ``key`` through obstore's multipart writer and is killed (SIGKILL) after its
+    first part went up: the way a save dies mid-upload. Nothing shows it but ListMultipartUploads."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        import obstore
+        from obstore.store import S3Store
+        store = S3Store({bucket.name!r}, endpoint={bucket.endpoint!r}, region="us-east-1", client_options={{"allow_http": True}})
+        writer = obstore.open_writer(store, {bucket.key(key)!r}, buffer_size={PART})
+        writer.write(b"x" * {PART + 1024})
+        writer.flush()
+        import boto3
+        s3 = boto3.client("s3", endpoint_url={bucket.endpoint!r})
+        for _ in range(200):
+            found = s3.list_multipart_uploads(Bucket={bucket.name!r}, Prefix={bucket.key(key)!r}).get("Uploads", [])
+            parts = found and s3.list_parts(Bucket={bucket.name!r}, Key=found[0]["Key"], UploadId=found[0]["UploadId"]).get("Parts")
+            if parts:
+                break
+            import time; time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    env = {**os.environ, **bucket.env, "AWS_ALLOW_HTTP": "true"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    listed = bucket.s3.list_multipart_uploads(Bucket=bucket.name, Prefix=bucket.key(key)).get("Uploads", [])
+    assert len(listed) == 1, "the killed writer left no incomplete upload"
+    present = bucket.keys()
+    assert key not in present
+
+
+def _codes(report: dict[str, Any]) -> list[str]:
+    return [finding["code"] for finding in report["findings"]]
+
+
+def _only(report: dict[str, Any], code: str) -> dict[str, Any]:
+    (found,) = [finding for finding in report["findings"] if finding["code"] == code]
+    return found
+
+
+# --- CKD506: incomplete multipart uploads ------------------------------------------------------
+
+
+def test_a_healthy_bucket_is_quiet_and_costs_two_control_requests(moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
+    url, objects = _burn_run(moto_bucket, tmp_path)
+    report = inspect_json(url).json
+    assert not {"CKD506", "CKD507"} & set(_codes(report))
+    store = report["store"]
+    # the listing and one read per (small) object, then ListMultipartUploads and GetBucketVersioning
+    assert store["requests"] == 1 + objects + 2
+    (kept,) = store["leftovers"]
+    assert kept == {
+        "run": url,
+        "checked": True,
+        "why_unchecked": None,
+        "incomplete_uploads": [],
+        "versioning": None,
+        "noncurrent_versions": 0,
+        "noncurrent_bytes": 0,
+        "delete_markers": 0,
+    }
+
+
+def test_a_killed_upload_is_an_incomplete_upload_with_its_parts_bytes(
+    moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any, cli: Any
+) -> None:
+    url, objects = _burn_run(moto_bucket, tmp_path)
+    _killed_upload(moto_bucket, "run/model-4.mpk")
+    report = inspect_json(url).json
+    found = _only(report, "CKD506")
+    # moto dates every upload 2010-11-10: old by the store's clock, so no save is still writing it
+    assert found["severity"] == "warning" and found["run"] == url
+    assert "1 incomplete multipart upload" in found["message"] and "5.0 MiB" in found["message"]
+    fixes = " ".join(found["fixes"])
+    assert f"ckptdoctor prune --abort-uploads 1d {url}" in fixes
+    lifecycle = fixes.split("--lifecycle-configuration '", 1)[1].split("'", 1)[0]
+    rule = json.loads(lifecycle)["Rules"][0]
+    assert rule["Filter"] == {"Prefix": moto_bucket.key("run") + "/"}
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert f"--bucket {moto_bucket.name}" in fixes
+    (kept,) = report["store"]["leftovers"]
+    (upload,) = kept["incomplete_uploads"]
+    assert upload["url"] == f"{url}/model-4.mpk" and upload["parts_bytes"] == PART
+    assert upload["age_seconds"] > 365 * 86400
+    # one ListParts more, for the one upload found
+    assert report["store"]["requests"] == 1 + objects + 3
+    assert report["runs"][0]["resume"]["index"] == 3  # what was never uploaded is no checkpoint
+    human = cli("inspect", url)
+    assert "CKD506" in human.stdout
+
+
+def test_a_young_upload_is_a_save_that_may_still_run_by_the_stores_clock(
+    weed_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any
+) -> None:
+    url, _ = _burn_run(weed_bucket, tmp_path)
+    _killed_upload(weed_bucket, "run/model-4.mpk")
+    report = inspect_json(url).json
+    found = _only(report, "CKD506")
+    assert found["severity"] == "info" and "a save may still be writing them" in found["message"]
+    (upload,) = report["store"]["leftovers"][0]["incomplete_uploads"]
+    assert upload["parts_bytes"] == PART
+    assert 0 <= upload["age_seconds"] < 600  # SeaweedFS dates uploads truly, and its clock is the one used
+
+
+def test_uploads_go_to_the_run_whose_prefix_holds_them(moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
+    first, _ = _burn_run(moto_bucket, tmp_path, "runs", "a")
+    second, _ = _burn_run(moto_bucket, tmp_path, "runs", "b")
+    _killed_upload(moto_bucket, "runs/b/model-4.mpk")
+    report = inspect_json(moto_bucket.url("runs")).json
+    found = _only(report, "CKD506")
+    assert found["run"] == second
+    by_run = {kept["run"]: kept for kept in report["store"]["leftovers"]}
+    assert by_run[first]["incomplete_uploads"] == [] and len(by_run[second]["incomplete_uploads"]) == 1
+
+
+def test_without_boto3_inspect_works_and_says_once_what_it_did_not_check(
+    moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _burn_run(moto_bucket, tmp_path, "runs", "a")
+    _burn_run(moto_bucket, tmp_path, "runs", "b")
+    _killed_upload(moto_bucket, "runs/b/model-4.mpk")
+    monkeypatch.setitem(sys.modules, "boto3", None)  # import boto3 fails: only obstore is installed
+    result = inspect_json(moto_bucket.url("runs"))
+    report = result.json
+    assert [run["resume"]["index"] for run in report["runs"]] == [3, 3]
+    found = _only(report, "CKD506")  # once for the path, not once per run
+    assert found["severity"] == "info" and "were not checked" in found["message"] and "boto3" in found["message"]
+    assert any("pip install 'ckptdoctor[s3]'" in fix for fix in found["fixes"])
+    assert not any("prune --abort-uploads" in fix for fix in found["fixes"])
+    assert all(kept["checked"] is False and kept["incomplete_uploads"] is None for kept in report["store"]["leftovers"])
+    assert result.exit_code == 0
+
+
+def test_gs_and_az_paths_say_they_are_not_checked() -> None:
+    for url in ("gs://bucket/run", "az://container/run"):
+        surveyed = leftovers.survey(url)
+        assert surveyed is not None and surveyed.unchecked is not None and f"not yet in {url[:2]}://" in surveyed.unchecked
+        assert surveyed.uploads == () and surveyed.noncurrent == ()
+        (share,) = leftovers.shared_out(surveyed, [url]).values()
+        assert share.unchecked == surveyed.unchecked and not share.told
+
+
+# --- CKD507: older versions and delete markers -------------------------------------------------
+
+
+@pytest.fixture
+def versioned_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A prefix in a versioned bucket of the moto server (a bucket of its own: versioning is the
+    whole bucket's, and the other tests' bucket stays unversioned)."""
+    bucket = stores.bucket_in(moto_endpoint, "ckpt-moto-versioned")
+    bucket.s3.put_bucket_versioning(Bucket=bucket.name, VersioningConfiguration={"Status": "Enabled"})
+    for variable, value in bucket.env.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    session.forget()
+    yield bucket
+    session.forget()
+
+
+def test_deletes_on_a_versioned_bucket_are_noncurrent_versions(versioned_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
+    url, objects = _burn_run(versioned_bucket, tmp_path)
+    healthy = inspect_json(url).json
+    assert "CKD507" not in _codes(healthy)
+    # the versioned bucket costs one request more: ListObjectVersions
+    assert healthy["store"]["requests"] == 1 + objects + 3
+    assert healthy["store"]["leftovers"][0]["versioning"] == "Enabled"
+    session.forget()
+    present = versioned_bucket.keys()
+    deleted = [key for key in present if "-1." in key]
+    freed = sum(len(versioned_bucket.get(key)) for key in deleted)
+    for key in deleted:  # a retention deleting epoch 1
+        versioned_bucket.s3.delete_object(Bucket=versioned_bucket.name, Key=versioned_bucket.key(key))
+    report = inspect_json(url).json
+    found = _only(report, "CKD507")
+    assert found["severity"] == "info"
+    assert f"{len(deleted)} older versions" in found["message"] and f"{len(deleted)} delete markers" in found["message"]
+    assert any("NoncurrentVersionExpiration" in fix for fix in found["fixes"])
+    (kept,) = report["store"]["leftovers"]
+    assert (kept["noncurrent_versions"], kept["noncurrent_bytes"], kept["delete_markers"]) == (len(deleted), freed, len(deleted))
+    lifecycle = found["fixes"][0].split("--lifecycle-configuration '", 1)[1].split("'", 1)[0]
+    assert json.loads(lifecycle)["Rules"][0]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
