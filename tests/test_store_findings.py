@@ -220,3 +220,116 @@ def test_deletes_on_a_versioned_bucket_are_noncurrent_versions(versioned_bucket:
     assert (kept["noncurrent_versions"], kept["noncurrent_bytes"], kept["delete_markers"]) == (len(deleted), freed, len(deleted))
     lifecycle = found["fixes"][0].split("--lifecycle-configuration '", 1)[1].split("'", 1)[0]
     assert json.loads(lifecycle)["Rules"][0]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+
+
+# --- DCP through fsspec: the copy-then-delete rename of .metadata.tmp ---------------------------
+
+_DCP_SAVE = """
+import os, signal, sys, warnings
+import obstore.fsspec
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+endpoint, url, die = sys.argv[1], sys.argv[2], sys.argv[3] == "die"
+obstore.fsspec.register("s3")  # DCP's FsspecWriter on obstore's fsspec adapter (no s3fs)
+if sys.argv[4] == "copy":
+    # obstore 0.12's BufferedFile.write keeps the caller's buffer, not a copy: the memory torch.save
+    # hands it is reused before the upload, and the object's tensors come out as garbage
+    write = obstore.fsspec.BufferedFile.write
+    obstore.fsspec.BufferedFile.write = lambda self, data: write(self, bytes(data))
+if die:
+    store = type(__import__("fsspec").filesystem("s3", endpoint=endpoint, client_options={"allow_http": True}, region="us-east-1"))
+    copy = store._cp_file
+
+    async def killed_in_the_rename(self, path1, path2, **kwargs):
+        # fsspec's rename is a copy, then a delete: the process dies as the copy begins
+        if path2.endswith("/.metadata"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await copy(self, path1, path2, **kwargs)
+
+    store._cp_file = killed_in_the_rename
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.randn(2, 4)).sum().backward()
+optimizer.step()
+writer = FsspecWriter(url, endpoint=endpoint, client_options={"allow_http": True}, region="us-east-1", overwrite=True)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
+    dcp.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, storage_writer=writer)
+"""
+
+
+def _dcp_save(bucket: stores.Bucket, step: str, die: bool = False, copy: bool = True) -> None:
+    """torch DCP saves a step straight into the bucket (``FsspecWriter``), in a process of its
+    own; ``die``: the process is killed inside the rename of ``.metadata.tmp`` to ``.metadata``."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    env = {**os.environ, **bucket.env, "AWS_ALLOW_HTTP": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", _DCP_SAVE, bucket.endpoint, bucket.url("run", step), "die" if die else "live", "copy" if copy else "as-is"],
+        env=env, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == (-signal.SIGKILL if die else 0), done.stderr.decode()[-2000:]
+
+
+def _download(bucket: stores.Bucket, under: str, folder: Path) -> Path:
+    listed = bucket.keys()
+    for key in listed:
+        if key.startswith(under + "/"):
+            (folder / key).parent.mkdir(parents=True, exist_ok=True)
+            (folder / key).write_bytes(bucket.get(key))
+    return folder / under
+
+
+def _dcp_loads(folder: Path) -> bool:
+    """Whether torch DCP itself loads the step in ``folder``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_dcp import dcp_load
+
+    return dcp_load(folder) is None
+
+
+@pytest.mark.parametrize("over_a_complete_step", [False, True])
+def test_dcp_killed_in_its_fsspec_rename_leaves_a_step_without_metadata(
+    moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any, over_a_complete_step: bool
+) -> None:
+    _dcp_save(moto_bucket, "step-10")
+    if over_a_complete_step:
+        _dcp_save(moto_bucket, "step-20")
+        listed = moto_bucket.keys()
+        assert "run/step-20/.metadata" in listed
+    _dcp_save(moto_bucket, "step-20", die=True)  # a save over step 20 deletes its .metadata first
+    keys = moto_bucket.keys()
+    assert "run/step-20/.metadata.tmp" in keys and "run/step-20/.metadata" not in keys
+    url = moto_bucket.url("run")
+    report = inspect_json(url).json
+    (run,) = report["runs"]
+    assert run["layout"] == "dcp" and run["resume"]["index"] == 10
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "partial"]
+    marker = _only(report, "CKD106")
+    assert marker["index"] == 20 and "killed inside that rename" in marker["message"]
+    staged = f"{url}/step-20/.metadata.tmp"
+    assert f"`aws s3 cp {staged} {url}/step-20/.metadata`" in marker["fixes"][0]
+    assert _only(report, "CKD202")["path"] == staged
+    assert not _dcp_loads(_download(moto_bucket, "run/step-20", tmp_path / "before"))
+    # the fix, as it says: the copy commits the step, and DCP loads it
+    moto_bucket.s3.copy_object(
+        Bucket=moto_bucket.name, Key=moto_bucket.key("run/step-20/.metadata"),
+        CopySource={"Bucket": moto_bucket.name, "Key": moto_bucket.key("run/step-20/.metadata.tmp")},
+    )  # fmt: skip
+    session.forget()
+    fixed = inspect_json(url).json
+    assert fixed["runs"][0]["resume"]["index"] == 20 and "CKD106" not in _codes(fixed)
+    assert _dcp_loads(_download(moto_bucket, "run/step-20", tmp_path / "after"))
+
+
+def test_a_dcp_step_in_a_bucket_is_complete_exactly_when_dcp_loads_it(
+    moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any
+) -> None:
+    # obstore 0.12's fsspec writer keeps torch.save's buffers by reference (see _DCP_SAVE): whatever
+    # it wrote, ckptdoctor's verdict on the step is DCP's own
+    _dcp_save(moto_bucket, "step-10", copy=False)
+    loads = _dcp_loads(_download(moto_bucket, "run/step-10", tmp_path))
+    (checkpoint,) = inspect_json(moto_bucket.url("run")).json["runs"][0]["checkpoints"]
+    assert (checkpoint["status"] == "complete") == loads
