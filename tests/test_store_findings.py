@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +335,83 @@ def test_a_dcp_step_in_a_bucket_is_complete_exactly_when_dcp_loads_it(
     loads = _dcp_loads(_download(moto_bucket, "run/step-10", tmp_path))
     (checkpoint,) = inspect_json(moto_bucket.url("run")).json["runs"][0]["checkpoints"]
     assert (checkpoint["status"] == "complete") == loads
+
+
+# --- Orbax on gs://: commit_success.txt is the commit ------------------------------------------
+
+
+def _as_gcs(folder: Path, url: str) -> Any:
+    """What a listing of ``url`` would give for the files of ``folder``: the same folders and
+    entries, named by their gs:// URLs, read from the local files. gs:// has no server here (no
+    GCS emulator installs from the registries), so the bucket's listing is the one step left out."""
+    from ckptdoctor.discover import Discovery, Listing, discover
+
+    def renamed(path: str) -> str:
+        return url + path[len(str(folder)) :]
+
+    found = discover(str(folder))
+    listings = tuple(
+        Listing(renamed(listing.path), listing.os_path, tuple(entry._replace(path=renamed(entry.path)) for entry in listing.entries))
+        for listing in found.listings
+    )
+    return Discovery(listings, found.unlisted)
+
+
+def _orbax_run(folder: Path) -> Any:
+    """Two steps saved by real Orbax the way it saves to GCS (``CommitFileTemporaryPath``: the
+    step folder under its final name, ``commit_success.txt`` written last); the options to reopen it."""
+    ocp = pytest.importorskip("orbax.checkpoint", reason="real Orbax checkpoints need the orbax extra")
+    jnp = pytest.importorskip("jax.numpy")
+    from orbax.checkpoint._src.path import atomicity
+
+    options = ocp.CheckpointManagerOptions(temporary_path_class=atomicity.CommitFileTemporaryPath)
+    with ocp.CheckpointManager(folder, options=options) as manager:
+        for step in (1, 2):
+            manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": jnp.full((64, 64), float(step))})))
+        manager.wait_until_finished()
+    return ocp, options
+
+
+def test_an_orbax_step_on_gcs_without_its_commit_marker_is_not_the_resume_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inspect_json: Any
+) -> None:
+    import dataclasses
+
+    from ckptdoctor.pipelines import scan
+
+    folder = tmp_path / "run"
+    ocp, options = _orbax_run(folder)
+    (folder / "2" / "commit_success.txt").unlink()  # killed before its last write
+    shutil.copytree(folder, tmp_path / "cleaned")
+    # Orbax itself, saving the GCS way: step 2 is no step, and a manager that cleans up deletes it
+    with ocp.CheckpointManager(folder, options=options) as manager:
+        assert list(manager.all_steps()) == [1]
+    url = "gs://ckpt-bucket/runs/run"
+    listed = scan.discovered
+    monkeypatch.setattr(scan, "discovered", lambda path, tally=None: _as_gcs(folder, url) if path == url else listed(path, tally))
+    report, _ = scan.inspect([url])
+    (run,) = report.runs
+    assert run.path == url and run.layout == "orbax"
+    assert run.resume is not None and run.resume.index == 1
+    assert [c.status.value for c in run.checkpoints] == ["complete", "incomplete"]
+    (marker,) = [f for f in report.findings if f.code == "CKD106"]
+    assert marker.severity.value == "error" and marker.index == 2
+    assert "orbax#394" in marker.message
+    assert marker.fixes[0].startswith("Orbax will delete step 2 (gs://ckpt-bucket/runs/run/2)")
+    # gs:// has no uploads or versions to ask about here: said once, never "none"
+    (unchecked,) = [f for f in report.findings if f.code == "CKD506"]
+    assert unchecked.severity.value == "info" and "not yet in gs://" in unchecked.message
+    # on a local disk the rename committed the same step: a warning, and still the resume point
+    local = inspect_json(folder).json
+    assert local["runs"][0]["resume"]["index"] == 2
+    assert [f["severity"] for f in local["findings"] if f["code"] == "CKD106"] == ["warning"]
+    # and Orbax's own clean-up, the GCS way, deletes the step ckptdoctor called incomplete (in a
+    # process that opened no manager of the folder before: one opened first keeps it from doing so)
+    cleaning = dataclasses.replace(options, cleanup_tmp_directories=True)
+    with ocp.CheckpointManager(tmp_path / "cleaned", options=cleaning) as manager:
+        assert list(manager.all_steps()) == [1]  # it waits for the clean-up
+        for _ in range(100):  # the clean-up runs in the background
+            if not (tmp_path / "cleaned" / "2").exists():
+                break
+            time.sleep(0.05)
+    assert sorted(os.listdir(tmp_path / "cleaned")) == ["1"]
