@@ -415,3 +415,101 @@ def test_an_orbax_step_on_gcs_without_its_commit_marker_is_not_the_resume_point(
                 break
             time.sleep(0.05)
     assert sorted(os.listdir(tmp_path / "cleaned")) == ["1"]
+
+
+# --- Lightning with an s3:// default_root_dir ---------------------------------------------------
+
+_LIGHTNING = """
+import logging, sys, warnings
+import obstore.fsspec
+endpoint, url, then = sys.argv[1], sys.argv[2], sys.argv[3]  # then: "train", or the ckpt_path to resume from
+obstore.fsspec.register("s3")  # Lightning's fsspec on obstore's adapter (no s3fs)
+write = obstore.fsspec.BufferedFile.write  # obstore 0.12 keeps torch.save's buffers: copy them (see _DCP_SAVE)
+obstore.fsspec.BufferedFile.write = lambda self, data: write(self, bytes(data))
+import fsspec
+fsspec.config.conf["s3"] = {"endpoint": endpoint, "client_options": {"allow_http": True}, "region": "us-east-1"}
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+logging.getLogger("lightning").setLevel(logging.ERROR)
+warnings.simplefilter("ignore")
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, _):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+    def train_dataloader(self):
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+
+
+def trainer(epochs, saves=True):
+    # a resume saves nothing (save_top_k=0), so the bucket stays as inspect saw it
+    keep = ModelCheckpoint(save_last=True, save_top_k=-1) if saves else ModelCheckpoint(save_last=False, save_top_k=0)
+    return L.Trainer(
+        default_root_dir=url, max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu", callbacks=[keep],
+    )
+
+
+if then == "train":
+    trainer(2).fit(Tiny())
+else:  # resume as users do, and say what "last" resolved to and what it restored
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+    start = _CheckpointConnector.resume_start
+
+    def resume_start(self, checkpoint_path=None, **options):
+        print("RESOLVED", checkpoint_path)  # what ckpt_path="last" became
+        return start(self, checkpoint_path, **options)
+
+    _CheckpointConnector.resume_start = resume_start
+
+    class Say(L.Callback):
+        def on_train_start(self, trainer, module):
+            print("RESUMED", trainer.global_step)
+
+    resumed = trainer(3, saves=False)
+    resumed.callbacks.append(Say())
+    resumed.fit(Tiny(), ckpt_path=then)
+"""
+
+
+def _lightning(bucket: stores.Bucket, then: str) -> str:
+    pytest.importorskip("lightning")
+    env = {**os.environ, **bucket.env, "AWS_ALLOW_HTTP": "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LIGHTNING, bucket.endpoint, bucket.url("run"), then], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_lightning_saving_to_s3_resumes_where_inspect_says(moto_bucket: stores.Bucket, inspect_json: Any) -> None:
+    _lightning(moto_bucket, "train")  # a tiny model, 2 epochs on the CPU, default_root_dir in the bucket
+    url = moto_bucket.url("run")
+    report = inspect_json(url).json
+    assert not [f for f in report["findings"] if f["severity"] != "info"]
+    (run,) = report["runs"]
+    assert (run["path"], run["layout"]) == (f"{url}/checkpoints", "lightning")
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete"]
+    assert [f["path"] for f in run["loose_files"] if f["role"] == "pointer"] == [f"{url}/checkpoints/last.ckpt"]
+    # Lightning resumes from the path inspect names, at the step inspect names
+    said = _lightning(moto_bucket, run["resume"]["path"])
+    assert said.split("RESOLVED ", 1)[1].split()[0] == run["resume"]["path"] == f"{url}/checkpoints/epoch=1-step=4.ckpt"
+    assert int(said.split("RESUMED ", 1)[1].split()[0]) == run["resume"]["index"] == 4
+    # its own ckpt_path="last" lists the bucket's last.ckpt without its s3:// and looks for it on the
+    # local disk (Lightning#18261, open PR #21936): it finds nothing and trains from step 0. Where
+    # a Lightning fixes that, "last" must land on the same step
+    said = _lightning(moto_bucket, "last")
+    resolved, step = said.split("RESOLVED ", 1)[1].split()[0], int(said.split("RESUMED ", 1)[1].split()[0])
+    assert (resolved, step) in (("None", 0), (f"{url}/checkpoints/last.ckpt", 4))
