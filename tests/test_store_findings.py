@@ -503,6 +503,7 @@ def test_lightning_saving_to_s3_resumes_where_inspect_says(moto_bucket: stores.B
     assert (run["path"], run["layout"]) == (f"{url}/checkpoints", "lightning")
     assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete"]
     assert [f["path"] for f in run["loose_files"] if f["role"] == "pointer"] == [f"{url}/checkpoints/last.ckpt"]
+    assert 'not `ckpt_path="last"`' in run["resume"]["how"] and "Lightning#18261" in run["resume"]["how"]
     # Lightning resumes from the path inspect names, at the step inspect names
     said = _lightning(moto_bucket, run["resume"]["path"])
     assert said.split("RESOLVED ", 1)[1].split()[0] == run["resume"]["path"] == f"{url}/checkpoints/epoch=1-step=4.ckpt"
