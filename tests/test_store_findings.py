@@ -113,7 +113,7 @@ def test_a_killed_upload_is_an_incomplete_upload_with_its_parts_bytes(
     found = _only(report, "CKD506")
     # moto dates every upload 2010-11-10: old by the store's clock, so no save is still writing it
     assert found["severity"] == "warning" and found["run"] == url
-    assert "1 incomplete multipart upload" in found["message"] and "5.0 MiB" in found["message"]
+    assert "1 incomplete multipart upload under" in found["message"] and " holds 5.0 MiB" in found["message"]
     fixes = " ".join(found["fixes"])
     assert f"ckptdoctor prune --abort-uploads 1d {url}" in fixes
     lifecycle = fixes.split("--lifecycle-configuration '", 1)[1].split("'", 1)[0]
@@ -130,6 +130,11 @@ def test_a_killed_upload_is_an_incomplete_upload_with_its_parts_bytes(
     assert report["runs"][0]["resume"]["index"] == 3  # what was never uploaded is no checkpoint
     human = cli("inspect", url)
     assert "CKD506" in human.stdout
+    # verify asks the same once more (its two scans of the objects share one survey)
+    session.forget()
+    verified = json.loads(cli("verify", "--json", url).stdout)
+    assert _only(verified, "CKD506")["severity"] == "warning"
+    assert len(verified["store"]["leftovers"][0]["incomplete_uploads"]) == 1
 
 
 def test_a_young_upload_is_a_save_that_may_still_run_by_the_stores_clock(
@@ -181,6 +186,24 @@ def test_gs_and_az_paths_say_they_are_not_checked() -> None:
         assert surveyed.uploads == () and surveyed.noncurrent == ()
         (share,) = leftovers.shared_out(surveyed, [url]).values()
         assert share.unchecked == surveyed.unchecked and not share.told
+
+
+def test_a_refused_listing_is_said_and_never_stands_for_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdoctor.stores import _control
+
+    class Refusing:
+        server_date = None
+
+        def uploads(self, prefix: str) -> list[Any]:
+            raise _control._Refused(
+                403, "AccessDenied", "s3://bkt: the store refused to list its multipart uploads (HTTP 403, AccessDenied)"
+            )
+
+    monkeypatch.setattr(session, "control", lambda location: Refusing())
+    surveyed = leftovers.survey("s3://bkt/runs")
+    assert surveyed is not None and surveyed.unchecked is not None and "HTTP 403" in surveyed.unchecked
+    shares = leftovers.shared_out(surveyed, ["s3://bkt/runs/a", "s3://bkt/runs/b"])
+    assert [(share.unchecked is not None, share.told) for share in shares.values()] == [(True, False), (True, True)]
 
 
 # --- CKD507: older versions and delete markers -------------------------------------------------

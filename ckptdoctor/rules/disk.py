@@ -377,7 +377,7 @@ def store_leftovers(ctx: RunContext) -> Iterator[Finding]:
         ages = [upload.age for upload in kept.uploads if upload.age is not None]
         named = ", ".join(upload.url.rsplit("/", 2)[-2] + "/" + upload.url.rsplit("/", 1)[-1] for upload in kept.uploads[:3])
         message = (
-            f"{count} incomplete multipart upload{'s' if count != 1 else ''} under {ctx.run.path} hold "
+            f"{count} incomplete multipart upload{'s' if count != 1 else ''} under {ctx.run.path} hold{'s' if count == 1 else ''} "
             f"{size(sum(upload.parts_bytes for upload in kept.uploads))} of parts that no object shows ({named}{', …' if count > 3 else ''})"
         )
         if ages:
