@@ -35,12 +35,12 @@ from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
-from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, duration, parse_duration
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import ObjectJournal, Pending, Quarantine, StoredState
 from ckptdoctor.stores import urls
-from ckptdoctor.units import files_or_folders, size
+from ckptdoctor.units import duration, files_or_folders, size
 
 
 class Refused(Exception):

@@ -316,6 +316,37 @@ class Checkpoint:
         return frozenset(role for f in self.files for role in f.roles)
 
 
+class PendingUpload(NamedTuple):
+    """A multipart upload begun under a run's prefix and neither completed nor aborted: no object
+    shows it, yet its parts are stored (and billed)."""
+
+    url: str
+    """The object it would have made."""
+    parts_bytes: int
+    age: float | None
+    """Seconds since it began, by the store's own clock (None where the store sent no time)."""
+
+
+@dataclass(frozen=True)
+class StoreLeftovers:
+    """What a store keeps under a run's prefix that no listing of its objects shows: incomplete
+    multipart uploads, and on a versioned bucket older versions and delete markers. Asked once
+    per path the user gave (``stores.leftovers``), shared out to its runs by prefix."""
+
+    uploads: tuple[PendingUpload, ...] = ()
+    versioning: str | None = None
+    """The bucket's versioning (``Enabled``, ``Suspended``); None where it never was versioned."""
+    noncurrent: int = 0
+    noncurrent_bytes: int = 0
+    """Bytes of older versions: what the deletes of a versioned bucket did not free."""
+    delete_markers: int = 0
+    unchecked: str | None = None
+    """Why uploads and versions were not asked about (no boto3, a store with no such calls here,
+    a refusal); None where they were."""
+    told: bool = False
+    """``unchecked`` is said on another run of the same path (said once per path)."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One training run: a folder of checkpoints in one layout."""
@@ -345,6 +376,8 @@ class Run:
     resume_path: str | None = None
     """The path to hand the framework's resume (``inspect --resume-path``); None where there is
     no resume point, or only one file was judged."""
+    store: StoreLeftovers | None = None
+    """What the store keeps under a run in a bucket besides its objects; None for a local run."""
 
     @property
     def resume(self) -> Checkpoint | None:

@@ -41,6 +41,15 @@ _UNITS = {
 }
 
 
+def duration(seconds: float) -> str:
+    """``90061`` -> ``1.0d``: a span of time in the unit that suits it."""
+    for length, suffix in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= length:
+            value = seconds / length
+            return f"{value:.0f}{suffix}" if value >= 10 or value == int(value) else f"{value:.1f}{suffix}"
+    return f"{seconds:.0f}s"
+
+
 def parse_size(text: str, what: str) -> int:
     """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
     cleaned = text.strip().lower().replace(" ", "")

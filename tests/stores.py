@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -135,20 +136,20 @@ def seaweed_server(folder: Path, identities: Sequence[dict[str, Any]] = ()) -> I
         f"-s3.config={config}", "-volume.max=20",
         "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed ports (8181, 9101) by default: a second server would not start
     ]  # fmt: skip
-    log = (folder / "weed.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log, pid_file = folder / "weed.log", folder / "weed.pid"
+    # started by a shell that exits at once: weed is no child of the test process, whose tests
+    # check that no child of theirs (a verify worker) outlives them
+    subprocess.run(
+        ["sh", "-c", '"$@" </dev/null >"$WEED_LOG" 2>&1 & echo $! >"$WEED_PID"', "sh", *command],
+        env={**os.environ, "WEED_LOG": str(log), "WEED_PID": str(pid_file)}, check=True, start_new_session=True,
+    )  # fmt: skip
+    pid = int(pid_file.read_text())
     endpoint = f"http://127.0.0.1:{ports[3]}"
     try:
-        _wait_until_up(endpoint, process, folder / "weed.log")
+        _wait_until_up(endpoint, pid, log)
         yield endpoint
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        _stop(pid)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -170,13 +171,31 @@ def _is_free(port: int) -> bool:
         return True
 
 
-def _wait_until_up(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _wait_until_up(endpoint: str, pid: int, log: Path) -> None:
     s3 = client(endpoint)
     deadline = time.monotonic() + 60
     name = f"probe-{uuid.uuid4().hex[:8]}"
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"weed exited ({process.returncode}): {log.read_text()[-2000:]}")
+        if not _alive(pid):
+            raise RuntimeError(f"weed exited: {log.read_text()[-2000:]}")
         try:
             s3.create_bucket(Bucket=name)
             s3.put_object(Bucket=name, Key="probe", Body=b"x")

@@ -326,13 +326,6 @@ def test_acting_on_local_folders_and_buckets_at_once_is_refused(moto_bucket: sto
     assert "not both" in result.stderr
 
 
-def test_repair_of_a_bucket_is_refused_until_it_can_be_done_safely(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(moto_bucket, tmp_path, range(1, 3))
-    result = cli("repair", "--yes", url)
-    assert result.exit_code == 2
-    assert "local folders only" in result.stderr
-
-
 def test_the_place_of_a_run_keeps_records_in_its_bucket() -> None:
     place = _objects.place_of("s3://bkt/runs/a", "s3://bkt/runs/a/.ckptdoctor")
     assert place.run == parse("s3://bkt/runs/a")

@@ -115,6 +115,8 @@ class Layout:
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
     ``advisory``                 none                                         orbax
+    ``advisory_at(path)``        ``advisory``                                 orbax (on ``gs://`` its marker commits)
+    ``missing_note(...)``        None                                         dcp (in a store), orbax (on ``gs://``)
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
@@ -281,6 +283,17 @@ class Layout:
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""
         return ""
+
+    def advisory_at(self, path: str) -> Mapping[Role, str]:
+        """``advisory`` for a run at ``path``: in an object store a framework may commit by a
+        file it resumes without on a disk (Orbax's ``commit_success.txt`` on GCS)."""
+        return self.advisory
+
+    def missing_note(self, run: Run, checkpoint: Checkpoint, role: Role) -> tuple[str, str] | None:
+        """What happened where ``checkpoint`` of ``run`` lacks ``role``, and its fix, where the
+        framework's way of saving to where the run is tells more than the rule's general words
+        (DCP's rename by copy-then-delete in a bucket); None where it does not."""
+        return None
 
     def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
         """The path to hand the framework's resume (``inspect --resume-path``): the checkpoint's
@@ -543,7 +556,7 @@ class FolderLayout(Layout):
                 False,
                 folder,
                 self.absent(files, every),
-                frozenset(self.advisory),
+                frozenset(self.advisory_at(listing.path)),
                 zeros.get(claim.number, ()),
                 verdicts=verdicts,
             )

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, FolderLayout
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Unit
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA, extents, shard_issue
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.stores.urls import scheme
 
 _NUMBER = re.compile(r"([0-9]+)\Z")
 _MARKERS = (METADATA, METADATA + ".tmp")
@@ -80,6 +82,29 @@ class DcpLayout(FolderLayout):
 
     def file_name(self, role: Role, index: int) -> str | None:
         return METADATA if role is Role.METADATA else None
+
+    def missing_note(self, run: Run, checkpoint: Checkpoint, role: Role) -> tuple[str, str] | None:
+        """In a bucket, a step with ``.metadata.tmp`` and no ``.metadata`` died inside the commit:
+        fsspec has no rename, so ``FsspecWriter`` copies ``.metadata.tmp`` to ``.metadata`` and then
+        deletes it, and a save over a step deletes its ``.metadata`` first. The temporary object
+        is written only after every rank's data, and an object exists only once whole."""
+        staged = next((f for f in checkpoint.files if f.entry.name == METADATA + ".tmp"), None)
+        if role is not Role.METADATA or staged is None or scheme(run.path) is None:
+            return None
+        committed = staged.path[: -len(".tmp")]
+        copy = (
+            f"`aws s3 cp {shell_word(staged.path)} {shell_word(committed)}`"
+            if scheme(run.path) in ("s3", "s3a")
+            else "the store's own copy command"
+        )
+        return (
+            "DCP's FsspecWriter commits `.metadata` by copying `.metadata.tmp` to it, then deleting `.metadata.tmp` (and a "
+            "save over an existing step deletes the old `.metadata` first): the save was killed inside that rename, after "
+            "every rank had written its data",
+            f"`.metadata.tmp` is the whole commit (DCP writes it after all ranks' data, and a store shows an object only once "
+            f"it is whole): copy it to `{committed.rsplit('/', 1)[-1]}` to commit the step, with {copy}, then run "
+            f"`ckptdoctor verify {shell_word(run.path)}`; or leave the step alone and resume from the previous one.",
+        )
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         return f'load it with `torch.distributed.checkpoint.load(state_dict, checkpoint_id="{checkpoint.path}")`'

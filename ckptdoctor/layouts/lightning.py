@@ -51,6 +51,7 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.stores.urls import scheme
 
 _TOKEN = re.compile(r"(?:^|-)(epoch|step)=([0-9]+)")
 _TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v[0-9]+)?\.ckpt\Z")
@@ -167,6 +168,12 @@ class LightningLayout(Layout):
             return (
                 f'load the weights with `YourModel.load_from_checkpoint("{path}")` and start a new `trainer.fit(model)`; '
                 "`ckpt_path=` fails on a checkpoint without optimizer state"
+            )
+        if scheme(path) is not None:
+            # _find_last_checkpoints lists the bucket, drops the scheme and looks on the local disk
+            return (
+                f'pass `ckpt_path="{path}"` to `trainer.fit()`, not `ckpt_path="last"`: in a bucket Lightning lists '
+                "`last.ckpt` without its scheme, finds nothing and trains from the start (Lightning#18261)"
             )
         return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
 

@@ -15,7 +15,7 @@ names the data files the restore reads, in ``d/`` and in the per-process stores
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -24,6 +24,7 @@ from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role
 from ckptdoctor.readers.ocdbt import MANIFEST
 from ckptdoctor.readers.orbax import CHECKPOINT_METADATA, ITEM_METADATA, SHARDING
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.stores.urls import scheme
 
 _STEP = re.compile(r"^(?:(.+)_)?([0-9]+)\Z")
 _TEMPORARY = re.compile(r"^.*?_*?([0-9]+)\.orbax-checkpoint-tmp(?:-[0-9]+)?\Z")
@@ -55,6 +56,23 @@ class OrbaxLayout(FolderLayout):
             "folder committed it (on GCS, Orbax skips a step without it)"
         ),
     })  # fmt: skip
+
+    def advisory_at(self, path: str) -> Mapping[Role, str]:
+        # on GCS Orbax commits a step by writing commit_success.txt last, not by a rename
+        return _ON_GCS if _on_gcs(path) else self.advisory
+
+    def missing_note(self, run: Run, checkpoint: Checkpoint, role: Role) -> tuple[str, str] | None:
+        if role is not Role.POINTER or not _on_gcs(run.path):
+            return None
+        step = checkpoint.path or run.path
+        return (
+            f"on GCS Orbax writes `{COMMIT}` last instead of renaming a temporary folder, so a step without it is a save "
+            "that never finished: Orbax's CheckpointManager does not list or restore it, and deletes it when it starts "
+            "with `cleanup_tmp_directories=True` (orbax#394)",
+            f"Orbax will delete step {checkpoint.index} ({step}) when a CheckpointManager with `cleanup_tmp_directories=True` "
+            f"opens {run.path}, and never restores it: resume from the newest step that has its `{COMMIT}`, and copy this "
+            f"one elsewhere first (`gcloud storage cp -r {step} SOMEWHERE`) only if you need to look at what it holds.",
+        )
 
     def claim(self, name: str) -> Claim | None:
         match = _STEP.match(name)
@@ -137,6 +155,14 @@ class OrbaxLayout(FolderLayout):
         return (
             f"`ocp.CheckpointManager('{run.path}').restore({checkpoint.index}, args=ocp.args.Composite(...))` with each item's restore args"
         )
+
+
+_ON_GCS = MappingProxyType({role: why for role, why in OrbaxLayout.advisory.items() if role is not Role.POINTER})
+"""What Orbax resumes without on GCS: not ``commit_success.txt``, which commits a step there."""
+
+
+def _on_gcs(path: str) -> bool:
+    return scheme(path) in ("gs", "gcs")
 
 
 def _items(files: Sequence[CheckpointFile]) -> dict[str, str]:

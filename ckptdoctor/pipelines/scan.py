@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
-from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Transfer
+from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, StoreLeftovers, Transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
-from ckptdoctor.stores import session, urls
+from ckptdoctor.stores import leftovers, session, urls
 from ckptdoctor.stores.listing import discover_store
 from ckptdoctor.stores.session import StoreError
 
@@ -113,8 +114,9 @@ def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: T
     paths = list(paths)
     before = session.traffic()
     result = scan(paths, tally=tally)
-    findings = check(result.runs, result.unlisted, thresholds or Thresholds())
-    report = Report("inspect", result.runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
+    runs = with_leftovers(paths, result.runs)
+    findings = check(runs, result.unlisted, thresholds or Thresholds())
+    report = Report("inspect", runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
     return report, result
 
 
@@ -125,3 +127,26 @@ def transfer(paths: list[str], before: tuple[int, int]) -> Transfer | None:
         return None
     requests, received = session.traffic()
     return Transfer(requests - before[0], received - before[1])
+
+
+def with_leftovers(paths: list[str], runs: Sequence[Run]) -> tuple[Run, ...]:
+    """``runs`` with what their stores keep under them besides their objects (incomplete uploads,
+    older versions), asked once per store path in ``paths``, not per run or object."""
+    shares: dict[str, StoreLeftovers] = {}
+    for path in paths:
+        if not remote(path) or urls.local_path(path) is not None:
+            continue
+        surveyed = leftovers.survey(path)
+        if surveyed is None:
+            continue
+        under = surveyed.location.url
+        held = [
+            run.path
+            for run in runs
+            if not run.single_file and run.path not in shares and (run.path == under or run.path.startswith(under + "/"))
+        ]
+        if held:
+            shares.update(leftovers.shared_out(surveyed, held))
+    if not shares:
+        return tuple(runs)
+    return tuple(dataclasses.replace(run, store=shares[run.path]) if run.path in shares else run for run in runs)

@@ -18,7 +18,7 @@ from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
-from ckptdoctor.pipelines.scan import Scan, scan, transfer
+from ckptdoctor.pipelines.scan import Scan, scan, transfer, with_leftovers
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers._deep import prepare
 from ckptdoctor.readers.files import (
@@ -86,6 +86,7 @@ def verify(
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
+    runs = list(with_leftovers(paths, runs))
     findings = check(runs, second.unlisted, thresholds or Thresholds())
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import home, run_root
+from ckptdoctor.units import duration
 
 MIN_AGE = 600.0
 """Seconds: a file modified more recently than this may still be being written."""
@@ -319,14 +320,6 @@ def _measure(checkpoint: Checkpoint) -> tuple[float, int, bool]:
     if shared:  # a hard link or a symlink may repeat an inode: count each once
         total = checkpoint.bytes
     return newest, total, shared
-
-
-def duration(seconds: float) -> str:
-    for size, suffix in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= size:
-            value = seconds / size
-            return f"{value:.0f}{suffix}" if value >= 10 or value == int(value) else f"{value:.1f}{suffix}"
-    return f"{seconds:.0f}s"
 
 
 def parse_duration(text: str) -> float:

@@ -24,6 +24,7 @@ from ckptdoctor.model import (
     Run,
     Severity,
     Status,
+    StoreLeftovers,
 )
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.rules._rule import Rule
@@ -69,7 +70,27 @@ def document(report: Report) -> dict[str, Any]:
         body["disk"] = disk_entry(report.disk)
     if report.transfer is not None:
         body["store"] = {"requests": report.transfer.requests, "bytes_read": report.transfer.received}
+        kept = [(run.path, run.store) for run in report.runs if run.store is not None]
+        if kept:
+            body["store"]["leftovers"] = [_leftovers(path, store) for path, store in kept]
     return body
+
+
+def _leftovers(path: str, kept: StoreLeftovers) -> dict[str, Any]:
+    """What the store keeps under one run besides its objects (None where it was not asked)."""
+    checked = kept.unchecked is None
+    return {
+        "run": path,
+        "checked": checked,
+        "why_unchecked": kept.unchecked,
+        "incomplete_uploads": [{"url": u.url, "parts_bytes": u.parts_bytes, "age_seconds": u.age} for u in kept.uploads]
+        if checked
+        else None,
+        "versioning": kept.versioning if checked else None,
+        "noncurrent_versions": kept.noncurrent if checked else None,
+        "noncurrent_bytes": kept.noncurrent_bytes if checked else None,
+        "delete_markers": kept.delete_markers if checked else None,
+    }
 
 
 def disk_entry(disk: DiskCheck) -> dict[str, Any]:

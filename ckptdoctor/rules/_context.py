@@ -55,6 +55,11 @@ class RunContext:
     """Other runs lie, or may lie, in folders below this run's (see ``with_runs_below``)."""
 
     @functools.cached_property
+    def advisory(self) -> Mapping[Role, str]:
+        """The roles the run's framework resumes without, where the run is (``Layout.advisory_at``)."""
+        return self.layout.advisory_at(self.run.path)
+
+    @functools.cached_property
     def files(self) -> list[tuple[int, CheckpointFile]]:
         """Every file of every checkpoint with its index, in order: what most checks walk."""
         return [(c.index, f) for c in self.run.checkpoints for f in c.files]

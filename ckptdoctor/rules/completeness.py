@@ -542,9 +542,12 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             severity = None
             if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.resume_needs:
                 severity = Severity.WARNING
-            elif role in ctx.layout.advisory:
+            elif role in ctx.advisory:
                 severity = Severity.WARNING
-                message += f"; {ctx.layout.advisory[role]}"
+                message += f"; {ctx.advisory[role]}"
+            note = ctx.layout.missing_note(run, checkpoint, role)
+            if note is not None:
+                message += f"; {note[0]}"
             yield ctx.finding(
                 rule,
                 message,
@@ -552,6 +555,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 path=checkpoint.files[0].path if checkpoint.files else None,
                 severity=severity,
                 context={"expected": expected, "folder": shell_word(checkpoint.path or run.path)},
+                extra_fixes=(note[1],) if note is not None else (),
             )
 
 

@@ -3,21 +3,25 @@
 These checks look at the volume under a run: free space and inodes against the size of the next
 save and the run's retention, writability, and the kind of filesystem. A run in a bucket has no
 volume: what its probes found (``stores.probe``) stands in for it, with its own rules (CKD509-511)
-and its own case of CKD503's fixes (``BUCKET``); CKD501 and CKD502 are never fired there.
+and its own case of CKD503's fixes (``BUCKET``); CKD501 and CKD502 are never fired there. And, for
+a run in a bucket, what the store keeps under it that no listing shows (incomplete uploads, older
+versions: CKD506, CKD507).
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Severity
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules._context import make_finding, run_context
+from ckptdoctor.rules._context import RunContext, make_finding, run_context
 from ckptdoctor.rules._rule import OTHERWISE, Fix, Rule, fires, fix
 from ckptdoctor.stores.urls import parse
-from ckptdoctor.units import size
+from ckptdoctor.units import duration, size
 
 if TYPE_CHECKING:
     from ckptdoctor.layouts.registry import Layout
@@ -382,20 +386,156 @@ MISSING_PERMISSION = Rule(
     related=("CKD503",),
 )
 
+UNCHECKED = "unchecked"
+"""The case of a CKD506 finding that says a store's uploads and versions were not asked about."""
+
+_LIFECYCLE_RULE = (
+    "`"
+    + _LIFECYCLE
+    + """ '{{"Rules": [{{"ID": "%s", "Status": "Enabled", "Filter": {{"Prefix": "{key_prefix}"}}, %s}}]}}'`. """
+    + _REPLACES
+)
+"""A lifecycle rule for the run's prefix, as the AWS CLI puts it (its ID and action filled in)."""
+
+INCOMPLETE_UPLOAD = Rule(
+    code="CKD506",
+    name="incomplete-upload",
+    severity=Severity.WARNING,
+    summary="Incomplete multipart uploads under the run's prefix hold stored, billed parts that no object shows.",
+    meaning=(
+        "A multipart upload was begun under the run's prefix and neither completed nor aborted. No listing of the bucket "
+        "shows it: the object it would have made does not exist, so nothing resumes from it, yet the parts already "
+        "uploaded stay stored, and billed, until the upload is aborted. A save killed while it wrote to a bucket (DCP's "
+        "`FsspecWriter`, Lightning and HF through fsspec, Composer's and NeMo's uploaders) leaves one for each large file "
+        "it was writing. An upload begun less than a day ago (by the store's clock) may be a save still running: it is "
+        "reported as info, and its checkpoint is not finished. Where the uploads could not be listed (boto3 is not "
+        "installed, `gs://` and `az://`, a permission refused), an info finding of this rule says so once per path: "
+        "ckptdoctor never calls such a run free of them."
+    ),
+    causes=(
+        "A job killed, pre-empted or out of memory while it uploaded a checkpoint; a network failure the client gave up "
+        "on; a client that abandons the upload when its process dies (fsspec and obstore writers do); a bucket with no "
+        "lifecycle rule that aborts incomplete uploads."
+    ),
+    fixes=(
+        fix(
+            "Abort the uploads begun more than a day ago (no save runs that long): `ckptdoctor prune --abort-uploads 1d {this_run}` (add `--dry-run` to list them first).",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Let the bucket abort them by itself with an `AbortIncompleteMultipartUpload` lifecycle rule: "
+            + _LIFECYCLE_RULE % ("abort-incomplete-uploads", '"AbortIncompleteMultipartUpload": {{"DaysAfterInitiation": 1}}'),
+            case=OTHERWISE,
+        ),
+        fix(
+            "To list incomplete uploads and older versions of runs in S3 buckets, install boto3 with the `s3` extra: `pip install 'ckptdoctor[s3]'`.",
+            case=UNCHECKED,
+        ),
+        fix(
+            "Where the store refused, grant `s3:ListBucketMultipartUploads`, `s3:GetBucketVersioning` and `s3:ListBucketVersions` on the bucket; on `gs://` and `az://`, the store's own console lists them.",
+            case=UNCHECKED,
+        ),
+    ),
+    messages=(),
+    related=("CKD507", "CKD106", "CKD203"),
+)
+
+NONCURRENT_VERSIONS = Rule(
+    code="CKD507",
+    name="noncurrent-versions",
+    severity=Severity.INFO,
+    summary="On a versioned bucket, older versions and delete markers under the run's prefix keep bytes that deletes did not free.",
+    meaning=(
+        "The bucket keeps every version of every object. Deleting a checkpoint there (a prune, a framework's retention, "
+        "`aws s3 rm`) only puts a delete marker in front of it: its bytes stay stored and billed as a noncurrent "
+        "version until a lifecycle rule expires them, and rewriting an object keeps its old bytes the same way. Nothing is "
+        "wrong with the run or its resume point, and versioning is usually on by design (it undoes deletes), so this is "
+        "information about the bill, not a warning."
+    ),
+    causes=(
+        "Versioning turned on for the bucket (or once turned on and then suspended) with no `NoncurrentVersionExpiration` "
+        "lifecycle rule; checkpoints deleted or overwritten under the run's prefix."
+    ),
+    fixes=(
+        "Expire older versions and the delete markers left alone after them with a `NoncurrentVersionExpiration` lifecycle rule: "
+        + _LIFECYCLE_RULE
+        % (
+            "expire-noncurrent-checkpoints",
+            '"NoncurrentVersionExpiration": {{"NoncurrentDays": 7}}, "Expiration": {{"ExpiredObjectDeleteMarker": true}}',
+        ),
+        "See what is kept with `aws s3api list-object-versions --bucket {bucket} --prefix {key_prefix}`; if the versions are kept on purpose, this is their cost.",
+    ),
+    messages=(),
+    related=("CKD506", "CKD502"),
+)
+
 RULES: tuple[Rule, ...] = (
     INSUFFICIENT_SPACE,
     SPACE_RUNWAY,
     NOT_WRITABLE,
     NETWORK_FILESYSTEM,
     LOW_INODES,
+    INCOMPLETE_UPLOAD,
+    NONCURRENT_VERSIONS,
     NO_UPLOAD_CLEANUP,
     NO_VERSION_EXPIRY,
     MISSING_PERMISSION,
 )
 
-CHECKS: tuple[()] = ()
-"""These rules need the volume, not only the run: ``diskcheck`` (and ``ckptdoctor.preflight``)
-fire them through ``findings``."""
+STALE_UPLOAD = 86400.0
+"""An incomplete upload older than this (seconds, by the store's clock) is no save in progress."""
+
+
+@fires(INCOMPLETE_UPLOAD, NONCURRENT_VERSIONS)
+def store_leftovers(ctx: RunContext) -> Iterator[Finding]:
+    """CKD506, CKD507: what the store keeps under a run in a bucket that no listing shows."""
+    kept = ctx.run.store
+    if kept is None:
+        return
+    if kept.unchecked is not None:
+        if not kept.told:
+            yield ctx.finding(
+                INCOMPLETE_UPLOAD,
+                f"incomplete multipart uploads and older versions under {ctx.run.path} were not checked: {kept.unchecked}",
+                severity=Severity.INFO,
+                case=UNCHECKED,
+            )
+        return
+    place = _place(ctx.run.path)
+    if kept.uploads:
+        stale = [upload for upload in kept.uploads if upload.age is None or upload.age >= STALE_UPLOAD]
+        count = len(kept.uploads)
+        ages = [upload.age for upload in kept.uploads if upload.age is not None]
+        named = ", ".join(upload.url.rsplit("/", 2)[-2] + "/" + upload.url.rsplit("/", 1)[-1] for upload in kept.uploads[:3])
+        message = (
+            f"{count} incomplete multipart upload{'s' if count != 1 else ''} under {ctx.run.path} hold{'s' if count == 1 else ''} "
+            f"{size(sum(upload.parts_bytes for upload in kept.uploads))} of parts that no object shows ({named}{', …' if count > 3 else ''})"
+        )
+        if ages:
+            message += f"; the oldest began {duration(max(ages))} ago by the store's clock"
+        if not stale:
+            message += ": a save may still be writing them"
+        yield ctx.finding(INCOMPLETE_UPLOAD, message, severity=None if stale else Severity.INFO, context=place, case=OTHERWISE)
+    if kept.noncurrent or kept.delete_markers:
+        yield ctx.finding(
+            NONCURRENT_VERSIONS,
+            f"the bucket's versioning is {kept.versioning or 'off now'}: {kept.noncurrent} older version{'s' if kept.noncurrent != 1 else ''} "
+            f"({size(kept.noncurrent_bytes)}) and {kept.delete_markers} delete marker{'s' if kept.delete_markers != 1 else ''} under "
+            f"{ctx.run.path} keep bytes that deletes did not free",
+            context=place,
+        )
+
+
+def _place(url: str) -> dict[str, str]:
+    """The bucket and key prefix of a run in a store, for the fixes' AWS CLI commands."""
+    location = parse(url)
+    prefix = json.dumps(location.prefix + "/" if location.prefix else "")[1:-1].replace("'", "'\\''")
+    return {"bucket": shell_word(location.bucket), "key_prefix": prefix}
+
+
+CHECKS = (store_leftovers,)
+"""What the store keeps under a run in a bucket. The other rules need the volume, not only the
+run: ``diskcheck`` (and ``ckptdoctor.preflight``) fire them through ``findings``."""
 
 
 def _existing(path: str) -> str:

@@ -542,9 +542,9 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
             elif issue.problem is Problem.UNSAFE_PICKLE and file.roles and ctx.layout.unsafe_loader:
                 message += f"; {ctx.layout.unsafe_loader}"
-            elif file.roles and set(file.roles) <= set(ctx.layout.advisory):
+            elif file.roles and set(file.roles) <= set(ctx.advisory):
                 severity = Severity.WARNING
-                message += f"; {'; '.join(ctx.layout.advisory[role] for role in file.roles)}"
+                message += f"; {'; '.join(ctx.advisory[role] for role in file.roles)}"
             yield ctx.finding(
                 rule,
                 message,

@@ -71,6 +71,16 @@ class Versions:
     delete_markers: int
 
 
+class Version(NamedTuple):
+    """One version of an object, or a delete marker, as a versioned bucket lists it."""
+
+    key: str
+    size: int
+    latest: bool
+    """The current one of its key (for a delete marker: the key reads as deleted)."""
+    marker: bool
+
+
 class Deleted(enum.Enum):
     """What a conditional delete did."""
 
@@ -167,6 +177,12 @@ class Control:
         pages = self._versions_pages(prefix)
         noncurrent = [item for item in pages[0] if not item.get("IsLatest")]
         return Versions(len(noncurrent), sum(item.get("Size", 0) for item in noncurrent), len(pages[1]))
+
+    def kept(self, prefix: str) -> list[Version]:
+        """Every version and delete marker under ``prefix``, each with its key: the current ones too."""
+        versions, markers = self._versions_pages(prefix)
+        found = [Version(item["Key"], item.get("Size", 0), bool(item.get("IsLatest")), False) for item in versions]
+        return found + [Version(item["Key"], 0, bool(item.get("IsLatest")), True) for item in markers]
 
     def _versions_pages(self, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         versions: list[dict[str, Any]] = []
@@ -291,7 +307,10 @@ def quoted(etag: str) -> str:
     return etag if etag.startswith('"') else f'"{etag}"'
 
 
-class _Refused(Exception):
+class _Refused(StoreError):
+    """The store answered with an error: a one-line :class:`StoreError` wherever no caller tells
+    its status apart."""
+
     def __init__(self, status: int, code: str | None, message: str) -> None:
         super().__init__(message)
         self.status = status
