@@ -30,22 +30,6 @@ pytest.importorskip("obstore")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "runs"
 
 
-def _same_but_paths(remote: dict[str, Any], local: dict[str, Any], url: str, folder: Path) -> None:
-    text = json.dumps(local).replace(str(folder), url)
-    expected = json.loads(text)
-    remote = {key: value for key, value in remote.items() if key != "store"}
-    assert _flat(remote) == _flat(expected)
-
-
-def _flat(value: Any, at: str = "") -> dict[str, Any]:
-    """Every leaf by its path in the document: a difference shows where it is."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{at}.{key}").items()}
-    if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{at}[{i}]").items()} or {at: []}
-    return {at: value}
-
-
 # --- URLs ----------------------------------------------------------------------------------
 
 
@@ -114,7 +98,7 @@ def test_inspect_of_a_bucket_agrees_with_inspect_of_the_same_files_on_disk(moto_
     local = inspect_json(str(EXAMPLES))
     remote = inspect_json(url)
     assert remote.exit_code == local.exit_code == 1  # the examples hold a truncated and a partial run
-    _same_but_paths(remote.json, local.json, url, EXAMPLES)
+    stores.same_but_paths(remote.json, local.json, url, EXAMPLES)
     statuses = {c["status"] for run in remote.json["runs"] for c in run["checkpoints"]}
     assert {"complete", "partial"} <= statuses
 
@@ -124,7 +108,7 @@ def test_verify_deep_of_a_bucket_agrees_with_verify_deep_on_disk(moto_bucket: st
     local = cli("verify", "--deep", "--json", str(EXAMPLES))
     remote = cli("verify", "--deep", "--json", url)
     assert remote.exit_code == local.exit_code
-    _same_but_paths(json.loads(remote.stdout), json.loads(local.stdout), url, EXAMPLES)
+    stores.same_but_paths(json.loads(remote.stdout), json.loads(local.stdout), url, EXAMPLES)
 
 
 def test_a_truncated_object_is_found_as_on_disk(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
@@ -140,7 +124,7 @@ def test_a_truncated_object_is_found_as_on_disk(moto_bucket: stores.Bucket, tmp_
     for command in ("inspect", "verify"):
         local = json.loads(cli(command, "--json", str(run)).stdout)
         remote = json.loads(cli(command, "--json", url).stdout)
-        _same_but_paths(remote, local, url, run)
+        stores.same_but_paths(remote, local, url, run)
         [found] = remote["runs"]
         assert [c["status"] for c in found["checkpoints"]] == ["complete", "partial"]
 
@@ -311,7 +295,7 @@ def test_big_objects_are_read_in_parallel_parts_and_judged_as_on_disk(
         session.forget()
         remote = json.loads(cli("verify", "--deep", "--json", url).stdout)
         local = json.loads(cli("verify", "--deep", "--json", str(tmp_path / "run")).stdout)
-        _same_but_paths(remote, local, url, tmp_path / "run")
+        stores.same_but_paths(remote, local, url, tmp_path / "run")
         assert any(f["code"] == "CKD304" for f in remote["findings"])  # the NaN, found in the object's middle
         parts = -(-(tmp_path / "run" / "checkpoint-1" / "model.safetensors").stat().st_size // (64 * 1024))
         assert remote["store"]["requests"] >= parts
