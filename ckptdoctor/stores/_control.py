@@ -245,7 +245,7 @@ class Control:
         try:
             self._s3.copy(
                 {"Bucket": self.location.bucket, "Key": source}, self.location.bucket, target,
-                ExtraArgs={"CopySourceIfMatch": etag}, Config=TransferConfig(multipart_chunksize=PART_COPY),
+                ExtraArgs={"CopySourceIfMatch": etag}, Config=TransferConfig(multipart_threshold=MAX_COPY, multipart_chunksize=PART_COPY),
             )  # fmt: skip
         except Exception as error:  # botocore's: told apart by the status S3 sent
             status, _ = answer(error)
