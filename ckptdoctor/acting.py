@@ -38,7 +38,7 @@ from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.records import ObjectJournal, Pending, Quarantine, StoredState
+from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine, StoredState
 from ckptdoctor.stores import urls
 from ckptdoctor.units import duration, files_or_folders, size
 
@@ -534,10 +534,7 @@ class Prune(Pass):
     def _delete(context: _Context, plan: Plan, run: Run, since: float) -> None:
         changed = actions.changed_since_scan(plan.root, _relied_on(run))
         if changed:  # deleting older checkpoints now could leave the run nothing to resume from
-            context.problems.append(
-                f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
-                "was made; prune again to plan from the run as it is"
-            )
+            context.problems.append(_undeleted(plan, changed))
             return
         done = actions.delete(plan, since, _busy_now(run), _seen(run, plan.root))
         context.problems += done.problems
@@ -554,6 +551,13 @@ class Prune(Pass):
             context.tell(
                 f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."
             )
+
+
+def _undeleted(plan: Plan, changed: str) -> str:
+    return (
+        f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
+        "was made; prune again to plan from the run as it is"
+    )
 
 
 def _relied_on(run: Run) -> list[Entry]:
@@ -863,10 +867,7 @@ def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) 
     if plan is not None and plan.acting(Action.DELETE):
         changed = _objects.changed_since_scan(_relied_on(run))
         if changed:
-            context.problems.append(
-                f"{plan.run}: nothing was deleted: {changed}, which the plan keeps the run resumable by, changed since the plan "
-                "was made; prune again to plan from the run as it is"
-            )
+            context.problems.append(_undeleted(plan, changed))
         else:
             objects, unconditioned = _planned_objects(plan, run)
             context.problems += [
@@ -931,21 +932,9 @@ def _repair_in_store(context: _Context, found: _InStore, lease: Any) -> None:
         return
     changed = _objects.changed_since_scan(_relied_on(run))
     if changed:
-        context.problems.append(
-            f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
-            "was made; repair again to plan from the run as it is"
-        )
+        context.problems.append(_unmoved(plan, changed))
         return
-    moved = _object_quarantine.quarantine(found.place, plan, found.now, lease)
-    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
-    context.tell(
-        f"{plan.run}: quarantined {moved.entries} object{'s' if moved.entries != 1 else ''} ({size(moved.bytes)}) in {moved.folder}"
-        f"{pointers}; `ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
-        Tone.DONE,
-    )
-    if moved.left:
-        context.tell(f"{plan.run}: left {moved.left} objects written or replaced since the plan was made; the next repair looks again.")
-    context.problems += moved.problems
+    _tell_moved(context, plan, _object_quarantine.quarantine(found.place, plan, found.now, lease), "object")
 
 
 def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
@@ -1051,23 +1040,32 @@ class Repair(Pass):
             run, since = self._worlds[plan.run]
             changed = actions.changed_since_scan(plan.root, _relied_on(run))
             if changed:  # moving and re-pointing now could leave the run pointing at a damaged checkpoint
-                context.problems.append(
-                    f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
-                    "was made; repair again to plan from the run as it is"
-                )
+                context.problems.append(_unmoved(plan, changed))
                 continue
-            moved = actions.quarantine(plan, since, _busy_now(run), _seen(run, plan.root))
-            pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
-            context.tell(
-                f"{plan.run}: quarantined {_entries(moved.entries)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
-                f"`ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
-                Tone.DONE,
-            )
-            if moved.left:
-                context.tell(
-                    f"{plan.run}: left {moved.left} entries written, opened or replaced since the plan was made; the next repair looks again."
-                )
-            context.problems += moved.problems
+            _tell_moved(context, plan, actions.quarantine(plan, since, _busy_now(run), _seen(run, plan.root)), "entry")
+
+
+def _unmoved(plan: Plan, changed: str) -> str:
+    return (
+        f"{plan.run}: nothing was moved: {changed}, which the plan makes the run resume from, changed since the plan "
+        "was made; repair again to plan from the run as it is"
+    )
+
+
+def _tell_moved(context: _Context, plan: Plan, moved: Moved, what: str) -> None:
+    """What a repair moved (``what``: an ``entry`` on disk, an ``object`` in a bucket) and left."""
+    many = "entries" if what == "entry" else f"{what}s"
+    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+    context.tell(
+        f"{plan.run}: quarantined {moved.entries} {what if moved.entries == 1 else many} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
+        f"`ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
+        Tone.DONE,
+    )
+    if moved.left:
+        context.tell(
+            f"{plan.run}: left {moved.left} {many} written, opened or replaced since the plan was made; the next repair looks again."
+        )
+    context.problems += moved.problems
 
 
 # repair --undo
