@@ -11,7 +11,6 @@ import collections
 import errno
 import io
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -282,6 +281,8 @@ def downloaded(os_path: str, size: int) -> Sample:
 
         bucket.read_into(key, size, keep)
         return BytesSample(bytes(buffer))
+    import tempfile  # only for an object too big to hold in memory: a local scan's start-up does not load it
+
     fd, path = tempfile.mkstemp(prefix="ckptdoctor-")
     os.unlink(path)  # nobody else can open it, and it is gone with its descriptor
     try:
