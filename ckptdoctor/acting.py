@@ -212,6 +212,7 @@ def carry_out(
     listener: Listener,
     recurse: bool = True,
     tally: Tally | None = None,
+    lock: bool = True,
 ) -> Outcome:
     """Run one acting pass over ``paths`` (the working folder when None): over every run found
     in and below them, or (``recurse`` False) only over the runs whose folders they are.
@@ -222,7 +223,9 @@ def carry_out(
     if in_stores:
         if len(in_stores) != len(given):
             raise Refused(f"{pass_.command} takes either local folders or bucket URLs, not both at once: run it once for each")
-        return _carry_out_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm)
+        return _carry_out_in_store(pass_, _Context(pass_.command, given, dry_run, listener, recurse, tally), confirm, lock)
+    if not lock:
+        raise Refused("--no-lock is for buckets that do not honour conditional writes: a local run is always locked")
     context = _Context(pass_.command, [_local(path) for path in given], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
@@ -635,9 +638,10 @@ class _InStore:
     """``repair --undo``: the quarantine (``actions._object_quarantine.Found``) to put back."""
 
 
-def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm) -> Outcome:
+def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm, lock: bool) -> Outcome:
     """``carry_out`` for runs in buckets: the same steps, by the store's own means (a lock
-    object, journal and manifest objects, conditional copies and deletes, ages by the store's clock)."""
+    object, journal and manifest objects, conditional copies and deletes, ages by the store's
+    clock). ``lock`` False (``--no-lock``): no lock, for a store that does not honour conditions."""
     # loaded only for runs in buckets: the store executor and S3's control plane
     from ckptdoctor.actions import _objects
 
@@ -661,7 +665,9 @@ def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm) -> Out
             )
     with contextlib.ExitStack() as held:
         leases = {}
-        if not context.dry_run:
+        if not lock:
+            context.tell("note: --no-lock: no lock is taken, and a store that ignores conditions deletes even what changed since the plan")
+        if not context.dry_run and lock:
             for found in sorted(runs, key=lambda found: found.run.path):
                 leases[found.run.path] = held.enter_context(_objects.locked(found.place, found.run.path))
         for found in runs:

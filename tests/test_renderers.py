@@ -124,7 +124,20 @@ def test_the_acting_commands_take_the_shared_acting_options():
     probe = typer.Typer(add_completion=False)
     probe.command()(acting_options)
     shared = {param.name: set(param.opts) for param in typer.main.get_command(probe).params}
-    assert {"min_age", "dry_run", "yes", "fmt", "as_json", "output", "quiet", "show_all", "config", "no_recurse", "endpoint"} == set(shared)
+    assert {
+        "min_age",
+        "dry_run",
+        "yes",
+        "fmt",
+        "as_json",
+        "output",
+        "quiet",
+        "show_all",
+        "config",
+        "no_recurse",
+        "no_lock",
+        "endpoint",
+    } == set(shared)
     for command in ("prune", "repair"):
         options = _options(command)
         assert {

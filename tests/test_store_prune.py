@@ -140,8 +140,20 @@ def test_a_store_that_ignores_conditions_is_not_pruned(
     monkeypatch.setattr(_objects.Place, "bucket", property(lambda place: _IgnoresConditions(real.fget(place))))  # type: ignore[attr-defined]
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 2
-    assert "does not honour conditional writes" in result.stderr
+    assert "does not honour conditional writes" in result.stderr and "--no-lock" in result.stderr
     assert _epochs(weed_bucket) == [1, 2, 3, 4]
+    anyway = cli("prune", "--keep-last", "1", *NOW, "--yes", "--no-lock", url)
+    assert anyway.exit_code == 0, anyway.stderr
+    assert "no lock is taken" in anyway.stdout + anyway.stderr
+    assert _epochs(weed_bucket) == [4]
+    assert _own(weed_bucket) == []
+
+
+def test_no_lock_is_refused_for_a_local_run(tmp_path: Path, cli: Any) -> None:
+    write_burn_run(tmp_path / "run", [1, 2])
+    result = cli("prune", "--keep-last", "1", "--yes", "--no-lock", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert "a local run is always locked" in result.stderr
 
 
 # --- changed between the plan and the delete -----------------------------------------------------------

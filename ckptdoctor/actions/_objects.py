@@ -103,7 +103,8 @@ def locked(place: Place, shown: str) -> Iterator[Lease]:
         etag = _take_over(place, shown)
     if bucket.create(key, _whoami()) is not None:  # the store let a second create through
         bucket_refuses = (
-            f"{place.run.root} does not honour conditional writes (If-None-Match): ckptdoctor cannot lock or delete safely there"
+            f"{place.run.root} does not honour conditional writes (If-None-Match): ckptdoctor cannot lock or delete safely there "
+            "(--no-lock acts there anyway, without a lock)"
         )
         with contextlib.suppress(StoreError):
             place.control.delete_if_match(key, etag)

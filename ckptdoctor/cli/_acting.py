@@ -52,6 +52,14 @@ NoRecurse = Annotated[
     ),
 ]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (required when stdin is not a terminal).")]
+NoLock = Annotated[
+    bool,
+    typer.Option(
+        "--no-lock",
+        help="Runs in buckets: act on a store that does not honour conditional writes, with no lock and deletes it may not hold to "
+        "the plan (refused without it).",
+    ),
+]
 PlanFormat = Annotated[
     str | None, format_option(Kind.REPORT, "Output format of the plan (human, json) or, in another format, of the scan's findings.")
 ]
@@ -68,6 +76,8 @@ class ActingOptions(NamedTuple):
     yes: bool
     recurse: bool
     """False (``--no-recurse``): only the runs whose folders are the paths given."""
+    lock: bool
+    """False (``--no-lock``): act in a bucket that does not honour conditional writes."""
     format: str
     """The command line's (a plan is no report: ``format =`` in the configuration is not used)."""
     output: str | None
@@ -100,6 +110,7 @@ def acting_options(
     dry_run: DryRun = False,
     yes: Yes = False,
     no_recurse: NoRecurse = False,
+    no_lock: NoLock = False,
     fmt: PlanFormat = None,
     as_json: JsonFlag = False,
     output: OutputOption = None,
@@ -111,7 +122,9 @@ def acting_options(
     """The options every acting command takes (:func:`acting_command` adds them); exit 2 naming a bad
     configuration key."""
     use_endpoint(endpoint)
-    return ActingOptions(min_age, dry_run, yes, not no_recurse, chosen(fmt, as_json), output, quiet, show_all, config, configured(config))
+    return ActingOptions(
+        min_age, dry_run, yes, not no_recurse, not no_lock, chosen(fmt, as_json), output, quiet, show_all, config, configured(config)
+    )
 
 
 acting_command = sharing(acting_options)
@@ -133,7 +146,14 @@ def carried_out(pass_: Pass, paths: Sequence[str] | None, options: ActingOptions
             hear(event)
 
         return acting.carry_out(
-            pass_, paths, dry_run=options.dry_run, confirm=options.confirm(), listener=heard, recurse=options.recurse, tally=status.tally
+            pass_,
+            paths,
+            dry_run=options.dry_run,
+            confirm=options.confirm(),
+            listener=heard,
+            recurse=options.recurse,
+            tally=status.tally,
+            lock=options.lock,
         )
 
 
