@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,3 +212,25 @@ def test_an_object_over_the_single_copy_limit_is_moved_in_parts_and_put_back(
     assert not any(key.endswith("-4.bpk") for key in _run_keys(weed_bucket))
     assert cli("repair", "--undo", "--yes", url).exit_code == 0
     assert {key: weed_bucket.get(key) for key in weed_bucket.stored()} == before
+
+
+def test_lightnings_last_ckpt_copy_is_rewritten_as_a_copy_of_the_resume_checkpoint(
+    weed_bucket: stores.Bucket, lightning_saved: dict[str, Path], tmp_path: Path, cli: Any
+) -> None:
+    """Lightning's `save_last=True` writes `last.ckpt` as a copy: a cut one is made a copy of the
+    resume checkpoint again, by a server-side copy over it with If-Match."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "checkpoints"
+    shutil.copytree(lightning_saved["copy"], folder)
+    last = folder / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])  # its upload cut short
+    url = weed_bucket.upload(folder, "run")
+    done = cli("repair", *NOW, "--yes", url)
+    assert done.exit_code == 0, done.stderr
+    assert weed_bucket.get("run/last.ckpt") == (folder / "epoch=2-step=12.ckpt").read_bytes()
+    (tmp_path / "down").mkdir()
+    (tmp_path / "down" / "last.ckpt").write_bytes(weed_bucket.get("run/last.ckpt"))
+    restored = torch.load(tmp_path / "down" / "last.ckpt", map_location="cpu", weights_only=False)  # a file this test wrote
+    assert restored["global_step"] == 12  # what Lightning's fit(ckpt_path=...) restores from it
+    assert cli("repair", "--undo", "--yes", url).exit_code == 0
+    assert weed_bucket.get("run/last.ckpt") == last.read_bytes()
