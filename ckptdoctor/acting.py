@@ -680,7 +680,7 @@ def _carry_out_in_store(pass_: Pass, context: _Context, confirm: Confirm, lock: 
                 _plan_undo_in_store(pass_, context, found)
         planned = [(found.plan, found.run.unit.value) for found in runs if found.plan is not None]
         plans = [plan for plan, _ in planned]
-        pending = tuple(_pending_in_store(found) for found in runs if found.journals)
+        pending = tuple(_pending_in_store(found) for found in runs if any(journal.journal is not None for journal in found.journals))
         context.listener(Planned(context.report, tuple(planned), pending, tuple(context.refused)))
 
         def outcome(acted: bool = False, declined: str = "") -> Outcome:
@@ -753,9 +753,19 @@ def _objects_inside(run: Run, found: _InStore) -> tuple[dict[str, tuple[tuple[st
     young = [upload for upload in found.uploads if found.now - upload.initiated < ABANDONED]
     inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
     open_by: dict[str, int | str] = {}
+    folder_prefixes = tuple(folder.os_path + "/" for folder in folders)
+    resume = run.resume.index if run.resume is not None else None
+    newer = [c for c in run.checkpoints if resume is None or c.index > resume]
     for upload in young:
         url = location.url_of(upload.key)
-        open_by[url] = f"an upload into it began {duration(max(0.0, found.now - upload.initiated))} ago and is not complete"
+        said = f"an upload into it began {duration(max(0.0, found.now - upload.initiated))} ago and is not complete"
+        open_by[url] = said
+        if not url.startswith(folder_prefixes):  # a file of some save still arriving: the saves after the resume point may be its
+            for checkpoint in newer:
+                open_by.update(
+                    (file.entry.os_path, f"a save may still be arriving: {said} ({upload.key.rsplit('/', 1)[-1]})")
+                    for file in checkpoint.files
+                )
     for folder in folders:
         prefix = folder.os_path + "/"
         contents = [(url, info.modified, info.size) for url in listed if url.startswith(prefix) and (info := _info(url)) is not None]
@@ -805,16 +815,22 @@ def _say_versions(context: _Context, found: _InStore) -> None:
     )
 
 
-def _planned_objects(plan: Plan, run: Run) -> tuple[list[tuple[str, str]], list[str]]:
+def _planned_objects(plan: Plan, run: Run) -> tuple[list[tuple[str, str]], list[str], int]:
     """The (key, ETag) of every object the plan deletes (a folder's are every object listed below
-    it); and the URLs of those the listing gave no ETag, which no delete can be conditioned on."""
-    # loaded only for runs in buckets: what their listing showed
+    it); the URLs of those the listing gave no ETag, which no delete can be conditioned on; and
+    how many checkpoints are left because a folder of theirs changed since the scan."""
+    # loaded only for runs in buckets: the store executor and what their listing showed
+    from ckptdoctor.actions._objects import folder_unchanged
     from ckptdoctor.stores import session
 
     location = urls.parse(run_root(run))
     found: list[tuple[str, str]] = []
     unconditioned: list[str] = []
+    left = 0
     for item in plan.acting(Action.DELETE):
+        if not all(folder_unchanged(entry.os_path) for entry in item.entries if entry.is_dir):
+            left += 1
+            continue
         for entry in item.entries:
             urls_of = session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]
             for url in urls_of:
@@ -823,7 +839,31 @@ def _planned_objects(plan: Plan, run: Run) -> tuple[list[tuple[str, str]], list[
                     found.append((location.key_of(url), info.etag))
                 elif info is not None:
                     unconditioned.append(url)
-    return found, unconditioned
+    return found, unconditioned, left
+
+
+def _journal_objects(found: _InStore) -> frozenset[tuple[str, str]]:
+    """What a killed prune's journal may still delete: objects of the run's checkpoints (never any
+    other object of the run, whatever a planted journal names) that this plan does not keep, each
+    with the ETag the listing shows."""
+    # loaded only for runs in buckets: what their listing showed
+    from ckptdoctor.stores import session
+
+    plan, location = found.plan, found.place.run
+    kept = kept_paths(plan) if plan is not None else frozenset()
+    urls_of: list[str] = []
+    for checkpoint in found.run.checkpoints:
+        entries = [checkpoint.folder] if checkpoint.folder is not None else [file.entry for file in checkpoint.files]
+        for entry in entries:
+            urls_of += session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]
+    finishable: set[tuple[str, str]] = set()
+    for url in urls_of:
+        key = url[len(location.url) + 1 :]
+        info = session.listed(url)
+        if info is None or info.etag is None or any(key == k or key.startswith(k + "/") for k in kept):
+            continue
+        finishable.add((key, info.etag))
+    return frozenset(finishable)
 
 
 def _pending_in_store(found: _InStore) -> Pending:
@@ -832,19 +872,17 @@ def _pending_in_store(found: _InStore) -> Pending:
     from ckptdoctor.stores import session
 
     location = found.place.run
-    kept = kept_paths(found.plan) if found.plan is not None else frozenset()
     in_run: list[str] = []
     spared: list[str] = []
+    finishable = _journal_objects(found)
     for journal in found.journals:
         if journal.journal is None:
             continue
         for key, etag in journal.journal.objects:
-            url = f"{location.url}/{key}"
-            info = session.listed(url)
+            info = session.listed(f"{location.url}/{key}")
             if info is None:
                 continue
-            still = info.etag == etag and not any(url == f"{location.url}/{k}" or url.startswith(f"{location.url}/{k}/") for k in kept)
-            (in_run if still else spared).append(key)
+            (in_run if (key, etag) in finishable else spared).append(key)
     names = ", ".join(found.place.run.url_of(j.key) for j in found.journals if j.journal is not None)
     return Pending(names, 0, tuple(in_run), tuple(spared))
 
@@ -859,12 +897,8 @@ def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) 
     for journal in found.journals:  # what a killed prune was confirmed to delete, still as it was
         if journal.journal is None:
             continue
-        kept = kept_paths(plan) if plan is not None else frozenset()
-        left = [
-            (location.key_of(f"{location.url}/{key}"), etag)
-            for key, etag in journal.journal.objects
-            if not any(key == k or key.startswith(k + "/") for k in kept) and session.listed(f"{location.url}/{key}") is not None
-        ]
+        finishable = _journal_objects(found)
+        left = [(location.key_of(f"{location.url}/{key}"), etag) for key, etag in journal.journal.objects if (key, etag) in finishable]
         done = _objects.delete_objects(place, left, lease)
         context.problems += done.problems
         if not done.problems:
@@ -875,7 +909,11 @@ def _act_in_store(prune: Prune, context: _Context, found: _InStore, lease: Any) 
         if changed:
             context.problems.append(_undeleted(plan, changed))
         else:
-            objects, unconditioned = _planned_objects(plan, run)
+            objects, unconditioned, changed_folders = _planned_objects(plan, run)
+            if changed_folders:
+                context.tell(
+                    f"{plan.run}: left {changed_folders} checkpoint folders written to since the plan was made; the next prune looks again."
+                )
             context.problems += [
                 f"{url}: the store listed it without an ETag: it cannot be deleted only as planned, so it is left" for url in unconditioned
             ]

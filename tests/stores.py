@@ -77,7 +77,7 @@ class Bucket:
 
     def put(self, relative: str, data: bytes) -> str:
         """One object; its ETag."""
-        etag: str = self.s3.put_object(Bucket=self.name, Key=self.key(relative), Body=data)["ETag"]
+        etag: str = self.s3.put_object(Bucket=self.name, Key=f"{self.prefix}/{relative}", Body=data)["ETag"]
         return etag
 
     def get(self, relative: str) -> bytes:

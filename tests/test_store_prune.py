@@ -356,3 +356,31 @@ def _torch_bytes() -> bytes:
     buffer = io.BytesIO()
     torch.save({"state": {}}, buffer)
     return buffer.getvalue()
+
+
+def test_a_planted_journal_never_deletes_what_is_no_checkpoints(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url = _burn(weed_bucket, tmp_path, range(1, 4))
+    etag = weed_bucket.put("run/README.md", b"what this run is")
+    notes = weed_bucket.put("run/notes.txt", b"lr 3e-4")
+    planted = ObjectJournal(url, (("README.md", etag), ("notes.txt", notes)))
+    weed_bucket.put("run/.ckptdoctor/prune-20261202T000000Z-deadbeef.json", planted.encode())
+    result = cli("prune", "--keep-last", "3", *NOW, "--yes", url)
+    assert result.exit_code == 0, result.stderr
+    assert weed_bucket.get("run/README.md") == b"what this run is"
+    assert weed_bucket.get("run/notes.txt") == b"lr 3e-4"
+
+
+def test_a_checkpoint_folder_written_to_after_the_plan_is_left_whole(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        folder = tmp_path / "out" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(_safetensors())
+        (folder / "optimizer.pt").write_bytes(_torch_bytes())
+        (folder / "scheduler.pt").write_bytes(_torch_bytes())
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    url = weed_bucket.upload(tmp_path / "out", "run")
+    outcome = _prune(url, 1, _confirming(lambda: weed_bucket.put("run/checkpoint-1/rng_state.pth", b"late")))
+    keys = weed_bucket.stored()
+    assert "run/checkpoint-1/model.safetensors" in keys and "run/checkpoint-1/rng_state.pth" in keys  # left whole
+    assert not any(key.startswith("run/checkpoint-2/") for key in keys)
+    assert any("written to since the plan" in message for message in outcome.messages)

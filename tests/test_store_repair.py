@@ -234,3 +234,19 @@ def test_lightnings_last_ckpt_copy_is_rewritten_as_a_copy_of_the_resume_checkpoi
     assert restored["global_step"] == 12  # what Lightning's fit(ckpt_path=...) restores from it
     assert cli("repair", "--undo", "--yes", url).exit_code == 0
     assert weed_bucket.get("run/last.ckpt") == last.read_bytes()
+
+
+def test_repair_keeps_the_checkpoints_after_the_resume_point_while_a_save_is_still_uploading(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
+) -> None:
+    write_burn_run(tmp_path / "run", range(1, 6))
+    (tmp_path / "run" / "optim-5.bpk").unlink()  # still on its way: a multipart upload of it is going on
+    url = weed_bucket.upload(tmp_path / "run", "run")
+    upload = weed_bucket.s3.create_multipart_upload(Bucket=weed_bucket.name, Key=weed_bucket.key("run/optim-5.bpk"))
+    weed_bucket.s3.upload_part(
+        Bucket=weed_bucket.name, Key=weed_bucket.key("run/optim-5.bpk"), UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * (5 << 20)
+    )
+    result = cli("repair", *NOW, "--yes", url)
+    assert result.exit_code == 0, result.stderr
+    assert {"run/model-5.bpk", "run/scheduler-5.bpk"} <= set(weed_bucket.stored())
+    assert "a save may still be arriving" in result.stdout

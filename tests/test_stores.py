@@ -19,6 +19,7 @@ import pytest
 import stores
 from safetensors.numpy import save_file
 
+from ckptdoctor import units
 from ckptdoctor.readers import _sample
 from ckptdoctor.stores import _bucket, session
 from ckptdoctor.stores.listing import discover_store
@@ -266,16 +267,17 @@ def test_verify_says_what_it_downloads_and_asks_above_the_limit(moto_bucket: sto
     write_burn_run(tmp_path / "run", [1, 2])
     url = moto_bucket.upload(tmp_path / "run", "run")
     total = sum(path.stat().st_size for path in (tmp_path / "run").iterdir())
-    within = cli("verify", url)
+    within = cli("verify", "--json", url)
     assert within.exit_code == 0
-    assert "Reading 6 objects totalling" in within.stderr
+    assert f"Reading 6 objects from the store: at most {units.size(2 * total)}" in within.stderr
+    assert json.loads(within.stdout)["store"]["bytes_read"] <= 2 * total  # never more than it said
     over = cli("verify", url, "--max-download", "1KiB")
     assert over.exit_code == 2
     assert "pass --yes" in over.stderr
     assert cli("verify", url, "--max-download", "1KiB", "--yes").exit_code == 0
-    configured = cli("verify", url, env={"CKPTDOCTOR_MAX_DOWNLOAD": str(total - 1)})
+    configured = cli("verify", url, env={"CKPTDOCTOR_MAX_DOWNLOAD": str(2 * total - 1)})
     assert configured.exit_code == 2
-    assert cli("verify", url, env={"CKPTDOCTOR_MAX_DOWNLOAD": str(total)}).exit_code == 0
+    assert cli("verify", url, env={"CKPTDOCTOR_MAX_DOWNLOAD": str(2 * total)}).exit_code == 0
 
 
 def test_big_objects_are_read_in_parallel_parts_and_judged_as_on_disk(
@@ -335,3 +337,43 @@ def _readable(pid: str) -> bool:
     except OSError:
         return False
     return True
+
+
+# --- what an attack on the listing found (issue 19's attack) ----------------------------------------
+
+
+def test_an_object_and_a_prefix_of_one_name_never_make_a_checkpoint_a_folder(
+    moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any
+) -> None:
+    """S3 holds `optim-3.bpk` and `optim-3.bpk/` both; a folder marker planted so once made a
+    healthy checkpoint partial and prune deleted it."""
+    write_burn_run(tmp_path / "run", range(1, 6))
+    url = moto_bucket.upload(tmp_path / "run", "run")
+    moto_bucket.put("run/optim-3.bpk/", b"")  # an empty marker beside the file: no folder of the run
+    moto_bucket.put("run/model-5.bpk/extra.txt", b"x")  # objects below a file's name: left alone, reported
+    result = inspect_json(url)
+    [run] = result.json["runs"]
+    assert [c["status"] for c in run["checkpoints"]] == ["complete"] * 5
+    assert run["resume"]["index"] == 5
+    left = {f["path"] for f in result.json["findings"] if f["code"] == "CKD211"}
+    assert left == {url + "/model-5.bpk/"}
+
+
+def test_the_runs_own_folder_marker_is_the_run_folder(moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
+    write_burn_run(tmp_path / "run", range(1, 3))
+    url = moto_bucket.upload(tmp_path / "run", "run")
+    moto_bucket.put("run/", b"")
+    result = inspect_json(url)
+    assert result.exit_code == 0 and result.json["findings"] == []
+
+
+def test_a_key_with_a_control_character_is_left_alone_and_shown_escaped(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    write_burn_run(tmp_path / "run", range(1, 3))
+    url = moto_bucket.upload(tmp_path / "run", "run")
+    moto_bucket.put("run/model-7\x1b[31m.bpk", b"x")
+    result = cli("inspect", "--json", url)
+    assert result.exit_code == 1, result.stderr  # reported, not a crash
+    assert "\x1b" not in result.stdout + result.stderr
+    [left] = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "CKD211"]
+    assert "control character" in left["message"]
+    assert [c["index"] for c in json.loads(result.stdout)["runs"][0]["checkpoints"]] == [1, 2]

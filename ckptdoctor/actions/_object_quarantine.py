@@ -18,7 +18,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ckptdoctor.actions._objects import Lease, Place
+from ckptdoctor.actions._objects import Lease, Place, folder_unchanged
 from ckptdoctor.model import Action, Plan, PointerKind
 from ckptdoctor.records import BadRecord, Moved, ObjectLine, ObjectManifest, ObjectPointer, Quarantine, Stored, StoredState
 from ckptdoctor.stores import session
@@ -40,7 +40,11 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
     ident = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{secrets.token_hex(3)}"
     folder = f"{place.home}/{QUARANTINE}/{ident}"
     lines: list[ObjectLine] = []
+    left = 0
     for item in plan.acting(Action.QUARANTINE):
+        if not all(folder_unchanged(entry.os_path) for entry in item.entries if entry.is_dir):
+            left += 1  # a folder written to since the plan: left whole, as on disk
+            continue
         for entry in item.entries:
             for url in session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]:
                 info = session.listed(url)
@@ -59,7 +63,6 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
     if manifest_etag is None:
         raise StoreError(f"{place.run.url_of(manifest_key)} exists already: another repair is at work")
     moved: list[ObjectLine] = []
-    left = 0
     problems: list[str] = []
     for line in lines:
         source = _in_run(place, line.key)

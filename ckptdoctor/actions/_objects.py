@@ -259,3 +259,16 @@ def changed_since_scan(entries: Sequence[Entry]) -> str | None:
         if now.etag != listed.etag or now.size != listed.size:
             return f"{entry.path} (rewritten)"
     return None
+
+
+def folder_unchanged(url: str) -> bool:
+    """Whether the objects below the folder ``url`` are, now, those the scan listed (the same keys,
+    each with the same ETag): a checkpoint folder that gained or changed a file since the plan is
+    left whole, as it is on disk."""
+    bucket = session.owner_of_prefix(url)
+    if bucket is None:
+        return False
+    below = bucket.location.key_of(url) + "/"
+    now = {bucket.location.url_of(info.key): info.etag for info in bucket.objects(below)}
+    then = {found: info.etag for found in session.listed_under(url) if (info := session.listed(found)) is not None}
+    return now == then

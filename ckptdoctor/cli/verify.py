@@ -95,18 +95,19 @@ def verify(
 
 
 def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus) -> Callable[[int, int], bool]:
-    """What ``verify`` asks before reading objects from a store: it says how much it will read,
-    and above ``limit`` goes on only with --yes or the user's yes on a terminal."""
+    """What ``verify`` asks before reading objects from a store: it says the most it will read
+    (every object whole, after its header and tail), and above ``limit`` goes on only with --yes
+    or the user's yes on a terminal."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.cli._acting import ask
     from ckptdoctor.units import size
 
     def answer(count: int, total: int) -> bool:
         status.stop()
-        what = f"{count:,} object{'s' if count != 1 else ''} totalling {size(total)}"
+        what = f"{count:,} object{'s' if count != 1 else ''} from the store: at most {size(total)} (each whole, after its header)"
         if total <= limit or yes:
             if not options.quiet:
-                say(f"Reading {what} from the store.")
+                say(f"Reading {what}.")
             return True
         if options.format == HUMAN and sys.stdin.isatty():
             return ask(f"About to download {what} (over --max-download {size(limit)}; egress may be billed). Go ahead?")

@@ -14,13 +14,14 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ckptdoctor.discover import Listing, natural_key
+from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
 from ckptdoctor.layouts.registry import NAMED_FILES
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
-from ckptdoctor.pipelines.scan import Scan, scan, transfer, with_leftovers
+from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers._deep import prepare
+from ckptdoctor.readers._sample import HEAD, TAIL
 from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
@@ -31,7 +32,8 @@ from ckptdoctor.readers.files import (
 )
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
-from ckptdoctor.stores import session
+from ckptdoctor.stores import session, urls
+from ckptdoctor.stores.session import StoreError
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -72,11 +74,12 @@ def verify(
     files and bytes read whole as they finish (the second scan, of the same tree, is not counted)."""
     paths = list(paths)
     before = session.traffic()
+    if options.download is not None:
+        count, most = _download_bound(paths)
+        if count and not options.download(count, most):
+            raise NotDownloaded(f"{count} objects were not read")
     first = scan(paths, tally=tally)
     targets = _targets(first)
-    stored = [entry for entry in targets if session.owner(entry.os_path) is not None]
-    if stored and options.download is not None and not options.download(len(stored), sum(entry.size for entry in stored)):
-        raise NotDownloaded(f"{len(stored)} objects were not read")
     reports = _read_all(targets, options.deep, options.jobs or cores(), tally)
     if options.load:
         from ckptdoctor.readers.library import load_all  # torch is imported only here
@@ -92,6 +95,25 @@ def verify(
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
     report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
     return report, dataclasses.replace(second, empty=empty)
+
+
+def _download_bound(paths: list[str]) -> tuple[int, int]:
+    """The objects below the store paths among ``paths`` and the most bytes verify reads of them:
+    each whole, after its header and tail (one listing of each path, before any object is read)."""
+    count = most = 0
+    for path in paths:
+        if not remote(path) or urls.scheme(path) == "file":
+            continue
+        try:
+            found = discovered(path)
+        except (PathNotFound, StoreError):
+            continue  # the scan says why, once
+        for listing in found.listings:
+            for entry in listing.entries:
+                if not entry.is_dir:
+                    count += 1
+                    most += entry.size + min(entry.size, HEAD + TAIL)
+    return count, most
 
 
 def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(deep=True)) -> tuple[Run, tuple[int, ...]]:

@@ -80,8 +80,8 @@ class Bucket:
             for page in obstore.list(self._store, prefix or None, chunk_size=1000):
                 pages += 1
                 found.extend(_info(meta) for meta in page)
-        except BaseError as error:
-            if _UNNAMEABLE in str(error):  # one key with an empty, '.' or '..' part fails obstore's whole listing
+        except (BaseError, ValueError) as error:
+            if _UNNAMEABLE in str(error) or isinstance(error, ValueError):  # one key no path can name fails obstore's whole listing
                 return self._objects_by_boto3(prefix, _first_line(error))
             raise StoreError(self.refused("list", prefix, error)) from None
         except FileNotFoundError:

@@ -9,13 +9,36 @@ and nothing acts on them.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from typing import TYPE_CHECKING
+
 from ckptdoctor.discover import NEVER_PART_OF_A_RUN, SKIPPED_FOLDERS, Discovery, Listing, PathNotFound, Unlisted, natural_key
 from ckptdoctor.model import Entry
 from ckptdoctor.progress import Tally
+from ckptdoctor.quoting import printable
 from ckptdoctor.stores import session
 from ckptdoctor.stores.urls import BadURL, Location, parse
 
+if TYPE_CHECKING:
+    from ckptdoctor.stores._bucket import ObjectInfo
+
 _ODD_PARTS = frozenset({"", ".", ".."})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _reachable(subfolders: dict[str, set[str]]) -> set[str]:
+    """The folders still reached from the top once clashing prefixes are cut off."""
+    seen = {""}
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        for name in subfolders.get(folder, ()):
+            path = f"{folder}/{name}" if folder else name
+            if path not in seen:
+                seen.add(path)
+                pending.append(path)
+    return seen
 
 
 def discover_store(url: str, tally: Tally | None = None) -> Discovery:
@@ -40,10 +63,25 @@ def discover_store(url: str, tally: Tally | None = None) -> Discovery:
             parent, _, name = location.url.rpartition("/")
             entry = Entry(name, location.url, location.url, info.size, mtime=info.modified)
             return Discovery((Listing(parent, parent, (entry,), single_file=True),), ())
+    objects = _without_markers(objects)
     if not objects:
         raise PathNotFound(f"no objects under {location.url}/")
     session.remember(bucket, objects)
     return _folders(location, [(info.key[len(below) :], info.size, info.modified) for info in objects], tally)
+
+
+def _without_markers(objects: list[ObjectInfo]) -> list[ObjectInfo]:
+    """The objects less the empty folder markers (``logs/``, what consoles make for "create
+    folder"), which obstore lists without their slash: an empty object named as another object
+    is, or as a prefix of others, is such a marker, and no file of the run."""
+    keys = Counter(info.key for info in objects)
+    prefixes = {info.key.rsplit("/", 1)[0] for info in objects if "/" in info.key}
+    while True:  # every level up: `a/b/c` makes `a/b` and `a` prefixes too
+        above = {prefix.rsplit("/", 1)[0] for prefix in prefixes if "/" in prefix} - prefixes
+        if not above:
+            break
+        prefixes |= above
+    return [info for info in objects if not (info.size == 0 and (keys[info.key] > 1 or info.key in prefixes))]
 
 
 def _folders(location: Location, keys: list[tuple[str, int, float]], tally: Tally | None) -> Discovery:
@@ -53,7 +91,12 @@ def _folders(location: Location, keys: list[tuple[str, int, float]], tally: Tall
     unlisted: list[Unlisted] = []
     base = location.url
     for relative, size, modified in keys:
+        if relative == "":
+            continue  # the prefix's own folder marker: the run's folder itself
         parts = relative.split("/")
+        if _CONTROL.search(relative):
+            unlisted.append(Unlisted(f"{base}/{printable(relative)}", "an object key with a control character: left alone"))
+            continue
         if relative.endswith("/") and not any(part in _ODD_PARTS for part in parts[:-1]):
             parts = parts[:-1]  # a folder marker (what consoles make for "create folder"): the folder alone
             name = None
@@ -77,6 +120,21 @@ def _folders(location: Location, keys: list[tuple[str, int, float]], tally: Tall
             if name is not None and name not in NEVER_PART_OF_A_RUN:
                 url = f"{base}/{folder}/{name}" if folder else f"{base}/{name}"
                 files.setdefault(folder, []).append(Entry(name, url, url, size, mtime=modified))
+    for folder, below in subfolders.items():  # S3 holds `a` and `a/x` both; no folder can: the prefix is left alone
+        names = {entry.name for entry in files.get(folder, [])}
+        for clash in sorted(below & names):
+            below.discard(clash)
+            path = f"{folder}/{clash}" if folder else clash
+            unlisted.append(
+                Unlisted(
+                    f"{base}/{path}/", f"objects below {path}/ beside an object named {clash}: no path names both, so they are left alone"
+                )
+            )
+            for gone in [name for name in subfolders if name == path or name.startswith(path + "/")]:
+                subfolders[gone] = set()
+                files.pop(gone, None)
+    reachable = _reachable(subfolders)
+    subfolders = {folder: below for folder, below in subfolders.items() if folder in reachable}
     listings: list[Listing] = []
     for folder, below in subfolders.items():
         path = f"{base}/{folder}" if folder else base

@@ -85,6 +85,12 @@ def owner(url: str) -> Bucket | None:
     return None
 
 
+def owner_of_prefix(url: str) -> Bucket | None:
+    """The bucket of a folder (a key prefix) a listing of this process showed objects below."""
+    listed = listed_under(url)
+    return owner(listed[0]) if listed else None
+
+
 def remember(found: Bucket, objects: list[ObjectInfo]) -> None:
     """What a listing of ``found`` showed, by URL: sizes, ETags and times for the later steps."""
     root = found.location.root + "/"
