@@ -249,3 +249,24 @@ def bucket_in(endpoint: str, name: str) -> Bucket:
     with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
         s3.create_bucket(Bucket=name)
     return Bucket(endpoint, name, f"t-{uuid.uuid4().hex[:12]}", s3)
+
+
+SLOWED = """
+import sys, time
+from ckptdoctor.stores import _control
+
+def slowed(call):
+    def slow(*args, **kwargs):
+        time.sleep(0.02)
+        return call(*args, **kwargs)
+    return slow
+
+_control.Control.delete_if_match = slowed(_control.Control.delete_if_match)
+_control.Control.copy_if_match = slowed(_control.Control.copy_if_match)
+sys.argv[0] = "ckptdoctor"
+from ckptdoctor.__main__ import program
+program()
+"""
+"""ckptdoctor with each conditional delete and copy 20 ms slower, as on a distant store: a test
+that kills it while it acts has a window to land in however loaded the machine is
+(``[sys.executable, "-c", SLOWED, *arguments]``)."""

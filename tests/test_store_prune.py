@@ -195,7 +195,7 @@ def test_nothing_is_deleted_when_the_resume_point_changed_after_the_plan(weed_bu
 def test_a_prune_killed_at_random_moments_loses_nothing_to_keep_and_the_next_finishes(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
     url = _burn(weed_bucket, tmp_path, range(1, 81))
     env = {**os.environ, **weed_bucket.env}
-    command = [sys.executable, "-m", "ckptdoctor", "prune", "--keep-last", "5", *NOW, "--yes", url]
+    command = [sys.executable, "-c", stores.SLOWED, "prune", "--keep-last", "5", *NOW, "--yes", url]
     rng = random.Random(19)
     cut_short = 0
     for _ in range(5):
@@ -225,7 +225,7 @@ def _kill_once_deleting(process: subprocess.Popen[bytes], bucket: stores.Bucket,
         deadline = time.monotonic() + 30
         while not any("/prune-" in key for key in _own(bucket)) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.08))
+        time.sleep(rng.uniform(0.0, 0.2))
     os.killpg(process.pid, signal.SIGKILL)
 
 

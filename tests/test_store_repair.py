@@ -172,7 +172,7 @@ def test_a_repair_killed_at_random_moments_loses_nothing_and_undo_puts_everythin
         url = weed_bucket.upload(tmp_path / "run", "run")
         before = {key: weed_bucket.get(key) for key in weed_bucket.stored()}
         process = subprocess.Popen(
-            [sys.executable, "-m", "ckptdoctor", "repair", *NOW, "--yes", url],
+            [sys.executable, "-c", stores.SLOWED, "repair", *NOW, "--yes", url],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -182,7 +182,7 @@ def test_a_repair_killed_at_random_moments_loses_nothing_and_undo_puts_everythin
             and time.monotonic() < deadline
         ):
             time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.15))
+        time.sleep(rng.uniform(0.0, 0.6))
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         now = {key: weed_bucket.get(key) for key in weed_bucket.stored()}
