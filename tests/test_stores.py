@@ -377,3 +377,11 @@ def test_a_key_with_a_control_character_is_left_alone_and_shown_escaped(moto_buc
     [left] = [f for f in json.loads(result.stdout)["findings"] if f["code"] == "CKD211"]
     assert "control character" in left["message"]
     assert [c["index"] for c in json.loads(result.stdout)["runs"][0]["checkpoints"]] == [1, 2]
+
+
+def test_the_summary_of_several_runs_names_their_prefix_as_a_url(moto_bucket: stores.Bucket, cli: Any) -> None:
+    url = moto_bucket.upload(EXAMPLES, "runs")
+    result = cli("inspect", url)
+    said = result.stdout + result.stderr
+    assert url in said
+    assert url.replace("s3://", "s3:/") + " " not in said.replace(url, "")  # no `//` folded away

@@ -763,6 +763,13 @@ _NONE = Text("—", style="dim")
 
 def _shared_folder(paths: Sequence[str]) -> str:
     """The folder every one of ``paths`` is in (or is), as given; "" where they share none."""
+    if any("://" in path for path in paths):  # URLs: their parts compared as they are (commonpath folds `//`)
+        common: list[str] = []
+        for part, *others in zip(*(path.split("/") for path in paths), strict=False):
+            if any(other != part for other in others):
+                break
+            common.append(part)
+        return "/".join(common) if len(common) >= 3 else ""
     try:
         shared = os.path.commonpath(paths)
     except ValueError:  # absolute and relative paths mixed
