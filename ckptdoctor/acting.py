@@ -997,16 +997,7 @@ def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
     found.plan = repair.undo_plan(standing, found.run.path, found.place.run.url, standing.home)
     found.journals = []
     found.quarantine = chosen
-    context.refused += [
-        f"{item.path} is in the run again and in {standing.folder}: move one of them aside, then undo again"
-        for item in standing.items
-        if item.state is StoredState.CONFLICT
-    ]
-    context.refused += [
-        f"{item.path} in {standing.folder} is not what the repair moved there: it is never put back; remove it from the quarantine, then undo again"
-        for item in standing.items
-        if item.state is StoredState.REPLACED
-    ]
+    context.refused += undo_refusals(standing)
 
 
 def _undo_in_store(context: _Context, found: _InStore) -> None:
@@ -1145,17 +1136,7 @@ class Undo(Pass):
                 plan = repair.undo_plan(found, shown, root, place)
                 self._chosen[plan.run] = found
                 planned.append((plan, unit))
-                context.refused += [
-                    f"{item.path} is in the run again and in {found.folder}: move one of them aside, then undo again"
-                    for item in found.items
-                    if item.state is StoredState.CONFLICT
-                ]
-                context.refused += [
-                    f"{item.path} in {found.folder} is not what the repair moved there (another file, or a link): "
-                    "it is never put back; remove it from the quarantine, then undo again"
-                    for item in found.items
-                    if item.state is StoredState.REPLACED
-                ]
+                context.refused += undo_refusals(found)
         if self.ident and not planned:
             raise Refused(f"no run given holds quarantine {self.ident}")
         return planned
@@ -1179,6 +1160,21 @@ class Undo(Pass):
                 restored, left = actions.restore(found, plan.root)
                 context.tell(f"{plan.run}: put back {_entries(restored)} from {found.folder}.", Tone.DONE)
                 context.problems += left
+
+
+def undo_refusals(found: Quarantine) -> list[str]:
+    """Why ``repair --undo`` of ``found`` puts nothing back: what is in the run again, and what in
+    the quarantine is not what the repair moved there (on disk and in a bucket alike)."""
+    return [
+        f"{item.path} is in the run again and in {found.folder}: move one of them aside, then undo again"
+        for item in found.items
+        if item.state is StoredState.CONFLICT
+    ] + [
+        f"{item.path} in {found.folder} is not what the repair moved there (another file, or a link): "
+        "it is never put back; remove it from the quarantine, then undo again"
+        for item in found.items
+        if item.state is StoredState.REPLACED
+    ]
 
 
 def undo_roots(paths: Sequence[str], runs: Sequence[Run]) -> list[tuple[str, str, str, str]]:

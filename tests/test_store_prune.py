@@ -283,13 +283,7 @@ def _start_upload(bucket: stores.Bucket, relative: str) -> str:
 
 
 def test_a_checkpoint_an_upload_is_still_writing_into_is_kept(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    for step in (2, 4, 6):
-        folder = tmp_path / "out" / f"checkpoint-{step}"
-        folder.mkdir(parents=True)
-        (folder / "model.safetensors").write_bytes(_safetensors())
-        (folder / "optimizer.pt").write_bytes(_torch_bytes())
-        (folder / "scheduler.pt").write_bytes(_torch_bytes())
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    _hf_trainer_run(tmp_path / "out", (2, 4, 6))
     url = weed_bucket.upload(tmp_path / "out", "run")
     _start_upload(weed_bucket, "run/checkpoint-2/rng_state.pth")  # a save going on into checkpoint-2
     result = cli("prune", "--keep-last", "1", *NOW, "--dry-run", url)
@@ -344,6 +338,17 @@ def test_the_place_of_a_run_keeps_records_in_its_bucket() -> None:
     assert place.home == "runs/a/.ckptdoctor"
 
 
+def _hf_trainer_run(out: Path, steps: tuple[int, ...]) -> None:
+    """``checkpoint-N/`` folders with HF Trainer's file names (weights, optimizer, scheduler, state)."""
+    for step in steps:
+        folder = out / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(_safetensors())
+        (folder / "optimizer.pt").write_bytes(_torch_bytes())
+        (folder / "scheduler.pt").write_bytes(_torch_bytes())
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+
+
 def _safetensors() -> bytes:
     header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
     return len(header).to_bytes(8, "little") + header + b"\0" * 8
@@ -371,13 +376,7 @@ def test_a_planted_journal_never_deletes_what_is_no_checkpoints(weed_bucket: sto
 
 
 def test_a_checkpoint_folder_written_to_after_the_plan_is_left_whole(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
-    for step in (1, 2, 3):
-        folder = tmp_path / "out" / f"checkpoint-{step}"
-        folder.mkdir(parents=True)
-        (folder / "model.safetensors").write_bytes(_safetensors())
-        (folder / "optimizer.pt").write_bytes(_torch_bytes())
-        (folder / "scheduler.pt").write_bytes(_torch_bytes())
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    _hf_trainer_run(tmp_path / "out", (1, 2, 3))
     url = weed_bucket.upload(tmp_path / "out", "run")
     outcome = _prune(url, 1, _confirming(lambda: weed_bucket.put("run/checkpoint-1/rng_state.pth", b"late")))
     keys = weed_bucket.stored()
