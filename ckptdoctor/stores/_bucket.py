@@ -471,7 +471,7 @@ def _s3(location: Location, endpoint: str | None) -> Bucket:
         config["endpoint"] = endpoint
         config["virtual_hosted_style_request"] = False  # MinIO, Ceph, SeaweedFS: the bucket in the path
     provider, has_boto3 = _boto3_credentials()
-    if provider is None and not _has_env_credentials():
+    if provider is None and not _has_env(_ENV_CREDENTIALS):
         raise StoreError(
             f"{location.root}: no AWS credentials: "
             + (
@@ -508,10 +508,6 @@ _ENV_CREDENTIALS = (
     "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
     "AWS_CONTAINER_CREDENTIALS_FULL_URI",
 )
-
-
-def _has_env_credentials() -> bool:
-    return any(os.environ.get(name) for name in _ENV_CREDENTIALS)
 
 
 def _boto3_credentials() -> tuple[Any, bool]:
