@@ -292,7 +292,7 @@ def scan_runs(paths: Sequence[str], command: str, tell: Callable[[str], None], t
         raise Refused(*(f"{failure.path}: {failure.message}" for failure in report.errors))
     for path in found.empty:
         tell(f"No checkpoints found in {path}")
-    single = [next((f.path for c in run.checkpoints for f in c.files), run.path) for run in report.runs if run.single_file]
+    single = [run.lone_file for run in report.runs if run.lone_file]
     if single:
         raise Refused(*(f"{path} is one file; {command} acts on whole runs: give the folder that holds it" for path in single))
     return dataclasses.replace(report, command=command), distinct([run for run in report.runs if run.checkpoints])

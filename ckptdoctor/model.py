@@ -380,8 +380,18 @@ class Run:
     """What the store keeps under a run in a bucket besides its objects; None for a local run."""
 
     @property
+    def lone_file(self) -> str | None:
+        """The path of the one file judged alone (``single_file``); None for a run."""
+        if not self.single_file:
+            return None
+        return next((f.path for c in self.checkpoints for f in c.files), self.path)
+
+    @property
     def resume(self) -> Checkpoint | None:
-        """The newest complete checkpoint (DESIGN §2.1)."""
+        """The newest complete checkpoint (DESIGN §2.1); None for one file judged alone, whose
+        run's other files were not looked at (a lone ``model.safetensors`` is no resume point)."""
+        if self.single_file:
+            return None
         for checkpoint in reversed(self.checkpoints):
             if checkpoint.status is Status.COMPLETE:
                 return checkpoint

@@ -48,13 +48,18 @@ def test_a_split_torch_save_names_its_weights_and_they_load(cli) -> None:
 
 
 def test_hf_trainer_resumes_from_the_folder_printed(cli, hf_trained: Path, tmp_path: Path) -> None:
-    import transformers
-
     assert printed(cli, hf_trained) == str(hf_trained / "checkpoint-6")
     run = copy_run(hf_trained, tmp_path / "out")
     (run / "checkpoint-6" / "optimizer.pt").unlink()  # the newest is incomplete: step 4 is the resume point
     path = printed(cli, run)
     assert path == str(run / "checkpoint-4")
+    assert hf_resumed(path, 6, tmp_path / "again") == (6, 2), "went on from step 4"
+
+
+def hf_resumed(path: str, max_steps: int, output: Path) -> tuple[int, int]:
+    """HF Trainer's ``train(resume_from_checkpoint=path)``: the global step it ends at, and how
+    many steps it took to get there."""
+    import transformers
 
     class Steps(transformers.TrainerCallback):  # type: ignore[misc]
         taken = 0
@@ -62,9 +67,9 @@ def test_hf_trainer_resumes_from_the_folder_printed(cli, hf_trained: Path, tmp_p
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             Steps.taken += 1
 
-    trainer = hf_trainer(tmp_path / "again", 6, [Steps()])
+    trainer = hf_trainer(output, max_steps, [Steps()])
     trainer.train(resume_from_checkpoint=path)
-    assert (trainer.state.global_step, Steps.taken) == (6, 2), "went on from step 4"
+    return trainer.state.global_step, Steps.taken
 
 
 def test_lightning_resumes_from_the_file_printed(cli, lightning_saved: dict[str, Path], tmp_path: Path) -> None:
@@ -118,3 +123,26 @@ def test_a_copy_of_a_checkpoint_below_the_run_does_not_hide_the_runs_resume_poin
     assert printed(cli, run) == str(run / "checkpoint-6")
     several = cli("inspect", "--resume-path", tmp_path)  # no run in the folder named itself: which one is meant is unknown
     assert several.exit_code == 2 and "--resume-path needs one run" in several.stderr
+
+
+def test_one_file_is_refused_never_printed_as_none_or_0_and_the_command_it_suggests_works(cli, hf_trained: Path, tmp_path: Path) -> None:
+    """A lone file says nothing of the checkpoint it belongs to: ``--resume-path`` printed
+    ``None`` for it and ``--resume`` printed ``0`` for ``checkpoint-6/model.safetensors``, both
+    with exit 0, so ``$(ckptdoctor inspect --resume-path …)`` handed the trainer ``None``. Now both
+    refuse (exit 2, nothing on stdout) and name the command to ask of its run, which HF resumes from."""
+    weights = hf_trained / "checkpoint-6" / "model.safetensors"
+    for flag in ("--resume-path", "--resume"):
+        refused = cli("inspect", flag, weights)
+        assert (refused.exit_code, refused.stdout) == (2, ""), refused.stdout
+        assert f"{weights} is one file of a run" in refused.stderr
+        suggested = refused.stderr.split("ask of its run: ")[1].split()
+        assert suggested[:3] == ["ckptdoctor", "inspect", flag]
+        if flag == "--resume-path":
+            path = printed(cli, *suggested[3:])
+            assert path == str(hf_trained / "checkpoint-6")
+            assert hf_resumed(path, 8, tmp_path / "again") == (8, 2), "went on from step 6"
+    for flag in ("--resume-path", "--resume"):  # a file named like an epoch of a split run, too
+        refused = cli("inspect", flag, EXAMPLES / "torch-split" / "model_2.safetensors")
+        assert (refused.exit_code, refused.stdout) == (2, "") and f"inspect {flag} {EXAMPLES / 'torch-split'}" in refused.stderr
+    report = json.loads(cli("inspect", "--json", weights).stdout)
+    assert report["runs"][0]["resume"] is None, "a file judged alone is no resume point in the JSON report either"

@@ -18,7 +18,7 @@ from ckptdoctor.cli._output import (
     say,
 )
 from ckptdoctor.places import run_root
-from ckptdoctor.quoting import printable
+from ckptdoctor.quoting import printable, shell_word
 
 if TYPE_CHECKING:
     from ckptdoctor.model import Report
@@ -85,6 +85,12 @@ def _print_resume(report: Report, found: Scan, flag: str, given: list[str]) -> N
         say(f"ckptdoctor: error: {flag} needs one run; found {len(report.runs)}: {paths}")
         raise typer.Exit(EXIT_USAGE)
     run = runs[0] if runs else None
+    if run is not None and run.lone_file:  # one file says nothing of the checkpoint it is part of
+        say(
+            f"ckptdoctor: error: {flag} needs a run's folder: {run.lone_file} is one file of a run; "
+            f"ask of its run: ckptdoctor inspect {flag} {shell_word(run_root(run))}"
+        )
+        raise typer.Exit(EXIT_USAGE)
     checkpoint = run.resume if run else None
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)
