@@ -120,7 +120,9 @@ class OwnObjects:
             return dataclasses.replace(report, issues=(merged, *(i for i in report.issues if i not in unsafe and i not in allowed)))
         if not allowed:
             return report
-        issues = tuple(dataclasses.replace(i, detail=f"{i.detail}; {self.loader}", severity=severity) if i in allowed else i for i in report.issues)
+        issues = tuple(
+            dataclasses.replace(i, detail=f"{i.detail}; {self.loader}", severity=severity) if i in allowed else i for i in report.issues
+        )
         return dataclasses.replace(report, issues=issues)
 
     def _allows(self, needs: tuple[str, ...]) -> bool:

@@ -69,7 +69,7 @@ class ComposerLayout(Layout):
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     named_files = MappingProxyType({REMOTE_LATEST: Named(pointer.read)})
     own_objects = OwnObjects(
-        loader="Composer's own load (`_torch_load_with_validation`) allows them: `weights_only=True` with its `_COMPOSER_CHECKPOINT_SAFE_GLOBALS`",
+        loader="Composer's own load (`_torch_load_with_validation` in `composer/utils/checkpoint.py`) allows them: `weights_only=True` with its `_COMPOSER_CHECKPOINT_SAFE_GLOBALS`",
         allows=frozenset(
             {
                 "datetime.timedelta",
