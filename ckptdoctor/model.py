@@ -126,6 +126,28 @@ TOP_LEVEL_NUMBER = "top-level:"
 """Facts a skim leaves for the top-level keys that hold numbers (``top-level:global_step``)."""
 
 
+class Rebuilt(NamedTuple):
+    """What an unsafe pickle does with the globals outside every allowlist, where that is all that
+    keeps it from being proven safe: it rebuilds objects of those classes the way pickle writes
+    plain objects, and nothing else. Readers know no framework, so they report it; the layout of
+    the run that holds the file decides whether its framework writes exactly these."""
+
+    where: str
+    """The pickle (``data.pkl``, ``the pickle``)."""
+    instances: frozenset[str]
+    """Classes only instantiated empty (``cls.__new__(cls)``, ``NEWOBJ`` with no arguments) and
+    then given their fields (``BUILD`` of the new object): how pickle writes a plain object."""
+    values: frozenset[str]
+    """Classes only called with one literal (``cls(2)``): how pickle writes an enum member."""
+    methods: frozenset[str]
+    """``class.name`` of the constant ``getattr`` lookups on those classes, kept, never called
+    (mmengine's ``HistoryBuffer`` keeps ``getattr(HistoryBuffer, "min")``)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.instances | self.values))
+
+
 @dataclass(frozen=True)
 class FileIssue:
     """One problem a reader found in a file, with the sentence that explains it."""
@@ -135,6 +157,13 @@ class FileIssue:
     needs: tuple[str, ...] = ()
     """The globals a non-weights issue asks a loader to allow (``argparse.Namespace``); empty for
     every other issue and for non-weights content no allowlist admits (TorchScript code)."""
+    rebuilt: Rebuilt | None = None
+    """On an unsafe-pickle issue, what the pickle did with the globals that made it unsafe, where
+    rebuilding plain objects of them is all it did (``Rebuilt``); None for any other."""
+    severity: Severity | None = None
+    """Set by the layout of the run that holds the file, where its framework's own loader loads
+    what the file needs (info: as the framework wrote it; a warning: with the step the detail
+    names); None: the rule's own."""
 
 
 class Span(NamedTuple):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import stores
-from frameworks import accelerator_for, hf_trainer, lightning_fit, step_and_save
+from frameworks import accelerator_for, deepspeed_loads, deepspeed_trained, hf_trainer, lightning_fit, step_and_save
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -144,3 +144,34 @@ def lightning_every_2_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pl_steps")
     lightning_fit(root, 2, every_n_train_steps=2, save_top_k=-1)
     return root / "checkpoints"
+
+
+@dataclass(frozen=True)
+class DeepSpeedRun:
+    """A real ZeRO run (``frameworks.deepspeed_trained``) and what DeepSpeed's own
+    ``engine.load_checkpoint`` loads from it, by tag (None: no tag, it follows ``latest``)."""
+
+    path: Path
+    stage: int
+    loads: dict[str | None, dict[str, Any]]
+
+
+def _deepspeed_run(factory: pytest.TempPathFactory, stage: int) -> DeepSpeedRun:
+    path = deepspeed_trained(factory.mktemp("ds") / f"zero{stage}", stage)
+    loaded = deepspeed_loads(path, stage, None, "global_step2", "global_step4")
+    return DeepSpeedRun(path, stage, {None if found["tag"] == "-" else found["tag"]: found for found in loaded})
+
+
+@pytest.fixture(scope="session")
+def deepspeed_zero1(tmp_path_factory: pytest.TempPathFactory) -> DeepSpeedRun:
+    return _deepspeed_run(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="session")
+def deepspeed_zero2(tmp_path_factory: pytest.TempPathFactory) -> DeepSpeedRun:
+    return _deepspeed_run(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="session")
+def deepspeed_zero3(tmp_path_factory: pytest.TempPathFactory) -> DeepSpeedRun:
+    return _deepspeed_run(tmp_path_factory, 3)

@@ -197,6 +197,54 @@ def deepspeed_run(folder: Path, steps: tuple[int, ...] = (100, 200), ranks: int 
     return folder
 
 
+# --- DeepSpeed, for real: its own launcher, two gloo processes on the CPU -----------------------------
+
+DEEPSPEED_JOB = Path(__file__).with_name("deepspeed_job.py")
+
+
+def deepspeed_launch(mode: str, stage: int, save_dir: Path, *tags: str) -> str:
+    """``tests/deepspeed_job.py`` run by DeepSpeed's own launcher (``deepspeed --num_gpus 2
+    --no_local_rank``, ``DS_ACCELERATOR=cpu``): its output; skips where deepspeed is missing."""
+    import importlib.util
+    import socket
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (pip install -e '.[deepspeed]')")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    command = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--no_local_rank", "--master_port", str(port)]
+    done = subprocess.run(
+        [*command, str(DEEPSPEED_JOB), mode, str(stage), str(save_dir), *tags],
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def deepspeed_trained(save_dir: Path, stage: int, lightning: bool = False) -> Path:
+    """A real ZeRO-``stage`` run: 4 steps, ``engine.save_checkpoint(save_dir)`` after steps 2 and
+    4 (``global_step2/``, ``global_step4/``, ``latest``); ``lightning``: saved as Lightning's
+    ``DeepSpeedStrategy`` has the engine save, ``epoch=0-step=2.ckpt/checkpoint/`` and
+    ``epoch=1-step=4.ckpt/checkpoint/``."""
+    deepspeed_launch("lightning" if lightning else "train", stage, save_dir)
+    return save_dir
+
+
+def deepspeed_loads(save_dir: Path, stage: int, *tags: str | None) -> list[dict[str, Any]]:
+    """What DeepSpeed's own ``engine.load_checkpoint(save_dir, tag=...)`` loads, per tag (None:
+    no tag, it follows ``latest``), in a fresh engine of the same shape: each path it loaded
+    (None where it loaded nothing) and the step it restored."""
+    out = deepspeed_launch("load", stage, save_dir, *("-" if tag is None else tag for tag in tags))
+    line = next(line for line in out.splitlines() if line.startswith("LOADED "))
+    return list(json.loads(line.removeprefix("LOADED ")))
+
+
 def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: int = 2, tracker: int | str | None = None) -> Path:
     """Megatron-LM's legacy torch format: ``iter_<7 digits>/mp_rank_XX/model_optim_rng.pt``, then
     the tracker naming the newest iteration (or ``tracker``)."""

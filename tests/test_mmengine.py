@@ -259,7 +259,9 @@ def test_a_run_that_lost_its_pointer_is_still_known_by_its_log_folders(work, ins
 # --- the HistoryBuffer pickle: the lookups mmengine writes, and none other --------------------------
 
 
-def _saved_with(tmp_path: Path, extra: object) -> Path:
+def _saved_with(tmp_path: Path, extra: object, runner: bool = True) -> Path:
+    """``epoch_1.pth`` with ``extra`` as its ``message_hub``; with the ``last_checkpoint`` a
+    ``Runner`` writes beside it (``runner``), or alone, as a hand-made loop would save it."""
     folder = tmp_path / "work"
     folder.mkdir(parents=True)
     torch.save(
@@ -271,7 +273,27 @@ def _saved_with(tmp_path: Path, extra: object) -> Path:
         },
         folder / "epoch_1.pth",
     )
+    if runner:
+        (folder / "last_checkpoint").write_text(str(folder / "epoch_1.pth"))
     return folder
+
+
+def test_a_history_buffer_is_vouched_for_in_mmengine_runs_alone(tmp_path, cli):
+    from mmengine.logging.history_buffer import HistoryBuffer
+
+    scalars = {"scalar": HistoryBuffer([1.0, 2.0], [1, 1])}
+    own = cli("verify", "--json", _saved_with(tmp_path / "a", scalars)).json
+    assert own["runs"][0]["layout"] == "mmengine"
+    assert [(f["code"], f["severity"]) for f in own["findings"]] == [("CKD402", "warning")]
+    assert "HistoryBuffer" in own["findings"][0]["message"] and "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" in own["findings"][0]["message"]
+    # which mmengine's own resume needs on this torch: its default load refuses it, the forced one loads it
+    with pytest.raises(pickle.UnpicklingError, match="HistoryBuffer"):
+        torch.load(tmp_path / "a" / "work" / "epoch_1.pth")
+    assert isinstance(torch.load(tmp_path / "a" / "work" / "epoch_1.pth", weights_only=False)["message_hub"]["scalar"], HistoryBuffer)
+    # no mmengine run vouches for the same file: a plain torch loop's is unsafe
+    loop = cli("verify", "--json", _saved_with(tmp_path / "b", scalars, runner=False)).json
+    assert loop["runs"][0]["layout"] == "torch"
+    assert "CKD401" in {f["code"] for f in loop["findings"]}
 
 
 def test_a_history_buffer_is_known_but_another_lookup_on_it_is_unsafe(tmp_path, cli):

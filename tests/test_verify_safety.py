@@ -905,3 +905,68 @@ def test_inspect_does_not_list_tensors(cli, tmp_path: Path) -> None:
     torch.save(_model().state_dict(), path)
     entry = _entry(cli("inspect", "--json", path).json, path)
     assert "tensors" not in entry
+
+
+# --- what an unsafe pickle rebuilds: the reader's report, for a layout to vouch for or not -------------
+
+
+def _rebuilt(body: bytes) -> object:
+    from ckptdoctor.readers._pickle_safety import judge
+    from ckptdoctor.readers._unpickler import walk
+
+    (unsafe,) = [i for i in judge(walk(b"\x80\x02" + body + b"."), "the pickle") if i.problem is Problem.UNSAFE_PICKLE]
+    return unsafe.rebuilt
+
+
+_CLS = b"cpkg.mod\nThing\n"
+_ENUM = b"cpkg.mod\nStage\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "instances", "values", "methods"),
+    [
+        (_CLS + b")\x81}(X\x01\x00\x00\x00aK\x01ub", {"pkg.mod.Thing"}, set(), set()),  # Thing.__new__(Thing), fields set
+        (b"ccopyreg\n_reconstructor\n(" + _CLS + b"c__builtin__\nobject\nNtR", {"pkg.mod.Thing"}, set(), set()),
+        (_ENUM + b"K\x02\x85R", set(), {"pkg.mod.Stage"}, set()),  # Stage(2)
+        (b"]q\x00(" + _CLS + b"q\x01)\x81h\x01)\x81e", {"pkg.mod.Thing"}, set(), set()),  # twice, through the memo
+        (b"c__builtin__\ngetattr\n" + _CLS + b"X\x03\x00\x00\x00min\x86R", set(), set(), {"pkg.mod.Thing.min"}),
+    ],
+)
+def test_a_pickle_that_only_rebuilds_plain_objects_says_which(body, instances, values, methods):
+    found = _rebuilt(body)
+    assert found is not None
+    assert (set(found.instances), set(found.values), set(found.methods)) == (instances, values, methods)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _CLS + b"]\x85R",  # called with a list
+        _CLS + b"X\x01\x00\x00\x00a\x85\x81",  # NEWOBJ with an argument
+        _CLS + b"}(X\x01\x00\x00\x00aK\x01ub",  # BUILD on the class itself
+        _CLS + b")\x81X\x01\x00\x00\x00a\x85R",  # its object called
+        _ENUM + b"K\x02\x85R}(X\x07\x00\x00\x00_value_K\x03ub",  # an enum member given fields
+        b"]q\x00(" + _CLS + b"e",  # the class itself kept as a value
+        b"c__builtin__\ngetattr\n" + _CLS + b"X\x03\x00\x00\x00min\x86R)R",  # a looked-up method called
+        b"]q\x00(" + _CLS + b")\x81\x8c\x02os\x8c\x06system\x93e",  # a hidden import beside it
+    ],
+)
+def test_a_pickle_that_does_more_with_a_class_says_nothing_of_it(body):
+    assert _rebuilt(body) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _CLS + b"X\x01\x00\x00\x00a\x85R",  # a class called with one literal, as an enum's member is
+        b"]q\x00(" + _CLS + b")\x81cos\nsystem\nX\x04\x00\x00\x00true\x85Re",  # os.system("true") beside a plain object
+    ],
+)
+def test_a_call_with_one_literal_is_reported_and_no_layout_writes_it(body):
+    """The reader cannot tell an enum from a function: it reports the call, and only a layout
+    that declares that class among its enums would vouch for it; none declares these."""
+    from ckptdoctor.layouts.registry import LAYOUTS
+
+    found = _rebuilt(body)
+    assert found is not None and found.values
+    assert not any(layout.own_objects.writes(found) for layout in LAYOUTS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import os
 import re
@@ -29,8 +30,10 @@ from ckptdoctor.model import (
     FileReport,
     PointerWrite,
     Problem,
+    Rebuilt,
     Role,
     Run,
+    Severity,
     Status,
     Unit,
     Zeroed,
@@ -51,6 +54,82 @@ class Claim(NamedTuple):
     prefix: str
     unit: Unit | None = None
     """The unit the name spells out (``epoch_3``, ``step-500``), if any."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnObjects:
+    """What a framework's own save code pickles beyond torch's ``weights_only`` set, and how its
+    own loader loads its files back, both read from the framework's source. In a run of its
+    layout, a file whose pickles need nothing more is loaded as the framework wrote it: CKD402
+    (info, or a warning where the resume needs a step of the user's, which ``loader`` names),
+    never CKD401. Its classes are vouched for only as the reader saw them rebuilt (``Rebuilt``:
+    plain objects, enum members, lookups of their own methods); a pickle that uses them any other
+    way, or imports anything else, stays unsafe, and so do they in any other framework's run."""
+
+    loader: str = ""
+    """How the framework's own loader loads its files, said in the finding; empty: it vouches
+    for nothing."""
+    allows: frozenset[str] = frozenset()
+    """Harmless globals (the readers' ``KNOWN_BENIGN``) that its loader allows by name (timm
+    passes ``argparse.Namespace`` to ``safe_globals``)."""
+    unrestricted: bool = False
+    """Its loader passes ``weights_only=False`` (or the resume must, as ``loader`` says): every
+    harmless global loads, and whatever else a file holds runs, which CKD401 then says too."""
+    classes: frozenset[str] = frozenset()
+    """Its own classes its save code pickles as plain objects: ``cls.__new__(cls)``, then their
+    fields set (each one's ``__new__`` and ``__setstate__`` read: they run nothing else)."""
+    enums: frozenset[str] = frozenset()
+    """Its own enums its save code pickles as members, ``cls(value)``."""
+    methods: frozenset[str] = frozenset()
+    """``class.name`` of its classes' own methods that its objects keep, pickled as
+    ``getattr(cls, name)`` lookups (mmengine's ``HistoryBuffer`` keeps ``min``, ``max``...)."""
+    as_written: bool = True
+    """Its loader loads them unaided (the finding is info); False: only after the step
+    ``loader`` names (a warning: the resume fails without it)."""
+
+    @property
+    def runs_anything(self) -> bool:
+        """Whether its loader, as the framework calls it, runs whatever a file holds."""
+        return self.unrestricted and self.as_written
+
+    def writes(self, rebuilt: Rebuilt) -> bool:
+        """Whether its save code writes exactly what ``rebuilt`` says the pickle does."""
+        return rebuilt.instances <= self.classes and rebuilt.values <= self.enums and rebuilt.methods <= self.methods
+
+    def vouched(self, report: FileReport) -> FileReport:
+        """``report`` as this framework's own loader sees the file: where its pickles are unsafe
+        only because they rebuild this framework's own objects, one CKD402 that names them with
+        the harmless globals beside them, and harmless globals this loader allows, CKD402 that
+        says how it loads them; every other issue as the reader found it (CKD401 stands where
+        any pickle does more)."""
+        if not self.loader or not report.issues:
+            return report
+        severity = Severity.INFO if self.as_written else Severity.WARNING
+        unsafe = [i for i in report.issues if i.problem is Problem.UNSAFE_PICKLE]
+        allowed = [i for i in report.issues if i.problem is Problem.NON_WEIGHTS and i.needs and self._allows(i.needs)]
+        rebuilt = [i.rebuilt for i in unsafe if i.rebuilt is not None and self.writes(i.rebuilt)]
+        if unsafe and len(rebuilt) == len(unsafe):
+            classes = tuple(dict.fromkeys(name for r in rebuilt for name in r.names))
+            benign = tuple(dict.fromkeys(name for i in allowed for name in i.needs))
+            also = f", and the harmless {', '.join(benign)}" if benign else ""
+            detail = (
+                f"{rebuilt[0].where} needs {', '.join(classes)}, rebuilt only as the framework that wrote it does{also}, "
+                f"which torch.load(weights_only=True) refuses; {self.loader}"
+            )
+            merged = FileIssue(Problem.NON_WEIGHTS, detail, (*classes, *benign), severity=severity)
+            return dataclasses.replace(report, issues=(merged, *(i for i in report.issues if i not in unsafe and i not in allowed)))
+        if not allowed:
+            return report
+        issues = tuple(
+            dataclasses.replace(i, detail=f"{i.detail}; {self.loader}", severity=severity) if i in allowed else i for i in report.issues
+        )
+        return dataclasses.replace(report, issues=issues)
+
+    def _allows(self, needs: tuple[str, ...]) -> bool:
+        return self.unrestricted or self.allows.issuperset(needs)
+
+
+NO_OWN_OBJECTS = OwnObjects()
 
 
 class Pointer(NamedTuple):
@@ -108,8 +187,9 @@ class Layout:
                                                                               tensorflow, mmengine, detectron2,
                                                                               composer
     ``unread(relative)``         None (every file is read)                    orbax, deepspeed (a conversion's ``tmp/``)
-    ``loader_allows``            none                                         timm, composer
-    ``unsafe_loader``            ``""``                                       ultralytics
+    ``own_objects``              none (vouches for nothing)                   deepspeed (and lightning's
+                                                                              DeepSpeed folders), mmengine,
+                                                                              timm, composer, ultralytics
     ``flat_optimizer_state``     False                                        deepspeed
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
@@ -178,14 +258,11 @@ class Layout:
     """The framework parses every name in the run folder (accelerate's automatic checkpoint
     naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
     journals, quarantine) then lives beside the run, never in it."""
-    loader_allows: frozenset[str] = frozenset()
-    """Globals outside torch's ``weights_only`` set that the framework's own loader allows when it
-    loads the checkpoints it wrote (timm passes ``argparse.Namespace`` to ``safe_globals``): a file
-    that needs those and nothing else is CKD402 as info."""
-    unsafe_loader: str = ""
-    """How the framework's own loader loads files that need more than any allowlist (Ultralytics'
-    ``torch_load`` passes ``weights_only=False`` for its pickled modules): said beside CKD401,
-    whose verdict stands, since nothing proves such a file safe."""
+    own_objects: OwnObjects = NO_OWN_OBJECTS
+    """What the framework's own save code pickles beyond torch's ``weights_only`` set and how its
+    own loader loads it (``OwnObjects``): in this layout's runs, files that need nothing more are
+    CKD402, as its loader loads them; CKD401 on anything else says how its loader would load it
+    where that loader runs whatever a file holds."""
     advisory: Mapping[Role, str] = MappingProxyType({})
     """Roles the framework writes but resumes without, each with how: a checkpoint stays complete
     when such a file is missing or damaged, and the finding that says so is a warning."""
@@ -1144,23 +1221,28 @@ def _report(entry: Entry, probe: Callable[[Entry], FileReport]) -> FileReport:
 
 
 class _ContentCheck:
-    """Whether ``layout``'s framework writes what each file holds; judged once per shared report."""
+    """Whether ``layout``'s framework writes what each file holds, and what of the objects it
+    needs that framework vouches for (``OwnObjects``); judged once per shared report."""
 
     def __init__(self, layout: Layout, probe: Callable[[Entry], FileReport]) -> None:
         self.layout = layout
         self.probe = probe
-        self.judged: dict[int, FileReport] = {}
+        self.judged: dict[int, tuple[FileReport, FileReport]] = {}
 
     def __call__(self, entry: Entry) -> FileReport:
         report = _report(entry, self.probe)
-        if report.issues:
-            return report
-        judged = self.judged.get(id(report))
-        if judged is None:
-            judged = self.judged[id(report)] = self._judge(report)
+        held = self.judged.get(id(report))
+        if held is not None and held[0] is report:
+            return held[1]
+        judged = self._judge(report)
+        # the report is kept with its judgement: a folder's or a dangling link's, made afresh
+        # for each entry, cannot leave its id to another
+        self.judged[id(report)] = (report, judged)
         return judged
 
     def _judge(self, report: FileReport) -> FileReport:
+        if report.issues:
+            return self.layout.own_objects.vouched(report)
         try:
             content = Format(report.format)
         except ValueError:

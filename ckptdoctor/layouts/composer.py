@@ -40,7 +40,7 @@ import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, Layout, Pointer, followed, missing_from_siblings, symlink_pointers
+from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, Pointer, followed, missing_from_siblings, symlink_pointers
 from ckptdoctor.model import Checkpoint, CheckpointFile, PointerKind, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
@@ -68,16 +68,19 @@ class ComposerLayout(Layout):
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     named_files = MappingProxyType({REMOTE_LATEST: Named(pointer.read)})
-    loader_allows = frozenset(
-        {
-            "datetime.timedelta",
-            "numpy.ndarray",
-            "numpy.dtype",
-            "numpy.core.multiarray._reconstruct",
-            "numpy._core.multiarray._reconstruct",
-            "torch.torch_version.TorchVersion",
-            *(f"numpy.dtypes.{name}DType" for name in _NUMPY_DTYPES),
-        }
+    own_objects = OwnObjects(
+        loader="Composer's own load (`_torch_load_with_validation` in `composer/utils/checkpoint.py`) allows them: `weights_only=True` with its `_COMPOSER_CHECKPOINT_SAFE_GLOBALS`",
+        allows=frozenset(
+            {
+                "datetime.timedelta",
+                "numpy.ndarray",
+                "numpy.dtype",
+                "numpy.core.multiarray._reconstruct",
+                "numpy._core.multiarray._reconstruct",
+                "torch.torch_version.TorchVersion",
+                *(f"numpy.dtypes.{name}DType" for name in _NUMPY_DTYPES),
+            }
+        ),
     )
     """``_COMPOSER_CHECKPOINT_SAFE_GLOBALS`` in ``composer/utils/checkpoint.py``: what Composer's
     own ``weights_only=True`` load allows."""

@@ -16,6 +16,14 @@ short. The converter writes no pointer; ``load_checkpoint`` with ``"checkpoint":
 {"load_universal": true}`` reads ``latest_universal`` instead of ``latest``
 (``engine.py``: ``latest_tag = "latest_universal" if self.load_universal_checkpoint() else
 "latest"``) and fails without it.
+
+Objects: every ZeRO save pickles DeepSpeed's own objects into its optimizer partitions
+(``state_dict`` of ``stage_1_and_2.py`` and ``stage3.py``): the loss scaler
+(``LossScaler``, or ``DynamicLossScaler`` under fp16), the stage as a ``ZeroStageEnum`` member,
+and, under ZeRO-1/2 and bf16, ``param_slice_mappings`` of ``fragment_address`` dataclasses.
+``load_checkpoint`` reads every file through ``TorchCheckpointEngine.load``:
+``torch.load(path, map_location=..., weights_only=False)``, so it restores them all, and would run
+whatever else a file held.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, folder_name, followed, missing_from_siblings
+from ckptdoctor.layouts._base import Claim, FolderLayout, OwnObjects, Pointer, folder_name, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
 from ckptdoctor.places import parent
 from ckptdoctor.readers import pointer
@@ -46,6 +54,22 @@ _COMMON = f"{_ZERO}/optimizer_state.pt"
 _FRAGMENT = FileReport(Format.TORCH_ZIP.value)
 """A fragment in a universal conversion's ``tmp/``: counted, never read (the conversion's own)."""
 
+OWN_OBJECTS = OwnObjects(
+    loader="DeepSpeed's own `engine.load_checkpoint` loads it with `torch.load(weights_only=False)` (`TorchCheckpointEngine.load`)",
+    unrestricted=True,
+    # plain objects: neither defines __new__ nor __setstate__ (deepspeed/runtime/fp16/loss_scaler.py,
+    # deepspeed/utils/tensor_fragment.py), so rebuilding one only sets its fields
+    classes=frozenset({
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+        "deepspeed.utils.tensor_fragment.fragment_address",
+    }),
+    enums=frozenset({"deepspeed.runtime.zero.config.ZeroStageEnum"}),
+)  # fmt: skip
+"""What DeepSpeed 0.19's ZeRO saves pickle (``stage_1_and_2.py``, ``stage3.py``, ``bf16_optimizer.py``,
+``state_dict``) and how ``load_checkpoint`` reads it back. Lightning's ``DeepSpeedStrategy``
+folders hold the same files, loaded by the same engine (``layouts/lightning.py``)."""
+
 
 class DeepSpeedLayout(FolderLayout):
     name = "deepspeed"
@@ -55,6 +79,7 @@ class DeepSpeedLayout(FolderLayout):
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     flat_optimizer_state = True
     named_files = MappingProxyType({LATEST: Named(pointer.read), UNIVERSAL: Named(pointer.read)})
+    own_objects = OWN_OBJECTS
 
     def claim(self, name: str) -> Claim | None:
         if match := _TAG.match(name):

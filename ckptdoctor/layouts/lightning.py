@@ -29,6 +29,7 @@ deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -223,6 +224,10 @@ class _ShardedLightning(FolderLayout):
     builds_on = LightningLayout.builds_on
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT, Format.DISTCP})
+    # the engine's own objects, as DeepSpeed's runs have them: `load_checkpoint` of the strategy
+    # hands the folder to the engine's; not its loader's other globals, which an FSDP folder's
+    # DCP files do not go through
+    own_objects = dataclasses.replace(_DEEPSPEED.own_objects, unrestricted=False)
 
     def __init__(self, by_step: bool) -> None:
         self.naming = _STEPPED if by_step else LIGHTNING

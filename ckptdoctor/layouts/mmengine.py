@@ -33,7 +33,7 @@ import os
 import re
 from collections.abc import Callable
 
-from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, followed, logged_values
+from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, OwnObjects, followed, logged_values
 from ckptdoctor.model import Checkpoint, Entry, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -50,6 +50,20 @@ _TORCH_26 = (
     "with torch >= 2.6 set `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` for the resume: mmengine 0.10 loads with "
     "torch's default `weights_only=True`, which refuses the `HistoryBuffer` of its own `message_hub`"
 )
+_HISTORY_BUFFER = "mmengine.logging.history_buffer.HistoryBuffer"
+OWN_OBJECTS = OwnObjects(
+    loader=_TORCH_26,
+    unrestricted=True,
+    as_written=False,
+    # HistoryBuffer defines no __new__; its __setstate__ sets its fields and merges the kept
+    # statistics methods (lookups of its own, nothing else) into the class's table
+    classes=frozenset({_HISTORY_BUFFER}),
+    methods=frozenset(f"{_HISTORY_BUFFER}.{name}" for name in ("min", "max", "current", "mean")),
+)
+"""``Runner.save_checkpoint``'s ``message_hub`` holds each logged scalar as a ``HistoryBuffer``,
+whose ``__getstate__`` keeps its ``statistics_methods`` (``getattr(HistoryBuffer, "min")``...);
+mmengine 0.10 loads the file with ``torch.load``'s default (``runner/checkpoint.py``,
+``load_from_local``), which on torch >= 2.6 refuses it unless the resume forces the old default."""
 
 
 class MmengineLayout(NamedByFile):
@@ -62,6 +76,7 @@ class MmengineLayout(NamedByFile):
     run goes on silently with a fresh one."""
     naming_file = LAST
     named_files = LAST.named_files
+    own_objects = OWN_OBJECTS
 
     claimable = re.compile(r"\.pth\Z")
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, group
+from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, group
 from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -40,7 +40,10 @@ class TimmLayout(Layout):
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
-    loader_allows = frozenset({"argparse.Namespace"})
+    own_objects = OwnObjects(
+        loader="timm's own loader (`_torch_load` in `timm/models/_helpers.py`) allows exactly `argparse.Namespace` when it resumes",
+        allows=frozenset({"argparse.Namespace"}),
+    )
     """The saver stores ``args`` as a Namespace; timm's loaders (``_torch_load`` in
     ``timm/models/_helpers.py``, ``timm/task/_helpers.py``) load with exactly this one allowed."""
 

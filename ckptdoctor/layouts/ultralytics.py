@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, group
+from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, group
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
@@ -48,10 +48,16 @@ class UltralyticsLayout(Layout):
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     whole_saves = True
-    unsafe_loader = (
-        "Ultralytics pickles its model as an nn.Module and its own loader (torch_load) needs weights_only=False for it: "
-        "it runs whatever the file holds"
+    own_objects = OwnObjects(
+        loader="Ultralytics pickles its model as a whole nn.Module and its own loader (`torch_load`) loads it with `weights_only=False`",
+        unrestricted=True,
     )
+    """No class is vouched for: the pickled model is a tree of whatever classes its YAML names
+    (``ultralytics.nn.modules.*``, ``ultralytics.nn.tasks.*``, torch's), some with a
+    ``__setstate__`` of their own (``block.py``, ``distill_model.py``), beside
+    ``IterableSimpleNamespace`` arguments rebuilt by calling the class, and no real run can be made
+    here to learn which a save holds; a prefix of module names would vouch for every name those
+    modules import too. A file that needs more than harmless globals stays CKD401."""
     claimable = re.compile(r"\.pt\Z")
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:

@@ -7,16 +7,19 @@ Three tiers, judged on the exact ``module.name`` a pickle imports:
   training frameworks (RNG states, argument namespaces, hyper-parameter dicts): not dangerous, but
   ``torch.load(weights_only=True)`` refuses them (CKD402);
 - everything else, and every import whose name is computed at load time: unsafe (CKD401).
+
+A pickle unsafe only because it rebuilds plain objects of some classes (``NEWOBJ`` of no argument,
+then ``BUILD``) or enum members (``cls(literal)``) says so (``Rebuilt``): the layout of a run whose
+framework's own save code writes exactly those classes may vouch for them (``layouts._base``).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 
-from ckptdoctor.model import FileIssue, Problem
+from ckptdoctor.model import FileIssue, Problem, Rebuilt
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
-from ckptdoctor.readers._unpickler import Walk
+from ckptdoctor.readers._unpickler import Global, Walk
 
 _TENSOR_TYPES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte")
 _CUDA_STORAGES = (*_TENSOR_TYPES, "Bool", "ComplexDouble", "ComplexFloat")
@@ -93,28 +96,24 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
         "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING",
     )),
     "torch.distributed.checkpoint.filesystem._StorageInfo",
-    # mmengine's logged scalars (Runner.save_checkpoint's message_hub), rebuilt field by field
-    "mmengine.logging.history_buffer.HistoryBuffer",
 })  # fmt: skip
-"""Harmless to import and call (they build plain values), but outside torch's default allowlist."""
+"""Harmless to import and call (they build plain values), but outside torch's default allowlist.
+Objects a framework's own save code writes (DeepSpeed's loss scaler, mmengine's ``HistoryBuffer``)
+are not here: they are harmless only as that framework rebuilds them, so each framework's layout
+vouches for them in its own runs (``layouts._base.OwnObjects``), from what the reader reports of
+them (``Rebuilt``)."""
 
 CONSTRUCT_ONLY: frozenset[str] = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
     "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
     "transformers.generation.configuration_utils.GenerationConfig",
-    "mmengine.logging.history_buffer.HistoryBuffer",
 })  # fmt: skip
 """Benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call: calling runs their set-up
 code (devices, distributed state), so a pickle that calls them is unsafe."""
 
-OWN_METHODS: dict[str, frozenset[str]] = {
-    "mmengine.logging.history_buffer.HistoryBuffer": frozenset({"min", "max", "current", "mean"}),
-}
-"""Classes whose state keeps some of their own methods, which pickle writes as
-``getattr(cls, "min")`` (mmengine's ``HistoryBuffer.__getstate__`` adds ``statistics_methods``):
-looking up one of these names on that class, and keeping what it finds, runs nothing. The
-lookup needs ``builtins.getattr``, which is unsafe for any other use."""
 _GETATTR = "builtins.getattr"
+"""Unsafe whatever it looks up: a framework's layout may vouch for the lookups of its own
+classes' methods its objects keep (``Rebuilt.methods``)."""
 
 _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 """Modules torch refuses even when a user allowlists them: named first in a finding."""
@@ -128,12 +127,11 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     allowlists. Anything else is CKD401. ``resolved`` names globals the loader resolves itself,
     without importing anything (TorchScript's own classes)."""
     issues: list[FileIssue] = []
-    looked_up = _own_method_lookups(walk)
-    unsafe = [
-        g.dotted
+    imported = [
+        g
         for g in walk.globals
-        if (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g, looked_up[g.dotted]))
-        or (g.dotted == _GETATTR and (walk.lookups_called or walk.references[g] > looked_up[_GETATTR] + walk.discarded[g]))
+        if (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g))
+        or (g.dotted == _GETATTR and walk.references[g] > walk.discarded[g])
         or (
             g.dotted != _GETATTR
             and g.dotted not in TORCH_WEIGHTS_ONLY
@@ -141,7 +139,8 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
             and not (resolved and resolved(g.dotted))
         )
     ]
-    unsafe.sort(key=lambda name: name.split(".")[0] not in _NEVER_ALLOWED)
+    imported.sort(key=lambda g: g.module.split(".")[0] not in _NEVER_ALLOWED)
+    unsafe = [g.dotted for g in imported]
     reasons: list[str] = []
     if unsafe:
         reasons.append(f"imports {_names(unsafe)}, outside every allowlist or beyond how its framework rebuilds it")
@@ -158,12 +157,13 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     if walk.persistent:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
     if reasons:
-        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code"))
+        rebuilt = None if len(reasons) > 1 or not unsafe else _rebuilt(walk, imported, where)
+        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code", rebuilt=rebuilt))
     if walk.unproven:
         issues.append(
             FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows")
         )
-    benign = [g.dotted for g in walk.globals if (g.dotted in KNOWN_BENIGN or g.dotted == _GETATTR) and g.dotted not in unsafe]
+    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
         issues.append(
@@ -183,15 +183,22 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     return issues
 
 
-def _own_method_lookups(walk: Walk) -> Counter[str]:
-    """How many of the pickle's ``getattr`` calls look up one of a class's own methods
-    (``OWN_METHODS``), counted for ``builtins.getattr`` and for each class looked up on."""
-    found: Counter[str] = Counter()
-    for (cls, name), count in walk.lookups.items():
-        if name in OWN_METHODS.get(cls.dotted, ()):
-            found[_GETATTR] += count
-            found[cls.dotted] += count
-    return found
+def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt | None:
+    """What the pickle does with the globals that make it unsafe, where each only rebuilds plain
+    objects or enum members of its class (``getattr`` only looking up names on them, its results
+    kept, never called); None where any does more."""
+    for symbol in unsafe:
+        if symbol.dotted == _GETATTR:
+            if walk.lookups_called or walk.references[symbol] != sum(walk.lookups.values()):
+                return None
+        elif not walk.only_rebuilt(symbol):
+            return None
+    return Rebuilt(
+        where,
+        frozenset(g.dotted for g in unsafe if walk.instantiated[g]),
+        frozenset(g.dotted for g in unsafe if walk.by_value[g]),
+        frozenset(f"{cls.dotted}.{name}" for cls, name in walk.lookups),
+    )
 
 
 def _names(names: Iterable[str], limit: int = 5) -> str:

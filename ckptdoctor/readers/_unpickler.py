@@ -132,6 +132,15 @@ class Walk:
     constructed: Counter[Global] = field(default_factory=Counter)
     """How often each global is only instantiated (``NEWOBJ``, ``copyreg._reconstructor`` of
     ``object``) with its fields set afterwards, rather than called with arguments."""
+    instantiated: Counter[Global] = field(default_factory=Counter)
+    """Of those, how often with no argument at all (``NEWOBJ`` of ``()``): ``cls.__new__(cls)``,
+    how pickle writes a plain object."""
+    by_value: Counter[Global] = field(default_factory=Counter)
+    """How often each global is called with one literal (``REDUCE`` of ``(2,)``): how pickle
+    writes an enum member."""
+    misused: set[Global] = field(default_factory=set)
+    """Globals an object built from which is itself called, or, built from one literal, given
+    fields (``BUILD``): beyond rebuilding a plain object or an enum member."""
     discarded: Counter[Global] = field(default_factory=Counter)
     """How often a reference to each global is popped unused (``POP``)."""
     changed: set[Global] = field(default_factory=set)
@@ -158,6 +167,9 @@ class Walk:
         self.odd += other.odd
         self.references.update(other.references)
         self.constructed.update(other.constructed)
+        self.instantiated.update(other.instantiated)
+        self.by_value.update(other.by_value)
+        self.misused |= other.misused
         self.discarded.update(other.discarded)
         self.changed |= other.changed
         self.lookups.update(other.lookups)
@@ -166,11 +178,21 @@ class Walk:
             self.foreign.setdefault(name, position)
         self.beyond_weights_only |= other.beyond_weights_only
 
-    def used_beyond_construction(self, symbol: Global, looked_up: int = 0) -> bool:
+    def used_beyond_construction(self, symbol: Global) -> bool:
         """Whether some reference to ``symbol`` is called, passed, stored or returned rather than
-        only instantiated (or, ``looked_up`` times, looked up on for one of its own methods): set-up
-        classes are benign only when rebuilt field by field."""
-        return self.references[symbol] > self.constructed[symbol] + self.discarded[symbol] + looked_up
+        only instantiated: set-up classes are benign only when rebuilt field by field."""
+        return self.references[symbol] > self.constructed[symbol] + self.discarded[symbol]
+
+    def only_rebuilt(self, symbol: Global) -> bool:
+        """Whether every reference to ``symbol`` rebuilds a plain object of it (``cls.__new__(cls)``,
+        its fields set afterwards), rebuilds an enum member (``cls(literal)``) or is looked up on
+        for a name (``getattr(cls, "min")``, kept, not called), and nothing else touches it."""
+        looked_up = sum(count for (cls, _), count in self.lookups.items() if cls == symbol)
+        return (
+            symbol not in self.misused
+            and symbol not in self.changed
+            and self.references[symbol] == self.instantiated[symbol] + self.by_value[symbol] + looked_up
+        )
 
 
 class Budget:
@@ -500,29 +522,34 @@ class _Machine:
             items = self._pop_mark()
             if not items:
                 raise _Stop("OBJ without a class")
+            self._called(items[0])
             self.stack.append(_call(items[0], tuple(items[1:])))
         elif name in ("REDUCE", "NEWOBJ"):
             args = self._pop()
             func = self._pop()
             if name == "NEWOBJ" and isinstance(func, Global):
-                self.result.constructed[func] += 1
+                self._constructed(func, args == ())
             elif (
                 func == _RECONSTRUCTOR and isinstance(args, tuple) and len(args) == 3 and args[1] == _OBJECT and isinstance(args[0], Global)
             ):
-                self.result.constructed[args[0]] += 1  # copyreg's protocol 0-1 NEWOBJ: object.__new__(cls)
+                self._constructed(args[0], True)  # copyreg's protocol 0-1 NEWOBJ: object.__new__(cls)
             elif (
                 func == _GETATTR and isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], Global) and isinstance(args[1], str)
             ):
                 self.result.lookups[args[0], args[1]] += 1
             elif isinstance(func, Call) and func.func == _GETATTR:
                 self.result.lookups_called += 1
+            elif name == "REDUCE" and isinstance(func, Global) and _by_value(args):
+                self.result.by_value[func] += 1
+            self._called(func)
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
-            self._pop()
+            kwargs = self._pop()
             args = self._pop()
             cls = self._pop()
             if isinstance(cls, Global):
-                self.result.constructed[cls] += 1
+                self._constructed(cls, args == () and kwargs == {})
+            self._called(cls)
             self.stack.append(_call(cls, args))
         elif name == "BUILD":
             state = self._pop()
@@ -531,6 +558,8 @@ class _Machine:
                 self.result.changed.add(target)
             elif isinstance(target, Call):
                 self.states[id(target)] = (target, state)
+                if isinstance(target.func, Global) and _by_value(target.args):
+                    self.result.misused.add(target.func)  # an enum member is a shared singleton: never given fields
         elif name in ("EXT1", "EXT2", "EXT4"):
             self.stack.append(self._hidden(f"an import by extension code {arg} at byte {position}"))
         elif name in ("BINPERSID", "PERSID"):
@@ -580,6 +609,17 @@ class _Machine:
             self.protocol = int(arg)
         else:
             raise _Unproven(f"opcode {name} is not modelled")
+
+    def _constructed(self, cls: Global, plain: bool) -> None:
+        self.result.constructed[cls] += 1
+        if plain:
+            self.result.instantiated[cls] += 1
+
+    def _called(self, func: object) -> None:
+        """An object built from a global, called in turn (a module's ``__call__``, a class's
+        instance as a callable): that global is used beyond rebuilding."""
+        if isinstance(func, Call) and isinstance(func.func, Global):
+            self.result.misused.add(func.func)
 
     def _discard(self, items: list[Any]) -> None:
         for item in items:
@@ -661,6 +701,11 @@ def _call(func: object, args: object) -> object:
     elif (module, name) == ("torch", "device") and all(isinstance(part, (str, int)) for part in args):
         return ":".join(str(part) for part in args)
     return Call(func, args)
+
+
+def _by_value(args: object) -> bool:
+    """Whether ``args`` are one literal: how pickle calls an enum to get its member back."""
+    return isinstance(args, tuple) and len(args) == 1 and type(args[0]) in (int, float, str, bytes, bool, type(None))
 
 
 def _tensor(name: str, args: tuple[Any, ...]) -> TensorRef | None:

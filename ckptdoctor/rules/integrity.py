@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import CheckpointFile, FileIssue, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.optimizers import state_size
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.readers.sniff import Format
@@ -537,11 +537,13 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 continue
             severity = None
             message = f"{file.name}: {issue.detail}"
-            if issue.problem is Problem.NON_WEIGHTS and _loaded_as_written(ctx, file, issue):
+            if issue.severity is not None:  # the run's framework loads what the file needs, as the detail says
+                severity = issue.severity
+            elif issue.problem is Problem.NON_WEIGHTS and file.roles and set(file.roles) <= _SELF_LOADED:
                 severity = Severity.INFO
                 message += f" (the {ctx.layout.name} code that wrote it allows them when it resumes)"
-            elif issue.problem is Problem.UNSAFE_PICKLE and file.roles and ctx.layout.unsafe_loader:
-                message += f"; {ctx.layout.unsafe_loader}"
+            elif issue.problem is Problem.UNSAFE_PICKLE and file.roles and (own := ctx.layout.own_objects).runs_anything:
+                message += f"; {own.loader}, which runs whatever the file holds"
             elif file.roles and set(file.roles) <= set(ctx.advisory):
                 severity = Severity.WARNING
                 message += f"; {'; '.join(ctx.advisory[role] for role in file.roles)}"
@@ -554,17 +556,6 @@ def file_problems(ctx: RunContext) -> Iterator[Finding]:
                 context={"format": file.report.format},
                 case=file.report.format,
             )
-
-
-def _loaded_as_written(ctx: RunContext, file: CheckpointFile, issue: FileIssue) -> bool:
-    """Whether the framework that wrote ``file`` loads it itself with every global ``issue``
-    needs allowed: its self-loaded side files, or a file of the run whose only needs are the ones
-    its loader allows (a file no layout claimed has no roles, and nothing vouches for it)."""
-    if not file.roles:
-        return False
-    if set(file.roles) <= _SELF_LOADED:
-        return True
-    return bool(issue.needs) and ctx.layout.loader_allows.issuperset(issue.needs)
 
 
 @fires(LEGACY_FORMAT)

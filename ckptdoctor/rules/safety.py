@@ -61,12 +61,19 @@ NON_WEIGHTS_OBJECT = Rule(
         "them loads itself with these globals allowed (HF `rng_state.pth` and `training_args.bin`, accelerate's "
         "`random_states_N.pkl`) are reported as info, and so are timm's checkpoints when `argparse.Namespace` is all "
         "they need: timm's own loader allows exactly that one. Classes whose construction runs set-up code (`TrainingArguments`, "
-        "accelerate's `PartialState`) are harmless only when rebuilt field by field; a pickle that calls them is CKD401."
+        "accelerate's `PartialState`) are harmless only when rebuilt field by field; a pickle that calls them is CKD401. "
+        "Objects a framework's own save code writes (DeepSpeed's loss scaler, `ZeroStageEnum` and `fragment_address` in "
+        "every ZeRO partition, mmengine's `HistoryBuffer`) are vouched for only in a run of that framework, only rebuilt the "
+        "way pickle writes a plain object or an enum member, and only with nothing else unsafe in the file: then the finding "
+        "is this one, saying how the framework's own loader loads them (info where it does unaided, as DeepSpeed's "
+        "`load_checkpoint` does; a warning where the resume needs a step, as mmengine's does on torch >= 2.6). Anywhere "
+        "else, or used any other way, they are CKD401."
     ),
     causes=(
         "The checkpoint stores non-tensor Python objects: numpy arrays or scalars (RNG states, metrics), `argparse.Namespace` "
         "arguments, Lightning `AttributeDict` hyper-parameters, OmegaConf configs, loss modules. It was written with torch "
-        "older than 2.6 and is now loaded with 2.6 or later."
+        "older than 2.6 and is now loaded with 2.6 or later. Or the framework's own save code writes these objects into "
+        "every checkpoint (DeepSpeed's ZeRO partitions, mmengine's `message_hub`, timm's `args`)."
     ),
     fixes=(
         fix(
@@ -77,11 +84,18 @@ NON_WEIGHTS_OBJECT = Rule(
             "For files you wrote yourself and trust, the unrestricted loader works; never use it for files from elsewhere.",
             torch="For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
         ),
-        "Save plain types from now on: `vars(args)` instead of the `Namespace`, Python numbers or tensors instead of numpy scalars, plain dicts for hyper-parameters.",
+        fix(
+            "Save plain types from now on: `vars(args)` instead of the `Namespace`, Python numbers or tensors instead of numpy scalars, plain dicts for hyper-parameters.",
+            deepspeed="Nothing to change in your code: DeepSpeed's `save_checkpoint` writes these objects into every ZeRO partition itself, and `engine.load_checkpoint({run}, tag=...)` restores them; to read a partition outside DeepSpeed, keep `weights_only=True` inside `torch.serialization.safe_globals([LossScaler, ZeroStageEnum, fragment_address])` (the classes the finding names).",
+            mmengine="Nothing to change in your code: mmengine's `Runner.save_checkpoint` writes the `HistoryBuffer`s of its `message_hub` itself; with torch >= 2.6 resume with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` set, which mmengine 0.10's `torch.load` needs for its own files.",
+            timm="Nothing to change in your code: timm's saver writes `args` as an `argparse.Namespace` itself, and its own loader allows exactly that one; only other objects beside it stop timm's resume.",
+            composer="Nothing to change in your code for the globals Composer allows itself (`_COMPOSER_CHECKPOINT_SAFE_GLOBALS`); any other object in the state (a callback's, an algorithm's) stops Composer's own load: keep those plain.",
+        ),
         fix(
             "Upgrade the framework: newer releases allow the globals their own files need.",
             accelerate="Upgrade accelerate: newer releases allowlist the numpy globals its own RNG files need.",
             hf_trainer="Upgrade `transformers`: newer releases allowlist the numpy globals its own RNG files need.",
+            deepspeed="",
         ),
     ),
     messages=(
