@@ -86,6 +86,22 @@ def test_a_cut_newest_save_is_what_resume_auto_would_pick_and_repair_moves_it(tm
     assert "CKD114" not in codes(cli("inspect", "--json", training.out_dir).json)
 
 
+def test_a_cut_newest_pretraining_save_leaves_the_older_steps_resumable(tmp_path, cli):
+    # pretrain.save_checkpoint saves no scheduler: the cut file's unread keys must not ask it of the others
+    training = LitGptTraining(tmp_path / "out", "pretrain").train(6)
+    newest = training.out_dir / "step-00000006" / "lit_model.pth"
+    newest.write_bytes(newest.read_bytes()[:5000])
+    report = cli("inspect", "--json", training.out_dir).json
+    run = run_of(report, training.out_dir)
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete", "partial"]
+    assert run["resume"]["index"] == 4
+    assert set(codes(report)) == {"CKD114", "CKD203"}
+    path = cli("inspect", "--resume-path", training.out_dir).stdout.strip()
+    assert path == str(training.out_dir / "step-00000004" / "lit_model.pth")
+    resumed = training.resume(path)  # `litgpt pretrain --resume PATH`: fabric.load, strict
+    assert resumed["step_count"] == 4 and resumed["iter_num"] == 4 and "scheduler" not in resumed
+
+
 def test_a_step_folder_killed_before_its_file_arrived_is_skipped_by_both(tmp_path, cli):
     training = LitGptTraining(tmp_path / "out").train(4)
     (training.out_dir / "step-000006").mkdir()  # mkdir(parents=True) ran, fabric.save did not finish

@@ -84,8 +84,13 @@ class LitGptLayout(FolderLayout):
         return measured
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
-        """The roles the run's saves hold: pretraining saves no scheduler, adapters nothing but weights."""
-        seen = {role for files in saved for file in files for role in file.roles}
+        """The roles the run's saves hold, as the keys of those that could be read show them:
+        pretraining saves no scheduler (its learning rate follows ``iter_num``), adapters nothing
+        but weights. A cut ``lit_model.pth`` keeps every role its name allows, which must not make
+        its whole siblings incomplete for a scheduler LitGPT never saved."""
+        files = [file for files in saved for file in files]
+        read = [file for file in files if file.report.keys_read] or files
+        seen = {role for file in read for role in file.roles}
         return tuple(role for role in BUNDLED if role in seen) or (Role.MODEL,)
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
