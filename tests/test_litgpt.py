@@ -102,6 +102,26 @@ def test_a_cut_newest_pretraining_save_leaves_the_older_steps_resumable(tmp_path
     assert resumed["step_count"] == 4 and resumed["iter_num"] == 4 and "scheduler" not in resumed
 
 
+def test_an_fsdp_pretraining_save_is_one_file_with_the_optimizer_keyed_by_parameter_names(tmp_path, cli):
+    # litgpt/pretrain.py (setup): FSDPStrategy(state_dict_type="full") on more than one device; Fabric's
+    # FSDPStrategy.save_checkpoint then has rank 0 torch.save one file: the full model state dict and
+    # FSDP.optim_state_dict, keyed by parameter names (FSDP needs a GPU: torch's own get_optimizer_state_dict
+    # makes that form here). LitGPT writes no DCP folder: every script of 0.5.13 passes "full".
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    training = LitGptTraining(tmp_path / "out", "pretrain").train(4)
+    model, optimizer = training.state["model"], training.state["optimizer"]
+    for path in training.out_dir.glob("step-*/lit_model.pth"):
+        state = torch.load(path)
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer)
+        assert all(isinstance(key, str) for key in state["optimizer"]["state"])
+        torch.save(state, path)
+    report = cli("verify", "--deep", "--json", training.out_dir).json
+    assert report["findings"] == [] and run_of(report, training.out_dir)["resume"]["index"] == 4
+    resumed = training.resume(cli("inspect", "--resume-path", training.out_dir).stdout.strip())
+    assert resumed["step_count"] == 4 and resumed["optimizer"].state_dict()["state"]
+
+
 def test_a_step_folder_killed_before_its_file_arrived_is_skipped_by_both(tmp_path, cli):
     training = LitGptTraining(tmp_path / "out").train(4)
     (training.out_dir / "step-000006").mkdir()  # mkdir(parents=True) ran, fabric.save did not finish

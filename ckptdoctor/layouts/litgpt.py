@@ -9,7 +9,11 @@ alone; ``finetune/lora.py``, ``adapter.py`` and ``adapter_v2.py`` save the train
 as ``lit_model.pth.lora``, ``.adapter`` and ``.adapter_v2``. Beside each go
 ``model_config.yaml`` (``save_config``), ``hyperparameters.yaml`` (``save_hyperparameters``),
 ``prompt_style.yaml`` (finetuning) and the tokenizer and config files copied from the base model.
-The number is optimizer steps (``step_count``; ``iter_num`` counts micro-batches).
+The number is optimizer steps (``step_count``; ``iter_num`` counts micro-batches). On more than
+one device every script builds ``FSDPStrategy(state_dict_type="full")``, so rank 0 writes the same
+one file (Fabric's ``FSDPStrategy.save_checkpoint``), its optimizer state keyed by parameter names
+(``FSDP.optim_state_dict``); no LitGPT script chooses Fabric's ``"sharded"``, which would make
+``lit_model.pth`` a folder of DCP files.
 
 Fabric's ``_atomic_save`` writes each file in an fsspec transaction: a temporary file in
 ``$TMPDIR``, moved into place when it is whole; a move across filesystems copies, so a kill then
