@@ -4,9 +4,9 @@ with its own ``find_resume_path`` and ``fabric.load``.
 ``frameworks.LitGptTraining`` saves with LitGPT's code (``pretrain.save_checkpoint``, the
 ``fabric.save`` of ``finetune/full.py``, ``finetune.lora.save_lora_checkpoint``, with
 ``save_config``, ``save_hyperparameters`` and ``save_prompt_style``), so the trees are LitGPT's to
-the byte. LitGPT is not in the ``test`` extra (it pins ``huggingface-hub<1.4``, which transformers 5
-refuses): these tests skip where it is missing; ``pip install torch==2.13.0 -e '.[litgpt]'``
-brings it. LitGPT writes no pointer file and no staging file in its folders, so those breaks have
+the byte. LitGPT is not in the ``test`` extra (it pins ``huggingface-hub<1.4``, which holds
+transformers back to 5.3.0): these tests skip where it is missing; in a venv of their own,
+``pip install torch==2.13.0 -e '.[test,litgpt]'`` brings it. LitGPT writes no pointer file and no staging file in its folders, so those breaks have
 no LitGPT form: its "latest" is ``find_resume_path``, which the tests hold to ckptdoctor's word.
 """
 
