@@ -95,11 +95,8 @@ class ComposerLayout(Layout):
     claimable = re.compile(r"^ep[0-9]+-ba[0-9]+-rank[0-9]+\.pt\Z")
 
     def claim(self, name: str) -> Claim | None:
-        """A monolithic save (one file per saving rank), or a sharded save's folder."""
-        if match := _SAVE.match(name):
-            return Claim(BUNDLED, int(match[2]), match[3], Unit.STEP)
-        match = _SHARDED.match(name)
-        return Claim((), int(match[2]), "ep-ba", Unit.STEP) if match else None
+        match = _SAVE.match(name)
+        return Claim(BUNDLED, int(match[2]), match[3], Unit.STEP) if match else None
 
     def pointer(self, name: str) -> Claim | None:
         match = _LATEST.match(name)
@@ -115,10 +112,10 @@ class ComposerLayout(Layout):
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each names."""
-        found = list(symlink_pointers(run, self.claim, "latest symlink"))
+        found = list(symlink_pointers(run, _saved, "latest symlink"))
         for file in run.loose_files:
             if file.entry.name.endswith(".symlink") and (text := file.report.fact(pointer.POINTS_TO)) is not None:
-                named = self.claim(text.rsplit("/", 1)[-1])
+                named = _saved(text.rsplit("/", 1)[-1])
                 found.append(Pointer(file, text, named.number if named else None, "remote latest (.symlink)"))
         return tuple(found)
 
@@ -204,4 +201,9 @@ class ShardedComposer(FolderLayout):
         return _DCP.measured(files)
 
 
-_COMPOSER, _DCP = ComposerLayout(), DcpLayout()
+_COMPOSER, _DCP, _SHARDED_SAVES = ComposerLayout(), DcpLayout(), ShardedComposer()
+
+
+def _saved(name: str) -> Claim | None:
+    """A save a latest link may name: a monolithic file, or a sharded save's folder."""
+    return _COMPOSER.claim(name) or _SHARDED_SAVES.claim(name)
