@@ -509,6 +509,50 @@ def composer_save(folder: Path, epoch: int, batch: int, ranks: int = 1, weights_
             link.symlink_to(name)
 
 
+def composer_sharded_save(folder: Path, epoch: int, batch: int) -> Path:
+    """One ``CheckpointSaver._save_checkpoint`` under FSDP's sharded state dict, on one rank:
+    ``get_save_filename`` puts it in ``fsdp_config.sharded_ckpt_prefix_dir`` (``ep{epoch}-ba{batch}``),
+    ``_save_checkpoint`` writes ``{'state': ..., 'rng': ...}`` with ``dist_cp.save`` (a
+    ``FileSystemWriter`` on the folder, ``DefaultSavePlanner(dedup_save_to_lowest_rank=True)``:
+    ``__0_0.distcp`` and ``.metadata``), then rank 0 makes ``latest-rank0.pt`` a relative symlink to
+    the folder ("sharded checkpoints use directories not files for load_paths")."""
+    import os
+    import warnings
+
+    import torch.distributed.checkpoint as dist_cp
+
+    save_dir = folder / f"ep{epoch}-ba{batch}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: no process group, so a single process saves
+        dist_cp.save(
+            composer_state(batch, epoch),
+            storage_writer=dist_cp.FileSystemWriter(str(save_dir)),
+            planner=dist_cp.DefaultSavePlanner(dedup_save_to_lowest_rank=True),
+        )
+    link = folder / "latest-rank0.pt"
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(save_dir, folder))
+    return save_dir
+
+
+def composer_load_sharded(path: str | Path) -> tuple[int, Any]:
+    """``load_sharded_checkpoint`` on one rank: ``dist_cp_load`` of ``{'state': State.state_dict()}``
+    from a ``FileSystemReader`` on the folder, then the model; the batch the timestamp resumes at,
+    and the model. Raises as ``dist_cp.load`` does on a folder it cannot read whole."""
+    import warnings
+
+    import torch.distributed.checkpoint as dist_cp
+
+    state = composer_state(0, 0)["state"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist_cp.load({"state": state}, storage_reader=dist_cp.FileSystemReader(str(path)))
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 2)
+    model.load_state_dict(state["model"])
+    return state["timestamp"]["batch"], model
+
+
 def composer_run(folder: Path, saves: Sequence[tuple[int, int]] = ((1, 4), (2, 8)), **saving: Any) -> Path:
     """A ``save_folder`` after saves at (epoch, batch) ``saves``, as the Trainer's default
     ``CheckpointSaver`` names them."""

@@ -114,7 +114,8 @@ REFUSED = [
     ("torch", "model.pt"),
     ("torch", "notes_3.txt"),
     ("torch", "model_3.pt.tmp"),
-    ("timm", "last.pth.tar"),
+    ("timm", "last.pth.tar"),  # its epoch is inside: indexed when the run is built, where it is the newest save
+    ("timm", "milestone-4.pth.tar"),  # 1.0.31: indexed by the epoch inside (3), its name counts completed epochs
     ("timm", "model_best.pth.tar"),
     ("timm", "tmp.pth.tar"),
     ("timm", "checkpoint-3.pth"),

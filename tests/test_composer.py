@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 
 import pytest
-from frameworks import composer_autoresume, composer_load, composer_run, composer_state
+from frameworks import composer_autoresume, composer_load, composer_load_sharded, composer_run, composer_sharded_save, composer_state
 from test_repair_frameworks import age
 
 from ckptdoctor.pipelines.scan import inspect
 
 torch = pytest.importorskip("torch")
+CheckpointException = pytest.importorskip("torch.distributed.checkpoint").CheckpointException
 
 
 def only(report: dict, code: str) -> dict:
@@ -152,6 +153,42 @@ def test_prune_keeps_what_latest_names(tmp_path, cli):
         "ep3-ba12-rank0.pt", "ep4-ba16-rank0.pt", "latest-rank0.pt",
     ]  # fmt: skip
     assert composer_load(composer_autoresume(folder))[0] == 16
+
+
+def test_fsdp_sharded_saves_are_composers_folders_and_resume_through_latest(tmp_path, cli):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for epoch, batch in ((1, 4), (2, 8)):
+        composer_sharded_save(folder, epoch, batch)
+    result = cli("verify", "--deep", "--json", folder)
+    assert result.exit_code == 0, result.json["findings"]
+    (run,) = result.json["runs"]
+    assert (run["layout"], run["unit"], [c["index"] for c in run["checkpoints"]]) == ("composer", "step", [4, 8])
+    _, found = inspect([str(folder)])
+    (scanned,) = found.runs
+    assert scanned.resume_path == str(folder / "ep2-ba8")
+    assert f'load_path="{folder / "ep2-ba8"}"' in scanned.resume_how and "autoresume=True" in scanned.resume_how
+    assert os.path.samefile(composer_autoresume(folder), scanned.resume_path)  # latest-rank0.pt -> the folder
+    assert composer_load_sharded(scanned.resume_path)[0] == 8
+
+
+def test_a_sharded_save_damaged_after_latest_named_it_is_stale_and_repair_points_latest_back(tmp_path, cli, inspect_json):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for epoch, batch in ((1, 4), (2, 8)):
+        composer_sharded_save(folder, epoch, batch)
+    shard = folder / "ep2-ba8" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:20000])  # a copy or sync of the run cut short
+    report = inspect_json(folder).json
+    assert only(report, "CKD113")["index"] == 8 and only(report, "CKD114")["index"] == 8
+    assert report["runs"][0]["resume"]["index"] == 4
+    with pytest.raises(CheckpointException):  # Composer's autoresume would load the cut folder, and fail
+        composer_load_sharded(composer_autoresume(folder))
+    age(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert os.readlink(folder / "latest-rank0.pt") == "ep1-ba4"  # relative, to the folder, as Composer makes it
+    assert composer_load_sharded(composer_autoresume(folder))[0] == 4
+    assert inspect_json(folder).json["findings"] == []
 
 
 def test_a_hand_made_loop_is_not_composer_and_composer_is_not_torch(tmp_path, inspect_json):

@@ -222,6 +222,25 @@ def test_a_cut_checkpoint_last_is_repaired_with_a_copy_of_the_resume_point(tmp_p
     assert undone.exit_code == 0, undone.stdout + undone.stderr
 
 
+def test_a_stale_but_whole_checkpoint_last_is_not_the_resume_point_and_the_hint_says_the_default_goes_back(tmp_path, cli):
+    trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
+    for _ in range(4):
+        trainer.update()
+    trainer.save(1.0, end_of_epoch=True, copies=False)  # checkpoint3.pt renamed into place, killed before its copies
+    last, newest = trainer.save_dir / "checkpoint_last.pt", trainer.save_dir / "checkpoint3.pt"
+    report = cli("inspect", "--json", trainer.save_dir).json
+    assert report["findings"] == [] and report["runs"][0]["resume"]["index"] == 3
+    assert resumed_from(cli, trainer.save_dir)["epoch"] == 4  # --restore-file checkpoint3.pt: epoch 3 is kept
+    assert fairseq_resume(last)["epoch"] == 3  # fairseq's default: back to epoch 2's end, epoch 3 trained again
+    (scanned,) = scan([str(trainer.save_dir)]).runs
+    assert "Without `--restore-file`, fairseq would load checkpoint_last.pt" in scanned.resume_how
+    assert f"`cp {newest} {last}`" in scanned.resume_how
+    shutil.copyfile(newest, last)  # what the hint says to do: the copy save_checkpoint did not make
+    assert fairseq_resume(last)["epoch"] == 4
+    (scanned,) = scan([str(trainer.save_dir)]).runs
+    assert "checkpoint_last.pt" not in scanned.resume_how
+
+
 def test_a_missing_checkpoint_last_is_ckd113_and_repair_writes_it(tmp_path, cli):
     trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
     (trainer.save_dir / "checkpoint_last.pt").unlink()

@@ -4,9 +4,9 @@ with its own ``find_resume_path`` and ``fabric.load``.
 ``frameworks.LitGptTraining`` saves with LitGPT's code (``pretrain.save_checkpoint``, the
 ``fabric.save`` of ``finetune/full.py``, ``finetune.lora.save_lora_checkpoint``, with
 ``save_config``, ``save_hyperparameters`` and ``save_prompt_style``), so the trees are LitGPT's to
-the byte. LitGPT is not in the ``test`` extra (it pins ``huggingface-hub<1.4``, which transformers 5
-refuses): these tests skip where it is missing; ``pip install torch==2.13.0 -e '.[litgpt]'``
-brings it. LitGPT writes no pointer file and no staging file in its folders, so those breaks have
+the byte. LitGPT is not in the ``test`` extra (it pins ``huggingface-hub<1.4``, which holds
+transformers back to 5.3.0): these tests skip where it is missing; in a venv of their own,
+``pip install torch==2.13.0 -e '.[test,litgpt]'`` brings it. LitGPT writes no pointer file and no staging file in its folders, so those breaks have
 no LitGPT form: its "latest" is ``find_resume_path``, which the tests hold to ckptdoctor's word.
 """
 
@@ -84,6 +84,42 @@ def test_a_cut_newest_save_is_what_resume_auto_would_pick_and_repair_moves_it(tm
     resumed = training.resume("auto")
     assert resumed["path"] == training.out_dir / "step-000004" / "lit_model.pth" and resumed["step_count"] == 4
     assert "CKD114" not in codes(cli("inspect", "--json", training.out_dir).json)
+
+
+def test_a_cut_newest_pretraining_save_leaves_the_older_steps_resumable(tmp_path, cli):
+    # pretrain.save_checkpoint saves no scheduler: the cut file's unread keys must not ask it of the others
+    training = LitGptTraining(tmp_path / "out", "pretrain").train(6)
+    newest = training.out_dir / "step-00000006" / "lit_model.pth"
+    newest.write_bytes(newest.read_bytes()[:5000])
+    report = cli("inspect", "--json", training.out_dir).json
+    run = run_of(report, training.out_dir)
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete", "partial"]
+    assert run["resume"]["index"] == 4
+    assert set(codes(report)) == {"CKD114", "CKD203"}
+    path = cli("inspect", "--resume-path", training.out_dir).stdout.strip()
+    assert path == str(training.out_dir / "step-00000004" / "lit_model.pth")
+    resumed = training.resume(path)  # `litgpt pretrain --resume PATH`: fabric.load, strict
+    assert resumed["step_count"] == 4 and resumed["iter_num"] == 4 and "scheduler" not in resumed
+
+
+def test_an_fsdp_pretraining_save_is_one_file_with_the_optimizer_keyed_by_parameter_names(tmp_path, cli):
+    # litgpt/pretrain.py (setup): FSDPStrategy(state_dict_type="full") on more than one device; Fabric's
+    # FSDPStrategy.save_checkpoint then has rank 0 torch.save one file: the full model state dict and
+    # FSDP.optim_state_dict, keyed by parameter names (FSDP needs a GPU: torch's own get_optimizer_state_dict
+    # makes that form here). LitGPT writes no DCP folder: every script of 0.5.13 passes "full".
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    training = LitGptTraining(tmp_path / "out", "pretrain").train(4)
+    model, optimizer = training.state["model"], training.state["optimizer"]
+    for path in training.out_dir.glob("step-*/lit_model.pth"):
+        state = torch.load(path)
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer)
+        assert all(isinstance(key, str) for key in state["optimizer"]["state"])
+        torch.save(state, path)
+    report = cli("verify", "--deep", "--json", training.out_dir).json
+    assert report["findings"] == [] and run_of(report, training.out_dir)["resume"]["index"] == 4
+    resumed = training.resume(cli("inspect", "--resume-path", training.out_dir).stdout.strip())
+    assert resumed["step_count"] == 4 and resumed["optimizer"].state_dict()["state"]
 
 
 def test_a_step_folder_killed_before_its_file_arrived_is_skipped_by_both(tmp_path, cli):

@@ -146,6 +146,12 @@ def test_one_epoch_folder_named_on_its_own_is_a_torchtune_save(tmp_path, inspect
     output, _ = torchtune_run(tmp_path, epochs=2, total=5)
     (run,) = inspect_json(output / "epoch_1").json["runs"]
     assert (run["layout"], run["resume"]["index"]) == ("torchtune", 1)
+    # the folder is the run: the fresh fine-tune the hint words starts from it, not from epoch_1/epoch_1
+    how = resume_of(output / "epoch_1").resume_how
+    assert f"`checkpointer.checkpoint_dir={output}/epoch_1` with `resume_from_checkpoint=False`" in how
+    training = pytest.importorskip("torchtune.training")
+    fresh = training.FullModelTorchTuneCheckpointer(str(output / "epoch_1"), ["model-00001-of-00001.bin"], "LLAMA3", str(tmp_path / "new"))
+    assert set(fresh.load_checkpoint()["model"]) == {"tok_embeddings.weight", "norm.scale", "output.weight"}
 
 
 def test_a_loops_epoch_folders_are_not_torchtune_and_torchtune_is_not_torch(tmp_path, inspect_json):
@@ -164,3 +170,74 @@ def test_prune_keeps_the_epoch_the_recipe_state_commits(tmp_path, cli):
     assert cli("prune", "--keep-last", "1", "--yes", output).exit_code == 0
     assert sorted(p.name for p in output.iterdir() if not p.name.startswith(".")) == ["epoch_3", "recipe_state"]
     assert torchtune_resume(output, base, ["epoch_3/model-00001-of-00001.bin"])["epochs_run"] == 4
+
+
+def main_step_run(output: Path, total_epochs: int, steps_per_epoch: int, every: int, steps: int | None = None) -> Path:
+    """Main's step saves (bd2a0fc7c; 0.6.1 has none), ``steps`` optimizer steps of them (all by
+    default): ``recipes/full_finetune_single_device.py`` (``train``) saves every
+    ``save_every_n_steps`` steps and once more when training ends; ``_checkpoint_client.save_checkpoint``
+    makes the recipe state (``TrainingProgress.state_dict``) and writes it only while
+    ``steps_run < total_training_steps``; ``FullModelHFCheckpointer.save_checkpoint`` (``dir_prefix="step"``)
+    writes ``step_{steps_run}/``: the base model's ``config.json`` (``copy_files``), the weights with
+    huggingface_hub's own ``save_torch_state_dict`` (``model.safetensors``), then ``recipe_state.pt``."""
+    from huggingface_hub import save_torch_state_dict
+
+    total = total_epochs * steps_per_epoch
+
+    def save(step: int, epoch: int) -> None:
+        folder = output / f"step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text('{"hidden_size": 4}')
+        save_torch_state_dict({"model.embed_tokens.weight": torch.full((8, 4), float(step))}, str(folder))
+        if step < total:
+            progress = {"seed": 0, "epochs_run": epoch + (step % steps_per_epoch == 0), "total_epochs": total_epochs}
+            progress |= {"max_steps_per_epoch": None, "steps_run": step, "total_training_steps": total}
+            progress |= {"dataloader": None, "val_dataloader": None}
+            torch.save({"optimizer": {"state": {}, "param_groups": []}, **progress}, folder / "recipe_state.pt")
+
+    for global_step in range(1, (steps or total) + 1):
+        if global_step % every == 0:
+            save(global_step, (global_step - 1) // steps_per_epoch)
+    if steps is None:
+        save(total, total_epochs - 1)
+    return output
+
+
+def main_hf_resume(output: Path, folder: str | None = None) -> dict:
+    """Main's ``FullModelHFCheckpointer(..., should_load_recipe_state=True)``: from ``folder`` where
+    ``checkpoint_dir`` names one, else from the newest non-empty ``step_N`` of ``output_dir``
+    (``get_most_recent_checkpoint``); it asserts the folder's ``recipe_state.pt`` and loads the
+    weights from the folder (``get_model_checkpoint_path``); the recipe then goes on at
+    ``global_step = steps_run`` (``_update_recipe_state``)."""
+    from safetensors.torch import load_file
+
+    if folder is None:
+        folder = max((p for p in output.glob("step_*") if any(p.iterdir())), key=lambda p: int(p.name.split("_")[-1])).name
+    state = output / folder / "recipe_state.pt"
+    assert state.exists(), f"recipe_state.pt not found in {output / folder}"
+    return {"model": load_file(output / folder / "model.safetensors"), **torch.load(state)}
+
+
+def test_main_step_saves_end_with_a_final_save_that_is_finished_not_unfinished(tmp_path, inspect_json):
+    output = main_step_run(tmp_path / "out", total_epochs=2, steps_per_epoch=3, every=2)
+    report = inspect_json(output).json
+    (run,) = report["runs"]
+    assert report["findings"] == [] and (run["layout"], run["unit"]) == ("torchtune", "step")
+    assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(2, "complete"), (4, "complete"), (6, "complete")]
+    scanned = resume_of(output)
+    assert scanned.resume.index == 6 and "training finished" in scanned.resume_how and "nothing to resume" in scanned.resume_how
+    with pytest.raises(AssertionError, match=r"recipe_state\.pt not found"):
+        main_hf_resume(output)  # torchtune's own resume: step_6 is the newest, and it has nothing to go on from
+    assert main_hf_resume(output, "step_4")["total_training_steps"] == 6  # the state before it names step 6 the last
+
+
+def test_main_step_saves_killed_before_their_recipe_state_resume_from_the_step_before(tmp_path, inspect_json):
+    output = main_step_run(tmp_path / "out", total_epochs=2, steps_per_epoch=3, every=2, steps=4)
+    (output / "step_4" / "recipe_state.pt").unlink()  # the weights were written, the recipe state never was
+    report = inspect_json(output).json
+    assert only(report, "CKD106")["index"] == 4 and report["runs"][0]["resume"]["index"] == 2
+    how = resume_of(output).resume_how
+    assert f"checkpointer.checkpoint_dir={output}/step_2" in how and "checkpoint_files=[model.safetensors]" in how
+    assert "after step 2" in how
+    resumed = main_hf_resume(output, "step_2")
+    assert resumed["steps_run"] == 2 and float(resumed["model"]["model.embed_tokens.weight"][0, 0]) == 2.0

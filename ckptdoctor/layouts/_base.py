@@ -441,7 +441,8 @@ class FolderLayout(Layout):
                                                                               hf-trainer (FSDP's DCP folders),
                                                                               lightning (DeepSpeed's ``checkpoint/``)
     ``claim_folder(entry, ls)``   ``claim(entry.name)``                       dcp, orbax, megatron (``release/``:
-                                                                              judged by contents)
+                                                                              judged by contents), composer
+                                                                              (sharded saves: DCP files inside)
     ``signature(names)``          False                                       hf-trainer, accelerate, torchtune,
                                                                               nanogpt, litgpt, deepspeed (a tag alone)
     ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature),

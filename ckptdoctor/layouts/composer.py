@@ -28,9 +28,15 @@ From mosaicml/composer at 6405188805a0054b4551ec49e4919c54c971d0e8 (0.33.0.dev0)
 - Loading (``_torch_load_with_validation``): ``torch.load(weights_only=True)`` with
   ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS`` allowed (``datetime.timedelta``, numpy arrays and dtypes,
   ``TorchVersion``): the timestamp's wall-clock times and the numpy RNG state need them.
+- FSDP's sharded saves (``get_save_filename``: ``fsdp_config.sharded_ckpt_prefix_dir``, by default
+  ``ep{epoch}-ba{batch}``): a folder of DCP files (``dist_cp.save`` with a ``FileSystemWriter``:
+  ``__{R}_0.distcp`` and ``.metadata``), and global rank 0 alone makes ``latest-rank0.pt`` a
+  symlink to the folder (``rank_saves_symlinks``: "sharded checkpoints use directories not files
+  for load_paths"); ``load_path`` and autoresume load the folder (``load_sharded_checkpoint``).
+  ``ShardedComposer`` claims them where Composer's latest pointer lies beside; without it they
+  are DCP folders, which the dcp layout reads.
 - Not claimed: tarballs (``.tar``, ``.tar.gz``: ``composer_states.pt`` inside) and compressed
-  ``.pt.*`` names, which no reader opens; FSDP's sharded saves (``ep{E}-ba{B}/__{R}_0.distcp`` with
-  ``.metadata``) are DCP folders, which the dcp layout reads.
+  ``.pt.*`` names, which no reader opens.
 """
 
 from __future__ import annotations
@@ -40,13 +46,17 @@ import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, Pointer, followed, missing_from_siblings, symlink_pointers
-from ckptdoctor.model import Checkpoint, CheckpointFile, PointerKind, PointerWrite, Role, Run, Unit
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, OwnObjects, Pointer, followed, missing_from_siblings, symlink_pointers
+from ckptdoctor.layouts.dcp import DcpLayout
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerKind, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
 _SAVE = re.compile(r"^ep([0-9]+)-ba([0-9]+)-(rank[0-9]+)\.pt\Z")
+_SHARDED = re.compile(r"^ep([0-9]+)-ba([0-9]+)\Z")
+"""FSDP's sharded save folder (``sharded_ckpt_prefix_dir``'s default)."""
 _LATEST = re.compile(r"^latest-(rank[0-9]+)\.pt(\.symlink)?\Z")
 REMOTE_LATEST = "latest-rank0.pt.symlink"
 """The remote pointer of the rank that writes it (rank 0: ``rank_saves_symlinks``)."""
@@ -65,7 +75,7 @@ class ComposerLayout(Layout):
     name = "composer"
     builds_on = ("torch",)
     default_unit = Unit.STEP
-    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
+    content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT, Format.DISTCP})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     named_files = MappingProxyType({REMOTE_LATEST: Named(pointer.read)})
     own_objects = OwnObjects(
@@ -105,10 +115,10 @@ class ComposerLayout(Layout):
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each names."""
-        found = list(symlink_pointers(run, self.claim, "latest symlink"))
+        found = list(symlink_pointers(run, _saved, "latest symlink"))
         for file in run.loose_files:
             if file.entry.name.endswith(".symlink") and (text := file.report.fact(pointer.POINTS_TO)) is not None:
-                named = self.claim(text.rsplit("/", 1)[-1])
+                named = _saved(text.rsplit("/", 1)[-1])
                 found.append(Pointer(file, text, named.number if named else None, "remote latest (.symlink)"))
         return tuple(found)
 
@@ -117,31 +127,37 @@ class ComposerLayout(Layout):
         return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == "latest-rank0.pt"])
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        """The link as Composer makes it (relative, to the same rank's file), or the ``.symlink``
-        object's text with its remote folder kept. Never a link where a copy stands."""
+        """The link as Composer makes it (relative, to the same rank's file, or to a sharded
+        save's folder), or the ``.symlink`` object's text with its remote folder kept. Never a
+        link where a copy stands."""
         if source is None:
             return None
         match = _LATEST.match(source.entry.name)
-        target = next((f for f in checkpoint.files if match and f.prefix == match[1] and Role.TEMP not in f.roles), None)
-        if match is None or target is None:
+        if match is None:
+            return None
+        target = checkpoint.folder or next((f.entry for f in checkpoint.files if f.prefix == match[1] and Role.TEMP not in f.roles), None)
+        if target is None:
             return None
         if match[2]:
             said = source.report.fact(pointer.POINTS_TO)
             if said is None:
                 return None  # its remote folder is unknown: a bare name would not be followed
             folder = said.rpartition("/")[0]
-            return PointerWrite(source.entry.name, f"{folder}/{target.entry.name}" if folder else target.entry.name)
+            return PointerWrite(source.entry.name, f"{folder}/{target.name}" if folder else target.name)
         if not source.entry.is_symlink:
             return None
-        return PointerWrite(source.entry.name, os.path.basename(target.entry.os_path), PointerKind.SYMLINK)
+        return PointerWrite(source.entry.name, os.path.basename(target.os_path), PointerKind.SYMLINK)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         files = [f for f in checkpoint.files if Role.TEMP not in f.roles]
-        match = _SAVE.match(files[0].entry.name) if files else None
+        if checkpoint.folder is not None and checkpoint.path is not None:
+            match, path = _SHARDED.match(checkpoint.folder.name), checkpoint.path  # load_path is the folder
+        else:
+            match = _SAVE.match(files[0].entry.name) if files else None
+            path = files[0].path if files else ""
         if match is None:
             return ""
-        path = files[0].path
-        if len(files) > 1:
+        if len(files) > 1 and checkpoint.folder is None:
             path = path[: len(path) - len(files[0].entry.name)] + f"ep{match[1]}-ba{match[2]}-rank{{rank}}.pt"
         said = f'pass `load_path="{path}"` to `Trainer` (epoch {match[1]}, batch {match[2]})'
         if run.weights_only:
@@ -149,3 +165,48 @@ class ComposerLayout(Layout):
         if self.auto_resume_pick(run) is checkpoint:
             said += "; `autoresume=True` with the same `save_folder` and `run_name` loads it too, through latest-rank0.pt"
         return said
+
+
+class ShardedComposer(FolderLayout):
+    """FSDP's sharded saves, ``ep{E}-ba{B}/`` DCP folders beside Composer's latest pointer: built
+    into the composer run here, judged as DCP folders are; every other hook is ``ComposerLayout``'s
+    (``layout_named`` finds it first)."""
+
+    name = ComposerLayout.name
+    builds_on = ComposerLayout.builds_on
+    default_unit = Unit.STEP
+    content = ComposerLayout.content
+    named_files = ComposerLayout.named_files
+
+    def recognises(self, entries: tuple[Entry, ...]) -> bool:
+        return any(_LATEST.match(entry.name) for entry in entries)
+
+    def claim(self, name: str) -> Claim | None:
+        match = _SHARDED.match(name)
+        return Claim((), int(match[2]), "ep-ba", Unit.STEP) if match else None
+
+    def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
+        return self.claim(entry.name) if _DCP.claim_folder(entry, inside) is not None else None
+
+    def pointer(self, name: str) -> Claim | None:
+        return _COMPOSER.pointer(name)
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        return _DCP.role_of(name)
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        return _DCP.required([])
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        return _DCP.absent(files, siblings)
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        return _DCP.measured(files)
+
+
+_COMPOSER, _DCP, _SHARDED_SAVES = ComposerLayout(), DcpLayout(), ShardedComposer()
+
+
+def _saved(name: str) -> Claim | None:
+    """A save a latest link may name: a monolithic file, or a sharded save's folder."""
+    return _COMPOSER.claim(name) or _SHARDED_SAVES.claim(name)

@@ -37,7 +37,11 @@ name. So:
 
 Resume: ``--restore-file`` defaults to ``checkpoint_last.pt`` in ``--save-dir``; without that file
 fairseq starts training afresh (``Trainer.load_checkpoint``: "No existing checkpoint found") and
-saves over the numbered checkpoints. Any other file is named with ``--restore-file PATH``, given
+saves over the numbered checkpoints. A job killed after a save's first file and before its copies
+leaves a whole ``checkpoint_last.pt`` that still holds the save before: the default then goes back
+to it and trains the newer save's epoch (or updates) again, writing over it; the newer save resumes
+with ``--restore-file``, and is the resume point. Which save ``checkpoint_last.pt`` copies is told
+by times and size (``_copy_of``), as for the ``--keep-best-checkpoints`` copies. Any other file is named with ``--restore-file PATH``, given
 without the rank suffix: fairseq appends it (``load_checkpoint``:
 ``restore_file.replace(".pt", suffix + ".pt")``).
 """
@@ -63,6 +67,7 @@ from ckptdoctor.model import (
     Run,
     Unit,
 )
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.sniff import Format
 
 _RANKS = r"(?:-model_part-[0-9]+|-rank-[0-9]+|-shard[0-9]+|_part[0-9]+)*"
@@ -197,6 +202,12 @@ class FairseqLayout(Layout):
                 "; it holds no optimizer state, so fairseq starts a new optimizer and learning-rate schedule and counts "
                 "updates from 0 (as `--reset-optimizer --reset-lr-scheduler` would)"
             )
+        if (last := _behind(run, checkpoint)) is not None:
+            hint += (
+                f". Without `--restore-file`, fairseq would load {last.name}, which still holds an older save (the job "
+                f"stopped before copying {files[0].name} over it), and train again from there; "
+                f"`cp {shell_word(files[0].path)} {shell_word(last.path)}` makes the default go on from here"
+            )
         return hint
 
     def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
@@ -207,27 +218,13 @@ class FairseqLayout(Layout):
 
     def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
         """``checkpoint.best_{metric}_{value}.pt`` (``--keep-best-checkpoints``): each is a byte
-        copy of the numbered save of the same call, written right after it. A copy gives its value
-        to a checkpoint only where, by their times, the numbered save just before it is that
-        checkpoint's file and has its size; a copy of a save that is no checkpoint of the run (a
-        superseded interval save) gives none, and neither does one whose times are out of the
-        order fairseq writes (a folder copied without its times)."""
-        numbered: list[tuple[Entry, int | None]] = [
-            (f.entry, c.index) for c in run.checkpoints for f in c.files if Role.TEMP not in f.roles
-        ]
-        numbered += [(f.entry, None) for f in run.loose_files if _parsed(f.name)]
-        numbered.sort(key=lambda item: item[0].mtime)
+        copy of the numbered save of the same call, written right after it, and gives its value
+        to the checkpoint it copies (``_copy_of``)."""
+        saves = _numbered_saves(run)
         values: dict[int, float] = {}
         for file in run.loose_files:
             match = _BEST_KEPT.match(file.name)
-            if match is None or match[1] != metric:
-                continue
-            before = [(entry, index) for entry, index in numbered if entry.mtime <= file.entry.mtime]
-            if not before:
-                continue
-            entry, index = before[-1]
-            in_order = all(earlier is None or index is None or earlier <= index for _, earlier in before)
-            if index is not None and in_order and entry.size == file.entry.size:
+            if match is not None and match[1] == metric and (index := _copy_of(saves, file.entry)) is not None:
                 values[index] = float(match[2])
         return values
 
@@ -284,6 +281,37 @@ def _newest_whole_saves(listing: Listing, probe: Callable[[Entry], FileReport], 
 def _whole(entry: Entry, probe: Callable[[Entry], FileReport]) -> bool:
     """Whether a file reads as a place to resume from (a problem that gives no status aside)."""
     return not entry.is_dir and not entry.dangling and all(problem.status is None for problem in probe(entry).problems)
+
+
+def _numbered_saves(run: Run) -> list[tuple[Entry, int | None]]:
+    """The run's numbered files by time, each with its checkpoint's index (None: a superseded
+    interval save, a loose copy)."""
+    numbered: list[tuple[Entry, int | None]] = [(f.entry, c.index) for c in run.checkpoints for f in c.files if Role.TEMP not in f.roles]
+    numbered += [(f.entry, None) for f in run.loose_files if _parsed(f.name)]
+    return sorted(numbered, key=lambda item: item[0].mtime)
+
+
+def _copy_of(saves: Sequence[tuple[Entry, int | None]], copy: Entry) -> int | None:
+    """The checkpoint a copy fairseq made (``PathManager.copy`` of a save's first file, right
+    after writing it) copies: where, by their times, the numbered save just before it is that
+    checkpoint's file and has its size. None for a copy of a save that is no checkpoint of the
+    run (a superseded interval save), and where the times are out of the order fairseq writes
+    (a folder copied without its times)."""
+    before = [(entry, index) for entry, index in saves if entry.mtime <= copy.mtime]
+    if not before:
+        return None
+    entry, index = before[-1]
+    in_order = all(earlier is None or index is None or earlier <= index for _, earlier in before)
+    return index if index is not None and in_order and entry.size == copy.size else None
+
+
+def _behind(run: Run, checkpoint: Checkpoint) -> CheckpointFile | None:
+    """The run's ``checkpoint_last.pt`` where it copies a save older than ``checkpoint``: the
+    save was killed after its first file and before the copy (``save_checkpoint`` writes
+    ``checkpoint_last.pt`` last), and fairseq's default ``--restore-file`` would go back to it."""
+    last = next((f for f in run.loose_files if f.name == LAST and not f.report.issues), None)
+    copied = _copy_of(_numbered_saves(run), last.entry) if last is not None else None
+    return last if copied is not None and copied < checkpoint.index else None
 
 
 def _restore_file(file: CheckpointFile, save: _Save) -> str:

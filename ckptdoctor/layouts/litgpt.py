@@ -9,7 +9,11 @@ alone; ``finetune/lora.py``, ``adapter.py`` and ``adapter_v2.py`` save the train
 as ``lit_model.pth.lora``, ``.adapter`` and ``.adapter_v2``. Beside each go
 ``model_config.yaml`` (``save_config``), ``hyperparameters.yaml`` (``save_hyperparameters``),
 ``prompt_style.yaml`` (finetuning) and the tokenizer and config files copied from the base model.
-The number is optimizer steps (``step_count``; ``iter_num`` counts micro-batches).
+The number is optimizer steps (``step_count``; ``iter_num`` counts micro-batches). On more than
+one device every script builds ``FSDPStrategy(state_dict_type="full")``, so rank 0 writes the same
+one file (Fabric's ``FSDPStrategy.save_checkpoint``), its optimizer state keyed by parameter names
+(``FSDP.optim_state_dict``); no LitGPT script chooses Fabric's ``"sharded"``, which would make
+``lit_model.pth`` a folder of DCP files.
 
 Fabric's ``_atomic_save`` writes each file in an fsspec transaction: a temporary file in
 ``$TMPDIR``, moved into place when it is whole; a move across filesystems copies, so a kill then
@@ -84,8 +88,13 @@ class LitGptLayout(FolderLayout):
         return measured
 
     def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
-        """The roles the run's saves hold: pretraining saves no scheduler, adapters nothing but weights."""
-        seen = {role for files in saved for file in files for role in file.roles}
+        """The roles the run's saves hold, as the keys of those that could be read show them:
+        pretraining saves no scheduler (its learning rate follows ``iter_num``), adapters nothing
+        but weights. A cut ``lit_model.pth`` keeps every role its name allows, which must not make
+        its whole siblings incomplete for a scheduler LitGPT never saved."""
+        files = [file for files in saved for file in files]
+        read = [file for file in files if file.report.keys_read] or files
+        seen = {role for file in read for role in file.roles}
         return tuple(role for role in BUNDLED if role in seen) or (Role.MODEL,)
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:

@@ -23,7 +23,7 @@ from ckptdoctor.layouts._base import (
 )
 from ckptdoctor.layouts.accelerate import AccelerateLayout
 from ckptdoctor.layouts.burn import BurnLayout
-from ckptdoctor.layouts.composer import ComposerLayout
+from ckptdoctor.layouts.composer import ComposerLayout, ShardedComposer
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.detectron2 import Detectron2Layout
@@ -55,11 +55,12 @@ LAYOUTS: tuple[Layout, ...] = (
     AccelerateLayout(),
     DeepSpeedLayout(),
     MegatronLayout(),
+    ComposerLayout(),  # before its sharded saves' builder: `layout_named` gives the one that answers for both
+    ShardedComposer(),  # before dcp: Composer's `ep{E}-ba{B}/` DCP folders beside its latest pointer
     DcpLayout(),
     OrbaxLayout(),
     TensorFlowLayout(),
     TorchtuneLayout(),
-    ComposerLayout(),
     LightningLayout(),
     TimmLayout(),
     MmengineLayout(),

@@ -7,15 +7,19 @@ and ``_utils.py``:
 
 - Each save writes ``epoch_{epoch}/`` (main also ``step_{step}/``, ``dir_prefix="step"``), 0-based:
   the recipes call ``save_checkpoint(epoch=curr_epoch)`` after ``epochs_run += 1``
-  (``recipes/full_finetune_single_device.py``). Inside: ``model-{i:05d}-of-{n:05d}.bin`` or
+  (``recipes/full_finetune_single_device.py``). On main, ``save_every_n_steps`` saves
+  ``step_{global_step}/`` every N optimizer steps, then once more when training ends
+  (``save_checkpoint(epoch=total_epochs - 1, step=global_step)``). Inside: ``model-{i:05d}-of-{n:05d}.bin`` or
   ``.safetensors`` (``SHARD_FNAME``; one shard is still ``model-00001-of-00001``), the HF index
   (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``), ``adapter_model.pt`` /
   ``.safetensors`` and ``adapter_config.json`` for LoRA, and the non-weight files of the base
   model copied (``copy_files``: ``config.json``, tokenizer files). Nothing is written atomically.
 - The recipe state (``optimizer``, ``seed``, ``epochs_run``, ``total_epochs``,
   ``max_steps_per_epoch``, ...: ``OPT_KEY``, ``EPOCHS_KEY``, ``TOTAL_EPOCHS_KEY``) is written last,
-  and only for an intermediate save (``intermediate_checkpoint=(epoch + 1 < total_epochs)``): the
-  final epoch is saved as weights alone, training finished. In 0.6.1 it is ONE file, overwritten
+  and only for an intermediate save (``intermediate_checkpoint=(epoch + 1 < total_epochs)``; on main
+  ``_checkpoint_client.save_checkpoint``: ``steps_run < total_training_steps``): the final save is
+  weights alone, training finished, and the recipe state before it names it (``total_epochs``,
+  ``total_training_steps``). In 0.6.1 it is ONE file, overwritten
   at each save: ``output_dir/recipe_state/recipe_state.pt`` (``RECIPE_STATE_DIRNAME``); on main
   each intermediate folder holds its own ``recipe_state.pt``.
 - Resume (``get_recipe_checkpoint_path``, ``get_model_checkpoint_path``): with
@@ -30,6 +34,7 @@ and ``_utils.py``:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 
@@ -43,6 +48,10 @@ _FOLDER = re.compile(r"^(epoch|step)_([0-9]+)\Z")
 _SHARD = re.compile(r"^model-[0-9]{5}-of-[0-9]{5}\.(?:bin|safetensors|pth)\Z")
 _ONE_SHARD = re.compile(r"^model-00001-of-00001\.(?:bin|safetensors|pth)\Z")
 """One shard named as shards: only torchtune does that (``save_pretrained`` writes ``model.safetensors``)."""
+_HUB_NAMED = re.compile(r"^(?:model(?:-[0-9]{5}-of-[0-9]{5})?\.safetensors|pytorch_model(?:-[0-9]{5}-of-[0-9]{5})?\.bin)\Z")
+"""Main's ``FullModelHFCheckpointer`` saves with huggingface_hub's ``save_torch_state_dict``
+(``model{suffix}.safetensors``, ``pytorch_model{suffix}.bin``: one file has no suffix) and, with its
+own ``recipe_state.pt`` beside them, resumes from the folder (``checkpoint_files`` relative to it)."""
 STATE_FOLDER = "recipe_state"
 RECIPE_STATE = "recipe_state.pt"
 _ADAPTER = "adapter_model.pt"
@@ -83,7 +92,7 @@ class TorchtuneLayout(FolderLayout):
         return RECIPE_STATE in names or _ADAPTER in names or any(_ONE_SHARD.match(name) for name in names)
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
-        return (Role.MODEL,) if _SHARD.match(name) else _FILES.get(name)
+        return (Role.MODEL,) if _weights(name) else _FILES.get(name)
 
     def beside(self, entry: Entry, subfolder: Callable[[Entry], Listing | None]) -> Sequence[Entry]:
         """0.6.1's ``recipe_state/recipe_state.pt``: the run's one recipe state, read as its commit."""
@@ -100,14 +109,15 @@ class TorchtuneLayout(FolderLayout):
 
     def committed(self, pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]) -> int | None:
         """The newest save the recipe state commits: ``epochs_run - 1`` (0.6.1's one file) or the
-        newest folder holding a readable one (main); the final epoch where the recipe state says
-        it is next (torchtune writes none for it)."""
+        newest folder holding a readable one (main); the final save too where that recipe state
+        foretells it and it is the next save there is (torchtune writes no recipe state for it)."""
         found = _newest_state(pointers, saved)
         if found is None:
             return None
-        index, epochs, total = found
-        # by epoch (not step_N folders), the state that says the last epoch is next commits it too
-        return total - 1 if total is not None and epochs == total - 1 and index == epochs - 1 else index
+        index, state = found
+        final = _final_save(state, index)
+        following = [number for number, _ in saved if number > index]
+        return final if final is not None and following and min(following) == final else index
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """0.6.1's recipe state names the epoch whose weights it resumes with; a run of several
@@ -133,28 +143,42 @@ class TorchtuneLayout(FolderLayout):
         return RECIPE_STATE if role is Role.POINTER else None
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        folder = checkpoint.folder.name if checkpoint.folder else f"epoch_{checkpoint.index}"
-        shards = [f"{folder}/{f.entry.name}" for f in checkpoint.files if _SHARD.match(f.entry.name)]
-        files = f"checkpointer.checkpoint_files=[{','.join(shards)}]"
+        # a save folder named on its own is the run's path; its output_dir is the folder above
+        folder = checkpoint.folder.name if checkpoint.folder else os.path.basename(run.path)
+        output = run.path if checkpoint.folder else os.path.dirname(run.path)
         own = next((f for f in checkpoint.files if f.entry.name == RECIPE_STATE), None)
+        weights = [f.entry.name for f in checkpoint.files if _weights(f.entry.name)]
+        from_folder = own is not None and any(_HUB_NAMED.match(name) for name in weights)
+        shards = weights if from_folder else [f"{folder}/{name}" for name in weights]
+        files = f"checkpointer.checkpoint_files=[{','.join(shards)}]"
         shared = next((f for f in run.loose_files if f.entry.name == RECIPE_STATE), None)
         newest = [f for c in reversed(run.checkpoints) for f in c.files if f.entry.name == RECIPE_STATE]
         state = own or shared or (newest[0] if newest else None)
         epochs = _number(state, "epochs_run") if state is not None else None
-        total = _number(state, "total_epochs") if state is not None else None
         if own is not None or (epochs is not None and epochs - 1 == checkpoint.index and not _damaged(shared)):
-            where = f"checkpointer.checkpoint_dir={run.path}/{folder}" if own is not None else f"output_dir={run.path}"
+            where = f"checkpointer.checkpoint_dir={output}/{folder}" if own is not None else f"output_dir={output}"
             return (
-                f"`tune run <recipe> --config <config> resume_from_checkpoint=True {files}` (relative to `output_dir`, "
-                f"{where}): torchtune loads {folder}'s weights with {STATE_FOLDER if own is None else folder}/{RECIPE_STATE} "
-                f"and goes on at epoch {epochs if epochs is not None else checkpoint.index + 1}"
+                f"`tune run <recipe> --config <config> resume_from_checkpoint=True {files}` (relative to "
+                f"{'the folder' if from_folder else '`output_dir`'}, {where}): torchtune loads {folder}'s weights with {STATE_FOLDER if own is None else folder}/{RECIPE_STATE} "
+                f"and goes on at epoch {epochs if epochs is not None else checkpoint.index + 1}{_after_step(own)}"
             )
         fresh = (
-            f"start a new fine-tune from its weights: `checkpointer.checkpoint_dir={run.path}/{folder}` with `resume_from_checkpoint=False`"
+            f"start a new fine-tune from its weights: `checkpointer.checkpoint_dir={output}/{folder}` with `resume_from_checkpoint=False`"
         )
-        if total is not None and epochs == total - 1 and checkpoint.index == total - 1:
-            return f"training finished: {folder} holds the final weights (torchtune saves no recipe state for the last epoch), nothing to resume; to train on, {fresh}"
+        found = _newest_state([f for f in run.loose_files if f.entry.name == RECIPE_STATE], [(c.index, c.files) for c in run.checkpoints])
+        if found is not None and checkpoint.index == _final_save(found[1], found[0]):
+            return f"training finished: {folder} holds the final weights (torchtune saves no recipe state for the final save), nothing to resume; to train on, {fresh}"
         return f"weights only: torchtune's recipe state is not {folder}'s, so its resume would not continue from here; {fresh}"
+
+
+def _weights(name: str) -> bool:
+    return bool(_SHARD.match(name) or _HUB_NAMED.match(name))
+
+
+def _after_step(state: CheckpointFile | None) -> str:
+    """Where main's step saves go on inside their epoch (the recipe sets ``global_step = steps_run``)."""
+    steps = _number(state, "steps_run") if state is not None else None
+    return f", after step {steps}" if steps is not None else ""
 
 
 def _damaged(state: CheckpointFile | None) -> bool:
@@ -171,13 +195,25 @@ def _number(file: CheckpointFile, key: str) -> int | None:
 
 def _newest_state(
     pointers: Sequence[CheckpointFile], saved: Sequence[tuple[int, Sequence[CheckpointFile]]]
-) -> tuple[int, int, int | None] | None:
-    """(the save it commits, ``epochs_run``, ``total_epochs``) of the newest readable recipe state."""
+) -> tuple[int, CheckpointFile] | None:
+    """The newest readable recipe state, with the save it commits (0.6.1's one file: ``epochs_run - 1``)."""
     for state in pointers:
         if state.entry.name == RECIPE_STATE and (epochs := _number(state, "epochs_run")) is not None:
-            return epochs - 1, epochs, _number(state, "total_epochs")
+            return epochs - 1, state
     for index, files in sorted(saved, key=lambda pair: -pair[0]):
         for file in files:
-            if file.entry.name == RECIPE_STATE and (epochs := _number(file, "epochs_run")) is not None:
-                return index, epochs, _number(file, "total_epochs")
+            if file.entry.name == RECIPE_STATE and _number(file, "epochs_run") is not None:
+                return index, file
     return None
+
+
+def _final_save(state: CheckpointFile, index: int) -> int | None:
+    """The final save that the recipe state of save ``index`` foretells, the one torchtune writes
+    no recipe state for: main's ``step_{total_training_steps}`` (``_checkpoint_client.save_checkpoint``
+    saves one while ``steps_run < total_training_steps``, into ``step_{steps_run}``), or
+    ``epoch_{total_epochs - 1}`` where the state says that epoch is next."""
+    steps, total_steps = _number(state, "steps_run"), _number(state, "total_training_steps")
+    if steps == index and total_steps is not None:
+        return total_steps
+    epochs, total = _number(state, "epochs_run"), _number(state, "total_epochs")
+    return total - 1 if total is not None and epochs == total - 1 and index == epochs - 1 else None
