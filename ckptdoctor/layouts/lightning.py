@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, group, symlink_pointers
+from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, followed, group, symlink_pointers
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.model import (
@@ -47,15 +47,24 @@ from ckptdoctor.model import (
     PointerWrite,
     Role,
     Run,
+    Status,
     Unit,
 )
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.stores.urls import scheme
 
-_TOKEN = re.compile(r"(?:^|-)(epoch|step)=([0-9]+)")
-_TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v[0-9]+)?\.ckpt\Z")
+_TOKEN = re.compile(r"(?<![A-Za-z0-9])(epoch|step)=([0-9]+)(?![0-9])")
+"""``{epoch}`` and ``{step}`` as ``ModelCheckpoint._format_checkpoint_name`` writes them
+(``auto_insert_metric_name``: ``epoch=3``), anywhere in the template: text may stand before and
+between them (``model-{epoch:02d}-{val_loss:.2f}`` -> ``model-epoch=03-val_loss=0.12.ckpt``,
+NeMo's ``megatron_gpt--val_loss=0.1234-epoch=3.ckpt``)."""
 _LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
+_VERSIONED = re.compile(r"^(.+)-v([0-9]+)(\.ckpt)\Z")
+"""``ModelCheckpoint`` saves under ``<name>-v<N>.ckpt`` (N from ``STARTING_VERSION``, 1, up) where
+``<name>.ckpt`` is there already (``_get_metric_interpolated_filepath_name``, ``_save_last_checkpoint``:
+``enable_version_counter``): a fit started again from scratch into the same folder, or two
+callbacks with one ``filename`` there."""
 _BARE = re.compile(r"^([0-9]+)(?:-([0-9]+))?(?:-v[0-9]+)?\.ckpt\Z")
 """The default template without metric names (``auto_insert_metric_name=False``): ``{epoch}-{step}``
 gives ``3-1200.ckpt``, ``{epoch}`` gives ``3.ckpt``."""
@@ -63,8 +72,6 @@ _HPC = re.compile(r"^hpc_ckpt_([0-9]+)\.ckpt\Z")
 """SLURM auto-requeue saves in ``default_root_dir``; ``ckpt_path="hpc"`` (and a requeued job on
 SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, ``_hpc_resume_path``)."""
 _HPC_PREFIX = "hpc_ckpt"
-_NEMO_NAME = re.compile(r"^[^/]+?--(?=[\w.]+=)")
-"""NeMo's ``<name>--`` before the metric and epoch tokens (``exp_manager``'s ``filename``)."""
 _NEMO_LAST = re.compile(r"-last(?:-v[0-9]+)?\.ckpt\Z")
 _UNFINISHED = "-unfinished"
 _ENGINE = "checkpoint"
@@ -93,15 +100,12 @@ class LightningLayout(Layout):
     def claim(self, name: str) -> Claim | None:
         if _NEMO_LAST.search(name):
             return None  # NeMo's copy of the newest save: a pointer
-        name = _NEMO_NAME.sub("", name, count=1)
         if (hpc := _HPC.match(name)) is not None:
             return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)
         if (bare := _BARE.match(name)) is not None:
             if bare[2] is not None:
                 return Claim(BUNDLED, int(bare[2]), "step", Unit.STEP)
             return Claim(BUNDLED, int(bare[1]), "epoch", Unit.EPOCH)
-        if not _TEMPLATED.match(name):
-            return None
         tokens = dict(_TOKEN.findall(name[: -len(".ckpt")]))
         if "step" in tokens and (self.by_step or "epoch" not in tokens):
             return Claim(BUNDLED, int(tokens["step"]), "step", Unit.STEP)
@@ -138,6 +142,10 @@ class LightningLayout(Layout):
         # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`
         return name[: -len(_UNFINISHED)] + ".ckpt" if name.endswith(_UNFINISHED) and len(name) > len(_UNFINISHED) else None
 
+    def resaved(self, name: str) -> tuple[str, int] | None:
+        versioned = _VERSIONED.match(name)
+        return (versioned[1] + versioned[3], int(versioned[2])) if versioned else None
+
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
         named = _STEPPED if run.unit is Unit.STEP else self
@@ -157,9 +165,26 @@ class LightningLayout(Layout):
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        # a requeued SLURM job loads the highest hpc_ckpt_N.ckpt, whatever is in it
+        """What Lightning's own resume loads (``_CheckpointConnector._parse_ckpt_path``): with
+        ``ckpt_path="hpc"`` (a requeued SLURM job by itself) the highest ``hpc_ckpt_N.ckpt``,
+        whatever is in it; with ``ckpt_path="last"`` the newest by modification time of the
+        ``last*.ckpt`` there (``ModelCheckpoint._find_last_checkpoints``; a dangling link is not
+        there, and where none is, Lightning warns and trains from the start): the checkpoint a
+        link names, or a copied file as it is (a checkpoint of its own, outside the run's)."""
         hpc = all(f.prefix == _HPC_PREFIX for c in run.checkpoints for f in c.files)
-        return run.checkpoints[-1] if run.checkpoints and hpc else None
+        if run.checkpoints and hpc:
+            return run.checkpoints[-1]
+        lasts = [f for f in run.loose_files if _LAST.match(f.entry.name) and not f.entry.dangling]
+        last = max(lasts, key=lambda f: f.entry.mtime, default=None)
+        if last is None or (last.entry.is_dir and len(lasts) > 1):
+            return None  # a folder's time is not listed: which Lightning takes is not known
+        if last.entry.is_symlink:
+            return followed(run, [p for p in self.pointers(run) if p.source is last])
+        broken = {problem.status for problem in last.report.problems if problem.status is not None}
+        if not broken:
+            return None  # a whole copy of a save: it resumes
+        status = Status.PARTIAL if Status.PARTIAL in broken else Status.CORRUPT
+        return Checkpoint(run.checkpoints[-1].index if run.checkpoints else 0, (last,), status)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
@@ -235,6 +260,9 @@ class _ShardedLightning(FolderLayout):
 
     def unfinished(self, name: str) -> str | None:
         return self.naming.unfinished(name)
+
+    def resaved(self, name: str) -> tuple[str, int] | None:
+        return self.naming.resaved(name)
 
     def nested(self, name: str) -> bool:
         return name == _ENGINE
