@@ -1136,7 +1136,8 @@ def _judged(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in files if _roles_unread(f)), zeroed)
+    # only the saves that count tell the roles: a cut copy of another whole save tells nothing
+    return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in counted if _roles_unread(f)), zeroed)
 
 
 def _version(resaved: Callable[[str], tuple[str, int] | None], name: str) -> int:

@@ -24,7 +24,12 @@ NeMo's ``exp_manager`` saves through a ``ModelCheckpoint`` of its own
 (``CHECKPOINT_NAME_LAST = filename + "-last"``), and marks a save in progress with
 ``<checkpoint without .ckpt>-unfinished`` (``format_checkpoint_unfinished_marker_path``), removed
 once the save finished: a checkpoint beside its marker is unfinished, and NeMo's resume skips and
-deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpoints``).
+deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpoints``). NeMo
+before 1.0 also saved ``<name>--end.ckpt`` at the end of training. ``exp_manager``'s
+``resume_if_exists`` (``check_resume``) looks for finished ``*end.ckpt`` first: where there is
+one it raises ("training has already completed"), or with ``resume_past_end`` loads nothing and
+trains from the start; else it takes the one finished ``*last.ckpt`` (several: it raises), over
+any ``resume_from_checkpoint``, which it follows only with ``resume_if_exists=False``.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, `
 _HPC_PREFIX = "hpc_ckpt"
 _NEMO_LAST = re.compile(r"-last(?:-v[0-9]+)?\.ckpt\Z")
 _UNFINISHED = "-unfinished"
+_NEMO_END = re.compile(r"--end\.ckpt\Z")
+"""NeMo before 1.0: ``NeMoModelCheckpoint.on_train_end`` saved ``prefix + "end.ckpt"`` (the prefix ``<name>--``)."""
 _ENGINE = "checkpoint"
 """The tag DeepSpeedStrategy saves under inside each ``.ckpt`` folder (``latest`` names it)."""
 _META = "meta.pt"
@@ -136,6 +143,8 @@ class LightningLayout(Layout):
     def pointer(self, name: str) -> Claim | None:
         if _LAST.match(name) or (_NEMO_LAST.search(name) and self.claim(_NEMO_LAST.sub(".ckpt", name)) is not None):
             return Claim((Role.POINTER,), 0, "last")
+        if _NEMO_END.search(name):
+            return Claim((Role.POINTER,), 0, "end")  # what stops NeMo's resume, not a save to resume from
         return None
 
     def unfinished(self, name: str) -> str | None:
@@ -156,7 +165,7 @@ class LightningLayout(Layout):
         symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
         its bytes onto the path (a move across filesystems), through the link, over the
         checkpoint it names."""
-        if source is None or not checkpoint.files:
+        if source is None or not checkpoint.files or _NEMO_END.search(source.entry.name):
             return None
         if checkpoint.folder is not None:
             # a `.ckpt` folder: re-pointed only where `last.ckpt` is a symlink (a folder is no file to copy)
@@ -170,14 +179,27 @@ class LightningLayout(Layout):
         whatever is in it; with ``ckpt_path="last"`` the newest by modification time of the
         ``last*.ckpt`` there (``ModelCheckpoint._find_last_checkpoints``; a dangling link is not
         there, and where none is, Lightning warns and trains from the start): the checkpoint a
-        link names, or a copied file as it is (a checkpoint of its own, outside the run's)."""
+        link names, or a copied file as it is (a checkpoint of its own, outside the run's). NeMo's
+        ``exp_manager`` (``resume_if_exists``) takes the one finished ``*last.ckpt``, and nothing
+        where a finished ``*end.ckpt`` is there or several ``*last.ckpt`` are."""
         hpc = all(f.prefix == _HPC_PREFIX for c in run.checkpoints for f in c.files)
         if run.checkpoints and hpc:
             return run.checkpoints[-1]
+        nemo = _nemo_resume(run)
+        if nemo is not None:
+            ends, lasts = nemo
+            return self._loaded(run, lasts[0]) if not ends and len(lasts) == 1 else None
         lasts = [f for f in run.loose_files if _LAST.match(f.entry.name) and not f.entry.dangling]
         last = max(lasts, key=lambda f: f.entry.mtime, default=None)
         if last is None or (last.entry.is_dir and len(lasts) > 1):
             return None  # a folder's time is not listed: which Lightning takes is not known
+        return self._loaded(run, last)
+
+    def _loaded(self, run: Run, last: CheckpointFile) -> Checkpoint | None:
+        """What a resume that loads the pointer file ``last`` loads: the checkpoint a link names,
+        a copy as it is where it is broken (None for a whole copy: that resumes)."""
+        if last.entry.dangling:
+            return None  # nothing to load: CKD113 says so
         if last.entry.is_symlink:
             return followed(run, [p for p in self.pointers(run) if p.source is last])
         broken = {problem.status for problem in last.report.problems if problem.status is not None}
@@ -200,7 +222,33 @@ class LightningLayout(Layout):
                 f'pass `ckpt_path="{path}"` to `trainer.fit()`, not `ckpt_path="last"`: in a bucket Lightning lists '
                 "`last.ckpt` without its scheme, finds nothing and trains from the start (Lightning#18261)"
             )
+        nemo = _nemo_resume(run)
+        if nemo is not None:
+            return f'set `exp_manager.resume_from_checkpoint="{path}"` with `resume_if_exists=False` ({_nemo_instead(*nemo)}), or pass `ckpt_path="{path}"` to `trainer.fit()`'
         return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
+
+
+def _nemo_resume(run: Run) -> tuple[list[CheckpointFile], list[CheckpointFile]] | None:
+    """What NeMo's ``exp_manager`` (``check_resume``, ``resume_if_exists``) looks for in a run it
+    saved (one with NeMo's ``-last`` copy or ``--end`` save): the finished ``*end.ckpt`` and
+    ``*last.ckpt`` (``_filter_out_unfinished_checkpoints``: none beside its ``-unfinished``
+    marker, which lies among the run's other files). None for any other run."""
+    if not any(_NEMO_LAST.search(f.entry.name) or _NEMO_END.search(f.entry.name) for f in run.loose_files):
+        return None
+    markers = {entry.name for entry in run.other_files if entry.name.endswith(_UNFINISHED)}
+    finished = [f for f in run.loose_files if f.entry.name.removesuffix(".ckpt") + _UNFINISHED not in markers]
+    return [f for f in finished if f.entry.name.endswith("end.ckpt")], [f for f in finished if f.entry.name.endswith("last.ckpt")]
+
+
+def _nemo_instead(ends: list[CheckpointFile], lasts: list[CheckpointFile]) -> str:
+    """What ``resume_if_exists=True`` does instead of loading the checkpoint named."""
+    if ends:
+        return f"with it, {ends[0].name} stops the resume: exp_manager raises that training finished, or with `resume_past_end` starts from scratch"
+    if len(lasts) == 1:
+        return f"with it, exp_manager loads {lasts[0].name} instead"
+    if lasts:
+        return f"with it, exp_manager finds {len(lasts)} `*last.ckpt` and raises"
+    return "with it, exp_manager finds no `*last.ckpt` and raises"
 
 
 def _recorded_steps(
