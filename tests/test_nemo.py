@@ -178,9 +178,8 @@ def test_a_gzipped_nemo_archive_cut_damaged_or_without_its_weights_is_found(tmp_
     cut = tmp_path / "cut" / "megatron_gpt.nemo"
     cut.parent.mkdir()
     cut.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises((tarfile.ReadError, EOFError)):  # what NeMo meets unpacking it
-        with nemo_tar_open(cut) as archive:
-            archive.extractall(tmp_path / "unpacked", filter="data")
+    with pytest.raises((tarfile.ReadError, EOFError)), nemo_tar_open(cut) as archive:  # what NeMo meets unpacking it
+        archive.extractall(tmp_path / "unpacked", filter="data")
     assert "CKD203" in codes(inspect_json(cut).json)
     assert statuses(inspect_json(cut.parent).json) == {0: "partial"}
 

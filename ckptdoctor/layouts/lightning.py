@@ -105,8 +105,8 @@ class LightningLayout(Layout):
     claimable = re.compile(r"\.ckpt\Z")
 
     def claim(self, name: str) -> Claim | None:
-        if _NEMO_LAST.search(name):
-            return None  # NeMo's copy of the newest save: a pointer
+        if not name.endswith(".ckpt") or _NEMO_LAST.search(name):
+            return None  # not a checkpoint file, or NeMo's copy of the newest save: a pointer
         if (hpc := _HPC.match(name)) is not None:
             return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)
         if (bare := _BARE.match(name)) is not None:

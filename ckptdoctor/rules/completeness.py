@@ -6,8 +6,10 @@ markers, stray prefixes, mixed formats and `latest`-style pointers.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from operator import attrgetter
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
@@ -471,7 +473,7 @@ UNSAFE_AUTO_RESUME = Rule(
         ),
         fix(
             "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
-            lightning="Or run `ckptdoctor repair {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path=\"last\"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).",
+            lightning='Or run `ckptdoctor repair {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
             keras="Or put the previous save back in its place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
         ),
         "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
@@ -760,15 +762,9 @@ def saved_twice(ctx: RunContext) -> Iterator[Finding]:
     """CKD115: saves of one index under one name, the later ones with the version the framework
     adds where the name is taken (``Layout.resaved``): two trainings in one folder."""
     run = ctx.run
-    twice: list[tuple[int, list[tuple[int, Entry, bool]]]] = []
-    position = 0
-    while position < len(run.checkpoints):
-        index = run.checkpoints[position].index
-        end = position + 1
-        while end < len(run.checkpoints) and run.checkpoints[end].index == index:
-            end += 1
-        twice += _versions(ctx, index, run.checkpoints[position:end])
-        position = end
+    twice = [
+        saves for index, same in itertools.groupby(run.checkpoints, key=attrgetter("index")) for saves in _versions(ctx, index, list(same))
+    ]
     if not twice:
         return
     unit = run.unit.value
@@ -793,11 +789,13 @@ def saved_twice(ctx: RunContext) -> Iterator[Finding]:
     yield ctx.finding(SAVED_TWICE, message, index=twice[0][0] if len(twice) == 1 else None, path=later.path)
 
 
-def _versions(ctx: RunContext, index: int, checkpoints: list[Checkpoint]) -> list[tuple[int, list[tuple[int, Entry, bool]]]]:
+def _versions(ctx: RunContext, index: int, checkpoints: Sequence[Checkpoint]) -> list[tuple[int, list[tuple[int, Entry, bool]]]]:
     """The saves of ``index`` (its checkpoint's whole-save files, or its checkpoints' folders) by the
     name each was meant to have, where several share one: (version, entry, whole) each, oldest first."""
     if len(checkpoints) > 1:
         saves = [(c.folder, c.status is Status.COMPLETE) for c in checkpoints if c.folder is not None]
+    elif len(checkpoints[0].files) < 2:
+        return []  # the common case: one file, one save
     else:
         saves = [(f.entry, not _unusable(f)) for f in checkpoints[0].files if Role.MODEL in f.roles and Role.TEMP not in f.roles]
     if len(saves) < 2:
@@ -806,7 +804,7 @@ def _versions(ctx: RunContext, index: int, checkpoints: list[Checkpoint]) -> lis
     for entry, whole in saves:
         base, version = ctx.layout.resaved(entry.name) or (entry.name, 0)
         named[base].append((version, entry, whole))
-    return [(index, sorted(same, key=lambda save: save[0])) for same in named.values() if len(same) > 1]
+    return [(index, sorted(same, key=lambda save: save[0])) for same in named.values() if len(same) > 1 and any(v for v, _, _ in same)]
 
 
 def _unusable(file: CheckpointFile) -> bool:
