@@ -39,9 +39,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, followed, group, symlink_pointers
+from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, claim_all, followed, group, symlink_pointers
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
     Checkpoint,
@@ -64,6 +65,13 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9])(epoch|step)=([0-9]+)(?![0-9])")
 (``auto_insert_metric_name``: ``epoch=3``), anywhere in the template: text may stand before and
 between them (``model-{epoch:02d}-{val_loss:.2f}`` -> ``model-epoch=03-val_loss=0.12.ckpt``,
 NeMo's ``megatron_gpt--val_loss=0.1234-epoch=3.ckpt``)."""
+_KEYED = re.compile(r"^[\w.]+=")
+"""A name that begins with a ``{metric}`` of the template (``epoch=3-step=1200.ckpt``): Lightning's
+own spelling, by its name alone; one with text before its first (``checkpoint-epoch=4.ckpt``) a
+hand-made loop may write as well, and the content tells (``VERSION_KEY``)."""
+VERSION_KEY = "pytorch-lightning_version"
+"""What ``Trainer.save_checkpoint`` (``_CheckpointConnector.dump_checkpoint``) writes into every
+checkpoint, and its ``fit(ckpt_path=...)`` needs."""
 _LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
 _VERSIONED = re.compile(r"^(.+)-v([0-9]+)(\.ckpt)\Z")
 """``ModelCheckpoint`` saves under ``<name>-v<N>.ckpt`` (N from ``STARTING_VERSION``, 1, up) where
@@ -85,7 +93,7 @@ _ENGINE = "checkpoint"
 """The tag DeepSpeedStrategy saves under inside each ``.ckpt`` folder (``latest`` names it)."""
 _META = "meta.pt"
 """FSDPStrategy's ``meta.pt``: everything of the checkpoint but the sharded model and optimizer."""
-_DEEPSPEED, _DCP = DeepSpeedLayout(), DcpLayout()
+_DEEPSPEED, _DCP, _TORCH = DeepSpeedLayout(), DcpLayout(), TorchLayout()
 
 BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
@@ -133,6 +141,9 @@ class LightningLayout(Layout):
             by_step = self.by_step or all((c := _STEPPED.claim(name)) is not None and c.unit is Unit.STEP for name in folders)
             sharded = _SHARDED_BY_STEP if by_step else _SHARDED
             return sharded.build(listing, probe, {name: c for name in folders if (c := sharded.claim(name)) is not None}, subfolder)
+        if not _saved_by_lightning(listing, probe, claims):
+            # `checkpoint-epoch=4.ckpt` of a hand-made loop: Lightning's resume would not load it
+            return _TORCH.build(listing, probe, claim_all(_TORCH, listing), subfolder)
         stepped = {name: claim for name in claims if (claim := _STEPPED.claim(name)) is not None and claim.unit is Unit.STEP}
         if not self.by_step and claims and len(stepped) == len(claims):
             return group(listing, _STEPPED, probe, stepped)
@@ -249,6 +260,23 @@ def _nemo_instead(ends: list[CheckpointFile], lasts: list[CheckpointFile]) -> st
     if lasts:
         return f"with it, exp_manager finds {len(lasts)} `*last.ckpt` and raises"
     return "with it, exp_manager finds no `*last.ckpt` and raises"
+
+
+def _saved_by_lightning(listing: Listing, probe: Callable[[Entry], FileReport], claims: dict[str, Claim]) -> bool:
+    """Whether Lightning saved the claimed files: where every name has text before its first
+    ``key=`` (``model-epoch=03-val_loss=0.12.ckpt``), the first file whose top-level keys can be
+    read says, by ``VERSION_KEY``; where none can, or a name spells Lightning's own template, the
+    names decide."""
+    prefixed = sorted(name for name in claims if not _KEYED.match(name) and not _BARE.match(name) and not _HPC.match(name))
+    if len(prefixed) < len(claims):
+        return True
+    entries = {entry.name: entry for entry in listing.entries}
+    for name in prefixed:
+        entry = entries[name]
+        report = None if entry.is_dir or entry.dangling else with_keys(entry, probe(entry))
+        if report is not None and report.keys_read and report.keys:
+            return VERSION_KEY in report.keys
+    return True
 
 
 def _recorded_steps(
