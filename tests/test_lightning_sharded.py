@@ -180,3 +180,29 @@ def test_a_restart_into_the_same_folder_leaves_two_folders_of_one_step_named_and
     for command in (("repair", "--dry-run"), ("prune", "--keep-last", "1", "--min-age", "0", "--dry-run"), ("diskcheck",)):
         result = cli(*command, folder)
         assert result.exit_code == 0, (command, result.stdout, result.stderr)
+
+
+def test_a_cut_later_save_of_the_resume_step_is_newer_than_it_and_repair_moves_it_alone(tmp_path, cli):
+    """`epoch=1-step=4-v1.ckpt` (a restart's save of step 4) cut short: step 4's earlier save is the
+    resume point and the cut one comes after it, so `repair` quarantines it as its CKD203 fix says,
+    never its whole step; Lightning's own check still takes the resume point for DeepSpeed's."""
+    pytest.importorskip("lightning")
+    from lightning.fabric.strategies.deepspeed import _is_deepspeed_checkpoint
+    from test_repair_frameworks import age
+
+    folder = lightning_deepspeed_run(tmp_path / "checkpoints", last=None)
+    shutil.copytree(folder / "epoch=1-step=4.ckpt", folder / "epoch=1-step=4-v1.ckpt")
+    states = folder / "epoch=1-step=4-v1.ckpt" / "checkpoint" / "mp_rank_00_model_states.pt"
+    states.write_bytes(states.read_bytes()[:300])
+    age(folder)
+    report = cli("inspect", "--json", folder).json
+    (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
+    assert cut["path"] == str(states) and "`ckptdoctor repair" in cut["fixes"][0]
+    resume = Path(report["runs"][0]["resume"]["path"])
+    assert resume == folder / "epoch=1-step=4.ckpt" and _is_deepspeed_checkpoint(resume)
+    plan = cli("repair", "--dry-run", "--json", folder).json["plan"]
+    assert [(item["index"], item["action"], [Path(p).name for p in item["paths"]]) for item in plan if item["action"] != "keep"] == [
+        (4, "quarantine", ["epoch=1-step=4-v1.ckpt"])
+    ]
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".ckpt")) == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]

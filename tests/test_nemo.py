@@ -251,3 +251,15 @@ def test_a_cut_last_copy_is_what_exp_manager_loads_unless_an_end_save_or_another
     shutil.copyfile(folder / "megatron_gpt--val_loss=0.3000-epoch=1.ckpt", folder / "megatron_gpt--val_loss=0.3000-epoch=1-last.ckpt")
     report = inspect_json(folder).json
     assert "CKD114" not in codes(report) and "finds 2 `*last.ckpt` and raises" in resume_how(report)
+
+
+def test_every_cut_of_a_gzipped_nemo_archive_is_flagged_by_inspect_and_verify(tmp_path):
+    from ckptdoctor.readers._sample import BytesSample
+    from ckptdoctor.readers.files import read_header, verify_sample
+
+    whole = nemo_archive(tmp_path / "out" / "megatron_gpt.nemo", mode="w:gz").read_bytes()
+    assert read_header(BytesSample(whole), "megatron_gpt.nemo").issues == ()
+    for cut in range(1, len(whole), 7):
+        for read in (read_header, verify_sample):
+            report = read(BytesSample(whole[:cut]), "megatron_gpt.nemo")
+            assert report.problems, (read.__name__, cut)
