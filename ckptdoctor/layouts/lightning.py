@@ -68,8 +68,8 @@ NeMo's ``megatron_gpt--val_loss=0.1234-epoch=3.ckpt``)."""
 _KEYED = re.compile(r"^[\w.]+=")
 """A name that begins with a ``{metric}`` of the template (``epoch=3-step=1200.ckpt``): Lightning's
 own spelling, by its name alone; one with text before its first (``checkpoint-epoch=4.ckpt``) a
-hand-made loop may write as well, and the content tells (``VERSION_KEY``)."""
-VERSION_KEY = "pytorch-lightning_version"
+hand-made loop may write as well, and the content tells (``_VERSION_KEY``)."""
+_VERSION_KEY = "pytorch-lightning_version"
 """What ``Trainer.save_checkpoint`` (``_CheckpointConnector.dump_checkpoint``) writes into every
 checkpoint, and its ``fit(ckpt_path=...)`` needs."""
 _LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
@@ -265,17 +265,16 @@ def _nemo_instead(ends: list[CheckpointFile], lasts: list[CheckpointFile]) -> st
 def _saved_by_lightning(listing: Listing, probe: Callable[[Entry], FileReport], claims: dict[str, Claim]) -> bool:
     """Whether Lightning saved the claimed files: where every name has text before its first
     ``key=`` (``model-epoch=03-val_loss=0.12.ckpt``), the first file whose top-level keys can be
-    read says, by ``VERSION_KEY``; where none can, or a name spells Lightning's own template, the
+    read says, by ``_VERSION_KEY``; where none can, or a name spells Lightning's own template, the
     names decide."""
-    prefixed = sorted(name for name in claims if not _KEYED.match(name) and not _BARE.match(name) and not _HPC.match(name))
-    if len(prefixed) < len(claims):
+    if any(_KEYED.match(name) or _BARE.match(name) or _HPC.match(name) for name in claims):
         return True
     entries = {entry.name: entry for entry in listing.entries}
-    for name in prefixed:
+    for name in sorted(claims):
         entry = entries[name]
         report = None if entry.is_dir or entry.dangling else with_keys(entry, probe(entry))
         if report is not None and report.keys_read and report.keys:
-            return VERSION_KEY in report.keys
+            return _VERSION_KEY in report.keys
     return True
 
 
