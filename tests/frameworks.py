@@ -1311,6 +1311,7 @@ def nemo_run(folder: Path, losses: Sequence[float] = (0.5, 0.3, 0.4), name: str 
             "lr_schedulers": [{"last_epoch": epoch}],
             "epoch": epoch,
             "global_step": 10 * (epoch + 1),
+            "pytorch-lightning_version": "2.4.0",  # Trainer.save_checkpoint writes it: NeMoModelCheckpoint saves through it
         }
         torch.save(bundle, folder / f"{name}--val_loss={loss:.4f}-epoch={epoch}.ckpt")
     newest = folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}.ckpt"

@@ -39,6 +39,9 @@ CLAIMED = [
     ("lightning", "hpc_ckpt_2.ckpt", (LIGHTNING, 2, Unit.SAVE)),
     ("lightning", "megatron_gpt--val_loss=0.1234-epoch=3.ckpt", (LIGHTNING, 3, Unit.EPOCH)),  # NeMo's exp_manager
     ("lightning", "gpt--val_loss=0.1234-epoch=3-step=1200.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
+    ("lightning", "model-epoch=03-val_loss=0.12.ckpt", (LIGHTNING, 3, Unit.EPOCH)),  # text before {epoch:02d}
+    ("lightning", "periodic-epoch=3-step=1200.ckpt", (LIGHTNING, 3, Unit.EPOCH)),
+    ("lightning", "ckpt_step=500.ckpt", (LIGHTNING, 500, Unit.STEP)),
     ("torch", "model_3.pt", ((M,), 3, None)),
     ("torch", "model-3.pt", ((M,), 3, None)),
     ("torch", "model_ema_3.pt", ((M,), 3, None)),
@@ -109,6 +112,8 @@ REFUSED = [
     ("lightning", "megatron_gpt--val_loss=0.1234-epoch=3-unfinished"),  # NeMo's marker of a save in progress
     ("lightning", "model.ckpt"),
     ("lightning", "val_loss=0.1.ckpt"),  # a metric alone names no index
+    ("lightning", "model-substep=3.ckpt"),  # a metric whose name ends in "step" is no step
+    ("lightning", "megatron_gpt--end.ckpt"),  # NeMo < 1.0's save at the end of training: it stops exp_manager's resume
     ("lightning", "epoch=3-step=1200.ckpt.tmp"),
     ("torch", "resnet50.pt"),  # an architecture's number, not an epoch
     ("torch", "model.pt"),

@@ -204,6 +204,10 @@ _SHAPE = st.tuples(
 )
 
 
+_RESAVED = {"a": ("model-1.bpk", 1)}
+"""``Layout.resaved`` of a layout that versions a taken name: ``a`` is a later save of ``model-1.bpk``."""
+
+
 @given(st.lists(_SHAPE, min_size=1, max_size=12))
 def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: list[tuple[Any, ...]]) -> None:
     """Checkpoints judged with one run's memo of verdicts by shape are the checkpoints judged
@@ -215,7 +219,8 @@ def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: li
             for position, (roles, report, name) in enumerate(made)
         )
         zeroed = (Zeroed(files[0].path, ("w",) if whole else (), index - 1),)
-        args = (index, files, required, single, None, ("x",) if absent else (), advisory, zeroed, whole_saves)
+        resaved = _RESAVED.get if whole_saves else None  # a layout's whole saves, told apart by name
+        args = (index, files, required, single, None, ("x",) if absent else (), advisory, zeroed, resaved)
         assert _base._checkpoint(*args, verdicts=verdicts) == _base._checkpoint(*args)
 
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from frameworks import copy_run, lightning_fit
+from frameworks import copy_run, lightning_fit, tiny_module
 
 
 @pytest.fixture(scope="module")
@@ -308,3 +308,169 @@ def test_saves_of_one_step_under_several_templates_are_one_checkpoint_whose_best
     (folder / "epoch=0.ckpt").write_bytes((folder / "epoch=0.ckpt").read_bytes()[:3000])
     (run,) = cli("inspect", "--json", folder).json["runs"]
     assert (run["unit"], run["resume"]["index"]) == ("step", 8)
+
+
+# --- issue 30, item 3: `filename` templates with text before `{epoch}` ----------------------------
+
+
+@pytest.fixture(scope="module")
+def templated(tmp_path_factory) -> dict[str, Path]:
+    """Real fits of 3 epochs (4 steps each) whose ModelCheckpoint ``filename`` puts text before
+    ``{epoch}``: ``model`` (``model-{epoch:02d}-{train_loss:.2f}``, top-k on train_loss, a copied
+    ``last.ckpt``), ``periodic`` (``periodic-{epoch}-{step}``, ``last.ckpt`` a link) and ``both``
+    (the two callbacks into one folder, the periodic one keeping a copied ``last.ckpt``); each the
+    ``checkpoints`` folder."""
+    pytest.importorskip("lightning")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    base = tmp_path_factory.mktemp("templated")
+    model = {"filename": "model-{epoch:02d}-{train_loss:.2f}", "monitor": "train_loss"}
+    lightning_fit(base / "model", 3, save_top_k=-1, save_last=True, **model)
+    lightning_fit(base / "periodic", 3, save_top_k=-1, save_last="link", filename="periodic-{epoch}-{step}")
+    second = ModelCheckpoint(dirpath=base / "both" / "checkpoints", save_top_k=2, **model)
+    lightning_fit(base / "both", 3, save_top_k=-1, save_last=True, filename="periodic-{epoch}-{step}", callbacks=[second])
+    return {name: base / name / "checkpoints" for name in ("model", "periodic", "both")}
+
+
+def test_templates_with_text_before_the_epoch_are_lightning_runs_and_lightning_resumes_from_the_one_named(templated, tmp_path, cli):
+    """They were plain torch runs, told `torch.load` + `load_state_dict`."""
+    assert sorted(p.name for p in templated["periodic"].iterdir()) == [
+        "last.ckpt",
+        "periodic-epoch=0-step=4.ckpt",
+        "periodic-epoch=1-step=8.ckpt",
+        "periodic-epoch=2-step=12.ckpt",
+    ]
+    expected = {"model": ("epoch", 2), "periodic": ("step", 12), "both": ("step", 12)}
+    for name, folder in templated.items():
+        result = cli("inspect", "--json", folder)
+        assert result.exit_code == 0 and result.json["findings"] == [], name
+        (run,) = result.json["runs"]
+        assert (run["layout"], run["unit"], run["resume"]["index"]) == ("lightning", *expected[name]), name
+        assert [Path(f["path"]).name for f in run["loose_files"]] == ["last.ckpt"], name
+        path = run["resume"]["path"]
+        assert run["resume"]["how"] == f'pass `ckpt_path="{path}"` to `trainer.fit()`', name
+        resumed = lightning_fit(tmp_path / name, 4, ckpt_path=path, save_top_k=0)
+        assert (resumed.ckpt_path, resumed.global_step) == (path, 16), name
+    # the two callbacks' saves of one step are one checkpoint: `model-epoch=02-…` records step 12
+    (run,) = cli("inspect", "--json", templated["both"]).json["runs"]
+    assert [(c["index"], sorted(Path(f["path"]).name.split("-")[0] for f in c["files"])) for c in run["checkpoints"]] == [
+        (4, ["periodic"]),
+        (8, ["model", "periodic"]),
+        (12, ["model", "periodic"]),
+    ]
+
+
+def test_a_dangling_last_ckpt_of_a_templated_run_is_ckd113_where_lightning_trains_from_scratch(templated, tmp_path, inspect_json):
+    folder = copy_run(templated["periodic"], tmp_path / "checkpoints")
+    (folder / "periodic-epoch=2-step=12.ckpt").unlink()  # a cleanup took what the link names
+    report = inspect_json(folder).json
+    (stale,) = [f for f in report["findings"] if f["code"] == "CKD113"]
+    assert stale["path"] == str(folder / "last.ckpt")
+    (run,) = report["runs"]
+    assert run["resume"]["index"] == 8
+    # Lightning: no last checkpoint there, a warning, and a fit from step 0
+    fresh = lightning_fit(tmp_path / "again", 1, ckpt_path="last", dirpath=folder, save_top_k=0)
+    assert (fresh.ckpt_path, fresh.global_step) == (None, 4)
+    resumed = lightning_fit(tmp_path / "named", 3, ckpt_path=run["resume"]["path"], save_top_k=0)
+    assert resumed.global_step == 12
+
+
+def test_a_cut_copy_of_last_ckpt_is_what_ckpt_path_last_loads_ckd114_until_repair_rewrites_it(templated, tmp_path, cli, inspect_json):
+    """A copied `last.ckpt` cut short: `ckpt_path="last"` loads it and fails (CKD114 beside its
+    CKD203); the file ckptdoctor names resumes, and after `repair` so does `"last"`."""
+    from test_repair_frameworks import age
+
+    folder = copy_run(templated["model"], tmp_path / "checkpoints")
+    last = folder / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:2000])
+    report = inspect_json(folder).json
+    findings = {(f["code"], f["path"]) for f in report["findings"]}
+    assert findings == {("CKD203", str(last)), ("CKD114", str(last))}
+    (auto,) = [f for f in report["findings"] if f["code"] == "CKD114"]
+    assert auto["index"] is None and auto["severity"] == "error"
+    with pytest.raises(RuntimeError, match="central directory"):
+        lightning_fit(tmp_path / "last", 4, ckpt_path="last", dirpath=folder, save_top_k=0)
+    named = report["runs"][0]["resume"]["path"]
+    assert lightning_fit(tmp_path / "named", 4, ckpt_path=named, save_top_k=0).global_step == 16
+
+    age(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert inspect_json(folder).json["findings"] == []
+    resumed = lightning_fit(tmp_path / "repaired", 4, ckpt_path="last", dirpath=folder, save_top_k=0)
+    assert (resumed.ckpt_path, resumed.global_step) == (str(last), 16)
+
+
+def test_a_whole_last_ckpt_copy_or_link_is_no_unsafe_auto_resume(templated, inspect_json):
+    for name in ("model", "periodic"):
+        assert "CKD114" not in [f["code"] for f in inspect_json(templated[name]).json["findings"]]
+
+
+# --- issue 30, item 8: a fit started again from scratch into the same folder (`-vN` saves) ---------
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory) -> Path:
+    """Three real fits into one ``checkpoints`` folder, each from scratch (``ckpt_path=None``), with
+    ``save_top_k=-1, save_last=True``: 3 epochs, then 2, then 1. Lightning versions each name that
+    is taken: ``epoch=0-step=4.ckpt``, ``-v1``, ``-v2``; ``last.ckpt``, ``last-v1.ckpt``, ``last-v2.ckpt``."""
+    torch = pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("restarted")
+    for epochs in (3, 2, 1):
+        torch.manual_seed(epochs)  # each fit starts from weights of its own
+        lightning_fit(root, epochs, module=tiny_module(), save_top_k=-1, save_last=True)
+    return root / "checkpoints"
+
+
+def test_saves_of_a_restart_are_named_and_the_newest_of_each_step_is_what_lightnings_last_loads(restarted, tmp_path, cli):
+    torch = pytest.importorskip("torch")
+    assert sorted(p.name for p in restarted.iterdir()) == [
+        "epoch=0-step=4-v1.ckpt",
+        "epoch=0-step=4-v2.ckpt",
+        "epoch=0-step=4.ckpt",
+        "epoch=1-step=8-v1.ckpt",
+        "epoch=1-step=8.ckpt",
+        "epoch=2-step=12.ckpt",
+        "last-v1.ckpt",
+        "last-v2.ckpt",
+        "last.ckpt",
+    ]
+    report = cli("inspect", "--json", restarted).json
+    (run,) = report["runs"]
+    taken = {c["index"]: Path(c["files"][0]["path"]).name for c in run["checkpoints"]}
+    assert taken == {4: "epoch=0-step=4-v2.ckpt", 8: "epoch=1-step=8-v1.ckpt", 12: "epoch=2-step=12.ckpt"}
+    (twice,) = [f for f in report["findings"] if f["code"] == "CKD115"]
+    assert twice["severity"] == "warning" and twice["index"] is None
+    message = twice["message"]
+    assert "epoch=0-step=4.ckpt and epoch=0-step=4-v1.ckpt and epoch=0-step=4-v2.ckpt (step 4)" in message
+    assert "epoch=1-step=8.ckpt and epoch=1-step=8-v1.ckpt (step 8)" in message
+    assert "(epoch=0-step=4-v2.ckpt, epoch=1-step=8-v1.ckpt)" in message
+    assert "the resume point, step 12, was saved before epoch=0-step=4-v2.ckpt" in message
+    assert "the newest save is step 4 (epoch=0-step=4-v2.ckpt)" in message
+    assert any('ckpt_path="last"' in fix for fix in twice["fixes"])
+
+    # Lightning's own `ckpt_path="last"` takes the newest last*.ckpt by time: the third fit's, whose
+    # state is the save ckptdoctor takes for step 4
+    resumed = lightning_fit(tmp_path / "last", 2, ckpt_path="last", dirpath=restarted, save_top_k=0)
+    assert (resumed.ckpt_path, resumed.global_step) == (str(restarted / "last-v2.ckpt"), 8)
+    loads = torch.load(restarted / "last-v2.ckpt", weights_only=False)
+    for name, tensor in torch.load(restarted / taken[4], weights_only=False)["state_dict"].items():
+        assert torch.equal(tensor, loads["state_dict"][name])
+    first = torch.load(restarted / "epoch=0-step=4.ckpt", weights_only=False)["state_dict"]
+    assert not torch.equal(loads["state_dict"]["layer.weight"], first["layer.weight"])
+    # the resume point ckptdoctor names goes on where the first fit stopped
+    named = lightning_fit(tmp_path / "named", 4, ckpt_path=run["resume"]["path"], save_top_k=0)
+    assert (Path(run["resume"]["path"]).name, named.global_step) == ("epoch=2-step=12.ckpt", 16)
+    for command in (("verify",), ("repair", "--dry-run"), ("prune", "--keep-last", "1", "--dry-run")):
+        assert cli(*command, restarted).exit_code in (0, 1), command
+
+
+def test_a_cut_newest_save_of_a_step_leaves_the_older_whole_one_as_its_checkpoint(restarted, tmp_path, inspect_json):
+    folder = copy_run(restarted, tmp_path / "checkpoints")
+    cut = folder / "epoch=1-step=8-v1.ckpt"
+    cut.write_bytes(cut.read_bytes()[:-100])
+    report = inspect_json(folder).json
+    (run,) = report["runs"]
+    eight = next(c for c in run["checkpoints"] if c["index"] == 8)
+    assert (eight["status"], Path(eight["files"][0]["path"]).name) == ("complete", "epoch=1-step=8.ckpt")
+    (twice,) = [f for f in report["findings"] if f["code"] == "CKD115"]
+    assert "(epoch=0-step=4-v2.ckpt, epoch=1-step=8.ckpt)" in twice["message"]

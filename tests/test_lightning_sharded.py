@@ -155,3 +155,54 @@ def test_lightning_takes_the_deepspeed_folder_named_for_resume_for_a_deepspeed_c
     folder = lightning_deepspeed_run(tmp_path / "checkpoints")
     resume = Path(inspect_json(folder).json["runs"][0]["resume"]["path"])
     assert _is_deepspeed_checkpoint(resume) and (resume / "latest").read_text() == "checkpoint"
+
+
+@pytest.mark.parametrize("build", [lightning_deepspeed_run, lightning_fsdp_run])
+def test_a_restart_into_the_same_folder_leaves_two_folders_of_one_step_named_and_no_command_fails(tmp_path, cli, build):
+    """A fit started again from scratch under DeepSpeedStrategy or FSDPStrategy saves step 2 again:
+    its name is taken, so ModelCheckpoint (``_get_metric_interpolated_filepath_name``) names the
+    folder ``epoch=0-step=2-v1.ckpt``. Two checkpoints of one index made every command stop with an
+    internal error (``RunContext.position`` placed a file by its index alone)."""
+    folder = build(tmp_path / "checkpoints", last=None)
+    shutil.copytree(folder / "epoch=0-step=2.ckpt", folder / "epoch=0-step=2-v1.ckpt")
+    for command in ("inspect", "verify"):
+        result = cli(command, "--json", folder)
+        assert result.exit_code == 0, (command, result.stdout, result.stderr)
+        (run,) = result.json["runs"]
+        assert [(c["index"], Path(c["files"][0]["path"]).relative_to(folder).parts[0]) for c in run["checkpoints"]] == [
+            (2, "epoch=0-step=2.ckpt"),
+            (2, "epoch=0-step=2-v1.ckpt"),
+            (4, "epoch=1-step=4.ckpt"),
+        ]
+        (twice,) = [f for f in result.json["findings"] if f["code"] == "CKD115"]
+        assert "epoch=0-step=2.ckpt and epoch=0-step=2-v1.ckpt (step 2)" in twice["message"], command
+        assert run["resume"]["path"] == str(folder / "epoch=1-step=4.ckpt")
+    for command in (("repair", "--dry-run"), ("prune", "--keep-last", "1", "--min-age", "0", "--dry-run"), ("diskcheck",)):
+        result = cli(*command, folder)
+        assert result.exit_code == 0, (command, result.stdout, result.stderr)
+
+
+def test_a_cut_later_save_of_the_resume_step_is_newer_than_it_and_repair_moves_it_alone(tmp_path, cli):
+    """`epoch=1-step=4-v1.ckpt` (a restart's save of step 4) cut short: step 4's earlier save is the
+    resume point and the cut one comes after it, so `repair` quarantines it as its CKD203 fix says,
+    never its whole step; Lightning's own check still takes the resume point for DeepSpeed's."""
+    pytest.importorskip("lightning")
+    from lightning.fabric.strategies.deepspeed import _is_deepspeed_checkpoint
+    from test_repair_frameworks import age
+
+    folder = lightning_deepspeed_run(tmp_path / "checkpoints", last=None)
+    shutil.copytree(folder / "epoch=1-step=4.ckpt", folder / "epoch=1-step=4-v1.ckpt")
+    states = folder / "epoch=1-step=4-v1.ckpt" / "checkpoint" / "mp_rank_00_model_states.pt"
+    states.write_bytes(states.read_bytes()[:300])
+    age(folder)
+    report = cli("inspect", "--json", folder).json
+    (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
+    assert cut["path"] == str(states) and "`ckptdoctor repair" in cut["fixes"][0]
+    resume = Path(report["runs"][0]["resume"]["path"])
+    assert resume == folder / "epoch=1-step=4.ckpt" and _is_deepspeed_checkpoint(resume)
+    plan = cli("repair", "--dry-run", "--json", folder).json["plan"]
+    assert [(item["index"], item["action"], [Path(p).name for p in item["paths"]]) for item in plan if item["action"] != "keep"] == [
+        (4, "quarantine", ["epoch=1-step=4-v1.ckpt"])
+    ]
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".ckpt")) == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]

@@ -175,6 +175,7 @@ class Layout:
                                                                               composer, torchtune, ultralytics, fairseq
     ``recorded(name)``           None                                         ultralytics (``last.pt``)
     ``unfinished(name)``         None                                         lightning (NeMo's ``-unfinished``)
+    ``resaved(name)``            None                                         lightning (``-vN``: the name was taken)
     ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
                                                                               fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
@@ -311,6 +312,13 @@ class Layout:
     def unfinished(self, name: str) -> str | None:
         """The checkpoint (file or folder name) that a marker file of a save in progress names
         (NeMo's ``<checkpoint without .ckpt>-unfinished``, removed once the save finished), or None."""
+        return None
+
+    def resaved(self, name: str) -> tuple[str, int] | None:
+        """The name the framework meant to give a save, and the version it added because that
+        name was taken (Lightning's ``epoch=0-step=4-v1.ckpt``: ``epoch=0-step=4.ckpt``, 1), or
+        None for a name given as meant. The higher version is the later save: of two whole saves
+        of one index, the newer is the checkpoint's, and CKD115 names them both."""
         return None
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
@@ -618,7 +626,8 @@ class FolderLayout(Layout):
                 others.append(slot)
             else:
                 held.append(CheckpointFile(slot, (Role.TEMP,), slot.name, _MARKER))
-        saved.sort(key=lambda save: save[0].number)  # folders list in any order; "newest" means the highest number
+        # folders list in any order; "newest" means the highest number, then the later save of one name
+        saved.sort(key=lambda save: (save[0].number, _version(self.resaved, save[1].name if save[1] is not None else "")))
         every = [files for _, _, files in saved]
         weights_only = self.weights_only(every)
         required = without_training_state(self.required_of(every)) if weights_only else self.required_of(every)
@@ -803,7 +812,7 @@ def group(
             listing.single_file,
             absent=() if listing.single_file else layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
-            whole_saves=layout.whole_saves,
+            whole_saves=layout.resaved if layout.whole_saves else None,
             verdicts=verdicts,
         )
         for index, files in saves
@@ -1127,18 +1136,19 @@ def _checkpoint(
     absent: tuple[str, ...] = (),
     advisory: frozenset[Role] = frozenset(),
     zeroed: tuple[Zeroed, ...] = (),
-    whole_saves: bool = False,
+    whole_saves: Callable[[str], tuple[str, int] | None] | None = None,
     verdicts: _Verdicts | None = None,
 ) -> Checkpoint:
     """The checkpoint ``files`` make, and its verdict. A run's checkpoints mostly repeat a few
     shapes (the same roles, with the same shared reports): ``verdicts``, kept for one run, holds
     each shape's verdict once it is worked out. A shape holds what the verdict depends on
     beyond the names, so only checkpoints whose names play no part are looked up there: none of
-    their files is a staging file, and no two are whole saves of one index."""
+    their files is a staging file, and no two are whole saves of one index. ``whole_saves``: the
+    layout's ``resaved`` where each of its files is a whole save (``Layout.whole_saves``)."""
     files = tuple(sorted(files, key=_file_order))
     staged = any(Role.TEMP in f.roles for f in files)
-    several_saves = whole_saves and sum(_whole_save(f) for f in files) > 1
-    if verdicts is None or staged or several_saves:
+    several_saves = whole_saves if whole_saves is not None and sum(_whole_save(f) for f in files) > 1 else None
+    if verdicts is None or staged or several_saves is not None:
         return _judged(index, files, required, single, folder, absent, advisory, zeroed, staged, several_saves)
     # ids of reports the run's files hold alive: stable while ``verdicts`` is in use
     shape = (required, single, advisory, bool(absent), any(z.read_whole for z in zeroed), tuple((f.roles, id(f.report)) for f in files))
@@ -1167,15 +1177,24 @@ def _judged(
     advisory: frozenset[Role],
     zeroed: tuple[Zeroed, ...],
     staged: bool,
-    several_saves: bool,
+    several_saves: Callable[[str], tuple[str, int] | None] | None,
 ) -> Checkpoint:
     counted = files
-    if several_saves:
+    if several_saves is not None:
         saves = [f for f in files if _whole_save(f)]
         # each file that holds the model is a whole save of this index: the checkpoint is what the
-        # best of them holds, named first (the resume names files[0]); the others are copies with
-        # findings of their own; what is no save (a staging file, a progress record) counts as it is
-        best = min(saves, key=lambda f: (bool(f.report.problems & _UNUSABLE), -len(set(f.roles) & set(required)), f.entry.name))
+        # best of them holds (of equals, the later save of one name), named first (the resume
+        # names files[0]); the others are copies with findings of their own; what is no save (a
+        # staging file, a progress record) counts as it is
+        best = min(
+            saves,
+            key=lambda f: (
+                bool(f.report.problems & _UNUSABLE),
+                -len(set(f.roles) & set(required)),
+                -_version(several_saves, f.entry.name),
+                f.entry.name,
+            ),
+        )
         files = (best, *(f for f in files if f is not best))
         counted = (best, *(f for f in files if not _whole_save(f)))
     present = {role for f in counted for role in f.roles}
@@ -1195,7 +1214,14 @@ def _judged(
         status = Status.INCOMPLETE
     else:
         status = Status.COMPLETE
-    return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in files if _roles_unread(f)), zeroed)
+    # only the saves that count tell the roles: a cut copy of another whole save tells nothing
+    return Checkpoint(index, files, status, missing, absent, folder, tuple(f.name for f in counted if _roles_unread(f)), zeroed)
+
+
+def _version(resaved: Callable[[str], tuple[str, int] | None], name: str) -> int:
+    """The version the framework added to ``name`` because it was taken (``Layout.resaved``); 0 for none."""
+    found = resaved(name)
+    return found[1] if found is not None else 0
 
 
 def _whole_save(file: CheckpointFile) -> bool:

@@ -24,7 +24,12 @@ NeMo's ``exp_manager`` saves through a ``ModelCheckpoint`` of its own
 (``CHECKPOINT_NAME_LAST = filename + "-last"``), and marks a save in progress with
 ``<checkpoint without .ckpt>-unfinished`` (``format_checkpoint_unfinished_marker_path``), removed
 once the save finished: a checkpoint beside its marker is unfinished, and NeMo's resume skips and
-deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpoints``).
+deletes it (``_filter_out_unfinished_checkpoints``, ``_remove_unfinished_checkpoints``). NeMo
+before 1.0 also saved ``<name>--end.ckpt`` at the end of training. ``exp_manager``'s
+``resume_if_exists`` (``check_resume``) looks for finished ``*end.ckpt`` first: where there is
+one it raises ("training has already completed"), or with ``resume_past_end`` loads nothing and
+trains from the start; else it takes the one finished ``*last.ckpt`` (several: it raises), over
+any ``resume_from_checkpoint``, which it follows only with ``resume_if_exists=False``.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, group, symlink_pointers
+from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, claim_all, followed, group, symlink_pointers
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
     Checkpoint,
@@ -48,15 +54,31 @@ from ckptdoctor.model import (
     PointerWrite,
     Role,
     Run,
+    Status,
     Unit,
 )
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.stores.urls import scheme
 
-_TOKEN = re.compile(r"(?:^|-)(epoch|step)=([0-9]+)")
-_TEMPLATED = re.compile(r"^(?:[\w.]+=[\w.+-]+)(?:-[\w.]+=[\w.+-]+)*(?:-v[0-9]+)?\.ckpt\Z")
+_TOKEN = re.compile(r"(?<![A-Za-z0-9])(epoch|step)=([0-9]+)(?![0-9])")
+"""``{epoch}`` and ``{step}`` as ``ModelCheckpoint._format_checkpoint_name`` writes them
+(``auto_insert_metric_name``: ``epoch=3``), anywhere in the template: text may stand before and
+between them (``model-{epoch:02d}-{val_loss:.2f}`` -> ``model-epoch=03-val_loss=0.12.ckpt``,
+NeMo's ``megatron_gpt--val_loss=0.1234-epoch=3.ckpt``)."""
+_KEYED = re.compile(r"^[\w.]+=")
+"""A name that begins with a ``{metric}`` of the template (``epoch=3-step=1200.ckpt``): Lightning's
+own spelling, by its name alone; one with text before its first (``checkpoint-epoch=4.ckpt``) a
+hand-made loop may write as well, and the content tells (``_VERSION_KEY``)."""
+_VERSION_KEY = "pytorch-lightning_version"
+"""What ``Trainer.save_checkpoint`` (``_CheckpointConnector.dump_checkpoint``) writes into every
+checkpoint, and its ``fit(ckpt_path=...)`` needs."""
 _LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
+_VERSIONED = re.compile(r"^(.+)-v([0-9]+)(\.ckpt)\Z")
+"""``ModelCheckpoint`` saves under ``<name>-v<N>.ckpt`` (N from ``STARTING_VERSION``, 1, up) where
+``<name>.ckpt`` is there already (``_get_metric_interpolated_filepath_name``, ``_save_last_checkpoint``:
+``enable_version_counter``): a fit started again from scratch into the same folder, or two
+callbacks with one ``filename`` there."""
 _BARE = re.compile(r"^([0-9]+)(?:-([0-9]+))?(?:-v[0-9]+)?\.ckpt\Z")
 """The default template without metric names (``auto_insert_metric_name=False``): ``{epoch}-{step}``
 gives ``3-1200.ckpt``, ``{epoch}`` gives ``3.ckpt``."""
@@ -64,15 +86,15 @@ _HPC = re.compile(r"^hpc_ckpt_([0-9]+)\.ckpt\Z")
 """SLURM auto-requeue saves in ``default_root_dir``; ``ckpt_path="hpc"`` (and a requeued job on
 SLURM by itself) resumes from the highest number (``checkpoint_connector.py``, ``_hpc_resume_path``)."""
 _HPC_PREFIX = "hpc_ckpt"
-_NEMO_NAME = re.compile(r"^[^/]+?--(?=[\w.]+=)")
-"""NeMo's ``<name>--`` before the metric and epoch tokens (``exp_manager``'s ``filename``)."""
 _NEMO_LAST = re.compile(r"-last(?:-v[0-9]+)?\.ckpt\Z")
 _UNFINISHED = "-unfinished"
+_NEMO_END = re.compile(r"--end\.ckpt\Z")
+"""NeMo before 1.0: ``NeMoModelCheckpoint.on_train_end`` saved ``prefix + "end.ckpt"`` (the prefix ``<name>--``)."""
 _ENGINE = "checkpoint"
 """The tag DeepSpeedStrategy saves under inside each ``.ckpt`` folder (``latest`` names it)."""
 _META = "meta.pt"
 """FSDPStrategy's ``meta.pt``: everything of the checkpoint but the sharded model and optimizer."""
-_DEEPSPEED, _DCP = DeepSpeedLayout(), DcpLayout()
+_DEEPSPEED, _DCP, _TORCH = DeepSpeedLayout(), DcpLayout(), TorchLayout()
 
 BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
@@ -92,17 +114,14 @@ class LightningLayout(Layout):
     claimable = re.compile(r"\.ckpt\Z")
 
     def claim(self, name: str) -> Claim | None:
-        if _NEMO_LAST.search(name):
-            return None  # NeMo's copy of the newest save: a pointer
-        name = _NEMO_NAME.sub("", name, count=1)
+        if not name.endswith(".ckpt") or _NEMO_LAST.search(name):
+            return None  # not a checkpoint file, or NeMo's copy of the newest save: a pointer
         if (hpc := _HPC.match(name)) is not None:
             return Claim(BUNDLED, int(hpc[1]), _HPC_PREFIX, Unit.SAVE)
         if (bare := _BARE.match(name)) is not None:
             if bare[2] is not None:
                 return Claim(BUNDLED, int(bare[2]), "step", Unit.STEP)
             return Claim(BUNDLED, int(bare[1]), "epoch", Unit.EPOCH)
-        if not _TEMPLATED.match(name):
-            return None
         tokens = dict(_TOKEN.findall(name[: -len(".ckpt")]))
         if "step" in tokens and (self.by_step or "epoch" not in tokens):
             return Claim(BUNDLED, int(tokens["step"]), "step", Unit.STEP)
@@ -123,6 +142,9 @@ class LightningLayout(Layout):
             by_step = self.by_step or all((c := _STEPPED.claim(name)) is not None and c.unit is Unit.STEP for name in folders)
             sharded = _SHARDED_BY_STEP if by_step else _SHARDED
             return sharded.build(listing, probe, {name: c for name in folders if (c := sharded.claim(name)) is not None}, subfolder)
+        if not _saved_by_lightning(listing, probe, claims):
+            # `checkpoint-epoch=4.ckpt` of a hand-made loop: Lightning's resume would not load it
+            return _TORCH.build(listing, probe, claim_all(_TORCH, listing), subfolder)
         stepped = {name: claim for name in claims if (claim := _STEPPED.claim(name)) is not None and claim.unit is Unit.STEP}
         if not self.by_step and claims and len(stepped) == len(claims):
             return group(listing, _STEPPED, probe, stepped)
@@ -133,11 +155,17 @@ class LightningLayout(Layout):
     def pointer(self, name: str) -> Claim | None:
         if _LAST.match(name) or (_NEMO_LAST.search(name) and self.claim(_NEMO_LAST.sub(".ckpt", name)) is not None):
             return Claim((Role.POINTER,), 0, "last")
+        if _NEMO_END.search(name):
+            return Claim((Role.POINTER,), 0, "end")  # what stops NeMo's resume, not a save to resume from
         return None
 
     def unfinished(self, name: str) -> str | None:
         # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`
         return name[: -len(_UNFINISHED)] + ".ckpt" if name.endswith(_UNFINISHED) and len(name) > len(_UNFINISHED) else None
+
+    def resaved(self, name: str) -> tuple[str, int] | None:
+        versioned = _VERSIONED.match(name)
+        return (versioned[1] + versioned[3], int(versioned[2])) if versioned else None
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
@@ -149,7 +177,7 @@ class LightningLayout(Layout):
         symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
         its bytes onto the path (a move across filesystems), through the link, over the
         checkpoint it names."""
-        if source is None or not checkpoint.files:
+        if source is None or not checkpoint.files or _NEMO_END.search(source.entry.name):
             return None
         if checkpoint.folder is not None:
             # a `.ckpt` folder: re-pointed only where `last.ckpt` is a symlink (a folder is no file to copy)
@@ -158,9 +186,39 @@ class LightningLayout(Layout):
         return PointerWrite(source.entry.name, os.path.basename(checkpoint.files[0].entry.os_path), kind)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
-        # a requeued SLURM job loads the highest hpc_ckpt_N.ckpt, whatever is in it
+        """What Lightning's own resume loads (``_CheckpointConnector._parse_ckpt_path``): with
+        ``ckpt_path="hpc"`` (a requeued SLURM job by itself) the highest ``hpc_ckpt_N.ckpt``,
+        whatever is in it; with ``ckpt_path="last"`` the newest by modification time of the
+        ``last*.ckpt`` there (``ModelCheckpoint._find_last_checkpoints``; a dangling link is not
+        there, and where none is, Lightning warns and trains from the start): the checkpoint a
+        link names, or a copied file as it is (a checkpoint of its own, outside the run's). NeMo's
+        ``exp_manager`` (``resume_if_exists``) takes the one finished ``*last.ckpt``, and nothing
+        where a finished ``*end.ckpt`` is there or several ``*last.ckpt`` are."""
         hpc = all(f.prefix == _HPC_PREFIX for c in run.checkpoints for f in c.files)
-        return run.checkpoints[-1] if run.checkpoints and hpc else None
+        if run.checkpoints and hpc:
+            return run.checkpoints[-1]
+        nemo = _nemo_resume(run)
+        if nemo is not None:
+            ends, lasts = nemo
+            return self._loaded(run, lasts[0]) if not ends and len(lasts) == 1 else None
+        lasts = [f for f in run.loose_files if _LAST.match(f.entry.name) and not f.entry.dangling]
+        last = max(lasts, key=lambda f: f.entry.mtime, default=None)
+        if last is None or (last.entry.is_dir and len(lasts) > 1):
+            return None  # a folder's time is not listed: which Lightning takes is not known
+        return self._loaded(run, last)
+
+    def _loaded(self, run: Run, last: CheckpointFile) -> Checkpoint | None:
+        """What a resume that loads the pointer file ``last`` loads: the checkpoint a link names,
+        a copy as it is where it is broken (None for a whole copy: that resumes)."""
+        if last.entry.dangling:
+            return None  # nothing to load: CKD113 says so
+        if last.entry.is_symlink:
+            return followed(run, [p for p in self.pointers(run) if p.source is last])
+        broken = {problem.status for problem in last.report.problems if problem.status is not None}
+        if not broken:
+            return None  # a whole copy of a save: it resumes
+        status = Status.PARTIAL if Status.PARTIAL in broken else Status.CORRUPT
+        return Checkpoint(run.checkpoints[-1].index if run.checkpoints else 0, (last,), status)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
@@ -176,7 +234,49 @@ class LightningLayout(Layout):
                 f'pass `ckpt_path="{path}"` to `trainer.fit()`, not `ckpt_path="last"`: in a bucket Lightning lists '
                 "`last.ckpt` without its scheme, finds nothing and trains from the start (Lightning#18261)"
             )
+        nemo = _nemo_resume(run)
+        if nemo is not None:
+            return f'set `exp_manager.resume_from_checkpoint="{path}"` with `resume_if_exists=False` ({_nemo_instead(*nemo)}), or pass `ckpt_path="{path}"` to `trainer.fit()`'
         return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
+
+
+def _nemo_resume(run: Run) -> tuple[list[CheckpointFile], list[CheckpointFile]] | None:
+    """What NeMo's ``exp_manager`` (``check_resume``, ``resume_if_exists``) looks for in a run it
+    saved (one with NeMo's ``-last`` copy or ``--end`` save): the finished ``*end.ckpt`` and
+    ``*last.ckpt`` (``_filter_out_unfinished_checkpoints``: none beside its ``-unfinished``
+    marker, which lies among the run's other files). None for any other run."""
+    if not any(_NEMO_LAST.search(f.entry.name) or _NEMO_END.search(f.entry.name) for f in run.loose_files):
+        return None
+    markers = {entry.name for entry in run.other_files if entry.name.endswith(_UNFINISHED)}
+    finished = [f for f in run.loose_files if f.entry.name.removesuffix(".ckpt") + _UNFINISHED not in markers]
+    return [f for f in finished if f.entry.name.endswith("end.ckpt")], [f for f in finished if f.entry.name.endswith("last.ckpt")]
+
+
+def _nemo_instead(ends: list[CheckpointFile], lasts: list[CheckpointFile]) -> str:
+    """What ``resume_if_exists=True`` does instead of loading the checkpoint named."""
+    if ends:
+        return f"with it, {ends[0].name} stops the resume: exp_manager raises that training finished, or with `resume_past_end` starts from scratch"
+    if len(lasts) == 1:
+        return f"with it, exp_manager loads {lasts[0].name} instead"
+    if lasts:
+        return f"with it, exp_manager finds {len(lasts)} `*last.ckpt` and raises"
+    return "with it, exp_manager finds no `*last.ckpt` and raises"
+
+
+def _saved_by_lightning(listing: Listing, probe: Callable[[Entry], FileReport], claims: dict[str, Claim]) -> bool:
+    """Whether Lightning saved the claimed files: where every name has text before its first
+    ``key=`` (``model-epoch=03-val_loss=0.12.ckpt``), the first file whose top-level keys can be
+    read says, by ``_VERSION_KEY``; where none can, or a name spells Lightning's own template, the
+    names decide."""
+    if any(_KEYED.match(name) or _BARE.match(name) or _HPC.match(name) for name in claims):
+        return True
+    entries = {entry.name: entry for entry in listing.entries}
+    for name in sorted(claims):
+        entry = entries[name]
+        report = None if entry.is_dir or entry.dangling else with_keys(entry, probe(entry))
+        if report is not None and report.keys_read and report.keys:
+            return _VERSION_KEY in report.keys
+    return True
 
 
 def _recorded_steps(
@@ -240,6 +340,9 @@ class _ShardedLightning(FolderLayout):
 
     def unfinished(self, name: str) -> str | None:
         return self.naming.unfinished(name)
+
+    def resaved(self, name: str) -> tuple[str, int] | None:
+        return self.naming.resaved(name)
 
     def nested(self, name: str) -> bool:
         return name == _ENGINE

@@ -12,13 +12,23 @@ checks that each member's data is there, and reads each member that is itself a 
 (``.ckpt``, ``.pt``, ``.pth``: a ``torch.save`` zip) through the reader of its content, as a
 stretch of the archive (members are stored, never compressed). The names of the members are kept
 (``MEMBERS``), so that a layout can ask for the ones its framework needs.
+
+Such an archive may be gzipped whole: NeMo before 1.7 wrote ``.nemo`` files with ``"w:gz"``, and
+reads either (``_tar_open``: ``"r:"``, then ``"r:gz"`` where that fails). Its tar stream is told
+by inflating the head; ``inspect`` inflates the whole stream (a gzip stream says it is whole only
+at its end) to find a cut in it or in the tar it holds, and ``verify`` inflates it into a
+temporary file and reads that as it reads a plain archive.
 """
 
 from __future__ import annotations
 
+import tempfile
+import zlib
+from collections.abc import Iterator
+
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
-from ckptdoctor.readers._sample import Sample, Window
+from ckptdoctor.readers._sample import CHUNK, EdgeSample, FileSample, Sample, Window
 from ckptdoctor.readers.sniff import Format, sniff
 
 TAR = Format.declare("tar")
@@ -29,6 +39,10 @@ RECORD = 20 * BLOCK
 """``tarfile.RECORDSIZE``: an archive's length is a multiple of it."""
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")
 """Members read as checkpoint files of their own (a ``torch.save`` of a state dict)."""
+COMPRESSION = "compression"
+"""A fact: ``gzip`` for an archive gzipped whole."""
+_GZIP = b"\x1f\x8b"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 def _folder_tar(head: bytes, sample: Sample) -> bool:
@@ -37,6 +51,56 @@ def _folder_tar(head: bytes, sample: Sample) -> bool:
         return False
     name = head[:100].split(b"\0", 1)[0]
     return name in (b".", b"./") or name.startswith(b"./")
+
+
+def _gzipped_folder_tar(head: bytes, sample: Sample) -> bool:
+    """A gzip stream whose first inflated bytes are a folder archived whole (an old ``.nemo``)."""
+    if not head.startswith(_GZIP):
+        return False
+    try:
+        inflated = zlib.decompressobj(_GZIP_WBITS).decompress(head, BLOCK)
+    except zlib.error:
+        return False
+    return _folder_tar(inflated, sample)
+
+
+def _inflated(sample: Sample) -> Iterator[bytes | FileIssue]:
+    """The tar stream a gzipped archive holds, in chunks, then a problem of the gzip stream, if any."""
+    inflater = zlib.decompressobj(_GZIP_WBITS)
+    read = 0
+    try:
+        for chunk in sample.chunks():
+            read += len(chunk)
+            data = chunk
+            while data and not inflater.eof:
+                yield inflater.decompress(data, CHUNK)
+                data = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+    except zlib.error as error:
+        yield FileIssue(Problem.MALFORMED, f"the gzip stream is damaged ({error})")
+        return
+    if not inflater.eof:
+        yield FileIssue(Problem.TRUNCATED, "the gzip stream ends before its trailer: cut short")
+    elif inflater.unused_data:
+        yield FileIssue(Problem.TRAILING_BYTES, f"{sample.size - read + len(inflater.unused_data)} bytes after the end of the gzip stream")
+
+
+def _probe_gzipped(sample: Sample) -> FileReport:
+    """The whole gzip stream inflated, kept only at its two ends: cut or damaged, or the tar it holds cut."""
+    head, tail, size = b"", b"", 0
+    for part in _inflated(sample):
+        if isinstance(part, FileIssue):
+            return FileReport(TAR.value, (part,), _GZIPPED)
+        size += len(part)
+        if len(head) < RECORD:
+            head += part[: RECORD - len(head)]
+        tail = (tail + part)[-RECORD:]
+    issue = _ending(EdgeSample(head, tail, size))
+    return FileReport(TAR.value, (issue,) if issue else (), _GZIPPED)
+
+
+_GZIPPED = ((COMPRESSION, "gzip"),)
 
 
 def _ending(sample: Sample) -> FileIssue | None:
@@ -49,12 +113,32 @@ def _ending(sample: Sample) -> FileIssue | None:
 
 
 def probe(sample: Sample) -> FileReport:
+    if sample.head(len(_GZIP)) == _GZIP:
+        return _probe_gzipped(sample)
     issue = _ending(sample)
     return FileReport(TAR.value, (issue,) if issue else ())
 
 
 def read_whole(sample: Sample, deep: int = 0) -> FileReport:
-    """Every member's header and data, and each checkpoint member read whole as its content."""
+    """Every member's header and data, and each checkpoint member read whole as its content; a
+    gzipped archive inflated into a temporary file first, as NeMo unpacks one."""
+    if sample.head(len(_GZIP)) == _GZIP:
+        return _read_gzipped(sample, deep)
+    return _read_tar(sample, deep)
+
+
+def _read_gzipped(sample: Sample, deep: int) -> FileReport:
+    with tempfile.TemporaryFile(prefix="ckptdoctor-") as inflated:
+        for part in _inflated(sample):
+            if isinstance(part, FileIssue):
+                return FileReport(TAR.value, (part,), _GZIPPED)
+            inflated.write(part)
+        inflated.flush()
+        report = _read_tar(FileSample(inflated.fileno()), deep)
+    return FileReport(report.format, report.issues, (*report.facts, *_GZIPPED))
+
+
+def _read_tar(sample: Sample, deep: int) -> FileReport:
     issues: list[FileIssue] = []
     names: list[str] = []
     offset, end = 0, 0
@@ -117,7 +201,7 @@ def _inner(member: Sample, deep: int) -> tuple[FileIssue, ...]:
 SPECS = (
     ReaderSpec(
         TAR,
-        (Sniff(Rank.STRUCTURE - 1, _folder_tar),),
+        (Sniff(Rank.STRUCTURE - 1, _folder_tar), Sniff(Rank.SIGNATURE - 1, _gzipped_folder_tar)),
         ((".nemo", Naming.CHECKPOINT_ONLY),),
         probe,
         read_whole,

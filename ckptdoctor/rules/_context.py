@@ -7,6 +7,7 @@ import functools
 import os
 import posixpath
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
@@ -96,11 +97,21 @@ class RunContext:
     def position(self, file: tuple[int, CheckpointFile]) -> tuple[int, int]:
         """Where one of the run's files (with its index) comes in ``files``: a sort key."""
         index, found = file
-        return index, self._by_index[index].files.index(found)
+        before = 0
+        for checkpoint in self._by_index[index]:
+            if found in checkpoint.files:
+                return index, before + checkpoint.files.index(found)
+            before += len(checkpoint.files)
+        raise ValueError(f"{found.path} is no file of {self.run.unit.value} {index}")
 
     @functools.cached_property
-    def _by_index(self) -> dict[int, Checkpoint]:
-        return {checkpoint.index: checkpoint for checkpoint in self.run.checkpoints}
+    def _by_index(self) -> dict[int, list[Checkpoint]]:
+        """The run's checkpoints by index, in the run's order: two folders may carry one index
+        (a DeepSpeed universal copy beside its source, Lightning's ``-v1`` save of a step again)."""
+        by_index: dict[int, list[Checkpoint]] = defaultdict(list)
+        for checkpoint in self.run.checkpoints:
+            by_index[checkpoint.index].append(checkpoint)
+        return by_index
 
     @property
     def fix_context(self) -> dict[str, str]:

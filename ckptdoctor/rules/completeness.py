@@ -6,11 +6,13 @@ markers, stray prefixes, mixed formats and `latest`-style pointers.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from operator import attrgetter
 
 from ckptdoctor.layouts._base import unfollowable
-from ckptdoctor.model import CheckpointFile, FileReport, Finding, Problem, Role, Severity, Status
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule, fires, fix
@@ -464,12 +466,14 @@ UNSAFE_AUTO_RESUME = Rule(
     fixes=(
         fix(
             "Name the checkpoint the last line gives when you resume: an automatic resume takes the newest, which is incomplete.",
+            lightning='Pass `trainer.fit(ckpt_path=...)` the file the last line names, not `"last"` or `"hpc"`: `"last"` loads the newest `last*.ckpt` and `"hpc"` the highest `hpc_ckpt_N.ckpt`, which is not whole.',
             hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: `True` takes the highest-numbered `checkpoint-N`, which is incomplete.",
             accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
             deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
         ),
         fix(
             "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
+            lightning='Or run `ckptdoctor repair {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
             keras="Or put the previous save back in its place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
         ),
         "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
@@ -479,6 +483,45 @@ UNSAFE_AUTO_RESUME = Rule(
         "Can't find a valid checkpoint at",
     ),
     related=("CKD101", "CKD104", "CKD110", "CKD113"),
+)
+
+SAVED_TWICE = Rule(
+    code="CKD115",
+    name="saved-twice",
+    severity=Severity.WARNING,
+    summary="A checkpoint was saved again under its name with a version added (`epoch=0-step=4-v1.ckpt`): a training started again into the same folder.",
+    meaning=(
+        "Some frameworks never overwrite a checkpoint: where the name a save should get is taken, they add a version to it. "
+        "Lightning's `ModelCheckpoint` saves `epoch=0-step=4-v1.ckpt` beside `epoch=0-step=4.ckpt`, and `last-v1.ckpt` beside "
+        "`last.ckpt`. Two saves of one index are two trainings in one folder (a job started again from scratch instead of "
+        "resuming), or two checkpointers writing the same names. ckptdoctor takes the newest whole save of an index as its "
+        "checkpoint; but the highest index may be the earlier training's, while the framework's own resume from the latest "
+        "goes by time and loads the later training's."
+    ),
+    causes=(
+        "A job was started again without resuming (a requeue or a rerun whose script does not pass the checkpoint), so a "
+        "second training saved the same names into the folder of the first. Two checkpoint callbacks share one folder and "
+        "one name template, so every save is written twice."
+    ),
+    fixes=(
+        fix(
+            "Decide which training to go on with and pass its file when you resume (`ckptdoctor inspect --resume-path {run}` "
+            "names the newest by index, which may be the earlier training's); move the other training's files out of {run}, "
+            "and give each training a folder of its own.",
+            lightning='Decide which training to go on with and pass its file as `trainer.fit(ckpt_path=...)`: `ckpt_path="last"` '
+            "loads the newest `last*.ckpt` by time (after a restart `last-v1.ckpt`, the later training's), while the highest "
+            "{unit} may be the earlier training's. Move the other training's files out of {run}; give each fit its own "
+            '`dirpath`, or start a job again with `ckpt_path="last"` so that it goes on instead of starting over.',
+        ),
+        fix(
+            "If two checkpointers write into one folder under one name template, each checkpoint is saved twice: give each its "
+            "own name template or folder.",
+            lightning="Two `ModelCheckpoint` callbacks with one `filename` and `dirpath` save every checkpoint twice (`-v1`): "
+            "give each its own `filename`.",
+        ),
+    ),
+    messages=("exists and is not empty",),
+    related=("CKD114", "CKD113"),
 )
 
 RULES: tuple[Rule, ...] = (
@@ -494,6 +537,7 @@ RULES: tuple[Rule, ...] = (
     MIXED_FORMATS,
     STALE_POINTER,
     UNSAFE_AUTO_RESUME,
+    SAVED_TWICE,
 )
 
 
@@ -699,13 +743,83 @@ def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     pick = ctx.layout.auto_resume_pick(ctx.run)
     if pick is None or pick.status is Status.COMPLETE:
         return
-    where = pick.path or f"{ctx.run.unit.value} {pick.index}"
+    if pick in ctx.run.checkpoints:
+        index, path = pick.index, pick.path
+        where = path or f"{ctx.run.unit.value} {index}"
+    else:  # a file the framework loads that is none of the run's checkpoints (Lightning's copied `last.ckpt`)
+        index, path = None, pick.files[0].path
+        where = path
     yield ctx.finding(
         UNSAFE_AUTO_RESUME,
         f"{ctx.layout.name}'s resume from the latest checkpoint would pick {where}, which is {pick.status.value}",
-        index=pick.index,
-        path=pick.path,
+        index=index,
+        path=path,
     )
+
+
+@fires(SAVED_TWICE)
+def saved_twice(ctx: RunContext) -> Iterator[Finding]:
+    """CKD115: saves of one index under one name, the later ones with the version the framework
+    adds where the name is taken (``Layout.resaved``): two trainings in one folder."""
+    run = ctx.run
+    twice = [
+        saves for index, same in itertools.groupby(run.checkpoints, key=attrgetter("index")) for saves in _versions(ctx, index, list(same))
+    ]
+    if not twice:
+        return
+    unit = run.unit.value
+    listed = "; ".join(f"{' and '.join(entry.name for _, entry, _ in saves)} ({unit} {index})" for index, saves in twice[:3])
+    if len(twice) > 3:
+        listed += f" and {len(twice) - 3} more {unit}s"
+    taken = [max(saves, key=lambda save: (save[2], save[0]))[1] for _, saves in twice]
+    message = (
+        f"{listed}: saved again under one name, the later save with a version {ctx.layout.name} adds where the name is taken "
+        "(a training started again into this folder, or two checkpointers with one name template); ckptdoctor takes the "
+        f"newest whole save of each as its checkpoint ({', '.join(entry.name for entry in taken[:3])}{', …' if len(taken) > 3 else ''})"
+    )
+    resume = run.resume
+    later = max((entry for _, saves in twice for version, entry, _ in saves if version), key=lambda entry: entry.mtime)
+    saved_at = _saved_at(resume) if resume is not None else 0.0
+    if resume is not None and 0 < saved_at < later.mtime and resume.index > max(index for index, _ in twice):
+        newest = max(run.checkpoints, key=_saved_at)
+        message += (
+            f"; the resume point, {unit} {resume.index}, was saved before {later.name}: it is the earlier training's, "
+            f"and the newest save is {unit} {newest.index} ({_save_entry(newest).name})"
+        )
+    yield ctx.finding(SAVED_TWICE, message, index=twice[0][0] if len(twice) == 1 else None, path=later.path)
+
+
+def _versions(ctx: RunContext, index: int, checkpoints: Sequence[Checkpoint]) -> list[tuple[int, list[tuple[int, Entry, bool]]]]:
+    """The saves of ``index`` (its checkpoint's whole-save files, or its checkpoints' folders) by the
+    name each was meant to have, where several share one: (version, entry, whole) each, oldest first."""
+    if len(checkpoints) > 1:
+        saves = [(c.folder, c.status is Status.COMPLETE) for c in checkpoints if c.folder is not None]
+    elif len(checkpoints[0].files) < 2:
+        return []  # the common case: one file, one save
+    else:
+        saves = [(f.entry, not _unusable(f)) for f in checkpoints[0].files if Role.MODEL in f.roles and Role.TEMP not in f.roles]
+    if len(saves) < 2:
+        return []
+    named: dict[str, list[tuple[int, Entry, bool]]] = defaultdict(list)
+    for entry, whole in saves:
+        base, version = ctx.layout.resaved(entry.name) or (entry.name, 0)
+        named[base].append((version, entry, whole))
+    return [(index, sorted(same, key=lambda save: save[0])) for same in named.values() if len(same) > 1 and any(v for v, _, _ in same)]
+
+
+def _unusable(file: CheckpointFile) -> bool:
+    """A file no resume can use: a problem of it gives its checkpoint a status."""
+    return any(problem.status is not None for problem in file.report.problems)
+
+
+def _save_entry(checkpoint: Checkpoint) -> Entry:
+    """What a checkpoint was saved as: its folder, else the file its resume names."""
+    return checkpoint.folder or checkpoint.files[0].entry
+
+
+def _saved_at(checkpoint: Checkpoint) -> float:
+    """When ``checkpoint`` was saved (0: not known, as for a folder)."""
+    return _save_entry(checkpoint).mtime if checkpoint.files or checkpoint.folder else 0.0
 
 
 @fires(STALE_POINTER)
@@ -737,6 +851,7 @@ CHECKS = (
     weights_only,
     no_resumable_checkpoint,
     unsafe_auto_resume,
+    saved_twice,
     stale_pointers,
     stray_prefixes,
     mixed_formats,
