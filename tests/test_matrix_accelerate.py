@@ -111,8 +111,8 @@ test_breakage, test_killed_mid_save = matrix_tests(
     ACCELERATE,
     expected_failures={
         "accelerate-torn-copy": (
-            "verify --deep calls a torn random_states_0.pkl (new head, old tail) whole; load_state restores the older "
-            "save's torch RNG state from it without a word"
+            "the torn random_states_0.pkl is byte for byte checkpoint_1's (two saves differ only in the torch RNG state at "
+            "its tail) and verify --deep calls it whole; load_state restores checkpoint_1's torch RNG state"
         ),
     },
 )

@@ -58,8 +58,8 @@ DCP = Fresh(
 )
 
 _NO_PICK = (
-    "the dcp layout declares no automatic pick: torchtitan's _find_load_step picks the broken step-6 (it has its .metadata) "
-    "and dcp.load fails there, and ckptdoctor, though it calls step-6 broken, does not say the pick fails (no CKD114)"
+    "the dcp layout declares no automatic pick: torchtitan's _find_load_step picks the broken step-6 (it has its .metadata), "
+    "which dcp.load does not restore as saved, and ckptdoctor, though it calls step-6 broken, does not say so (no CKD114)"
 )
 
 test_breakage, test_killed_mid_save = matrix_tests(
@@ -69,8 +69,9 @@ test_breakage, test_killed_mid_save = matrix_tests(
         "dcp-truncated-newest": _NO_PICK,
         "dcp-zero-tail": _NO_PICK,
         "dcp-torn-copy": (
-            "verify --deep calls a torn __0_0.distcp (new head, old tail, every item where .metadata places it) whole; "
-            "dcp.load restores the older save's optimizer state. And: " + _NO_PICK
+            "verify --deep calls a torn __0_0.distcp whole: each item is a whole torch.save stream, those before the tear "
+            "step 6's, those after (the last bias, the optimizer state) byte for byte step 4's; dcp.load restores that mix. And: "
+            + _NO_PICK
         ),
     },
 )
