@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Sequence
@@ -174,6 +175,158 @@ def step_and_save(accelerator: Any, model: Any, optimizer: Any, scheduler: Any) 
     optimizer.step()
     scheduler.step()
     accelerator.save_state()
+
+
+# --- a hand-written PyTorch loop, and one saving with torch.distributed.checkpoint ----------------
+
+LOOP_FILES = {"split": "model_{}.safetensors", "bundled": "ckpt_{}.pt", "weights": "model_{}.safetensors"}
+"""What a hand-written loop saves each epoch, by the file it resumes from: ``split`` the weights as
+safetensors beside ``optimizer_{e}.pt`` and ``scheduler_{e}.pt``; ``bundled`` one ``torch.save``
+of the PyTorch tutorial's dict ("Saving and loading a general checkpoint"); ``weights`` the
+weights alone."""
+
+
+def _loop_objects() -> tuple[Any, Any, Any]:
+    """The loop's model, AdamW and StepLR (seeded)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+
+
+_WEIGHTS = re.compile(r"model_([0-9]+)\.safetensors")
+
+
+def loop_saves(folder: Path, shape: str) -> dict[int, Path]:
+    """The loop's saves in ``folder`` by epoch: the files it resumes from."""
+    pattern = re.compile(re.escape(LOOP_FILES[shape]).replace(r"\{\}", "([0-9]+)"))
+    return {int(m[1]): path for path in folder.glob(LOOP_FILES[shape].format("*")) if (m := pattern.fullmatch(path.name))}
+
+
+def loop_newest(folder: Path, shape: str) -> Path | None:
+    """The loop's own resume pick: the file of the highest epoch number in ``folder`` (a glob and
+    a max, as such loops are written); None on a first run."""
+    saves = loop_saves(folder, shape)
+    return saves[max(saves)] if saves else None
+
+
+def split_files(weights: Path) -> list[Path]:
+    """A split save's files from its weights file: ``model_3.safetensors``, and ``optimizer_3.pt``
+    and ``scheduler_3.pt`` beside it by the epoch in its name (the file alone for another name)."""
+    named = _WEIGHTS.fullmatch(weights.name)
+    if named is None:
+        return [weights]
+    return [weights, weights.with_name(f"optimizer_{named[1]}.pt"), weights.with_name(f"scheduler_{named[1]}.pt")]
+
+
+def loop_resume(path: Path, shape: str) -> tuple[Any, Any, Any, int]:
+    """The loop's resume from the file it resumes from (a split save's siblings found by
+    :func:`split_files`): the model, optimizer and scheduler loaded, and the epoch saved."""
+    import torch
+    from safetensors.torch import load_file
+
+    model, optimizer, scheduler = _loop_objects()
+    if shape == "bundled":
+        state = torch.load(path, weights_only=True)
+        model.load_state_dict(state["model_state_dict"])
+        optimizer.load_state_dict(state["optimizer_state_dict"])
+        return model, optimizer, scheduler, int(state["epoch"])
+    named = _WEIGHTS.fullmatch(path.name)
+    if named is None:
+        raise ValueError(f"the loop resumes from its model_<epoch>.safetensors, not {path.name}")
+    model.load_state_dict(load_file(path))
+    if shape == "split":
+        _, optimizer_file, scheduler_file = split_files(path)
+        optimizer.load_state_dict(torch.load(optimizer_file, weights_only=True))
+        scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
+    return model, optimizer, scheduler, int(named[1])
+
+
+def torch_loop(folder: Path, epochs: int, shape: str) -> None:
+    """A hand-written loop: resume from :func:`loop_newest` if there is one, then train and save
+    each epoch up to ``epochs``, the way :data:`LOOP_FILES` says."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    newest = loop_newest(folder, shape)
+    model, optimizer, scheduler, done = loop_resume(newest, shape) if newest is not None else (*_loop_objects(), 0)
+    for epoch in range(done + 1, epochs + 1):
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        if shape == "bundled":
+            state = {"epoch": epoch, "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}
+            torch.save({**state, "loss": loss.item()}, folder / LOOP_FILES[shape].format(epoch))
+            continue
+        save_file(model.state_dict(), str(folder / LOOP_FILES[shape].format(epoch)))
+        if shape == "split":
+            torch.save(optimizer.state_dict(), folder / f"optimizer_{epoch}.pt")
+            torch.save(scheduler.state_dict(), folder / f"scheduler_{epoch}.pt")
+
+
+class DcpApp:
+    """The training state as ``torch.distributed.checkpoint``'s own recipe wraps it (a
+    ``Stateful`` of ``get_state_dict``/``set_state_dict``, as in the "Getting started with DCP"
+    tutorial and torchtitan), for a model and AdamW."""
+
+    def __init__(self) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optim": optimizer}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def dcp_newest(folder: Path) -> Path | None:
+    """torchtitan's pick (``CheckpointManager._find_load_step``, torchtitan/components/checkpoint.py):
+    the highest ``step-<n>`` folder that holds a ``.metadata``; None where there is none."""
+    steps = {int(m[1]): p for p in folder.glob("*") if (m := re.search(r"step-([0-9]+)", p.name)) and (p / ".metadata").is_file()}
+    return steps[max(steps)] if steps else None
+
+
+def dcp_load_app(path: Path) -> tuple[DcpApp, int]:
+    """``dcp.load`` of a checkpoint folder into a fresh :class:`DcpApp`, and the step it holds."""
+    import torch.distributed.checkpoint as dcp
+
+    state: dict[str, Any] = {"app": DcpApp(), "step": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
+        dcp.load(state, checkpoint_id=str(path))
+    return state["app"], int(state["step"])
+
+
+def dcp_loop(folder: Path, steps: int, every: int = 2) -> None:
+    """A loop that resumes from :func:`dcp_newest`, trains to ``steps`` and saves every ``every``
+    steps with ``dcp.save(state, checkpoint_id=folder / f"step-{n}")``."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    newest = dcp_newest(folder)
+    app, done = dcp_load_app(newest) if newest is not None else (DcpApp(), 0)
+    for step in range(done + 1, steps + 1):
+        app.optimizer.zero_grad()
+        app.model(torch.randn(16, 8)).pow(2).mean().backward()
+        app.optimizer.step()
+        if step % every == 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dcp.save({"app": app, "step": step}, checkpoint_id=str(folder / f"step-{step}"))
 
 
 # --- DeepSpeed and Megatron, by hand --------------------------------------------------------------
@@ -957,17 +1110,24 @@ def nanogpt_optimizer(model: Any) -> Any:
     return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))
 
 
-def nanogpt_train(out_dir: Path, max_iters: int, eval_interval: int = 2, **config: Any) -> tuple[Any, Any, int]:
+def nanogpt_train(out_dir: Path, max_iters: int, eval_interval: int = 2, resume: bool = False, **config: Any) -> tuple[Any, Any, int]:
     """``train.py``'s loop: an update per iteration, and at every ``eval_interval`` (with
-    ``always_save_checkpoint``) ``torch.save`` of its dict straight over ``out_dir/ckpt.pt``."""
+    ``always_save_checkpoint``) ``torch.save`` of its dict straight over ``out_dir/ckpt.pt``;
+    with ``resume`` (``--init_from=resume``) from :func:`nanogpt_load` of ``out_dir``, whose
+    ``iter_num`` it saves again at once (an eval iteration)."""
     import torch
 
     torch.manual_seed(0)
-    model = nanogpt_model()
-    optimizer = nanogpt_optimizer(model)
+    if resume:
+        model, optimizer, checkpoint = nanogpt_load(out_dir)
+        iter_num = int(checkpoint["iter_num"])
+    else:
+        model = nanogpt_model()
+        optimizer = nanogpt_optimizer(model)
+        iter_num = 0
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = {"out_dir": str(out_dir), "eval_interval": eval_interval, "always_save_checkpoint": True, "init_from": "scratch", **config}
-    iter_num = 0
+    init_from = "resume" if resume else "scratch"
+    settings = {"out_dir": str(out_dir), "eval_interval": eval_interval, "always_save_checkpoint": True, "init_from": init_from, **config}
     while True:
         if iter_num % eval_interval == 0 and iter_num > 0:
             best_val_loss = torch.tensor(2.0 / iter_num)
@@ -991,9 +1151,15 @@ def nanogpt_train(out_dir: Path, max_iters: int, eval_interval: int = 2, **confi
 
 
 def nanogpt_resume(out_dir: str | Path) -> tuple[Any, int]:
+    """``train.py --init_from=resume``: the model and the ``iter_num`` it goes on at."""
+    model, _, checkpoint = nanogpt_load(out_dir)
+    return model, checkpoint["iter_num"]
+
+
+def nanogpt_load(out_dir: str | Path) -> tuple[Any, Any, dict[str, Any]]:
     """``train.py --init_from=resume --out_dir=out_dir``: ``torch.load`` of ``ckpt.pt`` (torch's
     default, ``weights_only``), the ``_orig_mod.`` prefix stripped, the weights and the optimizer
-    state loaded; the model and the ``iter_num`` it goes on at."""
+    state loaded; the model, the optimizer and the checkpoint (``iter_num``, ``best_val_loss``)."""
     import torch
 
     checkpoint = torch.load(Path(out_dir) / "ckpt.pt", map_location="cpu")
@@ -1003,8 +1169,9 @@ def nanogpt_resume(out_dir: str | Path) -> tuple[Any, int]:
         if k.startswith("_orig_mod."):
             state_dict[k[len("_orig_mod.") :]] = state_dict.pop(k)
     model.load_state_dict(state_dict)
-    nanogpt_optimizer(model).load_state_dict(checkpoint["optimizer"])
-    return model, checkpoint["iter_num"]
+    optimizer = nanogpt_optimizer(model)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return model, optimizer, checkpoint
 
 
 # --- LitGPT (its own save functions, with a real Fabric) ------------------------------------------

@@ -120,6 +120,14 @@ class Fresh:
     copies: Callable[[Path], dict[int, Path]] | None = None
     """Whole copies the framework also resumes from (Lightning's ``last.ckpt`` saved as a copy),
     by the index of the save their content holds."""
+    files: Callable[[Path], list[Path]] | None = None
+    """The files a checkpoint of :attr:`checkpoints` is made of where it is neither a folder nor
+    one file (a hand-written loop's ``model_3.safetensors`` with ``optimizer_3.pt`` and
+    ``scheduler_3.pt`` beside it), those missing too, in the same order for every checkpoint."""
+    overwritten: Callable[[Path], Path] | None = None
+    """Where each save overwrites the one before (nanoGPT's one ``ckpt.pt``), so that the run
+    holds one checkpoint: the previous save's copy of it, which :attr:`build` keeps aside (as a
+    backup holds it) for ``torn-copy`` to tear the newest over."""
     inspect_blind: dict[str, str] = field(default_factory=dict)
     """Breakages whose damage lies only in bytes ``inspect`` does not read in this framework's
     files, each with why (a zeroed tail of tensor data, a torn file whose framing both halves
@@ -135,7 +143,7 @@ class _Oracle:
     digests: dict[str, str | Unrestorable] = field(default_factory=dict)
 
     def restored(self, run: Path, path: Path) -> str | Unrestorable:
-        key = _content_key(path)
+        key = _content_key(self.fresh, path)
         if key not in self.digests:
             try:
                 self.digests[key] = self.fresh.restore(run, path)
@@ -152,11 +160,17 @@ class _Oracle:
         return original is None or got == self.restored(self.healthy, original)
 
 
-def _content_key(path: Path) -> str:
-    """A digest of a checkpoint's names and bytes (a folder's files below it, or one file)."""
+def _members(fresh: Fresh, checkpoint: Path) -> list[Path]:
+    """A checkpoint's files: those below its folder, those :attr:`Fresh.files` names, or itself."""
+    if checkpoint.is_dir():
+        return sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    return fresh.files(checkpoint) if fresh.files is not None else [checkpoint]
+
+
+def _content_key(fresh: Fresh, path: Path) -> str:
+    """A digest of a checkpoint's names and bytes (its :func:`_members`)."""
     digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
+    for file in _members(fresh, path):
         digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         digest.update(file.read_bytes() if file.exists() else b"\0missing")
     return digest.hexdigest()
@@ -165,20 +179,20 @@ def _content_key(path: Path) -> str:
 # --- breaking a copy of the run -------------------------------------------------------------------
 
 
-def _largest(checkpoint: Path) -> Path:
-    files = [p for p in checkpoint.rglob("*") if p.is_file()] if checkpoint.is_dir() else [checkpoint]
+def _largest(fresh: Fresh, checkpoint: Path) -> Path:
+    files = [p for p in _members(fresh, checkpoint) if p.is_file()]
     return max(files, key=lambda p: (p.stat().st_size, str(p)))
 
 
 def truncate_newest(fresh: Fresh, run: Path) -> None:
     newest = _newest(fresh, run)
-    largest = _largest(newest)
+    largest = _largest(fresh, newest)
     with largest.open("r+b") as file:
         file.truncate(largest.stat().st_size // 2)
 
 
 def zero_tail(fresh: Fresh, run: Path) -> None:
-    largest = _largest(_newest(fresh, run))
+    largest = _largest(fresh, _newest(fresh, run))
     size = largest.stat().st_size
     with largest.open("r+b") as file:
         file.seek(max(0, size - TAIL))
@@ -190,9 +204,13 @@ def torn_copy(fresh: Fresh, run: Path) -> None:
     whose tail stays, then put in the newest's place: what ``rsync --inplace`` leaves when it is
     cut off while updating an older copy."""
     indexes = sorted(fresh.checkpoints(run))
-    newest, previous = fresh.checkpoints(run)[indexes[-1]], fresh.checkpoints(run)[indexes[-2]]
-    largest = _largest(newest)
-    older = previous / largest.relative_to(newest) if newest.is_dir() else previous
+    newest = fresh.checkpoints(run)[indexes[-1]]
+    previous = fresh.overwritten(run) if fresh.overwritten is not None else fresh.checkpoints(run)[indexes[-2]]
+    largest = _largest(fresh, newest)
+    if newest.is_dir():
+        older = previous / largest.relative_to(newest)
+    else:  # the file of the previous save's that holds what ``largest`` holds
+        older = dict(zip(_members(fresh, newest), _members(fresh, previous), strict=True))[largest]
     head = largest.read_bytes()[: largest.stat().st_size // 2]
     tail = older.read_bytes()[len(head) :]
     largest.write_bytes(head + tail)
@@ -300,7 +318,8 @@ def built_run(fresh: Fresh, request: pytest.FixtureRequest, version: str) -> Pat
     for leftover in folder.iterdir():  # a build killed half-way
         shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
     run = fresh.build(folder / "work")
-    assert sorted(fresh.checkpoints(run)) and len(fresh.checkpoints(run)) == 3, "three saves"
+    saves = 1 if fresh.overwritten is not None else 3
+    assert len(fresh.checkpoints(run)) == saves, "three saves (the last one, where each overwrites the one before)"
     done.write_text(json.dumps({"run": str(run.relative_to(folder))}))
     return run
 

@@ -1,0 +1,83 @@
+"""The fresh-run matrix (``matrix.py``) for ckptdoctor's ``torch`` and ``safetensors`` layouts: a
+hand-written PyTorch training loop (``frameworks.torch_loop``) saving three epochs in the shapes
+users write: ``split`` (``model_{e}.safetensors``, ``optimizer_{e}.pt``, ``scheduler_{e}.pt``),
+``bundled`` (``torch.save`` of the PyTorch tutorial's dict into ``ckpt_{e}.pt``) and ``weights``
+(``model_{e}.safetensors`` alone, a ``safetensors`` run).
+
+There is no framework: the oracle is the loop's own resume (``frameworks.loop_resume``): from
+the file it is given (``model_3.safetensors`` for a split save, whose siblings it finds by the
+epoch in the name, as ``--resume-path`` prints it), ``load_state_dict`` of the model, optimizer and
+scheduler. Its automatic pick is what such loops are written to do, a glob and a max: the file of
+the highest epoch number (``frameworks.loop_newest``), whatever state it is in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from frameworks import loop_newest, loop_resume, loop_saves, split_files
+from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+
+def variant(shape: str, kill_points: tuple[KillPoint, ...]) -> Fresh:
+    def build(folder: Path) -> Path:
+        from frameworks import torch_loop
+
+        torch_loop(folder / "run", 3, shape)
+        return folder / "run"
+
+    def restore(run: Path, path: Path) -> str:
+        """What the loop's resume restores from ``path``: model, optimizer, scheduler and epoch."""
+        try:
+            model, optimizer, scheduler, epoch = loop_resume(path, shape)
+        except Exception as error:
+            raise Unrestorable(f"{type(error).__name__}: {error}") from error
+        return tensors_digest(model.state_dict(), optimizer.state_dict(), scheduler.state_dict(), epoch)
+
+    return Fresh(
+        name=shape,
+        build=build,
+        checkpoints=lambda run: loop_saves(run, shape),
+        restore=restore,
+        auto_resume=lambda run: loop_newest(run, shape),
+        save_more=f"from frameworks import torch_loop\ntorch_loop(run, 4, {shape!r})",
+        kill_points=kill_points,
+        state=(lambda checkpoint: split_files(checkpoint)[1]) if shape == "split" else None,
+        files=split_files if shape == "split" else None,
+    )
+
+
+# the split save writes model_4.safetensors, optimizer_4.pt, scheduler_4.pt: killed inside the
+# weights, inside the optimizer state, and between the optimizer and the scheduler; the others
+# write one file each epoch, killed in its first third (the weights) and its last (the optimizer)
+SPLIT = variant("split", (KillPoint(1, 0.5), KillPoint(2, 0.5), KillPoint(2, 1.0)))
+BUNDLED = variant("bundled", (KillPoint(1, 0.3), KillPoint(1, 0.8)))
+WEIGHTS = variant("weights", (KillPoint(1, 0.5),))
+
+_NO_PICK = (
+    "the torch layout declares no automatic pick: a loop resuming from its highest epoch file loads the broken newest save, "
+    "and ckptdoctor, though it calls that save broken, does not say the loop's pick fails (no CKD114)"
+)
+_TORN = "inspect calls a torn {} (new head, old tail) whole (verify --deep sees it); the loop restores mixed state. And: " + _NO_PICK
+
+test_breakage, test_killed_mid_save = matrix_tests(
+    torch.__version__,
+    SPLIT,
+    BUNDLED,
+    WEIGHTS,
+    expected_failures={
+        **{f"{v.name}-{b}": _NO_PICK for v in (SPLIT, BUNDLED, WEIGHTS) for b in ("truncated-newest", "zero-tail")},
+        **{f"{v.name}-{p.id}": _NO_PICK for v in (SPLIT, BUNDLED, WEIGHTS) for p in v.kill_points},
+        "split-deleted-state": _NO_PICK,
+        "split-torn-copy": _TORN.format("optimizer_3.pt"),
+        "bundled-torn-copy": _TORN.format("ckpt_3.pt"),
+        "weights-torn-copy": (
+            "verify --deep calls a torn model_3.safetensors whole (safetensors has no checksum, but its tail is byte for byte "
+            "the previous save's); the loop loads mixed weights. And: " + _NO_PICK
+        ),
+    },
+)
