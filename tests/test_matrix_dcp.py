@@ -57,21 +57,14 @@ DCP = Fresh(
     kill_points=(KillPoint(1, 0.45), KillPoint(1, 0.8), KillPoint(2, 0.5)),
 )
 
-_NO_PICK = (
-    "the dcp layout declares no automatic pick: torchtitan's _find_load_step picks the broken step-6 (it has its .metadata), "
-    "which dcp.load does not restore as saved, and ckptdoctor, though it calls step-6 broken, does not say so (no CKD114)"
-)
 
 test_breakage, test_killed_mid_save = matrix_tests(
     torch.__version__,
     DCP,
     expected_failures={
-        "dcp-truncated-newest": _NO_PICK,
-        "dcp-zero-tail": _NO_PICK,
         "dcp-torn-copy": (
             "verify --deep calls a torn __0_0.distcp whole: each item is a whole torch.save stream, those before the tear "
-            "step 6's, those after (the last bias, the optimizer state) byte for byte step 4's; dcp.load restores that mix. And: "
-            + _NO_PICK
+            "step 6's, those after (the last bias, the optimizer state) byte for byte step 4's; dcp.load restores that mix"
         ),
     },
 )

@@ -58,11 +58,7 @@ SPLIT = variant("split", (KillPoint(1, 0.5), KillPoint(2, 0.5), KillPoint(2, 1.0
 BUNDLED = variant("bundled", (KillPoint(1, 0.3), KillPoint(1, 0.8)))
 WEIGHTS = variant("weights", (KillPoint(1, 0.5),))
 
-_NO_PICK = (
-    "the torch layout declares no automatic pick: a loop resuming from its highest epoch file loads the broken newest save, "
-    "and ckptdoctor, though it calls that save broken, does not say the loop's pick fails (no CKD114)"
-)
-_TORN = "inspect calls a torn {} (new head, old tail) whole (verify --deep sees it); the loop restores mixed state. And: " + _NO_PICK
+_TORN = "inspect calls a torn {} (new head, old tail) whole (verify --deep sees it); the loop restores mixed state"
 
 test_breakage, test_killed_mid_save = matrix_tests(
     torch.__version__,
@@ -70,14 +66,11 @@ test_breakage, test_killed_mid_save = matrix_tests(
     BUNDLED,
     WEIGHTS,
     expected_failures={
-        **{f"{v.name}-{b}": _NO_PICK for v in (SPLIT, BUNDLED, WEIGHTS) for b in ("truncated-newest", "zero-tail")},
-        **{f"{v.name}-{p.id}": _NO_PICK for v in (SPLIT, BUNDLED, WEIGHTS) for p in v.kill_points},
-        "split-deleted-state": _NO_PICK,
         "split-torn-copy": _TORN.format("optimizer_3.pt"),
         "bundled-torn-copy": _TORN.format("ckpt_3.pt"),
         "weights-torn-copy": (
             "verify --deep calls a torn model_3.safetensors whole (safetensors has no checksum, but its tail is byte for byte "
-            "the previous save's); the loop loads mixed weights. And: " + _NO_PICK
+            "the previous save's); the loop loads mixed weights"
         ),
     },
 )

@@ -347,16 +347,18 @@ def test_ckd103_is_an_error_in_burn(tmp_path, inspect_json):
     assert the_run(report)["resume"]["index"] == 4
 
 
-def test_ckd103_is_a_warning_in_a_torch_run(tmp_path, torch_state, inspect_json):
+def test_ckd103_is_an_error_in_a_torch_run_whose_other_saves_have_a_scheduler(tmp_path, torch_state, inspect_json):
+    """A hand-made loop that saves a scheduler loads it on resume: the newest epoch without one
+    fails that resume (``FileNotFoundError``, tests/test_matrix_torch.py), so it is an error."""
     folder = torch_state.split_run(tmp_path / "run")
     (folder / "scheduler_3.pt").unlink()
     result = inspect_json(folder)
     report = result.json
-    finding = assert_fires(report, "CKD103", "warning", folder, "model_3.pt", 3)
+    finding = assert_fires(report, "CKD103", "error", folder, "model_3.pt", 3)
     assert "scheduler_3.pt" in finding["message"]
     assert checkpoint(report, 3)["status"] == "incomplete"
     assert the_run(report)["resume"]["index"] == 2
-    assert result.exit_code == 0  # warnings are below the default --fail-on error
+    assert result.exit_code == 1
 
 
 def test_ckd103_quiet_when_a_torch_run_never_saved_a_scheduler(tmp_path, torch_state, inspect_json):

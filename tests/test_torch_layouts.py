@@ -305,7 +305,7 @@ def test_scheduler_saved_once_makes_the_others_incomplete(inspect_json, tmp_path
     assert run["resume"]["index"] == 2
     missing = [f for f in result.json["findings"] if f["code"] == "CKD103"]
     assert [f["index"] for f in missing] == [3]
-    assert missing[0]["severity"] == "warning"  # torch does not require a scheduler, burn does
+    assert missing[0]["severity"] == "error"  # the loop that saved schedulers loads one on resume
 
 
 def test_split_run_missing_optimizer(inspect_json, cli, tmp_path: Path) -> None:

@@ -195,6 +195,7 @@ class Layout:
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
+    ``needed_to_resume(run)``    ``resume_needs``                             torch (every role its saves have)
     ``advisory``                 none                                         orbax
     ``advisory_at(path)``        ``advisory``                                 orbax (on ``gs://`` its marker commits)
     ``missing_note(...)``        None                                         dcp (in a store), orbax (on ``gs://``)
@@ -364,6 +365,11 @@ class Layout:
         manifest's data files), or not at all. Such a file is counted, never read. None for the
         files that are read."""
         return None
+
+    def needed_to_resume(self, run: Run) -> frozenset[Role]:
+        """The roles a resume of ``run`` cannot do without (a missing one is an error, not a
+        schedule that silently starts over): the framework's ``resume_needs``."""
+        return self.resume_needs
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """How to resume from ``checkpoint`` in the framework's own terms ('' if nothing to add)."""

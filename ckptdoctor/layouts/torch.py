@@ -68,6 +68,11 @@ class TorchLayout(Layout):
             return Claim(BUNDLED_ROLES, parsed.index, parsed.prefix or "checkpoint", parsed.unit)
         return None
 
+    def needed_to_resume(self, run: Run) -> frozenset[Role]:
+        """A hand-made loop's resume loads every state it saves: one its other saves have and
+        this one lacks fails it (``FileNotFoundError``), whatever the role."""
+        return frozenset(run.required)
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         """A hand-made loop resumes by loading each saved state into the object that saved it."""
         files = [f for f in checkpoint.files if f.roles and Role.TEMP not in f.roles]

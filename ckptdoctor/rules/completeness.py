@@ -123,8 +123,9 @@ MISSING_SCHEDULER = Rule(
     meaning=(
         "The scheduler's state records how far the run is into its warm-up and decay. burn requires it: resuming an epoch "
         "loads model, optimizer and scheduler, and panics with `Can load learning rate scheduler checkpoint.` when the "
-        "scheduler file is missing, even for a constant learning rate. That is why the default severity is error; outside "
-        "burn the check lowers it to a warning, because other frameworks can resume without it, but the schedule then "
+        "scheduler file is missing, even for a constant learning rate. That is why the default severity is error, and so is "
+        "a hand-made loop's whose other saves have a scheduler (its resume loads the file, and fails without it); for "
+        "other frameworks the check lowers it to a warning, because they can resume without it, but the schedule then "
         "starts over (a second warm-up, or the wrong learning rate for the rest of the run). HF Trainer loads `optimizer.pt` "
         "and `scheduler.pt` only as a pair, so a missing `scheduler.pt` silently restarts the optimizer as well."
     ),
@@ -584,7 +585,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
             severity = None
-            if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.resume_needs:
+            if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.needed_to_resume(run):
                 severity = Severity.WARNING
             elif role in ctx.advisory:
                 severity = Severity.WARNING
