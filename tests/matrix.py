@@ -103,10 +103,11 @@ class Fresh:
     """``restore(run, path)``: the framework restores the checkpoint at ``path`` (what
     ``--resume-path`` prints, or a checkpoint of :attr:`checkpoints`) and returns a digest of what
     it restored; raises :class:`Unrestorable` when the framework fails."""
-    auto_resume: Callable[[Path], Path | None]
+    auto_resume: Callable[[Path], Path | None] | None
     """The checkpoint the framework's automatic resume picks in ``run`` (its ``latest``, the
     highest folder, ``last.ckpt``); None when it would start from scratch. Raises
-    :class:`Unrestorable` when the pick itself fails."""
+    :class:`Unrestorable` when the pick itself fails. None where the framework has no automatic
+    resume (burn resumes only the epoch its user names)."""
     save_more: str
     """A Python statement run in a child process with ``run`` (a ``Path``) set: resume from the
     newest save and save the next one. :func:`killed_mid_save` kills it inside that save."""
@@ -117,6 +118,10 @@ class Fresh:
     """The framework's pointer file in a run; None where it keeps none."""
     stale: Callable[[Path], None] | None = None
     """Make the pointer name a checkpoint that is not there, as the framework writes it."""
+    members: Callable[[Path], list[Path]] | None = None
+    """The files of the checkpoint at a path :attr:`checkpoints` gives, where a checkpoint is
+    neither a folder nor one file (burn's ``model-E``, ``optim-E`` and ``scheduler-E`` beside the
+    other epochs'), listed alike for every checkpoint; None where it is its folder or its file."""
     copies: Callable[[Path], dict[int, Path]] | None = None
     """Whole copies the framework also resumes from (Lightning's ``last.ckpt`` saved as a copy),
     by the index of the save their content holds."""
@@ -135,7 +140,7 @@ class _Oracle:
     digests: dict[str, str | Unrestorable] = field(default_factory=dict)
 
     def restored(self, run: Path, path: Path) -> str | Unrestorable:
-        key = _content_key(path)
+        key = _content_key(self.fresh, path)
         if key not in self.digests:
             try:
                 self.digests[key] = self.fresh.restore(run, path)
@@ -152,33 +157,37 @@ class _Oracle:
         return original is None or got == self.restored(self.healthy, original)
 
 
-def _content_key(path: Path) -> str:
-    """A digest of a checkpoint's names and bytes (a folder's files below it, or one file)."""
+def _content_key(fresh: Fresh, path: Path) -> str:
+    """A digest of a checkpoint's names and bytes (a folder's files below it, its members, or one file)."""
     digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
+    for file in _files(fresh, path):
         digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         digest.update(file.read_bytes() if file.exists() else b"\0missing")
     return digest.hexdigest()
 
 
+def _files(fresh: Fresh, checkpoint: Path) -> list[Path]:
+    if checkpoint.is_dir():
+        return sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    return fresh.members(checkpoint) if fresh.members else [checkpoint]
+
+
 # --- breaking a copy of the run -------------------------------------------------------------------
 
 
-def _largest(checkpoint: Path) -> Path:
-    files = [p for p in checkpoint.rglob("*") if p.is_file()] if checkpoint.is_dir() else [checkpoint]
-    return max(files, key=lambda p: (p.stat().st_size, str(p)))
+def _largest(fresh: Fresh, checkpoint: Path) -> Path:
+    return max((p for p in _files(fresh, checkpoint) if p.exists()), key=lambda p: (p.stat().st_size, str(p)))
 
 
 def truncate_newest(fresh: Fresh, run: Path) -> None:
     newest = _newest(fresh, run)
-    largest = _largest(newest)
+    largest = _largest(fresh, newest)
     with largest.open("r+b") as file:
         file.truncate(largest.stat().st_size // 2)
 
 
 def zero_tail(fresh: Fresh, run: Path) -> None:
-    largest = _largest(_newest(fresh, run))
+    largest = _largest(fresh, _newest(fresh, run))
     size = largest.stat().st_size
     with largest.open("r+b") as file:
         file.seek(max(0, size - TAIL))
@@ -191,8 +200,13 @@ def torn_copy(fresh: Fresh, run: Path) -> None:
     cut off while updating an older copy."""
     indexes = sorted(fresh.checkpoints(run))
     newest, previous = fresh.checkpoints(run)[indexes[-1]], fresh.checkpoints(run)[indexes[-2]]
-    largest = _largest(newest)
-    older = previous / largest.relative_to(newest) if newest.is_dir() else previous
+    largest = _largest(fresh, newest)
+    if newest.is_dir():
+        older = previous / largest.relative_to(newest)
+    elif fresh.members:  # the previous checkpoint's member in the same place
+        older = _files(fresh, previous)[_files(fresh, newest).index(largest)]
+    else:
+        older = previous
     head = largest.read_bytes()[: largest.stat().st_size // 2]
     tail = older.read_bytes()[len(head) :]
     largest.write_bytes(head + tail)
@@ -331,10 +345,13 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
     assert printed_code == 0 and isinstance(printed, str)
     wanted = oracle.restored(run, faithful[expected])
     assert oracle.restored(run, Path(printed)) == wanted, f"--resume-path {printed} restores checkpoint {expected}"
-    try:
-        picked: Path | Unrestorable | None = fresh.auto_resume(run)
-    except Unrestorable as failed:
-        picked = failed
+    if fresh.auto_resume is None:  # the user names the checkpoint: what --resume-path prints
+        picked: Path | Unrestorable | None = faithful[expected]
+    else:
+        try:
+            picked = fresh.auto_resume(run)
+        except Unrestorable as failed:
+            picked = failed
     if picked is None:  # from scratch, silently: progress lost, the job itself fine
         warned = {f["code"] for f in deep["findings"] if f["severity"] in ("error", "warning")}
         assert warned & AUTO_ERRORS, f"the automatic resume starts from scratch, not from {faithful[expected]}\n{said}"
