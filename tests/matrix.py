@@ -345,7 +345,7 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
     assert printed_code == 0 and isinstance(printed, str)
     wanted = oracle.restored(run, faithful[expected])
     assert oracle.restored(run, Path(printed)) == wanted, f"--resume-path {printed} restores checkpoint {expected}"
-    if fresh.auto_resume is None:  # the user names the checkpoint: what --resume-path prints
+    if fresh.auto_resume is None:  # the user names the checkpoint (as --resume-path, checked above): nothing picks for them
         picked: Path | Unrestorable | None = faithful[expected]
     else:
         try:
