@@ -1,5 +1,6 @@
 """Framework runs for the tests: each written by the framework's own saving code (a tiny model on
-the CPU), or, for DeepSpeed and Megatron (too heavy to install here), built by hand under their
+the CPU); for the frameworks that cannot be installed here (docs/framework-sources.md), by code
+that saves as their source does, naming it; for DeepSpeed's ZeRO folders, by hand under their
 exact names with real ``torch.save`` files.
 
 The runs several suites share are session fixtures in ``conftest.py``, built once per test run and
@@ -329,7 +330,7 @@ def dcp_loop(folder: Path, steps: int, every: int = 2) -> None:
                 dcp.save({"app": app, "step": step}, checkpoint_id=str(folder / f"step-{step}"))
 
 
-# --- DeepSpeed and Megatron, by hand --------------------------------------------------------------
+# --- DeepSpeed by hand, Megatron from its source --------------------------------------------------
 
 
 def deepspeed_run(folder: Path, steps: tuple[int, ...] = (100, 200), ranks: int = 2, latest: str | bool = True) -> Path:
@@ -398,17 +399,149 @@ def deepspeed_loads(save_dir: Path, stage: int, *tags: str | None) -> list[dict[
     return list(json.loads(line.removeprefix("LOADED ")))
 
 
+MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
+
+
+class MegatronTraining:
+    """What Megatron-LM's ``save_checkpoint`` writes in its legacy ``torch`` format, from
+    NVIDIA/Megatron-LM d98e8a64 (``megatron/training/checkpointing.py``), for a column-parallel
+    linear layer split over ``ranks`` tensor-parallel ranks on the CPU (the input replicated and
+    the loss separable by output column, so each rank's shard and Adam train as they do under TP).
+    Each rank saves ``generate_state_dict``'s ``{args, checkpoint_version: 3.0, iteration, model,
+    optimizer, opt_param_scheduler, rng_state}`` plus ``num_floating_point_operations_so_far``
+    with one ``torch.save`` straight to ``get_checkpoint_name``'s
+    ``iter_{:07d}/mp_rank_{tp:02d}/model_optim_rng.pt`` (``ensure_directory_exists`` first); after
+    the barrier rank 0's ``iter_finalize_fn`` writes the tracker
+    (``f.write('release' if release else str(iteration))``). ``FP32Optimizer.state_dict`` is the
+    torch optimizer's; the scheduler's is ``OptimizerParamScheduler.state_dict``'s ten fields
+    (``megatron/core/optimizer_param_scheduler.py``); ``get_rng_state`` leaves out
+    ``cuda_rng_state`` here (no CUDA). :func:`megatron_load` reads it back."""
+
+    GLOBAL_BATCH = 2
+
+    def __init__(self, save: Path, ranks: int = 2) -> None:
+        import argparse
+
+        torch = pytest.importorskip("torch")
+        torch.manual_seed(0)
+        self.torch, self.save, self.ranks, self.iteration = torch, save, ranks, 0
+        self.shards = [torch.nn.Linear(8, 2) for _ in range(ranks)]
+        self.optimizers = [torch.optim.Adam(shard.parameters(), lr=1e-3) for shard in self.shards]
+        self.scheduler: dict[str, Any] = {
+            "max_lr": 1e-3, "lr_warmup_steps": 0, "num_steps": 0, "lr_decay_style": "cosine", "lr_decay_steps": 1000,
+            "min_lr": 1e-5, "start_wd": 0.01, "end_wd": 0.01, "wd_incr_style": "constant", "wd_incr_steps": 1000,
+        }  # fmt: skip
+        self.args = argparse.Namespace(
+            tensor_model_parallel_size=ranks, pipeline_model_parallel_size=1, global_batch_size=self.GLOBAL_BATCH,
+            consumed_train_samples=0, ckpt_format="torch", use_distributed_optimizer=False,
+        )  # fmt: skip
+
+    def train(self, iterations: int) -> MegatronTraining:
+        for _ in range(iterations):
+            batch = self.torch.randn(self.GLOBAL_BATCH, 8)
+            for shard, optimizer in zip(self.shards, self.optimizers, strict=True):
+                optimizer.zero_grad()
+                shard(batch).pow(2).mean().backward()
+                optimizer.step()
+            self.iteration += 1
+            self.args.consumed_train_samples += self.GLOBAL_BATCH
+            self.scheduler["num_steps"] += self.GLOBAL_BATCH  # OptimizerParamScheduler.step(increment=global batch)
+        return self
+
+    def state_dict(self, rank: int) -> dict[str, Any]:
+        import random
+
+        import numpy as np
+
+        rng = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(), "torch_rng_state": self.torch.get_rng_state()}
+        return {
+            "args": self.args,
+            "checkpoint_version": 3.0,
+            "iteration": self.iteration,
+            "model": self.shards[rank].state_dict(),
+            "optimizer": self.optimizers[rank].state_dict(),
+            "opt_param_scheduler": dict(self.scheduler),
+            "rng_state": [{**rng, "rng_tracker_states": {}}],
+            "num_floating_point_operations_so_far": 6.0 * 18 * self.args.consumed_train_samples,  # 6 x parameters x samples
+        }
+
+    def save_checkpoint(self) -> Path:
+        folder = self.save / f"iter_{self.iteration:07d}"
+        for rank in range(self.ranks):
+            name = folder / f"mp_rank_{rank:02d}" / "model_optim_rng.pt"
+            name.parent.mkdir(parents=True, exist_ok=True)
+            self.torch.save(self.state_dict(rank), name)
+        with open(self.save / MEGATRON_TRACKER, "w") as f:
+            f.write(str(self.iteration))
+        return folder
+
+
 def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: int = 2, tracker: int | str | None = None) -> Path:
-    """Megatron-LM's legacy torch format: ``iter_<7 digits>/mp_rank_XX/model_optim_rng.pt``, then
-    the tracker naming the newest iteration (or ``tracker``)."""
-    torch = pytest.importorskip("torch")
+    """A ``--save`` folder of Megatron-LM's legacy torch format, saved by :class:`MegatronTraining`
+    at each of ``iterations``; the tracker then says ``tracker`` where one is given."""
+    training = MegatronTraining(folder, ranks)
     for iteration in iterations:
-        for rank in range(ranks):
-            rank_folder = folder / f"iter_{iteration:07d}" / f"mp_rank_{rank:02d}"
-            rank_folder.mkdir(parents=True)
-            torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, "iteration": iteration}, rank_folder / "model_optim_rng.pt")
-    (folder / "latest_checkpointed_iteration.txt").write_text(str(iterations[-1] if tracker is None else tracker))
+        training.train(iteration - training.iteration).save_checkpoint()
+    if tracker is not None:
+        (folder / MEGATRON_TRACKER).write_text(str(tracker))
     return folder
+
+
+def megatron_load(load_dir: Path, ckpt_step: int | None = None, ranks: int = 2) -> MegatronTraining | None:
+    """``load_checkpoint`` of the legacy torch format with ``--load load_dir`` (and ``--ckpt-step``),
+    from ``megatron/training/checkpointing.py``: ``_load_base_checkpoint`` reads the tracker as
+    ``read_metadata`` does (an iteration, or ``release``: iteration 0), ``--ckpt-step`` overriding
+    it; with neither it returns None ("will not load any checkpoints and will start from random").
+    ``_get_checkpoint_format`` lists the iteration's folder (``iterdir`` raises where it is
+    missing, ``NotImplementedError`` where no ``mp_rank_0*`` is in it); each rank's
+    ``torch.load(checkpoint_name, map_location='cpu')`` runs with torch's default
+    ``weights_only`` and megatron.core's ``SAFE_GLOBALS`` (``megatron/core/safe_globals.py``), and
+    a failure there is ``sys.exit()`` (raised here as ``SystemExit``). Then, as ``load_checkpoint``
+    does: the weights (strict), and unless it is a release the optimizer, ``opt_param_scheduler``,
+    the iteration and the RNG state."""
+    import argparse
+    import random
+    import types
+    from pathlib import PosixPath
+
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    tracker = load_dir / MEGATRON_TRACKER
+    iteration, release = -1, False
+    if tracker.is_file():
+        text = tracker.read_text().strip()
+        release = not text.isdigit()
+        if release and text != "release":
+            raise SystemExit(f"ERROR: Invalid metadata file {tracker}. Exiting")
+        iteration = 0 if release else int(text)
+    if ckpt_step:
+        iteration = ckpt_step
+    if iteration == -1:
+        return None
+    folder = load_dir / ("release" if release else f"iter_{iteration:07d}")
+    if not any(entry.name.startswith("mp_rank_0") for entry in folder.iterdir()):
+        raise NotImplementedError(f"unknown checkpoint format in {folder}")
+    safe = [types.SimpleNamespace, argparse.Namespace, PosixPath, np.ndarray, np.dtype, np.dtypes.UInt32DType, torch._C.Generator]
+    safe.append(np._core.multiarray._reconstruct)
+    training = MegatronTraining(load_dir, ranks)
+    for rank in range(ranks):
+        try:
+            with torch.serialization.safe_globals(safe):
+                state = torch.load(folder / f"mp_rank_{rank:02d}" / "model_optim_rng.pt", map_location="cpu")
+        except Exception as error:
+            raise SystemExit(f"could not load the checkpoint\n{error}") from error
+        training.shards[rank].load_state_dict(state["model"], strict=True)
+        if not release:
+            training.optimizers[rank].load_state_dict(state["optimizer"])
+            training.scheduler.update(state["opt_param_scheduler"])
+            training.iteration = state["iteration"]
+            training.args.consumed_train_samples = state["args"].consumed_train_samples
+            (rng,) = state["rng_state"]
+            random.setstate(rng["random_rng_state"])
+            np.random.set_state(rng["np_rng_state"])
+            torch.set_rng_state(rng["torch_rng_state"])
+    return training
 
 
 # --- OpenMMLab mmengine ---------------------------------------------------------------------------
@@ -583,16 +716,22 @@ class Detectron2Trainer:
         return self
 
     @classmethod
-    def resumed(cls, output: Path, **settings: Any) -> Detectron2Trainer:
+    def resumed(cls, output: Path, checkpoint: Path | None = None, **settings: Any) -> Detectron2Trainer:
         """A new trainer on ``output`` after ``resume_or_load(resume=True)``: what ``last_checkpoint``
-        names loaded (model, then the trainer's state), ``start_iter`` the iteration after it."""
+        names loaded (model, then the trainer's state), ``start_iter`` the iteration after it.
+        ``checkpoint``: the file loaded instead, as ``--resume`` loads it once its name is in
+        ``last_checkpoint``. fvcore's ``_load_model`` loads the weights with ``strict=False``
+        (``fvcore/common/checkpoint.py``: ``self.model.load_state_dict(checkpoint_state_dict,
+        strict=False)``), missing keys only logged."""
         trainer = cls(output, **settings)
         tag = output / "last_checkpoint"
-        if tag.exists():
-            checkpoint = trainer.torch.load(os.path.join(output, tag.read_text().strip()), map_location="cpu")
-            trainer.model.load_state_dict(checkpoint.pop("model"))
-            if "trainer" in checkpoint:
-                trainer.load_state_dict(checkpoint.pop("trainer"))
+        if checkpoint is None and tag.exists():
+            checkpoint = Path(os.path.join(output, tag.read_text().strip()))
+        if checkpoint is not None:
+            saved = trainer.torch.load(checkpoint, map_location="cpu")
+            trainer.model.load_state_dict(saved.pop("model"), strict=False)
+            if "trainer" in saved:
+                trainer.load_state_dict(saved.pop("trainer"))
             trainer.start_iter = trainer.iter + 1
         return trainer
 
@@ -714,10 +853,10 @@ def composer_run(folder: Path, saves: Sequence[tuple[int, int]] = ((1, 4), (2, 8
     return folder
 
 
-def composer_load(path: str | Path) -> tuple[int, Any]:
+def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     """``load_checkpoint``'s local path: ``_torch_load_with_validation`` (``weights_only=True`` with
     ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS``), then ``State.load_state_dict``'s model and optimizer;
-    the batch the timestamp resumes at, and the model."""
+    the batch the timestamp resumes at, the model and the optimizer."""
     import datetime
 
     import numpy as np
@@ -732,8 +871,9 @@ def composer_load(path: str | Path) -> tuple[int, Any]:
     model = torch.nn.Linear(4, 2)
     model.load_state_dict(state["model"])
     (optimizer_state,) = state["optimizers"].values()
-    torch.optim.Adam(model.parameters()).load_state_dict(optimizer_state)
-    return state["timestamp"]["batch"], model
+    optimizer = torch.optim.Adam(model.parameters())
+    optimizer.load_state_dict(optimizer_state)
+    return state["timestamp"]["batch"], model, optimizer
 
 
 def composer_autoresume(save_folder: Path) -> str | None:
@@ -805,14 +945,17 @@ class YoloTrainer:
     to ``weights/last.pt``, ``weights/best.pt`` on a new best fitness and ``weights/epoch{N}.pt``
     every ``save_period`` epochs; ``finish`` is ``final_eval``'s ``strip_optimizer``. The ``ema`` is
     a pickled ``nn.Module`` of torch's own classes (Ultralytics pickles its ``DetectionModel``):
-    arbitrary objects alike, and loadable here without Ultralytics."""
+    arbitrary objects alike, and loadable here without Ultralytics. The optimizer's state is saved
+    through ``convert_optimizer_state_dict_to_fp16`` (``save_model``: ``"optimizer":
+    convert_optimizer_state_dict_to_fp16(deepcopy(self.optimizer.state_dict()))``), which halves
+    every float32 state tensor but ``step``, ``exp_avg``, ``exp_avg_sq`` and ``square_avg``."""
 
     def __init__(self, save_dir: Path, epochs: int = 10, save_period: int = -1) -> None:
         torch = pytest.importorskip("torch")
         torch.manual_seed(0)
         self.save_dir, self.epochs, self.save_period = save_dir, epochs, save_period
         self.wdir = save_dir / "weights"
-        self.wdir.mkdir(parents=True)
+        self.wdir.mkdir(parents=True, exist_ok=True)  # a resumed run saves into its own save_dir
         (save_dir / "args.yaml").write_text(f"task: detect\nepochs: {epochs}\n")
         self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
@@ -842,7 +985,7 @@ class YoloTrainer:
                 "ema": copy.deepcopy(self.model).half(),
                 "updates": self.epoch + 1,
                 "modelopt": None,
-                "optimizer": self.optimizer.state_dict(),
+                "optimizer": _fp16_optimizer_state(copy.deepcopy(self.optimizer.state_dict())),
                 "scaler": {},
                 "train_args": {"task": "detect", "epochs": self.epochs, "save_period": self.save_period},
                 "train_metrics": {"metrics/mAP50-95(B)": fitness, "fitness": fitness},
@@ -861,6 +1004,23 @@ class YoloTrainer:
         if self.save_period > 0 and self.epoch % self.save_period == 0:
             (self.wdir / f"epoch{self.epoch}.pt").write_bytes(data)
         self.epoch += 1
+
+    @classmethod
+    def resumed(cls, path: Path, save_dir: Path) -> YoloTrainer:
+        """``yolo train resume model=path save_dir=save_dir`` (``check_resume``, where ``save_dir``
+        is one of the arguments a resume may change; ``resume_training``,
+        ``_load_checkpoint_state``): the model and EMA from the file's ``ema``, its optimizer and
+        ``best_fitness``, going on at its epoch + 1. Raises where Ultralytics refuses ("training
+        to N epochs is finished, nothing to resume")."""
+        saved = yolo_load(path)
+        start = saved.get("epoch", -1) + 1
+        epochs = saved["train_args"]["epochs"]
+        assert 0 < start < epochs, f"{path} training to {epochs} epochs is finished, nothing to resume."
+        trainer = cls(save_dir, epochs, saved["train_args"]["save_period"])
+        trainer.model.load_state_dict(saved["ema"].float().state_dict())
+        trainer.optimizer.load_state_dict(saved["optimizer"])
+        trainer.best_fitness, trainer.epoch = saved["best_fitness"], start
+        return trainer
 
     def finish(self) -> None:
         """``strip_optimizer`` on last.pt and best.pt: ``model = ema``, training state None, ``epoch = -1``."""
@@ -891,15 +1051,24 @@ def yolo_load(path: Path) -> dict[str, Any]:
 def yolo_resume(path: Path) -> int:
     """``check_resume`` and ``resume_training``: the 0-based epoch training goes on at; raises
     where Ultralytics refuses ("training to N epochs is finished, nothing to resume")."""
-    saved = yolo_load(path)
-    start = saved.get("epoch", -1) + 1
-    epochs = saved["train_args"]["epochs"]
-    assert 0 < start < epochs, f"{path} training to {epochs} epochs is finished, nothing to resume."
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as save_dir:
+        return YoloTrainer.resumed(path, Path(save_dir)).epoch
+
+
+def _fp16_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``convert_optimizer_state_dict_to_fp16`` (``ultralytics/utils/torch_utils.py``)."""
     torch = pytest.importorskip("torch")
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
-    model.load_state_dict(saved["ema"].float().state_dict())
-    torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9).load_state_dict(saved["optimizer"])
-    return int(start)
+    for values in state["state"].values():
+        for key, value in values.items():
+            if (
+                key not in {"step", "exp_avg", "exp_avg_sq", "square_avg"}
+                and isinstance(value, torch.Tensor)
+                and value.dtype is torch.float32
+            ):
+                values[key] = value.half()
+    return state
 
 
 # --- fairseq (written from its source: fairseq cannot be imported on Python 3.11) ----------------
@@ -1030,24 +1199,45 @@ class FairseqTrainer:
         return self
 
 
-def fairseq_resume(path: str | Path) -> dict[str, Any]:
+def fairseq_resume(path: str | Path, into: FairseqTrainer | None = None) -> dict[str, Any]:
     """``load_checkpoint`` + ``Trainer.load_checkpoint`` for ``--restore-file path`` on one rank:
     the weights into the model, ``last_optimizer_state`` into Adam where there is one (and then
-    ``num_updates``), and the epoch the iterator goes on at. Raises as fairseq does on a file
-    ``torch.load`` cannot read."""
+    the scheduler's state and ``num_updates``), and the epoch the iterator goes on at; ``into``: a
+    trainer to resume (``save_checkpoint.best`` from ``extra_state["best"]`` too). Raises as
+    fairseq does on a file ``torch.load`` cannot read."""
     torch = pytest.importorskip("torch")
     with open(path, "rb") as f:
         state = torch.load(f, map_location=torch.device("cpu"), weights_only=False)
-    model = torch.nn.Linear(8, 4)
+    model = torch.nn.Linear(8, 4) if into is None else into.model
     model.load_state_dict(state["model"], strict=True)
-    num_updates = 0
+    num_updates, optimizer, scheduler = 0, None, None
     optimizer_state = state.get("last_optimizer_state", None)
     if optimizer_state is not None:
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3) if into is None else into.optimizer
+        scheduler = state["optimizer_history"][-1]["lr_scheduler_state"]
         optimizer.load_state_dict(optimizer_state)
         num_updates = state["optimizer_history"][-1]["num_updates"]
     iterator = state["extra_state"]["train_iterator"]
-    return {"model": model, "num_updates": num_updates, "epoch": iterator["epoch"], "in_epoch": iterator["iterations_in_epoch"]}
+    if into is not None:
+        into.num_updates, into.epoch, into.iterations_in_epoch = num_updates, iterator["epoch"], iterator["iterations_in_epoch"]
+        into.best = state["extra_state"].get("best", into.best)
+    return {
+        "model": model,
+        "optimizer": optimizer,
+        "lr_scheduler_state": scheduler,
+        "num_updates": num_updates,
+        "epoch": iterator["epoch"],
+        "in_epoch": iterator["iterations_in_epoch"],
+    }
+
+
+def fairseq_relaunched(save_dir: Path) -> FairseqTrainer:
+    """``fairseq-train`` launched again on ``save_dir``: the default ``--restore-file
+    checkpoint_last.pt`` resumed (``load_checkpoint``), or a fresh start where it is missing."""
+    trainer = FairseqTrainer(save_dir)
+    if (save_dir / "checkpoint_last.pt").exists():
+        fairseq_resume(save_dir / "checkpoint_last.pt", into=trainer)
+    return trainer
 
 
 # --- nanoGPT (its train.py's save and resume, around a GPT-shaped stand-in) -----------------------

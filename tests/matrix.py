@@ -104,10 +104,11 @@ class Fresh:
     """``restore(run, path)``: the framework restores the checkpoint at ``path`` (what
     ``--resume-path`` prints, or a checkpoint of :attr:`checkpoints`) and returns a digest of what
     it restored; raises :class:`Unrestorable` when the framework fails."""
-    auto_resume: Callable[[Path], Path | None]
+    auto_resume: Callable[[Path], Path | None] | None
     """The checkpoint the framework's automatic resume picks in ``run`` (its ``latest``, the
     highest folder, ``last.ckpt``); None when it would start from scratch. Raises
-    :class:`Unrestorable` when the pick itself fails."""
+    :class:`Unrestorable` when the pick itself fails. None where the framework has no automatic
+    resume (burn resumes only the epoch its user names)."""
     save_more: str
     """A Python statement run in a child process with ``run`` (a ``Path``) set: resume from the
     newest save and save the next one. :func:`killed_mid_save` kills it inside that save."""
@@ -124,7 +125,8 @@ class Fresh:
     files: Callable[[Path], list[Path]] | None = None
     """The files a checkpoint of :attr:`checkpoints` is made of where it is neither a folder nor
     one file (a hand-written loop's ``model_3.safetensors`` with ``optimizer_3.pt`` and
-    ``scheduler_3.pt`` beside it), those missing too, in the same order for every checkpoint."""
+    ``scheduler_3.pt`` beside it; burn's ``model-E``, ``optim-E`` and ``scheduler-E``), those
+    missing too, in the same order for every checkpoint."""
     overwritten: Callable[[Path], Path] | None = None
     """Where each save overwrites the one before (nanoGPT's one ``ckpt.pt``), so that the run
     holds one checkpoint: the previous save's copy of it, which :attr:`build` keeps aside (as a
@@ -351,10 +353,13 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
     assert printed_code == 0 and isinstance(printed, str)
     wanted = oracle.restored(run, faithful[expected])
     assert oracle.restored(run, Path(printed)) == wanted, f"--resume-path {printed} restores checkpoint {expected}"
-    try:
-        picked: Path | Unrestorable | None = fresh.auto_resume(run)
-    except Unrestorable as failed:
-        picked = failed
+    if fresh.auto_resume is None:  # the user names the checkpoint (as --resume-path, checked above): nothing picks for them
+        picked: Path | Unrestorable | None = faithful[expected]
+    else:
+        try:
+            picked = fresh.auto_resume(run)
+        except Unrestorable as failed:
+            picked = failed
     if picked is None:  # from scratch, silently: progress lost, the job itself fine
         warned = {f["code"] for f in deep["findings"] if f["severity"] in ("error", "warning")}
         assert warned & AUTO_ERRORS, f"the automatic resume starts from scratch, not from {faithful[expected]}\n{said}"
