@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import zipfile
 from collections.abc import Callable
@@ -315,6 +316,14 @@ def _halved(name: str) -> Callable[[Path], None]:
     return lambda folder: os.truncate(folder / name, (folder / name).stat().st_size // 2)
 
 
+def _all(*damages: Callable[[Path], None]) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        for one in damages:
+            one(folder)
+
+    return damage
+
+
 BROKEN_BACKUPS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "weights gone": ("single", _gone(WEIGHTS)),
     "record gone": ("single", _gone(RECORD)),
@@ -322,6 +331,7 @@ BROKEN_BACKUPS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "weights emptied, previous pair there": ("backup", _emptied(WEIGHTS)),
     "record gone, previous pair there": ("backup", _gone(RECORD)),
     "weights gone, previous pair there": ("backup", _gone(WEIGHTS)),
+    "weights cut, previous record gone": ("backup", _all(_halved(WEIGHTS), _gone(f"{RECORD}.bkp"))),
 }
 
 
@@ -356,8 +366,15 @@ def broken_backups(keras_runs: Path, tmp_path_factory: pytest.TempPathFactory) -
     ):
         fixed = folders[f"{name} fixed"] = Path(shutil.copytree(folders[name], folders[name].with_name(folders[name].name + "-fixed")))
         _followed(verify([str(fixed)])[0], fixed, command)
-    fixed = folders["record gone fixed"] = Path(shutil.copytree(folders["record gone"], root / "record-gone-fixed"))
-    (fixed / RECORD).write_text(json.dumps({"epoch": EPOCHS_DONE, "batch": 0}))  # CKD106's, with the epochs the test knows
+    for name, record, epochs in (
+        ("record gone", RECORD, EPOCHS_DONE),
+        ("weights cut, previous record gone", f"{RECORD}.bkp", EPOCHS_DONE - 1),
+    ):
+        # CKD106's fix, with the epochs the test knows, into the record it names
+        fixed = folders[f"{name} fixed"] = Path(shutil.copytree(folders[name], folders[name].with_name(folders[name].name + "-fixed")))
+        (missing,) = [f for f in verify([str(fixed)])[0].findings if f.code == "CKD106"]
+        if any(f"{fixed}/{record} (`" in text for text in missing.fixes):
+            (fixed / record).write_text(json.dumps({"epoch": epochs, "batch": 0}))
     reports = {name: verify([str(folder)])[0] for name, folder in folders.items()}
     resumed = keras_resumes(folders, keras_runs)
     return {name: (reports[name], resumed[name]) for name in folders}
@@ -393,6 +410,17 @@ def test_a_backup_without_its_record_is_no_resume_point_keras_starts_at_epoch_0(
     assert ("CKD114", 0) in {(f.code, f.index) for f in report.findings}
     # the fix followed, with the number of epochs the test knows: Keras goes on after them, with the saved weights
     assert broken_backups["record gone fixed"][1] == {"epoch": EPOCHS_DONE, "weights": "single"}
+
+
+def test_a_fallback_to_a_previous_save_without_its_record_starts_at_epoch_0(broken_backups) -> None:  # type: ignore[no-untyped-def]
+    """The newest weights cut, the ``.bkp`` record gone: Keras copies the ``.bkp`` weights over,
+    deletes the newest record and goes on from epoch 0 with them."""
+    report, keras_did = broken_backups["weights cut, previous record gone"]
+    assert keras_did == {"epoch": 0, "weights": "previous"}
+    assert report.runs[0].resume is None
+    (missing,) = [f for f in report.findings if f.code == "CKD106"]
+    assert missing.index == EPOCHS_DONE - 1 and f"({RECORD}.bkp)" in missing.message and "goes on from epoch 0" in missing.message
+    assert broken_backups["weights cut, previous record gone fixed"][1] == {"epoch": EPOCHS_DONE - 1, "weights": "previous"}
 
 
 @pytest.mark.parametrize("damage", ["record gone, previous pair there", "weights gone, previous pair there"])
@@ -456,7 +484,7 @@ def test_a_best_only_file_stands_for_a_save_and_alone_is_a_keras_run(keras_runs:
     best = keras_runs / "best" / "best.keras"
     _, found = inspect([str(best)])
     (run,) = found.runs
-    assert run.layout == "keras" and run.resume is not None
+    assert run.layout == "keras" and [c.status for c in run.checkpoints] == [Status.COMPLETE]
 
 
 def test_a_folder_holding_one_best_only_save_is_a_run_resumed_from_it(keras_runs: Path, cli) -> None:
@@ -507,9 +535,7 @@ def test_a_crc_mismatch_in_a_keras_archive_says_what_keras_says(models: Path) ->
     with zipfile.ZipFile(newest) as archive:
         member = archive.getinfo("model.weights.h5")
     data = bytearray(newest.read_bytes())
-    name_length, extra_length = int.from_bytes(data[member.header_offset + 26 : member.header_offset + 28], "little"), int.from_bytes(
-        data[member.header_offset + 28 : member.header_offset + 30], "little"
-    )
+    name_length, extra_length = struct.unpack_from("<HH", data, member.header_offset + 26)  # the member's local header
     data[member.header_offset + 30 + name_length + extra_length + member.file_size // 2] ^= 0x01  # a flipped bit in the weights
     newest.write_bytes(bytes(data))
     report, found = verify([str(models)], VerifyOptions(deep=True))

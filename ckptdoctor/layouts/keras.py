@@ -123,7 +123,7 @@ class KerasLayout(Layout):
         epochs = [_epoch(probe, entries.get(progress)) for progress in _BACKUP_FILES.values()]
         if not any(name in entries for name in _BACKUP_FILES) and epochs == [None, None]:
             # no weights of BackupAndRestore and no record of its: a progress record of some other tool
-            return super().build(listing, probe, self._without_shards(self._placed(saves), entries), subfolder)
+            return super().build(listing, probe, self._placed(self._without_shards(saves, entries)), subfolder)
         newest, previous = epochs
         has_previous = any(name.endswith(PREVIOUS) for name in entries if name in claims)
         if newest is None:  # nothing records it: Keras goes on at epoch 0, or this one followed the previous save
@@ -188,13 +188,11 @@ class KerasLayout(Layout):
         if role is Role.METADATA:
             weights = BACKUP + PREVIOUS if _previous(checkpoint) else BACKUP
             how = (
-                f"BackupAndRestore copies {weights} over {BACKUP}, deletes {PROGRESS} and"
-                if _previous(checkpoint)
-                else "BackupAndRestore"
+                f"BackupAndRestore copies {weights} over {BACKUP}, deletes {PROGRESS} and" if _previous(checkpoint) else "BackupAndRestore"
             )
             return (
                 f"{how} goes on from epoch 0 with the weights of {weights}, counting again the epochs they had trained, without a word",
-                f'If you know how many epochs {weights} had completed, write them into {folder}/{PROGRESS} (`{{"epoch": 3, "batch": 0}}` for 3): '
+                f'If you know how many epochs {weights} had completed, write them into {folder}/{_BACKUP_FILES[weights]} (`{{"epoch": 3, "batch": 0}}` for 3): '
                 "BackupAndRestore then goes on after that epoch with these weights.",
             )
         epoch = _recorded_epoch(checkpoint)
@@ -214,7 +212,9 @@ class KerasLayout(Layout):
                 return f"{fit}: it finds {BACKUP} damaged, copies {BACKUP + PREVIOUS} over it and {after}"
             folder = shell_word(run.path)
             copies = " && ".join(f"cp -- {folder}/{name}{PREVIOUS} {folder}/{name}" for name in (BACKUP, PROGRESS))
-            return f"put the previous pair in the newest's place (`{copies}`), then {fit}: it loads {BACKUP} and {after}"
+            newest = self.auto_resume_pick(run)  # what is left of the newest save, which the copies overwrite
+            keep = "keep a copy of what is left of the newest save elsewhere if you may want it, then " if newest is not None else ""
+            return f"{keep}put the previous pair in the newest's place (`{copies}`), then {fit}: it loads {BACKUP} and {after}"
         path = checkpoint.files[0].path
         if path.endswith(".keras"):
             load = f'`model = keras.models.load_model("{path}")` (it restores the optimizer and its step count)'

@@ -146,8 +146,7 @@ def _as_keras_reads(issues: tuple[FileIssue, ...], member: str) -> list[FileIssu
     if objects:
         more = f" (and {len(objects) - 1} more)" if len(objects) > 1 else ""
         refused = (
-            f"{objects[0].detail}{more}: keras.models.load_model refuses it "
-            "(numpy: Object arrays cannot be loaded when allow_pickle=False)"
+            f"{objects[0].detail}{more}: keras.models.load_model refuses it (numpy: Object arrays cannot be loaded when allow_pickle=False)"
         )
         found.insert(0, _inside(FileIssue(Problem.MALFORMED, refused), member))
     return found

@@ -346,7 +346,7 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
         fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
         "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
-        "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (`ckptdoctor repair` moves nothing of a run with nothing to resume from: it refuses).",
+        "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (repair refuses a run with nothing to resume from: it moves nothing).",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
     ),
     messages=("No valid checkpoint found in output directory", "No steps found in"),
@@ -557,7 +557,9 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                     continue  # the files it lacks are named by CKD105 already
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
             expected = (
-                ctx.layout.missing_name(checkpoint, role) or ctx.sibling_name(role, checkpoint.index) or f"a file with its {role.value} state"
+                ctx.layout.missing_name(checkpoint, role)
+                or ctx.sibling_name(role, checkpoint.index)
+                or f"a file with its {role.value} state"
             )
             message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
             keyed = next((f for f in checkpoint.files if f.report.keys and f.report.tensors is not None), None)
