@@ -68,6 +68,7 @@ CLAIMED = [
     ("keras", "model_12.h5", (BUNDLE, 12, None)),  # legacy HDF5 models
     ("keras", "ep1-99.keras", (BUNDLE, 1, Unit.EPOCH)),  # `ep{epoch}-{val_acc:.0f}`: the number after its unit word
     ("keras", "latest.weights.h5", (BUNDLE, 0, Unit.EPOCH)),  # BackupAndRestore: its epoch is in its metadata
+    ("keras", "training_metadata.json", ((Role.METADATA,), 0, Unit.EPOCH)),  # its record: a save of its own without the weights
     ("tensorflow", "ckpt-12.index", ((Role.METADATA,), 12, None)),  # CheckpointManager.save
     ("tensorflow", "ckpt-12.data-00000-of-00001", ((M,), 12, None)),
     ("tensorflow", "model.ckpt-1000.index", ((Role.METADATA,), 1000, None)),  # TF 1 Saver

@@ -313,13 +313,17 @@ def test_diskcheck_of_a_new_folder_says_it_does_not_exist_yet(tmp_path: Path) ->
 
 
 def test_a_run_judged_from_one_file_is_repaired_without_what_may_lie_below_it(tmp_path: Path) -> None:
-    """``inspect FILE`` lists nothing below the file's folder: runs may lie there, unseen, so the
-    repair it suggests is scoped to that folder's own run (fail closed)."""
+    """``inspect FILE`` lists nothing below the file's folder, nor the rest of its run: runs may lie
+    there, unseen, and whether that run's repair would move the file (its checkpoint newer than a
+    resume point) is unknown, so no repair is promised: the fix moves that file alone (fail closed)."""
     root = _built(_examples, tmp_path / "work")
     _, out, _ = _invoke(root, "inspect", "--json", "--exit-zero", "./torch-split/optimizer_3.pt")
     fixes = [text for finding in json.loads(out)["findings"] for text in finding["fixes"]]
-    assert "ckptdoctor repair --no-recurse ./torch-split" in _commands(fixes)
-    assert "ckptdoctor repair ./torch-split" not in _commands(fixes)
+    assert not [c for c in _commands(fixes) if c.split()[1] in ("repair", "prune")], fixes
+    (move,) = [span for text in fixes for span in CODE_SPAN.findall(text) if span.startswith("mkdir")]
+    before = _tree(root)
+    subprocess.run(["sh", "-c", move], cwd=root, check=True)
+    _moved_only(before, _tree(root), {"torch-split/optimizer_3.pt"}, {f"torch-split/{MOVED_ASIDE}/optimizer_3.pt"})
 
 
 def test_no_fix_template_prunes_or_repairs_a_bare_run_folder() -> None:

@@ -13,16 +13,20 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
+import struct
+import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _frameworks_subprocess import run_python
 
-from ckptdoctor.model import Problem, Status
+from ckptdoctor.model import Problem, Report, Role, Status
 from ckptdoctor.pipelines.scan import inspect
-from ckptdoctor.pipelines.verify import verify
+from ckptdoctor.pipelines.verify import VerifyOptions, verify
 from ckptdoctor.readers import hdf5, keras
 from ckptdoctor.readers._sample import BytesSample
 
@@ -48,13 +52,16 @@ class Killed(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if epoch == 2:
             raise RuntimeError("killed after the backup of epoch 3")
-backed = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-backed.compile(optimizer="adam", loss="mse")
-backup = keras.callbacks.BackupAndRestore(out + "/backup", double_checkpoint=True)
-try:
-    backed.fit(x, y, epochs=5, batch_size=8, callbacks=[backup, Killed()], verbose=0)
-except RuntimeError:
-    pass
+for folder, double in (("backup", True), ("single", False)):  # BackupAndRestore's default keeps one pair
+    backed = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    backed.compile(optimizer="adam", loss="mse")
+    try:
+        backed.fit(x, y, epochs=5, batch_size=8, callbacks=[keras.callbacks.BackupAndRestore(out + "/" + folder, double_checkpoint=double), Killed()], verbose=0)
+    except RuntimeError:
+        pass
+from keras.src.saving import saving_lib
+os.makedirs(out + "/npz")
+saving_lib.save_model(model, out + "/npz/ep03.keras", weights_format="npz")  # NpzIOStore's weights
 os.makedirs(out + "/sharded")
 wide = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64), keras.layers.Dense(64), keras.layers.Dense(1)])
 wide.compile(optimizer="adam", loss="mse")
@@ -237,6 +244,216 @@ def test_a_newest_backup_keras_cannot_fall_back_from_is_an_unsafe_auto_resume(ke
     assert resumed_backup(backup) == 2
 
 
+_RESUMES = r"""
+import sys, os, json, shutil, tempfile, numpy as np, keras
+folders, references = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+x, y = np.random.rand(32, 4).astype("float32"), np.random.rand(32, 2).astype("float32")
+def build():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+def saved(path):
+    copy = os.path.join(tempfile.mkdtemp(), "saved.weights.h5")  # load_weights goes by the suffix
+    shutil.copy(path, copy)
+    model = build()
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(copy)
+    return [v.numpy() for v in model.weights]
+known = {name: saved(path) for name, path in references.items()}
+same = lambda a, b: all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+class Begun(Exception):
+    pass
+results = {}
+for folder in folders:
+    model, seen = build(), {}
+    initial = [v.numpy().copy() for v in model.weights]
+    class Record(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["weights"] = [v.numpy().copy() for v in self.model.weights]  # after BackupAndRestore's
+        def on_epoch_begin(self, epoch, logs=None):
+            seen["epoch"] = epoch
+            raise Begun()  # stop before the first save: the folder stays as it was found
+    backup = keras.callbacks.BackupAndRestore(folder, double_checkpoint=True, delete_checkpoint=False)
+    try:
+        model.fit(x, y, epochs=5, batch_size=8, verbose=0, callbacks=[backup, Record()])
+    except Begun:
+        pass
+    except Exception as error:
+        results[folder] = {"error": f"{type(error).__name__}: {error}"}
+        continue
+    weights = next((name for name, w in known.items() if same(seen["weights"], w)), None)
+    results[folder] = {"epoch": seen["epoch"], "weights": weights or ("fresh" if same(seen["weights"], initial) else "other")}
+print(json.dumps(results))
+"""
+
+WEIGHTS, RECORD = "latest.weights.h5", "training_metadata.json"
+EPOCHS_DONE = 3  # the backups were made when the run was killed after its third epoch
+
+
+def keras_resumes(folders: dict[str, Path], keras_runs: Path) -> dict[str, dict[str, object]]:
+    """What ``fit`` with ``BackupAndRestore`` makes of each folder, in one Keras process: the epoch
+    (0-based) it goes on at and whose weights it starts from (a pristine save's, ``fresh``), or
+    the error it fails with."""
+    references = {
+        "single": keras_runs / "single" / WEIGHTS,
+        "newest": keras_runs / "backup" / WEIGHTS,
+        "previous": keras_runs / "backup" / f"{WEIGHTS}.bkp",
+    }
+    out = run_python(_RESUMES, json.dumps([str(path) for path in folders.values()]), json.dumps({k: str(v) for k, v in references.items()}))
+    by_path = json.loads(out.splitlines()[-1])
+    return {name: by_path[str(path)] for name, path in folders.items()}
+
+
+def _gone(name: str) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).unlink()
+
+
+def _emptied(name: str) -> Callable[[Path], None]:
+    return lambda folder: os.truncate(folder / name, 0)
+
+
+def _halved(name: str) -> Callable[[Path], None]:
+    return lambda folder: os.truncate(folder / name, (folder / name).stat().st_size // 2)
+
+
+def _all(*damages: Callable[[Path], None]) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        for one in damages:
+            one(folder)
+
+    return damage
+
+
+BROKEN_BACKUPS: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "weights gone": ("single", _gone(WEIGHTS)),
+    "record gone": ("single", _gone(RECORD)),
+    "weights cut": ("single", _halved(WEIGHTS)),
+    "weights emptied, previous pair there": ("backup", _emptied(WEIGHTS)),
+    "record gone, previous pair there": ("backup", _gone(RECORD)),
+    "weights gone, previous pair there": ("backup", _gone(WEIGHTS)),
+    "weights cut, previous record gone": ("backup", _all(_halved(WEIGHTS), _gone(f"{RECORD}.bkp"))),
+}
+
+
+def _code_spans(text: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", text)
+
+
+def _followed(report: Report, folder: Path, starts: str) -> None:
+    """Runs, in a shell, the one command of the run's resume line or fixes that starts with ``starts``
+    and names ``folder``."""
+    texts = [run.resume_how or "" for run in report.runs] + [text for finding in report.findings for text in finding.fixes]
+    commands = {span for text in texts for span in _code_spans(text) if span.startswith(starts) and str(folder) in span}
+    if len(commands) == 1:  # where none is printed, the folder stays broken, and the test that asks says so
+        subprocess.run(["sh", "-c", commands.pop()], check=True)
+
+
+@pytest.fixture(scope="module")
+def broken_backups(keras_runs: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Report, dict[str, object]]]:
+    """Each way of breaking a ``BackupAndRestore`` folder, with ckptdoctor's report on it and what
+    Keras' own resume then makes of it; and the fixes ckptdoctor prints, followed (``… fixed``),
+    each with what Keras makes of the folder then. Keras runs last, on folders ckptdoctor has
+    judged already (its fallback rewrites the folder)."""
+    root = tmp_path_factory.mktemp("broken-backups")
+    folders: dict[str, Path] = {}
+    for name, (base, damage) in BROKEN_BACKUPS.items():
+        folders[name] = Path(shutil.copytree(keras_runs / base, root / name.replace(" ", "-").replace(",", "")))
+        damage(folders[name])
+    for name, command in (
+        ("record gone, previous pair there", "cp -- "),  # the resume line: the previous pair in the newest's place
+        ("weights gone, previous pair there", "cp -- "),
+        ("weights gone", "rm -- "),  # CKD102's: start over, knowingly
+    ):
+        fixed = folders[f"{name} fixed"] = Path(shutil.copytree(folders[name], folders[name].with_name(folders[name].name + "-fixed")))
+        _followed(verify([str(fixed)])[0], fixed, command)
+    for name, record, epochs in (
+        ("record gone", RECORD, EPOCHS_DONE),
+        ("weights cut, previous record gone", f"{RECORD}.bkp", EPOCHS_DONE - 1),
+    ):
+        # CKD106's fix, with the epochs the test knows, into the record it names
+        fixed = folders[f"{name} fixed"] = Path(shutil.copytree(folders[name], folders[name].with_name(folders[name].name + "-fixed")))
+        fixes = [text for f in verify([str(fixed)])[0].findings if f.code == "CKD106" for text in f.fixes]
+        if any(f"{fixed}/{record} (`" in text for text in fixes):
+            (fixed / record).write_text(json.dumps({"epoch": epochs, "batch": 0}))
+    reports = {name: verify([str(folder)])[0] for name, folder in folders.items()}
+    resumed = keras_resumes(folders, keras_runs)
+    return {name: (reports[name], resumed[name]) for name in folders}
+
+
+def _fixes(report: Report, code: str) -> list[str]:
+    return [text for finding in report.findings if finding.code == code for text in finding.fixes]
+
+
+def test_a_backup_without_its_weights_is_a_run_keras_resumes_with_fresh_weights(broken_backups) -> None:  # type: ignore[no-untyped-def]
+    report, keras_did = broken_backups["weights gone"]
+    assert keras_did == {"epoch": EPOCHS_DONE, "weights": "fresh"}  # no error, no word: fresh weights at epoch 3
+    (run,) = report.runs
+    assert run.layout == "keras" and run.resume is None  # found, and nothing in it to resume from
+    assert [(c.index, c.status) for c in run.checkpoints] == [(EPOCHS_DONE, Status.INCOMPLETE)]
+    codes = {(f.code, f.index) for f in report.findings}
+    assert {("CKD102", EPOCHS_DONE), ("CKD114", EPOCHS_DONE), ("CKD110", None)} <= codes
+    (missing,) = [f for f in report.findings if f.code == "CKD102"]
+    assert f"({WEIGHTS})" in missing.message and f"goes on after epoch {EPOCHS_DONE} with freshly initialised weights" in missing.message
+    assert not any(".bkp" in text for text in _fixes(report, "CKD114")), "no .bkp copy to put back: double_checkpoint was off"
+    assert broken_backups["weights gone fixed"][1] == {"epoch": 0, "weights": "fresh"}  # CKD102's `rm` followed: a fresh start, told
+
+
+def test_a_backup_without_its_record_is_no_resume_point_keras_starts_at_epoch_0(broken_backups) -> None:  # type: ignore[no-untyped-def]
+    report, keras_did = broken_backups["record gone"]
+    assert keras_did == {"epoch": 0, "weights": "single"}  # the saved weights, counted from epoch 0 again
+    (run,) = report.runs
+    assert run.resume is None and not run.resume_how  # no "goes on after epoch 1"
+    assert run.checkpoints[0].status is Status.INCOMPLETE and run.checkpoints[0].missing == (Role.METADATA,)
+    (missing,) = [f for f in report.findings if f.code == "CKD106"]
+    assert f"({RECORD})" in missing.message and "goes on from epoch 0" in missing.message
+    assert any('{"epoch": 3, "batch": 0}' in text for text in missing.fixes)
+    assert ("CKD114", 0) in {(f.code, f.index) for f in report.findings}
+    # the fix followed, with the number of epochs the test knows: Keras goes on after them, with the saved weights
+    assert broken_backups["record gone fixed"][1] == {"epoch": EPOCHS_DONE, "weights": "single"}
+
+
+def test_a_fallback_to_a_previous_save_without_its_record_starts_at_epoch_0(broken_backups) -> None:  # type: ignore[no-untyped-def]
+    """The newest weights cut, the ``.bkp`` record gone: Keras copies the ``.bkp`` weights over,
+    deletes the newest record and goes on from epoch 0 with them."""
+    report, keras_did = broken_backups["weights cut, previous record gone"]
+    assert keras_did == {"epoch": 0, "weights": "previous"}
+    assert report.runs[0].resume is None
+    (missing,) = [f for f in report.findings if f.code == "CKD106"]
+    assert missing.index == EPOCHS_DONE - 1 and f"({RECORD}.bkp)" in missing.message and "goes on from epoch 0" in missing.message
+    assert broken_backups["weights cut, previous record gone fixed"][1] == {"epoch": EPOCHS_DONE - 1, "weights": "previous"}
+
+
+@pytest.mark.parametrize("damage", ["record gone, previous pair there", "weights gone, previous pair there"])
+def test_a_previous_pair_keras_does_not_fall_back_to_is_put_back_by_the_resume_line(broken_backups, damage: str) -> None:  # type: ignore[no-untyped-def]
+    """Keras falls back to the ``.bkp`` pair only when the newest weights fail to load: with them
+    gone, or the record gone, it goes on from the newest as it is. The resume line says to copy
+    the previous pair over first, and Keras then goes on after its epoch with its weights."""
+    report, keras_did = broken_backups[damage]
+    assert keras_did == ({"epoch": 0, "weights": "newest"} if "record" in damage else {"epoch": EPOCHS_DONE, "weights": "fresh"})
+    run = report.runs[0]
+    assert run.resume is not None and run.resume.index == EPOCHS_DONE - 1
+    assert run.resume_how is not None and f"goes on after epoch {EPOCHS_DONE - 1}" in run.resume_how
+    assert broken_backups[f"{damage} fixed"][1] == {"epoch": EPOCHS_DONE - 1, "weights": "previous"}
+    assert any(".bkp" in text for text in _fixes(report, "CKD114"))
+
+
+@pytest.mark.parametrize(("damage", "code"), [("weights cut", "CKD203"), ("weights emptied, previous pair there", "CKD201")])
+def test_a_broken_backup_file_is_never_offered_a_repair_that_leaves_it(broken_backups, damage: str, code: str) -> None:  # type: ignore[no-untyped-def]
+    """``repair`` leaves BackupAndRestore's files where they are (and refuses a run with nothing to
+    resume from), and moving one of them aside by hand changes what Keras resumes from (the
+    weights alone gone: fresh weights): no fix of the file's finding moves it."""
+    report, keras_did = broken_backups[damage]
+    fixes = _fixes(report, code)
+    assert fixes, report.findings
+    assert not [span for text in fixes for span in _code_spans(text) if span.startswith(("ckptdoctor repair", "mkdir", "mv "))], fixes
+    run = report.runs[0]
+    if "previous" in damage:  # Keras copies the previous pair over by itself, as the resume line says
+        assert keras_did == {"epoch": EPOCHS_DONE - 1, "weights": "previous"}
+        assert run.resume_how is not None and f"copies {WEIGHTS}.bkp over it and goes on after epoch {EPOCHS_DONE - 1}" in run.resume_how
+    else:
+        assert "OSError" in str(keras_did.get("error")) and run.resume is None
+
+
 def test_a_sharded_save_is_one_save_never_pruned_as_epochs(keras_runs: Path, tmp_path: Path, cli) -> None:
     sharded = Path(shutil.copytree(keras_runs / "sharded", tmp_path / "sharded"))
     shards = sorted(p.name for p in sharded.glob("model_*.weights.h5"))
@@ -267,7 +484,84 @@ def test_a_best_only_file_stands_for_a_save_and_alone_is_a_keras_run(keras_runs:
     best = keras_runs / "best" / "best.keras"
     _, found = inspect([str(best)])
     (run,) = found.runs
-    assert run.layout == "keras" and run.resume is not None
+    assert run.layout == "keras" and [c.status for c in run.checkpoints] == [Status.COMPLETE]
+
+
+def test_a_folder_holding_one_best_only_save_is_a_run_resumed_from_it(keras_runs: Path, cli) -> None:
+    """``ModelCheckpoint("best/best.keras", save_best_only=True)``: the folder holds that one save.
+    Inspecting the file names the folder's run, and the folder is that run, resumed from the file
+    ``keras.models.load_model`` loads with its optimizer's step count."""
+    best = keras_runs / "best"
+    shown = cli("inspect", best / "best.keras")
+    assert shown.exit_code == 0 and "best.keras" in shown.stdout and "complete" in shown.stdout
+    (folder,) = [span for span in re.findall(r"`ckptdoctor inspect ([^`]+)`", shown.stdout)]
+    _, found = inspect([folder])
+    (run,) = found.runs
+    assert (run.layout, [c.index for c in run.checkpoints]) == ("keras", [0])
+    assert run.resume_path == str(best / "best.keras") and "keras.models.load_model" in (run.resume_how or "")
+    assert "initial_epoch=" in (run.resume_how or "") and "does not record" in (run.resume_how or "")
+    iterations = loaded(best / "best.keras")["iterations"]
+    assert isinstance(iterations, int) and iterations > 0 and iterations % STEPS_PER_EPOCH == 0
+
+
+def test_a_best_only_save_beside_numbered_ones_stays_a_copy_of_one(models: Path) -> None:
+    """Beside the numbered saves, ``best.keras`` is a copy of one of them: no save of its own,
+    never counted among the epochs (``prune`` would rotate it away)."""
+    shutil.copy(sorted(models.glob("ep02-*.keras"))[0], models / "best.keras")
+    run = only_run(models)
+    assert [c.index for c in run.checkpoints] == [1, 2, 3]
+    assert [f.name for f in run.loose_files] == ["best.keras"]
+
+
+def test_npz_weights_keras_writes_and_cannot_load_are_no_resume_point(keras_runs: Path) -> None:
+    """``saving_lib.save_model(..., weights_format="npz")`` pickles each layer's dict of arrays,
+    and ``NpzIOStore`` reads them with ``allow_pickle=False``: Keras 3.15 refuses its own file."""
+    folder = keras_runs / "npz"
+    refused = str(loaded(folder / "ep03.keras")["error"])
+    assert "Object arrays cannot be loaded when allow_pickle=False" in refused
+    for judge in (inspect, verify):
+        report, found = judge([str(folder)])
+        (run,) = found.runs
+        assert run.resume is None and run.checkpoints[0].status is Status.CORRUPT
+        (malformed,) = [f for f in report.findings if f.code == "CKD207"]
+        assert "model.weights.npz" in malformed.message and "Object arrays cannot be loaded when allow_pickle=False" in malformed.message
+        assert "torch" not in " ".join(f.message for f in report.findings)
+    report, _ = verify([str(folder)])
+    assert any(f.code == "CKD401" and "keras.src.backend.Variable" in f.message for f in report.findings)  # what unpickling would run
+
+
+def test_a_crc_mismatch_in_a_keras_archive_says_what_keras_says(models: Path) -> None:
+    newest = sorted(models.glob("ep03-*.keras"))[0]
+    with zipfile.ZipFile(newest) as archive:
+        member = archive.getinfo("model.weights.h5")
+    data = bytearray(newest.read_bytes())
+    name_length, extra_length = struct.unpack_from("<HH", data, member.header_offset + 26)  # the member's local header
+    data[member.header_offset + 30 + name_length + extra_length + member.file_size // 2] ^= 0x01  # a flipped bit in the weights
+    newest.write_bytes(bytes(data))
+    report, found = verify([str(models)], VerifyOptions(deep=True))
+    (mismatch,) = [f for f in report.findings if f.code == "CKD206"]
+    assert "torch" not in mismatch.message and "Bad CRC-32 for file" in mismatch.message
+    assert "Bad CRC-32 for file 'model.weights.h5'" in str(loaded(newest)["error"])  # Keras refuses it, as the finding says
+    assert found.runs[0].resume.index == 2
+
+
+def test_a_cut_save_of_a_run_with_nothing_to_resume_is_moved_aside_as_printed(models: Path, cli) -> None:
+    """``repair`` refuses a run without a resume point (CKD110), so the cut file's fix moves it by
+    hand, and the command it prints does just that."""
+    for path in models.glob("*.keras"):
+        if not path.name.startswith("ep01-"):
+            path.unlink()
+    (only,) = models.glob("ep01-*.keras")
+    os.truncate(only, only.stat().st_size // 2)
+    report, _ = inspect([str(models)])
+    assert {f.code for f in report.findings} >= {"CKD110", "CKD203"}
+    every = [text for finding in report.findings for text in finding.fixes]  # CKD110's own too
+    assert not [span for text in every for span in _code_spans(text) if span.startswith("ckptdoctor repair")], every
+    assert cli("repair", "--yes", "--min-age", "0", models).exit_code != 0  # what no fix promises any more
+    fixes = [text for finding in report.findings if finding.code == "CKD203" for text in finding.fixes]
+    (move,) = [span for text in fixes for span in _code_spans(text) if span.startswith("mkdir")]
+    subprocess.run(["sh", "-c", move], check=True)
+    assert not only.exists() and only.name not in {f.path.rsplit("/", 1)[-1] for f in inspect([str(models)])[0].findings}
 
 
 def test_a_keras_archive_without_its_weights_is_malformed() -> None:

@@ -173,13 +173,15 @@ class Layout:
     ``pointer(name)``            None                                         deepspeed, megatron, lightning, timm,
                                                                               keras, tensorflow, mmengine, detectron2,
                                                                               composer, torchtune, ultralytics, fairseq
-    ``recorded(name)``           None                                         ultralytics (``last.pt``)
+    ``recorded(name)``           None                                         ultralytics (``last.pt``), keras
+                                                                              (``best.keras``: placed by ``build``)
     ``unfinished(name)``         None                                         lightning (NeMo's ``-unfinished``)
     ``resaved(name)``            None                                         lightning (``-vN``: the name was taken)
     ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
                                                                               fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
                                                                               dcp, orbax, burn, torchtune
+    ``missing_name(c, role)``    None (named by its siblings, ``file_name``)  keras (``BackupAndRestore``'s pairs)
     *content and reading*
     ``content``                  empty (nothing written is vouched for)       every layout
     ``accepts(format)``          ``format in content``                        the lone-file layout of __init__
@@ -302,8 +304,9 @@ class Layout:
 
     def recorded(self, name: str) -> Claim | None:
         """A checkpoint file whose index is recorded inside it, not in its name (Ultralytics'
-        ``last.pt``): its roles and prefix, with the index -1 until the layout's ``build`` reads
-        it from the file. None for every other name."""
+        ``last.pt``), or that only the rest of its folder makes a checkpoint (Keras' ``best.keras``,
+        the run's one save where no numbered one is beside it): its roles and prefix, with the
+        index -1 until the layout's ``build`` places it. None for every other name."""
         return None
 
     def staging(self, name: str) -> Claim | None:
@@ -352,6 +355,11 @@ class Layout:
 
     def file_name(self, role: Role, index: int) -> str | None:
         """The name the framework gives ``role``'s file at ``index``, where its naming is fixed."""
+        return None
+
+    def missing_name(self, checkpoint: Checkpoint, role: Role) -> str | None:
+        """The name of the file of ``role`` that ``checkpoint`` lacks, where the framework names it
+        by what the checkpoint holds rather than by its index; None: its siblings' names tell."""
         return None
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:

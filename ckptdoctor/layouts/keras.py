@@ -12,22 +12,32 @@ pointer; ``prune --keep-best`` reads metric values from names.
 
 ``BackupAndRestore`` (``keras/src/callbacks/backup_and_restore.py``) keeps one save in its
 ``backup_dir``: ``latest.weights.h5`` and ``training_metadata.json`` (``{"epoch": E, "batch": B}``,
-E the epochs completed), and with ``double_checkpoint=True`` the previous pair as ``….bkp``, which
-``on_train_begin`` falls back to when the newest cannot be read. Each is indexed by the epoch its
-metadata records; ``fit`` with the same callback resumes from it.
+E the epochs completed), and with ``double_checkpoint=True`` the previous pair as ``….bkp``. Each
+is indexed by the epoch its metadata records. ``on_train_begin`` (``_load_model``) loads
+``latest.weights.h5`` where it is there and sets the epoch from ``training_metadata.json`` where
+that is there, each on its own: without the weights ``fit`` goes on at the recorded epoch with
+fresh weights, without the record at epoch 0 with the saved weights, both without a word. Only
+where loading the weights raises ``OSError`` (a cut or empty file) and ``latest.weights.h5.bkp``
+is there does it copy the previous pair over the newest (deleting ``training_metadata.json``
+where there is no ``.bkp`` record) and load again; an unreadable record (``json.loads``) fails
+``fit`` with no fallback.
+
+A save under a name of its own, with no number (``best.keras``, ``model.weights.h5``), stands for
+one of the numbered saves beside it; alone in its folder it is the run's one save.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout
 from ckptdoctor.layouts.torch import parse_name
-from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers import hdf5, hfjson, keras
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.named import Named
@@ -41,9 +51,17 @@ PREVIOUS = ".bkp"
 """``double_checkpoint``'s copies of the previous pair: ``latest.weights.h5.bkp``, ``training_metadata.json.bkp``."""
 _BACKUP_FILES = {BACKUP: PROGRESS, BACKUP + PREVIOUS: PROGRESS + PREVIOUS}
 """Each backup's weights, and the file that records its epoch: the newest first."""
+_PROGRESS_FILES = frozenset(_BACKUP_FILES.values())
+_BACKED_UP = "backup"
+"""The prefix of ``BackupAndRestore``'s files."""
+_BUNDLE = (Role.MODEL, Role.OPTIMIZER)
+"""Every Keras save holds the weights and the optimizer's variables: one file per save."""
 _SHARD_INDEX = ".weights.json"
 """The index of a sharded save (``ShardedH5IOStore``)."""
 _SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + r")\Z", re.IGNORECASE)
+_OWN_SUFFIX = re.compile(r"\.(?:keras|weights\.h5)\Z", re.IGNORECASE)
+"""The suffixes only Keras 3 gives a save (``model.save`` wants ``.keras``, ``save_weights``
+``.weights.h5``): a file so named is a Keras save whatever its name (legacy ``.h5`` is any HDF5)."""
 
 
 class KerasLayout(Layout):
@@ -52,27 +70,43 @@ class KerasLayout(Layout):
     name = "keras"
     default_unit = Unit.EPOCH
     content = _CONTENT | {Format.JSON}  # BackupAndRestore's training_metadata.json
-    claimable = re.compile(_SUFFIX.pattern.removesuffix(r"\Z") + r"(?:\.bkp)?\Z", re.IGNORECASE)
+    claimable = re.compile(r"(?:" + _SUFFIX.pattern.removesuffix(r"\Z") + r"|\.json)(?:\.bkp)?\Z", re.IGNORECASE)
     whole_saves = True
     named_files = MappingProxyType(
         {
             name: Named(functools.partial(hfjson.read_values, name=name, keys={"epoch": int, "batch": int}), Format.JSON)
-            for name in _BACKUP_FILES.values()
+            for name in _PROGRESS_FILES
         }
     )
 
     def claim(self, name: str) -> Claim | None:
         if name in _BACKUP_FILES:
-            return Claim((Role.MODEL, Role.OPTIMIZER), 0, "backup", Unit.EPOCH)  # its epoch is in its metadata: see build
+            return Claim(_BUNDLE, 0, _BACKED_UP, Unit.EPOCH)  # its epoch is in its metadata: see build
+        if name in _PROGRESS_FILES:
+            return Claim((Role.METADATA,), 0, _BACKED_UP, Unit.EPOCH)
         parsed = parse_name(name, _SUFFIX)
         if parsed is None:
             return None
-        # every Keras save holds the weights and the optimizer's variables: one file per save
-        return Claim((Role.MODEL, Role.OPTIMIZER), parsed.index, parsed.prefix or "keras", parsed.unit)
+        return Claim(_BUNDLE, parsed.index, parsed.prefix or "keras", parsed.unit)
+
+    def recorded(self, name: str) -> Claim | None:
+        """A save under a name of its own (``best.keras``): the run's one save where no numbered
+        one is beside it, placed by ``build``."""
+        if _OWN_SUFFIX.search(name) and self.claim(name) is None:
+            return Claim(_BUNDLE, -1, name, Unit.SAVE)
+        return None
 
     def pointer(self, name: str) -> Claim | None:
-        """A save without a number (``best.keras``, ``model.weights.h5``): rewritten by each save."""
+        """A save without a number beside numbered ones (``best.keras``, ``model.weights.h5``):
+        rewritten by each save."""
         return Claim((Role.POINTER,), 0, name) if _SUFFIX.search(name) and self.claim(name) is None else None
+
+    def required(self, claims: Sequence[Claim]) -> tuple[Role, ...]:
+        """A ``BackupAndRestore`` save is its weights and its progress record, whichever is there:
+        without the weights Keras goes on with fresh ones, without the record at epoch 0."""
+        if any(claim.prefix == _BACKED_UP for claim in claims):
+            return (*_BUNDLE, Role.METADATA)
+        return super().required(claims)
 
     def build(
         self,
@@ -85,21 +119,30 @@ class KerasLayout(Layout):
         (the newest one above the copy before it where a record cannot be read); a progress record
         without its weights is a save too, which Keras resumes with fresh weights."""
         entries = {entry.name: entry for entry in listing.entries if not entry.is_dir}
-        if not any(name in entries for name in (*_BACKUP_FILES, *_BACKUP_FILES.values())):
-            return super().build(listing, probe, self._without_shards(claims, entries), subfolder)
+        saves = {name: claim for name, claim in claims.items() if claim.prefix != _BACKED_UP}
         epochs = [_epoch(probe, entries.get(progress)) for progress in _BACKUP_FILES.values()]
+        if not any(name in entries for name in _BACKUP_FILES) and epochs == [None, None]:
+            # no weights of BackupAndRestore and no record of its: a progress record of some other tool
+            return super().build(listing, probe, self._placed(self._without_shards(saves, entries)), subfolder)
         newest, previous = epochs
-        if newest is None:
-            newest = previous + 1 if previous is not None else 1
-        if previous is None:
+        has_previous = any(name.endswith(PREVIOUS) for name in entries if name in claims)
+        if newest is None:  # nothing records it: Keras goes on at epoch 0, or this one followed the previous save
+            newest = previous + 1 if previous is not None else int(has_previous)
+        if previous is None or previous >= newest:
             previous = max(0, newest - 1)
-        claims = dict(claims)
+            newest = previous + 1 if has_previous else newest
+        claims = {name: claim for name, claim in claims.items() if claim.number >= 0}  # an unnumbered save is a copy here
         for (weights, progress), number in zip(_BACKUP_FILES.items(), (newest, previous), strict=True):
-            if weights in claims:
-                claims[weights] = claims[weights]._replace(number=number)
-            if progress in entries:
-                claims[progress] = Claim((Role.METADATA,), number, "backup", Unit.EPOCH)
+            for name in (weights, progress):
+                if name in claims:
+                    claims[name] = claims[name]._replace(number=number)
         return super().build(listing, probe, claims, subfolder)
+
+    def _placed(self, claims: dict[str, Claim]) -> dict[str, Claim]:
+        """Saves under names of their own (``best.keras``) are copies of the numbered ones beside
+        them, and where there are none, the run's one save."""
+        numbered = {name: claim for name, claim in claims.items() if claim.number >= 0}
+        return numbered or {name: claim._replace(number=0) for name, claim in claims.items()}
 
     def _without_shards(self, claims: dict[str, Claim], entries: dict[str, Entry]) -> dict[str, Claim]:
         """Claims with the shards of a sharded save (``save_weights("x.weights.json",
@@ -120,32 +163,91 @@ class KerasLayout(Layout):
             return None
         weights = next((f for f in newest.files if f.entry.name == BACKUP), None)
         previous = saves.get(BACKUP + PREVIOUS)
-        fails = weights is not None and any(problem.status is not None for problem in weights.report.problems)
-        return previous if fails and previous is not None else newest
+        return previous if weights is not None and _fails(weights) and previous is not None else newest
 
     def left_in_place(self, checkpoint: Checkpoint) -> str | None:
-        if any(f.entry.name in _BACKUP_FILES or f.entry.name in _BACKUP_FILES.values() for f in checkpoint.files):
+        if _backed_up(checkpoint):
             return (
                 "BackupAndRestore's own save: Keras falls back from a damaged latest.weights.h5 to its .bkp copy only while both are there"
             )
         return None
 
-    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
-        names = {f.entry.name for f in checkpoint.files}
-        if names & set(_BACKUP_FILES):
-            loads = (
-                f"it finds {BACKUP} damaged, copies {BACKUP + PREVIOUS} over it"
-                if BACKUP not in names and self.auto_resume_pick(run) is checkpoint
-                else f"it loads {BACKUP}"
-            )
-            return f'call `model.fit(...)` again with `keras.callbacks.BackupAndRestore("{run.path}")`: {loads} and goes on after epoch {checkpoint.index}'
+    def missing_name(self, checkpoint: Checkpoint, role: Role) -> str | None:
+        """The file of its pair that a ``BackupAndRestore`` save lacks: its weights, or its record."""
+        if not _backed_up(checkpoint):
+            return None
+        weights = BACKUP + PREVIOUS if _previous(checkpoint) else BACKUP
+        return _BACKUP_FILES[weights] if role is Role.METADATA else weights
 
+    def missing_note(self, run: Run, checkpoint: Checkpoint, role: Role) -> tuple[str, str] | None:
+        """What ``fit`` with ``BackupAndRestore`` makes of a save that lacks its weights or its
+        record, where it would load that save: it says nothing, and goes on from the wrong place."""
+        if not _backed_up(checkpoint) or role is Role.OPTIMIZER or self.auto_resume_pick(run) is not checkpoint:
+            return None
+        folder = shell_word(run.path)
+        if role is Role.METADATA:
+            weights = BACKUP + PREVIOUS if _previous(checkpoint) else BACKUP
+            how = (
+                f"BackupAndRestore copies {weights} over {BACKUP}, deletes {PROGRESS} and" if _previous(checkpoint) else "BackupAndRestore"
+            )
+            return (
+                f"{how} goes on from epoch 0 with the weights of {weights}, counting again the epochs they had trained, without a word",
+                f'If you know how many epochs {weights} had completed, write them into {folder}/{_BACKUP_FILES[weights]} (`{{"epoch": 3, "batch": 0}}` for 3): '
+                "BackupAndRestore then goes on after that epoch with these weights.",
+            )
+        epoch = _recorded_epoch(checkpoint)
+        return (
+            f"BackupAndRestore loads no weights and goes on after epoch {epoch} with freshly initialised weights and optimizer, without a word",
+            f"If no copy of {BACKUP} exists and no earlier save will do, start the training over knowingly: "
+            f"`rm -- {folder}/{PROGRESS}` makes BackupAndRestore start at epoch 0.",
+        )
+
+    def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
+        if _backed_up(checkpoint):
+            fit = f'call `model.fit(...)` again with `keras.callbacks.BackupAndRestore("{run.path}")`'
+            after = f"goes on after epoch {_recorded_epoch(checkpoint)}"
+            if not _previous(checkpoint):
+                return f"{fit}: it loads {BACKUP} and {after}"
+            if self.auto_resume_pick(run) is checkpoint:
+                return f"{fit}: it finds {BACKUP} damaged, copies {BACKUP + PREVIOUS} over it and {after}"
+            folder = shell_word(run.path)
+            copies = " && ".join(f"cp -- {folder}/{name}{PREVIOUS} {folder}/{name}" for name in (BACKUP, PROGRESS))
+            newest = self.auto_resume_pick(run)  # what is left of the newest save, which the copies overwrite
+            keep = "keep a copy of what is left of the newest save elsewhere if you may want it, then " if newest is not None else ""
+            return f"{keep}put the previous pair in the newest's place (`{copies}`), then {fit}: it loads {BACKUP} and {after}"
         path = checkpoint.files[0].path
         if path.endswith(".keras"):
             load = f'`model = keras.models.load_model("{path}")` (it restores the optimizer and its step count)'
         else:
             load = f'build and compile the model, then `model.load_weights("{path}")`'
+        if run.unit is Unit.SAVE:
+            return f"{load}, then `model.fit(..., initial_epoch=...)` with the epochs it had trained: the file does not record them"
         return f"{load}, then `model.fit(..., initial_epoch={checkpoint.index})`"
+
+    def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
+        """``BackupAndRestore`` is given its folder, not a file."""
+        return run.path if _backed_up(checkpoint) else super().resume_path(run, checkpoint)
+
+
+def _backed_up(checkpoint: Checkpoint) -> bool:
+    """Whether ``checkpoint`` is one of ``BackupAndRestore``'s pairs."""
+    return any(f.entry.name in _BACKUP_FILES or f.entry.name in _PROGRESS_FILES for f in checkpoint.files)
+
+
+def _previous(checkpoint: Checkpoint) -> bool:
+    """Whether ``checkpoint`` is the ``.bkp`` pair, the copy of the save before the newest."""
+    return any(f.entry.name.endswith(PREVIOUS) for f in checkpoint.files)
+
+
+def _fails(weights: CheckpointFile) -> bool:
+    """Whether Keras' ``load_weights`` raises on it (h5py's ``OSError``: cut, empty, not HDF5)."""
+    return any(problem.status is not None for problem in weights.report.problems)
+
+
+def _recorded_epoch(checkpoint: Checkpoint) -> int:
+    """The epoch a ``BackupAndRestore`` save's record holds (its index where it holds none)."""
+    epoch = next((f.report.fact("epoch") for f in checkpoint.files if Role.METADATA in f.roles), None)
+    return int(epoch) if epoch is not None else checkpoint.index
 
 
 def _epoch(probe: Callable[[Entry], FileReport], record: Entry | None) -> int | None:

@@ -6,6 +6,13 @@ directory. ``load_model`` (``_load_model_from_fileobj``) needs ``config.json`` a
 (``model.weights.h5``, or ``model.weights.npz`` when saved so); ``assets/`` is optional. The
 weights member is an HDF5 file, judged by ``readers.hdf5`` in place; the configuration is parsed
 for code a loader would run (``readers._kerasconfig``).
+
+``saving_lib.save_model(model, path, weights_format="npz")`` (``NpzIOStore``) writes the weights
+with ``numpy.savez`` as one member per layer path, each a dict of arrays: NumPy stores a dict as an
+array of Python objects, pickled, and ``NpzIOStore`` reads with ``numpy.load(allow_pickle=False)``,
+so ``keras.models.load_model`` of Keras 3.15 refuses every such archive it writes (``Object arrays
+cannot be loaded when allow_pickle=False``). The member is read as an ``.npz`` (``readers.torchzip``,
+its pickles walked, never run) and judged as Keras' loader would judge it.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import dataclasses
 import zlib
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers import _kerasconfig, hdf5, torchzip
+from ckptdoctor.readers import _kerasconfig, hdf5, npy, torchzip
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import BytesSample, Sample, Window
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
@@ -23,6 +30,7 @@ KERAS = Format.declare("keras")
 CONFIG = "config.json"
 METADATA = "metadata.json"
 WEIGHTS = ("model.weights.h5", "model.weights.npz")
+_H5, _NPZ = WEIGHTS
 _FIRST = frozenset({METADATA.encode(), CONFIG.encode(), *(name.encode() for name in WEIGHTS)})
 MAX_WEIGHTS_INFLATED = 1 << 30
 """A compressed weights member is inflated into memory to be read: no larger than this."""
@@ -35,10 +43,11 @@ def probe(sample: Sample) -> FileReport:
     if isinstance(listed, FileReport):
         return listed
     members, issues = listed
-    weights = next((m for m in members if m.name == WEIGHTS[0]), None)
+    weights = next((m for m in members if m.name in WEIGHTS), None)
     if weights is not None and weights.method == 0 and weights.data >= 0:
-        header = hdf5.probe(Window(sample, weights.data, weights.size))
-        issues += [_inside(issue, weights.name) for issue in header.issues]
+        stored = Window(sample, weights.data, weights.size)
+        header = hdf5.probe(stored) if weights.name == _H5 else _first_array(stored)
+        issues += _as_keras_reads(header.issues, weights.name)
     return FileReport(KERAS.value, tuple(issues), (("members", str(len(members))),))
 
 
@@ -57,17 +66,18 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
             issues.append(data)
         elif data is not None and name == CONFIG:
             issues += _kerasconfig.code_in(data, CONFIG)
-    weights = by_name.get(WEIGHTS[0])
+    weights = by_name.get(_H5) or by_name.get(_NPZ)
     report = FileReport(KERAS.value)
     if weights is not None:
         inner = _weights_sample(sample, weights)
         if isinstance(inner, FileIssue):
             issues.append(inner)
         else:
-            report = hdf5.read_whole(inner, deep)
-            issues += [_inside(issue, weights.name) for issue in report.issues]
+            report = hdf5.read_whole(inner, deep) if weights.name == _H5 else torchzip.read_whole(inner, deep)
+            issues += _as_keras_reads(report.issues, weights.name)
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
-        issues += [i for i in torchzip.crc_issues(sample, members, [], deep) if i.problem is not Problem.NONFINITE]
+        refused = "keras.models.load_model refuses the archive (zipfile: Bad CRC-32 for file …)"  # it reads each member whole
+        issues += [i for i in torchzip.crc_issues(sample, members, [], deep, refused) if i.problem is not Problem.NONFINITE]
     facts = (("members", str(len(members))), *report.facts)
     return FileReport(KERAS.value, tuple(issues), facts, report.tensors, report.keys, report.tensor_bytes)
 
@@ -111,6 +121,35 @@ def _weights_sample(sample: Sample, member: torchzip.Member) -> Sample | FileIss
 
 def _inside(issue: FileIssue, member: str) -> FileIssue:
     return dataclasses.replace(issue, detail=f"{member}: {issue.detail}")
+
+
+def _first_array(npz: Sample) -> FileReport:
+    """``inspect``'s look at ``NpzIOStore``'s weights: the header of the first array (the model's
+    own, ``__root__``), which says whether they are arrays or pickled objects."""
+    located = torchzip.locate(npz)
+    if isinstance(located, FileIssue):
+        return FileReport(Format.NUMPY.value, (located,))
+    members, issues = torchzip.list_members(npz, located)
+    first = members[0] if members else None
+    if first is None or first.method != 0 or first.data < 0:
+        return FileReport(Format.NUMPY.value, tuple(issues))
+    return FileReport(Format.NUMPY.value, (*issues, *npy.read_header(Window(npz, first.data, first.size)).issues))
+
+
+def _as_keras_reads(issues: tuple[FileIssue, ...], member: str) -> list[FileIssue]:
+    """What was found in the weights member, as Keras' loader meets it: arrays of Python objects
+    (pickles) are arrays ``NpzIOStore`` refuses, told once; what numpy.load(allow_pickle=True)
+    would run of them stays an unsafe pickle; torch's allowlist of benign pickled globals does
+    not apply to a Keras file."""
+    found = [_inside(issue, member) for issue in issues if issue.problem not in (Problem.NOT_A_CHECKPOINT, Problem.NON_WEIGHTS)]
+    objects = [issue for issue in issues if issue.problem is Problem.NOT_A_CHECKPOINT]
+    if objects:
+        more = f" (and {len(objects) - 1} more)" if len(objects) > 1 else ""
+        refused = (
+            f"{objects[0].detail}{more}: keras.models.load_model refuses it (numpy: Object arrays cannot be loaded when allow_pickle=False)"
+        )
+        found.insert(0, _inside(FileIssue(Problem.MALFORMED, refused), member))
+    return found
 
 
 def _keras_archive(head: bytes, sample: Sample) -> bool:

@@ -558,7 +558,14 @@ def _extent(ref: TensorRef) -> int:
     return ref.offset + sum((dim - 1) * stride for dim, stride in zip(ref.size, ref.stride, strict=False)) + 1
 
 
-def crc_issues(sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int) -> list[FileIssue]:
+TORCH_IGNORES_CRC = "torch.load would return wrong values silently"
+
+
+def crc_issues(
+    sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int, loader: str = TORCH_IGNORES_CRC
+) -> list[FileIssue]:
+    """Members whose bytes do not match their CRC-32, and storages that hold NaN or Inf;
+    ``loader`` says what the archive's loader makes of a mismatch."""
     stored = [m for m in members if m.method == 0 and m.data >= 0]
     recorded = any(m.crc for m in stored if m.size)
     by_offset = {region.offset: region for region in floats}
@@ -577,7 +584,7 @@ def crc_issues(sample: Sample, members: list[Member], floats: list[_deep.Region]
             FileIssue(
                 Problem.CRC_MISMATCH,
                 f"{len(bad)} member{'s' if len(bad) > 1 else ''} ({', '.join(bad[:3])}) do not match their recorded CRC-32: "
-                "the bytes changed after saving, and torch.load would return wrong values silently",
+                f"the bytes changed after saving, and {loader}",
             )
         )
     nonfinite = [(m.name, r.nonfinite) for m, r in zip(stored, results, strict=True) if r.nonfinite]

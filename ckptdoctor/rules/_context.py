@@ -142,17 +142,26 @@ class RunContext:
         if path is not None:
             values["path"] = shell_word(path)
             values["name"] = path.rsplit("/", 1)[-1]
-            values["quarantine"] = self._quarantine(moves or (path,), values["this_run"])
+            quarantine = self._quarantine(moves or (path,), values["this_run"])
+            if quarantine is not None:
+                values["quarantine"] = quarantine
         values.update(context or {})
         return make_finding(rule, message, self.run.path, index, path, severity, values, self.layout.fix_keys, case, extra_fixes)
 
-    def _quarantine(self, paths: tuple[str, ...], this_run: str) -> str:
+    def _quarantine(self, paths: tuple[str, ...], this_run: str) -> str | None:
         """How to move the files at ``paths`` aside: ``repair`` of their run where the repair
-        moves them (a checkpoint's files, loose leftovers), else by hand into a folder no scan
-        enters (stray or damaged files that belong to no checkpoint, or to no run at all): never
-        a command that would act on more than these files' run."""
-        if self.run.checkpoints and self._moved_by_repair.issuperset(paths) and self._found_by_a_scan(paths):
-            whole = "it and the rest of its checkpoint" if self._in_checkpoints.issuperset(paths) else "it"
+        moves them (the files of checkpoints newer than the resume point, leftovers of a save),
+        else by hand into a folder no scan enters (files of a run with nothing to resume from,
+        which repair refuses; a broken checkpoint older than the resume point, which it leaves to
+        prune; stray or damaged files that belong to no checkpoint, or to no run at all): never a
+        command that would act on more than these files' run. None where the framework manages
+        the files itself (``Layout.left_in_place``): moving one aside changes what it resumes
+        from, so no fix offers it."""
+        if self._left_in_place.intersection(paths):
+            return None
+        moved_whole, moved_alone = self._moved_by_repair
+        if (moved_whole | moved_alone).issuperset(paths) and self._found_by_a_scan(paths):
+            whole = "it and the rest of its checkpoint" if moved_whole.issuperset(paths) else "it"
             return f"`ckptdoctor repair {this_run}` moves {whole} into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
         aside = self._aside()
         moves: dict[str, list[str]] = {}
@@ -169,14 +178,29 @@ class RunContext:
         return f"`mkdir -p {there} && {away}` moves only {what} aside, where no scan looks (`{back}` puts {it} back)"
 
     @functools.cached_property
-    def _in_checkpoints(self) -> frozenset[str]:
-        # once per run: a run with thousands of broken files words a fix for each
-        return frozenset(f.path for _, f in self.files)
+    def _moved_by_repair(self) -> tuple[frozenset[str], frozenset[str]]:
+        """What ``repair`` moves (``planners/repair.plan``), once per run (a run with thousands
+        of broken files words a fix for each): the files of whole checkpoints, those newer than
+        the resume point, and files it moves alone, leftovers of a save; nothing where the run
+        has no resume point (it refuses) and nothing of a broken checkpoint the framework manages."""
+        resume = self.run.resume
+        if resume is None:
+            return frozenset(), frozenset()
+        whole: set[str] = set()
+        alone = {f.path for f in self.run.loose_files if f.leftover}
+        for checkpoint in self.run.checkpoints:
+            if checkpoint is resume:
+                alone.update(f.path for f in checkpoint.files if Role.TEMP in f.roles)
+            elif checkpoint.index > resume.index:
+                whole.update(f.path for f in checkpoint.files)
+            else:
+                alone.update(f.path for f in checkpoint.files if f.leftover)
+        return frozenset(whole - self._left_in_place), frozenset(alone - self._left_in_place)
 
     @functools.cached_property
-    def _moved_by_repair(self) -> frozenset[str]:
-        """What ``repair`` moves: a checkpoint's files, and leftovers of a save."""
-        return self._in_checkpoints | {f.path for f in self.run.loose_files if f.leftover}
+    def _left_in_place(self) -> frozenset[str]:
+        """The files of checkpoints the framework manages itself, which ``repair`` and ``prune`` leave."""
+        return frozenset(f.path for c in self.run.checkpoints if self.layout.left_in_place(c) is not None for f in c.files)
 
     def _found_by_a_scan(self, paths: tuple[str, ...]) -> bool:
         """Whether ``repair`` of the run's folder would find these files: a file named on its own

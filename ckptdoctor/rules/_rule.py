@@ -47,8 +47,9 @@ act on every run below a path (with ``--no-recurse`` where runs lie below the ru
 one); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
 alone (``rules/_context.py`` fills them)."""
 
-NEEDS_THE_RUN = frozenset({"resume"})
-"""Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it."""
+NEEDS_THE_RUN = frozenset({"resume", "quarantine"})
+"""Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it (a
+run without a resume point; a file no one should move aside, which its framework manages)."""
 
 OTHERWISE = "*"
 """The ``case`` of a fix for every case of its rule that no other fix of the rule names."""

@@ -56,17 +56,25 @@ MISSING_OPTIMIZER = Rule(
             hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: the Trainer resumes from a folder without `optimizer.pt` with a fresh optimizer and says nothing.",
             accelerate="Save with `accelerator.save_state()`, which writes the optimizer's state beside the weights in each folder, rather than saving the model alone, so that `load_state` finds {expected} in {folder}.",
             deepspeed="Call `engine.save_checkpoint(dir, tag)` on every rank, not on rank 0 alone: each rank writes its own optimizer partition into the tag folder, and the resume needs them all.",
+            keras="",  # one Keras file holds the weights and the optimizer: nothing saves them apart
         ),
         "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {folder}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
         fix(
             "If no copy exists, start a new run from the weights alone with a fresh optimizer. " + _FRESH_OPTIMIZER,
+            keras="",  # the file that is gone held the weights too
             burn="If no copy exists, resume from the weights alone with a fresh optimizer: load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files). "
             + _FRESH_OPTIMIZER,
             torch="If no copy exists, resume from the weights alone: `model.load_state_dict(...)` and build a new optimizer. "
             + _FRESH_OPTIMIZER,
         ),
-        "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
-        "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {this_run} --keep-last 2`.",
+        fix(
+            "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
+            keras="Move the half-saved {unit} aside so that nothing resumes from it: {quarantine}.",
+        ),
+        fix(
+            "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {this_run} --keep-last 2`.",
+            keras="",  # no Keras save keeps its optimizer in a file of its own
+        ),
     ),
     messages=(
         "Can load optimizer checkpoint.",
@@ -98,13 +106,17 @@ MISSING_MODEL = Rule(
         "Restore {expected} from a backup or object-store copy into {folder}, then run `ckptdoctor verify {run}`.",
         fix(
             "If the model's saving code writes elsewhere, point it at {run} with the name the run used when it saved.",
+            keras="",  # one Keras file holds the weights and the optimizer: nothing saves them apart
             burn="If the model checkpointer writes elsewhere, point it at {run}: burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`.",
         ),
         fix(
             deepspeed="Under ZeRO-3, " + _ZERO3_WEIGHTS,
             hf_trainer="Under DeepSpeed ZeRO-3, " + _ZERO3_WEIGHTS,
         ),
-        "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {this_run}`.",
+        fix(
+            "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {this_run}`.",
+            keras="Move what is left of the {unit} aside so that nothing resumes from it: {quarantine}.",
+        ),
     ),
     messages=(
         "Can load model checkpoint.",
@@ -253,12 +265,21 @@ MISSING_COMMIT_MARKER = Rule(
         "copy `.metadata`)."
     ),
     fixes=(
-        "If an asynchronous save may still be running, wait for it to finish and rerun `ckptdoctor inspect {run}`.",
-        "Copy the marker from the coordinator's node (rank 0) or the original location; shell globs skip dotfiles, so copy folders with `cp -a src/. dest` or `rsync -a`.",
+        fix(
+            "If an asynchronous save may still be running, wait for it to finish and rerun `ckptdoctor inspect {run}`.",
+            keras="",  # BackupAndRestore writes its record right after the weights, in the same call
+        ),
+        fix(
+            "Copy the marker from the coordinator's node (rank 0) or the original location; shell globs skip dotfiles, so copy folders with `cp -a src/. dest` or `rsync -a`.",
+            keras="Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        ),
         fix(
             megatron="Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
         ),
-        "Quarantine the uncommitted folder with `ckptdoctor repair {this_run}` so no tool resumes from it.",
+        fix(
+            "Quarantine the uncommitted folder with `ckptdoctor repair {this_run}` so no tool resumes from it.",
+            keras="Move the {unit} without its record aside so that nothing resumes from it: {quarantine}.",
+        ),
     ),
     messages=("metadata is None; global metadata read failed",),
     related=("CKD202", "CKD113", "CKD105", "CKD110"),
@@ -328,7 +349,7 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
         fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
         "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
-        "Otherwise start again in a clean folder, after quarantining what is here with `ckptdoctor repair {this_run}` so no tool picks it up.",
+        "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (repair refuses a run with nothing to resume from: it moves nothing).",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
     ),
     messages=("No valid checkpoint found in output directory", "No steps found in"),
@@ -471,13 +492,17 @@ UNSAFE_AUTO_RESUME = Rule(
             hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: `True` takes the highest-numbered `checkpoint-N`, which is incomplete.",
             accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
             deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
+            keras="Do not call `fit` with `BackupAndRestore` on {run} as it is: it takes no checkpoint to resume from but loads what its folder holds, and the newest save there is not whole.",
         ),
         fix(
             "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
             lightning='Or run `ckptdoctor repair {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
-            keras="Or put the previous save back in its place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
+            keras="Put the previous save, {unit} {resume}, in the newest's place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
         ),
-        "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
+        fix(
+            "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
+            keras="",  # BackupAndRestore is given its folder, never a checkpoint
+        ),
     ),
     messages=(
         "No valid checkpoint found in output directory",
@@ -576,7 +601,11 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 if checkpoint.absent:
                     continue  # the files it lacks are named by CKD105 already
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
-            expected = ctx.sibling_name(role, checkpoint.index) or f"a file with its {role.value} state"
+            expected = (
+                ctx.layout.missing_name(checkpoint, role)
+                or ctx.sibling_name(role, checkpoint.index)
+                or f"a file with its {role.value} state"
+            )
             message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
             keyed = next((f for f in checkpoint.files if f.report.keys and f.report.tensors is not None), None)
             if keyed is not None:

@@ -265,6 +265,7 @@ MALFORMED = Rule(
             "If freshly written files show the same error, the saving code produces it: save with the format library's own API instead of a custom writer.",
             burn="If freshly written files show the same error, the saving code produces it: save with burn's checkpointers instead of a custom writer.",
             hf_trainer="If freshly written files show the same error, the saving code produces it: save with `save_pretrained` instead of a custom writer.",
+            keras='If freshly written files show the same error, the saving code produces it: save with `model.save(path)`, whose archive holds `model.weights.h5`; Keras 3.15 cannot load the archives that `saving_lib.save_model(..., weights_format="npz")` writes.',
             torch="If freshly written files show the same error, the saving code produces it: save with `torch.save` or `safetensors.torch.save_file` instead of a custom writer.",
         ),
     ),
