@@ -9,8 +9,10 @@ callable for what a test must do itself with the framework (resume, train on, lo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -346,8 +348,7 @@ def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | s
     mmengine_deepspeed.register_deepspeed_optimizers = list
     if resume:
         os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # as the resume hint says: torch >= 2.6 refuses its HistoryBuffer
-    runner = mmengine_run(Path(work_dir), "epoch", length, resume=resume, strategy=strategy, **hook)
-    print(f"{_DONE} {runner.epoch}")
+    _tried(lambda: mmengine_run(Path(work_dir), "epoch", length, resume=resume, strategy=strategy, **hook).epoch)
 
 
 # --- Detectron2, from its source ------------------------------------------------------------------
@@ -1116,6 +1117,24 @@ def megatron_release(folder: Path, ranks: int = 2, tracker: str | None = "releas
     return folder
 
 
+def megatron_tracker(folder: Path) -> tuple[int, bool]:
+    """What Megatron-LM makes of ``folder``'s tracker: ``read_metadata`` of
+    ``megatron/training/checkpointing.py`` (NVIDIA/Megatron-LM), without its maximum over the
+    ranks: ``(iteration, release)``; it exits on text that is neither a number nor ``release``,
+    and asserts a positive iteration or a release."""
+    tracker = folder / "latest_checkpointed_iteration.txt"
+    metastring = tracker.read_text().strip()
+    iteration, release = 0, False
+    try:
+        iteration = int(metastring)
+    except ValueError:
+        release = metastring == "release"
+        if not release:
+            raise SystemExit(f"ERROR: Invalid metadata file {tracker}. Exiting") from None
+    assert iteration > 0 or release, f"error parsing metadata file {tracker}"
+    return iteration, release
+
+
 def deepspeed_universal(
     folder: Path, steps: tuple[int, ...] = (100, 200), params: tuple[str, ...] = ("linear.weight", "linear.bias"), latest: bool = True
 ) -> Path:
@@ -1157,14 +1176,15 @@ def hf_fsdp_run(output: Path, steps: int = 4, sharded: bool = True) -> Path:
     ``pytorch_model_fsdp.bin`` and ``optimizer.bin`` beside ``model.safetensors``. Beside them the
     Trainer's ``scheduler.pt``, ``rng_state_<rank>.pth`` and ``trainer_state.json``."""
     done = hf_fsdp_train(output, steps, sharded=sharded)
-    assert done.resumed == steps, done.output[-3000:]
+    assert done.count == steps, done.output[-3000:]
     return output
 
 
-def hf_fsdp_train(output: Path, steps: int, resume: str | bool | None = None, sharded: bool = True) -> Launched:
-    """The Trainer of :func:`hf_fsdp_run` trained to ``steps``, after
-    ``trainer.train(resume_from_checkpoint=resume)`` has loaded what ``resume`` names."""
-    return launched("hf_fsdp", output=str(output), steps=steps, resume=resume, sharded=sharded)
+def hf_fsdp_train(output: Path, steps: int, *resumes: str | bool, sharded: bool = True) -> Launched:
+    """The Trainer of :func:`hf_fsdp_run` trained to ``steps``: ``trainer.train()``, or
+    ``trainer.train(resume_from_checkpoint=...)`` with each of ``resumes`` in turn (each a new
+    Trainer of a new model) until one trains."""
+    return launched("hf_fsdp", output=str(output), steps=steps, resumes=resumes or [None], sharded=sharded)
 
 
 def accelerate_fsdp_run(project: Path, saves: int = 2) -> Path:
@@ -1173,27 +1193,31 @@ def accelerate_fsdp_run(project: Path, saves: int = 2) -> Path:
     ``save_state()``, ``saves`` times, with automatic checkpoint naming. Each
     ``project/checkpoints/checkpoint_<n>/`` holds ``pytorch_model_fsdp_0/`` and ``optimizer_0/``
     (DCP), ``scheduler.bin`` and ``random_states_<rank>.pkl``. Returns ``project/checkpoints``."""
-    done = accelerate_fsdp_load(project, None, saves)
-    assert done.resumed == saves, done.output[-3000:]
+    done = accelerate_fsdp_load(project, saves=saves)
+    assert done.count == saves, done.output[-3000:]
     return project / "checkpoints"
 
 
-def accelerate_fsdp_load(project: Path, folder: str | None, saves: int = 0) -> Launched:
-    """The accelerator of :func:`accelerate_fsdp_run`, which first calls ``load_state(folder)``
-    (``""``: a bare ``load_state()``; None: no load), then steps and saves ``saves`` times."""
-    return launched("accelerate_fsdp", project=str(project), folder=folder, saves=saves)
+def accelerate_fsdp_load(project: Path, *folders: str | None, saves: int = 0) -> Launched:
+    """The accelerator of :func:`accelerate_fsdp_run`: ``load_state(folder)`` with each of
+    ``folders`` in turn (None: a bare ``load_state()``) until one loads, then a step and a
+    ``save_state()``, ``saves`` times."""
+    return launched("accelerate_fsdp", project=str(project), folders=folders, saves=saves)
 
 
 class Launched(NamedTuple):
-    """What two processes launched by ``torchrun`` did: the exit status, rank 0's count of what
-    it got through (steps, saves, epochs; None where it failed), and all they printed."""
+    """What two processes launched by ``torchrun`` did, as rank 0 saw it."""
 
     returncode: int
-    resumed: int | None
+    failed: tuple[str, ...]
+    """Each try that raised (a resume, a load), in turn: the exception's type and first line."""
+    count: int | None
+    """What the try that worked got through (steps, saves, epochs); None where none did."""
     output: str
+    """All they printed."""
 
 
-_DONE = "ckptdoctor-test-done"
+_DONE, _FAILED = "ckptdoctor-test-done", "ckptdoctor-test-failed"
 
 
 def launched(worker: str, **arguments: Any) -> Launched:
@@ -1204,8 +1228,28 @@ def launched(worker: str, **arguments: Any) -> Launched:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    counts = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith(_DONE)]
-    return Launched(done.returncode, counts[0] if done.returncode == 0 and counts else None, done.stdout + done.stderr)
+    counts = re.findall(rf"{_DONE} ([0-9]+)\n", done.stdout)
+    failed = tuple(re.findall(rf"{_FAILED} (.*)\n", done.stdout))
+    return Launched(done.returncode, failed, int(counts[0]) if done.returncode == 0 and counts else None, done.stdout + done.stderr)
+
+
+def _said(line: str) -> None:
+    """Rank 0 says it on a line of its own (the ranks' prints interleave)."""
+    if os.environ.get("RANK") == "0":
+        print(f"\n{line}", flush=True)
+
+
+def _tried(attempt: Callable[[], int]) -> bool:
+    """Whether ``attempt`` worked; rank 0 says what it got through, or what it raised."""
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    try:
+        count = attempt()
+    except (Exception, CheckpointException) as error:  # every rank raises it: a DCP load gathers each rank's failure
+        _said(f"{_FAILED} {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+        return False
+    _said(f"{_DONE} {count}")
+    return True
 
 
 def _fsdp_on_cpu() -> None:
@@ -1227,16 +1271,20 @@ def _fsdp_on_cpu() -> None:
     accelerate.state.AcceleratorState.__init__ = init
 
 
-def _hf_fsdp_worker(output: str, steps: int, resume: str | bool | None, sharded: bool) -> None:
+def _hf_fsdp_worker(output: str, steps: int, resumes: list[str | bool | None], sharded: bool) -> None:
     _fsdp_on_cpu()
     state = "SHARDED_STATE_DICT" if sharded else "FULL_STATE_DICT"
     config = {"fsdp_version": 2, "state_dict_type": state, "transformer_layer_cls_to_wrap": ["GPT2Block"]}
-    trainer = hf_trainer(Path(output), steps, fsdp=True, fsdp_config=config)
-    trainer.train(resume_from_checkpoint=resume)
-    print(f"{_DONE} {trainer.state.global_step}")
+
+    def train(resume: str | bool | None) -> int:
+        trainer = hf_trainer(Path(output), steps, fsdp=True, fsdp_config=config)
+        trainer.train(resume_from_checkpoint=resume)
+        return int(trainer.state.global_step)
+
+    any(_tried(functools.partial(train, resume)) for resume in resumes)
 
 
-def _accelerate_fsdp_worker(project: str, folder: str | None, saves: int) -> None:
+def _accelerate_fsdp_worker(project: str, folders: list[str | None], saves: int) -> None:
     _fsdp_on_cpu()
     from accelerate.utils import FullyShardedDataParallelPlugin, ProjectConfiguration
 
@@ -1245,11 +1293,15 @@ def _accelerate_fsdp_worker(project: str, folder: str | None, saves: int) -> Non
     config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True, total_limit=3)
     accelerator = accelerate.Accelerator(cpu=True, fsdp_plugin=plugin, project_config=config)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    if folder is not None:
-        accelerator.load_state(folder or None)
-    for _ in range(saves):
-        step_and_save(accelerator, model, optimizer, scheduler)
-    print(f"{_DONE} {saves}")
+
+    def load_and_save(folder: str | None) -> int:
+        if folder != "":
+            accelerator.load_state(folder)
+        for _ in range(saves):
+            step_and_save(accelerator, model, optimizer, scheduler)
+        return saves
+
+    any(_tried(functools.partial(load_and_save, folder)) for folder in folders or [""])
 
 
 # --- Lightning under DeepSpeed/FSDP (`.ckpt` folders), NeMo exp_manager ------------------------

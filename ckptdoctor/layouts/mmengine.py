@@ -23,18 +23,29 @@ From open-mmlab/mmengine (``mmengine/hooks/checkpoint_hook.py``, ``mmengine/runn
 - mmengine 0.10 loads with ``torch.load``'s default: on torch >= 2.6 that refuses the
   ``HistoryBuffer`` of its own ``message_hub`` (``Unsupported global``).
 
-Not read here: DeepSpeed and FSDP strategies save *folders* under the same names, and an
-``out_dir`` apart from ``work_dir`` keeps ``last_checkpoint`` away from the checkpoints.
+Under ``FlexibleRunner`` (``mmengine/_strategy/``) the same names are *folders*:
+``DeepSpeedStrategy.save_checkpoint`` has the engine save each into ``out_dir`` with the name as
+its tag (``save_checkpoint(out_dir, tag="epoch_3.pth", client_state=..., save_latest=False)``:
+``mp_rank_00_model_states.pt`` holding the client state, one
+``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank under ZeRO, no ``latest``, and the
+engine's ``zero_to_fp32.py`` beside the folders), and resumes by ``load_checkpoint(out_dir,
+tag=...)``; ``best_*`` (``save_optimizer=False``) is a file. ``FSDPStrategy`` with a sharded
+``state_dict_cfg`` (``local``) saves ``<name>/rank<r>.pth`` per rank, each a whole bundle of that
+rank's shards, best ones too, and loads ``rank<rank>.pth`` of the folder on each rank.
+``last_checkpoint`` names the folder, and ``max_keep_ckpts`` removes folders as files.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, followed, logged_values
-from ckptdoctor.model import Checkpoint, Entry, Role, Run, Unit
+
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import Claim, FolderLayout, NamedByFile, NamingFile, followed, group, logged_values, missing_from_siblings
+from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _NUMBERED = re.compile(r"^(epoch|iter)_([0-9]+)\.pth\Z")
@@ -46,6 +57,9 @@ LAST = NamingFile("last_checkpoint", full_path=True)
 BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 """What ``Runner.save_checkpoint`` writes (``param_schedulers`` only where the run has a
 scheduler: the keys confirm it)."""
+_RANK = re.compile(r"^rank[0-9]+\.pth\Z")
+"""``FSDPStrategy``'s file of one rank in a checkpoint folder."""
+_DEEPSPEED = DeepSpeedLayout()
 _TORCH_26 = (
     "with torch >= 2.6 set `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` for the resume: mmengine 0.10 loads with "
     "torch's default `weights_only=True`, which refuses the `HistoryBuffer` of its own `message_hub`"
@@ -64,12 +78,26 @@ class MmengineLayout(NamedByFile):
     named_files = LAST.named_files
 
     claimable = re.compile(r"\.pth\Z")
+    folder_saves = True
 
     def claim(self, name: str) -> Claim | None:
         match = _NUMBERED.match(name)
         if match is None:
             return None
         return Claim(BUNDLED, int(match[2]), match[1], Unit.EPOCH if match[1] == "epoch" else Unit.ITERATION)
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        folders = {entry.name: claims[entry.name] for entry in listing.folders if entry.name in claims}
+        if folders:
+            # DeepSpeedStrategy's or FSDPStrategy's checkpoint folders: the run is theirs
+            return _FOLDERS.build(listing, probe, folders, subfolder)
+        return group(listing, self, probe, claims)
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         # a hand-made loop may save epoch_3.pth too: a Runner leaves its pointer, its log folders
@@ -83,11 +111,12 @@ class MmengineLayout(NamedByFile):
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
+        runner = "Runner" if checkpoint.folder is None else "FlexibleRunner"  # a strategy's folders: FlexibleRunner saved them
         if followed(run, self.pointers(run)) is checkpoint:
-            how = f"pass `resume=True` to `Runner` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
+            how = f"pass `resume=True` to `{runner}` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
         else:
             how = (
-                f'pass `resume=True, load_from="{path}"` to `Runner` (`tools/train.py --resume {path}`); '
+                f'pass `resume=True, load_from="{path}"` to `{runner}` (`tools/train.py --resume {path}`); '
                 f"`resume=True` alone follows {LAST.name}, which does not name it"
             )
         return f"{how}; {_TORCH_26}"
@@ -99,3 +128,36 @@ class MmengineLayout(NamedByFile):
         for entry in sorted((e for e in run.other_files if e.is_dir and _LOG_FOLDER.match(e.name)), key=lambda e: e.name):
             values.update(logged_values(read(os.path.join(entry.os_path, "vis_data", "scalars.json")), metric, "step", unless="iter"))
         return values
+
+
+class _MmengineFolders(FolderLayout):
+    """``FlexibleRunner``'s checkpoint folders, built into the mmengine run
+    (``MmengineLayout.build`` hands them here; never listed on its own): the engine's files are
+    judged as DeepSpeed's, ``FSDPStrategy``'s ``rank<r>.pth`` as bundles."""
+
+    name = MmengineLayout.name
+    builds_on = MmengineLayout.builds_on
+    default_unit = Unit.EPOCH
+    content = MmengineLayout.content
+    resume_needs = MmengineLayout.resume_needs
+
+    def claim(self, name: str) -> Claim | None:
+        return MMENGINE.claim(name)
+
+    def pointer(self, name: str) -> Claim | None:
+        return MMENGINE.pointer(name)
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        return BUNDLED if _RANK.match(name) else _DEEPSPEED.role_of(name)
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        # the engine keeps the optimizer in its model states without ZeRO: DeepSpeed's own answer
+        return _DEEPSPEED.required_of(saved)
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        # a rank's file the other saves have (each rank loads its own: `rank<rank>.pth`, its ZeRO partition)
+        return missing_from_siblings(files, siblings)
+
+
+MMENGINE = MmengineLayout()
+_FOLDERS = _MmengineFolders()
