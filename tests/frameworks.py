@@ -218,14 +218,21 @@ def megatron_run(folder: Path, iterations: tuple[int, ...] = (100, 200), ranks: 
 
 
 def mmengine_run(
-    work_dir: Path, by: str = "epoch", length: int = 4, *, resume: bool | str = False, strategy: str | None = None, **hook: Any
+    work_dir: Path,
+    by: str = "epoch",
+    length: int = 4,
+    *,
+    resume: bool | str = False,
+    load_from: str | None = None,
+    strategy: str | None = None,
+    **hook: Any,
 ) -> Any:
     """A real ``Runner.train()`` of a linear model on the CPU (16 samples in batches of 4: 4
     iterations an epoch), evaluated by an MSE metric after every epoch (``by="epoch"``) or every 4
     iterations (``by="iter"``), for ``length`` epochs or iterations, with SGD and a MultiStepLR;
     ``CheckpointHook(interval=1 or 4, max_keep_ckpts=2, save_best="mse", rule="less", **hook)``.
-    ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path. Returns
-    the runner. ``strategy`` (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that
+    ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path;
+    ``load_from`` alone loads the weights and starts over. Returns the runner. ``strategy`` (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that
     strategy instead, and AdamW, in a process of a gloo group (see :func:`mmengine_distributed`)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("mmengine")
@@ -297,7 +304,7 @@ def mmengine_run(
         "val_cfg": {},
         "default_hooks": {"checkpoint": checkpoint, "logger": {"type": "LoggerHook", "interval": 1}},
         "resume": bool(resume),
-        "load_from": resume if isinstance(resume, str) else None,
+        "load_from": resume if isinstance(resume, str) else load_from,
         "default_scope": None,
         "randomness": {"seed": 0},
         "log_level": "ERROR",
@@ -328,16 +335,18 @@ MMENGINE_STRATEGIES: dict[str, dict[str, Any]] = {
 """``FlexibleRunner``'s strategies under which ``CheckpointHook`` saves each checkpoint as a folder."""
 
 
-def mmengine_distributed(work_dir: Path, strategy: str, length: int = 4, resume: bool | str = False, **hook: Any) -> Launched:
+def mmengine_distributed(
+    work_dir: Path, strategy: str, length: int = 4, resume: bool | str = False, load_from: str | None = None, **hook: Any
+) -> Launched:
     """:func:`mmengine_run` with a ``FlexibleRunner`` of ``strategy`` in two processes on gloo
     (``launcher="pytorch"``), by epoch: ``DeepSpeedStrategy`` (ZeRO-2: the engine saves each
     ``epoch_N.pth`` as a tag folder of ``mp_rank_00_model_states.pt`` and one
     ``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank, ``save_latest=False``) or
     ``FSDPStrategy`` (``state_dict_cfg="local"``: ``epoch_N.pth/rank<r>.pth``)."""
-    return launched("mmengine", work_dir=str(work_dir), strategy=strategy, length=length, resume=resume, hook=hook)
+    return launched("mmengine", work_dir=str(work_dir), strategy=strategy, length=length, resume=resume, load_from=load_from, hook=hook)
 
 
-def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | str, hook: dict[str, Any]) -> None:
+def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | str, load_from: str | None, hook: dict[str, Any]) -> None:
     import mmengine._strategy.deepspeed as mmengine_deepspeed
     import torch
 
@@ -346,9 +355,11 @@ def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | s
     # `deepspeed.runtime.fp16.onebit`, which deepspeed 0.19 no longer has (AdamW is torch's)
     torch.cuda.set_device = lambda device: None
     mmengine_deepspeed.register_deepspeed_optimizers = list
-    if resume:
+    if resume or load_from:
         os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # as the resume hint says: torch >= 2.6 refuses its HistoryBuffer
-    _tried(lambda: mmengine_run(Path(work_dir), "epoch", length, resume=resume, strategy=strategy, **hook).epoch)
+    # not caught: a rank that fails alone leaves the other waiting in a collective; torchrun ends both
+    runner = mmengine_run(Path(work_dir), "epoch", length, resume=resume, load_from=load_from, strategy=strategy, **hook)
+    _said(f"{_DONE} {runner.epoch}")
 
 
 # --- Detectron2, from its source ------------------------------------------------------------------

@@ -51,19 +51,20 @@ def _cut(file: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("broken", "how", "code"),
+    ("broken", "how", "code", "status"),
     [
-        ("pytorch_model_fsdp_0/__1_0.distcp", _cut, "CKD203"),  # rank 1's weights cut short: a copy, a full disk
-        ("optimizer_0/__0_0.distcp", Path.unlink, "CKD105"),  # rank 0's optimizer shard lost (a node-local disk)
+        ("pytorch_model_fsdp_0/__1_0.distcp", _cut, "CKD203", "partial"),  # rank 1's weights cut short: a copy, a full disk
+        ("optimizer_0/__0_0.distcp", Path.unlink, "CKD105", "incomplete"),  # rank 0's optimizer shard lost (a node-local disk)
     ],
 )
-def test_a_broken_shard_makes_the_newest_partial_and_the_trainers_auto_resume_fails(sharded, tmp_path, cli, inspect_json, broken, how, code):
+def test_a_broken_shard_spoils_the_newest_and_the_trainers_auto_resume_fails(
+    sharded, tmp_path, cli, inspect_json, broken, how, code, status
+):
     folder = copy_run(sharded, tmp_path / "out")
     how(folder / "checkpoint-4" / broken)
     report = inspect_json(folder).json
     (run,) = report["runs"]
-    assert [c["status"] for c in run["checkpoints"]][0] == "complete"
-    assert run["checkpoints"][1]["status"] != "complete"
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", status]
     assert {(code, 4), ("CKD114", 4)} <= codes(report)
     assert run["resume"]["index"] == 2
     # what the Trainer does: resume_from_checkpoint=True takes checkpoint-4 and dcp.load fails on

@@ -17,6 +17,9 @@ From open-mmlab/mmengine (``mmengine/hooks/checkpoint_hook.py``, ``mmengine/runn
   (no newline). ``Runner(resume=True)`` reads it (``find_latest_checkpoint``), or resumes
   ``load_from`` where that is given (``Runner.load_or_resume``); without it the run starts over.
   ``Runner.resume`` restores the optimizer and schedulers only ``if`` their keys are there.
+- ``CheckpointHook(out_dir=...)`` saves into ``out_dir/<basename(work_dir)>/`` (``before_train``),
+  best checkpoints too, while ``last_checkpoint`` stays in ``work_dir`` and names the checkpoint's
+  full path there: a folder of checkpoints without it nor log folders is such an ``out_dir``.
 - ``Runner`` logs into ``work_dir/<YYYYmmdd_HHMMSS>/``; evaluation rows of
   ``vis_data/scalars.json`` carry the epoch (or, with ``log_metric_by_epoch=False``, the
   iteration) as ``step``, training rows carry ``iter``.
@@ -41,9 +44,18 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, NamedByFile, NamingFile, followed, group, logged_values, missing_from_siblings
+from ckptdoctor.layouts._base import (
+    Claim,
+    FolderLayout,
+    NamedByFile,
+    NamingFile,
+    Pointer,
+    followed,
+    group,
+    logged_values,
+    missing_from_siblings,
+)
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
@@ -109,15 +121,26 @@ class MmengineLayout(NamedByFile):
             return Claim((Role.POINTER,), 0, "best" if name.startswith("best_") else "published")  # copies outside the series
         return super().pointer(name)
 
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``last_checkpoint``, which ``CheckpointHook`` writes into ``work_dir``: a folder without
+        it nor the Runner's log folders is an ``out_dir``, whose pointer is in a ``work_dir``
+        elsewhere (``find_latest_checkpoint(work_dir)`` reads it): none to judge here."""
+        return super().pointers(run) if _work_dir(run) else ()
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
         runner = "Runner" if checkpoint.folder is None else "FlexibleRunner"  # a strategy's folders: FlexibleRunner saved them
         if followed(run, self.pointers(run)) is checkpoint:
             how = f"pass `resume=True` to `{runner}` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
         else:
+            where = (
+                "which does not name it"
+                if _work_dir(run)
+                else "in the work_dir, which `CheckpointHook(out_dir=...)` keeps apart from these checkpoints"
+            )
             how = (
                 f'pass `resume=True, load_from="{path}"` to `{runner}` (`tools/train.py --resume {path}`); '
-                f"`resume=True` alone follows {LAST.name}, which does not name it"
+                f"`resume=True` alone follows {LAST.name} {where}"
             )
         return f"{how}; {_TORCH_26}"
 
@@ -128,6 +151,14 @@ class MmengineLayout(NamedByFile):
         for entry in sorted((e for e in run.other_files if e.is_dir and _LOG_FOLDER.match(e.name)), key=lambda e: e.name):
             values.update(logged_values(read(os.path.join(entry.os_path, "vis_data", "scalars.json")), metric, "step", unless="iter"))
         return values
+
+
+def _work_dir(run: Run) -> bool:
+    """Whether the run's folder is a ``work_dir``: the Runner keeps ``last_checkpoint`` and a log
+    folder per launch there (``<timestamp>/``), and nothing of them in an ``out_dir``."""
+    return any(f.entry.name == LAST.name for f in run.loose_files) or any(
+        entry.is_dir and _LOG_FOLDER.match(entry.name) for entry in run.other_files
+    )
 
 
 class _MmengineFolders(FolderLayout):
