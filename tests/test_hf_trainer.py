@@ -313,7 +313,7 @@ def test_weights_saved_by_torch_under_the_safetensors_name_load_as_pytorch_model
     import torch
 
     weights = run / "checkpoint-6" / "model.safetensors"
-    torch.save(safetensors.torch.load_file(weights), weights)
+    torch.save(safetensors.torch.load(weights.read_bytes()), weights)  # read first: load_file maps the file it overwrites
     fixes = " ".join(finding(inspect_json(run).json, "CKD205")["fixes"])
     assert "load as `pytorch_model.bin`" in fixes
     weights.rename(weights.with_name("pytorch_model.bin"))
