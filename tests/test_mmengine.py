@@ -399,7 +399,12 @@ def test_a_save_killed_inside_a_deepspeed_folder_leaves_last_checkpoint_on_the_o
     report = inspect_json(work).json
     assert ("CKD105", 4) in codes(report)
     assert not {"CKD113", "CKD114"} & {code for code, _ in codes(report)}
-    assert report["runs"][0]["resume"]["index"] == 3
+    (run,) = report["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("mmengine", 3)
+    assert (
+        f"`resume=True` to `FlexibleRunner` (`tools/train.py --resume`): it follows last_checkpoint to {work}/epoch_3.pth"
+        in run["resume"]["how"]
+    )
 
 
 def test_fsdp_strategy_folders_hold_a_bundle_per_rank(fsdp_work, tmp_path, cli, inspect_json):
