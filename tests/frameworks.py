@@ -232,8 +232,9 @@ def mmengine_run(
     iterations (``by="iter"``), for ``length`` epochs or iterations, with SGD and a MultiStepLR;
     ``CheckpointHook(interval=1 or 4, max_keep_ckpts=2, save_best="mse", rule="less", **hook)``.
     ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path;
-    ``load_from`` alone loads the weights and starts over. Returns the runner. ``strategy`` (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that
-    strategy instead, and AdamW, in a process of a gloo group (see :func:`mmengine_distributed`)."""
+    ``load_from`` alone loads the weights and starts over. Returns the runner. ``strategy``
+    (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that strategy instead, and AdamW, in
+    a process of a gloo group (see :func:`mmengine_distributed`)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("mmengine")
     from mmengine.evaluator import BaseMetric

@@ -10,9 +10,9 @@ holds the models (``model.safetensors``, ``model_1.safetensors``, ``pytorch_mode
 archive despite its name), and where used ``scaler.pt``, dataloader states and
 ``custom_checkpoint_<i>.pkl`` (``load_state`` refuses a folder whose count of those differs from
 the objects registered); the run's other saves say how many of each to expect. Under FSDP with
-``SHARDED_STATE_DICT`` the model and each optimizer are DCP folders instead
+``SHARDED_STATE_DICT`` the model and each optimizer are DCP folders instead, as the Trainer's
 (``pytorch_model_fsdp_0/``, ``optimizer_0/``: ``.metadata`` and one ``__<rank>_0.distcp`` per
-process, ``utils/fsdp_utils.py``: ``save_fsdp_model``, ``save_fsdp_optimizer``), as the Trainer's. Names and write
+process; ``utils/fsdp_utils.py``: ``save_fsdp_model``, ``save_fsdp_optimizer``). Names and write
 order: ``accelerate/checkpointing.py`` (``save_accelerator_state``, ``save_custom_state``),
 ``accelerate/utils/constants.py``.
 """

@@ -134,13 +134,13 @@ class MmengineLayout(NamedByFile):
             how = f"pass `resume=True` to `{runner}` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
         else:
             where = (
-                "which does not name it"
+                ", which does not name it"
                 if _work_dir(run)
-                else "in the work_dir, which `CheckpointHook(out_dir=...)` keeps apart from these checkpoints"
+                else " in the work_dir, which `CheckpointHook(out_dir=...)` keeps apart from these checkpoints"
             )
             how = (
                 f'pass `resume=True, load_from="{path}"` to `{runner}` (`tools/train.py --resume {path}`); '
-                f"`resume=True` alone follows {LAST.name} {where}"
+                f"`resume=True` alone follows {LAST.name}{where}"
             )
         return f"{how}; {_TORCH_26}"
 
