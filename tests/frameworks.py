@@ -10,14 +10,17 @@ callable for what a test must do itself with the framework (resume, train on, lo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -547,18 +550,30 @@ def megatron_load(load_dir: Path, ckpt_step: int | None = None, ranks: int = 2) 
 # --- OpenMMLab mmengine ---------------------------------------------------------------------------
 
 
-def mmengine_run(work_dir: Path, by: str = "epoch", length: int = 4, *, resume: bool | str = False, **hook: Any) -> Any:
+def mmengine_run(
+    work_dir: Path,
+    by: str = "epoch",
+    length: int = 4,
+    *,
+    resume: bool | str = False,
+    load_from: str | None = None,
+    strategy: str | None = None,
+    **hook: Any,
+) -> Any:
     """A real ``Runner.train()`` of a linear model on the CPU (16 samples in batches of 4: 4
     iterations an epoch), evaluated by an MSE metric after every epoch (``by="epoch"``) or every 4
     iterations (``by="iter"``), for ``length`` epochs or iterations, with SGD and a MultiStepLR;
     ``CheckpointHook(interval=1 or 4, max_keep_ckpts=2, save_best="mse", rule="less", **hook)``.
-    ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path. Returns
-    the runner."""
+    ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path;
+    ``load_from`` alone loads the weights and starts over. Returns the runner. ``strategy``
+    (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that strategy instead, and AdamW, in
+    a process of a gloo group (see :func:`mmengine_distributed`)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("mmengine")
     from mmengine.evaluator import BaseMetric
     from mmengine.model import BaseModel
     from mmengine.runner import Runner
+    from mmengine.runner._flexible_runner import FlexibleRunner
 
     class Net(BaseModel):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -610,28 +625,75 @@ def mmengine_run(work_dir: Path, by: str = "epoch", length: int = 4, *, resume: 
         "rule": "less",
         **hook,
     }
-    runner = Runner(
-        model=Net(),
-        work_dir=str(work_dir),
-        experiment_name=f"{work_dir}-{length}-{resume}",  # Runners in one process share instances by this name
-        train_dataloader=loader,
-        val_dataloader=loader,
-        val_evaluator={"type": Mse},
-        optim_wrapper={"optimizer": {"type": "SGD", "lr": 0.01, "momentum": 0.9}},
-        param_scheduler={"type": "MultiStepLR", "milestones": [2], "by_epoch": epochs},
-        train_cfg=train_cfg,
-        val_cfg={},
-        default_hooks={"checkpoint": checkpoint, "logger": {"type": "LoggerHook", "interval": 1}},
-        resume=bool(resume),
-        load_from=resume if isinstance(resume, str) else None,
-        default_scope=None,
-        randomness={"seed": 0},
-        log_level="ERROR",
-    )
+    arguments: dict[str, Any] = {
+        "model": Net(),
+        "work_dir": str(work_dir),
+        "experiment_name": f"{work_dir}-{length}-{resume}",  # Runners in one process share instances by this name
+        "train_dataloader": loader,
+        "val_dataloader": loader,
+        "val_evaluator": {"type": Mse},
+        "optim_wrapper": {"optimizer": {"type": "SGD", "lr": 0.01, "momentum": 0.9}},
+        "param_scheduler": {"type": "MultiStepLR", "milestones": [2], "by_epoch": epochs},
+        "train_cfg": train_cfg,
+        "val_cfg": {},
+        "default_hooks": {"checkpoint": checkpoint, "logger": {"type": "LoggerHook", "interval": 1}},
+        "resume": bool(resume),
+        "load_from": resume if isinstance(resume, str) else load_from,
+        "default_scope": None,
+        "randomness": {"seed": 0},
+        "log_level": "ERROR",
+    }
+    if strategy is None:
+        runner = Runner(**arguments)
+    else:
+        optimizer = {"type": "AdamW", "lr": 0.01}  # DeepSpeed's ZeRO refuses an optimizer it has not tested (SGD)
+        wrapper = {"type": "DeepSpeedOptimWrapper" if strategy == "deepspeed" else "OptimWrapper", "optimizer": optimizer}
+        arguments |= {"optim_wrapper": wrapper, "strategy": MMENGINE_STRATEGIES[strategy], "launcher": "pytorch"}
+        runner = FlexibleRunner(**arguments, env_cfg={"dist_cfg": {"backend": "gloo"}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runner.train()
     return runner
+
+
+MMENGINE_STRATEGIES: dict[str, dict[str, Any]] = {
+    "deepspeed": {"type": "DeepSpeedStrategy", "zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 4},
+    # state_dict_cfg="local": a folder of one file per rank; FSDP1 needs a device: the CPU, given
+    # through the wrapper's own argument (FSDPStrategy passes LOCAL_RANK, a GPU's number)
+    "fsdp": {
+        "type": "FSDPStrategy",
+        "state_dict_cfg": "local",
+        "model_wrapper": {"type": "MMFullyShardedDataParallel", "device_id": "cpu"},
+    },
+}
+"""``FlexibleRunner``'s strategies under which ``CheckpointHook`` saves each checkpoint as a folder."""
+
+
+def mmengine_distributed(
+    work_dir: Path, strategy: str, length: int = 4, resume: bool | str = False, load_from: str | None = None, **hook: Any
+) -> Launched:
+    """:func:`mmengine_run` with a ``FlexibleRunner`` of ``strategy`` in two processes on gloo
+    (``launcher="pytorch"``), by epoch: ``DeepSpeedStrategy`` (ZeRO-2: the engine saves each
+    ``epoch_N.pth`` as a tag folder of ``mp_rank_00_model_states.pt`` and one
+    ``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank, ``save_latest=False``) or
+    ``FSDPStrategy`` (``state_dict_cfg="local"``: ``epoch_N.pth/rank<r>.pth``)."""
+    return launched("mmengine", work_dir=str(work_dir), strategy=strategy, length=length, resume=resume, load_from=load_from, hook=hook)
+
+
+def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | str, load_from: str | None, hook: dict[str, Any]) -> None:
+    import mmengine._strategy.deepspeed as mmengine_deepspeed
+    import torch
+
+    # mmengine 0.10.7 on a CPU: its pytorch launcher sets a CUDA device whatever the device
+    # (`_init_dist_pytorch`), and DeepSpeedStrategy registers DeepSpeed's own optimizers from
+    # `deepspeed.runtime.fp16.onebit`, which deepspeed 0.19 no longer has (AdamW is torch's)
+    torch.cuda.set_device = lambda device: None
+    mmengine_deepspeed.register_deepspeed_optimizers = list
+    if resume or load_from:
+        os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # as the resume hint says: torch >= 2.6 refuses its HistoryBuffer
+    # not caught: a rank that fails alone leaves the other waiting in a collective; torchrun ends both
+    runner = mmengine_run(Path(work_dir), "epoch", length, resume=resume, load_from=load_from, strategy=strategy, **hook)
+    _said(f"{_DONE} {runner.epoch}")
 
 
 # --- Detectron2, from its source ------------------------------------------------------------------
@@ -1515,6 +1577,24 @@ def megatron_release(folder: Path, ranks: int = 2, tracker: str | None = "releas
     return folder
 
 
+def megatron_tracker(folder: Path) -> tuple[int, bool]:
+    """What Megatron-LM makes of ``folder``'s tracker: ``read_metadata`` of
+    ``megatron/training/checkpointing.py`` (NVIDIA/Megatron-LM), without its maximum over the
+    ranks: ``(iteration, release)``; it exits on text that is neither a number nor ``release``,
+    and asserts a positive iteration or a release."""
+    tracker = folder / "latest_checkpointed_iteration.txt"
+    metastring = tracker.read_text().strip()
+    iteration, release = 0, False
+    try:
+        iteration = int(metastring)
+    except ValueError:
+        release = metastring == "release"
+        if not release:
+            raise SystemExit(f"ERROR: Invalid metadata file {tracker}. Exiting") from None
+    assert iteration > 0 or release, f"error parsing metadata file {tracker}"
+    return iteration, release
+
+
 def deepspeed_universal(
     folder: Path, steps: tuple[int, ...] = (100, 200), params: tuple[str, ...] = ("linear.weight", "linear.bias"), latest: bool = True
 ) -> Path:
@@ -1547,36 +1627,141 @@ def deepspeed_universal(
     return folder
 
 
-def hf_fsdp_run(output: Path, steps: tuple[int, ...] = (2, 4), sharded: bool = True) -> Path:
-    """HF Trainer ``checkpoint-N/`` folders as the Trainer writes them under FSDP through accelerate
-    (``accelerate/utils/fsdp_utils.py``): ``SHARDED_STATE_DICT`` saves ``pytorch_model_fsdp_0/``
-    with ``dcp.save({"model": ...})`` (``save_fsdp_model``) and ``optimizer_0/`` with
-    ``dcp.save({"optimizer": ...})`` (``save_fsdp_optimizer``), here by ``torch.distributed.checkpoint``
-    itself in one process; ``FULL_STATE_DICT`` saves ``pytorch_model_fsdp.bin`` and
-    ``optimizer.bin`` with ``torch.save``. Beside them the Trainer's own ``scheduler.pt``,
-    ``rng_state.pth``, ``trainer_state.json`` and ``training_args.bin``."""
-    torch = pytest.importorskip("torch")
-    dcp = pytest.importorskip("torch.distributed.checkpoint")
-    model = torch.nn.Linear(4, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.randn(2, 4)).sum().backward()
-    optimizer.step()
-    for step in steps:
-        folder = output / f"checkpoint-{step}"
-        folder.mkdir(parents=True)
-        if sharded:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "torch.distributed is disabled": one process is the point
-                dcp.save({"model": model.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "pytorch_model_fsdp_0")))
-                dcp.save({"optimizer": optimizer.state_dict()}, storage_writer=dcp.FileSystemWriter(str(folder / "optimizer_0")))
-        else:
-            torch.save(model.state_dict(), folder / "pytorch_model_fsdp.bin")
-            torch.save(optimizer.state_dict(), folder / "optimizer.bin")
-        torch.save({"last_epoch": step}, folder / "scheduler.pt")
-        torch.save({"python": 1}, folder / "rng_state.pth")
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-        torch.save({"output_dir": str(output)}, folder / "training_args.bin")
+def hf_fsdp_run(output: Path, steps: int = 4, sharded: bool = True) -> Path:
+    """A real ``transformers.Trainer`` (:func:`hf_trainer`) under FSDP2 in two processes on gloo,
+    saving every 2 of ``steps`` steps through accelerate (``accelerate/utils/fsdp_utils.py``):
+    ``SHARDED_STATE_DICT`` saves ``pytorch_model_fsdp_0/`` (``save_fsdp_model``) and
+    ``optimizer_0/`` (``save_fsdp_optimizer``) with ``dcp.save``, a ``.metadata`` and one
+    ``__<rank>_0.distcp`` per process (and no ``training_args.bin``); ``FULL_STATE_DICT``
+    ``pytorch_model_fsdp.bin`` and ``optimizer.bin`` beside ``model.safetensors``. Beside them the
+    Trainer's ``scheduler.pt``, ``rng_state_<rank>.pth`` and ``trainer_state.json``."""
+    done = hf_fsdp_train(output, steps, sharded=sharded)
+    assert done.count == steps, done.output[-3000:]
     return output
+
+
+def hf_fsdp_train(output: Path, steps: int, *resumes: str | bool, sharded: bool = True) -> Launched:
+    """The Trainer of :func:`hf_fsdp_run` trained to ``steps``: ``trainer.train()``, or
+    ``trainer.train(resume_from_checkpoint=...)`` with each of ``resumes`` in turn (each a new
+    Trainer of a new model) until one trains."""
+    return launched("hf_fsdp", output=str(output), steps=steps, resumes=resumes or [None], sharded=sharded)
+
+
+def accelerate_fsdp_run(project: Path, saves: int = 2) -> Path:
+    """``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2,
+    state_dict_type="SHARDED_STATE_DICT"))`` in two processes on gloo: a step and a
+    ``save_state()``, ``saves`` times, with automatic checkpoint naming. Each
+    ``project/checkpoints/checkpoint_<n>/`` holds ``pytorch_model_fsdp_0/`` and ``optimizer_0/``
+    (DCP), ``scheduler.bin`` and ``random_states_<rank>.pkl``. Returns ``project/checkpoints``."""
+    done = accelerate_fsdp_load(project, saves=saves)
+    assert done.count == saves, done.output[-3000:]
+    return project / "checkpoints"
+
+
+def accelerate_fsdp_load(project: Path, *folders: str | None, saves: int = 0) -> Launched:
+    """The accelerator of :func:`accelerate_fsdp_run`: ``load_state(folder)`` with each of
+    ``folders`` in turn (None: a bare ``load_state()``) until one loads, then a step and a
+    ``save_state()``, ``saves`` times."""
+    return launched("accelerate_fsdp", project=str(project), folders=folders, saves=saves)
+
+
+class Launched(NamedTuple):
+    """What two processes launched by ``torchrun`` did, as rank 0 saw it."""
+
+    returncode: int
+    failed: tuple[str, ...]
+    """Each try that raised (a resume, a load), in turn: the exception's type and first line."""
+    count: int | None
+    """What the try that worked got through (steps, saves, epochs); None where none did."""
+    output: str
+    """All they printed."""
+
+
+_DONE, _FAILED = "ckptdoctor-test-done", "ckptdoctor-test-failed"
+
+
+def launched(worker: str, **arguments: Any) -> Launched:
+    """``worker`` of this module run by ``torchrun --standalone --nproc_per_node 2`` on the CPU:
+    two processes in a gloo group, as a launcher starts them on a node of GPUs."""
+    pytest.importorskip("torch.distributed.run")
+    script = [__file__, worker, json.dumps(arguments)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    counts = re.findall(rf"{_DONE} ([0-9]+)\n", done.stdout)
+    failed = tuple(re.findall(rf"{_FAILED} (.*)\n", done.stdout))
+    return Launched(done.returncode, failed, int(counts[0]) if done.returncode == 0 and counts else None, done.stdout + done.stderr)
+
+
+def _said(line: str) -> None:
+    """Rank 0 says it on a line of its own (the ranks' prints interleave)."""
+    if os.environ.get("RANK") == "0":
+        print(f"\n{line}", flush=True)
+
+
+def _tried(attempt: Callable[[], int]) -> bool:
+    """Whether ``attempt`` worked; rank 0 says what it got through, or what it raised."""
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    try:
+        count = attempt()
+    except (Exception, CheckpointException) as error:  # every rank raises it: a DCP load gathers each rank's failure
+        _said(f"{_FAILED} {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+        return False
+    _said(f"{_DONE} {count}")
+    return True
+
+
+def _fsdp_on_cpu() -> None:
+    """accelerate turns FSDP on only for accelerator devices: ``AcceleratorState.__init__`` keeps
+    the plugin for ``MULTI_GPU`` and the like and drops it for ``MULTI_CPU``. torch's FSDP2
+    (``fully_shard``) runs on gloo: the state is set as accelerate sets it on GPUs, and all that
+    follows (the Trainer's FSDP path, ``save_fsdp_model``, DCP) is the frameworks' own code."""
+    import accelerate.state
+    from accelerate.utils import DistributedType
+
+    made = accelerate.state.AcceleratorState.__init__
+
+    def init(self: Any, *args: Any, fsdp_plugin: Any = None, **kwargs: Any) -> None:
+        made(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = accelerate.state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+
+    accelerate.state.AcceleratorState.__init__ = init
+
+
+def _hf_fsdp_worker(output: str, steps: int, resumes: list[str | bool | None], sharded: bool) -> None:
+    _fsdp_on_cpu()
+    state = "SHARDED_STATE_DICT" if sharded else "FULL_STATE_DICT"
+    config = {"fsdp_version": 2, "state_dict_type": state, "transformer_layer_cls_to_wrap": ["GPT2Block"]}
+
+    def train(resume: str | bool | None) -> int:
+        trainer = hf_trainer(Path(output), steps, fsdp=True, fsdp_config=config)
+        trainer.train(resume_from_checkpoint=resume)
+        return int(trainer.state.global_step)
+
+    any(_tried(functools.partial(train, resume)) for resume in resumes)
+
+
+def _accelerate_fsdp_worker(project: str, folders: list[str | None], saves: int) -> None:
+    _fsdp_on_cpu()
+    from accelerate.utils import FullyShardedDataParallelPlugin, ProjectConfiguration
+
+    accelerate, model, optimizer, scheduler = accelerate_model()
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+    config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True, total_limit=3)
+    accelerator = accelerate.Accelerator(cpu=True, fsdp_plugin=plugin, project_config=config)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+
+    def load_and_save(folder: str | None) -> int:
+        if folder != "":
+            accelerator.load_state(folder)
+        for _ in range(saves):
+            step_and_save(accelerator, model, optimizer, scheduler)
+        return saves
+
+    any(_tried(functools.partial(load_and_save, folder)) for folder in folders or [""])
 
 
 # --- Lightning under DeepSpeed/FSDP (`.ckpt` folders), NeMo exp_manager ------------------------
@@ -1674,3 +1859,14 @@ def nemo_run(folder: Path, losses: Sequence[float] = (0.5, 0.3, 0.4), name: str 
     newest = folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}.ckpt"
     shutil.copyfile(newest, folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}-last.ckpt")
     return folder
+
+
+_WORKERS: dict[str, Callable[..., None]] = {
+    "hf_fsdp": _hf_fsdp_worker,
+    "accelerate_fsdp": _accelerate_fsdp_worker,
+    "mmengine": _mmengine_worker,
+}
+"""What :func:`launched` runs in each process."""
+
+if __name__ == "__main__":
+    _WORKERS[sys.argv[1]](**json.loads(sys.argv[2]))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from frameworks import accelerate_model, accelerator_for, copy_run, step_and_save
+from frameworks import accelerate_fsdp_load, accelerate_fsdp_run, accelerate_model, accelerator_for, copy_run, step_and_save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -296,3 +296,43 @@ def test_folders_named_as_experiments_are_runs_of_their_own(saves, inspect_json)
     report = inspect_json(experiments).json
     assert report["findings"] == []
     assert sorted((Path(run["path"]).name, len(run["checkpoints"])) for run in report["runs"]) == [("exp1", 1), ("exp2", 1)]
+
+
+# --- under FSDP: `save_state()` of an Accelerator with FSDP2 and SHARDED_STATE_DICT, two processes on gloo
+
+
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``project/checkpoints/checkpoint_0`` and ``checkpoint_1``, each with the DCP folders
+    ``pytorch_model_fsdp_0/`` and ``optimizer_0/`` (``.metadata``, ``__0_0.distcp``, ``__1_0.distcp``)."""
+    return accelerate_fsdp_run(tmp_path_factory.mktemp("acc-fsdp") / "project").parent
+
+
+def test_a_sharded_fsdp_save_holds_its_model_and_optimizer(fsdp, inspect_json):
+    newest = fsdp / "checkpoints" / "checkpoint_1"
+    assert sorted(p.name for p in (newest / "pytorch_model_fsdp_0").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    result = inspect_json(fsdp / "checkpoints")
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (run,) = result.json["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("accelerate", 1)
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete"]
+    roles = {role for f in run["checkpoints"][1]["files"] for role in f["roles"]}
+    assert {"model", "optimizer", "scheduler", "rng-state", "metadata"} <= roles
+
+
+def test_a_cut_optimizer_shard_and_the_bare_load_state(fsdp, tmp_path, cli, inspect_json):
+    project = copy_run(fsdp, tmp_path / "project")
+    shard = project / "checkpoints" / "checkpoint_1" / "optimizer_0" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-100])  # the last item of rank 0's optimizer state cut short
+    report = inspect_json(project / "checkpoints").json
+    (run,) = report["runs"]
+    assert [c["status"] for c in run["checkpoints"]] == ["complete", "partial"]
+    assert "optimizer_0/__0_0.distcp" in only(report, "CKD203")["path"]
+    assert only(report, "CKD114")["index"] == 1
+    assert run["resume"]["index"] == 0
+    # a bare load_state() takes checkpoint_1 and dcp.load fails on it; the folder ckptdoctor names loads
+    named = cli("inspect", "--resume-path", project / "checkpoints").stdout.strip()
+    assert named == str(project / "checkpoints" / "checkpoint_0")
+    loaded = accelerate_fsdp_load(project, None, named)
+    assert len(loaded.failed) == 1 and loaded.failed[0].startswith("CheckpointException"), loaded.output[-3000:]
+    assert loaded.count == 0

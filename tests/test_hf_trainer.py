@@ -275,3 +275,49 @@ def test_the_final_export_is_not_taken_for_a_checkpoint(run, inspect_json):
     shutil.copytree(run / "checkpoint-6", final, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*.pth"))
     result = inspect_json(final)
     assert (result.exit_code, result.json["runs"], result.json["findings"]) == (0, [], [])
+
+
+@pytest.mark.parametrize("written", ["safetensors", "json"])
+def test_a_scheduler_of_another_format_is_told_what_the_trainer_loads(run, tmp_path, inspect_json, written):
+    """``scheduler.pt`` holding safetensors (what converting it "properly" gives) or JSON: the
+    Trainer loads it with ``torch.load`` (``_load_optimizer_and_scheduler``), so the fix is the
+    scheduler's state saved with ``torch.save``, never a conversion to safetensors."""
+    import safetensors.torch
+    import torch
+
+    scheduler = run / "checkpoint-6" / "scheduler.pt"
+    state = torch.load(scheduler, weights_only=True)  # the test's own file, as the Trainer wrote it
+    if written == "safetensors":
+        safetensors.torch.save_file({"last_epoch": torch.tensor(state["last_epoch"])}, scheduler)
+    else:
+        scheduler.write_text(json.dumps(state))
+    report = inspect_json(run).json
+    found = finding(report, "CKD205")
+    assert (found["index"], found["path"]) == (6, str(scheduler))
+    fixes = " ".join(found["fixes"])
+    assert "`scheduler.pt`" in fixes and "with `torch.load`" in fixes
+    assert "safetensors.torch.save_file" not in fixes
+    with pytest.raises(Exception, match="load"):  # the Trainer's own resume from it
+        hf_trainer(run, 8).train(resume_from_checkpoint=str(run / "checkpoint-6"))
+    torch.save(state, scheduler)  # what the fix says: the scheduler's state, as the Trainer saves it
+    assert "CKD205" not in codes(inspect_json(run).json)
+    trainer = hf_trainer(run, 8)
+    trainer.train(resume_from_checkpoint=str(run / "checkpoint-6"))
+    assert trainer.state.global_step == 8
+
+
+def test_weights_saved_by_torch_under_the_safetensors_name_load_as_pytorch_model_bin(run, inspect_json):
+    """The one rename the fix gives: a ``torch.save`` state dict under ``model.safetensors`` is
+    what the Trainer loads as ``pytorch_model.bin`` (``_load_from_checkpoint``: ``torch.load``)."""
+    import safetensors.torch
+    import torch
+
+    weights = run / "checkpoint-6" / "model.safetensors"
+    torch.save(safetensors.torch.load(weights.read_bytes()), weights)  # read first: load_file maps the file it overwrites
+    fixes = " ".join(finding(inspect_json(run).json, "CKD205")["fixes"])
+    assert "load as `pytorch_model.bin`" in fixes
+    weights.rename(weights.with_name("pytorch_model.bin"))
+    assert "CKD205" not in codes(inspect_json(run).json)
+    trainer = hf_trainer(run, 8)
+    trainer.train(resume_from_checkpoint=str(run / "checkpoint-6"))
+    assert trainer.state.global_step == 8

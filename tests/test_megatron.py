@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
-from frameworks import megatron_release, megatron_run
+from frameworks import megatron_release, megatron_run, megatron_tracker
 
 
 def only(report: dict, code: str) -> dict:
@@ -92,6 +94,22 @@ def test_a_release_tracker_without_the_folder_names_nothing(tmp_path, inspect_js
     folder = megatron_run(tmp_path / "save", tracker="release")
     report = inspect_json(folder).json
     assert "not there" in only(report, "CKD113")["message"]
+
+
+@pytest.mark.parametrize(
+    ("built", "resumes"),
+    [
+        (lambda folder: megatron_release(folder, tracker="300"), (0, True)),  # release/ alone: `release`, never 0
+        (lambda folder: megatron_run(folder, tracker=400), (200, False)),
+    ],
+)
+def test_the_fix_of_a_stale_tracker_writes_what_megatron_reads_back(tmp_path, inspect_json, built, resumes):
+    folder = built(tmp_path / "save")
+    fixes = only(inspect_json(folder).json, "CKD113")["fixes"]
+    (command,) = [span for fix in fixes for span in re.findall(r"`(printf [^`]*)`", fix)]
+    subprocess.run(command, shell=True, check=True)
+    assert megatron_tracker(folder) == resumes
+    assert inspect_json(folder).json["findings"] == []
 
 
 def test_repair_points_the_tracker_back_at_the_release(tmp_path, cli):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import time
 from pathlib import Path
 
 import pytest
-from frameworks import copy_run, mmengine_run
+from frameworks import copy_run, mmengine_distributed, mmengine_run
 
 from ckptdoctor.layouts._base import unfollowable
 from ckptdoctor.layouts.registry import layout_named
@@ -321,3 +322,132 @@ def test_a_looked_up_method_that_is_called_is_unsafe(tmp_path, cli):
 
     folder = _saved_with(tmp_path, {"x": Called()})
     assert "CKD401" in {f["code"] for f in cli("verify", "--json", folder).json["findings"]}
+
+
+# --- CheckpointHook(out_dir=...): the checkpoints in out_dir/<work_dir's name>, last_checkpoint in work_dir
+
+
+def test_checkpoints_saved_to_an_out_dir_are_judged_without_the_work_dirs_pointer(tmp_path, cli, inspect_json, no_weights_only):
+    work, out = tmp_path / "work", tmp_path / "ckpts"
+    mmengine_run(work, "epoch", 4, out_dir=str(out))
+    saved = out / "work"  # CheckpointHook.before_train: out_dir joined with the work_dir's name
+    assert sorted(p.name for p in saved.iterdir()) == ["best_mse_epoch_4.pth", "epoch_3.pth", "epoch_4.pth"]
+    assert (work / "last_checkpoint").read_text() == str(saved / "epoch_4.pth")
+    report = inspect_json(saved).json
+    assert report["findings"] == []  # no `last_checkpoint` here is no stale pointer: it is in the work_dir
+    (run,) = report["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("mmengine", 4)
+    assert "load_from" in run["resume"]["how"] and "out_dir" in run["resume"]["how"]
+    aged(saved)
+    plan = cli("repair", "--dry-run", "--json", saved).json["plan"]
+    assert {item["action"] for item in plan} == {"keep"}  # no last_checkpoint written where mmengine never reads it
+    # the Runner resumes through the work_dir's pointer, and from the path ckptdoctor names
+    assert mmengine_run(work, "epoch", 5, resume=True, out_dir=str(out)).epoch == 5
+    named = cli("inspect", "--resume-path", saved).stdout.strip()
+    assert named == str(saved / "epoch_5.pth")
+    assert mmengine_run(work, "epoch", 6, resume=named, out_dir=str(out)).epoch == 6
+
+
+# --- FlexibleRunner: DeepSpeedStrategy and FSDPStrategy save each checkpoint as a folder, in two
+# processes on gloo (frameworks.mmengine_distributed)
+
+
+@pytest.fixture(scope="module")
+def deepspeed_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 epochs under DeepSpeedStrategy (ZeRO-2), max_keep_ckpts=2: the folders epoch_3.pth and
+    epoch_4.pth, best_mse_epoch_4.pth (a file), last_checkpoint, DeepSpeed's zero_to_fp32.py."""
+    work = tmp_path_factory.mktemp("mm-ds") / "work"
+    assert mmengine_distributed(work, "deepspeed", 4).count == 4
+    return work
+
+
+@pytest.fixture(scope="module")
+def fsdp_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 epochs under FSDPStrategy(state_dict_cfg="local"): epoch_1.pth/ and epoch_2.pth/, each
+    with rank0.pth and rank1.pth, and best_mse_epoch_2.pth/ likewise."""
+    work = tmp_path_factory.mktemp("mm-fsdp") / "work"
+    assert mmengine_distributed(work, "fsdp", 2).count == 2
+    return work
+
+
+def test_deepspeed_strategy_folders_are_mmengines_and_last_checkpoint_names_one(deepspeed_work, inspect_json):
+    newest = deepspeed_work / "epoch_4.pth"
+    assert newest.is_dir() and (deepspeed_work / "best_mse_epoch_4.pth").is_file()
+    assert (deepspeed_work / "last_checkpoint").read_text() == str(newest)
+    assert sorted(p.name for p in newest.iterdir()) == [
+        "mp_rank_00_model_states.pt",
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+    ]
+    result = inspect_json(deepspeed_work)
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (run,) = result.json["runs"]
+    assert (run["layout"], run["unit"], run["resume"]["index"]) == ("mmengine", "epoch", 4)
+    assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(3, "complete"), (4, "complete")]
+    assert run["resume"]["path"] == str(newest)
+    assert "`resume=True` to `FlexibleRunner`" in run["resume"]["how"]
+
+
+def test_a_cut_deepspeed_folder_last_checkpoint_names_and_repair(deepspeed_work, tmp_path, cli, inspect_json):
+    """A copy cut short (the pointer names the cut folder): FlexibleRunner(resume=True) follows
+    it into the engine's load and fails; repaired, it resumes from epoch 3."""
+    work = tmp_path / "work"
+    shutil.copytree(deepspeed_work, work)
+    (work / "last_checkpoint").write_text(str(work / "epoch_4.pth"))  # the copy's own, as the Runner writes it
+    partition = work / "epoch_4.pth" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    partition.write_bytes(partition.read_bytes()[:-300])
+    report = inspect_json(work).json
+    (run,) = report["runs"]
+    assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(3, "complete"), (4, "partial")]
+    assert {("CKD203", 4), ("CKD113", 4), ("CKD114", 4)} <= codes(report)
+    assert run["resume"]["index"] == 3
+    failed = mmengine_distributed(work, "deepspeed", 5, resume=True)
+    assert failed.returncode != 0 and "failed finding central directory" in failed.output  # rank 1's partition
+    aged(work)
+    assert cli("repair", "--yes", work).exit_code == 0
+    assert (work / "last_checkpoint").read_text() == str(work / "epoch_3.pth")  # the folder's full path, as mmengine writes it
+    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(inspect_json(work).json)}
+    assert mmengine_distributed(work, "deepspeed", 5, resume=True).count == 5
+
+
+def test_a_save_killed_inside_a_deepspeed_folder_leaves_last_checkpoint_on_the_one_before(deepspeed_work, tmp_path, inspect_json):
+    """CheckpointHook writes last_checkpoint after the engine's save: a kill leaves the newest
+    folder without its last rank's partition and the pointer on epoch 3 (what the repaired run
+    of the test above resumed from)."""
+    work = tmp_path / "work"
+    shutil.copytree(deepspeed_work, work)
+    (work / "epoch_4.pth" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    (work / "last_checkpoint").write_text(str(work / "epoch_3.pth"))
+    report = inspect_json(work).json
+    assert ("CKD105", 4) in codes(report)
+    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(report)}
+    (run,) = report["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("mmengine", 3)
+    assert (
+        f"`resume=True` to `FlexibleRunner` (`tools/train.py --resume`): it follows last_checkpoint to {work}/epoch_3.pth"
+        in run["resume"]["how"]
+    )
+
+
+def test_fsdp_strategy_folders_hold_a_bundle_per_rank(fsdp_work, tmp_path, cli, inspect_json):
+    """FSDPStrategy resumes nothing on torch >= 2.1 (mmengine 0.10.7 calls
+    `FSDP.optim_state_dict_to_load(state_dict, model, optimizer)`, torch takes the model first:
+    `unhashable type: 'dict'`); its own load of the weights (`load_from` without resume) reads
+    `rank<rank>.pth` of the folder on each rank, and fails where one is missing."""
+    assert sorted(p.name for p in (fsdp_work / "epoch_2.pth").iterdir()) == ["rank0.pth", "rank1.pth"]
+    result = inspect_json(fsdp_work)
+    assert result.exit_code == 0 and result.json["findings"] == []
+    (run,) = result.json["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("mmengine", 2)
+    assert [c["status"] for c in run["checkpoints"]] == ["complete-roles-unread"] * 2  # a bundle per rank, as its Runner's
+    work = tmp_path / "work"
+    shutil.copytree(fsdp_work, work)
+    (work / "last_checkpoint").write_text(str(work / "epoch_2.pth"))
+    (work / "epoch_2.pth" / "rank1.pth").unlink()
+    report = inspect_json(work).json
+    assert {("CKD105", 2), ("CKD114", 2)} <= codes(report)
+    assert report["runs"][0]["resume"]["index"] == 1
+    failed = mmengine_distributed(work, "fsdp", 3, load_from=str(work / "epoch_2.pth"))
+    assert failed.returncode != 0 and "rank1.pth" in failed.output
+    named = cli("inspect", "--resume-path", work).stdout.strip()
+    assert mmengine_distributed(work, "fsdp", 3, load_from=named).count == 3

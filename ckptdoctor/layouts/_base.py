@@ -211,7 +211,8 @@ class Layout:
                                                                               deepspeed (a kept ``tmp/``)
     ``weights_only(saved)``      None (the bundles' keys may still tell)      hf-trainer, ultralytics, fairseq, litgpt
     ``build(...)``               ``group``: files grouped by claimed index    lightning, timm, torch, detectron2,
-                                                                              ultralytics, keras, fairseq
+                                                                              ultralytics, keras, fairseq, mmengine
+    ``folder_saves``             False                                        mmengine (FlexibleRunner's folders)
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
                                                                               lightning, tensorflow, mmengine,
@@ -258,6 +259,10 @@ class Layout:
     """Formats this framework wrote once and reads no more, with why (CKD210)."""
     folders: bool = False
     """Whether a checkpoint is a folder (HF Trainer's ``checkpoint-N/``) rather than files."""
+    folder_saves: bool = False
+    """A layout of files whose checkpoints are folders under the same names where another's
+    engine saves them (mmengine's ``epoch_3.pth/`` under DeepSpeedStrategy): its ``build`` takes
+    those folders, and a folder layout that claims them by what they hold yields to it."""
     reads_every_name: bool = False
     """The framework parses every name in the run folder (accelerate's automatic checkpoint
     naming takes a number from each, and fails on any other): ckptdoctor's own folder (lock,
@@ -899,18 +904,25 @@ class NamingFile(NamedTuple):
         if (self.full_path and not os.path.isabs(text)) or os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
             return (Pointer(source, text, None, self.name),)
         name = os.path.basename(path)
-        number = next((c.index for c in run.checkpoints for f in c.files if f.entry.name == name and Role.TEMP not in f.roles), None)
+        number = next((c.index for c in run.checkpoints if _named(c, name)), None)
         return (Pointer(source, text, number, self.name),)
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """The file, written as the framework writes it, naming ``checkpoint``'s file (the
-        best of its whole saves, named first)."""
+        best of its whole saves, named first), or its folder where it is one."""
         if source is not None and source.entry.name != self.name:
             return None
-        file = next((f for f in checkpoint.files if Role.MODEL in f.roles and Role.TEMP not in f.roles), None)
+        file = checkpoint.folder or next((f.entry for f in checkpoint.files if Role.MODEL in f.roles and Role.TEMP not in f.roles), None)
         if file is None:
             return None
-        return PointerWrite(self.name, os.path.abspath(file.entry.os_path) if self.full_path else file.entry.name)
+        return PointerWrite(self.name, os.path.abspath(file.os_path) if self.full_path else file.name)
+
+
+def _named(checkpoint: Checkpoint, name: str) -> bool:
+    """Whether ``name`` is the checkpoint's folder, or one of its files (not a staging one)."""
+    if checkpoint.folder is not None:
+        return checkpoint.folder.name == name
+    return any(f.entry.name == name and Role.TEMP not in f.roles for f in checkpoint.files)
 
 
 def logged_values(data: bytes | None, metric: str, index: str, unless: str | None = None) -> dict[int, float]:

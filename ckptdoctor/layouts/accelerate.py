@@ -9,7 +9,10 @@ holds the models (``model.safetensors``, ``model_1.safetensors``, ``pytorch_mode
 ``optimizer*.bin``, ``scheduler*.bin``, one ``random_states_<rank>.pkl`` per process (a torch
 archive despite its name), and where used ``scaler.pt``, dataloader states and
 ``custom_checkpoint_<i>.pkl`` (``load_state`` refuses a folder whose count of those differs from
-the objects registered); the run's other saves say how many of each to expect. Names and write
+the objects registered); the run's other saves say how many of each to expect. Under FSDP with
+``SHARDED_STATE_DICT`` the model and each optimizer are DCP folders instead, as the Trainer's
+(``pytorch_model_fsdp_0/``, ``optimizer_0/``: ``.metadata`` and one ``__<rank>_0.distcp`` per
+process; ``utils/fsdp_utils.py``: ``save_fsdp_model``, ``save_fsdp_optimizer``). Names and write
 order: ``accelerate/checkpointing.py`` (``save_accelerator_state``, ``save_custom_state``),
 ``accelerate/utils/constants.py``.
 """
@@ -20,7 +23,7 @@ import re
 from collections.abc import Sequence
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, missing_from_siblings
-from ckptdoctor.layouts.hf_trainer import written_by_trainer
+from ckptdoctor.layouts.hf_trainer import fsdp_absent, fsdp_folder, fsdp_measured, fsdp_roles, written_by_trainer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
@@ -45,7 +48,7 @@ class AccelerateLayout(FolderLayout):
     builds_on = ("torch",)
     default_unit = Unit.SAVE
     reads_every_name = True
-    content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
+    content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.DISTCP})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
 
     def claim(self, name: str) -> Claim | None:
@@ -54,6 +57,12 @@ class AccelerateLayout(FolderLayout):
 
     def signature(self, names: frozenset[str]) -> bool:
         return any(map(_SIGNATURE.match, names)) and not written_by_trainer(names)
+
+    def nested(self, name: str) -> bool:
+        return fsdp_folder(name)
+
+    def role_in(self, relative: str) -> tuple[Role, ...] | None:
+        return self.role_of(relative) if "/" not in relative else fsdp_roles(relative)
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         return next((roles for pattern, roles in _ROLES if pattern.match(name)), None)
@@ -64,7 +73,10 @@ class AccelerateLayout(FolderLayout):
         return tuple(role for role in wanted if role in seen or role in self.resume_needs)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        return missing_from_siblings(files, siblings)
+        return tuple(sorted({*missing_from_siblings(files, siblings), *fsdp_absent(files, siblings)}))
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        return fsdp_measured(files)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # load_state() without an input_dir: the highest checkpoint_N, whatever is inside; the

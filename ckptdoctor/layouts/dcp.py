@@ -10,6 +10,7 @@ it were written was cut short.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from collections.abc import Sequence
 
@@ -55,9 +56,12 @@ class DcpLayout(FolderLayout):
         return (Role.MODEL, Role.METADATA)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        present = {f.entry.name for f in files}
+        """The data files each ``.metadata`` names that its folder lacks (a checkpoint may hold
+        several DCP saves in folders of their own: accelerate's ``pytorch_model_fsdp_0/`` and
+        ``optimizer_0/``), by their path inside the checkpoint."""
+        present = {f.prefix for f in files}
         named = {
-            name
+            posixpath.join(posixpath.dirname(f.prefix), name)
             for f in files
             if Role.METADATA in f.roles and (references := f.report.fact("references"))
             for name in references.split("\n")
@@ -65,15 +69,20 @@ class DcpLayout(FolderLayout):
         return tuple(sorted(named - present))
 
     def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
-        """Each data file against where ``.metadata`` places its items: one that stops short of
-        them, or whose last ``torch.save`` stream lost its end, was cut short (``.metadata`` is
-        read once per checkpoint; its report carries where each data file's items end)."""
-        ends = next((extents(f.report) for f in files if Role.METADATA in f.roles), {})
+        """Each data file against where the ``.metadata`` of its folder places its items: one that
+        stops short of them, or whose last ``torch.save`` stream lost its end, was cut short
+        (``.metadata`` is read once per save; its report carries where each data file's items end)."""
+        ends = {
+            posixpath.join(posixpath.dirname(f.prefix), name): end
+            for f in files
+            if Role.METADATA in f.roles
+            for name, end in extents(f.report).items()
+        }
         if not ends:
             return files
         measured = []
         for file in files:
-            end = ends.get(file.entry.name) if file.report.format == Format.DISTCP.value else None
+            end = ends.get(file.prefix) if file.report.format == Format.DISTCP.value else None
             issue = shard_issue(file.report, file.entry.size, end) if end is not None else None
             if issue is not None:
                 file = file._replace(report=dataclasses.replace(file.report, issues=(issue, *file.report.issues)))

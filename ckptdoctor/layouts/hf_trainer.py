@@ -23,8 +23,10 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, unlisted_shards
+from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers import hfjson, pickled_flags, pointer
+from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
@@ -36,6 +38,7 @@ _FSDP_MODEL = re.compile(r"^pytorch_model_fsdp(?:_[0-9]+)?(?:_rank[0-9]+)?\.bin\
 _FSDP_OPTIMIZER = re.compile(r"^optimizer_[0-9]+\.bin\Z")
 _FSDP_FOLDER = re.compile(r"^(pytorch_model_fsdp|optimizer)_[0-9]+\Z")
 """accelerate's DCP folders of a sharded FSDP save: the model's, and each optimizer's."""
+_DCP = DcpLayout()
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_ARGS = "training_args.bin"
@@ -112,20 +115,10 @@ class HfTrainerLayout(FolderLayout):
         return Claim((Role.TEMP,), int(match[1]) if match[1].isdigit() else 0, "tmp-checkpoint")
 
     def nested(self, name: str) -> bool:
-        return bool(_FSDP_FOLDER.match(name))
+        return fsdp_folder(name)
 
     def role_in(self, relative: str) -> tuple[Role, ...] | None:
-        folder, _, name = relative.rpartition("/")
-        if not folder:
-            return self.role_of(name)
-        match = _FSDP_FOLDER.match(folder)
-        if match is None:
-            return None
-        if name == ".metadata":
-            return (Role.METADATA,)  # where DCP places each item: read with the data files
-        if not name.endswith(".distcp"):
-            return None
-        return (Role.MODEL,) if match[1] == "pytorch_model_fsdp" else (Role.OPTIMIZER,)
+        return self.role_of(relative) if "/" not in relative else fsdp_roles(relative)
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         if name in FILES:
@@ -156,7 +149,10 @@ class HfTrainerLayout(FolderLayout):
         return None
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        return unlisted_shards(files)
+        return fsdp_absent(files, siblings) + unlisted_shards(files)
+
+    def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
+        return fsdp_measured(files)
 
     def file_name(self, role: Role, index: int) -> str | None:
         return NAMES.get(role)
@@ -207,6 +203,37 @@ class HfTrainerLayout(FolderLayout):
                         values[row["step"]] = float(value)
                 return values
         return {}
+
+
+def fsdp_folder(relative: str) -> bool:
+    """Whether a folder (by its path inside the checkpoint) is one of accelerate's DCP folders of
+    a sharded FSDP save, which the Trainer writes through accelerate too."""
+    return bool(_FSDP_FOLDER.match(relative))
+
+
+def fsdp_roles(relative: str) -> tuple[Role, ...] | None:
+    """The roles of a file inside accelerate's DCP folders (``pytorch_model_fsdp_0/__1_0.distcp``),
+    by its path inside the checkpoint; None for any other path."""
+    folder, _, name = relative.rpartition("/")
+    match = _FSDP_FOLDER.match(folder)
+    if match is None:
+        return None
+    if name == METADATA:
+        return (Role.METADATA,)  # where DCP places each item: read with the data files
+    if not name.endswith(DATA_SUFFIX):
+        return None
+    return (Role.MODEL,) if match[1] == "pytorch_model_fsdp" else (Role.OPTIMIZER,)
+
+
+def fsdp_absent(files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+    """The data files the ``.metadata`` of each DCP folder names that the folder lacks."""
+    return _DCP.absent(files, siblings)
+
+
+def fsdp_measured(files: list[CheckpointFile]) -> list[CheckpointFile]:
+    """Each DCP data file against where its folder's ``.metadata`` places its items: ``dcp.load``
+    (``load_fsdp_model``, ``load_fsdp_optimizer``) fails on one cut short."""
+    return _DCP.measured(files)
 
 
 def written_by_trainer(names: frozenset[str]) -> bool:

@@ -17,24 +17,48 @@ From open-mmlab/mmengine (``mmengine/hooks/checkpoint_hook.py``, ``mmengine/runn
   (no newline). ``Runner(resume=True)`` reads it (``find_latest_checkpoint``), or resumes
   ``load_from`` where that is given (``Runner.load_or_resume``); without it the run starts over.
   ``Runner.resume`` restores the optimizer and schedulers only ``if`` their keys are there.
+- ``CheckpointHook(out_dir=...)`` saves into ``out_dir/<basename(work_dir)>/`` (``before_train``),
+  best checkpoints too, while ``last_checkpoint`` stays in ``work_dir`` and names the checkpoint's
+  full path there: a folder of checkpoints without it nor log folders is such an ``out_dir``.
 - ``Runner`` logs into ``work_dir/<YYYYmmdd_HHMMSS>/``; evaluation rows of
   ``vis_data/scalars.json`` carry the epoch (or, with ``log_metric_by_epoch=False``, the
   iteration) as ``step``, training rows carry ``iter``.
 - mmengine 0.10 loads with ``torch.load``'s default: on torch >= 2.6 that refuses the
   ``HistoryBuffer`` of its own ``message_hub`` (``Unsupported global``).
 
-Not read here: DeepSpeed and FSDP strategies save *folders* under the same names, and an
-``out_dir`` apart from ``work_dir`` keeps ``last_checkpoint`` away from the checkpoints.
+Under ``FlexibleRunner`` (``mmengine/_strategy/``) the same names are *folders*:
+``DeepSpeedStrategy.save_checkpoint`` has the engine save each into ``out_dir`` with the name as
+its tag (``save_checkpoint(out_dir, tag="epoch_3.pth", client_state=..., save_latest=False)``:
+``mp_rank_00_model_states.pt`` holding the client state, one
+``zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank under ZeRO, no ``latest``, and the
+engine's ``zero_to_fp32.py`` beside the folders), and resumes by ``load_checkpoint(out_dir,
+tag=...)``; ``best_*`` (``save_optimizer=False``) is a file. ``FSDPStrategy`` with a sharded
+``state_dict_cfg`` (``local``) saves ``<name>/rank<r>.pth`` per rank, each a whole bundle of that
+rank's shards, best ones too, and loads ``rank<rank>.pth`` of the folder on each rank.
+``last_checkpoint`` names the folder, and ``max_keep_ckpts`` removes folders as files.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, OwnObjects, followed, logged_values
-from ckptdoctor.model import Checkpoint, Entry, Role, Run, Unit
+from ckptdoctor.discover import Listing
+from ckptdoctor.layouts._base import (
+    Claim,
+    FolderLayout,
+    NamedByFile,
+    NamingFile,
+    OwnObjects,
+    Pointer,
+    followed,
+    group,
+    logged_values,
+    missing_from_siblings,
+)
+from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 
 _NUMBERED = re.compile(r"^(epoch|iter)_([0-9]+)\.pth\Z")
@@ -46,6 +70,9 @@ LAST = NamingFile("last_checkpoint", full_path=True)
 BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 """What ``Runner.save_checkpoint`` writes (``param_schedulers`` only where the run has a
 scheduler: the keys confirm it)."""
+_RANK = re.compile(r"^rank[0-9]+\.pth\Z")
+"""``FSDPStrategy``'s file of one rank in a checkpoint folder."""
+_DEEPSPEED = DeepSpeedLayout()
 _TORCH_26 = (
     "with torch >= 2.6 set `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` for the resume: mmengine 0.10 loads with "
     "torch's default `weights_only=True`, which refuses the `HistoryBuffer` of its own `message_hub`"
@@ -79,12 +106,26 @@ class MmengineLayout(NamedByFile):
     own_objects = OWN_OBJECTS
 
     claimable = re.compile(r"\.pth\Z")
+    folder_saves = True
 
     def claim(self, name: str) -> Claim | None:
         match = _NUMBERED.match(name)
         if match is None:
             return None
         return Claim(BUNDLED, int(match[2]), match[1], Unit.EPOCH if match[1] == "epoch" else Unit.ITERATION)
+
+    def build(
+        self,
+        listing: Listing,
+        probe: Callable[[Entry], FileReport],
+        claims: dict[str, Claim],
+        subfolder: Callable[[Entry], Listing | None],
+    ) -> Run | None:
+        folders = {entry.name: claims[entry.name] for entry in listing.folders if entry.name in claims}
+        if folders:
+            # DeepSpeedStrategy's or FSDPStrategy's checkpoint folders: the run is theirs
+            return _FOLDERS.build(listing, probe, folders, subfolder)
+        return group(listing, self, probe, claims)
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         # a hand-made loop may save epoch_3.pth too: a Runner leaves its pointer, its log folders
@@ -96,14 +137,26 @@ class MmengineLayout(NamedByFile):
             return Claim((Role.POINTER,), 0, "best" if name.startswith("best_") else "published")  # copies outside the series
         return super().pointer(name)
 
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``last_checkpoint``, which ``CheckpointHook`` writes into ``work_dir``: a folder without
+        it nor the Runner's log folders is an ``out_dir``, whose pointer is in a ``work_dir``
+        elsewhere (``find_latest_checkpoint(work_dir)`` reads it): none to judge here."""
+        return super().pointers(run) if _work_dir(run) else ()
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
+        runner = "Runner" if checkpoint.folder is None else "FlexibleRunner"  # a strategy's folders: FlexibleRunner saved them
         if followed(run, self.pointers(run)) is checkpoint:
-            how = f"pass `resume=True` to `Runner` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
+            how = f"pass `resume=True` to `{runner}` (`tools/train.py --resume`): it follows {LAST.name} to {path}"
         else:
+            where = (
+                ", which does not name it"
+                if _work_dir(run)
+                else " in the work_dir, which `CheckpointHook(out_dir=...)` keeps apart from these checkpoints"
+            )
             how = (
-                f'pass `resume=True, load_from="{path}"` to `Runner` (`tools/train.py --resume {path}`); '
-                f"`resume=True` alone follows {LAST.name}, which does not name it"
+                f'pass `resume=True, load_from="{path}"` to `{runner}` (`tools/train.py --resume {path}`); '
+                f"`resume=True` alone follows {LAST.name}{where}"
             )
         return f"{how}; {_TORCH_26}"
 
@@ -114,3 +167,44 @@ class MmengineLayout(NamedByFile):
         for entry in sorted((e for e in run.other_files if e.is_dir and _LOG_FOLDER.match(e.name)), key=lambda e: e.name):
             values.update(logged_values(read(os.path.join(entry.os_path, "vis_data", "scalars.json")), metric, "step", unless="iter"))
         return values
+
+
+def _work_dir(run: Run) -> bool:
+    """Whether the run's folder is a ``work_dir``: the Runner keeps ``last_checkpoint`` and a log
+    folder per launch there (``<timestamp>/``), and nothing of them in an ``out_dir``."""
+    return any(f.entry.name == LAST.name for f in run.loose_files) or any(
+        entry.is_dir and _LOG_FOLDER.match(entry.name) for entry in run.other_files
+    )
+
+
+class _MmengineFolders(FolderLayout):
+    """``FlexibleRunner``'s checkpoint folders, built into the mmengine run
+    (``MmengineLayout.build`` hands them here; never listed on its own): the engine's files are
+    judged as DeepSpeed's, ``FSDPStrategy``'s ``rank<r>.pth`` as bundles."""
+
+    name = MmengineLayout.name
+    builds_on = MmengineLayout.builds_on
+    default_unit = Unit.EPOCH
+    content = MmengineLayout.content
+    resume_needs = MmengineLayout.resume_needs
+
+    def claim(self, name: str) -> Claim | None:
+        return MMENGINE.claim(name)
+
+    def pointer(self, name: str) -> Claim | None:
+        return MMENGINE.pointer(name)
+
+    def role_of(self, name: str) -> tuple[Role, ...] | None:
+        return BUNDLED if _RANK.match(name) else _DEEPSPEED.role_of(name)
+
+    def required_of(self, saved: Sequence[Sequence[CheckpointFile]]) -> tuple[Role, ...]:
+        # the engine keeps the optimizer in its model states without ZeRO: DeepSpeed's own answer
+        return _DEEPSPEED.required_of(saved)
+
+    def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
+        # a rank's file the other saves have (each rank loads its own: `rank<rank>.pth`, its ZeRO partition)
+        return missing_from_siblings(files, siblings)
+
+
+MMENGINE = MmengineLayout()
+_FOLDERS = _MmengineFolders()

@@ -131,6 +131,10 @@ def _recognised(listing: Listing, probe: Callable[[Entry], FileReport], subfolde
         # claim the same names (diffusers' accelerate saves in `checkpoint-N`, HF Trainer's name),
         # the files inside decide
         layout, claims = max(folder_layouts, key=lambda candidate: (_signed(candidate, listing, subfolder), len(candidate[1])))
+        # the same folders under a layout's own names, which another's engine filled (mmengine's
+        # `epoch_3.pth/` of DeepSpeed's files): the run is that layout's
+        owner = next(((lay, own) for lay, own in candidates if lay.folder_saves and claims.keys() <= own.keys()), None)
+        layout, claims = owner or (layout, claims)
         return layout.build(listing, probe, claims, subfolder)
     own = file_names(listing)
     alone = next((lay for lay in LAYOUTS if isinstance(lay, FolderLayout) and lay.signature(own)), None)

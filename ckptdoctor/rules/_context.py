@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from ckptdoctor.layouts.registry import Layout
-from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, Role, Run, Severity
+from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._rule import Rule
@@ -119,7 +119,11 @@ class RunContext:
 
     @functools.cached_property
     def _fix_context(self) -> dict[str, str]:
-        return run_context(self.run, self.below or self.run.single_file)
+        values = run_context(self.run, self.below or self.run.single_file)
+        written = self.layout.repoint(None, self.run.resume) if self.run.resume is not None else None
+        if written is not None and written.kind is PointerKind.TEXT:
+            values["resume_pointer"] = shell_word(written.text)
+        return values
 
     def finding(
         self,

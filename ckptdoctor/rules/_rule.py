@@ -21,6 +21,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "run": "RUN_DIR",
     "this_run": "RUN_DIR",
     "resume": "N",
+    "resume_pointer": "N",
     "quarantine": "`ckptdoctor repair RUN_DIR` moves it into a quarantine folder (`ckptdoctor repair --undo RUN_DIR` puts it back)",
     "path": "the file",
     "name": "the file",
@@ -44,10 +45,11 @@ GENERIC_CONTEXT: Mapping[str, str] = {
 ``run`` is the run's folder; ``this_run`` the same as the PATH of ``repair`` or ``prune``, which
 act on every run below a path (with ``--no-recurse`` where runs lie below the run's folder);
 ``resume`` the index of the resume point (a fix that names it is left out of a run without
-one); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
+one); ``resume_pointer`` what the run's pointer file holds to name it (Megatron's tracker says
+``release`` for ``release/``), where the layout writes that file (``Layout.repoint``); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
 alone (``rules/_context.py`` fills them)."""
 
-NEEDS_THE_RUN = frozenset({"resume", "quarantine"})
+NEEDS_THE_RUN = frozenset({"resume", "resume_pointer", "quarantine"})
 """Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it (a
 run without a resume point; a file no one should move aside, which its framework manages)."""
 

@@ -454,7 +454,7 @@ STALE_POINTER = Rule(
         fix(
             "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
             deepspeed="By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
-            megatron="By hand: `printf {resume} > {run}/latest_checkpointed_iteration.txt` (the iteration of the newest complete checkpoint).",
+            megatron="By hand: `printf {resume_pointer} > {run}/latest_checkpointed_iteration.txt` (the newest complete checkpoint: its iteration, or `release`).",
             lightning="Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
             hf_trainer="If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
         ),
@@ -710,7 +710,9 @@ def mixed_formats(ctx: RunContext) -> Iterator[Finding]:
         settings = report.fact("settings") or report.fact("precision")
         variants[role][f"{report.format} ({settings})" if settings else report.format].extend(indexes)
     for role, labels in variants.items():
-        if len(labels) < 2 or role is Role.TEMP:
+        if len(labels) < 2 or role is Role.TEMP or len({frozenset(indexes) for indexes in labels.values()}) == 1:
+            # one way, or each save holds the role in every one of these ways: written together by
+            # design (HF Trainer under FSDP exports model.safetensors beside pytorch_model_fsdp.bin)
             continue
         ordered = sorted(((label, sorted(indexes)) for label, indexes in labels.items()), key=lambda item: item[1][0])
         place = {checkpoint.index: position for position, checkpoint in enumerate(run.checkpoints)}

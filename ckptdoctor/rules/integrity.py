@@ -192,6 +192,8 @@ NOT_A_CHECKPOINT = Rule(
         fix(
             "If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming.",
             torch="If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
+            hf_trainer="Put back what the Trainer wrote as {name}: it loads each file of a checkpoint by its name, `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth` and `training_args.bin` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
+            accelerate="Put back what `save_state` wrote as {name}: `load_state` loads `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.bin`, `scheduler.bin` and `random_states_<rank>.pkl` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
             case=OTHERWISE,
         ),
         "Restore {name} from a backup or its source, then run `ckptdoctor verify {run}`.",
