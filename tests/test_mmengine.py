@@ -370,7 +370,7 @@ def fsdp_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def test_deepspeed_strategy_folders_are_mmengines_and_last_checkpoint_names_one(deepspeed_work, inspect_json):
+def test_deepspeed_strategy_folders_are_mmengines_and_last_checkpoint_names_one(deepspeed_work, cli, inspect_json):
     newest = deepspeed_work / "epoch_4.pth"
     assert newest.is_dir() and (deepspeed_work / "best_mse_epoch_4.pth").is_file()
     assert (deepspeed_work / "last_checkpoint").read_text() == str(newest)
@@ -386,6 +386,11 @@ def test_deepspeed_strategy_folders_are_mmengines_and_last_checkpoint_names_one(
     assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(3, "complete"), (4, "complete")]
     assert run["resume"]["path"] == str(newest)
     assert "`resume=True` to `FlexibleRunner`" in run["resume"]["how"]
+    verified = cli("verify", "--json", deepspeed_work)  # the engine's own pickled objects, vouched for in mmengine's run too
+    assert verified.exit_code == 0, verified.stdout
+    assert {f["code"] for f in verified.json["findings"]} <= {"CKD402"}
+    assert {f["severity"] for f in verified.json["findings"]} <= {"info", "warning"}
+    assert verified.json["runs"][0]["resume"]["index"] == 4
 
 
 def test_a_cut_deepspeed_folder_last_checkpoint_names_and_repair(deepspeed_work, tmp_path, cli, inspect_json):

@@ -193,7 +193,8 @@ class Layout:
     ``own_objects``              none (vouches for nothing)                   deepspeed (and lightning's
                                                                               DeepSpeed folders), mmengine,
                                                                               timm, composer, ultralytics
-    ``flat_optimizer_state``     False                                        deepspeed
+    ``flat_optimizer(c)``        False                                        deepspeed, and lightning and mmengine
+                                                                              for an engine's checkpoint folders
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
     ``resume_needs``             none                                         every layout but lightning, timm, torch
@@ -278,9 +279,6 @@ class Layout:
     whole_saves: bool = False
     """Every file of a checkpoint is a whole save of it (Lightning's ``epoch=0.ckpt`` beside
     ``epoch=0-step=4.ckpt``): where several share an index, the best of them is the checkpoint."""
-    flat_optimizer_state: bool = False
-    """The optimizer's state is flattened across parameters (ZeRO partitions): no state tensor
-    mirrors one parameter, so CKD301 cannot compare them."""
     named_files: NamedFiles = NO_NAMES
     """Files this framework names whose name fixes how they are read (DeepSpeed's ``latest``:
     a pointer, read by ``readers.pointer``; HF's ``trainer_state.json``: JSON, for the values its
@@ -378,6 +376,12 @@ class Layout:
         manifest's data files), or not at all. Such a file is counted, never read. None for the
         files that are read."""
         return None
+
+    def flat_optimizer(self, checkpoint: Checkpoint) -> bool:
+        """Whether an engine keeps ``checkpoint``'s optimizer state flat or sharded (DeepSpeed's
+        ZeRO partitions, FSDP's shards), so that it cannot be matched parameter by parameter
+        against the model's tensors (CKD301)."""
+        return False
 
     def needed_to_resume(self, run: Run) -> frozenset[Role]:
         """The roles a resume of ``run`` cannot do without (a missing one is an error, not a

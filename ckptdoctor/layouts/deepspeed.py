@@ -77,9 +77,12 @@ class DeepSpeedLayout(FolderLayout):
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
-    flat_optimizer_state = True
     named_files = MappingProxyType({LATEST: Named(pointer.read), UNIVERSAL: Named(pointer.read)})
     own_objects = OWN_OBJECTS
+
+    def flat_optimizer(self, checkpoint: Checkpoint) -> bool:
+        """ZeRO partitions flatten the optimizer's state across parameters."""
+        return True
 
     def claim(self, name: str) -> Claim | None:
         if match := _TAG.match(name):

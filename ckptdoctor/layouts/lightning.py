@@ -220,6 +220,11 @@ class LightningLayout(Layout):
         status = Status.PARTIAL if Status.PARTIAL in broken else Status.CORRUPT
         return Checkpoint(run.checkpoints[-1].index if run.checkpoints else 0, (last,), status)
 
+    def flat_optimizer(self, checkpoint: Checkpoint) -> bool:
+        """A strategy's checkpoint folder holds the engine's files: DeepSpeed's ZeRO partitions
+        or FSDP's shards, never one state tensor per parameter."""
+        return checkpoint.folder is not None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
         if run.weights_only:

@@ -57,6 +57,7 @@ from ckptdoctor.layouts._base import (
     logged_values,
     missing_from_siblings,
 )
+from ckptdoctor.layouts.deepspeed import OWN_OBJECTS as DEEPSPEED_OBJECTS
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
@@ -83,8 +84,10 @@ OWN_OBJECTS = OwnObjects(
     unrestricted=True,
     as_written=False,
     # HistoryBuffer defines no __new__; its __setstate__ sets its fields and merges the kept
-    # statistics methods (lookups of its own, nothing else) into the class's table
-    classes=frozenset({_HISTORY_BUFFER}),
+    # statistics methods (lookups of its own, nothing else) into the class's table; a
+    # FlexibleRunner's DeepSpeedStrategy folders hold the engine's own files and objects
+    classes=frozenset({_HISTORY_BUFFER}) | DEEPSPEED_OBJECTS.classes,
+    enums=DEEPSPEED_OBJECTS.enums,
     methods=frozenset(f"{_HISTORY_BUFFER}.{name}" for name in ("min", "max", "current", "mean")),
 )
 """``Runner.save_checkpoint``'s ``message_hub`` holds each logged scalar as a ``HistoryBuffer``,
@@ -143,6 +146,11 @@ class MmengineLayout(NamedByFile):
         elsewhere (``find_latest_checkpoint(work_dir)`` reads it): none to judge here."""
         return super().pointers(run) if _work_dir(run) else ()
 
+    def flat_optimizer(self, checkpoint: Checkpoint) -> bool:
+        """A strategy's checkpoint folder holds the engine's files: DeepSpeed's ZeRO partitions
+        or FSDP's shards, never one state tensor per parameter."""
+        return checkpoint.folder is not None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = self.resume_path(run, checkpoint)
         runner = "Runner" if checkpoint.folder is None else "FlexibleRunner"  # a strategy's folders: FlexibleRunner saved them
@@ -187,6 +195,7 @@ class _MmengineFolders(FolderLayout):
     default_unit = Unit.EPOCH
     content = MmengineLayout.content
     resume_needs = MmengineLayout.resume_needs
+    own_objects = MmengineLayout.own_objects
 
     def claim(self, name: str) -> Claim | None:
         return MMENGINE.claim(name)

@@ -393,10 +393,8 @@ _CONTENTS = "consistency.contents"
 @fires(OPTIMIZER_MODEL_MISMATCH)
 def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
     """CKD301: optimizer state for parameters the model of the same checkpoint does not have."""
-    if ctx.layout.flat_optimizer_state:
-        return
     for checkpoint, contents in _read_checkpoints(ctx):
-        if not contents.model or not contents.optimizer:
+        if not contents.model or not contents.optimizer or ctx.layout.flat_optimizer(checkpoint):
             continue
         sizes = _param_sizes(contents.optimizer)
         burn_ids = {t.param: t.numel for t in contents.model if t.param is not None}
