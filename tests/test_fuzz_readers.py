@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, Sample
 from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
@@ -53,6 +53,36 @@ def torch_zip_file() -> bytes:
         buffer,
     )
     return buffer.getvalue()
+
+
+@cache
+def torch_legacy_file() -> bytes:
+    """The same object saved in torch's legacy (non-zip) format."""
+    torch = pytest.importorskip("torch")
+    buffer = io.BytesIO()
+    torch.save(
+        {"model": {"fc.weight": torch.randn(16, 8), "fc.bias": torch.zeros(16)}, "epoch": 3},
+        buffer,
+        _use_new_zipfile_serialization=False,
+    )
+    return buffer.getvalue()
+
+
+@cache
+def torch_zip_saves(width: int) -> tuple[bytes, bytes]:
+    """Two saves of one training loop a step apart: the same layout, other values."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(width, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    saves = []
+    for step in (8, 9):
+        model(torch.randn(2, width)).sum().backward()
+        optimizer.step()
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, buffer)
+        saves.append(buffer.getvalue())
+    return saves[0], saves[1]
 
 
 @cache
@@ -139,6 +169,7 @@ VALID = {
     "keras": (keras_file, "ep03.keras"),
     "tf-index": (tf_index_file, "ckpt-2.index"),
     "torch-zip": (torch_zip_file, "model_3.pt"),
+    "torch-legacy": (torch_legacy_file, "model_3.pt"),
     "safetensors": (safetensors_file, "model_3.safetensors"),
     "msgpack.gz": (msgpack_gz_file, "model-3.mpk.gz"),
     "tar": (nemo_file, "megatron_gpt.nemo"),
@@ -166,7 +197,10 @@ def test_valid_files_are_clean(kind: str) -> None:
     make, name = VALID[kind]
     report = _report(make(), name)
     assert report.format == kind
-    assert report.issues == ()
+    if kind == "torch-legacy":  # valid, and told it is the old format
+        assert [issue.problem for issue in report.issues] == [Problem.LEGACY]
+    else:
+        assert report.issues == ()
 
 
 # --- arbitrary bytes ------------------------------------------------------------------------
@@ -273,7 +307,7 @@ def _padding_cut(record: bytes) -> int:
     return start - (10 + metadata_size)
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "torch-legacy", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(data=st.data())
 def test_truncations_are_never_clean(kind: str, data: st.DataObject) -> None:
@@ -297,13 +331,38 @@ def test_burnpack_cut_by_its_padding_is_truncated(record) -> None:
     assert Problem.TRUNCATED in report.problems, report
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "torch-legacy", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(extra=st.binary(min_size=1, max_size=256))
 def test_appended_bytes_are_never_clean(kind: str, extra: bytes) -> None:
     make, name = VALID[kind]
     report = _report(make() + extra, name)
     assert _is_flagged(report), report
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_torch_zip_spliced_from_two_saves_is_never_clean(data: st.DataObject) -> None:
+    """What an in-place copy cut off leaves: one save's start before the other's end. Where inspect
+    holds the whole file, every member is held to the central directory: only a splice that equals
+    one of the saves is clean."""
+    first, second = torch_zip_saves(8)
+    assert len(first) == len(second) <= HEAD + TAIL
+    cut = data.draw(st.integers(min_value=0, max_value=len(first)), label="cut")
+    start, end = data.draw(st.permutations([first, second]), label="order")
+    spliced = start[:cut] + end[cut:]
+    report = _report(spliced, "model_9.pt")
+    assert spliced in (first, second) or _is_flagged(report), (cut, report)
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_longer_torch_zip_spliced_from_two_saves_never_raises(data: st.DataObject) -> None:
+    """Longer than inspect's head and tail: only what those hold is compared."""
+    first, second = torch_zip_saves(512)
+    assert len(first) > HEAD + TAIL
+    cut = data.draw(st.integers(min_value=0, max_value=len(first)), label="cut")
+    _report(first[:cut] + second[cut:], "model_9.pt")
 
 
 # --- the real burn-written file ---------------------------------------------------------------
