@@ -45,27 +45,24 @@ def burnpack_model_file() -> bytes:
 
 
 @cache
-def torch_zip_file() -> bytes:
+def _torch_saved(zipped: bool) -> bytes:
     torch = pytest.importorskip("torch")
     buffer = io.BytesIO()
     torch.save(
         {"model": {"fc.weight": torch.randn(16, 8), "fc.bias": torch.zeros(16)}, "epoch": 3},
         buffer,
+        _use_new_zipfile_serialization=zipped,
     )
     return buffer.getvalue()
 
 
-@cache
+def torch_zip_file() -> bytes:
+    return _torch_saved(zipped=True)
+
+
 def torch_legacy_file() -> bytes:
     """The same object saved in torch's legacy (non-zip) format."""
-    torch = pytest.importorskip("torch")
-    buffer = io.BytesIO()
-    torch.save(
-        {"model": {"fc.weight": torch.randn(16, 8), "fc.bias": torch.zeros(16)}, "epoch": 3},
-        buffer,
-        _use_new_zipfile_serialization=False,
-    )
-    return buffer.getvalue()
+    return _torch_saved(zipped=False)
 
 
 @cache
