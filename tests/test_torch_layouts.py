@@ -538,3 +538,24 @@ def test_a_legacy_save_cut_short_is_partial_and_prune_keeps_the_one_torch_loads(
     remaining = sorted(run_dir.glob("checkpoint_epoch_*.pt"))
     assert [path.name for path in remaining if _loads(path)] == ["checkpoint_epoch_3.pt"]  # torch resumes from it
     assert newest in remaining  # a cut save newer than the resume point is left to repair
+
+
+def test_a_legacy_save_whose_pickles_run_past_what_inspect_reads_is_cut_short_to_verify(cli, tmp_path: Path) -> None:
+    """Its object pickle (150 layers and their Adam state) is longer than the 16 KiB inspect reads of
+    a file's start: where its storages end is only known once it is read whole."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(150)))
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in (1, 2):
+        model(torch.randn(2, 16)).sum().backward()
+        optimizer.step()
+        state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(state, run_dir / f"checkpoint_epoch_{epoch}.pt", _use_new_zipfile_serialization=False)
+    newest = run_dir / "checkpoint_epoch_2.pt"
+    newest.write_bytes(newest.read_bytes()[:-1000])
+    assert not _loads(newest)
+    report = cli("verify", "--json", run_dir).json
+    assert [f["path"] for f in report["findings"] if f["code"] == "CKD203"] == [str(newest)]
+    assert report["runs"][0]["resume"]["index"] == 1

@@ -7,6 +7,7 @@ byte. torch's legacy format is still loadable but obsolete (CKD210).
 from __future__ import annotations
 
 import math
+import re
 import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
@@ -87,10 +88,13 @@ def _legacy_end(sample: Sample) -> int | FileIssue | None:
     holds (its head, or all of a small file). What ends them there is cut short; None where they
     run past it or are not as torch writes them (``verify`` reads them whole and says why)."""
     reach = held(sample)
-    held_bytes = BytesSample(sample.range(0, reach))
+    data = sample.range(0, reach)
+    held_bytes = BytesSample(data)
     position = 0
     walks: list[Walk] = []
     for what, expected in _LEGACY_PICKLES:
+        if what == _OBJECT and reach < sample.size and not _key_list_held(data, position):
+            return None  # the object pickle runs past what is held: walking it would tell nothing
         walked = walk_sample(held_bytes, position, TORCH_OPCODES)
         if walked.truncated and reach == sample.size:
             return FileIssue(Problem.TRUNCATED, f"{sample.size} bytes: it ends inside {what} pickle, so the save was cut short")
@@ -108,6 +112,16 @@ def _legacy_end(sample: Sample) -> int | FileIssue | None:
             return None
         position += _ELEMENT.size + sized[0].numel * sized[1]
     return position
+
+
+def _key_list_held(data: bytes, start: int) -> bool:
+    """Whether the storage key list may begin in ``data`` after the object pickle at ``start``:
+    pickled at protocol 2 or above, it starts with PROTO (framed at 4 and 5) and an empty list.
+    A cheap test before a walk of the object pickle, which a long one would spend on nothing."""
+    if data[start : start + 1] != b"\x80" or start + 2 > len(data):
+        return True  # protocol 0 or 1: no such mark to look for
+    mark = re.compile(re.escape(data[start : start + 2]) + rb"(?:\x95.{8})?\]", re.DOTALL)
+    return mark.search(data, start + 2) is not None
 
 
 def _sized(key: object, storages: dict[str, Storage]) -> tuple[Storage, int] | None:
@@ -179,11 +193,12 @@ def read_whole_pickle(sample: Sample, deep: int = 0) -> FileReport:
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
+_OBJECT = "the object"
 _LEGACY_PICKLES = (
     ("the magic number", MAGIC_NUMBER),
     ("the protocol", PROTOCOL_VERSION),
     ("sys_info", None),
-    ("the object", None),
+    (_OBJECT, None),
     ("the storage list", None),
 )
 

@@ -174,9 +174,6 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if located.size > MAX_DIRECTORY:
         return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
     members, issues = list_members(sample, located)
-    # list_members says where a header is missing; --deep checks every member's CRC, verify those inspect does
-    disagreed = disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else held(sample))
-    issues += [i for i in disagreed if not deep or i.problem is Problem.MALFORMED]
     end_anomaly = _end_anomaly(sample, located)
     if end_anomaly:
         issues.append(end_anomaly)
@@ -188,6 +185,9 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     pickle_member = by_name.get(f"{prefix}/data.pkl".lower()) if prefix else None
     if pickle_member is None:
         return _other_zip(sample, members, issues, deep)
+    # list_members says where a header is missing; --deep checks every member's CRC, verify data.pkl's as inspect does
+    disagreed = disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else pickle_member)
+    issues += [i for i in disagreed if not deep or i.problem is Problem.MALFORMED]
     script = f"{prefix}/constants.pkl" in {m.name for m in members}
     issues += _torch_anomalies(members, prefix or "", script)
     issues += _numpy_members(sample, members)
@@ -304,7 +304,7 @@ def _recorded(blob: bytes, position: int) -> _Recorded | None:
 def _located(sample: Sample, recorded: _Recorded) -> tuple[Member, FileIssue | None]:
     """The member with its data offset from its local header, and what is wrong with that header."""
     data, issue = _local(sample, recorded.member.header, recorded.raw_name, recorded.member.name)
-    return recorded.member._replace(data=data), issue
+    return Member(*recorded.member[:-1], data), issue
 
 
 DESCRIPTOR_SIGNATURE = b"PK\x07\x08"
@@ -321,24 +321,29 @@ def held_member_issues(sample: Sample, directory: Directory, reach: int) -> list
     members: list[Member] = []
     renamed: list[FileIssue] = []
     position = 0
-    while position + CENTRAL.size <= len(blob) and len(members) < directory.entries:
-        recorded = _recorded(blob, position)
-        if recorded is None or recorded.end > len(blob) or not recorded.zip64_read:
+    for _ in range(directory.entries):
+        fields = CENTRAL.unpack_from(blob, position) if position + CENTRAL.size <= len(blob) else None
+        if fields is None or fields[0] != CENTRAL_SIGNATURE:
             break  # verify reads the directory whole and says what is wrong with it
-        position = recorded.end
-        if _in_hand(sample, recorded.member.header, LOCAL.size + len(recorded.raw_name), reach):
-            member, named_otherwise = _located(sample, recorded)
-            members.append(member)
-            renamed += [named_otherwise] if named_otherwise else []
-    found = disagreements(sample, members, reach, reach)
+        end = position + CENTRAL.size + fields[10] + fields[11] + fields[12]
+        # a header past 4 GiB is in the ZIP64 extra field: read every entry that may be in hand
+        if end <= len(blob) and (fields[16] == 0xFFFFFFFF or _in_hand(sample, fields[16], LOCAL.size + fields[10], reach)):
+            recorded = _recorded(blob, position)
+            if recorded is not None and recorded.zip64_read:
+                member, named_otherwise = _located(sample, recorded)
+                members.append(member)
+                renamed += [named_otherwise] if named_otherwise else []
+        position = end
+    # the bytes of the first member alone (torch's data.pkl) against its CRC-32: tensors' under --deep
+    found = disagreements(sample, members, reach, members[0] if members and members[0].header == 0 else None)
     return found if any(i.problem is Problem.MALFORMED for i in found) else [*renamed, *found]
 
 
-def disagreements(sample: Sample, members: list[Member], reach: int, crc_reach: int | None) -> list[FileIssue]:
+def disagreements(sample: Sample, members: list[Member], reach: int, checked: Member | None) -> list[FileIssue]:
     """Members whose bytes the central directory does not describe, looking no further than
     ``reach`` (and the file's tail): no local header where it places one, or a data descriptor
     that is not where its size says (CKD207); a descriptor that records another CRC-32, or bytes
-    within ``crc_reach`` (and the tail; none where it is None) that do not match it (CKD206).
+    of ``checked`` (within ``reach`` or the tail) that do not match it (CKD206).
     An in-place copy or a write cut off over an older file (``rsync --inplace``) leaves one save's
     start before another's end, and torch reads the start through the end's directory, never
     checking a CRC: a pickle cut short, a header not where it looks, or silently a mix of both
@@ -349,7 +354,7 @@ def disagreements(sample: Sample, members: list[Member], reach: int, crc_reach: 
         recorded = _recorded_crc(sample, member, reach)
         if recorded is None:
             torn.append(member.name)
-        elif recorded not in (member.crc, _UNRECORDED) or _crc_differs(sample, member, crc_reach):
+        elif recorded not in (member.crc, _UNRECORDED) or (member is checked and _crc_differs(sample, member, reach)):
             changed.append(member.name)
     if torn:
         return [
@@ -394,10 +399,10 @@ def _recorded_crc(sample: Sample, member: Member, reach: int) -> int | None:
     return _UNRECORDED if crc == 0xFFFFFFFF else int(crc)
 
 
-def _crc_differs(sample: Sample, member: Member, reach: int | None) -> bool:
+def _crc_differs(sample: Sample, member: Member, reach: int) -> bool:
     """Whether a stored member within ``reach`` (or the tail) does not match the CRC-32 the
     directory records (one of 0: saved with CRCs off)."""
-    if reach is None or member.method != 0 or not member.crc or not _in_hand(sample, member.data, member.compressed, reach):
+    if member.method != 0 or not member.crc or not _in_hand(sample, member.data, member.compressed, reach):
         return False
     return zlib.crc32(sample.range(member.data, member.compressed)) != member.crc
 
@@ -415,13 +420,15 @@ def _descriptor(record: bytes, member: Member) -> int | None:
     """The CRC-32 a data descriptor records (its signature optional; sizes of 32 or 64 bits), where
     it records the member's sizes; None where it does not."""
     body = record[len(DESCRIPTOR_SIGNATURE) :] if record.startswith(DESCRIPTOR_SIGNATURE) else record
-    sizes = (member.compressed, member.size)
-    for layout in ("<III", "<IQQ"):
-        if len(body) >= struct.calcsize(layout):
-            crc, *recorded = struct.unpack_from(layout, body)
-            if tuple(recorded) == sizes:
+    for layout in _DESCRIPTOR_LAYOUTS:
+        if len(body) >= layout.size:
+            crc, compressed, size = layout.unpack_from(body)
+            if compressed == member.compressed and size == member.size:
                 return int(crc)
     return None
+
+
+_DESCRIPTOR_LAYOUTS = (struct.Struct("<III"), struct.Struct("<IQQ"))
 
 
 SKIM_LIMIT = 4 * 1024 * 1024
