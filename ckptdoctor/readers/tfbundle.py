@@ -107,7 +107,7 @@ class Entry(NamedTuple):
     offset: int
     size: int
     crc: int | None = None
-    """The masked CRC-32C of its bytes (``BundleWriter::Add``), where recorded."""
+    """The masked CRC-32C of its bytes (``BundleWriter::Add``); None where the entry leaves it out, as proto3 leaves out a zero."""
     sliced: bool = False
     """A partitioned variable's whole: it holds no bytes, its slices are entries of their own."""
 
@@ -192,6 +192,8 @@ def _variant_crc(reader: _Forward, entry: Entry) -> int | None:
     """A variant tensor's checksum as ``ReadVariantTensor`` computes it: for each element its length
     as a 64-bit word, its bytes, and the masked checksum so far, which must match. None where
     TensorFlow stops reading."""
+    if entry.size == 0:
+        return 0  # nothing read, as for a string tensor
     count = _elements(entry)
     if count is None:
         return None
