@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers._sample import HEAD, TAIL, Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
@@ -354,12 +354,27 @@ def test_a_torch_zip_spliced_from_two_saves_is_never_clean(data: st.DataObject) 
 
 @FUZZ
 @given(data=st.data())
-def test_a_longer_torch_zip_spliced_from_two_saves_never_raises(data: st.DataObject) -> None:
-    """Longer than inspect's head and tail: only what those hold is compared."""
+def test_a_longer_torch_zip_spliced_from_two_saves_is_judged_from_its_head_and_tail_alone(data: st.DataObject) -> None:
+    """Longer than inspect's head and tail: only what those hold is compared, and nothing else is
+    read (``EdgeSample`` refuses any other read)."""
     first, second = torch_zip_saves(512)
     assert len(first) > HEAD + TAIL
     cut = data.draw(st.integers(min_value=0, max_value=len(first)), label="cut")
-    _report(first[:cut] + second[cut:], "model_9.pt")
+    spliced = first[:cut] + second[cut:]
+    report = read_header(EdgeSample(spliced[:HEAD], spliced[-TAIL:], len(spliced)), "model_9.pt")
+    if HEAD <= cut <= len(first) - TAIL - 24:  # the start of one save and the end of the other, both in hand
+        assert _is_flagged(report), (cut, report)
+
+
+def test_a_legacy_file_is_judged_from_its_head_and_tail_alone() -> None:
+    torch = pytest.importorskip("torch")
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(128, 64)}, buffer, _use_new_zipfile_serialization=False)
+    whole = buffer.getvalue()
+    assert len(whole) > HEAD + TAIL
+    for data in (whole, whole[:-1], whole + b"\0"):
+        report = read_header(EdgeSample(data[:HEAD], data[-TAIL:], len(data)), "model_9.pt")
+        assert report.problems == {Problem.LEGACY} if data == whole else _is_flagged(report), report
 
 
 # --- the real burn-written file ---------------------------------------------------------------

@@ -71,7 +71,7 @@ class Directory(NamedTuple):
     end: int
     """Offset just past the classic end record and its comment."""
     first: bytes
-    """The central directory's first ``FIRST_ENTRY`` bytes: its first entry, read with the check that it starts there."""
+    """The central directory's first ``_FIRST_ENTRY`` bytes: its first entry, read with the check that it starts there."""
 
 
 class Member(NamedTuple):
@@ -94,7 +94,7 @@ def probe(sample: Sample) -> FileReport:
     issues = []
     if located.end < sample.size:
         issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record"))
-    issues += held_member_issues(sample, located, held(sample))
+    issues += _held_member_issues(sample, located, held(sample))
     return FileReport(Format.TORCH_ZIP.value, tuple(issues), facts)
 
 
@@ -127,13 +127,13 @@ def locate(sample: Sample) -> Directory | FileIssue:
             f"its central directory (at {cd_offset}, {cd_size} bytes) does not end where the "
             f"end record is ({cd_limit}): the archive was altered or spliced",
         )
-    first = sample.range(cd_offset, min(cd_size, FIRST_ENTRY)) if entries else b""
+    first = sample.range(cd_offset, min(cd_size, _FIRST_ENTRY)) if entries else b""
     if entries and not first.startswith(CENTRAL_SIGNATURE):
         return FileIssue(Problem.MALFORMED, "its central directory does not start where the end record says")
     return Directory(entries, cd_offset, cd_size, end_at, end_at + END.size + comment_length, first)
 
 
-FIRST_ENTRY = 1024
+_FIRST_ENTRY = 1024
 """Bytes read at the central directory's start: its first entry whole, whatever name torch gives it
 (one read, as long as the four bytes of its signature)."""
 
@@ -186,7 +186,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if pickle_member is None:
         return _other_zip(sample, members, issues, deep)
     # list_members says where a header is missing; --deep checks every member's CRC, verify data.pkl's as inspect does
-    disagreed = disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else pickle_member)
+    disagreed = _disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else pickle_member)
     issues += [i for i in disagreed if not deep or i.problem is Problem.MALFORMED]
     script = f"{prefix}/constants.pkl" in {m.name for m in members}
     issues += _torch_anomalies(members, prefix or "", script)
@@ -307,15 +307,15 @@ def _located(sample: Sample, recorded: _Recorded) -> tuple[Member, FileIssue | N
     return Member(*recorded.member[:-1], data), issue
 
 
-DESCRIPTOR_SIGNATURE = b"PK\x07\x08"
+_DESCRIPTOR_SIGNATURE = b"PK\x07\x08"
 _DESCRIPTOR_LONGEST = 24
 """A data descriptor with its signature and 64-bit sizes (ZIP64)."""
 
 
-def held_member_issues(sample: Sample, directory: Directory, reach: int) -> list[FileIssue]:
+def _held_member_issues(sample: Sample, directory: Directory, reach: int) -> list[FileIssue]:
     """The members whose local headers ``inspect`` holds already (the file's first ``reach`` bytes
     and its tail), against their entries in the central directory at the archive's end, as far as
-    it holds that directory (see ``disagreements``); a member whose name differs is a zip trick."""
+    it holds that directory (see ``_disagreements``); a member whose name differs is a zip trick."""
     whole = _in_hand(sample, directory.offset, directory.size, reach)
     blob = sample.range(directory.offset, directory.size) if whole else directory.first
     members: list[Member] = []
@@ -329,17 +329,17 @@ def held_member_issues(sample: Sample, directory: Directory, reach: int) -> list
         # a header past 4 GiB is in the ZIP64 extra field: read every entry that may be in hand
         if end <= len(blob) and (fields[16] == 0xFFFFFFFF or _in_hand(sample, fields[16], LOCAL.size + fields[10], reach)):
             recorded = _recorded(blob, position)
-            if recorded is not None and recorded.zip64_read:
+            if recorded is not None and recorded.zip64_read and _in_hand(sample, recorded.member.header, LOCAL.size + fields[10], reach):
                 member, named_otherwise = _located(sample, recorded)
                 members.append(member)
                 renamed += [named_otherwise] if named_otherwise else []
         position = end
     # the bytes of the first member alone (torch's data.pkl) against its CRC-32: tensors' under --deep
-    found = disagreements(sample, members, reach, members[0] if members and members[0].header == 0 else None)
+    found = _disagreements(sample, members, reach, members[0] if members and members[0].header == 0 else None)
     return found if any(i.problem is Problem.MALFORMED for i in found) else [*renamed, *found]
 
 
-def disagreements(sample: Sample, members: list[Member], reach: int, checked: Member | None) -> list[FileIssue]:
+def _disagreements(sample: Sample, members: list[Member], reach: int, checked: Member | None) -> list[FileIssue]:
     """Members whose bytes the central directory does not describe, looking no further than
     ``reach`` (and the file's tail): no local header where it places one, or a data descriptor
     that is not where its size says (CKD207); a descriptor that records another CRC-32, or bytes
@@ -419,7 +419,7 @@ def _in_hand(sample: Sample, offset: int, length: int, reach: int) -> bool:
 def _descriptor(record: bytes, member: Member) -> int | None:
     """The CRC-32 a data descriptor records (its signature optional; sizes of 32 or 64 bits), where
     it records the member's sizes; None where it does not."""
-    body = record[len(DESCRIPTOR_SIGNATURE) :] if record.startswith(DESCRIPTOR_SIGNATURE) else record
+    body = record[len(_DESCRIPTOR_SIGNATURE) :] if record.startswith(_DESCRIPTOR_SIGNATURE) else record
     for layout in _DESCRIPTOR_LAYOUTS:
         if len(body) >= layout.size:
             crc, compressed, size = layout.unpack_from(body)
