@@ -89,12 +89,12 @@ def _legacy_end(sample: Sample) -> int | FileIssue | None:
     run past it or are not as torch writes them (``verify`` reads them whole and says why)."""
     reach = held(sample)
     data = sample.range(0, reach)
+    if reach < sample.size and not _key_list_held(data):
+        return None  # the object pickle runs past what is held: walking it would tell nothing
     held_bytes = BytesSample(data)
     position = 0
     walks: list[Walk] = []
     for what, expected in _LEGACY_PICKLES:
-        if what == _OBJECT and reach < sample.size and not _key_list_held(data, position):
-            return None  # the object pickle runs past what is held: walking it would tell nothing
         walked = walk_sample(held_bytes, position, TORCH_OPCODES)
         if walked.truncated and reach == sample.size:
             return FileIssue(Problem.TRUNCATED, f"{sample.size} bytes: it ends inside {what} pickle, so the save was cut short")
@@ -114,14 +114,15 @@ def _legacy_end(sample: Sample) -> int | FileIssue | None:
     return position
 
 
-def _key_list_held(data: bytes, start: int) -> bool:
-    """Whether the storage key list may begin in ``data`` after the object pickle at ``start``:
-    pickled at protocol 2 or above, it starts with PROTO (framed at 4 and 5) and an empty list.
-    A cheap test before a walk of the object pickle, which a long one would spend on nothing."""
-    if data[start : start + 1] != b"\x80" or start + 2 > len(data):
+def _key_list_held(data: bytes) -> bool:
+    """Whether the storage key list may begin in ``data``: pickled at protocol 2 or above, like the
+    four pickles before it, it starts with PROTO (framed at 4 and 5) and an empty list, which of
+    the others only an object that is a list does. A cheap test before a walk of the pickles, which
+    a long object pickle would spend on nothing."""
+    if not data.startswith(b"\x80") or len(data) < 2:
         return True  # protocol 0 or 1: no such mark to look for
-    mark = re.compile(re.escape(data[start : start + 2]) + rb"(?:\x95.{8})?\]", re.DOTALL)
-    return mark.search(data, start + 2) is not None
+    mark = re.compile(re.escape(data[:2]) + rb"(?:\x95.{8})?\]", re.DOTALL)
+    return mark.search(data, 2) is not None
 
 
 def _sized(key: object, storages: dict[str, Storage]) -> tuple[Storage, int] | None:
@@ -193,12 +194,11 @@ def read_whole_pickle(sample: Sample, deep: int = 0) -> FileReport:
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
-_OBJECT = "the object"
 _LEGACY_PICKLES = (
     ("the magic number", MAGIC_NUMBER),
     ("the protocol", PROTOCOL_VERSION),
     ("sys_info", None),
-    (_OBJECT, None),
+    ("the object", None),
     ("the storage list", None),
 )
 
