@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.files import BytesSample, read_header
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
@@ -45,14 +45,41 @@ def burnpack_model_file() -> bytes:
 
 
 @cache
-def torch_zip_file() -> bytes:
+def _torch_saved(zipped: bool) -> bytes:
     torch = pytest.importorskip("torch")
     buffer = io.BytesIO()
     torch.save(
         {"model": {"fc.weight": torch.randn(16, 8), "fc.bias": torch.zeros(16)}, "epoch": 3},
         buffer,
+        _use_new_zipfile_serialization=zipped,
     )
     return buffer.getvalue()
+
+
+def torch_zip_file() -> bytes:
+    return _torch_saved(zipped=True)
+
+
+def torch_legacy_file() -> bytes:
+    """The same object saved in torch's legacy (non-zip) format."""
+    return _torch_saved(zipped=False)
+
+
+@cache
+def torch_zip_saves(width: int) -> tuple[bytes, bytes]:
+    """Two saves of one training loop a step apart: the same layout, other values."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(width, 16)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    saves = []
+    for step in (8, 9):
+        model(torch.randn(2, width)).sum().backward()
+        optimizer.step()
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, buffer)
+        saves.append(buffer.getvalue())
+    return saves[0], saves[1]
 
 
 @cache
@@ -139,6 +166,7 @@ VALID = {
     "keras": (keras_file, "ep03.keras"),
     "tf-index": (tf_index_file, "ckpt-2.index"),
     "torch-zip": (torch_zip_file, "model_3.pt"),
+    "torch-legacy": (torch_legacy_file, "model_3.pt"),
     "safetensors": (safetensors_file, "model_3.safetensors"),
     "msgpack.gz": (msgpack_gz_file, "model-3.mpk.gz"),
     "tar": (nemo_file, "megatron_gpt.nemo"),
@@ -166,7 +194,10 @@ def test_valid_files_are_clean(kind: str) -> None:
     make, name = VALID[kind]
     report = _report(make(), name)
     assert report.format == kind
-    assert report.issues == ()
+    if kind == "torch-legacy":  # valid, and told it is the old format
+        assert [issue.problem for issue in report.issues] == [Problem.LEGACY]
+    else:
+        assert report.issues == ()
 
 
 # --- arbitrary bytes ------------------------------------------------------------------------
@@ -273,7 +304,7 @@ def _padding_cut(record: bytes) -> int:
     return start - (10 + metadata_size)
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "torch-legacy", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(data=st.data())
 def test_truncations_are_never_clean(kind: str, data: st.DataObject) -> None:
@@ -297,13 +328,53 @@ def test_burnpack_cut_by_its_padding_is_truncated(record) -> None:
     assert Problem.TRUNCATED in report.problems, report
 
 
-@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
+@pytest.mark.parametrize("kind", ["burnpack", "torch-zip", "torch-legacy", "safetensors", "msgpack.gz", "hdf5", "keras", "tf-index"])
 @FUZZ
 @given(extra=st.binary(min_size=1, max_size=256))
 def test_appended_bytes_are_never_clean(kind: str, extra: bytes) -> None:
     make, name = VALID[kind]
     report = _report(make() + extra, name)
     assert _is_flagged(report), report
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_torch_zip_spliced_from_two_saves_is_never_clean(data: st.DataObject) -> None:
+    """What an in-place copy cut off leaves: one save's start before the other's end. Where inspect
+    holds the whole file, every member is held to the central directory: only a splice that equals
+    one of the saves is clean."""
+    first, second = torch_zip_saves(8)
+    assert len(first) == len(second) <= HEAD + TAIL
+    cut = data.draw(st.integers(min_value=0, max_value=len(first)), label="cut")
+    start, end = data.draw(st.permutations([first, second]), label="order")
+    spliced = start[:cut] + end[cut:]
+    report = _report(spliced, "model_9.pt")
+    assert spliced in (first, second) or _is_flagged(report), (cut, report)
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_longer_torch_zip_spliced_from_two_saves_is_judged_from_its_head_and_tail_alone(data: st.DataObject) -> None:
+    """Longer than inspect's head and tail: only what those hold is compared, and nothing else is
+    read (``EdgeSample`` refuses any other read)."""
+    first, second = torch_zip_saves(512)
+    assert len(first) > HEAD + TAIL
+    cut = data.draw(st.integers(min_value=0, max_value=len(first)), label="cut")
+    spliced = first[:cut] + second[cut:]
+    report = read_header(EdgeSample(spliced[:HEAD], spliced[-TAIL:], len(spliced)), "model_9.pt")
+    if HEAD <= cut <= len(first) - TAIL - 24:  # the start of one save and the end of the other, both in hand
+        assert _is_flagged(report), (cut, report)
+
+
+def test_a_legacy_file_is_judged_from_its_head_and_tail_alone() -> None:
+    torch = pytest.importorskip("torch")
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(128, 64)}, buffer, _use_new_zipfile_serialization=False)
+    whole = buffer.getvalue()
+    assert len(whole) > HEAD + TAIL
+    for data in (whole, whole[:-1], whole + b"\0"):
+        report = read_header(EdgeSample(data[:HEAD], data[-TAIL:], len(data)), "model_9.pt")
+        assert report.problems == {Problem.LEGACY} if data == whole else _is_flagged(report), report
 
 
 # --- the real burn-written file ---------------------------------------------------------------

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from frameworks import copy_run, lightning_fit, tiny_module
+
+from ckptdoctor.readers._sample import HEAD, TAIL
 
 
 @pytest.fixture(scope="module")
@@ -474,3 +479,116 @@ def test_a_cut_newest_save_of_a_step_leaves_the_older_whole_one_as_its_checkpoin
     assert (eight["status"], Path(eight["files"][0]["path"]).name) == ("complete", "epoch=1-step=8.ckpt")
     (twice,) = [f for f in report["findings"] if f["code"] == "CKD115"]
     assert "(epoch=0-step=4-v2.ckpt, epoch=1-step=8.ckpt)" in twice["message"]
+
+
+# --- issue 30, item 6: a last.ckpt torn by an in-place copy cut off -------------------------------
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """A real fit of 3 epochs with ``save_last=True`` (a copy) of a module whose saves (55 KB) are
+    longer than what inspect reads of a file, and the bytes ``last.ckpt`` held before the last
+    epoch: what a backup copied of it the time before."""
+    lightning = pytest.importorskip("lightning")
+    root = tmp_path_factory.mktemp("synced")
+    before: dict[str, bytes] = {}
+
+    class Previous(lightning.Callback):  # type: ignore[misc]
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            last = root / "checkpoints" / "last.ckpt"
+            if last.exists():
+                before["last"] = last.read_bytes()
+
+    lightning_fit(root, 3, module=tiny_module(64, 64), save_top_k=-1, save_last=True, callbacks=[Previous()])
+    return root, before["last"]
+
+
+def _flat(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{path}/{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for index, item in enumerate(value) for k, v in _flat(item, f"{path}/{index}").items()}
+    return {path: value}
+
+
+def _same(a: Any, b: Any) -> bool:
+    torch = pytest.importorskip("torch")
+    left, right = _flat(a), _flat(b)
+    return left.keys() == right.keys() and all(
+        torch.equal(value, right[key]) if isinstance(value, torch.Tensor) else value == right[key] for key, value in left.items()
+    )
+
+
+def test_a_last_ckpt_torn_by_an_in_place_copy_cut_off_is_damaged_where_torch_or_zipfile_says_so(synced, tmp_path, inspect_json):
+    """``rsync --inplace`` writes the new file over the old one from its start: cut off, it leaves
+    the new save's start before the old save's end, at the old length (the same here: the saves
+    differ in their contents, not in their layout). torch reads the start through the old end's
+    central directory and never checks a CRC: it fails, or silently loads one save's pickle with
+    the other's tensors; Python's zipfile checks the CRCs."""
+    torch = pytest.importorskip("torch")
+    root, previous = synced
+    new = (root / "checkpoints" / "last.ckpt").read_bytes()
+    assert len(new) == len(previous) > HEAD + TAIL
+    with zipfile.ZipFile(io.BytesIO(new)) as archive:
+        second, directory = archive.infolist()[1].header_offset, archive.start_dir
+    cuts = {
+        "nothing written yet": 10,
+        "inside data.pkl": 1000,
+        "just after data.pkl": second + 10,
+        "inside the tensors, past inspect's head": HEAD + 1000,
+        "inside the tensors, before inspect's tail": len(new) - TAIL - 100,
+        "inside the central directory": directory + 100,
+        "inside the directory's last entry": new.rfind(b"PK\x01\x02") + 10,
+        "all but the end record": len(new) - 22,
+    }
+    saves = {
+        "the new save": torch.load(io.BytesIO(new), weights_only=False),
+        "the old save": torch.load(io.BytesIO(previous), weights_only=False),
+    }
+    seen: set[tuple[str, str]] = set()
+    for what, cut in cuts.items():
+        torn = new[:cut] + previous[cut:]
+        try:
+            loaded = torch.load(io.BytesIO(torn), weights_only=False)  # bytes this test's own fit wrote
+            torch_says = next((name for name, save in saves.items() if _same(loaded, save)), "a mix of both saves")
+        except Exception as error:
+            torch_says = f"fails: {type(error).__name__}"
+        try:
+            with zipfile.ZipFile(io.BytesIO(torn)) as archive:
+                zipfile_says = archive.testzip()  # the first member whose bytes do not match their CRC-32
+        except (zipfile.BadZipFile, OSError) as error:
+            zipfile_says = str(error)
+        folder = copy_run(root / "checkpoints", tmp_path / what.replace(" ", "-") / "checkpoints")
+        (folder / "last.ckpt").write_bytes(torn)
+        report = inspect_json(folder).json
+        found = {f["code"] for f in report["findings"] if f["path"].endswith("last.ckpt")}
+        (run,) = report["runs"]
+        assert run["resume"]["index"] == 12 and not any(p.endswith("last.ckpt") for p in run["resume"]["paths"]), what
+        if torn in (new, previous):
+            assert torch_says in ("the new save", "the old save") and zipfile_says is None and not found, what
+            continue
+        # damaged: torch fails on it or reads a mix, or zipfile finds a member that is not as recorded
+        assert torch_says.startswith(("fails", "a mix")) or zipfile_says is not None, what
+        assert found in ({"CKD207"}, {"CKD206"}), (what, report["findings"])
+        if found == {"CKD207"}:  # the directory places or sizes a member otherwise: torch cannot read it
+            assert torch_says.startswith("fails"), what
+        seen.add((found.pop(), torch_says.split(":")[0]))
+    assert {("CKD207", "fails"), ("CKD206", "a mix of both saves"), ("CKD206", "the new save")} <= seen, seen
+
+
+def test_lightning_fails_on_a_torn_last_ckpt_and_resumes_once_repair_copied_the_resume_point_over_it(synced, tmp_path, cli):
+    root, previous = synced
+    folder = copy_run(root / "checkpoints", tmp_path / "run" / "checkpoints")
+    last = folder / "last.ckpt"
+    new = last.read_bytes()
+    last.write_bytes(new[: HEAD + 1000] + previous[HEAD + 1000 :])  # the copy cut off past what inspect reads of its start
+
+    def fit() -> Any:
+        return lightning_fit(folder.parent, 3, module=tiny_module(64, 64), ckpt_path="last", save_top_k=0, save_last=False)
+
+    with pytest.raises(Exception, match="failed reading"):
+        fit()
+    assert cli("repair", "--yes", "--min-age", "0", folder).exit_code == 0
+    assert last.read_bytes() == (folder / "epoch=2-step=12.ckpt").read_bytes()  # a copy, as save_last=True makes
+    trainer = fit()
+    assert (trainer.ckpt_path, trainer.global_step) == (str(last), 12)

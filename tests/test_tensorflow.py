@@ -48,32 +48,52 @@ small = tf.train.Checkpoint(a=tf.Variable(tf.ones((4,))))
 for epoch in (1, 2):
     small.write(out + f"/written/cp-{epoch:04d}.ckpt")  # the Keras 2 tutorials' template: no state file
 big.write(out + "/sharded/weights", options=tf.train.CheckpointOptions(experimental_sharding_callback=policy))
+iterator = iter(tf.data.Dataset.range(100).shuffle(10, seed=1).batch(4))
+next(iterator)
+tf.train.Checkpoint(iterator=iterator, names=tf.Variable(["a", "bb", "ccc"])).write(out + "/iterator/ckpt")  # variant and string tensors
 """
 
 _RESTORE = r"""
 import sys, json, numpy as np, keras, tensorflow as tf
-folder = sys.argv[1]
-model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(2)])
-model.compile(optimizer="adam", loss="mse")
-model.fit(np.ones((16, 4), "float32"), np.ones((16, 2), "float32"), epochs=1, batch_size=8, verbose=0)
-step = tf.Variable(0, dtype=tf.int64)
-checkpoint = tf.train.Checkpoint(step=step, optimizer=model.optimizer, model=model)
-manager = tf.train.CheckpointManager(checkpoint, folder, max_to_keep=3)
-latest = tf.train.latest_checkpoint(folder)
-error = None
-try:
-    checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-except Exception as caught:
-    error = type(caught).__name__ + ": " + str(caught).splitlines()[0]
-print(json.dumps({"latest": latest, "manager": manager.latest_checkpoint, "step": int(step.numpy()), "error": error}))
+for folder in sys.argv[1:]:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((16, 4), "float32"), np.ones((16, 2), "float32"), epochs=1, batch_size=8, verbose=0)
+    step = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(step=step, optimizer=model.optimizer, model=model)
+    manager = tf.train.CheckpointManager(checkpoint, folder, max_to_keep=3)
+    latest = tf.train.latest_checkpoint(folder)
+    error = None
+    try:
+        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+    except Exception as caught:
+        error = type(caught).__name__ + ": " + str(caught).splitlines()[0]
+    print(json.dumps({"latest": latest, "manager": manager.latest_checkpoint, "step": int(step.numpy()), "error": error}))
+"""
+_READ_ITERATOR = r"""
+import sys, json, tensorflow as tf
+for prefix in sys.argv[1:]:
+    iterator = iter(tf.data.Dataset.range(100).shuffle(10, seed=1).batch(4))
+    names = tf.Variable(["", "", ""])
+    error = None
+    try:
+        tf.train.Checkpoint(iterator=iterator, names=names).read(prefix).assert_consumed()
+    except Exception as caught:
+        error = type(caught).__name__ + ": " + str(caught).splitlines()[0]
+    print(json.dumps({"names": [n.decode() for n in names.numpy()], "error": error}))
 """
 
 
 def restored(folder: Path) -> dict[str, object]:
     """What TensorFlow itself makes of ``folder``: the prefix ``latest_checkpoint`` returns and the
     step a manager's ``restore(manager.latest_checkpoint)`` restores (0: it started afresh)."""
-    result: dict[str, object] = json.loads(run_python(_RESTORE, str(folder)).splitlines()[-1])
+    (result,) = restorations([folder])
     return result
+
+
+def restorations(folders: list[Path], script: str = _RESTORE) -> list[dict[str, object]]:
+    """``restored`` of each of ``folders`` (or what another ``script`` prints of each), in one TensorFlow process."""
+    return [json.loads(line) for line in run_python(script, *map(str, folders)).splitlines() if line.startswith("{")]
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +193,65 @@ def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it
     _, found = verify([str(manager)], VerifyOptions(deep=True))
     assert found.runs[0].resume.index == 3
     assert "Checksum does not match" in str(restored(manager)["error"])  # what the finding quotes
+
+
+def flipped(folder: Path, prefix: str, offsets: list[int]) -> Path:
+    """``folder`` with one bit of ``prefix``'s data shard flipped at each of ``offsets``: the length stays."""
+    shard = folder / f"{prefix}.data-00000-of-00001"
+    data = bytearray(shard.read_bytes())
+    for offset in offsets:
+        data[offset] ^= 0x01
+    shard.write_bytes(bytes(data))
+    return folder
+
+
+def test_a_flipped_bit_in_any_tensor_fails_verify_as_it_fails_tensorflows_restore(manager: Path, tmp_path: Path) -> None:
+    # the string tensor that holds the object graph is most of the shard: its length varint, the
+    # checksum of its lengths and its bytes are each checksummed otherwise than a float's bytes
+    _, entries = tfbundle.bundle_entries((manager / "ckpt-4.index").read_bytes()) or (0, [])
+    by_key = {entry.key: entry for entry in entries}
+    graph, step = by_key["_CHECKPOINTABLE_OBJECT_GRAPH"], by_key["step/.ATTRIBUTES/VARIABLE_VALUE"]
+    weights = next(e for e in entries if e.dtype == "float32" and e.size >= 64)
+    shard = (manager / "ckpt-4.data-00000-of-00001").read_bytes()
+    varint = 1 + next(i for i, byte in enumerate(shard[graph.offset :]) if not byte & 0x80)
+    where = {
+        "graph-length": graph.offset,
+        "graph-length-checksum": graph.offset + varint,
+        "graph-bytes": graph.offset + graph.size - 1,
+        "step": step.offset,
+        "weights": weights.offset + 5,
+    }
+    folders = {what: flipped(Path(shutil.copytree(manager, tmp_path / what)), "ckpt-4", [offset]) for what, offset in where.items()}
+    said = dict(zip(folders, restorations(list(folders.values())), strict=True))
+    for what, folder in folders.items():
+        assert "does not match" in str(said[what]["error"]), (what, said[what])  # TensorFlow refuses the save
+        assert codes(folder) == [], what  # every length is right: inspect cannot tell
+        for deep in (False, True):
+            report, found = verify([str(folder)], VerifyOptions(deep=deep))
+            assert ("CKD206", 4) in [(f.code, f.index) for f in report.findings], (what, deep)
+            assert found.runs[0].resume.index == 3, (what, deep)
+    assert restored(manager)["error"] is None
+    assert codes(manager, deep=True) == []
+
+
+def test_variant_and_string_tensors_are_checked_as_tensorflow_checks_them(tf_runs: Path, tmp_path: Path) -> None:
+    written = Path(shutil.copytree(tf_runs / "iterator", tmp_path / "iterator"))
+    _, entries = tfbundle.bundle_entries((written / "ckpt.index").read_bytes()) or (0, [])
+    assert {e.dtype for e in entries} == {"string", "variant"}
+    report, _ = verify([str(written)], VerifyOptions())
+    assert report.findings == ()  # the checksums computed match the ones TensorFlow recorded
+    variant = next(e for e in entries if e.dtype == "variant")
+    names = next(e for e in entries if e.key.startswith("names/"))
+    folders = [
+        flipped(Path(shutil.copytree(written, tmp_path / str(offset))), "ckpt", [offset])
+        for offset in (variant.offset + 100, variant.offset + variant.size - 1, names.offset, names.offset + names.size - 1)
+    ]
+    said = restorations([written / "ckpt", *(folder / "ckpt" for folder in folders)], _READ_ITERATOR)
+    assert said[0] == {"names": ["a", "bb", "ccc"], "error": None}
+    for folder, result in zip(folders, said[1:], strict=True):
+        assert "does not match" in str(result["error"]), result
+        report, _ = verify([str(folder)], VerifyOptions())
+        assert "CKD206" in [f.code for f in report.findings], folder
 
 
 def test_a_state_file_naming_a_deleted_save_or_none_is_a_stale_pointer(manager: Path, cli) -> None:

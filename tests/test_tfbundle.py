@@ -12,6 +12,8 @@ from pathlib import Path
 
 import google_crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import tfbundle
@@ -112,11 +114,34 @@ def test_a_shard_whose_tensor_bytes_changed_fails_the_crc_its_index_records() ->
     parsed = tfbundle.bundle_entries(index([(b"", header()), (b"w", value)]))
     assert parsed is not None
     _, entries = parsed
-    assert tfbundle.shard_issues(BytesSample(payload), entries, "x.data-00000-of-00001") == []
+    assert tfbundle.shard_issues(BytesSample(payload), entries, "x.data-00000-of-00001", nonfinite=True) == []
     flipped = bytes([payload[0] ^ 1]) + payload[1:]
-    assert [i.problem for i in tfbundle.shard_issues(BytesSample(flipped), entries, "x.data-00000-of-00001")] == [Problem.CRC_MISMATCH]
+    found = tfbundle.shard_issues(BytesSample(flipped), entries, "x.data-00000-of-00001", nonfinite=False)
+    assert [i.problem for i in found] == [Problem.CRC_MISMATCH]
     nan = struct.pack("<4f", 1.0, float("nan"), 3.0, 4.0)
-    assert Problem.NONFINITE in [i.problem for i in tfbundle.shard_issues(BytesSample(nan), entries, "x")]
+    assert Problem.NONFINITE in [i.problem for i in tfbundle.shard_issues(BytesSample(nan), entries, "x", nonfinite=True)]
+    assert Problem.NONFINITE not in [i.problem for i in tfbundle.shard_issues(BytesSample(nan), entries, "x", nonfinite=False)]
+
+
+def test_an_entry_without_a_crc_is_held_to_zero_as_tensorflow_holds_it() -> None:
+    """proto3 leaves ``crc32c = 0`` out of the entry; ``GetValue`` compares the bytes with it all the same."""
+    parsed = tfbundle.bundle_entries(index([(b"", header()), (b"w", entry(FLOAT32, (1,), 0, 4))]))
+    assert parsed is not None
+    found = tfbundle.shard_issues(BytesSample(struct.pack("<f", 1.0)), parsed[1], "x", nonfinite=False)
+    assert [i.problem for i in found] == [Problem.CRC_MISMATCH]
+
+
+@given(data=st.binary(max_size=256), dtype=st.sampled_from([1, 7, 9, 21, 99]), dims=st.lists(st.integers(-2, 40), max_size=3))
+@settings(max_examples=300, deadline=None)
+def test_shard_bytes_of_any_kind_never_raise(data: bytes, dtype: int, dims: list[int]) -> None:
+    """String and variant tensors are walked as ``ReadStringTensor`` and ``ReadVariantTensor`` read
+    them (lengths as varints, checksums between): any bytes under any shape give a verdict."""
+    shape = b"".join(field(2, field(1, n & (2**64 - 1))) for n in dims)  # int64 on the wire
+    value = field(1, dtype) + field(2, shape) + field(5, len(data))
+    parsed = tfbundle.bundle_entries(index([(b"", header()), (b"t", value)]))
+    assert parsed is not None
+    for issue in tfbundle.shard_issues(BytesSample(data), parsed[1], "x", nonfinite=True):
+        assert issue.problem in (Problem.CRC_MISMATCH, Problem.NONFINITE)
 
 
 @pytest.mark.parametrize(

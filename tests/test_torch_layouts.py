@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptdoctor.readers._sample import HEAD, TAIL
+
 torch = pytest.importorskip("torch")
 
 
@@ -478,3 +480,82 @@ def test_a_stray_staging_file_beside_whole_files_is_a_leftover_not_a_lost_epoch(
     after = inspect_json(run_dir)
     assert _only_run(after)["resume"]["index"] == 27 and not [f for f in after.json["findings"] if f["code"] == "CKD202"]
     assert torch.load(run_dir / "model_27.pt", weights_only=True).keys() == {"weight", "bias"}, "torch loads what is kept"
+
+
+# --- issue 30, item 10: a legacy (non-zip) torch.save cut short -----------------------------------
+
+
+def _legacy_run(run_dir: Path, epochs: int) -> None:
+    """A hand-made training loop that saves model and optimizer every epoch in torch's legacy format
+    (``_use_new_zipfile_serialization=False``): each file (57 KB) is longer than what inspect reads of
+    it, and its pickles lie in the first 16 KiB."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimizer = torch.optim.Adam(model.parameters())
+    run_dir.mkdir(parents=True)
+    for epoch in range(1, epochs + 1):
+        optimizer.zero_grad()
+        model(torch.randn(4, 64)).pow(2).mean().backward()
+        optimizer.step()
+        state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(state, run_dir / f"checkpoint_epoch_{epoch}.pt", _use_new_zipfile_serialization=False)
+
+
+def _loads(path: Path) -> bool:
+    try:
+        torch.load(path, weights_only=True)
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        pytest.param(lambda size: 1500, id="inside the object pickle"),
+        pytest.param(lambda size: 3000, id="inside the first storage"),
+        pytest.param(lambda size: HEAD + TAIL + 1000, id="inside the storages, past what inspect reads"),
+        pytest.param(lambda size: size - 1, id="one byte short"),
+    ],
+)
+def test_a_legacy_save_cut_short_is_partial_and_prune_keeps_the_one_torch_loads(inspect_json, cli, tmp_path: Path, cut) -> None:
+    run_dir = tmp_path / "run"
+    _legacy_run(run_dir, 4)
+    newest = run_dir / "checkpoint_epoch_4.pt"
+    whole = newest.read_bytes()
+    assert len(whole) > HEAD + TAIL and _loads(newest)
+    newest.write_bytes(whole[: cut(len(whole))])
+    assert not _loads(newest)  # what torch makes of it
+    old = time.time() - 86400
+    for path in run_dir.iterdir():
+        os.utime(path, (old, old))
+
+    result = inspect_json(run_dir)
+    run = _only_run(result)
+    assert (run["layout"], _by_index(run)[4]["status"], run["resume"]["index"]) == ("torch", "partial", 3)
+    assert [f["path"] for f in result.json["findings"] if f["code"] == "CKD203"] == [str(newest)]
+    assert cli("prune", "--yes", "--keep-last", "1", run_dir).exit_code == 0
+    remaining = sorted(run_dir.glob("checkpoint_epoch_*.pt"))
+    assert [path.name for path in remaining if _loads(path)] == ["checkpoint_epoch_3.pt"]  # torch resumes from it
+    assert newest in remaining  # a cut save newer than the resume point is left to repair
+
+
+def test_a_legacy_save_whose_pickles_run_past_what_inspect_reads_is_cut_short_to_verify(cli, tmp_path: Path) -> None:
+    """Its object pickle (150 layers and their Adam state) is longer than the 16 KiB inspect reads of
+    a file's start: where its storages end is only known once it is read whole."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(150)))
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in (1, 2):
+        model(torch.randn(2, 16)).sum().backward()
+        optimizer.step()
+        state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(state, run_dir / f"checkpoint_epoch_{epoch}.pt", _use_new_zipfile_serialization=False)
+    newest = run_dir / "checkpoint_epoch_2.pt"
+    newest.write_bytes(newest.read_bytes()[:-1000])
+    assert not _loads(newest)
+    report = cli("verify", "--json", run_dir).json
+    assert [f["path"] for f in report["findings"] if f["code"] == "CKD203"] == [str(newest)]
+    assert report["runs"][0]["resume"]["index"] == 1

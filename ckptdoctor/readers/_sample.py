@@ -79,6 +79,13 @@ class Sample:
         self.close()
 
 
+def held(sample: Sample) -> int:
+    """How far into the file the bytes reach that every sample of it reads at once (its head, or
+    all of a small file, as ``FileSample`` and ``object_samples`` read them): a check of those
+    costs ``inspect`` no read."""
+    return sample.size if sample.size <= HEAD + TAIL else HEAD
+
+
 class BytesSample(Sample):
     """A sample over bytes in memory (tests, fuzzing, decompressed payloads)."""
 

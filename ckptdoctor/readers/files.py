@@ -373,17 +373,20 @@ def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
         report = _read_file(
             entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=True, values=deep > 0), whole=True
         )
-    elif deep and entry.name.endswith(tfbundle.INDEX_SUFFIX):
-        report = _read_file(entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), named=named), whole=True)
+    elif entry.name.endswith(tfbundle.INDEX_SUFFIX):
+        report = _read_file(
+            entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), deep=deep, named=named), whole=True
+        )
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named), whole=True)
     return report
 
 
-def _verify_bundle(sample: Sample, name: str, folder: str, named: NamedFiles) -> FileReport:
-    """A TensorFlow index (``verify --deep``), with every tensor of its shards read against the
-    CRC-32C it records: the shards are raw bytes that only their index can judge."""
-    report = verify_sample(sample, name, 1, named)
+def _verify_bundle(sample: Sample, name: str, folder: str, deep: int, named: NamedFiles) -> FileReport:
+    """A TensorFlow index, with every tensor of its shards read against the CRC-32C it records
+    (TensorFlow checks it on every restore, so ``verify`` does too, and ``--deep`` also counts NaN
+    and Inf): the shards are raw bytes that only their index can judge."""
+    report = verify_sample(sample, name, deep, named)
     parsed = tfbundle.bundle_entries(sample.head(sample.size)) if report.format == tfbundle.TF_INDEX.value else None
     if parsed is None or report.issues:
         return report
@@ -394,7 +397,7 @@ def _verify_bundle(sample: Sample, name: str, folder: str, named: NamedFiles) ->
         shard_name = tfbundle.data_file_name(prefix, shard, shards)
         try:
             with open_sample(os.path.join(folder, shard_name)) as data:
-                issues += tfbundle.shard_issues(data, [e for e in entries if e.shard == shard], shard_name)
+                issues += tfbundle.shard_issues(data, [e for e in entries if e.shard == shard], shard_name, nonfinite=deep > 0)
         except OSError:
             continue  # a missing or unreadable shard: its own report, or the layout, says so
     return dataclasses.replace(report, issues=tuple(issues)) if issues else report

@@ -7,6 +7,7 @@ byte. torch's legacy format is still loadable but obsolete (CKD210).
 from __future__ import annotations
 
 import math
+import re
 import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
@@ -14,10 +15,11 @@ from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import HEAD, TAIL, Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, BytesSample, Sample, held
 from ckptdoctor.readers._unpickler import (
     JOBLIB_WRAPPERS,
     TORCH_OPCODES,
+    Storage,
     Walk,
     masks,
     outside_weights,
@@ -67,11 +69,77 @@ def probe_pickle(sample: Sample) -> FileReport:
 
 
 def probe_legacy(sample: Sample) -> FileReport:
-    issue = FileIssue(
-        Problem.LEGACY,
-        "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); it cannot be memory-mapped",
-    )
-    return FileReport(Format.TORCH_LEGACY.value, (issue,))
+    """The legacy format's notice, and its length against where its storages end, where the
+    pickles that say so lie in what ``inspect`` holds of the file (see ``_legacy_end``)."""
+    end = _legacy_end(sample)
+    cut = end if isinstance(end, FileIssue) else _length_issue(sample.size, end) if end is not None else None
+    return FileReport(Format.TORCH_LEGACY.value, (LEGACY_NOTICE, cut) if cut else (LEGACY_NOTICE,))
+
+
+LEGACY_NOTICE = FileIssue(
+    Problem.LEGACY,
+    "saved in torch's legacy non-zip format (_use_new_zipfile_serialization=False); it cannot be memory-mapped",
+)
+
+
+def _legacy_end(sample: Sample) -> int | FileIssue | None:
+    """Where a legacy file must end: after its five pickles, each storage the key list names as a
+    u64 element count and its bytes (sized by the object pickle); walked within what every sample
+    holds (its head, or all of a small file). What ends them there is cut short; None where they
+    run past it or are not as torch writes them (``verify`` reads them whole and says why)."""
+    reach = held(sample)
+    data = sample.range(0, reach)
+    if reach < sample.size and not _key_list_held(data):
+        return None  # the object pickle runs past what is held: walking it would tell nothing
+    held_bytes = BytesSample(data)
+    position = 0
+    walks: list[Walk] = []
+    for what, expected in _LEGACY_PICKLES:
+        walked = walk_sample(held_bytes, position, TORCH_OPCODES)
+        if walked.truncated and reach == sample.size:
+            return FileIssue(Problem.TRUNCATED, f"{sample.size} bytes: it ends inside {what} pickle, so the save was cut short")
+        if walked.error or walked.unproven or (expected is not None and walked.root != expected):
+            return None
+        walks.append(walked)
+        position = walked.end
+    keys = walks[4].root
+    storages = {storage.key: storage for storage in walks[3].storages}
+    if not isinstance(keys, list):
+        return None
+    for key in keys:
+        sized = _sized(key, storages)
+        if sized is None:
+            return None
+        position += _ELEMENT.size + sized[0].numel * sized[1]
+    return position
+
+
+def _key_list_held(data: bytes) -> bool:
+    """Whether the storage key list may begin in ``data``: pickled at protocol 2 or above, like the
+    four pickles before it, it starts with PROTO (framed at 4 and 5) and an empty list, which of
+    the others only an object that is a list does. A cheap test before a walk of the pickles, which
+    a long object pickle would spend on nothing."""
+    if not data.startswith(b"\x80") or len(data) < 2:
+        return True  # protocol 0 or 1: no such mark to look for
+    mark = re.compile(re.escape(data[:2]) + rb"(?:\x95.{8})?\]", re.DOTALL)
+    return mark.search(data, 2) is not None
+
+
+def _sized(key: object, storages: dict[str, Storage]) -> tuple[Storage, int] | None:
+    """The storage a legacy file's key list names, and the size of its elements; None where torch
+    could not size it."""
+    storage = storages.get(str(key))
+    element = TORCH_SIZES.get(storage.dtype) if storage is not None and storage.dtype else None
+    return None if storage is None or element is None else (storage, element)
+
+
+def _length_issue(size: int, end: int) -> FileIssue | None:
+    """A legacy file of ``size`` bytes whose last storage ends at ``end``."""
+    if size < end:
+        return FileIssue(Problem.TRUNCATED, f"{size} bytes, but its storages need {end}: the save was cut short")
+    if size > end:
+        return FileIssue(Problem.TRAILING_BYTES, f"{size - end} bytes after its last storage")
+    return None
 
 
 def probe_preview(sample: Sample) -> FileReport:
@@ -139,7 +207,7 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
     """torch's pre-zip format: five pickles (magic, protocol, sys_info, the object, storage keys)
     and then each storage as a u64 element count and its raw bytes (integrity reference §5.1).
     torch compares the first two with its numbers and stops where they differ."""
-    issues = list(probe_legacy(sample).issues)
+    issues = [LEGACY_NOTICE]
     position = 0
     walks = []
     for what, expected in _LEGACY_PICKLES:
@@ -175,15 +243,14 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
     not_weights = outside_weights(found)
     masked = masks(found)
     for key in keys:
-        storage = storages.get(str(key))
+        sized = _sized(key, storages)
         header = sample.range(position, _ELEMENT.size)
-        element = TORCH_SIZES.get(storage.dtype) if storage is not None and storage.dtype else None
-        if element is None or len(header) < _ELEMENT.size:
+        if sized is None or len(header) < _ELEMENT.size:
             why = "ends before" if len(header) < _ELEMENT.size else "cannot size"
             problem = Problem.TRUNCATED if len(header) < _ELEMENT.size else Problem.MALFORMED
             issues.append(FileIssue(problem, f"the file {why} storage {key}"))
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
-        assert storage is not None and storage.dtype is not None
+        storage, element = sized
         (count,) = _ELEMENT.unpack(header)
         if count != storage.numel:
             issues.append(
@@ -198,10 +265,9 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
             regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype, infinite=storage.key in masked))
         position += _ELEMENT.size + nbytes
         tensor_bytes += nbytes
-    if sample.size < position:
-        issues.append(FileIssue(Problem.TRUNCATED, f"{sample.size} bytes, but its storages need {position}: the save was cut short"))
-    elif sample.size > position:
-        issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - position} bytes after its last storage"))
+    cut = _length_issue(sample.size, position)
+    if cut:
+        issues.append(cut)
     elif deep and regions:
         issues += _deep.nonfinite_issues(sample, regions, deep)
     return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root), tensor_bytes)

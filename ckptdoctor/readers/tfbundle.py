@@ -107,7 +107,9 @@ class Entry(NamedTuple):
     offset: int
     size: int
     crc: int | None = None
-    """The masked CRC-32C of its bytes (``BundleWriter::Add``), where recorded."""
+    """The masked CRC-32C of its bytes (``BundleWriter::Add``); None where the entry leaves it out, as proto3 leaves out a zero."""
+    sliced: bool = False
+    """A partitioned variable's whole: it holds no bytes, its slices are entries of their own."""
 
 
 def bundle_entries(data: bytes) -> tuple[int, list[Entry]] | None:
@@ -119,26 +121,28 @@ def bundle_entries(data: bytes) -> tuple[int, list[Entry]] | None:
         return None
 
 
-def shard_issues(sample: Sample, entries: list[Entry], shard_name: str) -> list[FileIssue]:
-    """Every tensor of one data shard against the CRC-32C its index records (what TensorFlow
-    checks when it restores), and its float values for NaN and Inf; read block by block."""
-    # google-crc32c (a dependency) does it in C; imported when a bundle is read whole
-    import google_crc32c
-
+def shard_issues(sample: Sample, entries: list[Entry], shard_name: str, nonfinite: bool) -> list[FileIssue]:
+    """Every tensor of one data shard against the CRC-32C its index records, computed as
+    ``BundleReader::GetValue`` computes it (TensorFlow checks it on every restore), and with
+    ``nonfinite`` its float values for NaN and Inf; read block by block."""
     mismatched: list[str] = []
-    nonfinite = 0
+    found = 0
     for entry in entries:
-        if entry.offset + entry.size > sample.size:
-            continue  # the shard is cut short: the layout reports it
-        crc = 0
-        for start in range(entry.offset, entry.offset + entry.size, _READ):
-            block = sample.range(start, min(_READ, entry.offset + entry.size - start))
-            crc = google_crc32c.extend(crc, block)
-            if entry.dtype in _deep.FLOAT_BITS:
-                nonfinite += _deep.count_nonfinite(block, entry.dtype)
-        # a string tensor's checksum covers its lengths as fixed 64-bit words, not the varints it
-        # stores (WriteStringTensor): only plain tensors' bytes are what was checksummed
-        if entry.crc is not None and entry.dtype not in _NOT_PLAIN and crc != _unmask(entry.crc):
+        if entry.sliced or entry.offset + entry.size > sample.size:
+            continue  # a partitioned variable's whole, read through its slices' entries; a cut shard: the layout reports it
+        reader = _Forward(sample, entry.offset)
+        if entry.dtype == "string":
+            crc = _string_crc(reader, entry)
+        elif entry.dtype == "variant":
+            crc = _variant_crc(reader, entry)
+        else:
+            crc = 0
+            for block in reader.blocks(entry.size):
+                crc = _extend(crc, block)
+                if nonfinite and entry.dtype in _deep.FLOAT_BITS:
+                    found += _deep.count_nonfinite(block, entry.dtype)
+        # proto3 leaves a zero CRC out of the entry: TensorFlow then compares with zero
+        if crc != _unmask(entry.crc or 0):
             mismatched.append(entry.key)
     issues = []
     if mismatched:
@@ -150,14 +154,128 @@ def shard_issues(sample: Sample, entries: list[Entry], shard_name: str) -> list[
                 "the index records: the bytes changed after saving (tensorflow: Checksum does not match)",
             )
         )
-    if nonfinite:
-        issues.append(FileIssue(Problem.NONFINITE, f"{shard_name}: {nonfinite} NaN or Inf values"))
+    if found:
+        issues.append(FileIssue(Problem.NONFINITE, f"{shard_name}: {found} NaN or Inf values"))
     return issues
 
 
-_NOT_PLAIN = frozenset({"string", "variant", "resource"})
+def _string_crc(reader: _Forward, entry: Entry) -> int | None:
+    """A string tensor's checksum as ``ReadStringTensor`` computes it: each element's length (a
+    varint in the file) as a 32-bit word, or 64-bit past 4 GiB; then the masked checksum of those
+    lengths, which must match them; then the strings' bytes. None where TensorFlow stops reading."""
+    count = _elements(entry)
+    if count is None:
+        return None
+    if entry.size == 0:
+        return 0
+    lengths: list[int] = []
+    crc = 0
+    for _ in range(count):
+        length = reader.varint()
+        if length is None:
+            return None
+        lengths.append(length)
+        crc = _extend(crc, struct.pack("<I" if length <= 0xFFFFFFFF else "<Q", length))
+    if reader.position > entry.offset + entry.size:
+        return None  # tensorflow: String lengths longer than expected offset
+    stored = reader.read(4)
+    if len(stored) < 4 or _unmask(int.from_bytes(stored, "little")) != crc:
+        return None  # tensorflow: The length checksum does not match
+    crc = _extend(crc, stored)
+    for length in lengths:
+        for block in reader.blocks(length):
+            crc = _extend(crc, block)
+    return crc
+
+
+def _variant_crc(reader: _Forward, entry: Entry) -> int | None:
+    """A variant tensor's checksum as ``ReadVariantTensor`` computes it: for each element its length
+    as a 64-bit word, its bytes, and the masked checksum so far, which must match. None where
+    TensorFlow stops reading."""
+    if entry.size == 0:
+        return 0  # nothing read, as for a string tensor
+    count = _elements(entry)
+    if count is None:
+        return None
+    crc = 0
+    for _ in range(count):
+        length = reader.varint()
+        if length is None:
+            return None
+        crc = _extend(crc, struct.pack("<Q", length))
+        for block in reader.blocks(length):
+            crc = _extend(crc, block)
+        stored = reader.read(4)
+        if len(stored) < 4 or _unmask(int.from_bytes(stored, "little")) != crc:
+            return None  # tensorflow: The checksum after Variant … does not match
+        crc = _extend(crc, stored)
+    return crc
+
+
+def _elements(entry: Entry) -> int | None:
+    """How many elements a string or variant tensor holds; None where its shape is invalid or it
+    claims more elements than its bytes can hold (each takes at least one)."""
+    if any(n < 0 for n in entry.shape):
+        return None
+    count = math.prod(entry.shape)
+    return count if count <= entry.size else None
+
+
+def _extend(crc: int, data: bytes) -> int:
+    # google-crc32c (a dependency) does it in C; imported when a bundle is read
+    import google_crc32c
+
+    return int(google_crc32c.extend(crc, data))
+
+
+class _Forward:
+    """A data shard read forward from ``offset``, a block at a time, as TensorFlow's ``InputBuffer``
+    reads it: varints and byte runs, past the entry's own size when its lengths say so."""
+
+    def __init__(self, sample: Sample, offset: int) -> None:
+        self._sample = sample
+        self.position = offset
+        self._block = b""
+        self._block_at = offset
+
+    def _held(self) -> bytes:
+        """The bytes from ``position`` on that are already read, reading the next block where none are."""
+        start = self.position - self._block_at
+        if start >= len(self._block):
+            self._block = self._sample.range(self.position, _READ)
+            self._block_at, start = self.position, 0
+        return self._block[start:]
+
+    def varint(self) -> int | None:
+        value = shift = 0
+        while shift <= 63:
+            held = self._held()
+            if not held:
+                return None
+            byte = held[0]
+            self.position += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        return None
+
+    def blocks(self, length: int) -> Iterator[bytes]:
+        """The next ``length`` bytes, in blocks of at most ``_READ``; fewer where the shard ends."""
+        while length > 0:
+            held = self._held()[:length]
+            if not held:
+                return
+            self.position += len(held)
+            length -= len(held)
+            yield held
+
+    def read(self, length: int) -> bytes:
+        return b"".join(self.blocks(length))
+
+
 _READ = 4 * 1024 * 1024
-"""Bytes of a tensor read at a time (a multiple of every element's size)."""
+"""Bytes of a shard read at a time (a multiple of every element's size)."""
 
 
 def _report(parsed: tuple[int, list[Entry]]) -> FileReport:
@@ -318,6 +436,7 @@ _BUNDLE_VERSION = 1
 def _entry(key: bytes, value: bytes) -> Entry:
     dtype, shard, offset, size = 0, 0, 0, 0
     crc: int | None = None
+    sliced = False
     shape: tuple[int, ...] = ()
     for number, field in _fields(value):
         if number == 1 and isinstance(field, int):
@@ -332,7 +451,9 @@ def _entry(key: bytes, value: bytes) -> Entry:
             size = field
         elif number == 6 and isinstance(field, int):
             crc = field
-    return Entry(key.decode("utf-8", "replace"), _DTYPES.get(dtype, f"tf-{dtype}"), shape, shard, offset, size, crc)
+        elif number == 7:
+            sliced = True
+    return Entry(key.decode("utf-8", "replace"), _DTYPES.get(dtype, f"tf-{dtype}"), shape, shard, offset, size, crc, sliced)
 
 
 def _shape(value: bytes) -> tuple[int, ...]:
@@ -350,10 +471,7 @@ def _unmask(masked: int) -> int:
 
 
 def _crc32c(data: bytes) -> int:
-    # google-crc32c (a dependency) does it in C; imported when an index is read
-    import google_crc32c
-
-    return int(google_crc32c.value(data))
+    return _extend(0, data)
 
 
 _STATE_FIELD = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"\s*$')

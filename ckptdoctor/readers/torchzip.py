@@ -23,7 +23,7 @@ from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import TAIL, Sample, SampleReader
+from ckptdoctor.readers._sample import TAIL, Sample, SampleReader, held
 from ckptdoctor.readers._skim import Skimmed
 from ckptdoctor.readers._skim import top_level as skim
 from ckptdoctor.readers._unpickler import (
@@ -70,6 +70,8 @@ class Directory(NamedTuple):
     """Offset of the classic end record."""
     end: int
     """Offset just past the classic end record and its comment."""
+    first: bytes
+    """The central directory's first ``_FIRST_ENTRY`` bytes: its first entry, read with the check that it starts there."""
 
 
 class Member(NamedTuple):
@@ -89,10 +91,11 @@ def probe(sample: Sample) -> FileReport:
     if isinstance(located, FileIssue):
         return FileReport(Format.TORCH_ZIP.value, (located,))
     facts = (("members", str(located.entries)),)
+    issues = []
     if located.end < sample.size:
-        issue = FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record")
-        return FileReport(Format.TORCH_ZIP.value, (issue,), facts)
-    return FileReport(Format.TORCH_ZIP.value, (), facts)
+        issues.append(FileIssue(Problem.TRAILING_BYTES, f"{sample.size - located.end} bytes after the archive's end record"))
+    issues += _held_member_issues(sample, located, held(sample))
+    return FileReport(Format.TORCH_ZIP.value, tuple(issues), facts)
 
 
 def locate(sample: Sample) -> Directory | FileIssue:
@@ -124,9 +127,15 @@ def locate(sample: Sample) -> Directory | FileIssue:
             f"its central directory (at {cd_offset}, {cd_size} bytes) does not end where the "
             f"end record is ({cd_limit}): the archive was altered or spliced",
         )
-    if entries and sample.range(cd_offset, 4) != CENTRAL_SIGNATURE:
+    first = sample.range(cd_offset, min(cd_size, _FIRST_ENTRY)) if entries else b""
+    if entries and not first.startswith(CENTRAL_SIGNATURE):
         return FileIssue(Problem.MALFORMED, "its central directory does not start where the end record says")
-    return Directory(entries, cd_offset, cd_size, end_at, end_at + END.size + comment_length)
+    return Directory(entries, cd_offset, cd_size, end_at, end_at + END.size + comment_length, first)
+
+
+_FIRST_ENTRY = 1024
+"""Bytes read at the central directory's start: its first entry whole, whatever name torch gives it
+(one read, as long as the four bytes of its signature)."""
 
 
 def _find_end(tail: bytes) -> int | None:
@@ -176,6 +185,9 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     pickle_member = by_name.get(f"{prefix}/data.pkl".lower()) if prefix else None
     if pickle_member is None:
         return _other_zip(sample, members, issues, deep)
+    # list_members says where a header is missing; --deep checks every member's CRC, verify data.pkl's as inspect does
+    disagreed = _disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else pickle_member)
+    issues += [i for i in disagreed if not deep or i.problem is Problem.MALFORMED]
     script = f"{prefix}/constants.pkl" in {m.name for m in members}
     issues += _torch_anomalies(members, prefix or "", script)
     issues += _numpy_members(sample, members)
@@ -249,26 +261,174 @@ class _CentralEntry(NamedTuple):
 
 def _central_entry(sample: Sample, blob: bytes, position: int, number: int) -> _CentralEntry:
     """The central directory entry at ``position`` of ``blob``, with its local header checked."""
+    recorded = _recorded(blob, position)
+    if recorded is None:
+        return _CentralEntry(None, position, [FileIssue(Problem.MALFORMED, f"central directory entry {number} is damaged")])
+    issues: list[FileIssue] = []
+    if not recorded.zip64_read:
+        issues.append(FileIssue(Problem.MALFORMED, f"member {recorded.member.name} has a damaged ZIP64 extra field"))
+    member, local_issue = _located(sample, recorded)
+    if local_issue:
+        issues.append(local_issue)
+    return _CentralEntry(member, recorded.end, issues)
+
+
+class _Recorded(NamedTuple):
+    """A central directory entry as it reads, its ZIP64 values in place of their sentinels."""
+
+    member: Member
+    """Its data offset still unknown (-1): the local header gives it."""
+    raw_name: bytes
+    end: int
+    """Where in its blob the entry ends."""
+    zip64_read: bool
+    """False where its ZIP64 extra field claims more bytes than it has (the 32-bit values stand)."""
+
+
+def _recorded(blob: bytes, position: int) -> _Recorded | None:
+    """The central directory entry at ``position`` of ``blob``; None where no entry starts there."""
     fields = CENTRAL.unpack_from(blob, position)
     if fields[0] != CENTRAL_SIGNATURE:
-        return _CentralEntry(None, position, [FileIssue(Problem.MALFORMED, f"central directory entry {number} is damaged")])
+        return None
     flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
     name_length, extra_length, comment_length, header = fields[10], fields[11], fields[12], fields[16]
     start = position + CENTRAL.size
     raw_name = blob[start : start + name_length]
-    extra = blob[start + name_length : start + name_length + extra_length]
-    name = raw_name.decode("utf-8", "replace")
-    issues: list[FileIssue] = []
-    zip64 = _zip64(extra, size, compressed, header)
-    if zip64 is None:
-        issues.append(FileIssue(Problem.MALFORMED, f"member {name} has a damaged ZIP64 extra field"))
-    else:
+    zip64 = _zip64(blob[start + name_length : start + name_length + extra_length], size, compressed, header)
+    if zip64 is not None:
         size, compressed, header = zip64
-    data, local_issue = _local(sample, header, raw_name, name)
-    if local_issue:
-        issues.append(local_issue)
-    member = Member(name, flags, method, crc, compressed, size, header, data)
-    return _CentralEntry(member, start + name_length + extra_length + comment_length, issues)
+    member = Member(raw_name.decode("utf-8", "replace"), flags, method, crc, compressed, size, header, -1)
+    return _Recorded(member, raw_name, start + name_length + extra_length + comment_length, zip64 is not None)
+
+
+def _located(sample: Sample, recorded: _Recorded) -> tuple[Member, FileIssue | None]:
+    """The member with its data offset from its local header, and what is wrong with that header."""
+    data, issue = _local(sample, recorded.member.header, recorded.raw_name, recorded.member.name)
+    return Member(*recorded.member[:-1], data), issue
+
+
+_DESCRIPTOR_SIGNATURE = b"PK\x07\x08"
+_DESCRIPTOR_LONGEST = 24
+"""A data descriptor with its signature and 64-bit sizes (ZIP64)."""
+
+
+def _held_member_issues(sample: Sample, directory: Directory, reach: int) -> list[FileIssue]:
+    """The members whose local headers ``inspect`` holds already (the file's first ``reach`` bytes
+    and its tail), against their entries in the central directory at the archive's end, as far as
+    it holds that directory (see ``_disagreements``); a member whose name differs is a zip trick."""
+    whole = _in_hand(sample, directory.offset, directory.size, reach)
+    blob = sample.range(directory.offset, directory.size) if whole else directory.first
+    members: list[Member] = []
+    renamed: list[FileIssue] = []
+    position = 0
+    for _ in range(directory.entries):
+        fields = CENTRAL.unpack_from(blob, position) if position + CENTRAL.size <= len(blob) else None
+        if fields is None or fields[0] != CENTRAL_SIGNATURE:
+            break  # verify reads the directory whole and says what is wrong with it
+        end = position + CENTRAL.size + fields[10] + fields[11] + fields[12]
+        # a header past 4 GiB is in the ZIP64 extra field: read every entry that may be in hand
+        if end <= len(blob) and (fields[16] == 0xFFFFFFFF or _in_hand(sample, fields[16], LOCAL.size + fields[10], reach)):
+            recorded = _recorded(blob, position)
+            if recorded is not None and recorded.zip64_read and _in_hand(sample, recorded.member.header, LOCAL.size + fields[10], reach):
+                member, named_otherwise = _located(sample, recorded)
+                members.append(member)
+                renamed += [named_otherwise] if named_otherwise else []
+        position = end
+    # the bytes of the first member alone (torch's data.pkl) against its CRC-32: tensors' under --deep
+    found = _disagreements(sample, members, reach, members[0] if members and members[0].header == 0 else None)
+    return found if any(i.problem is Problem.MALFORMED for i in found) else [*renamed, *found]
+
+
+def _disagreements(sample: Sample, members: list[Member], reach: int, checked: Member | None) -> list[FileIssue]:
+    """Members whose bytes the central directory does not describe, looking no further than
+    ``reach`` (and the file's tail): no local header where it places one, or a data descriptor
+    that is not where its size says (CKD207); a descriptor that records another CRC-32, or bytes
+    of ``checked`` (within ``reach`` or the tail) that do not match it (CKD206).
+    An in-place copy or a write cut off over an older file (``rsync --inplace``) leaves one save's
+    start before another's end, and torch reads the start through the end's directory, never
+    checking a CRC: a pickle cut short, a header not where it looks, or silently a mix of both
+    saves' tensors."""
+    torn: list[str] = []
+    changed: list[str] = []
+    for member in members:
+        recorded = _recorded_crc(sample, member, reach)
+        if recorded is None:
+            torn.append(member.name)
+        elif recorded not in (member.crc, _UNRECORDED) or (member is checked and _crc_differs(sample, member, reach)):
+            changed.append(member.name)
+    if torn:
+        return [
+            FileIssue(
+                Problem.MALFORMED,
+                f"the central directory at its end does not place or size {_some(torn)} as {'they lie' if len(torn) > 1 else 'it lies'} "
+                "at its start: its start and its end are from two saves (an in-place copy or a write cut off over an older file: "
+                "rsync --inplace); torch.load fails on it or reads a mix of both saves",
+            )
+        ]
+    if changed:
+        return [
+            FileIssue(
+                Problem.CRC_MISMATCH,
+                f"{_some(changed)} {'do' if len(changed) > 1 else 'does'} not match the CRC-32 its central directory records: "
+                "the bytes changed after saving, or its start and end are from two saves (a copy cut off); torch.load does "
+                "not check and would read them as they are",
+            )
+        ]
+    return []
+
+
+_UNRECORDED = -1
+"""What ``_recorded_crc`` gives where the member's own record is not in hand, or holds no CRC."""
+
+
+def _recorded_crc(sample: Sample, member: Member, reach: int) -> int | None:
+    """The CRC-32 the member's own record holds (its data descriptor, or its local header), where
+    that record gives the directory's sizes; None where it does not, or there is no local header."""
+    if member.data < 0:
+        return None
+    if member.flags & 0x8:  # CRC and sizes in a data descriptor after the member's bytes
+        end = member.data + member.compressed
+        if not _in_hand(sample, end, _DESCRIPTOR_LONGEST, reach):
+            return _UNRECORDED
+        return _descriptor(sample.range(end, _DESCRIPTOR_LONGEST), member)
+    if not _in_hand(sample, member.header, LOCAL.size, reach):
+        return _UNRECORDED
+    crc, *sizes = LOCAL.unpack(sample.range(member.header, LOCAL.size))[6:9]
+    if any(own not in (wanted, 0xFFFFFFFF) for own, wanted in zip(sizes, (member.compressed, member.size), strict=True)):
+        return None
+    return _UNRECORDED if crc == 0xFFFFFFFF else int(crc)
+
+
+def _crc_differs(sample: Sample, member: Member, reach: int) -> bool:
+    """Whether a stored member within ``reach`` (or the tail) does not match the CRC-32 the
+    directory records (one of 0: saved with CRCs off)."""
+    if member.method != 0 or not member.crc or not _in_hand(sample, member.data, member.compressed, reach):
+        return False
+    return zlib.crc32(sample.range(member.data, member.compressed)) != member.crc
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _in_hand(sample: Sample, offset: int, length: int, reach: int) -> bool:
+    """Whether ``length`` bytes at ``offset`` lie within the file's first ``reach`` bytes or its tail."""
+    return offset >= 0 and offset + length <= sample.size and (offset + length <= reach or offset >= sample.size - TAIL)
+
+
+def _descriptor(record: bytes, member: Member) -> int | None:
+    """The CRC-32 a data descriptor records (its signature optional; sizes of 32 or 64 bits), where
+    it records the member's sizes; None where it does not."""
+    body = record[len(_DESCRIPTOR_SIGNATURE) :] if record.startswith(_DESCRIPTOR_SIGNATURE) else record
+    for layout in _DESCRIPTOR_LAYOUTS:
+        if len(body) >= layout.size:
+            crc, compressed, size = layout.unpack_from(body)
+            if compressed == member.compressed and size == member.size:
+                return int(crc)
+    return None
+
+
+_DESCRIPTOR_LAYOUTS = (struct.Struct("<III"), struct.Struct("<IQQ"))
 
 
 SKIM_LIMIT = 4 * 1024 * 1024
@@ -286,12 +446,9 @@ def first_pickle(sample: Sample) -> bytes | None:
     """The archive's ``data.pkl``, read where torch writes it (first, and stored) when it is no
     longer than ``SKIM_LIMIT``; None otherwise."""
     located = locate(sample)
-    if isinstance(located, FileIssue) or not located.entries:
+    if isinstance(located, FileIssue) or len(located.first) < CENTRAL.size:
         return None
-    blob = sample.range(located.offset, min(located.size, CENTRAL.size + 3 * 0xFFFF))
-    if len(blob) < CENTRAL.size:
-        return None
-    first = _central_entry(sample, blob, 0, 0)
+    first = _central_entry(sample, located.first, 0, 0)
     member = first.member
     if first.issues or member is None or not member.name.endswith("/data.pkl") or member.name.count("/") != 1:
         return None

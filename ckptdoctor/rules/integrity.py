@@ -217,25 +217,33 @@ CRC_MISMATCH = Rule(
     code="CKD206",
     name="crc-mismatch",
     severity=Severity.ERROR,
-    summary="A zip member's bytes do not match the CRC-32 recorded for them (`--deep`).",
+    summary="Bytes do not match the checksum their file records for them (a zip member's CRC-32, a TensorFlow tensor's CRC-32C).",
     meaning=(
         "A torch zip checkpoint records a CRC-32 for every member, but `torch.load` never checks it: a flipped bit in tensor "
         "data loads without any error and gives silently wrong weights, and a flip in `data.pkl` can drop a key or fail with "
         "an odd `Unsupported global`. Python's `zipfile` does check (`Bad CRC-32 for file …`). The file is full-length but "
         "damaged: treat its values as untrustworthy. Files saved with CRCs switched off (every CRC 0) are not reported. "
+        "`inspect` checks the bytes of the first member, `data.pkl`, where they lie in the first 16 KiB it reads of a file "
+        "anyway (`verify` wherever they lie), and each member's own record of its CRC-32 (its data descriptor) that lies in "
+        "what it reads against the central directory's: a member recorded with two CRCs is one save's bytes under another "
+        "save's directory (an in-place copy cut off, see CKD207); `verify --deep` checks every member's bytes. "
+        "TensorFlow records a CRC-32C of every tensor in a bundle's `.index` and checks it on every restore (`Checksum does "
+        "not match`, `The length checksum does not match`): `verify` reads every tensor of the data shards against it, so a "
+        "save TensorFlow cannot restore is not named the resume point. "
         "Orbax's OCDBT store checksums its `manifest.ocdbt` and B+tree nodes with CRC-32C, and TensorStore does check it "
         "(`DATA_LOSS: Error reading … in OCDBT database`): `inspect` checks the manifest's, `verify` every node's too."
     ),
     causes=(
         "Bit rot or a failing disk; memory errors on the machine that wrote or copied the file; a faulty network filesystem "
-        "or object-store transfer; a tool that edited the archive in place; two writers overlapping on one file."
+        "or object-store transfer; a tool that edited the archive in place; two writers overlapping on one file; an in-place "
+        "copy (`rsync --inplace`) cut off, which leaves one save's start before another's end."
     ),
     fixes=(
         "Restore {name} from a backup or object-store copy and compare its `sha256sum` with the original.",
         "Check the hardware that wrote it (`dmesg`, `smartctl -a` on the disk, a memory test on the host), and check the run's other checkpoints with `ckptdoctor verify --deep {run}`.",
         "Quarantine the file so that no resume picks it up: {quarantine}.",
     ),
-    messages=("Bad CRC-32 for file",),
+    messages=("Bad CRC-32 for file", "Checksum does not match", "The checksum after Variant … does not match"),
     related=("CKD207", "CKD203", "CKD304", "CKD403"),
 )
 
@@ -248,12 +256,19 @@ MALFORMED = Rule(
         "The file starts like its format and has a plausible length, but the structure that tells a loader what is inside "
         "does not parse: a damaged zip central directory, a safetensors header that is not valid JSON or not the expected "
         "schema, burnpack CBOR metadata that does not decode, a garbled recorder-era MessagePack record, or tensor offsets "
-        "that point outside the data. No loader can use it; the checkpoint is corrupt."
+        "that point outside the data. No loader can use it; the checkpoint is corrupt. A torch zip whose central directory "
+        "(at its end) does not place or size the members where its start holds them is torn: its start and its end come "
+        "from two saves, as an in-place copy cut off leaves them (`rsync --inplace` writes the new file over the old one from "
+        "its first byte). torch reads the start through the end's directory and fails (`failed reading file … invalid "
+        "header or archive is corrupted`, `Ran out of input`) or, where the sizes happen to agree, loads a mix of both saves "
+        "(CKD206). `inspect` compares the members whose headers lie in what it reads of a file (its first 16 KiB and last "
+        "4 KiB), `verify` every member."
     ),
     causes=(
         "Corruption on disk or in transfer. A writer bug or a crash while a header was being written. A file written by a "
         "newer library than the one reading it (old safetensors releases cannot read some newer headers; burn refuses a "
-        "burnpack version above 1). A file edited by hand or rewritten by another tool."
+        "burnpack version above 1). A file edited by hand or rewritten by another tool. An in-place copy or sync cut off "
+        "(`rsync --inplace`, a resumed download) over an older save of the same name."
     ),
     fixes=(
         "Restore {name} from a backup or download it again, then run `ckptdoctor verify {run}`.",
@@ -283,6 +298,7 @@ MALFORMED = Rule(
         "Unsupported version",
         "failed locating file",
         "does not match expected size",
+        "invalid header or archive is corrupted",
     ),
     related=("CKD205", "CKD206", "CKD203", "CKD403"),
 )
