@@ -93,15 +93,12 @@ FINISHED = Fresh(
     copies=lambda run: {11: run / "model_final.pth"},
 )
 
-_TORN = "inspect calls a torn model_0000011.pth (new head, old tail) whole (issue 30 item 6)"
 
 test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     STOPPED,
     FINISHED,
     expected_failures={
-        "stopped-torn-copy": _TORN,
-        "finished-torn-copy": _TORN[:-1] + ") and names it in --resume-path, not model_final.pth, a whole save of iteration 11",
         "stopped-file5-100pct": "killed before tag_last_checkpoint: model_0000015.pth is whole and ckptdoctor resumes there, "
         "but does not say that --resume loads model_0000011.pth, which last_checkpoint still names (no CKD113/CKD114)",
         "stopped-file6-0pct": "killed as tag_last_checkpoint rewrote it: an empty last_checkpoint is CKD201, not CKD113/CKD114, "

@@ -71,10 +71,4 @@ HF = Fresh(
     state=lambda checkpoint: checkpoint / "optimizer.pt",
 )
 
-test_breakage, test_killed_mid_save = matrix_tests(
-    transformers.__version__,
-    HF,
-    expected_failures={
-        "hf-trainer-torn-copy": "inspect calls a torn optimizer.pt (new head, old tail) whole; the Trainer restores mixed state",
-    },
-)
+test_breakage, test_killed_mid_save = matrix_tests(transformers.__version__, HF)

@@ -93,7 +93,6 @@ test_breakage, test_killed_mid_save = matrix_tests(
     expected_failures={
         "megatron-healthy": "CKD402 warns on every model_optim_rng.pt for argparse.Namespace (args) and numpy (rng_state), "
         "which Megatron's own torch.load accepts: megatron.core registers them (megatron/core/safe_globals.py SAFE_GLOBALS)",
-        "megatron-torn-copy": "inspect calls a torn model_optim_rng.pt (new head, old tail) whole (issue 30 item 6)",
         "megatron-file2-100pct": "killed before the tracker: both ranks' files of iteration 8 are whole and --ckpt-step 8 "
         "restores them, but ckptdoctor calls 8 incomplete (CKD106: no commit marker) and resumes from 6",
         "megatron-file3-0pct": _EMPTY_TRACKER,

@@ -76,13 +76,4 @@ NANOGPT = Fresh(
     overwritten=lambda run: run.parent / "backup" / CKPT,
 )
 
-test_breakage, test_killed_mid_save = matrix_tests(
-    torch.__version__,
-    NANOGPT,
-    expected_failures={
-        "nanogpt-torn-copy": (
-            "inspect calls a torn ckpt.pt (new head, the backup's tail) whole and resumes from it (verify --deep sees it); "
-            "--init_from=resume fails: 'invalid header or archive is corrupted'"
-        ),
-    },
-)
+test_breakage, test_killed_mid_save = matrix_tests(torch.__version__, NANOGPT)
