@@ -21,6 +21,9 @@ import sys
 
 import deepspeed
 import torch
+from frameworks import gloo_all_reduce
+
+gloo_all_reduce()
 
 
 def engine(stage: int) -> deepspeed.DeepSpeedEngine:

@@ -680,9 +680,21 @@ def mmengine_distributed(
     return launched("mmengine", work_dir=str(work_dir), strategy=strategy, length=length, resume=resume, load_from=load_from, hook=hook)
 
 
+def gloo_all_reduce() -> None:
+    """DeepSpeed's CPU all-reduce through shared memory JIT-compiles an op (a minute on a loaded
+    machine) and leaves two 66 MB buffers in /dev/shm per launch, never unlinked (``shm.cpp``):
+    the tests' launches reduce through gloo instead, which changes nothing DeepSpeed saves."""
+    import deepspeed.comm.torch
+
+    deepspeed.comm.torch.build_shm_op = lambda: None
+
+
 def _mmengine_worker(work_dir: str, strategy: str, length: int, resume: bool | str, load_from: str | None, hook: dict[str, Any]) -> None:
     import mmengine._strategy.deepspeed as mmengine_deepspeed
     import torch
+
+    if strategy == "DeepSpeedStrategy":
+        gloo_all_reduce()
 
     # mmengine 0.10.7 on a CPU: its pytorch launcher sets a CUDA device whatever the device
     # (`_init_dist_pytorch`), and DeepSpeedStrategy registers DeepSpeed's own optimizers from
