@@ -66,11 +66,17 @@ def restore(ds: deepspeed.DeepSpeedEngine, tag_dirs: list[str]) -> None:
         try:
             loaded, _ = ds.load_checkpoint(os.path.dirname(tag_dir), tag=os.path.basename(tag_dir))
         except BaseException as error:
-            print("FAILED " + json.dumps({"rank": RANK, "item": number, "error": f"{type(error).__name__}: {error}"}), flush=True)
+            _tell("FAILED", {"item": number, "error": f"{type(error).__name__}: {str(error)[:500]}"})
             raise
         restored = (ds.module.state_dict(), ds.optimizer.state_dict(), ds.lr_scheduler.state_dict())
         digest = tensors_digest(*restored, ds.global_steps, ds.global_samples, ds.skipped_steps)
-        print("RESTORED " + json.dumps({"rank": RANK, "item": number, "path": loaded, "digest": digest}), flush=True)
+        _tell("RESTORED", {"item": number, "path": loaded, "digest": digest})
+
+
+def _tell(kind: str, record: dict[str, object]) -> None:
+    """One line in one write, short enough that the other rank's lines on the same pipe do not break it."""
+    sys.stdout.write(f"{kind} {json.dumps({'rank': RANK, **record})}\n")
+    sys.stdout.flush()
 
 
 def main(mode: str, stage: int, args: list[str]) -> None:

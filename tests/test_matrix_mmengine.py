@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from frameworks import mmengine_run
@@ -38,21 +37,7 @@ class _Capture(Hook):  # type: ignore[misc]
 
     def before_train(self, runner: Any) -> None:
         schedulers = [scheduler.state_dict() for scheduler in runner.param_schedulers]
-        restored = (runner.model.state_dict(), runner.optim_wrapper.state_dict(), schedulers)
-        raise Restored(*restored, runner.epoch, runner.iter)
-
-
-@contextmanager
-def _forced() -> Iterator[None]:
-    before = os.environ.get(FORCE)
-    os.environ[FORCE] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[FORCE]
-        else:
-            os.environ[FORCE] = before
+        raise Restored(runner.model.state_dict(), runner.optim_wrapper.state_dict(), schedulers, runner.epoch, runner.iter)
 
 
 def build(folder: Path) -> Path:
@@ -72,7 +57,7 @@ def checkpoints(run: Path) -> dict[int, Path]:
 
 def restore(run: Path, path: Path) -> str:
     """What ``Runner(resume=True, load_from=path).train()`` restores before its first step."""
-    with tempfile.TemporaryDirectory() as elsewhere, _forced():
+    with tempfile.TemporaryDirectory() as elsewhere, mock.patch.dict(os.environ, {FORCE: "1"}):
         work = Path(elsewhere) / "work"
         return restored_by(lambda: mmengine_run(work, "epoch", 10, resume=str(path), custom_hooks=[_Capture()], **KEEP_ALL))
 
