@@ -109,9 +109,10 @@ ZERO2 = Fresh(
     auto_resume=auto_resume,
     save_more=f"from frameworks import deepspeed_killed\ndeepspeed_killed(run, {STAGE}, write, fraction)",
     # rank 0 writes the model states, its optimizer partition, zero_to_fp32.py, zero_to_torch.py
-    # and `latest`, in that order; rank 1 its partition alone, beside rank 0's first file, and the
-    # launcher ends it on its next poll (a second apart) after rank 0 dies: by then it is whole
-    kill_points=(KillPoint(1, 0.5), KillPoint(2, 0.5), KillPoint(2, 1.0)),
+    # and `latest`, in that order; rank 1 its partition alone, beside rank 0's first file (the
+    # launcher ends it on its next poll, up to a second after rank 0 dies). Killed inside the
+    # weights, inside rank 0's optimizer partition, and with all but `latest` written
+    kill_points=(KillPoint(1, 0.5), KillPoint(2, 0.5), KillPoint(4, 1.0)),
     state=lambda checkpoint: checkpoint / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
     pointer=lambda run: run / "latest",
     stale=stale,
@@ -126,8 +127,8 @@ test_breakage, test_killed_mid_save = matrix_tests(
             " ckptdoctor calls global_step6 whole; load_checkpoint restores rank 1's step-4 Adam state (its `step` 4)"
             " under the tag's global_steps 6"
         ),
-        "zero2-file2-100pct": (
-            "killed after rank 0's files of global_step8 were whole, before `latest` was rewritten: ckptdoctor resumes"
+        "zero2-file4-100pct": (
+            "killed after global_step8 was whole, before `latest` was rewritten: ckptdoctor resumes"
             " from 8 and says nothing of `latest`; load_checkpoint(save_dir) loads global_step6"
         ),
     },
