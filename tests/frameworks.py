@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -362,9 +363,17 @@ DEEPSPEED_JOB = Path(__file__).with_name("deepspeed_job.py")
 def deepspeed_launch(mode: str, stage: int, save_dir: Path, *tags: str) -> str:
     """``tests/deepspeed_job.py`` run by DeepSpeed's own launcher (``deepspeed --num_gpus 2
     --no_local_rank``, ``DS_ACCELERATOR=cpu``): its output; skips where deepspeed is missing."""
+    done = deepspeed_process(mode, stage, str(save_dir), *tags)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def deepspeed_process(mode: str, stage: int, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``tests/deepspeed_job.py MODE STAGE ARGS...`` run by DeepSpeed's own launcher, however it
+    ends (a rank that fails or dies makes the launcher end the other); the launcher and its ranks
+    killed together past ``timeout``. Skips where deepspeed is missing."""
     import importlib.util
     import socket
-    import subprocess
     import sys
 
     if importlib.util.find_spec("deepspeed") is None:
@@ -373,24 +382,46 @@ def deepspeed_launch(mode: str, stage: int, save_dir: Path, *tags: str) -> str:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     command = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--no_local_rank", "--master_port", str(port)]
-    done = subprocess.run(
-        [*command, str(DEEPSPEED_JOB), mode, str(stage), str(save_dir), *tags],
+    launched = subprocess.Popen(
+        [*command, str(DEEPSPEED_JOB), mode, str(stage), *args],
         env={**os.environ, "DS_ACCELERATOR": "cpu"},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
+        start_new_session=True,  # its own process group: the launcher's ranks go with it past the timeout
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    try:
+        out, err = launched.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(launched.pid, signal.SIGKILL)
+        launched.communicate()
+        raise
+    return subprocess.CompletedProcess(launched.args, launched.returncode, out, err)
 
 
-def deepspeed_trained(save_dir: Path, stage: int, lightning: bool = False) -> Path:
-    """A real ZeRO-``stage`` run: 4 steps, ``engine.save_checkpoint(save_dir)`` after steps 2 and
-    4 (``global_step2/``, ``global_step4/``, ``latest``); ``lightning``: saved as Lightning's
-    ``DeepSpeedStrategy`` has the engine save, ``epoch=0-step=2.ckpt/checkpoint/`` and
-    ``epoch=1-step=4.ckpt/checkpoint/``."""
-    deepspeed_launch("lightning" if lightning else "train", stage, save_dir)
+def deepspeed_trained(save_dir: Path, stage: int, lightning: bool = False, steps: int = 4) -> Path:
+    """A real ZeRO-``stage`` run: 4 steps (or ``steps``), ``engine.save_checkpoint(save_dir)``
+    after every second one (``global_step2/``, ``global_step4/``, ``latest``); ``lightning``: 4
+    steps saved as Lightning's ``DeepSpeedStrategy`` has the engine save,
+    ``epoch=0-step=2.ckpt/checkpoint/`` and ``epoch=1-step=4.ckpt/checkpoint/``."""
+    if lightning:
+        deepspeed_launch("lightning", stage, save_dir)
+    else:
+        deepspeed_launch("train", stage, save_dir, str(steps))
     return save_dir
+
+
+def deepspeed_killed(save_dir: Path, stage: int, write: int, fraction: float) -> None:
+    """Resume the run in ``save_dir`` (``load_checkpoint`` follows ``latest``), train two steps and
+    save once more, rank 0 SIGKILLed inside that save by ``killer.arm(write, fraction)`` and rank 1
+    ended by the launcher; then this process dies of SIGKILL too, as the job did (what
+    ``matrix.killed_mid_save`` waits for)."""
+    done = deepspeed_process("resume", stage, str(save_dir), str(write), str(fraction))
+    # rank 0 told the file it dies in (the launcher's own exit code is that of whichever dead rank
+    # it polls first: rank 1 may fail at the save's last barrier before rank 0 is seen killed)
+    if done.returncode != 0 and any(line.startswith(f"killer: {write} ") for line in done.stderr.splitlines()):
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError(f"rank 0 was not killed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 
 
 def deepspeed_loads(save_dir: Path, stage: int, *tags: str | None) -> list[dict[str, Any]]:
@@ -558,6 +589,7 @@ def mmengine_run(
     resume: bool | str = False,
     load_from: str | None = None,
     strategy: str | None = None,
+    custom_hooks: Sequence[Any] = (),
     **hook: Any,
 ) -> Any:
     """A real ``Runner.train()`` of a linear model on the CPU (16 samples in batches of 4: 4
@@ -567,7 +599,7 @@ def mmengine_run(
     ``resume``: ``Runner(resume=True)``, or ``resume=True, load_from=resume`` for a path;
     ``load_from`` alone loads the weights and starts over. Returns the runner. ``strategy``
     (``"deepspeed"``, ``"fsdp"``): a ``FlexibleRunner`` with that strategy instead, and AdamW, in
-    a process of a gloo group (see :func:`mmengine_distributed`)."""
+    a process of a gloo group (see :func:`mmengine_distributed`). ``custom_hooks``: the Runner's own."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("mmengine")
     from mmengine.evaluator import BaseMetric
@@ -637,6 +669,7 @@ def mmengine_run(
         "train_cfg": train_cfg,
         "val_cfg": {},
         "default_hooks": {"checkpoint": checkpoint, "logger": {"type": "LoggerHook", "interval": 1}},
+        "custom_hooks": list(custom_hooks),
         "resume": bool(resume),
         "load_from": resume if isinstance(resume, str) else load_from,
         "default_scope": None,

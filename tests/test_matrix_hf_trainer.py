@@ -8,23 +8,18 @@ from typing import Any
 
 import pytest
 from frameworks import hf_trainer
-from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
+from matrix import Fresh, KillPoint, Restored, matrix_tests, restored_by
 
 transformers = pytest.importorskip("transformers")
 
 
-class _Restored(Exception):
-    """Raised from ``on_train_begin``, once the Trainer has restored everything it resumes."""
-
-    def __init__(self, digest: str) -> None:
-        self.digest = digest
-
-
 class _Capture(transformers.TrainerCallback):  # type: ignore[misc]
+    """Stops the Trainer in ``on_train_begin``, once it has restored everything it resumes."""
+
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, lr_scheduler: Any = None, **_: Any
     ) -> None:
-        raise _Restored(tensors_digest(model.state_dict(), optimizer.state_dict(), lr_scheduler.state_dict(), state.global_step))
+        raise Restored(model.state_dict(), optimizer.state_dict(), lr_scheduler.state_dict(), state.global_step)
 
 
 def build(folder: Path) -> Path:
@@ -43,13 +38,7 @@ _restores = iter(range(1_000_000))
 def restore(run: Path, path: Path) -> str:
     """What ``trainer.train(resume_from_checkpoint=path)`` restores before its first step."""
     trainer = hf_trainer(run.parent / f"restored-{next(_restores)}", 100, [_Capture()])
-    try:
-        trainer.train(resume_from_checkpoint=str(path))
-    except _Restored as restored:
-        return restored.digest
-    except Exception as error:
-        raise Unrestorable(f"{type(error).__name__}: {error}") from error
-    raise Unrestorable("trained without restoring")
+    return restored_by(lambda: trainer.train(resume_from_checkpoint=str(path)))
 
 
 def auto_resume(run: Path) -> Path | None:

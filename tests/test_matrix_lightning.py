@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 from frameworks import lightning_fit
-from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
+from matrix import Fresh, KillPoint, Restored, matrix_tests, restored_by
 
 lightning = pytest.importorskip("lightning")
 
 _STEP = re.compile(r"step=(\d+)")
-
-
-class _Restored(Exception):
-    def __init__(self, digest: str) -> None:
-        self.digest = digest
 
 
 class _Capture(lightning.Callback):  # type: ignore[misc]
@@ -31,7 +26,7 @@ class _Capture(lightning.Callback):  # type: ignore[misc]
     def on_train_start(self, trainer: Any, module: Any) -> None:
         schedulers = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
         optimizers = [optimizer.state_dict() for optimizer in trainer.optimizers]
-        raise _Restored(tensors_digest(module.state_dict(), optimizers, schedulers, trainer.global_step, trainer.current_epoch))
+        raise Restored(module.state_dict(), optimizers, schedulers, trainer.global_step, trainer.current_epoch)
 
 
 def checkpoints(run: Path) -> dict[int, Path]:
@@ -48,13 +43,8 @@ _restores = itertools.count()
 
 def restore(run: Path, path: Path) -> str:
     """What ``trainer.fit(model, ckpt_path=path)`` restores before its first step."""
-    try:
-        lightning_fit(run.parent / f"restored-{next(_restores)}", 10, ckpt_path=str(path), callbacks=[_Capture()], save_top_k=0)
-    except _Restored as restored:
-        return restored.digest
-    except Exception as error:
-        raise Unrestorable(f"{type(error).__name__}: {error}") from error
-    raise Unrestorable("trained without restoring")
+    folder = run.parent / f"restored-{next(_restores)}"
+    return restored_by(lambda: lightning_fit(folder, 10, ckpt_path=str(path), callbacks=[_Capture()], save_top_k=0))
 
 
 def auto_resume(run: Path) -> Path | None:
