@@ -176,7 +176,7 @@ class _Oracle:
     digests: dict[str, str | Unrestorable] = field(default_factory=dict)
 
     def restored(self, run: Path, path: Path) -> str | Unrestorable:
-        key = _content_key(self.fresh, path)
+        key = content_key(self.fresh, path)
         if key not in self.digests:
             try:
                 self.digests[key] = self.fresh.restore(run, path)
@@ -200,7 +200,7 @@ def _members(fresh: Fresh, checkpoint: Path) -> list[Path]:
     return fresh.files(checkpoint) if fresh.files is not None else [checkpoint]
 
 
-def _content_key(fresh: Fresh, path: Path) -> str:
+def content_key(fresh: Fresh, path: Path) -> str:
     """A digest of a checkpoint's names and bytes (its :func:`_members`)."""
     digest = hashlib.sha256()
     for file in _members(fresh, path):

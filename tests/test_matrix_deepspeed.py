@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import deepspeed_process, deepspeed_trained
-from matrix import Fresh, KillPoint, Unrestorable, _content_key, matrix_tests
+from matrix import Fresh, KillPoint, Unrestorable, content_key, matrix_tests
 
 deepspeed = pytest.importorskip("deepspeed")
 
@@ -46,11 +46,11 @@ def restore(run: Path, path: Path) -> str:
     """What ``engine.load_checkpoint(path.parent, tag=path.name)`` restores: every rank's module,
     optimizer partition, scheduler and step counters, as one digest. The run's other checkpoints
     not restored yet are restored in the same job."""
-    key = _content_key(path)
+    key = content_key(ZERO2, path)
     if key not in _restored:
         pending = {key: path}
         for tag in checkpoints(run).values():
-            pending.setdefault(_content_key(tag), tag)
+            pending.setdefault(content_key(ZERO2, tag), tag)
         results = _restore_in_jobs([tag for tag_key, tag in pending.items() if tag_key not in _restored])
         _restored.update((tag_key, results[tag]) for tag_key, tag in pending.items() if tag in results)
     got = _restored[key]
