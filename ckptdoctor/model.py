@@ -142,10 +142,13 @@ class Rebuilt(NamedTuple):
     methods: frozenset[str]
     """``class.name`` of the constant ``getattr`` lookups on those classes, kept, never called
     (mmengine's ``HistoryBuffer`` keeps ``getattr(HistoryBuffer, "min")``)."""
+    called: frozenset[str] = frozenset()
+    """Classes only called with no argument (``cls()``, which runs its ``__init__``) and then,
+    if at all, given their fields: how a ``types.SimpleNamespace`` pickles itself."""
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self.instances | self.values))
+        return tuple(sorted(self.instances | self.values | self.called))
 
 
 @dataclass(frozen=True)

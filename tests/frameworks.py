@@ -11,6 +11,8 @@ callable for what a test must do itself with the framework (resume, train on, lo
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import json
 import os
 import re
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import sys
 import warnings
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -1043,139 +1046,63 @@ def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = 
     return dict(checkpointer.load_checkpoint())
 
 
-# --- Ultralytics YOLO, from its source ---------------------------------------------------------------
+# --- Ultralytics YOLO: real runs of its own trainer, committed ---------------------------------------
+
+YOLO_DATA = Path(__file__).resolve().parent / "data" / "ultralytics"
+"""Runs made by ultralytics 8.4.190's own trainer (``make_run.py``: Ultralytics cannot run here, its
+torchvision is a CUDA build), and ``oracle.json``: what Ultralytics itself did with each of their
+files, whole and broken the ways of ``matrix.py``, recorded by ``record_oracle.py``."""
 
 
-class YoloTrainer:
-    """What ``BaseTrainer`` (ultralytics 8.4.190, ``ultralytics/engine/trainer.py``) writes: after
-    each epoch a ``results.csv`` row (``save_metrics``), then ``save_model``'s one serialized dict
-    to ``weights/last.pt``, ``weights/best.pt`` on a new best fitness and ``weights/epoch{N}.pt``
-    every ``save_period`` epochs; ``finish`` is ``final_eval``'s ``strip_optimizer``. The ``ema`` is
-    a pickled ``nn.Module`` of torch's own classes (Ultralytics pickles its ``DetectionModel``):
-    arbitrary objects alike, and loadable here without Ultralytics. The optimizer's state is saved
-    through ``convert_optimizer_state_dict_to_fp16`` (``save_model``: ``"optimizer":
-    convert_optimizer_state_dict_to_fp16(deepcopy(self.optimizer.state_dict()))``), which halves
-    every float32 state tensor but ``step``, ``exp_avg``, ``exp_avg_sq`` and ``square_avg``."""
-
-    def __init__(self, save_dir: Path, epochs: int = 10, save_period: int = -1) -> None:
-        torch = pytest.importorskip("torch")
-        torch.manual_seed(0)
-        self.save_dir, self.epochs, self.save_period = save_dir, epochs, save_period
-        self.wdir = save_dir / "weights"
-        self.wdir.mkdir(parents=True, exist_ok=True)  # a resumed run saves into its own save_dir
-        (save_dir / "args.yaml").write_text(f"task: detect\nepochs: {epochs}\n")
-        self.model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        self.best_fitness: float | None = None
-        self.epoch = 0
-
-    def train_epoch(self, fitness: float) -> None:
-        import copy
-        import io
-
-        torch = pytest.importorskip("torch")
-        self.model(torch.randn(2, 3, 4, 4)).sum().backward()
-        self.optimizer.step()
-        csv = self.save_dir / "results.csv"
-        head = "" if csv.exists() else "                  epoch,         metrics/mAP50-95(B),      val/box_loss\n"
-        with open(csv, "a") as f:
-            f.write(head + f"{self.epoch + 1:>24},{fitness:>28.5g},{1 - fitness:>18.5g}\n")
-        if self.best_fitness is None or fitness >= self.best_fitness:
-            self.best_fitness = fitness
-        buffer = io.BytesIO()
-        torch.save(
-            {
-                "epoch": self.epoch,
-                "best_fitness": self.best_fitness,
-                "stopper": {"best_fitness": self.best_fitness, "best_epoch": self.epoch},
-                "model": None,
-                "ema": copy.deepcopy(self.model).half(),
-                "updates": self.epoch + 1,
-                "modelopt": None,
-                "optimizer": _fp16_optimizer_state(copy.deepcopy(self.optimizer.state_dict())),
-                "scaler": {},
-                "train_args": {"task": "detect", "epochs": self.epochs, "save_period": self.save_period},
-                "train_metrics": {"metrics/mAP50-95(B)": fitness, "fitness": fitness},
-                "train_results": {},
-                "date": "2026-12-02T10:00:00+00:00",
-                "version": "8.4.190",
-                "license": "AGPL-3.0 (https://ultralytics.com/license)",
-                "docs": "https://docs.ultralytics.com",
-            },
-            buffer,
-        )
-        data = buffer.getvalue()
-        (self.wdir / "last.pt").write_bytes(data)
-        if self.best_fitness == fitness:
-            (self.wdir / "best.pt").write_bytes(data)
-        if self.save_period > 0 and self.epoch % self.save_period == 0:
-            (self.wdir / f"epoch{self.epoch}.pt").write_bytes(data)
-        self.epoch += 1
-
-    @classmethod
-    def resumed(cls, path: Path, save_dir: Path) -> YoloTrainer:
-        """``yolo train resume model=path save_dir=save_dir`` (``check_resume``, where ``save_dir``
-        is one of the arguments a resume may change; ``resume_training``,
-        ``_load_checkpoint_state``): the model and EMA from the file's ``ema``, its optimizer and
-        ``best_fitness``, going on at its epoch + 1. Raises where Ultralytics refuses ("training
-        to N epochs is finished, nothing to resume")."""
-        saved = yolo_load(path)
-        start = saved.get("epoch", -1) + 1
-        epochs = saved["train_args"]["epochs"]
-        assert 0 < start < epochs, f"{path} training to {epochs} epochs is finished, nothing to resume."
-        trainer = cls(save_dir, epochs, saved["train_args"]["save_period"])
-        trainer.model.load_state_dict(saved["ema"].float().state_dict())
-        trainer.optimizer.load_state_dict(saved["optimizer"])
-        trainer.best_fitness, trainer.epoch = saved["best_fitness"], start
-        return trainer
-
-    def finish(self) -> None:
-        """``strip_optimizer`` on last.pt and best.pt: ``model = ema``, training state None, ``epoch = -1``."""
-        for name in ("last.pt", "best.pt"):
-            saved = yolo_load(self.wdir / name)
-            saved["model"] = saved["ema"]
-            for key in ("optimizer", "best_fitness", "stopper", "ema", "updates", "scaler"):
-                saved[key] = None
-            saved["epoch"] = -1
-            pytest.importorskip("torch").save(saved, self.wdir / name)
+def yolo_run(into: Path, name: str = "run") -> Path:
+    """A copy of a committed run's ``train/`` folder (its ``save_dir``) in ``into``; its ``weights/``."""
+    return Path(shutil.copytree(YOLO_DATA / name / "train", into / "train")) / "weights"
 
 
-def yolo_run(save_dir: Path, fitness: Sequence[float], save_period: int = -1, finished: bool = False) -> Path:
-    """``save_dir`` after one epoch per ``fitness`` value; its ``weights/`` folder."""
-    trainer = YoloTrainer(save_dir, epochs=len(fitness) if finished else 10, save_period=save_period)
-    for value in fitness:
-        trainer.train_epoch(value)
-    if finished:
-        trainer.finish()
-    return trainer.wdir
+@functools.cache
+def yolo_oracle() -> dict[str, Any]:
+    return dict(json.loads((YOLO_DATA / "oracle.json").read_text()))
 
 
-def yolo_load(path: Path) -> dict[str, Any]:
-    """``torch_load`` (``ultralytics/utils/patches.py``): ``weights_only=False``."""
-    return dict(pytest.importorskip("torch").load(path, map_location="cpu", weights_only=False))
+def yolo_restored(path: Path) -> dict[str, Any]:
+    """What ``YOLO(path).train(resume=True)`` restored from a file with this content, as recorded:
+    ``resumes_at`` (the 0-based epoch it goes on at) and ``digest`` (the model, EMA, optimizer,
+    scaler, ``best_fitness`` and early stopper it restored), or the ``error`` it stopped with. A
+    content Ultralytics was never asked about fails the test: record it."""
+    key = hashlib.sha256(path.read_bytes()).hexdigest()
+    recorded = yolo_oracle()["restores"].get(key)
+    if recorded is None:
+        raise AssertionError(f"Ultralytics was never asked about {path} (sha256 {key}): run tests/data/ultralytics/record_oracle.py")
+    return dict(recorded)
 
 
-def yolo_resume(path: Path) -> int:
-    """``check_resume`` and ``resume_training``: the 0-based epoch training goes on at; raises
-    where Ultralytics refuses ("training to N epochs is finished, nothing to resume")."""
-    import tempfile
+def yolo_edited(path: Path, edit: Callable[[bytes], bytes]) -> bytes:
+    """``path``'s torch zip with its ``data.pkl`` edited (``sample_set._add_setitem``), every member
+    written again stored and dated 1980: the same bytes each time, so that what Ultralytics
+    answered about them (``record_oracle.py``'s ``EXTRA``) is found by their content."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w") as edited:
+        for info in source.infolist():
+            content = source.read(info)
+            edited.writestr(zipfile.ZipInfo(info.filename), edit(content) if info.filename.endswith("/data.pkl") else content)
+    return out.getvalue()
 
-    with tempfile.TemporaryDirectory() as save_dir:
-        return YoloTrainer.resumed(path, Path(save_dir)).epoch
 
-
-def _fp16_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
-    """``convert_optimizer_state_dict_to_fp16`` (``ultralytics/utils/torch_utils.py``)."""
-    torch = pytest.importorskip("torch")
-    for values in state["state"].values():
-        for key, value in values.items():
-            if (
-                key not in {"step", "exp_avg", "exp_avg_sq", "square_avg"}
-                and isinstance(value, torch.Tensor)
-                and value.dtype is torch.float32
-            ):
-                values[key] = value.half()
-    return state
+def yolo_resumed_save(weights: Path) -> None:
+    """The run of ``weights`` resumed for one more save, as Ultralytics' own resume wrote it
+    (``resumed/``): each file written at once (``Path.write_bytes``, ``open(csv, "a")``), in the
+    order and mode its process opened them (``writes.json``). Under ``killer``, the kill lands
+    where it lands in Ultralytics' own save (``record_oracle.py`` checks both leave the same files)."""
+    resumed = YOLO_DATA / "resumed"
+    for relative, mode in json.loads((resumed / "writes.json").read_text()):
+        content = (resumed / "train" / relative).read_bytes()
+        target = weights.parent / relative
+        if "a" in mode:  # results.csv: the resumed epoch's row appended
+            before = target.read_bytes()
+            assert content.startswith(before), f"{relative} was not appended to"
+            content = content[len(before) :]
+        with open(target, mode.replace("b", "") + "b") as file:
+            file.write(content)
 
 
 # --- fairseq (written from its source: fairseq cannot be imported on Python 3.11) ----------------

@@ -1,25 +1,33 @@
-"""Ultralytics YOLO ``weights/`` folders, written the way its trainer writes them, resumed the way it resumes.
+"""Ultralytics YOLO ``weights/`` folders: real runs of its own trainer, judged by what Ultralytics
+itself does with them.
 
-Ultralytics 8.4.190 installs but cannot train here (the torchvision on disk is a CUDA build), so
-``frameworks.YoloTrainer`` does what ``BaseTrainer.save_model``, ``save_metrics`` and
-``final_eval``/``strip_optimizer`` do (``ultralytics/engine/trainer.py``,
-``ultralytics/utils/torch_utils.py``), and ``yolo_resume`` what ``check_resume`` and
-``resume_training`` do with ``torch_load`` (``ultralytics/utils/patches.py``, ``weights_only=False``).
-The ``ema`` is a pickled ``nn.Module`` of torch's classes where Ultralytics pickles its own
-``DetectionModel``: arbitrary objects either way, and loadable without Ultralytics.
+Ultralytics cannot run here (its torchvision is a CUDA build), so its runs are committed
+(``tests/data/ultralytics/``, made by ``make_run.py`` with ultralytics 8.4.190: a scaled-down
+YOLO26 stopped after three of ten epochs with ``save_period=1``, and YOLO11 and YOLOv8 runs trained
+to the end), with Ultralytics' own answer about each file and each way ``matrix.py`` breaks them
+(``oracle.json``, recorded by ``record_oracle.py``): what ``YOLO(path).train(resume=True)``
+restores, found by the file's content (``frameworks.yolo_restored``).
 """
 
 from __future__ import annotations
 
+import csv
+import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
-from frameworks import yolo_load, yolo_resume, yolo_run
+from frameworks import YOLO_DATA, yolo_edited, yolo_oracle, yolo_restored, yolo_run
+from sample_set import GADGETS, _add_setitem, _call, _call0, _g, _u
 from test_repair_frameworks import age
 
+from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect
+from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._unpickler import walk
 
-torch = pytest.importorskip("torch")
+SAVES = ("epoch2.pt", "last.pt", "best.pt")
+"""The run's newest save: one serialized dict written to three names (``save_model``)."""
 
 
 def only(report: dict, code: str) -> dict:
@@ -33,82 +41,202 @@ def scanned(folder: Path):
     return run
 
 
-def test_a_run_is_indexed_by_the_epoch_each_file_records_and_resumes_there(tmp_path, inspect_json):
-    weights = yolo_run(tmp_path / "runs" / "detect" / "train", [0.1, 0.3, 0.2], save_period=1)
-    report = inspect_json(tmp_path / "runs").json
-    assert report["findings"] == []
-    (run,) = report["runs"]
-    assert (run["layout"], run["unit"], [c["index"] for c in run["checkpoints"]]) == ("ultralytics", "epoch", [0, 1, 2])
+def without_epochs(weights: Path) -> Path:
+    """The run as the default ``save_period=-1`` leaves it: ``last.pt`` and ``best.pt`` alone."""
+    for path in weights.glob("epoch*.pt"):
+        path.unlink()
+    return weights
+
+
+def test_a_real_run_verifies_clean_and_resumes_where_ultralytics_resumes(tmp_path, cli):
+    weights = yolo_run(tmp_path / "runs" / "detect")
+    result = cli("verify", "--deep", "--json", "--fail-on", "warning", tmp_path / "runs")
+    assert result.exit_code == 0, result.stdout
+    (run,) = result.json["runs"]
+    assert run["layout"] == "ultralytics" and run["unit"] == "epoch"
+    assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(0, "complete"), (1, "complete"), (2, "complete")]
+    # every save pickles Ultralytics' model and arguments: said, as info, with the loader that reads them
+    findings = result.json["findings"]
+    assert {Path(f["path"]).name for f in findings} == {"epoch0.pt", "epoch1.pt", *SAVES}
+    assert {(f["code"], f["severity"]) for f in findings} == {("CKD402", "info")}
+    assert all("DetectionModel" in f["message"] and "IterableSimpleNamespace" in f["message"] for f in findings)
+    assert all("torch_load" in f["message"] and "weights_only=False" in f["message"] for f in findings)
+    assert all(any("ULTRALYTICS_SAFE_LOAD=1" in fix for fix in f["fixes"]) for f in findings)
+    # what Ultralytics resumes from the path ckptdoctor names: epoch 2's state, going on at epoch 3
     found = scanned(weights)
     assert found.resume.index == 2 and "yolo train resume model=" in found.resume_how
-    assert yolo_resume(Path(found.resume_path)) == 3  # Ultralytics goes on at the next epoch
+    resumed = yolo_restored(Path(found.resume_path))
+    assert resumed["resumes_at"] == 3 and resumed["digest"] == yolo_restored(weights / "epoch2.pt")["digest"]
 
 
 def test_the_default_run_of_last_and_best_alone_is_recognised(tmp_path, inspect_json):
-    weights = yolo_run(tmp_path / "train", [0.1, 0.3, 0.2])
+    weights = without_epochs(yolo_run(tmp_path))
     (run,) = inspect_json(weights).json["runs"]
-    assert run["layout"] == "ultralytics" and [c["index"] for c in run["checkpoints"]] == [1, 2]  # best.pt, last.pt
-    assert yolo_resume(Path(scanned(weights).resume_path)) == 3
+    assert run["layout"] == "ultralytics" and [c["index"] for c in run["checkpoints"]] == [2]  # both whole saves of epoch 2
+    assert yolo_restored(Path(scanned(weights).resume_path))["resumes_at"] == 3
 
 
-def test_the_pickled_model_fails_closed_and_says_ultralytics_loader_needs_it(tmp_path, cli):
-    weights = yolo_run(tmp_path / "train", [0.1, 0.3])
-    result = cli("verify", "--json", weights)
-    assert result.exit_code != 0
-    unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401"]
-    assert {Path(f["path"]).name for f in unsafe} == {"last.pt", "best.pt"}
-    assert all("weights_only=False" in f["message"] and "Ultralytics" in f["message"] for f in unsafe)
-    with pytest.raises(Exception, match="weights_only"):
-        torch.load(weights / "last.pt", weights_only=True)  # what torch's default says: it is not plain weights
-
-
-def test_a_finished_run_is_finished_not_damaged(tmp_path, inspect_json):
-    weights = yolo_run(tmp_path / "train", [0.1, 0.3, 0.2], finished=True)
-    report = inspect_json(weights).json
-    assert [(f["code"], f["severity"]) for f in report["findings"]] == [("CKD107", "info")]
-    assert "training finished" in report["findings"][0]["message"]
+@pytest.mark.parametrize("family", ["yolo11", "yolov8"])
+def test_a_finished_run_of_each_model_family_is_vouched_for_and_finished(family, tmp_path, cli):
+    weights = yolo_run(tmp_path, family)
+    result = cli("verify", "--deep", "--json", "--fail-on", "warning", weights)
+    assert result.exit_code == 0, result.stdout
+    assert sorted((f["code"], f["severity"]) for f in result.json["findings"]) == [("CKD107", "info"), ("CKD402", "info")]
+    assert "training finished" in only(result.json, "CKD107")["message"]
+    assert "DetectionModel" in only(result.json, "CKD402")["message"]
     found = scanned(weights)
     assert found.resume is not None and "nothing to resume" in found.resume_how
-    assert yolo_load(weights / "last.pt")["epoch"] == -1
-    with pytest.raises(AssertionError, match="nothing to resume"):
-        yolo_resume(weights / "last.pt")  # what Ultralytics says
+    # what Ultralytics says of strip_optimizer's file: no resume, a new training from its weights
+    assert "not a resumable training checkpoint" in yolo_restored(weights / "last.pt")["error"]
+
+
+def _rebuilt(path: Path):
+    with zipfile.ZipFile(path) as archive:
+        (pickled,) = [name for name in archive.namelist() if name.endswith("/data.pkl")]
+        (issue,) = judge(walk(archive.read(pickled)), "data.pkl")
+    assert issue.rebuilt is not None, issue.detail
+    return issue.rebuilt
+
+
+def test_the_classes_vouched_for_are_exactly_those_real_saves_pickle():
+    """Each name declared is one a real save of the three model families needs, and each such
+    save needs no other: a name no committed file holds is vouched for on no evidence."""
+    rebuilt = [_rebuilt(path) for path in sorted(YOLO_DATA.rglob("*.pt"))]
+    own = layout_named("ultralytics").own_objects
+    assert set().union(*(r.instances for r in rebuilt)) == own.classes
+    assert set().union(*(r.called for r in rebuilt)) == own.called_empty
+    assert not any(r.values or r.methods for r in rebuilt)
+
+
+def test_ultralytics_own_restricted_loader_resumes_its_saves_alike():
+    """What the CKD402 fix says: with ``ULTRALYTICS_SAFE_LOAD=1`` (``weights_only=True`` and
+    Ultralytics' allowlist) ``yolo train resume`` restores each save exactly as its default load does."""
+    weights = YOLO_DATA / "run" / "train" / "weights"
+    safe_load = yolo_oracle()["safe_load"]
+    assert sorted(safe_load) == sorted(path.name for path in weights.glob("*.pt"))
+    for name, restored in safe_load.items():
+        assert {key: restored[key] for key in ("resumes_at", "digest")} == {
+            key: yolo_restored(weights / name)[key] for key in ("resumes_at", "digest")
+        }
+
+
+def test_the_same_files_outside_an_ultralytics_run_are_unsafe(tmp_path, cli):
+    loop = tmp_path / "ckpts"
+    loop.mkdir()
+    for epoch in (0, 1):  # a hand-made loop's files: copies of real Ultralytics saves
+        shutil.copy(YOLO_DATA / "run" / "train" / "weights" / f"epoch{epoch}.pt", loop / f"epoch{epoch}.pt")
+    result = cli("verify", "--json", loop)
+    assert result.json["runs"][0]["layout"] != "ultralytics"
+    assert result.exit_code == 1
+    unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401"]
+    assert {Path(f["path"]).name for f in unsafe} == {"epoch0.pt", "epoch1.pt"}
+    assert not any("torch_load" in f["message"] for f in unsafe)
+
+
+def _int(value: int) -> bytes:
+    """BININT1, as torch's protocol 2 writes a small int."""
+    return b"K" + bytes([value])
+
+
+_CONV, _DETECT = _g("ultralytics.nn.modules.conv", "Conv"), _g("ultralytics.nn.modules.head", "Detect")
+_CONV2D, _SEQUENTIAL = _g("torch.nn.modules.conv", "Conv2d"), _g("torch.nn.modules.container", "Sequential")
+_MODULE_LIST, _ARGS = _g("torch.nn.modules.container", "ModuleList"), _g("ultralytics.utils", "IterableSimpleNamespace")
+_PLAIN = b")\x81"
+"""``EMPTY_TUPLE NEWOBJ``: ``cls.__new__(cls)``, how pickle starts a plain object."""
+BEYOND = {
+    # the vouched-for classes used as no Ultralytics save uses them
+    "block-called-with-arguments": _call(_CONV, _int(3), _int(8)),
+    "block-called-empty": _call0(_CONV),
+    "torch-module-called-with-arguments": _call(_CONV2D, _int(3), _int(8), _int(1)),
+    "torch-module-called-empty": _call0(_SEQUENTIAL),
+    "block-class-given-fields": _CONV + b"}(" + _u("forward") + _int(0) + b"ub",
+    "block-instance-called": _call(_CONV + _PLAIN, _u("payload")),
+    "module-list-given-an-item": _MODULE_LIST + _PLAIN + _int(1) + b"a",
+    "sequential-given-an-item": _SEQUENTIAL + _PLAIN + _int(0) + _int(1) + b"s",
+    "block-class-as-a-value": _CONV,
+    "arguments-called-with-a-value": _call(_ARGS, _u("payload")),
+    "arguments-built-plain": _ARGS + _PLAIN + b"}b",
+    "arguments-class-given-fields": _ARGS + b"}(" + _u("get") + _int(0) + b"ub",
+    "arguments-instance-called": _call(_call0(_ARGS), _u("payload")),
+    "method-looked-up": _call(_g("builtins", "getattr"), _DETECT, _u("forward")),
+    # classes no real save holds: Ultralytics' own AAttn (its __setstate__ computes), another framework's
+    "unvouched-block": _g("ultralytics.nn.modules.block", "AAttn") + _PLAIN + b"}b",
+    "another-frameworks-class": _g("deepspeed.runtime.fp16.loss_scaler", "LossScaler") + _PLAIN + b"}b",
+    # anything else beside them
+    "os.system": GADGETS["os.system"]("/nonexistent/ckptdoctor-canary"),
+}
+
+
+def _edited(into: Path, value: bytes) -> Path:
+    """A copy of the run whose newest save (``epoch2.pt``, ``last.pt``, ``best.pt``: one content)
+    gets one more top-level item."""
+    weights = yolo_run(into)
+    edited = yolo_edited(weights / "epoch2.pt", lambda pickled: _add_setitem(pickled, "extra", value))
+    for name in SAVES:
+        (weights / name).write_bytes(edited)
+    return weights
+
+
+@pytest.mark.parametrize("payload", sorted(BEYOND))
+def test_ultralytics_classes_used_any_other_way_are_unsafe_in_its_own_run(payload, tmp_path, cli):
+    weights = _edited(tmp_path, BEYOND[payload])
+    result = cli("verify", "--json", weights)
+    assert result.exit_code == 1
+    unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401"]
+    assert {Path(f["path"]).name for f in unsafe} == set(SAVES)
+    assert all("torch_load" in f["message"] for f in unsafe)  # Ultralytics' loader would run it: weights_only=False
+    (run,) = result.json["runs"]
+    assert run["checkpoints"][-1]["status"] == "corrupt" and run["resume"]["index"] == 1
+    assert yolo_restored(weights / "epoch1.pt")["resumes_at"] == 2  # where Ultralytics' own resume of it goes on
+
+
+def test_the_same_edit_with_nothing_unsafe_stays_vouched_for(tmp_path, cli):
+    """The control of the payloads above: the rewritten zip and one more plain item are no finding."""
+    result = cli("verify", "--json", "--fail-on", "warning", _edited(tmp_path, _int(7)))
+    assert result.exit_code == 0 and {f["code"] for f in result.json["findings"]} == {"CKD402"}
+    assert result.json["runs"][0]["resume"]["index"] == 2
 
 
 def test_a_kill_while_last_pt_was_written_resumes_from_best_pt(tmp_path, inspect_json):
-    weights = yolo_run(tmp_path / "train", [0.1, 0.3, 0.2, 0.25])
+    weights = without_epochs(yolo_run(tmp_path))
     last = weights / "last.pt"
-    last.write_bytes(last.read_bytes()[:2000])  # save_model writes the bytes in place
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # save_model writes the bytes in place
     report = inspect_json(weights).json
     assert only(report, "CKD203")["path"].endswith("last.pt")
     found = scanned(weights)
-    assert found.resume.index == 1 and found.resume_path.endswith("best.pt")
-    assert yolo_resume(Path(found.resume_path)) == 2
+    assert found.resume.index == 2 and found.resume_path.endswith("best.pt")
+    assert "not a loadable checkpoint" in yolo_restored(last)["error"]
+    assert yolo_restored(Path(found.resume_path))["resumes_at"] == 3
 
 
 def test_a_save_without_optimizer_state_is_incomplete(tmp_path, inspect_json):
-    weights = yolo_run(tmp_path / "train", [0.1, 0.3, 0.2], save_period=1)
-    saved = yolo_load(weights / "epoch2.pt")
-    saved["optimizer"] = None
-    for name in ("epoch2.pt", "last.pt"):
-        torch.save(saved, weights / name)
+    weights = yolo_run(tmp_path)
+    edited = yolo_edited(weights / "epoch2.pt", lambda pickled: _add_setitem(pickled, "optimizer", b"N"))
+    for name in SAVES:
+        (weights / name).write_bytes(edited)
     report = inspect_json(weights).json
     assert only(report, "CKD101")["index"] == 2
     assert report["runs"][0]["resume"]["index"] == 1
+    # Ultralytics does not resume it: it starts a new training, the run's progress lost
+    assert "not a resumable training checkpoint" in yolo_restored(weights / "epoch2.pt")["error"]
 
 
 def test_keep_best_reads_results_csv(tmp_path, cli):
-    weights = yolo_run(tmp_path / "train", [0.5, 0.1, 0.3, 0.2], save_period=1)
+    weights = yolo_run(tmp_path)
     age(weights)
-    plan = cli("prune", "--keep-best", "1", "--metric", "metrics/mAP50-95(B)", "--mode", "max", "--dry-run", "--json", weights).json["plan"]
+    with open(weights.parent / "results.csv") as rows:
+        losses = {int(row["epoch"]) - 1: float(row["train/box_loss"]) for row in csv.DictReader(rows)}
+    plan = cli("prune", "--keep-best", "1", "--metric", "train/box_loss", "--mode", "min", "--dry-run", "--json", weights).json["plan"]
     kept = {item["index"] for item in plan if item["action"] == "keep"}
-    assert kept == {0, 3}  # the best epoch by results.csv (row 1), and the resume point
+    assert kept == {min(losses, key=losses.__getitem__), 2}  # the best epoch by Ultralytics' results.csv, and the resume point
 
 
 def test_a_loops_last_and_epoch_files_are_not_ultralytics(tmp_path, inspect_json):
+    torch = pytest.importorskip("torch")
     loop = tmp_path / "ckpts"
     loop.mkdir()
     for epoch in (1, 2):
         torch.save({"model": {}, "optimizer": {}}, loop / f"epoch{epoch}.pt")
     torch.save({"model": {}, "optimizer": {}}, loop / "last.pt")
     assert inspect_json(loop).json["runs"][0]["layout"] == "torch"
-    assert inspect_json(yolo_run(tmp_path / "train", [0.1, 0.2], save_period=1)).json["runs"][0]["layout"] == "ultralytics"
+    assert inspect_json(yolo_run(tmp_path / "yolo")).json["runs"][0]["layout"] == "ultralytics"

@@ -78,6 +78,10 @@ class OwnObjects:
     classes: frozenset[str] = frozenset()
     """Its own classes its save code pickles as plain objects: ``cls.__new__(cls)``, then their
     fields set (each one's ``__new__`` and ``__setstate__`` read: they run nothing else)."""
+    called_empty: frozenset[str] = frozenset()
+    """Its own classes its save code pickles as ``cls()``, then their fields set (a
+    ``SimpleNamespace``'s ``__reduce__``; each one's ``__init__`` and ``__new__`` read: with no
+    argument they run nothing else)."""
     enums: frozenset[str] = frozenset()
     """Its own enums its save code pickles as members, ``cls(value)``."""
     methods: frozenset[str] = frozenset()
@@ -94,7 +98,12 @@ class OwnObjects:
 
     def writes(self, rebuilt: Rebuilt) -> bool:
         """Whether its save code writes exactly what ``rebuilt`` says the pickle does."""
-        return rebuilt.instances <= self.classes and rebuilt.values <= self.enums and rebuilt.methods <= self.methods
+        return (
+            rebuilt.instances <= self.classes
+            and rebuilt.values <= self.enums
+            and rebuilt.methods <= self.methods
+            and rebuilt.called <= self.called_empty
+        )
 
     def vouched(self, report: FileReport) -> FileReport:
         """``report`` as this framework's own loader sees the file: where its pickles are unsafe

@@ -12,13 +12,14 @@ From the installed ultralytics 8.4.190 (``ultralytics/engine/trainer.py``, ``uti
   inside, not in their names: the run is indexed by the ``epoch`` each file records.
 - When training ends, ``final_eval`` runs ``strip_optimizer`` on ``last.pt`` and ``best.pt``:
   ``model = ema`` in fp16, ``optimizer``, ``ema``, ``scaler``... set to None and ``epoch = -1``.
-  ``resume_training`` then refuses ("training to N epochs is finished, nothing to resume"): such a
-  file is finished, not damaged. It is the newest save of the run: it is placed after every epoch
-  another file records.
+  ``YOLO(path).train(resume=True)`` (``engine/model.py``) then warns that it is "not a resumable
+  training checkpoint" and starts a new training from its weights: such a file is finished, not
+  damaged. It is the newest save of the run: it is placed after every epoch another file records.
 - Resume: ``yolo train resume model=path/to/last.pt`` (``check_resume``); any whole training save
   (``best.pt``, ``epoch{N}.pt``) resumes the same way, from its epoch + 1.
-- Loading: ``torch_load`` (``utils/patches.py``) passes ``weights_only=False``, because the
-  pickled module needs Ultralytics' classes: arbitrary objects, which ckptdoctor never vouches for.
+- Loading: ``torch_load`` (``utils/patches.py``) passes ``weights_only=False``: the pickled model
+  is a tree of Ultralytics' and torch's ``nn.Module`` classes, with the training arguments as an
+  ``IterableSimpleNamespace``. ``OWN_OBJECTS`` vouches for exactly the classes real runs pickle.
 - Metrics: ``save_dir/results.csv`` (``save_metrics``), one row per epoch, ``epoch`` 1-based.
 """
 
@@ -41,6 +42,39 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 _EPOCH = f"{TOP_LEVEL_NUMBER}epoch"
 
 
+_TORCH_MODULES = (
+    "container.Sequential", "container.ModuleList", "conv.Conv2d", "batchnorm.BatchNorm2d",
+    "activation.SiLU", "linear.Identity", "pooling.MaxPool2d", "upsampling.Upsample",
+)  # fmt: skip
+_OWN_MODULES = (
+    "tasks.DetectionModel", "modules.head.Detect", "modules.conv.Conv", "modules.conv.DWConv",
+    "modules.conv.Concat", "modules.block.Bottleneck", "modules.block.C2f", "modules.block.C3k",
+    "modules.block.C3k2", "modules.block.SPPF", "modules.block.C2PSA", "modules.block.PSABlock",
+    "modules.block.Attention", "modules.block.DFL",
+)  # fmt: skip
+OWN_OBJECTS = OwnObjects(
+    loader="Ultralytics' own resume loads it with `torch_load` (`ultralytics/utils/patches.py`), which passes `weights_only=False`",
+    unrestricted=True,
+    # nn.Module trees, each node rebuilt plain (cls.__new__(cls), then BUILD). None of these
+    # Ultralytics classes defines __new__, __setstate__ or __reduce__ (ultralytics 8.4.190,
+    # nn/tasks.py, nn/modules/{head,conv,block}.py; their bases are nn.Module, C2f, C3 and Conv);
+    # block.py's AAttn and distill_model.py's DistillationModel do, and are not here. Of torch's,
+    # Module.__setstate__ updates __dict__ and adds the hook tables an old save lacks, and
+    # _ConvNd's and Upsample's add one default attribute; none defines __new__. Exactly the
+    # classes real detection saves of YOLO26, YOLO11 and YOLOv8 pickle (tests/data/ultralytics).
+    classes=frozenset({
+        *(f"torch.nn.modules.{name}" for name in _TORCH_MODULES),
+        *(f"ultralytics.nn.{name}" for name in _OWN_MODULES),
+    }),
+    # the training arguments (`model.args`): a SimpleNamespace subclass (utils/__init__.py) with no
+    # __init__, __new__ or __setstate__ of its own, pickled by SimpleNamespace's __reduce__ as
+    # cls() then BUILD of its fields
+    called_empty=frozenset({"ultralytics.utils.IterableSimpleNamespace"}),
+)  # fmt: skip
+"""What ``BaseTrainer.save_model`` pickles (its ``ema``: ``DetectionModel`` and its blocks, with
+``args``) and ``strip_optimizer`` (the same model as ``model``), and how Ultralytics loads it back."""
+
+
 class UltralyticsLayout(Layout):
     name = "ultralytics"
     builds_on = ("torch",)
@@ -48,16 +82,7 @@ class UltralyticsLayout(Layout):
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
     whole_saves = True
-    own_objects = OwnObjects(
-        loader="Ultralytics pickles its model as a whole nn.Module and its own loader (`torch_load`) loads it with `weights_only=False`",
-        unrestricted=True,
-    )
-    """No class is vouched for: the pickled model is a tree of whatever classes its YAML names
-    (``ultralytics.nn.modules.*``, ``ultralytics.nn.tasks.*``, torch's), some with a
-    ``__setstate__`` of their own (``block.py``, ``distill_model.py``), beside
-    ``IterableSimpleNamespace`` arguments rebuilt by calling the class, and no real run can be made
-    here to learn which a save holds; a prefix of module names would vouch for every name those
-    modules import too. A file that needs more than harmless globals stays CKD401."""
+    own_objects = OWN_OBJECTS
     claimable = re.compile(r"\.pt\Z")
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
@@ -130,8 +155,8 @@ class UltralyticsLayout(Layout):
         path = checkpoint.files[0].path
         if run.weights_only:
             return (
-                f"training finished: nothing to resume (`yolo train resume` refuses {checkpoint.files[0].name}); "
-                f"to train on, start a new training from its weights: `yolo train model={path}`"
+                f"training finished: nothing to resume (`yolo train resume` would start a new training from "
+                f"{checkpoint.files[0].name}'s weights); to train on, start one: `yolo train model={path}`"
             )
         return f"`yolo train resume model={path}` (it goes on at epoch {checkpoint.index + 2} of the run's epochs, counted from 1)"
 

@@ -9,8 +9,9 @@ Three tiers, judged on the exact ``module.name`` a pickle imports:
 - everything else, and every import whose name is computed at load time: unsafe (CKD401).
 
 A pickle unsafe only because it rebuilds plain objects of some classes (``NEWOBJ`` of no argument,
-then ``BUILD``) or enum members (``cls(literal)``) says so (``Rebuilt``): the layout of a run whose
-framework's own save code writes exactly those classes may vouch for them (``layouts._base``).
+or a call of no argument, then ``BUILD``) or enum members (``cls(literal)``) says so (``Rebuilt``):
+the layout of a run whose framework's own save code writes exactly those classes may vouch for
+them (``layouts._base``).
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt | None:
         frozenset(g.dotted for g in unsafe if walk.instantiated[g]),
         frozenset(g.dotted for g in unsafe if walk.by_value[g]),
         frozenset(f"{cls.dotted}.{name}" for cls, name in walk.lookups),
+        frozenset(g.dotted for g in unsafe if walk.called_empty[g]),
     )
 
 

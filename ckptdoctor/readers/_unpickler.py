@@ -138,9 +138,14 @@ class Walk:
     by_value: Counter[Global] = field(default_factory=Counter)
     """How often each global is called with one literal (``REDUCE`` of ``(2,)``): how pickle
     writes an enum member."""
+    called_empty: Counter[Global] = field(default_factory=Counter)
+    """How often each global is called with no argument (``REDUCE`` of ``()``), its fields set
+    afterwards, if at all, by ``BUILD``: how a ``types.SimpleNamespace`` pickles itself (its
+    ``__reduce__`` is ``(type(self), (), vars(self))``)."""
     misused: set[Global] = field(default_factory=set)
-    """Globals an object built from which is itself called, or, built from one literal, given
-    fields (``BUILD``): beyond rebuilding a plain object or an enum member."""
+    """Globals an object built from which is itself called, given items (``APPEND``, ``SETITEM``,
+    ``ADDITEMS``: its own ``append``, ``__setitem__`` or ``add`` would run), or, built from one
+    literal, given fields (``BUILD``): beyond rebuilding a plain object or an enum member."""
     discarded: Counter[Global] = field(default_factory=Counter)
     """How often a reference to each global is popped unused (``POP``)."""
     changed: set[Global] = field(default_factory=set)
@@ -169,6 +174,7 @@ class Walk:
         self.constructed.update(other.constructed)
         self.instantiated.update(other.instantiated)
         self.by_value.update(other.by_value)
+        self.called_empty.update(other.called_empty)
         self.misused |= other.misused
         self.discarded.update(other.discarded)
         self.changed |= other.changed
@@ -185,14 +191,12 @@ class Walk:
 
     def only_rebuilt(self, symbol: Global) -> bool:
         """Whether every reference to ``symbol`` rebuilds a plain object of it (``cls.__new__(cls)``,
-        its fields set afterwards), rebuilds an enum member (``cls(literal)``) or is looked up on
-        for a name (``getattr(cls, "min")``, kept, not called), and nothing else touches it."""
+        or ``cls()``, its fields set afterwards), rebuilds an enum member (``cls(literal)``) or is
+        looked up on for a name (``getattr(cls, "min")``, kept, not called), and nothing else
+        touches it."""
         looked_up = sum(count for (cls, _), count in self.lookups.items() if cls == symbol)
-        return (
-            symbol not in self.misused
-            and symbol not in self.changed
-            and self.references[symbol] == self.instantiated[symbol] + self.by_value[symbol] + looked_up
-        )
+        rebuilt = self.instantiated[symbol] + self.called_empty[symbol] + self.by_value[symbol] + looked_up
+        return symbol not in self.misused and symbol not in self.changed and self.references[symbol] == rebuilt
 
 
 class Budget:
@@ -541,6 +545,8 @@ class _Machine:
                 self.result.lookups_called += 1
             elif name == "REDUCE" and isinstance(func, Global) and _by_value(args):
                 self.result.by_value[func] += 1
+            elif name == "REDUCE" and isinstance(func, Global) and args == ():
+                self.result.called_empty[func] += 1
             self._called(func)
             self.stack.append(_call(func, args))
         elif name == "NEWOBJ_EX":
@@ -576,20 +582,20 @@ class _Machine:
         stack = self.stack
         if name == "APPEND":
             value = self._pop()
-            target = self._top()
+            target = self._given_items()
             if isinstance(target, list):
                 target.append(value)
         elif name in ("APPENDS", "ADDITEMS"):
             items = self._pop_mark()
-            target = self._top()
+            target = self._given_items()
             if isinstance(target, list):
                 target.extend(items)
         elif name == "SETITEM":
             value, key = self._pop(), self._pop()
-            _set_item(self._top(), key, value, self.result.odd)
+            _set_item(self._given_items(), key, value, self.result.odd)
         elif name == "SETITEMS":
             items = self._pop_mark()
-            target = self._top()
+            target = self._given_items()
             for key, value in zip(items[::2], items[1::2], strict=False):
                 _set_item(target, key, value, self.result.odd)
         elif name == "POP":
@@ -620,6 +626,14 @@ class _Machine:
         instance as a callable): that global is used beyond rebuilding."""
         if isinstance(func, Call) and isinstance(func.func, Global):
             self.result.misused.add(func.func)
+
+    def _given_items(self) -> Any:
+        """The object ``APPEND``, ``SETITEM`` and their kin fill: where it was built from a global,
+        the unpickler calls that object's own ``append``, ``extend``, ``__setitem__`` or ``add``."""
+        target = self._top()
+        if isinstance(target, Call) and isinstance(target.func, Global):
+            self.result.misused.add(target.func)
+        return target
 
     def _discard(self, items: list[Any]) -> None:
         for item in items:

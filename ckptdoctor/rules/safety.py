@@ -63,8 +63,9 @@ NON_WEIGHTS_OBJECT = Rule(
         "they need: timm's own loader allows exactly that one. Classes whose construction runs set-up code (`TrainingArguments`, "
         "accelerate's `PartialState`) are harmless only when rebuilt field by field; a pickle that calls them is CKD401. "
         "Objects a framework's own save code writes (DeepSpeed's loss scaler, `ZeroStageEnum` and `fragment_address` in "
-        "every ZeRO partition, mmengine's `HistoryBuffer`) are vouched for only in a run of that framework, only rebuilt the "
-        "way pickle writes a plain object or an enum member, and only with nothing else unsafe in the file: then the finding "
+        "every ZeRO partition, mmengine's `HistoryBuffer`, the YOLO model and arguments of Ultralytics' saves) are vouched for "
+        "only in a run of that framework, only rebuilt the way pickle writes a plain object, a namespace or an enum member, "
+        "and only with nothing else unsafe in the file: then the finding "
         "is this one, saying how the framework's own loader loads them (info where it does unaided, as DeepSpeed's "
         "`load_checkpoint` does; a warning where the resume needs a step, as mmengine's does on torch >= 2.6). Anywhere "
         "else, or used any other way, they are CKD401."
@@ -90,12 +91,14 @@ NON_WEIGHTS_OBJECT = Rule(
             mmengine="Nothing to change in your code: mmengine's `Runner.save_checkpoint` writes the `HistoryBuffer`s of its `message_hub` itself; with torch >= 2.6 resume with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` set, which mmengine 0.10's `torch.load` needs for its own files.",
             timm="Nothing to change in your code: timm's saver writes `args` as an `argparse.Namespace` itself, and its own loader allows exactly that one; only other objects beside it stop timm's resume.",
             composer="Nothing to change in your code for the globals Composer allows itself (`_COMPOSER_CHECKPOINT_SAFE_GLOBALS`); any other object in the state (a callback's, an algorithm's) stops Composer's own load: keep those plain.",
+            ultralytics="Nothing to change in your code: Ultralytics' `save_model` pickles its model (`DetectionModel` and its blocks) and training arguments into every save itself, and `yolo train resume` loads them with `torch_load` (`weights_only=False`); to resume with `weights_only=True`, set `ULTRALYTICS_SAFE_LOAD=1`, whose restricted loader allows Ultralytics' and torch's module classes.",
         ),
         fix(
             "Upgrade the framework: newer releases allow the globals their own files need.",
             accelerate="Upgrade accelerate: newer releases allowlist the numpy globals its own RNG files need.",
             hf_trainer="Upgrade `transformers`: newer releases allowlist the numpy globals its own RNG files need.",
             deepspeed="",
+            ultralytics="",
         ),
     ),
     messages=(
