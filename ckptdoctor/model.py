@@ -430,6 +430,15 @@ class Run:
         return None
 
     @property
+    def after_resume(self) -> tuple[Checkpoint, ...]:
+        """The checkpoints after the resume point in the run's order: higher indices, and a later
+        save of its own index (Lightning's ``-v1``); none where there is no resume point."""
+        resume = self.resume
+        if resume is None:
+            return ()
+        return self.checkpoints[next(i for i, c in enumerate(self.checkpoints) if c is resume) + 1 :]
+
+    @property
     def bytes(self) -> int:
         entries = [f.entry for c in self.checkpoints for f in c.files]
         entries += [f.entry for f in self.loose_files]

@@ -9,6 +9,7 @@ loads what ``--restore-file`` names as ``load_checkpoint`` and ``Trainer.load_ch
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -239,6 +240,25 @@ def test_a_stale_but_whole_checkpoint_last_is_not_the_resume_point_and_the_hint_
     assert fairseq_resume(last)["epoch"] == 4
     (scanned,) = scan([str(trainer.save_dir)]).runs
     assert "checkpoint_last.pt" not in scanned.resume_how
+
+
+@pytest.mark.parametrize("copied", [2, 3])
+def test_a_checkpoint_last_with_the_newest_saves_very_time_is_told_by_its_bytes(tmp_path, copied):
+    """A coarse file-system clock (seconds on some NFS and FAT mounts) gives a save and the copy
+    written after it one time, and a killed save's file the time of the older copy before it: which
+    save `checkpoint_last.pt` holds is then told by its bytes, never guessed from the tie."""
+    trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
+    for _ in range(4):
+        trainer.update()
+    trainer.save(1.0, end_of_epoch=True, copies=False)
+    last = trainer.save_dir / "checkpoint_last.pt"
+    shutil.copyfile(trainer.save_dir / f"checkpoint{copied}.pt", last)
+    tick = (trainer.save_dir / "checkpoint3.pt").stat().st_mtime_ns
+    os.utime(trainer.save_dir / "checkpoint3.pt", ns=(tick, tick))
+    os.utime(last, ns=(tick, tick))
+    (scanned,) = scan([str(trainer.save_dir)]).runs
+    assert fairseq_resume(last)["epoch"] == copied + 1
+    assert ("fairseq would load checkpoint_last.pt" in scanned.resume_how) is (copied == 2)
 
 
 def test_a_missing_checkpoint_last_is_ckd113_and_repair_writes_it(tmp_path, cli):

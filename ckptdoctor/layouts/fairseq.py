@@ -48,6 +48,7 @@ without the rank suffix: fairseq appends it (``load_checkpoint``:
 
 from __future__ import annotations
 
+import filecmp
 import os
 import re
 from collections import defaultdict
@@ -224,7 +225,7 @@ class FairseqLayout(Layout):
         values: dict[int, float] = {}
         for file in run.loose_files:
             match = _BEST_KEPT.match(file.name)
-            if match is not None and match[1] == metric and (index := _copy_of(saves, file.entry)) is not None:
+            if match is not None and match[1] == metric and (index := _copy_of(saves, file.entry, run.store is None)) is not None:
                 values[index] = float(match[2])
         return values
 
@@ -291,13 +292,22 @@ def _numbered_saves(run: Run) -> list[tuple[Entry, int | None]]:
     return sorted(numbered, key=lambda item: item[0].mtime)
 
 
-def _copy_of(saves: Sequence[tuple[Entry, int | None]], copy: Entry) -> int | None:
+def _copy_of(saves: Sequence[tuple[Entry, int | None]], copy: Entry, local: bool) -> int | None:
     """The checkpoint a copy fairseq made (``PathManager.copy`` of a save's first file, right
     after writing it) copies: where, by their times, the numbered save just before it is that
     checkpoint's file and has its size. None for a copy of a save that is no checkpoint of the
     run (a superseded interval save), and where the times are out of the order fairseq writes
-    (a folder copied without its times)."""
+    (a folder copied without its times). A save with the copy's very time (one tick of a coarse
+    file-system clock) may have been written after it: only its bytes tell, and where they
+    cannot be read (``local`` False: a store's object) the copy's save is not known."""
     before = [(entry, index) for entry, index in saves if entry.mtime <= copy.mtime]
+    while before and before[-1][0].mtime == copy.mtime:
+        same = _same_bytes(before[-1][0], copy) if local else None
+        if same is None:
+            return None
+        if same:
+            break
+        before.pop()
     if not before:
         return None
     entry, index = before[-1]
@@ -305,12 +315,22 @@ def _copy_of(saves: Sequence[tuple[Entry, int | None]], copy: Entry) -> int | No
     return index if index is not None and in_order and entry.size == copy.size else None
 
 
+def _same_bytes(one: Entry, other: Entry) -> bool | None:
+    """Whether two files hold the same bytes (None: one could not be read)."""
+    if one.size != other.size:
+        return False
+    try:
+        return filecmp.cmp(one.os_path, other.os_path, shallow=False)
+    except OSError:
+        return None
+
+
 def _behind(run: Run, checkpoint: Checkpoint) -> CheckpointFile | None:
     """The run's ``checkpoint_last.pt`` where it copies a save older than ``checkpoint``: the
     save was killed after its first file and before the copy (``save_checkpoint`` writes
     ``checkpoint_last.pt`` last), and fairseq's default ``--restore-file`` would go back to it."""
     last = next((f for f in run.loose_files if f.name == LAST and not f.report.issues), None)
-    copied = _copy_of(_numbered_saves(run), last.entry) if last is not None else None
+    copied = _copy_of(_numbered_saves(run), last.entry, run.store is None) if last is not None else None
     return last if copied is not None and copied < checkpoint.index else None
 
 

@@ -61,12 +61,10 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     root = run_root(run)
     items: list[PlanItem] = []
     held: set[int] = set()
-    # newer: after the resume point in the run's order, a later save of its index too (Lightning's `-v1` folder)
-    newer = False
+    newer = {id(c) for c in run.after_resume}  # by identity: a run may have thousands, each compared field by field
     for checkpoint in run.checkpoints:
         index = checkpoint.index
         if checkpoint is resume:
-            newer = True
             # a staging leftover beside the whole files it was going to become goes; they stay
             spare = [f for f in checkpoint.files if Role.TEMP in f.roles and not entry_held_back(f.entry, circumstances, min_age)]
             kept = tuple(entry for entry in targets(checkpoint) if entry not in {f.entry for f in spare})
@@ -79,7 +77,7 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
                 PlanItem(index, Action.KEEP, (f"{checkpoint.status.value}: {why}: left as it is",), targets(checkpoint), sizes[index])
             )
             continue
-        if newer:
+        if id(checkpoint) in newer:
             why = f"{checkpoint.status.value} and newer than the resume point ({unit} {resume.index})"
             if busy:
                 held.add(index)

@@ -192,10 +192,11 @@ class RunContext:
             return frozenset(), frozenset()
         whole: set[str] = set()
         alone = {f.path for f in self.run.loose_files if f.leftover}
+        newer = {id(c) for c in self.run.after_resume}
         for checkpoint in self.run.checkpoints:
             if checkpoint is resume:
                 alone.update(f.path for f in checkpoint.files if Role.TEMP in f.roles)
-            elif checkpoint.index > resume.index:
+            elif id(checkpoint) in newer:
                 whole.update(f.path for f in checkpoint.files)
             else:
                 alone.update(f.path for f in checkpoint.files if f.leftover)
