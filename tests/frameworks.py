@@ -1398,6 +1398,43 @@ def nanogpt_load(out_dir: str | Path) -> tuple[Any, Any, dict[str, Any]]:
     return model, optimizer, checkpoint
 
 
+# --- Orbax (JAX on the CPU): a CheckpointManager of a hand-written Adam's state ---------------------
+
+
+def orbax_train(directory: Path, steps: int) -> None:
+    """A linear model trained by Adam (its state shaped as optax's ``ScaleByAdamState``: ``count``,
+    ``mu``, ``nu``) on fixed data, one ``CheckpointManager.save`` a step up to ``steps``, resumed
+    from ``manager.restore(manager.latest_step())`` where a step is saved (a fresh start where none)."""
+    jax = pytest.importorskip("jax")
+    ocp = pytest.importorskip("orbax.checkpoint")
+    jnp = jax.numpy
+    data = jax.random.normal(jax.random.PRNGKey(1), (16, 64))
+    target = data @ jax.random.normal(jax.random.PRNGKey(2), (64, 64))
+
+    def loss(params: Any) -> Any:
+        return jnp.mean((data @ params["w"] + params["b"] - target) ** 2)
+
+    def adam_step(state: dict[str, Any]) -> dict[str, Any]:
+        grads, adam = jax.grad(loss)(state["params"]), state["opt_state"]
+        count = adam["count"] + 1
+        mu = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, adam["mu"], grads)
+        nu = jax.tree_util.tree_map(lambda v, g: 0.999 * v + 0.001 * g * g, adam["nu"], grads)
+        first, second = 1 - 0.9**count, 1 - 0.999**count  # bias corrections
+        params = jax.tree_util.tree_map(lambda p, m, v: p - 1e-2 * (m / first) / (jnp.sqrt(v / second) + 1e-8), state["params"], mu, nu)
+        return {"params": params, "opt_state": {"count": count, "mu": mu, "nu": nu}, "step": int(state["step"]) + 1}
+
+    params = {"w": jax.random.normal(jax.random.PRNGKey(0), (64, 64)) * 0.1, "b": jnp.zeros((64,))}
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    state = {"params": params, "opt_state": {"count": jnp.asarray(0, jnp.int32), "mu": zeros, "nu": zeros}, "step": 0}
+    with ocp.CheckpointManager(directory.resolve()) as manager:
+        if manager.latest_step() is not None:
+            state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+        while int(state["step"]) < steps:
+            state = adam_step(state)
+            manager.save(state["step"], args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+
+
 # --- LitGPT (its own save functions, with a real Fabric) ------------------------------------------
 
 

@@ -7,7 +7,9 @@ way a node dies under a save. Staging files count too (Lightning writes a tempor
 moves it into place), so that a kill can land before the move. Files are counted where Python writes them: ``open`` in a write
 mode, and ``torch.save`` and ``safetensors.torch.save_file`` given a path (their own C++ and Rust
 writers are routed through ``open`` with the same bytes, so that a kill can land inside them).
-Writes through other native code (HDF5, TensorFlow) are not seen.
+Writes through other native code (HDF5, TensorFlow) are not seen: a module that routes them
+(``native_writes``) counts such a file with :func:`native` and kills it itself, and a writer that
+writes one file in many writes (``zipfile``) is told its total with :func:`sized`.
 
 Each file counted is told on stderr (``killer: 3 path``), so a failing test shows what was written.
 """
@@ -65,6 +67,24 @@ def arm(write: int, fraction: float) -> None:
     safetensors.torch.save_file = save_file
 
 
+def native(path: Any) -> float | None:
+    """Count a file that native code writes (libhdf5), which ``open`` never sees: the fraction at
+    which its writer must :func:`die` where it is the file that dies, else None."""
+    global _count
+    if not _TARGET:
+        return None
+    _count += 1
+    sys.stderr.write(f"killer: {_count} {path} (native)\n")
+    return _FRACTION if _count == _TARGET else None
+
+
+def sized(file: Any, size: int) -> None:
+    """``file`` (opened once armed) takes ``size`` bytes in many writes: where it is the file that
+    dies, it dies once ``fraction`` of them are written, not within its first write."""
+    if isinstance(file, _Dying):
+        file.size = size
+
+
 def missed() -> None:
     """Called after the save: the kill point was never reached (too few files written)."""
     sys.stderr.write(f"killer: only {_count} files written, none was number {_TARGET}\n")
@@ -81,7 +101,7 @@ def _counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any
     return _Dying(opened) if _count == _TARGET else opened
 
 
-def _die() -> None:
+def die() -> None:
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -91,19 +111,23 @@ class _Dying:
 
     def __init__(self, file: Any) -> None:
         self._file = file
+        self.size: int | None = None
+        self._written = 0
 
     def write(self, data: Any) -> int:
-        if _FRACTION < 1.0:
-            part = data[: int(len(data) * _FRACTION)]
-            self._file.write(part)
-            self._file.flush()
-            _die()
+        if _FRACTION < 1.0:  # dies in this write, or (told its `size`) in the write that crosses its share of it
+            room = int(len(data) * _FRACTION) if self.size is None else int(self.size * _FRACTION) - self._written
+            if self.size is None or len(data) >= room:
+                self._file.write(data[: max(room, 0)])
+                self._file.flush()
+                die()
+            self._written += len(data)
         return int(self._file.write(data))
 
     def close(self) -> None:
         self._file.close()
         if _FRACTION >= 1.0:
-            _die()
+            die()
 
     def __enter__(self) -> _Dying:
         return self

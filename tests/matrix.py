@@ -25,7 +25,8 @@ save), when it restores at all. Then, for every breakage, ckptdoctor must:
 1. name as resume point the newest faithful checkpoint (``verify --deep`` always; ``inspect``
    too, except where the module shows the damage lies only in bytes ``inspect`` does not read:
    :attr:`Fresh.inspect_blind`);
-2. print an ``--resume-path`` from which the framework's restore gives that checkpoint's state;
+2. print an ``--resume-path`` from which the framework's restore gives that checkpoint's state
+   (where ``inspect`` is blind to the damage, the resume path ``verify --deep`` names);
 3. report an error whenever the framework's automatic resume would restore something else (it
    picks another checkpoint, or fails): CKD113/CKD114, or an error on the very checkpoint it picks
    (a hand-written loop has no pick of its own to warn of); a warning at least when it would
@@ -242,6 +243,8 @@ def torn_copy(fresh: Fresh, run: Path) -> None:
     largest = _largest(fresh, newest)
     if newest.is_dir():
         older = previous / largest.relative_to(newest)
+        if not older.exists():  # a name of the content's (OCDBT's d/<hash>): the largest file of the same folder
+            older = max((p for p in older.parent.iterdir() if p.is_file()), key=lambda p: (p.stat().st_size, str(p)))
     else:  # the file of the previous save's that holds what ``largest`` holds
         older = dict(zip(_members(fresh, newest), _members(fresh, previous), strict=True))[largest]
     head = largest.read_bytes()[: largest.stat().st_size // 2]
@@ -380,8 +383,11 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
     if expected is None:
         assert "CKD110" in errors, said
         return
-    printed_code, printed = ckptdoctor("inspect", "--resume-path", run)
-    assert printed_code == 0 and isinstance(printed, str)
+    if breakage in fresh.inspect_blind:  # what inspect --resume-path prints is inspect's verdict: verify --deep's path
+        printed = _the_run(deep)["resume"]["path"]
+    else:
+        printed_code, printed = ckptdoctor("inspect", "--resume-path", run)
+        assert printed_code == 0 and isinstance(printed, str)
     wanted = oracle.restored(run, faithful[expected])
     assert oracle.restored(run, Path(printed)) == wanted, f"--resume-path {printed} restores checkpoint {expected}"
     if fresh.auto_resume is None:  # the user names the checkpoint (as --resume-path, checked above): nothing picks for them
