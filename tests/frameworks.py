@@ -10,6 +10,7 @@ callable for what a test must do itself with the framework (resume, train on, lo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -996,6 +997,133 @@ def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = 
     kind = training.FullModelHFCheckpointer if hf else training.FullModelTorchTuneCheckpointer
     checkpointer = kind(str(base), list(files), "LLAMA3", str(output), resume_from_checkpoint=True)
     return dict(checkpointer.load_checkpoint())
+
+
+TORCHTUNE_LLAMA = {"vocab_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "embed_dim": 16, "max_seq_len": 8}
+"""A tiny ``torchtune.models.llama3.llama3``: the model of :func:`torchtune_recipe`."""
+
+
+class TorchtuneTokenizer:
+    """The recipe's tokenizer: the dataset below is tokenized already, the collator needs ``pad_id``."""
+
+    pad_id = 0
+
+
+class TorchtuneRows:
+    """The recipe's dataset (``config.instantiate(cfg.dataset, tokenizer)``): four rows of eight tokens."""
+
+    def __init__(self, tokenizer: TorchtuneTokenizer) -> None:
+        import torch
+
+        self.rows = torch.randint(1, TORCHTUNE_LLAMA["vocab_size"], (4, 8), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return {"tokens": self.rows[index], "labels": self.rows[index]}
+
+
+def torchtune_base(folder: Path, hf: bool = False) -> Path:
+    """The model a fine-tune starts from (``checkpointer.checkpoint_dir``): the tiny Llama's initial
+    weights as ``model.pt``, or with ``hf`` in Hugging Face's names (torchtune's own
+    ``convert_weights.tune_to_hf``) as ``model.safetensors`` with the ``config.json`` that
+    ``FullModelHFCheckpointer`` reads."""
+    torch = pytest.importorskip("torch")
+    from torchtune.models.llama3 import llama3
+
+    folder.mkdir(parents=True)
+    torch.manual_seed(0)
+    weights = llama3(**TORCHTUNE_LLAMA).state_dict()
+    if not hf:
+        torch.save(weights, folder / "model.pt")
+        return folder
+    from safetensors.torch import save_file
+    from torchtune.models.convert_weights import tune_to_hf
+
+    heads, kv_heads, dim = TORCHTUNE_LLAMA["num_heads"], TORCHTUNE_LLAMA["num_kv_heads"], TORCHTUNE_LLAMA["embed_dim"]
+    save_file(tune_to_hf(weights, num_heads=heads, num_kv_heads=kv_heads, dim=dim), folder / "model.safetensors")
+    config = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "hidden_size": dim}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def torchtune_recipe(output: Path, base: Path, epochs: int, resume: Sequence[str] = (), log_to: Path | None = None) -> Any:
+    """torchtune 0.6.1's ``FullFinetuneRecipeSingleDevice``, from ``recipes/full_finetune_single_device.py``
+    (the file ``tune run full_finetune_single_device`` runs), set up (``setup(cfg)``) for a tiny Llama
+    on the CPU: AdamW, a cosine schedule with warm-up, two batches an epoch, ``epochs`` epochs, the
+    checkpointer of ``base`` (``FullModelHFCheckpointer`` where it holds ``config.json``) saving into
+    ``output``. ``resume``: ``resume_from_checkpoint=True`` with ``checkpointer.checkpoint_files``
+    these (relative to ``output``). ``log_to``: the recipe's own ``output_dir`` (its
+    ``torchtune_config.yaml``), ``output`` by default."""
+    import runpy
+
+    pytest.importorskip("torchao")
+    torchtune = pytest.importorskip("torchtune")
+    from omegaconf import OmegaConf
+
+    hf = (base / "config.json").is_file()
+    recipes = Path(torchtune.__file__).parent.parent / "recipes"
+    recipe = runpy.run_path(str(recipes / "full_finetune_single_device.py"), run_name="torchtune_recipe")
+    checkpointer = "FullModelHFCheckpointer" if hf else "FullModelTorchTuneCheckpointer"
+    cfg = OmegaConf.create(
+        {
+            "output_dir": str(log_to or output),
+            "model": {"_component_": "torchtune.models.llama3.llama3", **TORCHTUNE_LLAMA},
+            "tokenizer": {"_component_": "frameworks.TorchtuneTokenizer"},
+            "dataset": {"_component_": "frameworks.TorchtuneRows"},
+            "seed": 0,
+            "shuffle": True,
+            "checkpointer": {
+                "_component_": f"torchtune.training.{checkpointer}",
+                "checkpoint_dir": str(base),
+                "checkpoint_files": list(resume) or ["model.safetensors" if hf else "model.pt"],
+                "recipe_checkpoint": None,
+                "output_dir": str(output),
+                "model_type": "LLAMA3",
+            },
+            "resume_from_checkpoint": bool(resume),
+            "batch_size": 2,
+            "epochs": epochs,
+            "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-3},
+            "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup", "num_warmup_steps": 1},
+            "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
+            "max_steps_per_epoch": None,
+            "gradient_accumulation_steps": 1,
+            "optimizer_in_bwd": False,
+            "clip_grad_norm": None,
+            "compile": False,
+            "device": "cpu",
+            "enable_activation_checkpointing": False,
+            "enable_activation_offloading": False,
+            "dtype": "fp32",
+            "metric_logger": {"_component_": "torchtune.training.metric_logging.StdoutLogger"},
+            "log_every_n_steps": 1,
+            "log_peak_memory_stats": False,
+        }
+    )
+    made = recipe["FullFinetuneRecipeSingleDevice"](cfg=cfg)
+    made.setup(cfg=cfg)
+    return made
+
+
+class _EpochsDone(Exception):
+    """Raised after the save of the last epoch a :func:`torchtune_train` runs."""
+
+
+def torchtune_train(recipe: Any, epochs: int) -> None:
+    """``recipe.train()`` until it has saved ``epochs`` more epochs: the job's time limit ends it there."""
+    save = recipe.save_checkpoint
+    stop_after = recipe.epochs_run + epochs
+
+    def save_then_stop(epoch: int) -> None:
+        save(epoch)
+        if recipe.epochs_run == stop_after:
+            raise _EpochsDone
+
+    recipe.save_checkpoint = save_then_stop
+    with contextlib.suppress(_EpochsDone):
+        recipe.train()
 
 
 # --- Ultralytics YOLO, from its source ---------------------------------------------------------------
