@@ -1681,6 +1681,114 @@ class _LoaderState:
         self.seen = state["seen"]
 
 
+LITGPT_TINY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "vocab_size": 32, "padded_vocab_size": 32}
+
+
+def _litgpt_tokens() -> Any:
+    """A LitGPT ``DataModule`` of random tokens whose train loader is stateful as pretraining's
+    ``StreamingDataLoader`` is (``fabric.save`` calls its ``state_dict``): it counts the batches it gave."""
+    import torch
+    from litgpt.data import DataModule
+
+    class Loader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+        def __init__(self, rows: Any, batch_size: int) -> None:
+            super().__init__(rows, batch_size=batch_size)
+            self.given = 0
+
+        def __iter__(self) -> Any:
+            for batch in super().__iter__():
+                self.given += 1
+                yield batch
+
+        def state_dict(self) -> dict[str, int]:
+            return {"given": self.given}
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.given = state["given"]
+
+    class Tokens(DataModule):  # type: ignore[misc]
+        def connect(self, tokenizer: Any = None, batch_size: int = 1, max_seq_length: int | None = None, **kwargs: Any) -> None:
+            self.batch_size, self.length = batch_size, (max_seq_length or LITGPT_TINY["block_size"]) + 1
+
+        def train_dataloader(self) -> Loader:
+            rows = torch.randint(0, LITGPT_TINY["vocab_size"], (16, self.length), generator=torch.Generator().manual_seed(0))
+            return Loader(rows, self.batch_size)
+
+        def val_dataloader(self) -> Loader:
+            return self.train_dataloader()
+
+    return Tokens()
+
+
+class _PretrainStopped(Exception):
+    """Raised from inside ``litgpt.pretrain``: after a save (the job's time limit), or once it has
+    restored (``state`` then holds what it restored)."""
+
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        self.state = state
+
+
+def litgpt_pretrain(out_dir: Path, saves: int | None = None, resume: bool | str | Path = False) -> dict[str, Any] | None:
+    """``litgpt pretrain`` itself (litgpt 0.5.13 ``pretrain.setup``: its Fabric, ``main``, ``fit`` and
+    ``save_checkpoint``) of a tiny ``GPT`` on the CPU (``--precision 32-true``, ``torch.compile``
+    off), two tokens-batches a step, saving every 2 steps into ``out_dir/step-{:08d}/``, with
+    ``--resume`` as given (``"auto"``, ``True`` or a path). With ``saves``, the job ends after that
+    many saves; without, it stops once ``main`` has restored and returns the state it restored
+    (``find_resume_path``, then ``fabric.load`` into the model, optimizer, loader and counters)."""
+    pytest.importorskip("litgpt")
+    import torch
+    from litgpt import Config, pretrain
+    from litgpt.args import EvalArgs, LogArgs, TrainArgs
+
+    save, fit = pretrain.save_checkpoint, pretrain.fit
+    done: list[Path] = []
+
+    def save_then_stop(fabric: Any, state: dict[str, Any], tokenizer_dir: Any, checkpoint_file: Path) -> None:
+        save(fabric, state, tokenizer_dir, checkpoint_file)
+        done.append(checkpoint_file)
+        if len(done) == saves:
+            raise _PretrainStopped
+
+    def restored(fabric: Any, devices: int, state: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        raise _PretrainStopped(state)
+
+    pretrain.save_checkpoint = save_then_stop
+    if saves is None:
+        pretrain.fit = restored
+    # save_hyperparameters parses the command line into hyperparameters.yaml
+    argv, sys.argv = sys.argv, ["litgpt", "pretrain", "pythia-14m", "--out_dir", str(out_dir), "--precision", "32-true"]
+    train = TrainArgs(
+        save_interval=2,
+        log_interval=1000,
+        global_batch_size=2,
+        micro_batch_size=2,
+        lr_warmup_steps=1,
+        max_tokens=10_000,
+        max_norm=1.0,
+        tie_embeddings=False,
+    )
+    try:
+        with torch._dynamo.config.patch(disable=True):
+            pretrain.setup(
+                "tiny",
+                model_config=Config(name="tiny", **LITGPT_TINY),
+                out_dir=out_dir,
+                precision="32-true",
+                resume=resume,
+                data=_litgpt_tokens(),
+                train=train,
+                eval=EvalArgs(interval=1000, max_iters=1),
+                log=LogArgs(),
+                devices=1,
+                logger_name="csv",
+            )
+    except _PretrainStopped as stopped:
+        return stopped.state
+    finally:
+        pretrain.save_checkpoint, pretrain.fit, sys.argv = save, fit, argv
+    raise AssertionError("pretraining ended before it was stopped")
+
+
 # --- Megatron release/, DeepSpeed universal, Lightning and HF under DeepSpeed/FSDP, NeMo -----------
 
 
