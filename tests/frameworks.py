@@ -1789,6 +1789,78 @@ def litgpt_pretrain(out_dir: Path, saves: int | None = None, resume: bool | str 
     raise AssertionError("pretraining ended before it was stopped")
 
 
+# --- timm (its own checkpoint_saver.py and _helpers.py, without `import timm`) -------------------
+
+
+@functools.cache
+def timm_own() -> tuple[Any, Any]:
+    """The installed timm's own ``utils/checkpoint_saver.py`` (``CheckpointSaver``) and
+    ``models/_helpers.py`` (``resume_checkpoint``), loaded from their files: ``import timm`` (and
+    ``timm.utils``) imports torchvision, whose wheels do not match this torch, so ``pip install timm
+    --no-deps`` installs them unimportable as a package. ``checkpoint_saver.py`` imports
+    ``unwrap_model`` and ``get_state_dict`` from ``utils/model.py`` (torchvision too): a package of
+    two stand-ins holds them, doing what they do for a model that is not wrapped. Skips where timm is
+    not installed."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("timm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("timm is not installed (pip install timm --no-deps)")
+    root = Path(spec.submodule_search_locations[0])
+    package = types.ModuleType("_timm_utils")
+    package.__path__ = []
+    model = types.ModuleType("_timm_utils.model")
+    model.unwrap_model = lambda module: module  # type: ignore[attr-defined]
+    model.get_state_dict = lambda module, unwrap_fn: unwrap_fn(module).state_dict()  # type: ignore[attr-defined]
+    sys.modules |= {"_timm_utils": package, "_timm_utils.model": model}
+
+    def load(relative: str, name: str) -> Any:
+        found = importlib.util.spec_from_file_location(name, root / relative)
+        assert found is not None and found.loader is not None
+        module = importlib.util.module_from_spec(found)
+        sys.modules[name] = module
+        found.loader.exec_module(module)
+        return module
+
+    return load("utils/checkpoint_saver.py", "_timm_utils.checkpoint_saver"), load("models/_helpers.py", "_timm_helpers")
+
+
+def timm_model() -> Any:
+    """The model and optimizer of :func:`timm_train`: two linear layers, SGD with momentum (train.py's ``--opt sgd``)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def timm_train(output: Path, epochs: range, resume: Path | None = None) -> None:
+    """train.py's loop around timm's own ``CheckpointSaver`` (``checkpoint_dir=recovery_dir=output``,
+    ``--checkpoint-hist 10``, a higher metric better): four updates an epoch, then
+    ``saver.save_checkpoint(epoch, metric=...)``, each epoch better than the last. ``resume``: first
+    ``resume_checkpoint(model, resume, optimizer)``, as ``--resume`` does."""
+    import argparse
+
+    import torch
+
+    saver_module, helpers = timm_own()
+    model, optimizer = timm_model()
+    if resume is not None:
+        helpers.resume_checkpoint(model, str(resume), optimizer, log_info=False)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "args.yaml").write_text("model: mlp\nopt: sgd\nmomentum: 0.9\n")  # train.py writes it before training
+    args = argparse.Namespace(model="mlp", opt="sgd", lr=0.1, momentum=0.9, epochs=10, checkpoint_hist=10)
+    saver = saver_module.CheckpointSaver(model, optimizer, args=args, checkpoint_dir=str(output), recovery_dir=str(output))
+    generator = torch.Generator().manual_seed(epochs[0])
+    for epoch in epochs:
+        for _ in range(4):
+            model(torch.randn(8, 32, generator=generator)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        saver.save_checkpoint(epoch, metric=50.0 + epoch)
+
+
 # --- Megatron release/, DeepSpeed universal, Lightning and HF under DeepSpeed/FSDP, NeMo -----------
 
 
