@@ -2169,6 +2169,92 @@ def nemo_run(folder: Path, losses: Sequence[float] = (0.5, 0.3, 0.4), name: str 
     return folder
 
 
+def nemo_exp(exp_dir: Path, epochs: int, resume_from: str | None = None, callbacks: Sequence[Any] = ()) -> Any:
+    """A Lightning ``Trainer`` set up by NeMo's own ``exp_manager`` (``nemo/utils/exp_manager.py``)
+    as a NeMo config sets it: ``resume_if_exists`` and ``resume_ignore_no_checkpoint`` (so
+    ``check_resume`` picks the ``*last.ckpt`` to resume from, or none), or ``resume_from_checkpoint``
+    where ``resume_from`` names one; ``NeMoModelCheckpoint`` with its defaults (``val_loss``, top 3,
+    ``-last``) but no ``.nemo`` (the module is a plain ``LightningModule``, not a ``ModelPT``); no
+    TensorBoard. The log folder is ``exp_dir/tiny/run``, its checkpoints ``exp_dir/tiny/run/checkpoints``."""
+    lightning = pytest.importorskip("lightning")
+    from nemo.utils.exp_manager import exp_manager
+
+    trainer = lightning.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        callbacks=list(callbacks),
+    )
+    config = {
+        "exp_dir": str(exp_dir),
+        "name": "tiny",
+        "version": "run",
+        "use_datetime_version": False,
+        "resume_if_exists": resume_from is None,
+        "resume_ignore_no_checkpoint": True,
+        "resume_from_checkpoint": resume_from,
+        "create_tensorboard_logger": False,
+        "create_preemption_callback": False,
+        "log_tflops_per_sec_per_gpu": False,
+        "seconds_to_sleep": 0,
+        "checkpoint_callback_params": {"always_save_nemo": False, "save_nemo_on_train_end": False},
+    }
+    exp_manager(trainer, config)
+    return trainer
+
+
+def nemo_module() -> Any:
+    """:func:`tiny_module`, logging the ``val_loss`` NeMo's checkpoints are named and ranked by."""
+    base = type(tiny_module())
+
+    class Validated(base):  # type: ignore[misc, valid-type]
+        def validation_step(self, batch: Any, index: int) -> None:
+            self.log("val_loss", self.layer(batch).pow(2).mean())
+
+    return Validated(4, 2)
+
+
+def nemo_fit(trainer: Any, module: Any = None) -> None:
+    """``trainer.fit`` of :func:`nemo_module` on 16 samples in batches of 4, validated on 8; it
+    resumes from ``trainer.ckpt_path``, where ``exp_manager`` set it."""
+    import torch
+
+    torch.manual_seed(0)
+    module = module if module is not None else nemo_module()
+    data = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(
+            module,
+            torch.utils.data.DataLoader(data[:16], batch_size=4),
+            torch.utils.data.DataLoader(data[16:], batch_size=4),
+            ckpt_path=trainer.ckpt_path,
+        )
+
+
+def nemo_replay_kill(run: Path, killed: Path) -> None:
+    """What NeMo left in ``run`` (a checkpoints folder) when it was killed at the point
+    :mod:`killer` is armed with, as recorded in ``killed/<kill point>/`` (the files it added or
+    changed, and ``removed.json``), written through file descriptors, which :mod:`killer` does not count; then the
+    process dies as it did."""
+    import signal
+
+    import killer
+
+    recorded = killed / f"file{killer._TARGET}-{round(killer._FRACTION * 100)}pct"
+    for name in json.loads((recorded / "removed.json").read_text()):
+        os.remove(run / name)
+    for file in sorted((recorded / "files").iterdir()):
+        with os.fdopen(os.open(run / file.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as out:
+            out.write(file.read_bytes())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 _WORKERS: dict[str, Callable[..., None]] = {
     "hf_fsdp": _hf_fsdp_worker,
     "accelerate_fsdp": _accelerate_fsdp_worker,
