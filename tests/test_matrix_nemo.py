@@ -9,7 +9,11 @@ NeMo installs only in a venv of its own (it holds lightning at 2.4), so the run,
 where it was killed, and what NeMo did with every breakage are committed, in
 ``tests/data/nemo_matrix/``, made by this module itself in a NeMo venv::
 
-    CKPTDOCTOR_NEMO_RECORD=1 python -m pytest tests/test_matrix_nemo.py -p no:cacheprovider
+    CKPTDOCTOR_NEMO_RECORD=1 PYTHONPATH=. python -m pytest tests/test_matrix_nemo.py -p no:cacheprovider
+
+from the repository root (``exp_manager``'s ``git-info.log`` is one of the files the kill points
+count), in a venv with ``torch==2.13.0 nemo_toolkit==3.0.0`` (it brings lightning 2.4), pytest and
+ckptdoctor's dependencies.
 
 Recording, the build trains the run with NeMo and keeps its ``checkpoints/``; then, for each kill
 point, resumes a copy with NeMo (``resume_if_exists``) and SIGKILLs it inside its next save
