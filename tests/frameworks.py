@@ -10,6 +10,7 @@ callable for what a test must do itself with the framework (resume, train on, lo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -1046,6 +1047,133 @@ def torchtune_resume(output: Path, base: Path, files: Sequence[str], hf: bool = 
     return dict(checkpointer.load_checkpoint())
 
 
+TORCHTUNE_LLAMA = {"vocab_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "embed_dim": 16, "max_seq_len": 8}
+"""A tiny ``torchtune.models.llama3.llama3``: the model of :func:`torchtune_recipe`."""
+
+
+class TorchtuneTokenizer:
+    """The recipe's tokenizer: the dataset below is tokenized already, the collator needs ``pad_id``."""
+
+    pad_id = 0
+
+
+class TorchtuneRows:
+    """The recipe's dataset (``config.instantiate(cfg.dataset, tokenizer)``): four rows of eight tokens."""
+
+    def __init__(self, tokenizer: TorchtuneTokenizer) -> None:
+        import torch
+
+        self.rows = torch.randint(1, TORCHTUNE_LLAMA["vocab_size"], (4, 8), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return {"tokens": self.rows[index], "labels": self.rows[index]}
+
+
+def torchtune_base(folder: Path, hf: bool = False) -> Path:
+    """The model a fine-tune starts from (``checkpointer.checkpoint_dir``): the tiny Llama's initial
+    weights as ``model.pt``, or with ``hf`` in Hugging Face's names (torchtune's own
+    ``convert_weights.tune_to_hf``) as ``model.safetensors`` with the ``config.json`` that
+    ``FullModelHFCheckpointer`` reads."""
+    torch = pytest.importorskip("torch")
+    from torchtune.models.llama3 import llama3
+
+    folder.mkdir(parents=True)
+    torch.manual_seed(0)
+    weights = llama3(**TORCHTUNE_LLAMA).state_dict()
+    if not hf:
+        torch.save(weights, folder / "model.pt")
+        return folder
+    from safetensors.torch import save_file
+    from torchtune.models.convert_weights import tune_to_hf
+
+    heads, kv_heads, dim = TORCHTUNE_LLAMA["num_heads"], TORCHTUNE_LLAMA["num_kv_heads"], TORCHTUNE_LLAMA["embed_dim"]
+    save_file(tune_to_hf(weights, num_heads=heads, num_kv_heads=kv_heads, dim=dim), folder / "model.safetensors")
+    config = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "hidden_size": dim}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def torchtune_recipe(output: Path, base: Path, epochs: int, resume: Sequence[str] = (), log_to: Path | None = None) -> Any:
+    """torchtune 0.6.1's ``FullFinetuneRecipeSingleDevice``, from ``recipes/full_finetune_single_device.py``
+    (the file ``tune run full_finetune_single_device`` runs), set up (``setup(cfg)``) for a tiny Llama
+    on the CPU: AdamW, a cosine schedule with warm-up, two batches an epoch, ``epochs`` epochs, the
+    checkpointer of ``base`` (``FullModelHFCheckpointer`` where it holds ``config.json``) saving into
+    ``output``. ``resume``: ``resume_from_checkpoint=True`` with ``checkpointer.checkpoint_files``
+    these (relative to ``output``). ``log_to``: the recipe's own ``output_dir`` (its
+    ``torchtune_config.yaml``), ``output`` by default."""
+    import runpy
+
+    pytest.importorskip("torchao")
+    torchtune = pytest.importorskip("torchtune")
+    from omegaconf import OmegaConf
+
+    hf = (base / "config.json").is_file()
+    recipes = Path(torchtune.__file__).parent.parent / "recipes"
+    recipe = runpy.run_path(str(recipes / "full_finetune_single_device.py"), run_name="torchtune_recipe")
+    checkpointer = "FullModelHFCheckpointer" if hf else "FullModelTorchTuneCheckpointer"
+    cfg = OmegaConf.create(
+        {
+            "output_dir": str(log_to or output),
+            "model": {"_component_": "torchtune.models.llama3.llama3", **TORCHTUNE_LLAMA},
+            "tokenizer": {"_component_": "frameworks.TorchtuneTokenizer"},
+            "dataset": {"_component_": "frameworks.TorchtuneRows"},
+            "seed": 0,
+            "shuffle": True,
+            "checkpointer": {
+                "_component_": f"torchtune.training.{checkpointer}",
+                "checkpoint_dir": str(base),
+                "checkpoint_files": list(resume) or ["model.safetensors" if hf else "model.pt"],
+                "recipe_checkpoint": None,
+                "output_dir": str(output),
+                "model_type": "LLAMA3",
+            },
+            "resume_from_checkpoint": bool(resume),
+            "batch_size": 2,
+            "epochs": epochs,
+            "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-3},
+            "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup", "num_warmup_steps": 1},
+            "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
+            "max_steps_per_epoch": None,
+            "gradient_accumulation_steps": 1,
+            "optimizer_in_bwd": False,
+            "clip_grad_norm": None,
+            "compile": False,
+            "device": "cpu",
+            "enable_activation_checkpointing": False,
+            "enable_activation_offloading": False,
+            "dtype": "fp32",
+            "metric_logger": {"_component_": "torchtune.training.metric_logging.StdoutLogger"},
+            "log_every_n_steps": 1,
+            "log_peak_memory_stats": False,
+        }
+    )
+    made = recipe["FullFinetuneRecipeSingleDevice"](cfg=cfg)
+    made.setup(cfg=cfg)
+    return made
+
+
+class _EpochsDone(Exception):
+    """Raised after the save of the last epoch a :func:`torchtune_train` runs."""
+
+
+def torchtune_train(recipe: Any, epochs: int) -> None:
+    """``recipe.train()`` until it has saved ``epochs`` more epochs: the job's time limit ends it there."""
+    save = recipe.save_checkpoint
+    stop_after = recipe.epochs_run + epochs
+
+    def save_then_stop(epoch: int) -> None:
+        save(epoch)
+        if recipe.epochs_run == stop_after:
+            raise _EpochsDone
+
+    recipe.save_checkpoint = save_then_stop
+    with contextlib.suppress(_EpochsDone):
+        recipe.train()
+
+
 # --- Ultralytics YOLO: real runs of its own trainer, committed ---------------------------------------
 
 YOLO_DATA = Path(__file__).resolve().parent / "data" / "ultralytics"
@@ -1562,6 +1690,186 @@ class _LoaderState:
         self.seen = state["seen"]
 
 
+LITGPT_TINY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "vocab_size": 32, "padded_vocab_size": 32}
+
+
+def _litgpt_tokens() -> Any:
+    """A LitGPT ``DataModule`` of random tokens whose train loader is stateful as pretraining's
+    ``StreamingDataLoader`` is (``fabric.save`` calls its ``state_dict``): it counts the batches it gave."""
+    import torch
+    from litgpt.data import DataModule
+
+    class Loader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+        def __init__(self, rows: Any, batch_size: int) -> None:
+            super().__init__(rows, batch_size=batch_size)
+            self.given = 0
+
+        def __iter__(self) -> Any:
+            for batch in super().__iter__():
+                self.given += 1
+                yield batch
+
+        def state_dict(self) -> dict[str, int]:
+            return {"given": self.given}
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.given = state["given"]
+
+    class Tokens(DataModule):  # type: ignore[misc]
+        def connect(self, tokenizer: Any = None, batch_size: int = 1, max_seq_length: int | None = None, **kwargs: Any) -> None:
+            self.batch_size, self.length = batch_size, (max_seq_length or LITGPT_TINY["block_size"]) + 1
+
+        def train_dataloader(self) -> Loader:
+            rows = torch.randint(0, LITGPT_TINY["vocab_size"], (16, self.length), generator=torch.Generator().manual_seed(0))
+            return Loader(rows, self.batch_size)
+
+        def val_dataloader(self) -> Loader:
+            return self.train_dataloader()
+
+    return Tokens()
+
+
+class _PretrainStopped(Exception):
+    """Raised from inside ``litgpt.pretrain``: after a save (the job's time limit), or once it has
+    restored (``state`` then holds what it restored)."""
+
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        self.state = state
+
+
+def litgpt_pretrain(out_dir: Path, saves: int | None = None, resume: bool | str | Path = False) -> dict[str, Any] | None:
+    """``litgpt pretrain`` itself (litgpt 0.5.13 ``pretrain.setup``: its Fabric, ``main``, ``fit`` and
+    ``save_checkpoint``) of a tiny ``GPT`` on the CPU (``--precision 32-true``, ``torch.compile``
+    off), two tokens-batches a step, saving every 2 steps into ``out_dir/step-{:08d}/``, with
+    ``--resume`` as given (``"auto"``, ``True`` or a path). With ``saves``, the job ends after that
+    many saves; without, it stops once ``main`` has restored and returns the state it restored
+    (``find_resume_path``, then ``fabric.load`` into the model, optimizer, loader and counters)."""
+    pytest.importorskip("litgpt")
+    import torch
+    from litgpt import Config, pretrain
+    from litgpt.args import EvalArgs, LogArgs, TrainArgs
+
+    save, fit = pretrain.save_checkpoint, pretrain.fit
+    done: list[Path] = []
+
+    def save_then_stop(fabric: Any, state: dict[str, Any], tokenizer_dir: Any, checkpoint_file: Path) -> None:
+        save(fabric, state, tokenizer_dir, checkpoint_file)
+        done.append(checkpoint_file)
+        if len(done) == saves:
+            raise _PretrainStopped
+
+    def restored(fabric: Any, devices: int, state: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        raise _PretrainStopped(state)
+
+    pretrain.save_checkpoint = save_then_stop
+    if saves is None:
+        pretrain.fit = restored
+    # save_hyperparameters parses the command line into hyperparameters.yaml
+    argv, sys.argv = sys.argv, ["litgpt", "pretrain", "pythia-14m", "--out_dir", str(out_dir), "--precision", "32-true"]
+    train = TrainArgs(
+        save_interval=2,
+        log_interval=1000,
+        global_batch_size=2,
+        micro_batch_size=2,
+        lr_warmup_steps=1,
+        max_tokens=10_000,
+        max_norm=1.0,
+        tie_embeddings=False,
+    )
+    try:
+        with torch._dynamo.config.patch(disable=True):
+            pretrain.setup(
+                "tiny",
+                model_config=Config(name="tiny", **LITGPT_TINY),
+                out_dir=out_dir,
+                precision="32-true",
+                resume=resume,
+                data=_litgpt_tokens(),
+                train=train,
+                eval=EvalArgs(interval=1000, max_iters=1),
+                log=LogArgs(),
+                devices=1,
+                logger_name="csv",
+            )
+    except _PretrainStopped as stopped:
+        return stopped.state
+    finally:
+        pretrain.save_checkpoint, pretrain.fit, sys.argv = save, fit, argv
+    raise AssertionError("pretraining ended before it was stopped")
+
+
+# --- timm (its own checkpoint_saver.py and _helpers.py, without `import timm`) -------------------
+
+
+@functools.cache
+def timm_own() -> tuple[Any, Any]:
+    """The installed timm's own ``utils/checkpoint_saver.py`` (``CheckpointSaver``) and
+    ``models/_helpers.py`` (``resume_checkpoint``), loaded from their files: ``import timm`` (and
+    ``timm.utils``) imports torchvision, whose wheels do not match this torch, so ``pip install timm
+    --no-deps`` installs them unimportable as a package. ``checkpoint_saver.py`` imports
+    ``unwrap_model`` and ``get_state_dict`` from ``utils/model.py`` (torchvision too): a package of
+    two stand-ins holds them, doing what they do for a model that is not wrapped. Skips where timm is
+    not installed."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("timm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("timm is not installed (pip install timm --no-deps)")
+    root = Path(spec.submodule_search_locations[0])
+    package = types.ModuleType("_timm_utils")
+    package.__path__ = []
+    model = types.ModuleType("_timm_utils.model")
+    model.unwrap_model = lambda module: module  # type: ignore[attr-defined]
+    model.get_state_dict = lambda module, unwrap_fn: unwrap_fn(module).state_dict()  # type: ignore[attr-defined]
+    sys.modules |= {"_timm_utils": package, "_timm_utils.model": model}
+
+    def load(relative: str, name: str) -> Any:
+        found = importlib.util.spec_from_file_location(name, root / relative)
+        assert found is not None and found.loader is not None
+        module = importlib.util.module_from_spec(found)
+        sys.modules[name] = module
+        found.loader.exec_module(module)
+        return module
+
+    return load("utils/checkpoint_saver.py", "_timm_utils.checkpoint_saver"), load("models/_helpers.py", "_timm_helpers")
+
+
+def timm_model() -> Any:
+    """The model and optimizer of :func:`timm_train`: two linear layers, SGD with momentum (train.py's ``--opt sgd``)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def timm_train(output: Path, epochs: range, resume: Path | None = None) -> None:
+    """train.py's loop around timm's own ``CheckpointSaver`` (``checkpoint_dir=recovery_dir=output``,
+    ``--checkpoint-hist 10``, a higher metric better): four updates an epoch, then
+    ``saver.save_checkpoint(epoch, metric=...)``, each epoch better than the last. ``resume``: first
+    ``resume_checkpoint(model, resume, optimizer)``, as ``--resume`` does."""
+    import argparse
+
+    import torch
+
+    saver_module, helpers = timm_own()
+    model, optimizer = timm_model()
+    if resume is not None:
+        helpers.resume_checkpoint(model, str(resume), optimizer, log_info=False)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "args.yaml").write_text("model: mlp\nopt: sgd\nmomentum: 0.9\n")  # train.py writes it before training
+    args = argparse.Namespace(model="mlp", opt="sgd", lr=0.1, momentum=0.9, epochs=10, checkpoint_hist=10)
+    saver = saver_module.CheckpointSaver(model, optimizer, args=args, checkpoint_dir=str(output), recovery_dir=str(output))
+    generator = torch.Generator().manual_seed(epochs[0])
+    for epoch in epochs:
+        for _ in range(4):
+            model(torch.randn(8, 32, generator=generator)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        saver.save_checkpoint(epoch, metric=50.0 + epoch)
+
+
 # --- Megatron release/, DeepSpeed universal, Lightning and HF under DeepSpeed/FSDP, NeMo -----------
 
 
@@ -1868,6 +2176,92 @@ def nemo_run(folder: Path, losses: Sequence[float] = (0.5, 0.3, 0.4), name: str 
     newest = folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}.ckpt"
     shutil.copyfile(newest, folder / f"{name}--val_loss={losses[-1]:.4f}-epoch={len(losses) - 1}-last.ckpt")
     return folder
+
+
+def nemo_exp(exp_dir: Path, epochs: int, resume_from: str | None = None, callbacks: Sequence[Any] = ()) -> Any:
+    """A Lightning ``Trainer`` set up by NeMo's own ``exp_manager`` (``nemo/utils/exp_manager.py``)
+    as a NeMo config sets it: ``resume_if_exists`` and ``resume_ignore_no_checkpoint`` (so
+    ``check_resume`` picks the ``*last.ckpt`` to resume from, or none), or ``resume_from_checkpoint``
+    where ``resume_from`` names one; ``NeMoModelCheckpoint`` with its defaults (``val_loss``, top 3,
+    ``-last``) but no ``.nemo`` (the module is a plain ``LightningModule``, not a ``ModelPT``); no
+    TensorBoard. The log folder is ``exp_dir/tiny/run``, its checkpoints ``exp_dir/tiny/run/checkpoints``."""
+    lightning = pytest.importorskip("lightning")
+    from nemo.utils.exp_manager import exp_manager
+
+    trainer = lightning.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        callbacks=list(callbacks),
+    )
+    config = {
+        "exp_dir": str(exp_dir),
+        "name": "tiny",
+        "version": "run",
+        "use_datetime_version": False,
+        "resume_if_exists": resume_from is None,
+        "resume_ignore_no_checkpoint": True,
+        "resume_from_checkpoint": resume_from,
+        "create_tensorboard_logger": False,
+        "create_preemption_callback": False,
+        "log_tflops_per_sec_per_gpu": False,
+        "seconds_to_sleep": 0,
+        "checkpoint_callback_params": {"always_save_nemo": False, "save_nemo_on_train_end": False},
+    }
+    exp_manager(trainer, config)
+    return trainer
+
+
+def nemo_module() -> Any:
+    """:func:`tiny_module`, logging the ``val_loss`` NeMo's checkpoints are named and ranked by."""
+    base = type(tiny_module())
+
+    class Validated(base):  # type: ignore[misc, valid-type]
+        def validation_step(self, batch: Any, index: int) -> None:
+            self.log("val_loss", self.layer(batch).pow(2).mean())
+
+    return Validated(4, 2)
+
+
+def nemo_fit(trainer: Any, module: Any = None) -> None:
+    """``trainer.fit`` of :func:`nemo_module` on 16 samples in batches of 4, validated on 8; it
+    resumes from ``trainer.ckpt_path``, where ``exp_manager`` set it."""
+    import torch
+
+    torch.manual_seed(0)
+    module = module if module is not None else nemo_module()
+    data = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(
+            module,
+            torch.utils.data.DataLoader(data[:16], batch_size=4),
+            torch.utils.data.DataLoader(data[16:], batch_size=4),
+            ckpt_path=trainer.ckpt_path,
+        )
+
+
+def nemo_replay_kill(run: Path, killed: Path) -> None:
+    """What NeMo left in ``run`` (a checkpoints folder) when it was killed at the point
+    :mod:`killer` is armed with, as recorded in ``killed/<kill point>/`` (the files it added or
+    changed, and ``removed.json``), written through file descriptors, which :mod:`killer` does not count; then the
+    process dies as it did."""
+    import signal
+
+    import killer
+
+    recorded = killed / f"file{killer._TARGET}-{round(killer._FRACTION * 100)}pct"
+    for name in json.loads((recorded / "removed.json").read_text()):
+        os.remove(run / name)
+    for file in sorted((recorded / "files").iterdir()):
+        with os.fdopen(os.open(run / file.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "wb") as out:
+            out.write(file.read_bytes())
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 _WORKERS: dict[str, Callable[..., None]] = {

@@ -155,6 +155,10 @@ class Fresh:
     """Where each save overwrites the one before (nanoGPT's one ``ckpt.pt``), so that the run
     holds one checkpoint: the previous save's copy of it, which :attr:`build` keeps aside (as a
     backup holds it) for ``torn-copy`` to tear the newest over."""
+    shared: Callable[[Path], list[Path]] | None = None
+    """Files outside a checkpoint that its restore reads too (torchtune 0.6.1's one
+    ``recipe_state/recipe_state.pt`` beside every ``epoch_N/``): a restore is remembered by their
+    bytes as well as the checkpoint's."""
     inspect_blind: dict[str, str] = field(default_factory=dict)
     """Breakages whose damage lies only in bytes ``inspect`` does not read in this framework's
     files, each with why (a zeroed tail of tensor data, a torn file whose framing both halves
@@ -202,10 +206,12 @@ def _members(fresh: Fresh, checkpoint: Path) -> list[Path]:
 
 
 def content_key(fresh: Fresh, path: Path) -> str:
-    """A digest of a checkpoint's names and bytes (its :func:`_members`)."""
+    """A digest of a checkpoint's names and bytes (its :func:`_members`, and :attr:`Fresh.shared`)."""
+    named = [(str(file.relative_to(path) if path.is_dir() else file.name), file) for file in _members(fresh, path)]
+    named += [(f"\0shared {file.name}", file) for file in (fresh.shared(path) if fresh.shared is not None else [])]
     digest = hashlib.sha256()
-    for file in _members(fresh, path):
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+    for name, file in named:
+        digest.update(name.encode())
         digest.update(file.read_bytes() if file.exists() else b"\0missing")
     return digest.hexdigest()
 

@@ -14,14 +14,12 @@ files import nothing of timm, or only ``unwrap_model`` and ``get_state_dict``), 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from frameworks import timm_own
 
 from ckptdoctor.pipelines.scan import scan
 
@@ -330,31 +328,8 @@ def test_a_hand_made_loop_with_timm_like_names_is_not_timm(tmp_path, inspect_jso
     assert inspect_json(folder).json["runs"][0]["layout"] == "torch"
 
 
-def _timm_file(relative: str, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A module of the installed timm loaded from its file, without ``import timm`` (torchvision)."""
-    spec = importlib.util.find_spec("timm")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("timm is not installed (pip install timm --no-deps)")
-    loaded = importlib.util.spec_from_file_location(name, Path(spec.submodule_search_locations[0]) / relative)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    monkeypatch.setitem(sys.modules, name, module)
-    loaded.loader.exec_module(module)
-    return module
-
-
-def test_saver_and_timm_resume_do_what_timm_does(tmp_path, monkeypatch):
-    # checkpoint_saver.py imports unwrap_model and get_state_dict from timm/utils/model.py, which
-    # imports torchvision: a package of two stand-ins holds them (the model here is not wrapped)
-    package = types.ModuleType("_timm_utils")
-    package.__path__ = []
-    model = types.ModuleType("_timm_utils.model")
-    model.unwrap_model = lambda module: module  # type: ignore[attr-defined]
-    model.get_state_dict = lambda module, unwrap_fn: unwrap_fn(module).state_dict()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "_timm_utils", package)
-    monkeypatch.setitem(sys.modules, "_timm_utils.model", model)
-    timm_saver = _timm_file("utils/checkpoint_saver.py", "_timm_utils.checkpoint_saver", monkeypatch)
-    helpers = _timm_file("models/_helpers.py", "_timm_helpers", monkeypatch)
+def test_saver_and_timm_resume_do_what_timm_does(tmp_path):
+    timm_saver, helpers = timm_own()
     ours = Saver(tmp_path / "ours", max_history=2)
     (tmp_path / "timm").mkdir()
     theirs = timm_saver.CheckpointSaver(
