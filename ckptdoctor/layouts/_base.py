@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import json
 import os
 import re
@@ -132,6 +133,16 @@ class OwnObjects:
 
 
 NO_OWN_OBJECTS = OwnObjects()
+
+
+class Copy(enum.Enum):
+    """What a whole copy of a save is to its framework (``Layout.whole_copy``)."""
+
+    RESUMED = "resumed"
+    """What the framework resumes from (Lightning's copied ``last.ckpt``, fairseq's
+    ``checkpoint_last.pt``): where its save's own files are broken, it stands for that save."""
+    KEPT = "kept"
+    """A copy kept aside (fairseq's best copies): the save it holds is known, nothing more."""
 
 
 class Pointer(NamedTuple):
@@ -313,12 +324,13 @@ class Layout:
         """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
         return None
 
-    def whole_copy(self, entry: Entry) -> bool:
-        """Whether ``entry``, one of the run's pointer files (``pointer``), is a whole copy the
-        framework keeps of one of its saves and resumes from (Lightning's ``last.ckpt`` with
-        ``save_last=True``, fairseq's ``checkpoint_last.pt``). ``group`` finds the save it holds
-        (``copy_of``); where that save's own files are not whole, the copy stands for it."""
-        return False
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        """What ``entry``, one of the run's pointer files (``pointer``), is where it is a whole
+        copy the framework keeps of one of its saves (Lightning's ``last.ckpt`` with
+        ``save_last=True``, fairseq's ``checkpoint_last.pt`` and best copies); None for any other.
+        ``group`` finds the save it holds (``copy_of``); where that save's own files are not
+        whole, a copy the framework resumes from stands for it."""
+        return None
 
     def recorded(self, name: str) -> Claim | None:
         """A checkpoint file whose index is recorded inside it, not in its name (Ultralytics'
@@ -872,30 +884,31 @@ def _stand_ins(
     placed: each copy is marked with the save it holds (``COPY_OF``), and where that save's own
     files are not whole and the copy is, the copy joins its checkpoint as the whole save the
     framework resumes from (the numbered file cut, the copy written whole after it)."""
-    if not any(Role.POINTER in f.roles and layout.whole_copy(f.entry) for f in loose):
+    kinds = {id(f): kind for f in loose if Role.POINTER in f.roles and (kind := layout.whole_copy(f.entry)) is not None}
+    if not kinds:
         return loose, checkpoints
     position = {c.index: at for at, c in enumerate(checkpoints)}
     numbered = dict(saves)
-    kept: list[CheckpointFile] = []
-    for file in loose:
-        index = copy_of(file, saves, key) if Role.POINTER in file.roles and layout.whole_copy(file.entry) else None
+    placed: dict[int, CheckpointFile | None] = {}  # by the copy's id: marked, or None once it joined its checkpoint
+    # those the framework resumes from first: of two whole copies of a save, one stands for it
+    for file in sorted((f for f in loose if id(f) in kinds), key=lambda f: kinds[id(f)] is not Copy.RESUMED):
+        index = copy_of(file, saves, key)
         if index is None:
-            kept.append(file)
             continue
         marked = file._replace(report=dataclasses.replace(file.report, facts=(*file.report.facts, (COPY_OF, str(index)))))
+        placed[id(file)] = marked
         before = checkpoints[position[index]]
-        if before.status is Status.COMPLETE or marked.report.problems & _UNUSABLE:
-            kept.append(marked)
+        if before.status is Status.COMPLETE or marked.report.problems & _UNUSABLE or kinds[id(file)] is Copy.KEPT:
             continue
         roles = next((f.roles for f in before.files if _whole_save(f)), ())
         report = with_keys(marked.entry, marked.report) if len(roles) > 1 else marked.report
         joined = marked._replace(roles=(*confirmed_roles(roles, report), Role.POINTER), report=report)
         after = judge(index, numbered[index], (joined,))
-        if after.status is Status.COMPLETE:
+        if after.status is Status.COMPLETE:  # else the copy lacks what the save needs as well
             checkpoints[position[index]] = after
-        else:  # the copy lacks what the save needs as well: it stands for nothing
-            kept.append(marked)
-    return kept, checkpoints
+            placed[id(file)] = None
+    kept = [placed.get(id(f), f) for f in loose]
+    return [f for f in kept if f is not None], checkpoints
 
 
 def copy_of(copy: CheckpointFile, saves: Sequence[tuple[int, Sequence[CheckpointFile]]], key: str | None) -> int | None:

@@ -59,6 +59,7 @@ from typing import NamedTuple
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import (
     Claim,
+    Copy,
     Layout,
     Pointer,
     copied,
@@ -136,9 +137,14 @@ class FairseqLayout(Layout):
         # a hand-made loop may name a file checkpoint_3_500.pt; fairseq leaves its copies beside
         return any(pattern.match(entry.name) for entry in entries for pattern in _SIGNATURE)
 
-    def whole_copy(self, entry: Entry) -> bool:
-        # `PathManager.copy` of a save's first file: checkpoint_last.pt, checkpoint_best.pt, checkpoint.best_*
-        return not entry.is_symlink and not entry.is_dir and any(pattern.match(entry.name) for pattern in _SIGNATURE)
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        # `PathManager.copy` of a save's first file: checkpoint_last.pt (what the default
+        # --restore-file loads), checkpoint_best.pt and checkpoint.best_* (kept aside)
+        if entry.is_symlink or entry.is_dir:
+            return None
+        if _LAST.match(entry.name):
+            return Copy.RESUMED
+        return Copy.KEPT if _BEST.match(entry.name) or _BEST_KEPT.match(entry.name) else None
 
     def pointer(self, name: str) -> Claim | None:
         if match := _LAST.match(name):

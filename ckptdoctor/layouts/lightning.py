@@ -43,6 +43,7 @@ from types import MappingProxyType
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import (
     Claim,
+    Copy,
     FolderLayout,
     Layout,
     Pointer,
@@ -68,7 +69,6 @@ from ckptdoctor.model import (
     PointerWrite,
     Role,
     Run,
-    Status,
     Unit,
 )
 from ckptdoctor.readers.files import with_keys
@@ -175,9 +175,9 @@ class LightningLayout(Layout):
             return Claim((Role.POINTER,), 0, "end")  # what stops NeMo's resume, not a save to resume from
         return None
 
-    def whole_copy(self, entry: Entry) -> bool:
+    def whole_copy(self, entry: Entry) -> Copy | None:
         # `save_last=True`: `last.ckpt` saved whole after each save (a symlink with "link")
-        return bool(_LAST.match(entry.name)) and not entry.is_symlink and not entry.is_dir
+        return Copy.RESUMED if _LAST.match(entry.name) and not entry.is_symlink and not entry.is_dir else None
 
     def unfinished(self, name: str) -> str | None:
         # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`

@@ -178,10 +178,11 @@ def _broken_pointers(run: Run, layout: Layout, labels: _Labels) -> list[_Broken]
         if state is not None:
             broken.append((pointer.source, _said(pointer, state), "CKD113 stale-pointer"))
     behind = behind_pointer(layout, run)
-    if behind is not None and (pointer := behind[1]) is not None and pointer.source is not None:
+    left = behind[1] if behind is not None else None
+    if left is not None and left.source is not None:
         # whole, but left on an older save than the resume point: the framework's own resume goes back
         label = f"{AUTO_RESUME_BEHIND.code} {AUTO_RESUME_BEHIND.name}"
-        broken.append((pointer.source, f"{pointer.source.name} names {pointer.target!r}, an older {run.unit.value}", label))
+        broken.append((left.source, f"{left.source.name} names {left.target!r}, an older {run.unit.value}", label))
     named = {id(source) for source, _, _ in broken}
     for file in run.loose_files:
         if Role.POINTER in file.roles and id(file) not in named and (file.entry.dangling or _damaged(file)):

@@ -35,9 +35,9 @@ from ckptdoctor.readers._unpickler import (
     masks,
     one_budget,
     outside_weights,
+    recorded_paths,
     tensors,
     top_keys,
-    recorded_paths,
     top_numbers,
     walk,
 )

@@ -803,11 +803,11 @@ def auto_resume_behind(ctx: RunContext) -> Iterator[Finding]:
         return
     pick, pointer = behind
     unit, resume = run.unit.value, run.resume
+    path: str | None = pick.path
+    said = f"{ctx.layout.name}'s resume from the latest checkpoint picks {unit} {pick.index}"
     if pointer is not None and pointer.source is not None:
         how = "is a copy of" if pointer.copy else "names"
         said, path = f"{pointer.source.path} {how} {pointer.target} ({unit} {pick.index})", pointer.source.path
-    else:
-        said, path = f"{ctx.layout.name}'s resume from the latest checkpoint picks {unit} {pick.index}", pick.path
     yield ctx.finding(
         AUTO_RESUME_BEHIND,
         f"{said}: {ctx.layout.name}'s own resume would load it, not {unit} {resume.index}, the newest complete checkpoint, "
