@@ -206,7 +206,8 @@ class Layout:
     ``unread(relative)``         None (every file is read)                    orbax, deepspeed (a conversion's ``tmp/``)
     ``own_objects``              none (vouches for nothing)                   deepspeed (and lightning's
                                                                               DeepSpeed folders), mmengine,
-                                                                              timm, composer, ultralytics
+                                                                              timm, composer, ultralytics,
+                                                                              megatron
     ``flat_optimizer_state``     False                                        deepspeed
     *what a checkpoint needs*
     ``required(claims)``         every role the claims name                   dcp, burn, tensorflow
@@ -217,7 +218,7 @@ class Layout:
     ``missing_note(...)``        None                                         dcp (in a store), orbax (on ``gs://``)
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
-    ``whole_copy(entry)``        False                                        lightning (a copied ``last.ckpt``),
+    ``whole_copy(entry)``        None (no copies)                             lightning (a copied ``last.ckpt``),
                                                                               fairseq (``checkpoint_last.pt``,
                                                                               its best copies)
     ``index_keys``               none                                         lightning (``epoch``, ``global_step``)
@@ -237,7 +238,7 @@ class Layout:
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
-                                                                              torchtune, litgpt
+                                                                              torchtune, litgpt, fairseq
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
@@ -953,7 +954,7 @@ def copy_pointer(run: Run, copy: CheckpointFile, meaning: str) -> Pointer | None
     target = next((c for c in run.checkpoints if c.index == index), None)
     if target is None:
         return None
-    named = next((f.name for f in target.files if _whole_save(f) and f is not copy), copy.name)
+    named = next((f.name for f in target.files if _whole_save(f) and Role.POINTER not in f.roles), copy.name)
     return Pointer(copy, named, index, meaning, copy=True)
 
 
