@@ -50,6 +50,12 @@ ROLE_KEYS: tuple[tuple[Role, tuple[str, ...]], ...] = (
 )  # fmt: skip
 """Keys under which bundled checkpoints keep each part."""
 
+PATH_KEYS = frozenset({
+    "last_model_path",  # Lightning ModelCheckpoint.state_dict, dumped under `callbacks`: the last.ckpt save_last keeps ('' without)
+})  # fmt: skip
+"""Keys under which a checkpoint records the path of another file of its run, a few levels down:
+``verify`` reports what each holds, so that a pointer the framework keeps can be missed when gone."""
+
 NESTED_KEYS = frozenset(key for _, keys in ROLE_KEYS for key in keys if "." in key)
 """Role keys below the top level (``state.optimizers``): readers list them with the top-level keys."""
 NESTED = frozenset(key.rsplit(".", depth)[0] for key in NESTED_KEYS for depth in range(1, key.count(".") + 1))

@@ -124,6 +124,12 @@ TOP_LEVEL_TENSORS = "top-level-tensors"
 """The fact a skim of a bundled file's keys leaves: how many top-level values are tensors."""
 TOP_LEVEL_NUMBER = "top-level:"
 """Facts a skim leaves for the top-level keys that hold numbers (``top-level:global_step``)."""
+RECORDED_PATH = "recorded-path:"
+"""Facts a whole read leaves for the keys a checkpoint records another file of its run under
+(``recorded-path:last_model_path``: ``bundles.PATH_KEYS``), with the path it records."""
+COPY_OF = "copy-of"
+"""The fact a layout leaves on a whole copy the framework keeps of one of its saves: the index
+of the save it holds (``layouts._base.copy_of``)."""
 
 
 class Rebuilt(NamedTuple):

@@ -30,7 +30,8 @@ save), when it restores at all. Then, for every breakage, ckptdoctor must:
 3. report an error whenever the framework's automatic resume would restore something else (it
    picks another checkpoint, or fails): CKD113/CKD114, or an error on the very checkpoint it picks
    (a hand-written loop has no pick of its own to warn of); a warning at least when it would
-   start from scratch; and CKD110 when nothing is faithful;
+   start from scratch, or restore faithfully a checkpoint older than the newest faithful one
+   (progress is lost, nothing fails: CKD116 is enough); and CKD110 when nothing is faithful;
 4. say nothing at or above a warning about a healthy run, and exit 0.
 
 Runs are built once per test session, in the pytest cache when it is on (``--cache-clear``
@@ -72,6 +73,8 @@ TAIL = 4096
 """How much of a file's end ``zero-tail`` zeroes."""
 AUTO_ERRORS = frozenset({"CKD113", "CKD114"})
 """The rules that warn of the framework's automatic resume (a stale pointer, an unsafe pick)."""
+AUTO_WARNINGS = AUTO_ERRORS | {"CKD116"}
+"""The rules that warn of it where it loses progress without failing (a pick left behind)."""
 
 
 class Unrestorable(Exception):
@@ -403,9 +406,11 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
             picked = fresh.auto_resume(run)
         except Unrestorable as failed:
             picked = failed
+    warned = {f["code"] for f in deep["findings"] if f["severity"] in ("error", "warning")}
     if picked is None:  # from scratch, silently: progress lost, the job itself fine
-        warned = {f["code"] for f in deep["findings"] if f["severity"] in ("error", "warning")}
         assert warned & AUTO_ERRORS, f"the automatic resume starts from scratch, not from {faithful[expected]}\n{said}"
+    elif not isinstance(picked, Unrestorable) and _older(oracle, run, picked, faithful, expected):
+        assert warned & AUTO_WARNINGS, f"the automatic resume goes back to {picked}, not {faithful[expected]}\n{said}"
     elif isinstance(picked, Unrestorable) or oracle.restored(run, picked) != wanted:
         warned_of = errors & AUTO_ERRORS or _errors_on(deep, picked, candidates)
         assert warned_of, f"the automatic resume picks {picked}, not {faithful[expected]}\n{said}"
@@ -414,6 +419,13 @@ def check(fresh: Fresh, oracle: _Oracle, run: Path, breakage: str) -> None:
         loud = [f for f in deep["findings"] if f["severity"] in ("error", "warning") and f["code"] not in fresh.healthy_warnings]
         assert not loud, said
         assert expected == max(found), "a healthy run resumes from its newest save"
+
+
+def _older(oracle: _Oracle, run: Path, picked: Path, faithful: dict[int, Path], expected: int) -> bool:
+    """Whether the framework restores ``picked`` as it restores a faithful checkpoint older than
+    ``expected``: a resume that goes back, without failing."""
+    restored = oracle.restored(run, picked)
+    return any(restored == oracle.restored(run, path) for index, path in faithful.items() if index < expected)
 
 
 def _errors_on(report: dict[str, Any], picked: Path | Unrestorable, candidates: dict[int, list[Path]]) -> list[str]:

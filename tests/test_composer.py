@@ -15,7 +15,15 @@ import os
 from pathlib import Path
 
 import pytest
-from frameworks import composer_autoresume, composer_load, composer_load_sharded, composer_run, composer_sharded_save, composer_state
+from frameworks import (
+    composer_autoresume,
+    composer_load,
+    composer_load_sharded,
+    composer_run,
+    composer_save,
+    composer_sharded_save,
+    composer_state,
+)
 from test_repair_frameworks import age
 
 from ckptdoctor.pipelines.scan import inspect
@@ -213,3 +221,33 @@ def test_a_latest_pointer_outside_the_run_names_nothing_of_it(tmp_path, inspect_
     assert Path(folder / name).exists()
     stale = only(inspect_json(folder).json, "CKD113")
     assert stale["index"] is None or stale["index"] == 36
+
+
+def test_a_save_killed_before_latest_moved_is_the_resume_point_and_autoresume_going_back_is_ckd116(tmp_path, cli, inspect_json):
+    """The saver links ``latest-rank0.pt`` after the save: killed between the two, ``autoresume``
+    loads the save before and trains its batches again (CKD116, a warning); ``repair`` links it on."""
+    folder = composer_run(tmp_path / "checkpoints")
+    composer_save(folder, 3, 12, latest=False)
+    report = inspect_json(folder).json
+    assert report["runs"][0]["resume"]["index"] == 12
+    behind = only(report, "CKD116")
+    assert behind["severity"] == "warning" and behind["path"].endswith("latest-rank0.pt") and "ep2-ba8-rank0.pt" in behind["message"]
+    assert composer_load(composer_autoresume(folder))[0] == 8
+    age(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert os.readlink(folder / "latest-rank0.pt") == "ep3-ba12-rank0.pt"
+    assert composer_load(composer_autoresume(folder))[0] == 12
+    assert inspect_json(folder).json["findings"] == []
+
+
+def test_a_deleted_latest_is_ckd113_where_autoresume_starts_over_and_repair_links_it(tmp_path, cli, inspect_json):
+    folder = composer_run(tmp_path / "checkpoints")
+    (folder / "latest-rank0.pt").unlink()
+    assert composer_autoresume(folder) is None  # autoresume=True: a fresh start
+    missing = only(inspect_json(folder).json, "CKD113")
+    assert missing["severity"] == "error" and "latest-rank0.pt" in missing["message"]
+    age(folder)
+    assert cli("repair", "--yes", folder).exit_code == 0
+    assert os.readlink(folder / "latest-rank0.pt") == "ep2-ba8-rank0.pt"
+    assert composer_load(composer_autoresume(folder))[0] == 8
+    assert inspect_json(folder).json["findings"] == []

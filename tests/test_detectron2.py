@@ -232,3 +232,37 @@ def test_an_mmengine_pointer_beside_detectron2_names_is_not_mmengine(tmp_path, i
     (output / "config.yaml").unlink()
     (output / "metrics.json").unlink()
     assert inspect_json(output).json["runs"][0]["layout"] == "detectron2"  # last_checkpoint and model_final
+
+
+def test_a_save_killed_before_last_checkpoint_moved_is_the_resume_point_and_resume_going_back_is_ckd116(tmp_path, cli, inspect_json):
+    """``Checkpointer.save`` writes the file, then ``tag_last_checkpoint``: killed between the two,
+    ``--resume`` loads the save before and trains its iterations again (CKD116, a warning: nothing
+    fails); ``repair`` writes the newer name into ``last_checkpoint``."""
+    output = Detectron2Trainer(tmp_path / "output", max_iter=100).train(until=16).output
+    (output / "last_checkpoint").write_text("model_0000011.pth")  # what the tag said before model_0000015 was saved
+    report = inspect_json(output).json
+    assert report["runs"][0]["resume"]["index"] == 15
+    (behind,) = [f for f in report["findings"] if f["code"] == "CKD116"]
+    assert behind["severity"] == "warning" and behind["path"].endswith("last_checkpoint") and "model_0000011.pth" in behind["message"]
+    assert not [f for f in report["findings"] if f["code"] in ("CKD113", "CKD114")]
+    assert Detectron2Trainer.resumed(output, max_iter=100).start_iter == 12  # --resume goes back to iteration 11
+    aged(output)
+    assert cli("repair", "--yes", output).exit_code == 0
+    assert (output / "last_checkpoint").read_text() == "model_0000015.pth"
+    assert Detectron2Trainer.resumed(output, max_iter=100).start_iter == 16
+    assert inspect_json(output).json["findings"] == []
+
+
+def test_an_empty_last_checkpoint_is_ckd113_where_resume_loads_the_folder_and_repair_writes_it(tmp_path, cli, inspect_json):
+    """Killed as ``tag_last_checkpoint`` rewrote it: ``get_checkpoint_file`` joins '' with
+    ``OUTPUT_DIR`` and ``--resume`` fails loading the folder itself."""
+    output = trained(tmp_path / "output")
+    (output / "last_checkpoint").write_text("")
+    with pytest.raises(IsADirectoryError):
+        Detectron2Trainer.resumed(output)
+    stale = [f for f in inspect_json(output).json["findings"] if f["code"] == "CKD113"]
+    assert len(stale) == 1 and stale[0]["severity"] == "error" and "is empty" in stale[0]["message"]
+    aged(output)
+    assert cli("repair", "--yes", output).exit_code == 0
+    assert Detectron2Trainer.resumed(output).start_iter == 12
+    assert "CKD113" not in {f["code"] for f in inspect_json(output).json["findings"]}

@@ -133,15 +133,21 @@ def test_a_save_killed_while_writing_leaves_a_tmp_and_the_resume_is_the_previous
     assert (trainer.save_dir / "checkpoint_last.pt").read_bytes() == last
 
 
-def test_a_cut_newest_checkpoint_falls_back_to_the_one_before(tmp_path, cli):
+def test_a_cut_newest_checkpoint_whose_copy_is_whole_resumes_from_the_copy(tmp_path, cli):
+    """checkpoint3.pt cut after its copies were made: checkpoint_last.pt (and checkpoint_best.pt)
+    still hold epoch 3 whole, and fairseq's default --restore-file goes on from there: so does
+    the resume point, through the copy."""
     trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(3)
     cut(trainer.save_dir / "checkpoint3.pt")
-    report = cli("inspect", "--json", trainer.save_dir).json
-    assert only(report, "CKD203")["path"].endswith("checkpoint3.pt")
-    assert report["runs"][0]["resume"]["index"] == 2
     with pytest.raises(Exception):  # noqa: B017 - whatever torch.load raises on a cut archive
         fairseq_resume(trainer.save_dir / "checkpoint3.pt")
-    assert resumed_from(cli, trainer.save_dir)["epoch"] == 3
+    for command in ("inspect", "verify"):
+        report = cli(command, "--json", trainer.save_dir).json
+        assert only(report, "CKD203")["path"].endswith("checkpoint3.pt"), command
+        (run,) = report["runs"]
+        assert (run["resume"]["index"], Path(run["resume"]["path"]).name) == (3, "checkpoint_last.pt"), command
+    assert resumed_from(cli, trainer.save_dir)["epoch"] == 4  # epoch 3 kept
+    assert fairseq_resume(trainer.save_dir / "checkpoint_last.pt")["epoch"] == 4  # the default agrees
 
 
 def test_a_checkpoint_without_its_optimizer_state_is_ckd101(tmp_path, inspect_json):
@@ -230,7 +236,10 @@ def test_a_stale_but_whole_checkpoint_last_is_not_the_resume_point_and_the_hint_
     trainer.save(1.0, end_of_epoch=True, copies=False)  # checkpoint3.pt renamed into place, killed before its copies
     last, newest = trainer.save_dir / "checkpoint_last.pt", trainer.save_dir / "checkpoint3.pt"
     report = cli("inspect", "--json", trainer.save_dir).json
-    assert report["findings"] == [] and report["runs"][0]["resume"]["index"] == 3
+    assert report["runs"][0]["resume"]["index"] == 3
+    (behind,) = report["findings"]  # the default goes back a whole epoch: lost progress, no failure
+    assert (behind["code"], behind["severity"], behind["path"]) == ("CKD116", "warning", str(last))
+    assert "checkpoint2.pt" in behind["message"]
     assert resumed_from(cli, trainer.save_dir)["epoch"] == 4  # --restore-file checkpoint3.pt: epoch 3 is kept
     assert fairseq_resume(last)["epoch"] == 3  # fairseq's default: back to epoch 2's end, epoch 3 trained again
     (scanned,) = scan([str(trainer.save_dir)]).runs
@@ -240,6 +249,17 @@ def test_a_stale_but_whole_checkpoint_last_is_not_the_resume_point_and_the_hint_
     assert fairseq_resume(last)["epoch"] == 4
     (scanned,) = scan([str(trainer.save_dir)]).runs
     assert "checkpoint_last.pt" not in scanned.resume_how
+    assert cli("inspect", "--json", trainer.save_dir).json["findings"] == []
+
+
+def test_repair_copies_the_resume_point_over_a_checkpoint_last_left_behind(tmp_path, cli):
+    trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(3)
+    shutil.copyfile(trainer.save_dir / "checkpoint1.pt", trainer.save_dir / "checkpoint_last.pt")  # an old copy put back
+    assert only(cli("inspect", "--json", trainer.save_dir).json, "CKD116")["index"] == 1
+    done = cli("repair", "--yes", "--min-age", "0s", trainer.save_dir)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert fairseq_resume(trainer.save_dir / "checkpoint_last.pt")["epoch"] == 4
+    assert cli("inspect", "--json", trainer.save_dir).json["findings"] == []
 
 
 @pytest.mark.parametrize("copied", [2, 3])
@@ -308,11 +328,13 @@ def test_keep_best_reads_the_values_fairseqs_best_copies_carry(tmp_path, cli):
     assert sorted(p.name for p in trainer.save_dir.glob("checkpoint[0-9]*.pt")) == ["checkpoint2.pt", "checkpoint5.pt"]
 
 
-def test_a_best_copy_whose_time_is_out_of_order_gives_no_value(tmp_path):
+def test_a_best_copy_is_placed_by_its_content_whatever_the_times_say(tmp_path):
+    """Times and sizes placed it once, and a folder copied without its times lost the values; the
+    pickle its archive records is the save's own, whatever the times."""
     trainer = FairseqTrainer(tmp_path / "checkpoints", keep_best_checkpoints=1).epochs(3, losses=[3.0, 1.0, 2.0])
     shutil.copystat(trainer.save_dir / "checkpoint1.pt", trainer.save_dir / "checkpoint3.pt")  # times no longer in save order
     (run,) = scan([str(trainer.save_dir)]).runs
-    assert layout_named("fairseq").metric_values(run, str(trainer.save_dir), "loss", lambda path: None) == {}
+    assert layout_named("fairseq").metric_values(run, str(trainer.save_dir), "loss", lambda path: None) == {2: 1.0}
 
 
 # --- recognition -------------------------------------------------------------------------------

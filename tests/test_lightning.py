@@ -75,6 +75,11 @@ def test_a_truncated_newest_checkpoint_moves_the_resume_point(root, inspect_json
     report = inspect_json(checkpoints(root)).json
     (cut,) = [f for f in report["findings"] if f["code"] == "CKD203"]
     assert cut["index"] == 16
+    # last.ckpt, a whole copy of step 16 (save_last=True), stands for it: ckpt_path="last" resumes there
+    assert (report["runs"][0]["resume"]["index"], Path(report["runs"][0]["resume"]["path"]).name) == (16, "last.ckpt")
+    last = checkpoints(root) / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:-50])
+    report = inspect_json(checkpoints(root)).json
     assert report["runs"][0]["resume"]["index"] == 12
     how = report["runs"][0]["resume"]["how"]
     assert 'ckpt_path="' in how and "epoch=2" in how
@@ -565,7 +570,8 @@ def test_a_last_ckpt_torn_by_an_in_place_copy_cut_off_is_damaged_where_torch_or_
         (run,) = report["runs"]
         assert run["resume"]["index"] == 12 and not any(p.endswith("last.ckpt") for p in run["resume"]["paths"]), what
         if torn in (new, previous):
-            assert torch_says in ("the new save", "the old save") and zipfile_says is None and not found, what
+            assert torch_says in ("the new save", "the old save") and zipfile_says is None, what
+            assert found == (set() if torn == new else {"CKD116"}), what  # the old bytes: a whole copy of the save before
             continue
         # damaged: torch fails on it or reads a mix, or zipfile finds a member that is not as recorded
         assert torch_says.startswith(("fails", "a mix")) or zipfile_says is not None, what
@@ -594,3 +600,74 @@ def test_lightning_fails_on_a_torn_last_ckpt_and_resumes_once_repair_copied_the_
     assert last.read_bytes() == (folder / "epoch=2-step=12.ckpt").read_bytes()  # a copy, as save_last=True makes
     trainer = fit()
     assert (trainer.ckpt_path, trainer.global_step) == (str(last), 12)
+
+
+# --- issue 30: pointers and whole copies -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def copied_last(tmp_path_factory) -> Path:
+    """A real fit of 3 epochs (4 steps each), every save kept, ``last.ckpt`` a whole copy of the
+    newest (``save_last=True``): ``epoch=0-step=4.ckpt`` … ``epoch=2-step=12.ckpt``."""
+    pytest.importorskip("lightning")
+    base = tmp_path_factory.mktemp("copied-last")
+    lightning_fit(base, 3, save_top_k=-1, save_last=True)
+    return base / "checkpoints"
+
+
+def test_a_cut_newest_save_whose_last_ckpt_copy_is_whole_resumes_from_the_copy(copied_last, tmp_path, cli):
+    """``ckpt_path="last"`` resumes step 12 from the copy: so does the resume point, by the copy's
+    path (the pickle its archive records is step 12's, whose own first bytes still hold it)."""
+    folder = copy_run(copied_last, tmp_path / "checkpoints")
+    newest = folder / "epoch=2-step=12.ckpt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    for command in ("inspect", "verify"):
+        (run,) = cli(command, "--json", folder).json["runs"]
+        assert (run["resume"]["index"], Path(run["resume"]["path"]).name) == (12, "last.ckpt"), command
+    printed = cli("inspect", "--resume-path", folder).stdout.strip()
+    assert printed == str(folder / "last.ckpt")
+    assert lightning_fit(tmp_path / "named", 4, ckpt_path=printed, save_top_k=0).global_step == 16
+    probe = copy_run(folder, tmp_path / "probe")
+    resumed = lightning_fit(tmp_path / "last", 4, ckpt_path="last", dirpath=probe, save_top_k=0)
+    assert (resumed.ckpt_path, resumed.global_step) == (str(probe / "last.ckpt"), 16)  # Lightning's own pick agrees
+
+
+def test_a_last_ckpt_copy_of_an_older_save_is_ckd116_and_repair_copies_the_newest(copied_last, tmp_path, cli, inspect_json):
+    """A copy of step 8 put back over ``last.ckpt`` (a restored backup): ``ckpt_path="last"``
+    resumes from step 8 and trains 8-12 again, without an error (CKD116, a warning)."""
+    torch = pytest.importorskip("torch")
+    folder = copy_run(copied_last, tmp_path / "checkpoints")
+    last = folder / "last.ckpt"
+    shutil.copyfile(folder / "epoch=1-step=8.ckpt", last)
+    report = inspect_json(folder).json
+    assert report["runs"][0]["resume"]["index"] == 12
+    (behind,) = [f for f in report["findings"] if f["severity"] != "info"]
+    assert (behind["code"], behind["severity"], behind["path"]) == ("CKD116", "warning", str(last))
+    assert "epoch=1-step=8.ckpt" in behind["message"]
+    probe = copy_run(folder, tmp_path / "probe")  # a fit in the folder would save over last.ckpt
+    picked = lightning_fit(tmp_path / "picked", 3, ckpt_path="last", dirpath=probe, save_top_k=0).ckpt_path
+    assert picked == str(probe / "last.ckpt") and torch.load(picked, weights_only=False)["global_step"] == 8
+    done = cli("repair", "--yes", "--min-age", "0s", folder)
+    assert done.exit_code == 0, done.stdout
+    assert last.read_bytes() == (folder / "epoch=2-step=12.ckpt").read_bytes()
+    assert inspect_json(folder).json["findings"] == []
+
+
+def test_a_deleted_last_ckpt_is_ckd113_where_the_checkpoints_record_it(copied_last, tmp_path, cli):
+    """``ckpt_path="last"`` without ``last.ckpt`` trains from the start with only a warning. Every
+    ``.ckpt`` records ``ModelCheckpoint``'s ``last_model_path``: ``verify`` reads it and says the
+    file is missing; ``inspect`` does not read that deep."""
+    folder = copy_run(copied_last, tmp_path / "checkpoints")
+    (folder / "last.ckpt").unlink()
+    probe = copy_run(folder, tmp_path / "probe")
+    assert lightning_fit(tmp_path / "scratch", 1, ckpt_path="last", dirpath=probe, save_top_k=0).ckpt_path is None
+    (missing,) = [f for f in cli("verify", "--json", folder).json["findings"] if f["code"] == "CKD113"]
+    assert "last.ckpt" in missing["message"] and missing["severity"] == "error"
+    assert "CKD113" not in {f["code"] for f in cli("inspect", "--json", folder).json["findings"]}
+
+
+def test_a_run_that_keeps_no_last_ckpt_misses_none(tmp_path, cli):
+    """Without ``save_last`` the checkpoints record ``last_model_path`` as '': nothing is missing."""
+    lightning_fit(tmp_path, 2, save_top_k=-1)
+    report = cli("verify", "--json", tmp_path / "checkpoints").json
+    assert "CKD113" not in {f["code"] for f in report["findings"]}

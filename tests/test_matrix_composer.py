@@ -76,8 +76,5 @@ test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     COMPOSER,
     expected_failures={
-        "composer-deleted-pointer": "a deleted latest-rank0.pt is not reported: autoresume=True then trains from scratch",
-        "composer-file1-100pct": "killed before the saver moved latest-rank0.pt: ep4-ba16-rank0.pt is whole and ckptdoctor "
-        "resumes there, but does not say that autoresume=True loads ep3-ba12, which the link still names (no CKD113/CKD114)",
     },
 )

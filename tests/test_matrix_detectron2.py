@@ -99,9 +99,5 @@ test_breakage, test_killed_mid_save = matrix_tests(
     STOPPED,
     FINISHED,
     expected_failures={
-        "stopped-file5-100pct": "killed before tag_last_checkpoint: model_0000015.pth is whole and ckptdoctor resumes there, "
-        "but does not say that --resume loads model_0000011.pth, which last_checkpoint still names (no CKD113/CKD114)",
-        "stopped-file6-0pct": "killed as tag_last_checkpoint rewrote it: an empty last_checkpoint is CKD201, not CKD113/CKD114, "
-        "though --resume then loads OUTPUT_DIR itself and fails",
     },
 )

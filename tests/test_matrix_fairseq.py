@@ -77,22 +77,12 @@ FAIRSEQ = Fresh(
     copies=last_copy,
 )
 
-_LAST_COPY = (
-    "checkpoint3.pt is broken but checkpoint_last.pt is a whole copy of it: ckptdoctor resumes from epoch 2, "
-    "fairseq's default --restore-file checkpoint_last.pt from the copy of epoch 3"
-)
-_STALE_LAST = (
-    "checkpoint_last.pt is a whole copy of an older save: the default --restore-file resumes from it, and ckptdoctor does not say so"
-)
-
 test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     FAIRSEQ,
     expected_failures={
-        "fairseq-truncated-newest": _LAST_COPY,
-        "fairseq-zero-tail": _LAST_COPY,
-        "fairseq-torn-copy": _LAST_COPY,
-        "fairseq-stale-pointer": _STALE_LAST,
-        "fairseq-file2-100pct": _STALE_LAST + " (killed before the save's copy to checkpoint_last.pt)",
+        "fairseq-zero-tail": "checkpoint3.pt's zeroed 4 KiB cover most of its data.pkl in a file this small (5 KiB), and fairseq "
+        "records the epoch only nested (extra_state.train_iterator): nothing read ties the whole checkpoint_last.pt to epoch 3, "
+        "so ckptdoctor resumes from epoch 2 where fairseq's default --restore-file resumes from the copy of epoch 3",
     },
 )

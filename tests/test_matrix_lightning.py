@@ -104,11 +104,6 @@ LINK = variant("link", (KillPoint(1, 0.5),), save_last="link")
 COPY = variant("copy", (KillPoint(1, 0.5), KillPoint(2, 1.0)), save_last=True)
 TEMPLATE = variant("template", (KillPoint(1, 0.5),), save_last="link", filename="periodic-{epoch}-{step}")
 
-_DELETED_LAST = "a deleted last.ckpt is not reported, though the checkpoints record `last_model_path`: ckpt_path='last' trains from scratch"
-_LAST_COPY = (
-    "the newest save is broken but last.ckpt is a whole copy of it: ckptdoctor resumes from the save before, ckpt_path='last' from the copy"
-)
-_STALE_COPY = "last.ckpt is a whole copy of an older save: ckpt_path='last' resumes from it, and ckptdoctor does not say so"
 
 test_breakage, test_killed_mid_save = matrix_tests(
     lightning.__version__,
@@ -116,13 +111,5 @@ test_breakage, test_killed_mid_save = matrix_tests(
     COPY,
     TEMPLATE,
     expected_failures={
-        "link-deleted-pointer": _DELETED_LAST,
-        "copy-truncated-newest": _LAST_COPY,
-        "copy-zero-tail": _LAST_COPY,
-        "copy-stale-pointer": _STALE_COPY,
-        "copy-deleted-pointer": _DELETED_LAST,
-        "copy-torn-copy": _LAST_COPY,
-        "copy-file2-100pct": _STALE_COPY,
-        "template-deleted-pointer": _DELETED_LAST,
     },
 )

@@ -6,9 +6,10 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
-from frameworks import megatron_release, megatron_run, megatron_tracker
+from frameworks import MEGATRON_TRACKER, MegatronTraining, megatron_load, megatron_release, megatron_run, megatron_tracker
 
 
 def only(report: dict, code: str) -> dict:
@@ -133,3 +134,39 @@ def test_a_release_folder_of_something_else_is_no_megatron_run(tmp_path, inspect
         (folder / "release" / name).write_bytes(b"not a checkpoint")
     runs = inspect_json(folder).json["runs"]
     assert all(run["layout"] != "megatron" for run in runs)
+
+
+def saved_by_megatron(save: Path) -> MegatronTraining:
+    """Three iterations written as ``save_checkpoint`` writes the legacy torch format (two ranks)."""
+    training = MegatronTraining(save)
+    for _ in range(3):
+        training.train(2).save_checkpoint()
+    return training
+
+
+def test_megatrons_own_pickled_objects_are_info_as_its_own_load_allows_them(tmp_path, cli):
+    """``args`` (an ``argparse.Namespace``) and the numpy RNG state in every ``model_optim_rng.pt``:
+    megatron.core registers them (``SAFE_GLOBALS``), so its own ``torch.load`` loads them."""
+    training = saved_by_megatron(tmp_path / "save")
+    report = cli("verify", "--json", "--fail-on", "warning", training.save).json
+    objects = [f for f in report["findings"] if f["code"] == "CKD402"]
+    assert objects and {f["severity"] for f in objects} == {"info"}, objects
+    assert all("SAFE_GLOBALS" in f["message"] for f in objects)
+    assert [f for f in report["findings"] if f["code"] != "CKD402"] == []
+    assert megatron_load(training.save).iteration == 6  # loaded with megatron.core's safe globals
+
+
+def test_an_empty_tracker_is_ckd113_where_load_stops_and_repair_writes_it(tmp_path, cli, inspect_json):
+    """Killed as ``iter_finalize_fn`` rewrote the tracker: ``read_metadata`` stops the job ("Invalid
+    metadata file", ``sys.exit()`` with status 0); ``repair`` writes the iteration again."""
+    training = saved_by_megatron(tmp_path / "save")
+    (training.save / MEGATRON_TRACKER).write_text("")
+    with pytest.raises(SystemExit, match="Invalid metadata file"):
+        megatron_load(training.save)
+    report = inspect_json(training.save).json
+    stale = only(report, "CKD113")
+    assert stale["severity"] == "error" and "is empty" in stale["message"] and report["runs"][0]["resume"]["index"] == 6
+    assert cli("repair", "--yes", "--min-age", "0s", training.save).exit_code == 0
+    assert (training.save / MEGATRON_TRACKER).read_text() == "6"
+    assert megatron_load(training.save).iteration == 6
+    assert "CKD113" not in {f["code"] for f in inspect_json(training.save).json["findings"]}

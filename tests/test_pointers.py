@@ -169,10 +169,10 @@ def relink(folder: Path, target: str | Path) -> None:
 
 def test_lightning_last_names_the_checkpoint_it_links_to(linked):
     assert states(linked) == ([(12, None)], [])
-    relink(linked, "epoch=0-step=4.ckpt")  # an older whole checkpoint is still one to follow
-    assert states(linked) == ([(4, None)], [])
+    relink(linked, "epoch=0-step=4.ckpt")  # an older whole checkpoint is still one to follow, but ckpt_path="last" goes back
+    assert states(linked) == ([(4, None)], [("CKD116", 4)])
     relink(linked, "../checkpoints/./epoch=1-step=8.ckpt")  # out of its folder and back: still this run's
-    assert states(linked) == ([(8, None)], [])
+    assert states(linked) == ([(8, None)], [("CKD116", 8)])
 
 
 def test_lightning_last_linking_to_a_cut_checkpoint_is_partial(linked):
@@ -417,10 +417,13 @@ def test_composer_remote_symlink_object_names_a_save_by_its_file_name(tmp_path, 
 # --- fairseq's checkpoint_last.pt -----------------------------------------------------------------
 
 
-def test_fairseq_checkpoint_last_that_is_there_is_a_copy_not_a_pointer(tmp_path):
-    """A copy says nothing by its name; what --restore-file loads by default is judged as a file."""
+def test_fairseq_checkpoint_last_that_is_there_names_the_save_it_copies(tmp_path):
+    """A copy says nothing by its name: the pickle its archive records is its save's own, which
+    --restore-file's default then loads (CKD116 where that save is older than the newest whole one)."""
     trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
-    assert states(trainer.save_dir) == ([], [])
+    assert states(trainer.save_dir) == ([(2, None)], [])
+    shutil.copyfile(trainer.save_dir / "checkpoint1.pt", trainer.save_dir / "checkpoint_last.pt")
+    assert states(trainer.save_dir) == ([(1, None)], [("CKD116", 1)])
 
 
 def test_fairseq_without_checkpoint_last_is_a_missing_pointer(tmp_path):

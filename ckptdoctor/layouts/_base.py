@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import json
 import os
 import re
@@ -22,6 +23,8 @@ from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._zeroed import find_zeroed
 from ckptdoctor.model import (
+    COPY_OF,
+    TOP_LEVEL_NUMBER,
     TOP_LEVEL_TENSORS,
     Checkpoint,
     CheckpointFile,
@@ -40,7 +43,7 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import pointer as pointer_file
-from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, with_keys
+from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, same_save, with_keys
 from ckptdoctor.readers.named import NO_NAMES, Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
@@ -141,6 +144,16 @@ class OwnObjects:
 NO_OWN_OBJECTS = OwnObjects()
 
 
+class Copy(enum.Enum):
+    """What a whole copy of a save is to its framework (``Layout.whole_copy``)."""
+
+    RESUMED = "resumed"
+    """What the framework resumes from (Lightning's copied ``last.ckpt``, fairseq's
+    ``checkpoint_last.pt``): where its save's own files are broken, it stands for that save."""
+    KEPT = "kept"
+    """A copy kept aside (fairseq's best copies): the save it holds is known, nothing more."""
+
+
 class Pointer(NamedTuple):
     """A file that names a checkpoint the framework will follow."""
 
@@ -155,6 +168,9 @@ class Pointer(NamedTuple):
     loads: frozenset[Role] = frozenset()
     """The roles its follower loads from the checkpoint it names (HF's ``load_best_model_at_end``
     loads the weights alone); empty: the whole checkpoint."""
+    copy: bool = False
+    """The pointer file is a whole copy of the save it names (``Layout.whole_copy``), loaded in
+    its place: it is followable while the copy itself is whole."""
 
 
 class Layout:
@@ -201,7 +217,8 @@ class Layout:
     ``unread(relative)``         None (every file is read)                    orbax, deepspeed (a conversion's ``tmp/``)
     ``own_objects``              none (vouches for nothing)                   deepspeed (and lightning's
                                                                               DeepSpeed folders), mmengine,
-                                                                              timm, composer, ultralytics
+                                                                              timm, composer, ultralytics,
+                                                                              megatron
     ``flat_optimizer(c)``        False                                        deepspeed, and lightning and mmengine
                                                                               for an engine's checkpoint folders
     *what a checkpoint needs*
@@ -213,6 +230,10 @@ class Layout:
     ``missing_note(...)``        None                                         dcp (in a store), orbax (on ``gs://``)
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
+    ``whole_copy(entry)``        None (no copies)                             lightning (a copied ``last.ckpt``),
+                                                                              fairseq (``checkpoint_last.pt``,
+                                                                              its best copies)
+    ``index_keys``               none                                         lightning (``epoch``, ``global_step``)
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
                                                                               composer, fairseq (rank files),
                                                                               nemo (an archive's members)
@@ -230,7 +251,7 @@ class Layout:
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
-                                                                              torchtune, litgpt
+                                                                              torchtune, litgpt, fairseq
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
@@ -288,6 +309,10 @@ class Layout:
     whole_saves: bool = False
     """Every file of a checkpoint is a whole save of it (Lightning's ``epoch=0.ckpt`` beside
     ``epoch=0-step=4.ckpt``): where several share an index, the best of them is the checkpoint."""
+    index_keys: Mapping[Unit, str] = MappingProxyType({})
+    """The top-level key each save records its index in, by the run's unit (Lightning's
+    ``epoch`` and ``global_step``): what places a whole copy (``whole_copy``) whose content
+    matches none of the run's saves."""
     named_files: NamedFiles = NO_NAMES
     """Files this framework names whose name fixes how they are read (DeepSpeed's ``latest``:
     a pointer, read by ``readers.pointer``; HF's ``trainer_state.json``: JSON, for the values its
@@ -312,6 +337,14 @@ class Layout:
 
     def pointer(self, name: str) -> Claim | None:
         """A file that stands for the newest checkpoint (Lightning's ``last.ckpt``), or None."""
+        return None
+
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        """What ``entry``, one of the run's pointer files (``pointer``), is where it is a whole
+        copy the framework keeps of one of its saves (Lightning's ``last.ckpt`` with
+        ``save_last=True``, fairseq's ``checkpoint_last.pt`` and best copies); None for any other.
+        ``group`` finds the save it holds (``copy_of``); where that save's own files are not
+        whole, a copy the framework resumes from stands for it."""
         return None
 
     def recorded(self, name: str) -> Claim | None:
@@ -836,30 +869,132 @@ def group(
         required = without_training_state(required)
     zeros = find_zeroed(saves)
     verdicts: _Verdicts = {}
-    checkpoints = tuple(
-        _checkpoint(
+    unit = common_unit(claims.values(), layout.default_unit)
+
+    def judge_save(index: int, files: Sequence[CheckpointFile], copies: tuple[CheckpointFile, ...] = ()) -> Checkpoint:
+        return _checkpoint(
             index,
-            tuple(files),
+            (*files, *copies),
             required,
             listing.single_file,
             absent=() if listing.single_file else layout.absent(files, saved),
             zeroed=zeros.get(index, ()),
-            whole_saves=layout.resaved if layout.whole_saves else None,
+            whole_saves=layout.resaved if layout.whole_saves or copies else None,
             verdicts=verdicts,
         )
-        for index, files in saves
-    )
+
+    checkpoints = [judge_save(index, files) for index, files in saves]
+    if not listing.single_file:
+        loose, checkpoints = _stand_ins(layout, layout.index_keys.get(unit), loose, saves, checkpoints, judge_save)
     return Run(
         path=listing.path,
         layout=layout.name,
-        unit=common_unit(claims.values(), layout.default_unit),
-        checkpoints=checkpoints,
+        unit=unit,
+        checkpoints=tuple(checkpoints),
         required=required,
         other_files=tuple(others),
         loose_files=tuple(loose),
         single_file=listing.single_file,
         weights_only=weights_only,
     )
+
+
+def _stand_ins(
+    layout: Layout,
+    key: str | None,
+    loose: list[CheckpointFile],
+    saves: Sequence[tuple[int, Sequence[CheckpointFile]]],
+    checkpoints: list[Checkpoint],
+    judge: Callable[[int, Sequence[CheckpointFile], tuple[CheckpointFile, ...]], Checkpoint],
+) -> tuple[list[CheckpointFile], list[Checkpoint]]:
+    """The run's loose files and checkpoints once its whole copies (``Layout.whole_copy``) are
+    placed: each copy is marked with the save it holds (``COPY_OF``), and where that save's own
+    files are not whole and the copy is, the copy joins its checkpoint as the whole save the
+    framework resumes from (the numbered file cut, the copy written whole after it)."""
+    kinds = {id(f): kind for f in loose if Role.POINTER in f.roles and (kind := layout.whole_copy(f.entry)) is not None}
+    if not kinds:
+        return loose, checkpoints
+    position = {c.index: at for at, c in enumerate(checkpoints)}
+    numbered = dict(saves)
+    placed: dict[int, CheckpointFile | None] = {}  # by the copy's id: marked, or None once it joined its checkpoint
+    # those the framework resumes from first: of two whole copies of a save, one stands for it
+    for file in sorted((f for f in loose if id(f) in kinds), key=lambda f: kinds[id(f)] is not Copy.RESUMED):
+        index = copy_of(file, saves, key)
+        if index is None:
+            continue
+        marked = file._replace(report=dataclasses.replace(file.report, facts=(*file.report.facts, (COPY_OF, str(index)))))
+        placed[id(file)] = marked
+        before = checkpoints[position[index]]
+        if before.status is Status.COMPLETE or marked.report.problems & _UNUSABLE or kinds[id(file)] is Copy.KEPT:
+            continue
+        roles = next((f.roles for f in before.files if _whole_save(f)), ())
+        report = with_keys(marked.entry, marked.report) if len(roles) > 1 else marked.report
+        joined = marked._replace(roles=(*confirmed_roles(roles, report), Role.POINTER), report=report)
+        after = judge(index, numbered[index], (joined,))
+        if after.status is Status.COMPLETE:  # else the copy lacks what the save needs as well
+            checkpoints[position[index]] = after
+            placed[id(file)] = None
+    kept = [placed.get(id(f), f) for f in loose]
+    return [f for f in kept if f is not None], checkpoints
+
+
+def copy_of(copy: CheckpointFile, saves: Sequence[tuple[int, Sequence[CheckpointFile]]], key: str | None) -> int | None:
+    """The index of the save whose whole copy ``copy`` is: the newest save whose file holds the
+    very pickle ``copy``'s central directory records (``readers.files.same_save``: the save's
+    counters are in it, so it tells one save from another; read in the save's own directory, or
+    in its first bytes where it was cut short or its end zeroed). A byte copy has its save's size:
+    only saves of that size, or whose files are damaged since, are compared. Where none matches,
+    the index ``copy`` records under ``key`` (``Layout.index_keys``), if the run has that save.
+    None where neither tells (a copy of a save since deleted)."""
+    files = [
+        (index, f)
+        for index, held in reversed(saves)
+        for f in held
+        if _whole_save(f) and (f.entry.size == copy.entry.size or f.report.problems & _UNUSABLE)
+    ]
+    found = same_save(copy.entry, [f.entry for _, f in files]) if files and not copy.entry.is_dir else None
+    if found is not None:
+        return files[found][0]
+    if key is None or copy.entry.is_dir or copy.entry.dangling:
+        return None
+    recorded = with_keys(copy.entry, copy.report).fact(f"{TOP_LEVEL_NUMBER}{key}")
+    indexes = {index for index, _ in saves}
+    return int(recorded) if recorded is not None and recorded.isdigit() and int(recorded) in indexes else None
+
+
+def copied(file: CheckpointFile) -> int | None:
+    """The index of the save a whole copy holds (``COPY_OF``, left by ``group``), if known."""
+    index = file.report.fact(COPY_OF)
+    return int(index) if index is not None else None
+
+
+def pointer_files(run: Run) -> list[CheckpointFile]:
+    """The run's pointer files, loose or standing for their save in its checkpoint (a copy)."""
+    return [f for f in (*run.loose_files, *(f for c in run.checkpoints for f in c.files)) if Role.POINTER in f.roles]
+
+
+def copy_pointer(run: Run, copy: CheckpointFile, meaning: str) -> Pointer | None:
+    """A whole copy as a pointer: it names the save it holds (``copied``), by that save's file;
+    None where that save is not known."""
+    index = copied(copy)
+    target = next((c for c in run.checkpoints if c.index == index), None)
+    if target is None:
+        return None
+    named = next((f.name for f in target.files if _whole_save(f) and Role.POINTER not in f.roles), copy.name)
+    return Pointer(copy, named, index, meaning, copy=True)
+
+
+def loaded_copy(run: Run, copy: CheckpointFile) -> Checkpoint | None:
+    """What a framework's resume that loads the whole-copy file ``copy`` loads: the copy as a
+    broken checkpoint where it is cut or damaged (a resume from it fails), else the checkpoint
+    of the save it holds; None where that save is not known (it resumes from a save ckptdoctor
+    cannot place)."""
+    broken = {problem.status for problem in copy.report.problems if problem.status is not None}
+    if broken:
+        status = Status.PARTIAL if Status.PARTIAL in broken else Status.CORRUPT
+        return Checkpoint(run.checkpoints[-1].index if run.checkpoints else 0, (copy,), status)
+    index = copied(copy)
+    return next((c for c in run.checkpoints if c.index == index), None)
 
 
 _MARKER = FileReport("marker")
@@ -911,7 +1046,7 @@ class NamingFile(NamedTuple):
             return (Pointer(None, "", None, self.name),)
         text = source.report.fact(pointer_file.POINTS_TO)
         if text is None:
-            return ()  # unreadable or malformed: its own finding says so
+            return (unreadable_pointer(source, self.name),)
         folder = os.path.dirname(source.entry.os_path)
         path = os.path.join(folder, text)
         if (self.full_path and not os.path.isabs(text)) or os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
@@ -1025,12 +1160,33 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
     None if it can."""
     if pointer.source is None:
         return "missing"
+    if pointer.number is None and not pointer.target:
+        return "empty" if pointer.source.entry.size == 0 else "unreadable"
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
         return "not there"
     if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
         return None
+    if pointer.copy and not pointer.source.report.problems & _UNUSABLE:
+        return None  # the framework loads the copy, which is whole
     return str(target.status.value)
+
+
+def behind_pointer(layout: Layout, run: Run) -> tuple[Checkpoint, Pointer | None] | None:
+    """Where the framework's own resume (``auto_resume_pick``) would load a complete checkpoint
+    older than the resume point: that checkpoint, with the pointer (or whole copy) it follows
+    there, if one names it. None where the pick is the resume point, broken, or none."""
+    pick, resume = layout.auto_resume_pick(run), run.resume
+    if pick is None or resume is None or pick.status is not Status.COMPLETE or pick.index >= resume.index:
+        return None
+    return pick, next((p for p in layout.pointers(run) if p.source is not None and p.number == pick.index), None)
+
+
+def unreadable_pointer(source: CheckpointFile, meaning: str) -> Pointer:
+    """A pointer file that names nothing (empty: killed while the framework rewrote it in place;
+    or not one name): the framework's resume stops on it or loads something else (Megatron's
+    ``read_metadata`` exits, fvcore's ``get_checkpoint_file`` returns the folder itself)."""
+    return Pointer(source, "", None, meaning)
 
 
 def _whole_for(checkpoint: Checkpoint, roles: frozenset[Role]) -> bool:

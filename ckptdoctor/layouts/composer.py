@@ -58,6 +58,8 @@ _SAVE = re.compile(r"^ep([0-9]+)-ba([0-9]+)-(rank[0-9]+)\.pt\Z")
 _SHARDED = re.compile(r"^ep([0-9]+)-ba([0-9]+)\Z")
 """FSDP's sharded save folder (``sharded_ckpt_prefix_dir``'s default)."""
 _LATEST = re.compile(r"^latest-(rank[0-9]+)\.pt(\.symlink)?\Z")
+_AUTORESUMED = "latest-rank0.pt"
+"""What ``Trainer(autoresume=True)`` loads (``_get_autoresume_checkpoint``), where it exists."""
 REMOTE_LATEST = "latest-rank0.pt.symlink"
 """The remote pointer of the rank that writes it (rank 0: ``rank_saves_symlinks``)."""
 
@@ -114,30 +116,34 @@ class ComposerLayout(Layout):
         return tuple(f"ep{named[1]}-ba{named[2]}-{rank}.pt" for rank in ranks)
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each names."""
+        """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each
+        names; where neither is there, the ``latest-rank0.pt`` the saver makes after every save:
+        ``autoresume=True`` then finds no checkpoint and trains from the start."""
         found = list(symlink_pointers(run, _saved, "latest symlink"))
         for file in run.loose_files:
             if file.entry.name.endswith(".symlink") and (text := file.report.fact(pointer.POINTS_TO)) is not None:
                 named = _saved(text.rsplit("/", 1)[-1])
                 found.append(Pointer(file, text, named.number if named else None, "remote latest (.symlink)"))
+        if run.checkpoints and not any(f.entry.name.startswith(_AUTORESUMED) for f in run.loose_files):
+            found.append(Pointer(None, "", None, _AUTORESUMED))
         return tuple(found)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # autoresume loads what latest-rank0.pt names
-        return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == "latest-rank0.pt"])
+        return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == _AUTORESUMED])
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """The link as Composer makes it (relative, to the same rank's file, or to a sharded
         save's folder), or the ``.symlink`` object's text with its remote folder kept. Never a
         link where a copy stands."""
-        if source is None:
-            return None
-        match = _LATEST.match(source.entry.name)
+        match = _LATEST.match(source.entry.name if source is not None else _AUTORESUMED)
         if match is None:
             return None
         target = checkpoint.folder or next((f.entry for f in checkpoint.files if f.prefix == match[1] and Role.TEMP not in f.roles), None)
         if target is None:
             return None
+        if source is None:  # made as the saver makes it
+            return PointerWrite(_AUTORESUMED, os.path.basename(target.os_path), PointerKind.SYMLINK)
         if match[2]:
             said = source.report.fact(pointer.POINTS_TO)
             if said is None:

@@ -39,16 +39,17 @@ Resume: ``--restore-file`` defaults to ``checkpoint_last.pt`` in ``--save-dir``;
 fairseq starts training afresh (``Trainer.load_checkpoint``: "No existing checkpoint found") and
 saves over the numbered checkpoints. A job killed after a save's first file and before its copies
 leaves a whole ``checkpoint_last.pt`` that still holds the save before: the default then goes back
-to it and trains the newer save's epoch (or updates) again, writing over it; the newer save resumes
-with ``--restore-file``, and is the resume point. Which save ``checkpoint_last.pt`` copies is told
-by times and size (``_copy_of``), as for the ``--keep-best-checkpoints`` copies. Any other file is named with ``--restore-file PATH``, given
-without the rank suffix: fairseq appends it (``load_checkpoint``:
-``restore_file.replace(".pt", suffix + ".pt")``).
+to it and trains the newer save's epoch (or updates) again, writing over it (CKD116); the newer
+save resumes with ``--restore-file``, and is the resume point. Which save each copy holds is told
+by its content (``_base.copy_of``: the pickle its central directory records is the save's), for
+``checkpoint_last.pt`` and the ``--keep-best-checkpoints`` copies alike; where a save's own file
+is cut or damaged and its copy is whole, the copy stands for it (``whole_copy``). Any other file
+is named with ``--restore-file PATH``, given without the rank suffix: fairseq appends it
+(``load_checkpoint``: ``restore_file.replace(".pt", suffix + ".pt")``).
 """
 
 from __future__ import annotations
 
-import filecmp
 import os
 import re
 from collections import defaultdict
@@ -56,7 +57,18 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, Pointer, group, missing_from_siblings
+from ckptdoctor.layouts._base import (
+    Claim,
+    Copy,
+    Layout,
+    Pointer,
+    copied,
+    copy_pointer,
+    group,
+    loaded_copy,
+    missing_from_siblings,
+    pointer_files,
+)
 from ckptdoctor.model import (
     Checkpoint,
     CheckpointFile,
@@ -76,6 +88,8 @@ _RANKS = r"(?:-model_part-[0-9]+|-rank-[0-9]+|-shard[0-9]+|_part[0-9]+)*"
 _EPOCH = re.compile(rf"^checkpoint([0-9]+)({_RANKS})\.pt\Z")
 _INTERVAL = re.compile(rf"^checkpoint_([0-9]+)_([0-9]+)({_RANKS})\.pt\Z")
 _LAST = re.compile(rf"^checkpoint_last({_RANKS})\.pt\Z")
+_RANK_SUFFIX = re.compile(rf"({_RANKS})\.pt\Z")
+"""A name's rank suffix, which ``--restore-file`` leaves out."""
 _BEST = re.compile(rf"^checkpoint_best({_RANKS})\.pt\Z")
 _BEST_KEPT = re.compile(rf"^checkpoint\.best_(.+)_(-?[0-9]+\.[0-9]{{3}})[0-9]*({_RANKS})\.pt\Z")
 """``--keep-best-checkpoints``: the metric's value with 3 decimals, then random digits against ties."""
@@ -123,6 +137,15 @@ class FairseqLayout(Layout):
         # a hand-made loop may name a file checkpoint_3_500.pt; fairseq leaves its copies beside
         return any(pattern.match(entry.name) for entry in entries for pattern in _SIGNATURE)
 
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        # `PathManager.copy` of a save's first file: checkpoint_last.pt (what the default
+        # --restore-file loads), checkpoint_best.pt and checkpoint.best_* (kept aside)
+        if entry.is_symlink or entry.is_dir:
+            return None
+        if _LAST.match(entry.name):
+            return Copy.RESUMED
+        return Copy.KEPT if _BEST.match(entry.name) or _BEST_KEPT.match(entry.name) else None
+
     def pointer(self, name: str) -> Claim | None:
         if match := _LAST.match(name):
             return Claim((Role.POINTER,), 0, f"checkpoint_last{match[1]}")
@@ -169,34 +192,47 @@ class FairseqLayout(Layout):
         )
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        """``checkpoint_last.pt``, where it is missing: fairseq's default ``--restore-file`` then
-        finds nothing and trains from scratch. A ``checkpoint_last.pt`` that is there is a copy,
-        not a name: what it holds is not known from its name (a cut one is its own finding)."""
-        if not run.checkpoints or any(Role.POINTER in f.roles and _LAST.match(f.name) for f in run.loose_files):
+        """``checkpoint_last.pt``: the save it copies (known from its content), or, where it is
+        missing, the one it should be: fairseq's default ``--restore-file`` then finds nothing and
+        trains from scratch. A cut one is its own finding."""
+        if not run.checkpoints:
             return ()
+        lasts = [f for f in pointer_files(run) if _LAST.match(f.name)]
+        if lasts:
+            return tuple(p for f in lasts if (p := copy_pointer(run, f, "copy (--restore-file default)")))
         ranks = {f.prefix.removeprefix("checkpoint") for c in run.checkpoints for f in c.files if Role.TEMP not in f.roles}
         return () if len(ranks) > 1 else (Pointer(None, "", None, f"checkpoint_last{''.join(ranks)}.pt"),)
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        """The default ``--restore-file checkpoint_last.pt``: the save it copies, or the copy
+        itself where it is cut (``load_checkpoint`` fails on it); None without one (a fresh start)."""
+        last = next((f for f in pointer_files(run) if f.name == LAST), None)
+        return loaded_copy(run, last) if last is not None else None
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """``checkpoint_last.pt`` as fairseq writes it: a whole copy of the save. Never a link:
         fairseq's next save copies onto the path (``shutil.copyfile`` truncates and writes through
         a link), which would overwrite the checkpoint it named."""
-        files = [f for f in checkpoint.files if Role.TEMP not in f.roles]
+        files = [f for f in checkpoint.files if Role.TEMP not in f.roles and Role.POINTER not in f.roles]
         if len(files) != 1 or (source is not None and not _LAST.match(source.name)):
             return None  # one copy per rank: ckptdoctor writes no rank's file for it
+        if any(problem.status is not None for problem in files[0].report.problems):
+            return None  # the checkpoint resumes from a whole copy: its own file is not one to copy
         ranks = _parsed(files[0].name)
         name = source.entry.name if source is not None else f"checkpoint_last{ranks.ranks if ranks else ''}.pt"
         return PointerWrite(name, os.path.basename(files[0].entry.os_path), PointerKind.COPY)
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         files = [f for f in checkpoint.files if Role.TEMP not in f.roles]
-        save = _parsed(files[0].name) if files else None
-        if save is None:
+        if not files:
             return ""
-        hint = f"pass `--restore-file {_restore_file(files[0], save)}` to `fairseq-train`, with the same `--save-dir`"
-        if save.ranks:
-            hint += f" (each rank adds its own suffix, as `{save.ranks}` here)"
-        if save.updates is not None and run.unit is Unit.EPOCH:
+        save, ranks = _parsed(files[0].name), _RANK_SUFFIX.search(files[0].name)
+        hint = f"pass `--restore-file {_restore_file(files[0])}` to `fairseq-train`, with the same `--save-dir`"
+        if ranks is not None and ranks[1]:
+            hint += f" (each rank adds its own suffix, as `{ranks[1]}` here)"
+        if save is None:
+            hint += f"; it is a whole copy of {run.unit.value} {checkpoint.index}, whose own file is damaged"
+        elif save.updates is not None and run.unit is Unit.EPOCH:
             hint += f"; it was saved inside epoch {save.epoch}, after {save.updates} updates, and fairseq goes on from there"
         if run.weights_only:
             hint += (
@@ -214,18 +250,16 @@ class FairseqLayout(Layout):
     def resume_path(self, run: Run, checkpoint: Checkpoint) -> str:
         """What ``--restore-file`` takes: the file without its rank suffix, which fairseq adds."""
         files = [f for f in checkpoint.files if Role.TEMP not in f.roles]
-        save = _parsed(files[0].name) if files else None
-        return _restore_file(files[0], save) if files and save else run.path
+        return _restore_file(files[0]) if files else run.path
 
     def metric_values(self, run: Run, root: str, metric: str, read: Callable[[str], bytes | None]) -> dict[int, float]:
         """``checkpoint.best_{metric}_{value}.pt`` (``--keep-best-checkpoints``): each is a byte
-        copy of the numbered save of the same call, written right after it, and gives its value
-        to the checkpoint it copies (``_copy_of``)."""
-        saves = _numbered_saves(run)
+        copy of the numbered save of the same call, and gives its value to the checkpoint it
+        copies (``copied``: known from its content)."""
         values: dict[int, float] = {}
-        for file in run.loose_files:
+        for file in pointer_files(run):
             match = _BEST_KEPT.match(file.name)
-            if match is not None and match[1] == metric and (index := _copy_of(saves, file.entry, run.store is None)) is not None:
+            if match is not None and match[1] == metric and (index := copied(file)) is not None:
                 values[index] = float(match[2])
         return values
 
@@ -284,57 +318,15 @@ def _whole(entry: Entry, probe: Callable[[Entry], FileReport]) -> bool:
     return not entry.is_dir and not entry.dangling and all(problem.status is None for problem in probe(entry).problems)
 
 
-def _numbered_saves(run: Run) -> list[tuple[Entry, int | None]]:
-    """The run's numbered files by time, each with its checkpoint's index (None: a superseded
-    interval save, a loose copy)."""
-    numbered: list[tuple[Entry, int | None]] = [(f.entry, c.index) for c in run.checkpoints for f in c.files if Role.TEMP not in f.roles]
-    numbered += [(f.entry, None) for f in run.loose_files if _parsed(f.name)]
-    return sorted(numbered, key=lambda item: item[0].mtime)
-
-
-def _copy_of(saves: Sequence[tuple[Entry, int | None]], copy: Entry, local: bool) -> int | None:
-    """The checkpoint a copy fairseq made (``PathManager.copy`` of a save's first file, right
-    after writing it) copies: where, by their times, the numbered save just before it is that
-    checkpoint's file and has its size. None for a copy of a save that is no checkpoint of the
-    run (a superseded interval save), and where the times are out of the order fairseq writes
-    (a folder copied without its times). A save with the copy's very time (one tick of a coarse
-    file-system clock) may have been written after it: only its bytes tell, and where they
-    cannot be read (``local`` False: a store's object) the copy's save is not known."""
-    before = [(entry, index) for entry, index in saves if entry.mtime <= copy.mtime]
-    while before and before[-1][0].mtime == copy.mtime:
-        same = _same_bytes(before[-1][0], copy) if local else None
-        if same is None:
-            return None
-        if same:
-            break
-        before.pop()
-    if not before:
-        return None
-    entry, index = before[-1]
-    in_order = all(earlier is None or index is None or earlier <= index for _, earlier in before)
-    return index if index is not None and in_order and entry.size == copy.size else None
-
-
-def _same_bytes(one: Entry, other: Entry) -> bool | None:
-    """Whether two files hold the same bytes (None: one could not be read)."""
-    if one.size != other.size:
-        return False
-    try:
-        return filecmp.cmp(one.os_path, other.os_path, shallow=False)
-    except OSError:
-        return None
-
-
 def _behind(run: Run, checkpoint: Checkpoint) -> CheckpointFile | None:
     """The run's ``checkpoint_last.pt`` where it copies a save older than ``checkpoint``: the
     save was killed after its first file and before the copy (``save_checkpoint`` writes
     ``checkpoint_last.pt`` last), and fairseq's default ``--restore-file`` would go back to it."""
-    last = next((f for f in run.loose_files if f.name == LAST and not f.report.issues), None)
-    copied = _copy_of(_numbered_saves(run), last.entry, run.store is None) if last is not None else None
-    return last if copied is not None and copied < checkpoint.index else None
+    last = next((f for f in pointer_files(run) if f.name == LAST and not f.report.issues), None)
+    index = copied(last) if last is not None else None
+    return last if index is not None and index < checkpoint.index else None
 
 
-def _restore_file(file: CheckpointFile, save: _Save) -> str:
+def _restore_file(file: CheckpointFile) -> str:
     """The path ``--restore-file`` takes for ``file``: without its rank suffix (fairseq adds it)."""
-    stem = f"checkpoint{save.epoch}" if save.updates is None else f"checkpoint_{save.epoch}_{save.updates}"
-    return os.path.join(os.path.dirname(file.path), f"{stem}.pt")
+    return os.path.join(os.path.dirname(file.path), _RANK_SUFFIX.sub(".pt", file.name))

@@ -38,13 +38,28 @@ import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, Pointer, claim_all, followed, group, symlink_pointers
+from ckptdoctor.layouts._base import (
+    Claim,
+    Copy,
+    FolderLayout,
+    Layout,
+    Pointer,
+    claim_all,
+    copy_pointer,
+    followed,
+    group,
+    loaded_copy,
+    pointer_files,
+    symlink_pointers,
+)
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import (
+    RECORDED_PATH,
     TOP_LEVEL_NUMBER,
     Checkpoint,
     CheckpointFile,
@@ -54,7 +69,6 @@ from ckptdoctor.model import (
     PointerWrite,
     Role,
     Run,
-    Status,
     Unit,
 )
 from ckptdoctor.readers.files import with_keys
@@ -106,6 +120,8 @@ class LightningLayout(Layout):
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     whole_saves = True
+    index_keys = MappingProxyType({Unit.EPOCH: "epoch", Unit.STEP: "global_step"})
+    """What ``_CheckpointConnector.dump_checkpoint`` records of the save in every ``.ckpt``."""
     by_step = False
     """Index by ``step=`` before ``epoch=``: a folder whose every name carries a step (saves
     every N steps: ``epoch=0-step=3.ckpt``, ``epoch=0-step=6.ckpt``) holds one checkpoint per
@@ -159,6 +175,10 @@ class LightningLayout(Layout):
             return Claim((Role.POINTER,), 0, "end")  # what stops NeMo's resume, not a save to resume from
         return None
 
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        # `save_last=True`: `last.ckpt` saved whole after each save (a symlink with "link")
+        return Copy.RESUMED if _LAST.match(entry.name) and not entry.is_symlink and not entry.is_dir else None
+
     def unfinished(self, name: str) -> str | None:
         # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`
         return name[: -len(_UNFINISHED)] + ".ckpt" if name.endswith(_UNFINISHED) and len(name) > len(_UNFINISHED) else None
@@ -168,9 +188,18 @@ class LightningLayout(Layout):
         return (versioned[1] + versioned[3], int(versioned[2])) if versioned else None
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
-        """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads."""
+        """``last.ckpt`` as a symlink names the checkpoint that ``ckpt_path="last"`` loads, and
+        as a whole copy the save it holds; where there is none though the checkpoints record
+        one (``ModelCheckpoint``'s ``last_model_path``, which ``verify`` reads), the one that
+        is missing: ``ckpt_path="last"`` then trains from the start, with only a warning."""
         named = _STEPPED if run.unit is Unit.STEP else self
-        return symlink_pointers(run, named.claim, "symlink target")
+        found = list(symlink_pointers(run, named.claim, "symlink target"))
+        lasts = [f for f in pointer_files(run) if _LAST.match(f.entry.name)]
+        found += [p for f in lasts if self.whole_copy(f.entry) and (p := copy_pointer(run, f, "copy (save_last)"))]
+        recorded = _recorded_last(run)
+        if not lasts and recorded is not None:
+            found.append(Pointer(None, "", None, recorded))
+        return tuple(found)
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """What the run used: a relative symlink (``save_last="link"``), or a copy. Never a
@@ -201,7 +230,7 @@ class LightningLayout(Layout):
         if nemo is not None:
             ends, lasts = nemo
             return self._loaded(run, lasts[0]) if not ends and len(lasts) == 1 else None
-        lasts = [f for f in run.loose_files if _LAST.match(f.entry.name) and not f.entry.dangling]
+        lasts = [f for f in pointer_files(run) if _LAST.match(f.entry.name) and not f.entry.dangling]
         last = max(lasts, key=lambda f: f.entry.mtime, default=None)
         if last is None or (last.entry.is_dir and len(lasts) > 1):
             return None  # a folder's time is not listed: which Lightning takes is not known
@@ -209,16 +238,12 @@ class LightningLayout(Layout):
 
     def _loaded(self, run: Run, last: CheckpointFile) -> Checkpoint | None:
         """What a resume that loads the pointer file ``last`` loads: the checkpoint a link names,
-        a copy as it is where it is broken (None for a whole copy: that resumes)."""
+        a copy as it is (``loaded_copy``)."""
         if last.entry.dangling:
             return None  # nothing to load: CKD113 says so
         if last.entry.is_symlink:
             return followed(run, [p for p in self.pointers(run) if p.source is last])
-        broken = {problem.status for problem in last.report.problems if problem.status is not None}
-        if not broken:
-            return None  # a whole copy of a save: it resumes
-        status = Status.PARTIAL if Status.PARTIAL in broken else Status.CORRUPT
-        return Checkpoint(run.checkpoints[-1].index if run.checkpoints else 0, (last,), status)
+        return loaded_copy(run, last)
 
     def flat_optimizer(self, checkpoint: Checkpoint) -> bool:
         """A strategy's checkpoint folder holds the engine's files: DeepSpeed's ZeRO partitions
@@ -243,6 +268,18 @@ class LightningLayout(Layout):
         if nemo is not None:
             return f'set `exp_manager.resume_from_checkpoint="{path}"` with `resume_if_exists=False` ({_nemo_instead(*nemo)}), or pass `ckpt_path="{path}"` to `trainer.fit()`'
         return f'pass `ckpt_path="{path}"` to `trainer.fit()`'
+
+
+def _recorded_last(run: Run) -> str | None:
+    """The ``last*.ckpt`` the newest checkpoint records as ``ModelCheckpoint``'s
+    ``last_model_path`` (where ``save_last`` keeps one; '' without), once ``verify`` read it."""
+    for checkpoint in reversed(run.checkpoints):
+        for file in checkpoint.files:
+            recorded = file.report.fact(f"{RECORDED_PATH}last_model_path")
+            if recorded is not None:
+                name = recorded.replace("\\", "/").rsplit("/", 1)[-1]
+                return name if _LAST.match(name) else None
+    return None
 
 
 def _nemo_resume(run: Run) -> tuple[list[CheckpointFile], list[CheckpointFile]] | None:

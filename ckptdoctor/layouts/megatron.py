@@ -23,7 +23,17 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, file_names, folder_name, followed, missing_from_siblings
+from ckptdoctor.layouts._base import (
+    Claim,
+    FolderLayout,
+    OwnObjects,
+    Pointer,
+    file_names,
+    folder_name,
+    followed,
+    missing_from_siblings,
+    unreadable_pointer,
+)
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
@@ -52,6 +62,24 @@ class MegatronLayout(FolderLayout):
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.DISTCP, Format.TEXT})
     resume_needs = frozenset({Role.MODEL})
     named_files = MappingProxyType({TRACKER: Named(pointer.read)})
+    own_objects = OwnObjects(
+        loader="Megatron's own load (`load_checkpoint` in `megatron/training/checkpointing.py`) allows them: megatron.core registers `SAFE_GLOBALS` (`megatron/core/safe_globals.py`) with `torch.serialization.add_safe_globals`",
+        allows=frozenset(
+            {
+                "argparse.Namespace",
+                "pathlib.PosixPath",
+                "numpy.ndarray",
+                "numpy.dtype",
+                "numpy.dtypes.UInt32DType",
+                "numpy.core.multiarray._reconstruct",
+                "numpy._core.multiarray._reconstruct",
+            }
+        ),
+    )
+    """The harmless globals among ``SAFE_GLOBALS`` (``megatron/core/safe_globals.py``): the
+    legacy ``model_optim_rng.pt`` pickles ``args`` as a Namespace and the numpy RNG state as an
+    array; Megatron's own classes there (its enums, ``OptimizerConfig``, the rerun state) are not
+    vouched for."""
 
     def claim(self, name: str) -> Claim | None:
         match = _ITERATION.match(name)
@@ -99,8 +127,8 @@ class MegatronLayout(FolderLayout):
         if tracker is None:
             return (Pointer(None, "", None, TRACKER),) if run.checkpoints else ()
         text = tracker.report.fact(pointer.POINTS_TO)
-        if text is None:
-            return ()
+        if text is None:  # empty (killed as iter_finalize_fn rewrote it): read_metadata exits, "Invalid metadata file"
+            return (unreadable_pointer(tracker, "latest checkpointed iteration"),)
         if text == RELEASE:
             release = _release_of(run)
             return (Pointer(tracker, text, release.index if release else None, "latest checkpointed iteration"),)

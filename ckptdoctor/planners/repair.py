@@ -14,7 +14,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from ckptdoctor.layouts._base import Pointer, unfollowable
+from ckptdoctor.layouts._base import Pointer, behind_pointer, unfollowable
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import (
     Action,
@@ -40,7 +40,7 @@ from ckptdoctor.planners.retention import (
     targets,
 )
 from ckptdoctor.records import Quarantine, StoredState
-from ckptdoctor.rules.completeness import STALE_POINTER
+from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, STALE_POINTER
 
 
 class Refused(Exception):
@@ -175,6 +175,12 @@ def _broken_pointers(run: Run, layout: Layout, labels: _Labels) -> list[_Broken]
         state = unfollowable(run, pointer)
         if state is not None:
             broken.append((pointer.source, _said(pointer, state), "CKD113 stale-pointer"))
+    behind = behind_pointer(layout, run)
+    left = behind[1] if behind is not None else None
+    if left is not None and left.source is not None:
+        # whole, but left on an older save than the resume point: the framework's own resume goes back
+        label = f"{AUTO_RESUME_BEHIND.code} {AUTO_RESUME_BEHIND.name}"
+        broken.append((left.source, f"{left.source.name} names {left.target!r}, an older {run.unit.value}", label))
     named = {id(source) for source, _, _ in broken}
     for file in run.loose_files:
         if Role.POINTER in file.roles and id(file) not in named and (file.entry.dangling or _damaged(file)):
@@ -224,6 +230,8 @@ def _first_line(text: str) -> str:
 def _said(pointer: Pointer, state: str) -> str:
     if pointer.source is None:
         return f"no `{pointer.meaning}` file"
+    if not pointer.target:
+        return f"{pointer.source.name} is {state}"
     return f"{pointer.source.name} names {pointer.target!r}, which is {state}"
 
 
@@ -248,8 +256,9 @@ class _Labels:
             # 2xx (integrity) and 4xx (safety) rules are about one file, and CKD113 about one
             # pointer (its index is the checkpoint it names, which moving would not fix); the
             # others are about a whole checkpoint, whichever file they show
-            by_path = finding.code[3] in "24" or finding.code == STALE_POINTER.code
-            if finding.index is not None and finding.code != STALE_POINTER.code:
+            pointed = finding.code in (STALE_POINTER.code, AUTO_RESUME_BEHIND.code)
+            by_path = finding.code[3] in "24" or pointed
+            if finding.index is not None and not pointed:
                 self._by_index[finding.index].append(label)
             if finding.path is not None and by_path:
                 self._by_path[finding.path].append(label)

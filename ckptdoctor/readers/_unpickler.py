@@ -822,6 +822,24 @@ def top_numbers(root: object, at_most: int = 16) -> tuple[tuple[str, int], ...]:
     return tuple((str(key), value) for key, value in root.items() if type(value) is int)[:at_most]
 
 
+def recorded_paths(root: object, keys: frozenset[str], depth: int = 3) -> tuple[tuple[str, str], ...]:
+    """The texts a walked dict keeps under ``keys`` (``bundles.PATH_KEYS``) at most ``depth``
+    levels down (Lightning's ``callbacks.<ModelCheckpoint…>.last_model_path``), each key once."""
+    found: dict[str, str] = {}
+    level = [root]
+    for _ in range(depth):
+        below: list[object] = []
+        for value in level:
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(key, str) and key in keys and isinstance(item, str):
+                        found.setdefault(key, item)
+                    elif isinstance(item, dict):
+                        below.append(item)
+        level = below
+    return tuple(found.items())
+
+
 def _holds(key: str, value: object) -> bool:
     return bundles.holds(key, none=value is None, empty=isinstance(value, (list, dict)) and not value)
 

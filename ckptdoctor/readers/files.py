@@ -364,6 +364,28 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     return dataclasses.replace(report, facts=facts, keys=skimmed.keys)
 
 
+def same_save(copy: Entry, saves: Sequence[Entry]) -> int | None:
+    """Which of ``saves`` (torch archives) holds the very save the archive ``copy`` holds: the
+    position of the first whose ``data.pkl`` has the CRC-32 and size ``copy``'s central directory
+    records (``torchzip.holds_pickle``: from that save's own directory, or from its first bytes
+    where it was cut short). None where none does, or ``copy``'s directory cannot be read."""
+    try:
+        with open_sample(copy.os_path, copy.size) as sample:
+            record = torchzip.pickle_record(sample)
+    except OSError:
+        return None
+    if record is None:
+        return None
+    for position, save in enumerate(saves):
+        try:
+            with open_sample(save.os_path, save.size) as sample:
+                if torchzip.holds_pickle(sample, record.crc, record.size):
+                    return position
+        except OSError:
+            continue
+    return None
+
+
 def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
     """Read one file whole and judge it; a DCP ``.metadata`` is judged with the objects
     ``dcp.load`` would unpickle from its data files."""

@@ -18,7 +18,8 @@ import zlib
 from collections import Counter
 from typing import NamedTuple
 
-from ckptdoctor.model import TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, Tensor
+from ckptdoctor.bundles import PATH_KEYS
+from ckptdoctor.model import RECORDED_PATH, TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep, npy
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
 from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
@@ -34,6 +35,7 @@ from ckptdoctor.readers._unpickler import (
     masks,
     one_budget,
     outside_weights,
+    recorded_paths,
     tensors,
     top_keys,
     top_numbers,
@@ -224,7 +226,8 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += crc_issues(sample, members, regions, deep)
     numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in top_numbers(walked.root))
-    facts = (("members", str(len(members))), *numbers)
+    paths = tuple((f"{RECORDED_PATH}{key}", value) for key, value in recorded_paths(walked.root, PATH_KEYS))
+    facts = (("members", str(len(members))), *numbers, *paths)
     return FileReport(Format.TORCH_ZIP.value, tuple(issues), facts, listed, top_keys(walked.root), tensor_bytes)
 
 
@@ -445,6 +448,17 @@ def top_level(sample: Sample) -> Skimmed | None:
 def first_pickle(sample: Sample) -> bytes | None:
     """The archive's ``data.pkl``, read where torch writes it (first, and stored) when it is no
     longer than ``SKIM_LIMIT``; None otherwise."""
+    member = pickle_record(sample)
+    if member is None or member.size > SKIM_LIMIT:
+        return None
+    data = sample.range(member.data, member.size)
+    return data if len(data) == member.size else None
+
+
+def pickle_record(sample: Sample) -> Member | None:
+    """The archive's ``data.pkl`` as its central directory records it (its CRC-32 and size: the
+    pickle holds a save's counters, so it tells one save from another), where torch writes it:
+    first, and stored. None where the directory cannot be read or begins otherwise."""
     located = locate(sample)
     if isinstance(located, FileIssue) or len(located.first) < CENTRAL.size:
         return None
@@ -452,10 +466,26 @@ def first_pickle(sample: Sample) -> bytes | None:
     member = first.member
     if first.issues or member is None or not member.name.endswith("/data.pkl") or member.name.count("/") != 1:
         return None
-    if member.method != 0 or member.size > SKIM_LIMIT or member.data < 0:
-        return None
-    data = sample.range(member.data, member.size)
-    return data if len(data) == member.size else None
+    return member if member.method == 0 and member.data >= 0 else None
+
+
+def holds_pickle(sample: Sample, crc: int, size: int) -> bool:
+    """Whether the archive's ``data.pkl`` has this CRC-32 and size: as its own central directory
+    records them, or, where that directory is cut off or damaged (a save killed or truncated),
+    as the bytes after its first local header hold them (torch writes ``data.pkl`` first, with
+    its CRC in a data descriptor, so only the bytes themselves tell it there)."""
+    member = pickle_record(sample)
+    if member is not None:
+        return (member.crc, member.size) == (crc, size)
+    header = sample.range(0, LOCAL.size)
+    if len(header) < LOCAL.size or not header.startswith(LOCAL_SIGNATURE):
+        return False
+    name_length, extra_length = LOCAL.unpack(header)[9:11]
+    name = sample.range(LOCAL.size, name_length)
+    if not name.endswith(b"/data.pkl") or name.count(b"/") != 1:
+        return False
+    data = sample.range(LOCAL.size + name_length + extra_length, size)
+    return len(data) == size and zlib.crc32(data) == crc
 
 
 def _zip64(extra: bytes, size: int, compressed: int, header: int) -> tuple[int, int, int] | None:

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts._base import behind_pointer, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
@@ -550,6 +550,40 @@ SAVED_TWICE = Rule(
     related=("CKD114", "CKD113"),
 )
 
+AUTO_RESUME_BEHIND = Rule(
+    code="CKD116",
+    name="auto-resume-behind",
+    severity=Severity.WARNING,
+    summary="The framework's own resume-from-latest would load a whole checkpoint older than the newest complete one: training goes back and repeats the steps in between.",
+    meaning=(
+        "Frameworks that resume by themselves follow a pointer they rewrite after every save: Detectron2's "
+        "`last_checkpoint`, Composer's `latest-rank0.pt` link, DeepSpeed's `latest`, Megatron-LM's tracker, or load a copy "
+        "they write after the save (Lightning's `last.ckpt` with `save_last=True`, fairseq's `checkpoint_last.pt`). When "
+        "the pointer or copy still stands for an older save while a newer one is whole, the resume works, from the older "
+        "save: nothing fails, and the steps since are trained again (or lost, where the newer save is then overwritten). "
+        "Unlike CKD114, the checkpoint it picks is complete; unlike CKD113, the pointer names a checkpoint that is there."
+    ),
+    causes=(
+        "The job was killed after a save's files were whole but before the framework moved its pointer (Detectron2's "
+        "`tag_last_checkpoint`, Composer's symlink, Lightning's and fairseq's copy come last). An older copy or pointer "
+        "was restored from a backup or a sync over a newer run. The pointer was edited by hand."
+    ),
+    fixes=(
+        "Point it at the newest complete checkpoint: `ckptdoctor repair {this_run}` rewrites the pointer or the copy "
+        "(`ckptdoctor repair --undo {this_run}` puts it back).",
+        fix(
+            "Or name the newest complete checkpoint when you resume: `ckptdoctor inspect --resume-path {run}` prints it.",
+            lightning='Or pass the file the last line names as `trainer.fit(ckpt_path=...)`, not `"last"`: `"last"` loads the older copy.',
+            fairseq="Or pass `--restore-file` the file the last line names: the default, `checkpoint_last.pt`, holds the older save.",
+            detectron2="Or write the name of the newest complete checkpoint file into `last_checkpoint` in the output folder: `--resume` loads only what it names.",
+            composer="Or pass `load_path=` the file the last line names instead of `autoresume=True`, which follows `latest-rank0.pt`.",
+            megatron="Or pass `--ckpt-step` the iteration the last line names: it overrides the tracker.",
+            deepspeed="Or pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`.",
+        ),
+    ),
+    related=("CKD113", "CKD114"),
+)
+
 RULES: tuple[Rule, ...] = (
     MISSING_OPTIMIZER,
     MISSING_MODEL,
@@ -564,6 +598,7 @@ RULES: tuple[Rule, ...] = (
     STALE_POINTER,
     UNSAFE_AUTO_RESUME,
     SAVED_TWICE,
+    AUTO_RESUME_BEHIND,
 )
 
 
@@ -789,6 +824,30 @@ def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
+@fires(AUTO_RESUME_BEHIND)
+def auto_resume_behind(ctx: RunContext) -> Iterator[Finding]:
+    """CKD116: the framework's resume-from-latest would load a complete checkpoint older than
+    the resume point: the pointer (or copy) it follows was left behind."""
+    run = ctx.run
+    behind = behind_pointer(ctx.layout, run)
+    if behind is None or run.resume is None:
+        return
+    pick, pointer = behind
+    unit, resume = run.unit.value, run.resume
+    path: str | None = pick.path
+    said = f"{ctx.layout.name}'s resume from the latest checkpoint picks {unit} {pick.index}"
+    if pointer is not None and pointer.source is not None:
+        how = "is a copy of" if pointer.copy else "names"
+        said, path = f"{pointer.source.path} {how} {pointer.target} ({unit} {pick.index})", pointer.source.path
+    yield ctx.finding(
+        AUTO_RESUME_BEHIND,
+        f"{said}: {ctx.layout.name}'s own resume would load it, not {unit} {resume.index}, the newest complete checkpoint, "
+        f"and train the {unit}s in between again",
+        index=pick.index,
+        path=path,
+    )
+
+
 @fires(SAVED_TWICE)
 def saved_twice(ctx: RunContext) -> Iterator[Finding]:
     """CKD115: saves of one index under one name, the later ones with the version the framework
@@ -869,9 +928,16 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
         state = unfollowable(ctx.run, pointer)
         if state is None:
             continue
+        if pointer.target:
+            message = f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}"
+        else:  # killed while the framework rewrote it in place
+            message = (
+                f"{pointer.source.path} is {state}: it names no checkpoint as its {pointer.meaning}, "
+                f"and {ctx.layout.name}'s resume through it fails"
+            )
         yield ctx.finding(
             STALE_POINTER,
-            f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}",
+            message,
             index=pointer.number,
             path=pointer.source.path,
         )
@@ -883,6 +949,7 @@ CHECKS = (
     weights_only,
     no_resumable_checkpoint,
     unsafe_auto_resume,
+    auto_resume_behind,
     saved_twice,
     stale_pointers,
     stray_prefixes,
