@@ -75,6 +75,4 @@ COMPOSER = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     COMPOSER,
-    expected_failures={
-    },
 )

@@ -98,6 +98,4 @@ test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     STOPPED,
     FINISHED,
-    expected_failures={
-    },
 )

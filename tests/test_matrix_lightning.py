@@ -110,6 +110,4 @@ test_breakage, test_killed_mid_save = matrix_tests(
     LINK,
     COPY,
     TEMPLATE,
-    expected_failures={
-    },
 )

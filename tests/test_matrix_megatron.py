@@ -105,6 +105,4 @@ MEGATRON = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     SOURCE,
     MEGATRON,
-    expected_failures={
-    },
 )
