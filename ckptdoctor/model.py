@@ -416,6 +416,9 @@ class Run:
     no resume point, or only one file was judged."""
     store: StoreLeftovers | None = None
     """What the store keeps under a run in a bucket besides its objects; None for a local run."""
+    resumable: frozenset[int] | None = None
+    """The indices the framework can resume from (``Layout.resumable``: torchtune 0.6.1 only the
+    save its one recipe state was written with); None where any complete checkpoint will do."""
 
     @property
     def lone_file(self) -> str | None:
@@ -426,12 +429,13 @@ class Run:
 
     @property
     def resume(self) -> Checkpoint | None:
-        """The newest complete checkpoint (DESIGN §2.1); None for one file judged alone, whose
-        run's other files were not looked at (a lone ``model.safetensors`` is no resume point)."""
+        """The newest complete checkpoint the framework can resume from (DESIGN §2.1); None for
+        one file judged alone, whose run's other files were not looked at (a lone
+        ``model.safetensors`` is no resume point)."""
         if self.single_file:
             return None
         for checkpoint in reversed(self.checkpoints):
-            if checkpoint.status is Status.COMPLETE:
+            if checkpoint.status is Status.COMPLETE and (self.resumable is None or checkpoint.index in self.resumable):
                 return checkpoint
         return None
 

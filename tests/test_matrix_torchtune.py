@@ -127,39 +127,14 @@ HF = variant(
 )
 
 
-def _weights_only(index: int, why: str) -> str:
-    return (
-        f"ckptdoctor names epoch {index} the resume point (its hint says 'weights only', but resume.weights_only is false and "
-        f"there is no CKD110); torchtune's resume_from_checkpoint=True restores no epoch: {why}"
-    )
-
-
-_STATE_OF_BROKEN = _weights_only(1, "its one recipe state was saved with epoch 2's weights, which are broken")
-_NO_STATE = _weights_only(2, "without recipe_state/recipe_state.pt it raises ValueError ('recipe_checkpoint file must be provided')")
-_CUT_STATE = _weights_only(3, "the one recipe state was cut as the relaunch rewrote it (torch.load fails)")
-_STATE_OF_GONE = _weights_only(1, "its one recipe state was saved with epoch 2's weights, which are gone")
-
 test_breakage, test_killed_mid_save = matrix_tests(
     torchtune.__version__,
     TORCHTUNE,
     HF,
     expected_failures={
-        "torchtune-truncated-newest": _STATE_OF_BROKEN,
-        "torchtune-zero-tail": _STATE_OF_BROKEN,
-        "torchtune-deleted-state": _NO_STATE,
-        "torchtune-stale-pointer": _STATE_OF_GONE,
-        "torchtune-deleted-pointer": _NO_STATE,
-        "torchtune-torn-copy": _STATE_OF_BROKEN + "; and inspect calls the torn .bin whole (issue 30 item 6)",
-        "torchtune-file3-50pct": _CUT_STATE,
-        "torchtune-hf-truncated-newest": _STATE_OF_BROKEN,
-        "torchtune-hf-zero-tail": _STATE_OF_BROKEN,
-        "torchtune-hf-deleted-state": _NO_STATE,
-        "torchtune-hf-stale-pointer": _STATE_OF_GONE,
-        "torchtune-hf-deleted-pointer": _NO_STATE,
         "torchtune-hf-torn-copy": (
             "verify --deep calls a torn model-00001-of-00001.safetensors (epoch 2's header and head, epoch 1's tail) whole and says "
             "nothing: safetensors keeps no checksum, and the recipe resumes weights mixed from two epochs"
         ),
-        "torchtune-hf-file5-50pct": _CUT_STATE,
     },
 )

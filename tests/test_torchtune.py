@@ -89,33 +89,42 @@ def test_weights_saved_without_their_recipe_state_never_finished_saving(tmp_path
     assert torchtune_resume(output, base, shard_of(resume_of(output), 1))["epochs_run"] == 2
 
 
-def test_a_lost_recipe_state_is_a_missing_pointer_and_the_weights_restart_afresh(tmp_path, inspect_json):
+def test_a_lost_recipe_state_is_a_missing_pointer_and_nothing_resumes(tmp_path, inspect_json):
     output, base = torchtune_run(tmp_path, epochs=2, total=5)
     shutil.rmtree(output / "recipe_state")
     report = inspect_json(output).json
     assert only(report, "CKD113")["message"].endswith("will not know which checkpoint to load")
-    scanned = resume_of(output)
-    assert scanned.resume.index == 1 and "weights only" in scanned.resume_how and "resume_from_checkpoint=False" in scanned.resume_how
-    with pytest.raises(ValueError, match="recipe_checkpoint"):
-        torchtune_resume(output, base, shard_of(scanned, 1))  # what torchtune says
+    assert report["runs"][0]["resume"] is None and resume_of(output).resume is None
+    nothing = only(report, "CKD110")  # whole weights, but no epoch torchtune resumes from
+    assert nothing["index"] == 1 and "weights only" in nothing["message"] and "resume_from_checkpoint=False" in nothing["message"]
+    for epoch in (0, 1):
+        with pytest.raises(ValueError, match="recipe_checkpoint"):
+            torchtune_resume(output, base, [f"epoch_{epoch}/model-00001-of-00001.bin"])  # what torchtune says
 
 
 def test_a_cut_recipe_state_is_ckd203_and_no_epoch_resumes_with_it(tmp_path, inspect_json):
-    output, _ = torchtune_run(tmp_path, epochs=2, total=5)
+    output, base = torchtune_run(tmp_path, epochs=2, total=5)
     state = output / "recipe_state" / "recipe_state.pt"
     state.write_bytes(state.read_bytes()[:300])
     report = inspect_json(output).json
     assert only(report, "CKD203")["path"].endswith("recipe_state.pt")
-    assert "weights only" in resume_of(output).resume_how
+    assert report["runs"][0]["resume"] is None
+    assert "weights only: its recipe state cannot be read" in only(report, "CKD110")["message"]
+    with pytest.raises(ValueError, match="Unable to load checkpoint"):
+        torchtune_resume(output, base, ["epoch_1/model-00001-of-00001.bin"])
 
 
-def test_a_shard_the_index_names_is_missing(tmp_path, inspect_json):
-    output, _ = torchtune_run(tmp_path, epochs=2, total=5, hf=True)
+def test_a_shard_the_index_names_is_missing_and_the_older_epoch_is_weights_only(tmp_path, inspect_json):
+    output, base = torchtune_run(tmp_path, epochs=2, total=5, hf=True)
     (output / "epoch_1" / "model-00001-of-00001.safetensors").unlink()
     report = inspect_json(output).json
     assert "model-00001-of-00001.safetensors" in only(report, "CKD105")["message"]
     assert only(report, "CKD113")["index"] == 1  # the recipe state's epoch cannot be resumed
-    assert report["runs"][0]["resume"]["index"] == 0
+    assert report["runs"][0]["resume"] is None
+    older = only(report, "CKD110")
+    assert older["index"] == 0 and "torchtune's recipe state is not epoch_0's" in older["message"]
+    # torchtune would take epoch 0's weights on at epoch 2, with epoch 1's AdamW moments: epoch 1 skipped
+    assert torchtune_resume(output, base, ["epoch_0/model-00001-of-00001.safetensors"], hf=True)["epochs_run"] == 2
 
 
 def main_run(output: Path, epochs: int, total: int) -> Path:

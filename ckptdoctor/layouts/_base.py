@@ -252,6 +252,7 @@ class Layout:
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
                                                                               torchtune, litgpt, fairseq
+    ``resumable(run)``           None (every complete checkpoint)             torchtune (0.6.1's one recipe state)
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
@@ -464,6 +465,12 @@ class Layout:
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
+        return None
+
+    def resumable(self, run: Run) -> frozenset[int] | None:
+        """The only indices the framework can resume from, where its state for resuming is kept
+        for fewer saves than it keeps weights (torchtune 0.6.1's one recipe state); None where
+        every complete checkpoint resumes. The others stay whole weights."""
         return None
 
     def left_in_place(self, checkpoint: Checkpoint) -> str | None:

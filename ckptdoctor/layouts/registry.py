@@ -114,10 +114,15 @@ def find_run(
 
 
 def advised(run: Run) -> Run:
-    """``run`` with how its framework resumes from its resume point, and the path to pass."""
-    if run.single_file or (checkpoint := run.resume) is None:
+    """``run`` with the checkpoints its framework can resume from, how it resumes from its
+    resume point, and the path to pass."""
+    if run.single_file:
         return run
     layout = layout_named(run.layout)
+    if (resumable := layout.resumable(run)) is not None:
+        run = dataclasses.replace(run, resumable=resumable)
+    if (checkpoint := run.resume) is None:
+        return run
     return dataclasses.replace(run, resume_how=layout.resume_hint(run, checkpoint), resume_path=layout.resume_path(run, checkpoint))
 
 

@@ -131,6 +131,19 @@ class TorchtuneLayout(FolderLayout):
             return ()  # cut or unreadable: its own finding says so
         return (Pointer(state, f"epochs_run={epochs}", epochs - 1, "recipe state"),)
 
+    def resumable(self, run: Run) -> frozenset[int] | None:
+        """0.6.1 keeps one recipe state, rewritten at every save: its resume goes on only from the
+        save it was written with (``committed``); an older epoch's weights with it skip epochs, and
+        without a readable one torchtune raises. A run of one save without it (a one-epoch run's
+        final weights) and main, whose folders keep a recipe state each, resume as usual."""
+        if any(f.entry.name == RECIPE_STATE for c in run.checkpoints for f in c.files):
+            return None
+        shared = [f for f in run.loose_files if f.entry.name == RECIPE_STATE]
+        if not shared and len(run.checkpoints) < 2:
+            return None
+        committed = self.committed(shared, [(c.index, c.files) for c in run.checkpoints])
+        return frozenset() if committed is None else frozenset({committed})
+
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # a LoRA resume loads adapter_model.pt from the highest epoch folder, whatever it holds
         adapters = any(f.entry.name == _ADAPTER for c in run.checkpoints for f in c.files)
@@ -168,7 +181,14 @@ class TorchtuneLayout(FolderLayout):
         found = _newest_state([f for f in run.loose_files if f.entry.name == RECIPE_STATE], [(c.index, c.files) for c in run.checkpoints])
         if found is not None and checkpoint.index == _final_save(found[1], found[0]):
             return f"training finished: {folder} holds the final weights (torchtune saves no recipe state for the final save), nothing to resume; to train on, {fresh}"
-        return f"weights only: torchtune's recipe state is not {folder}'s, so its resume would not continue from here; {fresh}"
+        why = (
+            "the run keeps no recipe state"
+            if state is None
+            else "its recipe state cannot be read"
+            if epochs is None
+            else f"torchtune's recipe state is not {folder}'s"
+        )
+        return f"weights only: {why}, so its resume would not continue from here; {fresh}"
 
 
 def _weights(name: str) -> bool:

@@ -348,7 +348,10 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         ),
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
         fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
-        "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
+        fix(
+            "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
+            torchtune="If only the weights survive, or they are not the save the recipe state was written with (torchtune 0.6.1 keeps one recipe state, and resumes only that epoch), start a new fine-tune from the newest whole epoch's weights (`checkpointer.checkpoint_dir=<output_dir>/epoch_N`, `resume_from_checkpoint=False`); AdamW and the schedule start over.",
+        ),
         "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (repair refuses a run with nothing to resume from: it moves nothing).",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
     ),
@@ -689,9 +692,17 @@ def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
         return
     statuses = Counter(c.status.value for c in run.checkpoints)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    whole = [c for c in run.checkpoints if c.status is Status.COMPLETE]
+    if not whole:
+        yield ctx.finding(NO_RESUMABLE_CHECKPOINT, f"none of the {len(run.checkpoints)} checkpoints in {run.path} is complete ({summary})")
+        return
+    # whole, but not one the framework resumes from (``Layout.resumable``)
+    newest = whole[-1]
     yield ctx.finding(
         NO_RESUMABLE_CHECKPOINT,
-        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is complete ({summary})",
+        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is one {ctx.layout.name} can resume from ({summary}); "
+        f"{run.unit.value} {newest.index}: {ctx.layout.resume_hint(run, newest)}",
+        index=newest.index,
     )
 
 
