@@ -350,7 +350,7 @@ NO_RESUMABLE_CHECKPOINT = Rule(
         fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
         fix(
             "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
-            torchtune="If only the weights survive, or they are not the save the recipe state was written with (torchtune 0.6.1 keeps one recipe state, and resumes only that epoch), start a new fine-tune from the newest whole epoch's weights (`checkpointer.checkpoint_dir=<output_dir>/epoch_N`, `resume_from_checkpoint=False`); AdamW and the schedule start over.",
+            torchtune="If only the weights survive, or they are not the save the recipe state was written with (torchtune 0.6.1 keeps one recipe state, and resumes only that epoch), start a new fine-tune from the newest whole epoch's weights: point `checkpointer.checkpoint_dir` at its `epoch_N` folder, with resuming off; AdamW and the schedule start over.",
         ),
         "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (repair refuses a run with nothing to resume from: it moves nothing).",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
