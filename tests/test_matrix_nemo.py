@@ -215,22 +215,7 @@ NEMO = Fresh(
     copies=last_copies,
 )
 
-_LAST_COPY = (
-    "epoch=2.ckpt is broken but its -last copy is whole: ckptdoctor resumes from epoch 1, NeMo's resume_if_exists from the copy of epoch 2"
-)
-_OLD_LAST = (
-    "killed while writing epoch 3's -last copy (under its -unfinished marker): epoch=3.ckpt is whole and ckptdoctor resumes from it "
-    "without a word of NeMo's resume_if_exists, which takes the -last copy still there, of epoch 2 (CKD113/CKD114 expected)"
-)
-
 test_breakage, test_killed_mid_save = matrix_tests(
     hashlib.sha256(ORACLE.read_bytes()).hexdigest()[:16] if ORACLE.is_file() else "unrecorded",  # a new recording, a new run
     NEMO,
-    expected_failures={
-        "nemo-truncated-newest": _LAST_COPY,
-        "nemo-zero-tail": _LAST_COPY,
-        "nemo-torn-copy": _LAST_COPY,
-        "nemo-file7-50pct": _OLD_LAST,
-        "nemo-file7-100pct": _OLD_LAST,
-    },
 )

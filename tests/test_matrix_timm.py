@@ -77,17 +77,7 @@ TIMM_RUN = Fresh(
     copies=last_copy,
 )
 
-_LAST_COPY = (
-    "checkpoint-2.pth.tar is broken but last.pth.tar (copied apart from it, its hard link lost) is a whole copy of epoch 2: "
-    "ckptdoctor resumes from checkpoint-1.pth.tar, --resume last.pth.tar from epoch 2"
-)
-
 test_breakage, test_killed_mid_save = matrix_tests(
     TIMM,
     TIMM_RUN,
-    expected_failures={
-        "timm-truncated-newest": _LAST_COPY,
-        "timm-zero-tail": _LAST_COPY,
-        "timm-torn-copy": _LAST_COPY + "; and inspect calls the torn checkpoint-2.pth.tar whole (issue 30 item 6)",
-    },
 )

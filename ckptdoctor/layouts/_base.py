@@ -230,10 +230,12 @@ class Layout:
     ``missing_note(...)``        None                                         dcp (in a store), orbax (on ``gs://``)
     ``whole_saves``              False                                        lightning, keras, detectron2,
                                                                               ultralytics
-    ``whole_copy(entry)``        None (no copies)                             lightning (a copied ``last.ckpt``),
-                                                                              fairseq (``checkpoint_last.pt``,
-                                                                              its best copies)
-    ``index_keys``               none                                         lightning (``epoch``, ``global_step``)
+    ``whole_copy(entry)``        None (no copies)                             lightning (a copied ``last.ckpt``,
+                                                                              NeMo's ``-last.ckpt``), fairseq
+                                                                              (``checkpoint_last.pt``, its best
+                                                                              copies), timm (``last.pth.tar``)
+    ``index_keys``               none                                         lightning (``epoch``, ``global_step``),
+                                                                              timm (``epoch``)
     ``absent(files, siblings)``  none                                         every folder layout, tensorflow,
                                                                               composer, fairseq (rank files),
                                                                               nemo (an archive's members)

@@ -176,8 +176,10 @@ class LightningLayout(Layout):
         return None
 
     def whole_copy(self, entry: Entry) -> Copy | None:
-        # `save_last=True`: `last.ckpt` saved whole after each save (a symlink with "link")
-        return Copy.RESUMED if _LAST.match(entry.name) and not entry.is_symlink and not entry.is_dir else None
+        # `save_last=True`: `last.ckpt` saved whole after each save (a symlink with "link");
+        # NeMo's `<name>--…-last.ckpt`, copied after each save, what `resume_if_exists` loads
+        last = _LAST.match(entry.name) or _NEMO_LAST.search(entry.name)
+        return Copy.RESUMED if last and not entry.is_symlink and not entry.is_dir else None
 
     def unfinished(self, name: str) -> str | None:
         # NeMo's marker of a save in progress: `<checkpoint without .ckpt>-unfinished`

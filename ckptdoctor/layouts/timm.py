@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, group
+from ckptdoctor.layouts._base import Claim, Copy, Layout, OwnObjects, group
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
@@ -60,6 +61,7 @@ class TimmLayout(Layout):
     )
     """The saver stores ``args`` as a Namespace; timm's loaders (``_torch_load`` in
     ``timm/models/_helpers.py``, ``timm/task/_helpers.py``) load with exactly this one allowed."""
+    index_keys = MappingProxyType({Unit.EPOCH: "epoch"})
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         # a hand-made loop may name files checkpoint-3.pth.tar too; timm leaves its signature
@@ -112,6 +114,11 @@ class TimmLayout(Layout):
 
     def staging(self, name: str) -> Claim | None:
         return Claim((Role.TEMP,), 0, name.split(".")[0]) if name in _STAGING else None
+
+    def whole_copy(self, entry: Entry) -> Copy | None:
+        # `last.pth.tar` where it is no checkpoint of its own: the save of its epoch, whole,
+        # which `--resume` loads where the numbered file (a hard link, or a copy) is damaged
+        return Copy.RESUMED if entry.name == LAST and not entry.is_symlink and not entry.is_dir else None
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         path = checkpoint.files[0].path
