@@ -88,10 +88,4 @@ ULTRALYTICS = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     VERSION,
     ULTRALYTICS,
-    expected_failures={
-        "ultralytics-stale-pointer": "last.pt, a whole copy of epoch 0 put back over the newest save, is not reported: "
-        "`yolo train resume` (get_latest_run picks last.pt) restores epoch 0 (oracle.json), and no error says so",
-        "ultralytics-deleted-pointer": "a deleted last.pt is not reported: `yolo train resume` without a model finds no "
-        "last*.pt and fails ('Resume checkpoint not found'), and no error says so",
-    },
 )

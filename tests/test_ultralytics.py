@@ -209,6 +209,38 @@ def test_a_kill_while_last_pt_was_written_resumes_from_best_pt(tmp_path, inspect
     assert yolo_restored(Path(found.resume_path))["resumes_at"] == 3
 
 
+@pytest.mark.parametrize("lost", ["stale", "deleted"])
+def test_a_stale_or_deleted_last_pt_is_told_and_repair_copies_the_resume_point_over_it(lost, tmp_path, cli):
+    """`yolo train resume` loads `last.pt`: a copy of epoch 0 put back over it goes back to epoch 0
+    (CKD116), and without it the resume finds nothing (CKD113). `repair` writes it as the trainer
+    does, the resume point's bytes, from which Ultralytics goes on at epoch 3."""
+    weights = yolo_run(tmp_path / "runs" / "detect")
+    last = weights / "last.pt"
+    if lost == "stale":
+        shutil.copyfile(weights / "epoch0.pt", last)
+        assert yolo_restored(last)["resumes_at"] == 1  # what Ultralytics does with it
+    else:
+        last.unlink()
+    report = cli("inspect", "--json", weights).json
+    (told,) = [f for f in report["findings"] if f["severity"] != "info"]
+    assert (told["code"], told["severity"]) == (("CKD116", "warning") if lost == "stale" else ("CKD113", "error"))
+    assert "ckptdoctor repair" in told["fixes"][0]
+    assert cli("repair", "--yes", "--min-age", "0", weights).exit_code == 0
+    assert (
+        yolo_restored(last)["resumes_at"] == 3
+        and [f for f in cli("inspect", "--json", weights).json["findings"] if f["severity"] != "info"] == []
+    )
+
+
+def test_the_weights_folder_named_as_dot_is_still_ultralytics(tmp_path, monkeypatch, inspect_json):
+    """`cd runs/detect/train/weights && ckptdoctor inspect .`: the folder's own name is taken from
+    where it is, not from the path as typed."""
+    weights = yolo_run(tmp_path)
+    monkeypatch.chdir(weights)
+    (run,) = inspect_json(Path(".")).json["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("ultralytics", 2)
+
+
 def test_a_save_without_optimizer_state_is_incomplete(tmp_path, inspect_json):
     weights = yolo_run(tmp_path)
     edited = yolo_edited(weights / "epoch2.pt", lambda pickled: _add_setitem(pickled, "optimizer", b"N"))

@@ -249,18 +249,19 @@ class Layout:
     *pointers and resume*
     ``pointers(run)``            none                                         hf-trainer, deepspeed, megatron,
                                                                               lightning, tensorflow, mmengine,
-                                                                              detectron2, composer, torchtune, fairseq
+                                                                              detectron2, composer, torchtune, fairseq,
+                                                                              ultralytics
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
-                                                                              torchtune, litgpt, fairseq
+                                                                              torchtune, litgpt, fairseq, ultralytics
     ``resumable(run)``           None (every complete checkpoint)             torchtune (0.6.1's one recipe state)
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
     ``repoint(source, c)``       None (not rewritable)                        deepspeed, megatron, lightning,
                                                                               tensorflow (its state file), mmengine,
                                                                               detectron2 (both through ``NamingFile``),
-                                                                              composer, fairseq
+                                                                              composer, fairseq, ultralytics
     ``resume_hint(run, c)``      ``""``                                       every layout
     ``resume_path(run, c)``      its folder, else its model file              burn (the artifact folder), detectron2,
                                                                               tensorflow (the bundle's prefix),

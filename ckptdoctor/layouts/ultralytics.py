@@ -30,13 +30,25 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, group
-from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
+from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, Pointer, followed, group, loaded_copy
+from ckptdoctor.model import (
+    TOP_LEVEL_NUMBER,
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    FileReport,
+    PointerKind,
+    PointerWrite,
+    Role,
+    Run,
+    Unit,
+)
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format
 
 _NUMBERED = re.compile(r"^epoch([0-9]+)\.pt\Z")
-_RECORDED = frozenset({"last.pt", "best.pt"})
+LAST = "last.pt"
+_RECORDED = frozenset({LAST, "best.pt"})
 WEIGHTS = "weights"
 BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 _EPOCH = f"{TOP_LEVEL_NUMBER}epoch"
@@ -87,7 +99,7 @@ class UltralyticsLayout(Layout):
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         # the trainer's own folder: save_dir/weights holding last.pt or best.pt
-        return any(e.name in _RECORDED and os.path.basename(os.path.dirname(e.os_path)) == WEIGHTS for e in entries)
+        return any(e.name in _RECORDED and os.path.basename(os.path.dirname(os.path.abspath(e.os_path))) == WEIGHTS for e in entries)
 
     def claim(self, name: str) -> Claim | None:
         match = _NUMBERED.match(name)
@@ -123,6 +135,31 @@ class UltralyticsLayout(Layout):
         after = max((claim.number for claim in indexed.values()), default=-1) + 1
         indexed.update({name: claims[name]._replace(number=after) for name in finished})
         return group(listing, self, probe, indexed) if indexed else None
+
+    def pointers(self, run: Run) -> tuple[Pointer, ...]:
+        """``last.pt``, what ``yolo train resume`` loads (``get_latest_run``: the newest
+        ``last*.pt`` under ``runs/``): the save of the epoch it records, which may be older than
+        the run's newest (a copy put back over it); gone from the run, missing: the resume then
+        finds no checkpoint of this run. A cut one is no pointer: its own finding says so."""
+        held = next(((c, f) for c in run.checkpoints for f in c.files if f.entry.name == LAST), None)
+        if held is not None:
+            checkpoint, last = held
+            named = next((f.name for f in checkpoint.files if f is not last), LAST)
+            return (Pointer(last, named, checkpoint.index, f"{LAST} (what `yolo train resume` loads)", copy=True),)
+        if any(f.entry.name == LAST for f in run.loose_files):
+            return ()
+        return (Pointer(None, "", None, LAST),) if run.checkpoints else ()
+
+    def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
+        """``last.pt`` as the trainer writes it: the same bytes as the save's other files."""
+        if source is not None and source.entry.name != LAST:
+            return None
+        file = next((f for f in checkpoint.files if f.entry.name != LAST), None)
+        return PointerWrite(LAST, os.path.basename(file.entry.os_path), PointerKind.COPY) if file is not None else None
+
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        cut = next((f for f in run.loose_files if f.entry.name == LAST), None)
+        return loaded_copy(run, cut) if cut is not None else followed(run, self.pointers(run))
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:
         newest = [f for f in saved[-1] if _recorded_epoch(f.report) == -1] if saved else []
