@@ -653,6 +653,30 @@ def test_a_last_ckpt_copy_of_an_older_save_is_ckd116_and_repair_copies_the_newes
     assert inspect_json(folder).json["findings"] == []
 
 
+def test_a_last_ckpt_dated_in_the_future_is_left_by_repair_until_min_age_0(copied_last, tmp_path, cli, inspect_json):
+    """A copy of step 4 as `last-v1.ckpt`, dated a day ahead (another machine's clock): `ckpt_path="last"`
+    loads the newest `last*.ckpt` by time, this one (CKD116). Its time tells nothing of whether it is
+    being written: `repair` leaves it and says why; with `--min-age 0` it copies the resume point over it."""
+    torch = pytest.importorskip("torch")
+    folder = copy_run(copied_last, tmp_path / "checkpoints")
+    ahead = folder / "last-v1.ckpt"
+    shutil.copyfile(folder / "epoch=0-step=4.ckpt", ahead)
+    tomorrow = time.time() + 86400
+    os.utime(ahead, (tomorrow, tomorrow))
+
+    def picked() -> Any:
+        probe = copy_run(folder, tmp_path / f"probe-{time.monotonic_ns()}")
+        return torch.load(lightning_fit(tmp_path / "fit", 3, ckpt_path="last", dirpath=probe, save_top_k=0).ckpt_path, weights_only=False)
+
+    assert picked()["global_step"] == 4
+    (behind,) = [f for f in inspect_json(folder).json["findings"] if f["severity"] != "info"]
+    assert (behind["code"], behind["path"]) == ("CKD116", str(ahead))
+    left = cli("repair", "--yes", folder)
+    assert left.exit_code == 0 and "in the future" in left.stdout and ahead.read_bytes() != (folder / "epoch=2-step=12.ckpt").read_bytes()
+    assert cli("repair", "--yes", "--min-age", "0", folder).exit_code == 0
+    assert picked()["global_step"] == 12 and inspect_json(folder).json["findings"] == []
+
+
 def test_a_deleted_last_ckpt_is_ckd113_where_the_checkpoints_record_it(copied_last, tmp_path, cli):
     """``ckpt_path="last"`` without ``last.ckpt`` trains from the start with only a warning. Every
     ``.ckpt`` records ``ModelCheckpoint``'s ``last_model_path``: ``verify`` reads it and says the

@@ -41,7 +41,7 @@ from ckptdoctor.actions._home import (
     read_record,
     write_record,
 )
-from ckptdoctor.actions._trash import still_meant
+from ckptdoctor.actions._trash import changed_since, still_meant
 from ckptdoctor.model import NOTHING_SEEN, Action, Plan, PointerKind, PointerWrite, Seen
 from ckptdoctor.records import (
     MANIFEST_VERSION,
@@ -146,11 +146,11 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset(), see
                 ) from error
             raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
         _confine.between("manifest written", places.here.path)
-        entries, moved_bytes, problems, changed = _carry_out(places, manifest, since)
+        entries, moved_bytes, problems, changed, repointed = _carry_out(places, manifest, since, seen)
     finally:
         places.close()
     folder = os.path.join(plan.home, QUARANTINE, ident)
-    return Moved(ident, folder, entries, moved_bytes, len(manifest.pointers), len(lines) - len(movable) + changed, tuple(problems))
+    return Moved(ident, folder, entries, moved_bytes, repointed, len(lines) - len(movable) + changed, tuple(problems))
 
 
 def _reserve(here: Folder, manifest: bytes) -> None:
@@ -238,7 +238,7 @@ def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: froz
     ]
 
 
-def _carry_out(places: _Places, manifest: Manifest, written: float) -> tuple[int, int, list[str], int]:
+def _carry_out(places: _Places, manifest: Manifest, written: float, seen: Seen = NOTHING_SEEN) -> tuple[int, int, list[str], int, int]:
     """Move the manifest's entries, write its pointers, mark it done; again after a kill, the
     same steps finish the job (what is done already is skipped). (moved, bytes, problems, left
     because changed.)"""
@@ -263,9 +263,15 @@ def _carry_out(places: _Places, manifest: Manifest, written: float) -> tuple[int
         moved += outcome is Outcome.DONE
         changed += outcome is Outcome.CHANGED
         moved_bytes += line.bytes if outcome is Outcome.DONE else 0
+    repointed = 0
     for pointer in manifest.pointers:
         try:
-            _write_pointer(places, pointer, written)
+            if _write_pointer(places, pointer, written, seen):
+                repointed += 1
+            else:
+                problems.append(
+                    f"left {pointer.path} as it is: it was written since the plan (by its framework?); `ckptdoctor repair` again sees it as it is now"
+                )
         except (OSError, Escapes) as error:
             problems.append(
                 f"cannot re-point {pointer.path}: {error}; the old pointer is kept in {places.here.path} "
@@ -273,26 +279,27 @@ def _carry_out(places: _Places, manifest: Manifest, written: float) -> tuple[int
             )
     _release(places.here)
     write_record(places.here, MANIFEST, dataclasses.replace(manifest, state=Phase.DONE).encode())
-    return moved, moved_bytes, problems, changed
+    return moved, moved_bytes, problems, changed, repointed
 
 
-def _write_pointer(places: _Places, line: PointerLine, written: float) -> None:
+def _write_pointer(places: _Places, line: PointerLine, written: float, seen: Seen) -> bool:
     """Keep the old pointer in the quarantine (a hard link: its bytes and inode stay), then swap
-    the new one in with one rename, so that a framework never finds no pointer at all."""
+    the new one in with one rename, so that a framework never finds no pointer at all. False
+    where it was written since the plan (``changed_since``): that one is newer, and stays."""
     assert places.stored is not None, "a repair made its files folder"
     write = line.write
     parent, name = places.top.reach(line.path)
     with parent:
         if _is_written(parent, name, write):
-            return
+            return True
         now = parent.lstat(name)
-        if now is not None and now.st_mtime > written:
-            return  # rewritten by its framework since the repair was planned: that one is newer
+        if now is not None and changed_since(now, seen.get(os.path.normpath(line.path)), written):
+            return False
         stored, kept = places.stored.reach(line.path, create=True)
         with stored:
             if line.existed and stored.lstat(kept) is None:
                 if now is None:
-                    return  # the old pointer is gone and was never kept: do not invent one
+                    return False  # the old pointer is gone and was never kept: do not invent one
                 try:
                     os.link(name, kept, src_dir_fd=parent.fd, dst_dir_fd=stored.fd, follow_symlinks=False)
                 except OSError:
@@ -302,6 +309,7 @@ def _write_pointer(places: _Places, line: PointerLine, written: float) -> None:
         _scratch_pointer(places.own, scratch, parent, write)
         os.replace(scratch, name, src_dir_fd=places.own.fd, dst_dir_fd=parent.fd)
         parent.fsync()
+    return True
 
 
 def _scratch_pointer(own: Folder, scratch: str, parent: Folder, write: PointerWrite) -> None:

@@ -45,7 +45,7 @@ from ckptdoctor.actions._confine import (
     take,
 )
 from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
-from ckptdoctor.model import NOTHING_SEEN, Action, Plan, Seen
+from ckptdoctor.model import NOTHING_SEEN, Action, Entry, Plan, Seen
 from ckptdoctor.places import relative as relative_to
 from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
 
@@ -202,7 +202,7 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
         return False
     with parent:
         info = parent.lstat(name)
-        if info is None or info.st_mtime > written:
+        if info is None or changed_since(info, seen.get(os.path.normpath(relative)), written):
             return False
         if not stat.S_ISDIR(info.st_mode):
             return True
@@ -214,12 +214,20 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
                     found = os.stat(inner, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                if os.path.join(parent.path, below, inner) in busy or found.st_mtime > written:
-                    return False
                 scanned = seen.get(os.path.normpath(os.path.join(os.path.dirname(relative), below, inner)))
-                if scanned is not None and (found.st_size, found.st_mtime) != (scanned.size, scanned.mtime):
+                if os.path.join(parent.path, below, inner) in busy or changed_since(found, scanned, written):
                     return False
         return not unreadable
+
+
+def changed_since(info: os.stat_result, scanned: Entry | None, written: float) -> bool:
+    """Whether an entry was written after its plan (``written``): otherwise than the scan saw
+    it (its time, and a file's size: a filesystem's clock may lag this machine's, and a copy
+    may carry an old time), or at a time after the plan. A time after the plan that the scan
+    saw already is no write since: a clock ahead of this one's dated it."""
+    if scanned is not None and (info.st_mtime != scanned.mtime or (not stat.S_ISDIR(info.st_mode) and info.st_size != scanned.size)):
+        return True
+    return info.st_mtime > written and (scanned is None or info.st_mtime != scanned.mtime)
 
 
 def _journals(home: str) -> Iterator[tuple[Folder, str, Folder]]:

@@ -154,7 +154,7 @@ def measure(run: Run, circumstances: Circumstances) -> Measured:
 def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
     """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
     within ``min_age`` (the save may still be going on), or a live process holds one open."""
-    if not circumstances.open_by and not (checkpoint.files and circumstances.now - saved < min_age):
+    if not circumstances.open_by and not (checkpoint.files and min_age > 0 and circumstances.now - saved < min_age):
         return []  # the common case, without building the list of paths: big runs ask 100,000s of times
     paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
     return _held(paths, saved if checkpoint.files else None, circumstances, min_age)
@@ -169,8 +169,14 @@ def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) 
 
 def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float) -> list[str]:
     reasons = []
-    if saved is not None and circumstances.now - saved < min_age:
-        reasons.append(f"modified {duration(circumstances.now - saved)} ago (--min-age {duration(min_age)})")
+    age = circumstances.now - saved if saved is not None else None
+    if age is not None and min_age > 0 and age < 0:
+        # a clock ahead of this one's stamped it: how long ago it was written is not known
+        reasons.append(
+            f"dated {duration(-age)} in the future (another machine's clock?): whether it is still being written cannot be told from its time (--min-age 0 acts on it)"
+        )
+    elif age is not None and min_age > 0 and age < min_age:
+        reasons.append(f"modified {duration(age)} ago (--min-age {duration(min_age)})")
     holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
     if isinstance(holder, int):
         reasons.append(f"open in process {holder}")
