@@ -677,6 +677,25 @@ def test_a_last_ckpt_dated_in_the_future_is_left_by_repair_until_min_age_0(copie
     assert picked()["global_step"] == 12 and inspect_json(folder).json["findings"] == []
 
 
+def test_a_last_ckpt_linked_to_a_file_outside_the_run_is_a_warning_not_a_dangling_link(copied_last, tmp_path, cli):
+    """`last.ckpt` as an absolute symlink to a whole save kept elsewhere: Lightning loads it; it is
+    there, only none of this run's, so ckptdoctor warns that it did not judge it (never "not there")."""
+    folder = copy_run(copied_last, tmp_path / "checkpoints")
+    shared = tmp_path / "shared" / "last.ckpt"
+    shared.parent.mkdir()
+    (folder / "last.ckpt").rename(shared)
+    (folder / "last.ckpt").symlink_to(shared)
+    probe = copy_run(folder, tmp_path / "probe")
+    assert lightning_fit(tmp_path / "fit", 4, ckpt_path="last", dirpath=probe, save_top_k=0).global_step == 16
+    result = cli("inspect", "--json", folder)
+    (told,) = [f for f in result.json["findings"] if f["code"] == "CKD113"]
+    assert told["severity"] == "warning" and "outside this run" in told["message"] and "not there" not in told["message"]
+    assert result.exit_code == 0
+    shared.unlink()  # now it dangles: an error, as before
+    (dangling,) = [f for f in cli("inspect", "--json", folder).json["findings"] if f["code"] == "CKD113"]
+    assert dangling["severity"] == "error"
+
+
 def test_a_deleted_last_ckpt_is_ckd113_where_the_checkpoints_record_it(copied_last, tmp_path, cli):
     """``ckpt_path="last"`` without ``last.ckpt`` trains from the start with only a warning. Every
     ``.ckpt`` records ``ModelCheckpoint``'s ``last_model_path``: ``verify`` reads it and says the

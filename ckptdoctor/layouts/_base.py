@@ -1165,6 +1165,11 @@ def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: st
     return tuple(found)
 
 
+OUTSIDE = "outside this run"
+"""What ``unfollowable`` says of a symlink to a file that is there, but none of the run's: the
+framework loads it, and nothing of it was judged."""
+
+
 def unfollowable(run: Run, pointer: Pointer) -> str | None:
     """Why the framework cannot follow ``pointer`` (``missing``, ``not there``, ``partial``, ...);
     None if it can."""
@@ -1174,7 +1179,8 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
         return "empty" if pointer.source.entry.size == 0 else "unreadable"
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
-        return "not there"
+        link = pointer.source.entry
+        return OUTSIDE if pointer.number is None and link.link is not None and not link.dangling else "not there"
     if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
         return None
     if pointer.copy and not pointer.source.report.problems & _UNUSABLE:

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from ckptdoctor.layouts._base import behind_pointer, unfollowable
+from ckptdoctor.layouts._base import OUTSIDE, behind_pointer, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
@@ -938,6 +938,13 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
             continue
         state = unfollowable(ctx.run, pointer)
         if state is None:
+            continue
+        if state == OUTSIDE:  # there, and what the framework loads; only not judged here: a warning
+            message = (
+                f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}: "
+                f"{ctx.layout.name}'s resume through it loads that file, which ckptdoctor did not judge with this run"
+            )
+            yield ctx.finding(STALE_POINTER, message, path=pointer.source.path, severity=Severity.WARNING)
             continue
         if pointer.target:
             message = f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}"
