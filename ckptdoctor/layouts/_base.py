@@ -1166,8 +1166,8 @@ def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: st
 
 
 OUTSIDE = "outside this run"
-"""What ``unfollowable`` says of a symlink to a file that is there, but none of the run's: the
-framework loads it, and nothing of it was judged."""
+"""What ``unfollowable`` says of a symlink to a file (not a folder) that is there, but none of the
+run's: the framework loads it, and nothing of it was judged."""
 
 
 def unfollowable(run: Run, pointer: Pointer) -> str | None:
@@ -1180,7 +1180,7 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
         link = pointer.source.entry
-        return OUTSIDE if pointer.number is None and link.link is not None and not link.dangling else "not there"
+        return OUTSIDE if pointer.number is None and link.link is not None and not (link.dangling or link.is_dir) else "not there"
     if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
         return None
     if pointer.copy and not pointer.source.report.problems & _UNUSABLE:
