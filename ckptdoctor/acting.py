@@ -487,14 +487,7 @@ class Prune(Pass):
         return planned
 
     def _verified(self, run: Run, context: _Context) -> Run:
-        """The run judged with its newest kept checkpoints read whole (see ``verify_newest``)."""
-
-        judged, failed = verify_newest(run, max(self.policy.keep_last, 1))
-        for index in failed:
-            context.tell(
-                f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not kept as a newest checkpoint; `ckptdoctor verify` says why."
-            )
-        return judged
+        return read_newest(run, max(self.policy.keep_last, 1), context.tell)
 
     def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
 
@@ -1016,14 +1009,25 @@ def _undo_in_store(context: _Context, found: _InStore) -> None:
 # repair
 
 
+def read_newest(run: Run, count: int, tell: Callable[..., None]) -> Run:
+    """The run judged with its ``count`` newest complete checkpoints read whole, and older ones in
+    place of any that fail (``verify_newest``: ``prune --verify``, ``repair --verify``), each
+    failure told."""
+    judged, failed = verify_newest(run, count)
+    for index in failed:
+        tell(f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not complete; `ckptdoctor verify` says why.")
+    return judged
+
+
 class Repair(Pass):
     command = "repair"
     question = "Move and re-point them?"
     declined = "nothing was moved"
     acts_on = (Action.QUARANTINE, Action.REPOINT)
 
-    def __init__(self, min_age: float) -> None:
+    def __init__(self, min_age: float, read_whole: bool = False) -> None:
         self.min_age = min_age
+        self.read_whole = read_whole
         self._worlds: dict[str, tuple[Run, float]] = {}
 
     def tidy(self, context: _Context) -> None:
@@ -1057,9 +1061,10 @@ class Repair(Pass):
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
 
         planned = []
-        for run in context.runs:
-            findings = [finding for finding in context.report.findings if finding.run == run.path]
-            world = circumstances(run, time.time(), context.tell)
+        for scanned in context.runs:
+            findings = [finding for finding in context.report.findings if finding.run == scanned.path]
+            world = circumstances(scanned, time.time(), context.tell)
+            run = read_newest(scanned, 1, context.tell) if self.read_whole else scanned
             try:
                 planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))
             except repair.Refused as refusal:

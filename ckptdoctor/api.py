@@ -257,6 +257,7 @@ def repair(
     undo: bool = False,
     ident: str | None = None,
     min_age: str | None = None,
+    verify: bool = False,
     dry_run: bool = False,
     confirm: Confirm | bool = False,
     listener: Listener | None = None,
@@ -264,7 +265,8 @@ def repair(
 ) -> Outcome:
     """``ckptdoctor repair``: move what stands between each run and its newest complete
     checkpoint into a quarantine in the run, and re-point broken pointers; with ``undo``, put
-    back the latest quarantine of each run (or the one named ``ident``). ``confirm``,
+    back the latest quarantine of each run (or the one named ``ident``). ``verify``: read the
+    newest complete checkpoint whole first, as ``repair --verify`` does. ``confirm``,
     ``dry_run`` and ``listener`` as for ``prune``; ``Outcome.refused`` names the runs left alone."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor import acting
@@ -272,12 +274,14 @@ def repair(
 
     listed = _listed(paths)
     if undo:
+        if verify:
+            raise ValueError("verify reads checkpoints before a repair: undo puts back what one moved, and reads nothing")
         return _act(acting.Undo(ident), listed, dry_run, confirm, listener, config)
     if ident is not None:
         raise ValueError("ident names a quarantine to put back: use it with undo=True")
     with _configured(listed, config) as settings:
         age = min_age if min_age is not None else settings.min_age
-    return _act(acting.Repair(parse_duration(age) if age is not None else MIN_AGE), listed, dry_run, confirm, listener, config)
+    return _act(acting.Repair(parse_duration(age) if age is not None else MIN_AGE, verify), listed, dry_run, confirm, listener, config)
 
 
 def _act(pass_: Pass, paths: list[str], dry_run: bool, confirm: Confirm | bool, listener: Listener | None, config: str | None) -> Outcome:

@@ -383,4 +383,4 @@ def test_findings_of_one_rule_with_different_fixes_each_keep_theirs(tmp_path: Pa
     (root / "v" / "stray.pt").write_bytes((EXAMPLES / "torch-split" / "optimizer_1.pt").read_bytes()[:100])
     _aged(root)
     _, out, _ = _invoke(root, "verify", "v")
-    assert "ckptdoctor repair v" in out and "mv -n -- v/stray.pt" in out, out
+    assert "ckptdoctor repair --verify v" in out and "mv -n -- v/stray.pt" in out, out

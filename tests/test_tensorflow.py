@@ -195,6 +195,23 @@ def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it
     assert "Checksum does not match" in str(restored(manager)["error"])  # what the finding quotes
 
 
+def test_what_only_verify_sees_repair_verify_quarantines_and_tensorflow_restores_the_save_before(manager: Path, cli) -> None:
+    """A flipped bit in the newest shard: only a whole read sees it, so `verify`'s fixes name
+    `repair --verify`, which reads the newest save whole, quarantines it and re-points the state
+    file; TensorFlow's own resume then restores ckpt-3. A plain `repair` sees nothing to do."""
+    flipped(manager, "ckpt-4", [600])
+    assert "Checksum does not match" in str(restored(manager)["error"])
+    report = cli("verify", "--json", str(manager)).json
+    fixes = [fix for f in report["findings"] if f["index"] == 4 for fix in f["fixes"] if "ckptdoctor repair " in fix]
+    assert fixes and all("`ckptdoctor repair --verify " in fix or "repair --undo" in fix for fix in fixes)
+    assert [item for item in cli("repair", "--dry-run", "--json", str(manager)).json["plan"] if item["action"] != "keep"] == []
+    done = cli("repair", "--verify", "--yes", "--min-age", "0", str(manager))
+    assert done.exit_code == 0 and "does not pass verify" in done.stderr + done.stdout
+    after = restored(manager)
+    assert (after["latest"], after["error"], after["step"]) == (str(manager / "ckpt-3"), None, 3)
+    assert "--verify" not in " ".join(fix for f in cli("inspect", "--json", str(manager)).json["findings"] for fix in f["fixes"])
+
+
 def flipped(folder: Path, prefix: str, offsets: list[int]) -> Path:
     """``folder`` with one bit of ``prefix``'s data shard flipped at each of ``offsets``: the length stays."""
     shard = folder / f"{prefix}.data-00000-of-00001"

@@ -28,13 +28,22 @@ if TYPE_CHECKING:
     pass
 
 Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest repair of each run moved and re-pointed.")]
+ReadWhole = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Read the newest complete checkpoint whole first (as `verify --deep` does), and older ones in place of any that fail: damage only a whole read sees (a CRC, zeroed bytes) is repaired too.",
+    ),
+]
 QuarantineId = Annotated[
     str | None, typer.Option("--id", help="With --undo: the quarantine to put back (default: the latest).", metavar="ID")
 ]
 
 
 @acting_command
-def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, *, options: ActingOptions) -> None:
+def repair(
+    paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, read_whole: ReadWhole = False, *, options: ActingOptions
+) -> None:
     """Make a run resumable from its newest complete checkpoint.
 
     Moves incomplete, partial and corrupt checkpoints newer than it, empty files and staging
@@ -50,6 +59,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
     \b
       ckptdoctor repair --dry-run runs/exp1/checkpoint
       ckptdoctor repair --yes runs/exp1/checkpoint
+      ckptdoctor repair --verify --yes runs/exp1/checkpoint
       ckptdoctor repair --undo runs/exp1/checkpoint
     """
     # loaded when the command runs: --help stays fast
@@ -59,6 +69,9 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
         raise typer.Exit(EXIT_USAGE)
+    if read_whole and undo:
+        say("ckptdoctor: error: --verify reads checkpoints before a repair: --undo puts back what one moved, and reads nothing")
+        raise typer.Exit(EXIT_USAGE)
     min_age = options.min_age if options.min_age is not None else options.settings.min_age
     try:
         age = parse_duration(min_age) if min_age is not None else MIN_AGE
@@ -67,7 +80,7 @@ def repair(paths: Paths = None, undo: Undo = False, ident: QuarantineId = None, 
         raise typer.Exit(EXIT_USAGE) from error
     human, quiet, dry_run = options.human, options.quiet, options.dry_run
     with failures_explained("repair"):
-        pass_ = acting.Undo(ident) if undo else acting.Repair(age)
+        pass_ = acting.Undo(ident) if undo else acting.Repair(age, read_whole)
         outcome = carried_out(pass_, paths, options, repair=True)
     declined(outcome)
     blocked = undo and bool(outcome.refused)  # an undo that would put an entry over one that exists again does nothing

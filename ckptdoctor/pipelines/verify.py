@@ -90,7 +90,7 @@ def verify(
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
     runs = list(with_leftovers(paths, runs))
-    findings = check(runs, second.unlisted, thresholds or Thresholds())
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True)
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
     report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))

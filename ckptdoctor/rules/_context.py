@@ -54,6 +54,8 @@ class RunContext:
     """What one family's checks work out once and share (each family keys its own entries)."""
     below: bool = False
     """Other runs lie, or may lie, in folders below this run's (see ``with_runs_below``)."""
+    whole: bool = False
+    """Its files were read whole (``verify``): what its findings saw, a ``repair`` sees only so."""
 
     @functools.cached_property
     def advisory(self) -> Mapping[Role, str]:
@@ -120,6 +122,7 @@ class RunContext:
     @functools.cached_property
     def _fix_context(self) -> dict[str, str]:
         values = run_context(self.run, self.below or self.run.single_file)
+        values["repair"] = "ckptdoctor repair --verify" if self.whole else "ckptdoctor repair"
         written = self.layout.repoint(None, self.run.resume) if self.run.resume is not None else None
         if written is not None and written.kind is PointerKind.TEXT:
             values["resume_pointer"] = shell_word(written.text)
@@ -166,7 +169,8 @@ class RunContext:
         moved_whole, moved_alone = self._moved_by_repair
         if (moved_whole | moved_alone).issuperset(paths) and self._found_by_a_scan(paths):
             whole = "it and the rest of its checkpoint" if moved_whole.issuperset(paths) else "it"
-            return f"`ckptdoctor repair {this_run}` moves {whole} into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
+            repair = "ckptdoctor repair --verify" if self.whole else "ckptdoctor repair"
+            return f"`{repair} {this_run}` moves {whole} into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts it back)"
         aside = self._aside()
         moves: dict[str, list[str]] = {}
         for path in paths:  # each file keeps its place in the run: two files of one name never meet

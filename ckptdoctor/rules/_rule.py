@@ -20,6 +20,7 @@ from ckptdoctor.model import Severity
 GENERIC_CONTEXT: Mapping[str, str] = {
     "run": "RUN_DIR",
     "this_run": "RUN_DIR",
+    "repair": "ckptdoctor repair",
     "resume": "N",
     "resume_pointer": "N",
     "quarantine": "`ckptdoctor repair RUN_DIR` moves it into a quarantine folder (`ckptdoctor repair --undo RUN_DIR` puts it back)",
@@ -44,7 +45,8 @@ GENERIC_CONTEXT: Mapping[str, str] = {
 
 ``run`` is the run's folder; ``this_run`` the same as the PATH of ``repair`` or ``prune``, which
 act on every run below a path (with ``--no-recurse`` where runs lie below the run's folder);
-``resume`` the index of the resume point (a fix that names it is left out of a run without
+``repair`` the command that quarantines what the finding saw (``ckptdoctor repair --verify``
+where only a whole read saw it, as ``verify``'s); ``resume`` the index of the resume point (a fix that names it is left out of a run without
 one); ``resume_pointer`` what the run's pointer file holds to name it (Megatron's tracker says
 ``release`` for ``release/``), where the layout writes that file (``Layout.repoint``); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
 alone (``rules/_context.py`` fills them)."""

@@ -68,7 +68,7 @@ MISSING_OPTIMIZER = Rule(
             + _FRESH_OPTIMIZER,
         ),
         fix(
-            "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `ckptdoctor repair {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
+            "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `{repair} {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
             keras="Move the half-saved {unit} aside so that nothing resumes from it: {quarantine}.",
         ),
         fix(
@@ -114,7 +114,7 @@ MISSING_MODEL = Rule(
             hf_trainer="Under DeepSpeed ZeRO-3, " + _ZERO3_WEIGHTS,
         ),
         fix(
-            "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `ckptdoctor repair {this_run}`.",
+            "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `{repair} {this_run}`.",
             keras="Move what is left of the {unit} aside so that nothing resumes from it: {quarantine}.",
         ),
     ),
@@ -166,7 +166,7 @@ MISSING_SCHEDULER = Rule(
             hf_trainer="",
             torch="Save the scheduler with every checkpoint from now on: put `scheduler.state_dict()` in the same save as the model and optimizer.",
         ),
-        "Quarantine the incomplete {unit} with `ckptdoctor repair {this_run}` so nothing resumes from it.",
+        "Quarantine the incomplete {unit} with `{repair} {this_run}` so nothing resumes from it.",
     ),
     messages=(
         "Can load learning rate scheduler checkpoint.",
@@ -195,8 +195,8 @@ MISSING_TRAINER_STATE = Rule(
     ),
     fixes=(
         fix(
-            "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `ckptdoctor repair {this_run}` quarantines it.",
-            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `ckptdoctor repair {this_run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+            "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `{repair} {this_run}` quarantines it.",
+            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `{repair} {this_run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
         ),
         fix(
             "Resume from an explicit checkpoint, the one the last line names, instead of the newest.",
@@ -234,7 +234,7 @@ MISSING_SHARD = Rule(
         fix(
             deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
         ),
-        "Quarantine the incomplete checkpoint so nothing resumes from it: `ckptdoctor repair {this_run}`.",
+        "Quarantine the incomplete checkpoint so nothing resumes from it: `{repair} {this_run}`.",
     ),
     messages=(
         "Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
@@ -277,7 +277,7 @@ MISSING_COMMIT_MARKER = Rule(
             megatron="Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
         ),
         fix(
-            "Quarantine the uncommitted folder with `ckptdoctor repair {this_run}` so no tool resumes from it.",
+            "Quarantine the uncommitted folder with `{repair} {this_run}` so no tool resumes from it.",
             keras="Move the {unit} without its record aside so that nothing resumes from it: {quarantine}.",
         ),
     ),
@@ -453,7 +453,7 @@ STALE_POINTER = Rule(
         "parallel naming)."
     ),
     fixes=(
-        "Re-point it at the newest complete checkpoint: `ckptdoctor repair {this_run}` rewrites the pointer (`ckptdoctor repair --undo {this_run}` restores it).",
+        "Re-point it at the newest complete checkpoint: `{repair} {this_run}` rewrites the pointer (`ckptdoctor repair --undo {this_run}` restores it).",
         fix(
             "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
             deepspeed="By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
@@ -498,8 +498,8 @@ UNSAFE_AUTO_RESUME = Rule(
             keras="Do not call `fit` with `BackupAndRestore` on {run} as it is: it takes no checkpoint to resume from but loads what its folder holds, and the newest save there is not whole.",
         ),
         fix(
-            "Or move the incomplete newest checkpoint out of the run folder (`ckptdoctor repair {this_run}` quarantines it), so that the automatic resume finds the complete one.",
-            lightning='Or run `ckptdoctor repair {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
+            "Or move the incomplete newest checkpoint out of the run folder (`{repair} {this_run}` quarantines it), so that the automatic resume finds the complete one.",
+            lightning='Or run `{repair} {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
             keras="Put the previous save, {unit} {resume}, in the newest's place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
         ),
         fix(
@@ -572,7 +572,7 @@ AUTO_RESUME_BEHIND = Rule(
         "was restored from a backup or a sync over a newer run. The pointer was edited by hand."
     ),
     fixes=(
-        "Point it at the newest complete checkpoint: `ckptdoctor repair {this_run}` rewrites the pointer or the copy "
+        "Point it at the newest complete checkpoint: `{repair} {this_run}` rewrites the pointer or the copy "
         "(`ckptdoctor repair --undo {this_run}` puts it back).",
         fix(
             "Or name the newest complete checkpoint when you resume: `ckptdoctor inspect --resume-path {run}` prints it.",

@@ -92,7 +92,7 @@ INSUFFICIENT_SPACE = Rule(
             case=NO_RUN,
         ),
         fix(
-            "Remove the leftovers of a failed save, which still take space and confuse resumes: `ckptdoctor repair {this_run}`.",
+            "Remove the leftovers of a failed save, which still take space and confuse resumes: `{repair} {this_run}`.",
             case=OTHERWISE,
         ),
     ),

@@ -321,7 +321,7 @@ UNDERSIZED = Rule(
     ),
     fixes=(
         "Compare it with its siblings: `ckptdoctor verify {run}` lists tensors, dtypes and bytes per file, and a missing tensor or changed dtype explains the size.",
-        "If tensors are missing, treat {unit} {index} as broken: resume from an earlier {unit} and quarantine this one with `ckptdoctor repair {this_run}`.",
+        "If tensors are missing, treat {unit} {index} as broken: resume from an earlier {unit} and quarantine this one with `{repair} {this_run}`.",
         "If the change was intended (new precision, adapter-only saves), save into a new run folder so that sizes stay comparable.",
         "Look for write errors around that save in the training log, and check the disk: `ckptdoctor diskcheck {run}`.",
     ),

@@ -40,14 +40,15 @@ def find_rule(key: str) -> Rule | None:
     return _BY_KEY.get(key.strip().lower())
 
 
-def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds) -> tuple[Finding, ...]:
-    """Every finding for every run, in run order, then by checkpoint index."""
+def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds, *, whole: bool = False) -> tuple[Finding, ...]:
+    """Every finding for every run, in run order, then by checkpoint index; ``whole``: the runs'
+    files were read whole (``verify``)."""
     unlisted = list(unlisted)
     findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
     runs = list(runs)
     holding = with_runs_below(runs, (folder.path for folder in unlisted))
     for run in runs:
-        context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding)
+        context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding, whole=whole)
         found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
         findings.extend(by_harm(context, found, find_rule))
     return tuple(findings)
