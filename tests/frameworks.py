@@ -1529,10 +1529,11 @@ def nanogpt_load(out_dir: str | Path) -> tuple[Any, Any, dict[str, Any]]:
 # --- Orbax (JAX on the CPU): a CheckpointManager of a hand-written Adam's state ---------------------
 
 
-def orbax_train(directory: Path, steps: int) -> None:
+def orbax_train(directory: Path, steps: int, step_prefix: str | None = None) -> None:
     """A linear model trained by Adam (its state shaped as optax's ``ScaleByAdamState``: ``count``,
-    ``mu``, ``nu``) on fixed data, one ``CheckpointManager.save`` a step up to ``steps``, resumed
-    from ``manager.restore(manager.latest_step())`` where a step is saved (a fresh start where none)."""
+    ``mu``, ``nu``) on fixed data, one ``CheckpointManager.save`` a step up to ``steps`` (into
+    ``<step_prefix>_<step>`` where a prefix is given), resumed from
+    ``manager.restore(manager.latest_step())`` where a step is saved (a fresh start where none)."""
     jax = pytest.importorskip("jax")
     ocp = pytest.importorskip("orbax.checkpoint")
     jnp = jax.numpy
@@ -1554,7 +1555,7 @@ def orbax_train(directory: Path, steps: int) -> None:
     params = {"w": jax.random.normal(jax.random.PRNGKey(0), (64, 64)) * 0.1, "b": jnp.zeros((64,))}
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     state = {"params": params, "opt_state": {"count": jnp.asarray(0, jnp.int32), "mu": zeros, "nu": zeros}, "step": 0}
-    with ocp.CheckpointManager(directory.resolve()) as manager:
+    with ocp.CheckpointManager(directory.resolve(), options=ocp.CheckpointManagerOptions(step_prefix=step_prefix)) as manager:
         if manager.latest_step() is not None:
             state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
         while int(state["step"]) < steps:

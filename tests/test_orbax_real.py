@@ -74,20 +74,33 @@ def _leaves(tree: dict) -> list:
     return [leaf for key in sorted(tree) for leaf in (_leaves(tree[key]) if isinstance(tree[key], dict) else [tree[key]])]
 
 
+def latest_step(folder: Path) -> int | None:
+    """The step Orbax's own resume takes: ``CheckpointManager.latest_step()``."""
+    with ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(read_only=True)) as manager:
+        return manager.latest_step()
+
+
 def agree(folder: Path, cli: Callable, *command: str) -> dict:
     """ckptdoctor's report on ``folder`` (``inspect`` unless told), asserted to agree with Orbax
-    about every step."""
+    about every step, and CKD114 exactly where ``latest_step()`` is a step Orbax cannot restore."""
     report = cli(*(command or ("inspect",)), "--json", folder).json
     (found,) = report["runs"]
     restored = [step for step in STEPS if restores(folder, step)]
     statuses = {c["index"]: c["status"] for c in found["checkpoints"]}
     assert [step for step in STEPS if statuses.get(step) == "complete"] == restored, (statuses, restored, report["findings"])
     assert (found["resume"] or {}).get("index") == (restored[-1] if restored else None)
+    picked = latest_step(folder)
+    assert ("CKD114" in codes(report)) == (picked is not None and picked not in restored), (picked, report["findings"])
     return report
 
 
 def codes(report: dict, severity: str = "error") -> list[str]:
     return [f["code"] for f in report["findings"] if f["severity"] == severity]
+
+
+def message(report: dict, code: str) -> str:
+    (found,) = [f["message"] for f in report["findings"] if f["code"] == code]
+    return found
 
 
 def step_files(folder: Path) -> list[Path]:
@@ -149,7 +162,7 @@ def test_a_cut_data_file_is_truncated_and_an_emptied_manifest_is_empty(run, cli)
     biggest = max(item.glob("ocdbt.process_*/d/*"), key=lambda path: path.stat().st_size)
     os.truncate(biggest, biggest.stat().st_size // 2)
     report = agree(run, cli)
-    assert codes(report) == ["CKD203"] and biggest.name in report["findings"][0]["message"]
+    assert codes(report) == ["CKD114", "CKD203"] and biggest.name in message(report, "CKD203")
     (item / "manifest.ocdbt").write_bytes(b"")
     assert "CKD201" in codes(agree(run, cli))
 
@@ -195,7 +208,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def test_a_flipped_byte_in_the_manifest_fails_its_crc(run, cli):
     _flip(run / str(NEWEST) / "state" / "manifest.ocdbt", 40)
-    assert codes(agree(run, cli)) == ["CKD206"]
+    assert codes(agree(run, cli)) == ["CKD114", "CKD206"]
 
 
 def test_a_flipped_byte_in_a_tree_node_is_found_by_verify(run, cli):
@@ -203,7 +216,7 @@ def test_a_flipped_byte_in_a_tree_node_is_found_by_verify(run, cli):
     (node,) = (run / str(NEWEST) / "state" / "d").iterdir()
     _flip(node, node.stat().st_size - 2)
     report = agree(run, cli, "verify")
-    assert codes(report) == ["CKD206"] and node.name in report["findings"][0]["message"]
+    assert codes(report) == ["CKD114", "CKD206"] and node.name in message(report, "CKD206")
 
 
 def test_zeros_over_the_values_are_found_by_verify_deep(run, cli):
@@ -215,7 +228,7 @@ def test_zeros_over_the_values_are_found_by_verify_deep(run, cli):
         file.seek(size // 2)
         file.write(bytes(size - size // 2))
     report = agree(run, cli, "verify", "--deep")
-    assert codes(report) == ["CKD207"] and values.name in report["findings"][0]["message"]
+    assert codes(report) == ["CKD114", "CKD207"] and values.name in message(report, "CKD207")
 
 
 class _Memory:

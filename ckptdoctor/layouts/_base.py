@@ -254,7 +254,8 @@ class Layout:
     ``auto_resume_pick(run)``    None                                         hf-trainer, accelerate, deepspeed,
                                                                               megatron, lightning, tensorflow,
                                                                               mmengine, detectron2, composer,
-                                                                              torchtune, litgpt, fairseq, ultralytics
+                                                                              torchtune, litgpt, fairseq, ultralytics,
+                                                                              orbax
     ``resumable(run)``           None (every complete checkpoint)             torchtune (0.6.1's one recipe state)
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
@@ -530,7 +531,8 @@ class FolderLayout(Layout):
                                                                               nanogpt, litgpt, deepspeed (a tag alone)
     ``claim_folders(folders)``    by name, else by signature in a series      torchtune (only beside its signature),
                                                                               deepspeed (one tag a step),
-                                                                              nanogpt (none: out_dirs alone)
+                                                                              nanogpt (none: out_dirs alone),
+                                                                              orbax (what its step listing counts)
     ``required_of(saved)``        ``required([])``                            hf-trainer, accelerate, deepspeed,
                                                                               megatron, orbax, torchtune, nanogpt,
                                                                               litgpt, lightning (``.ckpt`` folders)

@@ -5,6 +5,9 @@ per item and, since Orbax 0.12.3 (and always on GCS), ``commit_success.txt``. On
 save is written under ``<name>.orbax-checkpoint-tmp[-N]`` and renamed when done, so such folders
 are abandoned saves, and the rename is what commits: Orbax 0.12 restores a step without its
 ``commit_success.txt`` or with an empty ``_CHECKPOINT_METADATA`` (given the items' args).
+Orbax lists its steps by name alone (``path/step.py``, ``_StandardNameFormat``): on a local disk,
+every folder named as the manager names its steps is one, markers or not, and ``latest_step()``,
+the step its users resume from, is the highest of them.
 
 A PyTree item (``StandardCheckpointHandler``, ``PyTreeCheckpointHandler``) holds ``_METADATA``
 (its tree), ``_sharding`` and, with OCDBT (Orbax's default), ``manifest.ocdbt``: the manifest
@@ -84,6 +87,20 @@ class OrbaxLayout(FolderLayout):
             return None
         return self.claim(entry.name)
 
+    def claim_folders(self, folders: Sequence[tuple[Entry, Listing | None]]) -> dict[str, Claim]:
+        """The folders holding Orbax's markers, and beside them every folder Orbax's own step
+        listing counts too: ``CheckpointManager.latest_step()`` takes any folder named as its
+        steps are (``_StandardNameFormat``: the manager's ``<prefix>_``, then the step without a
+        leading zero, or zero-padded to the width its steps have), whatever it holds."""
+        named = super().claim_folders(folders)
+        formats = {_name_format(name, claim) for name, claim in named.items()}
+        listed = {
+            entry.name: claim
+            for entry, _ in folders
+            if entry.name not in named and (claim := self.claim(entry.name)) and _name_format(entry.name, claim) in formats
+        }
+        return named | listed
+
     def staging(self, name: str) -> Claim | None:
         match = _TEMPORARY.match(name)
         return Claim((Role.TEMP,), int(match[1]), "orbax-checkpoint-tmp") if match else None
@@ -147,6 +164,12 @@ class OrbaxLayout(FolderLayout):
     def file_name(self, role: Role, index: int) -> str | None:
         return {Role.METADATA: METADATA, Role.POINTER: COMMIT}.get(role)
 
+    def auto_resume_pick(self, run: Run) -> Checkpoint | None:
+        # CheckpointManager.latest_step(): the highest step its listing counts, whatever the step
+        # holds (every step folder on a disk; on GCS, only those its commit_success.txt commits)
+        listed = [c for c in run.checkpoints if not _on_gcs(run.path) or c.files_for(Role.POINTER)]
+        return listed[-1] if listed else None
+
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         marker = checkpoint.files_for(Role.METADATA)
         if marker and not marker[0].report.issues:
@@ -163,6 +186,13 @@ _ON_GCS = MappingProxyType({role: why for role, why in OrbaxLayout.advisory.item
 
 def _on_gcs(path: str) -> bool:
     return scheme(path) in ("gs", "gcs")
+
+
+def _name_format(name: str, claim: Claim) -> tuple[str, int | None]:
+    """How Orbax names the step folder ``name``: its prefix and, where the number has a leading
+    zero, its fixed width (``step_format_fixed_length``); Orbax lists no other spelling."""
+    digits = name[len(claim.prefix) + 1 :] if claim.prefix else name
+    return claim.prefix, len(digits) if digits.startswith("0") and len(digits) > 1 else None
 
 
 def _items(files: Sequence[CheckpointFile]) -> dict[str, str]:
