@@ -45,11 +45,53 @@ def test_a_missing_newest_optimizer_and_the_automatic_resume(run, inspect_json):
     assert report["runs"][0]["resume"]["index"] == 2
 
 
-def test_missing_random_states_of_a_process_is_ckd105(run, inspect_json):
-    (run / "checkpoint_3" / "random_states_0.pkl").unlink()
+def _unlink(path: Path) -> None:
+    path.unlink()
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("breakage", [_unlink, _empty, _cut], ids=["missing", "empty", "truncated"])
+def test_random_states_are_advisory_as_load_state_resumes_without_them(run, inspect_json, breakage):
+    """issue 30, item 2: `load_accelerator_state` loads `random_states_<rank>.pkl` inside a try that
+    only logs "Could not load random states": accelerate's own `load_state` restores checkpoint_3
+    whole without it, so checkpoint_3 stays the resume point, with a warning, and nothing to move."""
+    states = run / "checkpoint_3" / "random_states_0.pkl"
+    breakage(states)
+    accelerator, model, _, scheduler = accelerator_for(run.parent)
+    accelerator.load_state(str(run / "checkpoint_3"))
+    assert same_weights(accelerator, model, run / "checkpoint_3") and scheduler.scheduler.last_epoch == 4
+    bare, bare_model, *_ = accelerator_for(run.parent)
+    bare.load_state()  # the automatic resume loads it too
+    assert same_weights(bare, bare_model, run / "checkpoint_3")
+
     report = inspect_json(run).json
-    assert "random_states_0.pkl" in only(report, "CKD105")["message"]
-    assert report["runs"][0]["resume"]["index"] == 2
+    (found,) = report["runs"]
+    assert found["resume"]["index"] == 3 and found["checkpoints"][-1]["status"] == "complete"
+    assert [f["severity"] for f in report["findings"]] == ["warning"]
+    (warned,) = report["findings"]
+    assert warned["index"] == 3 and "random_states_0.pkl" in warned["message"]
+    assert "are not restored" in warned["message"] and "CKD114" not in {f["code"] for f in report["findings"]}
+    assert not any("ckptdoctor repair" in fix and "Quarantine the incomplete" in fix for fix in warned["fixes"])
+
+
+def test_a_missing_custom_checkpoint_is_not_advisory(saves, inspect_json):
+    """Unlike the RNG states, `load_state` refuses a folder whose count of `custom_checkpoint_<i>.pkl`
+    differs from the objects registered: step_6 without it is no resume point."""
+    run = saves / "out"
+    (run / "step_6" / "custom_checkpoint_0.pkl").unlink()
+    accelerator, *_ = named_accelerator()
+    with pytest.raises(RuntimeError, match="Number of custom checkpoints"):
+        accelerator.load_state(str(run / "step_6"))
+    report = inspect_json(run).json
+    assert report["runs"][0]["resume"]["index"] == 4
+    assert only(report, "CKD105")["severity"] == "error"
 
 
 def test_an_empty_scheduler_is_ckd201(run, inspect_json):
@@ -336,3 +378,76 @@ def test_a_cut_optimizer_shard_and_the_bare_load_state(fsdp, tmp_path, cli, insp
     loaded = accelerate_fsdp_load(project, None, named)
     assert len(loaded.failed) == 1 and loaded.failed[0].startswith("CheckpointException"), loaded.output[-3000:]
     assert loaded.count == 0
+
+
+# --- issue 30, item 1: an entry in checkpoints/ that is no checkpoint_N ------------------------------
+
+
+def _note(entry: Path) -> None:
+    entry.mkdir()
+
+
+def _text(entry: Path) -> None:
+    entry.write_text("notes")
+
+
+def _backup(entry: Path) -> None:
+    shutil.copytree(entry.parent / "checkpoint_1", entry)
+
+
+STRAYS = {
+    # listed by os.listdir like any other entry, hidden or not; no number: the sort raises
+    ".ipynb_checkpoints": (_note, "fails: "),
+    "notes": (_text, "fails: "),
+    # a number above checkpoint_3's: load_state loads it (a file: NotADirectoryError)
+    "notes99.txt": (_text, "loads notes99.txt, not checkpoint_3"),
+    # a whole copy of checkpoint_1 under a higher number: loaded without a word, two steps back
+    "backup_7": (_backup, "loads backup_7, not checkpoint_3"),
+    # the same number as the newest: the filesystem's listing order decides
+    "notes_3": (_note, "may load notes_3, not checkpoint_3"),
+}
+
+
+@pytest.mark.parametrize("name", STRAYS)
+def test_an_entry_beside_the_checkpoints_that_a_bare_load_state_takes(run, inspect_json, cli, name):
+    """A bare `load_state()` takes a number from every entry of `checkpoints/` (files too, with
+    `re.findall(...)[0]`) and loads the highest: CKD114 names the entry and what accelerate does;
+    the fix it gives (move the entry out; `repair` leaves it) makes the bare `load_state()` load
+    checkpoint_3."""
+    from matrix import Unrestorable
+    from test_matrix_accelerate import auto_resume
+
+    make, outcome = STRAYS[name]
+    entry = run / name
+    make(entry)
+    try:
+        picked: Path | Unrestorable | None = auto_resume(run)
+    except Unrestorable as failed:
+        picked = failed
+    if outcome.startswith("fails"):
+        assert isinstance(picked, Unrestorable) and "IndexError" in str(picked)
+    elif outcome.startswith("loads"):
+        assert picked == entry
+    else:  # a tie: either, as os.listdir lists them
+        assert picked in (entry, run / "checkpoint_3")
+    if name == "backup_7":  # what the copy holds is what is restored: checkpoint_1, silently
+        accelerator, model, *_ = accelerator_for(run.parent)
+        accelerator.load_state()
+        assert same_weights(accelerator, model, run / "checkpoint_1") and not same_weights(accelerator, model, run / "checkpoint_3")
+
+    report = inspect_json(run).json
+    auto = only(report, "CKD114")
+    assert auto["severity"] == "error" and auto["path"] == str(entry)
+    assert auto["message"].startswith(f"accelerate's resume from the latest checkpoint {outcome}") and name in auto["message"]
+    assert report["runs"][0]["resume"]["index"] == 3
+    assert not any("repair" in fix and "quarantines it" in fix for fix in auto["fixes"])
+    planned = cli("repair", "--dry-run", "--min-age", "0s", "--no-recurse", run)
+    assert planned.exit_code == 0 and name not in planned.stdout, "repair leaves it where it is"
+
+    moved = re.search(r"`(mkdir -p \S+ && mv -n -- \S+ \S+)`", auto["fixes"][0])[1]  # type: ignore[index]
+    import subprocess
+
+    subprocess.run(moved, shell=True, check=True)
+    assert not entry.exists()
+    assert auto_resume(run) == run / "checkpoint_3"
+    assert inspect_json(run).json["findings"] == []

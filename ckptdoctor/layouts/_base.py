@@ -256,6 +256,7 @@ class Layout:
                                                                               mmengine, detectron2, composer,
                                                                               torchtune, litgpt, fairseq, ultralytics,
                                                                               orbax
+    ``auto_resume_outcome(...)`` None (the pick is a checkpoint)              accelerate (a stray entry in ``checkpoints/``)
     ``resumable(run)``           None (every complete checkpoint)             torchtune (0.6.1's one recipe state)
     ``left_in_place(c)``         None                                         keras (BackupAndRestore), megatron
                                                                               (``release/``)
@@ -469,6 +470,13 @@ class Layout:
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """The checkpoint the framework's own "resume from the latest" would load, if it has one."""
+        return None
+
+    def auto_resume_outcome(self, run: Run, pick: Checkpoint) -> str | None:
+        """What the framework's "resume from the latest" does where its pick (``auto_resume_pick``)
+        is an entry beside the checkpoints that it takes for one (accelerate parses a number out
+        of every name in ``checkpoints/``), as CKD114 says it after "<framework>'s resume from
+        the latest checkpoint"; None where the pick is a checkpoint (or a copy of one)."""
         return None
 
     def resumable(self, run: Run) -> frozenset[int] | None:

@@ -19,15 +19,20 @@ order: ``accelerate/checkpointing.py`` (``save_accelerator_state``, ``save_custo
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from ckptdoctor.layouts._base import Claim, FolderLayout, missing_from_siblings
 from ckptdoctor.layouts.hf_trainer import fsdp_absent, fsdp_folder, fsdp_measured, fsdp_roles, written_by_trainer
-from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Status, Unit
 from ckptdoctor.readers.sniff import Format
 
 _CHECKPOINT = re.compile(r"^checkpoint_([0-9]+)\Z")
+_SORTED_BY = re.compile(r"[0-9]+")
+r"""What a bare ``load_state()`` sorts each entry of ``checkpoints/`` by: the first digits in its name
+(``re.findall(r"[\/]?([0-9]+)(?=[^\/]*$)", folder)[0]`` over the entry's path)."""
 _ROLES: tuple[tuple[re.Pattern[str], tuple[Role, ...]], ...] = (
     (re.compile(r"^(?:model|pytorch_model|pytorch_model_fsdp)(?:_[0-9]+)?\.(?:safetensors|bin)\Z"), (Role.MODEL,)),
     (re.compile(r"^optimizer(?:_[0-9]+)?\.bin\Z"), (Role.OPTIMIZER,)),
@@ -50,6 +55,14 @@ class AccelerateLayout(FolderLayout):
     reads_every_name = True
     content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.DISTCP})
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER})
+    # load_accelerator_state loads random_states_<rank>.pkl inside a try that only logs on failure;
+    # custom_checkpoint_<i>.pkl is not: load_state raises where their count differs
+    advisory = MappingProxyType({
+        Role.RNG_STATE: (
+            'accelerate\'s `load_state` loads the checkpoint without it and only logs "Could not load random states": '
+            "the random number generators (data order, dropout) and `accelerator.step` are not restored"
+        ),
+    })  # fmt: skip
 
     def claim(self, name: str) -> Claim | None:
         match = _CHECKPOINT.match(name)
@@ -73,7 +86,9 @@ class AccelerateLayout(FolderLayout):
         return tuple(role for role in wanted if role in seen or role in self.resume_needs)
 
     def absent(self, files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:
-        return tuple(sorted({*missing_from_siblings(files, siblings), *fsdp_absent(files, siblings)}))
+        lacking = {*missing_from_siblings(files, siblings), *fsdp_absent(files, siblings)}
+        # a process's RNG states are advisory: load_state resumes without them
+        return tuple(sorted(name for name in lacking if not set(self.role_in(name) or ()) <= set(self.advisory)))
 
     def measured(self, files: list[CheckpointFile]) -> list[CheckpointFile]:
         return fsdp_measured(files)
@@ -83,7 +98,32 @@ class AccelerateLayout(FolderLayout):
         # scripts that name their own folders resume from their newest one the same way
         # (diffusers' `--resume_from_checkpoint latest`, the `*_no_trainer` examples); a folder
         # named on its own has no latest to pick
-        return run.checkpoints[-1] if run.checkpoints and run.checkpoints[-1].folder is not None else None
+        if not run.checkpoints or run.checkpoints[-1].folder is None:
+            return None
+        newest = run.checkpoints[-1]
+        stray = _taken_for_newest(run)
+        if stray is None:
+            return newest
+        # no checkpoint of the run's: what load_state() loads there is not whole, or it fails
+        number = _sort_key(stray.name)
+        return Checkpoint(newest.index if number is None else number, (), Status.INCOMPLETE, folder=stray)
+
+    def auto_resume_outcome(self, run: Run, pick: Checkpoint) -> str | None:
+        if pick in run.checkpoints or pick.folder is None:
+            return None
+        name, folder, newest = pick.folder.name, os.path.dirname(pick.folder.path), run.checkpoints[-1]
+        how = f"a bare `load_state()` sorts every entry of {folder} by the first number in its name"
+        number = _sort_key(name)
+        if number is None:
+            return f"fails: {how}, and raises IndexError on {name}, which has none, before it loads anything"
+        if pick.folder.is_dir:
+            loaded = f"{name} fails to load where it holds no accelerate save, and resumes from whatever save it holds otherwise"
+        else:
+            loaded = f"{name} is a file, so it fails (NotADirectoryError)"
+        mine = os.path.basename(newest.path or "")
+        if number == newest.index:
+            return f"may load {name}, not {mine}: {how}, both sort as {number}, and the order the filesystem lists them decides; {loaded}"
+        return f"loads {name}, not {mine}: {how}, and {number} is the highest; {loaded}"
 
     def resume_hint(self, run: Run, checkpoint: Checkpoint) -> str:
         steps = []
@@ -100,3 +140,31 @@ class AccelerateLayout(FolderLayout):
                 "checkpoint_0, which a bare `load_state()` never picks and `total_limit` deletes first)"
             )
         return " and ".join((", ".join(steps[:-1]), steps[-1])) if len(steps) > 1 else steps[0]
+
+
+def _sort_key(name: str) -> int | None:
+    """The number a bare ``load_state()`` sorts an entry named ``name`` by; None where it has none
+    (the sort raises IndexError)."""
+    found = _SORTED_BY.search(name)
+    return int(found[0]) if found else None
+
+
+def _taken_for_newest(run: Run) -> Entry | None:
+    """The entry beside a run's ``checkpoint_N`` folders that a bare ``load_state()`` fails on (one
+    with no number) or loads in place of the newest (a number as high or higher); None where it
+    loads the newest. Only where the run's folders are automatic naming's ``checkpoint_N``: the
+    folders a script names are loaded by the path it gives."""
+    folders = [c.folder for c in run.checkpoints if c.folder is not None]
+    if len(folders) < len(run.checkpoints) or not all(_CHECKPOINT.match(folder.name) for folder in folders):
+        return None
+    where = os.path.dirname(folders[-1].os_path)
+    beside = {f.entry.os_path: f.entry for f in (*run.loose_files, *run.extra_files)}
+    beside.update((entry.os_path, entry) for entry in run.other_files)
+    # listdir takes every entry, hidden ones and files too; sorted by name, so the verdict does not depend on the listing's order
+    strays = sorted((entry for entry in beside.values() if os.path.dirname(entry.os_path) == where), key=lambda entry: entry.name)
+    numbered = [(_sort_key(entry.name), entry) for entry in strays]
+    unnumbered = next((entry for number, entry in numbered if number is None), None)
+    if unnumbered is not None:
+        return unnumbered
+    highest = max(((number, entry) for number, entry in numbered if number is not None), key=lambda pair: pair[0], default=None)
+    return highest[1] if highest is not None and highest[0] >= run.checkpoints[-1].index else None

@@ -15,7 +15,7 @@ from ckptdoctor.layouts._base import OUTSIDE, behind_pointer, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule, fires, fix
+from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
 
 _FRESH_OPTIMIZER = (
     "This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up "
@@ -209,6 +209,9 @@ MISSING_TRAINER_STATE = Rule(
     related=("CKD110", "CKD113", "CKD202", "CKD501"),
 )
 
+ADVISORY = "advisory"
+"""The case of a finding about a file the run's framework resumes without (``Layout.advisory``)."""
+
 MISSING_SHARD = Rule(
     code="CKD105",
     name="missing-shard",
@@ -234,7 +237,11 @@ MISSING_SHARD = Rule(
         fix(
             deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
         ),
-        "Quarantine the incomplete checkpoint so nothing resumes from it: `{repair} {this_run}`.",
+        fix("Quarantine the incomplete checkpoint so nothing resumes from it: `{repair} {this_run}`.", case=OTHERWISE),
+        fix(
+            "Nothing needs moving aside: the framework resumes from the checkpoint without this file, as the message says, and `ckptdoctor repair` keeps it.",
+            case=ADVISORY,
+        ),
     ),
     messages=(
         "Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
@@ -471,6 +478,10 @@ STALE_POINTER = Rule(
     related=("CKD110", "CKD106", "CKD104", "CKD211"),
 )
 
+STRAY = "stray"
+"""The case of a CKD114 whose pick is an entry beside the checkpoints that the framework takes for one
+(``Layout.auto_resume_outcome``)."""
+
 UNSAFE_AUTO_RESUME = Rule(
     code="CKD114",
     name="unsafe-auto-resume",
@@ -481,12 +492,15 @@ UNSAFE_AUTO_RESUME = Rule(
         "`get_last_checkpoint` (behind `resume_from_checkpoint=True`), DeepSpeed's `latest` tag, Megatron-LM's tracker, "
         "accelerate's newest `checkpoint_N`. When that newest checkpoint was cut short, the resume crashes on a missing "
         "file (`trainer_state.json`), or, worse, silently continues without optimizer and scheduler state: HF loads them "
-        "only as a pair. ckptdoctor names the newest complete checkpoint and the exact argument that resumes from it."
+        "only as a pair. accelerate's bare `load_state()` takes a number from every entry of `checkpoints/`, files too: "
+        "an entry without one makes it fail, and one numbered higher than the newest `checkpoint_N` is what it loads. "
+        "ckptdoctor names the newest complete checkpoint and the exact argument that resumes from it."
     ),
     causes=(
         "The job died while saving its newest checkpoint (disk full, pre-emption, time limit, OOM), so the highest-numbered "
         "folder holds only part of its files. A cleanup or sync removed files from the newest folder. The run was started "
-        "with `save_only_model=True`, so no folder carries optimizer state."
+        "with `save_only_model=True`, so no folder carries optimizer state. Notes, a notebook's `.ipynb_checkpoints/` or "
+        "a backup copy were put into accelerate's `checkpoints/`."
     ),
     fixes=(
         fix(
@@ -496,11 +510,23 @@ UNSAFE_AUTO_RESUME = Rule(
             accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
             deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
             keras="Do not call `fit` with `BackupAndRestore` on {run} as it is: it takes no checkpoint to resume from but loads what its folder holds, and the newest save there is not whole.",
+            case=OTHERWISE,
         ),
         fix(
             "Or move the incomplete newest checkpoint out of the run folder (`{repair} {this_run}` quarantines it), so that the automatic resume finds the complete one.",
             lightning='Or run `{repair} {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
             keras="Put the previous save, {unit} {resume}, in the newest's place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Move {name} out of {run}, where the automatic resume takes every entry for a checkpoint (`ckptdoctor repair` leaves it there: it is no checkpoint): {quarantine}.",
+            accelerate="Move {name} out of {run}, where a bare `load_state()` takes a number from every name (`ckptdoctor repair` leaves it there: it is no checkpoint): {quarantine}.",
+            case=STRAY,
+        ),
+        fix(
+            "Or name the checkpoint the last line gives when you resume.",
+            accelerate="Or call `load_state` with the folder the last line names: given a folder, it looks at no other name in {run}.",
+            case=STRAY,
         ),
         fix(
             "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
@@ -651,11 +677,11 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
             strays = [f.name for f in run.loose_files if f.roles == (role,) and _index_of(ctx, f) == checkpoint.index]
             if strays:
                 message += f"; {', '.join(strays)} is there under another prefix (CKD111)"
-            severity = None
+            severity, case = None, OTHERWISE
             if rule is MISSING_SCHEDULER and Role.SCHEDULER not in ctx.layout.needed_to_resume(run):
                 severity = Severity.WARNING
             elif role in ctx.advisory:
-                severity = Severity.WARNING
+                severity, case = Severity.WARNING, ADVISORY
                 message += f"; {ctx.advisory[role]}"
             note = ctx.layout.missing_note(run, checkpoint, role)
             if note is not None:
@@ -668,6 +694,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 severity=severity,
                 context={"expected": expected, "folder": shell_word(checkpoint.path or run.path)},
                 extra_fixes=(note[1],) if note is not None else (),
+                case=case,
             )
 
 
@@ -812,6 +839,7 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
             index=checkpoint.index,
             path=index_file.path if index_file else where,
             context={"expected": checkpoint.absent[0], "folder": shell_word(where)},
+            case=OTHERWISE,
         )
 
 
@@ -821,17 +849,20 @@ def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     pick = ctx.layout.auto_resume_pick(ctx.run)
     if pick is None or pick.status is Status.COMPLETE:
         return
+    outcome = ctx.layout.auto_resume_outcome(ctx.run, pick)
     if pick in ctx.run.checkpoints:
         index, path = pick.index, pick.path
         where = path or f"{ctx.run.unit.value} {index}"
-    else:  # a file the framework loads that is none of the run's checkpoints (Lightning's copied `last.ckpt`)
-        index, path = None, pick.files[0].path
+    else:  # none of the run's checkpoints: a file the framework loads (Lightning's copied `last.ckpt`), or an entry beside them
+        index, path = None, pick.path or pick.files[0].path
         where = path
+    said = outcome or f"would pick {where}, which is {pick.status.value}"
     yield ctx.finding(
         UNSAFE_AUTO_RESUME,
-        f"{ctx.layout.name}'s resume from the latest checkpoint would pick {where}, which is {pick.status.value}",
+        f"{ctx.layout.name}'s resume from the latest checkpoint {said}",
         index=index,
         path=path,
+        case=STRAY if outcome else OTHERWISE,
     )
 
 
