@@ -105,10 +105,4 @@ EPOCH = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     mmengine.__version__,
     EPOCH,
-    expected_failures={
-        "epoch-file11-100pct": (
-            "killed after epoch_4.pth was whole, before last_checkpoint was rewritten: ckptdoctor resumes from 4 and says"
-            " nothing of the pointer; Runner(resume=True) resumes from epoch_3.pth"
-        ),
-    },
 )

@@ -84,9 +84,4 @@ MANAGER = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     importlib.metadata.version("tensorflow-cpu"),
     MANAGER,
-    expected_failures={
-        "checkpoint-manager-file4-100pct": "killed before the state file's rename (checkpoint.tmp<hex> whole, naming ckpt-4): "
-        "ckptdoctor resumes from ckpt-4 and warns only of the staging file (CKD202); restore(manager.latest_checkpoint) "
-        "restores ckpt-3, a save behind, without a word",
-    },
 )
