@@ -163,9 +163,6 @@ test_breakage, test_killed_mid_save = matrix_tests(
     CHECKPOINT,
     BACKUP,
     expected_failures={
-        "model-checkpoint-torn-copy": "a torn ep03.keras (its head, ep02.keras's tail: ep02's central directory, CRCs and "
-        "values) is whole to verify --deep, though its local headers' CRCs are ep03's: load_model gives ep02's weights and "
-        "optimizer, and fit(initial_epoch=3) trains on from them without a word",
         "backup-and-restore-zero-tail": "zeros over latest.weights.h5's last 4 KiB: verify --deep resumes from the .bkp pair, "
         "saying BackupAndRestore falls back to it by itself (no CKD114), but h5py raises RuntimeError ('bad symbol table "
         "node signature'), not OSError, and fit fails without falling back",

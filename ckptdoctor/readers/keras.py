@@ -23,7 +23,7 @@ import zlib
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import _kerasconfig, hdf5, npy, torchzip
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import BytesSample, Sample, Window
+from ckptdoctor.readers._sample import BytesSample, Sample, Window, held
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
 
 KERAS = Format.declare("keras")
@@ -36,6 +36,11 @@ MAX_WEIGHTS_INFLATED = 1 << 30
 """A compressed weights member is inflated into memory to be read: no larger than this."""
 
 
+_LOADER = "keras.saving.load_model"
+"""Through zipfile, which checks a member's bytes against the directory's CRC-32 alone: a torn
+copy whose directory and bytes are an older save's loads as that save, under the newer's name."""
+
+
 def probe(sample: Sample) -> FileReport:
     """The archive's end records and member list, and the weights' HDF5 superblock: all
     ``inspect`` reads."""
@@ -43,6 +48,7 @@ def probe(sample: Sample) -> FileReport:
     if isinstance(listed, FileReport):
         return listed
     members, issues = listed
+    issues += torchzip.disagreements(sample, members, held(sample), _LOADER)
     weights = next((m for m in members if m.name in WEIGHTS), None)
     if weights is not None and weights.method == 0 and weights.data >= 0:
         stored = Window(sample, weights.data, weights.size)
@@ -58,6 +64,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if isinstance(listed, FileReport):
         return listed
     members, issues = listed
+    issues += torchzip.disagreements(sample, members, sample.size, _LOADER)
     by_name = {member.name: member for member in members}
     for name in (CONFIG, METADATA):
         member = by_name.get(name)

@@ -342,7 +342,16 @@ def _held_member_issues(sample: Sample, directory: Directory, reach: int) -> lis
     return found if any(i.problem is Problem.MALFORMED for i in found) else [*renamed, *found]
 
 
-def _disagreements(sample: Sample, members: list[Member], reach: int, checked: Member | None) -> list[FileIssue]:
+def disagreements(sample: Sample, members: list[Member], reach: int, loader: str) -> list[FileIssue]:
+    """The members whose own record (local header, data descriptor) lies within ``reach`` (or the
+    tail) and is not as the central directory describes it (see ``_disagreements``), worded for
+    ``loader``: a torn file whose start is one save's and whose end, directory and CRCs another's."""
+    return _disagreements(sample, [m for m in members if m.data >= 0], reach, None, loader)
+
+
+def _disagreements(
+    sample: Sample, members: list[Member], reach: int, checked: Member | None, loader: str = "torch.load"
+) -> list[FileIssue]:
     """Members whose bytes the central directory does not describe, looking no further than
     ``reach`` (and the file's tail): no local header where it places one, or a data descriptor
     that is not where its size says (CKD207); a descriptor that records another CRC-32, or bytes
@@ -365,7 +374,7 @@ def _disagreements(sample: Sample, members: list[Member], reach: int, checked: M
                 Problem.MALFORMED,
                 f"the central directory at its end does not place or size {_some(torn)} as {'they lie' if len(torn) > 1 else 'it lies'} "
                 "at its start: its start and its end are from two saves (an in-place copy or a write cut off over an older file: "
-                "rsync --inplace); torch.load fails on it or reads a mix of both saves",
+                f"rsync --inplace); {loader} fails on it or reads a mix of both saves",
             )
         ]
     if changed:
@@ -373,7 +382,7 @@ def _disagreements(sample: Sample, members: list[Member], reach: int, checked: M
             FileIssue(
                 Problem.CRC_MISMATCH,
                 f"{_some(changed)} {'do' if len(changed) > 1 else 'does'} not match the CRC-32 its central directory records: "
-                "the bytes changed after saving, or its start and end are from two saves (a copy cut off); torch.load does "
+                f"the bytes changed after saving, or its start and end are from two saves (a copy cut off); {loader} does "
                 "not check and would read them as they are",
             )
         ]
