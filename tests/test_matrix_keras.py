@@ -152,12 +152,6 @@ BACKUP = Fresh(
     },
 )
 
-_MISLABELLED_BKP = (
-    "killed inside latest.weights.h5, after the .bkp copies and before the record: both records say epoch 3, and "
-    "ckptdoctor calls the .bkp pair epoch 2 ('Resume from epoch 2', though its line says 'goes on after epoch 3'); "
-    "Keras falls back to it and goes on after epoch 3 with epoch 3's state, whole"
-)
-
 test_breakage, test_killed_mid_save = matrix_tests(
     importlib.metadata.version("keras"),
     CHECKPOINT,
@@ -169,7 +163,5 @@ test_breakage, test_killed_mid_save = matrix_tests(
         "backup-and-restore-stale-pointer": "training_metadata.json naming epoch 4 beside weights of 3 epochs (Adam's "
         "iterations 12, 4 an epoch as the .bkp pair's 8 at epoch 2 shows): ckptdoctor resumes 'after epoch 4' from them; "
         "Keras goes on at epoch 4 with epoch 3's weights, an epoch never trained",
-        "backup-and-restore-file3-15pct": _MISLABELLED_BKP,
-        "backup-and-restore-file3-60pct": _MISLABELLED_BKP,
     },
 )

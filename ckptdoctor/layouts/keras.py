@@ -125,6 +125,10 @@ class KerasLayout(Layout):
             # no weights of BackupAndRestore and no record of its: a progress record of some other tool
             return super().build(listing, probe, self._placed(self._without_shards(saves, entries)), subfolder)
         newest, previous = epochs
+        if newest is not None and newest == previous and _broken(probe, entries.get(BACKUP)):
+            # killed writing the weights, after the .bkp copies and before the record: the .bkp
+            # pair is the save both records name, the weights a later save never recorded
+            newest += 1
         has_previous = any(name.endswith(PREVIOUS) for name in entries if name in claims)
         if newest is None:  # nothing records it: Keras goes on at epoch 0, or this one followed the previous save
             newest = previous + 1 if previous is not None else int(has_previous)
@@ -248,6 +252,11 @@ def _recorded_epoch(checkpoint: Checkpoint) -> int:
     """The epoch a ``BackupAndRestore`` save's record holds (its index where it holds none)."""
     epoch = next((f.report.fact("epoch") for f in checkpoint.files if Role.METADATA in f.roles), None)
     return int(epoch) if epoch is not None else checkpoint.index
+
+
+def _broken(probe: Callable[[Entry], FileReport], entry: Entry | None) -> bool:
+    """Whether a file is there and unusable as it is (cut, damaged: a problem that gives a status)."""
+    return entry is not None and any(problem.status is not None for problem in probe(entry).problems)
 
 
 def _epoch(probe: Callable[[Entry], FileReport], record: Entry | None) -> int | None:
