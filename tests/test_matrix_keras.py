@@ -157,9 +157,6 @@ test_breakage, test_killed_mid_save = matrix_tests(
     CHECKPOINT,
     BACKUP,
     expected_failures={
-        "backup-and-restore-zero-tail": "zeros over latest.weights.h5's last 4 KiB: verify --deep resumes from the .bkp pair, "
-        "saying BackupAndRestore falls back to it by itself (no CKD114), but h5py raises RuntimeError ('bad symbol table "
-        "node signature'), not OSError, and fit fails without falling back",
         "backup-and-restore-stale-pointer": "training_metadata.json naming epoch 4 beside weights of 3 epochs (Adam's "
         "iterations 12, 4 an epoch as the .bkp pair's 8 at epoch 2 shows): ckptdoctor resumes 'after epoch 4' from them; "
         "Keras goes on at epoch 4 with epoch 3's weights, an epoch never trained",

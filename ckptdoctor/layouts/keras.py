@@ -36,7 +36,7 @@ from types import MappingProxyType
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts._base import Claim, Layout
 from ckptdoctor.layouts.torch import parse_name
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Problem, Role, Run, Unit
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers import hdf5, hfjson, keras
 from ckptdoctor.readers.files import checkpoint_suffixes
@@ -160,14 +160,14 @@ class KerasLayout(Layout):
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         """What ``BackupAndRestore.on_train_begin`` loads: the newest save; where its weights fail to
-        load with an ``OSError`` (cut, damaged) and the ``.bkp`` copy is there, that copy instead."""
+        open (``_falls_back``) and the ``.bkp`` copy is there, that copy instead."""
         saves = {file.entry.name: checkpoint for checkpoint in run.checkpoints for file in checkpoint.files}
         newest = saves.get(BACKUP) or saves.get(PROGRESS)
         if newest is None:
             return None
         weights = next((f for f in newest.files if f.entry.name == BACKUP), None)
         previous = saves.get(BACKUP + PREVIOUS)
-        return previous if weights is not None and _fails(weights) and previous is not None else newest
+        return previous if weights is not None and _falls_back(weights) and previous is not None else newest
 
     def left_in_place(self, checkpoint: Checkpoint) -> str | None:
         if _backed_up(checkpoint):
@@ -243,9 +243,11 @@ def _previous(checkpoint: Checkpoint) -> bool:
     return any(f.entry.name.endswith(PREVIOUS) for f in checkpoint.files)
 
 
-def _fails(weights: CheckpointFile) -> bool:
-    """Whether Keras' ``load_weights`` raises on it (h5py's ``OSError``: cut, empty, not HDF5)."""
-    return any(problem.status is not None for problem in weights.report.problems)
+def _falls_back(weights: CheckpointFile) -> bool:
+    """Whether ``on_train_begin`` falls back from these weights to the ``.bkp`` pair: only where
+    h5py cannot open them (``OSError``: a cut or empty file). Damage inside a file that opens
+    (zeroed metadata: h5py's ``RuntimeError``) fails ``fit`` with no fallback."""
+    return bool(weights.report.problems & {Problem.EMPTY, Problem.TRUNCATED})
 
 
 def _recorded_epoch(checkpoint: Checkpoint) -> int:
