@@ -82,8 +82,4 @@ LITGPT = Fresh(
 test_breakage, test_killed_mid_save = matrix_tests(
     version("litgpt"),
     LITGPT,
-    expected_failures={
-        "litgpt-torn-copy": "inspect calls a torn lit_model.pth (new head, old tail) whole (issue 30 item 6); "
-        "--resume fails on it (verify --deep sees it)",
-    },
 )
