@@ -171,6 +171,19 @@ def test_a_cut_newest_save_falls_back_and_keras_loads_the_one_named(models: Path
     assert loaded(Path(run.resume_path))["iterations"] == 2 * STEPS_PER_EPOCH
 
 
+def test_a_flipped_byte_in_a_keras_member_fails_verify_as_it_fails_load_model(models: Path) -> None:
+    """`load_model` reads each member through zipfile, which checks its CRC-32: so does `verify`,
+    not only `verify --deep`; inspect, which reads no member whole, cannot tell."""
+    newest = sorted(models.glob("ep03-*.keras"))[0]
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside model.weights.h5, stored
+    newest.write_bytes(bytes(data))
+    assert "Bad CRC-32" in str(loaded(newest)["error"])
+    assert ("CKD206", 3) in codes(models)
+    _, found = verify([str(models)])
+    assert found.runs[0].resume.index == 2
+
+
 def test_a_weights_file_whose_save_was_killed_is_never_closed(tmp_path: Path, keras_runs: Path) -> None:
     folder = Path(shutil.copytree(keras_runs / "weights", tmp_path / "weights"))
     newest = sorted(folder.glob("weights.03-*"))[0]

@@ -207,6 +207,7 @@ def test_what_only_verify_sees_repair_verify_quarantines_and_tensorflow_restores
     assert [item for item in cli("repair", "--dry-run", "--json", str(manager)).json["plan"] if item["action"] != "keep"] == []
     done = cli("repair", "--verify", "--yes", "--min-age", "0", str(manager))
     assert done.exit_code == 0 and "does not pass verify" in done.stderr + done.stdout
+    assert "Resume from save 3" in done.stdout and "ckpt-4" not in done.stdout.split("Resume from")[-1]  # the one it kept
     after = restored(manager)
     assert (after["latest"], after["error"], after["step"]) == (str(manager / "ckpt-3"), None, 3)
     assert "--verify" not in " ".join(fix for f in cli("inspect", "--json", str(manager)).json["findings"] for fix in f["fixes"])

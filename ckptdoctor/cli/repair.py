@@ -93,15 +93,16 @@ def repair(
         # loaded when the command runs: --help stays fast
         from ckptdoctor.layouts.registry import advised
         from ckptdoctor.model import Action
+        from ckptdoctor.planners.repair import resume_kept
         from ckptdoctor.render.human import resume_block
 
         console = stdout_console()
-        acted = {plan.run for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
+        kept = {plan.run: resume_kept(plan) for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
         for run in outcome.report.runs:  # the resume point is the one kept: the last line says where to go on
-            if run.path in acted and (resume := run.resume) is not None:
+            if (resume := kept.get(run.path)) is not None:
                 # advice for the run as the repair left it: what was above the resume point is in the quarantine
-                repaired = advised(dataclasses.replace(run, checkpoints=tuple(c for c in run.checkpoints if c.index <= resume.index)))
-                console.print(resume_block(repaired, console.width, named=len(acted) > 1))
+                repaired = advised(dataclasses.replace(run, checkpoints=tuple(c for c in run.checkpoints if c.index <= resume)))
+                console.print(resume_block(repaired, console.width, named=len(kept) > 1))
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")
     if outcome.problems and not undo:

@@ -47,6 +47,16 @@ class Refused(Exception):
     """Repair would not make the run resumable: there is no complete checkpoint to resume from."""
 
 
+RESUME_POINT = "resume point (newest complete)"
+"""The reason of the item that keeps the resume point: where the run goes on once repaired."""
+
+
+def resume_kept(plan: Plan) -> int | None:
+    """The index of the resume point a repair ``plan`` keeps (it may be older than the one a
+    header read gives: ``repair --verify``)."""
+    return next((item.number for item in plan.items if item.action is Action.KEEP and item.reasons[:1] == (RESUME_POINT,)), None)
+
+
 def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: Circumstances, min_age: float) -> Plan:
     """What ``repair`` does to ``run``: quarantine, re-point, and the resume point it keeps."""
     resume = run.resume
@@ -68,7 +78,7 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
             # a staging leftover beside the whole files it was going to become goes; they stay
             spare = [f for f in checkpoint.files if Role.TEMP in f.roles and not entry_held_back(f.entry, circumstances, min_age)]
             kept = tuple(entry for entry in targets(checkpoint) if entry not in {f.entry for f in spare})
-            items.append(PlanItem(index, Action.KEEP, ("resume point (newest complete)",), kept, sizes[index]))
+            items.append(PlanItem(index, Action.KEEP, (RESUME_POINT,), kept, sizes[index]))
             items += [PlanItem(None, Action.QUARANTINE, (_what([f]), *labels.of(paths=[f.path])), (f.entry,), f.entry.size) for f in spare]
             continue
         busy = held_back(checkpoint, saved[index], circumstances, min_age)

@@ -58,8 +58,8 @@ def probe(sample: Sample) -> FileReport:
 
 
 def read_whole(sample: Sample, deep: int = 0) -> FileReport:
-    """Every member: the configuration parsed for code, the weights read as HDF5, and with
-    ``deep`` every stored member's CRC-32 and every float's value."""
+    """Every member: the configuration parsed for code, the weights read as HDF5 (with ``deep``
+    every float's value), and every member's CRC-32, as ``load_model`` checks it."""
     listed = _listed(sample)
     if isinstance(listed, FileReport):
         return listed
@@ -82,9 +82,10 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         else:
             report = hdf5.read_whole(inner, deep) if weights.name == _H5 else torchzip.read_whole(inner, deep)
             issues += _as_keras_reads(report.issues, weights.name)
-    if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
-        refused = "keras.models.load_model refuses the archive (zipfile: Bad CRC-32 for file …)"  # it reads each member whole
-        issues += [i for i in torchzip.crc_issues(sample, members, [], deep, refused) if i.problem is not Problem.NONFINITE]
+    if not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
+        # load_model reads each member whole through zipfile, which checks its CRC-32: so does verify
+        refused = "keras.models.load_model refuses the archive (zipfile: Bad CRC-32 for file …)"
+        issues += [i for i in torchzip.crc_issues(sample, members, [], max(deep, 1), refused) if i.problem is not Problem.NONFINITE]
     facts = (("members", str(len(members))), *report.facts)
     return FileReport(KERAS.value, tuple(issues), facts, report.tensors, report.keys, report.tensor_bytes)
 
