@@ -707,6 +707,12 @@ def test_a_deleted_last_ckpt_is_ckd113_where_the_checkpoints_record_it(copied_la
     (missing,) = [f for f in cli("verify", "--json", folder).json["findings"] if f["code"] == "CKD113"]
     assert "last.ckpt" in missing["message"] and missing["severity"] == "error"
     assert "CKD113" not in {f["code"] for f in cli("inspect", "--json", folder).json["findings"]}
+    # the fix verify gives: `repair --verify` reads what verify read, and writes last.ckpt again as a copy
+    assert "`ckptdoctor repair --verify " in missing["fixes"][0]
+    assert cli("repair", "--verify", "--yes", "--min-age", "0", folder).exit_code == 0
+    assert (folder / "last.ckpt").read_bytes() == (folder / "epoch=2-step=12.ckpt").read_bytes()
+    probe = copy_run(folder, tmp_path / "probe-repaired")
+    assert lightning_fit(tmp_path / "resumed", 4, ckpt_path="last", dirpath=probe, save_top_k=0).global_step == 16
 
 
 def test_a_run_that_keeps_no_last_ckpt_misses_none(tmp_path, cli):

@@ -88,6 +88,8 @@ _VERSION_KEY = "pytorch-lightning_version"
 """What ``Trainer.save_checkpoint`` (``_CheckpointConnector.dump_checkpoint``) writes into every
 checkpoint, and its ``fit(ckpt_path=...)`` needs."""
 _LAST = re.compile(r"^last(?:-v?[0-9]+)?\.ckpt\Z")
+LAST_NAME = "last.ckpt"
+"""``ModelCheckpoint.CHECKPOINT_NAME_LAST`` with its default ``last``."""
 _VERSIONED = re.compile(r"^(.+)-v([0-9]+)(\.ckpt)\Z")
 """``ModelCheckpoint`` saves under ``<name>-v<N>.ckpt`` (N from ``STARTING_VERSION``, 1, up) where
 ``<name>.ckpt`` is there already (``_get_metric_interpolated_filepath_name``, ``_save_last_checkpoint``:
@@ -204,12 +206,18 @@ class LightningLayout(Layout):
         return tuple(found)
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
-        """What the run used: a relative symlink (``save_last="link"``), or a copy. Never a
-        symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
+        """What the run used: a relative symlink (``save_last="link"``), or a copy; a copy where
+        the run's ``last.ckpt`` is gone (its mode unknown). Never a symlink in place of a copy: in copy mode Lightning's next save of ``last.ckpt`` may copy
         its bytes onto the path (a move across filesystems), through the link, over the
         checkpoint it names."""
-        if source is None or not checkpoint.files or _NEMO_END.search(source.entry.name):
+        if not checkpoint.files or (source is not None and _NEMO_END.search(source.entry.name)):
             return None
+        if source is None:  # gone, though the checkpoints record it: written again as a copy, safe in either mode
+            return (
+                PointerWrite(LAST_NAME, os.path.basename(checkpoint.files[0].entry.os_path), PointerKind.COPY)
+                if checkpoint.folder is None
+                else None
+            )
         if checkpoint.folder is not None:
             # a `.ckpt` folder: re-pointed only where `last.ckpt` is a symlink (a folder is no file to copy)
             return PointerWrite(source.entry.name, checkpoint.folder.name, PointerKind.SYMLINK) if source.entry.is_symlink else None
