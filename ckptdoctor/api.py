@@ -191,18 +191,24 @@ def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
     return dataclasses.replace(report, findings=settings.apply(report.findings))
 
 
-def verify(paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: int = 0, config: str | None = None) -> Report:
+def verify(
+    paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: int = 0, resume: bool = False, config: str | None = None
+) -> Report:
     """What ``ckptdoctor verify`` reports: ``inspect``'s report with every checkpoint read whole
     (statically: nothing in a file is executed). ``deep`` checks every byte (CRC-32, NaN/Inf in
     weights); ``load`` also loads each file that passed with the real library (torch must be
-    installed); ``jobs`` files at once (0: one per core)."""
+    installed); ``jobs`` files at once (0: one per core).
+
+    ``resume`` (``verify --resume``): only the files of each run's resume point are read whole,
+    and ``Run.resume`` (``Run.resume_path``) is the checkpoint that verified, or None where a
+    file it needs would run code or is damaged and no older one verified in its place."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor.pipelines.verify import VerifyOptions
+    from ckptdoctor.pipelines.verify import VerifyOptions, verify_resume
     from ckptdoctor.pipelines.verify import verify as verify_paths
 
     listed = _listed(paths)
     with _configured(listed, config) as settings:
-        report, _ = verify_paths(listed, VerifyOptions(deep, load, jobs), settings.thresholds)
+        report, _ = (verify_resume if resume else verify_paths)(listed, VerifyOptions(deep, load, jobs), settings.thresholds)
     return dataclasses.replace(report, findings=settings.apply(report.findings))
 
 

@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from frameworks import accelerator_for, copy_run, deepspeed_run, hf_trainer, lightning_fit
+from conftest import Result
+from frameworks import accelerator_for, copy_run, deepspeed_run, hf_trainer, lightning_fit, loop_resume, torch_loop
+from sample_set import Sample, _replace_member, _splice_after_proto, _stmt, fire
 from test_dcp import dcp_load, dcp_run
+
+import ckptdoctor.api as ckd
+from ckptdoctor.pipelines.verify import RESUME_TRIES, verify_resume
+from ckptdoctor.progress import Tally
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "runs"
 
@@ -146,3 +153,134 @@ def test_one_file_is_refused_never_printed_as_none_or_0_and_the_command_it_sugge
         assert (refused.exit_code, refused.stdout) == (2, "") and f"inspect {flag} {EXAMPLES / 'torch-split'}" in refused.stderr
     report = json.loads(cli("inspect", "--json", weights).stdout)
     assert report["runs"][0]["resume"] is None, "a file judged alone is no resume point in the JSON report either"
+
+
+# --- verify --resume, --resume-path: the resume point read whole first (issue 31, item 9) ---------
+# ``inspect`` reads headers, so it names a checkpoint whose optimizer file carries a payload;
+# ``path=$(ckptdoctor verify --resume-path RUN) && train --resume "$path"`` must never hand that
+# file to the trainer. Each payload is proven live by ``torch.load(weights_only=False)`` in a child
+# process (its canary appears); under ckptdoctor the canary never does.
+
+Cli = Callable[..., Result]
+
+
+def _trojan(path: Path, canary: Path) -> Sample:
+    """``path`` (a torch zip) with a call that creates ``canary`` spliced into its pickle: what
+    ``torch.load(weights_only=False)`` runs; the sample that proves it."""
+    path.write_bytes(
+        _replace_member(path.read_bytes(), "data.pkl", lambda pickled: _splice_after_proto(pickled, _stmt("os.system", str(canary))))
+    )
+    return Sample(path.name, path, True, "torch.load", "resume-point", canary)
+
+
+def _live(sample: Sample) -> None:
+    """The payload runs where the victim loads it (in a child process), and its canary is then removed."""
+    assert sample.canary is not None
+    assert fire([sample]) == {sample.name}, "the payload must be live"
+    sample.canary.unlink()
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A hand-written torch loop's split saves (model, optimizer and scheduler per epoch), epochs 1-6."""
+    folder = tmp_path_factory.mktemp("loop") / "run"
+    torch_loop(folder, 6, "split")
+    return folder
+
+
+def _asked(cli: Cli, run: Path) -> dict[str, Result]:
+    return {
+        "inspect": cli("inspect", "--resume-path", run),
+        "verify": cli("verify", "--resume-path", run),
+        "verify --resume": cli("verify", "--resume", run),
+    }
+
+
+def test_a_trojaned_optimizer_in_the_resume_point_prints_no_path(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
+    run = copy_run(loop_run, tmp_path / "run")
+    canary = tmp_path / "canary"
+    _live(_trojan(run / "optimizer_6.pt", canary))
+    asked = _asked(cli, run)
+    assert (asked["inspect"].exit_code, asked["inspect"].stdout.strip()) == (0, str(run / "model_6.safetensors"))  # headers: as before
+    for command in ("verify", "verify --resume"):
+        assert asked[command].exit_code == 1, asked[command]
+        assert asked[command].stdout == "", "a script must get no path, not an older one nobody verified"
+        assert "CKD401" in asked[command].stderr and "optimizer_6.pt" in asked[command].stderr
+    assert not canary.exists()
+    report = ckd.verify(run, resume=True)
+    (judged,) = report.runs
+    assert judged.resume is None and judged.resume_path is None
+    assert any(f.code == "CKD401" and f.path and f.path.endswith("optimizer_6.pt") for f in report.findings)
+
+
+def test_a_trojan_stops_the_walk_back_a_damaged_save_does_not(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
+    """A newest checkpoint torn where its header does not show (the optimizer's pickle cut in
+    half inside a whole zip) is passed over for the newest that verifies: the loop's own resume
+    from it fails, from the one before it works. A payload is never passed over."""
+    run = copy_run(loop_run, tmp_path / "run")
+    optimizer = run / "optimizer_6.pt"
+    optimizer.write_bytes(_replace_member(optimizer.read_bytes(), "data.pkl", lambda pickled: pickled[: len(pickled) // 2]))
+    with pytest.raises(Exception):  # noqa: B017 - torch's own error for a cut pickle: any will do, the point is it fails
+        loop_resume(run / "model_6.safetensors", "split")
+    assert loop_resume(run / "model_5.safetensors", "split")[3] == 5
+    assert cli("inspect", "--resume", run).stdout.strip() == "6"
+    assert (cli("verify", "--resume", run).exit_code, cli("verify", "--resume", run).stdout.strip()) == (0, "5")
+    assert cli("verify", "--resume-path", run).stdout.strip() == str(run / "model_5.safetensors")
+    # the one before it carries a payload: no path, though epoch 4 would verify
+    canary = tmp_path / "canary"
+    _live(_trojan(run / "optimizer_5.pt", canary))
+    told = cli("verify", "--resume-path", run)
+    assert (told.exit_code, told.stdout) == (1, "")
+    assert not canary.exists()
+
+
+def test_damage_everywhere_gives_up_after_a_few_checkpoints(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
+    run = copy_run(loop_run, tmp_path / "run")
+    for epoch in range(1, 7):
+        optimizer = run / f"optimizer_{epoch}.pt"
+        optimizer.write_bytes(_replace_member(optimizer.read_bytes(), "data.pkl", lambda pickled: pickled[: len(pickled) // 2]))
+    tally = Tally()
+    report, _ = verify_resume([str(run)], tally=tally)
+    assert report.runs[0].resume is None
+    assert tally.read == 3 * RESUME_TRIES  # three files a checkpoint, and no more checkpoints than that
+    told = cli("verify", "--resume-path", run)
+    assert (told.exit_code, told.stdout) == (1, "")
+
+
+def test_a_healthy_run_gets_the_path_inspect_prints(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
+    run = copy_run(loop_run, tmp_path / "run")
+    asked = _asked(cli, run)
+    assert asked["inspect"].exit_code == asked["verify"].exit_code == asked["verify --resume"].exit_code == 0
+    assert asked["verify"].stdout == asked["inspect"].stdout == f"{run / 'model_6.safetensors'}\n"
+    assert asked["verify --resume"].stdout == cli("inspect", "--resume", run).stdout == "6\n"
+    assert loop_resume(Path(asked["verify"].stdout.strip()), "split")[3] == 6  # the loop resumes from it
+
+
+def test_only_the_resume_points_files_are_read(tmp_path: Path) -> None:
+    """A run of many checkpoints: its resume point's three files are read whole, no other."""
+    run = tmp_path / "run"
+    torch_loop(run, 40, "split")
+    tally = Tally()
+    report, _ = verify_resume([str(run)], tally=tally)
+    (judged,) = report.runs
+    assert judged.resume is not None and judged.resume.index == 40
+    assert (tally.read, tally.bytes_read) == (3, judged.resume.bytes)
+    assert judged.resume_path == str(run / "model_40.safetensors")
+
+
+# --- a real HF Trainer --------------------------------------------------------------------------
+
+
+def test_hf_trainer_trojaned_optimizer_prints_no_path_and_a_healthy_run_its_checkpoint(hf_trained: Path, tmp_path: Path, cli: Cli) -> None:
+    healthy = copy_run(hf_trained, tmp_path / "healthy")
+    asked = _asked(cli, healthy)
+    assert asked["verify"].exit_code == 0 and asked["verify"].stdout == asked["inspect"].stdout == f"{healthy / 'checkpoint-6'}\n"
+    assert hf_resumed(asked["verify"].stdout.strip(), 8, tmp_path / "again") == (8, 2), "HF went on from step 6"
+    output = copy_run(hf_trained, tmp_path / "out")
+    canary = tmp_path / "canary"
+    _live(_trojan(output / "checkpoint-6" / "optimizer.pt", canary))
+    asked = _asked(cli, output)
+    assert (asked["inspect"].exit_code, asked["inspect"].stdout) == (0, f"{output / 'checkpoint-6'}\n")
+    assert (asked["verify"].exit_code, asked["verify"].stdout) == (1, "")
+    assert (asked["verify --resume"].exit_code, asked["verify --resume"].stdout) == (1, "")
+    assert not canary.exists()

@@ -65,14 +65,15 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
     with ScanStatus(options.quiet) as status:
         report, found = inspect_paths(paths or ["."], options.settings.thresholds, status.tally)
     if resume or resume_path:
-        _print_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
+        print_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
     emit(report, options, found.empty)
 
 
-def _print_resume(report: Report, found: Scan, flag: str, given: list[str]) -> None:
+def print_resume(report: Report, found: Scan, flag: str, given: list[str], unverified: str = "") -> None:
     """The resume point's index (``--resume``) or the path its framework resumes from
-    (``--resume-path``), alone on stdout; exit 1 when there is none. Of several runs, the one
-    whose folder was ``given``: runs in folders below it are not where the job resumes."""
+    (``--resume-path``), alone on stdout; exit 1 when there is none (``unverified`` says why,
+    for ``verify``). Of several runs, the one whose folder was ``given``: runs in folders below
+    it are not where the job resumes."""
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
@@ -88,13 +89,13 @@ def _print_resume(report: Report, found: Scan, flag: str, given: list[str]) -> N
     if run is not None and run.lone_file:  # one file says nothing of the checkpoint it is part of
         say(
             f"ckptdoctor: error: {flag} needs a run's folder: {run.lone_file} is one file of a run; "
-            f"ask of its run: ckptdoctor inspect {flag} {shell_word(run_root(run))}"
+            f"ask of its run: ckptdoctor {report.command} {flag} {shell_word(run_root(run))}"
         )
         raise typer.Exit(EXIT_USAGE)
     checkpoint = run.resume if run else None
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)
-        say(f"No checkpoint to resume from in {where}")
+        say(f"No checkpoint to resume from in {where}{unverified}")
         raise typer.Exit(EXIT_FINDINGS)
     shown = str(run.resume_path if flag == "--resume-path" else checkpoint.index)
     typer.echo(printable(shown) if sys.stdout.isatty() else shown)  # raw for $(...), never obeyed on a terminal

@@ -13,6 +13,8 @@ from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
     from ckptdoctor.cli._progress import ScanStatus
+    from ckptdoctor.model import Report
+    from ckptdoctor.pipelines.scan import Scan
 
 DeepFlag = Annotated[
     bool,
@@ -37,6 +39,21 @@ MaxDownloadOption = Annotated[
         show_default=False,
     ),
 ]
+ResumeFlag = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Read only the files of the checkpoint inspect --resume names, whole, and print its index as inspect does; "
+        "exit 1, printing nothing, where a file it needs is unsafe or damaged (an older one is printed only if it verifies).",
+    ),
+]
+ResumePathFlag = Annotated[
+    bool,
+    typer.Option(
+        "--resume-path",
+        help="As --resume, printing the path inspect --resume-path prints: for job scripts that resume from it.",
+    ),
+]
 JobsOption = Annotated[
     int,
     typer.Option("--jobs", "-j", min=0, help="Files read at once; 0 means one per CPU core.", show_default="0"),
@@ -51,6 +68,8 @@ def verify(
     jobs: JobsOption = 0,
     yes: YesFlag = False,
     max_download: MaxDownloadOption = None,
+    resume: ResumeFlag = False,
+    resume_path: ResumePathFlag = False,
     *,
     options: ReportOptions,
 ) -> None:
@@ -68,13 +87,17 @@ def verify(
       ckptdoctor verify --deep downloads/model.pt
       ckptdoctor verify --json -o verify.json tests/fixtures/checkpoints
       ckptdoctor verify s3://bucket/runs/exp1 --max-download 50GiB
+      path=$(ckptdoctor verify --resume-path out) && python train.py --resume_from_checkpoint "$path"
     """
     # loaded when the command runs: --help stays fast
     from ckptdoctor.cli._progress import ScanStatus
-    from ckptdoctor.pipelines.verify import NotDownloaded, VerifyOptions
+    from ckptdoctor.pipelines.verify import NotDownloaded, VerifyOptions, verify_resume
     from ckptdoctor.pipelines.verify import verify as verify_paths
     from ckptdoctor.units import parse_size
 
+    if resume and resume_path:
+        say("ckptdoctor: error: --resume and --resume-path print one thing each: pass one of them")
+        raise typer.Exit(EXIT_USAGE)
     if load:
         _require_torch()
     try:
@@ -85,13 +108,41 @@ def verify(
     with ScanStatus(options.quiet) as status:
         download = _download_asker(limit, yes, options, status)
         try:
-            report, found = verify_paths(
+            report, found = (verify_resume if resume or resume_path else verify_paths)(
                 paths or ["."], VerifyOptions(deep, load, jobs, download), options.settings.thresholds, status.tally
             )
         except NotDownloaded as stopped:
             say(f"ckptdoctor: {stopped}; nothing was verified")
             raise typer.Exit(EXIT_USAGE) from None
+    if resume or resume_path:
+        _print_verified_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
     emit(report, options, found.empty)
+
+
+def _print_verified_resume(report: Report, found: Scan, flag: str, given: list[str]) -> None:
+    """``inspect``'s resume answer for the checkpoint that verified; where none did, the
+    damage and dangers found in the files read (on stderr), and exit 1 with nothing on stdout."""
+    # loaded when the command runs: --help stays fast
+    from ckptdoctor.cli.inspect import print_resume
+    from ckptdoctor.model import Severity
+    from ckptdoctor.pipelines.verify import RESUME_TRIES
+    from ckptdoctor.rules.registry import find_rule
+
+    if not report.errors and not any(run.resume for run in report.runs):
+        for finding in report.findings:
+            rule = find_rule(finding.code)
+            if finding.severity is Severity.ERROR and rule is not None and rule.family in FILE_FAMILIES:
+                say(f"ckptdoctor: {finding.code} {finding.path or finding.run}: {finding.message}")
+    unverified = (
+        f" that verifies: the newest complete checkpoint is read whole and, where it is damaged, up to {RESUME_TRIES - 1} "
+        "older ones in turn, none older than a file that would run code"
+    )
+    print_resume(report, found, flag, given, unverified)
+
+
+FILE_FAMILIES = (200, 400)
+"""Rule families of what a whole read finds in a file: the damage (2xx) and danger (4xx) said
+where ``verify --resume`` names no checkpoint."""
 
 
 def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus) -> Callable[[int, int], bool]:

@@ -120,7 +120,8 @@ def advised(run: Run) -> Run:
         return run
     layout = layout_named(run.layout)
     if (resumable := layout.resumable(run)) is not None:
-        run = dataclasses.replace(run, resumable=resumable)
+        # narrowed, never widened: ``verify --resume`` leaves only the index it verified
+        run = dataclasses.replace(run, resumable=resumable if run.resumable is None else resumable & run.resumable)
     if (checkpoint := run.resume) is None:
         return run
     return dataclasses.replace(run, resume_how=layout.resume_hint(run, checkpoint), resume_path=layout.resume_path(run, checkpoint))

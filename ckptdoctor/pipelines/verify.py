@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
-from ckptdoctor.layouts.registry import NAMED_FILES
-from ckptdoctor.model import CheckpointFile, Entry, FileReport, Report, Run, Status, Unit
+from ckptdoctor.layouts.registry import NAMED_FILES, advised
+from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
 from ckptdoctor.progress import Tally
@@ -31,7 +31,7 @@ from ckptdoctor.readers.files import (
     unpickled_by_name,
 )
 from ckptdoctor.rules._context import Thresholds
-from ckptdoctor.rules.registry import check
+from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session, urls
 from ckptdoctor.stores.session import StoreError
 
@@ -135,6 +135,79 @@ def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(d
         judged = {c.index: c.status for c in again.checkpoints}
         failed += [c.index for c in newest if judged.get(c.index) is not Status.COMPLETE]
         run = again
+
+
+RESUME_TRIES = 3
+"""Checkpoints ``verify --resume`` reads at most, newest first: where the resume point's files
+turn out damaged (torn by a kill the header did not show), the next older complete one is read in
+its place, as ``inspect`` falls back past damage it sees; a run whose newest few all fail has
+something wrong with it that a user must look at before resuming."""
+
+
+def verify_resume(
+    paths: Iterable[str],
+    options: VerifyOptions = VerifyOptions(),
+    thresholds: Thresholds | None = None,
+    tally: Tally | None = None,
+) -> tuple[Report, Scan]:
+    """What ``ckptdoctor verify --resume`` reports: ``inspect``'s runs with only the files of each
+    run's resume point read whole (fast on a big run: no other checkpoint is read). Each run's
+    ``resumable`` is narrowed to the one checkpoint that verified, so that ``Run.resume`` is that
+    checkpoint or None: None where a file it needs would run code (no older checkpoint is taken
+    in its place: whoever planted it may have planted more) or none of the newest
+    ``RESUME_TRIES`` complete checkpoints verified."""
+    paths = list(paths)
+    before = session.traffic()
+    first = scan(paths, tally=tally)
+    reports: dict[str, FileReport] = {}
+    verified: dict[str, frozenset[int]] = {}
+    for run in first.runs:
+        verified[run.path] = _verified_resume(run, options, reports, tally)
+    second = scan(paths, ReadAhead(reports, NAMED_FILES)) if reports else first
+    runs = [
+        advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
+        for run in second.runs
+    ]
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True)
+    return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
+
+
+def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileReport], tally: Tally | None) -> frozenset[int]:
+    """The index of ``run``'s newest complete checkpoint whose files all read whole with no
+    problem (``reports`` gains what was read), reading back at most ``RESUME_TRIES`` of them;
+    none where a file read would run code or could not be checked whole."""
+    tried = 0
+    while (checkpoint := run.resume) is not None and not run.single_file:
+        unread = [f.entry for f in checkpoint.files if f.entry.os_path not in reports and _readable(f.entry)]
+        if not unread:  # read whole, and the resume point still
+            checked = not any(Problem.PARTLY_CHECKED in f.report.problems for f in checkpoint.files)
+            return frozenset({checkpoint.index}) if checked else frozenset()
+        if tried == RESUME_TRIES:
+            return frozenset()
+        tried += 1
+        objects = [entry for entry in unread if session.owner(entry.os_path) is not None]
+        if objects and options.download is not None and not options.download(len(objects), sum(e.size for e in objects)):
+            raise NotDownloaded(f"{len(objects)} objects were not read")
+        read = _read_all(unread, options.deep, options.jobs or cores(), tally)
+        if options.load:
+            from ckptdoctor.readers.library import load_all  # torch is imported only here
+
+            read.update(load_all(unread, read))
+        reports.update(read)
+        if any(report.problems & _UNSAFE for report in read.values()):
+            return frozenset()
+        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES)).runs if found.path == run.path), None)
+        if again is None:
+            return frozenset()  # the run changed while it was read: nothing verified
+        run = again
+    return frozenset()
+
+
+_UNSAFE = frozenset(
+    problem for problem in Problem if problem.status is not None and (rule := find_rule(problem.value)) and rule.family == 400
+)
+"""What makes ``verify --resume`` stop rather than read an older checkpoint: a file that would run
+code on load was put there by someone, who may have planted more."""
 
 
 def _targets(found: Scan) -> list[Entry]:
