@@ -431,3 +431,66 @@ def test_fairseq_without_checkpoint_last_is_a_missing_pointer(tmp_path):
     trainer = FairseqTrainer(tmp_path / "checkpoints").epochs(2)
     (trainer.save_dir / "checkpoint_last.pt").unlink()
     assert states(trainer.save_dir) == ([(None, "missing")], [("CKD113", None)])
+
+
+# --- a text pointer that leads out of the run to a file that is there (issue 31, item 6) -------------
+# The framework loads what it leads to (asked of each framework below), so it is not "not there":
+# CKD113 says where it leads, as a warning (nothing of it was judged); the resume answer says the
+# framework's own resume loads that, and `verify --resume-path` vouches for no path.
+
+
+def _told_outside(cli, run: Path, outside: Path) -> None:
+    """What ckptdoctor says of ``run`` whose pointer leads to ``outside``."""
+    report = cli("inspect", "--json", run).json
+    (told,) = [f for f in report["findings"] if f["code"] == "CKD113"]
+    assert told["severity"] == "warning" and f"outside this run at {outside}" in told["message"] and "not there" not in told["message"]
+    assert f"outside this run, at {outside}" in report["runs"][0]["resume"]["how"], "the resume answer says what the framework loads"
+    printed = cli("inspect", "--resume-path", run)
+    assert printed.exit_code == 0 and f"outside this run, at {outside}" in printed.stderr
+    refused = cli("verify", "--resume-path", run)
+    assert (refused.exit_code, refused.stdout) == (1, ""), "the framework's own resume loads a file no one checked"
+
+
+def test_mmengine_last_checkpoint_naming_another_runs_file_is_what_resume_loads(tmp_path, cli, monkeypatch):
+    pytest.importorskip("mmengine")
+    from frameworks import mmengine_run
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # mmengine 0.10's own resume under torch >= 2.6
+    mmengine_run(tmp_path / "other", "epoch", 2)
+    work = tmp_path / "work"
+    mmengine_run(work, "epoch", 4)
+    outside = tmp_path / "other" / "epoch_2.pth"
+    (work / "last_checkpoint").write_text(str(outside))
+    _told_outside(cli, work, outside)
+    # the framework: Runner(resume=True) follows it to the other run's epoch 2 and trains epoch 3
+    # (from its own epoch 4 it would have nothing left to train)
+    assert mmengine_run(work, "epoch", 3, resume=True).epoch == 3
+    (work / "last_checkpoint").write_text(str(tmp_path / "gone" / "epoch_2.pth"))
+    assert states(work)[0] == [(None, "not there")]
+
+
+def test_detectron2_last_checkpoint_naming_a_file_out_of_the_run_is_what_resume_loads(tmp_path, cli):
+    """Detectron2 is not installed here: ``Detectron2Trainer.resumed`` follows fvcore@3378afe's
+    ``get_checkpoint_file`` (``os.path.join(save_dir, last_saved)``: an absolute path stays)."""
+    from frameworks import Detectron2Trainer
+
+    Detectron2Trainer(tmp_path / "other", max_iter=4).train()
+    output = tmp_path / "output"
+    Detectron2Trainer(output).train()
+    outside = tmp_path / "other" / "model_0000003.pth"
+    for text in (str(outside), "../other/model_0000003.pth"):
+        (output / "last_checkpoint").write_text(text)
+        _told_outside(cli, output, Path(os.path.normpath(output / text)))
+        assert Detectron2Trainer.resumed(output).start_iter == 4, "resumed after the other run's iteration 3"
+
+
+def test_deepspeed_latest_naming_a_tag_out_of_the_run_is_what_load_checkpoint_loads(deepspeed_zero2, tmp_path, cli):
+    from frameworks import deepspeed_loads
+
+    run = copy_run(deepspeed_zero2.path, tmp_path / "runs" / "run")
+    copy_run(deepspeed_zero2.path, tmp_path / "runs" / "outside")
+    (run / "latest").write_text("../outside/global_step2")
+    outside = tmp_path / "runs" / "outside" / "global_step2"
+    _told_outside(cli, run, outside)
+    (loaded,) = deepspeed_loads(run, 2, None)
+    assert loaded["path"] is not None and os.path.realpath(loaded["path"]).startswith(str(outside)), loaded

@@ -74,6 +74,10 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
     (``--resume-path``), alone on stdout; exit 1 when there is none (``unverified`` says why,
     for ``verify``). Of several runs, the one whose folder was ``given``: runs in folders below
     it are not where the job resumes."""
+    # the core loads only when a command runs
+    from ckptdoctor.layouts._base import led_outside
+    from ckptdoctor.layouts.registry import layout_named
+
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
@@ -93,6 +97,8 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
         )
         raise typer.Exit(EXIT_USAGE)
     checkpoint = run.resume if run else None
+    if run is not None and (led := led_outside(layout_named(run.layout), run)):
+        say(f"ckptdoctor: warning: {led} (CKD113): pass the checkpoint named here explicitly, or `ckptdoctor repair` re-points it")
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)
         say(f"No checkpoint to resume from in {where}{unverified}")

@@ -135,7 +135,7 @@ def _print_verified_resume(report: Report, found: Scan, flag: str, given: list[s
                 say(f"ckptdoctor: {finding.code} {finding.path or finding.run}: {finding.message}")
     unverified = (
         f" that verifies: the newest complete checkpoint is read whole and, where it is damaged, up to {RESUME_TRIES - 1} "
-        "older ones in turn, none older than a file that would run code"
+        "older ones in turn, none older than a file that would run code, and none where a pointer leads out of the run"
     )
     print_resume(report, found, flag, given, unverified)
 

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
-from ckptdoctor.discover import Listing
+from ckptdoctor.discover import Listing, remote
 from ckptdoctor.layouts._zeroed import find_zeroed
 from ckptdoctor.model import (
     COPY_OF,
@@ -171,6 +171,9 @@ class Pointer(NamedTuple):
     copy: bool = False
     """The pointer file is a whole copy of the save it names (``Layout.whole_copy``), loaded in
     its place: it is followable while the copy itself is whole."""
+    outside: str | None = None
+    """Where it leads out of the run, to a file or folder that is there (``elsewhere``): the
+    framework loads that, and nothing of it was judged with the run."""
 
 
 class Layout:
@@ -1069,8 +1072,10 @@ class NamingFile(NamedTuple):
             return (unreadable_pointer(source, self.name),)
         folder = os.path.dirname(source.entry.os_path)
         path = os.path.join(folder, text)
-        if (self.full_path and not os.path.isabs(text)) or os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
+        if self.full_path and not os.path.isabs(text):
             return (Pointer(source, text, None, self.name),)
+        if os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
+            return (Pointer(source, text, None, self.name, outside=elsewhere(source, text)),)
         name = os.path.basename(path)
         number = next((c.index for c in run.checkpoints if _named(c, name)), None)
         return (Pointer(source, text, number, self.name),)
@@ -1171,13 +1176,39 @@ def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: st
     for file in run.loose_files:
         if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
             named = claim(file.entry.link.rsplit("/", 1)[-1]) if link_beside(file.entry.os_path, file.entry.link) else None
-            found.append(Pointer(file, file.entry.link, named.number if named else None, meaning))
+            outside = elsewhere(file, file.entry.link) if not file.entry.is_dir else None  # a link's framework loads a file
+            found.append(Pointer(file, file.entry.link, named.number if named else None, meaning, outside=outside))
     return tuple(found)
 
 
+def elsewhere(source: CheckpointFile, target: str) -> str | None:
+    """Where the pointer file ``source`` leads when its ``target`` (a symlink's, or the text a
+    framework joins to the pointer's folder: mmengine's absolute path, DeepSpeed's tag) is a file
+    or folder that is there but not beside the pointer, outside the run: the path the framework
+    opens. None where it is beside it, is not there, or the run is in a store (whose pointers
+    name no local path)."""
+    if remote(source.entry.os_path) or link_beside(source.entry.os_path, target):
+        return None
+    path = os.path.normpath(os.path.join(os.path.dirname(source.entry.os_path), target))
+    return path if os.path.exists(path) else None
+
+
+def led_outside(layout: Layout, run: Run) -> str:
+    """What to say where one of ``run``'s pointers leads out of it (``Pointer.outside``): the
+    framework's own resume through it loads a file no scan of the run judged, whatever the
+    resume point is; '' where none does."""
+    for pointer in layout.pointers(run):
+        if pointer.outside is not None and pointer.source is not None:
+            return (
+                f"{pointer.source.name} points outside this run, at {pointer.outside}: {layout.name}'s own resume through it "
+                "loads that, which ckptdoctor did not check"
+            )
+    return ""
+
+
 OUTSIDE = "outside this run"
-"""What ``unfollowable`` says of a symlink to a file (not a folder) that is there, but none of the
-run's: the framework loads it, and nothing of it was judged."""
+"""What ``unfollowable`` says of a pointer that leads to a file or folder that is there, but none
+of the run's (``Pointer.outside``): the framework loads it, and nothing of it was judged."""
 
 
 def unfollowable(run: Run, pointer: Pointer) -> str | None:
@@ -1189,8 +1220,7 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
         return "empty" if pointer.source.entry.size == 0 else "unreadable"
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
-        link = pointer.source.entry
-        return OUTSIDE if pointer.number is None and link.link is not None and not (link.dangling or link.is_dir) else "not there"
+        return OUTSIDE if pointer.number is None and pointer.outside is not None else "not there"
     if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
         return None
     if pointer.copy and not pointer.source.report.problems & _UNUSABLE:

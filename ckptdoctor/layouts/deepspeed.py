@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, OwnObjects, Pointer, folder_name, followed, missing_from_siblings
+from ckptdoctor.layouts._base import Claim, FolderLayout, OwnObjects, Pointer, elsewhere, folder_name, followed, missing_from_siblings
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
 from ckptdoctor.places import parent
 from ckptdoctor.readers import pointer
@@ -177,7 +177,7 @@ class DeepSpeedLayout(FolderLayout):
             if tag is None:
                 continue  # unreadable or malformed: its own finding says so
             match = tags.match(tag)
-            found.append(Pointer(file, tag, int(match[1]) if match else None, name))
+            found.append(Pointer(file, tag, int(match[1]) if match else None, name, outside=None if match else elsewhere(file, tag)))
         return tuple(found)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:

@@ -18,6 +18,7 @@ from ckptdoctor.layouts._base import (
     claim_all,
     file_names,
     group,
+    led_outside,
     probe_batch,
     temp_base,
 )
@@ -124,7 +125,10 @@ def advised(run: Run) -> Run:
         run = dataclasses.replace(run, resumable=resumable if run.resumable is None else resumable & run.resumable)
     if (checkpoint := run.resume) is None:
         return run
-    return dataclasses.replace(run, resume_how=layout.resume_hint(run, checkpoint), resume_path=layout.resume_path(run, checkpoint))
+    how = layout.resume_hint(run, checkpoint)
+    if led := led_outside(layout, run):  # the framework's own resume would not load the resume point: said with it
+        how = f"{how}; but {led}" if how else led
+    return dataclasses.replace(run, resume_how=how, resume_path=layout.resume_path(run, checkpoint))
 
 
 def _recognised(listing: Listing, probe: Callable[[Entry], FileReport], subfolder: Callable[[Entry], Listing | None]) -> Run | None:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
-from ckptdoctor.layouts.registry import NAMED_FILES, advised
+from ckptdoctor.layouts._base import led_outside
+from ckptdoctor.layouts.registry import NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
@@ -154,8 +155,9 @@ def verify_resume(
     run's resume point read whole (fast on a big run: no other checkpoint is read). Each run's
     ``resumable`` is narrowed to the one checkpoint that verified, so that ``Run.resume`` is that
     checkpoint or None: None where a file it needs would run code (no older checkpoint is taken
-    in its place: whoever planted it may have planted more) or none of the newest
-    ``RESUME_TRIES`` complete checkpoints verified."""
+    in its place: whoever planted it may have planted more), where none of the newest
+    ``RESUME_TRIES`` complete checkpoints verified, or where a pointer of the run leads out of it
+    (the framework's own resume loads what it names, which is not the run's to check)."""
     paths = list(paths)
     before = session.traffic()
     first = scan(paths, tally=tally)
@@ -176,6 +178,8 @@ def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileRe
     """The index of ``run``'s newest complete checkpoint whose files all read whole with no
     problem (``reports`` gains what was read), reading back at most ``RESUME_TRIES`` of them;
     none where a file read would run code or could not be checked whole."""
+    if led_outside(layout_named(run.layout), run):
+        return frozenset()  # the framework's own resume loads a file outside the run, which is not read here
     tried = 0
     while (checkpoint := run.resume) is not None and not run.single_file:
         unread = [f.entry for f in checkpoint.files if f.entry.os_path not in reports and _readable(f.entry)]

@@ -972,8 +972,8 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
             continue
         if state == OUTSIDE:  # there, and what the framework loads; only not judged here: a warning
             message = (
-                f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which is {state}: "
-                f"{ctx.layout.name}'s resume through it loads that file, which ckptdoctor did not judge with this run"
+                f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which points {state} at {pointer.outside}: "
+                f"{ctx.layout.name}'s resume through it loads that, which ckptdoctor did not check"
             )
             yield ctx.finding(STALE_POINTER, message, path=pointer.source.path, severity=Severity.WARNING)
             continue
