@@ -36,6 +36,9 @@ MODEL_CONFIG = "model_config"
 """The root attribute in which legacy Keras ``.h5`` models keep their configuration
 (``legacy_h5_format.save_model_to_hdf5``)."""
 WITHOUT_H5PY = "h5py is not installed: only the HDF5 superblock and the file's size were checked (pip install h5py)"
+MAX_OBJECTS = 200_000
+"""Objects ``verify`` walks in one HDF5 file: a Keras model of thousands of layers holds a few
+per layer, and each costs a call into libhdf5."""
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
 """The sizes of offsets and lengths libhdf5 accepts."""
@@ -206,10 +209,25 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
     return walked
 
 
-def _objects(h5py: Any, group: Any, issues: list[FileIssue], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Every object below ``group``, through hard links only (a soft link names an object that is
-    visited where it lives; an external link names another file)."""
-    for name in group:
+def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[str, Any]]:
+    """Every object below ``root``, depth first, through hard links only (a soft link names an
+    object that is visited where it lives; an external link names another file). Walked with a
+    stack, not by recursion: HDF5 nests groups as deep as a writer likes (h5py writes 1,500
+    levels), and each group once, though hard links may lead back to it (libhdf5 allows a link
+    to a group's own parent)."""
+    pending: list[tuple[Iterator[str], Any, str]] = [(iter(root), root, "")]
+    seen = {root.id}
+    count = 0
+    while pending:
+        names, group, prefix = pending[-1]
+        name = next(names, None)
+        if name is None:
+            pending.pop()
+            continue
+        count += 1
+        if count > MAX_OBJECTS:
+            issues.append(FileIssue(Problem.MALFORMED, f"it holds more than {MAX_OBJECTS} objects, more than frameworks write: not read past them"))
+            return
         path = f"{prefix}{name}"
         link = group.get(name, getlink=True)
         if isinstance(link, h5py.ExternalLink):
@@ -218,9 +236,14 @@ def _objects(h5py: Any, group: Any, issues: list[FileIssue], prefix: str = "") -
         if isinstance(link, h5py.SoftLink):
             continue
         item = group[name]
-        yield path, item
         if isinstance(item, h5py.Group):
-            yield from _objects(h5py, item, issues, f"{path}/")
+            if item.id in seen:
+                continue  # another hard link to a group already walked
+            seen.add(item.id)
+            yield path, item
+            pending.append((iter(item), item, f"{path}/"))
+        else:
+            yield path, item
 
 
 def _outside(name: str, what: str) -> FileIssue:
