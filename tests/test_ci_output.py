@@ -128,7 +128,7 @@ def test_github_annotations_escape_control_characters_of_a_file_name(tmp_path, c
     assert result.exit_code == 1, result.stderr
     lines = result.stdout.split("\n")
     assert lines[-1] == "" and all(line.startswith(("::error ", "::warning ", "::notice ")) for line in lines[:-1]), lines
-    assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) <= 0x9F for c in result.stdout), repr(result.stdout)
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in result.stdout), repr(result.stdout)
     escaped = "x\\x1b]0;owned\\x07\\x1b[31m\\x0d%0Ared 100%25"
     expected = f"::error file={run}/{escaped}%3Aa%2Cb.bpk,title=CKD203 truncated::{escaped}:a,b.bpk: cut inside its metadata"
     assert any(line.startswith(expected) for line in lines), lines

@@ -226,7 +226,9 @@ def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[st
             continue
         count += 1
         if count > MAX_OBJECTS:
-            issues.append(FileIssue(Problem.MALFORMED, f"it holds more than {MAX_OBJECTS} objects, more than frameworks write: not read past them"))
+            issues.append(
+                FileIssue(Problem.MALFORMED, f"it holds more than {MAX_OBJECTS} objects, more than frameworks write: not read past them")
+            )
             return
         path = f"{prefix}{name}"
         link = group.get(name, getlink=True)
