@@ -10,7 +10,12 @@ datasets was never written (libhdf5: "bad object header version number"). Superb
 Everything past the superblock (object headers, B-trees, datasets) is read with h5py, which
 ``verify`` uses where it is installed: every object's metadata is read and every dataset's
 bytes placed inside the file; ``--deep`` reads every byte and counts NaN and Inf. Without
-h5py only the superblock is checked, and the report says so (CKD213). Nothing is read from
+h5py only the superblock is checked; the attributes, where a legacy Keras model keeps the
+configuration ``keras.models.load_model`` builds it from (and runs its code, with
+``safe_mode=False``), cannot be read, so the file cannot be proven free of code (CKD404) — what
+``load_model`` reads whatever the file is called (``.h5``, ``.hdf5``, ``.weights.h5`` alike).
+Only a ``.keras`` archive's weights member, whose attributes its loader never reads
+(``read_weights``), is then just partly checked (CKD213). Nothing is read from
 outside the file: external links, external storage and virtual datasets are refused, since
 Keras never writes them and reading them would read other files.
 """
@@ -35,7 +40,15 @@ STORED_END = "hdf5-end"
 MODEL_CONFIG = "model_config"
 """The root attribute in which legacy Keras ``.h5`` models keep their configuration
 (``legacy_h5_format.save_model_to_hdf5``)."""
+CONFIGS = (MODEL_CONFIG, "training_config")
+"""The root attributes ``legacy_h5_format.load_model_from_hdf5`` deserialises: the model's
+configuration, and with ``compile=True`` its loss, metrics and optimizer."""
 WITHOUT_H5PY = "h5py is not installed: only the HDF5 superblock and the file's size were checked (pip install h5py)"
+CONFIG_UNREAD = (
+    "cannot check: h5py is not installed (pip install h5py), and only it reads the file's HDF5 attributes, where a "
+    f"legacy Keras model keeps the configuration ({', '.join(CONFIGS)}) keras.models.load_model builds it from: with "
+    "safe_mode=False that runs any Lambda layer or pickled torch module in it, so the file cannot be proven free of code"
+)
 MAX_OBJECTS = 200_000
 """Objects ``verify`` walks in one HDF5 file: a Keras model of thousands of layers holds a few
 per layer, and each costs a call into libhdf5."""
@@ -129,11 +142,21 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """The superblock, then every object with h5py where it is installed; ``deep`` > 0 also
     reads every dataset's bytes (NaN and Inf in float datasets). h5py reads in a forked process:
     libhdf5 is C, and a crafted file that crashes it ends that process, not ckptdoctor."""
+    return _read_whole(sample, deep, FileIssue(Problem.CODE_IN_CONFIG, CONFIG_UNREAD))
+
+
+def read_weights(sample: Sample, deep: int = 0) -> FileReport:
+    """``read_whole`` of a ``.keras`` archive's weights member, which ``H5IOStore`` reads dataset
+    by dataset: without h5py its attributes, which no loader reads, leave it partly checked."""
+    return _read_whole(sample, deep, FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY))
+
+
+def _read_whole(sample: Sample, deep: int, without_h5py: FileIssue) -> FileReport:
     header = probe(sample)
     if header.issues:
         return header
     if _h5py() is None:
-        return FileReport(HDF5.value, (FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY),), header.facts)
+        return FileReport(HDF5.value, (without_h5py,), header.facts)
     try:
         outcome = [result for _, result in forked(lambda _: _read(sample, deep), 1, 1)]
     except Exception as error:  # libhdf5's errors come as OSError, KeyError, RuntimeError...: each is damage
@@ -167,9 +190,10 @@ class _Walked(NamedTuple):
 
 def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
     walked = _Walked([], list(opened.keys()), [], [], [])
-    config = opened.attrs.get(MODEL_CONFIG)
-    if config is not None:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
-        walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), MODEL_CONFIG))
+    for attribute in CONFIGS:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
+        config = opened.attrs.get(attribute)
+        if config is not None:
+            walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), attribute))
     for name, item in _objects(h5py, opened, walked.issues):
         if not isinstance(item, h5py.Dataset):
             continue
