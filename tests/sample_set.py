@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOADERS = ("torch.load", "pickle.load", "numpy.load", "joblib.load", "dcp.load")
+LOADERS = ("torch.load", "pickle.load", "numpy.load", "joblib.load", "dcp.load", "keras.load_model")
 """``dcp.load`` is torch.distributed.checkpoint's reading of a whole checkpoint folder (through
-``dcp_to_torch_save``, which loads every item): a sample's path is then its ``.metadata``."""
+``dcp_to_torch_save``, which loads every item): a sample's path is then its ``.metadata``.
+``keras.load_model`` is ``keras.saving.load_model(path, safe_mode=False)`` with the torch backend."""
 MALICIOUS_FAMILIES = (
     "tar",
     "opcode-args",
@@ -56,6 +57,7 @@ MALICIOUS_FAMILIES = (
     "setup-class",
     "classic",
     "dcp",
+    "keras-config",
 )
 CANARY_DIR = "_canaries"
 """Canaries live beside the sample folders (``root/_canaries/<name>``), never inside them, so that
@@ -324,6 +326,69 @@ class _Bases:
         parts = list(self.legacy_pickles)
         parts[index] = new(parts[index])
         return b"".join(parts) + self.legacy_tail
+
+
+def _keras_archive(torch_saved: bytes, junk: bool = False) -> bytes:
+    """A ``.keras`` archive of a functional model of one ``TorchModuleWrapper`` layer whose module is
+    ``torch_saved``, as Keras 3.15 writes it: ``config.json`` as ``serialize_keras_object`` writes the
+    model (``keras/src/utils/torch_utils.py``, ``TorchModuleWrapper.get_config``: ``"module":
+    base64(torch.save(module))``), the weights as ``H5IOStore`` writes them (``saving_lib.py``).
+    ``junk``: a ``!`` after every 60 characters of the base64, which ``from_config``'s
+    ``base64.b64decode`` (not validating) skips."""
+    import base64
+
+    import h5py
+    import numpy as np
+
+    def layer(class_name: str, name: str, config: dict[str, Any], inbound: list[Any]) -> dict[str, Any]:
+        return {
+            "module": "keras.layers",
+            "class_name": class_name,
+            "config": config,
+            "registered_name": None,
+            "name": name,
+            "inbound_nodes": inbound,
+        }
+
+    tensor = {"class_name": "__keras_tensor__", "config": {"shape": [None, 3], "dtype": "float32", "keras_history": ["input_layer", 0, 0]}}
+    policy = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None}
+    encoded = base64.b64encode(torch_saved).decode("ascii")
+    if junk:
+        encoded = "!".join(encoded[at : at + 60] for at in range(0, len(encoded), 60))
+    wrapper = {"name": "torch_module_wrapper", "trainable": True, "dtype": policy, "module": encoded, "output_shape": [None, 2]}
+    inputs = {"batch_shape": [None, 3], "dtype": "float32", "sparse": False, "ragged": False, "name": "input_layer", "optional": False}
+    config = {
+        "module": "keras.src.models.functional",
+        "class_name": "Functional",
+        "config": {
+            "name": "functional",
+            "trainable": True,
+            "layers": [
+                layer("InputLayer", "input_layer", inputs, []),
+                layer("TorchModuleWrapper", "torch_module_wrapper", wrapper, [{"args": [tensor], "kwargs": {}}]),
+            ],
+            "input_layers": ["input_layer", 0, 0],
+            "output_layers": ["torch_module_wrapper", 0, 0],
+        },
+        "registered_name": "Functional",
+        "build_config": {"input_shape": None},
+        "compile_config": {},
+    }
+    weights = io.BytesIO()
+    with h5py.File(weights, "w") as f:
+        f.create_group("layers/input_layer/vars").attrs["name"] = "input_layer"
+        held = f.create_group("layers/torch_module_wrapper/vars")
+        held.attrs["name"] = "torch_module_wrapper"
+        held.create_dataset("bias", data=np.zeros(2, "float32"))
+        held.create_dataset("weight", data=np.ones((2, 3), "float32"))
+        f.create_group("vars").attrs["name"] = "functional"
+    return _zip(
+        [
+            ("metadata.json", json.dumps({"keras_version": "3.15.1", "date_saved": "2026-01-01@00:00:00"}).encode()),
+            ("config.json", json.dumps(config).encode()),
+            ("model.weights.h5", weights.getvalue()),
+        ]
+    )
 
 
 _MalSpec = tuple[str, str, str, str, Callable[[_Ctx], bytes]]  # name, file, loader, family, make
@@ -1072,6 +1137,24 @@ def _malicious_specs() -> Iterator[_MalSpec]:
         ),
     )
 
+    # ---- issue 31, item 1: a Keras TorchModuleWrapper's `module` config field, base64 of a torch.save
+    # file that load_model(safe_mode=False) hands to torch.load(weights_only=False) ----
+    if _installed("keras") and _installed("h5py"):
+        yield (
+            "keras-torch-module-wrapper-config",
+            "model.keras",
+            "keras.load_model",
+            "keras-config",
+            lambda c: _keras_archive(c.base.zip_with_data_pkl(lambda _: _pickle("posix.system", c.canary))),
+        )
+        yield (
+            "keras-torch-module-wrapper-config-junk-characters",
+            "model.keras",
+            "keras.load_model",
+            "keras-config",
+            lambda c: _keras_archive(c.base.legacy_with(3, lambda _: _pickle("builtins.exec", c.canary)), junk=True),
+        )
+
 
 def _memo_tuples(levels: int) -> bytes:
     """x0 = (); x(i+1) = (xi, xi), each level from the memo: 2**levels leaves if expanded."""
@@ -1593,6 +1676,11 @@ def load(loader, path):
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
         warnings.simplefilter("ignore")
         dcp_to_torch_save(os.path.dirname(path), os.path.join(tempfile.mkdtemp(), "whole.pt"))
+    elif loader == "keras.load_model":  # issue 31, item 1
+        import os
+        os.environ["KERAS_BACKEND"] = "torch"
+        import keras
+        keras.saving.load_model(path, safe_mode=False)
     else:
         raise ValueError("unknown loader " + loader)
 

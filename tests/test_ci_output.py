@@ -116,6 +116,24 @@ def test_github_escapes_what_would_break_an_annotation():
     assert line == "::error file=runs/a%2Cb/x%3Ay.pt,title=CKD211 unreadable::line one%0Aline two 100%25\n"
 
 
+def test_github_annotations_escape_control_characters_of_a_file_name(tmp_path, cli):
+    """A name holding ESC sequences, BEL, CR, a newline and the characters GitHub's workflow
+    commands escape (``%``, ``:``, ``,``): each annotation stays one line, no control character
+    reaches the runner, and the name is still there, written as every other format writes it."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "runs" / "burn-missing-optimizer" / "checkpoint", run)
+    odd = "x\x1b]0;owned\x07\x1b[31m\r\nred 100%:a,b.bpk"
+    (run / odd).write_bytes((run / "model-5.bpk").read_bytes()[:100])
+    result = cli("verify", "--format", "github", run)
+    assert result.exit_code == 1, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[-1] == "" and all(line.startswith(("::error ", "::warning ", "::notice ")) for line in lines[:-1]), lines
+    assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in result.stdout), repr(result.stdout)
+    escaped = "x\\x1b]0;owned\\x07\\x1b[31m\\x0d%0Ared 100%25"
+    expected = f"::error file={run}/{escaped}%3Aa%2Cb.bpk,title=CKD203 truncated::{escaped}:a,b.bpk: cut inside its metadata"
+    assert any(line.startswith(expected) for line in lines), lines
+
+
 @pytest.mark.parametrize("command", [("verify",), ("diskcheck",), ("prune", "--keep-last", "1", "--dry-run"), ("repair", "--dry-run")])
 @pytest.mark.parametrize("fmt", ["sarif", "junit", "github"])
 def test_every_command_renders_every_format(tmp_path, cli, command, fmt):

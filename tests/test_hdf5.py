@@ -98,6 +98,34 @@ def test_a_crash_inside_libhdf5_is_damage_not_a_crash_of_ckptdoctor(tmp_path: Pa
     assert "crashed" in report.issues[0].detail
 
 
+def test_groups_nested_1500_deep_are_read_whole_as_h5py_reads_them(tmp_path: Path) -> None:
+    """Issue 31, item 7: libhdf5 nests groups as deep as a writer likes; ckptdoctor's own walk
+    recursed once per level and called such a valid file malformed (maximum recursion depth)."""
+    path = tmp_path / "deep.weights.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("g/" * 1500 + "w", data=np.array([1.0, np.nan], "float32"))
+    with h5py.File(path, "r") as f:  # h5py reads it
+        assert f["g/" * 1500 + "w"].shape == (2,)
+    report = hdf5.read_whole(BytesSample(path.read_bytes()))
+    assert report.issues == ()
+    assert [(t.name, t.shape) for t in report.tensors or ()] == [("g." * 1500 + "w", (2,))]
+    assert problems(path, deep=1) == [Problem.NONFINITE]
+    cut = tmp_path / "cut.weights.h5"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2] + bytes(path.stat().st_size - path.stat().st_size // 2))
+    with h5py.File(cut, "r") as f, pytest.raises(KeyError, match="bad symbol table node signature"):
+        f["g/" * 1500 + "w"][()]  # h5py cannot read the zeroed half
+    unread = hdf5.read_whole(BytesSample(cut.read_bytes())).issues
+    assert [i.problem for i in unread] == [Problem.MALFORMED] and "h5py cannot read it" in unread[0].detail
+
+
+def test_a_hard_link_back_to_a_parent_group_is_walked_once(tmp_path: Path) -> None:
+    path = weights(tmp_path / "loop.weights.h5")
+    with h5py.File(path, "a") as f:
+        f["layers/dense/up"] = f  # a second hard link to the root group: libhdf5 allows the cycle
+    report = hdf5.read_whole(BytesSample(path.read_bytes()))
+    assert report.issues == () and len(report.tensors or ()) == 3
+
+
 def test_a_legacy_model_config_with_a_lambda_is_code(tmp_path: Path) -> None:
     path = weights(tmp_path / "legacy.h5")
     with h5py.File(path, "a") as f:

@@ -17,6 +17,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +72,11 @@ lam = keras.Sequential([keras.Input((4,)), keras.layers.Lambda(lambda t: t * 2),
 os.makedirs(out + "/lambda")
 lam.save(out + "/lambda/ep01.keras")
 lam.save(out + "/lambda/legacy-01.h5")
+# issue 31, item 3: a legacy model whose Lambda creates a file when it runs (as it does on every call,
+# the save's included: the test removes the file before loading)
+live = eval(f"lambda t: (open({out + '/lambda-ran'!r}, 'a').close(), t)[1]")
+os.makedirs(out + "/canary")
+keras.Sequential([keras.Input((4,)), keras.layers.Lambda(live), keras.layers.Dense(2)]).save(out + "/canary/legacy-01.h5")
 """
 
 _LOAD = r"""
@@ -82,6 +88,31 @@ try:
 except Exception as caught:
     error = str(caught)
 print(json.dumps({"error": error, "iterations": iterations}))
+"""
+
+_LOAD_UNSAFE = r"""
+import os, sys, json
+os.environ["KERAS_BACKEND"] = sys.argv[2]
+import keras
+refused = None
+try:
+    keras.saving.load_model(sys.argv[1])
+except Exception as caught:
+    refused = str(caught)
+model = keras.saving.load_model(sys.argv[1], safe_mode=False)
+print(json.dumps({"refused": refused, "layers": [type(layer).__name__ for layer in model.layers]}))
+"""
+
+_TORCH_WRAPPED = r"""
+import os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras, torch
+keras.utils.set_random_seed(0)
+wrapped = keras.layers.TorchModuleWrapper(torch.nn.Linear(3, 2), output_shape=(None, 2))
+model = keras.Sequential([keras.Input((3,)), wrapped])
+model.compile(optimizer="adam", loss="mse")
+model.fit(torch.rand(8, 3), torch.rand(8, 2), epochs=1, verbose=0)
+model.save(sys.argv[1])
 """
 
 _RESUME_BACKUP = r"""
@@ -486,11 +517,69 @@ def test_a_lambda_layer_is_code_keras_refuses_in_safe_mode(keras_runs: Path) -> 
         assert "Lambda" in loaded(folder / name)["error"]  # CKD404's messages: what Keras says when it refuses
 
 
-def test_without_h5py_verify_checks_the_superblock_and_says_so(keras_runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_h5py_a_keras_archive_is_partly_checked_and_an_hdf5_file_cannot_be_checked(
+    keras_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``.keras`` archive keeps its configuration in ``config.json``, read without h5py: only its
+    weights member is left unread. A bare HDF5 file keeps a legacy model's configuration in its
+    attributes, which only h5py reads, and ``load_model`` reads one whatever it is called
+    (``.weights.h5`` too): it cannot be proven free of code (issue 31, item 3)."""
     monkeypatch.setattr(hdf5, "_h5py", lambda: None)
-    report, found = verify([str(keras_runs / "weights")])
+    report, found = verify([str(keras_runs / "best")])
     assert {f.code for f in report.findings} == {"CKD213"}
-    assert found.runs[0].resume.index == 3  # nothing wrong was found: it stays the resume point
+    assert found.runs[0].resume is not None  # nothing wrong was found: it stays the resume point
+    report, _ = verify([str(keras_runs / "weights")])
+    unchecked = [f for f in report.findings if f.code == "CKD404"]
+    assert {f.path.rsplit("/", 1)[-1] for f in unchecked} == {p.name for p in (keras_runs / "weights").iterdir()}
+    assert all(f.severity.value == "error" and f.message.startswith(f"{f.path.rsplit('/', 1)[-1]}: cannot check") for f in unchecked)
+    assert all("pip install h5py" in f.message for f in unchecked)
+
+
+_WITHOUT_H5PY = "import runpy, sys\nsys.modules['h5py'] = None  # as where it is not installed\nsys.argv[0] = 'ckptdoctor'\nrunpy.run_module('ckptdoctor', run_name='__main__')"
+
+
+def test_without_h5py_a_legacy_model_with_a_live_lambda_is_never_clean(keras_runs: Path, tmp_path: Path) -> None:
+    """Issue 31, item 3: verify without h5py read the superblock alone and passed a model whose
+    Lambda runs when ``load_model(safe_mode=False)`` loads it (exit 0)."""
+    folder = Path(shutil.copytree(keras_runs / "canary", tmp_path / "canary"))
+    ran = keras_runs / "lambda-ran"
+    ran.unlink(missing_ok=True)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_H5PY, "verify", "--json", str(folder)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root), "NO_COLOR": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    findings = json.loads(done.stdout)["findings"]
+    mine = [f for f in findings if (f["path"] or "").endswith("legacy-01.h5")]
+    assert [(f["code"], f["severity"]) for f in mine] == [("CKD404", "error")], findings
+    assert "cannot check" in mine[0]["message"] and "pip install h5py" in mine[0]["message"]
+    assert not ran.exists(), "verify ran the Lambda"
+    loaded_unsafely = json.loads(run_python(_LOAD_UNSAFE, str(folder / "legacy-01.h5"), "tensorflow").splitlines()[-1])
+    assert "Lambda" in loaded_unsafely["refused"] and "Lambda" in loaded_unsafely["layers"]
+    assert ran.exists(), "the payload is live: load_model(safe_mode=False) ran the Lambda"
+
+
+def test_a_torch_module_wrapper_needs_full_unpickling_as_keras_loads_it(tmp_path: Path) -> None:
+    """Issue 31, item 1: ``TorchModuleWrapper.get_config`` saves the module as base64 of
+    ``torch.save(module)``, which ``from_config`` hands to ``torch.load(weights_only=False)``
+    where ``safe_mode=False``. A real one, written by Keras on the torch backend, holds a whole
+    ``nn.Module``: never clean, an error naming the field (its live payload twin is in
+    ``sample_set``)."""
+    pytest.importorskip("torch")
+    path = tmp_path / "run" / "wrapped.keras"
+    path.parent.mkdir()
+    run_python(_TORCH_WRAPPED, str(path))
+    loaded_unsafely = json.loads(run_python(_LOAD_UNSAFE, str(path), "torch").splitlines()[-1])
+    assert "torch.nn.Module" in loaded_unsafely["refused"] and loaded_unsafely["layers"] == ["TorchModuleWrapper"]
+    report, _ = verify([str(path.parent)])
+    (finding,) = [f for f in report.findings if f.code == "CKD401"]
+    assert finding.severity.value == "error" and finding.path.endswith("wrapped.keras")
+    assert "config.json /config/layers/1/config/module" in finding.message
+    assert "torch.load(weights_only=False)" in finding.message and "torch.nn.modules.linear.Linear" in finding.message
 
 
 def test_a_best_only_file_stands_for_a_save_and_alone_is_a_keras_run(keras_runs: Path) -> None:

@@ -10,7 +10,12 @@ datasets was never written (libhdf5: "bad object header version number"). Superb
 Everything past the superblock (object headers, B-trees, datasets) is read with h5py, which
 ``verify`` uses where it is installed: every object's metadata is read and every dataset's
 bytes placed inside the file; ``--deep`` reads every byte and counts NaN and Inf. Without
-h5py only the superblock is checked, and the report says so (CKD213). Nothing is read from
+h5py only the superblock is checked; the attributes, where a legacy Keras model keeps the
+configuration ``keras.models.load_model`` builds it from (and runs its code, with
+``safe_mode=False``), cannot be read, so the file cannot be proven free of code (CKD404) — what
+``load_model`` reads whatever the file is called (``.h5``, ``.hdf5``, ``.weights.h5`` alike).
+Only a ``.keras`` archive's weights member, whose attributes its loader never reads
+(``read_weights``), is then just partly checked (CKD213). Nothing is read from
 outside the file: external links, external storage and virtual datasets are refused, since
 Keras never writes them and reading them would read other files.
 """
@@ -35,7 +40,18 @@ STORED_END = "hdf5-end"
 MODEL_CONFIG = "model_config"
 """The root attribute in which legacy Keras ``.h5`` models keep their configuration
 (``legacy_h5_format.save_model_to_hdf5``)."""
+CONFIGS = (MODEL_CONFIG, "training_config")
+"""The root attributes ``legacy_h5_format.load_model_from_hdf5`` deserialises: the model's
+configuration, and with ``compile=True`` its loss, metrics and optimizer."""
 WITHOUT_H5PY = "h5py is not installed: only the HDF5 superblock and the file's size were checked (pip install h5py)"
+CONFIG_UNREAD = (
+    "cannot check: h5py is not installed (pip install h5py), and only it reads the file's HDF5 attributes, where a "
+    f"legacy Keras model keeps the configuration ({', '.join(CONFIGS)}) keras.models.load_model builds it from: with "
+    "safe_mode=False that runs any Lambda layer or pickled torch module in it, so the file cannot be proven free of code"
+)
+MAX_OBJECTS = 200_000
+"""Objects ``verify`` walks in one HDF5 file: a Keras model of thousands of layers holds a few
+per layer, and each costs a call into libhdf5."""
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
 """The sizes of offsets and lengths libhdf5 accepts."""
@@ -126,11 +142,21 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     """The superblock, then every object with h5py where it is installed; ``deep`` > 0 also
     reads every dataset's bytes (NaN and Inf in float datasets). h5py reads in a forked process:
     libhdf5 is C, and a crafted file that crashes it ends that process, not ckptdoctor."""
+    return _read_whole(sample, deep, FileIssue(Problem.CODE_IN_CONFIG, CONFIG_UNREAD))
+
+
+def read_weights(sample: Sample, deep: int = 0) -> FileReport:
+    """``read_whole`` of a ``.keras`` archive's weights member, which ``H5IOStore`` reads dataset
+    by dataset: without h5py its attributes, which no loader reads, leave it partly checked."""
+    return _read_whole(sample, deep, FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY))
+
+
+def _read_whole(sample: Sample, deep: int, without_h5py: FileIssue) -> FileReport:
     header = probe(sample)
     if header.issues:
         return header
     if _h5py() is None:
-        return FileReport(HDF5.value, (FileIssue(Problem.PARTLY_CHECKED, WITHOUT_H5PY),), header.facts)
+        return FileReport(HDF5.value, (without_h5py,), header.facts)
     try:
         outcome = [result for _, result in forked(lambda _: _read(sample, deep), 1, 1)]
     except Exception as error:  # libhdf5's errors come as OSError, KeyError, RuntimeError...: each is damage
@@ -164,9 +190,10 @@ class _Walked(NamedTuple):
 
 def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
     walked = _Walked([], list(opened.keys()), [], [], [])
-    config = opened.attrs.get(MODEL_CONFIG)
-    if config is not None:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
-        walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), MODEL_CONFIG))
+    for attribute in CONFIGS:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
+        config = opened.attrs.get(attribute)
+        if config is not None:
+            walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), attribute))
     for name, item in _objects(h5py, opened, walked.issues):
         if not isinstance(item, h5py.Dataset):
             continue
@@ -206,10 +233,27 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
     return walked
 
 
-def _objects(h5py: Any, group: Any, issues: list[FileIssue], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Every object below ``group``, through hard links only (a soft link names an object that is
-    visited where it lives; an external link names another file)."""
-    for name in group:
+def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[str, Any]]:
+    """Every object below ``root``, depth first, through hard links only (a soft link names an
+    object that is visited where it lives; an external link names another file). Walked with a
+    stack, not by recursion: HDF5 nests groups as deep as a writer likes (h5py writes 1,500
+    levels), and each group once, though hard links may lead back to it (libhdf5 allows a link
+    to a group's own parent)."""
+    pending: list[tuple[Iterator[str], Any, str]] = [(iter(root), root, "")]
+    seen = {root.id}
+    count = 0
+    while pending:
+        names, group, prefix = pending[-1]
+        name = next(names, None)
+        if name is None:
+            pending.pop()
+            continue
+        count += 1
+        if count > MAX_OBJECTS:
+            issues.append(
+                FileIssue(Problem.MALFORMED, f"it holds more than {MAX_OBJECTS} objects, more than frameworks write: not read past them")
+            )
+            return
         path = f"{prefix}{name}"
         link = group.get(name, getlink=True)
         if isinstance(link, h5py.ExternalLink):
@@ -218,9 +262,14 @@ def _objects(h5py: Any, group: Any, issues: list[FileIssue], prefix: str = "") -
         if isinstance(link, h5py.SoftLink):
             continue
         item = group[name]
-        yield path, item
         if isinstance(item, h5py.Group):
-            yield from _objects(h5py, item, issues, f"{path}/")
+            if item.id in seen:
+                continue  # another hard link to a group already walked
+            seen.add(item.id)
+            yield path, item
+            pending.append((iter(item), item, f"{path}/"))
+        else:
+            yield path, item
 
 
 def _outside(name: str, what: str) -> FileIssue:

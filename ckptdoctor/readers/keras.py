@@ -80,7 +80,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         if isinstance(inner, FileIssue):
             issues.append(inner)
         else:
-            report = hdf5.read_whole(inner, deep) if weights.name == _H5 else torchzip.read_whole(inner, deep)
+            report = hdf5.read_weights(inner, deep) if weights.name == _H5 else torchzip.read_whole(inner, deep)
             issues += _as_keras_reads(report.issues, weights.name)
     if not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         # load_model reads each member whole through zipfile, which checks its CRC-32: so does verify

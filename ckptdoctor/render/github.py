@@ -4,6 +4,7 @@ missing-optimizer::…``), and a Markdown summary for the job page (``$GITHUB_ST
 from __future__ import annotations
 
 from ckptdoctor.model import Finding, Report, Severity
+from ckptdoctor.quoting import printable
 from ckptdoctor.render import PLAIN, RenderOptions
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -48,7 +49,10 @@ def _annotation(finding: Finding) -> str:
 
 
 def _data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """``text`` as a workflow command's data: the runner escapes only ``%``, CR and LF, and shows
+    the rest as it is, so a file name's other control characters (an ESC sequence) are written
+    escaped (``\\x1b``), as every other format writes them."""
+    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _property(text: str) -> str:
@@ -56,4 +60,4 @@ def _property(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return printable(text, line=True).replace("|", "\\|")
