@@ -33,8 +33,8 @@ from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
 
 MAX_OUTPUT = 128 * 1024 * 1024
 """The most of a compressed pickle held in memory to be walked."""
-MAX_STEPS = 500_000
-"""The most opcodes a compressed pickle's walk follows: about a second, whatever its size."""
+MAX_STEPS = 300_000
+"""The most opcodes a compressed pickle's walk follows (about half a second), whatever its size."""
 MAX_RATIO = 64
 """Other compressed content is inflated to at most this many times its compressed size (real
 checkpoints compress by less than 2: their weights are close to random bits), and ``MAX_OUTPUT``."""
@@ -190,7 +190,7 @@ def read(sample: Sample, judge: Callable[[Sample], FileReport] | None = None) ->
             f"it is a {stream.name} stream, which loaders decompress before they unpickle or load it, and "
             f"ckptdoctor has no {stream.name} decompressor here ({_INSTALL.get(stream.name, 'pip install ' + stream.name)})"
         )
-    head = inflater.take(_SNIFFED)
+    head = inflater.take(_SNIFFED) or b""
     kind = None if sniff_payload(head[:64]) is Format.PICKLE else _loaded_content(head)
     if kind is not None and judge is not None:
         return _judged_inside(sample, stream, kind, judge)
@@ -218,10 +218,7 @@ def _read_pickle(sample: Sample, stream: _Stream, inflater: _Inflater) -> FileRe
     limit = _FIRST_OUTPUT
     while True:
         payload = inflater.take(limit)
-        walked = walk(payload, arrays=True, budget=budget)
-        if not walked.truncated or inflater.done:
-            break
-        if limit >= MAX_OUTPUT:
+        if payload is None:
             return FileReport(
                 Format.PICKLE.value,
                 (
@@ -232,8 +229,10 @@ def _read_pickle(sample: Sample, stream: _Stream, inflater: _Inflater) -> FileRe
                     ),
                 ),
             )
-        del payload  # held once: the next take copies the inflated bytes again
-        limit = min(limit * 8, MAX_OUTPUT)
+        walked = walk(payload, arrays=True, budget=budget)
+        if not walked.truncated or inflater.done:
+            break
+        limit *= 8
     issues = judge(walked, where)
     # what an unpickler could act on: a whole pickle, a pickle's start, or an import before it stops
     # (burn's gzipped MessagePack reads as an unregistered extension code, which only fails)
@@ -278,16 +277,23 @@ class _Inflater:
         self.decompressor = stream.make()
         self.offset = stream.start
         self.pending = b""
-        self.out = bytearray()
+        self.out = b""
         self.done = False
 
-    def take(self, limit: int) -> bytes:
-        """At least ``limit`` bytes of output (fewer when the streams end), up to ``limit`` + 1."""
-        for part in self.parts(limit + 1 - len(self.out)):
-            self.out += part
-            if len(self.out) > limit:
+    def take(self, limit: int) -> bytes | None:
+        """At least ``limit`` bytes of output (fewer when the streams end), or None past
+        ``MAX_OUTPUT``: the output is held once (the walk reads the very bytes kept here), and what
+        would pass the bound is dropped before it is joined."""
+        parts, have = [self.out], len(self.out)
+        for part in self.parts(limit + 1 - have):
+            parts.append(part)
+            have += len(part)
+            if have > MAX_OUTPUT:
+                return None
+            if have > limit:
                 break
-        return bytes(self.out)
+        self.out = b"".join(parts)
+        return self.out
 
     def parts(self, most: int) -> Iterator[bytes]:
         """The output from where it stands, in pieces of at most ``CHUNK`` bytes, until the

@@ -54,7 +54,8 @@ def _folder_tar(head: bytes, sample: Sample) -> bool:
     ``tarfile`` reads as well; pandas' ``.pkl.tar``, one member)."""
     if len(head) < 262 or head[257:262] != b"ustar":
         return False
-    return head[:100].split(b"\0", 1)[0] not in _TORCH_MEMBERS
+    name = head[:100].split(b"\0", 1)[0]
+    return bool(name) and name not in _TORCH_MEMBERS
 
 
 _TORCH_MEMBERS = (b"sys_info", b"pickle", b"tensors", b"storages")
@@ -213,7 +214,7 @@ SPECS = (
     ReaderSpec(
         TAR,
         (Sniff(Rank.STRUCTURE - 1, _folder_tar), Sniff(Rank.SIGNATURE - 1, _gzipped_folder_tar)),
-        ((".nemo", Naming.CHECKPOINT_ONLY), (".tar", Naming.CONTENT)),  # a `.tar`: pandas' and Composer's tarballs too
+        ((".nemo", Naming.CHECKPOINT_ONLY), (".tar", Naming.CHECKPOINT)),  # a `.tar`: pandas' and Composer's tarballs too
         probe,
         read_whole,
         read_any_name=True,
