@@ -987,12 +987,11 @@ def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS``), then ``State.load_state_dict``'s model and optimizer;
     the batch the timestamp resumes at, the model and the optimizer."""
     import datetime
+    import io
+    import subprocess
 
     import numpy as np
     import numpy.dtypes
-
-    import io
-    import subprocess
 
     torch = pytest.importorskip("torch")
     allowed: list[Any] = [datetime.timedelta, np.ndarray, np.dtype, torch.torch_version.TorchVersion, np._core.multiarray._reconstruct]

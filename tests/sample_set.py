@@ -299,6 +299,16 @@ def _zstd(data: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(data)
 
 
+def _zstd_stream(parts: Sequence[bytes]) -> bytes:
+    """One zstd frame of ``parts``, by ckptdoctor's own dependency (``backports.zstd`` before 3.14)."""
+    try:
+        from compression.zstd import ZstdCompressor  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from backports.zstd import ZstdCompressor  # type: ignore[import-not-found,unused-ignore]
+    compressor = ZstdCompressor()
+    return b"".join(compressor.compress(part) for part in parts) + compressor.flush()
+
+
 def _tarfile(members: Sequence[tuple[str, bytes]], mode: str) -> bytes:
     """A tar written by ``tarfile`` (``mode``: ``"w"``, ``"w:gz"``), each member under its bare name."""
     buffer = io.BytesIO()
@@ -1119,9 +1129,21 @@ def _malicious_specs() -> Iterator[_MalSpec]:
 
     if shutil.which("zstd"):
         # a Composer save folder's `*.pt.zst`, compressed by `zstd` as Composer's CliCompressor does
-        yield ("compressed-composer-pt-zst", "ep1-ba4-rank0.pt.zst", "composer.load", "compressed", lambda c: _cli_compressed("zstd", evil_torch_zip(c)))
+        yield (
+            "compressed-composer-pt-zst",
+            "ep1-ba4-rank0.pt.zst",
+            "composer.load",
+            "compressed",
+            lambda c: _cli_compressed("zstd", evil_torch_zip(c)),
+        )
     if _installed("zstandard"):  # pandas decompresses `.zst` with it
-        yield ("compressed-pandas-pkl-zst", "frame.pkl.zst", "pandas.read_pickle", "compressed", lambda c: _zstd(_pickle("posix.system", c.canary)))
+        yield (
+            "compressed-pandas-pkl-zst",
+            "frame.pkl.zst",
+            "pandas.read_pickle",
+            "compressed",
+            lambda c: _zstd(_pickle("posix.system", c.canary)),
+        )
     yield (
         "tar-pandas-pkl-tar",
         "frame.pkl.tar",
@@ -1803,7 +1825,14 @@ RESOURCE_BOMBS = (
     "bomb-zip-many-members",
     "bomb-tar-many-members",
     "bomb-exponential-dict-memo",
+    # issue 31, item 4: compressed pickles and content, bounded by what the question needs
+    "bomb-gzip-pickle-opcodes",
+    "bomb-zstd-pickle-opcodes",
+    "bomb-bz2-pickle-long-argument",
+    "bomb-composer-zstd-inflation",
 )
+COMPRESSED_BOMBS = RESOURCE_BOMBS[-4:]
+"""Those `test_compressed.py` holds to 2 s of CPU and 256 MiB in a child process."""
 """Names of the inputs `build_bombs` writes. Each carries a payload (behind its costly part) or is
 malformed, so each deserves an error-level finding; none needs to be live. Sizes are such that a
 scanner linear in the opcode count (a few microseconds an opcode) needs well under a second, while
@@ -1887,6 +1916,14 @@ def build_bombs(root: Path) -> list[Path]:
         "bomb-zip-many-members": ("model.pt", zip_many()),
         "bomb-tar-many-members": ("model.pt", tar_many()),
         "bomb-exponential-dict-memo": ("data.pkl", exponential_dict()),
+        # millions of opcodes from a few KiB, a 200 MiB argument before the payload, a zip that inflates to 1 GiB
+        "bomb-gzip-pickle-opcodes": ("model.pkl.gz", gzip.compress(b"\x80\x02" + b"N0" * 20_000_000 + pay, 9)),
+        "bomb-zstd-pickle-opcodes": ("model.pkl.zst", _zstd_stream([b"\x80\x02", *[b"N0" * (1 << 20)] * 20, pay])),
+        "bomb-bz2-pickle-long-argument": (
+            "model.pkl.bz2",
+            bz2.compress(b"\x80\x04\x8e" + struct.pack("<Q", 200 << 20) + bytes(200 << 20) + b"0" + pay, 9),
+        ),
+        "bomb-composer-zstd-inflation": ("ep1-ba4-rank0.pt.zst", _zstd_stream([base.torch_zip[:64], *[bytes(1 << 24)] * 64])),
     }
     assert tuple(bombs) == RESOURCE_BOMBS
     paths = []

@@ -125,7 +125,9 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
             # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
         inside = compressed.inner_name(name)
-        packed = compressed.read(sample, lambda content: verify_sample(content, inside, deep, named)) if compressed.compressed(sample) else None
+        packed = (
+            compressed.read(sample, lambda content: verify_sample(content, inside, deep, named)) if compressed.compressed(sample) else None
+        )
     if packed is not None:  # joblib.load decompresses whatever the name; pandas and Composer by the name
         # a name with a compression suffix is read through it (a zstd stream's magic sniffs as a broken pickle)
         if inside != name or (report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None)):
