@@ -93,7 +93,11 @@ def test_an_lz4_stream_without_the_lz4_package_cannot_be_checked_and_says_what_t
     (tmp_path / "run" / "model.pkl.lz4").write_bytes(data)
     blocked = "import sys; sys.modules['lz4'] = None; sys.modules['lz4.frame'] = None; from ckptdoctor.__main__ import program; program()"
     child = subprocess.run(
-        [sys.executable, "-c", blocked, "verify", "--json", str(tmp_path / "run")], capture_output=True, text=True, check=False
+        [sys.executable, "-c", blocked, "verify", "--json", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
     )
     assert child.returncode == 1, child.stderr
     (finding,) = json.loads(child.stdout)["findings"]
@@ -162,7 +166,9 @@ def test_compressed_bombs_finish_under_two_seconds_and_256_mib(compressed_bombs,
         "use = resource.getrusage(resource.RUSAGE_CHILDREN); "
         "print(json.dumps([out.returncode, use.ru_utime + use.ru_stime, use.ru_maxrss, out.stdout]))"
     )
-    measured = subprocess.run([sys.executable, "-c", measure, str(path.parent)], capture_output=True, text=True, check=True)
+    measured = subprocess.run(
+        [sys.executable, "-c", measure, str(path.parent)], capture_output=True, text=True, check=True, cwd=path.parent
+    )
     returncode, seconds, peak_kib, stdout = json.loads(measured.stdout)
     assert returncode == 1, stdout[-2000:]
     mine = [f for f in json.loads(stdout)["findings"] if Path(f.get("path") or "/").name == path.name]
