@@ -1010,12 +1010,13 @@ def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     return state["timestamp"]["batch"], model, optimizer
 
 
-def composer_autoresume(save_folder: Path) -> str | None:
-    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/latest-rank0.pt`` where
-    ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts over), else None."""
+def composer_autoresume(save_folder: Path, latest_filename: str = "latest-rank0.pt") -> str | None:
+    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/<save_latest_filename>``
+    (rank 0's) where ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts
+    over), else None."""
     import os
 
-    latest = os.path.abspath(save_folder / "latest-rank0.pt")
+    latest = os.path.abspath(save_folder / latest_filename)
     return latest if os.path.exists(latest) else None
 
 

@@ -293,12 +293,6 @@ def _cli_compressed(tool: str, data: bytes) -> bytes:
     return subprocess.run([tool], input=data, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
 
 
-def _zstd(data: bytes) -> bytes:
-    import zstandard
-
-    return zstandard.ZstdCompressor().compress(data)
-
-
 def _zstd_stream(parts: Sequence[bytes]) -> bytes:
     """One zstd frame of ``parts``, by ckptdoctor's own dependency (``backports.zstd`` before 3.14)."""
     try:
@@ -1142,7 +1136,7 @@ def _malicious_specs() -> Iterator[_MalSpec]:
             "frame.pkl.zst",
             "pandas.read_pickle",
             "compressed",
-            lambda c: _zstd(_pickle("posix.system", c.canary)),
+            lambda c: _zstd_stream([_pickle("posix.system", c.canary)]),
         )
     yield (
         "tar-pandas-pkl-tar",
@@ -1562,6 +1556,7 @@ def _benign_specs() -> Iterator[_BenignSpec]:
         buffer = io.BytesIO()
         torch.save({"state": {"model": model().state_dict()}, "rng": []}, buffer)
         p.write_bytes(_cli_compressed("zstd", buffer.getvalue()))
+        (p.parent / "latest-rank0.pt.zst").symlink_to(p.name)  # CheckpointSaver's latest link, named as the save
 
     def nemo_gzipped(p: Path) -> None:
         buffer = io.BytesIO()
@@ -1571,6 +1566,8 @@ def _benign_specs() -> Iterator[_BenignSpec]:
     if _installed("pandas"):
         yield ("pandas-to-pickle-tar", "frame.pkl.tar", "pandas.read_pickle", "pandas", pandas_pickle)
         yield ("pandas-to-pickle-xz", "frame.pkl.xz", "pandas.read_pickle", "pandas", pandas_pickle)
+        if _installed("zstandard"):  # pandas compresses `.zst` with it
+            yield ("pandas-to-pickle-zst", "frame.pkl.zst", "pandas.read_pickle", "pandas", pandas_pickle)
         if _installed("zstandard"):
             yield ("pandas-to-pickle-zst", "frame.pkl.zst", "pandas.read_pickle", "pandas", pandas_pickle)
     if shutil.which("zstd"):

@@ -22,8 +22,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from frameworks import composer_load, composer_run
+from frameworks import composer_autoresume, composer_load, composer_run
 from sample_set import COMPRESSED_BOMBS, build_bombs
+
+from ckptdoctor.pipelines.scan import inspect
 
 torch = pytest.importorskip("torch")
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="Composer compresses with the zstd tool")
@@ -54,6 +56,11 @@ def test_a_composer_run_of_zstd_saves_is_read_and_resumes_where_it_says(tmp_path
     resume = cli("inspect", "--resume-path", folder).stdout.strip()
     assert resume == str(folder / "ep2-ba8-rank0.pt.zst")
     assert composer_load(resume)[0] == 8  # Composer's decompress-then-load agrees
+    # autoresume with save_latest_filename="latest-rank{rank}.pt.zst" loads the same save
+    _, found = inspect([str(folder)])
+    (scanned,) = found.runs
+    assert "autoresume=True" in scanned.resume_how
+    assert os.path.samefile(composer_autoresume(folder, "latest-rank0.pt.zst"), resume)
 
 
 @needs_zstd

@@ -137,7 +137,8 @@ class ComposerLayout(Layout):
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # autoresume loads what latest-rank0.pt names
-        return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == _AUTORESUMED])
+        # autoresume loads `save_latest_filename`: latest-rank0.pt, or latest-rank0.pt.zst beside compressed saves
+        return followed(run, [p for p in self.pointers(run) if p.source is not None and _autoresumed(p.source.entry.name)])
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """The link as Composer makes it (relative, to the same rank's file, or to a sharded
@@ -218,6 +219,12 @@ class ShardedComposer(FolderLayout):
 
 
 _COMPOSER, _DCP, _SHARDED_SAVES = ComposerLayout(), DcpLayout(), ShardedComposer()
+
+
+def _autoresumed(name: str) -> bool:
+    """The local latest link of rank 0 (``_get_autoresume_checkpoint`` formats the name with rank 0)."""
+    match = _LATEST.match(name)
+    return match is not None and match[1] == "rank0" and not match[3]
 
 
 def _saved(name: str) -> Claim | None:
