@@ -293,6 +293,11 @@ def _cli_compressed(tool: str, data: bytes) -> bytes:
     return subprocess.run([tool], input=data, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
 
 
+def _framed(body: bytes) -> bytes:
+    """A protocol-4 pickle of one FRAME holding ``body``."""
+    return b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body
+
+
 def _zstd_stream(parts: Sequence[bytes]) -> bytes:
     """One zstd frame of ``parts``, by ckptdoctor's own dependency (``backports.zstd`` before 3.14)."""
     try:
@@ -1136,7 +1141,8 @@ def _malicious_specs() -> Iterator[_MalSpec]:
             "frame.pkl.zst",
             "pandas.read_pickle",
             "compressed",
-            lambda c: _zstd_stream([_pickle("posix.system", c.canary)]),
+            # framed, as pickle.dumps writes it: pandas' zstandard reader cannot `peek`, which an unframed load asks for
+            lambda c: _zstd_stream([_framed(GADGETS["posix.system"](c.canary) + b".")]),
         )
     yield (
         "tar-pandas-pkl-tar",
@@ -1567,8 +1573,6 @@ def _benign_specs() -> Iterator[_BenignSpec]:
         yield ("pandas-to-pickle-tar", "frame.pkl.tar", "pandas.read_pickle", "pandas", pandas_pickle)
         yield ("pandas-to-pickle-xz", "frame.pkl.xz", "pandas.read_pickle", "pandas", pandas_pickle)
         if _installed("zstandard"):  # pandas compresses `.zst` with it
-            yield ("pandas-to-pickle-zst", "frame.pkl.zst", "pandas.read_pickle", "pandas", pandas_pickle)
-        if _installed("zstandard"):
             yield ("pandas-to-pickle-zst", "frame.pkl.zst", "pandas.read_pickle", "pandas", pandas_pickle)
     if shutil.which("zstd"):
         yield ("composer-save-pt-zst", "ep1-ba4-rank0.pt.zst", "composer.load", "composer", composer_compressed)
