@@ -37,7 +37,8 @@ MAX_STEPS = 300_000
 """The most opcodes a compressed pickle's walk follows (about half a second), whatever its size."""
 MAX_RATIO = 64
 """Other compressed content is inflated to at most this many times its compressed size (real
-checkpoints compress by less than 2: their weights are close to random bits), and ``MAX_OUTPUT``."""
+checkpoints compress by less than 2: their weights are close to random bits) or to ``MAX_OUTPUT``,
+whichever is more: it goes to a temporary file, not to memory."""
 COMPRESSION_SUFFIXES = (".gz", ".z", ".bz2", ".xz", ".lzma", ".lz4", ".zst", ".lzo")
 """Names under which a loader decompresses a file before reading it (joblib, pandas, Composer)."""
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".sav", ".dill", ".pt", ".pth", ".bin", ".ckpt")
@@ -175,7 +176,7 @@ def inner_name(name: str) -> str:
     return next((name[: -len(suffix)] for suffix in COMPRESSION_SUFFIXES if lowered.endswith(suffix)), name)
 
 
-def read(sample: Sample, judge: Callable[[Sample], FileReport] | None = None) -> FileReport | None:
+def read(sample: Sample, judge: Callable[[Sample], FileReport]) -> FileReport | None:
     """What a loader would run of a compressed file: a report on the pickle inside, or ``judge``'s
     of other content a loader reads, inflated into a temporary file; None when the file is not
     compressed, or what comes out is neither and runs nothing (burn's ``.mpk.gz``: every
@@ -187,12 +188,12 @@ def read(sample: Sample, judge: Callable[[Sample], FileReport] | None = None) ->
         inflater = _Inflater(sample, stream)
     except ImportError:
         return _cannot_check(
-            f"it is a {stream.name} stream, which loaders decompress before they unpickle or load it, and "
+            f"it is compressed with {stream.name}, which loaders decompress before they unpickle or load it, and "
             f"ckptdoctor has no {stream.name} decompressor here ({_INSTALL.get(stream.name, 'pip install ' + stream.name)})"
         )
     head = inflater.take(_SNIFFED) or b""
     kind = None if sniff_payload(head[:64]) is Format.PICKLE else _loaded_content(head)
-    if kind is not None and judge is not None:
+    if kind is not None:
         return _judged_inside(sample, stream, kind, judge)
     return _read_pickle(sample, stream, inflater)
 
@@ -249,7 +250,7 @@ def _judged_inside(sample: Sample, stream: _Stream, kind: Format, judge: Callabl
     bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)
     with tempfile.TemporaryFile(prefix="ckptdoctor-") as inflated:
         written = 0
-        for part in _Inflater(sample, stream).parts(bound + 1 - written):
+        for part in _Inflater(sample, stream).parts(CHUNK):
             inflated.write(part)
             written += len(part)
             if written > bound:
@@ -296,8 +297,8 @@ class _Inflater:
         return self.out
 
     def parts(self, most: int) -> Iterator[bytes]:
-        """The output from where it stands, in pieces of at most ``CHUNK`` bytes, until the
-        streams end; each piece no longer than ``most`` allows before the consumer stops."""
+        """The output from where it stands, in pieces of at most ``most`` bytes (and ``CHUNK``),
+        until the streams end."""
         try:
             while not self.done:
                 if not self.pending and getattr(self.decompressor, "needs_input", True):

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
 from ckptdoctor.readers._sample import CHUNK, EdgeSample, FileSample, Sample, Window
+from ckptdoctor.readers.compressed import MAX_OUTPUT, MAX_RATIO
 from ckptdoctor.readers.sniff import Format, sniff
 
 TAR = Format.declare("tar")
@@ -76,13 +77,23 @@ def _gzipped_folder_tar(head: bytes, sample: Sample) -> bool:
 def _inflated(sample: Sample) -> Iterator[bytes | FileIssue]:
     """The tar stream a gzipped archive holds, in chunks, then a problem of the gzip stream, if any."""
     inflater = zlib.decompressobj(_GZIP_WBITS)
-    read = 0
+    read, inflated = 0, 0
+    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)  # a bomb stops here, as a compressed pickle's does
     try:
         for chunk in sample.chunks():
             read += len(chunk)
             data = chunk
             while data and not inflater.eof:
-                yield inflater.decompress(data, CHUNK)
+                part = inflater.decompress(data, CHUNK)
+                inflated += len(part)
+                if inflated > bound:
+                    yield FileIssue(
+                        Problem.UNSAFE_PICKLE,
+                        f"cannot check: its gzip stream inflates to more than {bound} bytes ({MAX_RATIO} times its size or "
+                        f"{MAX_OUTPUT} bytes): the archive a loader would unpack is not inflated further, so it cannot be proven safe",
+                    )
+                    return
+                yield part
                 data = inflater.unconsumed_tail
             if inflater.eof:
                 break
