@@ -896,18 +896,36 @@ def composer_state(batch: int, epoch: int, weights_only: bool = False, seed: int
     return {"state": state, "rng": rng}
 
 
-def composer_save(folder: Path, epoch: int, batch: int, ranks: int = 1, weights_only: bool = False, latest: bool = True) -> None:
+COMPOSER_TOOLS = {"bz2": "bzip2", "gz": "gzip", "lz4": "lz4", "lzma": "lzma", "lzo": "lzop", "xz": "xz", "zst": "zstd"}
+"""``KNOWN_COMPRESSORS`` (``composer/utils/compression.py``): a save's suffix and the tool it is piped through."""
+
+
+def composer_save(
+    folder: Path, epoch: int, batch: int, ranks: int = 1, weights_only: bool = False, latest: bool = True, compression: str = ""
+) -> None:
     """One ``CheckpointSaver._save_checkpoint``: each rank's ``ep{epoch}-ba{batch}-rank{rank}.pt``
     written in place (``_write_checkpoint_file``), then ``latest-rank{rank}.pt`` removed and made a
-    symlink to the save's path relative to the folder."""
+    symlink to the save's path relative to the folder. ``compression`` (``zst``, ``gz``, ...):
+    ``filename`` and ``latest_filename`` end ``.pt.<compression>``, and ``_write_checkpoint_file``
+    pipes ``torch.save`` through the tool (``CliCompressor.compress``)."""
+    import subprocess
+
     torch = pytest.importorskip("torch")
     folder.mkdir(parents=True, exist_ok=True)
+    suffix = f".{compression}" if compression else ""
     for rank in range(ranks):
-        name = f"ep{epoch}-ba{batch}-rank{rank}.pt"
+        name = f"ep{epoch}-ba{batch}-rank{rank}.pt{suffix}"
         with open(folder / name, "wb") as f:
-            torch.save(composer_state(batch, epoch, weights_only, seed=rank), f)
+            if compression:
+                tool = subprocess.Popen([COMPOSER_TOOLS[compression]], stdin=subprocess.PIPE, stdout=f)
+                assert tool.stdin is not None
+                torch.save(composer_state(batch, epoch, weights_only, seed=rank), tool.stdin)
+                tool.stdin.close()
+                assert tool.wait() == 0
+            else:
+                torch.save(composer_state(batch, epoch, weights_only, seed=rank), f)
         if latest:
-            link = folder / f"latest-rank{rank}.pt"
+            link = folder / f"latest-rank{rank}.pt{suffix}"
             link.unlink(missing_ok=True)
             link.symlink_to(name)
 
@@ -969,6 +987,8 @@ def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     ``_COMPOSER_CHECKPOINT_SAFE_GLOBALS``), then ``State.load_state_dict``'s model and optimizer;
     the batch the timestamp resumes at, the model and the optimizer."""
     import datetime
+    import io
+    import subprocess
 
     import numpy as np
     import numpy.dtypes
@@ -976,6 +996,9 @@ def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     torch = pytest.importorskip("torch")
     allowed: list[Any] = [datetime.timedelta, np.ndarray, np.dtype, torch.torch_version.TorchVersion, np._core.multiarray._reconstruct]
     allowed += [kind for kind in vars(numpy.dtypes).values() if isinstance(kind, type) and issubclass(kind, np.dtype)]
+    parts = str(path).split(".")
+    if len(parts) >= 2 and parts[-2] == "pt" and parts[-1] != "symlink":  # is_compressed_pt: download_checkpoint's `<tool> -dc`
+        path = io.BytesIO(subprocess.run([COMPOSER_TOOLS[parts[-1]], "-dc", str(path)], stdout=subprocess.PIPE, check=True).stdout)  # type: ignore[assignment]
     with torch.serialization.safe_globals(allowed):
         saved = torch.load(path, map_location="cpu", weights_only=True)
     state = saved["state"]
@@ -987,12 +1010,13 @@ def composer_load(path: str | Path) -> tuple[int, Any, Any]:
     return state["timestamp"]["batch"], model, optimizer
 
 
-def composer_autoresume(save_folder: Path) -> str | None:
-    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/latest-rank0.pt`` where
-    ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts over), else None."""
+def composer_autoresume(save_folder: Path, latest_filename: str = "latest-rank0.pt") -> str | None:
+    """``Trainer._get_autoresume_checkpoint`` on one node: ``save_folder/<save_latest_filename>``
+    (rank 0's) where ``os.path.exists`` finds it (a dangling link is no checkpoint: the run starts
+    over), else None."""
     import os
 
-    latest = os.path.abspath(save_folder / "latest-rank0.pt")
+    latest = os.path.abspath(save_folder / latest_filename)
     return latest if os.path.exists(latest) else None
 
 

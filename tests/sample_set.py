@@ -27,6 +27,7 @@ import os
 import pickle
 import pickletools
 import shlex
+import shutil
 import signal
 import struct
 import subprocess
@@ -42,10 +43,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOADERS = ("torch.load", "pickle.load", "numpy.load", "joblib.load", "dcp.load", "keras.load_model")
+LOADERS = (
+    "torch.load",
+    "pickle.load",
+    "numpy.load",
+    "joblib.load",
+    "dcp.load",
+    # issue 31, items 2 and 5: loaders that decompress or unpack by the file's name
+    "pandas.read_pickle",
+    "composer.load",
+    "nemo.restore",
+    # issue 31, item 1: keras.saving.load_model(path, safe_mode=False), torch backend
+    "keras.load_model",
+)
 """``dcp.load`` is torch.distributed.checkpoint's reading of a whole checkpoint folder (through
 ``dcp_to_torch_save``, which loads every item): a sample's path is then its ``.metadata``.
-``keras.load_model`` is ``keras.saving.load_model(path, safe_mode=False)`` with the torch backend."""
+``pandas.read_pickle`` infers its decompression from the name (``compression="infer"``: ``.zst``,
+``.tar``, ...). ``composer.load`` is Composer's ``load_checkpoint`` of a compressed save
+(``download_checkpoint``: ``<tool> -dc`` of a ``*.pt.<ext>``, ``composer/utils/compression.py``),
+then ``_torch_load_with_validation``'s ``torch.load(weights_only=False)`` as every release up to
+mosaicml/composer 26a0f3114 ran it. ``nemo.restore`` is NeMo's ``SaveRestoreConnector``
+(``nemo/core/connectors/save_restore_connector.py``): ``_tar_open`` (``"r:"``, then ``"r:gz"``),
+``safe_extract``, then ``torch.load`` of ``model_weights.ckpt`` as torch < 2.6 ran it
+(``weights_only=False``; NeMo honours ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``)."""
 MALICIOUS_FAMILIES = (
     "tar",
     "opcode-args",
@@ -271,6 +291,37 @@ def _tar(entries: Sequence[_TarEntry], fmt: int = tarfile.PAX_FORMAT) -> bytes:
 
 # torch's oldest format: members `storages` (count, then per storage a record pickle and raw
 # bytes, then a views pickle), `tensors` (count, then per tensor a record and raw dims) and `pickle`
+def _cli_compressed(tool: str, data: bytes) -> bytes:
+    """``data`` piped through a compressor's command-line tool, as Composer's ``CliCompressor.compress`` does."""
+    return subprocess.run([tool], input=data, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+
+
+def _framed(body: bytes) -> bytes:
+    """A protocol-4 pickle of one FRAME holding ``body``."""
+    return b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body
+
+
+def _zstd_stream(parts: Sequence[bytes]) -> bytes:
+    """One zstd frame of ``parts``, by ckptdoctor's own dependency (``backports.zstd`` before 3.14)."""
+    try:
+        from compression.zstd import ZstdCompressor  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from backports.zstd import ZstdCompressor  # type: ignore[import-not-found,unused-ignore]
+    compressor = ZstdCompressor()
+    return b"".join(compressor.compress(part) for part in parts) + compressor.flush()
+
+
+def _tarfile(members: Sequence[tuple[str, bytes]], mode: str) -> bytes:
+    """A tar written by ``tarfile`` (``mode``: ``"w"``, ``"w:gz"``), each member under its bare name."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
 _TAR_NO_STORAGES = pickle.dumps(0, protocol=2) + pickle.dumps([], protocol=2)
 _TAR_NO_TENSORS = pickle.dumps(0, protocol=2)
 _TAR_BENIGN_PICKLE = pickle.dumps({"epoch": 1}, protocol=2)
@@ -1154,6 +1205,42 @@ def _malicious_specs() -> Iterator[_MalSpec]:
             "keras-config",
             lambda c: _keras_archive(c.base.legacy_with(3, lambda _: _pickle("builtins.exec", c.canary)), junk=True),
         )
+    # ---- issue 31, items 2 and 5: compressions and archives a loader infers from the name ----
+    def evil_torch_zip(c: _Ctx) -> bytes:
+        return c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("posix.system", c.canary)))
+
+    if shutil.which("zstd"):
+        # a Composer save folder's `*.pt.zst`, compressed by `zstd` as Composer's CliCompressor does
+        yield (
+            "compressed-composer-pt-zst",
+            "ep1-ba4-rank0.pt.zst",
+            "composer.load",
+            "compressed",
+            lambda c: _cli_compressed("zstd", evil_torch_zip(c)),
+        )
+    if _installed("zstandard"):  # pandas decompresses `.zst` with it
+        yield (
+            "compressed-pandas-pkl-zst",
+            "frame.pkl.zst",
+            "pandas.read_pickle",
+            "compressed",
+            # framed, as pickle.dumps writes it: pandas' zstandard reader cannot `peek`, which an unframed load asks for
+            lambda c: _zstd_stream([_framed(GADGETS["posix.system"](c.canary) + b".")]),
+        )
+    yield (
+        "tar-pandas-pkl-tar",
+        "frame.pkl.tar",
+        "pandas.read_pickle",
+        "tar",
+        lambda c: _tarfile([("frame.pkl", _pickle("posix.system", c.canary))], "w"),
+    )
+    yield (
+        "tar-nemo-gzipped-bare-names",
+        "model.nemo",
+        "nemo.restore",
+        "tar",
+        lambda c: _tarfile([("model_config.yaml", b"target: x\n"), ("model_weights.ckpt", evil_torch_zip(c))], "w:gz"),
+    )
 
 
 def _memo_tuples(levels: int) -> bytes:
@@ -1548,6 +1635,32 @@ def _benign_specs() -> Iterator[_BenignSpec]:
 
         yield ("accelerate-random-states", "random_states_0.pkl", "torch.load", "accelerate", accelerate_state)
 
+    # ---- issue 31, items 2 and 5: compressions and archives a loader infers from the name ----
+    def pandas_pickle(p: Path) -> None:
+        import pandas
+
+        pandas.to_pickle({"epoch": 3, "lr": [0.1, 0.01], "weights": np.arange(4.0)}, p)  # compression="infer"
+
+    def composer_compressed(p: Path) -> None:
+        buffer = io.BytesIO()
+        torch.save({"state": {"model": model().state_dict()}, "rng": []}, buffer)
+        p.write_bytes(_cli_compressed("zstd", buffer.getvalue()))
+        (p.parent / "latest-rank0.pt.zst").symlink_to(p.name)  # CheckpointSaver's latest link, named as the save
+
+    def nemo_gzipped(p: Path) -> None:
+        buffer = io.BytesIO()
+        torch.save(model().state_dict(), buffer)
+        p.write_bytes(_tarfile([("model_config.yaml", b"target: x\n"), ("model_weights.ckpt", buffer.getvalue())], "w:gz"))
+
+    if _installed("pandas"):
+        yield ("pandas-to-pickle-tar", "frame.pkl.tar", "pandas.read_pickle", "pandas", pandas_pickle)
+        yield ("pandas-to-pickle-xz", "frame.pkl.xz", "pandas.read_pickle", "pandas", pandas_pickle)
+        if _installed("zstandard"):  # pandas compresses `.zst` with it
+            yield ("pandas-to-pickle-zst", "frame.pkl.zst", "pandas.read_pickle", "pandas", pandas_pickle)
+    if shutil.which("zstd"):
+        yield ("composer-save-pt-zst", "ep1-ba4-rank0.pt.zst", "composer.load", "composer", composer_compressed)
+    yield ("nemo-gzipped-bare-names", "model.nemo", "nemo.restore", "nemo", nemo_gzipped)
+
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
@@ -1681,6 +1794,30 @@ def load(loader, path):
         os.environ["KERAS_BACKEND"] = "torch"
         import keras
         keras.saving.load_model(path, safe_mode=False)
+    elif loader == "pandas.read_pickle":
+        import pandas
+        pandas.read_pickle(path)
+    elif loader == "composer.load":
+        import os, shutil, subprocess, tempfile, torch
+        tools = {"bz2": "bzip2", "gz": "gzip", "lz4": "lz4", "lzma": "lzma", "lzo": "lzop", "xz": "xz", "zst": "zstd"}
+        out = os.path.join(tempfile.mkdtemp(), "rank0_checkpoint")
+        with open(out, "wb") as f:
+            proc = subprocess.Popen([tools[path.rsplit(".", 1)[1]], "-dc", path], stdout=subprocess.PIPE)
+            shutil.copyfileobj(proc.stdout, f)
+            if proc.wait():
+                raise IOError("failed to decompress " + path)
+        torch.load(out, map_location="cpu", weights_only=False)
+    elif loader == "nemo.restore":
+        import os, tarfile, tempfile, torch
+        try:
+            tarfile.open(path, "r:").close()
+            mode = "r:"
+        except tarfile.ReadError:
+            mode = "r:gz"
+        out = tempfile.mkdtemp()
+        with tarfile.open(path, mode) as tar:
+            tar.extractall(out, filter="data")
+        torch.load(os.path.join(out, "model_weights.ckpt"), map_location="cpu", weights_only=False)
     else:
         raise ValueError("unknown loader " + loader)
 
@@ -1777,7 +1914,14 @@ RESOURCE_BOMBS = (
     "bomb-zip-many-members",
     "bomb-tar-many-members",
     "bomb-exponential-dict-memo",
+    # issue 31, item 4: compressed pickles and content, bounded by what the question needs
+    "bomb-gzip-pickle-opcodes",
+    "bomb-zstd-pickle-opcodes",
+    "bomb-bz2-pickle-long-argument",
+    "bomb-composer-zstd-inflation",
 )
+COMPRESSED_BOMBS = RESOURCE_BOMBS[-4:]
+"""Those `test_compressed.py` holds to 2 s of CPU and 256 MiB in a child process."""
 """Names of the inputs `build_bombs` writes. Each carries a payload (behind its costly part) or is
 malformed, so each deserves an error-level finding; none needs to be live. Sizes are such that a
 scanner linear in the opcode count (a few microseconds an opcode) needs well under a second, while
@@ -1861,6 +2005,14 @@ def build_bombs(root: Path) -> list[Path]:
         "bomb-zip-many-members": ("model.pt", zip_many()),
         "bomb-tar-many-members": ("model.pt", tar_many()),
         "bomb-exponential-dict-memo": ("data.pkl", exponential_dict()),
+        # millions of opcodes from a few KiB, a 200 MiB argument before the payload, a zip that inflates to 1 GiB
+        "bomb-gzip-pickle-opcodes": ("model.pkl.gz", gzip.compress(b"\x80\x02" + b"N0" * 20_000_000 + pay, 9)),
+        "bomb-zstd-pickle-opcodes": ("model.pkl.zst", _zstd_stream([b"\x80\x02", *[b"N0" * (1 << 20)] * 20, pay])),
+        "bomb-bz2-pickle-long-argument": (
+            "model.pkl.bz2",
+            bz2.compress(b"\x80\x04\x8e" + struct.pack("<Q", 200 << 20) + bytes(200 << 20) + b"0" + pay, 9),
+        ),
+        "bomb-composer-zstd-inflation": ("ep1-ba4-rank0.pt.zst", _zstd_stream([base.torch_zip[:64], *[bytes(1 << 24)] * 64])),
     }
     assert tuple(bombs) == RESOURCE_BOMBS
     paths = []

@@ -35,8 +35,13 @@ From mosaicml/composer at 6405188805a0054b4551ec49e4919c54c971d0e8 (0.33.0.dev0)
   for load_paths"); ``load_path`` and autoresume load the folder (``load_sharded_checkpoint``).
   ``ShardedComposer`` claims them where Composer's latest pointer lies beside; without it they
   are DCP folders, which the dcp layout reads.
-- Not claimed: tarballs (``.tar``, ``.tar.gz``: ``composer_states.pt`` inside) and compressed
-  ``.pt.*`` names, which no reader opens.
+- Compressed saves (``is_compressed_pt``, ``get_compressor``: ``composer/utils/compression.py``): a
+  ``filename`` ending ``.pt.<ext>`` is piped through the command-line tool of its suffix
+  (``bz2``, ``gz``, ``lz4``, ``lzma``, ``lzo``, ``xz``, ``zst``) by ``_write_checkpoint_file``, and
+  ``download_checkpoint`` pipes it back (``<tool> -dc``) into the ``.pt`` it hands ``torch.load``;
+  the latest link is named by ``latest_filename`` (``latest-rank{rank}.pt.zst`` beside such saves).
+  The reader judges what is inside each stream (``readers/compressed.py``).
+- Not claimed: tarballs (``.tar``, ``.tar.gz``: ``composer_states.pt`` inside).
 """
 
 from __future__ import annotations
@@ -54,10 +59,12 @@ from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named
 from ckptdoctor.readers.sniff import Format
 
-_SAVE = re.compile(r"^ep([0-9]+)-ba([0-9]+)-(rank[0-9]+)\.pt\Z")
+_COMPRESSED = r"(\.(?:bz2|gz|lz4|lzma|lzo|xz|zst))?"
+"""``KNOWN_COMPRESSORS``' suffixes (``composer/utils/compression.py``)."""
+_SAVE = re.compile(rf"^ep([0-9]+)-ba([0-9]+)-(rank[0-9]+)\.pt{_COMPRESSED}\Z")
 _SHARDED = re.compile(r"^ep([0-9]+)-ba([0-9]+)\Z")
 """FSDP's sharded save folder (``sharded_ckpt_prefix_dir``'s default)."""
-_LATEST = re.compile(r"^latest-(rank[0-9]+)\.pt(\.symlink)?\Z")
+_LATEST = re.compile(rf"^latest-(rank[0-9]+)\.pt{_COMPRESSED}(\.symlink)?\Z")
 _AUTORESUMED = "latest-rank0.pt"
 """What ``Trainer(autoresume=True)`` loads (``_get_autoresume_checkpoint``), where it exists."""
 REMOTE_LATEST = "latest-rank0.pt.symlink"
@@ -97,7 +104,7 @@ class ComposerLayout(Layout):
     """``_COMPOSER_CHECKPOINT_SAFE_GLOBALS`` in ``composer/utils/checkpoint.py``: what Composer's
     own ``weights_only=True`` load allows."""
 
-    claimable = re.compile(r"^ep[0-9]+-ba[0-9]+-rank[0-9]+\.pt\Z")
+    claimable = re.compile(rf"^ep[0-9]+-ba[0-9]+-rank[0-9]+\.pt{_COMPRESSED}\Z")
 
     def claim(self, name: str) -> Claim | None:
         match = _SAVE.match(name)
@@ -113,7 +120,7 @@ class ComposerLayout(Layout):
         named = next((match for f in files if (match := _SAVE.match(f.entry.name))), None)
         if named is None:
             return ranks
-        return tuple(f"ep{named[1]}-ba{named[2]}-{rank}.pt" for rank in ranks)
+        return tuple(f"ep{named[1]}-ba{named[2]}-{rank}.pt{named[4] or ''}" for rank in ranks)
 
     def pointers(self, run: Run) -> tuple[Pointer, ...]:
         """``latest-rank{R}.pt`` symlinks, then the remote ``.symlink`` object, by the save each
@@ -130,7 +137,8 @@ class ComposerLayout(Layout):
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
         # autoresume loads what latest-rank0.pt names
-        return followed(run, [p for p in self.pointers(run) if p.source is not None and p.source.entry.name == _AUTORESUMED])
+        # autoresume loads `save_latest_filename`: latest-rank0.pt, or latest-rank0.pt.zst beside compressed saves
+        return followed(run, [p for p in self.pointers(run) if p.source is not None and _autoresumed(p.source.entry.name)])
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """The link as Composer makes it (relative, to the same rank's file, or to a sharded
@@ -144,7 +152,7 @@ class ComposerLayout(Layout):
             return None
         if source is None:  # made as the saver makes it
             return PointerWrite(_AUTORESUMED, os.path.basename(target.os_path), PointerKind.SYMLINK)
-        if match[2]:
+        if match[3]:
             said = source.report.fact(pointer.POINTS_TO)
             if said is None:
                 return None  # its remote folder is unknown: a bare name would not be followed
@@ -164,7 +172,7 @@ class ComposerLayout(Layout):
         if match is None:
             return ""
         if len(files) > 1 and checkpoint.folder is None:
-            path = path[: len(path) - len(files[0].entry.name)] + f"ep{match[1]}-ba{match[2]}-rank{{rank}}.pt"
+            path = path[: len(path) - len(files[0].entry.name)] + f"ep{match[1]}-ba{match[2]}-rank{{rank}}.pt{match[4] or ''}"
         said = f'pass `load_path="{path}"` to `Trainer` (epoch {match[1]}, batch {match[2]})'
         if run.weights_only:
             return f"{said} with `load_weights_only=True`: the save holds the weights alone"
@@ -211,6 +219,12 @@ class ShardedComposer(FolderLayout):
 
 
 _COMPOSER, _DCP, _SHARDED_SAVES = ComposerLayout(), DcpLayout(), ShardedComposer()
+
+
+def _autoresumed(name: str) -> bool:
+    """The local latest link of rank 0 (``_get_autoresume_checkpoint`` formats the name with rank 0)."""
+    match = _LATEST.match(name)
+    return match is not None and match[1] == "rank0" and not match[3]
 
 
 def _saved(name: str) -> Claim | None:

@@ -1,27 +1,46 @@
-"""Compressed pickles as ``joblib.load`` reads them: decompressed, then unpickled.
+"""Compressed files as their loaders read them: decompressed, then unpickled or loaded.
 
 ``joblib.load`` tells the compressor from the first bytes, whatever the file is called (zlib,
 gzip, bz2, lzma, xz, lz4, and its old ``ZF`` format), and reads every stream of a multi-stream
-file. What comes out is decompressed as far as the walk needs it and walked with joblib's own
-reading of array wrappers, within a budget of opcodes proportional to the compressed size (a few
-KiB that inflate into millions of opcodes are a bomb). A payload larger than ``MAX_OUTPUT``, or
-one that needs a decompressor this machine lacks, cannot be proven safe (CKD401).
+file. ``pandas.read_pickle`` infers one from the name (``.gz``, ``.bz2``, ``.xz``, ``.zst``, and
+``.zip``/``.tar``, read by their own readers), and Composer's ``load_checkpoint`` pipes a
+``*.pt.<ext>`` save through the command-line tool of its suffix (``gzip``, ``bzip2``, ``xz``,
+``lzma``, ``zstd``, ``lz4``, ``lzop``: ``composer/utils/compression.py``) before ``torch.load``.
+Every stream is told here by its magic, whichever loader reads it.
+
+What comes out is decompressed as far as the question needs it: a pickle is walked with joblib's
+own reading of array wrappers, as far as its end, within a budget of opcodes proportional to the
+compressed size and never above ``MAX_STEPS`` (a few KiB that inflate into millions of opcodes are
+a bomb); any other content a loader reads (a ``torch.save`` zip, a tar) is inflated into a
+temporary file, no more than ``MAX_RATIO`` times the compressed size, and judged as the file it is.
+A payload larger than those bounds, or one that needs a decompressor this machine lacks, cannot be
+checked, so it cannot be proven safe (CKD401).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._pickle_safety import judge
-from ckptdoctor.readers._sample import CHUNK, Sample
+from ckptdoctor.readers._sample import CHUNK, BytesSample, FileSample, Sample
 from ckptdoctor.readers._unpickler import Budget, top_keys, walk
-from ckptdoctor.readers.sniff import Format, sniff_payload
+from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
 
-MAX_OUTPUT = 256 * 1024 * 1024
-_COMPRESSED_SUFFIXES = (".gz", ".z", ".bz2", ".xz", ".lzma", ".lz4")
+MAX_OUTPUT = 128 * 1024 * 1024
+"""The most of a compressed pickle held in memory to be walked."""
+MAX_STEPS = 300_000
+"""The most opcodes a compressed pickle's walk follows (about half a second), whatever its size."""
+MAX_RATIO = 64
+"""Other compressed content is inflated to at most this many times its compressed size (real
+checkpoints compress by less than 2: their weights are close to random bits) or to ``MAX_OUTPUT``,
+whichever is more: it goes to a temporary file, not to memory."""
+COMPRESSION_SUFFIXES = (".gz", ".z", ".bz2", ".xz", ".lzma", ".lz4", ".zst", ".lzo")
+"""Names under which a loader decompresses a file before reading it (joblib, pandas, Composer)."""
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".sav", ".dill", ".pt", ".pth", ".bin", ".ckpt")
 _ZF_PREFIX = b"ZF"
 _ZF_HEADER = 2 + 19
@@ -59,12 +78,27 @@ def _lzma() -> _Decompressor:
     return lzma.LZMADecompressor()
 
 
+def _zstd() -> _Decompressor:
+    try:
+        from compression.zstd import ZstdDecompressor  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
+    except ImportError:
+        from backports.zstd import ZstdDecompressor  # type: ignore[import-not-found,unused-ignore]  # a dependency before 3.14
+    decompressor: _Decompressor = ZstdDecompressor()
+    return decompressor
+
+
+def _lzo() -> _Decompressor:
+    raise ImportError("lzop")  # no Python package reads lzop's files
+
+
 _COMPRESSORS: tuple[tuple[bytes, str, Callable[[], _Decompressor]], ...] = (
     (b"\x1f\x8b", "gzip", _gzip),
     (b"\x78", "zlib", _zlib),
     (b"BZh", "bz2", _bz2),
     (b"\xfd7zXZ", "xz", _lzma),
     (b"\x5d\x00", "lzma", _lzma),
+    (b"\x28\xb5\x2f\xfd", "zstd", _zstd),
+    (b"\x89LZO\x00\r\n\x1a\n", "lzop", _lzo),
 )
 _LZ4 = b"\x04\x22\x4d\x18"
 
@@ -81,7 +115,7 @@ _JOBLIB_NAMES = (".pkl", ".pickle", ".joblib", ".sav", ".dill")
 def pickled_name(name: str) -> bool:
     """A compressed file named like a pickle (``model.pkl.gz``, ``x.joblib.xz``)."""
     lowered = name.lower()
-    for suffix in _COMPRESSED_SUFFIXES:
+    for suffix in COMPRESSION_SUFFIXES:
         if lowered.endswith(suffix):
             return lowered[: -len(suffix)].endswith(_PICKLE_SUFFIXES)
     return False
@@ -108,58 +142,97 @@ def compressed(sample: Sample) -> bool:
 
 
 def read_header(sample: Sample) -> FileReport | None:
-    """``inspect``'s view: a compressed pickle (from the first bytes of what comes out), or None."""
+    """``inspect``'s view: a compressed pickle, or other content a loader reads (a ``torch.save``
+    zip, a tar), from the first bytes of what comes out; None for anything else."""
     stream = _stream(sample.head(32))
     if stream is None:
         return None
     try:
-        first = stream.make().decompress(sample.head()[stream.start :], 64)
+        first = stream.make().decompress(sample.head()[stream.start :], _SNIFFED)
     except Exception:  # damaged, or a decompressor this machine lacks: verify says which
         return None
-    return FileReport(Format.PICKLE.value) if sniff_payload(first) is Format.PICKLE else None
+    if sniff_payload(first[:64]) is Format.PICKLE:
+        return FileReport(Format.PICKLE.value)
+    kind = _loaded_content(first)
+    return FileReport(kind.value, facts=((COMPRESSION, stream.name),)) if kind is not None else None
 
 
-def read(sample: Sample) -> FileReport | None:
-    """What ``joblib.load`` would run of a compressed file, as a report on the pickle inside; None
-    when the file is not compressed, or what comes out is no pickle and runs nothing (burn's
-    ``.mpk.gz``: every unpickler stops at its first byte)."""
+COMPRESSION = "compression"
+"""A fact: the compressor of a file whose content is judged inside it."""
+_SNIFFED = 4096
+"""What is inflated to tell the content: a zip's first member header, a tar's first block."""
+
+
+def _loaded_content(first: bytes) -> Format | None:
+    """Content a loader reads after decompressing it other than a pickle: a ``torch.save`` zip
+    (Composer's ``*.pt.<ext>``), a zip or a tar (pandas' ``.tar.xz``)."""
+    kind = sniff(BytesSample(first))
+    return kind if kind.value in _LOADED else None
+
+
+def inner_name(name: str) -> str:
+    """The name a loader reads a compressed file's content under: without its compression suffix."""
+    lowered = name.lower()
+    return next((name[: -len(suffix)] for suffix in COMPRESSION_SUFFIXES if lowered.endswith(suffix)), name)
+
+
+def read(sample: Sample, judge: Callable[[Sample], FileReport]) -> FileReport | None:
+    """What a loader would run of a compressed file: a report on the pickle inside, or ``judge``'s
+    of other content a loader reads, inflated into a temporary file; None when the file is not
+    compressed, or what comes out is neither and runs nothing (burn's ``.mpk.gz``: every
+    unpickler stops at its first byte)."""
     stream = _stream(sample.head(32))
     if stream is None:
         return None
-    where = f"the pickle inside its {stream.name} stream"
     try:
         inflater = _Inflater(sample, stream)
     except ImportError:
-        return FileReport(
-            Format.UNKNOWN.value,
-            (
-                FileIssue(
-                    Problem.UNSAFE_PICKLE,
-                    f"it is an {stream.name} stream, which joblib.load unpickles after decompressing it; without the lz4 "
-                    "package ckptdoctor cannot look inside, so it cannot be proven safe (pip install lz4)",
-                ),
-            ),
+        return _cannot_check(
+            f"it is compressed with {stream.name}, which loaders decompress before they unpickle or load it, and "
+            f"ckptdoctor has no {stream.name} decompressor here ({_INSTALL.get(stream.name, 'pip install ' + stream.name)})"
         )
+    head = inflater.take(_SNIFFED) or b""
+    kind = None if sniff_payload(head[:64]) is Format.PICKLE else _loaded_content(head)
+    if kind is not None:
+        return _judged_inside(sample, stream, kind, judge)
+    return _read_pickle(sample, stream, inflater)
+
+
+_INSTALL = {
+    "lz4": "pip install lz4",
+    "zstd": "pip install backports.zstd",
+    "lzop": "no Python package reads lzop's files: decompress it with `lzop -d` and check what comes out",
+}
+_LOADED = frozenset({Format.TORCH_ZIP.value, Format.ZIP.value, Format.TORCH_TAR.value, Format.TORCH_LEGACY.value, "tar"})
+"""What loaders read after decompressing besides a pickle (the tar archive reader declares ``tar``)."""
+
+
+def _cannot_check(why: str) -> FileReport:
+    return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.UNSAFE_PICKLE, f"cannot check: {why}, so it cannot be proven safe"),))
+
+
+def _read_pickle(sample: Sample, stream: _Stream, inflater: _Inflater) -> FileReport | None:
+    where = f"the pickle inside its {stream.name} stream"
     # opcodes per compressed byte stay small in real files; a few KiB that inflate to millions
     # of opcodes are a bomb, and stop being followed long before the file's own budget
-    budget = Budget(steps=_STEPS_PER_BYTE * sample.size + _STEPS_BASE)
+    budget = Budget(steps=min(_STEPS_PER_BYTE * sample.size + _STEPS_BASE, MAX_STEPS))
     limit = _FIRST_OUTPUT
     while True:
         payload = inflater.take(limit)
-        walked = walk(payload, arrays=True, budget=budget)
-        if not walked.truncated or inflater.done:
-            break
-        if limit > MAX_OUTPUT:
+        if payload is None:
             return FileReport(
                 Format.PICKLE.value,
                 (
                     FileIssue(
                         Problem.UNSAFE_PICKLE,
-                        f"its {stream.name} stream holds a pickle longer than the {MAX_OUTPUT} bytes ckptdoctor "
-                        "decompresses: what joblib.load would unpickle cannot be proven safe",
+                        f"cannot check: its {stream.name} stream holds a pickle longer than the {MAX_OUTPUT} bytes ckptdoctor "
+                        "decompresses, so what a loader would unpickle cannot be proven safe",
                     ),
                 ),
             )
+        walked = walk(payload, arrays=True, budget=budget)
+        if not walked.truncated or inflater.done:
+            break
         limit *= 8
     issues = judge(walked, where)
     # what an unpickler could act on: a whole pickle, a pickle's start, or an import before it stops
@@ -168,6 +241,26 @@ def read(sample: Sample) -> FileReport | None:
     if not pickled:
         return None
     return FileReport(Format.PICKLE.value, tuple(issues), (), (), top_keys(walked.root))
+
+
+def _judged_inside(sample: Sample, stream: _Stream, kind: Format, judge: Callable[[Sample], FileReport]) -> FileReport:
+    """The content inflated whole into a temporary file and judged as the file it is; a bomb
+    stops at ``MAX_RATIO`` times the compressed size (or ``MAX_OUTPUT``, whichever is larger:
+    on disk, not in memory). A damaged or cut stream ends the content, as it ends the loader's."""
+    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)
+    with tempfile.TemporaryFile(prefix="ckptdoctor-") as inflated:
+        written = 0
+        for part in _Inflater(sample, stream).parts(CHUNK):
+            inflated.write(part)
+            written += len(part)
+            if written > bound:
+                return _cannot_check(
+                    f"its {stream.name} stream inflates to more than {bound} bytes ({MAX_RATIO} times its size or "
+                    f"{MAX_OUTPUT} bytes): the {kind.value} a loader would read inside is not decompressed further"
+                )
+        inflated.flush()
+        report = judge(FileSample(inflated.fileno()))
+    return dataclasses.replace(report, facts=(*report.facts, (COMPRESSION, stream.name)))
 
 
 _FIRST_OUTPUT = 1024 * 1024
@@ -185,13 +278,29 @@ class _Inflater:
         self.decompressor = stream.make()
         self.offset = stream.start
         self.pending = b""
-        self.out = bytearray()
+        self.out = b""
         self.done = False
 
-    def take(self, limit: int) -> bytes:
-        """At least ``limit`` bytes of output (fewer when the streams end), up to ``MAX_OUTPUT`` + 1."""
+    def take(self, limit: int) -> bytes | None:
+        """At least ``limit`` bytes of output (fewer when the streams end), or None past
+        ``MAX_OUTPUT``: the output is held once (the walk reads the very bytes kept here), and what
+        would pass the bound is dropped before it is joined."""
+        parts, have = [self.out], len(self.out)
+        for part in self.parts(limit + 1 - have):
+            parts.append(part)
+            have += len(part)
+            if have > MAX_OUTPUT:
+                return None
+            if have > limit:
+                break
+        self.out = b"".join(parts)
+        return self.out
+
+    def parts(self, most: int) -> Iterator[bytes]:
+        """The output from where it stands, in pieces of at most ``most`` bytes (and ``CHUNK``),
+        until the streams end."""
         try:
-            while len(self.out) < limit and not self.done:
+            while not self.done:
                 if not self.pending and getattr(self.decompressor, "needs_input", True):
                     if self.offset >= self.sample.size:
                         self.done = True
@@ -199,7 +308,7 @@ class _Inflater:
                     self.pending = self.sample.range(self.offset, CHUNK)
                     self.offset += len(self.pending)
                 data, self.pending = self.pending, b""
-                self.out += self.decompressor.decompress(data, limit - len(self.out) + 1)
+                part = self.decompressor.decompress(data, max(1, min(CHUNK, most)))
                 if self.decompressor.eof:
                     rest = self.decompressor.unused_data.lstrip(b"\0")  # gzip skips zero padding
                     if rest or self.offset < self.sample.size:
@@ -208,9 +317,10 @@ class _Inflater:
                         self.done = True
                 else:
                     self.pending = getattr(self.decompressor, "unconsumed_tail", b"")
+                if part:
+                    yield part
         except Exception:  # zlib.error, OSError, EOFError, lzma.LZMAError, lz4's errors: damaged
             self.done = True
-        return bytes(self.out)
 
 
 def _lz4() -> _Decompressor:

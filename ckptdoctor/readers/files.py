@@ -93,7 +93,7 @@ def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES) ->
     pickles this walks are small: each walk has a budget of its own); ``named``: the files a
     framework names, read as their name says (the layouts' table)."""
     report = _judge(sample, name, _probe_of, named)
-    if report.format in _PACKED and compressed.named_as_pickle(name):
+    if compressed.inner_name(name) != name or (report.format in _PACKED and compressed.named_as_pickle(name)):
         return compressed.read_header(sample) or report
     return report
 
@@ -124,9 +124,13 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
         elif report.format != Format.PICKLE.value and sniff.sniff(sample) is Format.PICKLE:
             # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
-        packed = compressed.read(sample) if compressed.compressed(sample) else None
-    if packed is not None:  # joblib.load decompresses whatever the name
-        if report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None):
+        inside = compressed.inner_name(name)
+        packed = (
+            compressed.read(sample, lambda content: verify_sample(content, inside, deep, named)) if compressed.compressed(sample) else None
+        )
+    if packed is not None:  # joblib.load decompresses whatever the name; pandas and Composer by the name
+        # a name with a compression suffix is read through it (a zstd stream's magic sniffs as a broken pickle)
+        if inside != name or (report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None)):
             return packed
         return _with_unsafe(report, packed.issues)
     return report

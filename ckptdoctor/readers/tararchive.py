@@ -2,15 +2,18 @@
 
 Such archives are written by ``tarfile`` with ``arcname="."`` (NeMo's ``.nemo``:
 ``save_restore_connector.py``, ``_make_nemo_file_from_folder``): the first member is the folder
-itself, ``.``, and the others are named ``./<path>``. That first name tells them from torch's own
-legacy tar (``sys_info``, ``pickle``, ``tensors``, ``storages``: ``readers/torchtar.py``).
+itself, ``.``, and the others are named ``./<path>``; others archive files by their bare names
+(NeMo's ``tarfile`` reads those too; pandas' ``to_pickle`` to ``*.tar`` writes one member). A first
+member that is none of torch's own legacy tar's (``sys_info``, ``pickle``, ``tensors``,
+``storages``: ``readers/torchtar.py``) tells them apart.
 ``tarfile`` pads every archive with zeros to a whole 10240-byte record, after two zero blocks that
 end it: an archive that stops anywhere else was cut short.
 
 ``inspect`` reads the first header and the file's end; ``verify`` walks every member's header,
 checks that each member's data is there, and reads each member that is itself a checkpoint file
-(``.ckpt``, ``.pt``, ``.pth``: a ``torch.save`` zip) through the reader of its content, as a
-stretch of the archive (members are stored, never compressed). The names of the members are kept
+(``.ckpt``, ``.pt``, ``.pth``: a ``torch.save`` zip), or a pickle (which ``pandas.read_pickle``
+unpickles from a ``.tar``), through the reader of its content, as a stretch of the archive
+(members are stored, never compressed). The names of the members are kept
 (``MEMBERS``), so that a layout can ask for the ones its framework needs.
 
 Such an archive may be gzipped whole: NeMo before 1.7 wrote ``.nemo`` files with ``"w:gz"``, and
@@ -29,6 +32,7 @@ from collections.abc import Iterator
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
 from ckptdoctor.readers._sample import CHUNK, EdgeSample, FileSample, Sample, Window
+from ckptdoctor.readers.compressed import MAX_OUTPUT, MAX_RATIO
 from ckptdoctor.readers.sniff import Format, sniff
 
 TAR = Format.declare("tar")
@@ -46,11 +50,17 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 def _folder_tar(head: bytes, sample: Sample) -> bool:
-    """``ustar`` at 257 and a first member named ``.`` or ``./…``: a folder archived whole."""
+    """``ustar`` at 257 and a first member that is none of torch's own: a folder archived whole
+    (``.``, ``./…``), or files archived by name (a ``.nemo`` made with bare names, which NeMo's
+    ``tarfile`` reads as well; pandas' ``.pkl.tar``, one member)."""
     if len(head) < 262 or head[257:262] != b"ustar":
         return False
     name = head[:100].split(b"\0", 1)[0]
-    return name in (b".", b"./") or name.startswith(b"./")
+    return bool(name) and name not in _TORCH_MEMBERS
+
+
+_TORCH_MEMBERS = (b"sys_info", b"pickle", b"tensors", b"storages")
+"""The members of torch's own legacy tar (``readers/torchtar.py``), in any order."""
 
 
 def _gzipped_folder_tar(head: bytes, sample: Sample) -> bool:
@@ -67,13 +77,23 @@ def _gzipped_folder_tar(head: bytes, sample: Sample) -> bool:
 def _inflated(sample: Sample) -> Iterator[bytes | FileIssue]:
     """The tar stream a gzipped archive holds, in chunks, then a problem of the gzip stream, if any."""
     inflater = zlib.decompressobj(_GZIP_WBITS)
-    read = 0
+    read, inflated = 0, 0
+    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)  # a bomb stops here, as a compressed pickle's does
     try:
         for chunk in sample.chunks():
             read += len(chunk)
             data = chunk
             while data and not inflater.eof:
-                yield inflater.decompress(data, CHUNK)
+                part = inflater.decompress(data, CHUNK)
+                inflated += len(part)
+                if inflated > bound:
+                    yield FileIssue(
+                        Problem.UNSAFE_PICKLE,
+                        f"cannot check: its gzip stream inflates to more than {bound} bytes ({MAX_RATIO} times its size or "
+                        f"{MAX_OUTPUT} bytes): the archive a loader would unpack is not inflated further, so it cannot be proven safe",
+                    )
+                    return
+                yield part
                 data = inflater.unconsumed_tail
             if inflater.eof:
                 break
@@ -159,8 +179,11 @@ def _read_tar(sample: Sample, deep: int) -> FileReport:
         if kind in (b"0", b"\0", b"7"):
             relative = name.removeprefix("./")
             names.append(relative)
-            if relative.lower().endswith(_CHECKPOINT_SUFFIXES):
-                issues += (FileIssue(i.problem, f"{relative}: {i.detail}") for i in _inner(Window(sample, start, size), deep))
+            content = Window(sample, start, size)
+            # a checkpoint member by its name (NeMo's torch.load), or a pickle by its content: pandas'
+            # read_pickle unpickles a `.tar`'s one member whatever it is called
+            if relative.lower().endswith(_CHECKPOINT_SUFFIXES) or sniff(content) is Format.PICKLE:
+                issues += (FileIssue(i.problem, f"{relative}: {i.detail}") for i in _inner(content, deep))
         offset = start + -(-size // BLOCK) * BLOCK
     else:
         if not issues:
@@ -202,7 +225,7 @@ SPECS = (
     ReaderSpec(
         TAR,
         (Sniff(Rank.STRUCTURE - 1, _folder_tar), Sniff(Rank.SIGNATURE - 1, _gzipped_folder_tar)),
-        ((".nemo", Naming.CHECKPOINT_ONLY),),
+        ((".nemo", Naming.CHECKPOINT_ONLY), (".tar", Naming.CHECKPOINT)),  # a `.tar`: pandas' and Composer's tarballs too
         probe,
         read_whole,
         read_any_name=True,

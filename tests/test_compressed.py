@@ -1,0 +1,184 @@
+"""Issue 31, items 2, 4 and 5: compressions and archives a loader infers from a file's name.
+
+Composer pipes a ``*.pt.<ext>`` save through the tool of its suffix (``composer/utils/compression.py``,
+``_write_checkpoint_file`` and ``download_checkpoint`` in ``composer/utils/checkpoint.py`` at
+mosaicml/composer 6405188805a0054b4551ec49e4919c54c971d0e8); Composer cannot be installed here
+(every release pins torch < 2.7.1), so ``frameworks.composer_save``/``composer_load`` do what those
+functions do. pandas' ``read_pickle`` infers ``.zst``, ``.tar``, ... from the name; NeMo's
+``SaveRestoreConnector._tar_open`` opens a ``.nemo`` with ``"r:"`` and then ``"r:gz"``. The live
+payloads and the real libraries' benign files are in ``sample_set.py`` (``test_fail_closed.py``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from frameworks import composer_autoresume, composer_load, composer_run
+from sample_set import COMPRESSED_BOMBS, build_bombs
+
+from ckptdoctor.pipelines.scan import inspect
+
+torch = pytest.importorskip("torch")
+needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="Composer compresses with the zstd tool")
+
+
+class _Payload:
+    def __init__(self, canary: Path) -> None:
+        self.canary = canary
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.canary}",))
+
+
+def errors(result) -> set[str]:  # type: ignore[no-untyped-def]
+    return {f["code"] for f in result.json["findings"] if f["severity"] == "error"}
+
+
+@needs_zstd
+def test_a_composer_run_of_zstd_saves_is_read_and_resumes_where_it_says(tmp_path, cli, inspect_json):
+    """It was "No checkpoints found", exit 0: no layout claimed `*.pt.zst` and no reader opened it."""
+    folder = composer_run(tmp_path / "checkpoints", ((1, 4), (2, 8)), compression="zst")
+    (run,) = inspect_json(folder).json["runs"]
+    assert (run["layout"], run["resume"]["index"]) == ("composer", 8)
+    assert [c["index"] for c in run["checkpoints"]] == [4, 8]
+    result = cli("verify", "--json", folder)
+    assert result.exit_code == 0, result.json["findings"]
+    assert {f["code"] for f in result.json["findings"]} == {"CKD402"}  # Composer's own allowed globals, as uncompressed
+    resume = cli("inspect", "--resume-path", folder).stdout.strip()
+    assert resume == str(folder / "ep2-ba8-rank0.pt.zst")
+    assert composer_load(resume)[0] == 8  # Composer's decompress-then-load agrees
+    # autoresume with save_latest_filename="latest-rank{rank}.pt.zst" loads the same save
+    _, found = inspect([str(folder)])
+    (scanned,) = found.runs
+    assert "autoresume=True" in scanned.resume_how
+    assert os.path.samefile(composer_autoresume(folder, "latest-rank0.pt.zst"), resume)
+
+
+@needs_zstd
+def test_a_payload_in_a_composer_zstd_save_is_unsafe(tmp_path, cli):
+    folder = composer_run(tmp_path / "checkpoints", ((1, 4),), compression="zst")
+    canary = tmp_path / "canary"
+    buffer = io.BytesIO()
+    torch.save({"state": {"model": {}}, "rng": [_Payload(canary)]}, buffer)
+    save = folder / "ep2-ba8-rank0.pt.zst"
+    save.write_bytes(subprocess.run(["zstd"], input=buffer.getvalue(), stdout=subprocess.PIPE, check=True).stdout)
+    result = cli("verify", "--json", folder)
+    assert result.exit_code == 1
+    unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401" and f["severity"] == "error"]
+    assert any(Path(f["path"]).name == save.name and "posix.system" in f["message"] for f in unsafe), unsafe
+    assert not canary.exists()
+
+
+def test_a_zstd_pickle_named_by_pandas_is_unsafe_not_a_wrong_suffix(tmp_path, cli):
+    """It was CKD207/CKD205 ("invalid opcode"): the zstd magic read as a broken pickle."""
+    canary = tmp_path / "canary"
+    try:  # ckptdoctor's own zstd dependency
+        from compression.zstd import compress  # type: ignore[import-not-found]
+    except ImportError:
+        from backports.zstd import compress
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "frame.pkl.zst").write_bytes(compress(pickle.dumps(_Payload(canary))))
+    result = cli("verify", "--json", tmp_path / "run")
+    assert result.exit_code == 1
+    assert errors(result) == {"CKD401"}, result.json["findings"]
+
+
+def test_an_lz4_stream_without_the_lz4_package_cannot_be_checked_and_says_what_to_install(tmp_path):
+    if shutil.which("lz4") is None:
+        pytest.skip("the lz4 tool writes the frame joblib and pandas read")
+    (tmp_path / "run").mkdir()
+    data = subprocess.run(["lz4", "-c"], input=pickle.dumps({"epoch": 1}), stdout=subprocess.PIPE, check=True).stdout
+    (tmp_path / "run" / "model.pkl.lz4").write_bytes(data)
+    blocked = "import sys; sys.modules['lz4'] = None; sys.modules['lz4.frame'] = None; from ckptdoctor.__main__ import program; program()"
+    child = subprocess.run(
+        [sys.executable, "-c", blocked, "verify", "--json", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert child.returncode == 1, child.stderr
+    (finding,) = json.loads(child.stdout)["findings"]
+    assert (finding["code"], finding["severity"]) == ("CKD401", "error")
+    assert "cannot check:" in finding["message"]
+    assert "pip install lz4" in finding["message"]
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]], mode: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, mode) as archive:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w"])
+def test_a_nemo_archive_of_bare_names_with_a_payload_is_unsafe_not_corrupt_data(tmp_path, cli, mode):
+    """It was CKD205 "holds gzip data, not the tar" (gzipped) or CKD207 of a torch tar: the payload
+    in model_weights.ckpt, which NeMo's restore extracts and torch.loads, went unseen."""
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2), "x": _Payload(tmp_path / "canary")}, buffer)
+    nemo = _tar(tmp_path / "run" / "model.nemo", [("model_config.yaml", b"a: 1\n"), ("model_weights.ckpt", buffer.getvalue())], mode)
+    result = cli("verify", "--json", nemo.parent)
+    assert result.exit_code == 1
+    assert "CKD401" in errors(result) and not {c for c in errors(result) if c.startswith("CKD2")}, result.json["findings"]
+    # the same archive with a state dict: read as NeMo reads it, nothing wrong
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buffer)
+    _tar(nemo, [("model_config.yaml", b"a: 1\n"), ("model_weights.ckpt", buffer.getvalue())], mode)
+    result = cli("verify", "--json", nemo.parent)
+    assert result.exit_code == 0, result.json["findings"]
+    assert all(c["status"] != "corrupt" for r in result.json["runs"] for c in r["checkpoints"])
+
+
+def test_a_pandas_pkl_tar_is_read_as_pandas_reads_it(tmp_path, cli):
+    """It was CKD207 (a torch tar without its members): pandas unpickles the tar's one member."""
+    pandas = pytest.importorskip("pandas")
+    evil = _tar(tmp_path / "evil" / "frame.pkl.tar", [("frame.pkl", pickle.dumps(_Payload(tmp_path / "canary")))], "w")
+    result = cli("verify", "--json", evil.parent)
+    assert result.exit_code == 1 and errors(result) == {"CKD401"}, result.json["findings"]
+    benign = tmp_path / "benign" / "frame.pkl.tar"
+    benign.parent.mkdir()
+    pandas.to_pickle({"epoch": 3, "lr": [0.1, 0.01]}, benign)
+    assert pandas.read_pickle(benign) == {"epoch": 3, "lr": [0.1, 0.01]}
+    result = cli("verify", "--json", benign.parent)
+    assert result.exit_code == 0 and not result.json["findings"], result.json["findings"]
+
+
+@pytest.fixture(scope="module")
+def compressed_bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    paths = build_bombs(tmp_path_factory.mktemp("bombs"))
+    return {path.parent.name: path for path in paths if path.parent.name in COMPRESSED_BOMBS}
+
+
+@pytest.mark.parametrize("name", COMPRESSED_BOMBS)
+def test_compressed_bombs_finish_under_two_seconds_and_256_mib(compressed_bombs, name):
+    """Measured in a child process (its CPU time and peak memory), an error finding each."""
+    path = compressed_bombs[name]
+    # a fresh parent whose only child is the verify: RUSAGE_CHILDREN then measures it alone
+    measure = (
+        "import json, resource, subprocess, sys; "
+        "out = subprocess.run([sys.executable, '-m', 'ckptdoctor', 'verify', '--json', sys.argv[1]], capture_output=True, text=True); "
+        "use = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(json.dumps([out.returncode, use.ru_utime + use.ru_stime, use.ru_maxrss, out.stdout]))"
+    )
+    measured = subprocess.run(
+        [sys.executable, "-c", measure, str(path.parent)], capture_output=True, text=True, check=True, cwd=path.parent
+    )
+    returncode, seconds, peak_kib, stdout = json.loads(measured.stdout)
+    assert returncode == 1, stdout[-2000:]
+    mine = [f for f in json.loads(stdout)["findings"] if Path(f.get("path") or "/").name == path.name]
+    assert any(f["code"] == "CKD401" and f["severity"] == "error" for f in mine), mine
+    assert seconds < 2.0, f"{name}: {seconds:.2f} s of CPU"
+    assert peak_kib < 256 * 1024, f"{name}: {peak_kib} KiB at most"  # ru_maxrss is in KiB on Linux
