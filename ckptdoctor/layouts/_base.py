@@ -43,8 +43,8 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import pointer as pointer_file
-from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, same_save, with_keys
 from ckptdoctor.readers._pickle_safety import Trusted
+from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, same_save, with_keys
 from ckptdoctor.readers.named import NO_NAMES, Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
@@ -137,7 +137,9 @@ class OwnObjects:
             detail = f"{rebuilt[0].where} needs {'; and '.join(said)}; {' or '.join(loaders)}"
             # the framework's own loader loads its own objects unaided; a declared class needs the user's safe_globals
             unaided = self.as_written and (self.unrestricted or not declared)
-            merged = FileIssue(Problem.NON_WEIGHTS, detail, (*names, *benign), severity=Severity.INFO if unaided and own else Severity.WARNING)
+            merged = FileIssue(
+                Problem.NON_WEIGHTS, detail, (*names, *benign), severity=Severity.INFO if unaided and own else Severity.WARNING
+            )
             return dataclasses.replace(report, issues=(merged, *(i for i in report.issues if i not in unsafe and i not in allowed)))
         if not self.loader:
             return report
@@ -817,7 +819,8 @@ def hinted_roles(hints: Mapping[str, Role]) -> Iterator[None]:
         _ROLE_HINTS.reset(token)
 
 
-_TRUSTED: contextvars.ContextVar[Trusted] = contextvars.ContextVar("trusted_globals", default=Trusted())
+NO_TRUST = Trusted()
+_TRUSTED: contextvars.ContextVar[Trusted] = contextvars.ContextVar("trusted_globals", default=NO_TRUST)
 """The globals the user declared trusted (``trusted-globals``) for the scan in progress: a context
 variable, as the role hints are, and for the same reason (set once by each entry point, read by
 every layout's content check)."""

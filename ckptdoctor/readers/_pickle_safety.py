@@ -158,7 +158,11 @@ def trust_refusal(entry: str) -> str | None:
         return "must be an exact module.Name, or package.* for a package of your own"
     if package == entry:
         return f"{entry} can run commands, touch files or load code" if acts(entry) else None
-    covered = [name for name in (*ACTING_MODULES, *ACTING_NAMES) if name == package or name.startswith(f"{package}.") or package.startswith(f"{name}.")]
+    covered = [
+        name
+        for name in (*ACTING_MODULES, *ACTING_NAMES)
+        if name == package or name.startswith(f"{package}.") or package.startswith(f"{name}.")
+    ]
     return f"{entry} covers {covered[0]}, which can run commands, touch files or load code" if covered else None
 
 
