@@ -45,7 +45,10 @@ UNSAFE_PICKLE = Rule(
             torch="If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
             ultralytics="To keep or share the weights without code, load the file with Ultralytics in a trusted, isolated environment and save `YOLO(path).model.state_dict()` with `safetensors.torch.save_file`.",
         ),
-        'If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them as torch\'s `add_safe_globals` would: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`).',
+        fix(
+            'If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`).',
+            torch='If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them as `torch.serialization.add_safe_globals` would: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`), and load it with `weights_only=True` inside `torch.serialization.safe_globals([...])` of the same classes.',
+        ),
         "Check the other files from the same source: `ckptdoctor verify {run}`.",
         "Share weights as safetensors, which cannot hold code.",
     ),
