@@ -343,12 +343,12 @@ def _start(paths: list[str]) -> str | None:
 @contextlib.contextmanager
 def _configured(paths: list[str], config: str | None) -> Iterator[Settings]:
     """The settings for ``paths`` (``config``, else the nearest configuration), with their role
-    hints in force inside the block: a run's own configuration names its checkpointers'
-    prefixes (``[tool.ckptdoctor.roles]``)."""
+    hints and trusted globals in force inside the block: a run's own configuration names its
+    checkpointers' prefixes (``[tool.ckptdoctor.roles]``) and its own classes (``trusted-globals``)."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
-    from ckptdoctor.layouts._base import hinted_roles
+    from ckptdoctor.layouts._base import hinted_roles, trusting
 
     found = settings(config, start=_start(paths) if paths else None)
-    with hinted_roles(found.roles):
+    with hinted_roles(found.roles), trusting(found.trusted_globals):
         yield found

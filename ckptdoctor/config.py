@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdoctor.model import Finding, Role, Severity
+from ckptdoctor.readers._pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
 from ckptdoctor.rules._context import Thresholds
@@ -55,7 +56,9 @@ def prune_settings(config: str | None = None, start: str | None = None) -> tuple
     return prune, path
 
 
-TOP_KEYS = frozenset({"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles", "max-download"})
+TOP_KEYS = frozenset(
+    {"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles", "max-download", "trusted-globals"}
+)
 HINTED_ROLES = ("model", "optimizer", "scheduler")
 THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
 SEVERITIES = ("error", "warning", "info")
@@ -65,6 +68,7 @@ ENVIRONMENT = {
     "CKPTDOCTOR_SELECT": "select",
     "CKPTDOCTOR_IGNORE": "ignore",
     "CKPTDOCTOR_MAX_DOWNLOAD": "max-download",
+    "CKPTDOCTOR_TRUSTED_GLOBALS": "trusted-globals",
 }
 """Environment twins of settings (pip-audit's pattern): between the command line and the file."""
 
@@ -90,6 +94,9 @@ class Settings:
     """Name prefixes of a project's own checkpointers and the role each holds (``ema = "model"``)."""
     max_download: int = MAX_DOWNLOAD
     """Bytes ``verify`` reads from object stores without asking (egress costs money)."""
+    trusted_globals: Trusted = field(default_factory=Trusted)
+    """Classes the user declared trusted (``trusted-globals``, as torch's ``add_safe_globals``):
+    a pickle that needs only them and harmless globals is CKD402, not CKD401."""
     source: str | None = None
     """The file the settings came from, if any."""
 
@@ -129,7 +136,8 @@ def settings(config: str | None = None, environ: Mapping[str, str] | None = None
     for variable, key in ENVIRONMENT.items():
         if variable in environ:  # each checked on its own, so that an error names the variable
             raw = environ[variable]
-            value: Any = [part for part in raw.split(",") if part.strip()] if key in ("select", "ignore") else raw
+            listed = key in ("select", "ignore", "trusted-globals")
+            value: Any = [part.strip() for part in raw.split(",") if part.strip()] if listed else raw
             single = _checked({key: value}, variable)
             checked = dataclasses.replace(checked, **{key.replace("-", "_"): getattr(single, key.replace("-", "_"))})
     return checked
@@ -228,6 +236,12 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     min_age = values.get("min-age")
     if min_age is not None and not isinstance(min_age, str | int | float):
         raise fail("min-age", "must be a duration such as 10min")
+    trusted = values.get("trusted-globals", [])
+    if not isinstance(trusted, list) or not all(isinstance(item, str) for item in trusted):
+        raise fail("trusted-globals", 'must be a list of module.Name (or package.* for a package of your own): ["mypkg.Config"]')
+    for item in trusted:
+        if (refused := trust_refusal(item.strip())) is not None:
+            raise fail("trusted-globals", f"{item!r} cannot be trusted: {refused}")
     return Settings(
         select=lists["select"],
         ignore=lists["ignore"],
@@ -243,6 +257,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         min_age=str(min_age) if min_age is not None else None,
         max_download=max_download,
         roles=hinted,
+        trusted_globals=Trusted.declared((item.strip() for item in trusted), where or "") if trusted else Trusted(),
         source=where,
     )
 

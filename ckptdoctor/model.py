@@ -133,10 +133,11 @@ of the save it holds (``layouts._base.copy_of``)."""
 
 
 class Rebuilt(NamedTuple):
-    """What an unsafe pickle does with the globals outside every allowlist, where that is all that
-    keeps it from being proven safe: it rebuilds objects of those classes the way pickle writes
-    plain objects, and nothing else. Readers know no framework, so they report it; the layout of
-    the run that holds the file decides whether its framework writes exactly these."""
+    """What an unsafe pickle does with the globals outside every allowlist, where importing them is
+    all that keeps it from being proven safe: which it only rebuilds the way pickle writes plain
+    objects and enum members, and which it uses otherwise (``other``). Readers know no framework,
+    so they report it; the layout of the run that holds the file decides whether its framework
+    writes exactly these, and the user's ``trusted-globals`` which they declared."""
 
     where: str
     """The pickle (``data.pkl``, ``the pickle``)."""
@@ -151,10 +152,19 @@ class Rebuilt(NamedTuple):
     called: frozenset[str] = frozenset()
     """Classes only called with no argument (``cls()``, which runs its ``__init__``) and then,
     if at all, given their fields: how a ``types.SimpleNamespace`` pickles itself."""
+    other: frozenset[str] = frozenset()
+    """Globals used any other way (called with arguments, kept as values, passed on): only a
+    user's declaration (``trusted-globals``, as torch's ``add_safe_globals``) or a framework's
+    own bare values (``OwnObjects.kept``) vouch for them."""
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(sorted(self.instances | self.values | self.called))
+        return tuple(sorted(self.instances | self.values | self.called | self.other))
+
+    @property
+    def plain(self) -> bool:
+        """Whether the pickle only rebuilds objects and enum members (nothing called with arguments)."""
+        return not self.other
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,7 @@ class FileIssue:
     every other issue and for non-weights content no allowlist admits (TorchScript code)."""
     rebuilt: Rebuilt | None = None
     """On an unsafe-pickle issue, what the pickle did with the globals that made it unsafe, where
-    rebuilding plain objects of them is all it did (``Rebuilt``); None for any other."""
+    importing them is all that made it so (``Rebuilt``); None for any other."""
     severity: Severity | None = None
     """Set by the layout of the run that holds the file, where its framework's own loader loads
     what the file needs (info: as the framework wrote it; a warning: with the step the detail

@@ -211,15 +211,18 @@ def configured(config: str | None) -> Settings:
     """The settings of the environment and the configuration file; exit 2 naming a bad key."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.config import ConfigError, settings
-    from ckptdoctor.layouts._base import use_role_hints
+    from ckptdoctor.layouts._base import use_role_hints, use_trusted_globals
+    from ckptdoctor.readers._pickle_safety import Trusted
 
     use_role_hints({})  # nothing from an earlier command in this process
+    use_trusted_globals(Trusted())
     try:
         found = settings(config)
     except ConfigError as error:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_USAGE) from error
     use_role_hints(found.roles)
+    use_trusted_globals(found.trusted_globals)
     return found
 
 

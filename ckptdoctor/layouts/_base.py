@@ -43,6 +43,7 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import pointer as pointer_file
+from ckptdoctor.readers._pickle_safety import Trusted
 from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, same_save, with_keys
 from ckptdoctor.readers.named import NO_NAMES, Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
@@ -99,37 +100,50 @@ class OwnObjects:
         """Whether its loader, as the framework calls it, runs whatever a file holds."""
         return self.unrestricted and self.as_written
 
-    def writes(self, rebuilt: Rebuilt) -> bool:
-        """Whether its save code writes exactly what ``rebuilt`` says the pickle does."""
+    def writes(self, rebuilt: Rebuilt, trusted: Trusted | None = None) -> bool:
+        """Whether its save code writes exactly what ``rebuilt`` says the pickle does, the globals
+        the user declared ``trusted`` aside (used any way, as torch's ``add_safe_globals``)."""
+        declared = trusted.covers if trusted else lambda _: False
         return (
-            rebuilt.instances <= self.classes
-            and rebuilt.values <= self.enums
+            all(name in self.classes or declared(name) for name in rebuilt.instances)
+            and all(name in self.enums or declared(name) for name in rebuilt.values)
             and rebuilt.methods <= self.methods
-            and rebuilt.called <= self.called_empty
+            and all(name in self.called_empty or declared(name) for name in rebuilt.called)
+            and all(declared(name) for name in rebuilt.other)
         )
 
-    def vouched(self, report: FileReport) -> FileReport:
+    def vouched(self, report: FileReport, trusted: Trusted | None = None) -> FileReport:
         """``report`` as this framework's own loader sees the file: where its pickles are unsafe
-        only because they rebuild this framework's own objects, one CKD402 that names them with
-        the harmless globals beside them, and harmless globals this loader allows, CKD402 that
-        says how it loads them; every other issue as the reader found it (CKD401 stands where
-        any pickle does more)."""
-        if not self.loader or not report.issues:
+        only because they rebuild this framework's own objects or globals the user declared
+        ``trusted``, one CKD402 that names them with the harmless globals beside them, and
+        harmless globals this loader allows, CKD402 that says how it loads them; every other
+        issue as the reader found it (CKD401 stands where any pickle does more)."""
+        if not report.issues or not (self.loader or (trusted and trusted.source)):
             return report
-        severity = Severity.INFO if self.as_written else Severity.WARNING
         unsafe = [i for i in report.issues if i.problem is Problem.UNSAFE_PICKLE]
         allowed = [i for i in report.issues if i.problem is Problem.NON_WEIGHTS and i.needs and self._allows(i.needs)]
-        rebuilt = [i.rebuilt for i in unsafe if i.rebuilt is not None and self.writes(i.rebuilt)]
+        rebuilt = [i.rebuilt for i in unsafe if i.rebuilt is not None and self.writes(i.rebuilt, trusted)]
         if unsafe and len(rebuilt) == len(unsafe):
-            classes = tuple(dict.fromkeys(name for r in rebuilt for name in r.names))
+            names = tuple(dict.fromkeys(name for r in rebuilt for name in r.names))
+            declared = tuple(name for name in names if trusted and trusted.covers(name))
+            own = tuple(name for name in names if name not in declared)
             benign = tuple(dict.fromkeys(name for i in allowed for name in i.needs))
-            also = f", and the harmless {', '.join(benign)}" if benign else ""
-            detail = (
-                f"{rebuilt[0].where} needs {', '.join(classes)}, rebuilt only as the framework that wrote it does{also}, "
-                f"which torch.load(weights_only=True) refuses; {self.loader}"
+            said = [f"{', '.join(own)}, rebuilt only as the framework that wrote it does"] if own else []
+            said += [f"{', '.join(declared)}, declared trusted in {trusted.source}"] if trusted and declared else []
+            said += [f"the harmless {', '.join(benign)}"] if benign else []
+            loaders = [self.loader] if own and self.loader else []
+            listed = ", ".join((*names, *benign))
+            loaders.append(f"torch.load(weights_only=True) loads it within torch.serialization.safe_globals([{listed}])")
+            detail = f"{rebuilt[0].where} needs {'; and '.join(said)}; {' or '.join(loaders)}"
+            # the framework's own loader loads its own objects unaided; a declared class needs the user's safe_globals
+            unaided = self.as_written and (self.unrestricted or not declared)
+            merged = FileIssue(
+                Problem.NON_WEIGHTS, detail, (*names, *benign), severity=Severity.INFO if unaided and own else Severity.WARNING
             )
-            merged = FileIssue(Problem.NON_WEIGHTS, detail, (*classes, *benign), severity=severity)
             return dataclasses.replace(report, issues=(merged, *(i for i in report.issues if i not in unsafe and i not in allowed)))
+        if not self.loader:
+            return report
+        severity = Severity.INFO if self.as_written else Severity.WARNING
         if not allowed:
             return report
         issues = tuple(
@@ -806,6 +820,32 @@ def hinted_roles(hints: Mapping[str, Role]) -> Iterator[None]:
         yield
     finally:
         _ROLE_HINTS.reset(token)
+
+
+NO_TRUST = Trusted()
+_TRUSTED: contextvars.ContextVar[Trusted] = contextvars.ContextVar("trusted_globals", default=NO_TRUST)
+"""The globals the user declared trusted (``trusted-globals``) for the scan in progress: a context
+variable, as the role hints are, and for the same reason (set once by each entry point, read by
+every layout's content check)."""
+
+
+def trusted_globals() -> Trusted:
+    return _TRUSTED.get()
+
+
+@contextlib.contextmanager
+def trusting(trusted: Trusted) -> Iterator[None]:
+    """Scan with the globals ``trusted`` declares trusted inside the block."""
+    token = _TRUSTED.set(trusted)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def use_trusted_globals(trusted: Trusted) -> None:
+    """Scan with ``trusted`` for the rest of this context (a command sets its own at its start)."""
+    _TRUSTED.set(trusted)
 
 
 def guess_roles(prefix: str) -> tuple[Role, ...]:
@@ -1520,7 +1560,7 @@ class _ContentCheck:
 
     def _judge(self, report: FileReport) -> FileReport:
         if report.issues:
-            return self.layout.own_objects.vouched(report)
+            return self.layout.own_objects.vouched(report, trusted_globals())
         try:
             content = Format(report.format)
         except ValueError:

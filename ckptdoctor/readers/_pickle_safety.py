@@ -16,7 +16,9 @@ them (``layouts._base``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ckptdoctor.model import FileIssue, Problem, Rebuilt
 from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
@@ -116,8 +118,75 @@ _GETATTR = "builtins.getattr"
 """Unsafe whatever it looks up: a framework's layout may vouch for the lookups of its own
 classes' methods its objects keep (``Rebuilt.methods``)."""
 
+ACTING_MODULES: frozenset[str] = frozenset({
+    "builtins", "__builtin__", "os", "posix", "nt", "subprocess", "sys", "importlib", "runpy", "shutil",
+    "socket", "pickle", "_pickle", "marshal", "types", "functools", "operator", "_operator", "codecs",
+    "_codecs", "io", "_io", "pathlib", "ctypes", "_ctypes", "code", "codeop", "pty", "pdb", "timeit",
+    "multiprocessing", "asyncio", "signal", "tempfile", "webbrowser", "dill", "cloudpickle", "joblib",
+})  # fmt: skip
+"""Modules whose functions can run commands, touch files, load code or call what they are given
+(``operator.methodcaller``, ``functools.partial``): a pickle importing from them beyond the
+allowlists calls functions that act, and no user may declare them trusted (``trust_refusal``)."""
+ACTING_NAMES: tuple[str, ...] = (
+    "torch.load", "torch.jit", "torch.hub", "torch.package", "torch.serialization", "torch._C", "torch.ops",
+    "torch.classes", "torch.compile", "torch._dynamo", "torch._inductor", "torch.utils.cpp_extension",
+    "torch.distributed.rpc", "numpy.load", "numpy.lib.npyio", "numpy.lib.format", "pandas.read_pickle",
+    "pandas.eval", "yaml.load", "yaml.unsafe_load",
+)  # fmt: skip
+"""Functions (and modules of them) of libraries otherwise harmless that load or run code."""
+
 _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 """Modules torch refuses even when a user allowlists them: named first in a finding."""
+
+
+def acts(dotted: str) -> bool:
+    """Whether ``module.name`` is, or lies in, a module whose functions can act (``ACTING_MODULES``,
+    ``ACTING_NAMES``)."""
+    return dotted.partition(".")[0] in ACTING_MODULES or any(dotted == name or dotted.startswith(f"{name}.") for name in ACTING_NAMES)
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
+_WILDCARD = ".*"
+
+
+def trust_refusal(entry: str) -> str | None:
+    """Why a user may not declare ``entry`` trusted (``trusted-globals``), or None: an exact
+    ``module.Name``, or ``package.*`` for a package of their own; never a name that can act, nor a
+    wildcard over one (``torch.*`` covers ``torch.load``)."""
+    package = entry.removesuffix(_WILDCARD)
+    if not _DOTTED.match(entry if package == entry else f"{package}.x"):
+        return "must be an exact module.Name, or package.* for a package of your own"
+    if package == entry:
+        return f"{entry} can run commands, touch files or load code" if acts(entry) else None
+    covered = [
+        name
+        for name in (*ACTING_MODULES, *ACTING_NAMES)
+        if name == package or name.startswith(f"{package}.") or package.startswith(f"{name}.")
+    ]
+    return f"{entry} covers {covered[0]}, which can run commands, touch files or load code" if covered else None
+
+
+@dataclass(frozen=True)
+class Trusted:
+    """Globals a user declared trusted (``trusted-globals``, as torch's ``add_safe_globals``), each
+    checked by ``trust_refusal``, and the file that declared them."""
+
+    names: frozenset[str] = frozenset()
+    packages: tuple[str, ...] = ()
+    """``package.`` of each ``package.*`` entry."""
+    source: str = ""
+
+    @classmethod
+    def declared(cls, entries: Iterable[str], source: str) -> Trusted:
+        listed = tuple(entries)
+        return cls(
+            frozenset(e for e in listed if not e.endswith(_WILDCARD)),
+            tuple(e.removesuffix("*") for e in listed if e.endswith(_WILDCARD)),
+            source,
+        )
+
+    def covers(self, dotted: str) -> bool:
+        return dotted in self.names or dotted.startswith(self.packages or ("\0",))
 
 
 def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None) -> list[FileIssue]:
@@ -140,11 +209,12 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
             and not (resolved and resolved(g.dotted))
         )
     ]
-    imported.sort(key=lambda g: g.module.split(".")[0] not in _NEVER_ALLOWED)
+    imported.sort(key=lambda g: (g.module.split(".")[0] not in _NEVER_ALLOWED, not acts(g.dotted)))
     unsafe = [g.dotted for g in imported]
+    rebuilt = _rebuilt(walk, imported, where) if unsafe else None
     reasons: list[str] = []
     if unsafe:
-        reasons.append(f"imports {_names(unsafe)}, outside every allowlist or beyond how its framework rebuilds it")
+        reasons.append(f"calls functions that run commands or touch files: it imports {_names(unsafe)}, outside every allowlist")
     if walk.unresolved:
         reasons.append(f"imports a global whose name is only known when it runs ({walk.unresolved[0]})")
     if walk.foreign:
@@ -157,9 +227,20 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         reasons.append(f"changes the class or function {names} itself (BUILD on an import), which later code then runs")
     if walk.persistent:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
-    if reasons:
-        rebuilt = None if len(reasons) > 1 or not unsafe else _rebuilt(walk, imported, where)
-        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code", rebuilt=rebuilt))
+    if len(reasons) == 1 and rebuilt is not None and not acts(unsafe[0]):
+        # nothing it imports can act by itself: the user's question is whether they trust its writer
+        how = "" if rebuilt.plain else f" (calling {_names(sorted(rebuilt.other))} with what the file holds)"
+        issues.append(
+            FileIssue(
+                Problem.UNSAFE_PICKLE,
+                f"{where} rebuilds objects of these classes: {_names(unsafe)}{how}; safe only if you trust whoever wrote it: "
+                "loading it imports them and runs their code, which torch.load(weights_only=True) refuses",
+                rebuilt=rebuilt,
+            )
+        )
+    elif reasons:
+        sole = rebuilt if len(reasons) == 1 else None
+        issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} {'; '.join(reasons)}: loading it would run code", rebuilt=sole))
     if walk.unproven:
         issues.append(
             FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows")
@@ -184,22 +265,27 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     return issues
 
 
-def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt | None:
-    """What the pickle does with the globals that make it unsafe, where each only rebuilds plain
-    objects or enum members of its class (``getattr`` only looking up names on them, its results
-    kept, never called); None where any does more."""
-    for symbol in unsafe:
-        if symbol.dotted == _GETATTR:
-            if walk.lookups_called or walk.references[symbol] != sum(walk.lookups.values()):
-                return None
-        elif not walk.only_rebuilt(symbol):
-            return None
+def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt:
+    """What the pickle does with the globals that make it unsafe: those it only uses to rebuild
+    plain objects or enum members of their class (``getattr`` only looking up names on them, its
+    results kept, never called), and the others (``Rebuilt.other``)."""
+    other = [
+        symbol
+        for symbol in unsafe
+        if (
+            (walk.lookups_called or walk.references[symbol] != sum(walk.lookups.values()))
+            if symbol.dotted == _GETATTR
+            else not walk.only_rebuilt(symbol)
+        )
+    ]
+    plain = [g for g in unsafe if g not in other]
     return Rebuilt(
         where,
-        frozenset(g.dotted for g in unsafe if walk.instantiated[g]),
-        frozenset(g.dotted for g in unsafe if walk.by_value[g]),
+        frozenset(g.dotted for g in plain if walk.instantiated[g]),
+        frozenset(g.dotted for g in plain if walk.by_value[g]),
         frozenset(f"{cls.dotted}.{name}" for cls, name in walk.lookups),
-        frozenset(g.dotted for g in unsafe if walk.called_empty[g]),
+        frozenset(g.dotted for g in plain if walk.called_empty[g]),
+        frozenset(g.dotted for g in other),
     )
 
 

@@ -20,7 +20,11 @@ UNSAFE_PICKLE = Rule(
         "something else (`os.system`, `builtins.eval`, `subprocess`, a project's own classes) or uses opcodes torch never "
         "emits, a common way to hide imports from scanners. Loading it with `torch.load(weights_only=False)`, `pickle.load` "
         "or an old torch would run that code with your permissions. ckptdoctor found this statically, without running "
-        "anything. The rule fails closed: a pickle that ckptdoctor cannot follow to its end the way the loaders read it "
+        'anything. The finding says which kind it is: a pickle that "calls functions that run commands or touch files" (`os`, '
+        "`subprocess`, `builtins.eval`, a function of a module that can act) is an attack or worse; one that only "
+        '"rebuilds objects of these classes" (a `BertConfig`, a dataclass, an `nn.Module`, a pandas frame) is what training '
+        'code saves, but "safe only if you trust whoever wrote it": declare your own classes in `trusted-globals` and it is '
+        "CKD402 instead. The rule fails closed: a pickle that ckptdoctor cannot follow to its end the way the loaders read it "
         "(an argument the C and pure-Python unpicklers read differently, a record count that is not a literal, a link out "
         'of a tar, a stream past the per-file budget) is reported here too, as "cannot be proven safe".'
     ),
@@ -40,6 +44,10 @@ UNSAFE_PICKLE = Rule(
             "If it is your own file with custom objects, re-save only the tensors, as safetensors, from a trusted, isolated environment.",
             torch="If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
             ultralytics="To keep or share the weights without code, load the file with Ultralytics in a trusted, isolated environment and save `YOLO(path).model.state_dict()` with `safetensors.torch.save_file`.",
+        ),
+        fix(
+            'If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`).',
+            torch='If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them as `torch.serialization.add_safe_globals` would: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`), and load it with `weights_only=True` inside `torch.serialization.safe_globals([...])` of the same classes.',
         ),
         "Check the other files from the same source: `ckptdoctor verify {run}`.",
         "Share weights as safetensors, which cannot hold code.",
@@ -68,7 +76,8 @@ NON_WEIGHTS_OBJECT = Rule(
         "and only with nothing else unsafe in the file: then the finding "
         "is this one, saying how the framework's own loader loads them (info where it does unaided, as DeepSpeed's "
         "`load_checkpoint` does; a warning where the resume needs a step, as mmengine's does on torch >= 2.6). Anywhere "
-        "else, or used any other way, they are CKD401."
+        "else, or used any other way, they are CKD401. Classes a user declared in `trusted-globals` are CKD402 too, "
+        '"declared trusted in" the configuration file that names them.'
     ),
     causes=(
         "The checkpoint stores non-tensor Python objects: numpy arrays or scalars (RNG states, metrics), `argparse.Namespace` "

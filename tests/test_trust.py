@@ -1,0 +1,199 @@
+"""Trust declared, not guessed (issue 31, item 8).
+
+What training code really saves beside its weights (a ``BertConfig``, a user's ``Enum`` or
+dataclass, a whole ``nn.Module``, a pandas frame) is no attack, but ``torch.load(weights_only=True)``
+refuses it: CKD401 says it "rebuilds objects of these classes: safe only if you trust whoever wrote
+it", apart from a pickle that "calls functions that run commands or touch files". A user declares
+their own classes in ``trusted-globals`` (as torch's ``add_safe_globals``): those files are then
+CKD402, "declared trusted in" the configuration file, and torch itself loads them with exactly
+those classes allowed. Names that can act (``os.system``, ``builtins.*``, ``torch.*``) are refused.
+Each file is written by the real library and each verdict confirmed by torch's own loader."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import io
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+from sample_set import GADGETS, _add_setitem
+
+from ckptdoctor import api
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pandas = pytest.importorskip("pandas")
+
+BERT = "transformers.models.bert.configuration_bert.BertConfig"
+REBUILDS = "rebuilds objects of these classes"
+TRUST_WRITER = "safe only if you trust whoever wrote it"
+ACTS = "calls functions that run commands or touch files"
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+
+@dataclasses.dataclass
+class Config:
+    lr: float = 0.1
+    name: str = "run"
+
+
+def bert_config() -> object:
+    return transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+
+
+SAVED = {
+    # what a training script saves beside its weights, and the classes torch needs allowed for it
+    "bert-config": (lambda: {"model": {"w": torch.zeros(2)}, "config": bert_config()}, [BERT]),
+    "user-enum": (lambda: {"model": {"w": torch.zeros(2)}, "mode": Colour.RED}, [f"{__name__}.Colour"]),
+    "user-dataclass": (lambda: {"model": {"w": torch.zeros(2)}, "config": Config()}, [f"{__name__}.Config"]),
+    "whole-module": (lambda: {"model": torch.nn.Linear(2, 2)}, ["torch.nn.modules.linear.Linear"]),
+}
+
+
+def _write(folder: Path, case: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{case}.pt"
+    torch.save(SAVED[case][0](), path)
+    return path
+
+
+def _classes(case: str) -> list[type]:
+    import importlib
+
+    return [getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in SAVED[case][1]]
+
+
+def _refused_by_weights_only(path: Path) -> bool:
+    try:
+        torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        return True
+    return False
+
+
+def _loads_with_safe_globals(path: Path, case: str) -> bool:
+    with torch.serialization.safe_globals(_classes(case)):
+        model = torch.load(path, weights_only=True)["model"]
+    weights = model.state_dict()["weight"] if case == "whole-module" else model["w"]
+    return weights.shape in ((2, 2), (2,))
+
+
+def _unsafe(result) -> list[dict]:
+    return [f for f in result.json["findings"] if f["code"] == "CKD401"]
+
+
+@pytest.mark.parametrize("case", sorted(SAVED))
+def test_what_training_code_saves_is_told_apart_from_code_that_acts(case, tmp_path, cli):
+    path = _write(tmp_path / "run", case)
+    assert _refused_by_weights_only(path)  # torch's default loader refuses it: unsafe from a stranger
+    result = cli("verify", "--json", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert finding["severity"] == "error"
+    assert REBUILDS in finding["message"] and TRUST_WRITER in finding["message"]
+    assert all(name in finding["message"] for name in SAVED[case][1])
+    assert ACTS not in finding["message"]
+
+
+def test_a_pandas_frame_beside_a_model_is_told_apart_from_code_that_acts(tmp_path, cli):
+    path = tmp_path / "stats.pkl"
+    pandas.DataFrame({"loss": [0.5, 0.25]}).to_pickle(path)
+    assert pandas.read_pickle(path)["loss"].tolist() == [0.5, 0.25]  # pandas' own loader reads it back
+    result = cli("verify", "--json", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert REBUILDS in finding["message"] and TRUST_WRITER in finding["message"] and ACTS not in finding["message"]
+
+
+def _with_payload(path: Path) -> Path:
+    """``path`` with one more top-level item: a call of ``os.system`` (never loaded here)."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    (pickled,) = [name for name in members if name.endswith("/data.pkl")]
+    members[pickled] = _add_setitem(members[pickled], "extra", GADGETS["os.system"]("/nonexistent/ckptdoctor-canary"))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def test_a_pickle_that_calls_os_system_says_it_runs_commands(tmp_path, cli):
+    path = _with_payload(_write(tmp_path / "run", "user-dataclass"))
+    result = cli("verify", "--json", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert ACTS in finding["message"] and "os.system" in finding["message"] and TRUST_WRITER not in finding["message"]
+
+
+def _project(root: Path, entries: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    listed = ", ".join(f'"{entry}"' for entry in entries)
+    (root / "pyproject.toml").write_text(f"[tool.ckptdoctor]\ntrusted-globals = [{listed}]\n")
+    return root
+
+
+@pytest.mark.parametrize("case", sorted(SAVED))
+def test_classes_the_user_declares_trusted_are_ckd402_and_torch_loads_them_so(case, tmp_path, cli):
+    project = _project(tmp_path / "project", SAVED[case][1])
+    path = _write(project / "run", case)
+    assert _loads_with_safe_globals(path, case)  # torch's own loader, told exactly these classes
+    result = cli("verify", "--json", "--config", project / "pyproject.toml", path)
+    assert result.exit_code == 0, result.stdout
+    assert _unsafe(result) == []
+    (finding,) = [f for f in result.json["findings"] if f["code"] == "CKD402"]
+    assert f"declared trusted in {project / 'pyproject.toml'}" in finding["message"]
+    assert "safe_globals([" in finding["message"] and all(name in finding["message"] for name in SAVED[case][1])
+    assert result.json["runs"][0]["checkpoints"][-1]["status"] == "complete"
+
+
+def test_a_package_wildcard_of_the_users_own_and_the_environment_and_the_api_declare_alike(tmp_path, cli):
+    path = _write(tmp_path / "run", "user-dataclass")
+    by_env = cli("verify", "--json", path, env={"CKPTDOCTOR_TRUSTED_GLOBALS": f"{__name__}.*"})
+    assert by_env.exit_code == 0 and "declared trusted in CKPTDOCTOR_TRUSTED_GLOBALS" in by_env.stdout
+    project = _project(tmp_path / "project", [f"{__name__}.Config"])
+    report = api.verify(str(path), config=str(project / "pyproject.toml"))
+    assert {f.code for f in report.findings} == {"CKD402"}
+
+
+def test_a_declared_class_does_not_cover_a_payload_beside_it(tmp_path, cli):
+    project = _project(tmp_path / "project", [f"{__name__}.Config"])
+    path = _with_payload(_write(project / "run", "user-dataclass"))
+    result = cli("verify", "--json", "--config", project / "pyproject.toml", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert finding["severity"] == "error" and ACTS in finding["message"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ("os.system", "os.system can run commands"),
+        ("posix.system", "posix.system can run commands"),
+        ("builtins.eval", "builtins.eval can run commands"),
+        ("subprocess.Popen", "subprocess.Popen can run commands"),
+        ("torch.load", "torch.load can run commands"),
+        ("torch.jit.load", "torch.jit.load can run commands"),
+        ("os.*", "covers os"),
+        ("builtins.*", "covers builtins"),
+        ("importlib.*", "covers importlib"),
+        ("torch.*", "covers torch.load"),
+        ("pathlib.*", "covers pathlib"),
+        ("*", "must be an exact module.Name"),
+        ("Config", "must be an exact module.Name"),
+        ("mypkg.Config; import os", "must be an exact module.Name"),
+    ],
+)
+def test_names_that_can_act_cannot_be_declared_trusted(entry, why, tmp_path, cli):
+    project = _project(tmp_path / "project", [entry])
+    path = _write(project / "run", "user-dataclass")
+    result = cli("verify", "--config", project / "pyproject.toml", path)
+    assert result.exit_code == 2
+    assert "trusted-globals" in result.stderr + result.stdout and why in result.stderr + result.stdout
