@@ -1205,6 +1205,7 @@ def _malicious_specs() -> Iterator[_MalSpec]:
             "keras-config",
             lambda c: _keras_archive(c.base.legacy_with(3, lambda _: _pickle("builtins.exec", c.canary)), junk=True),
         )
+
     # ---- issue 31, items 2 and 5: compressions and archives a loader infers from the name ----
     def evil_torch_zip(c: _Ctx) -> bytes:
         return c.base.zip_with_data_pkl(lambda d: _splice_after_proto(d, _stmt("posix.system", c.canary)))
