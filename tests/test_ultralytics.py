@@ -4,7 +4,8 @@ itself does with them.
 Ultralytics cannot run here (its torchvision is a CUDA build), so its runs are committed
 (``tests/data/ultralytics/``, made by ``make_run.py`` with ultralytics 8.4.190: a scaled-down
 YOLO26 stopped after three of ten epochs with ``save_period=1``, and YOLO11 and YOLOv8 runs trained
-to the end), with Ultralytics' own answer about each file and each way ``matrix.py`` breaks them
+to the end; one scaled-down YOLO11 run of each other task, segment, classify, pose and obb), with
+Ultralytics' own answer about each file and each way ``matrix.py`` breaks them
 (``oracle.json``, recorded by ``record_oracle.py``): what ``YOLO(path).train(resume=True)``
 restores, found by the file's content (``frameworks.yolo_restored``).
 """
@@ -12,12 +13,13 @@ restores, found by the file's content (``frameworks.yolo_restored``).
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
-from frameworks import YOLO_DATA, yolo_edited, yolo_oracle, yolo_restored, yolo_run
+from frameworks import YOLO_DATA, YOLO_TASKS, yolo_edited, yolo_oracle, yolo_restored, yolo_run
 from sample_set import GADGETS, _add_setitem, _call, _call0, _g, _u
 from test_repair_frameworks import age
 
@@ -98,14 +100,52 @@ def _rebuilt(path: Path):
     return issue.rebuilt
 
 
-def test_the_classes_vouched_for_are_exactly_those_real_saves_pickle():
-    """Each name declared is one a real save of the three model families needs, and each such
-    save needs no other: a name no committed file holds is vouched for on no evidence."""
-    rebuilt = [_rebuilt(path) for path in sorted(YOLO_DATA.rglob("*.pt"))]
+def test_the_classes_vouched_for_are_those_ultralytics_own_restricted_loader_admits_and_rebuilds_plain():
+    """The layout vouches for exactly the classes ``make_run.py classes`` listed from the installed
+    ultralytics and torch (``classes.json``: what ``_SafeLoad`` admits, less those whose unpickling
+    runs more than ``__new__`` and ``nn.Module.__setstate__``), and they cover every class a real
+    save of each task and model family pickles; the ones left out are none of them."""
+    listed = json.loads((YOLO_DATA / "classes.json").read_text())
     own = layout_named("ultralytics").own_objects
-    assert set().union(*(r.instances for r in rebuilt)) == own.classes
+    assert own.classes == set(listed["vouched"])
+    assert not own.classes & set(listed["excluded"])
+    rebuilt = [_rebuilt(path) for path in sorted(YOLO_DATA.rglob("*.pt"))]
+    assert set().union(*(r.instances for r in rebuilt)) <= own.classes
     assert set().union(*(r.called for r in rebuilt)) == own.called_empty
-    assert not any(r.values or r.methods for r in rebuilt)
+    assert set().union(*(r.values for r in rebuilt)) == own.enums  # the classifier's InterpolationMode
+    assert not any(r.methods or r.other for r in rebuilt)
+    # each task's own head and model class, from its real run
+    for task, head in (("segment", "Segment"), ("classify", "Classify"), ("pose", "Pose"), ("obb", "OBB")):
+        (saved,) = [_rebuilt(YOLO_DATA / task / "train" / "weights" / "last.pt")]
+        assert f"ultralytics.nn.modules.head.{head}" in saved.instances
+
+
+@pytest.mark.parametrize("task", YOLO_TASKS)
+def test_a_real_run_of_each_task_verifies_clean_and_resumes_where_ultralytics_resumes(task, tmp_path, cli):
+    """Segmentation, classification, pose and OBB saves pickle their own heads, ``Proto``,
+    ``ConvTranspose2d``, a classifier's torchvision transforms and ``InterpolationMode``: what
+    Ultralytics writes itself, so CKD402 as the detection saves are, never "corrupt"."""
+    weights = yolo_run(tmp_path / "runs" / task, task)
+    result = cli("verify", "--deep", "--json", "--fail-on", "warning", tmp_path / "runs")
+    assert result.exit_code == 0, result.stdout
+    (run,) = result.json["runs"]
+    assert run["layout"] == "ultralytics"
+    assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(0, "complete")]
+    assert [(f["code"], f["severity"]) for f in result.json["findings"]] == [("CKD402", "info")]
+    found = scanned(weights)
+    assert found.resume.index == 0 and "yolo train resume model=" in found.resume_how
+    assert yolo_restored(Path(found.resume_path))["resumes_at"] == 1  # Ultralytics' own resume goes on at epoch 1
+
+
+@pytest.mark.parametrize("task", YOLO_TASKS)
+def test_a_payload_in_a_save_of_each_task_is_still_unsafe(task, tmp_path, cli):
+    weights = yolo_run(tmp_path, task)
+    payload = GADGETS["os.system"]("/nonexistent/ckptdoctor-canary")
+    (weights / "last.pt").write_bytes(yolo_edited(weights / "last.pt", lambda pickled: _add_setitem(pickled, "extra", payload)))
+    result = cli("verify", "--json", weights)
+    assert result.exit_code == 1
+    (unsafe,) = [f for f in result.json["findings"] if f["code"] == "CKD401"]
+    assert unsafe["severity"] == "error" and "os.system" in unsafe["message"]
 
 
 def test_ultralytics_own_restricted_loader_resumes_its_saves_alike():

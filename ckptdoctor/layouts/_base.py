@@ -91,6 +91,10 @@ class OwnObjects:
     methods: frozenset[str] = frozenset()
     """``class.name`` of its classes' own methods that its objects keep, pickled as
     ``getattr(cls, name)`` lookups (mmengine's ``HistoryBuffer`` keeps ``min``, ``max``...)."""
+    kept: frozenset[str] = frozenset()
+    """Globals its save code pickles as bare values, referenced, not rebuilt (OmegaConf keeps
+    ``typing.Any`` as a node's type): vouched for however the pickle uses them, so only names
+    whose every use is harmless (``typing.Any`` cannot be called)."""
     as_written: bool = True
     """Its loader loads them unaided (the finding is info); False: only after the step
     ``loader`` names (a warning: the resume fails without it)."""
@@ -109,7 +113,7 @@ class OwnObjects:
             and all(name in self.enums or declared(name) for name in rebuilt.values)
             and rebuilt.methods <= self.methods
             and all(name in self.called_empty or declared(name) for name in rebuilt.called)
-            and all(declared(name) for name in rebuilt.other)
+            and all(name in self.kept or declared(name) for name in rebuilt.other)
         )
 
     def vouched(self, report: FileReport, trusted: Trusted | None = None) -> FileReport:

@@ -46,6 +46,7 @@ from ckptdoctor.layouts._base import (
     Copy,
     FolderLayout,
     Layout,
+    OwnObjects,
     Pointer,
     claim_all,
     copy_pointer,
@@ -116,12 +117,33 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 """What ``Trainer.save_checkpoint`` writes unless ``save_weights_only``; ``verify`` confirms it."""
 
 
+_OMEGACONF = OwnObjects(
+    loader=(
+        "Lightning's resume (`trainer.fit(ckpt_path=...)`: `pl_load`, `torch.load` with torch's default `weights_only=True`) "
+        "refuses the OmegaConf hyper-parameters `save_hyperparameters()` pickled: pass `weights_only=False` to `trainer.fit` "
+        "for a file your own training wrote"
+    ),
+    as_written=False,
+    # `save_hyperparameters()` of a DictConfig (every Hydra-configured run, NeMo's): each container
+    # and node rebuilt plain; BaseContainer.__setstate__ and Node.__setstate__ (omegaconf 2.3/2.4)
+    # only fill in missing metadata types and update __dict__, the metadata are dataclasses
+    classes=frozenset({
+        "omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig", "omegaconf.base.ContainerMetadata",
+        "omegaconf.base.Metadata", "omegaconf.nodes.AnyNode",
+    }),
+    kept=frozenset({"typing.Any"}),
+)  # fmt: skip
+"""What Lightning's own save adds to a checkpoint beyond torch's set when the hyper-parameters are
+an OmegaConf config, and how its resume loads it (found by a real fit and resume)."""
+
+
 class LightningLayout(Layout):
     name = "lightning"
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})
     whole_saves = True
+    own_objects = _OMEGACONF
     index_keys = MappingProxyType({Unit.EPOCH: "epoch", Unit.STEP: "global_step"})
     """What ``_CheckpointConnector.dump_checkpoint`` records of the save in every ``.ckpt``."""
     by_step = False

@@ -19,7 +19,8 @@ From the installed ultralytics 8.4.190 (``ultralytics/engine/trainer.py``, ``uti
   (``best.pt``, ``epoch{N}.pt``) resumes the same way, from its epoch + 1.
 - Loading: ``torch_load`` (``utils/patches.py``) passes ``weights_only=False``: the pickled model
   is a tree of Ultralytics' and torch's ``nn.Module`` classes, with the training arguments as an
-  ``IterableSimpleNamespace``. ``OWN_OBJECTS`` vouches for exactly the classes real runs pickle.
+  ``IterableSimpleNamespace``. ``OWN_OBJECTS`` vouches for the classes its own restricted loader
+  admits whose rebuilding runs nothing more (``_REBUILT_PLAIN``).
 - Metrics: ``save_dir/results.csv`` (``save_metrics``), one row per epoch, ``epoch`` 1-based.
 """
 
@@ -54,35 +55,107 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 _EPOCH = f"{TOP_LEVEL_NUMBER}epoch"
 
 
-_TORCH_MODULES = (
-    "container.Sequential", "container.ModuleList", "conv.Conv2d", "batchnorm.BatchNorm2d",
-    "activation.SiLU", "linear.Identity", "pooling.MaxPool2d", "upsampling.Upsample",
-)  # fmt: skip
-_OWN_MODULES = (
-    "tasks.DetectionModel", "modules.head.Detect", "modules.conv.Conv", "modules.conv.DWConv",
-    "modules.conv.Concat", "modules.block.Bottleneck", "modules.block.C2f", "modules.block.C3k",
-    "modules.block.C3k2", "modules.block.SPPF", "modules.block.C2PSA", "modules.block.PSABlock",
-    "modules.block.Attention", "modules.block.DFL",
-)  # fmt: skip
+_REBUILT_PLAIN: dict[str, str] = {
+    "torch.nn.modules.activation": (
+        "CELU ELU GELU GLU Hardshrink Hardsigmoid Hardswish Hardtanh LeakyReLU LogSigmoid LogSoftmax Mish "
+        "MultiheadAttention PReLU RReLU ReLU ReLU6 SELU SiLU Sigmoid Softmax Softmax2d Softmin Softplus "
+        "Softshrink Softsign Tanh Tanhshrink Threshold"
+    ),
+    "torch.nn.modules.adaptive": "AdaptiveLogSoftmaxWithLoss",
+    "torch.nn.modules.batchnorm": (
+        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm "
+        "_BatchNorm _LazyNormBase _NormBase"
+    ),
+    "torch.nn.modules.channelshuffle": "ChannelShuffle",
+    "torch.nn.modules.container": "ModuleDict ModuleList ParameterDict ParameterList Sequential",
+    "torch.nn.modules.conv": (
+        "Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d LazyConv1d LazyConv2d LazyConv3d "
+        "LazyConvTranspose1d LazyConvTranspose2d LazyConvTranspose3d _ConvNd _ConvTransposeMixin "
+        "_ConvTransposeNd"
+    ),
+    "torch.nn.modules.distance": "CosineSimilarity PairwiseDistance",
+    "torch.nn.modules.dropout": "AlphaDropout Dropout Dropout1d Dropout2d Dropout3d FeatureAlphaDropout _DropoutNd",
+    "torch.nn.modules.flatten": "Flatten Unflatten",
+    "torch.nn.modules.fold": "Fold Unfold",
+    "torch.nn.modules.instancenorm": (
+        "InstanceNorm1d InstanceNorm2d InstanceNorm3d LazyInstanceNorm1d LazyInstanceNorm2d LazyInstanceNorm3d "
+        "_InstanceNorm"
+    ),
+    "torch.nn.modules.linear": "Bilinear Identity LazyLinear Linear NonDynamicallyQuantizableLinear",
+    "torch.nn.modules.loss": (
+        "BCELoss BCEWithLogitsLoss CTCLoss CosineEmbeddingLoss CrossEntropyLoss GaussianNLLLoss "
+        "HingeEmbeddingLoss HuberLoss KLDivLoss L1Loss LinearCrossEntropyLoss MSELoss MarginRankingLoss "
+        "MultiLabelMarginLoss MultiLabelSoftMarginLoss MultiMarginLoss NLLLoss PoissonNLLLoss SmoothL1Loss "
+        "SoftMarginLoss TripletMarginLoss TripletMarginWithDistanceLoss _Loss _WeightedLoss"
+    ),
+    "torch.nn.modules.module": "Module",
+    "torch.nn.modules.normalization": "CrossMapLRN2d GroupNorm LayerNorm LocalResponseNorm RMSNorm",
+    "torch.nn.modules.padding": (
+        "CircularPad1d CircularPad2d CircularPad3d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d "
+        "ReflectionPad2d ReflectionPad3d ReplicationPad1d ReplicationPad2d ReplicationPad3d ZeroPad1d ZeroPad2d "
+        "ZeroPad3d _CircularPadNd _ConstantPadNd _ReflectionPadNd _ReplicationPadNd"
+    ),
+    "torch.nn.modules.pixelshuffle": "PixelShuffle PixelUnshuffle",
+    "torch.nn.modules.pooling": (
+        "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d "
+        "AdaptiveMaxPool3d AvgPool1d AvgPool2d AvgPool3d FractionalMaxPool2d FractionalMaxPool3d LPPool1d "
+        "LPPool2d LPPool3d MaxPool1d MaxPool2d MaxPool3d MaxUnpool1d MaxUnpool2d MaxUnpool3d _AdaptiveAvgPoolNd "
+        "_AdaptiveMaxPoolNd _AvgPoolNd _LPPoolNd _MaxPoolNd _MaxUnpoolNd"
+    ),
+    "torch.nn.modules.rnn": "GRUCell LSTMCell RNNCell RNNCellBase",
+    "torch.nn.modules.sparse": "Embedding EmbeddingBag",
+    "torch.nn.modules.transformer": "Transformer TransformerDecoder TransformerEncoder",
+    "torch.nn.modules.upsampling": "Upsample UpsamplingBilinear2d UpsamplingNearest2d",
+    "torchvision.transforms.transforms": "CenterCrop Compose Normalize Resize ToTensor",
+    "ultralytics.nn.modules.activation": "AGLU",
+    "ultralytics.nn.modules.block": (
+        "A2C2f ABlock AConv ADown Attention BNContrastiveHead Bottleneck BottleneckCSP C1 C2 C2PSA C2f C2fAttn "
+        "C2fCIB C2fPSA C3 C3Ghost C3TR C3f C3k C3k2 C3x CBFuse CBLinear CIB ContrastiveHead DFL ELAN1 "
+        "GhostBottleneck HGBlock HGStem ImagePoolingAttn MaxSigmoidAttnBlock PSA PSABlock Proto Proto26 RealNVP "
+        "RepBottleneck RepC3 RepCSP RepNCSPELAN4 RepVGGDW ResNetBlock ResNetLayer Residual SAVPE SCDown SPP "
+        "SPPELAN SPPF SwiGLUFFN TorchVision"
+    ),
+    "ultralytics.nn.modules.conv": (
+        "CBAM ChannelAttention Concat Conv Conv2 ConvTranspose DWConv DWConvTranspose2d Focus GhostConv Index "
+        "LightConv RepConv SpatialAttention"
+    ),
+    "ultralytics.nn.modules.head": (
+        "Classify Depth Detect LRPCHead OBB OBB26 Pose Pose26 RTDETRDecoder Segment Segment26 SemanticSegment "
+        "WorldDetect YOLOEDetect YOLOESegment YOLOESegment26 v10Detect"
+    ),
+    "ultralytics.nn.modules.transformer": (
+        "AIFI DeformableTransformerDecoder DeformableTransformerDecoderLayer LayerNorm2d MLP MLPBlock "
+        "MSDeformAttn TransformerBlock TransformerEncoderLayer TransformerLayer"
+    ),
+    "ultralytics.nn.tasks": (
+        "BaseModel ClassificationModel DepthModel DetectionModel Ensemble OBBModel PoseModel "
+        "RTDETRDetectionModel SegmentationModel SemanticSegmentationModel WorldModel YOLOEModel YOLOESegModel"
+    ),
+}  # fmt: skip
+"""By module, the classes ``make_run.py classes`` (tests/data/ultralytics) lists from ultralytics 8.4.190
+and torch 2.14: those Ultralytics' own restricted loader (``_SafeLoad.loading``, ``nn/tasks.py``,
+what ``ULTRALYTICS_SAFE_LOAD=1`` loads with) admits by rule, every ``nn.Module`` subclass defined in
+``torch.nn.modules.*``, ``ultralytics.nn.modules.*`` and ``ultralytics.nn.tasks``, and the
+classification transforms it admits by name; less each one whose unpickling could run more than
+``cls.__new__(cls)`` and ``nn.Module.__setstate__`` (its own ``__new__``, ``__setstate__``,
+``__setattr__``, ``__reduce__``): Ultralytics' ``AAttn`` (its ``__setstate__`` computes), torch's RNNs,
+``Container``, ``NLLLoss2d`` and transformer layers. The ``__setstate__`` of ``_ConvNd``,
+``Upsample``, ``Softmax``, ``MultiheadAttention``... only set one missing attribute's default, and
+stay. A whole list, not a trust of the module names: a class a later version adds is vouched for
+once it is read."""
 OWN_OBJECTS = OwnObjects(
     loader="Ultralytics' own resume loads it with `torch_load` (`ultralytics/utils/patches.py`), which passes `weights_only=False`",
     unrestricted=True,
-    # nn.Module trees, each node rebuilt plain (cls.__new__(cls), then BUILD). None of these
-    # Ultralytics classes defines __new__, __setstate__ or __reduce__ (ultralytics 8.4.190,
-    # nn/tasks.py, nn/modules/{head,conv,block}.py; their bases are nn.Module, C2f, C3 and Conv);
-    # block.py's AAttn and distill_model.py's DistillationModel do, and are not here. Of torch's,
-    # Module.__setstate__ updates __dict__ and adds the hook tables an old save lacks, and
-    # _ConvNd's and Upsample's add one default attribute; none defines __new__. Exactly the
-    # classes real detection saves of YOLO26, YOLO11 and YOLOv8 pickle (tests/data/ultralytics).
-    classes=frozenset({
-        *(f"torch.nn.modules.{name}" for name in _TORCH_MODULES),
-        *(f"ultralytics.nn.{name}" for name in _OWN_MODULES),
-    }),
+    # the model of every task (detect, segment, classify, pose, obb...) is an nn.Module tree, each
+    # node rebuilt plain (cls.__new__(cls), then BUILD); a classifier keeps its torchvision
+    # preprocessing (`ClassificationModel.transforms`), whose resize mode is an enum member
+    classes=frozenset(f"{module}.{name}" for module, names in _REBUILT_PLAIN.items() for name in names.split()),
+    enums=frozenset({"torchvision.transforms.functional.InterpolationMode"}),
     # the training arguments (`model.args`): a SimpleNamespace subclass (utils/__init__.py) with no
     # __init__, __new__ or __setstate__ of its own, pickled by SimpleNamespace's __reduce__ as
     # cls() then BUILD of its fields
     called_empty=frozenset({"ultralytics.utils.IterableSimpleNamespace"}),
-)  # fmt: skip
+)
 """What ``BaseTrainer.save_model`` pickles (its ``ema``: ``DetectionModel`` and its blocks, with
 ``args``) and ``strip_optimizer`` (the same model as ``model``), and how Ultralytics loads it back."""
 

@@ -212,9 +212,16 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
     imported.sort(key=lambda g: (g.module.split(".")[0] not in _NEVER_ALLOWED, not acts(g.dotted)))
     unsafe = [g.dotted for g in imported]
     rebuilt = _rebuilt(walk, imported, where) if unsafe else None
+    calling = [g.dotted for g in imported if _calls(walk, g)]
     reasons: list[str] = []
-    if unsafe:
+    if unsafe and acts(unsafe[0]):
         reasons.append(f"calls functions that run commands or touch files: it imports {_names(unsafe)}, outside every allowlist")
+    elif calling:
+        rest = [name for name in unsafe if name not in calling]
+        also = f", and imports {_names(rest)}" if rest else ""
+        reasons.append(f"calls functions ({_names(calling)}) when loaded{also}, outside every allowlist")
+    elif unsafe:
+        reasons.append(f"imports {_names(unsafe)}, outside every allowlist")
     if walk.unresolved:
         reasons.append(f"imports a global whose name is only known when it runs ({walk.unresolved[0]})")
     if walk.foreign:
@@ -227,8 +234,8 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         reasons.append(f"changes the class or function {names} itself (BUILD on an import), which later code then runs")
     if walk.persistent:
         reasons.append("asks its loader for objects by persistent id that are not torch storages")
-    if len(reasons) == 1 and rebuilt is not None and not acts(unsafe[0]):
-        # nothing it imports can act by itself: the user's question is whether they trust its writer
+    if len(reasons) == 1 and rebuilt is not None and not acts(unsafe[0]) and not calling:
+        # it only rebuilds objects of classes: the user's question is whether they trust its writer
         how = "" if rebuilt.plain else f" (calling {_names(sorted(rebuilt.other))} with what the file holds)"
         issues.append(
             FileIssue(
@@ -263,6 +270,15 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         problem = Problem.TRUNCATED if walk.truncated else Problem.MALFORMED
         issues.append(FileIssue(problem, f"{where} stops every unpickler: {walk.error}{found}"))
     return issues
+
+
+def _calls(walk: Walk, symbol: Global) -> bool:
+    """Whether the pickle uses ``symbol`` beyond rebuilding objects of a class: a name that is not
+    a class's by Python's convention (its last part starts with no capital: a function, called
+    with what the file holds, or kept to be called later), an object built from it called or
+    given items, or the class itself altered. Fail closed: a capitalised name is no proof of a
+    class, but a lower-case one is never taken for one."""
+    return not symbol.name.rpartition(".")[2][:1].isupper() or symbol in walk.misused or symbol in walk.changed
 
 
 def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt:

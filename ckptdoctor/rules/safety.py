@@ -21,10 +21,11 @@ UNSAFE_PICKLE = Rule(
         "emits, a common way to hide imports from scanners. Loading it with `torch.load(weights_only=False)`, `pickle.load` "
         "or an old torch would run that code with your permissions. ckptdoctor found this statically, without running "
         'anything. The finding says which kind it is: a pickle that "calls functions that run commands or touch files" (`os`, '
-        "`subprocess`, `builtins.eval`, a function of a module that can act) is an attack or worse; one that only "
-        '"rebuilds objects of these classes" (a `BertConfig`, a dataclass, an `nn.Module`, a pandas frame) is what training '
-        'code saves, but "safe only if you trust whoever wrote it": declare your own classes in `trusted-globals` and it is '
-        "CKD402 instead. The rule fails closed: a pickle that ckptdoctor cannot follow to its end the way the loaders read it "
+        '`subprocess`, `builtins.eval`, a function of a module that can act) is an attack or worse; one that "calls '
+        "functions (…) when loaded\" calls other functions (any name not a class's, such as pandas' `_unpickle_block`) "
+        'with what the file holds, which can run code; one that only "rebuilds objects of these classes" (a `BertConfig`, '
+        'a dataclass, an `nn.Module`) is what training code saves, but "safe only if you trust whoever wrote it": declare '
+        "your own classes in `trusted-globals` and it is CKD402 instead. The rule fails closed: a pickle that ckptdoctor cannot follow to its end the way the loaders read it "
         "(an argument the C and pure-Python unpicklers read differently, a record count that is not a literal, a link out "
         'of a tar, a stream past the per-file budget) is reported here too, as "cannot be proven safe".'
     ),

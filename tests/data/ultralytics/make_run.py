@@ -29,6 +29,11 @@ With no arguments it writes, each with ``YOLO(yaml).train`` in a process of its 
   ``yolov8t.yaml`` trained to the end (``epochs=2``), so that ``final_eval`` left ``last.pt``
   stripped (``strip_optimizer``): the classes those model families pickle, in a finished run.
 
+``make_run.py tasks`` writes only ``segment/``, ``classify/``, ``pose/`` and ``obb/`` (``TASKS``: the
+``yolo11t-*.yaml`` models, each on a dataset of its task, stopped after its first save: a resumable
+``weights/last.pt``) and ``tasks.json``, what Ultralytics' own resume restores from each.
+``make_run.py classes`` writes ``classes.json``: the classes the layout vouches for (``classes``).
+
 Each save records its date, so the files differ from one making to the next: run
 ``record_oracle.py`` after this script. It (run from the test venv) calls the other commands: ``dataset DIR``,
 ``restore PATH DATA``, ``killed RUN DATA WRITE FRACTION`` and ``latest DIR``.
@@ -57,6 +62,17 @@ RUNS = {
     "yolo11": ("yolo11t.yaml", 2, -1, 0, ("weights/last.pt",)),
     "yolov8": ("yolov8t.yaml", 2, -1, 0, ("weights/last.pt",)),
 }
+TASKS = {
+    # task run: (model YAML, its dataset's task); each trained as "run" is and stopped after its first
+    # save (epochs=2, save_period=1): weights/last.pt, a whole resumable save of epoch 0
+    "segment": ("yolo11t-seg.yaml", "segment"),
+    "classify": ("yolo11t-cls.yaml", "classify"),
+    "pose": ("yolo11t-pose.yaml", "pose"),
+    "obb": ("yolo11t-obb.yaml", "obb"),
+}
+TASKS_ORACLE = HERE / "tasks.json"
+"""What ``YOLO(path).train(resume=True)`` restores from each task run's ``last.pt`` (``restore``), by
+its content's sha256, recorded by ``make_run.py tasks`` as it makes them."""
 RESUMED_SAVES = RUNS["run"][3] + 1
 """The run resumed saves once more, then ends as it ended the first time."""
 IMAGE = 64
@@ -89,17 +105,21 @@ def offline() -> None:
     socket.socket.connect_ex = refuse  # type: ignore[method-assign,assignment]
 
 
-def dataset(root: Path) -> Path:
-    """A tiny two-class detection dataset drawn with a fixed seed (12 training and 4 validation
-    images, 64 px, one to three filled rectangles each); returns its data YAML."""
+def dataset(root: Path, task: str = "detect") -> Path:
+    """A tiny two-class dataset of ``task`` drawn with a fixed seed (12 training and 4 validation
+    images, 64 px, one to three filled rectangles each, labelled as that task labels them: boxes,
+    their corners as polygons (``segment``) or rotated boxes (``obb``), boxes with their two corners
+    as keypoints (``pose``); for ``classify``, one class folder per colour); returns its data YAML
+    (the dataset's folder for ``classify``)."""
     import cv2
     import numpy as np
 
     rng = np.random.default_rng(0)
     colours = ((40, 40, 220), (220, 120, 30))  # class 0 red, class 1 blue (BGR)
+    names = ("red", "blue")
     for split, count in (("train", 12), ("val", 4)):
-        (root / "images" / split).mkdir(parents=True, exist_ok=True)
-        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for folder in () if task == "classify" else ("images", "labels"):
+            (root / folder / split).mkdir(parents=True, exist_ok=True)
         for number in range(count):
             image = rng.integers(90, 160, (IMAGE, IMAGE, 3), dtype=np.uint8)
             rows = []
@@ -108,11 +128,22 @@ def dataset(root: Path) -> Path:
                 w, h = (int(v) for v in rng.integers(12, 32, 2))
                 x, y = int(rng.integers(0, IMAGE - w)), int(rng.integers(0, IMAGE - h))
                 image[y : y + h, x : x + w] = colours[cls]
-                rows.append(f"{cls} {(x + w / 2) / IMAGE:.6f} {(y + h / 2) / IMAGE:.6f} {w / IMAGE:.6f} {h / IMAGE:.6f}")
+                x0, y0, x1, y1 = x / IMAGE, y / IMAGE, (x + w) / IMAGE, (y + h) / IMAGE
+                box = f"{(x + w / 2) / IMAGE:.6f} {(y + h / 2) / IMAGE:.6f} {w / IMAGE:.6f} {h / IMAGE:.6f}"
+                corners = f"{x0:.6f} {y0:.6f} {x1:.6f} {y0:.6f} {x1:.6f} {y1:.6f} {x0:.6f} {y1:.6f}"
+                keypoints = f"{x0:.6f} {y0:.6f} 2 {x1:.6f} {y1:.6f} 2"
+                rows.append(f"{cls} " + {"segment": corners, "obb": corners, "pose": f"{box} {keypoints}"}.get(task, box))
+            if task == "classify":  # the image's class: its first rectangle's colour
+                (root / split / names[int(rows[0][0])]).mkdir(parents=True, exist_ok=True)
+                cv2.imwrite(str(root / split / names[int(rows[0][0])] / f"{number}.png"), image)
+                continue
             cv2.imwrite(str(root / "images" / split / f"{number}.png"), image)
             (root / "labels" / split / f"{number}.txt").write_text("\n".join(rows) + "\n")
+    if task == "classify":
+        return root
     data = root / "data.yaml"
-    data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: red\n  1: blue\n")
+    keypoints = "kpt_shape: [2, 3]\nflip_idx: [1, 0]\n" if task == "pose" else ""
+    data.write_text(f"path: {root}\ntrain: images/train\nval: images/val\n{keypoints}names:\n  0: red\n  1: blue\n")
     return data
 
 
@@ -251,6 +282,101 @@ def latest(folder: Path) -> str:
     return get_latest_run(str(folder))
 
 
+def tasks() -> None:
+    """``make_run.py tasks``: only the task runs (``TASKS``), each under ``<task>/train/weights/last.pt``,
+    and what Ultralytics restores from each (``TASKS_ORACLE``); the other runs are left as they are."""
+    offline()
+    answers = {}
+    with tempfile.TemporaryDirectory(prefix="ckptdoctor-yolo-") as scratch:
+        work = Path(scratch)
+        for name, (model_yaml, task) in TASKS.items():
+            data = dataset(work / f"data-{task}", task)
+            _child(work, "train", model_yaml, data, work / name, 2, 1, 1)
+            target = HERE / name / "train" / "weights"
+            shutil.rmtree(target.parents[1], ignore_errors=True)
+            target.mkdir(parents=True)
+            shutil.copy2(work / name / "train" / "weights" / "last.pt", target / "last.pt")
+            restored = _asked(work, "restore", target / "last.pt", data)
+            answers[hashlib.sha256((target / "last.pt").read_bytes()).hexdigest()] = {"seen": f"{name}/last.pt", **restored}
+    TASKS_ORACLE.write_text(json.dumps(answers, indent=1) + "\n")
+
+
+CLASSES = HERE / "classes.json"
+"""The classes ``classes`` finds: those the layout vouches for, and those it leaves out and why."""
+REBUILDS_MORE = ("__new__", "__setstate__", "__setattr__", "__reduce__", "__reduce_ex__")
+"""What a class may define for unpickling to run more than ``cls.__new__(cls)`` and ``__dict__.update``."""
+REVIEWED = {
+    # torch's own __setstate__ that only set a missing attribute's default, then nn.Module's
+    "torch.nn.modules.conv._ConvNd": "padding_mode",
+    "torch.nn.modules.activation.Softmax": "dim",
+    "torch.nn.modules.activation.Softmin": "dim",
+    "torch.nn.modules.activation.LogSoftmax": "dim",
+    "torch.nn.modules.activation.MultiheadAttention": "_qkv_same_embed_dim",
+    "torch.nn.modules.pooling.AvgPool3d": "padding, ceil_mode, count_include_pad",
+    "torch.nn.modules.upsampling.Upsample": "recompute_scale_factor",
+}
+"""Classes whose ``__setstate__`` was read (torch 2.14): each sets the default of the attribute named, if
+missing, and calls ``nn.Module.__setstate__`` (``__dict__.update`` and the hook tables an old save lacks)."""
+
+
+def classes() -> None:
+    """``make_run.py classes``: every class Ultralytics' own restricted loader (``_SafeLoad.loading``,
+    ``nn/tasks.py``) admits by rule, ``nn.Module`` subclasses defined in ``torch.nn.modules.*``,
+    ``ultralytics.nn.modules.*`` and ``ultralytics.nn.tasks``, split into those whose unpickling runs
+    nothing but ``cls.__new__(cls)`` and ``nn.Module.__setstate__`` (no ``REBUILDS_MORE`` of their own,
+    or only one ``REVIEWED``), which the layout vouches for, and the others, with what they define;
+    plus the torchvision transforms and enum it admits by name, written into ``CLASSES``."""
+    import importlib
+    import pkgutil
+
+    import torch.nn.modules
+    import torchvision.transforms.transforms as transforms
+    import ultralytics.nn.modules
+    import ultralytics.nn.tasks
+    from torch import nn
+
+    modules = [
+        importlib.import_module(f"{package.__name__}.{found.name}")
+        for package in (torch.nn.modules, ultralytics.nn.modules)
+        for found in pkgutil.iter_modules(package.__path__)
+    ]
+    vouched, excluded = [], {}
+    for module in (*modules, ultralytics.nn.tasks):
+        for value in vars(module).values():
+            if not (isinstance(value, type) and value.__module__ == module.__name__ and issubclass(value, nn.Module)):
+                continue
+            name = f"{module.__name__}.{value.__qualname__}"
+            defines = [
+                f"{f'{k.__module__}.{k.__qualname__}'}.{method}"
+                for k in value.__mro__
+                if k not in (nn.Module, object)
+                for method in REBUILDS_MORE
+                if method in vars(k)
+            ]
+            unreviewed = [d for d in defines if not (d.endswith(".__setstate__") and d.rpartition(".")[0] in REVIEWED)]
+            if unreviewed:
+                excluded[name] = unreviewed
+            else:
+                vouched.append(name)
+    plain = [transforms.Compose, transforms.Normalize, transforms.Resize, transforms.CenterCrop, transforms.ToTensor]
+    for value in plain:
+        assert not [m for k in value.__mro__ if k not in (nn.Module, object) for m in REBUILDS_MORE if m in vars(k)], value
+    data = {
+        "vouched": sorted(vouched + [f"{v.__module__}.{v.__qualname__}" for v in plain]),
+        "excluded": dict(sorted(excluded.items())),
+    }
+    CLASSES.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _asked(work: Path, *request: object) -> Any:
+    """``command(request)`` in a process of its own: its answer."""
+    done = subprocess.run(
+        [sys.executable, __file__, *map(str, request)], check=True, cwd=work, capture_output=True, text=True,
+        env={**os.environ, "YOLO_CONFIG_DIR": str(work / "config")},
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     offline()
     with tempfile.TemporaryDirectory(prefix="ckptdoctor-yolo-") as scratch:
@@ -306,7 +432,11 @@ def command(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if sys.argv[1:] == ["tasks"]:
+        tasks()
+    elif sys.argv[1:] == ["classes"]:
+        classes()
+    elif len(sys.argv) > 1:
         command(sys.argv[1:])
     else:
         main()
