@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import math
 import re
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import Sample
-from ckptdoctor.readers._unpickler import walk
+from ckptdoctor.readers._unpickler import walk, walk_chunks
 from ckptdoctor.readers.sniff import Format
 
 MAGIC = b"\x93NUMPY"
@@ -76,8 +77,7 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
             issues.append(
                 FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe")
             )
-        issues += judge(walk(data, start), f"the pickle in {name}")
-        return FileReport(Format.NUMPY.value, tuple(issues))
+        return FileReport(Format.NUMPY.value, (*issues, *judge(walk(data, start), f"the pickle in {name}")))
     tensor_name = _dtype_name(dtype)
     if any(dimension < 0 for dimension in shape):  # its header parser takes it; reading the data fails
         return FileReport(
@@ -91,6 +91,22 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     elif size > start + nbytes:
         issues.append(FileIssue(Problem.TRAILING_BYTES, f"{name}: {size - start - nbytes} bytes after the array"))
     return FileReport(Format.NUMPY.value, tuple(issues), (), (tensor,), (), nbytes)
+
+
+def read_chunks(chunks: Iterable[bytes], name: str, size: int) -> FileReport:
+    """An array of ``size`` bytes from its bytes as they arrive (an archive member as it
+    inflates), taking no more of them than the question needs: the header of an array of numbers
+    (its data is only counted), up to its pickle's end for an array of objects."""
+    source = iter(chunks)
+    head = b""
+    header: tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut = _Cut(8)
+    while isinstance(header, _Cut) and (chunk := next(source, None)) is not None:
+        head += chunk
+        header = _header(head)
+    if isinstance(header, tuple) and header[1].hasobject:
+        walked = walk_chunks(itertools.chain((head,), source), header[0])
+        return FileReport(Format.NUMPY.value, (_objects(name), *judge(walked, f"the pickle in {name}")))
+    return read_array(head, name, size)
 
 
 class _Cut:
