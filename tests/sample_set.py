@@ -17,6 +17,7 @@ Used by ``tests/test_fail_closed.py`` and importable by benchmark scripts::
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
 import importlib.util
 import io
@@ -38,7 +39,6 @@ import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,9 +332,7 @@ def _raw_zip(members: Sequence[_RawMember], entries: Sequence[tuple[int, str | N
     for member in members:
         offsets.append(len(body))
         name = member.name.encode()
-        body += struct.pack(
-            "<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, member.method, 0, 0, member.crc, *member.sizes, len(name), 0
-        )
+        body += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, member.method, 0, 0, member.crc, *member.sizes, len(name), 0)
         body += name + member.data
     directory = bytearray()
     for index, name_given in entries:

@@ -270,6 +270,12 @@ class Budget:
             budget = budget.parent
 
 
+def file_budget() -> Budget:
+    """A fresh budget for one file, charged to the budget in force (a run's, in ``verify``)."""
+    outer = _BUDGET.get()
+    return outer.for_file() if outer is not None else Budget()
+
+
 def current_budget() -> Budget:
     """The budget in force (see ``one_budget``), or a fresh one."""
     return _BUDGET.get() or Budget()
