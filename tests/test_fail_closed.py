@@ -190,7 +190,11 @@ def verify_in_child(folder: Path, empty: Path, *options: str) -> Bounded:
     ``exec`` from the forked test process (hundreds of MiB with torch imported)."""
     try:
         child = subprocess.run(
-            [sys.executable, "-c", _BOMB_CHILD, str(empty), *options, str(folder)], capture_output=True, text=True, timeout=HANG_SECONDS
+            [sys.executable, "-c", _BOMB_CHILD, str(empty), *options, str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=HANG_SECONDS,
+            cwd=empty,  # imports as this process does (PYTHONPATH), not from the folder it runs in
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"verify {folder} still running after {HANG_SECONDS} s")
