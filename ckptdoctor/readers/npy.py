@@ -77,7 +77,8 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
             issues.append(
                 FileIssue(Problem.UNSAFE_PICKLE, f"the pickle in {name} is longer than ckptdoctor reads: it cannot be proven safe")
             )
-        return FileReport(Format.NUMPY.value, (*issues, *judge(walk(data, start), f"the pickle in {name}")))
+        issues += judge(walk(data, start), f"the pickle in {name}")
+        return FileReport(Format.NUMPY.value, tuple(issues))
     tensor_name = _dtype_name(dtype)
     if any(dimension < 0 for dimension in shape):  # its header parser takes it; reading the data fails
         return FileReport(

@@ -1013,13 +1013,13 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
                 first = _first_bytes(sample, member, 64, budget) if member.data >= 0 else b""
                 kind = sniff_payload(first) if first else Format.EMPTY
                 if kind is Format.NUMPY or member.name.endswith(".npy"):
-                    contents.append("numpy")
                     report = npy.read_chunks(member_chunks(sample, member, budget), member.name.removesuffix(".npy"), member.size)
                     arrays += report.tensors or ()
                     issues += report.issues
+                    contents.append("numpy")
                 elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
-                    contents.append("pickle")
                     issues += judge(walk_chunks(member_chunks(sample, member, budget)), member.name)
+                    contents.append("pickle")
         except Damaged as damaged:
             issues.append(damaged.issue)
         except OverBudget as spent:
