@@ -64,8 +64,11 @@ def _objects(name: str) -> FileIssue:
 
 
 def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
-    size = len(data) if size is None else size
-    header = _header(data)
+    return _judged(_header(data), data, name, len(data) if size is None else size)
+
+
+def _judged(header: tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut, data: bytes, name: str, size: int) -> FileReport:
+    """The report of an array of ``size`` bytes whose header parsed as ``header``, from its first bytes ``data``."""
     if isinstance(header, _Cut):
         return FileReport(Format.NUMPY.value, (FileIssue(Problem.TRUNCATED, f"{name}: cut inside its header"),))
     if isinstance(header, FileIssue):
@@ -107,7 +110,7 @@ def read_chunks(chunks: Iterable[bytes], name: str, size: int) -> FileReport:
     if isinstance(header, tuple) and header[1].hasobject:
         walked = walk_chunks(itertools.chain((head,), source), header[0])
         return FileReport(Format.NUMPY.value, (_objects(name), *judge(walked, f"the pickle in {name}")))
-    return read_array(head, name, size)
+    return _judged(header, head, name, size)
 
 
 class _Cut:
@@ -140,7 +143,7 @@ def _header(data: bytes) -> tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # numpy warns on Python 2 headers, which it still reads
-            shape, _, dtype = _read_array_header()(io.BytesIO(data[8:]), version, max_header_size=MAX_HEADER + 1)
+            shape, _, dtype = _read_array_header()(io.BytesIO(data[8 : start + length]), version, max_header_size=MAX_HEADER + 1)
     except (RecursionError, MemoryError):
         return FileIssue(Problem.UNSAFE_PICKLE, "its NumPy header is too deeply nested to parse: it cannot be proven safe")
     except Exception as error:  # numpy's own parser: whatever it raises, numpy.load raises too

@@ -711,6 +711,8 @@ def unchecked(name: str, spent: OverBudget) -> FileIssue:
 
 INFLATED_CHUNK = 1024 * 1024
 """The most bytes a member inflates to at once: a reader that needs a header holds no more."""
+_FIRST_CHUNK = 64 * 1024
+"""A member's first chunk, read or inflated: an ``.npy`` header is in it, and no more is inflated."""
 
 
 def member_chunks(sample: Sample, member: Member, budget: Budget | None = None) -> Iterator[bytes]:
@@ -739,9 +741,11 @@ def member_chunks(sample: Sample, member: Member, budget: Budget | None = None) 
 
 
 def _raw(sample: Sample, member: Member) -> Iterator[bytes]:
-    """A member's bytes as stored, a block at a time."""
-    end = member.data + member.compressed
-    return (sample.range(offset, min(_deep.BLOCK, end - offset)) for offset in range(member.data, end, _deep.BLOCK))
+    """A member's bytes as stored, a block at a time (a small one first: a header is near)."""
+    offset, end, size = member.data, member.data + member.compressed, _FIRST_CHUNK
+    while offset < end:
+        yield sample.range(offset, min(size, end - offset))
+        offset, size = offset + size, _deep.BLOCK
 
 
 def charged(chunks: Iterable[bytes], budget: Budget) -> Iterator[bytes]:
@@ -760,10 +764,11 @@ def _inflating(member: Member, raw: Iterator[bytes]) -> Iterator[bytes]:
 
 def _deflated(raw: Iterator[bytes]) -> Iterator[bytes]:
     inflater = zlib.decompressobj(-15)
+    size = _FIRST_CHUNK
     for data in raw:
         while data and not inflater.eof:
-            yield inflater.decompress(data, INFLATED_CHUNK)
-            data = inflater.unconsumed_tail
+            yield inflater.decompress(data, size)
+            data, size = inflater.unconsumed_tail, INFLATED_CHUNK
     yield inflater.flush()
 
 
@@ -789,12 +794,14 @@ def _lzma(raw: Iterator[bytes]) -> Iterator[bytes]:
 
 def _unbounded(decompressor: Any, raw: Iterator[bytes]) -> Iterator[bytes]:
     """Output of a bz2 or LZMA decompressor, a bounded chunk at a time."""
+    size = _FIRST_CHUNK
     for data in raw:
         if decompressor.eof:
             return
-        yield decompressor.decompress(data, INFLATED_CHUNK)
+        yield decompressor.decompress(data, size)
+        size = INFLATED_CHUNK
         while not decompressor.needs_input and not decompressor.eof:
-            yield decompressor.decompress(b"", INFLATED_CHUNK)
+            yield decompressor.decompress(b"", size)
 
 
 _INFLATERS: dict[int, Callable[[Iterator[bytes]], Iterator[bytes]]] = {8: _deflated, 12: _bzip2, 14: _lzma}
