@@ -17,6 +17,7 @@ Used by ``tests/test_fail_closed.py`` and importable by benchmark scripts::
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
 import importlib.util
 import io
@@ -339,6 +340,66 @@ def _npy(descr: str, shape: str, body: bytes, version: tuple[int, int] = (1, 0))
     header += b" " * pad + b"\n"
     size = struct.pack("<H" if size_len == 2 else "<I", len(header))
     return b"\x93NUMPY" + bytes(version) + size + header + body
+
+
+@dataclass(frozen=True)
+class _RawMember:
+    """A zip member's local header and bytes, written by hand: the bombs' central directories point
+    at them as they please (overlapping, under other names), which ``zipfile`` cannot write."""
+
+    name: str
+    method: int
+    crc: int
+    data: bytes
+    size: int
+    claims: int | None = None
+    """Sizes its headers claim in place of the real ones."""
+
+    @classmethod
+    def stored(cls, name: str, data: bytes) -> _RawMember:
+        return cls(name, 0, zlib.crc32(data), data, len(data))
+
+    @classmethod
+    def zeros(cls, name: str, head: bytes, zeros: int, tail: bytes = b"") -> _RawMember:
+        """``head``, ``zeros`` zero bytes and ``tail``, deflated a MiB at a time (never whole in memory)."""
+        compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+        chunk = bytes(1 << 20)
+        parts = [compressor.compress(head)]
+        crc = zlib.crc32(head)
+        for start in range(0, zeros, len(chunk)):
+            piece = chunk[: min(len(chunk), zeros - start)]
+            parts.append(compressor.compress(piece))
+            crc = zlib.crc32(piece, crc)
+        parts += [compressor.compress(tail), compressor.flush()]
+        return cls(name, 8, zlib.crc32(tail, crc), b"".join(parts), len(head) + zeros + len(tail))
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """Compressed and uncompressed, as its headers say."""
+        return (self.claims, self.claims) if self.claims is not None else (len(self.data), self.size)
+
+
+def _raw_zip(members: Sequence[_RawMember], entries: Sequence[tuple[int, str | None]]) -> bytes:
+    """``members`` one after another, then a central directory of ``entries``: each points at the
+    local header of ``members[index]``, under that member's name or another."""
+    body = bytearray()
+    offsets = []
+    for member in members:
+        offsets.append(len(body))
+        name = member.name.encode()
+        body += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, member.method, 0, 0, member.crc, *member.sizes, len(name), 0)
+        body += name + member.data
+    directory = bytearray()
+    for index, name_given in entries:
+        member = members[index]
+        name = (name_given or member.name).encode()
+        directory += struct.pack(
+            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, member.method, 0, 0, member.crc, *member.sizes,
+            len(name), 0, 0, 0, 0, 0, offsets[index],
+        )  # fmt: skip
+        directory += name
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(directory), len(body), 0)
+    return bytes(body + directory + end)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1917,6 +1978,12 @@ RESOURCE_BOMBS = (
     "bomb-zip-many-members",
     "bomb-tar-many-members",
     "bomb-exponential-dict-memo",
+    # issue 31 item 4: zip members that inflate far past what the question needs, read many times over
+    "bomb-npz-2000-entries-one-deflate",
+    "bomb-npz-duplicate-names",
+    "bomb-npz-objects-then-deflated-zeros",
+    "bomb-torch-zip-overlapping-pickles",
+    "bomb-npz-stored-claims-huge-sizes",
     # issue 31, item 4: compressed pickles and content, bounded by what the question needs
     "bomb-gzip-pickle-opcodes",
     "bomb-zstd-pickle-opcodes",
@@ -1940,31 +2007,9 @@ def build_bombs(root: Path) -> list[Path]:
 
     def npz_deflate() -> bytes:
         # a float64 member that inflates to 128 MiB, then a member holding an object array
-        size = 128 << 20
-        header = _npy("'<f8'", f"({size // 8},)", b"")
-        compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-        chunk = bytes(1 << 20)
-        deflated = compressor.compress(header) + b"".join(compressor.compress(chunk) for _ in range(size >> 20))
-        deflated += compressor.flush()
-        raw = header + b""  # CRC over the whole member, computed in chunks
-        crc = zlib.crc32(raw)
-        for _ in range(size >> 20):
-            crc = zlib.crc32(chunk, crc)
-        total = len(header) + size
-        name = b"arr_0.npy"
-        local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(deflated), total, len(name), 0)
-        central = struct.pack(
-            "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(deflated), total, len(name), 0, 0, 0, 0, 0, 0
-        )
-        first = local + name + deflated
-        second_archive = _zip([("arr_1.npy", _npy("'|O'", "(1,)", pay))])
-        cd_at = second_archive.index(b"PK\x01\x02")
-        second_local = second_archive[:cd_at]
-        second_central = bytearray(second_archive[cd_at : second_archive.rindex(b"PK\x05\x06")])
-        struct.pack_into("<I", second_central, 42, len(first))  # its local header's new offset
-        directory = central + name + bytes(second_central)
-        end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 2, 2, len(directory), len(first) + len(second_local), 0)
-        return first + second_local + directory + end
+        members = [_RawMember.zeros("arr_0.npy", _npy("'<f8'", f"({(128 << 20) // 8},)", b""), 128 << 20)]
+        members.append(_RawMember.stored("arr_1.npy", _npy("'|O'", "(1,)", pay)))
+        return _raw_zip(members, [(0, None), (1, None)])
 
     def zip_many() -> bytes:
         members = _members(base.torch_zip)
@@ -1983,6 +2028,19 @@ def build_bombs(root: Path) -> list[Path]:
             get = b"j" + struct.pack("<I", i)
             out += b"}(" + _u("a") + get + _u("b") + get + b"ur" + struct.pack("<I", i + 1)
         return out + b"0" + pay
+
+    # issue 31 item 4: one deflate stream of 200 MB, the object array's pickle before 200 MB of zeros
+    floats = _RawMember.zeros("arr_0.npy", _npy("'<f8'", f"({(200 << 20) // 8},)", b""), 200 << 20)
+    objects = _RawMember.zeros("arr_0.npy", _npy("'|O'", "(1,)", pay), 200 << 20)
+    huge = dataclasses.replace(_RawMember.stored("arr_0.npy", _npy("'|O'", "(1,)", pay)), claims=0xFFFF_FFF0)
+
+    def torch_overlapping() -> bytes:
+        # 2,000 entries over one deflated pickle whose call comes after 200 MB of bytes
+        members = [_RawMember.stored(name, content) for name, content in _members(base.torch_zip)]
+        head = b"\x80\x02\x8e" + struct.pack("<Q", 200 << 20)
+        members.append(_RawMember.zeros("archive/extra.pkl", head, 200 << 20, b"0" + pay))
+        entries = [(i, None) for i in range(len(members))]
+        return _raw_zip(members, entries + [(len(members) - 1, f"archive/extra{i}.pkl") for i in range(2000)])
 
     bombs: dict[str, tuple[str, bytes]] = {
         "bomb-memo-tuple-64-levels": ("data.pkl", b"\x80\x02" + _memo_tuples(64) + pay),
@@ -2008,6 +2066,12 @@ def build_bombs(root: Path) -> list[Path]:
         "bomb-zip-many-members": ("model.pt", zip_many()),
         "bomb-tar-many-members": ("model.pt", tar_many()),
         "bomb-exponential-dict-memo": ("data.pkl", exponential_dict()),
+        # issue 31 item 4
+        "bomb-npz-2000-entries-one-deflate": ("arrays.npz", _raw_zip([floats], [(0, f"arr_{i}.npy") for i in range(2000)])),
+        "bomb-npz-duplicate-names": ("arrays.npz", _raw_zip([floats], [(0, None)] * 2000)),
+        "bomb-npz-objects-then-deflated-zeros": ("arrays.npz", _raw_zip([objects], [(0, f"arr_{i}.npy") for i in range(1000)])),
+        "bomb-torch-zip-overlapping-pickles": ("model.pt", torch_overlapping()),
+        "bomb-npz-stored-claims-huge-sizes": ("arrays.npz", _raw_zip([huge], [(0, None)])),
         # millions of opcodes from a few KiB, a 200 MiB argument before the payload, a zip that inflates to 1 GiB
         "bomb-gzip-pickle-opcodes": ("model.pkl.gz", gzip.compress(b"\x80\x02" + b"N0" * 20_000_000 + pay, 9)),
         "bomb-zstd-pickle-opcodes": ("model.pkl.zst", _zstd_stream([b"\x80\x02", *[b"N0" * (1 << 20)] * 20, pay])),

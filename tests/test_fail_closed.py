@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -32,10 +34,15 @@ NAMES = sample_names()
 MALICIOUS = [name for name, malicious in NAMES if malicious]
 BENIGN = [name for name, malicious in NAMES if not malicious]
 FORBIDDEN_ON_BENIGN = {"CKD401", "CKD403", "CKD205", "CKD207"}
-BOMB_SECONDS = 20.0
-"""A bound no linear scanner comes near (each bomb takes a fraction of a second) and no exponential
-one stays under; the time itself is measured by benchmarks/bench_scanners.py, not here, because
-test machines are noisy."""
+BOMB_SECONDS = 2.0
+"""The CPU time ``verify`` may spend on one bomb (issue 31 item 4): no linear scanner comes near,
+and no exponential one, nor one that inflates a member whole, stays under. CPU time, not the
+clock: a test machine shared with other work stretches the clock, never the work done (the clock
+is printed beside it, and held to ``BOMB_WALL_SECONDS``)."""
+BOMB_WALL_SECONDS = 20.0
+"""The clock's bound, loose against a loaded machine; a hang passes neither."""
+BOMB_RSS = 256 * 1024 * 1024
+"""The peak resident memory of the process that verifies one bomb, imports included."""
 HANG_SECONDS = 60
 """A verify still running after this is interrupted, so that one hang does not stall the suite."""
 
@@ -150,13 +157,67 @@ def test_benign_sample_raises_no_alarm(corpus: dict[str, Sample], name: str) -> 
     assert not corrupt, f"checkpoints called corrupt: {corrupt}\n{verified.summary()}"
 
 
+_BOMB_CHILD = """
+import json, sys, time
+from pathlib import Path
+from typer.testing import CliRunner
+from ckptdoctor.cli import app
+
+def run(*args):
+    return CliRunner().invoke(app, ["verify", "--json", *args], env={"NO_COLOR": "1", "COLUMNS": "200"})
+
+run(sys.argv[1])  # imports and first-call costs are not the bomb's
+wall, cpu = time.perf_counter(), time.process_time()
+result = run(*sys.argv[2:])
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+peak = int(status["VmHWM"].split()[0]) * 1024
+print(json.dumps({"wall": wall, "cpu": cpu, "peak": peak, "exit": result.exit_code, "output": result.output}))
+"""
+
+
+@dataclass
+class Bounded:
+    verified: Verified
+    cpu: float
+    rss: int
+    """Peak resident bytes of the whole process."""
+
+
+def verify_in_child(folder: Path, empty: Path, *options: str) -> Bounded:
+    """``verify`` of ``folder`` in a child process of its own, with its CPU time and the peak
+    resident memory of that process: its ``VmHWM``, not ``ru_maxrss``, which Linux carries over
+    ``exec`` from the forked test process (hundreds of MiB with torch imported)."""
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _BOMB_CHILD, str(empty), *options, str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=HANG_SECONDS,
+            cwd=empty,  # imports as this process does (PYTHONPATH), not from the folder it runs in
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"verify {folder} still running after {HANG_SECONDS} s")
+    try:
+        measured = json.loads(child.stdout.strip().splitlines()[-1])
+        report = json.loads(measured["output"])
+    except (IndexError, KeyError, json.JSONDecodeError):
+        pytest.fail(f"verify {folder} printed no JSON report (exit {child.returncode}):\n{child.stdout[-2000:]}{child.stderr[-2000:]}")
+    verified = Verified(measured["exit"], report, measured["output"], measured["wall"])
+    return Bounded(verified, measured["cpu"], measured["peak"])
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["verify", "deep"])
 @pytest.mark.parametrize("name", RESOURCE_BOMBS)
-def test_resource_bombs_are_bounded(bombs: dict[str, Path], tmp_path: Path, name: str) -> None:
-    verify(tmp_path)  # imports and first-call costs are not the bomb's
+def test_resource_bombs_are_bounded(bombs: dict[str, Path], tmp_path: Path, name: str, deep: bool) -> None:
     path = bombs[name]
-    verified = verify(path.parent)
+    bounded = verify_in_child(path.parent, tmp_path, *(["--deep"] if deep else []))
+    verified = bounded.verified
+    print(f"{name} {'--deep ' if deep else ''}: {bounded.cpu:.2f} s CPU, {verified.seconds:.2f} s, {bounded.rss >> 20} MiB peak")
     assert "traceback" not in verified.output.lower(), verified.output[-3000:]
     assert "internal error" not in verified.output.lower(), verified.output[-3000:]
-    assert verified.seconds < BOMB_SECONDS, f"{name}: verify took {verified.seconds:.1f} s"
+    assert bounded.cpu < BOMB_SECONDS, f"{name}: verify took {bounded.cpu:.2f} s of CPU time"
+    assert verified.seconds < BOMB_WALL_SECONDS, f"{name}: verify took {verified.seconds:.1f} s"
+    assert bounded.rss < BOMB_RSS, f"{name}: verify's process peaked at {bounded.rss >> 20} MiB"
     mine = verified.findings_for(path)
     assert any(f["severity"] == "error" for f in mine), f"{name}: no error-level finding for the file:\n{verified.summary()}"

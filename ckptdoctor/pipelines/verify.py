@@ -23,6 +23,7 @@ from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_lef
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers._deep import prepare
 from ckptdoctor.readers._sample import HEAD, TAIL
+from ckptdoctor.readers._unpickler import Budget, one_budget
 from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
@@ -81,7 +82,8 @@ def verify(
             raise NotDownloaded(f"{count} objects were not read")
     first = scan(paths, tally=tally)
     targets = _targets(first)
-    reports = _read_all(targets, options.deep, options.jobs or cores(), tally)
+    budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
+    reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
     if options.load:
         from ckptdoctor.readers.library import load_all  # torch is imported only here
 
@@ -129,7 +131,7 @@ def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(d
         unread = [f.entry for c in newest for f in c.files if f.entry.os_path not in reports and _readable(f.entry)]
         if not unread:
             return run, tuple(failed)
-        reports.update(_read_all(unread, options.deep, options.jobs or cores(), None))
+        reports.update(_read_all(unread, options.deep, options.jobs or cores(), None, _Budgets({e.os_path: run.path for e in unread})))
         again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES)).runs if found.path == run.path), None)
         if again is None:
             raise FileNotFoundError(errno.ENOENT, "the run changed while it was verified", run.path)
@@ -217,12 +219,33 @@ code on load was put there by someone, who may have planted more."""
 def _targets(found: Scan) -> list[Entry]:
     entries: dict[str, Entry] = {}
     for run in found.runs:
-        files = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
-        files += [e for e in run.other_files if _worth_reading(e)]
-        entries.update((e.os_path, e) for e in files if _readable(e))
+        entries.update((e.os_path, e) for e in _files_of(run) if _readable(e))
     for listing in found.unclaimed:
         entries.update((e.os_path, e) for e in listing.entries if _readable(e) and _worth_reading(e))
     return sorted(entries.values(), key=lambda e: -e.size)  # big files first: the pool ends together
+
+
+def _files_of(run: Run) -> list[Entry]:
+    """The files of ``run`` that verify reads whole."""
+    files = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
+    return files + [e for e in run.other_files if _worth_reading(e)]
+
+
+class _Budgets:
+    """The command's budget of opcodes and decompressed bytes, and each run's share of it: every
+    file read is charged to its run's (files outside any run share one). Forked workers each
+    charge their own copy, so the command's bound holds per worker."""
+
+    def __init__(self, run_of: dict[str, str]) -> None:
+        self.command = Budget.for_command()
+        self.run_of = run_of
+        self.runs: dict[str, Budget] = {}
+
+    def of(self, entry: Entry) -> Budget:
+        run = self.run_of.get(entry.os_path, "")
+        if run not in self.runs:
+            self.runs[run] = self.command.for_run()
+        return self.runs[run]
 
 
 def _readable(entry: Entry) -> bool:
@@ -240,7 +263,8 @@ def _worth_reading(entry: Entry) -> bool:
     return entry.size > 0 and holds(entry, read_any_name())
 
 
-def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) -> dict[str, FileReport]:
+def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, budgets: _Budgets | None = None) -> dict[str, FileReport]:
+    budgets = budgets or _Budgets({})
     total = sum(e.size for e in entries)
     tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
     tally.to_read, tally.bytes_to_read = len(entries), total
@@ -248,7 +272,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
     if objects:
         entries = [entry for entry in entries if session.owner(entry.os_path) is None]
-        _read_objects(objects, deep, tally, reports)
+        _read_objects(objects, deep, tally, reports, budgets)
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     # one file that outweighs the rest twice over is read soonest by every thread at once (and
     # the rest after it), not by one worker while the others finish the small files and wait
@@ -256,7 +280,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     if jobs < 2 or len(entries) < 2 or not worth_a_pool or one_big or not hasattr(os, "fork"):
         threads = jobs if deep else 0
         for entry in entries:
-            reports[entry.os_path] = verify_file(entry, threads)
+            reports[entry.os_path] = _charged(budgets.of(entry), entry, threads)
             tally.read += 1
             tally.bytes_read += entry.size
         return reports
@@ -268,7 +292,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     done: set[int] = set()
 
     def read_task(number: int) -> dict[str, FileReport]:
-        return {entry.os_path: verify_file(entry, threads) for entry in tasks[number]}
+        return {entry.os_path: _charged(budgets.of(entry), entry, threads) for entry in tasks[number]}
 
     with contextlib.closing(forked(read_task, len(tasks), jobs)) as results:
         for number, batch in results:
@@ -282,14 +306,16 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None) 
     return reports
 
 
-def _read_objects(objects: list[Entry], deep: bool, tally: Tally, reports: dict[str, FileReport]) -> None:
+def _read_objects(objects: list[Entry], deep: bool, tally: Tally, reports: dict[str, FileReport], budgets: _Budgets) -> None:
     """Objects in a store, each read whole, by threads that wait on the network: a forked worker
     would inherit the store client's threads mid-flight."""
     # loaded only where objects are read: a local verify does not import it
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
-        for entry, report in zip(objects, pool.map(lambda entry: verify_file(entry, 1 if deep else 0), objects), strict=True):
+        for entry, report in zip(
+            objects, pool.map(lambda entry: _charged(budgets.of(entry), entry, 1 if deep else 0), objects), strict=True
+        ):
             reports[entry.os_path] = report
             tally.read += 1
             tally.bytes_read += entry.size
@@ -315,6 +341,12 @@ def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
 def verify_file(entry: Entry, deep: int = 0) -> FileReport:
     """One file read whole, with the files frameworks name read as the layouts say."""
     return read_whole(entry, deep, NAMED_FILES)
+
+
+def _charged(budget: Budget, entry: Entry, deep: int) -> FileReport:
+    """``verify_file`` with the file's own budget charged to ``budget`` (its run's)."""
+    with one_budget(budget):
+        return verify_file(entry, deep)
 
 
 def _with_extra_files(run: Run, reports: dict[str, FileReport]) -> Run:

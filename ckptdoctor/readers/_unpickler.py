@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -200,19 +201,84 @@ class Walk:
 
 
 class Budget:
-    """Opcodes and seconds one file's pickles may take together; past them, a walk is unproven."""
+    """Opcodes, decompressed bytes and seconds that one file's pickles and archive members may
+    take together; past any of them, what is left is unproven (an error-level finding naming the
+    budget: the file could not be fully checked). A budget may have a ``parent`` (a run's, whose
+    parent is the command's): every spend is charged up the chain, so that many files each just
+    under a file's budget still end."""
 
-    def __init__(self, steps: int = 50_000_000, seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        steps: int = 50_000_000,
+        seconds: float = 30.0,
+        *,
+        inflated: int = 32 * 1024 * 1024,
+        parent: Budget | None = None,
+        scope: str = "one file",
+    ) -> None:
         self.steps = steps
+        self.inflated = inflated
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
+        self.parent = parent
+        self.scope = scope
+        self._limits = (steps, inflated)
+
+    @classmethod
+    def for_command(cls) -> Budget:
+        """A whole command's: a hundred files' worth, with no clock (a big run takes its time)."""
+        file = cls()
+        return cls(100 * file.steps, math.inf, inflated=100 * file.inflated, scope="one command")
+
+    def for_run(self) -> Budget:
+        """A run's share of this (the command's) budget: twenty files' worth."""
+        file = Budget()
+        return Budget(20 * file.steps, math.inf, inflated=20 * file.inflated, parent=self, scope="one run")
+
+    def for_file(self) -> Budget:
+        """One file's, charged to this one too."""
+        return Budget(parent=self)
 
     def spend(self, steps: int) -> None:
-        self.steps -= steps
-        if self.steps < 0:
-            raise _Unproven("it needs more opcodes than ckptdoctor follows in one file: too complex to prove safe")
-        if time.monotonic() > self.deadline:
-            raise _Unproven(f"following it takes more than {self.seconds:g} s: too complex to prove safe")
+        for budget in self._chain():
+            budget.steps -= steps
+            if budget.steps < 0:
+                raise OverBudget(
+                    f"it needs more opcodes than the {budget._limits[0]:,} ckptdoctor follows in {budget.scope}: "
+                    "too complex to prove safe, it could not be fully checked"
+                )
+            if time.monotonic() > budget.deadline:
+                raise OverBudget(
+                    f"following it takes more than the {budget.seconds:g} s ckptdoctor spends on {budget.scope}: "
+                    "too complex to prove safe, it could not be fully checked"
+                )
+
+    def inflate(self, count: int) -> None:
+        """Charge ``count`` bytes decompressed from an archive member or a compressed stream."""
+        for budget in self._chain():
+            budget.inflated -= count
+            if budget.inflated < 0:
+                raise OverBudget(
+                    f"it decompresses past the {budget._limits[1]:,} bytes ckptdoctor decompresses in {budget.scope}: "
+                    "it could not be fully checked"
+                )
+
+    def _chain(self) -> Iterator[Budget]:
+        budget: Budget | None = self
+        while budget is not None:
+            yield budget
+            budget = budget.parent
+
+
+def file_budget() -> Budget:
+    """A fresh budget for one file, charged to the budget in force (a run's, in ``verify``)."""
+    outer = _BUDGET.get()
+    return outer.for_file() if outer is not None else Budget()
+
+
+def current_budget() -> Budget:
+    """The budget in force (see ``one_budget``), or a fresh one."""
+    return _BUDGET.get() or Budget()
 
 
 _BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("budget", default=None)
@@ -318,6 +384,38 @@ def walk(
     except Exception as error:  # a shape the machine does not model: unknown, so unproven
         result.unproven = f"ckptdoctor cannot follow it near byte {position} ({type(error).__name__}: {error})"
     return result
+
+
+_FIRST_LOOK = 64 * 1024
+"""Bytes of a streamed pickle walked first; four times as many each time the walk runs out."""
+
+
+def walk_chunks(chunks: Iterable[bytes], start: int = 0, opcodes: frozenset[str] | None = None) -> Walk:
+    """Follow a pickle whose bytes arrive in chunks (an archive member as it inflates), taking no
+    more of them than its STOP needs: the walk is tried on what has arrived, then on four times
+    as much while it runs out before its end (the walks again cost a third more opcodes at most).
+    Where the budget in force stops the chunks (``OverBudget``), what arrived is walked and the
+    rest is unproven, saying which budget."""
+    source = iter(chunks)
+    buffer = bytearray()
+    wanted = _FIRST_LOOK
+    ended: str | None = None
+    while True:
+        try:
+            while len(buffer) < wanted and ended is None:
+                chunk = next(source, None)
+                if chunk is None:
+                    ended = ""
+                else:
+                    buffer += chunk
+        except OverBudget as spent:
+            ended = str(spent)
+        walked = walk(bytes(buffer), start, opcodes)
+        if ended is not None or not walked.truncated:
+            if ended and walked.truncated:
+                walked.error, walked.truncated, walked.unproven = None, False, f"{ended} (at byte {len(buffer)})"
+            return walked
+        wanted *= 4
 
 
 JOBLIB_WRAPPERS = frozenset(
@@ -447,6 +545,10 @@ class _Stop(Exception):
 
 class _Unproven(Exception):
     """The walk cannot go on, though a loader might."""
+
+
+class OverBudget(_Unproven):
+    """A budget is spent (its message names which): what is left of the file is not checked."""
 
 
 class _Machine:

@@ -37,7 +37,7 @@ from ckptdoctor.readers import (
 from ckptdoctor.readers._edges import COMPILED, read_edges
 from ckptdoctor.readers._registry import Naming, current
 from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
-from ckptdoctor.readers._unpickler import Budget, one_budget
+from ckptdoctor.readers._unpickler import file_budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.stores import session
@@ -115,7 +115,7 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
         read_whole = spec.read_whole
         return lambda sample: read_whole(sample, deep)
 
-    with one_budget(Budget()):
+    with one_budget(file_budget()):
         report = _judge(sample, name, reader, named)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
@@ -440,7 +440,7 @@ def _verify_metadata(sample: Sample, name: str, folder: str, deep: int) -> FileR
     report = verify_sample(sample, name, deep)
     if report.format != Format.PICKLE.value:
         return report
-    with one_budget(Budget()):
+    with one_budget(file_budget()):
         walked = pickle.walk_sample(sample, 0, None)
     if walked.error or walked.unproven:
         return report  # the metadata's own verdict says so

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import math
 import re
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import Sample
-from ckptdoctor.readers._unpickler import walk
+from ckptdoctor.readers._unpickler import walk, walk_chunks
 from ckptdoctor.readers.sniff import Format
 
 MAGIC = b"\x93NUMPY"
@@ -63,8 +64,11 @@ def _objects(name: str) -> FileIssue:
 
 
 def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
-    size = len(data) if size is None else size
-    header = _header(data)
+    return _judged(_header(data), data, name, len(data) if size is None else size)
+
+
+def _judged(header: tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut, data: bytes, name: str, size: int) -> FileReport:
+    """The report of an array of ``size`` bytes whose header parsed as ``header``, from its first bytes ``data``."""
     if isinstance(header, _Cut):
         return FileReport(Format.NUMPY.value, (FileIssue(Problem.TRUNCATED, f"{name}: cut inside its header"),))
     if isinstance(header, FileIssue):
@@ -91,6 +95,22 @@ def read_array(data: bytes, name: str, size: int | None = None) -> FileReport:
     elif size > start + nbytes:
         issues.append(FileIssue(Problem.TRAILING_BYTES, f"{name}: {size - start - nbytes} bytes after the array"))
     return FileReport(Format.NUMPY.value, tuple(issues), (), (tensor,), (), nbytes)
+
+
+def read_chunks(chunks: Iterable[bytes], name: str, size: int) -> FileReport:
+    """An array of ``size`` bytes from its bytes as they arrive (an archive member as it
+    inflates), taking no more of them than the question needs: the header of an array of numbers
+    (its data is only counted), up to its pickle's end for an array of objects."""
+    source = iter(chunks)
+    head = b""
+    header: tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut = _Cut(8)
+    while isinstance(header, _Cut) and (chunk := next(source, None)) is not None:
+        head += chunk
+        header = _header(head)
+    if isinstance(header, tuple) and header[1].hasobject:
+        walked = walk_chunks(itertools.chain((head,), source), header[0])
+        return FileReport(Format.NUMPY.value, (_objects(name), *judge(walked, f"the pickle in {name}")))
+    return _judged(header, head, name, size)
 
 
 class _Cut:
@@ -123,7 +143,7 @@ def _header(data: bytes) -> tuple[int, Any, tuple[int, ...]] | FileIssue | _Cut:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # numpy warns on Python 2 headers, which it still reads
-            shape, _, dtype = _read_array_header()(io.BytesIO(data[8:]), version, max_header_size=MAX_HEADER + 1)
+            shape, _, dtype = _read_array_header()(io.BytesIO(data[8 : start + length]), version, max_header_size=MAX_HEADER + 1)
     except (RecursionError, MemoryError):
         return FileIssue(Problem.UNSAFE_PICKLE, "its NumPy header is too deeply nested to parse: it cannot be proven safe")
     except Exception as error:  # numpy's own parser: whatever it raises, numpy.load raises too

@@ -12,11 +12,13 @@ own opcode set, checks each storage against its ``data/<key>`` member, and lists
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 import zlib
 from collections import Counter
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from ckptdoctor.bundles import PATH_KEYS
 from ckptdoctor.model import RECORDED_PATH, TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, Tensor
@@ -30,8 +32,11 @@ from ckptdoctor.readers._skim import top_level as skim
 from ckptdoctor.readers._unpickler import (
     TORCH_OPCODES,
     Budget,
+    OverBudget,
     Storage,
     TensorRef,
+    Walk,
+    current_budget,
     masks,
     one_budget,
     outside_weights,
@@ -40,6 +45,7 @@ from ckptdoctor.readers._unpickler import (
     top_keys,
     top_numbers,
     walk,
+    walk_chunks,
 )
 from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format, begins, sniff_payload
@@ -176,6 +182,8 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if located.size > MAX_DIRECTORY:
         return _report(Problem.MALFORMED, f"declares a {located.size}-byte central directory, too large to be real")
     members, issues = list_members(sample, located)
+    read, shared = distinct(members)
+    issues += shared
     end_anomaly = _end_anomaly(sample, located)
     if end_anomaly:
         issues.append(end_anomaly)
@@ -186,27 +194,26 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     by_name = {member.name.lower(): member for member in reversed(members)}
     pickle_member = by_name.get(f"{prefix}/data.pkl".lower()) if prefix else None
     if pickle_member is None:
-        return _other_zip(sample, members, issues, deep)
+        return _other_zip(sample, read, issues, deep)
     # list_members says where a header is missing; --deep checks every member's CRC, verify data.pkl's as inspect does
     disagreed = _disagreements(sample, [m for m in members if m.data >= 0], sample.size, None if deep else pickle_member)
     issues += [i for i in disagreed if not deep or i.problem is Problem.MALFORMED]
     script = f"{prefix}/constants.pkl" in {m.name for m in members}
     issues += _torch_anomalies(members, prefix or "", script)
-    issues += _numpy_members(sample, members)
-    data = member_bytes(sample, pickle_member)
-    if isinstance(data, FileIssue):
-        return FileReport(Format.TORCH_ZIP.value, (*issues, data))
+    issues += _numpy_members(sample, read)
+    walked = _walk_member(sample, pickle_member)
+    if isinstance(walked, FileIssue):
+        return FileReport(Format.TORCH_ZIP.value, (*issues, walked))
     resolved = _torchscript_type if script else None
-    walked = walk(data, opcodes=TORCH_OPCODES)
     issues += judge(walked, "data.pkl", resolved)
     issues += weights_only_refusal(walked, "data.pkl")
-    for member in members:
+    for member in read:
         if member.name.lower().endswith((".pkl", ".debug_pkl")) and member is not pickle_member:
-            extra = member_bytes(sample, member)
+            extra = _walk_member(sample, member)
             if isinstance(extra, FileIssue):
                 issues.append(extra)
             else:
-                issues += judge(walk(extra, opcodes=TORCH_OPCODES), member.name.partition("/")[2], resolved)
+                issues += judge(extra, member.name.partition("/")[2], resolved)
     if script:
         issues.append(
             FileIssue(
@@ -224,7 +231,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     listed, storage_issues, regions, tensor_bytes = _storages(found, walked.storages, by_name, prefix or "")
     issues += storage_issues
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
-        issues += crc_issues(sample, members, regions, deep)
+        issues += crc_issues(sample, read, regions, deep)
     numbers = tuple((f"{TOP_LEVEL_NUMBER}{key}", str(value)) for key, value in top_numbers(walked.root))
     paths = tuple((f"{RECORDED_PATH}{key}", value) for key, value in recorded_paths(walked.root, PATH_KEYS))
     facts = (("members", str(len(members))), *numbers, *paths)
@@ -252,7 +259,23 @@ def list_members(sample: Sample, directory: Directory) -> tuple[list[Member], li
             )
         elif member.data >= 0 and member.data + member.compressed > directory.offset:
             issues.append(FileIssue(Problem.MALFORMED, f"member {member.name} runs into the central directory"))
-    return members, issues
+    return members, _at_most(issues, _SAID_PER_PROBLEM)
+
+
+_SAID_PER_PROBLEM = 3
+"""Entries' issues of one kind told one by one; the rest are counted (a bomb has thousands)."""
+
+
+def _at_most(issues: list[FileIssue], count: int) -> list[FileIssue]:
+    """``issues`` with no more than ``count`` of each problem, and a count of those left out."""
+    kept: list[FileIssue] = []
+    left_out: Counter[Problem] = Counter()
+    for issue in issues:
+        if sum(i.problem is issue.problem for i in kept) < count:
+            kept.append(issue)
+        else:
+            left_out[issue.problem] += 1
+    return kept + [FileIssue(problem, f"and {n} more entries of its central directory like these") for problem, n in left_out.items()]
 
 
 class _CentralEntry(NamedTuple):
@@ -541,19 +564,16 @@ def _numpy_members(sample: Sample, members: list[Member]) -> list[FileIssue]:
     for member in members:
         if member.data < 0 or member.flags & 0x1:
             continue
-        if member.method in (0, 8):
-            first = sample.range(member.data, min(member.compressed, 64))
-            if member.method == 8:
-                first = zlib.decompressobj(-15).decompress(first, len(npy.MAGIC)) if first else b""
-        else:
-            whole = member_bytes(sample, member)
-            first = whole if isinstance(whole, bytes) else b""
-        if first.startswith(npy.MAGIC):
-            data = member_bytes(sample, member)
-            if isinstance(data, bytes):
-                with one_budget(_inflated_budget(member.compressed, member.method)):
-                    found = npy.read_array(data, member.name).issues
-                issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
+        try:
+            with one_budget(_inflated_budget(member.compressed, member.method)) as budget:
+                if not _first_bytes(sample, member, len(npy.MAGIC), budget).startswith(npy.MAGIC):
+                    continue
+                found = npy.read_chunks(member_chunks(sample, member, budget), member.name, member.size).issues
+        except Damaged:
+            continue  # damaged members are the archive's own findings; numpy.load stops at them
+        except OverBudget as spent:
+            found = (unchecked(member.name, spent),)
+        issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
     return issues
 
 
@@ -567,15 +587,20 @@ def _zipfile_view(sample: Sample) -> list[FileIssue]:
     issues: list[FileIssue] = []
     try:
         with zipfile.ZipFile(SampleReader(sample)) as archive:
+            seen: set[int] = set()
             for info in archive.infolist()[:MAX_VIEWED]:
-                if info.file_size > npy.MAX_OBJECTS:
-                    continue
-                with archive.open(info) as handle:
-                    if handle.read(len(npy.MAGIC)) != npy.MAGIC:
+                if info.header_offset in seen:
+                    continue  # one local header under many entries: read once
+                seen.add(info.header_offset)
+                with archive.open(info) as handle, one_budget(_inflated_budget(info.compress_size, info.compress_type)) as budget:
+                    first = handle.read(len(npy.MAGIC))
+                    if first != npy.MAGIC:
                         continue
-                    data = npy.MAGIC + handle.read(npy.MAX_OBJECTS)
-                with one_budget(_inflated_budget(info.compress_size, info.compress_type)):
-                    found = npy.read_array(data, info.filename).issues
+                    chunks = charged(itertools.chain((first,), iter(lambda: handle.read(INFLATED_CHUNK), b"")), budget)
+                    try:
+                        found = npy.read_chunks(chunks, info.filename, info.file_size).issues
+                    except OverBudget as spent:
+                        found = (unchecked(info.filename, spent),)
                 issues += [i for i in found if i.problem is Problem.UNSAFE_PICKLE]
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError, zlib.error):
         pass  # zipfile refuses it too: numpy.load stops
@@ -586,10 +611,13 @@ MAX_VIEWED = 100_000
 """Members of a zip looked at through ``zipfile``."""
 
 
-def _inflated_budget(compressed: int, method: int) -> Budget | None:
+def _inflated_budget(compressed: int, method: int) -> Budget:
     """A compressed member's pickle may take opcodes in proportion to its compressed size: a few
-    KiB that inflate into millions of opcodes are a bomb (stored members share the file's budget)."""
-    return Budget(steps=16 * compressed + 65_536) if method != 0 else None
+    KiB that inflate into millions of opcodes are a bomb (stored members share the file's budget,
+    and every member's spending is the file's too)."""
+    if method == 0:
+        return current_budget()
+    return Budget(steps=16 * compressed + 65_536, parent=current_budget(), scope="one compressed member")
 
 
 def _torchscript_type(dotted: str) -> bool:
@@ -613,6 +641,7 @@ def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[F
                 "loaders and scanners may each read a different copy",
             )
         )
+    each: list[FileIssue] = []
     for member in members:
         relative = member.name.partition("/")[2]
         scripted = (
@@ -624,7 +653,8 @@ def _torch_anomalies(members: list[Member], prefix: str, script: bool) -> list[F
             else None
         )
         if anomaly:
-            issues.append(FileIssue(Problem.ZIP_ANOMALY, anomaly))
+            each.append(FileIssue(Problem.ZIP_ANOMALY, anomaly))
+    issues += _at_most(each, _SAID_PER_PROBLEM)
     outside = [m.name for m in members if not m.name.startswith(f"{prefix}/")]
     if outside:
         issues.append(
@@ -650,37 +680,188 @@ def _flag_anomaly(member: Member) -> str | None:
 
 
 def member_bytes(sample: Sample, member: Member) -> bytes | FileIssue:
-    if member.data < 0:
-        return FileIssue(Problem.MALFORMED, f"member {member.name} cannot be located")
+    """A member's bytes whole (a small record: ``byteorder``, a Keras config), or why not."""
     if member.size > MAX_PICKLE or member.compressed > MAX_PICKLE:
         return FileIssue(Problem.MALFORMED, f"member {member.name} is {member.size} bytes: too large to analyse")
-    raw = sample.range(member.data, member.compressed)
-    if len(raw) < member.compressed:
-        return FileIssue(Problem.TRUNCATED, f"member {member.name} is cut short")
-    if member.method == 0:
-        return raw
     try:
-        if member.method == 8:
-            return zlib.decompressobj(-15).decompress(raw, MAX_PICKLE)
-        if member.method == 12:  # bzip2: zipfile (numpy.load) reads it, torch does not
-            # imported when a file needs it: start-up stays lean
-            import bz2
+        if member.method == 0 and member.data >= 0:
+            raw = sample.range(member.data, member.compressed)
+            if len(raw) < member.compressed:
+                raise Damaged(FileIssue(Problem.TRUNCATED, f"member {member.name} is cut short"))
+            return raw
+        return b"".join(member_chunks(sample, member))
+    except Damaged as damaged:
+        return damaged.issue
+    except OverBudget as spent:
+        return unchecked(member.name, spent)
 
-            return bz2.BZ2Decompressor().decompress(raw, MAX_PICKLE)
-        if member.method == 14:  # LZMA: a 4-byte version and properties length, the properties, a raw stream
-            # imported when a file needs it: start-up stays lean
-            import lzma
 
-            (properties,) = struct.unpack_from("<H", raw, 2)
-            decoder = lzma._decode_filter_properties(lzma.FILTER_LZMA1, raw[4 : 4 + properties])  # type: ignore[attr-defined]
-            return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[decoder]).decompress(raw[4 + properties :], MAX_PICKLE)
+class Damaged(Exception):
+    """A member that cannot be located, is cut short or does not decompress: ``issue`` says which."""
+
+    def __init__(self, issue: FileIssue) -> None:
+        super().__init__(issue.detail)
+        self.issue = issue
+
+
+def unchecked(name: str, spent: OverBudget) -> FileIssue:
+    """The error-level finding for a member a budget stopped: never clean."""
+    return FileIssue(Problem.UNSAFE_PICKLE, f"cannot check member {name} fully: {spent}; a loader would read on")
+
+
+INFLATED_CHUNK = 1024 * 1024
+"""The most bytes a member inflates to at once: a reader that needs a header holds no more."""
+_FIRST_CHUNK = 64 * 1024
+"""A member's first chunk, read or inflated: an ``.npy`` header is in it, and no more is inflated."""
+
+
+def member_chunks(sample: Sample, member: Member, budget: Budget | None = None) -> Iterator[bytes]:
+    """A member's bytes a chunk at a time, inflated as they are asked for, so that a reader stops
+    inflating where its question is answered (a bomb inflates to no more than it reads); each
+    inflated chunk is charged to ``budget`` (``OverBudget`` past it). Raises ``Damaged`` where the
+    member cannot be located, is cut short or does not decompress."""
+    if member.data < 0:
+        raise Damaged(FileIssue(Problem.MALFORMED, f"member {member.name} cannot be located"))
+    end = member.data + member.compressed
+    if end > sample.size:
+        raise Damaged(FileIssue(Problem.TRUNCATED, f"member {member.name} is cut short"))
+    raw = _raw(sample, member)
+    if member.method == 0:
+        yield from raw
+        return
+    if member.method not in _INFLATERS:
+        raise Damaged(
+            FileIssue(
+                Problem.UNSAFE_PICKLE,
+                f"member {member.name} uses compression method {member.method}, which ckptdoctor cannot open: what a loader "
+                "would read from it cannot be proven safe",
+            )
+        )
+    yield from charged(_inflating(member, raw), budget or current_budget())
+
+
+def _raw(sample: Sample, member: Member) -> Iterator[bytes]:
+    """A member's bytes as stored, a block at a time (a small one first: a header is near)."""
+    offset, end, size = member.data, member.data + member.compressed, _FIRST_CHUNK
+    while offset < end:
+        yield sample.range(offset, min(size, end - offset))
+        offset, size = offset + size, _deep.BLOCK
+
+
+def charged(chunks: Iterable[bytes], budget: Budget) -> Iterator[bytes]:
+    """``chunks`` of decompressed bytes, each charged to ``budget`` before it is handed on."""
+    for chunk in chunks:
+        budget.inflate(len(chunk))
+        yield chunk
+
+
+def _inflating(member: Member, raw: Iterator[bytes]) -> Iterator[bytes]:
+    try:
+        yield from _INFLATERS[member.method](raw)
     except Exception as error:  # zlib.error, OSError, lzma.LZMAError, EOFError, struct.error: it is damaged
-        return FileIssue(Problem.MALFORMED, f"member {member.name} does not decompress ({error})")
-    return FileIssue(
-        Problem.UNSAFE_PICKLE,
-        f"member {member.name} uses compression method {member.method}, which ckptdoctor cannot open: what a loader "
-        "would read from it cannot be proven safe",
+        raise Damaged(FileIssue(Problem.MALFORMED, f"member {member.name} does not decompress ({error})")) from None
+
+
+def _deflated(raw: Iterator[bytes]) -> Iterator[bytes]:
+    inflater = zlib.decompressobj(-15)
+    size = _FIRST_CHUNK
+    for data in raw:
+        while data and not inflater.eof:
+            yield inflater.decompress(data, size)
+            data, size = inflater.unconsumed_tail, INFLATED_CHUNK
+    yield inflater.flush()
+
+
+def _bzip2(raw: Iterator[bytes]) -> Iterator[bytes]:
+    """bzip2: zipfile (numpy.load) reads it, torch does not."""
+    # imported when a file needs it: start-up stays lean
+    import bz2
+
+    yield from _unbounded(bz2.BZ2Decompressor(), raw)
+
+
+def _lzma(raw: Iterator[bytes]) -> Iterator[bytes]:
+    """LZMA: a 4-byte version and properties length, the properties, a raw stream."""
+    # imported when a file needs it: start-up stays lean
+    import lzma
+
+    first = next(raw, b"")
+    (properties,) = struct.unpack_from("<H", first, 2)
+    decoder = lzma._decode_filter_properties(lzma.FILTER_LZMA1, first[4 : 4 + properties])  # type: ignore[attr-defined]
+    decompressor = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[decoder])
+    yield from _unbounded(decompressor, itertools.chain((first[4 + properties :],), raw))
+
+
+def _unbounded(decompressor: Any, raw: Iterator[bytes]) -> Iterator[bytes]:
+    """Output of a bz2 or LZMA decompressor, a bounded chunk at a time."""
+    size = _FIRST_CHUNK
+    for data in raw:
+        if decompressor.eof:
+            return
+        yield decompressor.decompress(data, size)
+        size = INFLATED_CHUNK
+        while not decompressor.needs_input and not decompressor.eof:
+            yield decompressor.decompress(b"", size)
+
+
+_INFLATERS: dict[int, Callable[[Iterator[bytes]], Iterator[bytes]]] = {8: _deflated, 12: _bzip2, 14: _lzma}
+
+
+def _first_bytes(sample: Sample, member: Member, count: int, budget: Budget) -> bytes:
+    """A member's first ``count`` bytes (fewer where it is shorter), inflating no more than needed."""
+    if member.method == 0:
+        return sample.range(member.data, min(member.compressed, count))
+    if member.method == 8:  # a few compressed bytes hold the first few inflated ones
+        try:
+            return zlib.decompressobj(-15).decompress(sample.range(member.data, min(member.compressed, 4096)), count)
+        except zlib.error:
+            return b""
+    first = b""
+    for chunk in member_chunks(sample, member, budget):
+        first += chunk[: count - len(first)]
+        if len(first) >= count:
+            break
+    return first
+
+
+def _walk_member(sample: Sample, member: Member) -> Walk | FileIssue:
+    """A pickle member walked with torch's opcodes: a stored one read whole, a compressed one
+    inflated no further than its STOP, within a budget in proportion to its compressed size."""
+    if member.method == 0:
+        data = member_bytes(sample, member)
+        return data if isinstance(data, FileIssue) else walk(data, opcodes=TORCH_OPCODES)
+    try:
+        with one_budget(_inflated_budget(member.compressed, member.method)) as budget:
+            return walk_chunks(member_chunks(sample, member, budget), opcodes=TORCH_OPCODES)
+    except Damaged as damaged:
+        return damaged.issue
+
+
+def distinct(members: list[Member]) -> tuple[list[Member], list[FileIssue]]:
+    """The members to read, each stream of bytes once, and the zip trick where entries share
+    bytes: central directory entries that point at one local header (under one name or many), or
+    whose ranges overlap. No writer does this; a bomb does, to make a scanner inflate one stream
+    thousands of times, and so does a file showing loaders and scanners two names for one content."""
+    shared: list[str] = []
+    overlapped: set[int] = set()
+    reach = -1
+    for number, member in sorted(enumerate(members), key=lambda pair: pair[1].header):
+        if member.data < 0:
+            continue  # no local header: list_members reports it
+        if member.header < reach:
+            shared.append(member.name)
+            overlapped.add(number)
+        reach = max(reach, member.data + member.compressed)
+    if not shared:
+        return members, []
+    kept = [member for number, member in enumerate(members) if number not in overlapped]
+    issue = FileIssue(
+        Problem.ZIP_ANOMALY,
+        f"{len(shared)} central directory entr{'ies' if len(shared) > 1 else 'y'} ({_some(shared)}) point at bytes "
+        "another entry holds (one local header, or overlapping ranges): a zip trick no writer uses, one stream read as "
+        "many members (a zip bomb), or one content under two names; ckptdoctor read each stream once",
     )
+    return kept, [issue]
 
 
 def _storages(
@@ -792,23 +973,19 @@ def crc_issues(
 
 
 def _inflated_crc(sample: Sample, member: Member) -> int | None:
-    """CRC-32 of a DEFLATE member's inflated bytes, streamed; None when it does not inflate to
-    the size the directory records."""
-    inflater = zlib.decompressobj(-15)
+    """CRC-32 of a DEFLATE member's inflated bytes, streamed (a chunk in memory at a time, the
+    output zlib still holds at the end included); None when it does not inflate to the size the
+    directory records."""
     crc = 0
     size = 0
-    for offset in range(member.data, member.data + member.compressed, _deep.BLOCK):
-        data = sample.range(offset, min(_deep.BLOCK, member.data + member.compressed - offset))
-        try:
-            while data:
-                out = inflater.decompress(data, _deep.BLOCK)
-                crc = zlib.crc32(out, crc)
-                size += len(out)
-                if size > member.size:
-                    return None
-                data = inflater.unconsumed_tail
-        except zlib.error:
-            return None
+    try:
+        for out in _deflated(_raw(sample, member)):
+            crc = zlib.crc32(out, crc)
+            size += len(out)
+            if size > member.size:
+                return None
+    except zlib.error:
+        return None
     return crc if size == member.size else None
 
 
@@ -838,21 +1015,22 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
         if member.flags & 0x1 and member.method != 0:
             issues.append(FileIssue(Problem.ZIP_ANOMALY, f"member {member.name} is encrypted: it cannot be checked"))
             continue
-        data = member_bytes(sample, member)
-        if isinstance(data, FileIssue):
-            issues.append(data)
-            continue
-        kind = sniff_payload(data[:64]) if data else Format.EMPTY
-        if kind is Format.NUMPY or member.name.endswith(".npy"):
-            with one_budget(_inflated_budget(member.compressed, member.method)):
-                report = npy.read_array(data, member.name.removesuffix(".npy"))
-            arrays += report.tensors or ()
-            issues += report.issues
-            contents.append("numpy")
-        elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
-            with one_budget(_inflated_budget(member.compressed, member.method)):
-                issues += judge(walk(data), member.name)
-            contents.append("pickle")
+        try:
+            with one_budget(_inflated_budget(member.compressed, member.method)) as budget:
+                first = _first_bytes(sample, member, 64, budget) if member.data >= 0 else b""
+                kind = sniff_payload(first) if first else Format.EMPTY
+                if kind is Format.NUMPY or member.name.endswith(".npy"):
+                    report = npy.read_chunks(member_chunks(sample, member, budget), member.name.removesuffix(".npy"), member.size)
+                    arrays += report.tensors or ()
+                    issues += report.issues
+                    contents.append("numpy")
+                elif kind is Format.PICKLE or member.name.endswith((".pkl", ".pickle")):
+                    issues += judge(walk_chunks(member_chunks(sample, member, budget)), member.name)
+                    contents.append("pickle")
+        except Damaged as damaged:
+            issues.append(damaged.issue)
+        except OverBudget as spent:
+            issues.append(unchecked(member.name, spent))
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += crc_issues(sample, members, [], deep)
     if not contents or "pickle" in contents:
