@@ -28,7 +28,7 @@ from typing import NamedTuple, Protocol
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._sample import CHUNK, BytesSample, FileSample, Sample
-from ckptdoctor.readers._unpickler import Budget, top_keys, walk
+from ckptdoctor.readers._unpickler import Budget, current_budget, top_keys, walk
 from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
 
 MAX_OUTPUT = 128 * 1024 * 1024
@@ -215,7 +215,9 @@ def _read_pickle(sample: Sample, stream: _Stream, inflater: _Inflater) -> FileRe
     where = f"the pickle inside its {stream.name} stream"
     # opcodes per compressed byte stay small in real files; a few KiB that inflate to millions
     # of opcodes are a bomb, and stop being followed long before the file's own budget
-    budget = Budget(steps=min(_STEPS_PER_BYTE * sample.size + _STEPS_BASE, MAX_STEPS))
+    budget = Budget(
+        steps=min(_STEPS_PER_BYTE * sample.size + _STEPS_BASE, MAX_STEPS), parent=current_budget(), scope="one compressed stream"
+    )
     limit = _FIRST_OUTPUT
     while True:
         payload = inflater.take(limit)
