@@ -24,7 +24,7 @@ import pytest
 from sample_set import GADGETS, _add_setitem, _call, _g, _u
 
 from ckptdoctor import api
-from ckptdoctor.readers._pickle_safety import judge
+from ckptdoctor.readers._pickle_safety import Trusted, judge, trust_refusal
 from ckptdoctor.readers._unpickler import walk
 
 torch = pytest.importorskip("torch")
@@ -226,6 +226,16 @@ def test_a_declared_class_does_not_cover_a_payload_beside_it(tmp_path, cli):
         ("*", "must be an exact module.Name"),
         ("Config", "must be an exact module.Name"),
         ("mypkg.Config; import os", "must be an exact module.Name"),
+        # an independent attack's entries (issue 31): modules and classes outside the acting lists that write files or run code
+        ("posixpath.*", "standard library"),
+        ("logging.*", "standard library"),
+        ("logging.FileHandler", "standard library"),
+        ("zipfile.ZipFile", "standard library"),
+        ("cProfile.run", "standard library"),
+        ("mypkg.os.system", "reaches os"),
+        ("torch.fx.*", "a library's functions"),
+        ("numpy.testing.*", "a library's functions"),
+        ("torch.storage._load_from_bytes", "not a class"),
     ],
 )
 def test_names_that_can_act_cannot_be_declared_trusted(entry, why, tmp_path, cli):
@@ -234,3 +244,18 @@ def test_names_that_can_act_cannot_be_declared_trusted(entry, why, tmp_path, cli
     result = cli("verify", "--config", project / "pyproject.toml", path)
     assert result.exit_code == 2
     assert "trusted-globals" in result.stderr + result.stdout and why in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("entry", ["os.system", "logging.FileHandler", "mypkg.os.system", "posixpath.*", "torch.fx.*", "mypkg.make"])
+def test_what_an_attack_declared_is_refused_before_any_file_is_read(entry):
+    assert trust_refusal(entry) is not None
+
+
+def test_a_wildcard_covers_only_classes_reached_through_no_module_that_acts():
+    """A pickle's global ("mypkg", "os.system") resolves mypkg.os.system through the package's own
+    `import os`: `mypkg.*` must not cover it, nor a function of the package."""
+    trusted = Trusted.declared(["mypkg.*", "other.Config"], "pyproject.toml")
+    assert trusted.covers("mypkg.models.Config") and trusted.covers("other.Config")
+    assert not trusted.covers("mypkg.os.system")
+    assert not trusted.covers("mypkg.subprocess.Popen")
+    assert not trusted.covers("mypkg.util.make")

@@ -17,6 +17,7 @@ them (``layouts._base``).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -149,21 +150,42 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 _WILDCARD = ".*"
 
 
+_LIBRARIES = frozenset({
+    "torch", "torchvision", "numpy", "pandas", "scipy", "sklearn", "transformers", "lightning", "pytorch_lightning",
+    "keras", "tensorflow", "jax", "flax", "yaml", "omegaconf", "hydra", "accelerate", "deepspeed",
+})  # fmt: skip
+"""Libraries whose modules hold functions that act beside their classes: a wildcard over one is never
+a package of the user's own."""
+
+
 def trust_refusal(entry: str) -> str | None:
     """Why a user may not declare ``entry`` trusted (``trusted-globals``), or None: an exact
-    ``module.Name``, or ``package.*`` for a package of their own; never a name that can act, nor a
-    wildcard over one (``torch.*`` covers ``torch.load``)."""
+    ``module.Class``, or ``package.*`` for a package of their own; never a name that can act, a
+    function, anything of Python's standard library (what of it is harmless needs no declaring), a
+    path through a module that can act (``mypkg.os.system``), nor a wildcard over one of those or
+    over a library (``torch.*`` covers ``torch.load``)."""
     package = entry.removesuffix(_WILDCARD)
     if not _DOTTED.match(entry if package == entry else f"{package}.x"):
         return "must be an exact module.Name, or package.* for a package of your own"
-    if package == entry:
-        return f"{entry} can run commands, touch files or load code" if acts(entry) else None
+    if package == entry and acts(entry):
+        return f"{entry} can run commands, touch files or load code"
     covered = [
         name
         for name in (*ACTING_MODULES, *ACTING_NAMES)
-        if name == package or name.startswith(f"{package}.") or package.startswith(f"{name}.")
+        if package != entry and (name == package or name.startswith(f"{package}.") or package.startswith(f"{name}."))
     ]
-    return f"{entry} covers {covered[0]}, which can run commands, touch files or load code" if covered else None
+    if covered:
+        return f"{entry} covers {covered[0]}, which can run commands, touch files or load code"
+    parts = package.split(".")
+    if parts[0] in sys.stdlib_module_names:
+        return f"{entry} is Python's standard library ({parts[0]}), whose modules can act: declare only your own classes"
+    if through := next((part for part in parts[1:] if part in ACTING_MODULES), None):
+        return f"{entry} reaches {through}, which can run commands, touch files or load code"
+    if package != entry and parts[0] in _LIBRARIES:
+        return f"{entry} covers a library's functions as well as its classes: name its classes one by one"
+    if package == entry and not entry.rpartition(".")[2][:1].isupper():
+        return f"{entry} is not a class: a function can run code"
+    return None
 
 
 @dataclass(frozen=True)
@@ -186,6 +208,11 @@ class Trusted:
         )
 
     def covers(self, dotted: str) -> bool:
+        """Whether ``dotted`` is declared: only a class (its last name capitalised) reached through
+        no module that can act, whatever a pickle's dotted name (``mypkg`` + ``os.system``) says."""
+        parts = dotted.split(".")
+        if not parts[-1][:1].isupper() or any(part in ACTING_MODULES for part in parts):
+            return False
         return dotted in self.names or dotted.startswith(self.packages or ("\0",))
 
 
