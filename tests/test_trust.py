@@ -189,6 +189,13 @@ def test_classes_the_user_declares_trusted_are_ckd402_and_torch_loads_them_so(ca
     assert f"declared trusted in {project / 'pyproject.toml'}" in finding["message"]
     assert "safe_globals([" in finding["message"] and all(name in finding["message"] for name in SAVED[case][1])
     assert result.json["runs"][0]["checkpoints"][-1]["status"] == "complete"
+    # verify --resume-path honours the declaration as the findings do
+    run = project / "epochs"
+    run.mkdir()
+    (run / "model_3.pt").write_bytes(path.read_bytes())
+    inspected = cli("inspect", "--resume-path", "--config", project / "pyproject.toml", run)
+    resumed = cli("verify", "--resume-path", "--config", project / "pyproject.toml", run)
+    assert inspected.exit_code == 0 and resumed.exit_code == 0 and resumed.stdout == inspected.stdout != ""
 
 
 def test_a_package_wildcard_of_the_users_own_and_the_environment_and_the_api_declare_alike(tmp_path, cli):

@@ -135,6 +135,9 @@ def test_a_real_run_of_each_task_verifies_clean_and_resumes_where_ultralytics_re
     found = scanned(weights)
     assert found.resume.index == 0 and "yolo train resume model=" in found.resume_how
     assert yolo_restored(Path(found.resume_path))["resumes_at"] == 1  # Ultralytics' own resume goes on at epoch 1
+    # verify --resume-path judges what it reads as the run's findings do: Ultralytics' own classes are no payload
+    checked = cli("verify", "--resume-path", tmp_path / "runs")
+    assert checked.exit_code == 0 and checked.stdout.strip() == found.resume_path
 
 
 @pytest.mark.parametrize("task", YOLO_TASKS)
@@ -146,6 +149,8 @@ def test_a_payload_in_a_save_of_each_task_is_still_unsafe(task, tmp_path, cli):
     assert result.exit_code == 1
     (unsafe,) = [f for f in result.json["findings"] if f["code"] == "CKD401"]
     assert unsafe["severity"] == "error" and "os.system" in unsafe["message"]
+    refused = cli("verify", "--resume-path", weights)
+    assert refused.exit_code == 1 and refused.stdout == ""
 
 
 def test_ultralytics_own_restricted_loader_resumes_its_saves_alike():
