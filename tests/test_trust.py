@@ -266,3 +266,18 @@ def test_a_wildcard_covers_only_classes_reached_through_no_module_that_acts():
     assert not trusted.covers("mypkg.os.system")
     assert not trusted.covers("mypkg.subprocess.Popen")
     assert not trusted.covers("mypkg.util.make")
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "args"),
+    [("logging", "FileHandler", ("w",)), ("zipfile", "ZipFile", ("w",)), ("sqlite3", "Connection", ())],
+)
+def test_a_standard_library_class_that_creates_the_path_it_is_given_calls_functions(module, name, args, tmp_path):
+    """An independent attack's live gadgets (issue 31): classes of the standard library that
+    create or truncate a path when built are worded as calls, never "rebuilds objects"."""
+    canary = tmp_path / "canary"
+    pickled = b"\x80\x02" + _call(_g(module, name), _u(str(canary)), *(_u(a) for a in args)) + b"."
+    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=pickled, check=False)
+    assert canary.exists()  # it ran
+    (issue,) = judge(walk(pickled), "the pickle")
+    assert f"calls functions ({module}.{name}) when loaded" in issue.detail and REBUILDS not in issue.detail

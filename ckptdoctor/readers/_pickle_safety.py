@@ -303,9 +303,16 @@ def _calls(walk: Walk, symbol: Global) -> bool:
     """Whether the pickle uses ``symbol`` beyond rebuilding objects of a class: a name that is not
     a class's by Python's convention (its last part starts with no capital: a function, called
     with what the file holds, or kept to be called later), an object built from it called or
-    given items, or the class itself altered. Fail closed: a capitalised name is no proof of a
-    class, but a lower-case one is never taken for one."""
-    return not symbol.name.rpartition(".")[2][:1].isupper() or symbol in walk.misused or symbol in walk.changed
+    given items, or the class itself altered; or any class of Python's standard library beyond the
+    allowlists (``logging.FileHandler``, ``zipfile.ZipFile``, ``sqlite3.Connection`` create or
+    truncate the path they are given). Fail closed: a capitalised name is no proof of a class, but
+    a lower-case one is never taken for one."""
+    return (
+        not symbol.name.rpartition(".")[2][:1].isupper()
+        or symbol.module.partition(".")[0] in sys.stdlib_module_names
+        or symbol in walk.misused
+        or symbol in walk.changed
+    )
 
 
 def _rebuilt(walk: Walk, unsafe: list[Global], where: str) -> Rebuilt:
