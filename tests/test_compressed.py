@@ -182,3 +182,131 @@ def test_compressed_bombs_finish_under_two_seconds_and_256_mib(compressed_bombs,
     assert any(f["code"] == "CKD401" and f["severity"] == "error" for f in mine), mine
     assert seconds < 2.0, f"{name}: {seconds:.2f} s of CPU"
     assert peak_kib < 256 * 1024, f"{name}: {peak_kib} KiB at most"  # ru_maxrss is in KiB on Linux
+
+
+# An independent attack on issue 31's fixes (C2, P3, C6b/C6c, F2): what a loader infers from a name is
+# opened as it opens it, or the file cannot be checked; each payload is fired by its real victim in a
+# child process first, so the test proves the file is live.
+
+_SKIPPABLE_FRAME = b"\x50\x2a\x4d\x18" + (8).to_bytes(4, "little") + b"\0" * 8
+"""A zstd skippable frame (magic 0x184D2A50, then its length): zstd, zstandard and pandas pass over it."""
+
+
+def _fires(victim: str, canary: Path) -> bool:
+    """Whether loading as ``victim`` (Python source) in a child process runs the payload."""
+    subprocess.run([sys.executable, "-c", victim], capture_output=True, check=False, timeout=120)
+    fired = canary.exists()
+    canary.unlink(missing_ok=True)
+    return fired
+
+
+def _zstd(data: bytes) -> bytes:
+    try:  # ckptdoctor's own zstd dependency
+        from compression.zstd import compress  # type: ignore[import-not-found]
+    except ImportError:
+        from backports.zstd import compress
+    return bytes(compress(data))
+
+
+def _unsafe_only(result) -> None:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 1
+    assert errors(result) == {"CKD401"}, result.json["findings"]
+
+
+def test_a_zstd_pickle_after_a_skippable_frame_is_read_as_pandas_reads_it(tmp_path, cli):
+    """C2: it was format unknown, no finding, exit 0: the skippable frame hid the zstd magic."""
+    pytest.importorskip("pandas")
+    canary = tmp_path / "canary"
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = run / "val_preds.pkl.zst"
+    frame.write_bytes(_SKIPPABLE_FRAME + _zstd(pickle.dumps(_Payload(canary))))
+    assert _fires(f"import pandas; pandas.read_pickle({str(frame)!r})", canary)
+    result = cli("verify", "--json", run)
+    _unsafe_only(result)
+    assert "posix.system" in result.json["findings"][0]["message"]
+
+
+@needs_zstd
+def test_a_composer_zstd_save_after_a_skippable_frame_is_unsafe_not_corrupt(tmp_path, cli):
+    """P3: it was CKD205 "holds no checkpoint format": `zstd -dc` (Composer's decompression)
+    passes over a skippable frame between or before its frames."""
+    folder = composer_run(tmp_path / "checkpoints", ((1, 4),), compression="zst")
+    canary = tmp_path / "canary"
+    buffer = io.BytesIO()
+    torch.save({"state": {"model": {}}, "rng": [_Payload(canary)]}, buffer)
+    save = folder / "ep2-ba8-rank0.pt.zst"
+    save.write_bytes(b"\x5f\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"ABCD" + _zstd(buffer.getvalue()))
+    victim = (
+        "import io, subprocess, torch; "
+        f"torch.load(io.BytesIO(subprocess.run(['zstd', '-dc', {str(save)!r}], capture_output=True).stdout), weights_only=False)"
+    )
+    assert _fires(victim, canary)
+    result = cli("verify", "--json", folder)
+    assert result.exit_code == 1
+    mine = [f for f in result.json["findings"] if Path(f["path"]).name == save.name]
+    assert any(f["code"] == "CKD401" and f["severity"] == "error" and "posix.system" in f["message"] for f in mine), mine
+    assert not [f for f in mine if f["code"] == "CKD205"], mine
+
+
+@pytest.mark.parametrize(("lc", "pb", "properties"), [(0, 0, 0x00), (4, 4, 0xB8)])
+def test_an_lzma_alone_pickle_named_xz_is_read_whatever_its_properties_byte(tmp_path, cli, lc, pb, properties):
+    """C6b/C6c: it was format unknown, exit 0: only the properties byte 0x5D was told as LZMA-alone,
+    while LZMAFile (pandas' `.xz`, FORMAT_AUTO) reads any valid one."""
+    import lzma
+
+    canary = tmp_path / "canary"
+    run = tmp_path / "run"
+    run.mkdir()
+    frame = run / "val_preds.pkl.xz"
+    lzma1 = {"id": lzma.FILTER_LZMA1, "lc": lc, "lp": 0, "pb": pb, "dict_size": 1 << 16}
+    frame.write_bytes(lzma.compress(pickle.dumps(_Payload(canary)), format=lzma.FORMAT_ALONE, filters=[lzma1]))
+    assert frame.read_bytes()[0] == properties
+    assert _fires(f"import lzma, pickle; pickle.load(lzma.LZMAFile({str(frame)!r}))", canary)
+    _unsafe_only(cli("verify", "--json", run))
+
+
+def test_a_pandas_pkl_zip_is_read_as_pandas_reads_it(tmp_path, cli):
+    """F2: pandas' own `.pkl.zip` (one member) was CKD205 "a zip archive, not a torch checkpoint";
+    read_pickle unpickles its one member, so a dict of floats is clean and a payload unsafe."""
+    pandas = pytest.importorskip("pandas")
+    benign = tmp_path / "benign" / "metrics.pkl.zip"
+    benign.parent.mkdir()
+    pandas.to_pickle({"step": [1.0, 2.0], "loss": [0.5, 0.4]}, benign)
+    assert pandas.read_pickle(benign) == {"step": [1.0, 2.0], "loss": [0.5, 0.4]}
+    result = cli("verify", "--json", benign.parent)
+    assert result.exit_code == 0 and not result.json["findings"], result.json["findings"]
+    canary = tmp_path / "canary"
+    evil = tmp_path / "evil" / "metrics.pkl.zip"
+    evil.parent.mkdir()
+    pandas.to_pickle(_Payload(canary), evil)
+    assert _fires(f"import pandas; pandas.read_pickle({str(evil)!r})", canary)
+    _unsafe_only(cli("verify", "--json", evil.parent))
+
+
+def test_a_pandas_pkl_zip_ckptdoctor_cannot_open_cannot_be_checked(tmp_path, cli):
+    """The general rule: zipfile finds a zip behind any leading bytes, which ckptdoctor does not
+    open as a zip; it was no finding, exit 0, while read_pickle ran the payload."""
+    pandas = pytest.importorskip("pandas")
+    canary = tmp_path / "canary"
+    written = tmp_path / "written.pkl.zip"
+    pandas.to_pickle(_Payload(canary), written)
+    (tmp_path / "run").mkdir()
+    hidden = tmp_path / "run" / "metrics.pkl.zip"
+    hidden.write_bytes(b"\0junk" * 20 + written.read_bytes())
+    assert _fires(f"import pandas; pandas.read_pickle({str(hidden)!r})", canary)
+    result = cli("verify", "--json", hidden.parent)
+    assert result.exit_code == 1
+    assert any(f["code"] == "CKD401" and "cannot check: its name says zip" in f["message"] for f in result.json["findings"])
+
+
+def test_a_compression_suffix_over_content_that_is_not_that_stream_cannot_be_checked(tmp_path, cli):
+    """The general rule: a `.pkl.zst` ckptdoctor cannot decompress is never merely corrupt (it was
+    CKD207 "the record cannot be decoded"); the zstd tool (Composer) and pandas fail on it too."""
+    (tmp_path / "run").mkdir()
+    frame = tmp_path / "run" / "val_preds.pkl.zst"
+    frame.write_bytes(b"\x28\xb5\x2f\xfe" + bytes(range(256)))
+    result = cli("verify", "--json", frame.parent)
+    assert result.exit_code == 1
+    unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401" and f["severity"] == "error"]
+    assert any("cannot check: its name says zstd" in f["message"] for f in unsafe), result.json["findings"]

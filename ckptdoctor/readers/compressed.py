@@ -91,13 +91,14 @@ def _lzo() -> _Decompressor:
     raise ImportError("lzop")  # no Python package reads lzop's files
 
 
+_ZSTD = b"\x28\xb5\x2f\xfd"
 _COMPRESSORS: tuple[tuple[bytes, str, Callable[[], _Decompressor]], ...] = (
     (b"\x1f\x8b", "gzip", _gzip),
     (b"\x78", "zlib", _zlib),
     (b"BZh", "bz2", _bz2),
     (b"\xfd7zXZ", "xz", _lzma),
     (b"\x5d\x00", "lzma", _lzma),
-    (b"\x28\xb5\x2f\xfd", "zstd", _zstd),
+    (_ZSTD, "zstd", _zstd),
     (b"\x89LZO\x00\r\n\x1a\n", "lzop", _lzo),
 )
 _LZ4 = b"\x04\x22\x4d\x18"
@@ -127,28 +128,68 @@ class _Stream(NamedTuple):
     make: Callable[[], _Decompressor]
 
 
-def _stream(head: bytes) -> _Stream | None:
-    """The compressor joblib tells from the first bytes, whatever the file is called."""
+def _stream(sample: Sample) -> _Stream | None:
+    """The compressor joblib tells from the first bytes, whatever the file is called; zstd and lz4
+    frames may follow skippable frames, which their tools and libraries pass over."""
+    start = _past_skippable(sample)
+    head = sample.range(start, 32) if start else sample.head(32)
+    if start and not head.startswith((_ZSTD, _LZ4)):
+        return None
     if head.startswith(_ZF_PREFIX):
         # joblib skips one space after the header (old files wrote the length one character wider)
         return _Stream("joblib ZF", _ZF_HEADER + (head[_ZF_HEADER : _ZF_HEADER + 1] == b" "), _zlib)
     if head.startswith(_LZ4):
-        return _Stream("lz4", 0, _lz4)
-    return next((_Stream(name, 0, make) for magic, name, make in _COMPRESSORS if head.startswith(magic)), None)
+        return _Stream("lz4", start, _lz4)
+    return next((_Stream(name, start, make) for magic, name, make in _COMPRESSORS if head.startswith(magic)), None)
+
+
+_SKIPPABLE = b"\x2a\x4d\x18"
+"""The last three bytes of a skippable frame's magic (0x184D2A50 to 0x184D2A5F, little-endian),
+which a 4-byte little-endian length follows: zstd's and lz4's frame formats both define it."""
+
+
+def _past_skippable(sample: Sample) -> int:
+    """Where the first frame that is not a skippable one starts (0 where none leads)."""
+    offset = 0
+    while (frame := sample.range(offset, 8)) and len(frame) == 8 and frame[0] & 0xF0 == 0x50 and frame[1:4] == _SKIPPABLE:
+        offset += 8 + int.from_bytes(frame[4:], "little")
+    return offset
+
+
+_BY_NAME: tuple[tuple[str, str, Callable[[], _Decompressor]], ...] = (
+    (".gz", "gzip", _gzip),
+    (".z", "zlib", _zlib),
+    (".bz2", "bz2", _bz2),
+    (".xz", "xz", _lzma),
+    (".lzma", "lzma", _lzma),
+    (".lz4", "lz4", lambda: _lz4()),
+    (".zst", "zstd", _zstd),
+    (".lzo", "lzop", _lzo),
+)
+"""The decompressor a loader picks by the name's suffix: pandas (``.gz``, ``.bz2``, ``.xz``,
+``.zst``), joblib (and ``.z``, ``.lzma``, ``.lz4``), Composer's command-line tools (and ``.lzo``).
+``xz``, ``lzma`` and pandas' ``LZMAFile`` read both xz and LZMA-alone streams, as ``lzma``'s
+``FORMAT_AUTO`` does, whatever an LZMA-alone header's properties byte."""
+
+
+def _named(sample: Sample, name: str) -> _Stream | None:
+    """The stream a loader decompresses because of the file's name, where its first bytes say none."""
+    lowered = name.lower()
+    return next((_Stream(kind, _past_skippable(sample), make) for suffix, kind, make in _BY_NAME if lowered.endswith(suffix)), None)
 
 
 def compressed(sample: Sample) -> bool:
-    return _stream(sample.head(32)) is not None
+    return _stream(sample) is not None
 
 
-def read_header(sample: Sample) -> FileReport | None:
+def read_header(sample: Sample, name: str = "") -> FileReport | None:
     """``inspect``'s view: a compressed pickle, or other content a loader reads (a ``torch.save``
     zip, a tar), from the first bytes of what comes out; None for anything else."""
-    stream = _stream(sample.head(32))
+    stream = _stream(sample) or _named(sample, name)
     if stream is None:
         return None
     try:
-        first = stream.make().decompress(sample.head()[stream.start :], _SNIFFED)
+        first = stream.make().decompress(sample.range(stream.start, CHUNK), _SNIFFED)
     except Exception:  # damaged, or a decompressor this machine lacks: verify says which
         return None
     if sniff_payload(first[:64]) is Format.PICKLE:
@@ -176,26 +217,38 @@ def inner_name(name: str) -> str:
     return next((name[: -len(suffix)] for suffix in COMPRESSION_SUFFIXES if lowered.endswith(suffix)), name)
 
 
-def read(sample: Sample, judge: Callable[[Sample], FileReport]) -> FileReport | None:
+def read(sample: Sample, judge: Callable[[Sample], FileReport], name: str = "") -> FileReport | None:
     """What a loader would run of a compressed file: a report on the pickle inside, or ``judge``'s
     of other content a loader reads, inflated into a temporary file; None when the file is not
     compressed, or what comes out is neither and runs nothing (burn's ``.mpk.gz``: every
-    unpickler stops at its first byte)."""
-    stream = _stream(sample.head(32))
+    unpickler stops at its first byte). A file whose ``name`` says a loader decompresses it but
+    that cannot be decompressed here cannot be checked (a format unknown would pass for clean)."""
+    by_magic = _stream(sample)
+    stream = by_magic or _named(sample, name)
     if stream is None:
         return None
     try:
         inflater = _Inflater(sample, stream)
     except ImportError:
         return _cannot_check(
-            f"it is compressed with {stream.name}, which loaders decompress before they unpickle or load it, and "
+            f"{_said(stream, by_magic is not None, name)}, which loaders decompress before they unpickle or load it, and "
             f"ckptdoctor has no {stream.name} decompressor here ({_INSTALL.get(stream.name, 'pip install ' + stream.name)})"
         )
     head = inflater.take(_SNIFFED) or b""
+    if not head and inflater.error is not None and by_magic is None:
+        return _cannot_check(
+            f"{_said(stream, False, name)}, which pandas, joblib or Composer decompress before they load it, "
+            f"but it is no {stream.name} stream ckptdoctor can open ({inflater.error})"
+        )
     kind = None if sniff_payload(head[:64]) is Format.PICKLE else _loaded_content(head)
     if kind is not None:
         return _judged_inside(sample, stream, kind, judge)
     return _read_pickle(sample, stream, inflater)
+
+
+def _said(stream: _Stream, by_magic: bool, name: str) -> str:
+    """Why the file is read as that compression: its first bytes, or only its name."""
+    return f"it is compressed with {stream.name}" if by_magic else f"its name says {stream.name} ({name})"
 
 
 _INSTALL = {
@@ -205,6 +258,30 @@ _INSTALL = {
 }
 _LOADED = frozenset({Format.TORCH_ZIP.value, Format.ZIP.value, Format.TORCH_TAR.value, Format.TORCH_LEGACY.value, "tar"})
 """What loaders read after decompressing besides a pickle (the tar archive reader declares ``tar``)."""
+
+
+_ARCHIVES = (
+    (".zip", frozenset({Format.ZIP.value, Format.TORCH_ZIP.value, Format.NUMPY.value})),
+    (".tar", frozenset({"tar", Format.TORCH_TAR.value})),
+)
+"""The archives pandas' ``read_pickle`` opens by a name's suffix (``zipfile``, ``tarfile`` with any
+compression), and what ckptdoctor reads as each (the tar archive reader declares ``tar``)."""
+_PANDAS_PICKLES = (".pkl", ".pickle")
+"""Names ``to_pickle`` writes (``checkpoint.pth.tar`` is a ``torch.save`` file, never a tar)."""
+
+
+def unopened_archive(name: str, read_as: str) -> tuple[FileIssue, ...]:
+    """Why a pandas archive (``x.pkl.zip``, ``x.pkl.tar``) that ckptdoctor did not read as that
+    archive cannot be checked: ``zipfile`` finds a zip behind any bytes and ``tarfile`` reads
+    archives without the ustar magic, so what ``read_pickle`` would unpickle stays unseen."""
+    stem, dot, suffix = name.lower().rpartition(".")
+    formats = dict(_ARCHIVES).get(dot + suffix)
+    if formats is None or read_as in formats or not stem.endswith(_PANDAS_PICKLES):
+        return ()
+    return _cannot_check(
+        f"its name says {suffix} ({name}), which pandas' read_pickle opens and unpickles the one member of, "
+        f"but ckptdoctor cannot open it as a {suffix} archive"
+    ).issues
 
 
 def _cannot_check(why: str) -> FileReport:
@@ -282,6 +359,8 @@ class _Inflater:
         self.pending = b""
         self.out = b""
         self.done = False
+        self.error: str | None = None
+        """Why decompression stopped before the streams' end, if it did."""
 
     def take(self, limit: int) -> bytes | None:
         """At least ``limit`` bytes of output (fewer when the streams end), or None past
@@ -321,8 +400,9 @@ class _Inflater:
                     self.pending = getattr(self.decompressor, "unconsumed_tail", b"")
                 if part:
                     yield part
-        except Exception:  # zlib.error, OSError, EOFError, lzma.LZMAError, lz4's errors: damaged
+        except Exception as error:  # zlib.error, OSError, EOFError, lzma.LZMAError, lz4's errors: damaged
             self.done = True
+            self.error = str(error) or type(error).__name__
 
 
 def _lz4() -> _Decompressor:

@@ -94,7 +94,7 @@ def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES) ->
     framework names, read as their name says (the layouts' table)."""
     report = _judge(sample, name, _probe_of, named)
     if compressed.inner_name(name) != name or (report.format in _PACKED and compressed.named_as_pickle(name)):
-        return compressed.read_header(sample) or report
+        return compressed.read_header(sample, name) or report
     return report
 
 
@@ -125,15 +125,15 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
             # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
         inside = compressed.inner_name(name)
-        packed = (
-            compressed.read(sample, lambda content: verify_sample(content, inside, deep, named)) if compressed.compressed(sample) else None
-        )
+        packed = compressed.read(sample, lambda content: verify_sample(content, inside, deep, named), name)
     if packed is not None:  # joblib.load decompresses whatever the name; pandas and Composer by the name
-        # a name with a compression suffix is read through it (a zstd stream's magic sniffs as a broken pickle)
-        if inside != name or (report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None)):
+        # a name with a compression suffix is read through it (a zstd stream's magic sniffs as a broken pickle),
+        # unless it could not be: then what the content is read as stands beside why
+        through = inside != name or (report.format in _PACKED and (compressed.named_as_pickle(name) or expected_formats(name) is None))
+        if packed.format != Format.UNKNOWN.value and through:
             return packed
-        return _with_unsafe(report, packed.issues)
-    return report
+        report = _with_unsafe(report, packed.issues)
+    return _with_unsafe(report, compressed.unopened_archive(name, report.format))
 
 
 _PACKED = frozenset({Format.UNKNOWN.value, Format.GZIP.value})

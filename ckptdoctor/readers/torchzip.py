@@ -1005,7 +1005,8 @@ def _salvage(sample: Sample) -> list[FileIssue]:
 
 
 def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], deep: int) -> FileReport:
-    """A zip that is not a torch archive: NumPy's ``.npz``, or a pickle wrapped to pass for one."""
+    """A zip that is not a torch archive: NumPy's ``.npz``, pandas' ``.pkl.zip`` (one pickle), or
+    pickles wrapped to pass for one (a torch name's promise is the name check's, ``files._judge_content``)."""
     arrays: list[Tensor] = []
     contents: list[str] = []
     for member in members:
@@ -1033,7 +1034,8 @@ def _other_zip(sample: Sample, members: list[Member], issues: list[FileIssue], d
             issues.append(unchecked(member.name, spent))
     if deep and not any(i.problem in (Problem.TRUNCATED, Problem.MALFORMED) for i in issues):
         issues += crc_issues(sample, members, [], deep)
-    if not contents or "pickle" in contents:
+    # pandas' to_pickle to a `.zip` writes one member, which its read_pickle unpickles: that zip is what it reads
+    if not contents or ("pickle" in contents and len(members) > 1):
         issues.insert(0, FileIssue(Problem.NOT_A_CHECKPOINT, "a zip archive, not a torch checkpoint: it has no <folder>/data.pkl"))
     fmt = Format.NUMPY.value if contents and set(contents) == {"numpy"} else Format.ZIP.value
     return FileReport(fmt, tuple(issues), (), tuple(arrays), (), sum(t.nbytes for t in arrays))
