@@ -10,9 +10,11 @@ neither leaves a temporary name.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
+import pickle
 import re
 import shutil
 import struct
@@ -113,6 +115,31 @@ model = keras.Sequential([keras.Input((3,)), wrapped])
 model.compile(optimizer="adam", loss="mse")
 model.fit(torch.rand(8, 3), torch.rand(8, 2), epochs=1, verbose=0)
 model.save(sys.argv[1])
+"""
+
+_TORCH_FOLDERS = r"""
+import os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras, torch
+keras.utils.set_random_seed(0)
+dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+wrapped = keras.Sequential([keras.Input((3,)), keras.layers.TorchModuleWrapper(torch.nn.Linear(3, 2), output_shape=(None, 2))])
+for name, model in (("dense_model", dense), ("wrapped_model", wrapped)):
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(torch.rand(8, 3), torch.rand(8, 2), epochs=1, verbose=0)
+    model.save(os.path.join(sys.argv[1], name), zipped=False)  # a folder: config.json, metadata.json, model.weights.h5
+live = eval(f"lambda t: (open({os.path.join(sys.argv[1], 'lambda-ran')!r}, 'a').close(), t)[1]")  # runs on every call
+keras.Sequential([keras.Input((3,)), keras.layers.Lambda(live)]).save(os.path.join(sys.argv[1], "lambda_model"), zipped=False)
+"""
+
+_LOAD_FOLDER_UNSAFELY = r"""
+import os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras
+try:
+    keras.saving.load_model(sys.argv[1], safe_mode=False)
+except Exception:
+    pass  # the payload ran while the layer was built; what it returned is no module
 """
 
 _RESUME_BACKUP = r"""
@@ -580,6 +607,71 @@ def test_a_torch_module_wrapper_needs_full_unpickling_as_keras_loads_it(tmp_path
     assert finding.severity.value == "error" and finding.path.endswith("wrapped.keras")
     assert "config.json /config/layers/1/config/module" in finding.message
     assert "torch.load(weights_only=False)" in finding.message and "torch.nn.modules.linear.Linear" in finding.message
+
+
+class _Touch:
+    """Pickles as ``os.system("touch <canary>")``: what a ``torch.load`` of it runs."""
+
+    def __init__(self, canary: Path) -> None:
+        self.command = f"touch {canary}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.system, (self.command,))
+
+
+@pytest.fixture(scope="module")
+def unzipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folders ``model.save(folder, zipped=False)`` writes on the torch backend: a healthy model's,
+    a ``TorchModuleWrapper``'s and a live ``Lambda``'s (which creates ``lambda-ran`` when called)."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("unzipped")
+    run_python(_TORCH_FOLDERS, str(root))
+    return root
+
+
+def test_an_unzipped_model_folder_is_judged_with_its_config_as_an_archive_is(unzipped: Path, tmp_path: Path, cli) -> None:
+    """Issue 31, K16: ``model.save(folder, zipped=False)`` writes ``config.json`` beside
+    ``model.weights.h5``, and ``keras.saving.load_model(folder, safe_mode=False)`` builds the
+    model from it first. A ``TorchModuleWrapper``'s module put there ran on that load while
+    ``verify`` never read the file and named the weights as the resume point (exit 0). A healthy
+    folder stays clean, resumed from its weights as before."""
+    healthy = Path(shutil.copytree(unzipped / "dense_model", tmp_path / "dense_model"))
+    assert sorted(p.name for p in healthy.iterdir()) == ["assets", "config.json", "metadata.json", "model.weights.h5"]
+    report, found = verify([str(healthy)])
+    assert not report.findings and found.runs[0].resume_path == str(healthy / "model.weights.h5")
+    assert cli("verify", "--resume-path", healthy).stdout.strip() == str(healthy / "model.weights.h5")
+    iterations = loaded(healthy)["iterations"]  # keras.models.load_model(folder): the weights and the optimizer
+    assert isinstance(iterations, int) and iterations > 0
+
+    folder = Path(shutil.copytree(unzipped / "wrapped_model", tmp_path / "wrapped_model"))
+    canary = tmp_path / "module-ran"
+    config = json.loads((folder / "config.json").read_text())
+    (layer,) = [layer for layer in config["config"]["layers"] if layer["class_name"] == "TorchModuleWrapper"]
+    layer["config"]["module"] = base64.b64encode(pickle.dumps(_Touch(canary), protocol=2)).decode()
+    (folder / "config.json").write_text(json.dumps(config))
+    report, found = verify([str(folder)])
+    (finding,) = [f for f in report.findings if f.code == "CKD401"]
+    assert finding.severity.value == "error" and "config.json /config/layers/1/config/module" in finding.message
+    assert "torch.load(weights_only=False)" in finding.message and "posix.system" in finding.message
+    assert found.runs[0].resume is None
+    refused = cli("verify", "--resume-path", folder)
+    assert refused.exit_code == 1 and "model.weights.h5" not in refused.stdout
+    assert not canary.exists(), "verify ran the payload"
+    run_python(_LOAD_FOLDER_UNSAFELY, str(folder))
+    assert canary.exists(), "the payload is live: load_model(folder, safe_mode=False) ran it"
+
+
+def test_a_lambda_in_an_unzipped_model_folder_is_code_in_its_config(unzipped: Path) -> None:
+    """Issue 31, K16: a ``Lambda``'s bytecode in the ``config.json`` of a folder Keras saved
+    unzipped runs on ``load_model(folder, safe_mode=False)``: CKD404, as in a ``.keras`` archive."""
+    folder, ran = unzipped / "lambda_model", unzipped / "lambda-ran"
+    ran.unlink(missing_ok=True)  # the save called the Lambda
+    report, found = verify([str(folder)])
+    (finding,) = [f for f in report.findings if f.code == "CKD404"]
+    assert finding.severity.value == "error" and "config.json holds Python bytecode" in finding.message
+    assert found.runs[0].resume is None and not ran.exists()
+    run_python(_LOAD_FOLDER_UNSAFELY, str(folder))
+    assert ran.exists(), "the payload is live: load_model(folder, safe_mode=False) ran the Lambda"
 
 
 def test_a_best_only_file_stands_for_a_save_and_alone_is_a_keras_run(keras_runs: Path) -> None:

@@ -44,13 +44,13 @@ _NOT_OF_THE_LOAD = frozenset({Problem.LEGACY, Problem.NON_WEIGHTS})
 ``weights_only=False``: its format's age, and globals only ``weights_only=True`` refuses."""
 
 
-def code_in(data: bytes, where: str) -> list[FileIssue]:
-    """What in the configuration ``data`` (JSON) ``load_model`` would run, or why that cannot be told."""
-    if len(data) > MAX_CONFIG:
+def code_in(data: bytes, where: str, size: int | None = None) -> list[FileIssue]:
+    """What in the configuration ``data`` (JSON) ``load_model`` would run, or why that cannot be told;
+    ``size``: the configuration's whole size, where ``data`` is no more than its first bytes."""
+    size = len(data) if size is None else size
+    if size > MAX_CONFIG:
         return [
-            FileIssue(
-                Problem.CODE_IN_CONFIG, f"{where} is {len(data)} bytes, more than ckptdoctor parses: it cannot be proven free of code"
-            )
+            FileIssue(Problem.CODE_IN_CONFIG, f"{where} is {size} bytes, more than ckptdoctor parses: it cannot be proven free of code")
         ]
     try:
         config = json.loads(data)

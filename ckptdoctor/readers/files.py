@@ -26,6 +26,7 @@ from ckptdoctor.readers import (
     compressed,
     dcp,
     hfjson,
+    keras,
     ocdbt,
     orbax,
     pickle,
@@ -403,9 +404,29 @@ def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
         report = _read_file(
             entry, functools.partial(_verify_bundle, folder=os.path.dirname(entry.os_path), deep=deep, named=named), whole=True
         )
+    elif entry.name in keras.WEIGHTS:
+        report = _read_file(
+            entry, functools.partial(_verify_keras_weights, folder=os.path.dirname(entry.os_path), deep=deep, named=named), whole=True
+        )
     else:
         report = _read_file(entry, functools.partial(verify_sample, deep=deep, named=named), whole=True)
     return report
+
+
+def _verify_keras_weights(sample: Sample, name: str, folder: str, deep: int, named: NamedFiles) -> FileReport:
+    """The weights of a Keras model saved unzipped, with the ``config.json`` beside them that
+    ``keras.saving.load_model(folder)`` builds the model from first (``readers.keras``); weights
+    with no ``config.json`` beside them (``save_weights``) are judged alone, as Keras loads them."""
+    report = verify_sample(sample, name, deep, named)
+    try:
+        with open_sample(os.path.join(folder, keras.CONFIG)) as config:
+            issues = keras.config_beside(config)
+    except FileNotFoundError:
+        return report
+    except OSError as error:
+        why = error.strerror or str(error)
+        issues = [FileIssue(Problem.CODE_IN_CONFIG, f"cannot check {keras.CONFIG} beside it ({why}): it cannot be proven free of code")]
+    return dataclasses.replace(report, issues=report.issues + tuple(issues)) if issues else report
 
 
 def _verify_bundle(sample: Sample, name: str, folder: str, deep: int, named: NamedFiles) -> FileReport:

@@ -13,6 +13,11 @@ array of Python objects, pickled, and ``NpzIOStore`` reads with ``numpy.load(all
 so ``keras.models.load_model`` of Keras 3.15 refuses every such archive it writes (``Object arrays
 cannot be loaded when allow_pickle=False``). The member is read as an ``.npz`` (``readers.torchzip``,
 its pickles walked, never run) and judged as Keras' loader would judge it.
+
+``model.save(folder, zipped=False)`` (``_save_model_to_dir``) writes the same three files into a
+folder, and ``load_model(folder)`` (``_load_model_from_dir``, for any folder that holds a
+``config.json``) builds the model from that ``config.json`` before it reads the weights beside it:
+``verify`` judges the weights with it (``config_beside``), as the archive's member is judged.
 """
 
 from __future__ import annotations
@@ -88,6 +93,12 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         issues += [i for i in torchzip.crc_issues(sample, members, [], max(deep, 1), refused) if i.problem is not Problem.NONFINITE]
     facts = (("members", str(len(members))), *report.facts)
     return FileReport(KERAS.value, tuple(issues), facts, report.tensors, report.keys, report.tensor_bytes)
+
+
+def config_beside(config: Sample) -> list[FileIssue]:
+    """What ``load_model(folder)`` would run of the ``config.json`` of a model saved unzipped: judged
+    as the archive's member is, the same way, no more of it read than is parsed."""
+    return _kerasconfig.code_in(config.head(min(config.size, _kerasconfig.MAX_CONFIG + 1)), CONFIG, config.size)
 
 
 def _listed(sample: Sample) -> tuple[list[torchzip.Member], list[FileIssue]] | FileReport:
