@@ -1961,6 +1961,35 @@ def fire(samples: Sequence[Sample], timeout: float = 120) -> set[str]:
 # resource bombs: each must be verified quickly, with an error-level finding
 # --------------------------------------------------------------------------------------------
 
+
+@dataclass
+class Measured:
+    """A ``verify --json`` run in a child process, with what it and every process it forked cost."""
+
+    exit_code: int
+    cpu: float
+    """Seconds of CPU time, user and system."""
+    peak: int
+    """Peak resident bytes of the largest of them."""
+    report: dict[str, Any]
+
+
+def verify_measured(folder: Path, *options: str) -> Measured:
+    """``verify --json`` of ``folder`` as the only child of a fresh parent, whose
+    ``RUSAGE_CHILDREN`` then counts it and the processes it forked (readers fork for libhdf5)."""
+    measure = (
+        "import json, resource, subprocess, sys; "
+        "out = subprocess.run([sys.executable, '-m', 'ckptdoctor', 'verify', '--json', *sys.argv[1:]], capture_output=True, text=True); "
+        "use = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(json.dumps([out.returncode, use.ru_utime + use.ru_stime, use.ru_maxrss, out.stdout]))"
+    )
+    measured = subprocess.run(
+        [sys.executable, "-c", measure, *options, str(folder)], capture_output=True, text=True, check=True, cwd=folder
+    )
+    exit_code, cpu, peak_kib, stdout = json.loads(measured.stdout)
+    return Measured(exit_code, cpu, peak_kib * 1024, json.loads(stdout))  # ru_maxrss is in KiB on Linux
+
+
 RESOURCE_BOMBS = (
     "bomb-memo-tuple-64-levels",
     "bomb-torch-zip-memo-tuple-40-levels",

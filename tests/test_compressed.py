@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import composer_autoresume, composer_load, composer_run
-from sample_set import COMPRESSED_BOMBS, build_bombs
+from sample_set import COMPRESSED_BOMBS, build_bombs, verify_measured
 
 from ckptdoctor.pipelines.scan import inspect
 
@@ -166,22 +166,12 @@ def compressed_bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 def test_compressed_bombs_finish_under_two_seconds_and_256_mib(compressed_bombs, name):
     """Measured in a child process (its CPU time and peak memory), an error finding each."""
     path = compressed_bombs[name]
-    # a fresh parent whose only child is the verify: RUSAGE_CHILDREN then measures it alone
-    measure = (
-        "import json, resource, subprocess, sys; "
-        "out = subprocess.run([sys.executable, '-m', 'ckptdoctor', 'verify', '--json', sys.argv[1]], capture_output=True, text=True); "
-        "use = resource.getrusage(resource.RUSAGE_CHILDREN); "
-        "print(json.dumps([out.returncode, use.ru_utime + use.ru_stime, use.ru_maxrss, out.stdout]))"
-    )
-    measured = subprocess.run(
-        [sys.executable, "-c", measure, str(path.parent)], capture_output=True, text=True, check=True, cwd=path.parent
-    )
-    returncode, seconds, peak_kib, stdout = json.loads(measured.stdout)
-    assert returncode == 1, stdout[-2000:]
-    mine = [f for f in json.loads(stdout)["findings"] if Path(f.get("path") or "/").name == path.name]
+    measured = verify_measured(path.parent)
+    assert measured.exit_code == 1, measured.report
+    mine = [f for f in measured.report["findings"] if Path(f.get("path") or "/").name == path.name]
     assert any(f["code"] == "CKD401" and f["severity"] == "error" for f in mine), mine
-    assert seconds < 2.0, f"{name}: {seconds:.2f} s of CPU"
-    assert peak_kib < 256 * 1024, f"{name}: {peak_kib} KiB at most"  # ru_maxrss is in KiB on Linux
+    assert measured.cpu < 2.0, f"{name}: {measured.cpu:.2f} s of CPU"
+    assert measured.peak < 256 * 1024 * 1024, f"{name}: {measured.peak >> 20} MiB at most"
 
 
 # An independent attack on issue 31's fixes (C2, P3, C6b/C6c, F2): what a loader infers from a name is

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sample_set import verify_measured
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import hdf5
@@ -116,6 +117,21 @@ def test_groups_nested_1500_deep_are_read_whole_as_h5py_reads_them(tmp_path: Pat
         f["g/" * 1500 + "w"][()]  # h5py cannot read the zeroed half
     unread = hdf5.read_whole(BytesSample(cut.read_bytes())).issues
     assert [i.problem for i in unread] == [Problem.MALFORMED] and "h5py cannot read it" in unread[0].detail
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["verify", "deep"])
+def test_groups_nested_20000_deep_are_refused_within_2_s_and_256_mib(tmp_path: Path, deep: bool) -> None:
+    """Issue 31, an attack's B10b: a 20 MB weights file of groups nested 20,000 deep took 7.7 s
+    and 1.4 GiB, with no finding. libhdf5 keeps the whole path of every open group, and the walk
+    held every group on its way down open: memory and time in the square of the depth. (h5py's
+    own ``File.visit`` crashes the interpreter on it.) Measured with the forked libhdf5 reader."""
+    with h5py.File(tmp_path / "model.weights.h5", "w") as f:
+        f.create_group("layers/" + "g/" * 19_999 + "g")
+    measured = verify_measured(tmp_path, *(["--deep"] if deep else []))
+    errors = [f for f in measured.report["findings"] if f["severity"] == "error" and f["code"] != "CKD110"]
+    assert [f["code"] for f in errors] == ["CKD207"] and "nested" in errors[0]["message"], measured.report["findings"]
+    assert measured.cpu < 2.0, f"{measured.cpu:.2f} s of CPU"
+    assert measured.peak < 256 * 1024 * 1024, f"{measured.peak >> 20} MiB at most"
 
 
 def test_a_hard_link_back_to_a_parent_group_is_walked_once(tmp_path: Path) -> None:

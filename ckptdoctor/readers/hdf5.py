@@ -52,6 +52,11 @@ CONFIG_UNREAD = (
 MAX_OBJECTS = 200_000
 """Objects ``verify`` walks in one HDF5 file: a Keras model of thousands of layers holds a few
 per layer, and each costs a call into libhdf5."""
+MAX_PATH_CHARACTERS = 8 * 1024 * 1024
+"""Characters in the paths of the objects ``verify`` walks in one HDF5 file, all together. libhdf5
+keeps the whole path of every object open, and the walk holds each group on its way down open, so
+groups nested thousands deep cost memory and time in the square of their depth (20,000 levels:
+1.4 GiB); a Keras model of thousands of layers totals a few MB."""
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
 """The sizes of offsets and lengths libhdf5 accepts."""
@@ -238,10 +243,11 @@ def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[st
     object that is visited where it lives; an external link names another file). Walked with a
     stack, not by recursion: HDF5 nests groups as deep as a writer likes (h5py writes 1,500
     levels), and each group once, though hard links may lead back to it (libhdf5 allows a link
-    to a group's own parent)."""
+    to a group's own parent). Bounded by ``MAX_OBJECTS`` and ``MAX_PATH_CHARACTERS``."""
     pending: list[tuple[Iterator[str], Any, str]] = [(iter(root), root, "")]
     seen = {root.id}
     count = 0
+    characters = 0
     while pending:
         names, group, prefix = pending[-1]
         name = next(names, None)
@@ -255,6 +261,16 @@ def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[st
             )
             return
         path = f"{prefix}{name}"
+        characters += len(path)
+        if characters > MAX_PATH_CHARACTERS:
+            issues.append(
+                FileIssue(
+                    Problem.MALFORMED,
+                    f"the paths of its objects run past {MAX_PATH_CHARACTERS:,} characters ({path[:40]}… is nested "
+                    f"{len(pending)} groups deep), more than frameworks write: not read past them",
+                )
+            )
+            return
         link = group.get(name, getlink=True)
         if isinstance(link, h5py.ExternalLink):
             issues.append(_outside(path, f"an external link to {link.filename!r}"))
