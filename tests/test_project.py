@@ -82,7 +82,8 @@ def test_readme_is_a_guide_with_the_resume_recipe_on_its_first_screen():
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 260, f"the README is a guide of about 250 lines ({len(lines)}): move reference to docs/"
     first_screen = "\n".join(lines[:25])
-    assert '"$(ckptdoctor inspect --resume ' in first_screen and '"$(ckptdoctor inspect --resume-path ' in first_screen
+    # the script pattern reads the resume point's files whole before a job loads them (issue 31)
+    assert "$(ckptdoctor verify --resume " in first_screen and "$(ckptdoctor verify --resume-path " in first_screen
 
 
 def _anchors(markdown: str) -> set[str]:
