@@ -200,6 +200,11 @@ class Walk:
         return symbol not in self.misused and symbol not in self.changed and self.references[symbol] == rebuilt
 
 
+_FILE_STEPS = 50_000_000
+_FILE_INFLATED = 32 * 1024 * 1024
+"""One file's opcodes and decompressed bytes (``Budget``'s defaults)."""
+
+
 class Budget:
     """Opcodes, decompressed bytes and seconds that one file's pickles and archive members may
     take together; past any of them, what is left is unproven (an error-level finding naming the
@@ -209,10 +214,10 @@ class Budget:
 
     def __init__(
         self,
-        steps: int = 50_000_000,
+        steps: int = _FILE_STEPS,
         seconds: float = 30.0,
         *,
-        inflated: int = 32 * 1024 * 1024,
+        inflated: int = _FILE_INFLATED,
         parent: Budget | None = None,
         scope: str = "one file",
     ) -> None:
@@ -227,41 +232,43 @@ class Budget:
     @classmethod
     def for_command(cls) -> Budget:
         """A whole command's: a hundred files' worth, with no clock (a big run takes its time)."""
-        file = cls()
-        return cls(100 * file.steps, math.inf, inflated=100 * file.inflated, scope="one command")
+        return cls(100 * _FILE_STEPS, math.inf, inflated=100 * _FILE_INFLATED, scope="one command")
 
     def for_run(self) -> Budget:
         """A run's share of this (the command's) budget: twenty files' worth."""
-        file = Budget()
-        return Budget(20 * file.steps, math.inf, inflated=20 * file.inflated, parent=self, scope="one run")
+        return Budget(20 * _FILE_STEPS, math.inf, inflated=20 * _FILE_INFLATED, parent=self, scope="one run")
 
     def for_file(self) -> Budget:
         """One file's, charged to this one too."""
         return Budget(parent=self)
 
     def spend(self, steps: int) -> None:
+        """Charge ``steps`` opcodes followed."""
         for budget in self._chain():
             budget.steps -= steps
-            if budget.steps < 0:
-                raise OverBudget(
-                    f"it needs more opcodes than the {budget._limits[0]:,} ckptdoctor follows in {budget.scope}: "
-                    "too complex to prove safe, it could not be fully checked"
-                )
-            if time.monotonic() > budget.deadline:
-                raise OverBudget(
-                    f"following it takes more than the {budget.seconds:g} s ckptdoctor spends on {budget.scope}: "
-                    "too complex to prove safe, it could not be fully checked"
-                )
+            budget._check()
 
     def inflate(self, count: int) -> None:
         """Charge ``count`` bytes decompressed from an archive member or a compressed stream."""
         for budget in self._chain():
             budget.inflated -= count
-            if budget.inflated < 0:
-                raise OverBudget(
-                    f"it decompresses past the {budget._limits[1]:,} bytes ckptdoctor decompresses in {budget.scope}: "
-                    "it could not be fully checked"
-                )
+            budget._check()
+
+    def _check(self) -> None:
+        if self.steps < 0:
+            raise OverBudget(
+                f"it needs more opcodes than the {self._limits[0]:,} ckptdoctor follows in {self.scope}: "
+                "too complex to prove safe, it could not be fully checked"
+            )
+        if self.inflated < 0:
+            raise OverBudget(
+                f"it decompresses past the {self._limits[1]:,} bytes ckptdoctor decompresses in {self.scope}: it could not be fully checked"
+            )
+        if time.monotonic() > self.deadline:
+            raise OverBudget(
+                f"following it takes more than the {self.seconds:g} s ckptdoctor spends on {self.scope}: "
+                "too complex to prove safe, it could not be fully checked"
+            )
 
     def _chain(self) -> Iterator[Budget]:
         budget: Budget | None = self
