@@ -134,6 +134,58 @@ def test_groups_nested_20000_deep_are_refused_within_2_s_and_256_mib(tmp_path: P
     assert measured.peak < 256 * 1024 * 1024, f"{measured.peak >> 20} MiB at most"
 
 
+def _many_objects(path: Path, kind: str) -> None:
+    """More objects (or chunks) than ``hdf5.MAX_OBJECTS``, laid out so that the walk must open
+    most of them before it can count past the bound."""
+    with h5py.File(path, "w") as f:
+        if kind == "datasets":  # as Keras lays out variables, 100 to a layer
+            for i in range(hdf5.MAX_OBJECTS + 100):
+                f.create_dataset(f"layers/l{i // 100}/vars/{i % 100}", data=np.float32(i))
+        elif kind == "groups":  # a binary tree: each group must be opened to list its two
+            for i in range(2, hdf5.MAX_OBJECTS + 100):
+                f.create_group("/".join(f"g{bit}" for bit in bin(i)[3:]))
+        else:  # one dataset of single-element chunks
+            f.create_dataset("layers/dense/vars/0", data=np.ones(hdf5.MAX_OBJECTS + 100, "float32"), chunks=(1,))
+
+
+@pytest.mark.parametrize(("kind", "deep"), [("datasets", False), ("datasets", True), ("groups", False), ("chunks", False)])
+def test_many_objects_are_refused_within_2_s_and_256_mib(tmp_path: Path, kind: str, deep: bool) -> None:
+    """Issue 31 item 4: a 152 MiB weights file of 200,001 sibling groups took 32.8 s of CPU and
+    371 MiB before its CKD207, and 20,000 datasets some 5 s with none: the walk opened every
+    object through h5py's high-level API, which asks libhdf5 again at each property. Measured
+    with the forked libhdf5 reader."""
+    _many_objects(tmp_path / "model.weights.h5", kind)
+    measured = verify_measured(tmp_path, *(["--deep"] if deep else []))
+    errors = [f for f in measured.report["findings"] if f["severity"] == "error" and f["code"] != "CKD110"]
+    assert [f["code"] for f in errors] == ["CKD207"] and "objects and chunks" in errors[0]["message"], errors
+    assert measured.cpu < 2.0, f"{measured.cpu:.2f} s of CPU"
+    assert measured.peak < 256 * 1024 * 1024, f"{measured.peak >> 20} MiB at most"
+
+
+def test_the_largest_keras_models_stay_within_the_bound_and_read_clean(tmp_path: Path) -> None:
+    """A 400-layer Dense stack compiled with Adam, its slots built: 3,206 objects, about what
+    EfficientNetB7 (816 layers, the most in ``keras.applications``) holds, twice that under
+    ``MAX_OBJECTS``. Keras reads both its files back; ``verify`` finds every variable in them."""
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((4,)), *(keras.layers.Dense(4) for _ in range(400))])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)  # Adam's two slots per variable, as after a step
+    model.save_weights(tmp_path / "model.weights.h5")
+    model.save(tmp_path / "legacy.h5")
+    model.load_weights(tmp_path / "model.weights.h5")  # Keras reads both
+    keras.models.load_model(tmp_path / "legacy.h5", compile=False)
+    for path in (tmp_path / "model.weights.h5", tmp_path / "legacy.h5"):
+        objects: list[str] = []
+        with h5py.File(path, "r") as f:
+            f.visit(objects.append)
+            datasets = sum(isinstance(f[name], h5py.Dataset) for name in objects)
+        assert 3_000 < len(objects) < hdf5.MAX_OBJECTS / 2
+        report = hdf5.read_whole(BytesSample(path.read_bytes()))
+        assert report.issues == () and len(report.tensors or ()) == datasets
+    measured = verify_measured(tmp_path)
+    assert not [f for f in measured.report["findings"] if f["severity"] == "error"], measured.report["findings"]
+
+
 def test_a_hard_link_back_to_a_parent_group_is_walked_once(tmp_path: Path) -> None:
     path = weights(tmp_path / "loop.weights.h5")
     with h5py.File(path, "a") as f:

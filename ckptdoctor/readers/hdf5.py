@@ -49,14 +49,24 @@ CONFIG_UNREAD = (
     f"legacy Keras model keeps the configuration ({', '.join(CONFIGS)}) keras.models.load_model builds it from: with "
     "safe_mode=False that runs any Lambda layer or pickled torch module in it, so the file cannot be proven free of code"
 )
-MAX_OBJECTS = 200_000
-"""Objects ``verify`` walks in one HDF5 file: a Keras model of thousands of layers holds a few
-per layer, and each costs a call into libhdf5."""
+MAX_OBJECTS = 8_000
+"""Objects (groups, datasets and other links) and stored chunks ``verify`` walks in one HDF5
+file. Keras writes
+two groups per layer and one dataset per variable, and the optimizer's variables beside them:
+a 200-layer Dense stack compiled with Adam holds 1,606 objects, ResNet50 1,108,
+EfficientNetB7 (816 layers, the most in ``keras.applications``) about 4,100 (counted with h5py,
+Keras 3.15; legacy ``.h5`` files hold as many), and no chunked dataset. Each object or chunk
+costs libhdf5 some 50 to 150 µs to open and describe, so a file of 200,000 took 33 s and
+371 MiB; 8,000, about twice the most Keras writes, stay within 2 s of CPU with the rest of
+``verify``."""
 MAX_PATH_CHARACTERS = 8 * 1024 * 1024
 """Characters in the paths of the objects ``verify`` walks in one HDF5 file, all together. libhdf5
 keeps the whole path of every object open, and the walk holds each group on its way down open, so
 groups nested thousands deep cost memory and time in the square of their depth (20,000 levels:
 1.4 GiB); a Keras model of thousands of layers totals a few MB."""
+_TOO_MANY = FileIssue(
+    Problem.MALFORMED, f"it holds more than {MAX_OBJECTS:,} objects and chunks, more than frameworks write: not read past them"
+)
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
 """The sizes of offsets and lengths libhdf5 accepts."""
@@ -189,31 +199,46 @@ class _Walked(NamedTuple):
     top: list[str]
     issues: list[FileIssue]
     regions: list[_deep.Region]
-    chunked: list[str]
-    """Datasets whose bytes are not one run in the file: ``--deep`` reads them through h5py."""
+    chunked: list[tuple[str, str]]
+    """Datasets whose bytes are not one run in the file, with their element types: ``--deep``
+    reads them through h5py."""
 
 
 def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
-    walked = _Walked([], list(opened.keys()), [], [], [])
+    walked = _Walked([], [], [], [], [])
+    budget = [MAX_OBJECTS]
     for attribute in CONFIGS:  # a legacy Keras model (`model.save("x.h5")`): its configuration, as JSON
         config = opened.attrs.get(attribute)
         if config is not None:
             walked.issues.extend(_kerasconfig.code_in(config.encode() if isinstance(config, str) else bytes(config), attribute))
-    for name, item in _objects(h5py, opened, walked.issues):
-        if not isinstance(item, h5py.Dataset):
+    # each dataset is asked through h5py's low-level calls, each question once: its high-level
+    # properties ask libhdf5 again on every use (a third of the walk's time)
+    for name, dataset in _datasets(h5py, opened.id, walked, budget):
+        dtype = _dtype(h5py, dataset)
+        space = dataset.get_space()
+        empty = space.get_simple_extent_type() == h5py.h5s.NULL
+        shape = () if empty else tuple(int(n) for n in space.shape)
+        nbytes = 0 if empty else math.prod(shape) * dataset.dtype.itemsize
+        walked.tensors.append(Tensor(name.replace("/", "."), dtype, shape, nbytes))
+        offset = dataset.get_offset()
+        if offset is not None:  # contiguous, written and inside this file, as Keras writes every dataset
+            if offset + nbytes > size:
+                walked.issues.append(_past_end(name, offset + nbytes, size))
+            else:
+                walked.regions.append(_deep.Region(offset, nbytes, dtype if dtype in _deep.FLOAT_BITS else None))
             continue
-        dtype = _dtype(item)
-        shape = tuple(int(n) for n in item.shape or ())
-        nbytes = int(item.id.get_storage_size()) if item.chunks else int(item.size or 0) * item.dtype.itemsize
-        walked.tensors.append(Tensor(name.replace("/", "."), dtype, shape, int(item.size or 0) * item.dtype.itemsize))
-        plist = item.id.get_create_plist()
-        if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
+        plist = dataset.get_create_plist()
+        layout = plist.get_layout()
+        if layout == h5py.h5d.VIRTUAL or plist.get_external_count():
             walked.issues.append(_outside(name, "a dataset whose data lives in other files (external storage or a virtual dataset)"))
-            continue
-        if item.chunks or item.compression:
-            walked.chunked.append(name)
-            expected = math.prod(-(-n // c) for n, c in zip(shape, item.chunks, strict=True)) if shape else 1
-            stored = item.id.get_num_chunks()
+        elif layout == h5py.h5d.CHUNKED:  # libhdf5 compresses only chunked datasets
+            walked.chunked.append((name, dtype))
+            expected = math.prod(-(-n // c) for n, c in zip(shape, plist.get_chunk(), strict=True)) if shape else 1
+            stored = dataset.get_num_chunks()
+            if stored > budget[0]:
+                walked.issues.append(_TOO_MANY)
+                break
+            budget[0] -= stored
             if stored < expected:
                 walked.issues.append(
                     FileIssue(
@@ -223,47 +248,52 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
                     )
                 )
             for chunk in range(stored):
-                info = item.id.get_chunk_info(chunk)
+                info = dataset.get_chunk_info(chunk)
                 if info.byte_offset + info.size > size:
                     walked.issues.append(_past_end(name, info.byte_offset + info.size, size))
                     break
-            continue
-        offset = item.id.get_offset()
-        if offset is None:
-            continue  # never written: reads as its fill value, as h5py and Keras read it
-        if offset + nbytes > size:
-            walked.issues.append(_past_end(name, offset + nbytes, size))
-        else:
-            walked.regions.append(_deep.Region(offset, nbytes, dtype if dtype in _deep.FLOAT_BITS else None))
+        # else compact (inside its object header), or never written: reads as its fill value, as h5py and Keras read it
     return walked
 
 
-def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[str, Any]]:
-    """Every object below ``root``, depth first, through hard links only (a soft link names an
-    object that is visited where it lives; an external link names another file). Walked with a
-    stack, not by recursion: HDF5 nests groups as deep as a writer likes (h5py writes 1,500
-    levels), and each group once, though hard links may lead back to it (libhdf5 allows a link
-    to a group's own parent). Bounded by ``MAX_OBJECTS`` and ``MAX_PATH_CHARACTERS``."""
-    pending: list[tuple[Iterator[str], Any, str]] = [(iter(root), root, "")]
-    seen = {root.id}
-    count = 0
+class _Link(NamedTuple):
+    encoded: bytes
+    """The name as the file stores it, by which libhdf5 opens the object."""
+    name: str
+    kind: int
+    """``h5l.TYPE_HARD``, ``TYPE_SOFT`` or ``TYPE_EXTERNAL``."""
+    address: int
+    """Where a hard link's object lives in the file."""
+
+
+def _datasets(h5py: Any, root: Any, walked: _Walked, budget: list[int]) -> Iterator[tuple[str, Any]]:
+    """Every dataset below the group ``root`` (a ``GroupID``), depth first, through hard links
+    only (a soft link names an object that is visited where it lives; an external link names
+    another file); the names at the top go to ``walked.top``. Walked with a stack, not by
+    recursion: HDF5 nests groups as deep as a writer likes (h5py writes 1,500 levels), and each
+    group once, though hard links may lead back to it (libhdf5 allows a link to a group's own
+    parent). Links are listed from each group's own index (``H5Literate``), which tells a hard
+    link from the others and where its object lives without opening it: only the objects hard
+    links lead to are opened, once each. Bounded by ``budget``, what is left of ``MAX_OBJECTS``
+    (counted as links are listed), and by ``MAX_PATH_CHARACTERS``."""
+    listed = _links(h5py, root, budget)
+    if listed is None:
+        walked.issues.append(_TOO_MANY)
+        return
+    walked.top.extend(link.name for link in listed)
+    pending: list[tuple[Iterator[_Link], Any, str]] = [(iter(listed), root, "")]
+    seen = {h5py.h5o.get_info(root).addr}
     characters = 0
     while pending:
-        names, group, prefix = pending[-1]
-        name = next(names, None)
-        if name is None:
+        links, group, prefix = pending[-1]
+        link = next(links, None)
+        if link is None:
             pending.pop()
             continue
-        count += 1
-        if count > MAX_OBJECTS:
-            issues.append(
-                FileIssue(Problem.MALFORMED, f"it holds more than {MAX_OBJECTS} objects, more than frameworks write: not read past them")
-            )
-            return
-        path = f"{prefix}{name}"
+        path = f"{prefix}{link.name}"
         characters += len(path)
         if characters > MAX_PATH_CHARACTERS:
-            issues.append(
+            walked.issues.append(
                 FileIssue(
                     Problem.MALFORMED,
                     f"the paths of its objects run past {MAX_PATH_CHARACTERS:,} characters ({path[:40]}… is nested "
@@ -271,21 +301,41 @@ def _objects(h5py: Any, root: Any, issues: list[FileIssue]) -> Iterator[tuple[st
                 )
             )
             return
-        link = group.get(name, getlink=True)
-        if isinstance(link, h5py.ExternalLink):
-            issues.append(_outside(path, f"an external link to {link.filename!r}"))
+        if link.kind == h5py.h5l.TYPE_EXTERNAL:
+            target = group.links.get_val(link.encoded)[0].decode(errors="replace")
+            walked.issues.append(_outside(path, f"an external link to {target!r}"))
             continue
-        if isinstance(link, h5py.SoftLink):
-            continue
-        item = group[name]
-        if isinstance(item, h5py.Group):
-            if item.id in seen:
-                continue  # another hard link to a group already walked
-            seen.add(item.id)
+        if link.kind != h5py.h5l.TYPE_HARD or link.address in seen:
+            continue  # a soft link, or another hard link to a group already walked
+        item = h5py.h5o.open(group, link.encoded)
+        if isinstance(item, h5py.h5g.GroupID):
+            seen.add(link.address)
+            inside = _links(h5py, item, budget)
+            if inside is None:
+                walked.issues.append(_TOO_MANY)
+                return
+            pending.append((iter(inside), item, f"{path}/"))
+        elif isinstance(item, h5py.h5d.DatasetID):
             yield path, item
-            pending.append((iter(item), item, f"{path}/"))
-        else:
-            yield path, item
+
+
+def _links(h5py: Any, group: Any, budget: list[int]) -> list[_Link] | None:
+    """The links in ``group``, in name order (as h5py lists them), each counted against what is
+    left of ``budget``; None once they are more than it allows (the listing stops there)."""
+    listed: list[_Link] = []
+
+    def take(name: bytes, info: Any) -> bool:
+        if len(listed) == budget[0]:
+            return True  # stops the listing
+        address = info.u if info.type == h5py.h5l.TYPE_HARD else -1
+        listed.append(_Link(name, name.decode("utf-8", "surrogateescape"), info.type, address))
+        return False
+
+    stopped, _ = group.links.iterate(take, info=True, order=h5py.h5.ITER_INC)
+    if stopped:
+        return None
+    budget[0] -= len(listed)
+    return listed
 
 
 def _outside(name: str, what: str) -> FileIssue:
@@ -298,9 +348,10 @@ def _past_end(name: str, end: int, size: int) -> FileIssue:
     return FileIssue(Problem.TRUNCATED, f"dataset {name} reaches byte {end} of a {size}-byte file: the file was cut short")
 
 
-def _dtype(dataset: Any) -> str:
-    """torch's spelling of a dataset's element type; Keras marks bfloat16 with an attribute."""
-    if dataset.attrs.get("dtype") == "bfloat16":
+def _dtype(h5py: Any, dataset: Any) -> str:
+    """torch's spelling of the element type of ``dataset`` (a ``DatasetID``); Keras marks
+    bfloat16 with an attribute (read only where there is one: reading costs more than asking)."""
+    if h5py.h5a.exists(dataset, b"dtype") and h5py.Dataset(dataset).attrs.get("dtype") == "bfloat16":
         return "bfloat16"
     kind = dataset.dtype
     names = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
@@ -315,11 +366,10 @@ def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> 
     run, else through h5py (chunked or filtered datasets, which Keras does not write)."""
     issues, _ = _deep.scan(sample, walked.regions, threads)
     found = 0
-    for name in walked.chunked:
-        dataset = opened[name]
-        dtype = _dtype(dataset)
+    for name, dtype in walked.chunked:
         if dtype not in _deep.FLOAT_BITS or dtype == "bfloat16":
             continue  # h5py hands bfloat16 over as raw 16-bit words: counted only where contiguous
+        dataset = opened[name]
         for chunk in _stored_chunks(dataset):
             found += _deep.count_nonfinite(dataset[chunk].tobytes(), dtype)
     if found:
