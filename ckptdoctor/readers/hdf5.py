@@ -51,21 +51,23 @@ CONFIG_UNREAD = (
 )
 MAX_OBJECTS = 8_000
 """Objects (groups, datasets and other links) and stored chunks ``verify`` walks in one HDF5
-file. Keras writes
-two groups per layer and one dataset per variable, and the optimizer's variables beside them:
+file. Keras writes two groups per layer and one dataset per variable, and the optimizer's variables beside them:
 a 200-layer Dense stack compiled with Adam holds 1,606 objects, ResNet50 1,108,
 EfficientNetB7 (816 layers, the most in ``keras.applications``) about 4,100 (counted with h5py,
 Keras 3.15; legacy ``.h5`` files hold as many), and no chunked dataset. Each object or chunk
 costs libhdf5 some 50 to 150 µs to open and describe, so a file of 200,000 took 33 s and
-371 MiB; 8,000, about twice the most Keras writes, stay within 2 s of CPU with the rest of
-``verify``."""
+371 MiB; 8,000, twice the most Keras writes, stay within 2 s of CPU with the rest of
+``verify`` (16,384 took 2.8 s: libhdf5's own walk, ``visititems``, costs as much). Past them the
+file is an error that says it could not be checked, never clean."""
 MAX_PATH_CHARACTERS = 8 * 1024 * 1024
 """Characters in the paths of the objects ``verify`` walks in one HDF5 file, all together. libhdf5
 keeps the whole path of every object open, and the walk holds each group on its way down open, so
 groups nested thousands deep cost memory and time in the square of their depth (20,000 levels:
 1.4 GiB); a Keras model of thousands of layers totals a few MB."""
 _TOO_MANY = FileIssue(
-    Problem.MALFORMED, f"it holds more than {MAX_OBJECTS:,} objects and chunks, more than frameworks write: not read past them"
+    Problem.MALFORMED,
+    f"cannot check it fully: it holds more than {MAX_OBJECTS:,} objects and chunks, twice what the largest Keras model "
+    "writes, and ckptdoctor does not read past them",
 )
 _UNDEFINED = -1
 _LIBRARY_SIZES = frozenset({2, 4, 8, 16})
