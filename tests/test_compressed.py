@@ -300,3 +300,81 @@ def test_a_compression_suffix_over_content_that_is_not_that_stream_cannot_be_che
     assert result.exit_code == 1
     unsafe = [f for f in result.json["findings"] if f["code"] == "CKD401" and f["severity"] == "error"]
     assert any("cannot check: its name says zstd" in f["message"] for f in unsafe), result.json["findings"]
+
+
+def _pandas_unpickles(path: Path, canary: Path) -> bool:
+    """Whether ``pandas.read_pickle`` of ``path``, in a child, creates ``canary``: the payload is live."""
+    subprocess.run([sys.executable, "-c", f"import pandas; pandas.read_pickle({str(path)!r})"], capture_output=True, check=False)
+    return canary.exists()
+
+
+def _retyped(archive: bytes, kind: bytes) -> bytes:
+    """``archive`` with its first header's type set to ``kind`` and its checksum made right again."""
+    header = bytearray(archive[:512])
+    header[156:157] = kind
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header) + archive[512:]
+
+
+def test_a_sparse_tar_member_cannot_be_checked(tmp_path, cli):
+    """A GNU sparse member (``tar --sparse`` of a file with holes): tarfile, and so pandas'
+    read_pickle, unpacks it with zeros in its holes, where a string's length swallows them; read as
+    stored, without the holes, the same member was a harmless pickle, and verify said nothing."""
+    pytest.importorskip("pandas")
+    if shutil.which("tar") is None:
+        pytest.skip("GNU tar writes sparse members")
+    canary = tmp_path / "canary"
+    hole = 64 * 1024
+    payload = pickle.dumps(_Payload(canary), protocol=2)[2:]
+    member = tmp_path / "stage" / "stats.pkl"
+    member.parent.mkdir()
+    with member.open("wb") as out:  # a BINSTRING over the hole, then the payload after it
+        out.write(b"\x80\x02T" + (4096 + hole - 7).to_bytes(4, "little") + b"\0" * (4096 - 7))
+        out.seek(4096 + hole)
+        out.write(b"0" + payload)
+    run = tmp_path / "run"
+    run.mkdir()
+    subprocess.run(["tar", "--sparse", "-cf", str(run / "stats.pkl.tar"), "-C", str(member.parent), "stats.pkl"], check=True)
+    with tarfile.open(run / "stats.pkl.tar") as archive:
+        if not archive.getmembers()[0].issparse():
+            pytest.skip("this filesystem reports no holes, so tar wrote a plain member")
+    assert _pandas_unpickles(run / "stats.pkl.tar", canary)
+    result = cli("verify", "--json", run)
+    assert result.exit_code == 1
+    (finding,) = [f for f in result.json["findings"] if f["severity"] == "error"]
+    assert finding["code"] == "CKD401" and "cannot check" in finding["message"] and "sparse" in finding["message"]
+
+
+def test_a_pax_size_and_an_unknown_member_type_are_read_as_tarfile_reads_them(tmp_path, cli):
+    """tarfile takes a member's size from its PAX header over the ustar field, and reads a member
+    of a type it does not know as a file: the payload pandas unpickles was past the ustar size (a
+    harmless pickle of its first bytes) or in a member this reader skipped."""
+    pytest.importorskip("pandas")
+    canary = tmp_path / "canary"
+    payload = pickle.dumps(_Payload(canary), protocol=2)
+    record = f"size={len(payload)}\n"
+    record = f"{len(record) + 3} {record}"  # "NN size=...\n", its length counting itself
+    pax = tarfile.TarInfo("././@PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, len(record)
+    info = tarfile.TarInfo("frame.pkl")
+    info.size = 3  # the ustar field: tarfile reads the PAX size instead
+    buffer = io.BytesIO()
+    buffer.write(pax.tobuf(tarfile.USTAR_FORMAT) + record.encode().ljust(512, b"\0"))
+    buffer.write(info.tobuf(tarfile.USTAR_FORMAT) + payload.ljust(-(-len(payload) // 512) * 512, b"\0"))
+    buffer.write(b"\0" * 1024)
+    archive = buffer.getvalue().ljust(-(-len(buffer.getvalue()) // 10240) * 10240, b"\0")
+    cases = {
+        "pax": archive,
+        "unknown-type": _retyped(_tar(tmp_path / "plain.tar", [("frame.pkl", payload)], "w").read_bytes(), b"Z"),
+    }
+    for case, content in cases.items():
+        canary.unlink(missing_ok=True)
+        path = tmp_path / case / "frame.pkl.tar"
+        path.parent.mkdir()
+        path.write_bytes(content)
+        assert _pandas_unpickles(path, canary), case
+        result = cli("verify", "--json", path.parent)
+        assert result.exit_code == 1, (case, result.json["findings"])
+        (finding,) = [f for f in result.json["findings"] if f["severity"] == "error"]
+        assert finding["code"] == "CKD401" and "system" in finding["message"], (case, finding)

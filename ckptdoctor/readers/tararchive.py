@@ -162,6 +162,7 @@ def _read_tar(sample: Sample, deep: int) -> FileReport:
     issues: list[FileIssue] = []
     names: list[str] = []
     offset, end = 0, 0
+    extended: dict[str, str] = {}  # what a GNU long name or a PAX header says of the next member
     while offset + BLOCK <= sample.size:
         header = sample.range(offset, BLOCK)
         if not header.strip(b"\0"):
@@ -172,18 +173,33 @@ def _read_tar(sample: Sample, deep: int) -> FileReport:
             break
         name, size, kind = member
         start = offset + BLOCK
-        end = start + size
+        if kind in _EXTENSIONS:
+            end = start + size
+        else:
+            name, size = extended.get("path", name), int(extended.get("size", size))
+            end = start + size
         if end > sample.size:
             issues.append(FileIssue(Problem.TRUNCATED, f"{name}: its data stops {end - sample.size} bytes short"))
             break
-        if kind in (b"0", b"\0", b"7"):
-            relative = name.removeprefix("./")
-            names.append(relative)
-            content = Window(sample, start, size)
-            # a checkpoint member by its name (NeMo's torch.load), or a pickle by its content: pandas'
-            # read_pickle unpickles a `.tar`'s one member whatever it is called
-            if relative.lower().endswith(_CHECKPOINT_SUFFIXES) or sniff(content) is Format.PICKLE:
-                issues += (FileIssue(i.problem, f"{relative}: {i.detail}") for i in _inner(content, deep))
+        if kind in _EXTENSIONS:
+            record = sample.range(start, size)
+            unread = _extension(kind, record, extended)
+            if unread is not None:
+                issues.append(_unchecked(f"{extended.get('path', name)}: {unread}"))
+                break
+        else:
+            extended = {}
+            if kind == _SPARSE:
+                issues.append(_unchecked(f"{name}: a sparse member, which tarfile unpacks with zeros in its holes"))
+                break
+            if _read_as_file(kind, name):
+                relative = name.removeprefix("./")
+                names.append(relative)
+                content = Window(sample, start, size)
+                # a checkpoint member by its name (NeMo's torch.load), or a pickle by its content: pandas'
+                # read_pickle unpickles a `.tar`'s one member whatever it is called
+                if relative.lower().endswith(_CHECKPOINT_SUFFIXES) or sniff(content) is Format.PICKLE:
+                    issues += (FileIssue(i.problem, f"{relative}: {i.detail}") for i in _inner(content, deep))
         offset = start + -(-size // BLOCK) * BLOCK
     else:
         if not issues:
@@ -195,12 +211,65 @@ def _read_tar(sample: Sample, deep: int) -> FileReport:
     return FileReport(TAR.value, tuple(issues), ((MEMBERS, "\n".join(names)),))
 
 
+_SPARSE = b"S"
+_EXTENSIONS = frozenset({b"L", b"K", b"x", b"g", b"X"})
+"""Headers that describe the next member (GNU long names, PAX records), which ``tarfile`` applies."""
+_NOT_FILES = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})
+"""Links, devices, folders and FIFOs: every other type ``tarfile`` unpacks as a regular file."""
+_PAX_APPLIED = ("path", "size", "GNU.sparse.")
+"""PAX keys that change which bytes ``tarfile`` reads as a member, or where."""
+
+
+def _read_as_file(kind: bytes, name: str) -> bool:
+    """Whether ``tarfile`` reads the member as a file: any type it does not know is one, but an
+    old-style member named like a folder is a folder."""
+    return kind not in _NOT_FILES and not (kind == b"\0" and name.endswith("/"))
+
+
+def _extension(kind: bytes, record: bytes, extended: dict[str, str]) -> str | None:
+    """Apply a GNU long name or a PAX header to ``extended``, as ``tarfile`` does; why not, where
+    it would change what ``tarfile`` reads in a way this reader does not follow."""
+    if kind == b"L":
+        extended["path"] = record.split(b"\0", 1)[0].decode("utf-8", "replace")
+        return None
+    if kind == b"K":
+        return None  # a long link target: links are not read
+    fields: dict[str, str] = {}
+    rest = record
+    while rest.strip(b"\0"):
+        length, _, _ = rest.partition(b" ")
+        try:
+            line = rest[: int(length)]
+            key, _, value = line[len(length) + 1 : -1].decode("utf-8", "replace").partition("=")
+        except ValueError:
+            return "a PAX header that cannot be read"
+        if not line:
+            return "a PAX header that cannot be read"
+        fields[key] = value
+        rest = rest[len(line) :]
+    applied = [key for key in fields if key.startswith(_PAX_APPLIED)]
+    if kind == b"g" and applied:
+        return f"a global PAX header that sets {', '.join(applied)} for every member"
+    if any(key.startswith("GNU.sparse.") for key in applied):
+        return "a sparse member (PAX GNU.sparse), which tarfile unpacks with zeros in its holes"
+    if "size" in fields and not fields["size"].isdigit():
+        return f"a PAX size that is not a number ({fields['size'][:20]!r})"
+    extended.update({key: fields[key] for key in ("path", "size") if key in fields})
+    return None
+
+
+def _unchecked(why: str) -> FileIssue:
+    return FileIssue(
+        Problem.UNSAFE_PICKLE, f"cannot check: {why}, and ckptdoctor does not read it as tarfile does, so it cannot be proven safe"
+    )
+
+
 def _header(block: bytes) -> tuple[str, int, bytes] | None:
     """A member's name, data size and type from its ustar header; None where it is not one."""
     stored = sum(block[:148]) + 8 * 32 + sum(block[156:])
     try:
         checksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
-        size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+        size = _number(block[124:136])
     except ValueError:
         return None
     if checksum != stored or block[257:262] != b"ustar":
@@ -209,6 +278,13 @@ def _header(block: bytes) -> tuple[str, int, bytes] | None:
     name = block[:100].split(b"\0", 1)[0]
     full = (prefix + b"/" + name if prefix else name).decode("utf-8", "replace")
     return full, size, block[156:157]
+
+
+def _number(field: bytes) -> int:
+    """A header's number: octal, or GNU's base-256 for sizes past 8 GiB (first byte 0x80)."""
+    if field[:1] == b"\x80":
+        return int.from_bytes(field[1:], "big")
+    return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
 
 
 def _inner(member: Sample, deep: int) -> tuple[FileIssue, ...]:
