@@ -238,7 +238,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         raise fail("min-age", "must be a duration such as 10min")
     trusted = values.get("trusted-globals", [])
     if not isinstance(trusted, list) or not all(isinstance(item, str) for item in trusted):
-        raise fail("trusted-globals", 'must be a list of module.Name (or package.* for a package of your own): ["mypkg.Config"]')
+        raise fail("trusted-globals", 'must be a list of module.Class of your own package: ["mypkg.Config"]')
     for item in trusted:
         if (refused := trust_refusal(item.strip())) is not None:
             raise fail("trusted-globals", f"{item!r} cannot be trusted: {refused}")

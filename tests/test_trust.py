@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from sample_set import GADGETS, _add_setitem, _call, _g, _u
+from sample_set import GADGETS, _add_setitem, _call, _g, _list, _u
 
 from ckptdoctor import api
 from ckptdoctor.readers._pickle_safety import Trusted, judge, trust_refusal
@@ -198,9 +199,9 @@ def test_classes_the_user_declares_trusted_are_ckd402_and_torch_loads_them_so(ca
     assert inspected.exit_code == 0 and resumed.exit_code == 0 and resumed.stdout == inspected.stdout != ""
 
 
-def test_a_package_wildcard_of_the_users_own_and_the_environment_and_the_api_declare_alike(tmp_path, cli):
+def test_the_environment_and_the_api_declare_alike(tmp_path, cli):
     path = _write(tmp_path / "run", "user-dataclass")
-    by_env = cli("verify", "--json", path, env={"CKPTDOCTOR_TRUSTED_GLOBALS": f"{__name__}.*"})
+    by_env = cli("verify", "--json", path, env={"CKPTDOCTOR_TRUSTED_GLOBALS": f"{__name__}.Config"})
     assert by_env.exit_code == 0 and "declared trusted in CKPTDOCTOR_TRUSTED_GLOBALS" in by_env.stdout
     project = _project(tmp_path / "project", [f"{__name__}.Config"])
     report = api.verify(str(path), config=str(project / "pyproject.toml"))
@@ -225,24 +226,26 @@ def test_a_declared_class_does_not_cover_a_payload_beside_it(tmp_path, cli):
         ("subprocess.Popen", "subprocess.Popen can run commands"),
         ("torch.load", "torch.load can run commands"),
         ("torch.jit.load", "torch.jit.load can run commands"),
-        ("os.*", "covers os"),
-        ("builtins.*", "covers builtins"),
-        ("importlib.*", "covers importlib"),
-        ("torch.*", "covers torch.load"),
-        ("pathlib.*", "covers pathlib"),
-        ("*", "must be an exact module.Name"),
+        ("os.*", "wildcard"),
+        ("builtins.*", "wildcard"),
+        ("importlib.*", "wildcard"),
+        ("torch.*", "wildcard"),
+        ("pathlib.*", "wildcard"),
+        ("*", "wildcard"),
         ("Config", "must be an exact module.Name"),
         ("mypkg.Config; import os", "must be an exact module.Name"),
         # an independent attack's entries (issue 31): modules and classes outside the acting lists that write files or run code
-        ("posixpath.*", "standard library"),
-        ("logging.*", "standard library"),
+        ("posixpath.*", "wildcard"),
+        ("logging.*", "wildcard"),
         ("logging.FileHandler", "standard library"),
         ("zipfile.ZipFile", "standard library"),
         ("cProfile.run", "standard library"),
         ("mypkg.os.system", "reaches os"),
-        ("torch.fx.*", "a library's functions"),
-        ("numpy.testing.*", "a library's functions"),
+        ("torch.fx.*", "wildcard"),
+        ("numpy.testing.*", "wildcard"),
         ("torch.storage._load_from_bytes", "not a class"),
+        ("mypkg.make_model", "not a class"),
+        ("mypkg.*", "wildcard"),  # the docs' own example once: the second attack (issue 31)
     ],
 )
 def test_names_that_can_act_cannot_be_declared_trusted(entry, why, tmp_path, cli):
@@ -258,14 +261,29 @@ def test_what_an_attack_declared_is_refused_before_any_file_is_read(entry):
     assert trust_refusal(entry) is not None
 
 
-def test_a_wildcard_covers_only_classes_reached_through_no_module_that_acts():
-    """A pickle's global ("mypkg", "os.system") resolves mypkg.os.system through the package's own
-    `import os`: `mypkg.*` must not cover it, nor a function of the package."""
-    trusted = Trusted.declared(["mypkg.*", "other.Config"], "pyproject.toml")
-    assert trusted.covers("mypkg.models.Config") and trusted.covers("other.Config")
-    assert not trusted.covers("mypkg.os.system")
-    assert not trusted.covers("mypkg.subprocess.Popen")
-    assert not trusted.covers("mypkg.util.make")
+def test_a_declared_class_covers_itself_alone(tmp_path, cli):
+    """The second attack (issue 31): `mypkg.*` vouched for `mypkg.Popen`, which is subprocess.Popen
+    where the package does `from subprocess import Popen`; a declaration names each class, and a
+    call of anything else the package holds stays CKD401, proven live here with the package."""
+    package = tmp_path / "src" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from subprocess import Popen\n\nclass Config:\n    pass\n")
+    canary = tmp_path / "canary"
+    pickled = b"\x80\x02" + _call(_g("mypkg", "Popen"), _list(_u("touch"), _u(str(canary)))) + b"."
+    path = tmp_path / "project" / "run" / "model_3.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(pickled)
+    loader = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()).wait()"
+    subprocess.run([sys.executable, "-c", loader], input=pickled, env={**os.environ, "PYTHONPATH": str(package.parent)}, check=False)
+    assert canary.exists()
+    project = _project(tmp_path / "project", ["mypkg.Config"])
+    result = cli("verify", "--json", "--config", project / "pyproject.toml", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert finding["severity"] == "error" and "mypkg.Popen" in finding["message"]
+    trusted = Trusted.declared(["mypkg.Config"], "pyproject.toml")
+    assert trusted.covers("mypkg.Config")
+    assert not any(trusted.covers(name) for name in ("mypkg.Popen", "mypkg.models.Config", "mypkg.os.system"))
 
 
 @pytest.mark.parametrize(
@@ -281,3 +299,29 @@ def test_a_standard_library_class_that_creates_the_path_it_is_given_calls_functi
     assert canary.exists()  # it ran
     (issue,) = judge(walk(pickled), "the pickle")
     assert f"calls functions ({module}.{name}) when loaded" in issue.detail and REBUILDS not in issue.detail
+
+
+@pytest.mark.parametrize(
+    ("declared", "module", "name", "args"),
+    [
+        ("h5py.File", "h5py", "File", ("w",)),
+        ("h5py._hl.files.File", "h5py._hl.files", "File", ("w",)),
+    ],
+)
+def test_a_declared_library_class_called_with_arguments_stays_unsafe(declared, module, name, args, tmp_path, cli):
+    """The second attack (issue 31): `trusted-globals = ["h5py.File"]` made `h5py.File(path, "w")`,
+    which creates or truncates any path, CKD402. A library's class is trusted where a pickle
+    rebuilds it, never where it calls it with arguments."""
+    pytest.importorskip(module.partition(".")[0])
+    canary = tmp_path / "canary"
+    pickled = b"\x80\x02" + _call(_g(module, name), _u(str(canary)), *(_u(a) for a in args)) + b"."
+    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=pickled, check=False)
+    assert canary.exists()
+    project = _project(tmp_path / "project", [declared])
+    path = project / "run" / "model_3.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(pickled)
+    result = cli("verify", "--json", "--config", project / "pyproject.toml", path)
+    assert result.exit_code == 1
+    (finding,) = _unsafe(result)
+    assert finding["severity"] == "error" and "declared trusted" not in finding["message"]

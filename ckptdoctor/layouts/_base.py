@@ -106,14 +106,15 @@ class OwnObjects:
 
     def writes(self, rebuilt: Rebuilt, trusted: Trusted | None = None) -> bool:
         """Whether its save code writes exactly what ``rebuilt`` says the pickle does, the globals
-        the user declared ``trusted`` aside (used any way, as torch's ``add_safe_globals``)."""
-        declared = trusted.covers if trusted else lambda _: False
+        the user declared ``trusted`` aside (used any way, as torch's ``add_safe_globals``, where
+        they are the user's own; a library's only where rebuilt, never called with arguments)."""
+        declared = trusted.covers if trusted else lambda _name, called=False: False
         return (
             all(name in self.classes or declared(name) for name in rebuilt.instances)
-            and all(name in self.enums or declared(name) for name in rebuilt.values)
+            and all(name in self.enums or declared(name, called=True) for name in rebuilt.values)
             and rebuilt.methods <= self.methods
             and all(name in self.called_empty or declared(name) for name in rebuilt.called)
-            and all(name in self.kept or declared(name) for name in rebuilt.other)
+            and all(name in self.kept or declared(name, called=True) for name in rebuilt.other)
         )
 
     def vouched(self, report: FileReport, trusted: Trusted | None = None) -> FileReport:

@@ -147,73 +147,70 @@ def acts(dotted: str) -> bool:
 
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
-_WILDCARD = ".*"
 
 
 _LIBRARIES = frozenset({
-    "torch", "torchvision", "numpy", "pandas", "scipy", "sklearn", "transformers", "lightning", "pytorch_lightning",
-    "keras", "tensorflow", "jax", "flax", "yaml", "omegaconf", "hydra", "accelerate", "deepspeed",
+    "torch", "torchvision", "torchaudio", "numpy", "pandas", "scipy", "sklearn", "transformers", "lightning",
+    "pytorch_lightning", "lightning_fabric", "keras", "tensorflow", "jax", "jaxlib", "flax", "optax", "orbax",
+    "tensorstore", "yaml", "omegaconf", "hydra", "accelerate", "deepspeed", "h5py", "mmengine", "mmcv", "mmdet",
+    "timm", "safetensors", "ultralytics", "nemo", "composer", "litgpt", "megatron", "fairseq", "detectron2",
+    "torchtune", "datasets", "tokenizers", "huggingface_hub", "peft", "zstandard", "lz4", "msgpack", "cbor2",
+    "setuptools", "pkg_resources", "pip", "pytest", "_pytest", "IPython", "jupyter_client", "boto3", "botocore",
+    "s3fs", "gcsfs", "fsspec", "obstore", "requests", "urllib3", "httpx", "aiohttp", "psutil", "PIL", "cv2",
+    "matplotlib", "onnx", "onnxruntime", "tensorboard", "tensorboardX", "wandb", "mlflow", "ray", "typer",
+    "click", "rich",
 })  # fmt: skip
-"""Libraries whose modules hold functions that act beside their classes: a wildcard over one is never
-a package of the user's own."""
+"""Libraries ckptdoctor knows. A declared class of theirs is trusted only where a pickle rebuilds
+it field by field (``cls.__new__``, or ``cls()``): called with arguments, ``h5py.File``,
+``pandas.HDFStore`` and ``mmengine.logging.MMLogger`` create the path they are given. A class of
+the user's own package is trusted however a pickle uses it, as torch's ``add_safe_globals``."""
 
 
 def trust_refusal(entry: str) -> str | None:
-    """Why a user may not declare ``entry`` trusted (``trusted-globals``), or None: an exact
-    ``module.Class``, or ``package.*`` for a package of their own; never a name that can act, a
-    function, anything of Python's standard library (what of it is harmless needs no declaring), a
-    path through a module that can act (``mypkg.os.system``), nor a wildcard over one of those or
-    over a library (``torch.*`` covers ``torch.load``)."""
-    package = entry.removesuffix(_WILDCARD)
-    if not _DOTTED.match(entry if package == entry else f"{package}.x"):
-        return "must be an exact module.Name, or package.* for a package of your own"
-    if package == entry and acts(entry):
+    """Why a user may not declare ``entry`` trusted (``trusted-globals``), or None: only an exact
+    ``module.Class`` of the user's own package; never a wildcard (``mypkg.*`` covers ``mypkg.Popen``
+    where the package imports ``subprocess.Popen``), a name that can act, a function, anything of
+    Python's standard library (what of it is harmless needs no declaring), nor a path through a
+    module that can act (``mypkg.os.system``)."""
+    if "*" in entry:
+        return (
+            f"{entry} is a wildcard, which also covers what the package imports (from subprocess import Popen "
+            "makes mypkg.Popen subprocess.Popen): name each of your classes"
+        )
+    if not _DOTTED.match(entry):
+        return "must be an exact module.Name, a class of your own package"
+    if acts(entry):
         return f"{entry} can run commands, touch files or load code"
-    covered = [
-        name
-        for name in (*ACTING_MODULES, *ACTING_NAMES)
-        if package != entry and (name == package or name.startswith(f"{package}.") or package.startswith(f"{name}."))
-    ]
-    if covered:
-        return f"{entry} covers {covered[0]}, which can run commands, touch files or load code"
-    parts = package.split(".")
+    parts = entry.split(".")
     if parts[0] in sys.stdlib_module_names:
         return f"{entry} is Python's standard library ({parts[0]}), whose modules can act: declare only your own classes"
     if through := next((part for part in parts[1:] if part in ACTING_MODULES), None):
         return f"{entry} reaches {through}, which can run commands, touch files or load code"
-    if package != entry and parts[0] in _LIBRARIES:
-        return f"{entry} covers a library's functions as well as its classes: name its classes one by one"
-    if package == entry and not entry.rpartition(".")[2][:1].isupper():
+    if not parts[-1][:1].isupper():
         return f"{entry} is not a class: a function can run code"
     return None
 
 
 @dataclass(frozen=True)
 class Trusted:
-    """Globals a user declared trusted (``trusted-globals``, as torch's ``add_safe_globals``), each
+    """Classes a user declared trusted (``trusted-globals``, as torch's ``add_safe_globals``), each
     checked by ``trust_refusal``, and the file that declared them."""
 
     names: frozenset[str] = frozenset()
-    packages: tuple[str, ...] = ()
-    """``package.`` of each ``package.*`` entry."""
     source: str = ""
 
     @classmethod
     def declared(cls, entries: Iterable[str], source: str) -> Trusted:
-        listed = tuple(entries)
-        return cls(
-            frozenset(e for e in listed if not e.endswith(_WILDCARD)),
-            tuple(e.removesuffix("*") for e in listed if e.endswith(_WILDCARD)),
-            source,
-        )
+        return cls(frozenset(entries), source)
 
-    def covers(self, dotted: str) -> bool:
-        """Whether ``dotted`` is declared: only a class (its last name capitalised) reached through
-        no module that can act, whatever a pickle's dotted name (``mypkg`` + ``os.system``) says."""
+    def covers(self, dotted: str, called: bool = False) -> bool:
+        """Whether ``dotted`` is declared, reached through no module that can act, whatever a
+        pickle's dotted name (``mypkg`` + ``os.system``) says; where the pickle ``called`` it with
+        arguments, only a class of the user's own package (``_LIBRARIES``)."""
         parts = dotted.split(".")
-        if not parts[-1][:1].isupper() or any(part in ACTING_MODULES for part in parts):
+        if called and parts[0] in _LIBRARIES:
             return False
-        return dotted in self.names or dotted.startswith(self.packages or ("\0",))
+        return dotted in self.names and not any(part in ACTING_MODULES for part in parts)
 
 
 def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None) -> list[FileIssue]:
