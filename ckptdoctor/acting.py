@@ -326,14 +326,19 @@ def _seen(run: Run, root: str) -> Seen:
 
 
 def distinct(runs: list[Run]) -> list[Run]:
-    """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
-    run, with one lock."""
-    seen: set[str] = set()
+    """Runs with distinct folders, in order: one run named twice (./run and $PWD/run), or reached
+    again through a bind mount inside it (of its parent), is one run, with one lock and one plan."""
+    seen: set[object] = set()
     kept = []
     for run in runs:
-        real = os.path.realpath(run_root(run))
-        if real not in seen:
-            seen.add(real)
+        root = run_root(run)
+        try:
+            info = os.stat(root)
+            folder: object = (info.st_dev, info.st_ino)
+        except OSError:
+            folder = os.path.realpath(root)
+        if folder not in seen:
+            seen.add(folder)
             kept.append(run)
     return kept
 
@@ -342,14 +347,21 @@ def lock_all(
     held: contextlib.ExitStack, runs: list[Run], dry_run: bool, tell: Callable[[str], None], more: Iterable[tuple[str, str]] = ()
 ) -> None:
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
-    deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
-    lock that exists, and takes none where there is none."""
+    deadlocks between two commands), held to the end. A dry run writes nothing and takes no lock:
+    it may be anyone's (a colleague, a read-only account or mount), so it only says who holds one."""
 
     if not dry_run:  # before ckptdoctor's own folder is made in it
         for run in runs:
             actions.confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
     for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
-        held.enter_context(actions.locked(place, shown, create=not dry_run))
+        if dry_run:
+            holder = actions.holder_now(place)
+            if holder is not None:
+                tell(
+                    f"note: {shown} is locked by another ckptdoctor ({holder}): this dry run shows the run as it is before that one finishes"
+                )
+        else:
+            held.enter_context(actions.locked(place, shown))
         for stray in actions.strays(place):
             tell(f"note: {stray} is not ckptdoctor's: ignored")
 
