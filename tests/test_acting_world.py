@@ -9,16 +9,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_prune import burn_run, epochs_left
+from test_prune import age, burn_run, epochs_left
 
 import ckptdoctor
 
@@ -221,3 +224,137 @@ def test_a_lock_reached_again_through_a_mount_is_this_commands_own(tmp_path: Pat
         finally:
             holder.kill()
             holder.wait()
+
+
+# --- item 6: checkpoints on another filesystem than their trash -------------------------------------
+
+
+@pytest.fixture
+def own_filesystem(accelerate_saved: Path, tmp_path: Path) -> Iterator[Path]:
+    """accelerate's project with its ``checkpoints/`` a filesystem of its own (a real tmpfs),
+    holding real ``save_state()`` saves (checkpoint_1..3), a day old: ckptdoctor's own folder,
+    beside it in the project, is on another filesystem."""
+    checkpoints = tmp_path / "project" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    with mounted(checkpoints, "-t", "tmpfs", "-o", "size=64m", "tmpfs"):
+        for save in sorted((accelerate_saved / "checkpoints").iterdir()):
+            shutil.copytree(save, checkpoints / save.name)
+        age(checkpoints)
+        yield checkpoints
+
+
+def _resumes_and_saves_on(project: Path, expected: list[str]) -> None:
+    """accelerate itself, after the prune: ``load_state()`` finds the newest save by parsing every
+    name in ``checkpoints/``, and ``save_state(total_limit=…)`` numbers and rotates on."""
+    import accelerate
+    import torch
+    from accelerate.utils import ProjectConfiguration
+
+    latest = max(int(name.split("_")[1]) for name in os.listdir(project / "checkpoints"))
+    config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True, total_limit=2, iteration=latest + 1)
+    accelerator = accelerate.Accelerator(project_config=config, cpu=True)
+    accelerator.prepare(torch.nn.Linear(4, 2), torch.optim.AdamW(torch.nn.Linear(4, 2).parameters()))
+    accelerator.load_state()
+    accelerator.save_state()
+    assert sorted(os.listdir(project / "checkpoints")) == expected
+
+
+def test_checkpoints_on_their_own_filesystem_are_pruned_where_they_are(own_filesystem: Path, cli) -> None:
+    """Every entry of the plan lies on another filesystem than the trash beside it: renaming one
+    there fails with EXDEV, so each is deleted where it is, under the journal; nothing is left
+    waiting, and accelerate resumes from what is kept and saves on."""
+    project = own_filesystem.parent
+    kept = _tree(own_filesystem / "checkpoint_3")
+    result = cli("prune", "--yes", "--keep-last", "1", own_filesystem)
+    assert result.exit_code == 0, result.stderr
+    assert "cross-device" not in result.stderr
+    assert sorted(os.listdir(own_filesystem)) == ["checkpoint_3"] and _tree(own_filesystem / "checkpoint_3") == kept
+    assert list((project / ".ckptdoctor" / "checkpoints" / "trash").iterdir()) == [], "no journal left waiting"
+    _resumes_and_saves_on(project, ["checkpoint_3", "checkpoint_4"])
+
+
+def _copies(checkpoints: Path, count: int) -> None:
+    """``count`` more saves (copies of checkpoint_1, numbered on), a day old: a prune with much to delete."""
+    for number in range(4, 4 + count):
+        shutil.copytree(checkpoints / "checkpoint_1", checkpoints / f"checkpoint_{number}")
+    age(checkpoints)
+
+
+def _killed_while_deleting(checkpoints: Path, rng: random.Random) -> None:
+    """A prune of ``checkpoints`` SIGKILLed once its journal exists, after a random few milliseconds."""
+    trash = checkpoints.parent / ".ckptdoctor" / "checkpoints" / "trash"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ckptdoctor", "prune", "--yes", "--keep-last", "1", str(checkpoints)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if trash.is_dir() and any(trash.glob("*/journal.json")):
+            time.sleep(rng.uniform(0, 0.01))
+            break
+        time.sleep(0.0005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_a_prune_deleting_in_place_killed_at_any_moment_loses_nothing_and_the_next_one_finishes(own_filesystem: Path, cli) -> None:
+    project = own_filesystem.parent
+    trash = project / ".ckptdoctor" / "checkpoints" / "trash"
+    rng = random.Random(6)
+    marked = 0
+    for attempt in range(24):
+        _copies(own_filesystem, 30)
+        newest = f"checkpoint_{3 + 30}"
+        before = {save.name: _tree(save) for save in own_filesystem.iterdir()}
+        _killed_while_deleting(own_filesystem, rng)
+        assert _tree(own_filesystem / newest) == before[newest], "the checkpoint kept changed or vanished"
+        marks = list(trash.glob("*/*.in-place"))
+        marked += bool(marks)
+        partial = [save.name for save in own_filesystem.iterdir() if _tree(save) != before[save.name]]
+        assert len(partial) <= 1, "a kill leaves at most the one being deleted partly deleted"
+        assert not partial or marks, "what was partly deleted is marked in the journal"
+        result = cli("prune", "--yes", "--keep-last", "1", own_filesystem)
+        assert result.exit_code == 0, result.stderr
+        assert sorted(os.listdir(own_filesystem)) == [newest], "the next prune finishes the job"
+        assert list(trash.iterdir()) == []
+        for name in os.listdir(own_filesystem):  # the next round counts on from checkpoint_4 again
+            os.rename(own_filesystem / name, own_filesystem / "checkpoint_3")
+        shutil.copytree(own_filesystem / "checkpoint_3", own_filesystem / "checkpoint_1")
+        if marked >= 2 and attempt >= 5:
+            break
+    assert marked, "some kill landed while an entry was being deleted in place"
+    _resumes_and_saves_on(project, ["checkpoint_3", "checkpoint_4"])
+
+
+def test_an_entry_a_killed_prune_began_deleting_in_place_is_finished_by_the_next(own_filesystem: Path, cli, monkeypatch) -> None:
+    """Killed (here: interrupted) after deleting one file of a checkpoint folder it deletes in
+    place: the mark in its journal says so, the kept checkpoint is whole, and the next prune,
+    confirmed, finishes that folder (changed only by the deletion the journal began) and the rest."""
+    from ckptdoctor.actions import _trash
+
+    project = own_filesystem.parent
+    kept = _tree(own_filesystem / "checkpoint_3")
+
+    def killed_part_way(folder, name, mounts=None):  # type: ignore[no-untyped-def]
+        for _, _, files, below in os.fwalk(name, dir_fd=folder.fd):
+            os.unlink(files[0], dir_fd=below)
+            break
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_trash, "remove", killed_part_way)
+    interrupted = cli("prune", "--yes", "--keep-last", "1", own_filesystem)
+    monkeypatch.undo()
+    assert interrupted.exit_code == 130 and "is pending" in interrupted.stderr
+    (mark,) = (project / ".ckptdoctor" / "checkpoints" / "trash").glob("*/*.in-place")
+    assert sorted(os.listdir(own_filesystem)) == ["checkpoint_1", "checkpoint_2", "checkpoint_3"]
+    assert _tree(own_filesystem / "checkpoint_3") == kept
+    preview = cli("prune", "--json", "--dry-run", "--keep-last", "1", own_filesystem)
+    assert preview.exit_code == 0, preview.stderr
+    (pending,) = preview.json["pending"]
+    assert sorted(pending["deletes"]) == ["checkpoint_1", "checkpoint_2"] and pending["spares"] == [], "it finishes what it began"
+    result = cli("prune", "--yes", "--keep-last", "1", own_filesystem)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(os.listdir(own_filesystem)) == ["checkpoint_3"] and _tree(own_filesystem / "checkpoint_3") == kept
+    assert not mark.exists() and list(mark.parent.parent.iterdir()) == []
+    _resumes_and_saves_on(project, ["checkpoint_3", "checkpoint_4"])
