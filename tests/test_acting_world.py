@@ -11,17 +11,15 @@ import hashlib
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_prune import age, burn_run, epochs_left
+from test_prune import _kill_when_deleting, age, burn_run, epochs_left
 
 import ckptdoctor
 
@@ -281,21 +279,14 @@ def _copies(checkpoints: Path, count: int) -> None:
 
 
 def _killed_while_deleting(checkpoints: Path, rng: random.Random) -> None:
-    """A prune of ``checkpoints`` SIGKILLed once its journal exists, after a random few milliseconds."""
-    trash = checkpoints.parent / ".ckptdoctor" / "checkpoints" / "trash"
+    """A prune of ``checkpoints`` SIGKILLed once its journal (beside it) exists, after a random few milliseconds."""
     process = subprocess.Popen(
         [sys.executable, "-m", "ckptdoctor", "prune", "--yes", "--keep-last", "1", str(checkpoints)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if trash.is_dir() and any(trash.glob("*/journal.json")):
-            time.sleep(rng.uniform(0, 0.01))
-            break
-        time.sleep(0.0005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    _kill_when_deleting(process, checkpoints, rng, checkpoints.parent / ".ckptdoctor" / "checkpoints" / "trash")
 
 
 def test_a_prune_deleting_in_place_killed_at_any_moment_loses_nothing_and_the_next_one_finishes(own_filesystem: Path, cli) -> None:
