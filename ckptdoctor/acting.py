@@ -153,6 +153,8 @@ class _Context:
     told: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    noted: set[str] = field(default_factory=set)
+    """What the open-files notes said (processes named, failures): each is said once per command."""
 
     def tell(self, text: str, tone: Tone = Tone.NOTICE) -> None:
         self.told.append(text)
@@ -324,14 +326,19 @@ def _seen(run: Run, root: str) -> Seen:
 
 
 def distinct(runs: list[Run]) -> list[Run]:
-    """Runs with distinct real folders, in order: one run named twice (./run and $PWD/run) is one
-    run, with one lock."""
-    seen: set[str] = set()
+    """Runs with distinct folders, in order: one run named twice (./run and $PWD/run), or reached
+    again through a bind mount inside it (of its parent), is one run, with one lock and one plan."""
+    seen: set[object] = set()
     kept = []
     for run in runs:
-        real = os.path.realpath(run_root(run))
-        if real not in seen:
-            seen.add(real)
+        root = run_root(run)
+        try:
+            info = os.stat(root)
+            folder: object = (info.st_dev, info.st_ino)
+        except OSError:
+            folder = os.path.realpath(root)
+        if folder not in seen:
+            seen.add(folder)
             kept.append(run)
     return kept
 
@@ -340,27 +347,35 @@ def lock_all(
     held: contextlib.ExitStack, runs: list[Run], dry_run: bool, tell: Callable[[str], None], more: Iterable[tuple[str, str]] = ()
 ) -> None:
     """Take the lock of every run (and of every (home, shown path) in ``more``), in one order (no
-    deadlocks between two commands), held to the end. A dry run creates nothing: it waits on a
-    lock that exists, and takes none where there is none."""
+    deadlocks between two commands), held to the end. A dry run writes nothing and takes no lock:
+    it may be anyone's (a colleague, a read-only account or mount), so it only says who holds one."""
 
     if not dry_run:  # before ckptdoctor's own folder is made in it
         for run in runs:
             actions.confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
     for place, shown in sorted({*((home(run), run.path) for run in runs), *more}):
-        held.enter_context(actions.locked(place, shown, create=not dry_run))
+        if dry_run:
+            holder = actions.holder_now(place)
+            if holder is not None:
+                tell(
+                    f"note: {shown} is locked by another ckptdoctor ({holder}): this dry run shows the run as it is before that one finishes"
+                )
+        else:
+            held.enter_context(actions.locked(place, shown))
         for stray in actions.strays(place):
             tell(f"note: {stray} is not ckptdoctor's: ignored")
 
 
-def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = None) -> Circumstances:
+def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = None, noted: set[str] | None = None) -> Circumstances:
     """The world around ``run``: what is inside its folders, and which of its files live
     processes hold open. What cannot be known is told (with ``tell``, even under --quiet: a prune
-    that could not check open files is never silent)."""
+    that could not check open files is never silent), once per command: ``noted`` holds what was
+    said for the runs before this one."""
 
     inside = folder_contents(run)
     # the scan's identities: a file replaced since has another, but is kept anyway, as changed since the plan
     entries = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
-    busy, said = processes.open_by(files_of(run, inside), {e.os_path: e.inode for e in entries if e.inode is not None})
+    busy, said = processes.open_by(files_of(run, inside), {e.os_path: e.inode for e in entries if e.inode is not None}, noted)
     if said and tell is not None:
         tell(f"note: {said}")
     return Circumstances(now, open_by=busy, inside=inside)
@@ -477,7 +492,7 @@ class Prune(Pass):
             for run in context.runs:
                 metric = self.policy.metric if self.policy.keep_best else None
                 values = metric_values(run, run_root(run), metric, self.options.metrics_file) if metric else {}
-                world = dataclasses.replace(circumstances(run, time.time(), context.tell), metrics=values)
+                world = dataclasses.replace(circumstances(run, time.time(), context.tell, context.noted), metrics=values)
                 judged = self._verified(run, context) if self.options.verify_kept else run
                 plan = retention.plan(judged, layout_named(run.layout), self.policy, world)
                 planned.append((plan, run.unit.value))
@@ -1063,7 +1078,7 @@ class Repair(Pass):
         planned = []
         for scanned in context.runs:
             findings = [finding for finding in context.report.findings if finding.run == scanned.path]
-            world = circumstances(scanned, time.time(), context.tell)
+            world = circumstances(scanned, time.time(), context.tell, context.noted)
             run = read_newest(scanned, 1, context.tell) if self.read_whole else scanned
             try:
                 planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))

@@ -9,9 +9,15 @@ too (a bind mount, another hard link), not only by its path. A mapping table's l
 by path only where it names a folder of the run at all. Elsewhere psutil reads descriptors, by
 path.
 
-What cannot be read is said in a note: processes of other users, hidden from a user who is not
-root (a root cron job sees them all). When the table cannot be read at all, or a process that
-could be read fails part-way, every file is taken as open.
+Each descriptor is known by ``stat`` of ``/proc/<pid>/fd/<n>``, which reaches the open file
+itself and needs no path: a process holding a path longer than ``PATH_MAX`` (whose link cannot be
+read, ENAMETOOLONG) or one deleted since is still matched by its device and inode. Its path, where
+the link can be read, matches too; where it cannot, that descriptor alone is matched by identity.
+
+What cannot be read is said in a note, naming each process once per command (``said``): processes
+of other users, hidden from a user who is not root (a root cron job sees them all). When the table
+cannot be read at all, every file is taken as open; when one process's descriptors cannot be
+identified, every file is taken as open by that process, under its pid.
 """
 
 from __future__ import annotations
@@ -21,27 +27,47 @@ import os
 import pwd
 from collections.abc import Iterable, Mapping
 
-_PROC = "/proc"
+PROC = "/proc"
+"""Where the process table is read: tests point it at a fake one."""
 
 
 Identity = tuple[int, int]
 """A file's (device, inode): the same file whatever path reaches it."""
 
 
-def open_by(paths: Iterable[str], identities: Mapping[str, Identity] | None = None) -> tuple[dict[str, int], str | None]:
-    """``{path: pid}`` for the given paths some process has open or mapped (every path, with pid
-    0, when that cannot be known), and a note on what could not be read. A file counts as held
-    when a process holds it under any name: through a bind mount (a trainer in a container
-    sees ``/mnt/data`` where cron prunes ``/data``), a symlinked folder or another hard link.
-    So on Linux a held file is matched by its device and inode as well as by its path;
-    ``identities`` gives those the caller has (its scan's), and the rest are looked up."""
+Holder = int | str
+"""Who holds a file: a process's pid, or why it is taken as held without one."""
+
+UNREAD_TABLE = "taken as open: the process table cannot be read"
+
+
+def open_by(
+    paths: Iterable[str], identities: Mapping[str, Identity] | None = None, said: set[str] | None = None
+) -> tuple[dict[str, Holder], str | None]:
+    """``{path: holder}`` for the given paths some process has open or mapped (its pid; every
+    path, with why, when that cannot be known), and a note on what could not be read. A file
+    counts as held when a process holds it under any name: through a bind mount (a trainer in a
+    container sees ``/mnt/data`` where cron prunes ``/data``), a symlinked folder or another hard
+    link. So on Linux a held file is matched by its device and inode as well as by its path;
+    ``identities`` gives those the caller has (its scan's), and the rest are looked up.
+    ``said`` holds what this command's earlier notes said (a process named, a failure): the
+    note says nothing twice, and adds what it says to it."""
     paths = list(paths)
     wanted, folders = _resolved(paths)
     if not wanted:
         return {}, None
-    if os.path.isdir(os.path.join(_PROC, "self", "fd")):
-        return _from_proc(wanted, folders, _by_identity(paths, identities or {}))
-    return _from_psutil(wanted)
+    if os.path.isdir(os.path.join(PROC, "self", "fd")):
+        found, hidden, failure = _from_proc(wanted, folders, _by_identity(paths, identities or {}))
+    else:
+        found, hidden, failure = _from_psutil(wanted)
+    said = set() if said is None else said
+    unsaid = sorted(hidden - said, key=lambda name: int(name.split()[0]))
+    said.update(hidden)
+    notes = [_hidden_note(unsaid)] if unsaid else []
+    if failure is not None and failure not in said:
+        said.add(failure)
+        notes.append(failure)
+    return found, "; ".join(notes) or None
 
 
 def _by_identity(paths: list[str], known: Mapping[str, Identity]) -> dict[Identity, str]:
@@ -60,14 +86,22 @@ def _by_identity(paths: list[str], known: Mapping[str, Identity]) -> dict[Identi
     return found
 
 
-def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict[Identity, str]) -> tuple[dict[str, int], str | None]:
+_Read = tuple[dict[str, Holder], set[str], str | None]
+"""What a table held (``{path: holder}``), the processes it hid (named), and why it failed."""
+
+
+def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict[Identity, str]) -> _Read:
     around = os.path.commonpath(list(folders))
-    found: dict[str, int] = {}
+    found: dict[str, Holder] = {}
     hidden: set[str] = set()
     try:
-        pids = [int(name) for name in os.listdir(_PROC) if name.isdigit()]
+        pids = [int(name) for name in os.listdir(PROC) if name.isdigit()]
     except OSError as error:
-        return _everything(wanted), f"the process table cannot be read ({error.strerror}): every file is taken as open"
+        return (
+            _everything(wanted, UNREAD_TABLE),
+            hidden,
+            f"the process table cannot be read ({error.strerror}): every file is taken as open",
+        )
     me = os.getpid()
     for pid in pids:
         if pid == me:
@@ -77,43 +111,48 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict
                 held, identities = _held(pid, folders, around)
             except PermissionError:
                 held, identities = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
-            for real in held:
-                path = wanted.get(real)
-                if path is not None:
-                    found[path] = pid
-            for identity in identities:
-                path = identified.get(identity)
-                if path is not None:
-                    found[path] = pid
         except PermissionError:
             hidden.add(_named(pid))
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # it exited meanwhile
+            continue
         except OSError as error:
             if error.errno in (errno.ESRCH, errno.ENOENT):
-                continue
-            return _everything(wanted), f"process {pid}'s open files cannot be read ({error.strerror}): every file is taken as open"
-    return found, _hidden_note(hidden)
+                continue  # it exited meanwhile
+            return (
+                _everything(wanted, pid),
+                hidden,
+                f"the open files of process {_named(pid)} cannot be read ({error.strerror}): every file is taken as open by it",
+            )
+        for real in held:
+            path = wanted.get(real)
+            if path is not None:
+                found[path] = pid
+        for identity in identities:
+            path = identified.get(identity)
+            if path is not None:
+                found[path] = pid
+    return found, hidden, None
 
 
 def _held(pid: int, folders: frozenset[str], around: str) -> tuple[list[str], set[Identity]]:
     """The files process ``pid`` holds open or mapped that lie in one of ``folders`` (all of
     them below ``around``), by path; and the identities of every file it holds open or maps,
-    wherever it reached them."""
-    base = os.path.join(_PROC, str(pid))
+    wherever it reached them. A descriptor is known by ``stat`` of its link (the open file
+    itself); its path only where the link can be read (not past ``PATH_MAX``)."""
+    base = os.path.join(PROC, str(pid))
     held = []
     identities: set[Identity] = set()
     descriptors = os.path.join(base, "fd")
     for fd in os.listdir(descriptors):
         link = os.path.join(descriptors, fd)
         try:
-            target = os.readlink(link)
-            if target.startswith("/"):  # a file, not a pipe, socket or anonymous inode
-                info = os.stat(link)  # the open file itself, whatever its path says
-                identities.add((info.st_dev, info.st_ino))
+            info = os.stat(link)  # the open file itself, whatever its path says, however long
         except FileNotFoundError:
             continue  # closed meanwhile
-        held.append(target)
+        identities.add((info.st_dev, info.st_ino))
+        try:
+            held.append(os.readlink(link))
+        except OSError:
+            continue  # a path too long to say (ENAMETOOLONG), or closed meanwhile: its identity stands for it
     with open(os.path.join(base, "maps"), "rb") as handle:
         maps = handle.read().decode("utf-8", "surrogateescape")
     for line in maps.splitlines():
@@ -130,7 +169,7 @@ def _held(pid: int, folders: frozenset[str], around: str) -> tuple[list[str], se
 def _named(pid: int) -> str:
     """``pid (command, user)``: the process table's own words, for a note."""
 
-    base = os.path.join(_PROC, str(pid))
+    base = os.path.join(PROC, str(pid))
     try:
         with open(os.path.join(base, "comm"), "rb") as handle:
             command = handle.read().decode("utf-8", "replace").strip()
@@ -144,10 +183,7 @@ def _named(pid: int) -> str:
     return f"{pid} ({command}, {user})"
 
 
-def _hidden_note(hidden: set[str]) -> str | None:
-    if not hidden:
-        return None
-    shown = sorted(hidden, key=lambda name: int(name.split()[0]))
+def _hidden_note(shown: list[str]) -> str:
     listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
     return (
         f"the open and mapped files of process{'es' if len(shown) > 1 else ''} {listed} cannot be read by this user "
@@ -155,21 +191,22 @@ def _hidden_note(hidden: set[str]) -> str | None:
     )
 
 
-def _from_psutil(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
+def _from_psutil(wanted: dict[str, str]) -> _Read:
     import psutil  # only the acting commands read the process table
 
-    found: dict[str, int] = {}
-    hidden = seen = 0
+    found: dict[str, Holder] = {}
+    hidden: set[str] = set()
+    seen = 0
     try:
         processes = list(psutil.process_iter())
     except (psutil.Error, OSError) as error:
-        return _everything(wanted), f"the process table cannot be read ({error}): every file is taken as open"
+        return _everything(wanted, UNREAD_TABLE), hidden, f"the process table cannot be read ({error}): every file is taken as open"
     for process in processes:
         seen += 1
         try:
             files = process.open_files()
         except psutil.AccessDenied:
-            hidden += 1
+            hidden.add(str(process.pid))
             continue
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
@@ -177,13 +214,13 @@ def _from_psutil(wanted: dict[str, str]) -> tuple[dict[str, int], str | None]:
             path = wanted.get(file.path)
             if path is not None:
                 found[path] = process.pid
-    if seen and hidden == seen:
-        return _everything(wanted), "no process's open files could be read: every file is taken as open"
-    return found, f"{hidden} processes' open files cannot be read by this user: files they hold were not checked" if hidden else None
+    if seen and len(hidden) == seen:
+        return _everything(wanted, UNREAD_TABLE), set(), "no process's open files could be read: every file is taken as open"
+    return found, hidden, None
 
 
-def _everything(wanted: dict[str, str]) -> dict[str, int]:
-    return dict.fromkeys(wanted.values(), 0)
+def _everything(wanted: dict[str, str], holder: Holder) -> dict[str, Holder]:
+    return dict.fromkeys(wanted.values(), holder)
 
 
 def _resolved(paths: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:

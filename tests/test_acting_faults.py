@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from test_acting_hardening import _pending_journal
+from test_acting_world import mounted
 from test_prune import _prune_process, age, burn_run, digests, epochs_left, kill_once
 from test_repair import broken_burn_run, deepspeed_run, quarantined, tree
 
@@ -169,16 +170,9 @@ def test_a_quarantined_file_swapped_for_a_link_to_an_outside_file_is_left(tmp_pa
 
 @contextlib.contextmanager
 def _tmpfs(where: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs to fill needs root")
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with mounted(where, "-t", "tmpfs", "-o", f"size={size}", "tmpfs"):
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(disk: Path, name: str = "filler") -> Path:

@@ -68,11 +68,11 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
     folder = burn_run(tmp_path)
     real_open_by, real_clock = processes.open_by, time.monotonic
 
-    def slow_table(paths, identities=None):  # every look at the clock while the table is read: 5 s later
+    def slow_table(*args):  # every look at the clock while the table is read: 5 s later
         ticks = iter(range(10**9))
         monkeypatch.setattr(time, "monotonic", lambda: real_clock() + 5 * next(ticks))
         try:
-            return real_open_by(paths, identities)
+            return real_open_by(*args)
         finally:
             monkeypatch.setattr(time, "monotonic", real_clock)
 
@@ -165,3 +165,150 @@ def test_a_file_held_through_a_bind_mount_is_kept(tmp_path: Path, cli) -> None:
     finally:
         subprocess.run(["umount", str(mount)], check=True)
     assert not (folder / "model-4.bpk").exists()
+
+
+# --- the process table read per descriptor (issue 32, item 5) -------------------------------------
+
+
+def _fake_table(root: Path, holders: dict[int, dict[int, Path]]) -> Path:
+    """A process table in a folder, as ``/proc`` lays it out: each process's descriptors are links
+    to what it holds (``stat`` of one reaches the file, as the kernel's own links do)."""
+    table = root / "proc"
+    (table / "self" / "fd").mkdir(parents=True)
+    for pid, held in holders.items():
+        (table / str(pid) / "fd").mkdir(parents=True)
+        (table / str(pid) / "maps").write_text("")
+        (table / str(pid) / "comm").write_text("trainer\n")
+        for fd, target in held.items():
+            (table / str(pid) / "fd" / str(fd)).symlink_to(target)
+    return table
+
+
+def _unreadable_links(monkeypatch: pytest.MonkeyPatch, *links: Path) -> None:
+    """``readlink`` of ``links`` fails as it does for a path longer than PATH_MAX."""
+    real_readlink, refused = os.readlink, {str(link) for link in links}
+
+    def readlink(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path) in refused:
+            raise OSError(errno.ENAMETOOLONG, "File name too long", str(path))
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(processes.os, "readlink", readlink)
+
+
+def _refused_listings(monkeypatch: pytest.MonkeyPatch, code: int, *folders: Path) -> None:
+    """Listing ``folders`` fails with ``code``: ``EACCES`` for another user's process, ``EIO``."""
+    real_listdir, refused = os.listdir, {str(folder) for folder in folders}
+
+    def listdir(path: object = ".") -> list[str]:
+        if str(path) in refused:
+            raise OSError(code, os.strerror(code), str(path))
+        return real_listdir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processes.os, "listdir", listdir)
+
+
+def test_an_unreadable_descriptor_affects_that_descriptor_only_and_notes_come_once(tmp_path: Path, cli, monkeypatch) -> None:
+    """Two runs, one prune: a process whose other descriptor's path is too long to read still holds
+    its run file; a file held only under a link that cannot be read is matched by its device and
+    inode; every holder is named by its own pid; the note on a hidden process comes once, not once
+    per run."""
+    first, second = burn_run(tmp_path / "a"), burn_run(tmp_path / "b")
+    unrelated = tmp_path / "elsewhere.bin"
+    unrelated.write_bytes(b"x")
+    table = _fake_table(
+        tmp_path,
+        {4100: {3: first / "model-3.bpk", 4: unrelated}, 4200: {5: second / "optim-2.bpk"}, 4300: {}, 4400: {7: unrelated}},
+    )
+    _unreadable_links(monkeypatch, table / "4100" / "fd" / "4", table / "4200" / "fd" / "5", table / "4400" / "fd" / "7")
+    _refused_listings(monkeypatch, errno.EACCES, table / "4300" / "fd")
+    monkeypatch.setattr(processes, "PROC", str(table))
+    result = cli("prune", "--yes", "--keep-last", "1", tmp_path)
+    monkeypatch.undo()
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(first) == [3, 7] and epochs_left(second) == [2, 7]
+    said = result.stdout + result.stderr
+    assert "open in process 4100" in said and "open in process 4200" in said and "process 0" not in said
+    assert said.count("cannot be read by this user") == 1 and "4300 (trainer, " in said
+    assert "4400" not in said and "taken as open" not in said, "a process holding nothing of the runs is no note"
+
+
+def test_a_descriptor_that_cannot_be_identified_holds_everything_under_its_own_pid(tmp_path: Path, monkeypatch) -> None:
+    """A process whose descriptors cannot be read at all (EIO) may hold anything: every file is
+    taken as open by that process, named, never by "process 0"."""
+    target = tmp_path / "f"
+    target.write_text("x")
+    table = _fake_table(tmp_path, {4100: {}})
+    monkeypatch.setattr(processes, "PROC", str(table))
+    _refused_listings(monkeypatch, errno.EIO, table / "4100" / "fd")
+    found, note = processes.open_by([str(target)])
+    monkeypatch.undo()
+    assert found == {str(target): 4100}
+    assert note is not None and "process 4100 (trainer, " in note and "every file is taken as open by it" in note
+
+
+def test_an_unreadable_table_names_no_pid(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "f"
+    target.write_text("x")
+    table = _fake_table(tmp_path, {})
+    monkeypatch.setattr(processes, "PROC", str(table))
+    _refused_listings(monkeypatch, errno.EIO, table)
+    found, note = processes.open_by([str(target)])
+    monkeypatch.undo()
+    assert found == {str(target): processes.UNREAD_TABLE}
+    assert note is not None and "the process table cannot be read" in note
+
+
+_DEEP = "d" * 200
+_DEPTH = 25
+"""Folders of 200 characters, 25 deep: a path of over 5,000 characters, past PATH_MAX (4,096)."""
+
+_HOLD_DEEP = (
+    "import os, sys, time\n"
+    "os.chdir(sys.argv[1])\n"
+    f"for _ in range({_DEPTH}):\n"
+    f"    os.chdir({_DEEP!r})\n"
+    "deep = open('held-deep.bin', 'wb')\n"
+    "run_file = open(sys.argv[2], 'rb')\n"
+    "print('held', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_process_holding_a_path_longer_than_path_max_stops_no_prune(tmp_path: Path, cli) -> None:
+    """A real process holds a file under a path longer than PATH_MAX (its link in /proc cannot be
+    read: ENAMETOOLONG) and one of the run's files: the prune still deletes what no one holds and
+    keeps what that process holds, naming its pid."""
+    folder = burn_run(tmp_path)
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    parent = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(_DEPTH):  # each folder made relative to the one above: its path is too long for open()
+            os.mkdir(_DEEP, dir_fd=parent)
+            inner = os.open(_DEEP, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent)
+            os.close(parent)
+            parent = inner
+    finally:
+        os.close(parent)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_DEEP, str(deep), str(folder / "optim-3.bpk")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        links = [os.path.join(f"/proc/{process.pid}/fd", fd) for fd in os.listdir(f"/proc/{process.pid}/fd")]
+        too_long = 0
+        for link in links:
+            try:
+                os.readlink(link)
+            except OSError as error:
+                too_long += error.errno == errno.ENAMETOOLONG
+        assert too_long == 1, "the held file's path is past what the process table can say"
+        result = cli("prune", "--yes", "--keep-last", "1", folder)
+    finally:
+        process.kill()
+        process.wait()
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == [3, 7], "held: epoch 3; the rest deleted"
+    said = result.stdout + result.stderr
+    assert f"open in process {process.pid}" in said and "taken as open" not in said and "process 0" not in said

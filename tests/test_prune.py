@@ -209,9 +209,10 @@ def test_two_prunes_at_once_one_waits_out_nothing_lost(tmp_path):
     assert {name: digests(folder)[name] for name in wanted} == wanted
 
 
-def _kill_when_deleting(process: subprocess.Popen[str], folder: Path, rng: random.Random) -> None:
-    """SIGKILL inside the deletion itself: once a journal exists, after a random few milliseconds."""
-    trash = folder / ".ckptdoctor" / "trash"
+def _kill_when_deleting(process: subprocess.Popen[str], folder: Path, rng: random.Random, trash: Path | None = None) -> None:
+    """SIGKILL inside the deletion itself: once a journal exists (in ``trash``, by default the
+    run's own), after a random few milliseconds."""
+    trash = trash or folder / ".ckptdoctor" / "trash"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:
         if trash.is_dir() and any(trash.glob("*/journal.json")):

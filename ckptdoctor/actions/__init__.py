@@ -12,7 +12,7 @@ What the journal and manifest say, and what these functions return, is typed in
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes, anchored, changed_since_scan, confirm_run
-from ckptdoctor.actions._home import Locked, locked, strays
+from ckptdoctor.actions._home import Locked, holder_now, locked, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
     close_repairs,
@@ -41,6 +41,7 @@ __all__ = [
     "delete",
     "discard",
     "finish_interrupted",
+    "holder_now",
     "leftovers",
     "locked",
     "pending",

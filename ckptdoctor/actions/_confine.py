@@ -67,12 +67,28 @@ def _same(entry: Entry, found: Identity) -> bool:
     return entry.is_dir or (entry.size == found[2] and abs(entry.mtime - found[3] / 1e9) < 1e-6)
 
 
-class Folder:
-    """An open folder; ``path`` is how messages (and the open-files scan) name it."""
+class Mounted(Escapes):
+    """A mount point stands where a folder of ckptdoctor's own was: another filesystem, someone's
+    data mounted there, never reached into (``find -xdev``)."""
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, path: str) -> None:
+        ActionError.__init__(
+            self,
+            f"{path} is a mount point (another filesystem) inside ckptdoctor's own folder; ckptdoctor does not reach into it: unmount it",
+        )
+        self.path = path
+
+
+class Folder:
+    """An open folder; ``path`` is how messages (and the open-files scan) name it. A folder opened
+    ``within_mount`` (ckptdoctor's own) reaches no folder below it on another mount: every step
+    is compared with the one above, as ``find -xdev`` does (and by mount, not only by device: a
+    bind mount of a folder of the same filesystem has its device)."""
+
+    def __init__(self, fd: int, path: str, within_mount: bool = False) -> None:
         self.fd = fd
         self.path = path
+        self.within_mount = within_mount
 
     @classmethod
     def at(cls, path: str) -> Folder:
@@ -98,11 +114,19 @@ class Folder:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=self.fd)
         try:
-            return Folder(os.open(name, _DIRECTORY, dir_fd=self.fd), path)
+            found = Folder(os.open(name, _DIRECTORY, dir_fd=self.fd), path, self.within_mount)
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise Escapes(path) from None
             raise
+        if self.within_mount and mount_of(found.fd) != mount_of(self.fd):
+            found.close()
+            raise Mounted(path)
+        return found
+
+    def confined(self) -> Folder:
+        """A new descriptor on this folder, ``within_mount`` (the caller closes it)."""
+        return Folder(os.dup(self.fd), self.path, within_mount=True)
 
     def reach(self, relative: str, create: bool = False) -> tuple[Folder, str]:
         """The open folder holding ``relative``'s last name, and that name (the caller closes the
@@ -115,7 +139,7 @@ class Folder:
     def descend(self, names: list[str], create: bool = False) -> Folder:
         """A new descriptor on the folder ``names`` lead to from this one, opened one name at a
         time (made on the way with ``create``); Escapes or FileNotFoundError as ``child``."""
-        current = Folder(os.dup(self.fd), self.path)
+        current = Folder(os.dup(self.fd), self.path, self.within_mount)
         try:
             for name in names:
                 deeper = current.child(name, create)
@@ -155,9 +179,38 @@ class Folder:
                 found.append(name)
         return found
 
+    def mounts(self) -> list[str]:
+        """The names in this folder that are mount points (folders of another mount)."""
+        here, found = mount_of(self.fd), []
+        for name in self.folders():
+            try:
+                handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+            except OSError:
+                continue
+            try:
+                if mount_of(handle) != here:
+                    found.append(name)
+            finally:
+                os.close(handle)
+        return found
+
     def fsync(self) -> None:
         """Make the renames in this folder durable (a crash could otherwise undo them)."""
         os.fsync(self.fd)
+
+
+def mount_of(fd: int) -> tuple[str, int]:
+    """Which mount the open file ``fd`` is on: its mount id (``/proc/self/fdinfo``), else, where
+    the system does not say, its device."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as handle:
+            for line in handle.read().decode("ascii", "replace").splitlines():
+                key, _, value = line.partition(":")
+                if key == "mnt_id":
+                    return ("mount", int(value))
+    except (OSError, ValueError):
+        pass
+    return ("device", os.fstat(fd).st_dev)
 
 
 _ANCHORS: contextvars.ContextVar[tuple[tuple[str, Folder], ...]] = contextvars.ContextVar("anchors", default=())
@@ -268,10 +321,13 @@ class Outcome(enum.Enum):
     """A symlink on the way, or the system refused (an immutable file, EIO): left, and said why."""
 
 
-def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[Folder, str], None]) -> tuple[Outcome, str]:
+def take(
+    top: Folder, relative: str, expected: Identity | None, act: Callable[[Folder, str], None], same_inode: bool = False
+) -> tuple[Outcome, str]:
     """Do ``act`` (with the entry's folder and name) on ``relative`` below ``top`` only if it is
-    still the entry that was planned: the same inode, unchanged; the outcome, and for FAILED one
-    line saying why. A folder on the way that is a symlink is never followed; a link or new file
+    still the entry that was planned: the same inode, unchanged (or, ``same_inode``, the same
+    inode however changed: one this command's journal says it began deleting); the outcome, and
+    for FAILED one line saying why. A folder on the way that is a symlink is never followed; a link or new file
     swapped in at the very end is what ``act`` meets by name, never followed (rename and unlink
     act on the name, ``remove`` checks each folder again)."""
     try:
@@ -286,7 +342,8 @@ def take(top: Folder, relative: str, expected: Identity | None, act: Callable[[F
         info = parent.lstat(name)
         if info is None:
             return Outcome.GONE, ""
-        if expected is None or identity(info) != tuple(expected):
+        compared = 2 if same_inode else len(identity(info))
+        if expected is None or identity(info)[:compared] != tuple(expected)[:compared]:
             return Outcome.CHANGED, ""
         try:
             act(parent, name)
@@ -317,6 +374,8 @@ def mounted_in(folder: Folder, name: str, mounts: frozenset[str] | None) -> str 
     info = folder.lstat(name)
     if info is None or not stat.S_ISDIR(info.st_mode):
         return None
+    if info.st_dev != os.fstat(folder.fd).st_dev:
+        return os.path.join(folder.path, name)
     for below, _, _, fd in os.fwalk(name, dir_fd=folder.fd):
         here = os.fstat(fd)
         where = os.readlink(f"/proc/self/fd/{fd}") if mounts is not None else os.path.join(folder.path, below)

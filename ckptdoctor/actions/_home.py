@@ -8,6 +8,7 @@ full disk too. A ``lock`` file beside it says who holds it, when there is room t
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import fcntl
 import getpass
@@ -18,7 +19,7 @@ import stat
 import time
 from collections.abc import Iterator
 
-from ckptdoctor.actions._confine import ActionError, Escapes, Folder, open_run
+from ckptdoctor.actions._confine import ActionError, Escapes, Folder, Mounted, open_run
 from ckptdoctor.places import OWN_FOLDER
 from ckptdoctor.regular import read_regular
 
@@ -48,13 +49,15 @@ def open_home(home: str, create: bool) -> Folder | None:
         base_folder = open_run(base or ".")
     except OSError as error:
         raise ActionError(f"cannot open {base}: {error.strerror}") from error
-    with base_folder:
+    with base_folder, base_folder.confined() as own_base:  # no mount point crossed from here down
         try:
-            return base_folder.descend(names, create)
+            return own_base.descend(names, create)
         except FileNotFoundError:
             if create:
                 raise
             return None
+        except Mounted:
+            raise
         except Escapes as error:
             raise ActionError(
                 f"{error.path} is a symlink or no folder; ckptdoctor keeps what it moves inside the run and will not follow it: replace it with a folder"
@@ -82,50 +85,89 @@ def own_folders(home: str, kind: str) -> Iterator[tuple[Folder, str, Folder]]:
                 yield parent, name, entry
 
 
+_HOLDING: contextvars.ContextVar[frozenset[tuple[int, int]]] = contextvars.ContextVar("holding", default=frozenset())
+"""The own folders (device, inode) this command holds locked: one reached again under another
+path (a bind mount of the run's parent inside the run) is the lock it holds, not another's."""
+
+
 @contextlib.contextmanager
-def locked(home: str, run: str, create: bool = True) -> Iterator[None]:
-    """Hold the run's lock; raises Locked (naming the holder) or ActionError at once. Without
-    ``create`` (a dry run, which changes nothing) a run with no own folder is not locked.
+def locked(home: str, run: str) -> Iterator[None]:
+    """Hold the run's lock; raises Locked (naming the holder) or ActionError at once.
 
     Both the folder and its ``lock`` file are locked: the folder always (a full disk cannot stop
     it), the file where it exists or can be made (it is what other versions lock, and it says
     who holds the lock)."""
     try:
-        own = open_home(home, create)
+        own = open_home(home, create=True)
     except OSError as error:
         raise ActionError(f"cannot make {home}: {error.strerror}") from error
-    if own is None:
-        yield
-        return
+    assert own is not None  # made where it was not
     with own:  # closing releases the flocks (the kernel does it too, if we are killed)
+        info = os.fstat(own.fd)
+        folder = (info.st_dev, info.st_ino)
+        holding = _HOLDING.get()
+        if folder in holding:  # this command's own lock, reached through another path
+            yield
+            return
         try:
             fcntl.flock(own.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(run, _holder(own)) from None
-        handle = _lock_file(own, create)
+        handle = _lock_file(own)
+        token = _HOLDING.set(holding | {folder})
         try:
             if handle is not None:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     raise Locked(run, _holder(own)) from None
-                if create:
-                    _sign(handle)
+                _sign(handle)
             yield
         finally:
+            _HOLDING.reset(token)
             if handle is not None:
                 os.close(handle)
 
 
-def _lock_file(own: Folder, create: bool) -> int | None:
-    """The ``lock`` file, opened (made with ``create``); None when it is not there, or the disk
-    is too full to make it. Never through a symlink: a planted link would have the lock's note
-    written over the file it names."""
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+def holder_now(home: str) -> str | None:
+    """Who holds the run's lock now, found without taking it (a dry run takes no lock and writes
+    nothing): the holder its ``lock`` file names, where the kernel's table of locks shows the
+    folder locked; None when no one holds it, or where that cannot be told."""
+    try:
+        own = open_home(home, create=False)
+    except (ActionError, OSError):
+        return None  # a dry run reads the run as it is; the lock itself is not its business
+    if own is None:
+        return None
+    with own:
+        return _holder(own) if _flocked(os.fstat(own.fd)) else None
+
+
+_LOCKS = "/proc/locks"
+
+
+def _flocked(info: os.stat_result) -> bool:
+    """Whether a ``flock`` is held on the file ``info`` describes (False where the system does
+    not say)."""
+    try:
+        with open(_LOCKS, "rb") as handle:
+            lines = handle.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return False
+    # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the file as major:minor (hex):inode
+    held = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    return any(fields[1:2] == ["FLOCK"] and fields[5:6] == [held] for fields in (line.split() for line in lines))
+
+
+def _lock_file(own: Folder) -> int | None:
+    """The ``lock`` file, opened (made where it is not); None when the disk is too full to make
+    it. Never through a symlink: a planted link would have the lock's note written over the file
+    it names."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         handle = os.open(LOCK, flags, 0o644, dir_fd=own.fd)
     except OSError as error:
-        if error.errno in FULL or (error.errno == errno.ENOENT and not create):
+        if error.errno in FULL:
             return None
         why = "it is a symlink, which ckptdoctor does not follow" if error.errno == errno.ELOOP else error.strerror
         raise ActionError(f"cannot use the lock {os.path.join(own.path, LOCK)}: {why}") from error
@@ -181,6 +223,7 @@ def strays(home: str) -> list[str]:
             if name in ("trash", "quarantine") and info is not None and stat.S_ISDIR(info.st_mode):
                 with own.child(name) as inner:
                     found += [os.path.join(path, entry) for entry in inner.names() if entry not in inner.folders()]
+                    found += [f"{os.path.join(path, entry)} (a mount point: never reached into)" for entry in inner.mounts()]
             elif name != LOCK and not (name.startswith("pointer-") and name.endswith(".tmp")):
                 found.append(path)
     return found

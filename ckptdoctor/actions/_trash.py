@@ -4,6 +4,12 @@
   entries the plan deletes, each with its identity (device, inode, size, mtime, ctime).
 - Each entry is renamed into ``trash/<id>/`` (one ``rename``: the same filesystem), then what was
   moved is removed, then the journal.
+- An entry on another filesystem than the trash (accelerate's ``checkpoints/`` mounted on its
+  own, whose trash lives beside it; a folder of the run mounted elsewhere) cannot be renamed
+  there (EXDEV): it is deleted where it is, under the same journal, after a mark
+  ``trash/<id>/<n>.in-place`` says so. A kill then leaves it partly deleted, and the next prune,
+  confirmed, finishes deleting it while it is still that inode (its contents changed only by
+  the deletion the journal began).
 
 Killed before the journal is whole: nothing moved. Killed later: only planned entries moved or
 gone; the next prune shows what the journal would still do and, confirmed, does it for the
@@ -44,7 +50,7 @@ from ckptdoctor.actions._confine import (
     remove,
     take,
 )
-from ckptdoctor.actions._home import FULL, open_home, own_folders, read_record, write_record
+from ckptdoctor.actions._home import FULL, create_new, open_home, own_folders, read_record, write_record
 from ckptdoctor.model import NOTHING_SEEN, Action, Entry, Plan, Seen
 from ckptdoctor.places import relative as relative_to
 from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
@@ -53,6 +59,9 @@ TRASH = "trash"
 JOURNAL = "journal.json"
 _MOVED = re.compile(r"\d{6}")
 """How an entry is named once moved into the trash: its place in the journal's list."""
+_IN_PLACE = re.compile(r"(\d{6})\.in-place")
+"""The mark of an entry deleted where it is (on another filesystem than the trash), by its place
+in the journal's list: written before anything of it is deleted."""
 
 
 def delete(plan: Plan, since: float, busy: frozenset[str] = frozenset(), seen: Seen = NOTHING_SEEN) -> Done:
@@ -119,9 +128,13 @@ def _discard_folder(trash: Folder, name: str) -> None:
         remove(trash, name)
 
 
-def _move_all(top: Folder, folder: Folder, journal: Journal, wanted: set[str]) -> tuple[set[str], list[str], int]:
-    """Move each ``wanted`` entry of the journal's list into its folder; (those moved, problems,
-    how many were left because changed)."""
+def _move_all(
+    top: Folder, folder: Folder, journal: Journal, wanted: set[str], started: frozenset[int] = frozenset()
+) -> tuple[set[str], list[str], int]:
+    """Move each ``wanted`` entry of the journal's list into its folder, or delete it where it is
+    when it lies on another filesystem (EXDEV), marked first (``started``: those a killed prune
+    had marked, finished where they are); (those moved or deleted, problems, how many were left
+    because changed)."""
     moved: set[str] = set()
     changed = 0
     problems: list[str] = []
@@ -129,19 +142,50 @@ def _move_all(top: Folder, folder: Folder, journal: Journal, wanted: set[str]) -
     for number, path in enumerate(journal.entries):
         if path not in wanted:
             continue
+        failed: list[str] = []
 
-        def into_trash(parent: Folder, name: str, number: int = number) -> None:
+        def into_trash(parent: Folder, name: str, number: int = number, failed: list[str] = failed) -> None:
             mount = mounted_in(parent, name, mounts)
             if mount is not None:
                 raise OSError(errno.EBUSY, f"holds the mount point {mount}")
-            os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
+            if number not in started:
+                try:
+                    os.rename(name, f"{number:06d}", src_dir_fd=parent.fd, dst_dir_fd=folder.fd)
+                    return
+                except OSError as error:
+                    if error.errno != errno.EXDEV:
+                        raise
+                _mark_in_place(folder, number)
+            failed.extend(remove(parent, name, mounts))
 
-        outcome, why = take(top, path, journal.identity(path), into_trash)
-        problems += [why] if why else []
-        if outcome is Outcome.DONE:
+        outcome, why = take(top, path, journal.identity(path), into_trash, same_inode=number in started)
+        problems += [why] if why else failed
+        if outcome is Outcome.DONE and not failed:
             moved.add(path)
         changed += outcome is Outcome.CHANGED
     return moved, problems, changed
+
+
+def _mark_in_place(folder: Folder, number: int) -> None:
+    """Say in the journal's folder, durably, that entry ``number`` is about to be deleted where it
+    is: a kill part-way leaves it changed by this prune, which the next one finishes."""
+    handle = create_new(folder, f"{number:06d}.in-place", 0o644)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+    folder.fsync()
+
+
+def _marked(folder: Folder) -> frozenset[int]:
+    """The entries (by place in the journal's list) a prune began deleting where they are."""
+    return frozenset(int(found.group(1)) for name in folder.names() if (found := _IN_PLACE.fullmatch(name)))
+
+
+def _ours_in_trash(name: str) -> bool:
+    """Whether a journal folder's ``name`` is what a prune puts there, besides its journal: an
+    entry moved in, a mark of one deleted in place, a journal's temporary file."""
+    return bool(_MOVED.fullmatch(name) or _IN_PLACE.fullmatch(name)) or name == JOURNAL + ".tmp"
 
 
 def _finish(trash: Folder, folder: Folder) -> list[str]:
@@ -150,12 +194,15 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
     problems = []
     strays = []
     mounts = mount_points()
+    marks = []
     for name in folder.names():
         if _MOVED.fullmatch(name):
             problems += remove(folder, name, mounts)
+        elif _IN_PLACE.fullmatch(name):
+            marks.append(name)
         elif name not in (JOURNAL, JOURNAL + ".tmp"):
             strays.append(name)
-    for name in (JOURNAL + ".tmp", JOURNAL):  # the journal last: until here a rerun would finish the job
+    for name in (*marks, JOURNAL + ".tmp", JOURNAL):  # the journal last: until here a rerun would finish the job
         if folder.lstat(name) is not None:
             os.unlink(name, dir_fd=folder.fd)
     if strays:
@@ -248,15 +295,26 @@ def _read_journal(folder: Folder) -> tuple[Journal, float]:
     return journal, written
 
 
-def _meant(top: Folder, journal: Journal, written: float, busy: frozenset[str], kept: frozenset[str]) -> list[str]:
+def _meant(
+    top: Folder, journal: Journal, written: float, busy: frozenset[str], kept: frozenset[str], started: frozenset[int] = frozenset()
+) -> list[str]:
     """The listed entries finishing a journal still deletes: in the run unchanged, the same inode
-    it listed, not held open, and not kept by the policy of the prune finishing it."""
+    it listed, not held open, and not kept by the policy of the prune finishing it. One it had
+    begun deleting where it is (``started``) is changed by that deletion alone: it only has to be
+    the same inode, with nothing in it held open."""
     meant = []
-    for path in journal.entries:
-        if ours(path) or _under(path, kept) or not still_meant(top, path, written, busy):
+    for number, path in enumerate(journal.entries):
+        if ours(path) or _under(path, kept):
             continue
         info = top.look(path)
-        if info is not None and identity(info) == journal.identity(path):
+        listed = journal.identity(path)
+        if info is None or listed is None:
+            continue
+        if number in started:
+            inside = os.path.join(top.path, path)
+            if identity(info)[:2] == tuple(listed)[:2] and not any(p == inside or p.startswith(inside + os.sep) for p in busy):
+                meant.append(path)
+        elif still_meant(top, path, written, busy) and identity(info) == listed:
             meant.append(path)
     return meant
 
@@ -274,7 +332,7 @@ def _pending_journals(
     for trash, _, folder in _journals(home):
         if folder.lstat(JOURNAL) is not None:
             journal, written = _read_journal(folder)
-            yield trash, folder, journal, _meant(top, journal, written, busy, kept)
+            yield trash, folder, journal, _meant(top, journal, written, busy, kept, _marked(folder))
 
 
 def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> list[Pending]:
@@ -295,7 +353,7 @@ def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(),
     with open_run(root) as top:
         for trash, folder, journal, meant in _pending_journals(top, home, busy, kept):
             already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
-            moved, failed, _ = _move_all(top, folder, journal, set(meant))
+            moved, failed, _ = _move_all(top, folder, journal, set(meant), _marked(folder))
             finished += already + len(moved)
             problems += failed + _finish(trash, folder)
     return Finished(finished, tuple(problems))
@@ -311,7 +369,7 @@ def leftovers(home: str, remove: bool) -> tuple[list[str], list[str]]:
         if folder.lstat(JOURNAL) is not None:
             continue
         names = folder.names()
-        if not all(_MOVED.fullmatch(item) or item == JOURNAL + ".tmp" for item in names):
+        if not all(_ours_in_trash(item) for item in names):
             notes.append(f"{folder.path} holds files ckptdoctor did not put there: left as it is")
         elif remove:
             failed += _finish(trash, folder)
@@ -345,8 +403,8 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
                         left.append(f"{os.path.join(folder.path, item)}: {listed[int(item)]} is in the run again")
             if left:
                 continue
-            for stale in (JOURNAL, JOURNAL + ".tmp"):
-                if folder.lstat(stale) is not None:
+            for stale in (JOURNAL, JOURNAL + ".tmp", *(name for name in folder.names() if _IN_PLACE.fullmatch(name))):
+                if folder.lstat(stale) is not None:  # an entry it began deleting in place stays as the deletion left it
                     os.unlink(stale, dir_fd=folder.fd)
             if not folder.names():
                 os.rmdir(name, dir_fd=trash.fd)
