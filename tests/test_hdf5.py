@@ -208,3 +208,32 @@ def test_any_bytes_after_the_signature_give_a_report_never_a_traceback(tail: byt
     for report in (hdf5.probe(BytesSample(data)), hdf5.read_whole(BytesSample(data))):
         assert report.format == "hdf5"
         assert report.issues, "random bytes are never a whole HDF5 file"
+
+
+def test_compressed_chunks_that_inflate_to_gigabytes_are_not_inflated_by_deep(tmp_path: Path) -> None:
+    """The second attack (issue 31): a 1 MiB weights file of gzip chunks of zeros (1 GiB of float32)
+    took `verify --deep` 5 s of CPU, and a 4 MiB one 16 s, exit 0. Its values are left unread, which
+    `verify` says (partly checked); weights of the same file compressed as real ones are read."""
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    bomb = tmp_path / "bomb" / "model.weights.h5"
+    bomb.parent.mkdir()
+    with h5py.File(bomb, "w") as f:
+        dataset = f.create_dataset("layers/dense/vars/0", shape=(2**28,), dtype="f4", chunks=(2**22,), compression="gzip")
+        for start in range(0, 2**28, 2**22):
+            dataset[start : start + 2**22] = np.zeros(2**22, "f4")
+    assert bomb.stat().st_size < 2 * 1024 * 1024
+    measured = verify_measured(bomb.parent, "--deep")
+    (finding,) = [f for f in measured.report["findings"] if f["code"] not in ("CKD107", "CKD110")]  # weights only
+    assert finding["code"] == "CKD213" and "not read" in finding["message"], measured.report["findings"]
+    assert measured.cpu < 2.0, f"{measured.cpu:.2f} s of CPU"
+    assert measured.peak < 256 * 1024 * 1024, f"{measured.peak >> 20} MiB at most"
+    weights = tmp_path / "weights" / "model.weights.h5"
+    weights.parent.mkdir()
+    values = np.random.default_rng(0).standard_normal(2**16).astype("f4")
+    values[7] = np.nan
+    with h5py.File(weights, "w") as f:
+        f.create_dataset("layers/dense/vars/0", data=values, chunks=(2**12,), compression="gzip")
+    report = hdf5.read_whole(BytesSample(weights.read_bytes()), deep=1)
+    assert [i.problem for i in report.issues] == [Problem.NONFINITE], report.issues

@@ -31,6 +31,7 @@ from ckptdoctor.parallel import forked
 from ckptdoctor.readers import _deep, _kerasconfig
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
 from ckptdoctor.readers._sample import Sample, SampleReader
+from ckptdoctor.readers.compressed import MAX_OUTPUT, MAX_RATIO
 from ckptdoctor.readers.sniff import Format, begins
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -365,13 +366,24 @@ def _dtype(h5py: Any, dataset: Any) -> str:
 
 def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> list[FileIssue]:
     """NaN and Inf in every float dataset: straight from the file where a dataset's bytes are one
-    run, else through h5py (chunked or filtered datasets, which Keras does not write)."""
+    run, else through h5py (chunked or filtered datasets, which Keras does not write), where their
+    stored chunks inflate to no more than a compressed stream may (``compressed.MAX_RATIO``)."""
     issues, _ = _deep.scan(sample, walked.regions, threads)
+    # bfloat16: h5py hands it over as raw 16-bit words, counted only where contiguous
+    chunked = [(opened[name], dtype) for name, dtype in walked.chunked if dtype in _deep.FLOAT_BITS and dtype != "bfloat16"]
+    inflated = sum(d.id.get_num_chunks() * math.prod(d.chunks) * d.dtype.itemsize for d, _ in chunked)
+    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)
+    if inflated > bound:  # a few MB of compressed zeros inflate to GBs: a bomb, not weights
+        issues.append(
+            FileIssue(
+                Problem.PARTLY_CHECKED,
+                f"the values of its chunked datasets were not read: their stored chunks inflate to {inflated:,} bytes, "
+                f"more than {MAX_RATIO} times the file's size or {MAX_OUTPUT:,} bytes",
+            )
+        )
+        return issues
     found = 0
-    for name, dtype in walked.chunked:
-        if dtype not in _deep.FLOAT_BITS or dtype == "bfloat16":
-            continue  # h5py hands bfloat16 over as raw 16-bit words: counted only where contiguous
-        dataset = opened[name]
+    for dataset, dtype in chunked:
         for chunk in _stored_chunks(dataset):
             found += _deep.count_nonfinite(dataset[chunk].tobytes(), dtype)
     if found:

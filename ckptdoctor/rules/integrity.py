@@ -471,23 +471,28 @@ PARTLY_CHECKED = Rule(
     code="CKD213",
     name="partly-checked",
     severity=Severity.INFO,
-    summary="`verify` could check only part of a file: the optional library that reads the rest is not installed.",
+    summary="`verify` could check only part of a file: the optional library that reads the rest is not installed, or the rest is a bomb.",
     meaning=(
         "Some formats are read past their header by a library that ckptdoctor does not require: HDF5 (Keras' "
         "`.weights.h5`, the weights inside a `.keras` archive) by h5py. Without it `verify` still checks what it can read "
         "itself (the HDF5 superblock against the file's size, the archive's members), and says here that the rest (the "
         "object headers that place each dataset, the datasets' bytes) was not read. Nothing was found wrong: the "
-        "checkpoint stays a resume point, but it is not vouched for as a whole."
+        "checkpoint stays a resume point, but it is not vouched for as a whole (`verify --resume` does not answer with it). "
+        "`verify --deep` also leaves unread the values of compressed HDF5 chunks that would inflate to more than 64 times "
+        "the file's size (at least 128 MiB): real weights compress by less than 2, and gigabytes of compressed zeros "
+        "cost minutes to inflate."
     ),
     causes=(
         "ckptdoctor was installed without the extra that brings the library (`pip install 'ckptdoctor[keras]'`), or runs in "
-        "a lean environment (CI, a cron job) without the training stack."
+        "a lean environment (CI, a cron job) without the training stack. A file whose compressed chunks inflate by "
+        "hundreds of times, which no framework writes for weights: crafted, or a dataset of constants."
     ),
     fixes=(
         "Install the library and verify again: `pip install h5py` (or `pip install 'ckptdoctor[keras]'`), then `ckptdoctor verify {run}`.",
         "Or run ckptdoctor in the training environment, which has the library already.",
+        "For chunks not inflated: load {name} with h5py and check its values there, if its source is trusted.",
     ),
-    messages=("only the HDF5 superblock and the file's size were checked",),
+    messages=("only the HDF5 superblock and the file's size were checked", "the values of its chunked datasets were not read"),
     related=("CKD203", "CKD207"),
 )
 
