@@ -102,6 +102,7 @@ class Folder:
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise Escapes(path) from None
+            error.filename = path  # the name alone (a journal's id) says not where it is
             raise
 
     def reach(self, relative: str, create: bool = False) -> tuple[Folder, str]:
@@ -126,10 +127,22 @@ class Folder:
             raise
         return current
 
+    @contextlib.contextmanager
+    def about(self, name: str | None = None) -> Iterator[None]:
+        """An OSError raised within names the path it is about (``name`` in this folder, or the
+        folder): relative to a descriptor, the system names only ``name``, or the descriptor's
+        number (a bare ``8:``)."""
+        try:
+            yield
+        except OSError as error:
+            error.filename = os.path.join(self.path, name) if name is not None else self.path
+            raise
+
     def lstat(self, name: str) -> os.stat_result | None:
         """``name`` in this folder as it is (a symlink is a symlink), or None when it is not there."""
         try:
-            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            with self.about(name):
+                return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
 
@@ -144,7 +157,8 @@ class Folder:
             return parent.lstat(name)
 
     def names(self) -> list[str]:
-        return sorted(os.listdir(self.fd))
+        with self.about():
+            return sorted(os.listdir(self.fd))
 
     def folders(self) -> list[str]:
         """The names in this folder that are real folders: a symlink or a stray file is no entry."""
@@ -157,7 +171,8 @@ class Folder:
 
     def fsync(self) -> None:
         """Make the renames in this folder durable (a crash could otherwise undo them)."""
-        os.fsync(self.fd)
+        with self.about():
+            os.fsync(self.fd)
 
 
 _ANCHORS: contextvars.ContextVar[tuple[tuple[str, Folder], ...]] = contextvars.ContextVar("anchors", default=())
