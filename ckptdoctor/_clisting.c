@@ -347,10 +347,10 @@ static PyObject *plain_entry(const Context *c, PyObject *name, PyObject *shown, 
     return make_entry(c, fields);
 }
 
-/* The shown path: the prefix, then the name as it is where it is ASCII (str.isascii), else as
- * display() prints it. A new reference, or NULL. */
+/* The shown path: the prefix, then the name as it is where it is ASCII (str.isascii) with no
+ * backslash, else as display() prints it. A new reference, or NULL. */
 static PyObject *shown_path(const Context *c, PyObject *name) {
-    if (PyUnicode_IS_ASCII(name)) {
+    if (PyUnicode_IS_ASCII(name) && PyUnicode_FindChar(name, '\\', 0, PyUnicode_GET_LENGTH(name), 1) == -1) {
         return PyUnicode_Concat(c->shown_prefix, name);
     }
     PyObject *printable = PyObject_CallOneArg(c->display, name);

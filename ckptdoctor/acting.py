@@ -1005,7 +1005,7 @@ def _plan_undo_in_store(undo: Undo, context: _Context, found: _InStore) -> None:
     found.plan = repair.undo_plan(standing, found.run.path, found.place.run.url, standing.home)
     found.journals = []
     found.quarantine = chosen
-    context.refused += undo_refusals(standing)
+    context.refused += undo_refusals(standing) + undo_unmatched(standing)  # a bucket's copy changed: nothing goes back
 
 
 def _undo_in_store(context: _Context, found: _InStore) -> None:
@@ -1157,6 +1157,7 @@ class Undo(Pass):
                 self._chosen[plan.run] = found
                 planned.append((plan, unit))
                 context.refused += undo_refusals(found)
+                context.problems += undo_unmatched(found)  # on disk, the rest goes back (a copy of the run)
         if self.ident and not planned:
             raise Refused(f"no run given holds quarantine {self.ident}")
         return planned
@@ -1183,15 +1184,23 @@ class Undo(Pass):
 
 
 def undo_refusals(found: Quarantine) -> list[str]:
-    """Why ``repair --undo`` of ``found`` puts nothing back: what is in the run again, and what in
-    the quarantine is not what the repair moved there (on disk and in a bucket alike)."""
+    """Why ``repair --undo`` of ``found`` puts nothing back: what is in the run again (on disk and
+    in a bucket alike). Nothing said here deletes anything: both copies are data."""
     return [
-        f"{item.path} is in the run again and in {found.folder}: move one of them aside, then undo again"
+        f"{item.path} is in the run again and in {found.folder}: move one of them aside (keep both), then undo again"
         for item in found.items
         if item.state is StoredState.CONFLICT
-    ] + [
-        f"{item.path} in {found.folder} is not what the repair moved there (another file, or a link): "
-        "it is never put back; remove it from the quarantine, then undo again"
+    ]
+
+
+def undo_unmatched(found: Quarantine) -> list[str]:
+    """What in ``found`` is not what the repair moved there, or cannot be shown to be (a copy of
+    the run made from a manifest that recorded no content): each named, left in the quarantine,
+    never put back and never to be deleted for the rest to go back."""
+    return [
+        f"{item.path} in {found.folder} is not what the repair moved there, or cannot be shown to be "
+        "(another file or a link, its size, time or bytes differ, or an older ckptdoctor recorded no fingerprint of it): "
+        "left in the quarantine; if you know it is the one, move it back into the run yourself"
         for item in found.items
         if item.state is StoredState.REPLACED
     ]

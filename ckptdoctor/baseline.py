@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 from ckptdoctor.model import Report
-from ckptdoctor.regular import read_regular
+from ckptdoctor.regular import read_regular, write_whole
 
 SCHEMA = "ckptdoctor.baseline.v1"
 
@@ -26,9 +26,7 @@ def write(report: Report, path: str) -> int:
         for f in sorted(report.findings, key=lambda finding: finding.fingerprint)
     ]
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"schema": SCHEMA, "findings": entries}, handle, indent=1)
-            handle.write("\n")
+        write_whole(path, (json.dumps({"schema": SCHEMA, "findings": entries}, indent=1) + "\n").encode("utf-8"))
     except OSError as error:
         raise BaselineError(f"cannot write the baseline {path}: {error.strerror}") from error
     return len(entries)

@@ -156,7 +156,7 @@ def _located(config: str | None, environ: Mapping[str, str], start: str | None) 
 
 
 def _explicit(path: str) -> Mapping[str, Any]:
-    if not os.path.isfile(path):
+    if not os.path.exists(path):  # what exists but is no file (/dev/zero, a folder) _load says what it is
         raise ConfigError(f"{path}: no such configuration file")
     document = _load(path)
     if os.path.basename(path) == "pyproject.toml":
@@ -301,7 +301,7 @@ def _load(path: str, naming: bytes | None = None) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from error
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: {error}") from error
+        raise ConfigError(f"{path}: not TOML ({error})") from error
 
 
 MAX_CONFIG = 1024 * 1024

@@ -25,6 +25,7 @@ from typing import TypeAlias
 from ckptdoctor.model import Entry
 from ckptdoctor.places import MOVED_ASIDE, OWN_FOLDER
 from ckptdoctor.progress import Tally
+from ckptdoctor.quoting import shown
 
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
@@ -86,15 +87,9 @@ class Discovery:
     unlisted: tuple[Unlisted, ...]
 
 
-def display(path: str) -> str:
-    """A path as it can be printed: undecodable bytes of a file name become ``\\xNN``."""
-    if path.isascii():
-        return path
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return path
+display = shown
+"""A path as it is printed (``quoting.shown``): a literal backslash doubled, bytes that are not
+UTF-8 as ``\\xNN``; the lister calls it for every name that is not plain ASCII."""
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -159,7 +154,7 @@ def python_list(os_dir: str, shown_dir: str) -> Listed:
             name = item.name
             if name in NEVER_PART_OF_A_RUN:
                 continue
-            shown = prefix + (name if name.isascii() else display(name))
+            shown = prefix + (name if name.isascii() and "\\" not in name else display(name))
             try:
                 is_symlink = item.is_symlink()
                 if item.is_dir(follow_symlinks=False):

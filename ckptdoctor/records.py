@@ -169,6 +169,10 @@ class EntryLine:
     identity: Identity | None
     """As the repair found it; a killed repair is finished only for entries still that inode,
     unchanged. None in version 1 manifests, which are finished only for what had moved."""
+    content: str | None = None
+    """Its content's fingerprint as it moved (``actions._content``): an undo on a copy of the run,
+    where every inode is another, puts back what still matches it. None in manifests before
+    version 3, and where the entry could not be read (then only its inode proves it)."""
 
 
 @dataclass(frozen=True)
@@ -189,8 +193,9 @@ class PointerLine:
 
 @dataclass(frozen=True)
 class Manifest:
-    """``quarantine/<id>/manifest.json``. Version 2 records each entry's identity; version 1
-    (the first ``repair``) did not, and is still read, and rewritten as version 1."""
+    """``quarantine/<id>/manifest.json``. Version 3 records each entry's identity and content
+    fingerprint; version 2 its identity only, version 1 (the first ``repair``) neither. Each is
+    still read, and rewritten as the version it is."""
 
     version: int
     run: str
@@ -220,6 +225,7 @@ class Manifest:
             "entries": [
                 {"path": line.path, "index": line.index, "reasons": list(line.reasons), "bytes": line.bytes}
                 | ({} if line.identity is None else {"identity": list(line.identity)})
+                | ({"content": line.content} if self.version >= 3 else {})
                 for line in self.entries
             ],
             "pointers": [
@@ -257,15 +263,15 @@ class Manifest:
             named = line.get("path") if isinstance(line, dict) else None
             if not _is_path(named) or not plain(named) or ours(named):
                 raise BadRecord(f"an entry names {named!r}, which is not a path inside the run")
-        entry_fields = _ENTRY if version >= 2 else {**_ENTRY, "identity": _optional(_ENTRY["identity"])}
+        entry_fields = _ENTRY_FIELDS[version]
         entries = tuple(_entry_line(_fields(line, entry_fields, "entry")) for line in document["entries"])
         pointers = tuple(_pointer_line(_fields(line, _POINTER, "pointer")) for line in document["pointers"])
         return cls(version, run, created, Phase(state), entries, pointers)
 
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 """The version ``repair`` writes."""
-MANIFEST_VERSIONS = (1, MANIFEST_VERSION)
+MANIFEST_VERSIONS = (1, 2, MANIFEST_VERSION)
 """The versions ``--undo`` and a finishing ``repair`` read."""
 
 
@@ -594,10 +600,21 @@ def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda value: value is _ABSENT or check(value)
 
 
+def _is_content(value: object) -> bool:
+    """A fingerprint as ``actions._content`` writes it (a SHA-256 in lowercase hex), or null."""
+    return value is None or (isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value))
+
+
 _ABSENT = object()
 """A field a line leaves out (only ``identity`` may, in a version 1 manifest)."""
 _LINE: dict[str, Callable[[object], bool]] = {"path": _is_path, "index": _is_index, "reasons": _is_reasons}
 _ENTRY = {**_LINE, "bytes": _is_size, "identity": _is_identity}
+_ENTRY_FIELDS: dict[int, dict[str, Callable[[object], bool]]] = {
+    1: {**_ENTRY, "identity": _optional(_is_identity)},
+    2: _ENTRY,
+    3: {**_ENTRY, "content": _is_content},
+}
+"""An entry line's fields by manifest version: each version added one."""
 _POINTER = {**_LINE, "text": _is_name, "kind": lambda value: value in _KINDS, "existed": lambda value: isinstance(value, bool)}
 
 
@@ -613,7 +630,7 @@ def _fields(line: dict[str, Any], fields: Mapping[str, Callable[[object], bool]]
 
 def _entry_line(found: dict[str, Any]) -> EntryLine:
     identity = None if found["identity"] is _ABSENT else _as_identity(found["identity"])
-    return EntryLine(found["path"], found["index"], tuple(found["reasons"]), found["bytes"], identity)
+    return EntryLine(found["path"], found["index"], tuple(found["reasons"]), found["bytes"], identity, found.get("content"))
 
 
 def _pointer_line(found: dict[str, Any]) -> PointerLine:

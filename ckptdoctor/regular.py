@@ -1,4 +1,4 @@
-"""Opening a file that could be anything: only regular files are read.
+"""Opening a file that could be anything: only regular files are read, and nothing waits to write.
 
 A FIFO named like a checkpoint, or ``/dev/zero`` given as an option file, would block ``open``
 forever or feed memory without end. Every file ckptdoctor reads is opened without blocking and
@@ -71,3 +71,18 @@ def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:
         return bytes(data)
     finally:
         os.close(fd)
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """``data`` as the whole of ``path`` (created, or truncated), for a file the user named (a
+    report, a baseline). Opened without blocking: a FIFO no process reads is refused (OSError
+    ENXIO saying so) instead of waiting forever; one a process reads gets the data."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO no process reads", path) from error
+        raise
+    os.set_blocking(handle, True)
+    with os.fdopen(handle, "wb") as stream:
+        stream.write(data)

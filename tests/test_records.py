@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_every_record_ckptdoctor_builds_reads_back_as_itself(kind: PointerKind) 
     assert Journal.decode(journal.encode()) == journal
 
 
+def test_version_3_manifests_carry_a_fingerprint_or_null_and_version_2_reads_on() -> None:
+    fingerprinted = _manifest(version=3, entries=[_entry(content="0123456789abcdef" * 4), {**_entry(content=None), "path": "unread"}])
+    manifest = Manifest.from_json(fingerprinted)
+    assert [line.content for line in manifest.entries] == ["0123456789abcdef" * 4, None]
+    assert manifest.to_json() == fingerprinted
+    assert (
+        Manifest.from_json(_manifest()).entries[0].content is None
+        and "content" not in Manifest.from_json(_manifest()).to_json()["entries"][0]
+    )
+
+
 def test_version_1_manifests_are_read_without_identities_and_rewritten_as_version_1() -> None:
     document = _manifest(version=1, entries=[{key: value for key, value in _entry().items() if key != "identity"}])
     manifest = Manifest.from_json(document)
@@ -121,10 +133,12 @@ def test_what_a_repair_and_a_prune_write_is_the_format_earlier_versions_read(tmp
     document = json.loads(written)
     assert written == json.dumps(document).encode(), "json.dump's own spacing, as before"
     assert (
-        list(document) == list(_manifest())
-        and list(document["entries"][0]) == list(_entry())
+        document["version"] == 3
+        and list(document) == list(_manifest())
+        and list(document["entries"][0]) == [*_entry(), "content"]  # version 3: version 2's fields and the fingerprint
         and list(document["pointers"][0]) == list(_pointer())
     )
+    assert re.fullmatch("[0-9a-f]{64}", document["entries"][0]["content"])
     journal = Journal("/r", ("a",), {"a": (1, 2, 3, 4, 5)}).encode()
     assert journal == json.dumps({"run": "/r", "entries": ["a"], "identities": {"a": [1, 2, 3, 4, 5]}}).encode()
 
@@ -137,7 +151,11 @@ REFUSED_MANIFESTS = {
     "not an object": ([], "not a ckptdoctor quarantine manifest"),
     "entries not a list": (_manifest(entries={}), "not a ckptdoctor quarantine manifest"),
     "no pointers": ({k: v for k, v in _manifest().items() if k != "pointers"}, "not a ckptdoctor quarantine manifest"),
-    "a newer version": (_manifest(version=3), "version 3 is not one this ckptdoctor reads"),
+    "a newer version": (_manifest(version=4), "version 4 is not one this ckptdoctor reads"),
+    "a fingerprint in version 2": (_manifest(entries=[_entry(content="0" * 64)]), "holds 'content', which ckptdoctor never writes"),
+    "no fingerprint in version 3": (_manifest(version=3), "its content is missing or wrong"),
+    "a short fingerprint": (_manifest(version=3, entries=[_entry(content="0" * 63)]), "its content is missing or wrong"),
+    "a fingerprint in capitals": (_manifest(version=3, entries=[_entry(content="A" * 64)]), "its content is missing or wrong"),
     "no version": ({k: v for k, v in _manifest().items() if k != "version"}, "version None"),
     "version as text": (_manifest(version="2"), "version '2'"),
     "version true": (_manifest(version=True), "version True"),

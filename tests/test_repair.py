@@ -802,7 +802,8 @@ def test_a_hand_written_repairing_manifest_moves_nothing(tmp_path, cli):
 
 @pytest.mark.parametrize("planted", ["a symlink out of the run", "another file"])
 def test_undo_never_puts_back_what_was_planted_in_the_quarantine(tmp_path, cli, planted):
-    """Only what the repair moved goes back: a link or file swapped into the quarantine stays there."""
+    """Only what the repair moved goes back: a link or file swapped into the quarantine stays there,
+    named, and the rest goes back (issue 32: undo restores what matches, names what does not)."""
     folder = broken_burn_run(tmp_path)
     assert cli("repair", "--yes", folder).exit_code == 0
     (stored,) = (folder / ".ckptdoctor" / "quarantine").glob("*/files/model-7.bpk")
@@ -814,6 +815,8 @@ def test_undo_never_puts_back_what_was_planted_in_the_quarantine(tmp_path, cli, 
     else:
         stored.write_bytes(b"not what was moved")
     result = cli("repair", "--undo", "--yes", folder)
-    assert result.exit_code == 1 and "is not what the repair moved there" in result.stderr and "Nothing was restored." in result.stderr
-    assert not os.path.lexists(folder / "model-7.bpk") and not (folder / "scheduler-7.bpk").exists(), "nothing restored"
+    assert result.exit_code == 1 and "model-7.bpk" in result.stderr and "is not what the repair moved there" in result.stderr
+    assert not os.path.lexists(folder / "model-7.bpk"), "the planted one is not put back"
+    assert os.path.islink(stored) if planted == "a symlink out of the run" else stored.read_bytes() == b"not what was moved"
+    assert (folder / "scheduler-7.bpk").is_file(), "what the repair moved goes back"
     assert victim.read_bytes() == b"outside the run"

@@ -216,3 +216,25 @@ def test_diskcheck_of_a_run_sizes_that_run_not_one_below_it(tmp_path: Path, cli)
         report["disk"]["next_save_bytes"]
         == (run / "model-5.bpk").stat().st_size + (run / "optim-5.bpk").stat().st_size + (run / "scheduler-5.bpk").stat().st_size
     )
+
+
+def test_a_byte_ff_and_the_four_characters_backslash_x_f_f_never_print_alike(tmp_path: Path) -> None:
+    """Issue 32, item 10: a folder named with the byte 0xff and one named ``\\xff`` (four
+    characters) printed the same, in the table, the JSON and the commands alike. A literal
+    backslash is doubled wherever names are escaped; the JSON's path gives the name's bytes back
+    (``quoting.unshown``), and a printed command names the very folder in bash."""
+    byte, literal = b"run\xff", b"run\\xff"
+    for name in (byte, literal):
+        shutil.copytree(EXAMPLES / "torch-split", os.fsdecode(bytes(tmp_path) + b"/" + name))
+    _aged(tmp_path)
+    _, human = _ckptdoctor(tmp_path, "inspect", ".")
+    assert b"./run\\xff " in human and b"./run\\\\xff " in human, human
+    from ckptdoctor.quoting import unshown  # new with the fix
+
+    _, output = _ckptdoctor(tmp_path, "inspect", "--json", ".")
+    paths = sorted(run["path"] for run in json.loads(output)["runs"])
+    assert len(set(paths)) == 2 and sorted(unshown(path) for path in paths) == sorted([b"./" + byte, b"./" + literal])
+    for path in paths:
+        listed = subprocess.run(["bash", "-c", f"ls {shell_word(path)}"], cwd=tmp_path, capture_output=True, check=True).stdout
+        assert b"model_2.safetensors" in listed.split(), listed
+    assert shell_word("run\\xff") == "$'run\\xff'" and shell_word("run\\\\xff") == "'run\\xff'"

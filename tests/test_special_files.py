@@ -64,6 +64,36 @@ def test_option_files_that_are_no_files_are_a_usage_error(tmp_path: Path, option
     assert done.stderr.count("\n") <= 2
 
 
+@pytest.mark.parametrize("special", ["/dev/zero", "folder", "big", "not toml"])
+def test_a_config_that_exists_but_cannot_be_one_says_what_is_wrong(tmp_path: Path, special: str) -> None:
+    """Issue 32, item 10: `--config /dev/zero` said "no such configuration file"."""
+    path, said = {
+        "/dev/zero": ("/dev/zero", "a character device, not a regular file"),
+        "folder": (str(tmp_path), "a folder, not a regular file"),
+        "big": (str(tmp_path / "big.toml"), "more than the"),
+        "not toml": (str(tmp_path / "bad.toml"), "not TOML"),
+    }[special]
+    if special == "big":
+        Path(path).write_bytes(b"#" * (2 << 20))
+    if special == "not toml":
+        Path(path).write_text("this is = = not toml\n")
+    done = ckptdoctor("inspect", "--config", path, EXAMPLES / "burn-healthy")
+    assert done.returncode == 2 and said in done.stderr and path in done.stderr, done.stderr
+    assert "no such configuration file" not in done.stderr
+    assert "no such configuration file" in ckptdoctor("inspect", "--config", tmp_path / "absent.toml", EXAMPLES / "burn-healthy").stderr
+
+
+@pytest.mark.parametrize("option", ["-o", "--write-baseline"])
+def test_a_report_or_baseline_into_a_fifo_nobody_reads_is_refused_not_waited_for(tmp_path: Path, option: str) -> None:
+    """Issue 32, item 10: `--write-baseline FIFO` waited forever where `-o FIFO` refused."""
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    done = ckptdoctor("inspect", option, fifo, EXAMPLES / "burn-healthy")  # a hang is the timeout's failure
+    assert done.returncode == 2 and f"{fifo}: a FIFO no process reads" in done.stderr.replace(
+        "cannot write the baseline ", "cannot write "
+    ), done.stderr
+
+
 @pytest.mark.parametrize("special", ["/dev/zero", "fifo", "latin-1"])
 def test_a_metrics_file_that_cannot_be_read_says_why(tmp_path: Path, special: str) -> None:
     path = tmp_path / "metrics.csv"

@@ -118,6 +118,7 @@ class Folder:
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise Escapes(path) from None
+            error.filename = path  # the name alone (a journal's id) says not where it is
             raise
         if self.within_mount and mount_of(found.fd) != mount_of(self.fd):
             found.close()
@@ -150,10 +151,22 @@ class Folder:
             raise
         return current
 
+    @contextlib.contextmanager
+    def about(self, name: str | None = None) -> Iterator[None]:
+        """An OSError raised within names the path it is about (``name`` in this folder, or the
+        folder): relative to a descriptor, the system names only ``name``, or the descriptor's
+        number (a bare ``8:``)."""
+        try:
+            yield
+        except OSError as error:
+            error.filename = os.path.join(self.path, name) if name is not None else self.path
+            raise
+
     def lstat(self, name: str) -> os.stat_result | None:
         """``name`` in this folder as it is (a symlink is a symlink), or None when it is not there."""
         try:
-            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            with self.about(name):
+                return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
 
@@ -168,7 +181,8 @@ class Folder:
             return parent.lstat(name)
 
     def names(self) -> list[str]:
-        return sorted(os.listdir(self.fd))
+        with self.about():
+            return sorted(os.listdir(self.fd))
 
     def folders(self) -> list[str]:
         """The names in this folder that are real folders: a symlink or a stray file is no entry."""
@@ -196,7 +210,8 @@ class Folder:
 
     def fsync(self) -> None:
         """Make the renames in this folder durable (a crash could otherwise undo them)."""
-        os.fsync(self.fd)
+        with self.about():
+            os.fsync(self.fd)
 
 
 def mount_of(fd: int) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from ckptdoctor.actions._confine import (
     put_back,
     take,
 )
+from ckptdoctor.actions._content import fingerprint
 from ckptdoctor.actions._home import (
     FULL,
     create_new,
@@ -234,7 +235,10 @@ def _movable(top: Folder, lines: Sequence[EntryLine], written: float, busy: froz
             meant[line.path] = identity(info)
     spoiled = {line.index for line in lines if line.path not in meant and top.look(line.path) is not None}
     return [
-        dataclasses.replace(line, identity=meant[line.path]) for line in lines if line.path in meant and line.index not in spoiled - {None}
+        # its fingerprint read from that very inode: changed after, it no longer moves (``take``)
+        dataclasses.replace(line, identity=meant[line.path], content=fingerprint(top, line.path, meant[line.path][:2]))
+        for line in lines
+        if line.path in meant and line.index not in spoiled - {None}
     ]
 
 
@@ -391,7 +395,7 @@ def _stored(top: Folder, stored: Folder | None, line: EntryLine | PointerLine) -
             # one file in both places: an undo killed between linking it back and unlinking the spare
             state = StoredState.BACK if same else StoredState.CONFLICT
         elif kept is not None:
-            state = StoredState.QUARANTINED if _as_moved(kept, line.identity) else StoredState.REPLACED
+            state = StoredState.QUARANTINED if _as_moved(stored, line, kept) else StoredState.REPLACED
         else:
             state = StoredState.BACK if in_run is not None else StoredState.LOST
     else:
@@ -401,13 +405,20 @@ def _stored(top: Folder, stored: Folder | None, line: EntryLine | PointerLine) -
     return Stored(path, line.index, line.reasons, write, existed, state, line.bytes if isinstance(line, EntryLine) else 0)
 
 
-def _as_moved(kept: os.stat_result, moved: Identity | None) -> bool:
-    """Whether what the quarantine holds is what the repair moved there: a move keeps the inode,
-    size and modification time (not the change time). A version 1 manifest recorded no identity:
-    then anything but a symlink the repair could not have moved (it never follows one)."""
+def _as_moved(stored: Folder | None, line: EntryLine, kept: os.stat_result) -> bool:
+    """Whether what the quarantine holds (``kept``, in ``stored``) is what the repair moved there:
+    a move keeps the inode, size and modification time (not the change time); a copy of the run
+    (another inode) must match the content fingerprint the manifest recorded, which manifests
+    before version 3 lack: their entries on a copy are never put back. A version 1 manifest
+    recorded no identity: then anything but a symlink the repair could not have moved (it never
+    follows one)."""
+    moved = line.identity
     if moved is None:
         return not stat.S_ISLNK(kept.st_mode)
-    return (kept.st_dev, kept.st_ino, kept.st_size, kept.st_mtime_ns) == moved[:4]
+    if (kept.st_dev, kept.st_ino, kept.st_size, kept.st_mtime_ns) == moved[:4]:
+        return True
+    # restored onto the same disk, another file may even have the inode this one had
+    return stored is not None and line.content is not None and fingerprint(stored, line.path) == line.content
 
 
 def _written_at(top: Folder, path: str, write: PointerWrite) -> bool:
@@ -435,24 +446,28 @@ def _pointer_state(ours: bool, existed: bool, in_run: bool, in_quarantine: bool,
 
 
 def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
-    """Put back what ``found`` holds (the caller checked there were no conflicts), then remove
-    it; returns the entries put back, and a line for each entry left because something took its
-    place since the caller looked (or a folder on the way became a symlink). A quarantine that
-    holds anything else (a file someone put there) is kept. Killed part-way, the next ``--undo``
-    goes on from there."""
+    """Put back what ``found`` holds (the caller checked there were no conflicts, and named what
+    is not what the repair moved: that stays), then remove it; returns the entries put back, and
+    a line for each entry left because something took its place since the caller looked (or a
+    folder on the way became a symlink). A quarantine that holds anything else (a file someone
+    put there, or what was not put back) is kept. Killed part-way, the next ``--undo`` goes on
+    from there."""
+    unmatched = {item.path for item in found.items if item.state is StoredState.REPLACED}
     places = _Places(root, found.home, found.ident, create=False)
     try:
         manifest = _read_manifest(places.here)
         try:
             write_record(places.here, MANIFEST, dataclasses.replace(manifest, state=Phase.UNDOING).encode())
-        except OSError as error:
-            raise ActionError(f"cannot write in {found.run}: {error.strerror}; nothing was restored") from error
+        except OSError as error:  # the run undone may be a copy: its manifest names where it was made
+            raise ActionError(f"cannot write in {root}: {error.strerror}; nothing was restored") from error
         _release(places.here)
         _confine.between("undo started", places.here.path)
         restored = 0
         left = []
         for line in manifest.lines:
             item = _stored(places.top, places.stored, line)  # again: the run may have changed since the plan
+            if item.state is StoredState.REPLACED and item.path in unmatched:
+                continue  # named already, and left where it is
             try:
                 outcome = _restore_one(places, item)
             except Escapes:
@@ -463,8 +478,8 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
                 restored += 1
             else:
                 left.append(f"{item.path} changed in the run while undoing: left as it is; the quarantined one stays in {places.here.path}")
-        strays = _not_ours(places.here)
-        if not strays:
+        strays = [stray for stray in _not_ours(places.here) if not any(_below(stray, os.path.join(FILES, path)) for path in unmatched)]
+        if not strays and not unmatched:
             os.unlink(MANIFEST, dir_fd=places.here.fd)
             _confine.remove(places.quarantine, found.ident)  # only empty folders are left in it
         elif not left:
@@ -475,6 +490,10 @@ def restore(found: Quarantine, root: str) -> tuple[int, list[str]]:
         return restored, left
     finally:
         places.close()
+
+
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder + os.sep)
 
 
 def _not_ours(here: Folder) -> list[str]:

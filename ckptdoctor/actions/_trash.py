@@ -204,12 +204,14 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
             strays.append(name)
     for name in (*marks, JOURNAL + ".tmp", JOURNAL):  # the journal last: until here a rerun would finish the job
         if folder.lstat(name) is not None:
-            os.unlink(name, dir_fd=folder.fd)
+            with folder.about(name):
+                os.unlink(name, dir_fd=folder.fd)
     if strays:
         problems.append(f"{folder.path} holds {', '.join(strays)}, which ckptdoctor did not put there: left as it is")
     if problems:
         return problems  # the folder stays, with no journal: the next prune tries again
-    os.rmdir(os.path.basename(folder.path), dir_fd=trash.fd)
+    with trash.about(os.path.basename(folder.path)):
+        os.rmdir(os.path.basename(folder.path), dir_fd=trash.fd)
     trash.fsync()
     return problems
 
@@ -405,7 +407,9 @@ def discard(root: str, home: str) -> tuple[int, list[str]]:
                 continue
             for stale in (JOURNAL, JOURNAL + ".tmp", *(name for name in folder.names() if _IN_PLACE.fullmatch(name))):
                 if folder.lstat(stale) is not None:  # an entry it began deleting in place stays as the deletion left it
-                    os.unlink(stale, dir_fd=folder.fd)
+                    with folder.about(stale):
+                        os.unlink(stale, dir_fd=folder.fd)
             if not folder.names():
-                os.rmdir(name, dir_fd=trash.fd)
+                with trash.about(name):  # the journal's id alone names no folder
+                    os.rmdir(name, dir_fd=trash.fd)
     return restored, left

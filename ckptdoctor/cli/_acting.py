@@ -275,7 +275,7 @@ def failures_explained(command: str) -> Iterator[None]:
         say(f"ckptdoctor: error: {error}")
         raise typer.Exit(EXIT_FINDINGS) from error
     except OSError as error:  # EIO, ENOSPC, EROFS, EACCES in the middle of acting: no usage error, no bug
-        where = f"{error.filename}: " if error.filename else ""
+        where = f"{error.filename}: " if isinstance(error.filename, str) and error.filename else ""  # never a descriptor's number
         why = error.strerror or type(error).__name__
         code = errno.errorcode.get(error.errno or 0, "")
         say(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import errno
 import functools
 import inspect
 import os
@@ -349,17 +348,11 @@ def write(text: str, output: str | None) -> None:
         sys.stdout.buffer.write(encoded)  # an error here is stdout's: cli.main says so
         sys.stdout.buffer.flush()
         return
+    # loaded only where a report goes to a file
+    from ckptdoctor.regular import write_whole
+
     try:
-        # O_NONBLOCK: a FIFO nobody reads is refused (ENXIO) instead of waiting forever
-        handle = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as error:
-        why = "a FIFO no process reads" if error.errno == errno.ENXIO else error.strerror
-        say(f"ckptdoctor: error: cannot write {output}: {why}")
-        raise typer.Exit(EXIT_USAGE) from error
-    try:
-        os.set_blocking(handle, True)
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(encoded)
+        write_whole(output, encoded)
     except OSError as error:
         say(f"ckptdoctor: error: cannot write {output}: {error.strerror}")
         raise typer.Exit(EXIT_USAGE) from error

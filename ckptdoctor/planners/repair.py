@@ -147,7 +147,9 @@ def undo_plan(found: Quarantine, run: str, root: str, home: str) -> Plan:
                 )
             )
         elif stored.state is StoredState.REPLACED:
-            items.append(PlanItem(stored.number, Action.KEEP, (what, "not what the repair moved: not put back"), (entry,), 0))
+            items.append(
+                PlanItem(stored.number, Action.KEEP, (what, "not shown to be what the repair moved: left in the quarantine"), (entry,), 0)
+            )
         elif stored.state is StoredState.LOST:
             items.append(PlanItem(stored.number, Action.KEEP, (what, "no longer in the quarantine: cannot be put back"), (entry,), 0))
     return Plan(run, root, home, tuple(items), 0, f"undo repair {found.ident}")
