@@ -516,7 +516,7 @@ CLOCK_SKEW = Rule(
     ),
     fixes=(
         "Compare the clocks: `date -u` here and on the machine that writes the run (`timedatectl` or `chronyc tracking` shows whether NTP keeps it right); set the wrong one right before the next save.",
-        "Once the clocks agree, give the file a true time: `touch {path}` (now) or `touch -d 'YYYY-MM-DD HH:MM' {path}` (when it was written), then `ckptdoctor inspect {run}`.",
+        "Once the clocks agree, give the file a true time: `touch {path}` dates it now (`touch -d` with a date, when it was written), then run `ckptdoctor inspect {run}`.",
     ),
     messages=("in the future", "Clock skew detected", "has modification time in the future"),
     related=("CKD116", "CKD115"),
