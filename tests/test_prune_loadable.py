@@ -38,7 +38,12 @@ def legacy_run(folder: Path, epochs: int) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        state = {"epoch": epoch, "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict(), "loss": loss.item()}
+        state = {
+            "epoch": epoch,
+            "model_state_dict": model.state_dict(),
+            "optimizer_state_dict": optimizer.state_dict(),
+            "loss": loss.item(),
+        }
         torch.save(state, folder / f"ckpt_{epoch}.pt", _use_new_zipfile_serialization=False)
     an_hour_ago = time.time() - 3600
     for path in folder.iterdir():
