@@ -32,7 +32,8 @@ Metric = Annotated[
 Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (accuracy).", metavar="min|max")]
 KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
 KeepWithin = Annotated[
-    str | None, typer.Option("--keep-within", help="Keep everything saved in the last DURATION (7d, 36h), by the clock.", metavar="DURATION")
+    str | None,
+    typer.Option("--keep-within", help="Keep everything saved in the last DURATION (7d, 36h), by the clock.", metavar="DURATION"),
 ]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
 VerifyKept = Annotated[
