@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -493,16 +494,54 @@ class Prune(Pass):
                 metric = self.policy.metric if self.policy.keep_best else None
                 values = metric_values(run, run_root(run), metric, self.options.metrics_file) if metric else {}
                 world = dataclasses.replace(circumstances(run, time.time(), context.tell, context.noted), metrics=values)
-                judged = self._verified(run, context) if self.options.verify_kept else run
-                plan = retention.plan(judged, layout_named(run.layout), self.policy, world)
+                judged, plan = self._planned(run, context, world)
                 planned.append((plan, run.unit.value))
                 self._worlds[plan.run] = (judged, world.now, frozenset(world.open_by))
         except (MetricsError, retention.PolicyError) as error:
             raise Refused(str(error)) from error
         return planned
 
-    def _verified(self, run: Run, context: _Context) -> Run:
-        return read_newest(run, max(self.policy.keep_last, 1), context.tell)
+    def _planned(self, run: Run, context: _Context, world: Circumstances) -> tuple[Run, Plan]:
+        """The plan for ``run``, and the run as it was judged for it: with --verify, its newest
+        kept checkpoints read whole first; without, the newest kept one read whole where the plan
+        would delete a complete checkpoint and keep none that a header read proves whole
+        (``retention.unproven``): a prune never leaves a run without a checkpoint that loads. Raises
+        ``retention.PolicyError``."""
+        layout = layout_named(run.layout)
+        judged, plan = run, retention.plan(run, layout, self.policy, world)
+        if self.options.verify_kept or retention.unproven(run, plan):
+            judged, failed = read_newest(run, max(self.policy.keep_last, 1) if self.options.verify_kept else 1, context.tell)
+            if failed:
+                world = dataclasses.replace(world, not_whole=failed)
+                plan = retention.plan(judged, layout, self.policy, world)
+        young = retention.young(judged, layout, self.policy, world, plan)
+        if young:  # the fix a crash's findings print does nothing for --min-age: say so, with what does
+            count = f"{len(young)} {run.unit.value}{'s are' if len(young) > 1 else ' is'}"
+            context.tell(
+                f"{run.path}: {count} kept only because {'they were' if len(young) > 1 else 'it was'} written within --min-age "
+                f"{duration(self.policy.min_age)} (a save may still be running): once no job writes here, "
+                f"`{self.at_min_age_0(run.path)}` deletes {'them' if len(young) > 1 else 'it'} too."
+            )
+        return judged, plan
+
+    def at_min_age_0(self, path: str) -> str:
+        """The command that prunes the run at ``path`` alone as this prune does, with --min-age 0."""
+        policy, words = self.policy, ["ckptdoctor prune"]
+        if policy.keep_last:
+            words.append(f"--keep-last {policy.keep_last}")
+        if policy.keep_best:
+            words.append(f"--keep-best {policy.keep_best} --metric {shlex.quote(str(policy.metric))} --mode {policy.mode}")
+        if self.options.metrics_file:
+            words.append(f"--metrics-file {shell_word(self.options.metrics_file)}")
+        if policy.keep_every:
+            words.append(f"--keep-every {policy.keep_every}")
+        if policy.keep_within:
+            seconds = policy.keep_within
+            words.append(f"--keep-within {int(seconds) if seconds == int(seconds) else seconds}s")
+        words += [f"--keep {index}" for index in sorted(policy.keep)]
+        if self.options.verify_kept:
+            words.append("--verify")
+        return " ".join([*words, "--min-age 0 --no-recurse", shell_word(path)])
 
     def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
 
@@ -734,12 +773,10 @@ def _plan_in_store(prune: Prune, context: _Context, found: _InStore) -> None:
             context.tell(f"note: {place.run.url_of(journal.key)} is not ckptdoctor's ({journal.why}): ignored")
     inside, open_by = _objects_inside(run, found)
     world = Circumstances(found.now, open_by=open_by, inside=inside)
-    judged = prune._verified(run, context) if prune.options.verify_kept else run
     try:
-        found.plan = retention.plan(judged, layout_named(run.layout), prune.policy, world)
+        found.run, found.plan = prune._planned(run, context, world)
     except retention.PolicyError as error:
         raise Refused(str(error)) from error
-    found.run = judged
     _say_versions(context, found)
     stale = _stale_uploads(prune, found)
     if stale:
@@ -1024,14 +1061,14 @@ def _undo_in_store(context: _Context, found: _InStore) -> None:
 # repair
 
 
-def read_newest(run: Run, count: int, tell: Callable[..., None]) -> Run:
+def read_newest(run: Run, count: int, tell: Callable[..., None]) -> tuple[Run, tuple[int, ...]]:
     """The run judged with its ``count`` newest complete checkpoints read whole, and older ones in
-    place of any that fail (``verify_newest``: ``prune --verify``, ``repair --verify``), each
-    failure told."""
+    place of any that fail (``verify_newest``: ``prune --verify``, ``repair --verify``), and the
+    checkpoints that failed, each told."""
     judged, failed = verify_newest(run, count)
     for index in failed:
         tell(f"{run.path}: {run.unit.value} {index} does not pass verify (read whole): it is not complete; `ckptdoctor verify` says why.")
-    return judged
+    return judged, failed
 
 
 class Repair(Pass):
@@ -1079,7 +1116,7 @@ class Repair(Pass):
         for scanned in context.runs:
             findings = [finding for finding in context.report.findings if finding.run == scanned.path]
             world = circumstances(scanned, time.time(), context.tell, context.noted)
-            run = read_newest(scanned, 1, context.tell) if self.read_whole else scanned
+            run = read_newest(scanned, 1, context.tell)[0] if self.read_whole else scanned
             try:
                 planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))
             except repair.Refused as refusal:

@@ -50,6 +50,18 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
+CLOCK_DRIFT = 300.0
+"""Seconds a file's time may run ahead of the clock that judges it before it counts as dated in the
+future (CKD214): clocks kept by NTP agree within milliseconds, and an NFS client's and server's
+drift apart by seconds to a minute or two where it stopped; five minutes is the skew Kerberos allows
+by default (``clockskew`` in krb5.conf), which NFSv4 with Kerberos already holds machines to."""
+
+
+def ahead(when: float, now: float) -> float:
+    """How far ``when`` lies in the future of ``now``, where that is beyond ``CLOCK_DRIFT``; 0 otherwise."""
+    return when - now if when - now > CLOCK_DRIFT else 0.0
+
+
 def parse_size(text: str, what: str) -> int:
     """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
     cleaned = text.strip().lower().replace(" ", "")

@@ -670,8 +670,9 @@ def test_a_last_ckpt_dated_in_the_future_is_left_by_repair_until_min_age_0(copie
         return torch.load(lightning_fit(tmp_path / "fit", 3, ckpt_path="last", dirpath=probe, save_top_k=0).ckpt_path, weights_only=False)
 
     assert picked()["global_step"] == 4
-    (behind,) = [f for f in inspect_json(folder).json["findings"] if f["severity"] != "info"]
+    behind, skewed = [f for f in inspect_json(folder).json["findings"] if f["severity"] != "info"]
     assert (behind["code"], behind["path"]) == ("CKD116", str(ahead))
+    assert (skewed["code"], skewed["path"]) == ("CKD214", str(ahead))
     left = cli("repair", "--yes", folder)
     assert left.exit_code == 0 and "in the future" in left.stdout and ahead.read_bytes() != (folder / "epoch=2-step=12.ckpt").read_bytes()
     assert cli("repair", "--yes", "--min-age", "0", folder).exit_code == 0

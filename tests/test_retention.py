@@ -94,11 +94,13 @@ def test_keep_every_and_pins_and_union(burn):
     assert reasons(result, 1) == ("pinned (--keep)",)
 
 
-def test_keep_within_is_measured_back_from_the_newest_checkpoint(burn):
-    age(burn, {i: 100 - i for i in range(1, 11)})  # epoch 10 saved 90 h ago, one hour apart
+def test_keep_within_is_measured_back_from_now_not_from_the_newest_checkpoint(burn):
+    age(burn, {i: 10.5 - i for i in range(1, 11)})  # epoch 10 saved half an hour ago, one hour apart
     result = decide(burn, Policy(keep_within=parse_duration("3h")))
-    assert kept(result) == [7, 8, 9, 10]
-    assert "keep-within 3h" in reasons(result, 7)
+    assert kept(result) == [8, 9, 10]
+    assert "keep-within 3h" in reasons(result, 8)
+    age(burn, {i: 100 - i for i in range(1, 11)})  # a run left 90 h ago: nothing was saved in the last 3 h
+    assert kept(decide(burn, Policy(keep_within=parse_duration("3h")))) == [10]
 
 
 def test_keep_best_by_metric_min_and_max(burn):

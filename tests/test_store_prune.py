@@ -72,6 +72,18 @@ def test_min_age_is_measured_by_the_stores_clock_not_the_local_one(
     assert _epochs(weed_bucket) == [1, 2, 3, 4]
 
 
+def test_keep_within_is_measured_back_from_the_stores_clock_not_the_local_one(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The objects were stored just now by the store's clock: a window of an hour back from it
+    keeps them all, however far ahead the local clock runs."""
+    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    monkeypatch.setattr(time, "time", lambda: 4_000_000_000.0)
+    result = cli("prune", "--keep-within", "1h", *NOW, "--yes", url)
+    assert result.exit_code == 0, result.stderr
+    assert _epochs(weed_bucket) == [1, 2, 3, 4]
+
+
 def test_prune_works_on_moto_too(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
     url = _burn(moto_bucket, tmp_path, range(1, 5))
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)

@@ -32,7 +32,8 @@ Metric = Annotated[
 Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (accuracy).", metavar="min|max")]
 KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
 KeepWithin = Annotated[
-    str | None, typer.Option("--keep-within", help="Keep everything saved within DURATION of the newest (7d, 36h).", metavar="DURATION")
+    str | None,
+    typer.Option("--keep-within", help="Keep everything saved in the last DURATION (7d, 36h), by the clock.", metavar="DURATION"),
 ]
 Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
 VerifyKept = Annotated[
@@ -84,8 +85,8 @@ def prune(
     """Delete the checkpoints a retention policy does not keep.
 
     Never deleted: the resume point, the framework's best or pointed-to checkpoint, an incomplete
-    checkpoint newer than the resume point, files modified within --min-age, files a live process
-    holds open, or anything outside the run.
+    checkpoint newer than the resume point, files modified within --min-age or dated in the
+    future, files a live process holds open, or anything outside the run.
 
     A checkpoint is kept if any rule keeps it; the plan shows the reasons. Deletion is journalled:
     a prune killed at any moment loses nothing that was to be kept, and the next one finishes it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -115,7 +116,7 @@ def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: T
     before = session.traffic()
     result = scan(paths, tally=tally)
     runs = with_leftovers(paths, result.runs)
-    findings = check(runs, result.unlisted, thresholds or Thresholds())
+    findings = check(runs, result.unlisted, thresholds or Thresholds(), now=time.time())
     report = Report("inspect", runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
     return report, result
 

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -93,7 +94,7 @@ def verify(
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
     runs = list(with_leftovers(paths, runs))
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True)
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
     report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
@@ -172,7 +173,7 @@ def verify_resume(
         advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
         for run in second.runs
     ]
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True)
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
     return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
 
 

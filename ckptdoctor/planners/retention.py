@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import home, run_root
-from ckptdoctor.units import duration
+from ckptdoctor.readers.files import ends_unchecked
+from ckptdoctor.units import CLOCK_DRIFT, ahead, duration
 
 MIN_AGE = 600.0
 """Seconds: a file modified more recently than this may still be being written."""
@@ -44,7 +45,8 @@ class Policy:
     keep_every: int = 0
     """Checkpoints whose index is a multiple of this."""
     keep_within: float = 0.0
-    """Seconds back from the newest checkpoint: everything saved within them."""
+    """Seconds back from now (the store's clock for a bucket), never from the newest file's time:
+    one file dated in the future would empty the window."""
     keep: frozenset[int] = frozenset()
     """Pinned indices."""
     min_age: float = MIN_AGE
@@ -71,7 +73,7 @@ class Policy:
         if self.keep_every:
             parts.append(f"every {unit} divisible by {self.keep_every}")
         if self.keep_within:
-            parts.append(f"everything saved within {duration(self.keep_within)} of the newest")
+            parts.append(f"everything saved in the last {duration(self.keep_within)}")
         if self.keep:
             parts.append(f"{unit}{'s' if len(self.keep) != 1 else ''} {', '.join(str(i) for i in sorted(self.keep))}")
         return "keep " + "; ".join(parts)
@@ -91,6 +93,9 @@ class Circumstances:
     """Every file inside each folder of the run (by the folder's os path), claimed by a layout or
     not: moving or deleting the folder takes them all, so they all count for --min-age and open
     files."""
+    not_whole: tuple[int, ...] = ()
+    """Checkpoints a header read took for complete and a whole read did not (``prune --verify``, or
+    the read ``unproven`` asks for): the resume point is the newest that reads whole, and says so."""
 
 
 def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
@@ -103,6 +108,13 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     resume = run.resume
     if resume is not None:
         reasons[resume.index].append("resume point (newest complete)")
+        newer = [index for index in circumstances.not_whole if index > resume.index]
+        if newer:
+            one = len(newer) == 1
+            reasons[resume.index].append(
+                f"the newest that reads whole ({unit}{'' if one else 's'} {', '.join(map(str, newer))} after it do{'es' if one else ''} not: "
+                "`ckptdoctor verify` says why)"
+            )
     for pointer in layout.pointers(run):
         if pointer.number in reasons:
             reasons[pointer.number].append(f"named by {pointer.meaning}")
@@ -118,12 +130,25 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
                 )
             elif resume is None:
                 reasons[checkpoint.index].append(f"{checkpoint.status.value}, and no complete {unit} exists: left to repair")
-        reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age)
+        reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age, deleting=True)
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons, tangled)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
     freed = _freed(run, items, sizes, tangled, circumstances.inside)
     return Plan(run.path, run_root(run), home(run), items, freed, policy.describe(unit))
+
+
+def unproven(run: Run, planned: Plan) -> bool:
+    """Whether ``planned`` deletes a complete checkpoint of ``run`` and keeps none whose files a
+    header read proves whole (each of a format whose end it checks): then only a whole read of the
+    newest it keeps tells whether the run is left a checkpoint that loads (a legacy ``torch.save``
+    file cut in half looks complete to ``inspect``)."""
+    deleted = {item.number for item in planned.items if item.action is Action.DELETE}
+    complete = [c for c in run.checkpoints if c.status is Status.COMPLETE]
+    if not any(c.index in deleted for c in complete):
+        return False
+    unchecked = ends_unchecked()
+    return not any(c.index not in deleted and all(f.report.format not in unchecked for f in c.files) for c in complete)
 
 
 class Measured(NamedTuple):
@@ -151,13 +176,16 @@ def measure(run: Run, circumstances: Circumstances) -> Measured:
     return Measured(saved, sizes, tangled)
 
 
-def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
+def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float, *, deleting: bool = False) -> list[str]:
     """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
-    within ``min_age`` (the save may still be going on), or a live process holds one open."""
-    if not circumstances.open_by and not (checkpoint.files and min_age > 0 and circumstances.now - saved < min_age):
+    within ``min_age`` (the save may still be going on), a file is dated in the future (its age is
+    not known: a repair, which can be undone, moves it with --min-age 0; ``deleting`` never), or a
+    live process holds one open."""
+    recent = min_age > 0 and circumstances.now - saved < min_age
+    if not circumstances.open_by and not (checkpoint.files and (recent or (deleting and ahead(saved, circumstances.now)))):
         return []  # the common case, without building the list of paths: big runs ask 100,000s of times
     paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
-    return _held(paths, saved if checkpoint.files else None, circumstances, min_age)
+    return _held(paths, saved if checkpoint.files else None, circumstances, min_age, deleting)
 
 
 def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) -> list[str]:
@@ -167,22 +195,47 @@ def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) 
     return _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
 
 
-def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float) -> list[str]:
+def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float, deleting: bool = False) -> list[str]:
     reasons = []
     age = circumstances.now - saved if saved is not None else None
-    if age is not None and min_age > 0 and age < 0:
-        # a clock ahead of this one's stamped it: how long ago it was written is not known
+    skew = ahead(saved, circumstances.now) if saved is not None else 0.0
+    if skew and deleting:
+        # a clock ahead of this one's stamped it: how long ago it was written is not known, and a
+        # delete cannot be undone, so --min-age 0 does not reach it
         reasons.append(
-            f"dated {duration(-age)} in the future (another machine's clock?): whether it is still being written cannot be told from its time (--min-age 0 acts on it)"
+            f"dated {duration(skew)} in the future (another machine's clock? CKD214): its age is not known, so no prune deletes it "
+            "(`touch` its files once the clock is right)"
+        )
+    elif skew and min_age > 0:
+        reasons.append(
+            f"dated {duration(skew)} in the future (another machine's clock? CKD214): whether it is still being written cannot be told from its time (--min-age 0 acts on it)"
         )
     elif age is not None and min_age > 0 and age < min_age:
-        reasons.append(f"modified {duration(age)} ago (--min-age {duration(min_age)})")
+        reasons.append(f"modified {duration(max(age, 0.0))} ago {_by_min_age(min_age)}")
     holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
     if isinstance(holder, int):
         reasons.append(f"open in process {holder}")
     elif holder is not None:
         reasons.append(holder)
     return reasons
+
+
+def _by_min_age(min_age: float) -> str:
+    return f"(--min-age {duration(min_age)})"
+
+
+def young(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances, planned: Plan) -> list[int]:
+    """The checkpoints ``planned`` keeps for --min-age alone (a file written within it, so a save
+    may still be going on): the plan at --min-age 0 deletes them."""
+    said = _by_min_age(policy.min_age)
+    if not policy.min_age or not any(why.endswith(said) for item in planned.items if item.action is Action.KEEP for why in item.reasons):
+        return []  # the common case, planned once
+    bare = plan(run, layout, replace(policy, min_age=0.0), circumstances)
+    return [
+        kept.number
+        for kept, bared in zip(planned.items, bare.items, strict=True)
+        if kept.action is not bared.action and kept.number is not None
+    ]
 
 
 def contents_of(folder: Entry | None, circumstances: Circumstances) -> Contents:
@@ -245,11 +298,11 @@ def _apply_policy(run: Run, policy: Policy, circumstances: Circumstances, reason
         for checkpoint in run.checkpoints:
             if checkpoint.index % policy.keep_every == 0:
                 reasons[checkpoint.index].append(reason)
-    if policy.keep_within:
-        newest = max(saved.values(), default=0.0)
+    if policy.keep_within:  # back from now: a time in the future is no save's, and keeps its checkpoint for itself
+        since, until = circumstances.now - policy.keep_within, circumstances.now + CLOCK_DRIFT
         reason = f"keep-within {duration(policy.keep_within)}"
         for index, when in saved.items():
-            if when >= newest - policy.keep_within:
+            if since <= when <= until:
                 reasons[index].append(reason)
     for index in policy.keep & reasons.keys():
         reasons[index].append("pinned (--keep)")

@@ -121,6 +121,11 @@ class ReaderSpec:
     """The library ``verify --load`` loads it with, if any."""
     not_a_checkpoint: str = ""
     """For content that is never a checkpoint: why, in the user's terms (CKD205 says it)."""
+    end_checked: bool = True
+    """Whether ``inspect``'s header read finds where a file of it must end (an end record in its
+    tail, sizes in its header) and so sees it cut short. False: a cut can pass that read, and
+    ``prune`` reads the newest checkpoint it keeps whole before it deletes the last one that a
+    header read proves whole (``planners.retention.unproven``)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,10 @@ class Registry:
     @functools.cached_property
     def read_any_name(self) -> frozenset[Format]:
         return frozenset(spec.format for spec in self.specs if spec.read_any_name)
+
+    @functools.cached_property
+    def ends_unchecked(self) -> frozenset[Format]:
+        return frozenset(spec.format for spec in self.specs if not spec.end_checked)
 
     def with_spec(self, spec: ReaderSpec) -> Registry:
         """This registry and one more format (tests declare one without touching any table)."""

@@ -270,7 +270,7 @@ SPECS = (
         probe_json,
         read_whole_json,
     ),
-    ReaderSpec(Format.BINCODE, (Sniff(Rank.PAYLOAD + 50, _bincode),), ((".bin", Naming.CHECKPOINT),)),
+    ReaderSpec(Format.BINCODE, (Sniff(Rank.PAYLOAD + 50, _bincode),), ((".bin", Naming.CHECKPOINT),), end_checked=False),  # no end record
     # the gzip forms are told by the gzip reader from what the stream holds
     ReaderSpec(Format.MSGPACK_GZ, suffixes=((".mpk.gz", Naming.CHECKPOINT_ONLY),)),
     ReaderSpec(Format.JSON_GZ, suffixes=((".json.gz", Naming.CHECKPOINT),)),

@@ -50,6 +50,7 @@ __all__ = [
     "ReadAhead",
     "Sample",
     "checkpoint_suffixes",
+    "ends_unchecked",
     "expected_formats",
     "holds",
     "looks_like_checkpoint",
@@ -74,6 +75,11 @@ def checkpoint_suffixes(formats: frozenset[Format]) -> tuple[str, ...]:
 def read_any_name() -> frozenset[Format]:
     """Content ``verify`` reads whatever the file is called: it can carry code or tensors."""
     return current().read_any_name
+
+
+def ends_unchecked() -> frozenset[Format]:
+    """Formats whose end a header read cannot check: a file of them cut short may look whole to ``inspect``."""
+    return current().ends_unchecked
 
 
 def looks_like_checkpoint(name: str) -> bool:

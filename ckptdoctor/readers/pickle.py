@@ -317,6 +317,7 @@ SPECS = (
         read_whole_legacy,
         read_any_name=True,
         loaded_by=Library.TORCH,
+        end_checked=False,  # its end is known only where its pickles fit in the head (``_legacy_end``)
     ),
     ReaderSpec(
         Format.PICKLE,

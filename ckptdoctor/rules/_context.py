@@ -56,6 +56,8 @@ class RunContext:
     """Other runs lie, or may lie, in folders below this run's (see ``with_runs_below``)."""
     whole: bool = False
     """Its files were read whole (``verify``): what its findings saw, a ``repair`` sees only so."""
+    now: float | None = None
+    """The clock when the files were listed, which their times are judged by (CKD214); None: not known."""
 
     @functools.cached_property
     def advisory(self) -> Mapping[Role, str]:

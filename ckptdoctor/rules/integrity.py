@@ -7,7 +7,9 @@ and zeros where the previous checkpoint's same file held data.
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
@@ -19,7 +21,8 @@ from ckptdoctor.readers.sniff import Format
 from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules._context import Kind, RunContext, make_finding
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
-from ckptdoctor.units import size
+from ckptdoctor.stores.urls import scheme
+from ckptdoctor.units import CLOCK_DRIFT, ahead, duration, size
 
 EMPTY_FILE = Rule(
     code="CKD201",
@@ -496,6 +499,34 @@ PARTLY_CHECKED = Rule(
     related=("CKD203", "CKD207"),
 )
 
+CLOCK_SKEW = Rule(
+    code="CKD214",
+    name="clock-skew",
+    severity=Severity.WARNING,
+    summary="A file is dated in the future by the clock of the machine that checks it: its time says nothing of when it was written.",
+    meaning=(
+        "A file's modification time is stamped by the clock of the machine that wrote it (on NFS, often the server's). One "
+        f"dated more than {duration(CLOCK_DRIFT)} ahead of this machine's clock tells nothing of when it was written, and "
+        "whatever orders or ages files by their times goes wrong with it: a retention window measured back from the newest "
+        "file empties (one file dated years ahead made every other checkpoint look old), and a framework that resumes "
+        "from the newest file by time (Lightning's `last*.ckpt`) picks it. ckptdoctor measures ages from the clock, never "
+        "from the files: `prune` measures --keep-within and --min-age back from now, and never deletes a checkpoint "
+        "holding such a file (its age is not known); `repair` leaves it unless given --min-age 0. In a bucket the store "
+        "stamps every object by its own clock, which prune's ages are measured by: this is not checked there."
+    ),
+    causes=(
+        "The clock of the machine that wrote the file, or of the NFS server, runs ahead: no NTP, a virtual machine resumed "
+        "with a stale clock, local time kept as UTC. A backup restored, or a copy made keeping times (`rsync -t`, `cp -p`, "
+        "`tar x`), from a machine whose clock was wrong. A time set by hand (`touch -d`)."
+    ),
+    fixes=(
+        "Compare the clocks: `date -u` here and on the machine that writes the run (`timedatectl` or `chronyc tracking` shows whether NTP keeps it right); set the wrong one right before the next save.",
+        "Once the clocks agree, give the file a true time: `touch {path}` dates it now (`touch -d` with a date, when it was written), then run `ckptdoctor inspect {run}`.",
+    ),
+    messages=("in the future", "Clock skew detected", "has modification time in the future"),
+    related=("CKD116", "CKD115"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -510,6 +541,7 @@ RULES: tuple[Rule, ...] = (
     UNREADABLE,
     ZEROED_DATA,
     PARTLY_CHECKED,
+    CLOCK_SKEW,
 )
 
 
@@ -737,4 +769,32 @@ def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
         )
 
 
-CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data)
+@fires(CLOCK_SKEW)
+def clock_skew(ctx: RunContext) -> Iterator[Finding]:
+    """CKD214, once per run: files dated in the future by the clock ``ctx.now`` (the machine's,
+    when the files were listed), the most skewed named. Not in a store: there its own clock stamps
+    every object, and this machine's may be the one that is off."""
+    if ctx.now is None or scheme(ctx.run.path) not in (None, "file"):
+        return
+    now = ctx.now
+    files = itertools.chain(ctx.files, ((None, file) for file in ctx.run.loose_files))
+    skewed = [(skew, index, file.entry) for index, file in files if (skew := ahead(file.entry.mtime, now))]
+    if not skewed:
+        return
+    skew, _, worst = max(skewed, key=lambda found: found[0])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(worst.mtime))
+    indices = {index for _, index, _ in skewed}
+    if len(skewed) == 1:
+        said = f"{worst.name} is dated {when}, {duration(skew)} in the future of this machine's clock"
+    else:
+        said = f"{len(skewed)} files are dated in the future of this machine's clock, up to {duration(skew)} ahead ({worst.name}: {when})"
+    yield ctx.finding(
+        CLOCK_SKEW,
+        f"{said}: its time says nothing of when it was written; prune keeps {'its' if len(skewed) == 1 else 'their'} "
+        "checkpoint and measures --keep-within and --min-age from the clock",
+        index=next(iter(indices)) if len(indices) == 1 else None,
+        path=worst.path,
+    )
+
+
+CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew)

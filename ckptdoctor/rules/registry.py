@@ -40,15 +40,17 @@ def find_rule(key: str) -> Rule | None:
     return _BY_KEY.get(key.strip().lower())
 
 
-def check(runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds, *, whole: bool = False) -> tuple[Finding, ...]:
+def check(
+    runs: Iterable[Run], unlisted: Iterable[Unlisted], thresholds: Thresholds, *, whole: bool = False, now: float | None = None
+) -> tuple[Finding, ...]:
     """Every finding for every run, in run order, then by checkpoint index; ``whole``: the runs'
-    files were read whole (``verify``)."""
+    files were read whole (``verify``); ``now``: the clock the files' times are judged by."""
     unlisted = list(unlisted)
     findings: list[Finding] = list(integrity.unlisted_folders(unlisted))
     runs = list(runs)
     holding = with_runs_below(runs, (folder.path for folder in unlisted))
     for run in runs:
-        context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding, whole=whole)
+        context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding, whole=whole, now=now)
         found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
         findings.extend(by_harm(context, found, find_rule))
     return tuple(findings)
