@@ -378,3 +378,37 @@ def test_a_pax_size_and_an_unknown_member_type_are_read_as_tarfile_reads_them(tm
         assert result.exit_code == 1, (case, result.json["findings"])
         (finding,) = [f for f in result.json["findings"] if f["severity"] == "error"]
         assert finding["code"] == "CKD401" and "system" in finding["message"], (case, finding)
+
+
+@pytest.mark.parametrize("name", ["frame.pkl.zip", "frame.pkl.tar", "frame.pkl.tar.gz"])
+def test_a_pandas_archive_verified_alone_is_judged_by_its_pickle(tmp_path, cli, name):
+    """The second attack (issue 31): a benign `to_pickle` archive verified as one file was CKD205
+    "holds zip data", exit 1, though the same file in a run folder was clean."""
+    pandas = pytest.importorskip("pandas")
+    benign = tmp_path / name
+    pandas.to_pickle({"epoch": 3}, benign)
+    assert pandas.read_pickle(benign) == {"epoch": 3}
+    result = cli("verify", "--json", benign)
+    assert result.exit_code == 0 and not result.json["findings"], result.json["findings"]
+    pandas.to_pickle(_Payload(tmp_path / "canary"), benign)
+    result = cli("verify", "--json", benign)
+    assert result.exit_code == 1 and errors(result) == {"CKD401"}, result.json["findings"]
+
+
+@pytest.mark.parametrize(("module", "suffix", "compress"), [("lzma", "xz", "lzma"), ("bz2", "bz2", "bz2")])
+def test_a_stream_whose_standard_module_is_missing_names_no_pip_package(tmp_path, module, suffix, compress):
+    """The second attack (issue 31): the fix said `pip install xz`, and `xz` on PyPI is another
+    package: lzma and bz2 come with Python, or not at all."""
+    import importlib
+
+    data = importlib.import_module(compress).compress(pickle.dumps({"epoch": 3}))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / f"model.pkl.{suffix}").write_bytes(data)
+    blocked = f"import sys; sys.modules[{module!r}] = None; from ckptdoctor.__main__ import program; program()"
+    child = subprocess.run(
+        [sys.executable, "-c", blocked, "verify", "--json", str(tmp_path / "run")], capture_output=True, text=True, check=False
+    )
+    assert child.returncode == 1, child.stderr
+    (finding,) = json.loads(child.stdout)["findings"]
+    assert finding["code"] == "CKD401" and "cannot check:" in finding["message"]
+    assert f"built without its {module} module" in finding["message"] and "pip install" not in finding["message"]

@@ -44,9 +44,11 @@ from ckptdoctor.model import (
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers import pointer as pointer_file
 from ckptdoctor.readers._pickle_safety import Trusted
+from ckptdoctor.readers.compressed import pandas_archive
 from ckptdoctor.readers.files import HeaderReads, ReadAhead, expected_formats, same_save, with_keys
 from ckptdoctor.readers.named import NO_NAMES, Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.tararchive import TAR
 
 
 class Claim(NamedTuple):
@@ -1557,13 +1559,13 @@ class _ContentCheck:
         held = self.judged.get(id(report))
         if held is not None and held[0] is report:
             return held[1]
-        judged = self._judge(report)
+        judged = self._judge(report, entry.name)
         # the report is kept with its judgement: a folder's or a dangling link's, made afresh
         # for each entry, cannot leave its id to another
         self.judged[id(report)] = (report, judged)
         return judged
 
-    def _judge(self, report: FileReport) -> FileReport:
+    def _judge(self, report: FileReport, name: str) -> FileReport:
         if report.issues:
             return self.layout.own_objects.vouched(report, trusted_globals())
         try:
@@ -1572,6 +1574,8 @@ class _ContentCheck:
             content = Format.UNKNOWN
         if self.layout.accepts(content) or (content is Format.NUMPY and report.tensors):
             return report  # arrays no framework writes as checkpoints, but read and found to be plain data
+        if report.format in (Format.ZIP.value, TAR.value) and pandas_archive(name):
+            return report  # pandas' pickle archive, its pickle read as read_pickle reads it and found plain data
         what = "no checkpoint format ckptdoctor knows" if content is Format.UNKNOWN else f"{content.value} data"
         writer = f", which {self.layout.name} does not write" if self.layout.content else ""
         return FileReport(report.format, (FileIssue(Problem.NOT_A_CHECKPOINT, f"holds {what}{writer}"),), report.facts)

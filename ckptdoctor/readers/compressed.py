@@ -255,6 +255,8 @@ _INSTALL = {
     "lz4": "pip install lz4",
     "zstd": "pip install backports.zstd",
     "lzop": "no Python package reads lzop's files: decompress it with `lzop -d` and check what comes out",
+    **dict.fromkeys(("xz", "lzma"), "this Python was built without its lzma module: use one built with liblzma"),
+    "bz2": "this Python was built without its bz2 module: use one built with libbz2",
 }
 _LOADED = frozenset({Format.TORCH_ZIP.value, Format.ZIP.value, Format.TORCH_TAR.value, Format.TORCH_LEGACY.value, "tar"})
 """What loaders read after decompressing besides a pickle (the tar archive reader declares ``tar``)."""
@@ -270,13 +272,19 @@ _PANDAS_PICKLES = (".pkl", ".pickle")
 """Names ``to_pickle`` writes (``checkpoint.pth.tar`` is a ``torch.save`` file, never a tar)."""
 
 
+def pandas_archive(name: str) -> bool:
+    """Whether ``name`` is one ``to_pickle`` writes as an archive of one pickle (``x.pkl.zip``,
+    ``x.pkl.tar``, ``x.pkl.tar.gz``), which ``read_pickle`` unpacks by that name."""
+    stem, dot, suffix = inner_name(name).lower().rpartition(".")
+    return dot + suffix in dict(_ARCHIVES) and stem.endswith(_PANDAS_PICKLES)
+
+
 def unopened_archive(name: str, read_as: str) -> tuple[FileIssue, ...]:
     """Why a pandas archive (``x.pkl.zip``, ``x.pkl.tar``) that ckptdoctor did not read as that
     archive cannot be checked: ``zipfile`` finds a zip behind any bytes and ``tarfile`` reads
     archives without the ustar magic, so what ``read_pickle`` would unpickle stays unseen."""
-    stem, dot, suffix = name.lower().rpartition(".")
-    formats = dict(_ARCHIVES).get(dot + suffix)
-    if formats is None or read_as in formats or not stem.endswith(_PANDAS_PICKLES):
+    suffix = name.lower().rpartition(".")[2]
+    if not pandas_archive(name) or read_as in dict(_ARCHIVES)[f".{suffix}"]:
         return ()
     return _cannot_check(
         f"its name says {suffix} ({name}), which pandas' read_pickle opens and unpickles the one member of, "
