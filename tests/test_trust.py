@@ -325,3 +325,25 @@ def test_a_declared_library_class_called_with_arguments_stays_unsafe(declared, m
     assert result.exit_code == 1
     (finding,) = _unsafe(result)
     assert finding["severity"] == "error" and "declared trusted" not in finding["message"]
+
+
+def test_a_chain_through_a_special_attribute_is_worded_as_running_commands(tmp_path, cli):
+    """The second attack (issue 31): `torch._utils` + `_rebuild_tensor_v2.__builtins__.get` reaches
+    `eval`; CKD401 said only "calls functions when loaded", not what they can do."""
+    canary = tmp_path / "canary"
+
+    def short(text: str) -> bytes:
+        return b"\x8c" + bytes([len(text)]) + text.encode()
+
+    code = f"open({str(canary)!r}, 'a').close()"
+    getter = short("torch._utils") + short("_rebuild_tensor_v2.__builtins__.get") + b"\x93"
+    pickled = b"\x80\x04" + _call(_call(getter, _u("eval")), _u(code)) + b"."
+    loader = "import pickle, sys, torch; pickle.loads(sys.stdin.buffer.read())"
+    subprocess.run([sys.executable, "-c", loader], input=pickled, check=False)
+    assert canary.exists()
+    path = tmp_path / "run" / "model_3.pt"
+    path.parent.mkdir()
+    path.write_bytes(pickled)
+    result = cli("verify", "--json", path)
+    (finding,) = _unsafe(result)
+    assert result.exit_code == 1 and ACTS in finding["message"], finding

@@ -142,8 +142,14 @@ _NEVER_ALLOWED = frozenset({"os", "posix", "nt", "sys"})
 
 def acts(dotted: str) -> bool:
     """Whether ``module.name`` is, or lies in, a module whose functions can act (``ACTING_MODULES``,
-    ``ACTING_NAMES``)."""
-    return dotted.partition(".")[0] in ACTING_MODULES or any(dotted == name or dotted.startswith(f"{name}.") for name in ACTING_NAMES)
+    ``ACTING_NAMES``), or reaches through a special attribute past its module (``Config.__init__.
+    __builtins__.get`` is ``builtins`` and its ``eval``)."""
+    module, _, attributes = dotted.partition(".")
+    return (
+        module in ACTING_MODULES
+        or any(len(part) > 4 and part[:2] == part[-2:] == "__" for part in attributes.split("."))
+        or any(dotted == name or dotted.startswith(f"{name}.") for name in ACTING_NAMES)
+    )
 
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
