@@ -321,3 +321,18 @@ def test_weights_saved_by_torch_under_the_safetensors_name_load_as_pytorch_model
     trainer = hf_trainer(run, 8)
     trainer.train(resume_from_checkpoint=str(run / "checkpoint-6"))
     assert trainer.state.global_step == 8
+
+
+def test_a_checkpoint_folder_linked_out_of_the_run_says_so(run, tmp_path, inspect_json):
+    """The second attack (issue 31): `checkpoint-8` linked to a folder elsewhere read "step 8 has
+    nothing but no optimizer state". transformers' `get_last_checkpoint` follows the link, so the
+    Trainer's own resume would load what the other folder holds."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    elsewhere = tmp_path / "elsewhere" / "checkpoint-8"
+    shutil.copytree(run / "checkpoint-6", elsewhere)
+    (run / "checkpoint-8").symlink_to(elsewhere, target_is_directory=True)
+    assert get_last_checkpoint(str(run)) == str(run / "checkpoint-8")
+    missing = [f for f in inspect_json(run).json["findings"] if f["code"] == "CKD101"]
+    assert missing and all(f"is a link to {elsewhere}, which ckptdoctor does not follow" in f["message"] for f in missing)
+    assert not any("has nothing" in f["message"] for f in missing)

@@ -443,10 +443,16 @@ def _told_outside(cli, run: Path, outside: Path) -> None:
     """What ckptdoctor says of ``run`` whose pointer leads to ``outside``."""
     report = cli("inspect", "--json", run).json
     (told,) = [f for f in report["findings"] if f["code"] == "CKD113"]
-    assert told["severity"] == "warning" and f"outside this run at {outside}" in told["message"] and "not there" not in told["message"]
-    assert f"outside this run, at {outside}" in report["runs"][0]["resume"]["how"], "the resume answer says what the framework loads"
+    assert (
+        told["severity"] == "warning"
+        and f"outside this run's checkpoints at {outside}" in told["message"]
+        and "not there" not in told["message"]
+    )
+    assert f"outside this run's checkpoints, at {outside}" in report["runs"][0]["resume"]["how"], (
+        "the resume answer says what the framework loads"
+    )
     printed = cli("inspect", "--resume-path", run)
-    assert printed.exit_code == 0 and f"outside this run, at {outside}" in printed.stderr
+    assert printed.exit_code == 0 and f"outside this run's checkpoints, at {outside}" in printed.stderr
     refused = cli("verify", "--resume-path", run)
     assert (refused.exit_code, refused.stdout) == (1, ""), "the framework's own resume loads a file no one checked"
 
@@ -467,6 +473,13 @@ def test_mmengine_last_checkpoint_naming_another_runs_file_is_what_resume_loads(
     assert mmengine_run(work, "epoch", 3, resume=True).epoch == 3
     (work / "last_checkpoint").write_text(str(tmp_path / "gone" / "epoch_2.pth"))
     assert states(work)[0] == [(None, "not there")]
+    # the second attack (issue 31): a hidden file beside it is no checkpoint of the run, yet there,
+    # and what Runner(resume=True) loads: it was "not there", and verify --resume-path answered
+    hidden = work / ".epoch_2.pth"
+    hidden.write_bytes(outside.read_bytes())
+    (work / "last_checkpoint").write_text(str(hidden))
+    _told_outside(cli, work, hidden)
+    assert mmengine_run(work, "epoch", 3, resume=True).epoch == 3
 
 
 def test_detectron2_last_checkpoint_naming_a_file_out_of_the_run_is_what_resume_loads(tmp_path, cli):

@@ -1125,7 +1125,7 @@ class NamingFile(NamedTuple):
             return (Pointer(source, text, None, self.name, outside=elsewhere(source, text)),)
         name = os.path.basename(path)
         number = next((c.index for c in run.checkpoints if _named(c, name)), None)
-        return (Pointer(source, text, number, self.name),)
+        return (Pointer(source, text, number, self.name, outside=elsewhere(source, text) if number is None else None),)
 
     def repoint(self, source: CheckpointFile | None, checkpoint: Checkpoint) -> PointerWrite | None:
         """The file, written as the framework writes it, naming ``checkpoint``'s file (the
@@ -1223,18 +1223,19 @@ def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: st
     for file in run.loose_files:
         if Role.POINTER in file.roles and file.entry.link and not file.entry.dangling:
             named = claim(file.entry.link.rsplit("/", 1)[-1]) if link_beside(file.entry.os_path, file.entry.link) else None
-            outside = elsewhere(file, file.entry.link) if not file.entry.is_dir else None  # a link's framework loads a file
+            # a link's framework loads a file, this run's checkpoint or not
+            outside = elsewhere(file, file.entry.link) if named is None and not file.entry.is_dir else None
             found.append(Pointer(file, file.entry.link, named.number if named else None, meaning, outside=outside))
     return tuple(found)
 
 
 def elsewhere(source: CheckpointFile, target: str) -> str | None:
     """Where the pointer file ``source`` leads when its ``target`` (a symlink's, or the text a
-    framework joins to the pointer's folder: mmengine's absolute path, DeepSpeed's tag) is a file
-    or folder that is there but not beside the pointer, outside the run: the path the framework
-    opens. None where it is beside it, is not there, or the run is in a store (whose pointers
-    name no local path)."""
-    if remote(source.entry.os_path) or link_beside(source.entry.os_path, target):
+    framework joins to the pointer's folder: mmengine's absolute path, DeepSpeed's tag), which
+    names none of the run's checkpoints, is a file or folder that is there (outside the run, a
+    hidden file beside the pointer, ckptdoctor's own quarantine): the path the framework opens.
+    None where it is not there, or the run is in a store (whose pointers name no local path)."""
+    if remote(source.entry.os_path):
         return None
     path = os.path.normpath(os.path.join(os.path.dirname(source.entry.os_path), target))
     return path if os.path.exists(path) else None
@@ -1247,15 +1248,15 @@ def led_outside(layout: Layout, run: Run) -> str:
     for pointer in layout.pointers(run):
         if pointer.outside is not None and pointer.source is not None:
             return (
-                f"{pointer.source.name} points outside this run, at {pointer.outside}: {layout.name}'s own resume through it "
-                "loads that, which ckptdoctor did not check"
+                f"{pointer.source.name} points outside this run's checkpoints, at {pointer.outside}: {layout.name}'s own resume through it "
+                "loads that, which ckptdoctor did not check as one of them"
             )
     return ""
 
 
-OUTSIDE = "outside this run"
+OUTSIDE = "outside this run's checkpoints"
 """What ``unfollowable`` says of a pointer that leads to a file or folder that is there, but none
-of the run's (``Pointer.outside``): the framework loads it, and nothing of it was judged."""
+of the run's checkpoints (``Pointer.outside``): the framework loads it, and it was not judged as one."""
 
 
 def unfollowable(run: Run, pointer: Pointer) -> str | None:

@@ -659,6 +659,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
         if not checkpoint.missing:
             continue
         present = ", ".join(f.name for f in checkpoint.files) or "nothing"
+        linked = checkpoint.folder.link if checkpoint.folder is not None and not checkpoint.files else None
         for role in checkpoint.missing:
             rule = _MISSING_RULE.get(role)
             if rule is None:
@@ -670,7 +671,14 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 or ctx.sibling_name(role, checkpoint.index)
                 or f"a file with its {role.value} state"
             )
-            message = f"{run.unit.value} {checkpoint.index} has {present} but no {_STATE.get(role, role.value)} ({expected})"
+            state = _STATE.get(role, role.value)
+            if linked is not None:  # not followed out of the run, yet the framework's own resume loads it
+                message = (
+                    f"{run.unit.value} {checkpoint.index} is a link to {linked}, which ckptdoctor does not follow: no {state} "
+                    f"({expected}) was read there, though {ctx.layout.name}'s resume loads what it holds"
+                )
+            else:
+                message = f"{run.unit.value} {checkpoint.index} has {present} but no {state} ({expected})"
             keyed = next((f for f in checkpoint.files if f.report.keys and f.report.tensors is not None), None)
             if keyed is not None:
                 message += f"; the top-level keys of {keyed.name} are {', '.join(keyed.report.keys[:8])}"
@@ -973,7 +981,7 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
         if state == OUTSIDE:  # there, and what the framework loads; only not judged here: a warning
             message = (
                 f"{pointer.source.path} names {pointer.target!r} as its {pointer.meaning}, which points {state} at {pointer.outside}: "
-                f"{ctx.layout.name}'s resume through it loads that, which ckptdoctor did not check"
+                f"{ctx.layout.name}'s resume through it loads that, which ckptdoctor did not check as one of them"
             )
             yield ctx.finding(STALE_POINTER, message, path=pointer.source.path, severity=Severity.WARNING)
             continue
