@@ -29,7 +29,7 @@ from typing import Any
 from ckptdoctor import actions, processes
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen, Unit
+from ckptdoctor.model import Action, Entry, Plan, PlanItem, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import home, home_of, relative, run_root
@@ -131,6 +131,9 @@ class Outcome:
     refused: tuple[str, ...] = ()
     """Runs (or quarantines) left alone, and why: a repair that cannot make a run resumable, an
     undo that would put an entry over one that exists again."""
+    skipped: tuple[str, ...] = ()
+    """Checkpoints the plan would have acted on that this user cannot read: left, and left by
+    every pass this user runs (CKD214); the rest of the plan was done."""
 
 
 _NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
@@ -153,6 +156,7 @@ class _Context:
     told: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def tell(self, text: str, tone: Tone = Tone.NOTICE) -> None:
         self.told.append(text)
@@ -244,7 +248,7 @@ def carry_out(
         def outcome(acted: bool = False, declined: str = "") -> Outcome:
             return Outcome(
                 pass_.command, context.report, tuple(plans), dry_run, acted, declined, tuple(context.told),
-                tuple(context.problems), tuple(context.refused),
+                tuple(context.problems), tuple(context.refused), tuple(context.skipped),
             )  # fmt: skip
 
         if not pass_.before_asking(context, plans):
@@ -482,6 +486,7 @@ class Prune(Pass):
                 plan = retention.plan(judged, layout_named(run.layout), self.policy, world)
                 planned.append((plan, run.unit.value))
                 self._worlds[plan.run] = (judged, world.now, frozenset(world.open_by))
+                context.skipped += [_skipped_line(plan, item, run.unit.value) for item in retention.skipped(plan)]
         except (MetricsError, retention.PolicyError) as error:
             raise Refused(str(error)) from error
         return planned
@@ -547,6 +552,12 @@ class Prune(Pass):
             context.tell(
                 f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."
             )
+
+
+def _skipped_line(plan: Plan, item: PlanItem, unit: str) -> str:
+    """What a prune skips because this user cannot read it, and who can delete it."""
+    where = ", ".join(item.paths) or f"{unit} {item.number}"
+    return f"{plan.run}: {unit} {item.number} ({where}) is one this user cannot read: skipped, not deleted; CKD214 says who can"
 
 
 def _undeleted(plan: Plan, changed: str) -> str:

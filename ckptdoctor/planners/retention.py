@@ -110,8 +110,11 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         if (why := layout.left_in_place(checkpoint)) is not None:
             reasons[checkpoint.index].append(why)
     saved, sizes, tangled = measure(run, circumstances)
+    depends = {c.index for c in run.resume_depends_on}
     for checkpoint in run.checkpoints:
-        if checkpoint.status is not Status.COMPLETE:
+        if checkpoint.index in depends:
+            reasons[checkpoint.index].append(DEPENDS)
+        elif checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
                 reasons[checkpoint.index].append(
                     f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)"
@@ -121,9 +124,24 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age)
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons, tangled)
+    for checkpoint in run.checkpoints:  # after the policy: a skip is what it would have deleted
+        if checkpoint.shut:
+            reasons[checkpoint.index].append(SHUT if reasons[checkpoint.index] else SKIPPED)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
     freed = _freed(run, items, sizes, tangled, circumstances.inside)
     return Plan(run.path, run_root(run), home(run), items, freed, policy.describe(unit))
+
+
+SHUT = "this user cannot read it: never deleted or moved"
+SKIPPED = f"{SHUT}: skipped (CKD214 says who can)"
+"""The reason of an item the policy would have deleted but this user cannot read: a prune that
+skips one exits 1 (``skipped``)."""
+DEPENDS = "the resume point depends on it"
+
+
+def skipped(plan: Plan) -> tuple[PlanItem, ...]:
+    """The items of ``plan`` kept only because this user cannot read them."""
+    return tuple(item for item in plan.items if SKIPPED in item.reasons)
 
 
 class Measured(NamedTuple):
@@ -288,7 +306,7 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
             alone += sizes[checkpoint.index]
         elif checkpoint.index in deleted:
             for file in checkpoint.files:
-                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, links = file[0]
+                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, links, _ = file[0]
                 if not (is_symlink or is_dir):
                     doomed[inode or os_path] = size
                     names.setdefault(inode or os_path, [0, links])[0] += 1
@@ -317,7 +335,7 @@ def _measure(checkpoint: Checkpoint) -> tuple[float, int, bool]:
     shared = False
     for file in checkpoint.files:
         # unpacked rather than read by name: a plan of a big run passes here 100,000s of times
-        _, _, _, size, is_dir, is_symlink, _, _, mtime, _, links = file[0]
+        _, _, _, size, is_dir, is_symlink, _, _, mtime, _, links, _ = file[0]
         if mtime > newest:
             newest = mtime
         if is_symlink or is_dir or links > 1:
