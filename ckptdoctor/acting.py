@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Entry, Plan, PlanItem, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
-from ckptdoctor.places import home, home_of, relative, run_root
+from ckptdoctor.places import DEEPEST, home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
@@ -361,13 +362,13 @@ def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = Non
     processes hold open. What cannot be known is told (with ``tell``, even under --quiet: a prune
     that could not check open files is never silent)."""
 
-    inside = folder_contents(run)
+    inside, deep = folder_contents(run)
     # the scan's identities: a file replaced since has another, but is kept anyway, as changed since the plan
     entries = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
     busy, said = processes.open_by(files_of(run, inside), {e.os_path: e.inode for e in entries if e.inode is not None})
     if said and tell is not None:
         tell(f"note: {said}")
-    return Circumstances(now, open_by=busy, inside=inside)
+    return Circumstances(now, open_by=busy, inside=inside, too_deep=deep)
 
 
 def _busy_now(run: Run) -> frozenset[str]:
@@ -376,26 +377,41 @@ def _busy_now(run: Run) -> frozenset[str]:
     return frozenset(circumstances(run, time.time()).open_by)
 
 
-def folder_contents(run: Run) -> dict[str, tuple[tuple[str, float, int], ...]]:
+def folder_contents(run: Run) -> tuple[dict[str, tuple[tuple[str, float, int], ...]], frozenset[str]]:
     """Every file inside each checkpoint folder and staging folder of ``run``, by the folder's
-    os path: moving or deleting the folder takes them all (symlinked folders are not followed)."""
+    os path: moving or deleting the folder takes them all (symlinked folders are not followed);
+    and the folders whose trees go deeper than ``places.DEEPEST`` (walked no further: no command
+    acts on them)."""
     folders = [c.folder for c in run.checkpoints if c.folder is not None]
     folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
     inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    deep: set[str] = set()
     for entry in folders:
         if entry.is_symlink:
             continue
         found = []
-        for folder, _, names in os.walk(entry.os_path):
-            for name in names:
-                path = os.path.join(folder, name)
+        pending = [(entry.os_path, 0)]  # a stack, not os.walk's recursion: a tree may be thousands of levels deep
+        while pending:
+            folder, depth = pending.pop()
+            if depth > DEEPEST:
+                deep.add(entry.os_path)
+                continue
+            try:
+                with os.scandir(folder) as listing:
+                    items = list(listing)
+            except OSError:
+                continue
+            for item in items:
                 try:
-                    info = os.lstat(path)
+                    info = item.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                found.append((path, info.st_mtime, info.st_size))
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((item.path, depth + 1))
+                else:
+                    found.append((item.path, info.st_mtime, info.st_size))
         inside[entry.os_path] = tuple(found)
-    return inside
+    return inside, frozenset(deep)
 
 
 def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) -> list[str]:

@@ -475,9 +475,7 @@ class Run:
             return ()
         resume = self.resume
         after = self.after_resume if resume is not None else self.checkpoints
-        return tuple(
-            c for c in after if c.status is Status.UNREADABLE and (self.resumable is None or c.index in self.resumable)
-        )
+        return tuple(c for c in after if c.status is Status.UNREADABLE and (self.resumable is None or c.index in self.resumable))
 
     @property
     def after_resume(self) -> tuple[Checkpoint, ...]:

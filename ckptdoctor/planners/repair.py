@@ -127,7 +127,9 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
         saving = "a staging leftover is still being written"
     items += _repoints(run, layout, resume, broken, circumstances, min_age, saving, root)
     if depends:
-        return Plan(run.path, root, home(run), tuple(items), 0, f"resume from {unit} {depends[-1].index} if it is whole, else {unit} {resume.index}")
+        return Plan(
+            run.path, root, home(run), tuple(items), 0, f"resume from {unit} {depends[-1].index} if it is whole, else {unit} {resume.index}"
+        )
     return Plan(run.path, root, home(run), tuple(items), 0, f"resume from {unit} {resume.index}")
 
 

@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import DEEPEST, home, run_root
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.units import duration
 
 MIN_AGE = 600.0
@@ -91,6 +92,8 @@ class Circumstances:
     """Every file inside each folder of the run (by the folder's os path), claimed by a layout or
     not: moving or deleting the folder takes them all, so they all count for --min-age and open
     files."""
+    too_deep: frozenset[str] = frozenset()
+    """Folders of the run (os paths) whose trees go deeper than ``places.DEEPEST``: left as they are."""
 
 
 def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
@@ -172,17 +175,25 @@ def measure(run: Run, circumstances: Circumstances) -> Measured:
 def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float) -> list[str]:
     """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
     within ``min_age`` (the save may still be going on), or a live process holds one open."""
+    deep = (
+        [_too_deep(checkpoint.folder.path)] if checkpoint.folder is not None and checkpoint.folder.os_path in circumstances.too_deep else []
+    )
     if not circumstances.open_by and not (checkpoint.files and min_age > 0 and circumstances.now - saved < min_age):
-        return []  # the common case, without building the list of paths: big runs ask 100,000s of times
+        return deep  # the common case, without building the list of paths: big runs ask 100,000s of times
     paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
-    return _held(paths, saved if checkpoint.files else None, circumstances, min_age)
+    return deep + _held(paths, saved if checkpoint.files else None, circumstances, min_age)
+
+
+def _too_deep(path: str) -> str:
+    return f"holds folders nested more than {DEEPEST} levels deep: left as it is (`rm -rf {shell_word(path)}` deletes it by hand)"
 
 
 def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) -> list[str]:
     """``held_back`` for one entry outside every checkpoint (a staging folder, a pointer)."""
     contents = circumstances.inside.get(entry.os_path, ())
     newest = max([entry.mtime, *(mtime for _, mtime, _ in contents)])
-    return _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
+    deep = [_too_deep(entry.path)] if entry.os_path in circumstances.too_deep else []
+    return deep + _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
 
 
 def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float) -> list[str]:

@@ -21,7 +21,6 @@ from ckptdoctor.model import (
     Span,
 )
 from ckptdoctor.parallel import cores, map_chunks
-from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.readers import (
     _deep,
     compressed,
@@ -42,6 +41,7 @@ from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sampl
 from ckptdoctor.readers._unpickler import file_budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.stores import session
 
 __all__ = [

@@ -791,11 +791,11 @@ def _shut(checkpoint: Checkpoint) -> list[Entry]:
             continue
         entry = file.entry
         if entry.denied:
-            folder = entry.os_path.rpartition(os.sep)[0]
-            entry = Entry(folder.rpartition(os.sep)[2], entry.path.rpartition("/")[0], folder, 0, is_dir=True, denied=True)
+            above = entry.os_path.rpartition(os.sep)[0]
+            entry = Entry(above.rpartition(os.sep)[2], entry.path.rpartition("/")[0], above, 0, is_dir=True, denied=True)
         shut.setdefault(entry.os_path, entry)
-    for folder in checkpoint.unlisted:
-        shut.setdefault(folder.os_path, folder)
+    for unlisted in checkpoint.unlisted:
+        shut.setdefault(unlisted.os_path, unlisted)
     return list(shut.values())
 
 
