@@ -134,7 +134,7 @@ class Outcome:
     undo that would put an entry over one that exists again."""
     skipped: tuple[str, ...] = ()
     """Checkpoints the plan would have acted on that this user cannot read: left, and left by
-    every pass this user runs (CKD214); the rest of the plan was done."""
+    every pass this user runs (CKD215); the rest of the plan was done."""
 
 
 _NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
@@ -573,7 +573,7 @@ class Prune(Pass):
 def _skipped_line(plan: Plan, item: PlanItem, unit: str) -> str:
     """What a prune skips because this user cannot read it, and who can delete it."""
     where = ", ".join(item.paths) or f"{unit} {item.number}"
-    return f"{plan.run}: {unit} {item.number} ({where}) is one this user cannot read: skipped, not deleted; CKD214 says who can"
+    return f"{plan.run}: {unit} {item.number} ({where}) is one this user cannot read: skipped, not deleted; CKD215 says who can"
 
 
 def _undeleted(plan: Plan, changed: str) -> str:

@@ -370,7 +370,7 @@ class Checkpoint:
     @property
     def shut(self) -> bool:
         """Whether this user may not read some of it (a file, its folder, a folder in it): no
-        command deletes or moves it, whatever else is known of it (CKD214)."""
+        command deletes or moves it, whatever else is known of it (CKD215)."""
         return bool(self.unlisted) or any(Problem.ACCESS_DENIED in f.report.problems for f in self.files)
 
     def files_for(self, role: Role) -> tuple[CheckpointFile, ...]:

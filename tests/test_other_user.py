@@ -139,14 +139,14 @@ def test_a_file_of_another_user_leaves_the_resume_point_unknown_never_moved_back
     assert loop_resume(run / "ckpt_3.pt", "bundled")[3] == 3
     shown = ckptdoctor(as_nobody, run.parent, "inspect", run.name)
     assert shown.code == 1
-    assert "CKD214" in shown.stdout and "owned by root" in shown.stdout and "sudo -u root ckptdoctor inspect" in shown.stdout
+    assert "CKD215" in shown.stdout and "owned by root" in shown.stdout and "sudo -u root ckptdoctor inspect" in shown.stdout
     assert "Resume point unknown: epoch 3 if it is whole, else epoch 2" in shown.stdout
     assert "Resume from epoch 2" not in shown.stdout and "corrupt" not in shown.stdout
     report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
     (judged,) = report["runs"]
     assert [c["status"] for c in judged["checkpoints"]] == ["complete", "complete", "unreadable"]
     assert judged["resume_depends_on"] == [3]
-    assert [f["code"] for f in report["findings"]] == ["CKD214"] and report["findings"][0]["severity"] == "error"
+    assert [f["code"] for f in report["findings"]] == ["CKD215"] and report["findings"][0]["severity"] == "error"
     for command in (("inspect", "--resume"), ("inspect", "--resume-path"), ("verify", "--resume"), ("verify", "--resume-path")):
         asked = ckptdoctor(as_nobody, run.parent, *command, run.name)
         assert (asked.code, asked.stdout) == (1, ""), command  # cannot be verified: no index or path a script would resume from
@@ -219,7 +219,7 @@ def test_a_folder_that_can_be_listed_but_not_searched_is_unreadable_not_dangling
     (run / "checkpoint-6").chmod(0o444)
     report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
     codes = [f["code"] for f in report["findings"]]
-    assert "CKD113" not in codes and codes == ["CKD214"]
+    assert "CKD113" not in codes and codes == ["CKD215"]
     (finding,) = report["findings"]
     assert finding["path"] == "out/checkpoint-6" and "may not list or search it" in finding["message"]
     assert "the resume point depends on it: step 6 if it is whole, else step 4" in finding["message"]
@@ -234,7 +234,7 @@ def test_a_folder_no_one_may_list_outside_the_checkpoints_names_its_own_fixes(as
     _shut(run / "logs", 0o700)
     report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
     (finding,) = [f for f in report["findings"] if f["path"] == "out/logs"]
-    assert finding["code"] == "CKD214" and "owned by root" in finding["message"]
+    assert finding["code"] == "CKD215" and "owned by root" in finding["message"]
     assert not [fix for f in report["findings"] for fix in f["fixes"] if "RUN_DIR" in fix]
     assert "`sudo -u root ckptdoctor inspect out/logs`" in finding["fixes"][0]
     assert [c["status"] for c in report["runs"][0]["checkpoints"]] == ["complete"] * 3
@@ -242,7 +242,7 @@ def test_a_folder_no_one_may_list_outside_the_checkpoints_names_its_own_fixes(as
 
 def test_access_denied_is_quiet_on_a_run_this_user_reads(as_nobody, hf_shared: Path) -> None:
     report = json.loads(ckptdoctor(as_nobody, hf_shared.parent, "inspect", "--json", hf_shared.name).stdout)
-    assert "CKD214" not in [f["code"] for f in report["findings"]]
+    assert "CKD215" not in [f["code"] for f in report["findings"]]
     assert report["runs"][0]["resume"]["index"] == 6 and report["runs"][0]["resume_depends_on"] == []
 
 

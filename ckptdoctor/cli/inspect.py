@@ -103,7 +103,7 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
         newest = run.resume_depends_on[-1]
         fallback = f"{run.unit.value} {checkpoint.index}" if checkpoint is not None else "none this user can read"
         say(
-            f"The resume point of {run.path} depends on {run.unit.value} {newest.index}, which this user cannot read (CKD214): "
+            f"The resume point of {run.path} depends on {run.unit.value} {newest.index}, which this user cannot read (CKD215): "
             f"{run.unit.value} {newest.index} if it is whole, else {fallback}; `ckptdoctor {report.command} {shell_word(run_root(run))}` says who can read it"
         )
         raise typer.Exit(EXIT_FINDINGS)

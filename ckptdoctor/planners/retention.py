@@ -136,7 +136,7 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
 
 
 SHUT = "this user cannot read it: never deleted or moved"
-SKIPPED = f"{SHUT}: skipped (CKD214 says who can)"
+SKIPPED = f"{SHUT}: skipped (CKD215 says who can)"
 """The reason of an item the policy would have deleted but this user cannot read: a prune that
 skips one exits 1 (``skipped``)."""
 DEPENDS = "the resume point depends on it"

@@ -153,13 +153,13 @@ def resume_line(run: Run) -> Text:
 
 
 def unknown_resume(run: Run) -> Text:
-    """Where a run resumes from when that depends on checkpoints this user cannot read (CKD214):
+    """Where a run resumes from when that depends on checkpoints this user cannot read (CKD215):
     the newest of them if it is whole, else the next; never the older one alone."""
     unit, newest = run.unit.value, run.resume_depends_on[-1]
     fallback = f"{unit} {run.resume.index}" if run.resume is not None else "no checkpoint this user can read"
     return Text.assemble(
         ("Resume point unknown", "bold yellow"),
-        f": {unit} {newest.index} if it is whole, else {fallback}; this user cannot read {unit} {newest.index} (CKD214 says who can).",
+        f": {unit} {newest.index} if it is whole, else {fallback}; this user cannot read {unit} {newest.index} (CKD215 says who can).",
     )
 
 

@@ -60,7 +60,7 @@ def dead_weight(ctx: RunContext) -> frozenset[int]:
     pick = ctx.layout.auto_resume_pick(run)
     if pick is not None:
         followed.add(pick.index)
-    # an unreadable one is no dead weight for prune, which never deletes it (CKD214 words its own)
+    # an unreadable one is no dead weight for prune, which never deletes it (CKD215 words its own)
     return frozenset(
         c.index
         for c in run.checkpoints

@@ -494,7 +494,7 @@ PARTLY_CHECKED = Rule(
 )
 
 ACCESS_DENIED = Rule(
-    code="CKD214",
+    code="CKD215",
     name="access-denied",
     severity=Severity.ERROR,
     summary="A file or folder of the run that this user may not read or search: nothing is known of it, whole or broken.",
@@ -753,7 +753,7 @@ def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
 
 @fires(ACCESS_DENIED)
 def access_denied(ctx: RunContext) -> Iterator[Finding]:
-    """CKD214 for each file this user may not read and each folder it may not list or search, once
+    """CKD215 for each file this user may not read and each folder it may not list or search, once
     per checkpoint (its first such file or folder names the rest), and for such files beside the
     checkpoints; where the resume point depends on it, saying so."""
     depends = {checkpoint.index for checkpoint in ctx.run.resume_depends_on}
@@ -818,7 +818,7 @@ def _owner_of(entry: Entry) -> dict[str, str]:
 
 @fires(UNREADABLE, ACCESS_DENIED)
 def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
-    """CKD211 for folders below the user's paths that could not be listed, CKD214 where this user
+    """CKD211 for folders below the user's paths that could not be listed, CKD215 where this user
     may not (outside every checkpoint: those are their checkpoints' own)."""
     for folder in unlisted:
         context = {"path": shell_word(folder.path), "name": folder.path, "run": shell_word(folder.path)}
