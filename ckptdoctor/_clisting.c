@@ -9,8 +9,9 @@
  * - d_type decides what needs a stat: a folder needs none; a symlink is stat'ed through, other
  *   entries are lstat'ed; DT_UNKNOWN (and a platform without d_type) lstats first;
  * - a stat that fails with ENOENT drops the entry (it vanished since readdir), except for a
- *   symlink, which is dangling; any other failure (ELOOP, EACCES in a folder that may be read
- *   but not searched) makes a dangling symlink, as discover's except OSError does;
+ *   symlink, which is dangling; EACCES or EPERM (a folder that may be read but not searched)
+ *   makes an entry this user may not look at (denied), and any other failure (ELOOP) a
+ *   dangling symlink, as discover's except OSError does;
  * - the stat fields become Python values as os.stat_result makes them (st_mtime is
  *   sec + nsec * 1e-9, CPython's fill_time, not the nanoseconds divided).
  *
@@ -44,7 +45,7 @@
  * is long. */
 #define ARENA 65536
 /* The fields of model.Entry, in order; the tests compare every one with the Python twin's. */
-#define FIELDS 11
+#define FIELDS 12
 
 /* os.readlink reads into a buffer of MAXPATHLEN + 1 and asks for MAXPATHLEN bytes: the same. */
 #ifndef PATH_MAX
@@ -62,6 +63,7 @@ typedef enum {
     VANISHED, /* gone between readdir and stat: not listed */
     FOLDER,   /* a folder, not followed: no stat */
     DANGLING, /* a symlink that cannot be resolved, or an entry that cannot be stat'ed */
+    DENIED,   /* an entry this user may not stat (EACCES, EPERM) */
     STATTED,  /* stat'ed (through it, when a symlink) */
 } Outcome;
 
@@ -114,6 +116,12 @@ static int reserve(Listing *l, size_t n) {
     return 0;
 }
 
+/* What a failed stat (other than a vanished entry) makes of an entry: denied where this user may
+ * not look (discover.DENIED), else a dangling symlink. */
+static Outcome failed(int error) {
+    return error == EACCES || error == EPERM ? DENIED : DANGLING;
+}
+
 /* Stat one entry as DirEntry.is_symlink, is_dir(follow_symlinks=False) and stat() do for
  * discover. `at` and `where` name it: the open folder and the name, or, where the joined path is
  * too long for the kernel, that path itself, so that the call fails as CPython's stat of
@@ -129,7 +137,7 @@ static void look_at(Listing *l, Found *f, int at, const char *where, int d_type)
         /* DirEntry lstats to learn the type: a FileNotFoundError there reads as "not a
          * symlink, not a folder", and the stat after it fails the same way: vanished */
         if (fstatat(at, where, &f->st, AT_SYMLINK_NOFOLLOW) != 0) {
-            f->outcome = errno == ENOENT ? VANISHED : DANGLING;
+            f->outcome = errno == ENOENT ? VANISHED : failed(errno);
             return;
         }
         if (S_ISDIR(f->st.st_mode)) {
@@ -144,7 +152,7 @@ static void look_at(Listing *l, Found *f, int at, const char *where, int d_type)
     }
     f->is_symlink = is_symlink;
     if (fstatat(at, where, &f->st, is_symlink ? 0 : AT_SYMLINK_NOFOLLOW) != 0) {
-        f->outcome = errno == ENOENT && !is_symlink ? VANISHED : DANGLING;
+        f->outcome = errno == ENOENT && !is_symlink ? VANISHED : failed(errno);
         return;
     }
     f->outcome = STATTED;
@@ -317,6 +325,7 @@ static PyObject *statted_entry(const Context *c, const Listing *l, const Found *
     fields[8] = PyFloat_FromDouble((double)st->st_mtime + (double)MTIME_NSEC(st) * 1e-9);
     fields[9] = link_of(l, f);
     fields[10] = PyLong_FromLong((long)st->st_nlink);
+    fields[11] = Py_NewRef(Py_False);
     for (int i = 0; i < FIELDS; i++) {
         if (fields[i] == NULL) {
             for (int j = 0; j < FIELDS; j++) {
@@ -328,21 +337,25 @@ static PyObject *statted_entry(const Context *c, const Listing *l, const Found *
     return make_entry(c, fields);
 }
 
-/* The entry of a folder (is_dir) or of a dangling symlink (is_symlink, dangling), all else as
- * model.Entry's defaults: a new reference, or NULL. */
-static PyObject *plain_entry(const Context *c, PyObject *name, PyObject *shown, PyObject *path, int is_dir) {
+/* The entry of a folder (is_dir), of a dangling symlink (is_symlink, dangling) or of an entry
+ * this user may not look at (its symlink flag, denied), all else as model.Entry's defaults: a new
+ * reference, or NULL. */
+static PyObject *plain_entry(const Context *c, const Found *f, PyObject *name, PyObject *shown, PyObject *path) {
+    int is_dir = f->outcome == FOLDER, denied = f->outcome == DENIED;
+    int is_symlink = denied ? f->is_symlink : !is_dir;
     PyObject *fields[FIELDS] = {
         Py_NewRef(name),
         Py_NewRef(shown),
         Py_NewRef(path),
         Py_NewRef(c->zero),
         Py_NewRef(is_dir ? Py_True : Py_False),
-        Py_NewRef(is_dir ? Py_False : Py_True),
-        Py_NewRef(is_dir ? Py_False : Py_True),
+        Py_NewRef(is_symlink ? Py_True : Py_False),
+        Py_NewRef(f->outcome == DANGLING ? Py_True : Py_False),
         Py_NewRef(Py_None),
         Py_NewRef(c->zero_float),
         Py_NewRef(Py_None),
         Py_NewRef(c->one),
+        Py_NewRef(denied ? Py_True : Py_False),
     };
     return make_entry(c, fields);
 }
@@ -387,7 +400,7 @@ static int add(const Context *c, const Listing *l, const Found *f, PyObject *ent
     if (f->outcome == STATTED) {
         entry = statted_entry(c, l, f, name, shown, path);
     } else {
-        entry = plain_entry(c, name, shown, path, f->outcome == FOLDER);
+        entry = plain_entry(c, f, name, shown, path);
     }
     if (entry == NULL || PyList_Append(entries, entry) < 0) {
         goto done;

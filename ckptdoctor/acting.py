@@ -22,6 +22,7 @@ import dataclasses
 import enum
 import os
 import shlex
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +31,10 @@ from typing import Any
 from ckptdoctor import actions, processes
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.registry import layout_named
-from ckptdoctor.model import Action, Entry, Plan, Report, Role, Run, Seen, Unit
+from ckptdoctor.model import Action, Entry, Plan, PlanItem, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
-from ckptdoctor.places import home, home_of, relative, run_root
+from ckptdoctor.places import DEEPEST, home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
@@ -132,6 +133,9 @@ class Outcome:
     refused: tuple[str, ...] = ()
     """Runs (or quarantines) left alone, and why: a repair that cannot make a run resumable, an
     undo that would put an entry over one that exists again."""
+    skipped: tuple[str, ...] = ()
+    """Checkpoints the plan would have acted on that this user cannot read: left, and left by
+    every pass this user runs (CKD215); the rest of the plan was done."""
 
 
 _NEVER_WHOLE = {"/": "the root folder", os.path.realpath(os.path.expanduser("~")): "your home folder"}
@@ -156,6 +160,7 @@ class _Context:
     refused: list[str] = field(default_factory=list)
     noted: set[str] = field(default_factory=set)
     """What the open-files notes said (processes named, failures): each is said once per command."""
+    skipped: list[str] = field(default_factory=list)
 
     def tell(self, text: str, tone: Tone = Tone.NOTICE) -> None:
         self.told.append(text)
@@ -247,7 +252,7 @@ def carry_out(
         def outcome(acted: bool = False, declined: str = "") -> Outcome:
             return Outcome(
                 pass_.command, context.report, tuple(plans), dry_run, acted, declined, tuple(context.told),
-                tuple(context.problems), tuple(context.refused),
+                tuple(context.problems), tuple(context.refused), tuple(context.skipped),
             )  # fmt: skip
 
         if not pass_.before_asking(context, plans):
@@ -373,13 +378,13 @@ def circumstances(run: Run, now: float, tell: Callable[[str], None] | None = Non
     that could not check open files is never silent), once per command: ``noted`` holds what was
     said for the runs before this one."""
 
-    inside = folder_contents(run)
+    inside, deep = folder_contents(run)
     # the scan's identities: a file replaced since has another, but is kept anyway, as changed since the plan
     entries = [f.entry for c in run.checkpoints for f in c.files] + [f.entry for f in run.loose_files]
     busy, said = processes.open_by(files_of(run, inside), {e.os_path: e.inode for e in entries if e.inode is not None}, noted)
     if said and tell is not None:
         tell(f"note: {said}")
-    return Circumstances(now, open_by=busy, inside=inside)
+    return Circumstances(now, open_by=busy, inside=inside, too_deep=deep)
 
 
 def _busy_now(run: Run) -> frozenset[str]:
@@ -388,26 +393,41 @@ def _busy_now(run: Run) -> frozenset[str]:
     return frozenset(circumstances(run, time.time()).open_by)
 
 
-def folder_contents(run: Run) -> dict[str, tuple[tuple[str, float, int], ...]]:
+def folder_contents(run: Run) -> tuple[dict[str, tuple[tuple[str, float, int], ...]], frozenset[str]]:
     """Every file inside each checkpoint folder and staging folder of ``run``, by the folder's
-    os path: moving or deleting the folder takes them all (symlinked folders are not followed)."""
+    os path: moving or deleting the folder takes them all (symlinked folders are not followed);
+    and the folders whose trees go deeper than ``places.DEEPEST`` (walked no further: no command
+    acts on them)."""
     folders = [c.folder for c in run.checkpoints if c.folder is not None]
     folders += [f.entry for f in run.loose_files if f.entry.is_dir and Role.TEMP in f.roles]
     inside: dict[str, tuple[tuple[str, float, int], ...]] = {}
+    deep: set[str] = set()
     for entry in folders:
         if entry.is_symlink:
             continue
         found = []
-        for folder, _, names in os.walk(entry.os_path):
-            for name in names:
-                path = os.path.join(folder, name)
+        pending = [(entry.os_path, 0)]  # a stack, not os.walk's recursion: a tree may be thousands of levels deep
+        while pending:
+            folder, depth = pending.pop()
+            if depth > DEEPEST:
+                deep.add(entry.os_path)
+                continue
+            try:
+                with os.scandir(folder) as listing:
+                    items = list(listing)
+            except OSError:
+                continue
+            for item in items:
                 try:
-                    info = os.lstat(path)
+                    info = item.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                found.append((path, info.st_mtime, info.st_size))
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((item.path, depth + 1))
+                else:
+                    found.append((item.path, info.st_mtime, info.st_size))
         inside[entry.os_path] = tuple(found)
-    return inside
+    return inside, frozenset(deep)
 
 
 def files_of(run: Run, inside: dict[str, tuple[tuple[str, float, int], ...]]) -> list[str]:
@@ -497,6 +517,7 @@ class Prune(Pass):
                 judged, plan = self._planned(run, context, world)
                 planned.append((plan, run.unit.value))
                 self._worlds[plan.run] = (judged, world.now, frozenset(world.open_by))
+                context.skipped += [_skipped_line(plan, item, run.unit.value) for item in retention.skipped(plan)]
         except (MetricsError, retention.PolicyError) as error:
             raise Refused(str(error)) from error
         return planned
@@ -601,6 +622,12 @@ class Prune(Pass):
             context.tell(
                 f"{plan.run}: left {done.left} entries written, opened or replaced since the plan was made; the next prune looks again."
             )
+
+
+def _skipped_line(plan: Plan, item: PlanItem, unit: str) -> str:
+    """What a prune skips because this user cannot read it, and who can delete it."""
+    where = ", ".join(item.paths) or f"{unit} {item.number}"
+    return f"{plan.run}: {unit} {item.number} ({where}) is one this user cannot read: skipped, not deleted; CKD215 says who can"
 
 
 def _undeleted(plan: Plan, changed: str) -> str:

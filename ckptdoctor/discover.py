@@ -26,6 +26,7 @@ from ckptdoctor.model import Entry
 from ckptdoctor.places import MOVED_ASIDE, OWN_FOLDER
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shown
+from ckptdoctor.regular import DENIED
 
 SKIPPED_FOLDERS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".ckptdoctor", ".venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
@@ -79,6 +80,10 @@ class Unlisted:
 
     path: str
     reason: str
+    os_path: str = ""
+    denied: bool = False
+    """This user may not list it (EACCES, EPERM): nothing is known of what it holds, and it is
+    no damage (the checkpoint it belongs to is ``Status.UNREADABLE``)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ def discover(path: str, tally: Tally | None = None) -> Discovery:
         try:
             entries, subfolders = _list(os_dir, shown_dir)
         except OSError as error:
-            unlisted.append(Unlisted(shown_dir, _reason(error)))
+            unlisted.append(Unlisted(shown_dir, _reason(error), os_dir, error.errno in DENIED))
             continue
         listings.append(Listing(shown_dir, os_dir, entries))
         pending.extend(reversed(subfolders))
@@ -155,6 +160,7 @@ def python_list(os_dir: str, shown_dir: str) -> Listed:
             if name in NEVER_PART_OF_A_RUN:
                 continue
             shown = prefix + (name if name.isascii() and "\\" not in name else display(name))
+            is_symlink = False  # where the lstat that tells it fails, as in the compiled twin
             try:
                 is_symlink = item.is_symlink()
                 if item.is_dir(follow_symlinks=False):
@@ -168,7 +174,10 @@ def python_list(os_dir: str, shown_dir: str) -> Listed:
                     entries.append(Entry(name, shown, item.path, 0, is_symlink=True, dangling=True))
                 # else: it vanished between listing and stat; it is no longer part of the run
                 continue
-            except OSError:
+            except OSError as error:
+                if error.errno in DENIED:  # a folder that may be read but not searched: this user may not look
+                    entries.append(Entry(name, shown, item.path, 0, is_symlink=is_symlink, denied=True))
+                    continue
                 # ELOOP and friends: a symlink that cannot be resolved is as good as dangling
                 entries.append(Entry(name, shown, item.path, 0, is_symlink=True, dangling=True))
                 continue

@@ -47,6 +47,9 @@ class Status(_Word):
     INCOMPLETE = "incomplete"
     PARTIAL = "partial"
     CORRUPT = "corrupt"
+    UNREADABLE = "unreadable"
+    """A file or folder of it this user may not read or search (EACCES, EPERM): nothing is known
+    of what it holds, so it is neither a place to resume from nor broken, and no command acts on it."""
 
 
 class Role(_Word):
@@ -103,6 +106,9 @@ class Problem(_Word):
     LEGACY = "legacy-format", None
     """Still loadable: reported once per run and format, by its own check."""
     UNREADABLE = "unreadable", Status.CORRUPT
+    """Reading failed otherwise than by a permission: an I/O error, a file that vanished."""
+    ACCESS_DENIED = "access-denied", Status.UNREADABLE
+    """This user may not read it (EACCES, EPERM): nothing is known of it, neither whole nor broken."""
     DANGLING = "stale-pointer", Status.CORRUPT
     """A symlink whose target is gone."""
     CRC_MISMATCH = "crc-mismatch", Status.CORRUPT
@@ -277,6 +283,9 @@ class Entry(NamedTuple):
     """Where a symlink points, as written in the link (None for anything else)."""
     links: int = 1
     """Hard links to the file (``st_nlink``): its bytes can be shared only when above 1."""
+    denied: bool = False
+    """Listed, but this user may not look at it (its folder may be read, not searched): size,
+    time and identity unknown."""
 
 
 class Zeroed(NamedTuple):
@@ -346,6 +355,8 @@ class Checkpoint:
     name no role ckptdoctor knows (``complete`` then means "as far as names tell")."""
     zeroed: tuple[Zeroed, ...] = ()
     """Its bytes that are all zero where the run's previous checkpoint held data."""
+    unlisted: tuple[Entry, ...] = ()
+    """Its folder, or folders in it, that this user may not list or search (each ``denied``)."""
 
     @property
     def bytes(self) -> int:
@@ -355,6 +366,12 @@ class Checkpoint:
     def path(self) -> str | None:
         """The checkpoint's folder as reports show it, if it has one."""
         return self.folder.path if self.folder else None
+
+    @property
+    def shut(self) -> bool:
+        """Whether this user may not read some of it (a file, its folder, a folder in it): no
+        command deletes or moves it, whatever else is known of it (CKD215)."""
+        return bool(self.unlisted) or any(Problem.ACCESS_DENIED in f.report.problems for f in self.files)
 
     def files_for(self, role: Role) -> tuple[CheckpointFile, ...]:
         return tuple(f for f in self.files if role in f.roles)
@@ -448,6 +465,17 @@ class Run:
             if checkpoint.status is Status.COMPLETE and (self.resumable is None or checkpoint.index in self.resumable):
                 return checkpoint
         return None
+
+    @property
+    def resume_depends_on(self) -> tuple[Checkpoint, ...]:
+        """The checkpoints newer than the resume point that this user cannot read (``UNREADABLE``):
+        the framework may resume from one of them, so the resume point is known only to a user who
+        can read them."""
+        if self.single_file:
+            return ()
+        resume = self.resume
+        after = self.after_resume if resume is not None else self.checkpoints
+        return tuple(c for c in after if c.status is Status.UNREADABLE and (self.resumable is None or c.index in self.resumable))
 
     @property
     def after_resume(self) -> tuple[Checkpoint, ...]:

@@ -91,3 +91,9 @@ def home(run: Run) -> str:
     from ckptdoctor.layouts.registry import layout_named
 
     return home_of(run_root(run), layout_named(run.layout).reads_every_name)
+
+
+DEEPEST = 256
+"""Folders nested deeper than this below an entry that ``prune`` or ``repair`` would act on are
+not walked (Python's own walks recurse, a frame and a descriptor per level): the entry is left as
+it is, and said. No checkpoint is saved this deep."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
 
 _KINDS = (
@@ -86,3 +87,31 @@ def write_whole(path: str, data: bytes) -> None:
     os.set_blocking(handle, True)
     with os.fdopen(handle, "wb") as stream:
         stream.write(data)
+
+
+DENIED = frozenset({errno.EACCES, errno.EPERM})
+"""The errors that say this user may not look, not that anything is wrong with what is there."""
+
+
+def owner(path: str) -> str:
+    """Who owns ``path`` (a user name, else the uid), or failing a look at it (a folder that may
+    be read but not searched hides its entries), the folder nearest above it that can be looked
+    at: who can say what this user cannot. '' where nothing can be looked at."""
+    while True:
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            parent = os.path.dirname(path)
+            if not parent or parent == path:
+                return ""
+            path = parent
+            continue
+        return user_name(uid)
+
+
+def user_name(uid: int) -> str:
+    """The name of user ``uid``, else the number."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

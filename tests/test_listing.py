@@ -298,8 +298,10 @@ def test_folders_that_may_not_be_read_or_searched_are_listed_alike(locked: tuple
     listing = found[str(unsearchable)]
     assert isinstance(listing, tuple)
     entries = by_name(listing)
-    # readdir gives the names, but no stat can reach them: discover calls each a dangling symlink
-    assert all(entries[name].dangling and entries[name].is_symlink for name in ("model-1.bpk", "link", "fifo-unknown"))
+    # readdir gives the names, but no stat can reach them: each is denied to this user, not dangling
+    # (issue 32), a symlink only where readdir's type says so
+    assert all(entries[name].denied and not entries[name].dangling for name in ("model-1.bpk", "link", "fifo-unknown"))
+    assert entries["link"].is_symlink and not entries["model-1.bpk"].is_symlink and not entries["fifo-unknown"].is_symlink
     assert entries["sub"].is_dir and listing[1] == [(str(unsearchable / "sub"), str(unsearchable / "sub"))]
 
 
@@ -391,7 +393,7 @@ def test_entries_that_vanish_or_come_without_a_type_are_listed_alike(tmp_path: P
     assert sorted(os.path.basename(path) for path, _ in listing[1]) == ["absent-folder", "folder-unknown"]
     locked_listing = found[str(unsearchable)]
     assert isinstance(locked_listing, tuple)
-    assert by_name(locked_listing)["fifo-unknown"].dangling  # its lstat, asked for its type, is refused
+    assert by_name(locked_listing)["fifo-unknown"].denied  # its lstat, asked for its type, is refused
 
 
 # --- the compiled function itself ---------------------------------------------------------------

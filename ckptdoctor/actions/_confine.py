@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 from ckptdoctor.model import Entry
-from ckptdoctor.places import relative
+from ckptdoctor.places import DEEPEST, relative
 from ckptdoctor.records import Identity, plain
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -392,6 +392,8 @@ def mounted_in(folder: Folder, name: str, mounts: frozenset[str] | None) -> str 
     if info.st_dev != os.fstat(folder.fd).st_dev:
         return os.path.join(folder.path, name)
     for below, _, _, fd in os.fwalk(name, dir_fd=folder.fd):
+        if below.count(os.sep) >= DEEPEST:  # the walk recurses: what lies deeper is not known free of mounts
+            return f"{os.path.join(folder.path, below)} (folders nested more than {DEEPEST} levels deep)"
         here = os.fstat(fd)
         where = os.readlink(f"/proc/self/fd/{fd}") if mounts is not None else os.path.join(folder.path, below)
         if here.st_dev != info.st_dev or (mounts is not None and where in mounts):

@@ -52,6 +52,7 @@ from ckptdoctor.actions._confine import (
 )
 from ckptdoctor.actions._home import FULL, create_new, open_home, own_folders, read_record, write_record
 from ckptdoctor.model import NOTHING_SEEN, Action, Entry, Plan, Seen
+from ckptdoctor.places import DEEPEST
 from ckptdoctor.places import relative as relative_to
 from ckptdoctor.records import Done, Finished, Journal, Pending, ours, plain
 
@@ -256,16 +257,22 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
         if not stat.S_ISDIR(info.st_mode):
             return True
         unreadable: list[OSError] = []
-        # a rewritten file does not touch its folder's mtime
-        for below, _, names, fd in os.fwalk(name, onerror=unreadable.append, dir_fd=parent.fd):
-            for inner in names:
-                try:
-                    found = os.stat(inner, dir_fd=fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                scanned = seen.get(os.path.normpath(os.path.join(os.path.dirname(relative), below, inner)))
-                if os.path.join(parent.path, below, inner) in busy or changed_since(found, scanned, written):
+        # a rewritten file does not touch its folder's mtime; a folder this user may not open, or
+        # one nested past DEEPEST (the walk recurses), is not known unchanged
+        try:
+            for below, _, names, fd in os.fwalk(name, onerror=unreadable.append, dir_fd=parent.fd):
+                if below.count(os.sep) >= DEEPEST:
                     return False
+                for inner in names:
+                    try:
+                        found = os.stat(inner, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    scanned = seen.get(os.path.normpath(os.path.join(os.path.dirname(relative), below, inner)))
+                    if os.path.join(parent.path, below, inner) in busy or changed_since(found, scanned, written):
+                        return False
+        except OSError:
+            return False
         return not unreadable
 
 

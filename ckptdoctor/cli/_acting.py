@@ -253,6 +253,7 @@ def failures_explained(command: str) -> Iterator[None]:
     # loaded when the command runs: --help stays fast
     from ckptdoctor.acting import Refused, Stopped
     from ckptdoctor.actions import ActionError, Locked
+    from ckptdoctor.regular import DENIED
     from ckptdoctor.stores.session import StoreError
 
     try:
@@ -278,8 +279,11 @@ def failures_explained(command: str) -> Iterator[None]:
         where = f"{error.filename}: " if isinstance(error.filename, str) and error.filename else ""  # never a descriptor's number
         why = error.strerror or type(error).__name__
         code = errno.errorcode.get(error.errno or 0, "")
-        say(
-            f"ckptdoctor: error: {where}{why}{f' ({code})' if code else ''}; nothing that was to be kept was touched, "
-            f"and the next {command} finishes the job"
+        # what this user may not do, its next command may not either: no promise that it will
+        after = (
+            f"this user may not change it: a {command} by its owner, or a change of its permissions, goes on"
+            if error.errno in DENIED
+            else f"the next {command} finishes the job"
         )
+        say(f"ckptdoctor: error: {where}{why}{f' ({code})' if code else ''}; nothing that was to be kept was touched, and {after}")
         raise typer.Exit(EXIT_FINDINGS) from error

@@ -99,6 +99,14 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
     checkpoint = run.resume if run else None
     if run is not None and (led := led_outside(layout_named(run.layout), run)):
         say(f"ckptdoctor: warning: {led} (CKD113): pass the checkpoint named here explicitly, or `ckptdoctor repair` re-points it")
+    if run is not None and run.resume_depends_on:
+        newest = run.resume_depends_on[-1]
+        fallback = f"{run.unit.value} {checkpoint.index}" if checkpoint is not None else "none this user can read"
+        say(
+            f"The resume point of {run.path} depends on {run.unit.value} {newest.index}, which this user cannot read (CKD215): "
+            f"{run.unit.value} {newest.index} if it is whole, else {fallback}; `ckptdoctor {report.command} {shell_word(run_root(run))}` says who can read it"
+        )
+        raise typer.Exit(EXIT_FINDINGS)
     if run is None or checkpoint is None:
         where = run.path if run else ", ".join(found.empty)
         say(f"No checkpoint to resume from in {where}{unverified}")

@@ -124,18 +124,26 @@ def prune(
             say("Dry run: no files were deleted.")
         elif options.output is not None:  # on stdout, the plan's last line has said so
             say("Nothing to delete.")
-    _fail_with(outcome.problems)
+    _fail_with(outcome.problems, outcome.skipped)
     raise typer.Exit(EXIT_OK)
 
 
-def _fail_with(problems: tuple[str, ...]) -> None:
-    """Exit 1 naming each entry that could not be deleted, once the rest of the work is done."""
-    if not problems:
+def _fail_with(problems: tuple[str, ...], skipped: tuple[str, ...]) -> None:
+    """Exit 1 naming each entry that could not be deleted and each checkpoint skipped because this
+    user cannot read it, once the rest of the work is done."""
+    if not problems and not skipped:
         return
-    for line in problems:
+    for line in (*problems, *skipped):
         say(f"ckptdoctor: error: {line}")
-    say(
-        f"ckptdoctor: {len(problems)} entr{'y' if len(problems) == 1 else 'ies'} could not be deleted (above); the rest of the plan "
-        "was done, and the next prune tries them again if its policy still deletes them."
-    )
+    if problems:
+        say(
+            f"ckptdoctor: {len(problems)} entr{'y' if len(problems) == 1 else 'ies'} could not be deleted (above); the rest of the plan "
+            "was done, and the next prune tries them again if its policy still deletes them."
+        )
+    if skipped:
+        say(
+            f"ckptdoctor: {len(skipped)} checkpoint{'s' if len(skipped) != 1 else ''} this user cannot read {'was' if len(skipped) == 1 else 'were'} "
+            "skipped (above); the rest of the plan was done. A prune by this user skips them again: one by a user who can "
+            "read them (their owner), or a change of their permissions, deletes them."
+        )
     raise typer.Exit(EXIT_FINDINGS)

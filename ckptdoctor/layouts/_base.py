@@ -1264,12 +1264,14 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
     None if it can."""
     if pointer.source is None:
         return "missing"
+    if pointer.source.report.problems & _DENIED:
+        return None  # what this user may not read is unknown, never stale: its owner can tell
     if pointer.number is None and not pointer.target:
         return "empty" if pointer.source.entry.size == 0 else "unreadable"
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)
     if target is None:
         return OUTSIDE if pointer.number is None and pointer.outside is not None else "not there"
-    if target.status is Status.COMPLETE or (pointer.loads and _whole_for(target, pointer.loads)):
+    if target.status in _KNOWN_FOLLOWABLE or (pointer.loads and _whole_for(target, pointer.loads)):
         return None
     if pointer.copy and not pointer.source.report.problems & _UNUSABLE:
         return None  # the framework loads the copy, which is whole
@@ -1424,6 +1426,10 @@ _CORRUPT = frozenset(problem for problem in Problem if problem.status is Status.
 """Problems that make a checkpoint no place to resume from (unsafe and NaN-filled files included):
 each ``Problem`` says which status it gives."""
 _UNUSABLE = _PARTIAL | _CORRUPT
+_DENIED = frozenset(problem for problem in Problem if problem.status is Status.UNREADABLE)
+_KNOWN_FOLLOWABLE = frozenset({Status.COMPLETE, Status.UNREADABLE})
+"""What a pointer may name: a complete checkpoint, or one this user cannot read (nothing says it
+is not whole: its owner can tell, and no ``repair`` re-points away from it)."""
 
 
 def _checkpoint(
@@ -1511,6 +1517,8 @@ def _judged(
         status = Status.CORRUPT
     elif set(missing) - advisory or absent:
         status = Status.INCOMPLETE
+    elif problems & _DENIED:  # nothing else is wrong with it, and what this user may not read is unknown
+        status = Status.UNREADABLE
     else:
         status = Status.COMPLETE
     # only the saves that count tell the roles: a cut copy of another whole save tells nothing

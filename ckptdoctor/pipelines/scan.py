@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
-from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, StoreLeftovers, Transfer
+from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules._context import Thresholds
@@ -53,7 +53,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
         except (PathNotFound, StoreError) as error:
             errors.append(ScanError(display(path), str(error)))
             continue
-        unlisted.extend(found.unlisted)
+        left = list(found.unlisted)
         before = len(runs)
         by_path = {listing.os_path: listing for listing in found.listings}
         taken: set[str] = set()  # checkpoint folders a run holds: not runs of their own
@@ -62,6 +62,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
                 continue
             run = find_run(listing, read, functools.partial(_subfolder, by_path))
             if run is not None:
+                run, left = with_unlisted(run, left)
                 runs.append(run)
                 if tally is not None:
                     tally.runs += 1
@@ -73,10 +74,40 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
             else:
                 unclaimed.append(listing)
                 unrecognised.extend(e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name))
+        unlisted.extend(left)
         if len(runs) == before:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
+
+
+def with_unlisted(run: Run, unlisted: Sequence[Unlisted]) -> tuple[Run, list[Unlisted]]:
+    """``run`` with each folder this user may not list that is one of its checkpoint folders, or
+    lies in one, told to that checkpoint (``Checkpoint.unlisted``), which is then unreadable
+    unless what could be read shows it broken; and the folders of ``unlisted`` left over."""
+    denied = [folder for folder in unlisted if folder.denied]
+    if not denied:
+        return run, list(unlisted)
+    told: set[int] = set()
+    checkpoints = []
+    for checkpoint in run.checkpoints:
+        inside = []
+        if checkpoint.folder is not None:
+            top = os.path.normpath(checkpoint.folder.os_path)
+            for folder in denied:
+                below = os.path.normpath(folder.os_path)
+                if below == top or below.startswith(top + os.sep):
+                    told.add(id(folder))
+                    inside.append(Entry(os.path.basename(below), folder.path, folder.os_path, 0, is_dir=True, denied=True))
+        if inside:
+            status = Status.UNREADABLE if checkpoint.status in (Status.COMPLETE, Status.INCOMPLETE) else checkpoint.status
+            # its roles were looked for in a folder this user may not list: nothing is known missing
+            missing = () if status is Status.UNREADABLE else checkpoint.missing
+            checkpoint = dataclasses.replace(checkpoint, status=status, missing=missing, unlisted=tuple(inside))
+        checkpoints.append(checkpoint)
+    if not told:
+        return run, list(unlisted)
+    return dataclasses.replace(run, checkpoints=tuple(checkpoints)), [folder for folder in unlisted if id(folder) not in told]
 
 
 def discovered(path: str, tally: Tally | None = None) -> Discovery:

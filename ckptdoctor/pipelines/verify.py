@@ -167,7 +167,8 @@ def verify_resume(
     reports: dict[str, FileReport] = {}
     verified: dict[str, frozenset[int]] = {}
     for run in first.runs:
-        verified[run.path] = _verified_resume(run, options, reports, tally)
+        # what this user cannot read stays where the framework may resume: the answer depends on it
+        verified[run.path] = _verified_resume(run, options, reports, tally) | {c.index for c in run.resume_depends_on}
     second = scan(paths, ReadAhead(reports, NAMED_FILES)) if reports else first
     runs = [
         advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))

@@ -33,6 +33,8 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.places import home, run_root
 from ckptdoctor.planners.retention import (
+    DEPENDS,
+    SHUT,
     Circumstances,
     entry_held_back,
     held_back,
@@ -72,6 +74,7 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     items: list[PlanItem] = []
     held: set[int] = set()
     newer = {id(c) for c in run.after_resume}  # by identity: a run may have thousands, each compared field by field
+    depends = run.resume_depends_on
     for checkpoint in run.checkpoints:
         index = checkpoint.index
         if checkpoint is resume:
@@ -82,6 +85,10 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
             items += [PlanItem(None, Action.QUARANTINE, (_what([f]), *labels.of(paths=[f.path])), (f.entry,), f.entry.size) for f in spare]
             continue
         busy = held_back(checkpoint, saved[index], circumstances, min_age)
+        if checkpoint.shut:  # what this user cannot read may be whole: a user who can read it can repair it
+            said = (DEPENDS,) if checkpoint in depends else ()
+            items.append(PlanItem(index, Action.KEEP, (*said, SHUT), targets(checkpoint), sizes[index]))
+            continue
         if (why := layout.left_in_place(checkpoint)) is not None and checkpoint.status is not Status.COMPLETE:
             items.append(
                 PlanItem(index, Action.KEEP, (f"{checkpoint.status.value}: {why}: left as it is",), targets(checkpoint), sizes[index])
@@ -119,6 +126,10 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     elif any(item.action is Action.KEEP for item in loose):
         saving = "a staging leftover is still being written"
     items += _repoints(run, layout, resume, broken, circumstances, min_age, saving, root)
+    if depends:
+        return Plan(
+            run.path, root, home(run), tuple(items), 0, f"resume from {unit} {depends[-1].index} if it is whole, else {unit} {resume.index}"
+        )
     return Plan(run.path, root, home(run), tuple(items), 0, f"resume from {unit} {resume.index}")
 
 
@@ -164,7 +175,7 @@ def _loose_leftovers(run: Run, labels: _Labels, circumstances: Circumstances, mi
     """Staging files and folders, and empty files, that belong to no checkpoint."""
     items = []
     for file in run.loose_files:
-        if not file.leftover or file.path in repointed:
+        if not file.leftover or file.path in repointed or Problem.ACCESS_DENIED in file.report.problems:
             continue
         entry = file.entry
         size = entry.size + sum(size for _, _, size in circumstances.inside.get(entry.os_path, ()))
@@ -248,7 +259,8 @@ def _said(pointer: Pointer, state: str) -> str:
 
 
 def _damaged(file: CheckpointFile) -> bool:
-    return any(issue.problem is not Problem.LEGACY for issue in file.report.issues)
+    """Whether a reader found something wrong with ``file`` (what this user may not read is unknown, not wrong)."""
+    return any(issue.problem not in (Problem.LEGACY, Problem.ACCESS_DENIED) for issue in file.report.issues)
 
 
 def _new_entry(run: Run, root: str, name: str) -> Entry:

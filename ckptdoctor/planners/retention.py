@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import DEEPEST, home, run_root
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.files import ends_unchecked
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration
 
@@ -96,6 +97,8 @@ class Circumstances:
     not_whole: tuple[int, ...] = ()
     """Checkpoints a header read took for complete and a whole read did not (``prune --verify``, or
     the read ``unproven`` asks for): the resume point is the newest that reads whole, and says so."""
+    too_deep: frozenset[str] = frozenset()
+    """Folders of the run (os paths) whose trees go deeper than ``places.DEEPEST``: left as they are."""
 
 
 def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances) -> Plan:
@@ -122,8 +125,11 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         if (why := layout.left_in_place(checkpoint)) is not None:
             reasons[checkpoint.index].append(why)
     saved, sizes, tangled = measure(run, circumstances)
+    depends = {c.index for c in run.resume_depends_on}
     for checkpoint in run.checkpoints:
-        if checkpoint.status is not Status.COMPLETE:
+        if checkpoint.index in depends:
+            reasons[checkpoint.index].append(DEPENDS)
+        elif checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
                 reasons[checkpoint.index].append(
                     f"{checkpoint.status.value} and newer than the resume point: may be in progress (see repair)"
@@ -133,6 +139,9 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
         reasons[checkpoint.index] += held_back(checkpoint, saved[checkpoint.index], circumstances, policy.min_age, deleting=True)
     _apply_policy(run, policy, circumstances, reasons, saved)
     _keep_link_targets(run, reasons, tangled)
+    for checkpoint in run.checkpoints:  # after the policy: a skip is what it would have deleted
+        if checkpoint.shut:
+            reasons[checkpoint.index].append(SHUT if reasons[checkpoint.index] else SKIPPED)
     items = tuple(_item(c, reasons[c.index], sizes[c.index]) for c in run.checkpoints)
     freed = _freed(run, items, sizes, tangled, circumstances.inside)
     return Plan(run.path, run_root(run), home(run), items, freed, policy.describe(unit))
@@ -149,6 +158,18 @@ def unproven(run: Run, planned: Plan) -> bool:
         return False
     unchecked = ends_unchecked()
     return not any(c.index not in deleted and all(f.report.format not in unchecked for f in c.files) for c in complete)
+
+
+SHUT = "this user cannot read it: never deleted or moved"
+SKIPPED = f"{SHUT}: skipped (CKD215 says who can)"
+"""The reason of an item the policy would have deleted but this user cannot read: a prune that
+skips one exits 1 (``skipped``)."""
+DEPENDS = "the resume point depends on it"
+
+
+def skipped(plan: Plan) -> tuple[PlanItem, ...]:
+    """The items of ``plan`` kept only because this user cannot read them."""
+    return tuple(item for item in plan.items if SKIPPED in item.reasons)
 
 
 class Measured(NamedTuple):
@@ -179,20 +200,28 @@ def measure(run: Run, circumstances: Circumstances) -> Measured:
 def held_back(checkpoint: Checkpoint, saved: float, circumstances: Circumstances, min_age: float, *, deleting: bool = False) -> list[str]:
     """Why no command may touch ``checkpoint`` now, whatever it is asked: a file was written
     within ``min_age`` (the save may still be going on), a file is dated in the future (its age is
-    not known: a repair, which can be undone, moves it with --min-age 0; ``deleting`` never), or a
-    live process holds one open."""
+    not known: a repair, which can be undone, moves it with --min-age 0; ``deleting`` never), a
+    live process holds one open, or its folders nest deeper than ``places.DEEPEST``."""
+    deep = (
+        [_too_deep(checkpoint.folder.path)] if checkpoint.folder is not None and checkpoint.folder.os_path in circumstances.too_deep else []
+    )
     recent = min_age > 0 and circumstances.now - saved < min_age
     if not circumstances.open_by and not (checkpoint.files and (recent or (deleting and ahead(saved, circumstances.now)))):
-        return []  # the common case, without building the list of paths: big runs ask 100,000s of times
+        return deep  # the common case, without building the list of paths: big runs ask 100,000s of times
     paths = [f.entry.os_path for f in checkpoint.files] + [p for p, _, _ in contents_of(checkpoint.folder, circumstances)]
-    return _held(paths, saved if checkpoint.files else None, circumstances, min_age, deleting)
+    return deep + _held(paths, saved if checkpoint.files else None, circumstances, min_age, deleting)
+
+
+def _too_deep(path: str) -> str:
+    return f"holds folders nested more than {DEEPEST} levels deep: left as it is (`rm -rf {shell_word(path)}` deletes it by hand)"
 
 
 def entry_held_back(entry: Entry, circumstances: Circumstances, min_age: float) -> list[str]:
     """``held_back`` for one entry outside every checkpoint (a staging folder, a pointer)."""
     contents = circumstances.inside.get(entry.os_path, ())
     newest = max([entry.mtime, *(mtime for _, mtime, _ in contents)])
-    return _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
+    deep = [_too_deep(entry.path)] if entry.os_path in circumstances.too_deep else []
+    return deep + _held([entry.os_path, *(path for path, _, _ in contents)], newest, circumstances, min_age)
 
 
 def _held(paths: list[str], saved: float | None, circumstances: Circumstances, min_age: float, deleting: bool = False) -> list[str]:
@@ -341,7 +370,7 @@ def _freed(run: Run, items: tuple[PlanItem, ...], sizes: dict[int, int], tangled
             alone += sizes[checkpoint.index]
         elif checkpoint.index in deleted:
             for file in checkpoint.files:
-                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, links = file[0]
+                _, _, os_path, size, is_dir, is_symlink, _, inode, _, _, links, _ = file[0]
                 if not (is_symlink or is_dir):
                     doomed[inode or os_path] = size
                     names.setdefault(inode or os_path, [0, links])[0] += 1
@@ -370,7 +399,7 @@ def _measure(checkpoint: Checkpoint) -> tuple[float, int, bool]:
     shared = False
     for file in checkpoint.files:
         # unpacked rather than read by name: a plan of a big run passes here 100,000s of times
-        _, _, _, size, is_dir, is_symlink, _, _, mtime, _, links = file[0]
+        _, _, _, size, is_dir, is_symlink, _, _, mtime, _, links, _ = file[0]
         if mtime > newest:
             newest = mtime
         if is_symlink or is_dir or links > 1:

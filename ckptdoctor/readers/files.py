@@ -41,6 +41,7 @@ from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sampl
 from ckptdoctor.readers._unpickler import file_budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.stores import session
 
 __all__ = [
@@ -301,7 +302,8 @@ def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) ->
         return _probe_objects(entries, named)
     reports: list[FileReport | None] = [None] * len(entries)
     # an OCDBT manifest is judged with the files it names: ``probe`` reads it alone
-    small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and entry.name != ocdbt.MANIFEST]
+    # (an entry this user may not look at has no size: probed alone, it says so)
+    small = [i for i, entry in enumerate(entries) if entry.size <= HEAD + TAIL and entry.name != ocdbt.MANIFEST and not entry.denied]
     for start in range(0, len(small), _BULK):
         chunk = small[start : start + _BULK]
         read = read_edges([os.fsencode(entries[i].os_path) for i in chunk], [entries[i].size for i in chunk], HEAD, TAIL, threads)
@@ -598,7 +600,16 @@ def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport], whole: 
     except IsADirectoryError:
         return _unreadable("it is a folder, not a file")
     except OSError as error:
+        if error.errno in DENIED:
+            return denied(entry.os_path)
         return _unreadable(error.strerror or str(error))
+
+
+def denied(os_path: str) -> FileReport:
+    """The report of a file this user may not read: nothing is known of it (not damage), and who
+    owns it, who can tell."""
+    owned = owner(os_path)
+    return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.ACCESS_DENIED, f"owned by {owned}" if owned else "owner unknown"),))
 
 
 _CLEAN: dict[tuple[str, tuple[tuple[str, str], ...]], FileReport] = {}

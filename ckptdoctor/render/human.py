@@ -52,6 +52,7 @@ _STATUS_STYLE = {
     Status.INCOMPLETE: ("✗", "red"),
     Status.PARTIAL: ("✗", "red"),
     Status.CORRUPT: ("✗", "red"),
+    Status.UNREADABLE: ("?", "yellow"),
 }
 _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", "yellow"), Severity.INFO: ("•", "cyan")}
 
@@ -142,11 +143,24 @@ def resume_line(run: Run) -> Text:
     if run.single_file:
         return Text(f"One file checked; `ckptdoctor inspect {shell_word(run.path)}` shows the whole run and where to resume.", style="dim")
     checkpoint = run.resume
+    if run.resume_depends_on:
+        return unknown_resume(run)
     if checkpoint is None:
         return Text.assemble(("No checkpoint to resume from", "bold red"), f" in {run.path} (CKD110).")
     where = checkpoint.path or ", ".join(f.name for f in checkpoint.files)
     only = " (weights only)" if run.weights_only else ""
     return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
+
+
+def unknown_resume(run: Run) -> Text:
+    """Where a run resumes from when that depends on checkpoints this user cannot read (CKD215):
+    the newest of them if it is whole, else the next; never the older one alone."""
+    unit, newest = run.unit.value, run.resume_depends_on[-1]
+    fallback = f"{unit} {run.resume.index}" if run.resume is not None else "no checkpoint this user can read"
+    return Text.assemble(
+        ("Resume point unknown", "bold yellow"),
+        f": {unit} {newest.index} if it is whole, else {fallback}; this user cannot read {unit} {newest.index} (CKD215 says who can).",
+    )
 
 
 def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
@@ -155,7 +169,7 @@ def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
     runs' resume points follow each other with no table between them."""
     lines: list[RenderableType] = [Text(run.path, style="bold")] if named else []
     lines.append(wrap(resume_line(run), width, 2))
-    if run.resume_how and run.resume is not None:
+    if run.resume_how and run.resume is not None and not run.resume_depends_on:
         lines.append(_hanging("  how:", "dim", f" {run.resume_how}", 4, width))
     return Group(*lines)
 
@@ -793,6 +807,8 @@ def _resume_cell(run: Run | None) -> Text:
     if run is None:
         return _NONE
     checkpoint = run.resume
+    if run.resume_depends_on:
+        return Text("unknown", style="bold yellow")
     if checkpoint is None:
         return Text("none", style="bold red")
     return Text(f"{run.unit.value} {checkpoint.index}{' (weights only)' if run.weights_only else ''}", style="green")

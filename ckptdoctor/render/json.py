@@ -234,6 +234,8 @@ def _run(run: Run, shared: _Shared) -> dict[str, Any]:
             "path": run.resume_path,
             "how": run.resume_how,
         },
+        # newer checkpoints this user cannot read: the framework resumes from the newest if it is whole (CKD215)
+        "resume_depends_on": [c.index for c in run.resume_depends_on],
         "weights_only": run.weights_only,
         "loose_files": [_file(f, shared) for f in run.loose_files],
         "other_files": [_other(e) for e in run.other_files],

@@ -40,6 +40,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "keys_arg": "RUN_PREFIX/",
     "probe_key": "RUN_PREFIX/.ckptdoctor/write-test",
     "key_prefix": "RUN_PREFIX/",
+    "owner": "OWNER",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
 

@@ -14,10 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import CheckpointFile, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.optimizers import state_size
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers._sample import TAIL
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.regular import owner, user_name
 from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules._context import Kind, RunContext, make_finding
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
@@ -527,6 +529,33 @@ CLOCK_SKEW = Rule(
     related=("CKD116", "CKD115"),
 )
 
+ACCESS_DENIED = Rule(
+    code="CKD215",
+    name="access-denied",
+    severity=Severity.ERROR,
+    summary="A file or folder of the run that this user may not read or search: nothing is known of it, whole or broken.",
+    meaning=(
+        "The system refused this user (permission denied, EACCES or EPERM): the file may be whole or broken, and nothing "
+        "tells which. So it is neither: its checkpoint is `unreadable`, never `complete` nor `corrupt`. Where it is newer "
+        "than the newest complete checkpoint, the resume point depends on it (that checkpoint if it is whole, else the one "
+        "before), and `inspect --resume`, `--resume-path` and `verify --resume` exit 1 rather than name one. `prune` never "
+        "deletes it and `repair` never moves it: a prune skips it, finishes the rest of its plan and exits 1; only a user "
+        "who can read it can say what it is."
+    ),
+    causes=(
+        "Files written by another user or by a container running as root, with mode 0600 (safetensors 0.8 and `torch.save` "
+        "under a umask of 077 write files only their owner can read). A folder that may be listed but not searched (mode "
+        "0444), or not listed at all (0700 of another user, `chmod 000`). ckptdoctor run from a cron job or CI account "
+        "other than the one that trains."
+    ),
+    fixes=(
+        "Run ckptdoctor as the owner, who can read it: `sudo -u {owner} ckptdoctor inspect {run}`.",
+        "Or let this user read it: `chmod -R a+rX {path}` (as its owner), or `setfacl -R -m u:$USER:rX {path}`.",
+    ),
+    messages=("Permission denied", "Operation not permitted", "[Errno 13] Permission denied"),
+    related=("CKD211", "CKD503"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -542,6 +571,7 @@ RULES: tuple[Rule, ...] = (
     ZEROED_DATA,
     PARTLY_CHECKED,
     CLOCK_SKEW,
+    ACCESS_DENIED,
 )
 
 
@@ -550,7 +580,9 @@ RULES: tuple[Rule, ...] = (
 _PER_RUN = frozenset({Problem.LEGACY})
 """Problems reported once per run and format (``legacy_formats``), not file by file."""
 _BY_NAME = {rule.name: rule for rule in (*RULES, *completeness.RULES, *consistency.RULES, *safety.RULES)}
-_BY_PROBLEM = {problem: _BY_NAME[problem.value] for problem in Problem if problem not in _PER_RUN}
+_OWN_CHECK = frozenset({Problem.ACCESS_DENIED})
+"""Problems reported by a check of their own (``access_denied``: what the resume point depends on)."""
+_BY_PROBLEM = {problem: _BY_NAME[problem.value] for problem in Problem if problem not in _PER_RUN | _OWN_CHECK}
 """Every problem a reader can find in one file, and the rule (of whichever family) that reports
 it: the one a ``Problem`` names."""
 
@@ -756,17 +788,35 @@ def _read_whole(found: Zeroed, ctx: RunContext) -> tuple[str, ...]:
     )
 
 
-@fires(UNREADABLE)
-def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
-    """CKD211 for folders below the user's paths that could not be listed."""
-    for folder in unlisted:
-        yield make_finding(
-            UNREADABLE,
-            f"could not list {folder.path}: {folder.reason}",
-            None,
-            path=folder.path,
-            context={"path": folder.path, "name": folder.path},
+@fires(ACCESS_DENIED)
+def access_denied(ctx: RunContext) -> Iterator[Finding]:
+    """CKD215 for each file this user may not read and each folder it may not list or search, once
+    per checkpoint (its first such file or folder names the rest), and for such files beside the
+    checkpoints; where the resume point depends on it, saying so."""
+    depends = {checkpoint.index for checkpoint in ctx.run.resume_depends_on}
+    resume = ctx.run.resume
+    for checkpoint in ctx.run.checkpoints:
+        shut = _shut(checkpoint)
+        if not shut:
+            continue
+        message = f"{_listed(shut)} {'is' if len(shut) == 1 else 'are'} {_shut_to(shut[0])}: nothing is known of {'it' if len(shut) == 1 else 'them'}"
+        if checkpoint.index in depends:
+            unit = ctx.run.unit.value
+            fallback = f"{unit} {resume.index}" if resume is not None else "none: no checkpoint this user can read is complete"
+            message += f"; the resume point depends on it: {unit} {checkpoint.index} if it is whole, else {fallback}"
+        # older than a known resume point, nothing resumes from it (and prune leaves it)
+        behind = resume is not None and checkpoint.index < resume.index
+        yield ctx.finding(
+            ACCESS_DENIED,
+            message,
+            index=checkpoint.index,
+            path=shut[0].path,
+            severity=Severity.WARNING if behind else None,
+            context=_owner_of(shut[0]),
         )
+    for file in (*ctx.run.loose_files, *ctx.run.extra_files):
+        if Problem.ACCESS_DENIED in file.report.problems:
+            yield ctx.finding(ACCESS_DENIED, f"{file.name} is {_shut_to(file.entry)}", path=file.path, context=_owner_of(file.entry))
 
 
 @fires(CLOCK_SKEW)
@@ -797,4 +847,53 @@ def clock_skew(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew)
+def _shut(checkpoint: Checkpoint) -> list[Entry]:
+    """What of ``checkpoint`` this user may not read: its files, or for files it may not even
+    look at, the folder that may be listed but not searched, which shuts them (each once)."""
+    shut: dict[str, Entry] = {}
+    for file in checkpoint.files:
+        if Problem.ACCESS_DENIED not in file.report.problems:
+            continue
+        entry = file.entry
+        if entry.denied:
+            above = entry.os_path.rpartition(os.sep)[0]
+            entry = Entry(above.rpartition(os.sep)[2], entry.path.rpartition("/")[0], above, 0, is_dir=True, denied=True)
+        shut.setdefault(entry.os_path, entry)
+    for unlisted in checkpoint.unlisted:
+        shut.setdefault(unlisted.os_path, unlisted)
+    return list(shut.values())
+
+
+def _listed(entries: list[Entry]) -> str:
+    names = [entry.path.rsplit("/", 1)[-1] + ("/" if entry.is_dir else "") for entry in entries]
+    return ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+
+
+def _shut_to(entry: Entry) -> str:
+    """How ``entry`` is shut to this user, and who owns it."""
+    owned = owner(entry.os_path)
+    what = "may not list or search it" if entry.is_dir else "may not read it"
+    by = "this user, whose mode on it shuts it" if owned and owned == user_name(os.geteuid()) else owned or "an unknown user"
+    return f"shut to this user ({what}; owned by {by})"
+
+
+def _owner_of(entry: Entry) -> dict[str, str]:
+    return {"owner": shell_word(owner(entry.os_path) or "OWNER")}
+
+
+@fires(UNREADABLE, ACCESS_DENIED)
+def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
+    """CKD211 for folders below the user's paths that could not be listed, CKD215 where this user
+    may not (outside every checkpoint: those are their checkpoints' own)."""
+    for folder in unlisted:
+        context = {"path": shell_word(folder.path), "name": folder.path, "run": shell_word(folder.path)}
+        if folder.denied:
+            owned = owner(folder.os_path)
+            context["owner"] = shell_word(owned or "OWNER")
+            message = f"could not list {folder.path}: this user may not (owned by {owned or 'an unknown user'}); nothing is known of it"
+            yield make_finding(ACCESS_DENIED, message, None, path=folder.path, context=context)
+            continue
+        yield make_finding(UNREADABLE, f"could not list {folder.path}: {folder.reason}", None, path=folder.path, context=context)
+
+
+CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew, access_denied)
