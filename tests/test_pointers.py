@@ -386,7 +386,7 @@ def test_last_checkpoint_is_read_in_each_frameworks_format(tmp_path, layout, tex
         ("ep2-ba8-rank0.pt", [(8, None)]),  # what CheckpointSaver makes
         ("ep1-ba4-rank0.pt", [(4, None)]),
         ("./ep1-ba4-rank0.pt", [(4, None)]),
-        ("../other/ep1-ba4-rank0.pt", [(None, "outside this run")]),  # another run's file: loaded, not judged
+        ("../other/ep1-ba4-rank0.pt", [(None, "outside this run's checkpoints")]),  # another run's file: loaded, not judged
         ("ep9-ba36-rank0.pt", []),  # dangling: its own finding, CKD113
     ],
 )

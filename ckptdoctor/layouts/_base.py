@@ -1229,16 +1229,18 @@ def symlink_pointers(run: Run, claim: Callable[[str], Claim | None], meaning: st
     return tuple(found)
 
 
-def elsewhere(source: CheckpointFile, target: str) -> str | None:
+def elsewhere(source: CheckpointFile, target: str, beside: bool = True) -> str | None:
     """Where the pointer file ``source`` leads when its ``target`` (a symlink's, or the text a
     framework joins to the pointer's folder: mmengine's absolute path, DeepSpeed's tag), which
     names none of the run's checkpoints, is a file or folder that is there (outside the run, a
     hidden file beside the pointer, ckptdoctor's own quarantine): the path the framework opens.
-    None where it is not there, or the run is in a store (whose pointers name no local path)."""
-    if remote(source.entry.os_path):
+    None where it is not there, is the pointer itself, lies beside it where not ``beside`` (a
+    framework that takes only its own names there), or the run is in a store (whose pointers
+    name no local path)."""
+    if remote(source.entry.os_path) or (not beside and link_beside(source.entry.os_path, target)):
         return None
     path = os.path.normpath(os.path.join(os.path.dirname(source.entry.os_path), target))
-    return path if os.path.exists(path) else None
+    return path if os.path.exists(path) and path != os.path.normpath(source.entry.os_path) else None
 
 
 def led_outside(layout: Layout, run: Run) -> str:

@@ -177,7 +177,9 @@ class DeepSpeedLayout(FolderLayout):
             if tag is None:
                 continue  # unreadable or malformed: its own finding says so
             match = tags.match(tag)
-            found.append(Pointer(file, tag, int(match[1]) if match else None, name, outside=None if match else elsewhere(file, tag)))
+            found.append(
+                Pointer(file, tag, int(match[1]) if match else None, name, outside=None if match else elsewhere(file, tag, beside=False))
+            )
         return tuple(found)
 
     def auto_resume_pick(self, run: Run) -> Checkpoint | None:
