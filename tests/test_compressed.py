@@ -412,3 +412,39 @@ def test_a_stream_whose_standard_module_is_missing_names_no_pip_package(tmp_path
     (finding,) = json.loads(child.stdout)["findings"]
     assert finding["code"] == "CKD401" and "cannot check:" in finding["message"]
     assert f"built without its {module} module" in finding["message"] and "pip install" not in finding["message"]
+
+
+def test_a_folder_of_small_compressed_bombs_stops_being_followed(tmp_path):
+    """The second attack (issue 31): 100 files of 2.7 KB of zstd, each 16M NONE/POP pairs, took
+    22 s of CPU: each stopped at its own bound (CKD401), and each bound cost a fifth of a second.
+    After three of a run's files went past a bound, the rest are not followed, still CKD401."""
+    zstandard = pytest.importorskip("zstandard")
+    bomb = zstandard.ZstdCompressor(level=19).compress(b"\x80\x02" + b"N0" * (16 * 1024 * 1024) + b"N.")
+    assert len(bomb) < 4096
+    for number in range(100):
+        (tmp_path / f"stats_{number}.pkl.zst").write_bytes(bomb)
+    measured = verify_measured(tmp_path)
+    codes = [f["code"] for f in measured.report["findings"] if f["severity"] == "error"]
+    assert codes == ["CKD401"] * 100, measured.report["findings"]
+    assert all("could not be fully checked" in f["message"] for f in measured.report["findings"] if f["code"] == "CKD401")
+    assert measured.cpu < 2.0, f"{measured.cpu:.2f} s of CPU"
+
+
+def test_a_gzip_bomb_is_not_inflated_to_its_end_by_inspect(tmp_path, cli):
+    """The second attack (issue 31): the header read of a gzip file inflated it whole to find its
+    end, 2 GB of zeros from 8 MB; it stops at 64 times the file's size (at least 128 MiB)."""
+    import resource
+    import zlib
+
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(16 * 1024 * 1024)
+    with (tmp_path / "model-1.mpk.gz").open("wb") as out:
+        for _ in range(64):  # 1 GiB
+            out.write(compressor.compress(zeros))
+        out.write(compressor.flush())
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    result = cli("inspect", "--json", tmp_path)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    (bomb,) = [f for f in result.json["findings"] if f["code"] == "CKD401"]
+    assert "cannot check: its gzip stream inflates to more than" in bomb["message"]
+    assert after.ru_utime - before.ru_utime < 2.0

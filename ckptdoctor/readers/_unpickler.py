@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import math
 import time
 from collections import Counter
@@ -220,6 +221,7 @@ class Budget:
         inflated: int = _FILE_INFLATED,
         parent: Budget | None = None,
         scope: str = "one file",
+        most_stopped: int | None = None,
     ) -> None:
         self.steps = steps
         self.inflated = inflated
@@ -228,15 +230,22 @@ class Budget:
         self.parent = parent
         self.scope = scope
         self._limits = (steps, inflated)
+        self.stopped = 0
+        """Files charged here that went past a limit."""
+        self.counted = False
+        self.most_stopped = most_stopped
+        """After that many, nothing more charged here is followed: real files never reach a limit,
+        and a folder of small bombs, each stopped at its own limit, would still cost a fraction
+        of a second apiece."""
 
     @classmethod
     def for_command(cls) -> Budget:
         """A whole command's: a hundred files' worth, with no clock (a big run takes its time)."""
-        return cls(100 * _FILE_STEPS, math.inf, inflated=100 * _FILE_INFLATED, scope="one command")
+        return cls(100 * _FILE_STEPS, math.inf, inflated=100 * _FILE_INFLATED, scope="one command", most_stopped=10)
 
     def for_run(self) -> Budget:
         """A run's share of this (the command's) budget: twenty files' worth."""
-        return Budget(20 * _FILE_STEPS, math.inf, inflated=20 * _FILE_INFLATED, parent=self, scope="one run")
+        return Budget(20 * _FILE_STEPS, math.inf, inflated=20 * _FILE_INFLATED, parent=self, scope="one run", most_stopped=3)
 
     def for_file(self) -> Budget:
         """One file's, charged to this one too."""
@@ -246,15 +255,36 @@ class Budget:
         """Charge ``steps`` opcodes followed."""
         for budget in self._chain():
             budget.steps -= steps
-            budget._check()
+        self._check()
 
     def inflate(self, count: int) -> None:
         """Charge ``count`` bytes decompressed from an archive member or a compressed stream."""
         for budget in self._chain():
             budget.inflated -= count
-            budget._check()
+        self._check()
 
     def _check(self) -> None:
+        chain = list(self._chain())
+        try:
+            for budget in chain:
+                budget._within()
+        except OverBudget:
+            # the file under the first budget that counts stopped files is counted there, once
+            for file, counting in itertools.pairwise(chain):
+                if counting.most_stopped is not None:
+                    if not file.counted:
+                        file.counted = True
+                        for budget in counting._chain():
+                            budget.stopped += 1
+                    break
+            raise
+
+    def _within(self) -> None:
+        if self.most_stopped is not None and self.stopped >= self.most_stopped:
+            raise OverBudget(
+                f"{self.stopped} files of {self.scope} already went past ckptdoctor's limits (bombs, or too complex to "
+                "prove safe): it follows no more of them, so this one could not be fully checked"
+            )
         if self.steps < 0:
             raise OverBudget(
                 f"it needs more opcodes than the {self._limits[0]:,} ckptdoctor follows in {self.scope}: "
@@ -348,6 +378,7 @@ def walk(
     position: int | None = start
     steps = 0
     try:
+        budget.spend(0)  # nothing is followed once the run's budget stopped following its files
         while position is not None:
             resume_at, position = position, None
             for op in _opcodes.read(data, resume_at):

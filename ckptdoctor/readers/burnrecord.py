@@ -21,7 +21,8 @@ from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.readers import _deep
 from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import CHUNK, HEAD, TAIL, EdgeSample, Sample
+from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
+from ckptdoctor.readers.compressed import gzip_parts
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
 RECORD_END = b"\xa2_b\x90"
@@ -63,37 +64,28 @@ def probe_json(sample: Sample, format: Format = Format.JSON) -> FileReport:
 
 
 def probe_gzip(sample: Sample) -> FileReport:
-    inflater = zlib.decompressobj(_GZIP_WBITS)
     head = bytearray()
     tail = b""
     size = 0
-    read = 0
-    try:
-        for chunk in sample.chunks():
-            read += len(chunk)
-            data = chunk
-            while data and not inflater.eof:
-                out = inflater.decompress(data, CHUNK)
-                data = inflater.unconsumed_tail
-                size += len(out)
-                if len(head) < HEAD:
-                    head += out[: HEAD - len(head)]
-                tail = (tail + out)[-TAIL:]
-            if inflater.eof:
-                break
-    except zlib.error as error:
-        return _report(Format.GZIP, Problem.MALFORMED, f"the gzip stream is damaged ({error})")
+    problem = None
+    for part in gzip_parts(sample):
+        if isinstance(part, FileIssue):
+            problem = part
+            break
+        size += len(part)
+        if len(head) < HEAD:
+            head += part[: HEAD - len(head)]
+        tail = (tail + part)[-TAIL:]
+    if problem is not None and problem.problem in (Problem.MALFORMED, Problem.UNSAFE_PICKLE):
+        return FileReport(Format.GZIP.value, (problem,))
     payload = EdgeSample(bytes(head), tail, size)
     inner = _inner_report(payload)
     inner = dataclasses.replace(inner, facts=(*inner.facts, (INFLATED, str(size))))
-    if not inflater.eof:
-        issue = FileIssue(Problem.TRUNCATED, "the gzip stream ends before its trailer: cut short")
-        return FileReport(inner.format, (issue,), inner.facts)
-    if inflater.unused_data:
-        extra = sample.size - read + len(inflater.unused_data)
-        issue = FileIssue(Problem.TRAILING_BYTES, f"{extra} bytes after the end of the gzip stream")
-        return FileReport(inner.format, (issue, *inner.issues), inner.facts)
-    return inner
+    if problem is None:
+        return inner
+    if problem.problem is Problem.TRUNCATED:
+        return FileReport(inner.format, (problem,), inner.facts)
+    return FileReport(inner.format, (problem, *inner.issues), inner.facts)
 
 
 def _inner_report(payload: Sample) -> FileReport:

@@ -272,6 +272,40 @@ _PANDAS_PICKLES = (".pkl", ".pickle")
 """Names ``to_pickle`` writes (``checkpoint.pth.tar`` is a ``torch.save`` file, never a tar)."""
 
 
+def gzip_parts(sample: Sample) -> Iterator[bytes | FileIssue]:
+    """A gzip file's inflated bytes, in chunks, then a problem of its stream, if any: damaged,
+    cut short, bytes after its end, or inflating past ``MAX_RATIO`` times its size (at least
+    ``MAX_OUTPUT``): a bomb, not inflated further, and what it holds cannot be checked."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    read, inflated = 0, 0
+    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)
+    try:
+        for chunk in sample.chunks():
+            read += len(chunk)
+            data = chunk
+            while data and not inflater.eof:
+                part = inflater.decompress(data, CHUNK)
+                inflated += len(part)
+                if inflated > bound:
+                    yield FileIssue(
+                        Problem.UNSAFE_PICKLE,
+                        f"cannot check: its gzip stream inflates to more than {bound:,} bytes ({MAX_RATIO} times its size or "
+                        f"{MAX_OUTPUT:,} bytes): not inflated further, so what a loader reads of it cannot be proven safe",
+                    )
+                    return
+                yield part
+                data = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+    except zlib.error as error:
+        yield FileIssue(Problem.MALFORMED, f"the gzip stream is damaged ({error})")
+        return
+    if not inflater.eof:
+        yield FileIssue(Problem.TRUNCATED, "the gzip stream ends before its trailer: cut short")
+    elif inflater.unused_data:
+        yield FileIssue(Problem.TRAILING_BYTES, f"{sample.size - read + len(inflater.unused_data)} bytes after the end of the gzip stream")
+
+
 def pandas_archive(name: str) -> bool:
     """Whether ``name`` is one ``to_pickle`` writes as an archive of one pickle (``x.pkl.zip``,
     ``x.pkl.tar``, ``x.pkl.tar.gz``), which ``read_pickle`` unpacks by that name."""

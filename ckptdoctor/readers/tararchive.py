@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import tempfile
 import zlib
-from collections.abc import Iterator
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
-from ckptdoctor.readers._sample import CHUNK, EdgeSample, FileSample, Sample, Window
-from ckptdoctor.readers.compressed import MAX_OUTPUT, MAX_RATIO
+from ckptdoctor.readers._sample import EdgeSample, FileSample, Sample, Window
+from ckptdoctor.readers.compressed import gzip_parts
 from ckptdoctor.readers.sniff import Format, sniff
 
 TAR = Format.declare("tar")
@@ -74,42 +73,10 @@ def _gzipped_folder_tar(head: bytes, sample: Sample) -> bool:
     return _folder_tar(inflated, sample)
 
 
-def _inflated(sample: Sample) -> Iterator[bytes | FileIssue]:
-    """The tar stream a gzipped archive holds, in chunks, then a problem of the gzip stream, if any."""
-    inflater = zlib.decompressobj(_GZIP_WBITS)
-    read, inflated = 0, 0
-    bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)  # a bomb stops here, as a compressed pickle's does
-    try:
-        for chunk in sample.chunks():
-            read += len(chunk)
-            data = chunk
-            while data and not inflater.eof:
-                part = inflater.decompress(data, CHUNK)
-                inflated += len(part)
-                if inflated > bound:
-                    yield FileIssue(
-                        Problem.UNSAFE_PICKLE,
-                        f"cannot check: its gzip stream inflates to more than {bound} bytes ({MAX_RATIO} times its size or "
-                        f"{MAX_OUTPUT} bytes): the archive a loader would unpack is not inflated further, so it cannot be proven safe",
-                    )
-                    return
-                yield part
-                data = inflater.unconsumed_tail
-            if inflater.eof:
-                break
-    except zlib.error as error:
-        yield FileIssue(Problem.MALFORMED, f"the gzip stream is damaged ({error})")
-        return
-    if not inflater.eof:
-        yield FileIssue(Problem.TRUNCATED, "the gzip stream ends before its trailer: cut short")
-    elif inflater.unused_data:
-        yield FileIssue(Problem.TRAILING_BYTES, f"{sample.size - read + len(inflater.unused_data)} bytes after the end of the gzip stream")
-
-
 def _probe_gzipped(sample: Sample) -> FileReport:
     """The whole gzip stream inflated, kept only at its two ends: cut or damaged, or the tar it holds cut."""
     head, tail, size = b"", b"", 0
-    for part in _inflated(sample):
+    for part in gzip_parts(sample):
         if isinstance(part, FileIssue):
             return FileReport(TAR.value, (part,), _GZIPPED)
         size += len(part)
@@ -149,7 +116,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
 
 def _read_gzipped(sample: Sample, deep: int) -> FileReport:
     with tempfile.TemporaryFile(prefix="ckptdoctor-") as inflated:
-        for part in _inflated(sample):
+        for part in gzip_parts(sample):
             if isinstance(part, FileIssue):
                 return FileReport(TAR.value, (part,), _GZIPPED)
             inflated.write(part)
