@@ -61,7 +61,7 @@ def open_by(
     else:
         found, hidden, failure = _from_psutil(wanted)
     said = set() if said is None else said
-    unsaid = sorted(hidden - said, key=lambda name: int(name.split()[0]))
+    unsaid = sorted(hidden - said, key=lambda name: (not name.endswith(_OWN), int(name.split()[0])))
     said.update(hidden)
     notes = [_hidden_note(unsaid)] if unsaid else []
     if failure is not None and failure not in said:
@@ -112,7 +112,8 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict
             except PermissionError:
                 held, identities = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
         except PermissionError:
-            hidden.add(_named(pid))
+            # this user's own too, where it made itself undumpable (ssh-agent does): named first
+            hidden.add(_named(pid) + (_OWN if os.geteuid() in _uids(pid) else ""))
             continue
         except OSError as error:
             if error.errno in (errno.ESRCH, errno.ENOENT):
@@ -166,6 +167,23 @@ def _held(pid: int, folders: frozenset[str], around: str) -> tuple[list[str], se
     return [path for path in held if os.path.dirname(path) in folders], identities
 
 
+def _uids(pid: int) -> frozenset[int]:
+    """The users process ``pid`` runs as (real, effective, saved, filesystem), from its status,
+    which anyone may read: its folder is root's once it made itself undumpable. Empty where
+    neither tells."""
+    base = os.path.join(PROC, str(pid))
+    try:
+        with open(os.path.join(base, "status"), "rb") as handle:
+            line = next((line for line in handle if line.startswith(b"Uid:")), b"")
+        return frozenset(int(field) for field in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    try:
+        return frozenset({os.stat(base).st_uid})
+    except OSError:
+        return frozenset()
+
+
 def _named(pid: int) -> str:
     """``pid (command, user)``: the process table's own words, for a note."""
 
@@ -183,11 +201,17 @@ def _named(pid: int) -> str:
     return f"{pid} ({command}, {user})"
 
 
+_OWN = " [this user's own, undumpable]"
+"""Marks a hidden process that runs as this user: it hid its files (``prctl(PR_SET_DUMPABLE, 0)``),
+so only root can tell what it holds."""
+
+
 def _hidden_note(shown: list[str]) -> str:
     listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
     return (
         f"the open and mapped files of process{'es' if len(shown) > 1 else ''} {listed} cannot be read by this user "
         "(another user's, or one with privileges this one lacks): files they hold were not checked"
+        + ("; one of this user's own hides them: run as root, or stop it, if it may hold a checkpoint" if shown[0].endswith(_OWN) else "")
     )
 
 

@@ -170,15 +170,18 @@ def test_a_file_held_through_a_bind_mount_is_kept(tmp_path: Path, cli) -> None:
 # --- the process table read per descriptor (issue 32, item 5) -------------------------------------
 
 
-def _fake_table(root: Path, holders: dict[int, dict[int, Path]]) -> Path:
+def _fake_table(root: Path, holders: dict[int, dict[int, Path]], users: dict[int, int] | None = None) -> Path:
     """A process table in a folder, as ``/proc`` lays it out: each process's descriptors are links
-    to what it holds (``stat`` of one reaches the file, as the kernel's own links do)."""
+    to what it holds (``stat`` of one reaches the file, as the kernel's own links do); each runs
+    as ``users`` says (this user where it says nothing)."""
     table = root / "proc"
     (table / "self" / "fd").mkdir(parents=True)
     for pid, held in holders.items():
         (table / str(pid) / "fd").mkdir(parents=True)
         (table / str(pid) / "maps").write_text("")
         (table / str(pid) / "comm").write_text("trainer\n")
+        uid = (users or {}).get(pid, os.geteuid())
+        (table / str(pid) / "status").write_text(f"Name:\ttrainer\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
         for fd, target in held.items():
             (table / str(pid) / "fd" / str(fd)).symlink_to(target)
     return table
@@ -219,6 +222,7 @@ def test_an_unreadable_descriptor_affects_that_descriptor_only_and_notes_come_on
     table = _fake_table(
         tmp_path,
         {4100: {3: first / "model-3.bpk", 4: unrelated}, 4200: {5: second / "optim-2.bpk"}, 4300: {}, 4400: {7: unrelated}},
+        users={4300: os.geteuid() + 1000},  # another user's: its files cannot be known, and it holds none of ours
     )
     _unreadable_links(monkeypatch, table / "4100" / "fd" / "4", table / "4200" / "fd" / "5", table / "4400" / "fd" / "7")
     _refused_listings(monkeypatch, errno.EACCES, table / "4300" / "fd")
@@ -312,3 +316,19 @@ def test_a_process_holding_a_path_longer_than_path_max_stops_no_prune(tmp_path: 
     assert epochs_left(folder) == [3, 7], "held: epoch 3; the rest deleted"
     said = result.stdout + result.stderr
     assert f"open in process {process.pid}" in said and "taken as open" not in said and "process 0" not in said
+
+
+def test_a_process_of_this_user_that_hides_its_descriptors_is_named_first(tmp_path: Path, cli, monkeypatch) -> None:
+    """The attack on issue 32: a process of the same user that made itself undumpable
+    (`prctl(PR_SET_DUMPABLE, 0)`, as ssh-agent does: its /proc folder becomes root's) held a
+    checkpoint open, and the note named it after 75 root processes. Only root can tell what it
+    holds; the note names it first and says what to do."""
+    run = burn_run(tmp_path / "run")
+    table = _fake_table(tmp_path, {4500: {}, 4100: {}, 4200: {}}, users={4100: os.geteuid() + 1000, 4200: os.geteuid() + 1000})
+    _refused_listings(monkeypatch, errno.EACCES, table / "4100" / "fd", table / "4200" / "fd", table / "4500" / "fd")
+    monkeypatch.setattr(processes, "PROC", str(table))
+    result = cli("prune", "--yes", "--keep-last", "1", run)
+    monkeypatch.undo()
+    said = result.stdout + result.stderr
+    assert said.index("4500 (trainer, ") < said.index("4100 (trainer, "), said
+    assert "this user's own" in said and "run as root, or stop it" in said
