@@ -166,6 +166,21 @@ def test_repair_by_another_user_leaves_the_file_it_cannot_read_in_place(as_nobod
     assert loop_resume(run / "ckpt_3.pt", "bundled")[3] == 3  # still where the loop goes on
 
 
+def test_a_repair_that_acts_beside_an_unreadable_checkpoint_says_the_resume_point_is_unknown(as_nobody, newest_shut: Path) -> None:
+    """The attack on issue 32: a repair that quarantined a broken epoch beside one this user cannot
+    read ended "Resume from epoch 1", and the plan had said "epoch 3 if it is whole"."""
+    run = newest_shut
+    data = (run / "ckpt_2.pt").read_bytes()
+    (run / "ckpt_2.pt").write_bytes(data[: len(data) // 2])
+    _give(run, NOBODY)
+    _shut(run / "ckpt_3.pt", 0o600)
+    repaired = ckptdoctor(as_nobody, run.parent, "repair", "--yes", run.name)
+    assert repaired.code == 0, repaired.stderr
+    assert "quarantined 1 entry" in repaired.stdout + repaired.stderr
+    assert "Resume point unknown: epoch 3 if it is whole, else epoch 1" in repaired.stdout
+    assert "Resume from epoch 1" not in repaired.stdout
+
+
 def test_a_prune_by_another_user_never_deletes_what_it_cannot_read(as_nobody, bundled_loop: Path, shared: Path) -> None:
     run = copy_run(bundled_loop, shared / "run")
     _give(run, NOBODY)
@@ -280,3 +295,15 @@ def test_a_tree_thousands_of_levels_deep_in_a_doomed_checkpoint_is_left_with_a_r
                 if name != "d":
                     os.unlink(os.path.join(path, name))
             os.rmdir(path)
+
+
+def test_a_deepspeed_tag_this_user_cannot_list_is_unreadable_not_missing_shards(as_nobody, deepspeed_zero2, shared: Path) -> None:
+    """The attack on issue 32: `global_step*` of another user, mode 700, was CKD105 "lacks 2 files
+    that the run's other checkpoints name" besides CKD215: they may all be there."""
+    run = copy_run(deepspeed_zero2.path, shared / "ds")
+    _give(run, NOBODY)
+    newest = sorted(run.glob("global_step*"), key=lambda path: int(path.name.removeprefix("global_step")))[-1]
+    _shut(newest, 0o700)
+    report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
+    codes = [f["code"] for f in report["findings"]]
+    assert "CKD215" in codes and "CKD105" not in codes, report["findings"]

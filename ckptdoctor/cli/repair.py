@@ -92,7 +92,7 @@ def repair(
     if outcome.acted and not undo and human and not quiet:
         # loaded when the command runs: --help stays fast
         from ckptdoctor.layouts.registry import advised
-        from ckptdoctor.model import Action
+        from ckptdoctor.model import Action, Status
         from ckptdoctor.planners.repair import resume_kept
         from ckptdoctor.render.human import resume_block
 
@@ -100,8 +100,10 @@ def repair(
         kept = {plan.run: resume_kept(plan) for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
         for run in outcome.report.runs:  # the resume point is the one kept: the last line says where to go on
             if (resume := kept.get(run.path)) is not None:
-                # advice for the run as the repair left it: what was above the resume point is in the quarantine
-                repaired = advised(dataclasses.replace(run, checkpoints=tuple(c for c in run.checkpoints if c.index <= resume)))
+                # advice for the run as the repair left it: what was above the resume point is in the quarantine,
+                # but for what this user cannot read, which stays, and on which the resume point still depends
+                left = tuple(c for c in run.checkpoints if c.index <= resume or c.status is Status.UNREADABLE)
+                repaired = advised(dataclasses.replace(run, checkpoints=left))
                 console.print(resume_block(repaired, console.width, named=len(kept) > 1))
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")

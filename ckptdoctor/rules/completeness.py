@@ -831,8 +831,8 @@ _NAMING_ROLES = frozenset({Role.SHARD_INDEX, Role.METADATA})
 def missing_shards(ctx: RunContext) -> Iterator[Finding]:
     """CKD105: an index names shards that are not there."""
     for checkpoint in ctx.run.checkpoints:
-        if not checkpoint.absent:
-            continue
+        if not checkpoint.absent or checkpoint.status is Status.UNREADABLE:
+            continue  # a folder this user may not list may hold them all: CKD215 says so
         # the file that lists what is missing, or else the one that names the checkpoint's files
         index_file = next((f for f in checkpoint.files if f.report.fact("missing")), None) or next(
             (f for f in checkpoint.files if _NAMING_ROLES.intersection(f.roles)), None
