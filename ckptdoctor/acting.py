@@ -237,6 +237,8 @@ def carry_out(
     context = _Context(pass_.command, [_local(path) for path in given], dry_run, listener, recurse, tally)
     with contextlib.ExitStack() as held:
         held.enter_context(actions.anchored(context.paths))  # before the scan: what it finds is acted on through these
+        # anyone who may read the run may preview it, though ckptdoctor's folder in it be shut to them
+        shut = held.enter_context(actions.reading_only()) if dry_run else []
         context.scan()
         lock_all(held, context.runs, dry_run, context.tell, pass_.more_locks(context))
         # under the locks, a scan from before them is safe to plan from: no other ckptdoctor acts
@@ -247,6 +249,8 @@ def carry_out(
         planned = pass_.plan(context)
         plans = [plan for plan, _ in planned]
         pending = pass_.pending(context, plans)
+        for home_shut in shut:
+            context.tell(f"note: {home_shut}: this user may not read it, so what earlier passes left there is not shown")
         listener(Planned(context.report, tuple(planned), pending, tuple(context.refused)))
 
         def outcome(acted: bool = False, declined: str = "") -> Outcome:

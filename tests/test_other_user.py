@@ -307,3 +307,19 @@ def test_a_deepspeed_tag_this_user_cannot_list_is_unreadable_not_missing_shards(
     report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
     codes = [f["code"] for f in report["findings"]]
     assert "CKD215" in codes and "CKD105" not in codes, report["findings"]
+
+
+def test_dry_runs_by_another_user_preview_a_run_whose_own_folder_is_shut_to_them(as_nobody, newest_shut: Path) -> None:
+    """The attack on issue 32: with the run's `.ckptdoctor/` its owner's, mode 700 (a lock taken
+    once), every dry run by a colleague exited 1 "Permission denied" and showed no plan."""
+    run = newest_shut
+    (run / ".ckptdoctor").mkdir()
+    (run / ".ckptdoctor" / "lock").touch()
+    (run / ".ckptdoctor").chmod(0o700)
+    for command in (("prune", "--keep-last", "1", "--dry-run"), ("repair", "--dry-run"), ("repair", "--undo", "--dry-run")):
+        previewed = ckptdoctor(as_nobody, run.parent, *command, run.name)
+        assert previewed.code == 0, (command, previewed.stderr)
+        assert "this user may not read it, so what earlier passes left there is not shown" in previewed.stdout + previewed.stderr
+    acted = ckptdoctor(as_nobody, run.parent, "prune", "--keep-last", "1", "--yes", run.name)
+    assert acted.code == 1 and "Permission denied" in acted.stderr  # acting still needs its owner
+    assert sorted(p.name for p in run.glob("ckpt_*.pt")) == ["ckpt_1.pt", "ckpt_2.pt", "ckpt_3.pt"]

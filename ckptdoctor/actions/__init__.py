@@ -12,7 +12,7 @@ What the journal and manifest say, and what these functions return, is typed in
 """
 
 from ckptdoctor.actions._confine import ActionError, Escapes, anchored, changed_since_scan, confirm_run
-from ckptdoctor.actions._home import Locked, holder_now, locked, strays
+from ckptdoctor.actions._home import Locked, holder_now, locked, reading_only, strays
 from ckptdoctor.actions._quarantine import (
     QUARANTINE,
     close_repairs,
@@ -47,6 +47,7 @@ __all__ = [
     "pending",
     "quarantine",
     "quarantines",
+    "reading_only",
     "restore",
     "strays",
     "sweep",

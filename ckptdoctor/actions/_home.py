@@ -38,9 +38,26 @@ class Locked(Exception):
         self.holder = holder
 
 
+_SHUT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("shut", default=None)
+"""Inside ``reading_only``: own folders this user may not read, each passed over as if absent."""
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[list[str]]:
+    """A pass that only reads (a dry run, which another user or a read-only account may make):
+    an own folder this user may not read is passed over as if absent, and named in the list."""
+    shut: list[str] = []
+    token = _SHUT.set(shut)
+    try:
+        yield shut
+    finally:
+        _SHUT.reset(token)
+
+
 def open_home(home: str, create: bool) -> Folder | None:
     """``home`` opened below the folder that holds ckptdoctor's own folder, never through a
-    symlink (ActionError); None when it is not there and not to be made."""
+    symlink (ActionError); None when it is not there and not to be made, or, in a pass
+    ``reading_only``, this user may not read it."""
     if os.path.basename(home) == OWN_FOLDER:
         base, names = os.path.dirname(home), [OWN_FOLDER]
     else:
@@ -55,6 +72,13 @@ def open_home(home: str, create: bool) -> Folder | None:
         except FileNotFoundError:
             if create:
                 raise
+            return None
+        except PermissionError:
+            shut = _SHUT.get()
+            if create or shut is None:
+                raise
+            if home not in shut:
+                shut.append(home)
             return None
         except Mounted:
             raise
