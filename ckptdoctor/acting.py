@@ -512,6 +512,8 @@ class Prune(Pass):
 
     def plan(self, context: _Context) -> list[tuple[Plan, str]]:
 
+        if self.policy.empty:  # --discard-journal alone: what the killed prunes had moved is back, and that is all
+            return []
         planned = []
         try:
             for run in context.runs:
@@ -551,6 +553,10 @@ class Prune(Pass):
 
     def at_min_age_0(self, path: str) -> str:
         """The command that prunes the run at ``path`` alone as this prune does, with --min-age 0."""
+        return self.again(path, "--min-age 0")
+
+    def again(self, path: str, *more: str) -> str:
+        """The command that prunes the run at ``path`` alone as this prune does, with ``more``."""
         policy, words = self.policy, ["ckptdoctor prune"]
         if policy.keep_last:
             words.append(f"--keep-last {policy.keep_last}")
@@ -566,7 +572,7 @@ class Prune(Pass):
         words += [f"--keep {index}" for index in sorted(policy.keep)]
         if self.options.verify_kept:
             words.append("--verify")
-        return " ".join([*words, "--min-age 0 --no-recurse", shell_word(path)])
+        return " ".join([*words, *more, "--no-recurse", shell_word(path)])
 
     def pending(self, context: _Context, plans: Sequence[Plan]) -> tuple[Pending, ...]:
 
@@ -600,8 +606,9 @@ class Prune(Pass):
             for plan in plans:
                 for found in actions.pending(plan.root, plan.home):
                     context.tell(
-                        f"{plan.run}: {found.journal} is pending: the next `ckptdoctor prune` shows what it would still delete and "
-                        "finishes it when confirmed; `ckptdoctor prune --discard-journal` drops it and puts back what it had moved."
+                        f"{plan.run}: {found.journal} is pending: `{self.again(plan.run)}` shows what it would still delete "
+                        f"and finishes it when confirmed; `ckptdoctor prune --discard-journal --no-recurse {shell_word(plan.run)}` "
+                        "drops it and puts back what it had moved, and deletes nothing."
                     )
             raise
 
@@ -680,7 +687,7 @@ def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Pr
         keep=frozenset(keep),
         min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
     )
-    policy.check()
+    policy.check(discarding=discard_journal)
     uploads = settings.get("abort-uploads")
     abort_uploads = parse_duration(str(uploads)) if uploads is not None else None
     return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal, abort_uploads))

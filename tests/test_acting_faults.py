@@ -13,6 +13,8 @@ import contextlib
 import errno
 import os
 import random
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -416,7 +418,9 @@ def test_discard_journal_puts_back_what_a_killed_prune_had_moved(tmp_path: Path,
     assert not any((folder / ".ckptdoctor" / "trash").iterdir())
 
 
-def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(tmp_path: Path) -> None:
+def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(tmp_path: Path, cli) -> None:
+    """Both ways forward work as printed (the attack on issue 32: `prune --discard-journal` was
+    refused, "an empty policy", and named no run)."""
     folder = burn_run(tmp_path, range(1, 801))
     trash = folder / ".ckptdoctor" / "trash"
     rng = random.Random(5)
@@ -438,6 +442,12 @@ def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(t
     assert "Interrupted." in said and "is pending" in said
     assert "ckptdoctor prune --discard-journal" in said and "finishes it when confirmed" in said
     assert "Traceback" not in said
+    discard = re.search(r"`ckptdoctor (prune --discard-journal [^`]*)`", said)
+    assert discard is not None and str(folder) in discard[1], said
+    before = epochs_left(folder)
+    discarded = cli(*shlex.split(discard[1]))
+    assert discarded.exit_code == 0, discarded.stderr
+    assert set(epochs_left(folder)) > set(before) and not list(trash.glob("*/journal.json"))
 
 
 def test_diskcheck_on_a_full_disk_says_full_not_permission(tmp_path: Path, cli) -> None:

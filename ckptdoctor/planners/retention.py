@@ -52,8 +52,15 @@ class Policy:
     """Pinned indices."""
     min_age: float = MIN_AGE
 
-    def check(self) -> None:
-        if not (self.keep_last or self.keep_best or self.keep_every or self.keep_within or self.keep):
+    @property
+    def empty(self) -> bool:
+        """No rule keeps anything: every checkpoint the invariants do not keep would go."""
+        return not (self.keep_last or self.keep_best or self.keep_every or self.keep_within or self.keep)
+
+    def check(self, discarding: bool = False) -> None:
+        """Raise PolicyError where the policy cannot be used; an empty one only ``discarding`` a
+        killed prune's journal, which then plans nothing."""
+        if self.empty and not discarding:
             raise PolicyError(
                 "an empty policy would delete every checkpoint the invariants do not keep: give at least one of "
                 "--keep-last, --keep-best, --keep-every, --keep-within or --keep"
