@@ -179,6 +179,28 @@ def test_a_file_inside_a_checkpoint_folder_written_while_asked_keeps_the_folder(
     assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
 
 
+def test_a_file_added_to_a_checkpoint_folder_while_asked_keeps_the_folder_whatever_its_times(hf_trained: Path, tmp_path: Path) -> None:
+    """The attack on issue 32: a file added to a doomed ``checkpoint-N/`` while the question
+    waited, it and its folder then dated back (`rsync -a`, `cp -p` into it), was deleted with the
+    folder, though the plan never showed it. Its change time, which no copy sets, is after the plan."""
+    from frameworks import copy_run
+
+    run = _aged(copy_run(hf_trained, tmp_path / "out"))
+    folder = run / "checkpoint-2"
+    added = folder / "extra.bin"
+
+    def confirm(question: acting.Question) -> bool:
+        stamp = os.stat(folder).st_mtime
+        added.write_bytes(b"not in the plan")
+        for path in (added, folder):
+            os.utime(path, (stamp, stamp))
+        return True
+
+    outcome = ckd.prune(run, keep_last=1, confirm=confirm)
+    assert outcome.acted
+    assert added.exists() and not (run / "checkpoint-4").exists()
+
+
 def test_repair_then_undo_through_the_api(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_burn_run(run, range(1, 6))

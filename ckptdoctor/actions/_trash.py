@@ -280,10 +280,13 @@ def changed_since(info: os.stat_result, scanned: Entry | None, written: float) -
     """Whether an entry was written after its plan (``written``): otherwise than the scan saw
     it (its time, and a file's size: a filesystem's clock may lag this machine's, and a copy
     may carry an old time), or at a time after the plan. A time after the plan that the scan
-    saw already is no write since: a clock ahead of this one's dated it."""
+    saw already is no write since: a clock ahead of this one's dated it. An entry the scan did not
+    see is also judged by its change time, which no copy sets back (`rsync -a` into the folder)."""
     if scanned is not None and (info.st_mtime != scanned.mtime or (not stat.S_ISDIR(info.st_mode) and info.st_size != scanned.size)):
         return True
-    return info.st_mtime > written and (scanned is None or info.st_mtime != scanned.mtime)
+    if scanned is None:
+        return max(info.st_mtime, info.st_ctime) > written
+    return info.st_mtime > written and info.st_mtime != scanned.mtime
 
 
 def _journals(home: str) -> Iterator[tuple[Folder, str, Folder]]:
