@@ -323,3 +323,21 @@ def test_dry_runs_by_another_user_preview_a_run_whose_own_folder_is_shut_to_them
     acted = ckptdoctor(as_nobody, run.parent, "prune", "--keep-last", "1", "--yes", run.name)
     assert acted.code == 1 and "Permission denied" in acted.stderr  # acting still needs its owner
     assert sorted(p.name for p in run.glob("ckpt_*.pt")) == ["ckpt_1.pt", "ckpt_2.pt", "ckpt_3.pt"]
+
+
+@pytest.mark.parametrize(("depth", "deleted"), [(256, True), (257, False)])
+def test_a_tree_at_the_depth_bound_is_deleted_and_one_past_it_left(
+    hf_trained: Path, tmp_path: Path, cli, depth: int, deleted: bool
+) -> None:
+    """The attack on issue 32: a tree exactly 256 levels deep was planned for deletion, then left
+    as "written, opened or replaced since the plan", on every prune: the planner and the deleter
+    counted the levels apart."""
+    run = copy_run(hf_trained, tmp_path / "out")
+    nested = _nest(run / "checkpoint-2", depth)
+    _give(run, os.geteuid(), (*nested, os.path.join(nested[-1], "deepest")))
+    pruned = cli("prune", "--yes", "--keep-last", "1", str(run))
+    said = pruned.stdout + pruned.stderr
+    assert pruned.exit_code == 0, said
+    assert "since the plan was made" not in said
+    assert (run / "checkpoint-2").exists() is not deleted
+    assert ("nested more than 256 levels deep" in said) is not deleted

@@ -392,7 +392,7 @@ def mounted_in(folder: Folder, name: str, mounts: frozenset[str] | None) -> str 
     if info.st_dev != os.fstat(folder.fd).st_dev:
         return os.path.join(folder.path, name)
     for below, _, _, fd in os.fwalk(name, dir_fd=folder.fd):
-        if below.count(os.sep) >= DEEPEST:  # the walk recurses: what lies deeper is not known free of mounts
+        if below.count(os.sep) > DEEPEST:  # the walk recurses: what lies deeper is not known free of mounts
             return f"{os.path.join(folder.path, below)} (folders nested more than {DEEPEST} levels deep)"
         here = os.fstat(fd)
         where = os.readlink(f"/proc/self/fd/{fd}") if mounts is not None else os.path.join(folder.path, below)

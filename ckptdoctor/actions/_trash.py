@@ -261,7 +261,7 @@ def still_meant(top: Folder, relative: str, written: float, busy: frozenset[str]
         # one nested past DEEPEST (the walk recurses), is not known unchanged
         try:
             for below, _, names, fd in os.fwalk(name, onerror=unreadable.append, dir_fd=parent.fd):
-                if below.count(os.sep) >= DEEPEST:
+                if below.count(os.sep) > DEEPEST:
                     return False
                 for inner in names:
                     try:
