@@ -341,3 +341,18 @@ def test_a_tree_at_the_depth_bound_is_deleted_and_one_past_it_left(
     assert "since the plan was made" not in said
     assert (run / "checkpoint-2").exists() is not deleted
     assert ("nested more than 256 levels deep" in said) is not deleted
+
+
+def test_a_repair_with_no_readable_complete_checkpoint_says_it_depends_on_what_this_user_cannot_read(as_nobody, newest_shut: Path) -> None:
+    """The attack on issue 32: it said "no complete epoch (CKD110)", whose fixes say to restore
+    from a backup, while the newest epoch may be whole: only its owner can tell."""
+    run = newest_shut
+    for name in ("ckpt_1.pt", "ckpt_2.pt"):
+        data = (run / name).read_bytes()
+        (run / name).write_bytes(data[: len(data) // 2])
+    _give(run, NOBODY)
+    _shut(run / "ckpt_3.pt", 0o600)
+    repaired = ckptdoctor(as_nobody, run.parent, "repair", "--dry-run", run.name)
+    said = repaired.stdout + repaired.stderr
+    assert "may resume from epoch 3, which this user cannot read (CKD215" in said, said
+    assert "CKD110" not in said

@@ -114,7 +114,8 @@ def test_clocks_within_the_drift_allowed_are_no_finding_and_hold_by_min_age(tmp_
     dated(folder / "optimizer_1.pt", time.time() + 60)
     assert clock_findings(inspect_json(folder).json) == []
     plan = {item["index"]: item for item in cli("prune", "--json", "--dry-run", "--keep-last", "1", folder).json["plan"]}
-    assert plan[1]["action"] == "keep" and plan[1]["reasons"][0].startswith("modified 0s ago (--min-age 10min)")
+    # the attack on issue 32: it said "modified 0s ago"
+    assert plan[1]["action"] == "keep" and re.match(r"dated \d+s ahead of this machine's clock \(--min-age 10min\)", plan[1]["reasons"][0])
     assert plan[2]["action"] == "delete"
 
 

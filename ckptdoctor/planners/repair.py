@@ -63,6 +63,12 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     """What ``repair`` does to ``run``: quarantine, re-point, and the resume point it keeps."""
     resume = run.resume
     unit = run.unit.value
+    if resume is None and run.resume_depends_on:
+        shut = ", ".join(f"{unit} {c.index}" for c in run.resume_depends_on)
+        raise Refused(
+            f"{run.path} has no complete {unit} this user can read, and may resume from {shut}, which this user cannot "
+            "read (CKD215 access-denied): nothing was moved; a repair by a user who can read them sees what it is"
+        )
     if resume is None:
         raise Refused(
             f"{run.path} has no complete {unit} (CKD110 no-resumable-checkpoint): there is nothing to make it resumable "

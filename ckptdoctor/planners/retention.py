@@ -246,8 +246,10 @@ def _held(paths: list[str], saved: float | None, circumstances: Circumstances, m
         reasons.append(
             f"dated {duration(skew)} in the future (another machine's clock? CKD214): whether it is still being written cannot be told from its time (--min-age 0 acts on it)"
         )
+    elif age is not None and min_age > 0 and age < 0:  # ahead, but within the drift clocks are allowed
+        reasons.append(f"dated {duration(-age)} ahead of this machine's clock {_by_min_age(min_age)}")
     elif age is not None and min_age > 0 and age < min_age:
-        reasons.append(f"modified {duration(max(age, 0.0))} ago {_by_min_age(min_age)}")
+        reasons.append(f"modified {duration(age)} ago {_by_min_age(min_age)}")
     holder = next((circumstances.open_by[p] for p in paths if p in circumstances.open_by), None)
     if isinstance(holder, int):
         reasons.append(f"open in process {holder}")
