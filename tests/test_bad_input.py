@@ -153,7 +153,7 @@ def test_permission_denied_subfolder_json(inspect_json, denied_subfolder) -> Non
     assert run["resume"]["index"] == 3
     # nothing from the unreadable folder is reported as a run
     assert all(not r["path"].startswith(str(denied)) for r in result.json["runs"])
-    unreadable = _findings(result, "CKD211")
+    unreadable = _findings(result, "CKD215")  # issue 32: permission denied is access-denied, not damage
     assert unreadable, result.json["findings"]
     assert any(f["path"] == str(denied) and str(denied) in f["message"] for f in unreadable)
     inside = parent / "exp1" / "checkpoint" / "archive"
@@ -167,7 +167,7 @@ def test_permission_denied_subfolder_human(cli, denied_subfolder) -> None:
     parent, denied = denied_subfolder
     result = cli("inspect", parent)
     assert result.exit_code == 1
-    assert "CKD211" in result.stdout
+    assert "CKD215" in result.stdout and "CKD211" not in result.stdout
     assert str(denied) in result.stdout
     assert "Resume from epoch 3" in result.stdout
     _no_traceback(result.stdout, result.stderr)
