@@ -356,3 +356,15 @@ def test_a_repair_with_no_readable_complete_checkpoint_says_it_depends_on_what_t
     said = repaired.stdout + repaired.stderr
     assert "may resume from epoch 3, which this user cannot read (CKD215" in said, said
     assert "CKD110" not in said
+
+
+def test_a_shut_folder_inside_a_checkpoint_is_named_by_its_path_in_the_run(as_nobody, hf_shared: Path) -> None:
+    """The attack on issue 32: CKD215 said "sub/ is shut to this user", not in which checkpoint."""
+    run = hf_shared
+    inner = run / "checkpoint-4" / "sub"
+    inner.mkdir()
+    (inner / "extra.bin").write_bytes(b"x")
+    _shut(inner, 0o700)
+    report = json.loads(ckptdoctor(as_nobody, run.parent, "inspect", "--json", run.name).stdout)
+    (shut,) = [f for f in report["findings"] if f["code"] == "CKD215"]
+    assert shut["message"].startswith("checkpoint-4/sub/ is shut to this user"), shut["message"]

@@ -799,7 +799,7 @@ def access_denied(ctx: RunContext) -> Iterator[Finding]:
         shut = _shut(checkpoint)
         if not shut:
             continue
-        message = f"{_listed(shut)} {'is' if len(shut) == 1 else 'are'} {_shut_to(shut[0])}: nothing is known of {'it' if len(shut) == 1 else 'them'}"
+        message = f"{_listed(shut, ctx.run.path)} {'is' if len(shut) == 1 else 'are'} {_shut_to(shut[0])}: nothing is known of {'it' if len(shut) == 1 else 'them'}"
         if checkpoint.index in depends:
             unit = ctx.run.unit.value
             fallback = f"{unit} {resume.index}" if resume is not None else "none: no checkpoint this user can read is complete"
@@ -864,8 +864,9 @@ def _shut(checkpoint: Checkpoint) -> list[Entry]:
     return list(shut.values())
 
 
-def _listed(entries: list[Entry]) -> str:
-    names = [entry.path.rsplit("/", 1)[-1] + ("/" if entry.is_dir else "") for entry in entries]
+def _listed(entries: list[Entry], run: str) -> str:
+    """The entries by their paths in the run (``checkpoint-10/sub/``), the first few."""
+    names = [entry.path.removeprefix(f"{run}/") + ("/" if entry.is_dir else "") for entry in entries]
     return ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
 
 
