@@ -314,6 +314,8 @@ def test_an_immutable_file_inside_a_deleted_folder_leaves_only_itself(tmp_path: 
     with _immutable(stuck):
         first = cli("prune", "--yes", "--keep-last", "1", run)
         assert first.exit_code == 1 and "optimizer.pt" in first.stderr
+        # the attack on issue 32: named only by its path in ckptdoctor's trash
+        assert f"(it was {run / 'checkpoint-10'}, and waits in ckptdoctor's trash" in first.stderr, first.stderr
         assert not (run / "checkpoint-10").exists() and not (run / "checkpoint-20").exists()
         again = cli("prune", "--yes", "--keep-last", "1", run)  # tries the trash again, is not wedged
         assert again.exit_code == 1 and "optimizer.pt" in again.stderr

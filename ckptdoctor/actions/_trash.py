@@ -196,9 +196,18 @@ def _finish(trash: Folder, folder: Folder) -> list[str]:
     strays = []
     mounts = mount_points()
     marks = []
+    try:
+        journal: Journal | None = _read_journal(folder)[0] if folder.lstat(JOURNAL) is not None else None
+    except ActionError:
+        journal = None
     for name in folder.names():
         if _MOVED.fullmatch(name):
-            problems += remove(folder, name, mounts)
+            failed = remove(folder, name, mounts)
+            if failed and journal is not None and int(name) < len(journal.entries):
+                # the trash's own name says nothing to the user: say what it was in the run
+                was = os.path.join(journal.run, journal.entries[int(name)])
+                failed = [f"{line} (it was {was}, and waits in ckptdoctor's trash: the next prune tries again)" for line in failed]
+            problems += failed
         elif _IN_PLACE.fullmatch(name):
             marks.append(name)
         elif name not in (JOURNAL, JOURNAL + ".tmp"):
