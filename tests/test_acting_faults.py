@@ -449,7 +449,9 @@ def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(t
     before = epochs_left(folder)
     discarded = cli(*shlex.split(discard[1]))
     assert discarded.exit_code == 0, discarded.stderr
-    assert set(epochs_left(folder)) > set(before) and not list(trash.glob("*/journal.json"))
+    # nothing deleted by it, what was still in the trash back (Ctrl-C may land before a move, or after the last)
+    assert set(epochs_left(folder)) >= set(before) and not list(trash.glob("*/journal.json"))
+    assert "deletes nothing" in said
 
 
 def test_diskcheck_on_a_full_disk_says_full_not_permission(tmp_path: Path, cli) -> None:
