@@ -839,12 +839,13 @@ def test_ckd210_quiet_for_zip_torch_and_burnpack(tmp_path, torch_state, inspect_
 
 
 def _deny(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Opening ``name`` fails as it would for a file owned by another user (tests run as root)."""
+    """Opening ``name`` fails as it does on a failing disk or a stale NFS handle (EIO); a file
+    this user may not read is CKD215 (issue 32), tested as a real other user in test_other_user."""
     real_open = os.open
 
     def guarded(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         if os.path.basename(os.fsdecode(path)) == name:
-            raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
+            raise OSError(errno.EIO, "Input/output error", os.fsdecode(path))
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", guarded)
@@ -865,7 +866,7 @@ def test_ckd211_fires_for_a_file_that_cannot_be_opened(tmp_path, inspect_json, m
     report = result.json
     assert result.exit_code == 1
     finding = assert_fires(report, "CKD211", "error", folder, "optim-5.bpk", 5)
-    assert "Permission denied" in finding["message"]
+    assert "Input/output error" in finding["message"]
     assert checkpoint(report, 5)["status"] != "complete"  # never call an unread file clean
     assert the_run(report)["resume"]["index"] == 4
 
@@ -878,7 +879,7 @@ def test_ckd211_fires_for_a_folder_that_cannot_be_listed(tmp_path, inspect_json,
 
     def guarded(os_dir: str, shown_dir: str) -> Any:
         if os_dir == str(locked):
-            raise PermissionError(errno.EACCES, "Permission denied", os_dir)
+            raise OSError(errno.EIO, "Input/output error", os_dir)
         return real_list(os_dir, shown_dir)
 
     monkeypatch.setattr(discover, "_list", guarded)
@@ -887,7 +888,7 @@ def test_ckd211_fires_for_a_folder_that_cannot_be_listed(tmp_path, inspect_json,
     finding = one(report, "CKD211")
     assert finding["severity"] == "error"
     assert finding["path"] == str(locked)
-    assert "Permission denied" in finding["message"]
+    assert "Input/output error" in finding["message"]
     assert the_run(report)["resume"]["index"] == 2
     assert result.exit_code == 1
 

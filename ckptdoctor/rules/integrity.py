@@ -552,7 +552,7 @@ ACCESS_DENIED = Rule(
         "Run ckptdoctor as the owner, who can read it: `sudo -u {owner} ckptdoctor inspect {run}`.",
         "Or let this user read it: `chmod -R a+rX {path}` (as its owner), or `setfacl -R -m u:$USER:rX {path}`.",
     ),
-    messages=("Permission denied", "Operation not permitted", "[Errno 13] Permission denied"),
+    messages=("shut to this user", "may not list or search it", "Operation not permitted"),
     related=("CKD211", "CKD503"),
 )
 
