@@ -353,10 +353,11 @@ def _past_end(name: str, end: int, size: int) -> FileIssue:
 
 def _dtype(h5py: Any, dataset: Any) -> str:
     """torch's spelling of the element type of ``dataset`` (a ``DatasetID``); Keras marks
-    bfloat16 with an attribute (read only where there is one: reading costs more than asking)."""
-    if h5py.h5a.exists(dataset, b"dtype") and h5py.Dataset(dataset).attrs.get("dtype") == "bfloat16":
-        return "bfloat16"
+    bfloat16, which it stores in 16 bits, with an attribute (asked of 16-bit datasets only, and
+    read only where there is one: each question costs libhdf5 more than the rest)."""
     kind = dataset.dtype
+    if kind.itemsize == 2 and h5py.h5a.exists(dataset, b"dtype") and h5py.Dataset(dataset).attrs.get("dtype") == "bfloat16":
+        return "bfloat16"
     names = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
     base = names.get(kind.kind)
     if base is None:
