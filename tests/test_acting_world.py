@@ -13,17 +13,12 @@ import random
 import shutil
 import subprocess
 import sys
-import sysconfig
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from other_user import as_nobody, shared_folder
 from test_prune import _kill_when_deleting, age, burn_run, epochs_left
-
-import ckptdoctor
-
-NOBODY = 65534
 
 
 def _tree(folder: Path) -> dict[str, tuple[str, int]]:
@@ -54,32 +49,13 @@ def mounted(where: Path, *how: str) -> Iterator[Path]:
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
-    """A folder another user can reach (pytest's own are root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="ckptdoctor-shared-"))
-    folder.chmod(0o755)
-    try:
+    with shared_folder() as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _as_nobody(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    """``ckptdoctor *args`` run as a real other user (nobody), by an interpreter that user can
-    run, importing this checkout's ckptdoctor and this environment's packages."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("running as another user needs root and setpriv")
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    path = os.pathsep.join([str(Path(ckptdoctor.__file__).parent.parent), sysconfig.get_paths()["purelib"]])
-    for python in (sys.executable, shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}")):
-        if python and subprocess.run([*drop, python, "-c", "pass"], capture_output=True).returncode == 0:
-            return subprocess.run(
-                [*drop, python, "-m", "ckptdoctor", *map(str, args)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={**os.environ, "PYTHONPATH": path, "NO_COLOR": "1", "HOME": "/nonexistent"},
-            )
-    pytest.skip("no interpreter of this version that another user may run")
+    """``ckptdoctor *args`` run as ``nobody``, who sees the machine's process table as it is."""
+    return as_nobody(*args, real_table=True)
 
 
 def _holding_the_lock(folder: Path) -> subprocess.Popen[str]:

@@ -14,57 +14,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 import subprocess
-import sys
-import sysconfig
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from frameworks import copy_run, loop_resume, torch_loop
+from other_user import NOBODY, require, shared_folder
+from other_user import as_nobody as run_as_nobody
 
-ROOT = Path(__file__).resolve().parents[1]
-NOBODY = 65534
 AN_HOUR = 3600.0
-_LAUNCH = (
-    "import sys\n"
-    "from ckptdoctor import processes\n"
-    "processes.open_by = lambda paths, identities=None, said=None: ({}, None)  # a fake, empty process table\n"
-    "from ckptdoctor.cli import main\n"
-    "sys.argv[0] = 'ckptdoctor'\n"
-    "main()\n"
-)
-
-
-def _interpreter() -> tuple[list[str], dict[str, str]]:
-    """A Python that ``nobody`` may run, with this checkout and this environment's packages: this
-    one where its folders are open to all, else the system's of the same version (a venv made by
-    root links into root's own folders)."""
-    paths = [str(ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "NO_COLOR": "1", "COLUMNS": "200"}
-    candidates = [sys.executable, f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"]
-    for python in candidates:
-        command = [*_as_nobody(), python]
-        probe = subprocess.run([*command, "-c", "import ckptdoctor.cli, numpy"], env=env, capture_output=True, check=False)
-        if probe.returncode == 0:
-            return command, env
-    pytest.skip(f"no Python that user {NOBODY} may run with this environment's packages ({', '.join(candidates)})")
-
-
-def _as_nobody() -> list[str]:
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 
 
 @pytest.fixture(scope="module")
-def as_nobody() -> tuple[list[str], dict[str, str]]:
-    if os.geteuid() != 0:
-        pytest.skip("making a file another user's, and running ckptdoctor as that other user, needs root")
-    if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not here to run ckptdoctor as another user")
-    return _interpreter()
+def as_nobody() -> None:
+    require()
 
 
 class Ran:
@@ -73,26 +38,15 @@ class Ran:
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
 
 
-def ckptdoctor(as_nobody: tuple[list[str], dict[str, str]], where: Path, *args: str) -> Ran:
-    """The ckptdoctor CLI run by ``nobody`` from ``where``."""
-    command, env = as_nobody
-    return Ran(
-        subprocess.run([*command, "-c", _LAUNCH, *args], cwd=where, env=env, capture_output=True, text=True, timeout=300, check=False)
-    )
+def ckptdoctor(as_nobody: None, where: Path, *args: str) -> Ran:
+    """The ckptdoctor CLI run by ``nobody`` from ``where``, with an empty process table."""
+    return Ran(run_as_nobody(*args, where=where))
 
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
-    """A folder ``nobody`` may reach (pytest's own are root's, mode 700)."""
-    folder = Path(tempfile.mkdtemp(prefix="ckptdoctor-other-user-"))
-    folder.chmod(0o755)
-    try:
+    with shared_folder() as folder:
         yield folder
-    finally:
-        for path in [folder, *folder.rglob("*")]:
-            if not path.is_symlink():
-                path.chmod(0o700)
-        shutil.rmtree(folder)
 
 
 def _give(run: Path, owner: int, below: tuple[str, ...] = ()) -> None:
