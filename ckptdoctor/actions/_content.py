@@ -23,7 +23,7 @@ import hashlib
 import os
 import stat
 
-from ckptdoctor.actions._confine import Escapes, Folder
+from ckptdoctor.actions._confine import Escapes, Folder, mount_of
 from ckptdoctor.regular import open_regular
 
 SAMPLE = 1 << 20
@@ -48,17 +48,18 @@ def fingerprint(top: Folder, relative: str, expected: tuple[int, int] | None = N
             if not stat.S_ISDIR(info.st_mode):
                 _describe(digest, parent.fd, name, info)
                 return digest.hexdigest()
-            _tree(digest, os.open(name, _DIRECTORY, dir_fd=parent.fd), info)
+            _tree(digest, os.open(name, _DIRECTORY, dir_fd=parent.fd))
     except OSError:
         return None
     return digest.hexdigest()
 
 
-def _tree(digest: hashlib._Hash, top: int, info: os.stat_result) -> None:
+def _tree(digest: hashlib._Hash, top: int) -> None:
     """Every entry below the folder open as ``top`` (closed here), in name order, one level at a
     time (no recursion: a tree thousands of levels deep is walked too), never crossing a link
-    or a mount."""
+    or a mount (a bind mount of the same filesystem included: ``mount_of``)."""
     pending: list[tuple[bytes, int]] = [(b"", top)]
+    mount = mount_of(top)
     try:
         while pending:
             prefix, fd = pending.pop()
@@ -68,15 +69,21 @@ def _tree(digest: hashlib._Hash, top: int, info: os.stat_result) -> None:
                     found = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     digest.update(prefix + os.fsencode(name) + b"\0")
                     if stat.S_ISDIR(found.st_mode):
-                        if found.st_dev != info.st_dev:
-                            raise OSError(f"{name} is another filesystem's mount point")
                         digest.update(b"folder\0")
-                        inner.append((prefix + os.fsencode(name) + b"/", os.open(name, _DIRECTORY, dir_fd=fd)))
+                        below = os.open(name, _DIRECTORY, dir_fd=fd)
+                        if mount_of(below) != mount:
+                            os.close(below)
+                            raise OSError(f"{name} is a mount point")
+                        inner.append((prefix + os.fsencode(name) + b"/", below))
                     else:
                         _describe(digest, fd, name, found)
-                pending += reversed(inner)  # popped in name order
+            except BaseException:
+                for _, opened in inner:
+                    os.close(opened)
+                raise
             finally:
                 os.close(fd)
+            pending += reversed(inner)  # popped in name order
     finally:
         for _, fd in pending:
             os.close(fd)
