@@ -12,6 +12,8 @@ then loaded with ``torch.load(weights_only=True)`` into the model, as a resume l
 from __future__ import annotations
 
 import os
+import pickle
+import struct
 import time
 from pathlib import Path
 
@@ -70,7 +72,8 @@ def test_a_truncated_legacy_newest_epoch_does_not_cost_the_run_every_loadable_on
     folder = tmp_path / "run"
     legacy_run(folder, 4)
     cut_in_half(folder / "ckpt_4.pt")
-    with pytest.raises((EOFError, RuntimeError)):  # torch itself cannot load it
+    # torch itself cannot load it; which error depends on where the cut falls (storage keys vary)
+    with pytest.raises((EOFError, RuntimeError, struct.error, pickle.UnpicklingError)):
         torch.load(folder / "ckpt_4.pt", weights_only=True)
     assert inspect_json(folder).json["runs"][0]["resume"]["index"] == 4  # the fault: the header read takes it for whole
 
