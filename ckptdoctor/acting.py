@@ -30,6 +30,7 @@ from typing import Any
 
 from ckptdoctor import actions, processes
 from ckptdoctor.discover import remote
+from ckptdoctor.errors import RefusedError, UsageError
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Action, Entry, Plan, PlanItem, Report, Role, Run, Seen, Unit
 from ckptdoctor.pipelines import scan
@@ -45,7 +46,7 @@ from ckptdoctor.stores import urls
 from ckptdoctor.units import duration, files_or_folders, size
 
 
-class Refused(Exception):
+class Refused(UsageError):
     """The paths cannot be acted on as given; nothing was changed. One line per reason."""
 
     def __init__(self, *lines: str) -> None:
@@ -53,7 +54,7 @@ class Refused(Exception):
         self.lines = lines
 
 
-class Stopped(Exception):
+class Stopped(RefusedError):
     """The pass stopped part-way; one line per reason, each naming what is left where."""
 
     def __init__(self, *lines: str) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Report
 from ckptdoctor.regular import read_regular, write_whole
 
 SCHEMA = "ckptdoctor.baseline.v1"
 
 
-class BaselineError(ValueError):
+class BaselineError(InvalidValue):
     """A baseline file that cannot be read or written (exit 2)."""
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity
 from ckptdoctor.readers._pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
@@ -36,7 +37,7 @@ PRUNE_KEYS = frozenset(
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidValue):
     """A configuration file that cannot be used (exit 2, naming the file and key)."""
 
 

@@ -112,7 +112,7 @@ def test_repair_refuses_a_run_with_no_complete_checkpoint(tmp_path):
     folder = burn_run(tmp_path, range(1, 3))
     for epoch in (1, 2):
         (folder / f"model-{epoch}.bpk").unlink()
-    with pytest.raises(repair.Refused, match="CKD110"):
+    with pytest.raises(repair.NotResumable, match="CKD110"):
         repair_plan(aged(folder))
 
 

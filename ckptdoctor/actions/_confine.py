@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
+from ckptdoctor.errors import RefusedError
 from ckptdoctor.model import Entry
 from ckptdoctor.places import DEEPEST, relative
 from ckptdoctor.records import Identity, plain
@@ -27,7 +28,7 @@ from ckptdoctor.records import Identity, plain
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class ActionError(Exception):
+class ActionError(RefusedError):
     """The run cannot be changed (read-only, permissions, a planted symlink); nothing was half done."""
 
 

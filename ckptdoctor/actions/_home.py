@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 from ckptdoctor.actions._confine import ActionError, Escapes, Folder, Mounted, open_run
+from ckptdoctor.errors import LockedError
 from ckptdoctor.places import OWN_FOLDER
 from ckptdoctor.regular import read_regular
 
@@ -30,7 +31,7 @@ FULL = (errno.ENOSPC, errno.EDQUOT)
 """What a full filesystem (or quota) answers a write with."""
 
 
-class Locked(Exception):
+class Locked(LockedError):
     """Another ckptdoctor holds the run's lock."""
 
     def __init__(self, run: str, holder: str) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
+from ckptdoctor.errors import StoreError
 from ckptdoctor.layouts.registry import NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
 from ckptdoctor.progress import Tally
@@ -18,7 +19,6 @@ from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check
 from ckptdoctor.stores import leftovers, session, urls
 from ckptdoctor.stores.listing import discover_store
-from ckptdoctor.stores.session import StoreError
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
+from ckptdoctor.errors import StoreError, UsageError
 from ckptdoctor.layouts._base import led_outside, trusted_globals
 from ckptdoctor.layouts.registry import NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
@@ -36,7 +37,6 @@ from ckptdoctor.readers.files import (
 from ckptdoctor.rules._context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session, urls
-from ckptdoctor.stores.session import StoreError
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -63,7 +63,7 @@ class VerifyOptions:
     read (egress costs money); False stops with :class:`NotDownloaded`. None: read them."""
 
 
-class NotDownloaded(Exception):
+class NotDownloaded(UsageError):
     """``verify`` stopped before reading objects from a store, as ``VerifyOptions.download`` said."""
 
 
@@ -80,7 +80,7 @@ def verify(
     if options.download is not None:
         count, most = _download_bound(paths)
         if count and not options.download(count, most):
-            raise NotDownloaded(f"{count} objects were not read")
+            raise NotDownloaded(f"{count} objects were not read; nothing was verified")
     first = scan(paths, tally=tally)
     targets = _targets(first)
     budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
@@ -195,7 +195,7 @@ def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileRe
         tried += 1
         objects = [entry for entry in unread if session.owner(entry.os_path) is not None]
         if objects and options.download is not None and not options.download(len(objects), sum(e.size for e in objects)):
-            raise NotDownloaded(f"{len(objects)} objects were not read")
+            raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
         read = _read_all(unread, options.deep, options.jobs or cores(), tally)
         if options.load:
             from ckptdoctor.readers.library import load_all  # torch is imported only here

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Run
 from ckptdoctor.regular import read_regular
@@ -16,7 +17,7 @@ from ckptdoctor.regular import read_regular
 MAX_FILE = 64 * 1024 * 1024
 
 
-class MetricsError(ValueError):
+class MetricsError(InvalidValue):
     """A metrics file that cannot be read."""
 
 

@@ -14,6 +14,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from ckptdoctor.errors import RefusedError
 from ckptdoctor.layouts._base import Pointer, behind_pointer, unfollowable
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import (
@@ -45,8 +46,12 @@ from ckptdoctor.records import Quarantine, StoredState
 from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, STALE_POINTER
 
 
-class Refused(Exception):
+class NotResumable(RefusedError):
     """Repair would not make the run resumable: there is no complete checkpoint to resume from."""
+
+
+Refused = NotResumable
+"""The name ``acting`` catches it by until the acting package (issue 33) takes the new one."""
 
 
 RESUME_POINT = "resume point (newest complete)"
@@ -65,12 +70,12 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
     unit = run.unit.value
     if resume is None and run.resume_depends_on:
         shut = ", ".join(f"{unit} {c.index}" for c in run.resume_depends_on)
-        raise Refused(
+        raise NotResumable(
             f"{run.path} has no complete {unit} this user can read, and may resume from {shut}, which this user cannot "
             "read (CKD215 access-denied): nothing was moved; a repair by a user who can read them sees what it is"
         )
     if resume is None:
-        raise Refused(
+        raise NotResumable(
             f"{run.path} has no complete {unit} (CKD110 no-resumable-checkpoint): there is nothing to make it resumable "
             "from, so nothing was moved; `ckptdoctor rules CKD110` says what can still be saved"
         )

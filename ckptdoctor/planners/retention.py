@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import DEEPEST, home, run_root
@@ -29,7 +30,7 @@ Contents = tuple[tuple[str, float, int], ...]
 """The files inside a folder: (os path, mtime, size)."""
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidValue):
     """A policy that cannot be applied (empty, or keep-best without metric values)."""
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
@@ -35,7 +36,7 @@ MAX_MARGIN = 10.0
 """More headroom than this (ten times the save) is a typo, not a margin."""
 
 
-class EstimateError(ValueError):
+class EstimateError(InvalidValue):
     """A model size or optimizer that cannot be used (exit 2)."""
 
 

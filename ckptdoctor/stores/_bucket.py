@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from ckptdoctor.stores.session import StoreError
+from ckptdoctor.errors import StoreError
 from ckptdoctor.stores.urls import PERMISSIONS, Location, Store
 
 if TYPE_CHECKING:

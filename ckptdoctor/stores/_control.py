@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from ckptdoctor.stores.session import StoreError
+from ckptdoctor.errors import StoreError
 from ckptdoctor.stores.urls import Location, Store
 
 NEEDS_BOTO3 = "pip install 'ckptdoctor[s3]' (boto3)"
@@ -109,7 +109,7 @@ class Control:
             status, code = answer(error)
             if status is None:
                 raise StoreError(f"{self.location.root}: cannot reach the store to {what} ({error})") from None
-            raise _Refused(status, code, f"{self.location.root}: the store refused to {what} (HTTP {status}, {code})") from None
+            raise _StoreRefused(status, code, f"{self.location.root}: the store refused to {what} (HTTP {status}, {code})") from None
         self._remember_date(result)
         return result
 
@@ -161,7 +161,7 @@ class Control:
         """Abort an incomplete upload; False where it is gone already (completed or aborted since)."""
         try:
             self._call("abort a multipart upload", "abort_multipart_upload", Key=upload.key, UploadId=upload.upload_id)
-        except _Refused as refused:
+        except _StoreRefused as refused:
             if refused.status == 404:
                 return False
             raise StoreError(str(refused)) from None
@@ -200,7 +200,7 @@ class Control:
         """The bucket's lifecycle rules (none where it has no configuration)."""
         try:
             rules: list[dict[str, Any]] = self._call("read its lifecycle rules", "get_bucket_lifecycle_configuration").get("Rules", [])
-        except _Refused as refused:
+        except _StoreRefused as refused:
             if refused.code == "NoSuchLifecycleConfiguration" or refused.status == 404:
                 return []
             raise StoreError(str(refused)) from None
@@ -219,7 +219,7 @@ class Control:
                 "copy an object", "copy_object", Key=target, CopySource={"Bucket": self.location.bucket, "Key": source},
                 CopySourceIfMatch=etag, **condition,
             )  # fmt: skip
-        except _Refused as refused:
+        except _StoreRefused as refused:
             if refused.status in (404, 409, 412):
                 return None
             raise StoreError(str(refused)) from None
@@ -238,7 +238,7 @@ class Control:
             try:
                 self._call("look for an object", "head_object", Key=target)
                 return None  # something is there already: never overwritten
-            except _Refused as refused:
+            except _StoreRefused as refused:
                 if refused.status != 404:
                     raise
         self._count(1)
@@ -260,7 +260,7 @@ class Control:
         the plan is kept."""
         try:
             self._call("delete an object", "delete_object", Key=key, IfMatch=etag)
-        except _Refused as refused:
+        except _StoreRefused as refused:
             if refused.status == 412:
                 return Deleted.CHANGED
             if refused.status == 404:
@@ -273,7 +273,7 @@ class Control:
         answered, refused or not; :class:`StoreError` only where it could not be reached."""
         try:
             result = self._call(what, operation, **arguments)
-        except _Refused as refused:
+        except _StoreRefused as refused:
             return Attempt(refused.status, refused.code, {})
         status = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
         return Attempt(status if isinstance(status, int) else 200, None, result)
@@ -307,7 +307,7 @@ def quoted(etag: str) -> str:
     return etag if etag.startswith('"') else f'"{etag}"'
 
 
-class _Refused(StoreError):
+class _StoreRefused(StoreError):
     """The store answered with an error: a one-line :class:`StoreError` wherever no caller tells
     its status apart."""
 

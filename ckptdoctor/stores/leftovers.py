@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ckptdoctor.errors import StoreError
 from ckptdoctor.model import PendingUpload, StoreLeftovers
 from ckptdoctor.stores import session
-from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import BadURL, Location, Store, parse
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ckptdoctor.errors import StoreError
 from ckptdoctor.model import Access, BucketCheck, LifecycleRule, Permission
 from ckptdoctor.places import OWN_FOLDER
 from ckptdoctor.stores import session
-from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import PERMISSIONS, Location, Store
 
 if TYPE_CHECKING:

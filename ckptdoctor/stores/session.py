@@ -11,17 +11,13 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from ckptdoctor.errors import StoreError as StoreError  # its home is the error taxonomy; imported from here too
 from ckptdoctor.stores.urls import Location
 
 if TYPE_CHECKING:
     from ckptdoctor.stores._bucket import Bucket as Bucket
     from ckptdoctor.stores._bucket import ObjectInfo
     from ckptdoctor.stores._control import Control as Control
-
-
-class StoreError(Exception):
-    """The store cannot be used as asked (no extra, no credentials, denied, unreachable): one
-    line that says what to do (exit 2)."""
 
 
 MISSING_EXTRA = (

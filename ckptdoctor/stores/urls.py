@@ -11,6 +11,8 @@ import enum
 import re
 from typing import NamedTuple
 
+from ckptdoctor.errors import InvalidValue
+
 
 class Store(enum.Enum):
     S3 = "s3"
@@ -37,7 +39,7 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 """What S3, GCS and Azure all accept as a bucket or container name (3 to 63 characters)."""
 
 
-class BadURL(ValueError):
+class BadURL(InvalidValue):
     """A URL ckptdoctor cannot read a run from; the message says why and what it accepts."""
 
 
