@@ -24,7 +24,7 @@ import os
 import shlex
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from ckptdoctor.pipelines.verify import verify_newest
 from ckptdoctor.places import DEEPEST, home, home_of, relative, run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
-from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, parse_duration
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, PruneSettings, parse_duration
 from ckptdoctor.progress import Tally
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine, StoredState
@@ -656,42 +656,24 @@ def _relied_on(run: Run) -> list[Entry]:
     return resume + [file.entry for file in run.loose_files if Role.POINTER in file.roles and not file.entry.is_dir]
 
 
-def prune_from(settings: Mapping[str, Any], discard_journal: bool = False) -> Prune:
-    """The prune that ``settings`` ask for: the ``[tool.ckptdoctor.prune]`` keys (``keep-last``,
-    ``metric``, ``min-age`` …), whether from a configuration file, the command line or the
-    Python API. ValueError (or ``retention.PolicyError``) names a value it cannot use."""
-
-    def integer(key: str, default: int = 0, least: int | None = None) -> int:
-        value = settings.get(key)
-        value = default if value is None else value
-        if not isinstance(value, int) or isinstance(value, bool) or (least is not None and value < least):
-            raise ValueError(f"{key} must be a whole number{'' if least is None else f' of at least {least}'}, not {value!r}")
-        return value
-
-    keep = settings.get("keep") or []
-    metrics_file = settings.get("metrics-file")
-    if metrics_file is not None and not isinstance(metrics_file, str):
-        raise ValueError("metrics-file must be a path")
-    if not isinstance(keep, list) or not all(isinstance(i, int) for i in keep):
-        raise ValueError("keep must be a list of checkpoint indices")
-    verify_kept = settings.get("verify", False)
-    if not isinstance(verify_kept, bool):
-        raise ValueError(f"verify must be true or false, not {verify_kept!r}")
-    within, age = settings.get("keep-within"), settings.get("min-age")
+def prune_from(settings: PruneSettings, discard_journal: bool = False) -> Prune:
+    """The prune that ``settings`` ask for (checked when they were made): from a configuration
+    file, the command line or the Python API, or one over another. PolicyError names what the
+    policy cannot be."""
     policy = Policy(
-        keep_last=integer("keep-last"),
-        keep_best=integer("keep-best"),
-        metric=settings.get("metric"),
-        mode=str(settings.get("mode") or "min"),
-        keep_every=integer("keep-every"),
-        keep_within=parse_duration(str(within)) if within else 0.0,
-        keep=frozenset(keep),
-        min_age=parse_duration(str(age)) if age is not None else MIN_AGE,
+        keep_last=settings.keep_last or 0,
+        keep_best=settings.keep_best or 0,
+        metric=settings.metric,
+        mode=settings.mode or "min",
+        keep_every=settings.keep_every or 0,
+        keep_within=parse_duration(settings.keep_within) if settings.keep_within else 0.0,
+        keep=frozenset(settings.keep or ()),
+        min_age=parse_duration(settings.min_age) if settings.min_age is not None else MIN_AGE,
     )
     policy.check(discarding=discard_journal)
-    uploads = settings.get("abort-uploads")
-    abort_uploads = parse_duration(str(uploads)) if uploads is not None else None
-    return Prune(policy, PruneOptions(metrics_file, verify_kept, integer("max-runs", MAX_RUNS, least=1), discard_journal, abort_uploads))
+    abort_uploads = parse_duration(settings.abort_uploads) if settings.abort_uploads is not None else None
+    max_runs = settings.max_runs if settings.max_runs is not None else MAX_RUNS
+    return Prune(policy, PruneOptions(settings.metrics_file, settings.verify or False, max_runs, discard_journal, abort_uploads))
 
 
 def kept_paths(plan: Plan) -> frozenset[str]:

@@ -11,6 +11,11 @@
 Settings (``select``, ``ignore``, severities, thresholds, role hints, ``[tool.ckptdoctor.prune]``)
 come from ``config`` when given, else from the configuration nearest the first path, as the
 command line reads them. ``docs/api.md`` has the details and examples.
+
+The command line calls one ``run_<command>`` per command, with that command's options object;
+the keyword functions build the same objects. The command line imports nothing else of the core
+but ``render`` and ``errors``: what it shows and parses with (``printable``, ``size``,
+``find_rule`` …) it takes from here.
 """
 
 from __future__ import annotations
@@ -18,19 +23,398 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Report, Run
+from ckptdoctor.model import Severity as Severity
+from ckptdoctor.places import run_root as run_root
+from ckptdoctor.planners.retention import PruneSettings
 from ckptdoctor.planners.space import MARGIN, MAX_MARGIN, check
+from ckptdoctor.progress import Tally as Tally
+from ckptdoctor.quoting import printable as printable
+from ckptdoctor.quoting import shell_word as shell_word
 from ckptdoctor.rules.disk import RUNWAY
+from ckptdoctor.units import parse_size as parse_size
+from ckptdoctor.units import size as size
 
 if TYPE_CHECKING:
+    from ckptdoctor.acting import Ask as Ask
     from ckptdoctor.acting import Confirm, Listener, Outcome, Pass, Question
+    from ckptdoctor.acting import Planned as Planned
+    from ckptdoctor.acting import Tone as Tone
+    from ckptdoctor.baseline import BaselineError as BaselineError
     from ckptdoctor.config import Settings
+    from ckptdoctor.config import check_rules as check_rules
+    from ckptdoctor.pipelines.verify import RESUME_TRIES as RESUME_TRIES
+    from ckptdoctor.records import Pending as Pending
+    from ckptdoctor.regular import write_whole as write_whole
+    from ckptdoctor.rules._rule import Rule
+    from ckptdoctor.rules.registry import find_rule as find_rule
+    from ckptdoctor.rules.search import Match
+
+__all__ = [
+    "DiskcheckOptions", "InspectOptions", "PruneOptions", "RepairOptions", "Repaired", "RuleAnswer", "RulesOptions",
+    "Scanned", "VerifyOptions", "diskcheck", "inspect", "preflight", "prune", "repair", "run_diskcheck", "run_inspect",
+    "run_prune", "run_repair", "run_rules", "run_verify", "verify",
+]  # fmt: skip
 
 Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 """One path or several: run folders, folders holding runs, or single checkpoint files."""
+
+
+# options: one frozen object per command (the command line builds them from its flags)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """Where the settings (``select``, severities, thresholds, role hints, trusted globals,
+    ``[tool.ckptdoctor.prune]``) come from, read once per command."""
+
+    paths: tuple[str, ...] = (".",)
+    config: str | None = None
+    """The settings file; None: ``$CKPTDOCTOR_CONFIG``, else the configuration nearest the first path."""
+    settings: Settings | None = None
+    """Settings read already: used as they are, ``config`` unread (the command line reads its
+    own once, from ``--config`` or the configuration nearest the working folder)."""
+
+
+@dataclass(frozen=True)
+class InspectOptions(Configured):
+    select: tuple[str, ...] = ()
+    """Rules to report, over the settings' ``select`` (``--select``)."""
+    ignore: tuple[str, ...] = ()
+    """Rules not to report, added to the settings' ``ignore`` (``--ignore``)."""
+    tally: Tally | None = None
+    """Counts what the scan sees as it goes (a progress line reads it)."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions(InspectOptions):
+    deep: bool = False
+    load: bool = False
+    jobs: int = 0
+    resume: bool = False
+    """Read only the files of each run's resume point (``verify --resume``)."""
+    download: Callable[[int, int], bool] | None = None
+    """Asked, with the count and bytes of the objects to read whole from stores, before any is
+    read; False stops with ``pipelines.verify.NotDownloaded``. None: read them."""
+
+
+@dataclass(frozen=True)
+class DiskcheckOptions(Configured):
+    model_bytes: int | None = None
+    model: str | None = None
+    optimizer: str | None = None
+    keep_last: int | None = None
+    """None: ``[tool.ckptdoctor.prune]`` ``keep-last``, where set."""
+    margin: float = MARGIN
+    runway: int = RUNWAY
+
+
+@dataclass(frozen=True)
+class ActOptions(Configured):
+    """What every acting command (prune, repair) is told besides its own settings."""
+
+    dry_run: bool = False
+    confirm: Confirm | bool = False
+    listener: Listener | None = None
+    recurse: bool = True
+    """False: only the runs whose folders are the paths given (``--no-recurse``)."""
+    lock: bool = True
+    """False: act in a bucket that does not honour conditional writes (``--no-lock``)."""
+    tally: Tally | None = None
+
+
+@dataclass(frozen=True)
+class PruneOptions(ActOptions):
+    prune: PruneSettings = field(default_factory=PruneSettings)
+    """What was asked for, over ``[tool.ckptdoctor.prune]``: each None comes from there, else its default."""
+    discard_journal: bool = False
+
+
+@dataclass(frozen=True)
+class RepairOptions(ActOptions):
+    undo: bool = False
+    ident: str | None = None
+    """With ``undo``: the quarantine to put back (default: the latest of each run)."""
+    min_age: str | None = None
+    """None: the settings' ``min-age``, else ten minutes."""
+    verify: bool = False
+
+
+@dataclass(frozen=True)
+class RulesOptions:
+    query: str | None = None
+    """A rule code, a name, or a pasted error message; None: every rule."""
+    full: bool = False
+    """Explain every rule a message matches, not one line each."""
+
+
+# what comes back, besides the report
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """``inspect`` or ``verify``: the report (findings as configured), and what the scan saw."""
+
+    report: Report
+    empty: tuple[str, ...]
+    """The paths given where no checkpoint was found."""
+    led_outside: Mapping[str, str]
+    """Run path -> what to say where one of its pointers leads out of its checkpoints (CKD113):
+    the framework's own resume through it loads a file no scan judged."""
+
+
+@dataclass(frozen=True)
+class RuleAnswer:
+    """``rules``: the rules asked for, how they matched a message, and whether to explain them whole."""
+
+    rules: tuple[Rule, ...]
+    matches: tuple[Match, ...]
+    explain: bool
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """``repair``: the acting pass's outcome (its fields are read through: ``repaired.acted``),
+    and the advice on where each run goes on now."""
+
+    outcome: Outcome
+    advised: tuple[Run, ...] = ()
+    """Each run a repair changed, as it left it, with how its framework resumes from the resume
+    point kept (``resume_path``, the framework's command): empty for an undo, a dry run or a
+    repair not carried out."""
+    changed: int = 0
+    """How many runs the repair changed."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.outcome, name)
+
+
+# the commands, each from its options
+
+
+def run_inspect(options: InspectOptions) -> Scanned:
+    """``ckptdoctor inspect``: every run under the paths from the names, sizes, head and tail of
+    its files (nothing read whole), its checkpoints' status, the resume point and the findings."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor.pipelines.scan import inspect as inspect_paths
+
+    paths = _listed(options.paths)
+    with _in_force(options, paths) as settings:
+        report, found = inspect_paths(paths, settings.thresholds, options.tally)
+        return _scanned(report, found.empty, settings, options)
+
+
+def run_verify(options: VerifyOptions) -> Scanned:
+    """``ckptdoctor verify``: ``inspect``'s report with every checkpoint read whole (statically)."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor.pipelines import verify as verifying
+
+    paths = _listed(options.paths)
+    how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download)
+    with _in_force(options, paths) as settings:
+        report, found = (verifying.verify_resume if options.resume else verifying.verify)(paths, how, settings.thresholds, options.tally)
+        return _scanned(report, found.empty, settings, options)
+
+
+def _scanned(report: Report, empty: tuple[str, ...], settings: Settings, options: InspectOptions) -> Scanned:
+    # loaded when called: importing the API (a trainer callback's start) loads no layout
+    from ckptdoctor.layouts._base import led_outside
+    from ckptdoctor.layouts.registry import layout_named
+
+    led = {run.path: said for run in report.runs if (said := led_outside(layout_named(run.layout), run))}
+    configured = dataclasses.replace(report, findings=settings.apply(report.findings, options.select, options.ignore))
+    return Scanned(configured, empty, led)
+
+
+def run_diskcheck(options: DiskcheckOptions) -> Report:
+    """``ckptdoctor diskcheck``: will the next save into the (one) path fit, and can it be
+    written safely? See :func:`diskcheck`."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor.discover import remote
+    from ckptdoctor.stores.urls import local_path
+
+    (path,) = options.paths
+    model_bytes = _checked_diskcheck(options)
+    if remote(path) and local_path(path) is None:
+        return _bucket_diskcheck(path, model_bytes, options)
+    path = local_path(path) or path
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise InvalidValue(f"{path} is not a folder: give the folder the run saves into")
+    return _local_diskcheck(path, model_bytes, options)
+
+
+def _checked_diskcheck(options: DiskcheckOptions) -> int | None:
+    """The size of the model to plan for (None: from the run's checkpoints), once every option
+    is one the check can use."""
+    for name, value, least in (("model_bytes", options.model_bytes, 0), ("keep_last", options.keep_last, 1), ("runway", options.runway, 1)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not least <= value < 2**63):
+            raise InvalidValue(f"{name} must be a whole number of at least {least}, not {value!r}")
+    margin = options.margin
+    if not isinstance(margin, int | float) or isinstance(margin, bool) or not 0 <= margin <= MAX_MARGIN:  # also refuses nan
+        raise InvalidValue(f"margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin!r}")
+    if not options.paths[0]:
+        raise InvalidValue("run_dir must name the folder the run saves into (or '.'), not ''")
+    if options.model is not None and options.model_bytes is None:
+        if not os.path.isfile(options.model):
+            raise InvalidValue(f"--model {options.model}: not a file")
+        return os.stat(options.model).st_size
+    return options.model_bytes
+
+
+def _retention(options: DiskcheckOptions, settings: Settings) -> int | None:
+    """The run's retention: ``keep_last``, else ``[tool.ckptdoctor.prune]`` ``keep-last`` where it keeps some."""
+    if options.keep_last is not None:
+        return options.keep_last
+    kept = settings.prune().keep_last
+    return kept if kept is not None and kept > 0 else None
+
+
+def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptions) -> Report:
+    """``diskcheck`` of a folder on this machine: the run that saves there next, and the disk under it."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.pipelines.scan import scan
+    from ckptdoctor.rules._context import with_runs_below
+    from ckptdoctor.rules.disk import findings
+
+    exists = os.path.isdir(path)
+    with _in_force(options, [path] if exists else []) as settings:
+        keep_last = _retention(options, settings)
+        scanned = scan([path]) if exists else None
+    runs: tuple[Run, ...] = scanned.runs if scanned else ()
+    # the run in the folder named is the one that saves there next; else the biggest below it
+    own = [r for r in runs if os.path.realpath(run_root(r)) == os.path.realpath(path)]
+    run = own[0] if own else _largest(runs)
+    layout = layout_named(run.layout) if run is not None else None
+    disk = check(path, run, model_bytes, options.optimizer, keep_last, options.margin)
+    below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
+    errors = scanned.errors if scanned else ()
+    return Report("diskcheck", runs, findings(disk, run, layout, options.runway, below), errors, disk=disk)
+
+
+def _bucket_diskcheck(url: str, model_bytes: int | None, options: DiskcheckOptions) -> Report:
+    """``diskcheck`` of a run in a bucket: the probes of what the store lets this identity do, the
+    bucket's settings and the run's growth; the local disk is never looked at. Raises
+    ``errors.StoreError`` where the bucket cannot be used at all (one line, exit 2)."""
+    # loaded when called: a bucket's check loads its client and the pipeline only for a URL
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.model import Access, Transfer
+    from ckptdoctor.pipelines.scan import scan
+    from ckptdoctor.planners.space import bucket_check
+    from ckptdoctor.rules.disk import findings
+    from ckptdoctor.stores import session
+    from ckptdoctor.stores.probe import check_bucket
+    from ckptdoctor.stores.urls import parse
+
+    location = parse(url)  # urls.BadURL is a usage error: exit 2
+    with _in_force(options, []) as settings:
+        keep_last = _retention(options, settings)
+        before = session.traffic()
+        probed = check_bucket(location)
+        scanned = scan([location.url]) if probed.has_objects and probed.access("list") is Access.GRANTED else None
+    runs: tuple[Run, ...] = scanned.runs if scanned else ()
+    own = [r for r in runs if r.path.rstrip("/") == location.url]
+    run = own[0] if own else _largest(runs)
+    layout = layout_named(run.layout) if run is not None else None
+    disk = bucket_check(location.url, run, probed, model_bytes, options.optimizer, keep_last, options.margin)
+    requests, received = session.traffic()
+    transfer = Transfer(requests - before[0], received - before[1])
+    errors = scanned.errors if scanned else ()
+    return Report("diskcheck", runs, findings(disk, run, layout, options.runway), errors, disk=disk, transfer=transfer)
+
+
+def run_prune(options: PruneOptions) -> Outcome:
+    """``ckptdoctor prune``: see :func:`prune`."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor import acting
+
+    paths = _listed(options.paths)
+    with _in_force(options, paths) as settings:
+        pruning = acting.prune_from(options.prune.over(settings.prune()), options.discard_journal)
+        return _carried_out(pruning, paths, options)
+
+
+def run_repair(options: RepairOptions) -> Repaired:
+    """``ckptdoctor repair`` (``repair --undo``): see :func:`repair`."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor import acting
+    from ckptdoctor.planners.retention import MIN_AGE, parse_duration
+
+    paths = _listed(options.paths)
+    if options.ident is not None and not options.undo:
+        raise InvalidValue("ident names a quarantine to put back: use it with undo=True")
+    if options.verify and options.undo:
+        raise InvalidValue("verify reads checkpoints before a repair: undo puts back what one moved, and reads nothing")
+    with _in_force(options, paths) as settings:
+        if options.undo:
+            return Repaired(_carried_out(acting.Undo(options.ident), paths, options))
+        age = options.min_age if options.min_age is not None else settings.min_age
+        try:
+            min_age = parse_duration(age) if age is not None else MIN_AGE
+        except InvalidValue as error:
+            raise InvalidValue(f"min-age: {error}") from error
+        return _advised(_carried_out(acting.Repair(min_age, options.verify), paths, options))
+
+
+def _advised(outcome: Outcome) -> Repaired:
+    """A carried-out repair's outcome, with each changed run as the repair left it and how its
+    framework resumes from there."""
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor.layouts.registry import advised
+    from ckptdoctor.model import Action, Status
+    from ckptdoctor.planners.repair import resume_kept
+
+    if not outcome.acted:
+        return Repaired(outcome)
+    kept = {plan.run: resume_kept(plan) for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
+    runs = []
+    for run in outcome.report.runs:
+        if (resume := kept.get(run.path)) is not None:
+            # the run as the repair left it: what was above the resume point is in the quarantine,
+            # but for what this user cannot read, which stays, and on which the resume point still depends
+            left = tuple(c for c in run.checkpoints if c.index <= resume or c.status is Status.UNREADABLE)
+            runs.append(advised(dataclasses.replace(run, checkpoints=left)))
+    return Repaired(outcome, tuple(runs), len(kept))
+
+
+def _carried_out(pass_: Pass, paths: list[str], options: ActOptions) -> Outcome:
+    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
+    from ckptdoctor import acting
+
+    return acting.carry_out(
+        pass_,
+        paths,
+        dry_run=options.dry_run,
+        confirm=_answer(options.confirm),
+        listener=options.listener or _ignore,
+        recurse=options.recurse,
+        tally=options.tally,
+        lock=options.lock,
+    )
+
+
+def run_rules(options: RulesOptions) -> RuleAnswer:
+    """``ckptdoctor rules``: the rule table, one rule asked for by code or name, or the rules
+    that explain a pasted error message, best first."""
+    # the rule table loads every layout: only when rules are asked for
+    from ckptdoctor.rules.registry import RULES, find_rule
+    from ckptdoctor.rules.search import rank
+
+    if options.query is None:
+        return RuleAnswer(RULES, (), False)
+    if (exact := find_rule(options.query)) is not None:
+        return RuleAnswer((exact,), (), True)
+    matches = rank(options.query)
+    # a page for a search's only match, or for all with --full
+    return RuleAnswer(tuple(match.rule for match in matches), matches, len(matches) == 1 or options.full)
+
+
+# the same, from keywords
 
 
 def preflight(
@@ -73,7 +457,8 @@ def diskcheck(
     from ``model_bytes`` (or the size of the file ``model``) and the ``optimizer``'s state
     (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
     ``adafactor``). Raises ``ckptdoctor.planners.space.EstimateError`` for an unusable model or optimizer,
-    and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use. Role hints
+    and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use (both
+    ``ckptdoctor.errors.UsageError``, and ``ValueError``). Role hints
     (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
     (``[tool.ckptdoctor.prune]`` ``keep-last``) come from ``config``, else the configuration
     nearest ``run_dir``.
@@ -82,99 +467,17 @@ def diskcheck(
     read, so a probe object is created and deleted under the run's ``.ckptdoctor/`` prefix, the
     permissions the other commands need are tried (``report.disk.bucket.permissions``), and the
     run's growth at ``keep_last`` (``report.disk.growth``) and the bucket's lifecycle rules are
-    judged (CKD503, CKD509-511; never CKD501/502). Raises
-    ``ckptdoctor.stores.session.StoreError`` where the bucket cannot be used at all (none,
-    credentials refused, unreachable).
+    judged (CKD503, CKD509-511; never CKD501/502). Raises ``ckptdoctor.errors.StoreError`` where
+    the bucket cannot be used at all (none, credentials refused, unreachable).
     """
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor.config import prune_settings
-    from ckptdoctor.discover import remote
-    from ckptdoctor.layouts.registry import layout_named
-    from ckptdoctor.pipelines.scan import scan
-    from ckptdoctor.places import run_root
-    from ckptdoctor.rules._context import with_runs_below
-    from ckptdoctor.rules.disk import findings
-    from ckptdoctor.stores.urls import local_path
-
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
     (path,) = _listed(run_dir)
-    for name, value, least in (("model_bytes", model_bytes, 0), ("keep_last", keep_last, 1), ("runway", runway, 1)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not least <= value < 2**63):
-            raise ValueError(f"{name} must be a whole number of at least {least}, not {value!r}")
-    if not isinstance(margin, int | float) or isinstance(margin, bool) or not 0 <= margin <= MAX_MARGIN:  # also refuses nan
-        raise ValueError(f"margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin!r}")
-    if not os.fspath(run_dir):
-        raise ValueError("run_dir must name the folder the run saves into (or '.'), not ''")
-    if model is not None and model_bytes is None:
-        if not os.path.isfile(model):
-            raise ValueError(f"--model {os.fspath(model)}: not a file")
-        model_bytes = os.stat(model).st_size
-    if remote(path) and local_path(path) is None:
-        return _bucket_diskcheck(path, model_bytes, optimizer, keep_last, margin, runway, config)
-    path = local_path(path) or path
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise ValueError(f"{path} is not a folder: give the folder the run saves into")
-    start = path if os.path.isdir(path) else None
-    if keep_last is None:
-        retention = prune_settings(config, start)[0].get("keep-last")
-        keep_last = retention if isinstance(retention, int) and not isinstance(retention, bool) and retention > 0 else None
-    with _configured([path] if start else [], config):
-        scanned = scan([path]) if start else None
-    runs: tuple[Run, ...] = scanned.runs if scanned else ()
-    # the run in the folder named is the one that saves there next; else the biggest below it
-    own = [r for r in runs if os.path.realpath(run_root(r)) == os.path.realpath(path)]
-    run = own[0] if own else _largest(runs)
-    layout = layout_named(run.layout) if run is not None else None
-    disk = check(path, run, model_bytes, optimizer, keep_last, margin)
-    below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
-    return Report("diskcheck", runs, findings(disk, run, layout, runway, below), scanned.errors if scanned else (), disk=disk)
-
-
-def _bucket_diskcheck(
-    url: str, model_bytes: int | None, optimizer: str | None, keep_last: int | None, margin: float, runway: int, config: str | None
-) -> Report:
-    """``diskcheck`` of a run in a bucket: the probes of what the store lets this identity do, the
-    bucket's settings and the run's growth; the local disk is never looked at. Raises
-    ``stores.session.StoreError`` where the bucket cannot be used at all (one line, exit 2)."""
-    # loaded when called: a bucket's check loads its client and the pipeline only for a URL
-    from ckptdoctor.config import prune_settings
-    from ckptdoctor.layouts.registry import layout_named
-    from ckptdoctor.model import Access, Transfer
-    from ckptdoctor.pipelines.scan import scan
-    from ckptdoctor.planners.space import bucket_check
-    from ckptdoctor.rules.disk import findings
-    from ckptdoctor.stores import session
-    from ckptdoctor.stores.probe import check_bucket
-    from ckptdoctor.stores.urls import parse
-
-    location = parse(url)  # urls.BadURL is a ValueError: exit 2
-    if keep_last is None:
-        retention = prune_settings(config, None)[0].get("keep-last")
-        keep_last = retention if isinstance(retention, int) and not isinstance(retention, bool) and retention > 0 else None
-    before = session.traffic()
-    probed = check_bucket(location)
-    scanned = None
-    if probed.has_objects and probed.access("list") is Access.GRANTED:
-        with _configured([], config):
-            scanned = scan([location.url])
-    runs: tuple[Run, ...] = scanned.runs if scanned else ()
-    own = [r for r in runs if r.path.rstrip("/") == location.url]
-    run = own[0] if own else _largest(runs)
-    layout = layout_named(run.layout) if run is not None else None
-    disk = bucket_check(location.url, run, probed, model_bytes, optimizer, keep_last, margin)
-    requests, received = session.traffic()
-    transfer = Transfer(requests - before[0], received - before[1])
-    errors = scanned.errors if scanned else ()
-    return Report("diskcheck", runs, findings(disk, run, layout, runway), errors, disk=disk, transfer=transfer)
-
-
-def _largest(runs: tuple[Run, ...]) -> Run | None:
-    """The run whose next save is the biggest: the one that decides whether saves fit."""
-    with_checkpoints = [run for run in runs if run.checkpoints and not run.single_file]
-    if not with_checkpoints:
-        return None
-    return max(with_checkpoints, key=lambda run: max(c.bytes for c in run.checkpoints))
+    return run_diskcheck(
+        DiskcheckOptions(
+            (path,), config, None, model_bytes, None if model is None else os.fspath(model), optimizer, keep_last, margin, runway
+        )
+    )
 
 
 def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
@@ -182,13 +485,7 @@ def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
     and tail of its files (nothing read whole), its checkpoints' status, the resume point
     (``Run.resume``) and the findings, as configured. Paths that cannot be scanned are in
     ``report.errors``."""
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor.pipelines.scan import inspect as inspect_paths
-
-    listed = _listed(paths)
-    with _configured(listed, config) as settings:
-        report, _ = inspect_paths(listed, settings.thresholds)
-    return dataclasses.replace(report, findings=settings.apply(report.findings))
+    return run_inspect(InspectOptions(tuple(_listed(paths)), config)).report
 
 
 def verify(
@@ -202,14 +499,7 @@ def verify(
     ``resume`` (``verify --resume``): only the files of each run's resume point are read whole,
     and ``Run.resume`` (``Run.resume_path``) is the checkpoint that verified, or None where a
     file it needs would run code or is damaged and no older one verified in its place."""
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor.pipelines.verify import VerifyOptions, verify_resume
-    from ckptdoctor.pipelines.verify import verify as verify_paths
-
-    listed = _listed(paths)
-    with _configured(listed, config) as settings:
-        report, _ = (verify_resume if resume else verify_paths)(listed, VerifyOptions(deep, load, jobs), settings.thresholds)
-    return dataclasses.replace(report, findings=settings.apply(report.findings))
+    return run_verify(VerifyOptions(tuple(_listed(paths)), config, deep=deep, load=load, jobs=jobs, resume=resume)).report
 
 
 def prune(
@@ -240,21 +530,15 @@ def prune(
     is asked each ``Question`` after the plans are made (``Outcome.plans``), ``False`` stops
     before deleting (``Outcome.declined``). ``dry_run`` only plans: nothing is created, locked or
     finished. ``listener`` hears each step as it happens (``acting.Planned``, ``acting.Message``).
-    Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` for a policy it
-    cannot use, ``actions.Locked`` when another ckptdoctor acts on a run."""
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor import acting
-    from ckptdoctor.config import prune_settings
-
-    listed = _listed(paths)
-    given = {
-        "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
-        "keep-within": keep_within, "keep": None if keep is None else list(keep), "min-age": min_age,
-        "metrics-file": metrics_file, "verify": verify_kept, "max-runs": max_runs,
-    }  # fmt: skip
-    table, _ = prune_settings(config, _start(listed))
-    pruning = acting.prune_from({**table, **{key: value for key, value in given.items() if value is not None}}, discard_journal)
-    return _act(pruning, listed, dry_run, confirm, listener, config)
+    Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` (a
+    ``retention.PolicyError``) for a policy it cannot use, ``actions.Locked`` when another
+    ckptdoctor acts on a run: each a ``ckptdoctor.errors.CkptdoctorError``."""
+    asked = PruneSettings(
+        keep_last=keep_last, keep_best=keep_best, metric=metric, mode=mode, keep_every=keep_every, keep_within=keep_within,
+        keep=None if keep is None else tuple(keep), min_age=min_age, metrics_file=metrics_file, verify=verify_kept, max_runs=max_runs,
+    )  # fmt: skip
+    listed = tuple(_listed(paths))
+    return run_prune(PruneOptions(listed, config, None, dry_run, confirm, listener, prune=asked, discard_journal=discard_journal))
 
 
 def repair(
@@ -268,34 +552,25 @@ def repair(
     confirm: Confirm | bool = False,
     listener: Listener | None = None,
     config: str | None = None,
-) -> Outcome:
+) -> Repaired:
     """``ckptdoctor repair``: move what stands between each run and its newest complete
     checkpoint into a quarantine in the run, and re-point broken pointers; with ``undo``, put
     back the latest quarantine of each run (or the one named ``ident``). ``verify``: read the
     newest complete checkpoint whole first, as ``repair --verify`` does. ``confirm``,
-    ``dry_run`` and ``listener`` as for ``prune``; ``Outcome.refused`` names the runs left alone."""
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor import acting
-    from ckptdoctor.planners.retention import MIN_AGE, parse_duration
-
-    listed = _listed(paths)
-    if undo:
-        if verify:
-            raise ValueError("verify reads checkpoints before a repair: undo puts back what one moved, and reads nothing")
-        return _act(acting.Undo(ident), listed, dry_run, confirm, listener, config)
-    if ident is not None:
-        raise ValueError("ident names a quarantine to put back: use it with undo=True")
-    with _configured(listed, config) as settings:
-        age = min_age if min_age is not None else settings.min_age
-    return _act(acting.Repair(parse_duration(age) if age is not None else MIN_AGE, verify), listed, dry_run, confirm, listener, config)
+    ``dry_run`` and ``listener`` as for ``prune``; ``Repaired.refused`` names the runs left
+    alone, ``Repaired.advised`` how each repaired run resumes now."""
+    listed = tuple(_listed(paths))
+    return run_repair(
+        RepairOptions(listed, config, None, dry_run, confirm, listener, undo=undo, ident=ident, min_age=min_age, verify=verify)
+    )
 
 
-def _act(pass_: Pass, paths: list[str], dry_run: bool, confirm: Confirm | bool, listener: Listener | None, config: str | None) -> Outcome:
-    # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor import acting
-
-    with _configured(paths, config):
-        return acting.carry_out(pass_, paths, dry_run=dry_run, confirm=_answer(confirm), listener=listener or _ignore)
+def _largest(runs: tuple[Run, ...]) -> Run | None:
+    """The run whose next save is the biggest: the one that decides whether saves fit."""
+    with_checkpoints = [run for run in runs if run.checkpoints and not run.single_file]
+    if not with_checkpoints:
+        return None
+    return max(with_checkpoints, key=lambda run: max(c.bytes for c in run.checkpoints))
 
 
 def _answer(confirm: Confirm | bool) -> Confirm:
@@ -341,14 +616,35 @@ def _start(paths: list[str]) -> str | None:
 
 
 @contextlib.contextmanager
-def _configured(paths: list[str], config: str | None) -> Iterator[Settings]:
-    """The settings for ``paths`` (``config``, else the nearest configuration), with their role
-    hints and trusted globals in force inside the block: a run's own configuration names its
-    checkpointers' prefixes (``[tool.ckptdoctor.roles]``) and its own classes (``trusted-globals``)."""
+def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
+    """The command's settings (as given, else read from ``config`` or the configuration nearest
+    ``paths``), with their role hints and trusted globals in force inside the block: a run's own
+    configuration names its checkpointers' prefixes (``[tool.ckptdoctor.roles]``) and its own
+    classes (``trusted-globals``)."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
     from ckptdoctor.layouts._base import hinted_roles, trusting
 
-    found = settings(config, start=_start(paths) if paths else None)
+    found = options.settings or settings(options.config, start=_start(paths) if paths else None)
     with hinted_roles(found.roles), trusting(found.trusted_globals):
         yield found
+
+
+_LATER = {
+    "Ask": "ckptdoctor.acting", "Planned": "ckptdoctor.acting", "Tone": "ckptdoctor.acting",
+    "BaselineError": "ckptdoctor.baseline", "check_rules": "ckptdoctor.config", "read_settings": "ckptdoctor.config:settings",
+    "RESUME_TRIES": "ckptdoctor.pipelines.verify", "write_whole": "ckptdoctor.regular", "find_rule": "ckptdoctor.rules.registry",
+    "use_endpoint": "ckptdoctor.stores.session:configure", "baselines": "ckptdoctor.baseline:",
+}  # fmt: skip
+"""What the command line uses from modules that would slow every import of the API, loaded on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LATER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attribute = _LATER[name].partition(":")
+    # loaded on first use: importing the API (a trainer callback's start) loads no pipeline
+    import importlib
+
+    loaded = importlib.import_module(module)
+    return loaded if name == "baselines" else getattr(loaded, attribute or name)

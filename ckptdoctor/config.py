@@ -13,6 +13,7 @@ from typing import Any
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity
+from ckptdoctor.planners.retention import PruneSettings
 from ckptdoctor.readers._pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
@@ -39,22 +40,6 @@ PRUNE_KEYS = frozenset(
 
 class ConfigError(InvalidValue):
     """A configuration file that cannot be used (exit 2, naming the file and key)."""
-
-
-def prune_settings(config: str | None = None, start: str | None = None) -> tuple[Mapping[str, Any], str | None]:
-    """The ``[tool.ckptdoctor.prune]`` table (or ``[prune]`` of ``ckptdoctor.toml``) and its file:
-    ``config``, else ``$CKPTDOCTOR_CONFIG``, else the nearest."""
-    found = _located(config, os.environ, start)
-    if found is None:
-        return {}, None
-    path, table = found
-    prune = table.get("prune", {})
-    if not isinstance(prune, dict):
-        raise ConfigError(f"{path}: [tool.ckptdoctor.prune] must be a table")
-    unknown = sorted(set(prune) - PRUNE_KEYS)
-    if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.ckptdoctor.prune] (known: {', '.join(sorted(PRUNE_KEYS))})")
-    return prune, path
 
 
 TOP_KEYS = frozenset(
@@ -100,6 +85,21 @@ class Settings:
     a pickle that needs only them and harmless globals is CKD402, not CKD401."""
     source: str | None = None
     """The file the settings came from, if any."""
+    prune_table: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """``[tool.ckptdoctor.prune]`` as read: :meth:`prune` checks it where a prune or a disk check
+    uses it (a table no other command reads does not stop them)."""
+
+    def prune(self) -> PruneSettings:
+        """The ``[tool.ckptdoctor.prune]`` table (``[prune]`` of ``ckptdoctor.toml``), checked:
+        ConfigError names an unknown key, PolicyError a value it cannot use."""
+        if not isinstance(self.prune_table, dict):
+            raise ConfigError(f"{self.source}: [tool.ckptdoctor.prune] must be a table")
+        unknown = sorted(set(self.prune_table) - PRUNE_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{self.source}: unknown key {unknown[0]!r} in [tool.ckptdoctor.prune] (known: {', '.join(sorted(PRUNE_KEYS))})"
+            )
+        return PruneSettings.read(self.prune_table)
 
     def apply(self, findings: tuple[Finding, ...], select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[Finding, ...]:
         """``findings`` as configured: only the selected rules, none of the ignored ones (the
@@ -260,6 +260,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         roles=hinted,
         trusted_globals=Trusted.declared((item.strip() for item in trusted), where or "") if trusted else Trusted(),
         source=where,
+        prune_table=values.get("prune", {}),
     )
 
 

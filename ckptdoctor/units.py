@@ -3,6 +3,8 @@ plan touches, counted."""
 
 from __future__ import annotations
 
+from ckptdoctor.errors import InvalidValue
+
 
 def size(n: int) -> str:
     value = float(n)
@@ -63,7 +65,7 @@ def ahead(when: float, now: float) -> float:
 
 
 def parse_size(text: str, what: str) -> int:
-    """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; ValueError otherwise."""
+    """``1.5GiB``, ``800MiB``, ``7G`` (binary, as ``du -h``), ``800MB`` (decimal, as a disk's label), or bytes; InvalidValue (a ValueError) otherwise."""
     cleaned = text.strip().lower().replace(" ", "")
     number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = cleaned[len(number) :]
@@ -72,5 +74,5 @@ def parse_size(text: str, what: str) -> int:
     except ValueError:
         value = -1.0
     if unit not in _UNITS or not 0 <= value * _UNITS[unit] < 2**63:  # also rejects nan and inf
-        raise ValueError(f"{what}: not a size: {text!r} (use e.g. 1.5GiB, 800MiB or a number of bytes)")
+        raise InvalidValue(f"{what}: not a size: {text!r} (use e.g. 1.5GiB, 800MiB or a number of bytes)")
     return int(value * _UNITS[unit])

@@ -23,6 +23,7 @@ import stores
 
 from ckptdoctor import acting
 from ckptdoctor.actions import _objects
+from ckptdoctor.planners.retention import PruneSettings
 from ckptdoctor.records import BadRecord, ObjectJournal
 from ckptdoctor.stores import session
 from ckptdoctor.stores.urls import parse
@@ -181,7 +182,7 @@ def _confirming(then: Any) -> Any:
 
 def _prune(url: str, keep_last: int, confirm: Any) -> acting.Outcome:
     return acting.carry_out(
-        acting.prune_from({"keep-last": keep_last, "min-age": 0}), [url], dry_run=False, confirm=confirm, listener=lambda event: None
+        acting.prune_from(PruneSettings(keep_last=keep_last, min_age="0")), [url], dry_run=False, confirm=confirm, listener=lambda event: None
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
@@ -32,6 +32,60 @@ Contents = tuple[tuple[str, float, int], ...]
 
 class PolicyError(InvalidValue):
     """A policy that cannot be applied (empty, or keep-best without metric values)."""
+
+
+@dataclass(frozen=True)
+class PruneSettings:
+    """What a prune is asked for, as ``[tool.ckptdoctor.prune]``, the command line or the Python
+    API gives it: each None was not given (:meth:`over` lays one source over another). Checked
+    here, once, whoever builds it: PolicyError names the key and the value it cannot use."""
+
+    keep_last: int | None = None
+    keep_best: int | None = None
+    metric: str | None = None
+    mode: str | None = None
+    keep_every: int | None = None
+    keep_within: str | None = None
+    """A duration (``7d``), as given."""
+    keep: tuple[int, ...] | None = None
+    min_age: str | None = None
+    metrics_file: str | None = None
+    verify: bool | None = None
+    max_runs: int | None = None
+    abort_uploads: str | None = None
+
+    def __post_init__(self) -> None:
+        for key, least in (("keep-last", None), ("keep-best", None), ("keep-every", None), ("max-runs", 1)):
+            value = getattr(self, key.replace("-", "_"))
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or (least is not None and value < least)):
+                raise PolicyError(f"{key} must be a whole number{'' if least is None else f' of at least {least}'}, not {value!r}")
+        if self.metrics_file is not None and not isinstance(self.metrics_file, str):
+            raise PolicyError("metrics-file must be a path")
+        if self.keep is not None and (not isinstance(self.keep, tuple) or not all(isinstance(i, int) for i in self.keep)):
+            raise PolicyError("keep must be a list of checkpoint indices")
+        if self.verify is not None and not isinstance(self.verify, bool):
+            raise PolicyError(f"verify must be true or false, not {self.verify!r}")
+        for key in ("metric", "mode", "keep-within", "min-age", "abort-uploads"):
+            value = getattr(self, key.replace("-", "_"))
+            if value is not None and not isinstance(value, str):
+                raise PolicyError(f"{key} must be text, not {value!r}")
+
+    @classmethod
+    def read(cls, table: Mapping[str, object]) -> PruneSettings:
+        """The settings of a ``[tool.ckptdoctor.prune]`` table (its keys spelt as there): a
+        duration may be a number of seconds, and ``keep`` a list."""
+        values = {key.replace("-", "_"): value for key, value in table.items()}
+        for key in ("keep_within", "min_age", "abort_uploads"):
+            if isinstance(values.get(key), int | float) and not isinstance(values.get(key), bool):
+                values[key] = str(values[key])
+        if isinstance(values.get("keep"), list):
+            values["keep"] = tuple(values["keep"])  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+    def over(self, base: PruneSettings) -> PruneSettings:
+        """These settings, with ``base``'s where these give none (the command line over the file)."""
+        given = {field.name: getattr(self, field.name) for field in fields(self) if getattr(self, field.name) is not None}
+        return replace(base, **given)
 
 
 @dataclass(frozen=True)
@@ -421,11 +475,11 @@ def _measure(checkpoint: Checkpoint) -> tuple[float, int, bool]:
 
 
 def parse_duration(text: str) -> float:
-    """``7d``, ``36h``, ``90min``, ``45s`` or plain seconds -> seconds; ValueError otherwise."""
+    """``7d``, ``36h``, ``90min``, ``45s`` or plain seconds -> seconds; InvalidValue (a ValueError) otherwise."""
     text = text.strip().lower()
     for suffix, size in (("min", 60), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
             return float(text[: -len(suffix)]) * size
     if text.replace(".", "", 1).isdigit():
         return float(text)
-    raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 36h, 90min)")
+    raise InvalidValue(f"not a duration: {text!r} (use e.g. 7d, 36h, 90min)")
