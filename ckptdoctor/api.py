@@ -41,24 +41,79 @@ from ckptdoctor.units import parse_size as parse_size
 from ckptdoctor.units import size as size
 
 if TYPE_CHECKING:
+    from ckptdoctor import baseline
     from ckptdoctor.acting import Ask as Ask
-    from ckptdoctor.acting import Confirm, Listener, Outcome, Pass, Question
+    from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Pass, Question
     from ckptdoctor.acting import Planned as Planned
     from ckptdoctor.acting import Tone as Tone
     from ckptdoctor.baseline import BaselineError as BaselineError
     from ckptdoctor.config import Settings
     from ckptdoctor.config import check_rules as check_rules
+    from ckptdoctor.config import settings as read_settings
     from ckptdoctor.pipelines.verify import RESUME_TRIES as RESUME_TRIES
     from ckptdoctor.records import Pending as Pending
+    from ckptdoctor.regular import DENIED as DENIED
     from ckptdoctor.regular import write_whole as write_whole
     from ckptdoctor.rules._rule import Rule
     from ckptdoctor.rules.registry import find_rule as find_rule
     from ckptdoctor.rules.search import Match
+    from ckptdoctor.stores.session import configure as use_endpoint
 
 __all__ = [
-    "DiskcheckOptions", "InspectOptions", "PruneOptions", "RepairOptions", "Repaired", "RuleAnswer", "RulesOptions",
-    "Scanned", "VerifyOptions", "diskcheck", "inspect", "preflight", "prune", "repair", "run_diskcheck", "run_inspect",
-    "run_prune", "run_repair", "run_rules", "run_verify", "verify",
+    "DENIED",
+    "MAX_MARGIN",
+    "RESUME_TRIES",
+    "ActOptions",
+    "Ask",
+    "BaselineError",
+    "Configured",
+    "Confirm",
+    "DiskcheckOptions",
+    "Event",
+    "InspectOptions",
+    "Listener",
+    "Outcome",
+    "Pending",
+    "Planned",
+    "PruneOptions",
+    "PruneSettings",
+    "Question",
+    "RepairOptions",
+    "Repaired",
+    "Report",
+    "Reported",
+    "RuleAnswer",
+    "RulesOptions",
+    "Run",
+    "Scanned",
+    "Settings",
+    "Severity",
+    "Tally",
+    "Tone",
+    "VerifyOptions",
+    "baseline",
+    "check_rules",
+    "diskcheck",
+    "find_rule",
+    "inspect",
+    "parse_size",
+    "preflight",
+    "printable",
+    "prune",
+    "read_settings",
+    "repair",
+    "run_diskcheck",
+    "run_inspect",
+    "run_prune",
+    "run_repair",
+    "run_root",
+    "run_rules",
+    "run_verify",
+    "shell_word",
+    "size",
+    "use_endpoint",
+    "verify",
+    "write_whole",
 ]  # fmt: skip
 
 Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
@@ -82,11 +137,17 @@ class Configured:
 
 
 @dataclass(frozen=True)
-class InspectOptions(Configured):
+class Reported(Configured):
+    """What a report command (inspect, verify, diskcheck) reports, over the settings."""
+
     select: tuple[str, ...] = ()
-    """Rules to report, over the settings' ``select`` (``--select``)."""
+    """Rules to report, replacing the settings' ``select`` (``--select``)."""
     ignore: tuple[str, ...] = ()
     """Rules not to report, added to the settings' ``ignore`` (``--ignore``)."""
+
+
+@dataclass(frozen=True)
+class InspectOptions(Reported):
     tally: Tally | None = None
     """Counts what the scan sees as it goes (a progress line reads it)."""
 
@@ -104,7 +165,7 @@ class VerifyOptions(InspectOptions):
 
 
 @dataclass(frozen=True)
-class DiskcheckOptions(Configured):
+class DiskcheckOptions(Reported):
     model_bytes: int | None = None
     model: str | None = None
     optimizer: str | None = None
@@ -227,8 +288,7 @@ def _scanned(report: Report, empty: tuple[str, ...], settings: Settings, options
     from ckptdoctor.layouts.registry import layout_named
 
     led = {run.path: said for run in report.runs if (said := led_outside(layout_named(run.layout), run))}
-    configured = dataclasses.replace(report, findings=settings.apply(report.findings, options.select, options.ignore))
-    return Scanned(configured, empty, led)
+    return Scanned(_as_configured(report, settings, options), empty, led)
 
 
 def run_diskcheck(options: DiskcheckOptions) -> Report:
@@ -246,6 +306,11 @@ def run_diskcheck(options: DiskcheckOptions) -> Report:
     if os.path.lexists(path) and not os.path.isdir(path):
         raise InvalidValue(f"{path} is not a folder: give the folder the run saves into")
     return _local_diskcheck(path, model_bytes, options)
+
+
+def _as_configured(report: Report, settings: Settings, options: Reported) -> Report:
+    """``report`` with its findings as configured: the rules selected, none ignored, severities overridden."""
+    return dataclasses.replace(report, findings=settings.apply(report.findings, options.select, options.ignore))
 
 
 def _checked_diskcheck(options: DiskcheckOptions) -> int | None:
@@ -294,7 +359,9 @@ def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptio
     disk = check(path, run, model_bytes, options.optimizer, keep_last, options.margin)
     below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
     errors = scanned.errors if scanned else ()
-    return Report("diskcheck", runs, findings(disk, run, layout, options.runway, below), errors, disk=disk)
+    return _as_configured(
+        Report("diskcheck", runs, findings(disk, run, layout, options.runway, below), errors, disk=disk), settings, options
+    )
 
 
 def _bucket_diskcheck(url: str, model_bytes: int | None, options: DiskcheckOptions) -> Report:
@@ -325,7 +392,8 @@ def _bucket_diskcheck(url: str, model_bytes: int | None, options: DiskcheckOptio
     requests, received = session.traffic()
     transfer = Transfer(requests - before[0], received - before[1])
     errors = scanned.errors if scanned else ()
-    return Report("diskcheck", runs, findings(disk, run, layout, options.runway), errors, disk=disk, transfer=transfer)
+    report = Report("diskcheck", runs, findings(disk, run, layout, options.runway), errors, disk=disk, transfer=transfer)
+    return _as_configured(report, settings, options)
 
 
 def run_prune(options: PruneOptions) -> Outcome:
@@ -473,11 +541,11 @@ def diskcheck(
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
     (path,) = _listed(run_dir)
-    return run_diskcheck(
-        DiskcheckOptions(
-            (path,), config, None, model_bytes, None if model is None else os.fspath(model), optimizer, keep_last, margin, runway
-        )
+    model_file = None if model is None else os.fspath(model)
+    options = DiskcheckOptions(
+        (path,), config, model_bytes=model_bytes, model=model_file, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway
     )
+    return run_diskcheck(options)
 
 
 def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
@@ -634,7 +702,7 @@ _LATER = {
     "Ask": "ckptdoctor.acting", "Planned": "ckptdoctor.acting", "Tone": "ckptdoctor.acting",
     "BaselineError": "ckptdoctor.baseline", "check_rules": "ckptdoctor.config", "read_settings": "ckptdoctor.config:settings",
     "RESUME_TRIES": "ckptdoctor.pipelines.verify", "write_whole": "ckptdoctor.regular", "find_rule": "ckptdoctor.rules.registry",
-    "use_endpoint": "ckptdoctor.stores.session:configure", "baselines": "ckptdoctor.baseline:",
+    "use_endpoint": "ckptdoctor.stores.session:configure", "baseline": "ckptdoctor.baseline:", "DENIED": "ckptdoctor.regular",
 }  # fmt: skip
 """What the command line uses from modules that would slow every import of the API, loaded on first use."""
 
@@ -647,4 +715,4 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     loaded = importlib.import_module(module)
-    return loaded if name == "baselines" else getattr(loaded, attribute or name)
+    return loaded if name == "baseline" else getattr(loaded, attribute or name)

@@ -8,7 +8,6 @@ docstrings alone, building none.
 
 from __future__ import annotations
 
-import errno
 import gc
 import importlib
 import os
@@ -147,12 +146,13 @@ def main() -> None:
 
 
 def _output_failed(error: OSError) -> bool:
-    """Whether ``error`` is stdout's (a full disk or a quota where the output goes: no bug of
-    ours): an error only a write gives, with no file name (every file ckptdoctor writes itself is
-    named in its errors). Not EIO: a read of a damaged checkpoint gives it too. Its descriptor then
-    goes to /dev/null, so that what its buffer still holds does not fail again at the
-    interpreter's own last flush."""
-    if error.filename is not None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    """Whether ``error`` is stdout's (``_errors.stdout_failed``). Its descriptor then goes to
+    /dev/null, so that what its buffer still holds does not fail again at the interpreter's own
+    last flush."""
+    # loaded only when something failed: start-up stays lean
+    from ckptdoctor.cli._errors import stdout_failed
+
+    if not stdout_failed(error):
         return False
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return True

@@ -1,15 +1,12 @@
-"""What the commands that change a run (``prune``, ``repair``) share around the core's acting
-pass (``ckptdoctor.acting``): options, showing the plans and messages, asking, and turning what
-stops a pass into a message and an exit code."""
+"""What the commands that change a run (``prune``, ``repair``) share around the API's acting
+pass: options, showing the plans and messages, and asking."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
@@ -34,12 +31,10 @@ from ckptdoctor.cli._output import (
 from ckptdoctor.render import HUMAN, JSON, Kind, Plans, RenderOptions, named
 
 if TYPE_CHECKING:
-    from ckptdoctor.acting import Confirm, Event, Listener, Outcome, Pass, Planned, Question
-    from ckptdoctor.config import Settings
-    from ckptdoctor.records import Pending
+    from ckptdoctor.api import ActOptions, Confirm, Event, Listener, Outcome, Pending, Planned, Question, Settings
 
-EXIT_LOCKED = 3
-"""Another ckptdoctor is acting on the run (cli-conventions §2)."""
+Asked = TypeVar("Asked", bound="ActOptions")
+Done = TypeVar("Done")
 
 MinAge = Annotated[
     str | None, typer.Option("--min-age", help="Never touch files modified more recently (default 10min).", metavar="DURATION")
@@ -131,11 +126,18 @@ acting_command = sharing(acting_options)
 """``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`."""
 
 
-def carried_out(pass_: Pass, paths: Sequence[str] | None, options: ActingOptions, repair: bool = False) -> Outcome:
-    """``pass_`` carried out as the options say, with a status line on the terminal while it
-    scans; the line goes before the pass tells anything (its plans, its notes)."""
+def carried_out(
+    run: Callable[[Asked], Done],
+    kind: Callable[..., Asked],
+    paths: Sequence[str] | None,
+    options: ActingOptions,
+    repair: bool = False,
+    **own: Any,
+) -> Done:
+    """The API's ``run`` of the options ``kind`` (the command's ``own`` with the shared acting
+    options), with a status line on the terminal while it scans; the line goes before the pass
+    tells anything (its plans, its notes)."""
     # loaded when the command runs: --help stays fast
-    from ckptdoctor import acting
     from ckptdoctor.cli._progress import ScanStatus
 
     with ScanStatus(options.quiet) as status:
@@ -145,16 +147,11 @@ def carried_out(pass_: Pass, paths: Sequence[str] | None, options: ActingOptions
             status.stop()
             hear(event)
 
-        return acting.carry_out(
-            pass_,
-            paths,
-            dry_run=options.dry_run,
-            confirm=options.confirm(),
-            listener=heard,
-            recurse=options.recurse,
-            tally=status.tally,
-            lock=options.lock,
-        )
+        asked = kind(
+            tuple(paths or ["."]), settings=options.settings, dry_run=options.dry_run, confirm=options.confirm(), listener=heard,
+            recurse=options.recurse, lock=options.lock, tally=status.tally, **own,
+        )  # fmt: skip
+        return run(asked)
 
 
 def listener(
@@ -163,7 +160,7 @@ def listener(
     """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
     the JSON document), every other message on stderr (what was done only without --quiet)."""
     # loaded when the command runs: --help stays fast
-    from ckptdoctor.acting import Planned, Tone
+    from ckptdoctor.api import Planned, Tone
 
     def hear(event: Event) -> None:
         if isinstance(event, Planned):
@@ -214,7 +211,7 @@ def asker(yes: bool, human: bool) -> Confirm:
 
     def answer(question: Question) -> bool:
         # loaded when the command runs: --help stays fast
-        from ckptdoctor.acting import Ask
+        from ckptdoctor.api import Ask
 
         if question.ask is Ask.GO and yes:
             return True
@@ -244,46 +241,3 @@ def declined(outcome: Outcome) -> None:
     if outcome.declined:
         say(f"{outcome.declined[0].upper()}{outcome.declined[1:]}.")
         raise typer.Exit(EXIT_FINDINGS)
-
-
-@contextlib.contextmanager
-def failures_explained(command: str) -> Iterator[None]:
-    """Turn what stops an acting command into a message and its exit code: 3 for a lock held
-    elsewhere, 1 for a run that cannot be changed."""
-    # loaded when the command runs: --help stays fast
-    from ckptdoctor.acting import Refused, Stopped
-    from ckptdoctor.actions import ActionError, Locked
-    from ckptdoctor.regular import DENIED
-    from ckptdoctor.stores.session import StoreError
-
-    try:
-        yield
-    except StoreError as error:
-        say(f"ckptdoctor: error: {error}; nothing that was to be kept was touched")
-        raise typer.Exit(EXIT_USAGE) from error
-    except Refused as refused:
-        for line in refused.lines:
-            say(f"ckptdoctor: error: {line}")
-        raise typer.Exit(EXIT_USAGE) from refused
-    except Stopped as stopped:
-        for line in stopped.lines:
-            say(f"ckptdoctor: error: {line}")
-        raise typer.Exit(EXIT_FINDINGS) from stopped
-    except Locked as locked:
-        say(f"ckptdoctor: error: {locked}")
-        raise typer.Exit(EXIT_LOCKED) from locked
-    except ActionError as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_FINDINGS) from error
-    except OSError as error:  # EIO, ENOSPC, EROFS, EACCES in the middle of acting: no usage error, no bug
-        where = f"{error.filename}: " if isinstance(error.filename, str) and error.filename else ""  # never a descriptor's number
-        why = error.strerror or type(error).__name__
-        code = errno.errorcode.get(error.errno or 0, "")
-        # what this user may not do, its next command may not either: no promise that it will
-        after = (
-            f"this user may not change it: a {command} by its owner, or a change of its permissions, goes on"
-            if error.errno in DENIED
-            else f"the next {command} finishes the job"
-        )
-        say(f"ckptdoctor: error: {where}{why}{f' ({code})' if code else ''}; nothing that was to be kept was touched, and {after}")
-        raise typer.Exit(EXIT_FINDINGS) from error

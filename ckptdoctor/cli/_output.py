@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
 import inspect
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
-from ckptdoctor.quoting import printable, shell_word
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
@@ -23,8 +21,9 @@ from ckptdoctor.render._console import stdout_console as stdout_console
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ckptdoctor.api import Severity
     from ckptdoctor.config import Settings
-    from ckptdoctor.model import Report, Severity
+    from ckptdoctor.model import Report
 
 
 class FailOn(str, enum.Enum):
@@ -147,16 +146,11 @@ def report_options(
     takes: :func:`reporting` adds them). The command line wins over the environment, which wins
     over the configuration file; exit 2 naming a bad key or rule."""
     # loaded when the command runs: --help stays fast
-    from ckptdoctor.config import ConfigError, check_rules
-    from ckptdoctor.model import Severity
+    from ckptdoctor.api import Severity, check_rules
 
     settings = configured(config)
     use_endpoint(endpoint)
-    try:
-        chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
-    except ConfigError as bad:
-        say(f"ckptdoctor: error: {bad}")
-        raise typer.Exit(EXIT_USAGE) from bad
+    chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
     threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
     return ReportOptions(
         format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
@@ -176,8 +170,12 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
 
         @functools.wraps(command)
         def with_options(**given: Any) -> None:
-            options = build(**{name: given.pop(name) for name in shared})
-            command(**given, options=options)
+            # loaded when the command runs: --help stays fast
+            from ckptdoctor.cli._errors import explained
+
+            with explained(command.__name__):
+                options = build(**{name: given.pop(name) for name in shared})
+                command(**given, options=options)
 
         parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
         # Typer reads the command's options from its signature and annotations
@@ -201,28 +199,18 @@ def use_endpoint(endpoint: str | None) -> None:
         say(f"ckptdoctor: error: --endpoint-url {endpoint}: give the server's http:// or https:// URL")
         raise typer.Exit(EXIT_USAGE)
     # loaded only when an endpoint is given: a local run's start-up does not change
-    from ckptdoctor.stores.session import configure
+    from ckptdoctor.api import use_endpoint as configure
 
     configure(endpoint)
 
 
 def configured(config: str | None) -> Settings:
-    """The settings of the environment and the configuration file; exit 2 naming a bad key."""
+    """The settings of the environment and the configuration file (``--config``, else the nearest
+    the working folder), read once: the command's options carry them to the API."""
     # loaded when the command runs: --help stays fast
-    from ckptdoctor.config import ConfigError, settings
-    from ckptdoctor.layouts._base import use_role_hints, use_trusted_globals
-    from ckptdoctor.readers._pickle_safety import Trusted
+    from ckptdoctor.api import read_settings
 
-    use_role_hints({})  # nothing from an earlier command in this process
-    use_trusted_globals(Trusted())
-    try:
-        found = settings(config)
-    except ConfigError as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_USAGE) from error
-    use_role_hints(found.roles)
-    use_trusted_globals(found.trusted_globals)
-    return found
+    return read_settings(config)
 
 
 def _rules(values: list[str] | None) -> tuple[str, ...]:
@@ -245,7 +233,6 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
     if report.errors and options.write_baseline is not None:
         say(f"ckptdoctor: error: {options.write_baseline} not written: a baseline records a whole scan")
         raise typer.Exit(EXIT_USAGE)
-    report = dataclasses.replace(report, findings=options.settings.apply(report.findings, options.select, options.ignore))
     report = baselined(report, options.baseline, options.write_baseline, options.quiet)
     code = exit_code(report, options.fail_on, options.exit_zero)
     if options.quiet and code == EXIT_OK and options.output is None:  # a report asked for in a file is always written
@@ -267,22 +254,18 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
     """``--write-baseline``: record the findings and exit 0. ``--baseline``: the report without
     the findings it records (a note on stderr says how many were left out)."""
     # loaded when the command runs: --help stays fast
-    from ckptdoctor import baseline as baselines
+    from ckptdoctor.api import baseline as baselines
 
-    try:
-        if write_baseline is not None:
-            count = baselines.write(report, write_baseline)
-            if not quiet:
-                say(
-                    f"Recorded {count} finding{'s' if count != 1 else ''} in {write_baseline}; `--baseline {write_baseline}` reports only new ones."
-                )
-            raise typer.Exit(EXIT_OK)
-        if baseline is None:
-            return report
-        report, known = baselines.new_only(report, baselines.load(baseline))
-    except baselines.BaselineError as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_USAGE) from error
+    if write_baseline is not None:
+        count = baselines.write(report, write_baseline)
+        if not quiet:
+            say(
+                f"Recorded {count} finding{'s' if count != 1 else ''} in {write_baseline}; `--baseline {write_baseline}` reports only new ones."
+            )
+        raise typer.Exit(EXIT_OK)
+    if baseline is None:
+        return report
+    report, known = baselines.new_only(report, baselines.load(baseline))
     if known and not quiet:
         say(f"{known} finding{'s' if known != 1 else ''} recorded in {baseline} not shown.")
     return report
@@ -315,11 +298,17 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
 def say(line: str) -> None:
     """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
     control characters in it (from a file's name) shown, never obeyed."""
+    # loaded when something is said: --help stays fast
+    from ckptdoctor.api import printable
+
     sys.stderr.write(printable(line, line=True) + "\n")
     sys.stderr.flush()
 
 
 def _hint_unrecognised(paths: tuple[str, ...]) -> None:
+    # loaded by the report already: --help never comes here
+    from ckptdoctor.api import shell_word
+
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     follow = "file named like a checkpoint follows" if len(paths) == 1 else "files named like checkpoints follow"
     say(f"{len(paths)} {follow} no layout ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {shell_word(paths[0])}")
@@ -327,8 +316,7 @@ def _hint_unrecognised(paths: tuple[str, ...]) -> None:
 
 def _summary(report: Report, console: Console) -> None:
     # loaded by the report already: --help never comes here
-    from ckptdoctor.model import Severity
-    from ckptdoctor.units import size
+    from ckptdoctor.api import Severity, size
 
     counts = [f"{report.count(s)} {s.value}{'s' if report.count(s) != 1 and s is not Severity.INFO else ''}" for s in reversed(Severity)]
     runs = len(report.runs)
@@ -349,10 +337,10 @@ def write(text: str, output: str | None) -> None:
         sys.stdout.buffer.flush()
         return
     # loaded only where a report goes to a file
-    from ckptdoctor.regular import write_whole
+    from ckptdoctor.api import write_whole
+    from ckptdoctor.errors import UsageError
 
     try:
         write_whole(output, encoded)
     except OSError as error:
-        say(f"ckptdoctor: error: cannot write {output}: {error.strerror}")
-        raise typer.Exit(EXIT_USAGE) from error
+        raise UsageError(f"cannot write {output}: {error.strerror}") from error

@@ -13,9 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ckptdoctor.api import Tally, size
 from ckptdoctor.cli._output import stderr_console
-from ckptdoctor.progress import Tally
-from ckptdoctor.units import size
 
 if TYPE_CHECKING:
     from rich.live import Live

@@ -67,32 +67,14 @@ def diskcheck(
       ckptdoctor diskcheck s3://my-bucket/runs/exp1 --keep-last 3
     """
     # loaded when the command runs: --help stays fast
-    from ckptdoctor.api import preflight
-    from ckptdoctor.config import ConfigError, prune_settings
-    from ckptdoctor.planners.space import MAX_MARGIN, EstimateError
-    from ckptdoctor.stores.session import StoreError
-    from ckptdoctor.units import parse_size
+    from ckptdoctor import api
 
-    if not math.isfinite(margin) or margin > MAX_MARGIN:
-        say(f"ckptdoctor: error: --margin must be a fraction between 0 and {MAX_MARGIN:g}, not {margin}")
+    if not math.isfinite(margin) or margin > api.MAX_MARGIN:
+        say(f"ckptdoctor: error: --margin must be a fraction between 0 and {api.MAX_MARGIN:g}, not {margin}")
         raise typer.Exit(EXIT_USAGE)
-    try:
-        if keep_last is None:
-            retention = prune_settings(options.config)[0].get("keep-last")
-            keep_last = retention if isinstance(retention, int) and retention > 0 else None
-        report = preflight(
-            path,
-            model_bytes=parse_size(model_bytes, "--model-bytes") if model_bytes is not None else None,
-            model=model,
-            optimizer=optimizer.lower() if optimizer else None,
-            keep_last=keep_last,
-            margin=margin,
-            runway=runway,
-        )
-    except (ConfigError, EstimateError, ValueError, StoreError) as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_USAGE) from error
-    except OSError as error:
-        say(f"ckptdoctor: error: {error.filename or path}: {error.strerror}")
-        raise typer.Exit(EXIT_USAGE) from error
-    emit(report, options)
+    asked = api.DiskcheckOptions(
+        (path,), settings=options.settings, select=options.select, ignore=options.ignore,
+        model_bytes=api.parse_size(model_bytes, "--model-bytes") if model_bytes is not None else None, model=model,
+        optimizer=optimizer.lower() if optimizer else None, keep_last=keep_last, margin=margin, runway=runway,
+    )  # fmt: skip
+    emit(api.run_diskcheck(asked), options)

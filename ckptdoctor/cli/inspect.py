@@ -17,12 +17,9 @@ from ckptdoctor.cli._output import (
     reporting,
     say,
 )
-from ckptdoctor.places import run_root
-from ckptdoctor.quoting import printable, shell_word
 
 if TYPE_CHECKING:
-    from ckptdoctor.model import Report
-    from ckptdoctor.pipelines.scan import Scan
+    from ckptdoctor.api import Scanned
 
 ResumeFlag = Annotated[
     bool,
@@ -56,28 +53,31 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
       python train.py --resume_from_checkpoint "$(ckptdoctor inspect --resume-path out)"
     """
     # the core loads only when a command runs
+    from ckptdoctor import api
     from ckptdoctor.cli._progress import ScanStatus
-    from ckptdoctor.pipelines.scan import inspect as inspect_paths
 
     if resume and resume_path:
         say("ckptdoctor: error: --resume and --resume-path print one thing each: pass one of them")
         raise typer.Exit(EXIT_USAGE)
     with ScanStatus(options.quiet) as status:
-        report, found = inspect_paths(paths or ["."], options.settings.thresholds, status.tally)
+        asked = api.InspectOptions(
+            tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally
+        )
+        scanned = api.run_inspect(asked)
     if resume or resume_path:
-        print_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
-    emit(report, options, found.empty)
+        print_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."])
+    emit(scanned.report, options, scanned.empty)
 
 
-def print_resume(report: Report, found: Scan, flag: str, given: list[str], unverified: str = "") -> None:
+def print_resume(scanned: Scanned, flag: str, given: list[str], unverified: str = "") -> None:
     """The resume point's index (``--resume``) or the path its framework resumes from
     (``--resume-path``), alone on stdout; exit 1 when there is none (``unverified`` says why,
     for ``verify``). Of several runs, the one whose folder was ``given``: runs in folders below
     it are not where the job resumes."""
     # the core loads only when a command runs
-    from ckptdoctor.layouts._base import led_outside
-    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.api import printable, run_root, shell_word
 
+    report = scanned.report
     for error in report.errors:
         say(f"ckptdoctor: error: {error.path}: {error.message}")
     if report.errors:
@@ -97,7 +97,7 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
         )
         raise typer.Exit(EXIT_USAGE)
     checkpoint = run.resume if run else None
-    if run is not None and (led := led_outside(layout_named(run.layout), run)):
+    if run is not None and (led := scanned.led_outside.get(run.path)):
         say(f"ckptdoctor: warning: {led} (CKD113): pass the checkpoint named here explicitly, or `ckptdoctor repair` re-points it")
     if run is not None and run.resume_depends_on:
         newest = run.resume_depends_on[-1]
@@ -108,7 +108,7 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
         )
         raise typer.Exit(EXIT_FINDINGS)
     if run is None or checkpoint is None:
-        where = run.path if run else ", ".join(found.empty)
+        where = run.path if run else ", ".join(scanned.empty)
         say(f"No checkpoint to resume from in {where}{unverified}")
         raise typer.Exit(EXIT_FINDINGS)
     shown = str(run.resume_path if flag == "--resume-path" else checkpoint.index)

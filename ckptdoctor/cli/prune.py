@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -11,18 +11,13 @@ from ckptdoctor.cli._acting import (
     acting_command,
     carried_out,
     declined,
-    failures_explained,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
-    EXIT_USAGE,
     Paths,
     say,
 )
-
-if TYPE_CHECKING:
-    pass
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
 KeepBest = Annotated[int | None, typer.Option("--keep-best", min=0, help="Keep the N best by --metric.", metavar="N")]
@@ -101,23 +96,14 @@ def prune(
       ckptdoctor prune --keep-last 3 --abort-uploads 7d s3://bucket/runs/exp1
     """
     # loaded when the command runs: --help stays fast
-    from ckptdoctor import acting
-    from ckptdoctor.config import ConfigError, prune_settings
-    from ckptdoctor.planners import retention
+    from ckptdoctor import api
 
-    given = {
-        "keep-last": keep_last, "keep-best": keep_best, "metric": metric, "mode": mode, "keep-every": keep_every,
-        "keep-within": keep_within, "keep": keep, "min-age": options.min_age, "metrics-file": metrics_file,
-        "verify": verify_kept, "max-runs": max_runs, "abort-uploads": abort_uploads,
-    }  # fmt: skip
-    try:
-        table, _ = prune_settings(options.config)
-        pruning = acting.prune_from({**table, **{k: v for k, v in given.items() if v is not None}}, discard_journal)
-    except (ConfigError, retention.PolicyError, ValueError) as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_USAGE) from error
-    with failures_explained("prune"):
-        outcome = carried_out(pruning, paths, options)
+    asked = api.PruneSettings(
+        keep_last=keep_last, keep_best=keep_best, metric=metric, mode=mode, keep_every=keep_every, keep_within=keep_within,
+        keep=None if keep is None else tuple(keep), min_age=options.min_age, metrics_file=metrics_file, verify=verify_kept,
+        max_runs=max_runs, abort_uploads=abort_uploads,
+    )  # fmt: skip
+    outcome = carried_out(api.run_prune, api.PruneOptions, paths, options, prune=asked, discard_journal=discard_journal)
     declined(outcome)
     if not outcome.acted and options.human and not options.quiet:
         if options.dry_run:

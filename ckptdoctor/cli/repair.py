@@ -3,8 +3,7 @@ deleting) what stands in the way; ``--undo`` puts it back."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -13,7 +12,6 @@ from ckptdoctor.cli._acting import (
     acting_command,
     carried_out,
     declined,
-    failures_explained,
 )
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
@@ -23,9 +21,6 @@ from ckptdoctor.cli._output import (
     say,
     stdout_console,
 )
-
-if TYPE_CHECKING:
-    pass
 
 Undo = Annotated[bool, typer.Option("--undo", help="Put back what the latest repair of each run moved and re-pointed.")]
 ReadWhole = Annotated[
@@ -63,8 +58,8 @@ def repair(
       ckptdoctor repair --undo runs/exp1/checkpoint
     """
     # loaded when the command runs: --help stays fast
-    from ckptdoctor import acting
-    from ckptdoctor.planners.retention import MIN_AGE, parse_duration
+    from ckptdoctor import api
+    from ckptdoctor.render.human import resume_block
 
     if ident is not None and not undo:
         say("ckptdoctor: error: --id names a quarantine to put back: use it with --undo")
@@ -72,16 +67,11 @@ def repair(
     if read_whole and undo:
         say("ckptdoctor: error: --verify reads checkpoints before a repair: --undo puts back what one moved, and reads nothing")
         raise typer.Exit(EXIT_USAGE)
-    min_age = options.min_age if options.min_age is not None else options.settings.min_age
-    try:
-        age = parse_duration(min_age) if min_age is not None else MIN_AGE
-    except ValueError as error:
-        say(f"ckptdoctor: error: --min-age: {error}")
-        raise typer.Exit(EXIT_USAGE) from error
     human, quiet, dry_run = options.human, options.quiet, options.dry_run
-    with failures_explained("repair"):
-        pass_ = acting.Undo(ident) if undo else acting.Repair(age, read_whole)
-        outcome = carried_out(pass_, paths, options, repair=True)
+    repaired = carried_out(
+        api.run_repair, api.RepairOptions, paths, options, repair=True, undo=undo, ident=ident, min_age=options.min_age, verify=read_whole
+    )
+    outcome = repaired.outcome
     declined(outcome)
     blocked = undo and bool(outcome.refused)  # an undo that would put an entry over one that exists again does nothing
     if not outcome.acted and not blocked and human and not quiet:
@@ -89,22 +79,10 @@ def repair(
             say(f"Dry run: nothing was {'restored' if undo else 'moved'}.")
         elif undo or options.output is not None:  # a repair's plan on stdout has said so in its last line
             say("Nothing to restore." if undo else "Nothing to repair.")
-    if outcome.acted and not undo and human and not quiet:
-        # loaded when the command runs: --help stays fast
-        from ckptdoctor.layouts.registry import advised
-        from ckptdoctor.model import Action, Status
-        from ckptdoctor.planners.repair import resume_kept
-        from ckptdoctor.render.human import resume_block
-
+    if human and not quiet:  # the resume point is the one kept: the last lines say where each run goes on
         console = stdout_console()
-        kept = {plan.run: resume_kept(plan) for plan in outcome.plans if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)}
-        for run in outcome.report.runs:  # the resume point is the one kept: the last line says where to go on
-            if (resume := kept.get(run.path)) is not None:
-                # advice for the run as the repair left it: what was above the resume point is in the quarantine,
-                # but for what this user cannot read, which stays, and on which the resume point still depends
-                left = tuple(c for c in run.checkpoints if c.index <= resume or c.status is Status.UNREADABLE)
-                repaired = advised(dataclasses.replace(run, checkpoints=left))
-                console.print(resume_block(repaired, console.width, named=len(kept) > 1))
+        for run in repaired.advised:
+            console.print(resume_block(run, console.width, named=repaired.changed > 1))
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")
     if outcome.problems and not undo:

@@ -38,22 +38,11 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
       ckptdoctor rules "Can load optimizer checkpoint."
     """
     # the rule table and renderers load only when the command runs: `--help` stays fast
-    from ckptdoctor.rules.registry import RULES, find_rule
-    from ckptdoctor.rules.search import Match, rank
+    from ckptdoctor import api
 
     renderer = named(chosen(fmt, as_json), Kind.RULES)
-    matches: tuple[Match, ...] = ()
-    exact = find_rule(query) if query is not None else None
-    if query is None:
-        selected = RULES
-    elif exact is not None:
-        selected = (exact,)
-    else:
-        matches = rank(query)
-        selected = tuple(match.rule for match in matches)
-    if not selected:
+    answer = api.run_rules(api.RulesOptions(query, full))
+    if not answer.rules:
         stderr_console().print(f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False)
         raise typer.Exit(EXIT_FINDINGS)
-    # a page for a rule asked for by name, for a search's only match, or for all with --full
-    explain = query is not None and (exact is not None or len(matches) == 1 or full)
-    write(renderer.module().render_rules(selected, RenderOptions(explain=explain), matches), None)
+    write(renderer.module().render_rules(answer.rules, RenderOptions(explain=answer.explain), answer.matches), None)

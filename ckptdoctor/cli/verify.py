@@ -12,9 +12,8 @@ from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, repor
 from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
+    from ckptdoctor.api import Scanned
     from ckptdoctor.cli._progress import ScanStatus
-    from ckptdoctor.model import Report
-    from ckptdoctor.pipelines.scan import Scan
 
 DeepFlag = Annotated[
     bool,
@@ -90,44 +89,34 @@ def verify(
       path=$(ckptdoctor verify --resume-path out) && python train.py --resume_from_checkpoint "$path"
     """
     # loaded when the command runs: --help stays fast
+    from ckptdoctor import api
     from ckptdoctor.cli._progress import ScanStatus
-    from ckptdoctor.pipelines.verify import NotDownloaded, VerifyOptions, verify_resume
-    from ckptdoctor.pipelines.verify import verify as verify_paths
-    from ckptdoctor.units import parse_size
 
     if resume and resume_path:
         say("ckptdoctor: error: --resume and --resume-path print one thing each: pass one of them")
         raise typer.Exit(EXIT_USAGE)
     if load:
         _require_torch()
-    try:
-        limit = parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
-    except ValueError as error:
-        say(f"ckptdoctor: error: {error}")
-        raise typer.Exit(EXIT_USAGE) from None
+    limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
     with ScanStatus(options.quiet) as status:
-        download = _download_asker(limit, yes, options, status)
-        try:
-            report, found = (verify_resume if resume or resume_path else verify_paths)(
-                paths or ["."], VerifyOptions(deep, load, jobs, download), options.settings.thresholds, status.tally
-            )
-        except NotDownloaded as stopped:
-            say(f"ckptdoctor: {stopped}; nothing was verified")
-            raise typer.Exit(EXIT_USAGE) from None
+        asked = api.VerifyOptions(
+            tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally,
+            deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status),
+        )  # fmt: skip
+        scanned = api.run_verify(asked)
     if resume or resume_path:
-        _print_verified_resume(report, found, "--resume-path" if resume_path else "--resume", paths or ["."])
-    emit(report, options, found.empty)
+        _print_verified_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."])
+    emit(scanned.report, options, scanned.empty)
 
 
-def _print_verified_resume(report: Report, found: Scan, flag: str, given: list[str]) -> None:
+def _print_verified_resume(scanned: Scanned, flag: str, given: list[str]) -> None:
     """``inspect``'s resume answer for the checkpoint that verified; where none did, the
     damage and dangers found in the files read (on stderr), and exit 1 with nothing on stdout."""
     # loaded when the command runs: --help stays fast
+    from ckptdoctor.api import RESUME_TRIES, Severity, find_rule
     from ckptdoctor.cli.inspect import print_resume
-    from ckptdoctor.model import Severity
-    from ckptdoctor.pipelines.verify import RESUME_TRIES
-    from ckptdoctor.rules.registry import find_rule
 
+    report = scanned.report
     if not report.errors and not any(run.resume for run in report.runs):
         for finding in report.findings:
             rule = find_rule(finding.code)
@@ -137,7 +126,7 @@ def _print_verified_resume(report: Report, found: Scan, flag: str, given: list[s
         f" that verifies: the newest complete checkpoint is read whole and, where it is damaged, up to {RESUME_TRIES - 1} "
         "older ones in turn, none older than a file that would run code, and none where a pointer leads out of the run"
     )
-    print_resume(report, found, flag, given, unverified)
+    print_resume(scanned, flag, given, unverified)
 
 
 FILE_FAMILIES = (200, 400)
@@ -150,8 +139,8 @@ def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanS
     (every object whole, after its header and tail), and above ``limit`` goes on only with --yes
     or the user's yes on a terminal."""
     # loaded when the command runs: --help stays fast
+    from ckptdoctor.api import size
     from ckptdoctor.cli._acting import ask
-    from ckptdoctor.units import size
 
     def answer(count: int, total: int) -> bool:
         status.stop()
