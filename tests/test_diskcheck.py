@@ -369,3 +369,44 @@ def test_a_file_standing_where_a_folder_should_be_is_named_and_the_checks_look_a
     assert f"{tmp_path / 'afile'} is not a folder" in finding["message"]
     checks = " ".join(finding["fixes"])
     assert f"findmnt -T {tmp_path}`" in checks and "findmnt -T " + str(tmp_path / "afile") not in checks
+
+
+@pytest.mark.parametrize("command", ["diskcheck", "inspect"])
+def test_the_roles_of_the_configuration_named_are_honoured(tmp_path, monkeypatch, cli, command):
+    """Issue 33: ``diskcheck --config X`` read X's retention but judged the run with the role hints
+    of the configuration nearest the run (none here), where ``inspect --config X`` used X's. A
+    project's ``ema-N.bpk`` is a model file only by X's ``[roles]``."""
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 4))
+    for epoch in range(1, 4):
+        (run / f"ema-{epoch}.bpk").write_bytes((run / f"model-{epoch}.bpk").read_bytes())
+    settings = tmp_path / "elsewhere" / "ckptdoctor.toml"
+    settings.parent.mkdir()
+    settings.write_text('[roles]\nema = "model"\n')
+    monkeypatch.chdir(tmp_path)  # no configuration above it, nor above the run
+    roles = {
+        f["path"].rsplit("/", 1)[-1]: f["role"]
+        for r in cli(command, "--json", "--config", settings, run).json["runs"]
+        for c in r["checkpoints"]
+        for f in c["files"]
+    }
+    assert roles.get("ema-3.bpk") == "model", roles
+
+
+def test_a_value_error_from_the_scan_is_no_usage_error(tmp_path, monkeypatch, cli):
+    """Issue 33: ``diskcheck`` took any ValueError from the whole scan for a usage error (exit 2,
+    one line), hiding bugs. Only the declared usage errors are; anything else reaches
+    ``cli.main``, which calls it an internal error."""
+    from ckptdoctor.pipelines import scan
+
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 3))
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the scan")
+
+    monkeypatch.setattr(scan, "scan", broken)
+    with pytest.raises(ValueError, match="a bug in the scan"):
+        cli("diskcheck", run)
+    refused = cli("diskcheck", "--model-bytes", "lots", run)  # a declared usage error still is one
+    assert refused.exit_code == 2 and "--model-bytes: not a size" in refused.stderr

@@ -21,9 +21,7 @@ from ckptdoctor.render._console import stdout_console as stdout_console
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ckptdoctor.api import Severity
-    from ckptdoctor.config import Settings
-    from ckptdoctor.model import Report
+    from ckptdoctor.api import Report, Settings, Severity
 
 
 class FailOn(str, enum.Enum):
