@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -224,9 +224,15 @@ class Scanned:
     report: Report
     empty: tuple[str, ...]
     """The paths given where no checkpoint was found."""
-    led_outside: Mapping[str, str]
-    """Run path -> what to say where one of its pointers leads out of its checkpoints (CKD113):
-    the framework's own resume through it loads a file no scan judged."""
+
+    def led_outside(self, run: Run) -> str:
+        """What to say where one of ``run``'s pointers leads out of its checkpoints (CKD113): the
+        framework's own resume through it loads a file no scan judged; '' where none does."""
+        # loaded when asked: importing the API (a trainer callback's start) loads no layout
+        from ckptdoctor.layouts._base import led_outside
+        from ckptdoctor.layouts.registry import layout_named
+
+        return led_outside(layout_named(run.layout), run)
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,7 @@ def run_inspect(options: InspectOptions) -> Scanned:
     paths = _listed(options.paths)
     with _in_force(options, paths) as settings:
         report, found = inspect_paths(paths, settings.thresholds, options.tally)
-        return _scanned(report, found.empty, settings, options)
+        return Scanned(_as_configured(report, settings, options), found.empty)
 
 
 def run_verify(options: VerifyOptions) -> Scanned:
@@ -279,16 +285,7 @@ def run_verify(options: VerifyOptions) -> Scanned:
     how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download)
     with _in_force(options, paths) as settings:
         report, found = (verifying.verify_resume if options.resume else verifying.verify)(paths, how, settings.thresholds, options.tally)
-        return _scanned(report, found.empty, settings, options)
-
-
-def _scanned(report: Report, empty: tuple[str, ...], settings: Settings, options: InspectOptions) -> Scanned:
-    # loaded when called: importing the API (a trainer callback's start) loads no layout
-    from ckptdoctor.layouts._base import led_outside
-    from ckptdoctor.layouts.registry import layout_named
-
-    led = {run.path: said for run in report.runs if (said := led_outside(layout_named(run.layout), run))}
-    return Scanned(_as_configured(report, settings, options), empty, led)
+        return Scanned(_as_configured(report, settings, options), found.empty)
 
 
 def run_diskcheck(options: DiskcheckOptions) -> Report:
@@ -298,6 +295,8 @@ def run_diskcheck(options: DiskcheckOptions) -> Report:
     from ckptdoctor.discover import remote
     from ckptdoctor.stores.urls import local_path
 
+    if len(options.paths) != 1:
+        raise InvalidValue(f"diskcheck checks the one folder a run saves into, not {len(options.paths)}")
     (path,) = options.paths
     model_bytes = _checked_diskcheck(options)
     if remote(path) and local_path(path) is None:

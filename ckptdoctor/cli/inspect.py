@@ -97,7 +97,7 @@ def print_resume(scanned: Scanned, flag: str, given: list[str], unverified: str 
         )
         raise typer.Exit(EXIT_USAGE)
     checkpoint = run.resume if run else None
-    if run is not None and (led := scanned.led_outside.get(run.path)):
+    if run is not None and (led := scanned.led_outside(run)):
         say(f"ckptdoctor: warning: {led} (CKD113): pass the checkpoint named here explicitly, or `ckptdoctor repair` re-points it")
     if run is not None and run.resume_depends_on:
         newest = run.resume_depends_on[-1]
