@@ -258,6 +258,8 @@ class Repaired:
     """How many runs the repair changed."""
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "outcome":  # copy and pickle ask before there is an outcome
+            raise AttributeError(name)
         return getattr(self.outcome, name)
 
 
