@@ -182,7 +182,11 @@ def _confirming(then: Any) -> Any:
 
 def _prune(url: str, keep_last: int, confirm: Any) -> acting.Outcome:
     return acting.carry_out(
-        acting.prune_from(PruneSettings(keep_last=keep_last, min_age="0")), [url], dry_run=False, confirm=confirm, listener=lambda event: None
+        acting.prune_from(PruneSettings(keep_last=keep_last, min_age="0")),
+        [url],
+        dry_run=False,
+        confirm=confirm,
+        listener=lambda event: None,
     )
 
 
