@@ -5,7 +5,7 @@
     report = ckd.inspect(["runs/exp1"])           # ckptdoctor inspect
     report = ckd.verify(["runs/exp1"], deep=True)  # ckptdoctor verify --deep
     outcome = ckd.prune(["runs/exp1"], keep_last=3, confirm=True)
-    outcome = ckd.repair(["runs/exp1"], confirm=True)
+    repaired = ckd.repair(["runs/exp1"], confirm=True)  # .advised: where each run goes on
     report = ckd.diskcheck("runs/exp1", keep_last=3)   # = ckptdoctor.preflight
 
 Settings (``select``, ``ignore``, severities, thresholds, role hints, ``[tool.ckptdoctor.prune]``)
