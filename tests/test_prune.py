@@ -17,6 +17,8 @@ import pytest
 
 from ckptdoctor.testing import write_burn_run, write_hf_checkpoints
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400
 
 
@@ -110,6 +112,7 @@ def test_recent_files_are_kept_whatever_the_policy(tmp_path, cli):
     assert epochs_left(folder) == [2, 7]
 
 
+@pytest.mark.real_processes
 def test_a_file_held_open_by_a_live_process_is_not_deleted(tmp_path, cli):
     folder = burn_run(tmp_path)
     holder = subprocess.Popen(
