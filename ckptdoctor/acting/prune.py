@@ -193,11 +193,13 @@ class Prune(Pass):
         except BaseException:  # Ctrl-C: name what is left pending, and both ways forward
             for plan in plans:
                 for found in context.executor.journals(plan.root, plan.home):
-                    context.tell(
-                        f"{plan.run}: {found.journal} is pending: `{self.again(plan.run)}` shows what it would still delete "
-                        f"and finishes it when confirmed; `ckptdoctor prune --discard-journal --no-recurse {shell_word(plan.run)}` "
-                        "drops it and puts back what it had moved, and deletes nothing."
-                    )
+                    said = f"{plan.run}: {found.journal} is pending: `{self.again(plan.run)}` shows what it would still delete and finishes it when confirmed"
+                    if context.executor.has_trash:
+                        said += (
+                            f"; `ckptdoctor prune --discard-journal --no-recurse {shell_word(plan.run)}` "
+                            "drops it and puts back what it had moved, and deletes nothing"
+                        )
+                    context.tell(said + ".")
             raise
 
 
