@@ -31,6 +31,8 @@ from test_repair import broken_burn_run, deepspeed_run, quarantined, tree
 from ckptdoctor.actions import _confine
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 
 def _outside(tmp_path: Path) -> Path:
     outside = tmp_path / "outside"

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ckptdoctor import actions
-from ckptdoctor.actions.executor import MACHINE, Acted, Inside, Machine, Said, World, deleted, kept_paths
+from ckptdoctor.actions import executor
+from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, deleted, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run, Seen
 from ckptdoctor.places import DEEPEST, home_of, relative, run_root
 from ckptdoctor.records import Moved, Pending, Quarantine
@@ -31,7 +32,7 @@ class DiskExecutor:
 
     @property
     def _machine(self) -> Machine:
-        return self.machine or MACHINE
+        return self.machine or executor.MACHINE  # looked up now: a test may have put a fake one there
 
     def opened(self, held: contextlib.ExitStack, paths: Sequence[str], dry_run: bool) -> list[str]:
         held.enter_context(actions.anchored(paths))  # before the scan: what it finds is acted on through these
