@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import stores
 from frameworks import accelerator_for, deepspeed_loads, deepspeed_trained, hf_trainer, lightning_fit, step_and_save
 from typer.testing import CliRunner
 
+from ckptdoctor.actions import executor
 from ckptdoctor.cli import app
 
 pytest_plugins = ["_fired_rules"]  # every finding from a check that declares its rule; every rule fired
@@ -61,6 +63,40 @@ def inspect_json(cli: Callable[..., Result]) -> Callable[..., Result]:
         return cli("inspect", "--json", *args, *paths)
 
     return run
+
+
+# --- acting: a fake process table and clock, so that no prune or repair test depends on the machine --
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real_processes: a test about real processes holding files keeps the real process table")
+
+
+@dataclass
+class FakeMachine:
+    """The process table and clock a local acting pass asks, faked. ``held``: path -> the pid said
+    to hold it (no other process holds anything); ``now``: the time, or None for the real clock
+    (files the test writes are dated by it)."""
+
+    held: dict[str, int] = field(default_factory=dict)
+    now: float | None = None
+
+    def processes(self, paths: Iterable[str], identities: Any = None, said: Any = None) -> tuple[dict[str, int | str], str | None]:
+        held = {os.path.realpath(path): pid for path, pid in self.held.items()}
+        return {path: held[real] for path in paths if held and (real := os.path.realpath(path)) in held}, None
+
+    def clock(self) -> float:
+        return time.time() if self.now is None else self.now
+
+
+@pytest.fixture
+def fake_machine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
+    """Acting in this test asks a fake process table and clock (``executor.MACHINE``), unless the
+    test is marked ``real_processes``."""
+    fake = FakeMachine()
+    if request.node.get_closest_marker("real_processes") is None:
+        monkeypatch.setattr(executor, "MACHINE", executor.Machine(fake.processes, fake.clock))
+    return fake
 
 
 # --- object stores: real S3 servers on 127.0.0.1 (tests/stores.py) ------------------------------

@@ -20,6 +20,8 @@ from ckptdoctor.model import Action
 from ckptdoctor.render.json import document
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400.0
 
 

@@ -31,6 +31,8 @@ from test_repair import broken_burn_run, deepspeed_run, quarantined, tree
 from ckptdoctor.actions import _confine
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 
 def _outside(tmp_path: Path) -> Path:
     outside = tmp_path / "outside"
@@ -597,7 +599,7 @@ def test_a_mount_inside_a_checkpoint_folder_is_never_deleted_through(tmp_path: P
 def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp_path: Path, cli, monkeypatch, command: list[str]) -> None:
     """The user names the run itself (``/data/runs/u/exp``); the owner of ``u`` swaps it for a link
     right after the scan. What the user named was opened before the scan: acting goes on there."""
-    import ckptdoctor.acting as acting
+    import ckptdoctor.acting.protocol as acting
 
     run = tmp_path / "runs" / "u" / "exp"
     write_burn_run(run, range(1, 8))
@@ -627,7 +629,7 @@ def test_the_named_run_folder_swapped_after_the_scan_creates_nothing_outside(tmp
 def test_a_named_folder_that_was_swapped_when_opened_and_back_when_scanned_is_refused(tmp_path: Path, cli, monkeypatch) -> None:
     """The other half of the race: the named path resolves elsewhere when it is opened, then to the
     run again when it is scanned. Nothing is made in the folder that was opened."""
-    import ckptdoctor.acting as acting
+    import ckptdoctor.acting.protocol as acting
 
     run = tmp_path / "runs" / "u" / "exp"
     write_burn_run(run, range(1, 8))

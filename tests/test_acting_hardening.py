@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from test_prune import burn_run, epochs_left
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 
 def test_a_symlinked_trash_entry_is_not_followed(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)

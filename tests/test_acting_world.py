@@ -20,6 +20,8 @@ import pytest
 from other_user import as_nobody, shared_folder
 from test_prune import _kill_when_deleting, age, burn_run, epochs_left
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 
 def _tree(folder: Path) -> dict[str, tuple[str, int]]:
     """Every entry below ``folder`` (ckptdoctor's own folder included): its content's digest (or

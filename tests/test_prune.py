@@ -17,6 +17,8 @@ import pytest
 
 from ckptdoctor.testing import write_burn_run, write_hf_checkpoints
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400
 
 
@@ -110,6 +112,21 @@ def test_recent_files_are_kept_whatever_the_policy(tmp_path, cli):
     assert epochs_left(folder) == [2, 7]
 
 
+def test_the_process_table_and_clock_prune_asks_are_the_tests_own(tmp_path, cli, fake_machine):
+    """Hermetic: what holds a file and what time it is come from the fake machine (conftest), never
+    from this machine's /proc and clock, so an unrelated process cannot change the outcome."""
+    folder = burn_run(tmp_path)
+    fake_machine.held[str(folder / "model-3.bpk")] = 4242
+    os.utime(folder / "model-2.bpk")  # written just now, by the real clock
+    fake_machine.now = time.time() + DAY  # a day later, by the test's: older than --min-age
+    result = cli("prune", "--json", "--yes", "--keep-last", "1", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == [3, 7]
+    reasons = {item["index"]: item["reasons"] for item in result.json["plan"]}
+    assert any("4242" in reason for reason in reasons[3])
+
+
+@pytest.mark.real_processes
 def test_a_file_held_open_by_a_live_process_is_not_deleted(tmp_path, cli):
     folder = burn_run(tmp_path)
     holder = subprocess.Popen(

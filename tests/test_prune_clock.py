@@ -19,6 +19,8 @@ from frameworks import loop_resume, loop_saves, split_files, torch_loop
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 HOUR = 3600.0
 IN_2030 = 1_900_000_000.0
 """2030-03-17: years ahead of any clock this suite runs under."""

@@ -22,6 +22,8 @@ from test_prune import only_process_notes
 
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400
 
 
@@ -202,6 +204,7 @@ def test_a_checkpoint_written_within_min_age_is_left_alone(tmp_path, cli):
     assert {item["index"] for item in zero.json["plan"] if item["action"] == "quarantine"} == {7}
 
 
+@pytest.mark.real_processes
 def test_a_file_held_open_by_a_live_process_is_not_moved(tmp_path, cli):
     folder = broken_burn_run(tmp_path)
     code = "import sys,time; f=open(sys.argv[1],'rb'); print('ok', flush=True); time.sleep(60)"
@@ -572,6 +575,7 @@ def _interrupted(folder: Path, entries: list[dict], pointers: list[dict] | None 
     return quarantine
 
 
+@pytest.mark.real_processes
 def test_an_interrupted_repair_does_not_take_what_was_written_after_it(tmp_path, cli):
     folder = deepspeed_run(tmp_path / "ds")
     lines = [_line(folder, name, 300) for name in ("global_step300", "global_step100")]

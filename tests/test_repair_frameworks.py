@@ -34,6 +34,8 @@ from typing import Any
 import pytest
 from frameworks import accelerator_for, copy_run, deepspeed_run, lightning_fit, megatron_run
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400
 OWN = ".ckptdoctor"
 RESUME = "resume point (newest complete)"

@@ -23,6 +23,8 @@ from test_repair import deepspeed_run, tree
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file  # noqa: E402  (torch first: its absence skips the module)
 
+pytestmark = pytest.mark.usefixtures("fake_machine")  # the process table and clock are the test's (conftest)
+
 DAY = 86400
 
 

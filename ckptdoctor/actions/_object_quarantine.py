@@ -245,3 +245,37 @@ def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
         with contextlib.suppress(StoreError):
             control.delete_if_match(found.key, found.etag)
     return restored, tuple(problems)
+
+
+def close(place: Place, found: Found) -> list[str]:
+    """Close the quarantine of a repair killed part-way, as ``_quarantine.close_repairs`` does on
+    disk; its problems. Each object it had copied in is finished moving (deleted from the run only
+    while it is still the object planned); what it had not copied stays in the run, for the next
+    plan to decide. A pointer whose old version it had saved and that is no longer that version
+    is taken as re-pointed by it, so that ``--undo`` puts the old one back. The manifest then says
+    what was done: a record, never an order."""
+    assert found.manifest is not None
+    control = place.control
+    folder = found.key.rsplit("/", 1)[0]
+    moved: list[ObjectLine] = []
+    problems: list[str] = []
+    for line in found.manifest.objects:
+        copied = _etag_of(place, f"{folder}/{line.key}")
+        if copied is None:
+            continue
+        source = _in_run(place, line.key)
+        here = _etag_of(place, source)  # None: moved before the kill (a store may answer 412 for an If-Match on nothing)
+        if here is not None and (here != line.etag or control.delete_if_match(source, line.etag).value == "changed"):
+            problems.append(
+                f"{place.run.url_of(source)}: rewritten since an interrupted repair copied it: the new object stays, its old one is in the quarantine"
+            )
+        moved.append(line._replace(copied=copied))
+    pointers: list[ObjectPointer] = []
+    for pointer in found.manifest.pointers:
+        now = _etag_of(place, _in_run(place, pointer.key))
+        if pointer.old is not None and now is not None and now != pointer.old and _etag_of(place, f"{folder}/{pointer.key}") == pointer.old:
+            pointers.append(pointer._replace(written=now))
+    closed = ObjectManifest(found.manifest.run, found.manifest.created, "done", tuple(moved), tuple(pointers))
+    if found.etag is None or place.bucket.replace(found.key, closed.encode(), found.etag) is None:
+        problems.append(f"{place.run.url_of(found.key)}: changed by someone else meanwhile: the interrupted repair is left as it was")
+    return problems

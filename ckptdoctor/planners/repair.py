@@ -50,10 +50,6 @@ class NotResumable(RefusedError):
     """Repair would not make the run resumable: there is no complete checkpoint to resume from."""
 
 
-Refused = NotResumable
-"""The name ``acting`` catches it by until the acting package (issue 33) takes the new one."""
-
-
 RESUME_POINT = "resume point (newest complete)"
 """The reason of the item that keeps the resume point: where the run goes on once repaired."""
 
