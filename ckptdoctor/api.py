@@ -347,7 +347,7 @@ def _configured(paths: list[str], config: str | None) -> Iterator[Settings]:
     checkpointers' prefixes (``[tool.ckptdoctor.roles]``) and its own classes (``trusted-globals``)."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
-    from ckptdoctor.layouts._base import hinted_roles, trusting
+    from ckptdoctor.layouts.context import hinted_roles, trusting
 
     found = settings(config, start=_start(paths) if paths else None)
     with hinted_roles(found.roles), trusting(found.trusted_globals):

@@ -210,7 +210,7 @@ def configured(config: str | None) -> Settings:
     """The settings of the environment and the configuration file; exit 2 naming a bad key."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.config import ConfigError, settings
-    from ckptdoctor.layouts._base import use_role_hints, use_trusted_globals
+    from ckptdoctor.layouts.context import use_role_hints, use_trusted_globals
     from ckptdoctor.readers._pickle_safety import Trusted
 
     use_role_hints({})  # nothing from an earlier command in this process

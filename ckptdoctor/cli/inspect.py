@@ -75,7 +75,7 @@ def print_resume(report: Report, found: Scan, flag: str, given: list[str], unver
     for ``verify``). Of several runs, the one whose folder was ``given``: runs in folders below
     it are not where the job resumes."""
     # the core loads only when a command runs
-    from ckptdoctor.layouts._base import led_outside
+    from ckptdoctor.layouts.base import led_outside
     from ckptdoctor.layouts.registry import layout_named
 
     for error in report.errors:
