@@ -7,10 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ckptdoctor.model import (
-    CheckpointFile,
-    Role,
-)
+from ckptdoctor.model import CheckpointFile, Role
 
 
 def missing_from_siblings(files: Sequence[CheckpointFile], siblings: Sequence[Sequence[CheckpointFile]]) -> tuple[str, ...]:

@@ -9,9 +9,7 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from ckptdoctor.model import (
-    Role,
-)
+from ckptdoctor.model import Role
 from ckptdoctor.readers._pickle_safety import Trusted
 
 _ROLE_HINTS: contextvars.ContextVar[Mapping[str, Role]] = contextvars.ContextVar("role_hints", default=MappingProxyType({}))

@@ -10,16 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ckptdoctor.layouts.content import confirmed_roles
 from ckptdoctor.layouts.judging import UNUSABLE, whole_save
-from ckptdoctor.model import (
-    COPY_OF,
-    TOP_LEVEL_NUMBER,
-    Checkpoint,
-    CheckpointFile,
-    Entry,
-    Role,
-    Run,
-    Status,
-)
+from ckptdoctor.model import COPY_OF, TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, Role, Run, Status
 from ckptdoctor.readers.files import same_save, with_keys
 
 

@@ -14,14 +14,7 @@ from ckptdoctor.layouts.grouping import ContentCheck
 from ckptdoctor.layouts.hooks import LayoutHooks
 from ckptdoctor.layouts.judging import Verdicts, checkpoint_of, version, without_training_state
 from ckptdoctor.layouts.naming import Claim, common_unit, file_names, numbered, numbers_a_series, series_pattern
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    Entry,
-    FileReport,
-    Role,
-    Run,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run
 
 
 class FolderHooks(LayoutHooks):

@@ -17,16 +17,7 @@ from ckptdoctor.layouts.copies import stand_ins
 from ckptdoctor.layouts.hooks import LayoutHooks
 from ckptdoctor.layouts.judging import Verdicts, checkpoint_of, without_training_state
 from ckptdoctor.layouts.naming import Claim, common_unit, sifted, temp_base
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    Entry,
-    FileIssue,
-    FileReport,
-    Problem,
-    Role,
-    Run,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileIssue, FileReport, Problem, Role, Run
 from ckptdoctor.readers.compressed import pandas_archive
 from ckptdoctor.readers.files import expected_formats, with_keys
 from ckptdoctor.readers.sniff import Format

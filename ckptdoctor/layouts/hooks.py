@@ -15,16 +15,7 @@ from ckptdoctor.layouts.copies import Copy
 from ckptdoctor.layouts.metrics import values_in_names
 from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.layouts.pointers import Pointer
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    Entry,
-    FileReport,
-    PointerWrite,
-    Role,
-    Run,
-    Unit,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.sniff import Format
 

@@ -8,15 +8,7 @@ from collections.abc import Callable
 
 from ckptdoctor.layouts.content import roles_in
 from ckptdoctor.layouts.naming import temp_base
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    Entry,
-    Problem,
-    Role,
-    Status,
-    Zeroed,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Problem, Role, Status, Zeroed
 
 _ROLE_ORDER = {role: position for position, role in enumerate(Role)}
 PARTIAL = frozenset(problem for problem in Problem if problem.status is Status.PARTIAL)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from ckptdoctor.model import (
-    Run,
-)
+from ckptdoctor.model import Run
 
 _METRIC_PAIR = re.compile(r"(?:^|[-_])([A-Za-z][\w/]*?)=(-?[0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)", re.IGNORECASE)
 

@@ -10,10 +10,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.model import (
-    Role,
-    Unit,
-)
+from ckptdoctor.model import Role, Unit
 
 
 class Claim(NamedTuple):

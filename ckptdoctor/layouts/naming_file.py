@@ -11,13 +11,7 @@ from typing import NamedTuple
 from ckptdoctor.layouts.base import Layout
 from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.layouts.pointers import Pointer, elsewhere, followed, unreadable_pointer
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    PointerWrite,
-    Role,
-    Run,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, PointerWrite, Role, Run
 from ckptdoctor.readers import pointer as pointer_file
 from ckptdoctor.readers.named import Named, NamedFiles
 

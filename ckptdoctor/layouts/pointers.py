@@ -12,13 +12,7 @@ from ckptdoctor.discover import remote
 from ckptdoctor.layouts.copies import copied
 from ckptdoctor.layouts.judging import CORRUPT, DENIED, PARTIAL, UNUSABLE, whole_save
 from ckptdoctor.layouts.naming import Claim
-from ckptdoctor.model import (
-    Checkpoint,
-    CheckpointFile,
-    Role,
-    Run,
-    Status,
-)
+from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Status
 
 
 class Pointer(NamedTuple):
