@@ -229,7 +229,7 @@ class Scanned:
         """What to say where one of ``run``'s pointers leads out of its checkpoints (CKD113): the
         framework's own resume through it loads a file no scan judged; '' where none does."""
         # loaded when asked: importing the API (a trainer callback's start) loads no layout
-        from ckptdoctor.layouts._base import led_outside
+        from ckptdoctor.layouts.base import led_outside
         from ckptdoctor.layouts.registry import layout_named
 
         return led_outside(layout_named(run.layout), run)
@@ -692,7 +692,7 @@ def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
     classes (``trusted-globals``)."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
-    from ckptdoctor.layouts._base import hinted_roles, trusting
+    from ckptdoctor.layouts.context import hinted_roles, trusting
 
     found = options.settings or settings(options.config, start=_start(paths) if paths else None)
     with hinted_roles(found.roles), trusting(found.trusted_globals):

@@ -135,7 +135,7 @@ RECORDED_PATH = "recorded-path:"
 (``recorded-path:last_model_path``: ``bundles.PATH_KEYS``), with the path it records."""
 COPY_OF = "copy-of"
 """The fact a layout leaves on a whole copy the framework keeps of one of its saves: the index
-of the save it holds (``layouts._base.copy_of``)."""
+of the save it holds (``layouts.copies.copy_of``)."""
 
 
 class Rebuilt(NamedTuple):

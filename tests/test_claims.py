@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import sifted
+from ckptdoctor.layouts.naming import sifted
 from ckptdoctor.layouts.registry import LAYOUTS, layout_named
 from ckptdoctor.model import Entry, Role, Unit
 from ckptdoctor.pipelines.scan import inspect, scan
@@ -218,7 +218,7 @@ def test_every_claim_takes_its_index_from_a_number_in_the_name(stem, suffix):
 
 @given(NAME_PARTS, SUFFIXES)
 def test_a_claimable_pattern_sifts_by_suffix_as_it_would_name_by_name(stem, suffix):
-    """A big folder's names are sifted once per suffix (``_base.sifted``): every layout's
+    """A big folder's names are sifted once per suffix (``naming.sifted``): every layout's
     ``claimable`` pattern finds by suffix exactly the names it finds one by one."""
     names = (stem + suffix, f"x{suffix}", f"a.b{suffix}", stem)
     listing = Listing("/run", "/run", tuple(Entry(name, f"/run/{name}", f"/run/{name}", 1) for name in names))

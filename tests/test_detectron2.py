@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from frameworks import Detectron2Trainer
 
-from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect, scan
 from ckptdoctor.readers import _skim

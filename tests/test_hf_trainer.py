@@ -11,7 +11,7 @@ import pytest
 from frameworks import copy_run, hf_trainer
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts._base import claim_all
+from ckptdoctor.layouts.base import claim_all
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run

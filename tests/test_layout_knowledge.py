@@ -9,13 +9,20 @@ the source (AST), so they hold for code no test runs.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
+import inspect
 import itertools
-from collections.abc import Iterator
+import re
+import textwrap
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
-from ckptdoctor.layouts._base import FolderLayout, Layout
+from ckptdoctor.layouts.base import FolderLayout, Layout
+from ckptdoctor.layouts.folders import FolderHooks
+from ckptdoctor.layouts.hooks import LayoutHooks
 from ckptdoctor.layouts.registry import LAYOUTS, NAMED_FILES
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ckptdoctor"
@@ -118,7 +125,13 @@ def test_no_module_outside_layouts_names_a_framework_file() -> None:
 
 
 def test_no_module_outside_layouts_imports_one_framework() -> None:
-    shared = {"ckptdoctor.layouts", "ckptdoctor.layouts.registry", "ckptdoctor.layouts._base"}
+    shared = {
+        "ckptdoctor.layouts",
+        "ckptdoctor.layouts.registry",
+        "ckptdoctor.layouts.base",
+        "ckptdoctor.layouts.context",
+        "ckptdoctor.layouts.pointers",
+    }
     found = []
     for relative, tree in _modules():
         for node in ast.walk(tree):
@@ -150,15 +163,100 @@ def test_the_check_sees_a_leak() -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
 def test_every_hook_a_layout_overrides_is_documented_on_the_base_class(layout: Layout) -> None:
-    """The base classes' docstrings list every hook (a new one is documented where it is declared)."""
-    documented = (Layout.__doc__ or "") + (FolderLayout.__doc__ or "")
+    """The hook tables list every hook (a new one is documented where it is declared)."""
+    documented = (LayoutHooks.__doc__ or "") + (FolderHooks.__doc__ or "")
     for cls in type(layout).__mro__:
-        if cls in (Layout, FolderLayout, object):
+        if cls in (LayoutHooks, FolderHooks, Layout, FolderLayout, object):
             continue
         for hook in vars(cls):
             if hook.startswith("_") or not (hasattr(Layout, hook) or hasattr(FolderLayout, hook)):
                 continue
             assert f"``{hook}" in documented, f"{cls.__name__}.{hook} overrides a hook the base class does not document"
+
+
+def _hook_table(doc: str | None) -> dict[str, str]:
+    """Each hook a docstring's table lists, with what its "default" column says (its lines joined)."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    rules = [at for at, line in enumerate(lines) if line.startswith("====")]
+    assert len(rules) == 3, "a table: its top rule, the rule under its header, its bottom rule"
+    (first, _), (second, second_end), _ = (match.span() for match in re.finditer("=+", lines[rules[0]]))
+    rows: dict[str, str] = {}
+    hook = ""
+    for line in lines[rules[1] + 1 : rules[2]]:
+        named, default = line[first:second].strip(), line[second:second_end].strip()
+        if named.startswith("``"):
+            hook = re.match(r"``(\w+)", named).group(1)  # type: ignore[union-attr]
+            assert hook not in rows, f"{hook} listed twice"
+            rows[hook] = default
+        elif not named and default:
+            rows[hook] += " " + default
+    return rows
+
+
+def _plain_default(owner: type, hook: str) -> str | None:
+    """How the table must begin to describe ``hook``'s default where the code says it plainly (a
+    value, or a method that only returns a constant or raises); None where only prose can."""
+    value = inspect.getattr_static(owner, hook)
+    if isinstance(value, property):
+        return None
+    if inspect.isfunction(value):
+        body = ast.parse(textwrap.dedent(inspect.getsource(value))).body[0].body  # type: ignore[attr-defined]
+        code = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(code) != 1:
+            return None
+        if isinstance(code[0], ast.Raise):
+            return "required"
+        if not isinstance(code[0], ast.Return):
+            return None
+        returned = code[0].value
+        if isinstance(returned, ast.Tuple) and not returned.elts:
+            value = ()
+        elif isinstance(returned, ast.Constant):
+            value = returned.value
+        else:
+            return None
+    if value is None or isinstance(value, bool):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, str):
+        return f'``"{value}"``'
+    if isinstance(value, (tuple, frozenset, Mapping)) and not value:
+        return "none|empty"
+    if dataclasses.is_dataclass(value) and value == type(value)():
+        return "none|empty"
+    return None
+
+
+def _declared(*classes: type) -> set[str]:
+    return {name for cls in classes for name in vars(cls) if not name.startswith("_")}
+
+
+def test_the_hook_tables_name_exactly_the_declared_hooks_with_their_defaults() -> None:
+    """``LayoutHooks``' table lists every hook a layout has (``Layout.build`` among them) and
+    ``FolderHooks``' every one a folder layout adds, nothing else; where a hook's default is
+    plain in its code (a value, a method that returns a constant or raises), the table says it."""
+    files, folders = _hook_table(LayoutHooks.__doc__), _hook_table(FolderHooks.__doc__)
+    assert set(files) == _declared(LayoutHooks, Layout)
+    assert set(folders) == _declared(FolderHooks, FolderLayout) - set(files)
+    wrong = []
+    for owner, table in ((Layout, files), (FolderLayout, folders)):
+        for hook, said in table.items():
+            plain = _plain_default(owner, hook)
+            if plain is not None and not said.startswith(tuple(plain.split("|"))):
+                wrong.append(f"{hook}: the table says {said!r}, the code {plain!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_hook_table_check_sees_a_wrong_table() -> None:
+    """The check above can fail: a table that lists a hook nobody declares, or gives a default
+    the code does not have, is found."""
+    table = _hook_table(LayoutHooks.__doc__)
+    assert table["name"] == '``"unknown"``' and table["claimable"].startswith("None")
+    assert _plain_default(Layout, "whole_saves") == "False" and _plain_default(FolderLayout, "role_of") == "required"
+    assert _plain_default(Layout, "aliases") == "none|empty" and _plain_default(Layout, "own_objects") == "none|empty"
+    doc = (LayoutHooks.__doc__ or "").replace("``stray(name)``  ", "``strays(name)`` ")
+    assert set(_hook_table(doc)) != _declared(LayoutHooks, Layout)
 
 
 def test_the_named_files_tables_agree() -> None:

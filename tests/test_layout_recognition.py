@@ -11,7 +11,8 @@ from test_orbax import orbax_run
 from test_timm import timm_run
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts._base import FolderLayout, claim_all, file_names
+from ckptdoctor.layouts.base import FolderLayout, claim_all
+from ckptdoctor.layouts.naming import file_names
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
 

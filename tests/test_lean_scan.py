@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptdoctor.discover import discover
-from ckptdoctor.layouts import _base
+from ckptdoctor.layouts import judging
 from ckptdoctor.layouts.registry import LAYOUTS, NAMED_FILES, layout_named
 from ckptdoctor.model import (
     TOP_LEVEL_TENSORS,
@@ -212,7 +212,7 @@ _RESAVED = {"a": ("model-1.bpk", 1)}
 def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: list[tuple[Any, ...]]) -> None:
     """Checkpoints judged with one run's memo of verdicts by shape are the checkpoints judged
     one by one, whatever shapes repeat: names, staging files and whole saves included."""
-    verdicts: _base._Verdicts = {}
+    verdicts: judging.Verdicts = {}
     for index, (made, required, single, advisory, absent, whole, whole_saves) in enumerate(shapes * 2):
         files = tuple(
             CheckpointFile(Entry(name, f"run/{position}/{name}", f"run/{position}/{name}", 10), roles, name.split("-")[0], report)
@@ -221,7 +221,7 @@ def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: li
         zeroed = (Zeroed(files[0].path, ("w",) if whole else (), index - 1),)
         resaved = _RESAVED.get if whole_saves else None  # a layout's whole saves, told apart by name
         args = (index, files, required, single, None, ("x",) if absent else (), advisory, zeroed, resaved)
-        assert _base._checkpoint(*args, verdicts=verdicts) == _base._checkpoint(*args)
+        assert judging.checkpoint_of(*args, verdicts=verdicts) == judging.checkpoint_of(*args)
 
 
 @given(st.lists(st.lists(_FILE, min_size=1, max_size=4), min_size=1, max_size=10))

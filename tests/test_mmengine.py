@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from frameworks import copy_run, mmengine_distributed, mmengine_run
 
-from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect, scan
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from frameworks import FairseqTrainer, composer_run, copy_run, deepspeed_run, megatron_release, megatron_run
 
-from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import NAMED_FILES, layout_named
 from ckptdoctor.model import Problem
 from ckptdoctor.pipelines.scan import inspect

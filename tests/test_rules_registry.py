@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ckptdoctor
-from ckptdoctor.layouts._base import _checkpoint
+from ckptdoctor.layouts.judging import checkpoint_of
 from ckptdoctor.model import CheckpointFile, Entry, FileIssue, FileReport, Problem, Role, Status
 from ckptdoctor.rules import completeness, consistency, integrity
 from ckptdoctor.rules._rule import fires
@@ -50,7 +50,7 @@ def test_every_problem_names_a_rule_that_a_check_declares(problem):
 def test_a_file_with_a_problem_gives_its_checkpoint_the_status_the_problem_names(problem):
     entry = Entry("model-3.bpk", "run/model-3.bpk", "run/model-3.bpk", 1024)
     report = FileReport("burnpack", (FileIssue(problem, "what the reader found"),))
-    checkpoint = _checkpoint(3, (CheckpointFile(entry, (Role.MODEL,), "model", report),), (Role.MODEL,), single=False)
+    checkpoint = checkpoint_of(3, (CheckpointFile(entry, (Role.MODEL,), "model", report),), (Role.MODEL,), single=False)
     assert checkpoint.status is (problem.status or Status.COMPLETE)
 
 

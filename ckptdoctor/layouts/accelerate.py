@@ -24,8 +24,10 @@ import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, missing_from_siblings
+from ckptdoctor.layouts.absent import missing_from_siblings
+from ckptdoctor.layouts.base import FolderLayout
 from ckptdoctor.layouts.hf_trainer import fsdp_absent, fsdp_folder, fsdp_measured, fsdp_roles, written_by_trainer
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Status, Unit
 from ckptdoctor.readers.sniff import Format
 

@@ -13,7 +13,9 @@ import re
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, Layout, guess_roles, role_hints
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.context import role_hints
+from ckptdoctor.layouts.naming import Claim, guess_roles
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
 from ckptdoctor.places import parent
 from ckptdoctor.readers.files import checkpoint_suffixes

@@ -52,8 +52,12 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Layout, OwnObjects, Pointer, followed, missing_from_siblings, symlink_pointers
+from ckptdoctor.layouts.absent import missing_from_siblings
+from ckptdoctor.layouts.base import FolderLayout, Layout
+from ckptdoctor.layouts.content import OwnObjects
 from ckptdoctor.layouts.dcp import DcpLayout
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, followed, symlink_pointers
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerKind, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named

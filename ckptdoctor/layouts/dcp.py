@@ -15,7 +15,8 @@ import re
 from collections.abc import Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Role, Run, Unit
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA, extents, shard_issue

@@ -34,7 +34,11 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, OwnObjects, Pointer, elsewhere, folder_name, followed, missing_from_siblings
+from ckptdoctor.layouts.absent import folder_name, missing_from_siblings
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.content import OwnObjects
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, elsewhere, followed
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, PointerWrite, Role, Run, Unit
 from ckptdoctor.places import parent
 from ckptdoctor.readers import pointer

@@ -33,7 +33,11 @@ import re
 from collections.abc import Callable
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, NamedByFile, NamingFile, followed, group, logged_values
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.metrics import logged_values
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.naming_file import NamedByFile, NamingFile
+from ckptdoctor.layouts.pointers import followed
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format

@@ -41,7 +41,7 @@ saves over the numbered checkpoints. A job killed after a save's first file and 
 leaves a whole ``checkpoint_last.pt`` that still holds the save before: the default then goes back
 to it and trains the newer save's epoch (or updates) again, writing over it (CKD116); the newer
 save resumes with ``--restore-file``, and is the resume point. Which save each copy holds is told
-by its content (``_base.copy_of``: the pickle its central directory records is the save's), for
+by its content (``copies.copy_of``: the pickle its central directory records is the save's), for
 ``checkpoint_last.pt`` and the ``--keep-best-checkpoints`` copies alike; where a save's own file
 is cut or damaged and its copy is whole, the copy stands for it (``whole_copy``). Any other file
 is named with ``--restore-file PATH``, given without the rank suffix: fairseq appends it
@@ -57,18 +57,12 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    Claim,
-    Copy,
-    Layout,
-    Pointer,
-    copied,
-    copy_pointer,
-    group,
-    loaded_copy,
-    missing_from_siblings,
-    pointer_files,
-)
+from ckptdoctor.layouts.absent import missing_from_siblings
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.copies import Copy, copied, loaded_copy
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, copy_pointer, pointer_files
 from ckptdoctor.model import (
     Checkpoint,
     CheckpointFile,

@@ -22,8 +22,11 @@ import re
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, unlisted_shards
+from ckptdoctor.layouts.absent import unlisted_shards
+from ckptdoctor.layouts.base import FolderLayout
 from ckptdoctor.layouts.dcp import DcpLayout
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers import hfjson, pickled_flags, pointer
 from ckptdoctor.readers.dcp import DATA_SUFFIX, METADATA

@@ -34,7 +34,8 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.layouts.torch import parse_name
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Problem, Role, Run, Unit
 from ckptdoctor.quoting import shell_word

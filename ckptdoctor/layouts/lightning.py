@@ -41,23 +41,14 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    Claim,
-    Copy,
-    FolderLayout,
-    Layout,
-    OwnObjects,
-    Pointer,
-    claim_all,
-    copy_pointer,
-    followed,
-    group,
-    loaded_copy,
-    pointer_files,
-    symlink_pointers,
-)
+from ckptdoctor.layouts.base import FolderLayout, Layout, claim_all
+from ckptdoctor.layouts.content import OwnObjects
+from ckptdoctor.layouts.copies import Copy, loaded_copy
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, copy_pointer, followed, pointer_files, symlink_pointers
 from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.model import (
     RECORDED_PATH,

@@ -32,7 +32,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ckptdoctor.layouts._base import Claim, FolderLayout, confirmed_roles
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.content import confirmed_roles
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format

@@ -23,17 +23,11 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    Claim,
-    FolderLayout,
-    OwnObjects,
-    Pointer,
-    file_names,
-    folder_name,
-    followed,
-    missing_from_siblings,
-    unreadable_pointer,
-)
+from ckptdoctor.layouts.absent import folder_name, missing_from_siblings
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.content import OwnObjects
+from ckptdoctor.layouts.naming import Claim, file_names
+from ckptdoctor.layouts.pointers import Pointer, followed, unreadable_pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, PointerWrite, Role, Run, Unit
 from ckptdoctor.readers import pointer
 from ckptdoctor.readers.named import Named

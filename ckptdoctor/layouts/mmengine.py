@@ -45,20 +45,16 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    Claim,
-    FolderLayout,
-    NamedByFile,
-    NamingFile,
-    OwnObjects,
-    Pointer,
-    followed,
-    group,
-    logged_values,
-    missing_from_siblings,
-)
+from ckptdoctor.layouts.absent import missing_from_siblings
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.content import OwnObjects
 from ckptdoctor.layouts.deepspeed import OWN_OBJECTS as DEEPSPEED_OBJECTS
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.metrics import logged_values
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.naming_file import NamedByFile, NamingFile
+from ckptdoctor.layouts.pointers import Pointer, followed
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.sniff import Format
 

@@ -24,7 +24,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, confirmed_roles
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.content import confirmed_roles
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import expected_formats, with_keys
 from ckptdoctor.readers.sniff import Format

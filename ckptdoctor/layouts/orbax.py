@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.ocdbt import MANIFEST
 from ckptdoctor.readers.orbax import CHECKPOINT_METADATA, ITEM_METADATA, SHARDING

@@ -11,30 +11,23 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    Claim,
-    FolderLayout,
-    Layout,
-    claim_all,
-    file_names,
-    group,
-    led_outside,
-    probe_batch,
-    temp_base,
-)
 from ckptdoctor.layouts.accelerate import AccelerateLayout
+from ckptdoctor.layouts.base import FolderLayout, Layout, claim_all, led_outside
 from ckptdoctor.layouts.burn import BurnLayout
 from ckptdoctor.layouts.composer import ComposerLayout, ShardedComposer
+from ckptdoctor.layouts.content import probe_batch
 from ckptdoctor.layouts.dcp import DcpLayout
 from ckptdoctor.layouts.deepspeed import DeepSpeedLayout
 from ckptdoctor.layouts.detectron2 import Detectron2Layout
 from ckptdoctor.layouts.fairseq import FairseqLayout
+from ckptdoctor.layouts.grouping import group
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.keras import KerasLayout
 from ckptdoctor.layouts.lightning import LightningLayout
 from ckptdoctor.layouts.litgpt import LitGptLayout
 from ckptdoctor.layouts.megatron import MegatronLayout
 from ckptdoctor.layouts.mmengine import MmengineLayout
+from ckptdoctor.layouts.naming import Claim, file_names, temp_base
 from ckptdoctor.layouts.nanogpt import NanoGptLayout
 from ckptdoctor.layouts.nemo import NemoLayout
 from ckptdoctor.layouts.orbax import OrbaxLayout
@@ -187,7 +180,8 @@ def _lone_file(listing: Listing, probe: Callable[[Entry], FileReport]) -> Run | 
     probe = probe_batch([entry] if readable else [], probe)  # read once: here and in grouping
     content = _format(probe(entry)) if readable else None
     writer = next((lay for lay in _CONTENT_WRITERS if content and lay.accepts(content)), None)
-    return group(listing, _AnyFile(writer), probe)
+    layout = _AnyFile(writer)
+    return group(listing, layout, probe, claim_all(layout, listing))
 
 
 def _signed(candidate: tuple[Layout, dict[str, Claim]], listing: Listing, subfolder: Callable[[Entry], Listing | None]) -> int:

@@ -22,7 +22,9 @@ import re
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from ckptdoctor.layouts._base import Claim, Layout, Pointer, followed
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, followed
 from ckptdoctor.model import Checkpoint, CheckpointFile, FileIssue, PointerWrite, Problem, Role, Run, Unit
 from ckptdoctor.readers import pointer, tfbundle
 from ckptdoctor.readers.named import Named

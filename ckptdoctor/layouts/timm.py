@@ -32,7 +32,11 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Copy, Layout, OwnObjects, group
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.content import OwnObjects
+from ckptdoctor.layouts.copies import Copy
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format

@@ -15,14 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import (
-    CHECKPOINT_WORDS,
-    ROLE_WORDS,
-    UNIT_WORDS,
-    Claim,
-    Layout,
-    role_hints,
-)
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.context import role_hints
+from ckptdoctor.layouts.naming import CHECKPOINT_WORDS, ROLE_WORDS, UNIT_WORDS, Claim
 from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format

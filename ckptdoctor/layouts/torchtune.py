@@ -39,7 +39,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, FolderLayout, Pointer, file_names, unlisted_shards
+from ckptdoctor.layouts.absent import unlisted_shards
+from ckptdoctor.layouts.base import FolderLayout
+from ckptdoctor.layouts.naming import Claim, file_names
+from ckptdoctor.layouts.pointers import Pointer
 from ckptdoctor.model import TOP_LEVEL_NUMBER, Checkpoint, CheckpointFile, Entry, Role, Run, Unit
 from ckptdoctor.readers.files import with_keys
 from ckptdoctor.readers.sniff import Format

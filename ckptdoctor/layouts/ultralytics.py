@@ -31,7 +31,12 @@ import re
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.discover import Listing
-from ckptdoctor.layouts._base import Claim, Layout, OwnObjects, Pointer, followed, group, loaded_copy
+from ckptdoctor.layouts.base import Layout
+from ckptdoctor.layouts.content import OwnObjects
+from ckptdoctor.layouts.copies import loaded_copy
+from ckptdoctor.layouts.grouping import group
+from ckptdoctor.layouts.naming import Claim
+from ckptdoctor.layouts.pointers import Pointer, followed
 from ckptdoctor.model import (
     TOP_LEVEL_NUMBER,
     Checkpoint,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
 from ckptdoctor.errors import StoreError, UsageError
-from ckptdoctor.layouts._base import led_outside, trusted_globals
+from ckptdoctor.layouts.base import led_outside
+from ckptdoctor.layouts.context import trusted_globals
 from ckptdoctor.layouts.registry import NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked

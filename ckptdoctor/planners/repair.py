@@ -15,7 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from ckptdoctor.errors import RefusedError
-from ckptdoctor.layouts._base import Pointer, behind_pointer, unfollowable
+from ckptdoctor.layouts.base import behind_pointer
+from ckptdoctor.layouts.pointers import Pointer, unfollowable
 from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import (
     Action,

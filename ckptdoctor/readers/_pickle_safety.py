@@ -11,7 +11,7 @@ Three tiers, judged on the exact ``module.name`` a pickle imports:
 A pickle unsafe only because it rebuilds plain objects of some classes (``NEWOBJ`` of no argument,
 or a call of no argument, then ``BUILD``) or enum members (``cls(literal)``) says so (``Rebuilt``):
 the layout of a run whose framework's own save code writes exactly those classes may vouch for
-them (``layouts._base``).
+them (``layouts.content``).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
 """Harmless to import and call (they build plain values), but outside torch's default allowlist.
 Objects a framework's own save code writes (DeepSpeed's loss scaler, mmengine's ``HistoryBuffer``)
 are not here: they are harmless only as that framework rebuilds them, so each framework's layout
-vouches for them in its own runs (``layouts._base.OwnObjects``), from what the reader reports of
+vouches for them in its own runs (``layouts.content.OwnObjects``), from what the reader reports of
 them (``Rebuilt``)."""
 
 CONSTRUCT_ONLY: frozenset[str] = frozenset({

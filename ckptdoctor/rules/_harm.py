@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
-from ckptdoctor.layouts._base import unfollowable
+from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.model import Finding, Status
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import Rule

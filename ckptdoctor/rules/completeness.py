@@ -11,7 +11,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from ckptdoctor.layouts._base import OUTSIDE, behind_pointer, unfollowable
+from ckptdoctor.layouts.base import behind_pointer
+from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
