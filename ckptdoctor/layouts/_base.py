@@ -301,6 +301,8 @@ class Layout:
     ``fix_wordings``             none (the general words)                     every layout with fixes of
                                                                               its own
     ``vocabulary``               none                                         every layout
+    ``packages``                 none                                         every layout of a Python
+                                                                              framework
     ===========================  ===========================================  ====================================
 
     Each hook's own docstring says what it answers. Nothing outside ``layouts/`` knows a
@@ -415,6 +417,9 @@ class Layout:
     vocabulary: tuple[str, ...] = ()
     """The names of the framework's API, files and tools that a fix could mention: no other
     framework's runs are told them (``tests/test_fix_wording.py``)."""
+    packages: tuple[str, ...] = ()
+    """The framework's Python packages (``transformers`` for HF Trainer): no module outside
+    ``layouts/`` names them (``tests/test_layout_knowledge.py``)."""
 
     @property
     def fix_keys(self) -> tuple[str, ...]:

@@ -64,6 +64,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class AccelerateLayout(FolderLayout):
     name = "accelerate"
+    packages = ("accelerate",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("accelerate", "load_state", "save_state", "ProjectConfiguration", "total_limit")
     builds_on = ("torch",)

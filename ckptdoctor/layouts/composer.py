@@ -91,6 +91,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class ComposerLayout(Layout):
     name = "composer"
+    packages = ("composer",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Composer", "autoresume", "load_path", "latest-rank", "CheckpointSaver")
     builds_on = ("torch",)

@@ -94,6 +94,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class DeepSpeedLayout(FolderLayout):
     name = "deepspeed"
+    packages = ("deepspeed",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = (
         "DeepSpeed",

@@ -61,6 +61,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class Detectron2Layout(NamedByFile):
     name = "detectron2"
+    packages = ("detectron2", "fvcore")
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load")
     builds_on = ("torch",)

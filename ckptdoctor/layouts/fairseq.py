@@ -130,6 +130,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class FairseqLayout(Layout):
     name = "fairseq"
+    packages = ("fairseq",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("fairseq", "--restore-file", "checkpoint_last.pt", "last_optimizer_state", "--save-dir", "--reset-optimizer")
     builds_on = ("torch",)

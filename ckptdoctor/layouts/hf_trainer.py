@@ -107,6 +107,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
+    packages = ("transformers",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = (
         "HF",

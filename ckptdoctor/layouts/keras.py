@@ -90,6 +90,7 @@ class KerasLayout(Layout):
     """Names are parsed as a script's templates are (``layouts.torch.parse_name``), for Keras' formats."""
 
     name = "keras"
+    packages = ("keras",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Keras", "keras.", "load_model", "load_weights", "safe_mode", "BackupAndRestore", "initial_epoch")
     default_unit = Unit.EPOCH

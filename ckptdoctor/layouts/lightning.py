@@ -159,6 +159,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class LightningLayout(Layout):
     name = "lightning"
+    packages = ("lightning", "pytorch_lightning", "lightning_fabric")
     fix_wordings = _FIX_WORDINGS
     vocabulary = (
         "Lightning",

@@ -68,6 +68,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class MegatronLayout(FolderLayout):
     name = "megatron"
+    packages = ("megatron",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Megatron", "latest_checkpointed_iteration", "iter_", "save-retain-interval")
     builds_on = ("torch",)

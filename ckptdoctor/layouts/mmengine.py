@@ -107,6 +107,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class MmengineLayout(NamedByFile):
     name = "mmengine"
+    packages = ("mmengine",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer")
     builds_on = ("torch",)

@@ -55,6 +55,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class OrbaxLayout(FolderLayout):
     name = "orbax"
+    packages = ("orbax",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success")
     default_unit = Unit.STEP

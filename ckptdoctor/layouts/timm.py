@@ -60,6 +60,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class TimmLayout(Layout):
     name = "timm"
+    packages = ("timm",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("timm", "recovery-", "checkpoint_hist")
     builds_on = ("torch",)

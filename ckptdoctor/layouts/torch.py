@@ -76,6 +76,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class TorchLayout(Layout):
     name = "torch"
+    packages = ("torch",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("torch", "state_dict", "weights_only", "map_location", "DDP", "DataParallel", "last_epoch")
     aliases = ("safetensors",)

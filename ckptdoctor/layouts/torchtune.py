@@ -77,6 +77,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class TorchtuneLayout(FolderLayout):
     name = "torchtune"
+    packages = ("torchtune",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("torchtune", "recipe_state", "tune run", "should_load_recipe_state")
     builds_on = ("torch",)

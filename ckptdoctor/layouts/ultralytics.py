@@ -174,6 +174,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 
 class UltralyticsLayout(Layout):
     name = "ultralytics"
+    packages = ("ultralytics",)
     fix_wordings = _FIX_WORDINGS
     vocabulary = ("Ultralytics", "YOLO", "yolo train", "strip_optimizer", "results.csv")
     builds_on = ("torch",)
