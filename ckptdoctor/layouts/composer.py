@@ -86,7 +86,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD402/save-plain": "Nothing to change in your code for the globals Composer allows itself (`_COMPOSER_CHECKPOINT_SAFE_GLOBALS`); any other object in the state (a callback's, an algorithm's) stops Composer's own load: keep those plain.",
     }
 )
-"""composer's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Composer's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class ComposerLayout(Layout):

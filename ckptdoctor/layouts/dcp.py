@@ -32,7 +32,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD505/fewer-files": "Write fewer files per checkpoint (`single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
     }
 )
-"""dcp's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""DCP's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class DcpLayout(FolderLayout):

@@ -89,7 +89,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD402/upgrade": "",
     }
 )
-"""deepspeed's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""DeepSpeed's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class DeepSpeedLayout(FolderLayout):

@@ -56,7 +56,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD116/name-newest": "Or write the name of the newest complete checkpoint file into `last_checkpoint` in the output folder: `--resume` loads only what it names.",
     }
 )
-"""detectron2's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Detectron2's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class Detectron2Layout(NamedByFile):

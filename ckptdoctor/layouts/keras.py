@@ -83,7 +83,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD404/code-in-package": "Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
     }
 )
-"""keras's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Keras' own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class KerasLayout(Layout):

@@ -154,7 +154,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD501/keep-fewer": "Keep fewer checkpoints: `ModelCheckpoint(save_top_k=n)`.",
     }
 )
-"""lightning's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Lightning's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class LightningLayout(Layout):

@@ -63,7 +63,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD501/keep-fewer": "Keep fewer checkpoints: with `--save-retain-interval N` only saves N iterations apart, and the last, stay.",
     }
 )
-"""megatron's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Megatron-LM's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class MegatronLayout(FolderLayout):

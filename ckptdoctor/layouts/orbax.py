@@ -50,7 +50,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD202/create-manager": "Create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
     }
 )
-"""orbax's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Orbax's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class OrbaxLayout(FolderLayout):

@@ -96,7 +96,9 @@ FIX_WORDINGS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     dict(sorted({layout.name: layout.fix_wordings for layout in reversed(LAYOUTS) if layout.fix_wordings}.items()))
 )
 """Each framework's own words for the rules' fixes (``Layout.fix_wordings``), by layout name, in
-the order of the names: what a run's ``fix_keys`` pick from, and what a rule's page lists."""
+the order of the names: what a run's ``fix_keys`` pick from, and what a rule's page lists. Of the
+layouts that share a name (Composer's files and its sharded folders), the first that words any
+fix answers for all of them."""
 _CONTENT_WRITERS = (_BURN, _TORCH, _KERAS)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
 

@@ -71,7 +71,8 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD403/re-zipped": "If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
     }
 )
-"""torch's (every layout that builds on torch: ``builds_on``) own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""torch's own words for the rules' fixes, by slot (``Layout.fix_wordings``): every layout that builds on
+torch (``builds_on``) is told them where it has none of its own."""
 
 
 class TorchLayout(Layout):

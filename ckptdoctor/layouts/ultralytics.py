@@ -169,7 +169,7 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
         "CKD402/upgrade": "",
     }
 )
-"""ultralytics's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+"""Ultralytics' own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
 
 
 class UltralyticsLayout(Layout):
