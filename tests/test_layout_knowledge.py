@@ -207,6 +207,19 @@ def test_no_module_outside_layouts_names_a_framework() -> None:
     assert not found, "frameworks named outside layouts/ (ask the run's layout):\n" + "\n".join(found)
 
 
+def test_no_rule_words_a_fix_for_a_framework() -> None:
+    """A rule's fix has general words and a slot; each framework's words for it are its
+    layout's (``Layout.fix_wordings``), never a keyword of ``fix(...)`` in a rule module."""
+    keyed = [
+        f"{relative}:{node.lineno}: {', '.join(k.arg or '**' for k in node.keywords if k.arg not in ('slot', 'case'))}"
+        for relative, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fix"
+        and any(k.arg not in ("slot", "case") for k in node.keywords)
+    ]  # fmt: skip
+    assert not keyed, "fixes worded per framework outside layouts/ (give the layout fix_wordings):\n" + "\n".join(keyed)
+
+
 def test_the_framework_check_sees_a_name() -> None:
     words = _framework_words()
     assert _names_a_framework("transformers.training_args.TrainingArguments", words) == ["transformers"]
