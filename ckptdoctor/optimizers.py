@@ -39,3 +39,12 @@ UNKNOWN = STATE["adam"]
 
 def state_size(kind: str) -> StateSize:
     return STATE.get(kind, UNKNOWN)
+
+
+FRESH_START_COST = (
+    "This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up "
+    "lost, and the learning-rate schedule restarts too unless you restore it separately (advance the scheduler to where "
+    "{unit} {index} left it)."
+)
+"""What resuming with a fresh optimizer costs, said by every fix that suggests it (a fix template:
+``{unit}`` and ``{index}`` are the run's)."""

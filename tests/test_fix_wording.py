@@ -1,7 +1,7 @@
 """Fixes are written for the run's framework only (issue 16, item 4).
 
 Every rule is rendered for every layout: a run is told its own framework's words, or general
-ones, never another framework's API. The vocabulary below is each framework's own: the names of
+ones, never another framework's API. Each layout declares its framework's vocabulary: the names of
 its API, files and tools that a fix could mention. The scenarios at the end show it on real
 findings: a torch or HF run gets no burn text, an LFS pointer no HTML advice, and the resume
 point is said once, in the last lines, with how the framework resumes from it.
@@ -16,42 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from ckptdoctor.layouts.registry import LAYOUTS
+from ckptdoctor.layouts.registry import FIX_WORDINGS, LAYOUTS
 from ckptdoctor.rules._rule import GENERIC_CONTEXT, OTHERWISE, Fix, fix
 from ckptdoctor.rules.registry import RULES
 
-VOCABULARY: dict[str, tuple[str, ...]] = {
-    "burn": (
-        "burn", "with_default_checkpointers", "FileCheckpointer", "Cargo.lock", "KeepLastNCheckpoints", "Module::load_file",
-        "LearnerBuilder", "SupervisedTraining", ".checkpoint(", "GradientClippingConfig", "burnpack", "recorder", "PR #5177",
-        ".bpk", "Metadata has a different",
-    ),
-    "torch": ("torch", "state_dict", "weights_only", "map_location", "DDP", "DataParallel", "last_epoch"),
-    "hf-trainer": (
-        "HF", "Hugging Face", "huggingface", "transformers", "Trainer", "TrainingArguments", "resume_from_checkpoint",
-        "save_total_limit", "save_only_model", "get_last_checkpoint", "trainer_state.json", "best_model_checkpoint",
-        "save_pretrained", "resize_token_embeddings", "config.json", "optimizer.pt", "scheduler.pt", "tmp-checkpoint",
-        "output_dir",
-    ),
-    "accelerate": ("accelerate", "load_state", "save_state", "ProjectConfiguration", "total_limit"),
-    "lightning": ("Lightning", "ModelCheckpoint", "save_weights_only", "save_top_k", "ckpt_path", "last.ckpt", "save_last", "lightning_logs"),
-    "deepspeed": ("DeepSpeed", "ZeRO", "zero_to_fp32", "global_step", "ds_to_universal", "load_checkpoint", "stage3_gather", "`latest`", "/latest`"),
-    "megatron": ("Megatron", "latest_checkpointed_iteration", "iter_", "save-retain-interval"),
-    "orbax": ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success"),
-    "dcp": ("DCP", "single_file_per_rank", "torch.distributed.checkpoint"),
-    "timm": ("timm", "recovery-", "checkpoint_hist"),
-    "keras": ("Keras", "keras.", "load_model", "load_weights", "safe_mode", "BackupAndRestore", "initial_epoch"),
-    "tensorflow": ("TensorFlow", "tf.train", "latest_checkpoint"),
-    "mmengine": ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer"),
-    "detectron2": ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load"),
-    "composer": ("Composer", "autoresume", "load_path", "latest-rank", "CheckpointSaver"),
-    "ultralytics": ("Ultralytics", "YOLO", "yolo train", "strip_optimizer", "results.csv"),
-    "torchtune": ("torchtune", "recipe_state", "tune run", "should_load_recipe_state"),
-    "litgpt": ("LitGPT", "litgpt", "find_resume_path", "fabric.load", "lit_model.pth", "merge_lora", "--resume auto"),
-    "nanogpt": ("nanoGPT", "--init_from", "ckpt.pt", "train.py", "out_dir"),
-    "nemo": ("NeMo", ".nemo", "restore_from", "model_weights.ckpt", "model_config.yaml", "exp_manager"),
-    "fairseq": ("fairseq", "--restore-file", "checkpoint_last.pt", "last_optimizer_state", "--save-dir", "--reset-optimizer"),
-}  # fmt: skip
+
+def _vocabulary() -> dict[str, tuple[str, ...]]:
+    """Each framework's own words, as its layout declares them (``Layout.vocabulary``; the
+    layouts that share a name, such as Composer's and its sharded saves', pool theirs)."""
+    words: dict[str, tuple[str, ...]] = {}
+    for layout in LAYOUTS:
+        words[layout.name] = tuple(dict.fromkeys((*words.get(layout.name, ()), *layout.vocabulary)))
+    return words
+
+
+VOCABULARY = _vocabulary()
 """Each framework's own words; a fix for another framework's run must not use them."""
 
 ALSO_SPOKEN: dict[str, frozenset[str]] = {
@@ -72,15 +51,24 @@ def _foreign(keys: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {name: words for name, words in VOCABULARY.items() if name not in spoken}
 
 
-def test_every_layout_has_a_vocabulary_and_every_key_names_a_layout() -> None:
+def test_every_layout_has_a_vocabulary_and_every_wording_names_a_fix() -> None:
     """A new layout brings its words (else nothing keeps other runs' fixes free of them), and a
-    fix keyed by a name no layout answers to would never be shown."""
-    names = {layout.name for layout in LAYOUTS}
-    assert names <= set(VOCABULARY), names - set(VOCABULARY)
-    keys = {key for layout in LAYOUTS for key in layout.fix_keys}
+    wording for a slot no rule's fix has would never be shown."""
+    assert all(VOCABULARY[layout.name] for layout in LAYOUTS), [name for name, words in VOCABULARY.items() if not words]
+    slots = {record.slot for rule in RULES for record in rule.fix_records if record.slot}
+    for layout in LAYOUTS:
+        assert set(layout.fix_wordings) <= slots, (layout.name, set(layout.fix_wordings) - slots)
+    assert set(FIX_WORDINGS) <= {key for layout in LAYOUTS for key in layout.fix_keys}
+
+
+def test_a_slot_names_one_fix() -> None:
+    """Two fixes under one slot would share every framework's words: a slot is one fix's (one
+    record may serve several rules, as retention serves CKD501 and CKD502)."""
+    by_slot: dict[str, Fix] = {}
     for rule in RULES:
         for record in rule.fix_records:
-            assert {key for key, _ in record.frameworks} <= keys, (rule.code, record.frameworks)
+            if record.slot:
+                assert by_slot.setdefault(record.slot, record) == record, record.slot
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
@@ -113,13 +101,28 @@ def test_the_vocabulary_check_sees_a_leak() -> None:
     assert "burn" in _foreign(("torch",)) and "burn" not in _foreign(("burn",))
 
 
-def test_a_run_is_told_its_own_frameworks_words_else_the_general_ones() -> None:
-    record = fix("general", burn="burn's", torch="torch's", hf_trainer="")
+def test_a_run_is_told_its_own_frameworks_words_else_the_general_ones(monkeypatch) -> None:
+    from ckptdoctor.layouts import registry
+
+    wordings = {"burn": {"demo": "burn's"}, "torch": {"demo": "torch's"}, "hf-trainer": {"demo": ""}, "deepspeed": {"only": "only"}}
+    monkeypatch.setattr(registry, "FIX_WORDINGS", wordings)
+    record = fix("general", slot="demo")
     assert record.text_for(("burn",)) == "burn's"
     assert record.text_for(("lightning", "torch")) == "torch's"
     assert record.text_for(("orbax",)) == "general"
     assert record.text_for(("hf-trainer", "torch")) == ""  # does not apply there
-    assert fix(deepspeed="only").text_for(("torch",)) is None
+    assert fix(slot="only").text_for(("torch",)) is None
+    assert record.frameworks == (("burn", "burn's"), ("torch", "torch's"), ("hf-trainer", ""))
+
+
+def test_every_wording_is_on_the_layout_not_the_rule() -> None:
+    """The real table: burn's runs get burn's words for CKD101's first fix, from burn's layout."""
+    from ckptdoctor.rules.completeness import MISSING_OPTIMIZER
+
+    first = MISSING_OPTIMIZER.fix_records[0]
+    burn = next(layout for layout in LAYOUTS if layout.name == "burn")
+    assert first.text_for(burn.fix_keys) == burn.fix_wordings[first.slot]
+    assert "with_default_checkpointers" in first.text_for(burn.fix_keys) and "with_default_checkpointers" not in (first.generic or "")
 
 
 def test_a_case_picks_its_own_fixes_and_otherwise_the_rest() -> None:

@@ -151,6 +151,98 @@ def test_no_module_outside_layouts_imports_one_framework() -> None:
     assert not found, "\n".join(found)
 
 
+FORMAT_OWNERS: dict[str, str] = {
+    "torch": "readers read torch.save's zip, tar and pickle formats, and judge pickles by torch's own allowlist",
+    "safetensors": "a format the readers read (the torch layout's alias)",
+    "dcp": "readers read torch.distributed.checkpoint's .metadata and .distcp files",
+    "keras": "readers read the .keras archive and its config.json, as keras.models.load_model does",
+    "tensorflow": "readers read TensorFlow's checkpoint bundle (its index and data files)",
+    "orbax": "readers read Orbax's OCDBT and checkpoint metadata",
+    "burn": "readers read burn's burnpack and record formats, and the versions they record",
+}
+"""Frameworks whose names are those of file formats the readers read: a reader says what that
+format's library does with a file. Every other framework is known only to its layout."""
+
+KNOWS_NO_FRAMEWORK = ("rules", "readers", "planners", "render")
+
+KNOWN_DEBT: dict[tuple[str, str], str] = {
+    ("readers/_pickle_safety.py", "KNOWN_BENIGN"): "HF Trainer's, accelerate's and Lightning's harmless containers: "
+    "to move to their layouts (issue 33, item 4), judged with the run's layout",
+    ("readers/_pickle_safety.py", "CONSTRUCT_ONLY"): "the same classes: those harmless only when rebuilt field by field",
+    ("readers/_pickle_safety.py", "_LIBRARIES"): "libraries whose classes a user's trusted-globals may not call with "
+    "arguments: the frameworks' packages among them to come from the layouts",
+}
+"""(module, assigned name) outside ``layouts/`` that still names frameworks, each with what is left to do."""
+
+
+def _framework_words() -> dict[str, str]:
+    """Each name a framework is known by outside its layout (its layout's name and aliases, its
+    Python packages), with the layout's name; but the format owners'."""
+    return {
+        word: layout.name
+        for layout in LAYOUTS
+        for word in (layout.name, *layout.aliases, *layout.packages)
+        if layout.name not in FORMAT_OWNERS and word not in FORMAT_OWNERS
+    }
+
+
+def _names_a_framework(text: str, words: dict[str, str]) -> list[str]:
+    """The framework words in ``text``: alone, or as a dotted name's first part (``lightning.pytorch``)."""
+    return [word for word in words if re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text)]
+
+
+def _debt(tree: ast.Module, relative: str) -> set[int]:
+    """Ids of the string constants in the assignments ``KNOWN_DEBT`` names."""
+    ids: set[int] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and (relative, t.id) in KNOWN_DEBT for t in targets):
+            ids.update(id(inner) for inner in ast.walk(node))
+    return ids
+
+
+def test_no_module_outside_layouts_names_a_framework() -> None:
+    """Adding a framework touches its layout module, the registry and its test fixture: rules,
+    readers, planners and renderers say no framework's name nor import path in any string but
+    their documentation (a fix is worded by the layout: ``Layout.fix_wordings``)."""
+    words = _framework_words()
+    found = []
+    for relative, tree in _modules():
+        if relative.split("/")[0] not in KNOWS_NO_FRAMEWORK:
+            continue
+        skipped = _prose(tree) | _debt(tree, relative)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skipped:
+                continue
+            if named := _names_a_framework(node.value, words):
+                found.append(f"{relative}:{node.lineno}: {node.value[:80]!r} names {', '.join(named)}")
+    assert not found, "frameworks named outside layouts/ (ask the run's layout):\n" + "\n".join(found)
+
+
+def test_no_rule_words_a_fix_for_a_framework() -> None:
+    """A rule's fix has general words and a slot; each framework's words for it are its
+    layout's (``Layout.fix_wordings``), never a keyword of ``fix(...)`` in a rule module."""
+    keyed = [
+        f"{relative}:{node.lineno}: {', '.join(k.arg or '**' for k in node.keywords if k.arg not in ('slot', 'case'))}"
+        for relative, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "fix"
+        and any(k.arg not in ("slot", "case") for k in node.keywords)
+    ]  # fmt: skip
+    assert not keyed, "fixes worded per framework outside layouts/ (give the layout fix_wordings):\n" + "\n".join(keyed)
+
+
+def test_the_framework_check_sees_a_name() -> None:
+    words = _framework_words()
+    assert _names_a_framework("transformers.training_args.TrainingArguments", words) == ["transformers"]
+    assert _names_a_framework("Keep fewer: `ModelCheckpoint(save_top_k=n)` in lightning", words) == ["lightning"]
+    assert _names_a_framework("hf-trainer: pass it", words) == ["hf-trainer"]
+    assert not _names_a_framework("a torch.save zip of a keras model; the accelerated path", words)
+    tree = ast.parse('KNOWN_BENIGN = frozenset({"accelerate.state.PartialState"})\nOTHER = "accelerate.state.PartialState"\n')
+    debt = _debt(tree, "readers/_pickle_safety.py")
+    assert [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in debt] == ["accelerate.state.PartialState"]
+
+
 def test_the_check_sees_a_leak() -> None:
     """The checks above find what they look for (a check that finds nothing proves nothing)."""
     tree = ast.parse('def f(run):\n    """latest"""\n    if run.layout == "burn":\n        return open("trainer_state.json")\n')

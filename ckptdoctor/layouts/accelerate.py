@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.layouts.absent import missing_from_siblings
@@ -50,8 +50,25 @@ numbered ``scheduler_1.bin`` of a second scheduler (a hand-made loop's ``schedul
 epoch 3); a save cut short before any of these joins its run by its name (``step_#`` like its siblings)."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/save-optimizer-beside": "Save with `accelerator.save_state()`, which writes the optimizer's state beside the weights in each folder, rather than saving the model alone, so that `load_state` finds {expected} in {folder}.",
+        "CKD114/name-last": "Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
+        "CKD114/move-out": "Move {name} out of {run}, where a bare `load_state()` takes a number from every name (`ckptdoctor repair` leaves it there: it is no checkpoint): {quarantine}.",
+        "CKD114/name-last-folder": "Or call `load_state` with the folder the last line names: given a folder, it looks at no other name in {run}.",
+        "CKD501/keep-fewer": "Keep fewer checkpoints: `ProjectConfiguration(total_limit=n)`.",
+        "CKD205/another-format": "Put back what `save_state` wrote as {name}: `load_state` loads `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.bin`, `scheduler.bin` and `random_states_<rank>.pkl` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
+        "CKD402/upgrade": "Upgrade accelerate: newer releases allowlist the numpy globals its own RNG files need.",
+    }
+)
+"""accelerate's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class AccelerateLayout(FolderLayout):
     name = "accelerate"
+    packages = ("accelerate",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("accelerate", "load_state", "save_state", "ProjectConfiguration", "total_limit")
     builds_on = ("torch",)
     default_unit = Unit.SAVE
     reads_every_name = True

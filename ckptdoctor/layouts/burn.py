@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.layouts.base import Layout
 from ckptdoctor.layouts.context import role_hints
 from ckptdoctor.layouts.naming import Claim, guess_roles
 from ckptdoctor.model import Checkpoint, Role, Run, Unit
+from ckptdoctor.optimizers import FRESH_START_COST
 from ckptdoctor.places import parent
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
@@ -48,8 +49,56 @@ _FOLDER = "checkpoint"
 """The folder of the artifact directory ``FileCheckpointer`` saves into."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/save-optimizer-beside": "Build all three checkpointers on the same artifact folder with `with_default_checkpointers()` (or custom `FileCheckpointer`s on that folder named `model`, `optim` and `scheduler`), so that the resume finds {expected} in {run}.",
+        "CKD101/weights-alone": "If no copy exists, resume from the weights alone with a fresh optimizer: load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files). "
+        + FRESH_START_COST,
+        "CKD102/point-model-saver": "If the model checkpointer writes elsewhere, point it at {run}: burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`.",
+        "CKD103/point-scheduler-saver": "Point the scheduler checkpointer at {run} with the same name as before: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`.",
+        "CKD103/schedule-without-copy": "If no copy exists and the schedule is easy to recompute, load weights and optimizer in your own code and step the scheduler forward to the right position (`.checkpoint(...)` insists on all three files).",
+        "CKD110/check-folder": "Check that {run} is the `checkpoint` folder inside the learner's artifact directory; `ckptdoctor inspect` on a parent folder finds every run below it.",
+        "CKD111/files-under": "If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index (`optimizer-3.bpk` becomes `optim-3.bpk`), then run `ckptdoctor verify {run}`.",
+        "CKD111/same-folder": "Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
+        "CKD112/resume-version": "Resume with the burn version and recorder settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+        "CKD112/carry-recorder": "To carry a recorder-era run into burn 0.22 or later, load the weights with the burn version that wrote them, re-save them as burnpack and start a new run from them; the optimizer state does not carry over.",
+        "CKD112/keep-format": "Keep one recorder and one precision per run; when a load fails, burn's `Metadata has a different …` lines name the setting that changed.",
+        "CKD303/resume-version": "Resume with the burn version that wrote the checkpoint you resume from, and pin it in `Cargo.lock`.",
+        "CKD303/recorder-era": "Recorder era: a version difference alone is not an error; when a load does fail, the `Metadata has a different …` lines name what changed, and the burn version that wrote the file can still load it.",
+        "CKD304/before-resuming": "Before resuming, lower the learning rate or add gradient clipping (`GradientClippingConfig`), and use bf16 instead of plain fp16.",
+        "CKD501/keep-fewer": "Keep fewer checkpoints: `KeepLastNCheckpoints::new(n)` in the learner's checkpointing strategy.",
+        "CKD501/check-folder": "Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file): burn's checkpointer ignores errors creating it and only fails at the first save.",
+        "CKD501/create-folder": "Create the checkpoint folder before the run starts (`mkdir -p {run}`): burn's checkpointer ignores errors creating it and only fails at the first save.",
+        "CKD203/own-saving-code": "",
+        "CKD207/newer-library": "If a newer burn may have written it, resume with that release before concluding the file is damaged.",
+        "CKD207/fresh-files": "If freshly written files show the same error, the saving code produces it: save with burn's checkpointers instead of a custom writer.",
+        "CKD209/upgrade": "Upgrade to a release with PR #5177 (parameter ids persisted across resumes) so resumes stop orphaning optimizer state; the dead state already saved only goes away when you resume once with a fresh optimizer.",
+        "CKD210/recorder-era": "Resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
+    }
+)
+"""burn's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class BurnLayout(Layout):
     name = "burn"
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = (
+        "burn",
+        "with_default_checkpointers",
+        "FileCheckpointer",
+        "Cargo.lock",
+        "KeepLastNCheckpoints",
+        "Module::load_file",
+        "LearnerBuilder",
+        "SupervisedTraining",
+        ".checkpoint(",
+        "GradientClippingConfig",
+        "burnpack",
+        "recorder",
+        "PR #5177",
+        ".bpk",
+        "Metadata has a different",
+    )
     default_unit = Unit.EPOCH
     resume_needs = frozenset({Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER})
     legacy_formats = MappingProxyType(

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -84,8 +84,20 @@ _NUMPY_DTYPES = (
 )  # fmt: skip
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD116/name-newest": "Or pass `load_path=` the file the last line names instead of `autoresume=True`, which follows `latest-rank0.pt`.",
+        "CKD402/save-plain": "Nothing to change in your code for the globals Composer allows itself (`_COMPOSER_CHECKPOINT_SAFE_GLOBALS`); any other object in the state (a callback's, an algorithm's) stops Composer's own load: keep those plain.",
+    }
+)
+"""Composer's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class ComposerLayout(Layout):
     name = "composer"
+    packages = ("composer",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Composer", "autoresume", "load_path", "latest-rank", "CheckpointSaver")
     builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT, Format.DISTCP})

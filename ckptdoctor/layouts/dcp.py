@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.base import FolderLayout
@@ -27,8 +28,18 @@ _NUMBER = re.compile(r"([0-9]+)\Z")
 _MARKERS = (METADATA, METADATA + ".tmp")
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD505/fewer-files": "Write fewer files per checkpoint (`single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
+    }
+)
+"""DCP's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class DcpLayout(FolderLayout):
     name = "dcp"
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("DCP", "single_file_per_rank", "torch.distributed.checkpoint")
     builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.DISTCP, Format.PICKLE})

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -75,8 +75,42 @@ OWN_OBJECTS = OwnObjects(
 folders hold the same files, loaded by the same engine (``layouts/lightning.py``)."""
 
 
+ZERO3_WEIGHTS = (
+    "the weights are inside `global_stepN/`; rebuild full weights with the `zero_to_fp32.py` script DeepSpeed copied into "
+    "the checkpoint folder, and set `stage3_gather_16bit_weights_on_model_save: true` for future saves."
+)
+"""Where ZeRO-3 left the weights and how to rebuild them: a fix of DeepSpeed runs and of HF Trainer's runs on it."""
+
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/save-optimizer-beside": "Call `engine.save_checkpoint(dir, tag)` on every rank, not on rank 0 alone: each rank writes its own optimizer partition into the tag folder, and the resume needs them all.",
+        "CKD102/zero3-weights": "Under ZeRO-3, " + ZERO3_WEIGHTS,
+        "CKD105/new-tag": "Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
+        "CKD113/point-newest": "By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
+        "CKD114/name-last": "Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
+        "CKD116/name-newest": "Or pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`.",
+        "CKD402/save-plain": "Nothing to change in your code: DeepSpeed's `save_checkpoint` writes these objects into every ZeRO partition itself, and `engine.load_checkpoint({run}, tag=...)` restores them; to read a partition outside DeepSpeed, keep `weights_only=True` inside `torch.serialization.safe_globals([LossScaler, ZeroStageEnum, fragment_address])` (the classes the finding names).",
+        "CKD402/upgrade": "",
+    }
+)
+"""DeepSpeed's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class DeepSpeedLayout(FolderLayout):
     name = "deepspeed"
+    packages = ("deepspeed",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = (
+        "DeepSpeed",
+        "ZeRO",
+        "zero_to_fp32",
+        "global_step",
+        "ds_to_universal",
+        "load_checkpoint",
+        "stage3_gather",
+        "`latest`",
+        "/latest`",
+    )
     builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.grouping import group
@@ -54,8 +55,19 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 _ITERATION = f"{TOP_LEVEL_NUMBER}iteration"
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD116/name-newest": "Or write the name of the newest complete checkpoint file into `last_checkpoint` in the output folder: `--resume` loads only what it names.",
+    }
+)
+"""Detectron2's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class Detectron2Layout(NamedByFile):
     name = "detectron2"
+    packages = ("detectron2", "fvcore")
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Detectron2", "fvcore", "train_net.py", "OUTPUT_DIR", "PeriodicCheckpointer", "resume_or_load")
     builds_on = ("torch",)
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})

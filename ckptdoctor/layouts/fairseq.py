@@ -53,7 +53,8 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from ckptdoctor.discover import Listing
@@ -113,8 +114,19 @@ def _parsed(name: str) -> _Save | None:
     return None
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD116/name-newest": "Or pass `--restore-file` the file the last line names: the default, `checkpoint_last.pt`, holds the older save.",
+    }
+)
+"""fairseq's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class FairseqLayout(Layout):
     name = "fairseq"
+    packages = ("fairseq",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("fairseq", "--restore-file", "checkpoint_last.pt", "last_optimizer_state", "--save-dir", "--reset-optimizer")
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -19,12 +19,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.layouts.absent import unlisted_shards
 from ckptdoctor.layouts.base import FolderLayout
 from ckptdoctor.layouts.dcp import DcpLayout
+from ckptdoctor.layouts.deepspeed import ZERO3_WEIGHTS
 from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.layouts.pointers import Pointer
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Unit
@@ -80,8 +81,58 @@ REQUIRED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER, Role.TRAINER_STATE)
 NAMES = {Role.OPTIMIZER: "optimizer.pt", Role.SCHEDULER: "scheduler.pt", Role.TRAINER_STATE: TRAINER_STATE, Role.MODEL: "model.safetensors"}
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/save-optimizer-beside": "Pass `resume_from_checkpoint` the folder the last line names, not `True`: the Trainer resumes from a folder without `optimizer.pt` with a fresh optimizer and says nothing.",
+        "CKD102/zero3-weights": "Under DeepSpeed ZeRO-3, " + ZERO3_WEIGHTS,
+        "CKD103/point-scheduler-saver": "",
+        "CKD103/schedule-without-copy": "If no copy exists, do not resume from this folder: the Trainer loads `optimizer.pt` only together with `scheduler.pt`, so the optimizer would restart as well. Resume from the folder the last line names.",
+        "CKD103/save-scheduler": "",
+        "CKD104/move-unfinished": "Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `{repair} {this_run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+        "CKD104/resume-explicit": "Resume from an explicit folder instead of `True`: pass `trainer.train(resume_from_checkpoint=...)` the folder that `ckptdoctor inspect --resume-path {run}` prints, the newest complete step.",
+        "CKD107/resume-optimizer": "To resume with the optimizer's state next time, drop `save_only_model=True` from `TrainingArguments`.",
+        "CKD110/check-folder": "Check that {run} is the Trainer's `output_dir`; `ckptdoctor inspect` on a parent folder finds every run below it.",
+        "CKD110/renamed-folders": "If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`.",
+        "CKD113/point-newest": "If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
+        "CKD114/name-last": "Pass `resume_from_checkpoint` the folder the last line names, not `True`: `True` takes the highest-numbered `checkpoint-N`, which is incomplete.",
+        "CKD307/resume-config": "Resume with the config that saved the checkpoint you resume from: the checkpoint's own `config.json`.",
+        "CKD307/resize-embeddings": "If the vocabulary grew, resize the embeddings before loading: `model.resize_token_embeddings(n)`.",
+        "CKD308/re-save": "Re-save the model from a trusted copy with `save_pretrained(...)`, which writes matching shards and index together.",
+        "CKD501/keep-fewer": "Keep fewer checkpoints: `save_total_limit` in `TrainingArguments` (and `save_only_model=True` for saves you will never resume from).",
+        "CKD202/create-manager": "If saves fail with `Directory not empty` on several nodes, move off the transformers versions that staged saves (4.36–4.38, the 4.49 development builds), and delete stale `tmp-checkpoint-*` folders and any `checkpoint-N` of the same step before resuming.",
+        "CKD205/another-format": "Put back what the Trainer wrote as {name}: it loads each file of a checkpoint by its name, `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth` and `training_args.bin` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
+        "CKD207/fresh-files": "If freshly written files show the same error, the saving code produces it: save with `save_pretrained` instead of a custom writer.",
+        "CKD402/upgrade": "Upgrade `transformers`: newer releases allowlist the numpy globals its own RNG files need.",
+    }
+)
+"""HF Trainer's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
+    packages = ("transformers",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = (
+        "HF",
+        "Hugging Face",
+        "huggingface",
+        "transformers",
+        "Trainer",
+        "TrainingArguments",
+        "resume_from_checkpoint",
+        "save_total_limit",
+        "save_only_model",
+        "get_last_checkpoint",
+        "trainer_state.json",
+        "best_model_checkpoint",
+        "save_pretrained",
+        "resize_token_embeddings",
+        "config.json",
+        "optimizer.pt",
+        "scheduler.pt",
+        "tmp-checkpoint",
+        "output_dir",
+    )
     builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.SAFETENSORS, Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.TEXT, Format.DISTCP})

@@ -125,14 +125,19 @@ class LayoutHooks:
     ``builds_on``                none (``fix_keys``: its name, then these)    the layouts of torch-based
                                                                               frameworks
     ``fix_keys``                 its name, then ``builds_on``                 none
+    ``fix_wordings``             none (the general words)                     every layout with fixes of
+                                                                              its own
+    ``vocabulary``               none                                         every layout
+    ``packages``                 none                                         every layout of a Python
+                                                                              framework
     ===========================  ===========================================  ====================================
 
     Each hook's own docstring says what it answers. Nothing outside ``layouts/`` knows a
     framework by name: readers get the file names they must read specially from ``named_files``
     (through ``layouts.NAMED_FILES``), rules and planners ask the run's layout
     (``layout_named(run.layout)``), and a test (``tests/test_layout_knowledge.py``) keeps it so.
-    A rule's fixes are keyed by ``fix_keys`` (``rules._rule.Fix``): a run is told its own
-    framework's words, else the general ones, never another framework's.
+    A rule's fixes name no framework: each layout words them its own way (``fix_wordings``,
+    picked by ``fix_keys``): a run is told its own framework's words, else the general ones.
     """
 
     name: str = "unknown"
@@ -233,6 +238,15 @@ class LayoutHooks:
 
     builds_on: tuple[str, ...] = ()
     """What this framework saves with (``torch``): fixes worded for that fit its runs too."""
+    fix_wordings: Mapping[str, str] = MappingProxyType({})
+    """The framework's own words for the rules' fixes, by slot (``rules._rule.Fix.slot``); ``""``
+    where a fix does not apply to its runs."""
+    vocabulary: tuple[str, ...] = ()
+    """The names of the framework's API, files and tools that a fix could mention: no other
+    framework's runs are told them (``tests/test_fix_wording.py``)."""
+    packages: tuple[str, ...] = ()
+    """The framework's Python packages (``transformers`` for HF Trainer): no module outside
+    ``layouts/`` names them (``tests/test_layout_knowledge.py``)."""
 
     @property
     def fix_keys(self) -> tuple[str, ...]:

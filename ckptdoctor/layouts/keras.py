@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -65,10 +65,35 @@ _OWN_SUFFIX = re.compile(r"\.(?:keras|weights\.h5)\Z", re.IGNORECASE)
 ``.weights.h5``): a file so named is a Keras save whatever its name (legacy ``.h5`` is any HDF5)."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/save-optimizer-beside": "",  # one Keras file holds the weights and the optimizer: nothing saves them apart
+        "CKD101/weights-alone": "",  # the file that is gone held the weights too
+        "CKD101/quarantine-leftovers": "Move the half-saved {unit} aside so that nothing resumes from it: {quarantine}.",
+        "CKD101/stop-deleting": "",  # no Keras save keeps its optimizer in a file of its own
+        "CKD102/point-model-saver": "",  # one Keras file holds the weights and the optimizer: nothing saves them apart
+        "CKD102/quarantine-orphans": "Move what is left of the {unit} aside so that nothing resumes from it: {quarantine}.",
+        "CKD106/async-save": "",  # BackupAndRestore writes its record right after the weights, in the same call
+        "CKD106/copy-marker": "Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+        "CKD106/quarantine-uncommitted": "Move the {unit} without its record aside so that nothing resumes from it: {quarantine}.",
+        "CKD114/name-last": "Do not call `fit` with `BackupAndRestore` on {run} as it is: it takes no checkpoint to resume from but loads what its folder holds, and the newest save there is not whole.",
+        "CKD114/move-incomplete": "Put the previous save, {unit} {resume}, in the newest's place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
+        "CKD114/keep-resuming": "",  # BackupAndRestore is given its folder, never a checkpoint
+        "CKD207/fresh-files": 'If freshly written files show the same error, the saving code produces it: save with `model.save(path)`, whose archive holds `model.weights.h5`; Keras 3.15 cannot load the archives that `saving_lib.save_model(..., weights_format="npz")` writes.',
+        "CKD404/safe-mode": "Do not pass `safe_mode=False` to `keras.models.load_model` unless you wrote {name} yourself; load the weights alone into a model built in code instead: `model.load_weights({name})` reads no configuration.",
+        "CKD404/code-in-package": "Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
+    }
+)
+"""Keras' own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class KerasLayout(Layout):
     """Names are parsed as a script's templates are (``layouts.torch.parse_name``), for Keras' formats."""
 
     name = "keras"
+    packages = ("keras",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Keras", "keras.", "load_model", "load_weights", "safe_mode", "BackupAndRestore", "initial_epoch")
     default_unit = Unit.EPOCH
     content = _CONTENT | {Format.JSON}  # BackupAndRestore's training_metadata.json
     claimable = re.compile(r"(?:" + _SUFFIX.pattern.removesuffix(r"\Z") + r"|\.json)(?:\.bkp)?\Z", re.IGNORECASE)

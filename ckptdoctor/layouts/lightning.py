@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -128,8 +128,40 @@ _OMEGACONF = OwnObjects(
 an OmegaConf config, and how its resume loads it (found by a real fit and resume)."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD107/resume-optimizer": "To resume with the optimizer's state next time, pass `save_weights_only=False` to `ModelCheckpoint`.",
+        "CKD110/check-folder": "Check that {run} is the `ModelCheckpoint` folder (`lightning_logs/version_N/checkpoints` unless `dirpath=` says otherwise); `ckptdoctor inspect` on a parent folder finds every run below it.",
+        "CKD113/point-newest": "Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
+        "CKD114/name-last": 'Pass `trainer.fit(ckpt_path=...)` the file the last line names, not `"last"` or `"hpc"`: `"last"` loads the newest `last*.ckpt` and `"hpc"` the highest `hpc_ckpt_N.ckpt`, which is not whole.',
+        "CKD114/move-incomplete": 'Or run `{repair} {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
+        "CKD115/decide-which": 'Decide which training to go on with and pass its file as `trainer.fit(ckpt_path=...)`: `ckpt_path="last"` '
+        "loads the newest `last*.ckpt` by time (after a restart `last-v1.ckpt`, the later training's), while the highest "
+        "{unit} may be the earlier training's. Move the other training's files out of {run}; give each fit its own "
+        '`dirpath`, or start a job again with `ckpt_path="last"` so that it goes on instead of starting over.',
+        "CKD115/two-checkpointers": "Two `ModelCheckpoint` callbacks with one `filename` and `dirpath` save every checkpoint twice (`-v1`): "
+        "give each its own `filename`.",
+        "CKD116/name-newest": 'Or pass the file the last line names as `trainer.fit(ckpt_path=...)`, not `"last"`: `"last"` loads the older copy.',
+        "CKD501/keep-fewer": "Keep fewer checkpoints: `ModelCheckpoint(save_top_k=n)`.",
+    }
+)
+"""Lightning's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class LightningLayout(Layout):
     name = "lightning"
+    packages = ("lightning", "pytorch_lightning", "lightning_fabric")
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = (
+        "Lightning",
+        "ModelCheckpoint",
+        "save_weights_only",
+        "save_top_k",
+        "ckpt_path",
+        "last.ckpt",
+        "save_last",
+        "lightning_logs",
+    )
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -53,6 +53,8 @@ BUNDLED = (Role.MODEL, Role.OPTIMIZER, Role.SCHEDULER)
 
 class LitGptLayout(FolderLayout):
     name = "litgpt"
+    packages = ("litgpt",)
+    vocabulary = ("LitGPT", "litgpt", "find_resume_path", "fabric.load", "lit_model.pth", "merge_lora", "--resume auto")
     builds_on = ("torch",)
     default_unit = Unit.STEP
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -19,7 +19,7 @@ here as iteration 0, compared with no ``iter_*`` folder (its parallelism is its 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -49,8 +49,22 @@ _FILES = {
 }
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD106/leave-pointer": "Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
+        "CKD113/point-newest": "By hand: `printf {resume_pointer} > {run}/latest_checkpointed_iteration.txt` (the newest complete checkpoint: its iteration, or `release`).",
+        "CKD116/name-newest": "Or pass `--ckpt-step` the iteration the last line names: it overrides the tracker.",
+        "CKD501/keep-fewer": "Keep fewer checkpoints: with `--save-retain-interval N` only saves N iterations apart, and the last, stay.",
+    }
+)
+"""Megatron-LM's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class MegatronLayout(FolderLayout):
     name = "megatron"
+    packages = ("megatron",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Megatron", "latest_checkpointed_iteration", "iter_", "save-retain-interval")
     builds_on = ("torch",)
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.JSON, Format.DISTCP, Format.TEXT})

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.absent import missing_from_siblings
@@ -92,8 +93,19 @@ mmengine 0.10 loads the file with ``torch.load``'s default (``runner/checkpoint.
 ``load_from_local``), which on torch >= 2.6 refuses it unless the resume forces the old default."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD402/save-plain": "Nothing to change in your code: mmengine's `Runner.save_checkpoint` writes the `HistoryBuffer`s of its `message_hub` itself; with torch >= 2.6 resume with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` set, which mmengine 0.10's `torch.load` needs for its own files.",
+    }
+)
+"""mmengine's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class MmengineLayout(NamedByFile):
     name = "mmengine"
+    packages = ("mmengine",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("mmengine", "MMDetection", "CheckpointHook", "max_keep_ckpts", "load_from", "message_hub", "HistoryBuffer")
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.TEXT})

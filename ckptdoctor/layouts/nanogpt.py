@@ -39,6 +39,7 @@ _OWN_KEYS = frozenset({"model_args", "iter_num"})
 
 class NanoGptLayout(FolderLayout):
     name = "nanogpt"
+    vocabulary = ("nanoGPT", "--init_from", "ckpt.pt", "train.py", "out_dir")
     builds_on = ("torch",)
     default_unit = Unit.ITERATION
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -30,6 +30,8 @@ _WEIGHTS = "model_weights.ckpt"
 
 class NemoLayout(Layout):
     name = "nemo"
+    packages = ("nemo",)
+    vocabulary = ("NeMo", ".nemo", "restore_from", "model_weights.ckpt", "model_config.yaml", "exp_manager")
     builds_on = ("torch",)
     default_unit = Unit.SAVE
     content = frozenset({TAR})

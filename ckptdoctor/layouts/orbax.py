@@ -45,8 +45,20 @@ _PYTREE = ("PyTreeCheckpointHandler", "StandardCheckpointHandler")
 _PYTREE_FILES = (MANIFEST, SHARDING, "d/", "ocdbt.process_")
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD501/keep-fewer": "Keep fewer checkpoints: `CheckpointManagerOptions(max_to_keep=n)`.",
+        "CKD202/create-manager": "Create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
+    }
+)
+"""Orbax's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class OrbaxLayout(FolderLayout):
     name = "orbax"
+    packages = ("orbax",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Orbax", "CheckpointManager", "cleanup_tmp_directories", "max_to_keep", "commit_success")
     default_unit = Unit.STEP
     content = frozenset({Format.JSON, Format.UNKNOWN, Format.TEXT, Format.OCDBT})
     resume_needs = frozenset({Role.MODEL})

@@ -7,7 +7,7 @@ a hand-made loop's ``model-3.bin``), the content of the files decides.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -41,7 +41,7 @@ from ckptdoctor.readers.files import expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
-__all__ = ["LAYOUTS", "NAMED_FILES", "Layout", "advised", "find_run", "layout_named"]
+__all__ = ["FIX_WORDINGS", "LAYOUTS", "NAMED_FILES", "Layout", "advised", "find_run", "layout_named"]
 
 _BURN, _TORCH, _KERAS = BurnLayout(), TorchLayout(), KerasLayout()
 LAYOUTS: tuple[Layout, ...] = (
@@ -85,6 +85,13 @@ def _named_files(layouts: tuple[Layout, ...]) -> NamedFiles:
 NAMED_FILES = _named_files(LAYOUTS)
 """File name -> how it is read, for every file a framework names: what the pipelines pass to
 ``readers.probe`` and ``readers.verify``."""
+FIX_WORDINGS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    dict(sorted({layout.name: layout.fix_wordings for layout in reversed(LAYOUTS) if layout.fix_wordings}.items()))
+)
+"""Each framework's own words for the rules' fixes (``Layout.fix_wordings``), by layout name, in
+the order of the names: what a run's ``fix_keys`` pick from, and what a rule's page lists. Of the
+layouts that share a name (Composer's files and its sharded folders), the first that words any
+fix answers for all of them."""
 _CONTENT_WRITERS = (_BURN, _TORCH, _KERAS)
 """Layouts a file named on its own is given by its content alone: the others are known by names."""
 

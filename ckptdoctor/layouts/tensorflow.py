@@ -42,6 +42,8 @@ _STAGING = re.compile(r"(?:_temp|\.tempstate[0-9]+|^checkpoint\.tmp[0-9a-f]+)\Z"
 
 class TensorFlowLayout(Layout):
     name = "tensorflow"
+    packages = ("tensorflow",)
+    vocabulary = ("TensorFlow", "tf.train", "latest_checkpoint")
     default_unit = Unit.SAVE
     content = frozenset({tfbundle.TF_INDEX, tfbundle.TF_DATA, tfbundle.TF_STATE})
     resume_needs = frozenset({Role.MODEL, Role.METADATA})

@@ -28,7 +28,7 @@ no recovery save of a later epoch; elsewhere it is a copy of one of them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
@@ -54,8 +54,19 @@ _SIGNATURE = frozenset({"last.pth.tar", "model_best.pth.tar", "args.yaml", "summ
 BUNDLED = (Role.MODEL, Role.OPTIMIZER)
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD402/save-plain": "Nothing to change in your code: timm's saver writes `args` as an `argparse.Namespace` itself, and its own loader allows exactly that one; only other objects beside it stop timm's resume.",
+    }
+)
+"""timm's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class TimmLayout(Layout):
     name = "timm"
+    packages = ("timm",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("timm", "recovery-", "checkpoint_hist")
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.base import Layout
 from ckptdoctor.layouts.context import role_hints
 from ckptdoctor.layouts.naming import CHECKPOINT_WORDS, ROLE_WORDS, UNIT_WORDS, Claim
 from ckptdoctor.model import Checkpoint, Entry, FileReport, Role, Run, Unit
+from ckptdoctor.optimizers import FRESH_START_COST
 from ckptdoctor.readers.files import checkpoint_suffixes
 from ckptdoctor.readers.sniff import Format
 
@@ -32,8 +34,47 @@ BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
 """What a one-file-per-index save holds by convention; ``verify`` confirms it from the keys."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD101/weights-alone": "If no copy exists, resume from the weights alone: `model.load_state_dict(...)` and build a new optimizer. "
+        + FRESH_START_COST,
+        "CKD103/schedule-without-copy": "If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and rebuild the scheduler at the right position: torch schedulers take `last_epoch=`.",
+        "CKD103/save-scheduler": "Save the scheduler with every checkpoint from now on: put `scheduler.state_dict()` in the same save as the model and optimizer.",
+        "CKD107/resume-optimizer": "To resume with the optimizer's state next time, put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights.",
+        "CKD303/resume-version": "Resume with the library versions that wrote the checkpoint you resume from, and pin them in the environment (`requirements.txt`).",
+        "CKD303/upgraded": "If you upgraded on purpose, check that the newest checkpoint loads with the new version (`ckptdoctor verify --load {run}` loads it with the installed torch) before removing the old environment.",
+        "CKD304/before-resuming": "Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`), and use loss scaling or bf16 instead of plain fp16.",
+        "CKD305/map-location": "Load with `map_location`: `torch.load(f, map_location='cpu', weights_only=True)`, or `map_location='cuda:0'` on a single GPU.",
+        "CKD305/portable": "To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
+        "CKD305/gpu-there": "If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
+        "CKD306/strip-prefix": "Strip the prefix when loading: `sd = {{k.removeprefix('module.'): v for k, v in sd.items()}}` (or `'_orig_mod.'`), then `model.load_state_dict(sd)`.",
+        "CKD306/torch-helper": "Or use torch's helper: `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, 'module.')`.",
+        "CKD306/save-inner": "Save the inner model from now on: `model.module.state_dict()` for DDP and DataParallel, the original module (`model._orig_mod`) after `torch.compile`.",
+        "CKD203/own-saving-code": "In your own saving code, write to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name, so a failed save never leaves a cut file under the real name.",
+        "CKD205/another-format": "If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
+        "CKD207/newer-library": "If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors torch`) before concluding the file is damaged.",
+        "CKD207/fresh-files": "If freshly written files show the same error, the saving code produces it: save with `torch.save` or `safetensors.torch.save_file` instead of a custom writer.",
+        "CKD209/save-state": "Save `model.state_dict()` and `optimizer.state_dict()`, not the objects, and keep logs, data and extra copies out of the checkpoint.",
+        "CKD210/re-save": "Re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
+        "CKD210/read-pytorch": "`Attempted to read a PyTorch file with version …`: upgrade torch where you load; the file is newer than the reader.",
+        "CKD210/tar-format": "Tar-format files cannot be loaded with `weights_only=True`; load them only if you trust their source, and re-save them in the zip format.",
+        "CKD401/do-not-load": "Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
+        "CKD401/re-save": "If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
+        "CKD401/declare-trusted": 'If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them as `torch.serialization.add_safe_globals` would: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`), and load it with `weights_only=True` inside `torch.serialization.safe_globals([...])` of the same classes.',
+        "CKD402/allowlist": "Allowlist exactly the globals the finding names and keep `weights_only=True`: `torch.serialization.add_safe_globals([...])`, or the `torch.serialization.safe_globals([...])` context manager around the load.",
+        "CKD402/own-files": "For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
+        "CKD403/re-zipped": "If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
+    }
+)
+"""torch's own words for the rules' fixes, by slot (``Layout.fix_wordings``): every layout that builds on
+torch (``builds_on``) is told them where it has none of its own."""
+
+
 class TorchLayout(Layout):
     name = "torch"
+    packages = ("torch",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("torch", "state_dict", "weights_only", "map_location", "DDP", "DataParallel", "last_epoch")
     aliases = ("safetensors",)
     default_unit = Unit.EPOCH
     content = _CONTENT

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.absent import unlisted_shards
@@ -69,8 +70,19 @@ _FILES = {
 }
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD110/weights-survive": "If only the weights survive, or they are not the save the recipe state was written with (torchtune 0.6.1 keeps one recipe state, and resumes only that epoch), start a new fine-tune from the newest whole epoch's weights: point `checkpointer.checkpoint_dir` at its `epoch_N` folder, with resuming off; AdamW and the schedule start over.",
+    }
+)
+"""torchtune's own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class TorchtuneLayout(FolderLayout):
     name = "torchtune"
+    packages = ("torchtune",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("torchtune", "recipe_state", "tune run", "should_load_recipe_state")
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE, Format.SAFETENSORS, Format.JSON})

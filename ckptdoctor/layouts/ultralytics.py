@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from ckptdoctor.discover import Listing
 from ckptdoctor.layouts.base import Layout
@@ -165,8 +166,22 @@ OWN_OBJECTS = OwnObjects(
 ``args``) and ``strip_optimizer`` (the same model as ``model``), and how Ultralytics loads it back."""
 
 
+_FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "CKD401/do-not-load": "Ultralytics pickles its model (`ema`; `model` once `strip_optimizer` ran) as a whole `nn.Module`, and its own loader (`torch_load` in `ultralytics/utils/patches.py`) loads it with `weights_only=False`, which runs the pickle: `yolo train resume` on it only for files your own training wrote, where nobody else could change them. ckptdoctor cannot prove such a file safe.",
+        "CKD401/re-save": "To keep or share the weights without code, load the file with Ultralytics in a trusted, isolated environment and save `YOLO(path).model.state_dict()` with `safetensors.torch.save_file`.",
+        "CKD402/save-plain": "Nothing to change in your code: Ultralytics' `save_model` pickles its model (`DetectionModel` and its blocks) and training arguments into every save itself, and `yolo train resume` loads them with `torch_load` (`weights_only=False`); to resume with `weights_only=True`, set `ULTRALYTICS_SAFE_LOAD=1`, whose restricted loader allows Ultralytics' and torch's module classes.",
+        "CKD402/upgrade": "",
+    }
+)
+"""Ultralytics' own words for the rules' fixes, by slot (``Layout.fix_wordings``); ``""`` where a fix does not apply to its runs."""
+
+
 class UltralyticsLayout(Layout):
     name = "ultralytics"
+    packages = ("ultralytics",)
+    fix_wordings = _FIX_WORDINGS
+    vocabulary = ("Ultralytics", "YOLO", "yolo train", "strip_optimizer", "results.csv")
     builds_on = ("torch",)
     default_unit = Unit.EPOCH
     content = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.PICKLE})

@@ -4,8 +4,9 @@ A rule is data: the documentation that `ckptdoctor rules CODE` prints, SARIF hel
 README table all come from the same record. Fixes are templates so that a finding can name
 the user's own files ("Restore optim-5.bpk ...") while `rules` prints the same advice in
 general terms. A fix may also have the words of particular frameworks (a burn run is told about
-``with_default_checkpointers()``, an HF run about ``resume_from_checkpoint``): a run gets its own
-framework's words, or the general ones, never another framework's.
+``with_default_checkpointers()``, an HF run about ``resume_from_checkpoint``), which each layout
+declares (``Layout.fix_wordings``): a run gets its own framework's words, or the general ones,
+never another framework's.
 """
 
 from __future__ import annotations
@@ -62,31 +63,52 @@ OTHERWISE = "*"
 
 @dataclass(frozen=True)
 class Fix:
-    """One fix of a rule, in general words and in the words of frameworks that have their own.
+    """One fix of a rule, in general words, with a slot under which frameworks word it their own way.
 
-    Made with ``fix(...)``; a plain string in ``Rule.fixes`` is a fix with general words only."""
+    Made with ``fix(...)``; a plain string in ``Rule.fixes`` is a fix with general words only.
+    The rules name no framework: each layout declares its words for the slots it has its own
+    for (``Layout.fix_wordings``)."""
 
     generic: str | None
-    """For a run of any framework; None where only the frameworks below have this fix (DeepSpeed's
+    """For a run of any framework; None where only some frameworks have this fix (DeepSpeed's
     ``zero_to_fp32.py``)."""
-    frameworks: tuple[tuple[str, str], ...] = ()
-    """(key, template): a layout's name, or what it builds on (``torch``: every layout whose
-    files torch writes), with the fix in that framework's words; ``""`` where the fix does not
-    apply to that framework (HF Trainer saves the scheduler itself)."""
+    slot: str | None = None
+    """``CODE/what-it-does``: the key of this fix in the layouts' ``fix_wordings``; None where no
+    framework has words of its own for it."""
     case: str | None = None
     """Only for findings of this case (the content a CKD205 file really holds: ``html``), or
     ``OTHERWISE``; None for every finding of the rule."""
 
+    @property
+    def frameworks(self) -> tuple[tuple[str, str], ...]:
+        """(framework, template) for each framework with its own words for this fix, by name;
+        ``""`` where the fix does not apply to that framework (HF Trainer saves the scheduler itself)."""
+        if self.slot is None:
+            return ()
+        return tuple((name, own[self.slot]) for name, own in _framework_wordings().items() if self.slot in own)
+
     def text_for(self, keys: Sequence[str]) -> str | None:
-        """The template for a run whose layout answers to ``keys`` (most specific first)."""
-        own = dict(self.frameworks)
-        return next((own[key] for key in keys if key in own), self.generic)
+        """The template for a run whose layout answers to ``keys`` (``Layout.fix_keys``: its name,
+        then what it builds on)."""
+        if self.slot is not None:
+            wordings = _framework_wordings()
+            for key in keys:
+                own = wordings.get(key, {})
+                if self.slot in own:
+                    return own[self.slot]
+        return self.generic
 
 
-def fix(generic: str | None = None, /, *, case: str | None = None, **frameworks: str) -> Fix:
-    """``fix("Restore it.", burn="…", hf_trainer="…")``: keyword names are layout names with
-    ``_`` for ``-``."""
-    return Fix(generic, tuple((key.replace("_", "-"), text) for key, text in frameworks.items()), case)
+def fix(generic: str | None = None, /, *, slot: str | None = None, case: str | None = None) -> Fix:
+    """``fix("Restore it.", slot="CKD101/restore")``: frameworks word the slot in their layouts."""
+    return Fix(generic, slot, case)
+
+
+def _framework_wordings() -> Mapping[str, Mapping[str, str]]:
+    # imported when a fix is first worded: loading the rule type loads no layout (tests/test_layers.py)
+    from ckptdoctor.layouts.registry import FIX_WORDINGS
+
+    return FIX_WORDINGS
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,10 @@ from operator import attrgetter
 from ckptdoctor.layouts.base import behind_pointer
 from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
+from ckptdoctor.optimizers import FRESH_START_COST
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules._context import RunContext
 from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
-
-_FRESH_OPTIMIZER = (
-    "This has a cost: Adam/AdamW moments restart from zero, so expect a loss spike and a few hundred steps of warm-up "
-    "lost, and the learning-rate schedule restarts too unless you restore it separately (advance the scheduler to where "
-    "{unit} {index} left it)."
-)
-_ZERO3_WEIGHTS = (
-    "the weights are inside `global_stepN/`; rebuild full weights with the `zero_to_fp32.py` script DeepSpeed copied into "
-    "the checkpoint folder, and set `stage3_gather_16bit_weights_on_model_save: true` for future saves."
-)
 
 MISSING_OPTIMIZER = Rule(
     code="CKD101",
@@ -53,28 +44,20 @@ MISSING_OPTIMIZER = Rule(
     fixes=(
         fix(
             "Point the optimizer's saving code at {run}, with the name and index the model file uses, so that the resume finds {expected} there.",
-            burn="Build all three checkpointers on the same artifact folder with `with_default_checkpointers()` (or custom `FileCheckpointer`s on that folder named `model`, `optim` and `scheduler`), so that the resume finds {expected} in {run}.",
-            hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: the Trainer resumes from a folder without `optimizer.pt` with a fresh optimizer and says nothing.",
-            accelerate="Save with `accelerator.save_state()`, which writes the optimizer's state beside the weights in each folder, rather than saving the model alone, so that `load_state` finds {expected} in {folder}.",
-            deepspeed="Call `engine.save_checkpoint(dir, tag)` on every rank, not on rank 0 alone: each rank writes its own optimizer partition into the tag folder, and the resume needs them all.",
-            keras="",  # one Keras file holds the weights and the optimizer: nothing saves them apart
+            slot="CKD101/save-optimizer-beside",
         ),
         "Restore {expected} from a backup or object-store copy (`aws s3 cp`, `gsutil cp`, `rsync`) into {folder}, then run `ckptdoctor verify {run}` to confirm the checkpoint is complete again.",
         fix(
-            "If no copy exists, start a new run from the weights alone with a fresh optimizer. " + _FRESH_OPTIMIZER,
-            keras="",  # the file that is gone held the weights too
-            burn="If no copy exists, resume from the weights alone with a fresh optimizer: load the model file with `Module::load_file` and launch without `.checkpoint(...)` into a new directory (the epoch count restarts at 1 and would overwrite old files). "
-            + _FRESH_OPTIMIZER,
-            torch="If no copy exists, resume from the weights alone: `model.load_state_dict(...)` and build a new optimizer. "
-            + _FRESH_OPTIMIZER,
+            "If no copy exists, start a new run from the weights alone with a fresh optimizer. " + FRESH_START_COST,
+            slot="CKD101/weights-alone",
         ),
         fix(
             "Remove the leftovers of the failed save so that nothing resumes from the half-saved {unit}: `{repair} {this_run}` moves them into a quarantine folder (`ckptdoctor repair --undo {this_run}` puts them back).",
-            keras="Move the half-saved {unit} aside so that nothing resumes from it: {quarantine}.",
+            slot="CKD101/quarantine-leftovers",
         ),
         fix(
             "Stop deleting optimizer files by hand or by size; let retention remove whole checkpoints instead, e.g. `ckptdoctor prune {this_run} --keep-last 2`.",
-            keras="",  # no Keras save keeps its optimizer in a file of its own
+            slot="CKD101/stop-deleting",
         ),
     ),
     messages=(
@@ -107,16 +90,12 @@ MISSING_MODEL = Rule(
         "Restore {expected} from a backup or object-store copy into {folder}, then run `ckptdoctor verify {run}`.",
         fix(
             "If the model's saving code writes elsewhere, point it at {run} with the name the run used when it saved.",
-            keras="",  # one Keras file holds the weights and the optimizer: nothing saves them apart
-            burn="If the model checkpointer writes elsewhere, point it at {run}: burn's defaults write `model-N.bpk`, `optim-N.bpk` and `scheduler-N.bpk` side by side in `<dir>/checkpoint`.",
+            slot="CKD102/point-model-saver",
         ),
-        fix(
-            deepspeed="Under ZeRO-3, " + _ZERO3_WEIGHTS,
-            hf_trainer="Under DeepSpeed ZeRO-3, " + _ZERO3_WEIGHTS,
-        ),
+        fix(slot="CKD102/zero3-weights"),
         fix(
             "Quarantine the orphaned optimizer and scheduler files so that no tool tries to resume from them: `{repair} {this_run}`.",
-            keras="Move what is left of the {unit} aside so that nothing resumes from it: {quarantine}.",
+            slot="CKD102/quarantine-orphans",
         ),
     ),
     messages=(
@@ -151,21 +130,14 @@ MISSING_SCHEDULER = Rule(
     ),
     fixes=(
         "Restore {expected} from a backup or object-store copy into {folder}, then run `ckptdoctor verify {run}`.",
-        fix(
-            "Point the scheduler's saving code at {run} with the same name as before.",
-            burn="Point the scheduler checkpointer at {run} with the same name as before: `scheduler-N.bpk` beside `model-N.bpk` and `optim-N.bpk`.",
-            hf_trainer="",
-        ),
+        fix("Point the scheduler's saving code at {run} with the same name as before.", slot="CKD103/point-scheduler-saver"),
         fix(
             "If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and set the scheduler to the right position yourself.",
-            burn="If no copy exists and the schedule is easy to recompute, load weights and optimizer in your own code and step the scheduler forward to the right position (`.checkpoint(...)` insists on all three files).",
-            hf_trainer="If no copy exists, do not resume from this folder: the Trainer loads `optimizer.pt` only together with `scheduler.pt`, so the optimizer would restart as well. Resume from the folder the last line names.",
-            torch="If no copy exists and the schedule is easy to recompute, resume from weights and optimizer and rebuild the scheduler at the right position: torch schedulers take `last_epoch=`.",
+            slot="CKD103/schedule-without-copy",
         ),
         fix(
             "Save the scheduler with every checkpoint from now on, in the same save as the model and optimizer.",
-            hf_trainer="",
-            torch="Save the scheduler with every checkpoint from now on: put `scheduler.state_dict()` in the same save as the model and optimizer.",
+            slot="CKD103/save-scheduler",
         ),
         "Quarantine the incomplete {unit} with `{repair} {this_run}` so nothing resumes from it.",
     ),
@@ -197,12 +169,9 @@ MISSING_TRAINER_STATE = Rule(
     fixes=(
         fix(
             "Move the unfinished folder out of the way so that an automatic resume picks the previous one: `{repair} {this_run}` quarantines it.",
-            hf_trainer="Move the unfinished folder out of the way so `get_last_checkpoint` picks the previous one: `{repair} {this_run}` quarantines it (or move `checkpoint-{index}` aside by hand).",
+            slot="CKD104/move-unfinished",
         ),
-        fix(
-            "Resume from an explicit checkpoint, the one the last line names, instead of the newest.",
-            hf_trainer="Resume from an explicit folder instead of `True`: pass `trainer.train(resume_from_checkpoint=...)` the folder that `ckptdoctor inspect --resume-path {run}` prints, the newest complete step.",
-        ),
+        fix("Resume from an explicit checkpoint, the one the last line names, instead of the newest.", slot="CKD104/resume-explicit"),
         "If the other files of the folder verify (`ckptdoctor verify {run}`), its weights are still usable for evaluation or export; do not resume from it, since the step count and log history are gone.",
         "Make sure the next saves can finish: `ckptdoctor diskcheck {run}` compares the size of a save with the free space.",
     ),
@@ -235,9 +204,7 @@ MISSING_SHARD = Rule(
     fixes=(
         "Copy {expected} from the node or bucket that holds it into {folder}; with node-local storage, gather every node's files into one folder, then run `ckptdoctor verify {run}`.",
         "Save to a filesystem that every rank can see, so that all partitions of a checkpoint land in the same folder.",
-        fix(
-            deepspeed="Do not reuse a tag folder (`global_stepN`) across runs with a different number of GPUs; resume with the data-parallel size the checkpoint was saved with, or convert it with DeepSpeed's universal checkpoint tool `ds_to_universal`.",
-        ),
+        fix(slot="CKD105/new-tag"),
         fix("Quarantine the incomplete checkpoint so nothing resumes from it: `{repair} {this_run}`.", case=OTHERWISE),
         fix(
             "Nothing needs moving aside: the framework resumes from the checkpoint without this file, as the message says, and `ckptdoctor repair` keeps it.",
@@ -275,18 +242,15 @@ MISSING_COMMIT_MARKER = Rule(
     fixes=(
         fix(
             "If an asynchronous save may still be running, wait for it to finish and rerun `ckptdoctor inspect {run}`.",
-            keras="",  # BackupAndRestore writes its record right after the weights, in the same call
+            slot="CKD106/async-save",
         ),
         fix(
             "Copy the marker from the coordinator's node (rank 0) or the original location; shell globs skip dotfiles, so copy folders with `cp -a src/. dest` or `rsync -a`.",
-            keras="Restore {expected} from a backup or object-store copy into {run}, then run `ckptdoctor verify {run}`.",
+            slot="CKD106/copy-marker",
         ),
+        fix(slot="CKD106/leave-pointer"),
         fix(
-            megatron="Do not edit `latest_checkpointed_iteration.txt` to point at an unfinished `iter_*` folder; resume from the iteration it already names.",
-        ),
-        fix(
-            "Quarantine the uncommitted folder with `{repair} {this_run}` so no tool resumes from it.",
-            keras="Move the {unit} without its record aside so that nothing resumes from it: {quarantine}.",
+            "Quarantine the uncommitted folder with `{repair} {this_run}` so no tool resumes from it.", slot="CKD106/quarantine-uncommitted"
         ),
     ),
     messages=("metadata is None; global metadata read failed",),
@@ -314,12 +278,7 @@ WEIGHTS_ONLY = Rule(
         "A training loop that `torch.save`s only the model's state dict inside its checkpoint dict."
     ),
     fixes=(
-        fix(
-            "To resume with the optimizer's state next time, save it with the weights from now on.",
-            hf_trainer="To resume with the optimizer's state next time, drop `save_only_model=True` from `TrainingArguments`.",
-            lightning="To resume with the optimizer's state next time, pass `save_weights_only=False` to `ModelCheckpoint`.",
-            torch="To resume with the optimizer's state next time, put `optimizer.state_dict()` and the scheduler's in the same `torch.save` as the weights.",
-        ),
+        fix("To resume with the optimizer's state next time, save it with the weights from now on.", slot="CKD107/resume-optimizer"),
         "If the run did save optimizer state and something removed it from every checkpoint (a cleanup script, a copy of the weights alone), this is damage, not design: restore the checkpoints from a backup, then run `ckptdoctor verify {run}`.",
     ),
     messages=(
@@ -350,15 +309,13 @@ NO_RESUMABLE_CHECKPOINT = Rule(
     fixes=(
         fix(
             "Check that {run} is the folder the job saved into; `ckptdoctor inspect` on a parent folder finds every run below it.",
-            burn="Check that {run} is the `checkpoint` folder inside the learner's artifact directory; `ckptdoctor inspect` on a parent folder finds every run below it.",
-            hf_trainer="Check that {run} is the Trainer's `output_dir`; `ckptdoctor inspect` on a parent folder finds every run below it.",
-            lightning="Check that {run} is the `ModelCheckpoint` folder (`lightning_logs/version_N/checkpoints` unless `dirpath=` says otherwise); `ckptdoctor inspect` on a parent folder finds every run below it.",
+            slot="CKD110/check-folder",
         ),
         "Repair the newest checkpoint using the other findings: restore its missing or damaged files from a backup or object-store copy, then run `ckptdoctor verify {run}`.",
-        fix(hf_trainer="If the folders were renamed or moved, pass `resume_from_checkpoint` an explicit path instead of `True`."),
+        fix(slot="CKD110/renamed-folders"),
         fix(
             "If only the weights survive, start a new run initialised from them with a fresh optimizer; Adam moments restart from zero (expect a loss spike) and the learning-rate schedule must be restored separately.",
-            torchtune="If only the weights survive, or they are not the save the recipe state was written with (torchtune 0.6.1 keeps one recipe state, and resumes only that epoch), start a new fine-tune from the newest whole epoch's weights: point `checkpointer.checkpoint_dir` at its `epoch_N` folder, with resuming off; AdamW and the schedule start over.",
+            slot="CKD110/weights-survive",
         ),
         "Otherwise start again in a new, empty folder, and move this one out of the way first so that no tool resumes from what is in it (repair refuses a run with nothing to resume from: it moves nothing).",
         "Before the next run, make sure the disk holds several saves: `ckptdoctor diskcheck {run}`.",
@@ -387,12 +344,9 @@ STRAY_PREFIX = Rule(
     fixes=(
         fix(
             "If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index, then run `ckptdoctor verify {run}`.",
-            burn="If the files under {prefix} are this run's own state saved under an old name, rename each so it starts with {known} instead, keeping its index (`optimizer-3.bpk` becomes `optim-3.bpk`), then run `ckptdoctor verify {run}`.",
+            slot="CKD111/files-under",
         ),
-        fix(
-            "Use the same file names when saving and resuming.",
-            burn="Use the same checkpointer names when saving and resuming: burn's defaults are `model`, `optim` and `scheduler` (`with_default_checkpointers()`), and a custom `FileCheckpointer::new(dir, name)` needs the same `name` in both runs.",
-        ),
+        fix("Use the same file names when saving and resuming.", slot="CKD111/same-folder"),
         "If the files belong to another run, move them into that run's own folder; give every run its own checkpoint directory.",
         "If nobody needs them, move them aside: {quarantine}; retention never deletes files under a prefix the run does not use.",
     ),
@@ -421,16 +375,11 @@ MIXED_FORMATS = Rule(
     fixes=(
         fix(
             "Resume with the code version and save settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
-            burn="Resume with the burn version and recorder settings that wrote the checkpoint you resume from; `ckptdoctor verify {run}` lists each file's format.",
+            slot="CKD112/resume-version",
         ),
         "Keep one format per folder: move the files that are not {format} into a folder of their own (e.g. `{run}-legacy`).",
-        fix(
-            burn="To carry a recorder-era run into burn 0.22 or later, load the weights with the burn version that wrote them, re-save them as burnpack and start a new run from them; the optimizer state does not carry over.",
-        ),
-        fix(
-            "Keep one save format and one precision per run.",
-            burn="Keep one recorder and one precision per run; when a load fails, burn's `Metadata has a different …` lines name the setting that changed.",
-        ),
+        fix(slot="CKD112/carry-recorder"),
+        fix("Keep one save format and one precision per run.", slot="CKD112/keep-format"),
     ),
     messages=(
         "Invalid magic number",
@@ -464,10 +413,7 @@ STALE_POINTER = Rule(
         "Re-point it at the newest complete checkpoint: `{repair} {this_run}` rewrites the pointer (`ckptdoctor repair --undo {this_run}` restores it).",
         fix(
             "By hand: point it at the newest complete checkpoint, or name that checkpoint explicitly when you resume.",
-            deepspeed="By hand: write the tag without a newline (`printf global_step{resume} > {run}/latest`) or pass it explicitly (`load_checkpoint(dir, tag=...)`, `zero_to_fp32.py --tag`).",
-            megatron="By hand: `printf {resume_pointer} > {run}/latest_checkpointed_iteration.txt` (the newest complete checkpoint: its iteration, or `release`).",
-            lightning="Replace a dangling `last.ckpt` symlink with a copy of the newest complete checkpoint, or pass that file as `ckpt_path`; on shared storage prefer a copied `last.ckpt` (`save_last=True`) over a symlink.",
-            hf_trainer="If `best_model_checkpoint` names a folder that moved, correct the path in `trainer_state.json`, or resume from the moved folder with an explicit `resume_from_checkpoint`.",
+            slot="CKD113/point-newest",
         ),
     ),
     messages=(
@@ -506,32 +452,23 @@ UNSAFE_AUTO_RESUME = Rule(
     fixes=(
         fix(
             "Name the checkpoint the last line gives when you resume: an automatic resume takes the newest, which is incomplete.",
-            lightning='Pass `trainer.fit(ckpt_path=...)` the file the last line names, not `"last"` or `"hpc"`: `"last"` loads the newest `last*.ckpt` and `"hpc"` the highest `hpc_ckpt_N.ckpt`, which is not whole.',
-            hf_trainer="Pass `resume_from_checkpoint` the folder the last line names, not `True`: `True` takes the highest-numbered `checkpoint-N`, which is incomplete.",
-            accelerate="Call `load_state` with the folder the last line names: a bare `load_state()` takes the highest-numbered folder, which is incomplete.",
-            deepspeed="Pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`, which names an incomplete one.",
-            keras="Do not call `fit` with `BackupAndRestore` on {run} as it is: it takes no checkpoint to resume from but loads what its folder holds, and the newest save there is not whole.",
+            slot="CKD114/name-last",
             case=OTHERWISE,
         ),
         fix(
             "Or move the incomplete newest checkpoint out of the run folder (`{repair} {this_run}` quarantines it), so that the automatic resume finds the complete one.",
-            lightning='Or run `{repair} {this_run}`: it moves an incomplete newest checkpoint aside and writes a broken `last.ckpt` again, as a copy of (or a link to) the complete one, so that `ckpt_path="last"` finds it (`ckptdoctor repair --undo {this_run}` puts both back).',
-            keras="Put the previous save, {unit} {resume}, in the newest's place, as BackupAndRestore does itself only when the newest weights fail to load: keep a copy of the newest pair elsewhere, then copy latest.weights.h5.bkp over latest.weights.h5 and training_metadata.json.bkp over training_metadata.json in {run} (`ckptdoctor repair` leaves BackupAndRestore's files where they are: Keras needs both pairs to fall back).",
+            slot="CKD114/move-incomplete",
             case=OTHERWISE,
         ),
         fix(
             "Move {name} out of {run}, where the automatic resume takes every entry for a checkpoint (`ckptdoctor repair` leaves it there: it is no checkpoint): {quarantine}.",
-            accelerate="Move {name} out of {run}, where a bare `load_state()` takes a number from every name (`ckptdoctor repair` leaves it there: it is no checkpoint): {quarantine}.",
+            slot="CKD114/move-out",
             case=STRAY,
         ),
-        fix(
-            "Or name the checkpoint the last line gives when you resume.",
-            accelerate="Or call `load_state` with the folder the last line names: given a folder, it looks at no other name in {run}.",
-            case=STRAY,
-        ),
+        fix("Or name the checkpoint the last line gives when you resume.", slot="CKD114/name-last-folder", case=STRAY),
         fix(
             "Keep resuming with an explicit checkpoint in job scripts: `ckptdoctor inspect --resume-path {run}` prints the path to pass.",
-            keras="",  # BackupAndRestore is given its folder, never a checkpoint
+            slot="CKD114/keep-resuming",
         ),
     ),
     messages=(
@@ -564,16 +501,12 @@ SAVED_TWICE = Rule(
             "Decide which training to go on with and pass its file when you resume (`ckptdoctor inspect --resume-path {run}` "
             "names the newest by index, which may be the earlier training's); move the other training's files out of {run}, "
             "and give each training a folder of its own.",
-            lightning='Decide which training to go on with and pass its file as `trainer.fit(ckpt_path=...)`: `ckpt_path="last"` '
-            "loads the newest `last*.ckpt` by time (after a restart `last-v1.ckpt`, the later training's), while the highest "
-            "{unit} may be the earlier training's. Move the other training's files out of {run}; give each fit its own "
-            '`dirpath`, or start a job again with `ckpt_path="last"` so that it goes on instead of starting over.',
+            slot="CKD115/decide-which",
         ),
         fix(
             "If two checkpointers write into one folder under one name template, each checkpoint is saved twice: give each its "
             "own name template or folder.",
-            lightning="Two `ModelCheckpoint` callbacks with one `filename` and `dirpath` save every checkpoint twice (`-v1`): "
-            "give each its own `filename`.",
+            slot="CKD115/two-checkpointers",
         ),
     ),
     messages=("exists and is not empty",),
@@ -603,12 +536,7 @@ AUTO_RESUME_BEHIND = Rule(
         "(`ckptdoctor repair --undo {this_run}` puts it back).",
         fix(
             "Or name the newest complete checkpoint when you resume: `ckptdoctor inspect --resume-path {run}` prints it.",
-            lightning='Or pass the file the last line names as `trainer.fit(ckpt_path=...)`, not `"last"`: `"last"` loads the older copy.',
-            fairseq="Or pass `--restore-file` the file the last line names: the default, `checkpoint_last.pt`, holds the older save.",
-            detectron2="Or write the name of the newest complete checkpoint file into `last_checkpoint` in the output folder: `--resume` loads only what it names.",
-            composer="Or pass `load_path=` the file the last line names instead of `autoresume=True`, which follows `latest-rank0.pt`.",
-            megatron="Or pass `--ckpt-step` the iteration the last line names: it overrides the tracker.",
-            deepspeed="Or pass `tag=` the folder the last line names to `load_checkpoint`: without it DeepSpeed follows `latest`.",
+            slot="CKD116/name-newest",
         ),
     ),
     related=("CKD113", "CKD114"),

@@ -97,17 +97,14 @@ FORMAT_VERSION_CHANGED = Rule(
     fixes=(
         fix(
             "Resume with the framework version that wrote the checkpoint you resume from, and pin it in the environment.",
-            burn="Resume with the burn version that wrote the checkpoint you resume from, and pin it in `Cargo.lock`.",
-            torch="Resume with the library versions that wrote the checkpoint you resume from, and pin them in the environment (`requirements.txt`).",
+            slot="CKD303/resume-version",
         ),
         fix(
             "If you upgraded on purpose, check that the newest checkpoint loads with the new version before removing the old environment.",
-            torch="If you upgraded on purpose, check that the newest checkpoint loads with the new version (`ckptdoctor verify --load {run}` loads it with the installed torch) before removing the old environment.",
+            slot="CKD303/upgraded",
         ),
         "Keep one precision setting per run, and start a new run folder when you change it.",
-        fix(
-            burn="Recorder era: a version difference alone is not an error; when a load does fail, the `Metadata has a different …` lines name what changed, and the burn version that wrote the file can still load it.",
-        ),
+        fix(slot="CKD303/recorder-era"),
     ),
     messages=("Metadata has a different Burn version",),
     related=("CKD112", "CKD210", "CKD302", "CKD307"),
@@ -132,8 +129,7 @@ NONFINITE_VALUES = Rule(
         "Resume from an earlier {unit} whose tensors are all finite; `ckptdoctor verify --deep {run}` checks every checkpoint.",
         fix(
             "Before resuming, lower the learning rate or add gradient clipping, and use loss scaling or bf16 instead of plain fp16.",
-            burn="Before resuming, lower the learning rate or add gradient clipping (`GradientClippingConfig`), and use bf16 instead of plain fp16.",
-            torch="Before resuming, lower the learning rate or add gradient clipping (`torch.nn.utils.clip_grad_norm_`), and use loss scaling or bf16 instead of plain fp16.",
+            slot="CKD304/before-resuming",
         ),
         "Stop saving diverged state: check the loss for NaN before each save, or stop early on the validation loss, so that good checkpoints are not rotated out by broken ones.",
         "Pin the resume point, the newest {unit} that passed, so that retention keeps it whatever is saved after it: `ckptdoctor prune {this_run} --keep {resume} --keep-last 2` (add `--dry-run` to see the plan first).",
@@ -157,18 +153,12 @@ DEVICE_BOUND = Rule(
         "saving `cuda:1`-style devices, which fail on hosts with fewer GPUs. MPS tensors saved on a Mac."
     ),
     fixes=(
-        fix(
-            "Load it with its tensors mapped to the CPU, or to the one GPU there is.",
-            torch="Load with `map_location`: `torch.load(f, map_location='cpu', weights_only=True)`, or `map_location='cuda:0'` on a single GPU.",
-        ),
+        fix("Load it with its tensors mapped to the CPU, or to the one GPU there is.", slot="CKD305/map-location"),
         fix(
             "To make checkpoints portable, move tensors to the CPU before saving, or save safetensors, which records no device.",
-            torch="To make checkpoints portable, move tensors to the CPU before saving (`{{k: v.cpu() for k, v in sd.items()}}`), or save safetensors, which records no device.",
+            slot="CKD305/portable",
         ),
-        fix(
-            "If a GPU should be there, check that it is visible (`nvidia-smi`, `CUDA_VISIBLE_DEVICES`).",
-            torch="If a GPU should be there, check that `torch.cuda.is_available()` is true: the installed torch must be a CUDA build and the launcher must expose the GPUs (`CUDA_VISIBLE_DEVICES`).",
-        ),
+        fix("If a GPU should be there, check that it is visible (`nvidia-smi`, `CUDA_VISIBLE_DEVICES`).", slot="CKD305/gpu-there"),
     ),
     messages=("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False",),
     related=("CKD306", "CKD210"),
@@ -190,15 +180,9 @@ WRAPPER_PREFIX = Rule(
         "Training code that saves from the wrapper while evaluation code loads into a plain model."
     ),
     fixes=(
-        fix(
-            "Strip the prefix (`module.`, `_orig_mod.`) from every key when loading.",
-            torch="Strip the prefix when loading: `sd = {{k.removeprefix('module.'): v for k, v in sd.items()}}` (or `'_orig_mod.'`), then `model.load_state_dict(sd)`.",
-        ),
-        fix(torch="Or use torch's helper: `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, 'module.')`."),
-        fix(
-            "Save the inner model from now on, not its wrapper.",
-            torch="Save the inner model from now on: `model.module.state_dict()` for DDP and DataParallel, the original module (`model._orig_mod`) after `torch.compile`.",
-        ),
+        fix("Strip the prefix (`module.`, `_orig_mod.`) from every key when loading.", slot="CKD306/strip-prefix"),
+        fix(slot="CKD306/torch-helper"),
+        fix("Save the inner model from now on, not its wrapper.", slot="CKD306/save-inner"),
     ),
     messages=(
         'Unexpected key(s) in state_dict: "module.',
@@ -224,14 +208,8 @@ SHAPE_CHANGED = Rule(
         "such as a wrapper prefix (CKD306)."
     ),
     fixes=(
-        fix(
-            "Resume with the config that saved the checkpoint you resume from.",
-            hf_trainer="Resume with the config that saved the checkpoint you resume from: the checkpoint's own `config.json`.",
-        ),
-        fix(
-            "If the vocabulary grew, resize the embeddings before loading.",
-            hf_trainer="If the vocabulary grew, resize the embeddings before loading: `model.resize_token_embeddings(n)`.",
-        ),
+        fix("Resume with the config that saved the checkpoint you resume from.", slot="CKD307/resume-config"),
+        fix("If the vocabulary grew, resize the embeddings before loading.", slot="CKD307/resize-embeddings"),
         "Keep each model variant in its own run folder: move the other variant's checkpoints out of {run}.",
         "`ckptdoctor verify {run}` lists each checkpoint's tensors, to find the {unit} where the model changed.",
     ),
@@ -269,7 +247,7 @@ INDEX_MISMATCH = Rule(
     fixes=(
         fix(
             "Re-save the model from a trusted copy with the library that wrote it, which writes matching shards and index together.",
-            hf_trainer="Re-save the model from a trusted copy with `save_pretrained(...)`, which writes matching shards and index together.",
+            slot="CKD308/re-save",
         ),
         "If the shards are right and only the index is stale, rebuild the index from the shards' headers (every safetensors header lists its tensors), or re-save.",
         "Delete shards that no index names before copying a checkpoint elsewhere; `ckptdoctor verify {run}` then checks the rest.",

@@ -28,12 +28,7 @@ if TYPE_CHECKING:
 
 _RETENTION = fix(
     "Keep fewer checkpoints: set a retention limit in the training code, and save optimizer state only with the checkpoints you may resume from.",
-    burn="Keep fewer checkpoints: `KeepLastNCheckpoints::new(n)` in the learner's checkpointing strategy.",
-    hf_trainer="Keep fewer checkpoints: `save_total_limit` in `TrainingArguments` (and `save_only_model=True` for saves you will never resume from).",
-    lightning="Keep fewer checkpoints: `ModelCheckpoint(save_top_k=n)`.",
-    orbax="Keep fewer checkpoints: `CheckpointManagerOptions(max_to_keep=n)`.",
-    accelerate="Keep fewer checkpoints: `ProjectConfiguration(total_limit=n)`.",
-    megatron="Keep fewer checkpoints: with `--save-retain-interval N` only saves N iterations apart, and the last, stay.",
+    slot="CKD501/keep-fewer",
 )
 """How a framework keeps fewer checkpoints: the fix of both CKD501 and CKD502."""
 
@@ -83,12 +78,12 @@ INSUFFICIENT_SPACE = Rule(
         "Save to a bigger disk: point the checkpoint directory at a scratch or data volume with room for several saves.",
         fix(
             "Check that the checkpoint folder exists and is writable before a long run: `ckptdoctor diskcheck {run}` tests it with a probe file.",
-            burn="Check that the checkpoint folder exists and is writable before a long run (`ckptdoctor diskcheck {run}` tests it with a probe file): burn's checkpointer ignores errors creating it and only fails at the first save.",
+            slot="CKD501/check-folder",
             case=OTHERWISE,
         ),
         fix(
             "Create the checkpoint folder before the run starts (`mkdir -p {run}`), so that a wrong path fails at once rather than at the first save.",
-            burn="Create the checkpoint folder before the run starts (`mkdir -p {run}`): burn's checkpointer ignores errors creating it and only fails at the first save.",
+            slot="CKD501/create-folder",
             case=NO_RUN,
         ),
         fix(
@@ -278,10 +273,7 @@ LOW_INODES = Rule(
         fix("Prune old checkpoints, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2`.", case=OTHERWISE),
         fix("Prune old checkpoints of the other runs on the volume (ckptdoctor's prune keeps their resume points).", case=NO_RUN),
         "Pack small files (datasets, logs) into archives or move them to another volume.",
-        fix(
-            "Write fewer files per checkpoint, or move checkpoints to a filesystem with more inodes.",
-            dcp="Write fewer files per checkpoint (`single_file_per_rank=True` and fewer writer threads), or move checkpoints to a filesystem with more inodes.",
-        ),
+        fix("Write fewer files per checkpoint, or move checkpoints to a filesystem with more inodes.", slot="CKD505/fewer-files"),
     ),
     messages=("No space left on device",),
     related=("CKD501", "CKD502"),

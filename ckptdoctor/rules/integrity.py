@@ -78,10 +78,7 @@ TEMP_FILE = Rule(
     fixes=(
         "If no save is running, quarantine the leftover: {quarantine}.",
         "Or delete {path} by hand once you are sure no job is writing to it.",
-        fix(
-            orbax="Create the manager with `CheckpointManagerOptions(cleanup_tmp_directories=True)` so it removes leftovers when it starts.",
-            hf_trainer="If saves fail with `Directory not empty` on several nodes, move off the transformers versions that staged saves (4.36–4.38, the 4.49 development builds), and delete stale `tmp-checkpoint-*` folders and any `checkpoint-N` of the same step before resuming.",
-        ),
+        fix(slot="CKD202/create-manager"),
         "If leftovers keep appearing, check that saves have room to finish: `ckptdoctor diskcheck {run}`.",
     ),
     messages=(
@@ -116,8 +113,7 @@ TRUNCATED = Rule(
         "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
         fix(
             "In your own saving code, write to a temporary name in the same folder, flush it to disk, then rename it to the final name, so a failed save never leaves a cut file under the real name.",
-            burn="",
-            torch="In your own saving code, write to `name.tmp` in the same folder, `fsync`, then `os.replace` it to the final name, so a failed save never leaves a cut file under the real name.",
+            slot="CKD203/own-saving-code",
         ),
     ),
     messages=(
@@ -196,9 +192,7 @@ NOT_A_CHECKPOINT = Rule(
         ),
         fix(
             "If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming.",
-            torch="If it is another format under the wrong name, give it that format's name, or convert it properly instead of renaming (for a pickle you trust, load it and save the tensors with `safetensors.torch.save_file`).",
-            hf_trainer="Put back what the Trainer wrote as {name}: it loads each file of a checkpoint by its name, `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth` and `training_args.bin` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
-            accelerate="Put back what `save_state` wrote as {name}: `load_state` loads `model.safetensors` with safetensors and `pytorch_model.bin`, `optimizer.bin`, `scheduler.bin` and `random_states_<rank>.pkl` with `torch.load`, so no other format loads under that name, converted or renamed (weights saved with `torch.save` load as `pytorch_model.bin`).",
+            slot="CKD205/another-format",
             case=OTHERWISE,
         ),
         "Restore {name} from a backup or its source, then run `ckptdoctor verify {run}`.",
@@ -279,16 +273,12 @@ MALFORMED = Rule(
         "Restore {name} from a backup or download it again, then run `ckptdoctor verify {run}`.",
         fix(
             "If a newer library may have written it, upgrade the library that reads it first, before concluding the file is damaged.",
-            burn="If a newer burn may have written it, resume with that release before concluding the file is damaged.",
-            torch="If a newer library may have written it, upgrade the reader first (e.g. `pip install -U safetensors torch`) before concluding the file is damaged.",
+            slot="CKD207/newer-library",
         ),
         "Quarantine the file: {quarantine}.",
         fix(
             "If freshly written files show the same error, the saving code produces it: save with the format library's own API instead of a custom writer.",
-            burn="If freshly written files show the same error, the saving code produces it: save with burn's checkpointers instead of a custom writer.",
-            hf_trainer="If freshly written files show the same error, the saving code produces it: save with `save_pretrained` instead of a custom writer.",
-            keras='If freshly written files show the same error, the saving code produces it: save with `model.save(path)`, whose archive holds `model.weights.h5`; Keras 3.15 cannot load the archives that `saving_lib.save_model(..., weights_format="npz")` writes.',
-            torch="If freshly written files show the same error, the saving code produces it: save with `torch.save` or `safetensors.torch.save_file` instead of a custom writer.",
+            slot="CKD207/fresh-files",
         ),
     ),
     messages=(
@@ -355,13 +345,8 @@ OVERSIZED = Rule(
     ),
     fixes=(
         "See what the file holds: `ckptdoctor verify {run}` lists tensors and bytes per file; compare the optimizer with the model against {ratio}.",
-        fix(
-            "Save the state, not the objects, and keep logs, data and extra copies out of the checkpoint.",
-            torch="Save `model.state_dict()` and `optimizer.state_dict()`, not the objects, and keep logs, data and extra copies out of the checkpoint.",
-        ),
-        fix(
-            burn="Upgrade to a release with PR #5177 (parameter ids persisted across resumes) so resumes stop orphaning optimizer state; the dead state already saved only goes away when you resume once with a fresh optimizer.",
-        ),
+        fix("Save the state, not the objects, and keep logs, data and extra copies out of the checkpoint.", slot="CKD209/save-state"),
+        fix(slot="CKD209/upgrade"),
         "If the size is expected (a bigger model, an optimizer with more state), budget disk for it: `ckptdoctor diskcheck {run}`.",
     ),
     messages=(),
@@ -386,18 +371,11 @@ LEGACY_FORMAT = Rule(
         "(`CompactRecorder` writes `.mpk`) kept after upgrading burn. A file written by a newer torch than the one loading it."
     ),
     fixes=(
-        fix(
-            "Re-save it in the format its library writes today, with the version that wrote it.",
-            torch="Re-save in the zip format, which is the default since torch 1.6: load with `torch.load(f, weights_only=True)` and `torch.save` the result again.",
-        ),
+        fix("Re-save it in the format its library writes today, with the version that wrote it.", slot="CKD210/re-save"),
         "See which files are affected: `ckptdoctor verify {run}` lists each file's format.",
-        fix(
-            burn="Resume recorder-era runs with the burn version that wrote them (0.21 or earlier); to move to 0.22, re-save the weights as burnpack with that version and start a new run (the optimizer state does not carry over).",
-        ),
-        fix(torch="`Attempted to read a PyTorch file with version …`: upgrade torch where you load; the file is newer than the reader."),
-        fix(
-            torch="Tar-format files cannot be loaded with `weights_only=True`; load them only if you trust their source, and re-save them in the zip format.",
-        ),
+        fix(slot="CKD210/recorder-era"),
+        fix(slot="CKD210/read-pytorch"),
+        fix(slot="CKD210/tar-format"),
     ),
     messages=(
         "Attempted to read a PyTorch file with version",

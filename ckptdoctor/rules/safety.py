@@ -35,20 +35,15 @@ UNSAFE_PICKLE = Rule(
         "that runs on load. A pickle written by another tool with other opcodes."
     ),
     fixes=(
-        fix(
-            "Do not load it with a loader that runs pickled code (`pickle.load`, an unrestricted unpickler).",
-            torch="Do not load it with `weights_only=False`, `pickle.load`, or torch older than 2.6 (where even `weights_only=True` can be bypassed, CVE-2025-32434); torch's default `torch.load(f, weights_only=True)` refuses it.",
-            ultralytics="Ultralytics pickles its model (`ema`; `model` once `strip_optimizer` ran) as a whole `nn.Module`, and its own loader (`torch_load` in `ultralytics/utils/patches.py`) loads it with `weights_only=False`, which runs the pickle: `yolo train resume` on it only for files your own training wrote, where nobody else could change them. ckptdoctor cannot prove such a file safe.",
-        ),
+        fix("Do not load it with a loader that runs pickled code (`pickle.load`, an unrestricted unpickler).", slot="CKD401/do-not-load"),
         "Find out where the file came from and compare its `sha256sum` with the publisher's; if in doubt, delete it.",
         fix(
             "If it is your own file with custom objects, re-save only the tensors, as safetensors, from a trusted, isolated environment.",
-            torch="If it is your own file with custom objects, re-save only the tensors: in a trusted, isolated environment load it, then save `model.state_dict()` with `safetensors.torch.save_file` or `torch.save`.",
-            ultralytics="To keep or share the weights without code, load the file with Ultralytics in a trusted, isolated environment and save `YOLO(path).model.state_dict()` with `safetensors.torch.save_file`.",
+            slot="CKD401/re-save",
         ),
         fix(
             'If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`).',
-            torch='If it only rebuilds objects of classes you wrote or trust (the finding names them), declare them as `torch.serialization.add_safe_globals` would: `trusted-globals = ["mypkg.Config"]` in `[tool.ckptdoctor]` (exact names, or `mypkg.*` for a package of your own; never a module that can act, such as `os` or `builtins`), and load it with `weights_only=True` inside `torch.serialization.safe_globals([...])` of the same classes.',
+            slot="CKD401/declare-trusted",
         ),
         "Check the other files from the same source: `ckptdoctor verify {run}`.",
         "Share weights as safetensors, which cannot hold code.",
@@ -87,29 +82,16 @@ NON_WEIGHTS_OBJECT = Rule(
         "every checkpoint (DeepSpeed's ZeRO partitions, mmengine's `message_hub`, timm's `args`)."
     ),
     fixes=(
-        fix(
-            "Allow exactly the globals the finding names, and keep the restricted loader.",
-            torch="Allowlist exactly the globals the finding names and keep `weights_only=True`: `torch.serialization.add_safe_globals([...])`, or the `torch.serialization.safe_globals([...])` context manager around the load.",
-        ),
+        fix("Allow exactly the globals the finding names, and keep the restricted loader.", slot="CKD402/allowlist"),
         fix(
             "For files you wrote yourself and trust, the unrestricted loader works; never use it for files from elsewhere.",
-            torch="For files you wrote yourself and trust, `torch.load(f, weights_only=False)` works; never do this for files from elsewhere.",
+            slot="CKD402/own-files",
         ),
         fix(
             "Save plain types from now on: `vars(args)` instead of the `Namespace`, Python numbers or tensors instead of numpy scalars, plain dicts for hyper-parameters.",
-            deepspeed="Nothing to change in your code: DeepSpeed's `save_checkpoint` writes these objects into every ZeRO partition itself, and `engine.load_checkpoint({run}, tag=...)` restores them; to read a partition outside DeepSpeed, keep `weights_only=True` inside `torch.serialization.safe_globals([LossScaler, ZeroStageEnum, fragment_address])` (the classes the finding names).",
-            mmengine="Nothing to change in your code: mmengine's `Runner.save_checkpoint` writes the `HistoryBuffer`s of its `message_hub` itself; with torch >= 2.6 resume with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` set, which mmengine 0.10's `torch.load` needs for its own files.",
-            timm="Nothing to change in your code: timm's saver writes `args` as an `argparse.Namespace` itself, and its own loader allows exactly that one; only other objects beside it stop timm's resume.",
-            composer="Nothing to change in your code for the globals Composer allows itself (`_COMPOSER_CHECKPOINT_SAFE_GLOBALS`); any other object in the state (a callback's, an algorithm's) stops Composer's own load: keep those plain.",
-            ultralytics="Nothing to change in your code: Ultralytics' `save_model` pickles its model (`DetectionModel` and its blocks) and training arguments into every save itself, and `yolo train resume` loads them with `torch_load` (`weights_only=False`); to resume with `weights_only=True`, set `ULTRALYTICS_SAFE_LOAD=1`, whose restricted loader allows Ultralytics' and torch's module classes.",
+            slot="CKD402/save-plain",
         ),
-        fix(
-            "Upgrade the framework: newer releases allow the globals their own files need.",
-            accelerate="Upgrade accelerate: newer releases allowlist the numpy globals its own RNG files need.",
-            hf_trainer="Upgrade `transformers`: newer releases allowlist the numpy globals its own RNG files need.",
-            deepspeed="",
-            ultralytics="",
-        ),
+        fix("Upgrade the framework: newer releases allow the globals their own files need.", slot="CKD402/upgrade"),
     ),
     messages=(
         "Weights only load failed. This file can still be loaded",
@@ -138,10 +120,7 @@ ZIP_ANOMALY = Rule(
     ),
     fixes=(
         "Do not load it if it comes from an untrusted source; find out where it came from and compare its `sha256sum` with the publisher's.",
-        fix(
-            "If it is your own file re-zipped by a tool, restore the original.",
-            torch="If it is your own file re-zipped by a tool, restore the original, or in a trusted environment load it with `torch.load(f, weights_only=True)` and `torch.save` it again.",
-        ),
+        fix("If it is your own file re-zipped by a tool, restore the original.", slot="CKD403/re-zipped"),
         "Never re-compress checkpoints with `zip`; archive whole runs with `tar` instead.",
         "Check every member's CRC and pickle: `ckptdoctor verify --deep {run}`.",
     ),
@@ -171,13 +150,10 @@ CODE_IN_CONFIG = Rule(
         "was crafted to run code when someone loads it with safe mode off."
     ),
     fixes=(
-        fix(
-            "Do not load it with safe mode off unless you wrote it yourself.",
-            keras="Do not pass `safe_mode=False` to `keras.models.load_model` unless you wrote {name} yourself; load the weights alone into a model built in code instead: `model.load_weights({name})` reads no configuration.",
-        ),
+        fix("Do not load it with safe mode off unless you wrote it yourself.", slot="CKD404/safe-mode"),
         fix(
             "Keep a model's code in your package, not in the file: build the model in code and load only its weights.",
-            keras="Replace `Lambda` layers with a subclassed layer registered with `@keras.saving.register_keras_serializable()`, whose code lives in your package, not in the file.",
+            slot="CKD404/code-in-package",
         ),
     ),
     messages=(
