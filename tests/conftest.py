@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import stores
 from frameworks import accelerator_for, deepspeed_loads, deepspeed_trained, hf_trainer, lightning_fit, step_and_save
+from reports import codes
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -39,7 +40,7 @@ class Result:
         return json.loads(self.stdout)
 
     def codes(self) -> list[str]:
-        return [f["code"] for f in self.json["findings"]]
+        return codes(self.json)
 
 
 @pytest.fixture

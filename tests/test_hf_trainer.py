@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from frameworks import copy_run, hf_trainer
+from reports import codes
 
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts._base import claim_all
@@ -23,10 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(hf_trained: Path, tmp_path: Path) -> Path:
     """A copy of the shared Trainer run (steps 2, 4 and 6), for the test to break."""
     return copy_run(hf_trained, tmp_path / "out")
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def finding(report: dict, code: str) -> dict:

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 from frameworks import nanogpt_resume, nanogpt_train
+from reports import codes
 
 from ckptdoctor.pipelines.scan import scan
 
 torch = pytest.importorskip("torch")
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def test_a_healthy_out_dir_is_one_checkpoint_at_its_iteration(tmp_path, cli):

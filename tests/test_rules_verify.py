@@ -11,14 +11,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from reports import codes
 
 from ckptdoctor.testing import BurnModel, Tensor, burnpack, write_burn_run
 
 torch = pytest.importorskip("torch")
-
-
-def codes(result) -> list[str]:
-    return [f["code"] for f in result.json["findings"]]
 
 
 def only(result, code: str) -> dict:
