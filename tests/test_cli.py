@@ -13,7 +13,7 @@ from pathlib import Path
 import msgpack
 import pytest
 from reports import codes
-from terminal import in_terminal
+from terminal import in_terminal, shown_until
 
 import ckptdoctor
 from ckptdoctor.testing import write_burn_run
@@ -523,37 +523,17 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
         [sys.executable, "-m", "ckptdoctor", "inspect", "--json", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=stderr, env=env
     )
     os.close(stderr)
-    shown = _shown_until(terminal, b"scanning: ", deadline=time.monotonic() + 120)
-    if b"scanning: " not in shown:
+    shown = shown_until(terminal, process, b"scanning: ", time.monotonic() + 120)
+    if b"scanning: " not in shown or process.poll() is not None:
         os.close(terminal)
         process.wait(timeout=60)
         pytest.skip("the scan finished before it could be interrupted on this machine")
     process.send_signal(signal.SIGINT)
-    shown += _shown_until(terminal, None, deadline=time.monotonic() + 60)
+    shown += shown_until(terminal, process, None, time.monotonic() + 60)
     os.close(terminal)
     assert process.wait(timeout=60) == 130
     assert b"Traceback" not in shown
     assert b"Interrupted" in shown
-
-
-def _shown_until(terminal: int, wanted: bytes | None, deadline: float) -> bytes:
-    """What the pseudo-terminal ``terminal`` shows until ``wanted`` has shown (None: until the
-    command closes it), or ``deadline`` (a ``time.monotonic()``) has passed."""
-    import select
-    import time
-
-    shown = b""
-    while time.monotonic() < deadline and (wanted is None or wanted not in shown):
-        if not select.select([terminal], [], [], 0.5)[0]:
-            continue
-        try:
-            chunk = os.read(terminal, 65536)
-        except OSError:  # EIO: the command has closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    return shown
 
 
 def test_prune_and_repair_take_config_like_the_other_commands(tmp_path, cli):
