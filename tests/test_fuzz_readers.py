@@ -20,6 +20,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shared_corpus import mnist_model
 
 from ckptdoctor.model import FileReport, Problem
 from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
@@ -28,7 +29,6 @@ from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
 NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin", "x.keras", "x.weights.h5", "x.index")
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-CORPUS_MNIST = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "burn" / "mnist-model.bpk"
 
 # --- valid files ----------------------------------------------------------------------------
 
@@ -393,9 +393,7 @@ class _Prefix(Sample):
 
 @pytest.fixture(scope="module")
 def mnist() -> bytes:
-    if not CORPUS_MNIST.is_file():
-        pytest.skip("../shared/corpus is absent (a user's own clone has none; CI always has it)")
-    return CORPUS_MNIST.read_bytes()
+    return mnist_model()
 
 
 def test_real_burnpack_is_clean(mnist: bytes) -> None:

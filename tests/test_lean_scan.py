@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shared_corpus import CORPUS
 
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts import _base
@@ -43,7 +44,6 @@ from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 from tests.test_claims import CLAIMED
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
 BURNPACK = SMALL_MODEL.model_record()
 NAMES = [
     "model-1.bpk",
