@@ -20,6 +20,27 @@ from ckptdoctor.cli import app
 
 pytest_plugins = ["_fired_rules"]  # every finding from a check that declares its rule; every rule fired
 
+SLOW_FIXTURES = frozenset(
+    {
+        "hf_trained",
+        "accelerate_saved",
+        "lightning_saved",
+        "lightning_every_2_steps",
+        "deepspeed_zero1",
+        "deepspeed_zero2",
+        "deepspeed_zero3",
+    }
+    | {"moto_endpoint", "seaweed_endpoint"}
+)
+"""The session fixtures that train with a real framework or start a server, seconds each: a test
+that asks for one is ``slow``, so that the fast tier (``-m "not slow"``) never builds one."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def corpus() -> Path:

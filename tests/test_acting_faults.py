@@ -215,6 +215,7 @@ def test_prune_frees_space_on_a_full_disk_without_a_journal(tmp_path: Path, cli)
         assert os.statvfs(disk).f_bavail > 0
 
 
+@pytest.mark.slow
 def test_a_prune_killed_in_its_journal_free_mode_loses_nothing_to_keep(tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "disk", "16m") as disk:
         folder = disk / "run"
@@ -258,6 +259,7 @@ def _kill_once_deleting(process: subprocess.Popen[str], folder: Path, rng: rando
     process.wait()
 
 
+@pytest.mark.slow
 def test_repair_on_a_full_disk_moves_nothing_and_says_why(tmp_path: Path, cli) -> None:
     with _tmpfs(tmp_path / "disk", "4m") as disk:
         folder = disk / "run"
@@ -289,6 +291,7 @@ def _immutable(path: Path) -> Iterator[None]:
         subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
+@pytest.mark.slow
 def test_an_immutable_file_is_reported_and_the_rest_of_the_plan_goes_on(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     with _immutable(folder / "model-2.bpk"):
@@ -303,6 +306,7 @@ def test_an_immutable_file_is_reported_and_the_rest_of_the_plan_goes_on(tmp_path
     assert epochs_left(folder) == [6, 7]
 
 
+@pytest.mark.slow
 def test_an_immutable_file_inside_a_deleted_folder_leaves_only_itself(tmp_path: Path, cli) -> None:
     from ckptdoctor.testing import write_hf_checkpoints
 
@@ -365,6 +369,7 @@ def _flip_the_middle(path: Path) -> None:
     os.utime(path, (time.time() - 86400, time.time() - 86400))
 
 
+@pytest.mark.slow
 def test_prune_verify_keeps_the_last_good_checkpoint_when_the_newest_has_flipped_bytes(tmp_path: Path, cli) -> None:
     import torch
 
@@ -382,6 +387,7 @@ def test_prune_verify_keeps_the_last_good_checkpoint_when_the_newest_has_flipped
     assert torch.load(folder / "epoch_4.pt", weights_only=True)["epoch"] == 4, "torch resumes from what was kept"
 
 
+@pytest.mark.slow
 def test_prune_verify_comes_from_the_config_too(tmp_path: Path, cli, monkeypatch) -> None:
     folder = tmp_path / "run"
     _torch_run(folder, range(1, 4))
@@ -398,6 +404,7 @@ def test_prune_verify_comes_from_the_config_too(tmp_path: Path, cli, monkeypatch
 # --- scope: --max-runs ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_prune_over_more_runs_than_max_runs_is_refused_off_a_terminal(tmp_path: Path, cli) -> None:
     for name in ("a", "b", "c"):
         write_burn_run(tmp_path / "runs" / name, range(1, 5))
@@ -420,6 +427,7 @@ def test_discard_journal_puts_back_what_a_killed_prune_had_moved(tmp_path: Path,
     assert not any((folder / ".ckptdoctor" / "trash").iterdir())
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(tmp_path: Path, cli) -> None:
     """Both ways forward work as printed (the attack on issue 32: `prune --discard-journal` was
     refused, "an empty policy", and named no run)."""
@@ -488,6 +496,7 @@ def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path
 # --- a racing thread, its window widened by the seam -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"], ["repair", "--undo", "--yes"]])
 def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outside(
     tmp_path: Path, cli, monkeypatch, command: list[str]
@@ -680,6 +689,7 @@ def test_a_hard_link_planted_as_a_records_temporary_file_is_replaced_not_written
     assert victim.read_text() == "mine" and os.stat(victim).st_nlink == 1
 
 
+@pytest.mark.slow
 def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None:
     import psutil
 
@@ -714,6 +724,7 @@ def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None
     assert seen, "no kill landed while the scan had workers"
 
 
+@pytest.mark.slow
 def test_entries_a_finished_journal_deleted_are_not_reported_as_left(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])

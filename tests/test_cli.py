@@ -414,6 +414,7 @@ def _colour_codes(output: bytes) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_no_color_is_respected_on_a_terminal(tmp_path):
     folder = missing_optimizer(tmp_path)
     base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE")}
@@ -496,12 +497,14 @@ def test_torch_is_never_imported(tmp_path, args):
     assert _torch_imported(args) is False
 
 
+@pytest.mark.slow
 def test_torch_import_probe_detects_torch():
     """The control: the same probe reports torch once a module of that name is loaded."""
     prelude = "import types; sys.modules['torch'] = types.ModuleType('torch')"
     assert _torch_imported(["rules"], prelude=prelude) is True
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     """SIGINT in the middle of a big scan (parallel probing included) exits 130, quietly."""
     import pty

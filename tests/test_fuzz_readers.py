@@ -273,6 +273,7 @@ def mutated(draw: st.DrawFn, original: bytes) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(VALID))
 @FUZZ
 @given(data=st.data(), name=st.sampled_from(NAMES))
@@ -283,6 +284,7 @@ def test_mutations_never_raise(kind: str, data: st.DataObject, name: str) -> Non
     _report(mutant, own_name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(VALID))
 @FUZZ
 @given(data=st.data())
@@ -413,6 +415,7 @@ def test_real_burnpack_cut_anywhere_near_its_ends_is_truncated(mnist: bytes) -> 
     assert clean == [], f"cutting these many bytes off mnist-model.bpk looks clean: {clean[:20]}"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_real_burnpack_mutations_never_raise(mnist: bytes, data: st.DataObject) -> None:

@@ -15,6 +15,8 @@ import pytest
 from frameworks import copy_run, hf_fsdp_run, hf_fsdp_train
 from reports import codes
 
+pytestmark = pytest.mark.slow  # real framework runs
+
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -17,6 +17,8 @@ from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.slow  # real framework runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -33,6 +33,8 @@ from shared_corpus import mnist_model
 
 from ckptdoctor.testing import BurnModel, Tensor, burnpack
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 cbor2 = pytest.importorskip("cbor2")
 np = pytest.importorskip("numpy")
 

@@ -452,6 +452,7 @@ def test_burn_records_fire_ckd301_and_ckd304(tmp_path, cli):
     assert only(result, "CKD304")["index"] == 3
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_parallel_deep_verify_at_once(tmp_path):
     """SIGINT while worker processes read: exit 130 promptly, no traceback, queued work dropped."""
     import signal
