@@ -17,6 +17,8 @@ import pytest
 
 from ckptdoctor import __version__
 
+pytestmark = pytest.mark.slow  # every test runs the program as its own process, some of them twice
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "runs"
 
@@ -88,7 +90,6 @@ def test_the_program_prints_and_exits_as_the_ordinary_exit_does(runs: Path, args
         assert len(done.stdout) > 64 * 1024, "more than a pipe holds: written in several pieces"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args", [("inspect", "--json", "runs/burn-healthy"), ("rules",), ("--help",)], ids=" ".join)
 def test_a_closed_pipe_ends_the_command_as_before(runs: Path, args: tuple[str, ...]) -> None:
     """``ckptdoctor ... | head -1``: the reader is gone (EPIPE); exit 1, no traceback."""
@@ -121,14 +122,12 @@ def test_a_full_device_is_an_error(runs: Path, args: tuple[str, ...]) -> None:
 _LAST_WORDS = "import atexit\natexit.register(lambda: sys.stdout.write('last words\\n'))  # left in the buffer"
 
 
-@pytest.mark.slow
 def test_exit_handlers_run_and_what_they_write_is_written(runs: Path) -> None:
     done = _same(("inspect", "-q", "runs/burn-healthy"), runs, prelude=_LAST_WORDS)
     assert done.returncode == 0 and done.stdout == b"last words\n"
     assert FREED.encode() not in done.stderr, "nothing needed the slow exit"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_what_is_left_to_write_at_the_end_still_fails_loudly(runs: Path) -> None:
     """The last flush fails: the interpreter's own exit says so, with its exit code (120)."""
@@ -137,7 +136,6 @@ def test_what_is_left_to_write_at_the_end_still_fails_loudly(runs: Path) -> None
     assert done.returncode == 120 and b"No space left on device" in done.stderr, done.stderr
 
 
-@pytest.mark.slow
 def test_a_thread_still_working_is_waited_for(runs: Path) -> None:
     late = "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.5), print('late', flush=True))).start()"
     done = _same(("--version",), runs, prelude=late)
