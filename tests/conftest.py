@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import stores
 from frameworks import accelerator_for, deepspeed_loads, deepspeed_trained, hf_trainer, lightning_fit, step_and_save
+from reports import codes
+from shared_corpus import CORPUS
 from typer.testing import CliRunner
 
 from ckptdoctor.actions import executor
@@ -20,13 +22,30 @@ from ckptdoctor.cli import app
 
 pytest_plugins = ["_fired_rules"]  # every finding from a check that declares its rule; every rule fired
 
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+SLOW_FIXTURES = frozenset(
+    {
+        "hf_trained",
+        "accelerate_saved",
+        "lightning_saved",
+        "lightning_every_2_steps",
+        "deepspeed_zero1",
+        "deepspeed_zero2",
+        "deepspeed_zero3",
+    }
+    | {"moto_endpoint", "seaweed_endpoint"}
+)
+"""The session fixtures that train with a real framework or start a server, seconds each: a test
+that asks for one is ``slow``, so that the fast tier (``-m "not slow"``) never builds one."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
 def corpus() -> Path:
-    if not CORPUS.is_dir():
-        pytest.skip("../shared/corpus is absent (a user's own clone has none; CI always has it)")
     return CORPUS.resolve()
 
 
@@ -41,7 +60,7 @@ class Result:
         return json.loads(self.stdout)
 
     def codes(self) -> list[str]:
-        return [f["code"] for f in self.json["findings"]]
+        return codes(self.json)
 
 
 @pytest.fixture

@@ -27,28 +27,36 @@ def in_terminal(
     piped: list[bytes] = []
     reader = threading.Thread(target=lambda: piped.append(proc.stdout.read() if proc.stdout else b""))
     reader.start()
-    shown = b""
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 1)
-        if not ready:
-            if proc.poll() is not None:
+    shown = b""
+    if answer is not None:
+        shown = shown_until(master, proc, PROMPT, deadline)
+        if PROMPT in shown:
+            os.write(master, answer + b"\n")
+    shown += shown_until(master, proc, None, deadline)
+    os.close(master)
+    code = proc.wait(timeout=60)
+    reader.join(timeout=60)
+    return code, shown, b"".join(piped)
+
+
+def shown_until(terminal: int, process: subprocess.Popen[bytes], wanted: bytes | None, deadline: float) -> bytes:
+    """What the pseudo-terminal ``terminal`` shows until ``wanted`` shows (None: until
+    ``process`` has closed it or ended), or ``deadline`` (a ``time.monotonic()``) has passed."""
+    shown = b""
+    while time.monotonic() < deadline and (wanted is None or wanted not in shown):
+        if not select.select([terminal], [], [], 1)[0]:
+            if process.poll() is not None:
                 break
             continue
         try:
-            chunk = os.read(master, 65536)
+            chunk = os.read(terminal, 65536)
         except OSError:  # EIO once the child has closed the terminal
             break
         if not chunk:
             break
         shown += chunk
-        if answer is not None and shown.endswith(PROMPT):
-            os.write(master, answer + b"\n")
-            answer = None
-    os.close(master)
-    code = proc.wait(timeout=60)
-    reader.join(timeout=60)
-    return code, shown, b"".join(piped)
+    return shown
 
 
 _TOKEN = re.compile(rb"\x1b\[([0-9;?]*)([A-Za-z])|\r|\n|[^\x1b\r\n]+|\x1b")

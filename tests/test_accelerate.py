@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from frameworks import accelerate_fsdp_load, accelerate_fsdp_run, accelerate_model, accelerator_for, copy_run, step_and_save
 
+pytestmark = pytest.mark.slow  # real framework runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

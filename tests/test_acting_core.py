@@ -107,6 +107,7 @@ def test_a_dry_run_creates_nothing_and_asks_nothing(tmp_path: Path) -> None:
     assert _epochs(run) == list(range(1, 8))
 
 
+@pytest.mark.slow
 def test_a_prune_over_more_runs_than_max_runs_asks_first_and_true_is_no_licence(tmp_path: Path) -> None:
     for name in ("a", "b", "c"):
         write_burn_run(tmp_path / name, range(1, 5))
@@ -166,6 +167,7 @@ def test_a_write_stamped_by_a_clock_behind_ours_is_still_seen(tmp_path: Path) ->
     assert doomed.exists(), "a file written since the plan is not deleted, whatever its stamp"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inner", ["config.json", "optimizer.pt"])
 def test_a_file_inside_a_checkpoint_folder_written_while_asked_keeps_the_folder(hf_trained: Path, tmp_path: Path, inner: str) -> None:
     """A real HF Trainer run: a file in a doomed ``checkpoint-N/`` written while the question

@@ -217,6 +217,7 @@ def test_prune_frees_space_on_a_full_disk_without_a_journal(tmp_path: Path, cli)
         assert os.statvfs(disk).f_bavail > 0
 
 
+@pytest.mark.slow
 def test_a_prune_killed_in_its_journal_free_mode_loses_nothing_to_keep(tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "disk", "16m") as disk:
         folder = disk / "run"
@@ -260,6 +261,7 @@ def _kill_once_deleting(process: subprocess.Popen[str], folder: Path, rng: rando
     process.wait()
 
 
+@pytest.mark.slow
 def test_repair_on_a_full_disk_moves_nothing_and_says_why(tmp_path: Path, cli) -> None:
     with _tmpfs(tmp_path / "disk", "4m") as disk:
         folder = disk / "run"
@@ -291,6 +293,7 @@ def _immutable(path: Path) -> Iterator[None]:
         subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
+@pytest.mark.slow
 def test_an_immutable_file_is_reported_and_the_rest_of_the_plan_goes_on(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     with _immutable(folder / "model-2.bpk"):
@@ -305,6 +308,7 @@ def test_an_immutable_file_is_reported_and_the_rest_of_the_plan_goes_on(tmp_path
     assert epochs_left(folder) == [6, 7]
 
 
+@pytest.mark.slow
 def test_an_immutable_file_inside_a_deleted_folder_leaves_only_itself(tmp_path: Path, cli) -> None:
     from ckptdoctor.testing import write_hf_checkpoints
 
@@ -367,6 +371,7 @@ def _flip_the_middle(path: Path) -> None:
     os.utime(path, (time.time() - 86400, time.time() - 86400))
 
 
+@pytest.mark.slow
 def test_prune_verify_keeps_the_last_good_checkpoint_when_the_newest_has_flipped_bytes(tmp_path: Path, cli) -> None:
     import torch
 
@@ -384,6 +389,7 @@ def test_prune_verify_keeps_the_last_good_checkpoint_when_the_newest_has_flipped
     assert torch.load(folder / "epoch_4.pt", weights_only=True)["epoch"] == 4, "torch resumes from what was kept"
 
 
+@pytest.mark.slow
 def test_prune_verify_comes_from_the_config_too(tmp_path: Path, cli, monkeypatch) -> None:
     folder = tmp_path / "run"
     _torch_run(folder, range(1, 4))
@@ -400,6 +406,7 @@ def test_prune_verify_comes_from_the_config_too(tmp_path: Path, cli, monkeypatch
 # --- scope: --max-runs ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_prune_over_more_runs_than_max_runs_is_refused_off_a_terminal(tmp_path: Path, cli) -> None:
     for name in ("a", "b", "c"):
         write_burn_run(tmp_path / "runs" / name, range(1, 5))
@@ -422,6 +429,7 @@ def test_discard_journal_puts_back_what_a_killed_prune_had_moved(tmp_path: Path,
     assert not any((folder / ".ckptdoctor" / "trash").iterdir())
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_deleting_names_the_pending_journal_and_both_ways_forward(tmp_path: Path, cli) -> None:
     """Both ways forward work as printed (the attack on issue 32: `prune --discard-journal` was
     refused, "an empty policy", and named no run)."""
@@ -490,6 +498,7 @@ def test_stray_files_in_ckptdoctors_own_folders_are_ignored_with_a_note(tmp_path
 # --- a racing thread, its window widened by the seam -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["prune", "--yes", "--keep-last", "2"], ["repair", "--yes"], ["repair", "--undo", "--yes"]])
 def test_a_thread_swapping_ckptdoctors_folder_while_acting_reaches_nothing_outside(
     tmp_path: Path, cli, monkeypatch, command: list[str]
@@ -682,6 +691,7 @@ def test_a_hard_link_planted_as_a_records_temporary_file_is_replaced_not_written
     assert victim.read_text() == "mine" and os.stat(victim).st_nlink == 1
 
 
+@pytest.mark.slow
 def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None:
     import psutil
 
@@ -716,6 +726,7 @@ def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None
     assert seen, "no kill landed while the scan had workers"
 
 
+@pytest.mark.slow
 def test_entries_a_finished_journal_deleted_are_not_reported_as_left(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])

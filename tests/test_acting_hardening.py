@@ -100,6 +100,7 @@ def test_a_pending_journal_never_deletes_a_file_restored_since(tmp_path: Path, c
     assert epochs_left(folder) == list(range(1, 8))
 
 
+@pytest.mark.slow
 def test_a_pending_journal_is_shown_in_the_plan_and_finished_only_when_confirmed(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     _pending_journal(folder, ["model-1.bpk", "optim-1.bpk", "scheduler-1.bpk"])
@@ -125,6 +126,7 @@ def test_a_pending_journal_spares_what_the_new_policy_keeps(tmp_path: Path, cli)
     assert not any((folder / ".ckptdoctor" / "trash").iterdir()), "the journal is done with"
 
 
+@pytest.mark.slow
 def test_an_io_error_while_moving_is_a_one_line_error_not_an_internal_one(tmp_path: Path, cli, monkeypatch) -> None:
     """Issue 13, item 10: EIO (or ENOSPC, EROFS) in the move phase is exit 1 naming the path and errno."""
     import errno

@@ -77,6 +77,7 @@ def _holding_the_lock(folder: Path) -> subprocess.Popen[str]:
 # --- item 8: dry runs write nothing and take no lock ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_dry_run_by_another_user_reads_a_run_whose_lock_exists(shared: Path, cli) -> None:
     """A colleague (or a read-only CI account) previews a prune and a repair of a run that
     ckptdoctor has acted on before, so that its lock exists, root's and not theirs: both show
@@ -103,6 +104,7 @@ def test_a_dry_run_by_another_user_reads_a_run_whose_lock_exists(shared: Path, c
     assert epochs_left(folder) == [3, 4, 5, 6, 7]
 
 
+@pytest.mark.slow
 def test_a_dry_run_on_a_read_only_mount_writes_nothing_and_takes_no_lock(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     assert cli("prune", "--yes", "--keep-last", "5", folder).exit_code == 0
@@ -132,6 +134,7 @@ def _outside(tmp_path: Path) -> Path:
     return outside
 
 
+@pytest.mark.slow
 def test_a_folder_mounted_in_the_trash_is_never_reached_into(tmp_path: Path, cli) -> None:
     folder = burn_run(tmp_path)
     assert cli("prune", "--yes", "--keep-last", "5", folder).exit_code == 0
@@ -149,6 +152,7 @@ def test_a_folder_mounted_in_the_trash_is_never_reached_into(tmp_path: Path, cli
     assert _tree(outside) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mounted_at", [".ckptdoctor", ".ckptdoctor/trash", ".ckptdoctor/quarantine"])
 def test_ckptdoctors_own_folder_on_another_filesystem_is_refused(tmp_path: Path, cli, mounted_at: str) -> None:
     folder = burn_run(tmp_path)
@@ -168,6 +172,7 @@ def test_ckptdoctors_own_folder_on_another_filesystem_is_refused(tmp_path: Path,
 # --- item 10: the run's parent mounted inside the run ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_runs_parent_mounted_inside_the_run_is_one_run_under_one_lock(tmp_path: Path, cli) -> None:
     """The run is reached twice, once through a bind mount of its parent inside it: one run, one
     plan, and its lock is this command's own, never "another ckptdoctor"."""
@@ -267,6 +272,7 @@ def _killed_while_deleting(checkpoints: Path, rng: random.Random) -> None:
     _kill_when_deleting(process, checkpoints, rng, checkpoints.parent / ".ckptdoctor" / "checkpoints" / "trash")
 
 
+@pytest.mark.slow
 def test_a_prune_deleting_in_place_killed_at_any_moment_loses_nothing_and_the_next_one_finishes(own_filesystem: Path, cli) -> None:
     project = own_filesystem.parent
     trash = project / ".ckptdoctor" / "checkpoints" / "trash"
@@ -296,6 +302,7 @@ def test_a_prune_deleting_in_place_killed_at_any_moment_loses_nothing_and_the_ne
     _resumes_and_saves_on(project, ["checkpoint_3", "checkpoint_4"])
 
 
+@pytest.mark.slow
 def test_an_entry_a_killed_prune_began_deleting_in_place_is_finished_by_the_next(own_filesystem: Path, cli, monkeypatch) -> None:
     """Killed (here: interrupted) after deleting one file of a checkpoint folder it deletes in
     place: the mark in its journal says so, the kept checkpoint is whole, and the next prune,

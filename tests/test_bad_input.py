@@ -202,6 +202,7 @@ def looped_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_symlink_loop_json_finishes(looped_run: Path) -> None:
     import json
 
@@ -221,6 +222,7 @@ def test_symlink_loop_json_finishes(looped_run: Path) -> None:
     assert str(looped_run / "checkpoint" / "optim-3.bpk") in flagged
 
 
+@pytest.mark.slow
 def test_symlink_loop_human_finishes(looped_run: Path) -> None:
     done = _inspect_subprocess(looped_run)
     _no_traceback(done.stdout, done.stderr)
@@ -558,6 +560,7 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
     assert out.index(f"{parent}/run-9/checkpoint") < out.index(f"{parent}/run-10/checkpoint")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", ["s3://bucket/run", "gs://bucket/runs/exp1", "az://container/run"])
 @pytest.mark.parametrize(
     "command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--keep-last", "1", "--dry-run"], ["repair", "--dry-run"]]

@@ -31,6 +31,7 @@ def _verified(path: Path, deep: int = 0) -> list[tuple[Problem, str]]:
         return [(issue.problem, issue.detail) for issue in verify_sample(sample, path.name, deep).issues]
 
 
+@pytest.mark.slow
 def test_an_npz_past_256_mib_is_read_by_its_headers(tmp_path: Path) -> None:
     """``numpy.savez`` stores a 280 MB array as one member: main called it "too large to analyse"
     (CKD207) though ``numpy.load`` reads it; its header answers every question ``verify`` asks."""
@@ -71,6 +72,7 @@ def test_a_healthy_compressed_npz_shares_no_stream(tmp_path: Path) -> None:
     assert not [detail for problem, detail in found if problem in alarms], found
 
 
+@pytest.mark.slow
 def test_a_pickle_inflating_past_the_files_budget_is_not_fully_checked() -> None:
     """A compressed pickle member whose call lies past what a file may inflate: CKD401, naming
     the budget, never clean."""

@@ -27,6 +27,8 @@ from sample_set import COMPRESSED_BOMBS, build_bombs, verify_measured
 
 from ckptdoctor.pipelines.scan import inspect
 
+pytestmark = pytest.mark.slow  # compression bombs, each held to its time and memory bound
+
 torch = pytest.importorskip("torch")
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="Composer compresses with the zstd tool")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reports import codes
 
 
 def dcp_run(folder: Path, steps: tuple[int, ...] = (10, 20), many_files: bool = False) -> Path:
@@ -53,10 +54,6 @@ def items(checkpoint: Path) -> dict[str, tuple[str, int, int]]:
 
 def resume_folder(folder: Path, report: dict[str, Any]) -> Path:
     return folder / f"step-{report['runs'][0]['resume']['index']}"
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def test_a_healthy_dcp_run_is_quiet(tmp_path, inspect_json, cli):

@@ -468,6 +468,7 @@ def _deep_run(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_verify_deep_reports_alike_with_and_without_the_compiled_tests(scan_block: _deep.ScanBlock, tmp_path: Path) -> None:
     del scan_block  # only where the extension is built
     run = _deep_run(tmp_path / "run")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import Detectron2Trainer
+from reports import codes
 
 from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import layout_named
@@ -32,10 +33,6 @@ def trained(output: Path, **settings: object) -> Path:
     """12 iterations saved every 4: model_0000003, _0000007, _0000011 and model_final (iteration 11)."""
     Detectron2Trainer(output, **settings).train()  # type: ignore[arg-type]
     return output
-
-
-def codes(report: dict) -> set[tuple[str, int | None]]:
-    return {(f["code"], f.get("index")) for f in report["findings"]}
 
 
 def aged(folder: Path) -> Path:
@@ -122,7 +119,7 @@ def test_a_kill_mid_save_falls_back_to_what_last_checkpoint_names(tmp_path, insp
     report = inspect_json(output).json
     (run,) = report["runs"]
     assert [c["status"] for c in run["checkpoints"]] == ["complete", "complete", "partial"]
-    assert run["resume"]["index"] == 7 and not {"CKD113", "CKD114"} & {c for c, _ in codes(report)}
+    assert run["resume"]["index"] == 7 and not {"CKD113", "CKD114"} & set(codes(report))
     assert Detectron2Trainer.resumed(output).start_iter == 8
 
 
@@ -145,7 +142,7 @@ def test_last_checkpoint_naming_a_cut_file_is_repointed_by_name(tmp_path, cli, i
     cut.write_bytes(cut.read_bytes()[:-200])
     (output / "last_checkpoint").write_text("model_0000011.pth")
     report = inspect_json(output).json
-    assert {("CKD113", 11), ("CKD114", 11)} <= codes(report)
+    assert {("CKD113", 11), ("CKD114", 11)} <= set(codes(report, index=True))
     with pytest.raises(RuntimeError):
         Detectron2Trainer.resumed(output)
     aged(output)
@@ -161,7 +158,7 @@ def test_a_checkpoint_without_the_trainers_optimizer_is_incomplete(tmp_path, ins
         del state["trainer"]["_trainer"]["optimizer"]
         torch.save(state, output / name)
     report = inspect_json(output).json
-    assert ("CKD101", 11) in codes(report) and report["runs"][0]["resume"]["index"] == 7
+    assert ("CKD101", 11) in codes(report, index=True) and report["runs"][0]["resume"]["index"] == 7
     with pytest.raises(KeyError, match="optimizer"):  # SimpleTrainer.load_state_dict
         Detectron2Trainer.resumed(output)
 

@@ -21,10 +21,6 @@ from ckptdoctor.testing import write_burn_run
 MiB = 2**20
 
 
-def codes(report) -> list[str]:
-    return [f.code for f in report.findings]
-
-
 def mount_tmpfs(where: Path, *options: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)], capture_output=True, text=True)

@@ -17,6 +17,8 @@ import pytest
 
 from ckptdoctor import __version__
 
+pytestmark = pytest.mark.slow  # every test runs the program as its own process, some of them twice
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "runs"
 

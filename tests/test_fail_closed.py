@@ -30,6 +30,8 @@ from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
 
+pytestmark = pytest.mark.slow  # a corpus of live payloads built with real libraries, each loaded
+
 NAMES = sample_names()
 MALICIOUS = [name for name, malicious in NAMES if malicious]
 BENIGN = [name for name, malicious in NAMES if not malicious]

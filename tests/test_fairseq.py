@@ -15,16 +15,13 @@ from pathlib import Path
 
 import pytest
 from frameworks import FairseqTrainer, fairseq_resume
+from reports import codes
 
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Unit
 from ckptdoctor.pipelines.scan import scan
 
 torch = pytest.importorskip("torch")
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def only(report: dict, code: str) -> dict:

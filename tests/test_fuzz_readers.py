@@ -20,6 +20,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shared_corpus import mnist_model
 
 from ckptdoctor.model import FileReport, Problem
 from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
@@ -28,7 +29,6 @@ from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
 NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin", "x.keras", "x.weights.h5", "x.index")
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-CORPUS_MNIST = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "burn" / "mnist-model.bpk"
 
 # --- valid files ----------------------------------------------------------------------------
 
@@ -273,6 +273,7 @@ def mutated(draw: st.DrawFn, original: bytes) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(VALID))
 @FUZZ
 @given(data=st.data(), name=st.sampled_from(NAMES))
@@ -283,6 +284,7 @@ def test_mutations_never_raise(kind: str, data: st.DataObject, name: str) -> Non
     _report(mutant, own_name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(VALID))
 @FUZZ
 @given(data=st.data())
@@ -393,9 +395,7 @@ class _Prefix(Sample):
 
 @pytest.fixture(scope="module")
 def mnist() -> bytes:
-    if not CORPUS_MNIST.is_file():
-        pytest.skip("../shared/corpus is absent (a user's own clone has none; CI always has it)")
-    return CORPUS_MNIST.read_bytes()
+    return mnist_model()
 
 
 def test_real_burnpack_is_clean(mnist: bytes) -> None:
@@ -415,6 +415,7 @@ def test_real_burnpack_cut_anywhere_near_its_ends_is_truncated(mnist: bytes) -> 
     assert clean == [], f"cutting these many bytes off mnist-model.bpk looks clean: {clean[:20]}"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_real_burnpack_mutations_never_raise(mnist: bytes, data: st.DataObject) -> None:

@@ -260,6 +260,7 @@ def test_truncated_files_are_never_clean(kind: str, data: st.DataObject, deep: i
     assert _is_flagged(report), (length, report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_cut_is_flagged(kind: str) -> None:
     """The truncation property above, for every cut length of every file (they are small)."""
@@ -286,6 +287,7 @@ def tensor_regions(kind: str) -> tuple[tuple[str, int, int], ...]:
     return tuple(regions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["torch-zip", "torch-zip-adam"])
 @FUZZ
 @given(data=st.data(), flip=st.integers(min_value=1, max_value=255))
@@ -518,6 +520,7 @@ IN_A_CHILD = {
 """case -> (bytes, name, deep, CPU seconds): inputs that kill or hang the process, run in a child."""
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="resource limits are POSIX")
 @pytest.mark.parametrize("case", sorted(IN_A_CHILD))
 def test_crafted_inputs_finish_in_a_child(case: str) -> None:

@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 from frameworks import copy_run, hf_trainer
+from reports import codes
 
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts.base import claim_all
 from ckptdoctor.layouts.hf_trainer import HfTrainerLayout
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.testing import write_burn_run
+
+pytestmark = pytest.mark.slow  # real framework runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,10 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(hf_trained: Path, tmp_path: Path) -> Path:
     """A copy of the shared Trainer run (steps 2, 4 and 6), for the test to break."""
     return copy_run(hf_trained, tmp_path / "out")
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def finding(report: dict, code: str) -> dict:

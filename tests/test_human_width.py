@@ -40,6 +40,7 @@ def _rows_whole(text: str, cells: list[tuple[str, str]]) -> None:
         assert not first.endswith("…") or line.startswith("…"), line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_commands_table_keeps_index_and_status_whole(cli, runs, width):
     env = {"COLUMNS": str(width)}
@@ -92,6 +93,7 @@ def _piped(*args: str, columns: str | None) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_piped_output_is_not_padded():
     run = "examples/runs/burn-missing-optimizer"
     bare = _piped("inspect", run, columns=None)
@@ -106,6 +108,7 @@ def test_piped_output_is_not_padded():
     assert not [line for line in rules.splitlines() if line != line.rstrip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_code_spans_and_commands_are_never_broken(width, monkeypatch):
     monkeypatch.setenv("COLUMNS", str(width))

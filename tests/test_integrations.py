@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from frameworks import hf_trainer, lightning_fit, tiny_module
 
+pytestmark = pytest.mark.slow  # real framework runs
+
 MiB = 2**20
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from _frameworks_subprocess import run_python
+from reports import codes
 
 from ckptdoctor.model import Problem, Report, Role, Status
 from ckptdoctor.pipelines.scan import inspect
@@ -190,11 +191,6 @@ def only_run(folder: Path):  # type: ignore[no-untyped-def]
     return run
 
 
-def codes(folder: Path) -> list[tuple[str, int | None]]:
-    report, _ = verify([str(folder)])
-    return [(f.code, f.index) for f in report.findings]
-
-
 def test_model_checkpoint_files_are_keras_saves_by_epoch_clean_under_deep_verify(models: Path, cli) -> None:
     run = only_run(models)
     assert run.layout == "keras"
@@ -237,7 +233,7 @@ def test_a_flipped_byte_in_a_keras_member_fails_verify_as_it_fails_load_model(mo
     data[len(data) // 2] ^= 0x01  # inside model.weights.h5, stored
     newest.write_bytes(bytes(data))
     assert "Bad CRC-32" in str(loaded(newest)["error"])
-    assert ("CKD206", 3) in codes(models)
+    assert ("CKD206", 3) in codes(verify([str(models)])[0], index=True)
     _, found = verify([str(models)])
     assert found.runs[0].resume.index == 2
 

@@ -98,6 +98,7 @@ def test_each_tree_is_claimed_by_its_own_layout_only(trees):
         assert claimants in ([owner], [owner, "torch"]), (owner, claimants)
 
 
+@pytest.mark.slow
 def test_each_tree_is_reported_under_its_layout(trees, inspect_json):
     for owner, folder in trees.items():
         report = inspect_json(folder).json

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shared_corpus import CORPUS
 
 from ckptdoctor.discover import discover
 from ckptdoctor.layouts import judging
@@ -43,7 +44,6 @@ from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 from tests.test_claims import CLAIMED
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
 BURNPACK = SMALL_MODEL.model_record()
 NAMES = [
     "model-1.bpk",
@@ -170,6 +170,7 @@ def _odd_tree(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _edges.COMPILED, reason="the compiled reader is not built here (no compiler when installed)")
 def test_the_compiled_reader_and_the_python_one_give_the_same_report(tmp_path: Path) -> None:
     big = tmp_path / "big"  # past PARALLEL_MIN: the Python path reads in forked workers
@@ -208,6 +209,7 @@ _RESAVED = {"a": ("model-1.bpk", 1)}
 """``Layout.resaved`` of a layout that versions a taken name: ``a`` is a later save of ``model-1.bpk``."""
 
 
+@pytest.mark.slow
 @given(st.lists(_SHAPE, min_size=1, max_size=12))
 def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: list[tuple[Any, ...]]) -> None:
     """Checkpoints judged with one run's memo of verdicts by shape are the checkpoints judged
@@ -224,6 +226,7 @@ def test_a_checkpoint_shapes_verdict_is_the_verdict_worked_out_afresh(shapes: li
         assert judging.checkpoint_of(*args, verdicts=verdicts) == judging.checkpoint_of(*args)
 
 
+@pytest.mark.slow
 @given(st.lists(st.lists(_FILE, min_size=1, max_size=4), min_size=1, max_size=10))
 def test_files_by_report_and_kind_keep_the_runs_order(made: list[list[tuple[Any, ...]]]) -> None:
     """Every file once, in its report's and its kind's group; reports, kinds and files in the

@@ -84,6 +84,7 @@ def test_the_help_loads_no_data_model(tmp_path: Path) -> None:
     assert not {"ckptdoctor.model", "ckptdoctor.config", "ckptdoctor.cli._progress"} & loaded
 
 
+@pytest.mark.slow
 def test_a_command_loads_no_other_command(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "examples" / "runs" / "burn-healthy", tmp_path / "run")
     loaded = _loaded(tmp_path, "inspect", "--json", "run")
@@ -92,6 +93,7 @@ def test_a_command_loads_no_other_command(tmp_path: Path) -> None:
     assert not others & loaded
 
 
+@pytest.mark.slow
 def test_a_pyproject_that_names_no_ckptdoctor_is_not_parsed(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.ruff]\nline-length = 100\n')
     shutil.copytree(ROOT / "examples" / "runs" / "burn-healthy", tmp_path / "run")

@@ -432,6 +432,7 @@ def restarted(tmp_path_factory) -> Path:
     return root / "checkpoints"
 
 
+@pytest.mark.slow
 def test_saves_of_a_restart_are_named_and_the_newest_of_each_step_is_what_lightnings_last_loads(restarted, tmp_path, cli):
     torch = pytest.importorskip("torch")
     assert sorted(p.name for p in restarted.iterdir()) == [

@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import lightning_deepspeed_run, lightning_fsdp_run
-
-
-def codes(report: dict) -> set[str]:
-    return {f["code"] for f in report["findings"]}
+from reports import codes
 
 
 def statuses(report: dict) -> dict[int, str]:

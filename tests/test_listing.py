@@ -184,6 +184,7 @@ def test_each_lister_lists_what_the_os_holds(lister: Lister, tree: Path) -> None
     assert entries["\udcff\udcfe.bpk"].path == f"{tree}/\\xff\\xfe.bpk"
 
 
+@pytest.mark.slow
 def test_ten_thousand_entries_of_every_kind_come_in_the_order_the_os_gives(tmp_path: Path) -> None:
     """Many batches of the compiled lister's reads, with their ends in the middle of anything."""
     for i in range(10_000):
@@ -487,6 +488,7 @@ def _inspect_json(path: Path, compiled: bool) -> tuple[int, bytes]:
     return done.returncode, done.stdout
 
 
+@pytest.mark.slow
 def test_inspect_writes_the_same_json_with_either_lister(tmp_path: Path) -> None:
     needs_compiled()
     write_burn_run(tmp_path / "run", range(1, 40))

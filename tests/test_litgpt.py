@@ -17,16 +17,13 @@ from pathlib import Path
 
 import pytest
 from frameworks import LitGptTraining
+from reports import codes
 
 from ckptdoctor.pipelines.scan import scan
 
 pytest.importorskip("litgpt", reason="litgpt is not installed (pip install torch==2.13.0 -e '.[litgpt]')")
 torch = pytest.importorskip("torch")
 find_resume_path = pytest.importorskip("litgpt.utils").find_resume_path
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def run_of(report: dict, folder: Path) -> dict:

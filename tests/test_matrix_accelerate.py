@@ -22,6 +22,8 @@ import pytest
 from frameworks import accelerator_for, step_and_save
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 accelerate = pytest.importorskip("accelerate")
 
 

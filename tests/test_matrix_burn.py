@@ -3,8 +3,8 @@
 burn is a Rust framework: nothing here can run its save or its load. The run is the layout of
 burn-format reference §2.1 and §5 (``<artifact>/checkpoint/{model,optim,scheduler}-<E>.bpk``,
 epochs 1-3 kept, as ``KeepLastNCheckpoints::new(3)`` keeps them). Each ``model-E.bpk`` is the
-real burn-written ``mnist-model.bpk`` of the shared corpus with its tensor values changed per
-epoch, as training changes them (its header, CBOR and padding are burn's bytes); the optimizer
+real burn-written ``mnist-model.bpk`` (``shared_corpus.mnist_model``) with its tensor values changed
+per epoch, as training changes them (its header, CBOR and padding are burn's bytes); the optimizer
 (Adam, §11.6) and scheduler (Linear, §11.7) records are written with
 ``ckptdoctor.testing.burnpack``, byte for byte as §11 specifies.
 
@@ -29,15 +29,15 @@ from typing import Any
 
 import pytest
 from matrix import Fresh, Unrestorable, ckptdoctor, matrix_tests, tensors_digest
+from shared_corpus import mnist_model
 
 from ckptdoctor.testing import BurnModel, Tensor, burnpack
+
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
 
 cbor2 = pytest.importorskip("cbor2")
 np = pytest.importorskip("numpy")
 
-CORPUS_MODEL = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "burn" / "mnist-model.bpk"
-if not CORPUS_MODEL.is_file():
-    pytest.skip("../shared/corpus is absent (a user's own clone has none; CI always has it)", allow_module_level=True)
 
 REFERENCE = "burnpack-v1"
 """The record format the run and the oracle follow (it keys the cached run)."""
@@ -125,7 +125,7 @@ def build(folder: Path) -> Path:
     artifact = folder / "artifact"
     checkpoint = artifact / "checkpoint"
     checkpoint.mkdir(parents=True)
-    real = CORPUS_MODEL.read_bytes()
+    real = mnist_model()
     for epoch in (1, 2, 3):
         model = _trained(real, seed=epoch)
         records = {
@@ -171,7 +171,7 @@ def restore(run: Path, path: Path) -> str:
     healthy epoch 1's tensors), the optimizer's rebuilt states and the scheduler's, each as burn's
     loaders take them."""
     model_path, optim_path, scheduler_path = members(_told(path) if path.is_dir() else path)
-    module = {name: (dtype, shape) for name, (dtype, shape, _, _) in _tensors(_trained(CORPUS_MODEL.read_bytes(), 1))[0].items()}
+    module = {name: (dtype, shape) for name, (dtype, shape, _, _) in _tensors(_trained(mnist_model(), 1))[0].items()}
     model = _tensors(_load(model_path))[0]
     missing, unused = sorted(set(module) - set(model)), sorted(set(model) - set(module))
     reshaped = sorted(name for name in set(module) & set(model) if model[name][:2] != module[name])

@@ -23,6 +23,8 @@ import pytest
 from frameworks import composer_autoresume, composer_load, composer_run
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 
 SOURCE = "640518880"

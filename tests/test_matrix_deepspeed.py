@@ -19,6 +19,8 @@ import pytest
 from frameworks import deepspeed_process, deepspeed_trained
 from matrix import Fresh, KillPoint, Unrestorable, content_key, matrix_tests
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 deepspeed = pytest.importorskip("deepspeed")
 
 STAGE = 2

@@ -26,6 +26,8 @@ import pytest
 from frameworks import Detectron2Trainer
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 
 SOURCE = "detectron2-02b5c4e2-fvcore-3378afe"

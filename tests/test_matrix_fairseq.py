@@ -20,6 +20,8 @@ import pytest
 from frameworks import FairseqTrainer, fairseq_resume
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 
 SOURCE = "3d262bb2"

@@ -10,6 +10,8 @@ import pytest
 from frameworks import hf_trainer
 from matrix import Fresh, KillPoint, Restored, matrix_tests, restored_by
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 transformers = pytest.importorskip("transformers")
 
 

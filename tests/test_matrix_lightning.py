@@ -15,6 +15,8 @@ import pytest
 from frameworks import lightning_fit
 from matrix import Fresh, KillPoint, Restored, matrix_tests, restored_by
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 lightning = pytest.importorskip("lightning")
 
 _STEP = re.compile(r"step=(\d+)")

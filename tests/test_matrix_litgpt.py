@@ -29,6 +29,8 @@ import pytest
 from frameworks import litgpt_pretrain
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 litgpt = pytest.importorskip("litgpt", reason="litgpt is not installed (pip install torch==2.13.0 -e '.[litgpt]')")
 
 _STEP = re.compile(r"^step-([0-9]+)\Z")

@@ -31,6 +31,8 @@ import pytest
 from frameworks import MEGATRON_TRACKER, MegatronTraining, megatron_load
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 
 SOURCE = "d98e8a64dd"

@@ -23,6 +23,8 @@ pytest.importorskip("torch")
 
 from mmengine.hooks import Hook  # noqa: E402  (after the skip where mmengine is missing)
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 KEEP_ALL = {"max_keep_ckpts": -1, "save_best": None}
 """``CheckpointHook(interval=1)`` keeping every save, and no best checkpoint (whose full path a
 resumed run would delete, wherever the run was copied to)."""

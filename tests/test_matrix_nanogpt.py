@@ -27,6 +27,8 @@ import pytest
 from frameworks import nanogpt_load, nanogpt_train
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 
 CKPT = "ckpt.pt"

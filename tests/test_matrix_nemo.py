@@ -49,6 +49,8 @@ import pytest
 from frameworks import nemo_exp, nemo_fit
 from matrix import Fresh, KillPoint, Unrestorable, killed_mid_save, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 pytest.importorskip("torch")
 RECORD = os.environ.get("CKPTDOCTOR_NEMO_RECORD") == "1"
 if RECORD:

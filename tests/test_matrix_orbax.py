@@ -26,6 +26,8 @@ import pytest
 from frameworks import orbax_train
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 REASON = "real Orbax checkpoints need the orbax extra: pip install -e '.[orbax]'"
 ocp = pytest.importorskip("orbax.checkpoint", reason=REASON)
 np = pytest.importorskip("numpy")

@@ -28,6 +28,8 @@ import pytest
 from _frameworks_subprocess import Worker, run_function
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("needs tensorflow-cpu (pip install -e '.[tensorflow]')", allow_module_level=True)
 

@@ -24,6 +24,8 @@ import pytest
 from frameworks import timm_model, timm_own, timm_train
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 try:
     TIMM = version("timm")
 except PackageNotFoundError:

@@ -19,6 +19,8 @@ import pytest
 from frameworks import loop_newest, loop_resume, loop_saves, split_files
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 

@@ -35,6 +35,8 @@ import pytest
 from frameworks import torchtune_base, torchtune_recipe, torchtune_train
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests, tensors_digest
 
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
+
 pytest.importorskip("torchao")
 torchtune = pytest.importorskip("torchtune")
 

@@ -29,8 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from frameworks import YOLO_DATA, yolo_restored, yolo_run
 from matrix import Fresh, KillPoint, Unrestorable, matrix_tests
+
+pytestmark = pytest.mark.slow  # the fresh-run matrix: a run broken every way, each verdict asked of the framework
 
 VERSION = "8.4.190-" + hashlib.sha256(b"".join(p.read_bytes() for p in sorted((YOLO_DATA / "run").rglob("*.*")))).hexdigest()[:12]
 """The Ultralytics release that made the run, and a digest of the run's files (they key the cached run)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import copy_run, mmengine_distributed, mmengine_run
+from reports import codes
 
 from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import layout_named
@@ -56,10 +57,6 @@ def work(tmp_path: Path) -> Path:
 @pytest.fixture
 def no_weights_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-
-
-def codes(report: dict) -> set[tuple[str, int | None]]:
-    return {(f["code"], f.get("index")) for f in report["findings"]}
 
 
 def aged(folder: Path) -> Path:
@@ -135,7 +132,7 @@ def test_a_kill_mid_save_falls_back_to_what_last_checkpoint_still_names(work, no
     (run,) = report["runs"]
     assert [c["status"] for c in run["checkpoints"]] == ["complete", "partial"]
     assert run["resume"]["index"] == 3
-    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(report)}
+    assert not {"CKD113", "CKD114"} & set(codes(report))
     runner = mmengine_run(work, "epoch", 4, resume=True)  # epoch 4 again, over the cut file
     assert runner.epoch == 4 and torch.load(newest, weights_only=False)["meta"]["epoch"] == 4
 
@@ -146,7 +143,7 @@ def test_last_checkpoint_naming_a_cut_file_is_stale_and_repair_repoints_it(work,
     newest.write_bytes(newest.read_bytes()[:-300])
     report = inspect_json(work).json
     assert report["runs"][0]["resume"]["index"] == 3
-    assert {("CKD113", 4), ("CKD114", 4)} <= codes(report)
+    assert {("CKD113", 4), ("CKD114", 4)} <= set(codes(report, index=True))
     with pytest.raises(OSError, match="Invalid argument"):  # mmengine follows the pointer into the cut file
         mmengine_run(work, "epoch", 5, resume=True)
     aged(work)
@@ -154,7 +151,7 @@ def test_last_checkpoint_naming_a_cut_file_is_stale_and_repair_repoints_it(work,
     assert ("repoint", 3) in {(item["action"], item["index"]) for item in plan}
     assert cli("repair", "--yes", work).exit_code == 0
     assert (work / "last_checkpoint").read_text() == str(work / "epoch_3.pth")  # mmengine's format: the full path
-    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(inspect_json(work).json)}
+    assert not {"CKD113", "CKD114"} & set(codes(inspect_json(work).json))
     runner = mmengine_run(work, "epoch", 5, resume=True)
     assert runner.epoch == 5 and (work / "epoch_5.pth").exists()
 
@@ -165,9 +162,9 @@ def test_a_checkpoint_without_its_optimizer_is_incomplete(work, inspect_json):
     del state["optimizer"]
     torch.save(state, newest)
     report = inspect_json(work).json
-    assert ("CKD101", 4) in codes(report)
+    assert ("CKD101", 4) in codes(report, index=True)
     assert report["runs"][0]["resume"]["index"] == 3
-    assert ("CKD114", 4) in codes(report)  # Runner(resume=True) would go on with a fresh optimizer, silently
+    assert ("CKD114", 4) in codes(report, index=True)  # Runner(resume=True) would go on with a fresh optimizer, silently
 
 
 @pytest.mark.parametrize(
@@ -207,7 +204,7 @@ def test_repair_writes_a_missing_last_checkpoint_as_mmengine_does(work, cli, no_
 def test_a_plain_copy_names_the_original_and_repair_brings_it_home(by_epoch, tmp_path, cli, inspect_json):
     copied = copy_run(by_epoch, tmp_path / "copy")
     report = inspect_json(copied).json
-    assert ("CKD113", None) in codes(report)  # Runner(resume=True) would load the original's file
+    assert ("CKD113", None) in codes(report, index=True)  # Runner(resume=True) would load the original's file
     aged(copied)
     assert cli("repair", "--yes", copied).exit_code == 0
     assert (copied / "last_checkpoint").read_text() == str(copied / "epoch_4.pth")
@@ -405,14 +402,14 @@ def test_a_cut_deepspeed_folder_last_checkpoint_names_and_repair(deepspeed_work,
     report = inspect_json(work).json
     (run,) = report["runs"]
     assert [(c["index"], c["status"]) for c in run["checkpoints"]] == [(3, "complete"), (4, "partial")]
-    assert {("CKD203", 4), ("CKD113", 4), ("CKD114", 4)} <= codes(report)
+    assert {("CKD203", 4), ("CKD113", 4), ("CKD114", 4)} <= set(codes(report, index=True))
     assert run["resume"]["index"] == 3
     failed = mmengine_distributed(work, "deepspeed", 5, resume=True)
     assert failed.returncode != 0 and "failed finding central directory" in failed.output  # rank 1's partition
     aged(work)
     assert cli("repair", "--yes", work).exit_code == 0
     assert (work / "last_checkpoint").read_text() == str(work / "epoch_3.pth")  # the folder's full path, as mmengine writes it
-    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(inspect_json(work).json)}
+    assert not {"CKD113", "CKD114"} & set(codes(inspect_json(work).json))
     assert mmengine_distributed(work, "deepspeed", 5, resume=True).count == 5
 
 
@@ -425,8 +422,8 @@ def test_a_save_killed_inside_a_deepspeed_folder_leaves_last_checkpoint_on_the_o
     (work / "epoch_4.pth" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
     (work / "last_checkpoint").write_text(str(work / "epoch_3.pth"))
     report = inspect_json(work).json
-    assert ("CKD105", 4) in codes(report)
-    assert not {"CKD113", "CKD114"} & {code for code, _ in codes(report)}
+    assert ("CKD105", 4) in codes(report, index=True)
+    assert not {"CKD113", "CKD114"} & set(codes(report))
     (run,) = report["runs"]
     assert (run["layout"], run["resume"]["index"]) == ("mmengine", 3)
     assert (
@@ -451,7 +448,7 @@ def test_fsdp_strategy_folders_hold_a_bundle_per_rank(fsdp_work, tmp_path, cli, 
     (work / "last_checkpoint").write_text(str(work / "epoch_2.pth"))
     (work / "epoch_2.pth" / "rank1.pth").unlink()
     report = inspect_json(work).json
-    assert {("CKD105", 2), ("CKD114", 2)} <= codes(report)
+    assert {("CKD105", 2), ("CKD114", 2)} <= set(codes(report, index=True))
     assert report["runs"][0]["resume"]["index"] == 1
     failed = mmengine_distributed(work, "fsdp", 3, load_from=str(work / "epoch_2.pth"))
     assert failed.returncode != 0 and "rank1.pth" in failed.output

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 from frameworks import nanogpt_resume, nanogpt_train
+from reports import codes
 
 from ckptdoctor.pipelines.scan import scan
 
 torch = pytest.importorskip("torch")
-
-
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
 
 
 def test_a_healthy_out_dir_is_one_checkpoint_at_its_iteration(tmp_path, cli):
@@ -110,6 +107,7 @@ def test_a_ckpt_pt_beside_numbered_saves_is_a_torch_run(tmp_path, inspect_json):
     assert run["layout"] == "torch"
 
 
+@pytest.mark.slow
 def test_out_dirs_side_by_side_are_runs_of_their_own(tmp_path, inspect_json):
     for name, iters in (("ckpt_1", 2), ("ckpt_2", 4), ("out", 6)):
         nanogpt_train(tmp_path / "sweep" / name, iters)

@@ -142,6 +142,7 @@ def _opcode(draw: st.DrawFn) -> bytes:
     return b"\x95" + struct.pack("<Q", draw(st.integers(0, 40)))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_opcode(), max_size=24), st.sampled_from([b"", b"\x80\x02", b"\x80\x04", b"\x80\x05"]))
 def test_grammar_streams_agree_with_the_unpicklers(ops: list[bytes], proto: bytes) -> None:

@@ -62,6 +62,7 @@ def test_a_file_only_mapped_by_a_live_process_is_kept(tmp_path: Path, cli) -> No
     assert not (folder / "model-3.bpk").exists()
 
 
+@pytest.mark.slow
 def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table(tmp_path: Path, cli, crowd: None, monkeypatch) -> None:
     import time
 

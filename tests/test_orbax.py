@@ -26,10 +26,6 @@ def orbax_run(folder: Path, steps: tuple[int, ...] = (100, 200), commit_files: b
     return folder
 
 
-def codes(report: dict) -> list[str]:
-    return [f["code"] for f in report["findings"]]
-
-
 def test_a_healthy_orbax_run_is_quiet(tmp_path, inspect_json):
     report = inspect_json(orbax_run(tmp_path / "ckpt")).json
     assert report["findings"] == []

@@ -18,6 +18,7 @@ import pytest
 from frameworks import copy_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reports import codes
 
 REASON = "real Orbax checkpoints need the orbax extra: pip install -e '.[orbax]'"
 ocp = pytest.importorskip("orbax.checkpoint", reason=REASON)
@@ -90,12 +91,8 @@ def agree(folder: Path, cli: Callable, *command: str) -> dict:
     assert [step for step in STEPS if statuses.get(step) == "complete"] == restored, (statuses, restored, report["findings"])
     assert (found["resume"] or {}).get("index") == (restored[-1] if restored else None)
     picked = latest_step(folder)
-    assert ("CKD114" in codes(report)) == (picked is not None and picked not in restored), (picked, report["findings"])
+    assert ("CKD114" in codes(report, severity="error")) == (picked is not None and picked not in restored), (picked, report["findings"])
     return report
-
-
-def codes(report: dict, severity: str = "error") -> list[str]:
-    return [f["code"] for f in report["findings"] if f["severity"] == severity]
 
 
 def message(report: dict, code: str) -> str:
@@ -162,9 +159,9 @@ def test_a_cut_data_file_is_truncated_and_an_emptied_manifest_is_empty(run, cli)
     biggest = max(item.glob("ocdbt.process_*/d/*"), key=lambda path: path.stat().st_size)
     os.truncate(biggest, biggest.stat().st_size // 2)
     report = agree(run, cli)
-    assert codes(report) == ["CKD114", "CKD203"] and biggest.name in message(report, "CKD203")
+    assert codes(report, severity="error") == ["CKD114", "CKD203"] and biggest.name in message(report, "CKD203")
     (item / "manifest.ocdbt").write_bytes(b"")
-    assert "CKD201" in codes(agree(run, cli))
+    assert "CKD201" in codes(agree(run, cli), severity="error")
 
 
 def test_the_per_process_stores_older_versions_are_not_needed(run, cli):
@@ -180,7 +177,7 @@ def test_the_per_process_stores_older_versions_are_not_needed(run, cli):
                 shutil.move(copy, data)  # the newest version's values live here: Orbax needs it
     assert restores(run, NEWEST)
     report = agree(run, cli)
-    assert report["findings"] == [] or codes(report, "error") == []
+    assert report["findings"] == [] or codes(report, severity="error") == []
     for leftover in item.glob("ocdbt.process_*/d/*.bak"):
         leftover.unlink()
     assert agree(run, cli)["findings"] == []
@@ -190,10 +187,10 @@ def test_markers_orbax_restores_without_are_warnings_and_the_step_stays_the_resu
     step = run / str(NEWEST)
     (step / "commit_success.txt").unlink()
     report = agree(run, cli)
-    assert codes(report) == [] and codes(report, "warning") == ["CKD106"]
+    assert codes(report, severity="error") == [] and codes(report, severity="warning") == ["CKD106"]
     (step / "_CHECKPOINT_METADATA").write_bytes(b"")
     report = agree(run, cli)
-    assert codes(report) == [] and sorted(codes(report, "warning")) == ["CKD106", "CKD201"]
+    assert codes(report, severity="error") == [] and sorted(codes(report, severity="warning")) == ["CKD106", "CKD201"]
     # the run says how to restore it: with each item's args, which is what restores() does
     assert "args=ocp.args.Composite" in report["runs"][0]["resume"]["how"]
 
@@ -208,7 +205,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def test_a_flipped_byte_in_the_manifest_fails_its_crc(run, cli):
     _flip(run / str(NEWEST) / "state" / "manifest.ocdbt", 40)
-    assert codes(agree(run, cli)) == ["CKD114", "CKD206"]
+    assert codes(agree(run, cli), severity="error") == ["CKD114", "CKD206"]
 
 
 def test_a_flipped_byte_in_a_tree_node_is_found_by_verify(run, cli):
@@ -216,7 +213,7 @@ def test_a_flipped_byte_in_a_tree_node_is_found_by_verify(run, cli):
     (node,) = (run / str(NEWEST) / "state" / "d").iterdir()
     _flip(node, node.stat().st_size - 2)
     report = agree(run, cli, "verify")
-    assert codes(report) == ["CKD114", "CKD206"] and node.name in message(report, "CKD206")
+    assert codes(report, severity="error") == ["CKD114", "CKD206"] and node.name in message(report, "CKD206")
 
 
 def test_zeros_over_the_values_are_found_by_verify_deep(run, cli):
@@ -228,7 +225,7 @@ def test_zeros_over_the_values_are_found_by_verify_deep(run, cli):
         file.seek(size // 2)
         file.write(bytes(size - size // 2))
     report = agree(run, cli, "verify", "--deep")
-    assert codes(report) == ["CKD114", "CKD207"] and values.name in message(report, "CKD207")
+    assert codes(report, severity="error") == ["CKD114", "CKD207"] and values.name in message(report, "CKD207")
 
 
 class _Memory:

@@ -87,6 +87,7 @@ def newest_shut(bundled_loop: Path, shared: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_file_of_another_user_leaves_the_resume_point_unknown_never_moved_back(as_nobody, newest_shut: Path) -> None:
     run = newest_shut
     # the loop itself, as root, resumes from epoch 3: it is whole, so epoch 2 would be a silent step back
@@ -166,6 +167,7 @@ def _loads(checkpoint: Path) -> None:
     assert torch.load(checkpoint / "scheduler.pt", weights_only=True)
 
 
+@pytest.mark.slow
 def test_a_folder_that_cannot_be_listed_is_skipped_and_the_rest_of_the_prune_is_done(as_nobody, hf_shared: Path) -> None:
     run = hf_shared
     _shut(run / "checkpoint-2", 0o000)
@@ -229,6 +231,7 @@ def _nest(folder: Path, depth: int) -> list[str]:
     return paths
 
 
+@pytest.mark.slow
 def test_a_tree_thousands_of_levels_deep_in_a_doomed_checkpoint_is_left_with_a_reason(hf_trained: Path, tmp_path: Path, cli) -> None:
     run = copy_run(hf_trained, tmp_path / "out")
     nested = _nest(run / "checkpoint-2", 1500)
@@ -263,6 +266,7 @@ def test_a_deepspeed_tag_this_user_cannot_list_is_unreadable_not_missing_shards(
     assert "CKD215" in codes and "CKD105" not in codes, report["findings"]
 
 
+@pytest.mark.slow
 def test_dry_runs_by_another_user_preview_a_run_whose_own_folder_is_shut_to_them(as_nobody, newest_shut: Path) -> None:
     """The attack on issue 32: with the run's `.ckptdoctor/` its owner's, mode 700 (a lock taken
     once), every dry run by a colleague exited 1 "Permission denied" and showed no plan."""
@@ -279,6 +283,7 @@ def test_dry_runs_by_another_user_preview_a_run_whose_own_folder_is_shut_to_them
     assert sorted(p.name for p in run.glob("ckpt_*.pt")) == ["ckpt_1.pt", "ckpt_2.pt", "ckpt_3.pt"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("depth", "deleted"), [(256, True), (257, False)])
 def test_a_tree_at_the_depth_bound_is_deleted_and_one_past_it_left(
     hf_trained: Path, tmp_path: Path, cli, depth: int, deleted: bool

@@ -58,6 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [("inspect",), ("inspect", "--json"), ("verify",), ("prune", "--dry-run", "--keep-last", "1"), ("repair", "--dry-run")],
@@ -111,6 +112,7 @@ def test_quiet_shows_no_line(tmp_path: Path) -> None:
     assert code == 0 and shown == b"", shown
 
 
+@pytest.mark.slow
 def test_the_line_appears_after_the_delay_counts_as_it_goes_and_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
     """The status itself, in this process: nothing during the delay, then the tally's figures
     (one folder, one file and one run said in the singular), and nothing left at the end."""

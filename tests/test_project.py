@@ -43,6 +43,7 @@ def _make_screens():
     return module
 
 
+@pytest.mark.slow
 def test_example_output_and_screens_are_current():
     """The README's blocks, docs/commands.md's output and --help, and docs/screens/*.svg are what
     ckptdoctor prints now on the shipped examples (an SVG by the text it shows)."""

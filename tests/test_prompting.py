@@ -69,6 +69,7 @@ def test_no_on_the_terminal_changes_nothing_and_exits_1(tmp_path: Path, to: str,
     assert _digests(folder) == before
 
 
+@pytest.mark.slow
 def test_repair_asks_on_the_terminal_and_a_no_exits_1(tmp_path: Path) -> None:
     folder = _burn_run(tmp_path)
     (folder / "optim-7.bpk").unlink()  # epoch 7 lacks its optimizer: repair would quarantine it

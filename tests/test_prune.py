@@ -207,6 +207,7 @@ def _prune_process(folder: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_two_prunes_at_once_one_waits_out_nothing_lost(tmp_path):
     folder = burn_run(tmp_path, range(1, 301))
     keep = {e for e in range(1, 301) if e > 297 or e % 7 == 0}
@@ -257,6 +258,7 @@ def kill_once(folder: Path, wanted: dict[str, str], keep: set[int], rng: random.
     return left
 
 
+@pytest.mark.slow
 def test_sigkill_at_any_moment_loses_nothing_that_was_to_be_kept(tmp_path):
     folder = burn_run(tmp_path, range(1, 601))
     keep = {e for e in range(1, 601) if e > 597 or e % 7 == 0}

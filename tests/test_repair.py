@@ -373,6 +373,7 @@ def megatron_run(folder: Path, iterations=(1000, 2000, 3000), partial=3000, trac
     return folder
 
 
+@pytest.mark.slow
 def test_megatron_tracker_naming_a_partial_iteration_is_repointed(tmp_path, cli):
     folder = megatron_run(tmp_path / "mg")
     before = tree(folder)
@@ -384,6 +385,7 @@ def test_megatron_tracker_naming_a_partial_iteration_is_repointed(tmp_path, cli)
     assert tree(folder) == before
 
 
+@pytest.mark.slow
 def test_megatron_iteration_newer_than_the_tracker_is_quarantined_and_the_tracker_kept(tmp_path, cli):
     folder = megatron_run(tmp_path / "mg", partial=None, tracker="2000")
     result = cli("repair", "--json", "--yes", folder)
@@ -488,6 +490,7 @@ def _crashing_run(tmp_path: Path) -> tuple[Path, set[str]]:
     return folder, doomed
 
 
+@pytest.mark.slow
 def test_sigkill_during_repair_and_undo_loses_nothing_and_a_rerun_finishes(tmp_path):
     folder, doomed = _crashing_run(tmp_path)
     before = tree(folder)
@@ -745,6 +748,7 @@ def test_undo_of_a_repair_killed_before_it_moved_anything_removes_its_quarantine
     assert not quarantine.exists() and tree(folder) == before
 
 
+@pytest.mark.slow
 def test_finishing_a_repair_keeps_in_its_manifest_what_had_moved(tmp_path, cli):
     folder = broken_burn_run(tmp_path)
     before = tree(folder)
@@ -758,6 +762,7 @@ def test_finishing_a_repair_keeps_in_its_manifest_what_had_moved(tmp_path, cli):
     assert tree(folder) == before
 
 
+@pytest.mark.slow
 def test_two_repairs_at_once_one_exits_3_and_the_run_ends_repaired(tmp_path):
     folder, doomed = _crashing_run(tmp_path)
     before = tree(folder)

@@ -54,6 +54,7 @@ def test_a_split_torch_save_names_its_weights_and_they_load(cli) -> None:
     assert safetensors.load_file(path)
 
 
+@pytest.mark.slow
 def test_hf_trainer_resumes_from_the_folder_printed(cli, hf_trained: Path, tmp_path: Path) -> None:
     assert printed(cli, hf_trained) == str(hf_trained / "checkpoint-6")
     run = copy_run(hf_trained, tmp_path / "out")
@@ -132,6 +133,7 @@ def test_a_copy_of_a_checkpoint_below_the_run_does_not_hide_the_runs_resume_poin
     assert several.exit_code == 2 and "--resume-path needs one run" in several.stderr
 
 
+@pytest.mark.slow
 def test_one_file_is_refused_never_printed_as_none_or_0_and_the_command_it_suggests_works(cli, hf_trained: Path, tmp_path: Path) -> None:
     """A lone file says nothing of the checkpoint it belongs to: ``--resume-path`` printed
     ``None`` for it and ``--resume`` printed ``0`` for ``checkpoint-6/model.safetensors``, both
@@ -196,6 +198,7 @@ def _asked(cli: Cli, run: Path) -> dict[str, Result]:
     }
 
 
+@pytest.mark.slow
 def test_a_trojaned_optimizer_in_the_resume_point_prints_no_path(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
     run = copy_run(loop_run, tmp_path / "run")
     canary = tmp_path / "canary"
@@ -213,6 +216,7 @@ def test_a_trojaned_optimizer_in_the_resume_point_prints_no_path(loop_run: Path,
     assert any(f.code == "CKD401" and f.path and f.path.endswith("optimizer_6.pt") for f in report.findings)
 
 
+@pytest.mark.slow
 def test_a_trojan_stops_the_walk_back_a_damaged_save_does_not(loop_run: Path, tmp_path: Path, cli: Cli) -> None:
     """A newest checkpoint torn where its header does not show (the optimizer's pickle cut in
     half inside a whole zip) is passed over for the newest that verifies: the loop's own resume
@@ -271,6 +275,7 @@ def test_only_the_resume_points_files_are_read(tmp_path: Path) -> None:
 # --- a real HF Trainer --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hf_trainer_trojaned_optimizer_prints_no_path_and_a_healthy_run_its_checkpoint(hf_trained: Path, tmp_path: Path, cli: Cli) -> None:
     healthy = copy_run(hf_trained, tmp_path / "healthy")
     asked = _asked(cli, healthy)

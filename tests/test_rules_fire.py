@@ -3,7 +3,7 @@ healthy run of the same layout.
 
 Runs are made of real files: burnpack from the spec-following writer in ``ckptdoctor.testing``,
 real ``torch.save`` / ``safetensors`` output, named-MessagePack records packed with ``msgpack``,
-and the real burn-written ``mnist-model.bpk`` from the shared corpus.
+and burn's own ``mnist-model.bpk`` (``shared_corpus.mnist_model``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from reports import codes
+from shared_corpus import mnist_model
 
 from ckptdoctor import discover
 from ckptdoctor.model import Problem
@@ -38,10 +40,6 @@ def one(report: dict[str, Any], code: str) -> dict[str, Any]:
     found = findings(report, code)
     assert len(found) == 1, f"expected one {code}, got: {report['findings']}"
     return found[0]
-
-
-def codes(report: dict[str, Any]) -> set[str]:
-    return {f["code"] for f in report["findings"]}
 
 
 def the_run(report: dict[str, Any]) -> dict[str, Any]:
@@ -331,7 +329,7 @@ def test_ckd102_and_ckd103_quiet_on_a_complete_burn_rl_run(tmp_path, inspect_jso
         (folder / f"optim-{epoch}.bpk").rename(folder / f"learning-agent-{epoch}.bpk")
         (folder / f"scheduler-{epoch}.bpk").unlink()
     report = inspect_json(folder).json
-    assert codes(report) & {"CKD101", "CKD102", "CKD103", "CKD110"} == set()
+    assert set(codes(report)) & {"CKD101", "CKD102", "CKD103", "CKD110"} == set()
     assert the_run(report)["resume"]["index"] == 3
 
 
@@ -607,7 +605,7 @@ def test_ckd204_fires_for_bytes_past_the_end(fmt, tmp_path, request, inspect_jso
 def test_ckd203_and_ckd204_quiet_on_whole_files(fmt, tmp_path, request, inspect_json):
     folder, _ = LENGTH_FORMATS[fmt](tmp_path, lambda: request.getfixturevalue("torch_state"))
     report = inspect_json(folder).json
-    assert codes(report) & {"CKD203", "CKD204"} == set()
+    assert set(codes(report)) & {"CKD203", "CKD204"} == set()
     assert set(statuses(report).values()) == {"complete"}
 
 
@@ -708,7 +706,7 @@ def test_ckd207_quiet_for_burnpack_with_valid_cbor_and_extra_keys(tmp_path, insp
     )
     (folder / "model-5.bpk").write_bytes(record)
     report = inspect_json(folder).json
-    assert codes(report) & {"CKD203", "CKD204", "CKD205", "CKD207"} == set()
+    assert set(codes(report)) & {"CKD203", "CKD204", "CKD205", "CKD207"} == set()
     assert checkpoint(report, 5)["status"] == "complete"
 
 
@@ -909,10 +907,6 @@ def _data_start(data: bytes) -> int:
     return -(-(10 + metadata_size) // 256) * 256
 
 
-def _mnist(corpus: Path) -> bytes:
-    return (corpus / "burn" / "mnist-model.bpk").read_bytes()
-
-
 def _cuts(data: bytes) -> list[int]:
     """Byte counts to cut off the end: 1..300, the last 300 bytes of the header region, and
     50 spread over the whole length (seeded)."""
@@ -924,21 +918,21 @@ def _cuts(data: bytes) -> list[int]:
     return sorted(chosen)
 
 
-def _real_burn_run(tmp_path: Path, corpus: Path) -> Path:
+def _real_burn_run(tmp_path: Path) -> Path:
     folder = tmp_path / "run" / "checkpoint"
     write_burn_run(folder, [1], roles=("optim", "scheduler"))
-    shutil.copyfile(corpus / "burn" / "mnist-model.bpk", folder / "model-1.bpk")
+    (folder / "model-1.bpk").write_bytes(mnist_model())
     return folder
 
 
-def test_real_burn_file_is_valid_burnpack(tmp_path, corpus, inspect_json):
-    data = _mnist(corpus)
+def test_real_burn_file_is_valid_burnpack(tmp_path, inspect_json):
+    data = mnist_model()
     direct = read_header(BytesSample(data), "model-1.bpk")
     assert direct.format == "burnpack"
     assert direct.issues == ()
     assert direct.fact("record") == "model"
 
-    folder = _real_burn_run(tmp_path, corpus)
+    folder = _real_burn_run(tmp_path)
     result = inspect_json(tmp_path / "run")
     report = result.json
     assert result.exit_code == 0
@@ -953,8 +947,8 @@ def test_real_burn_file_is_valid_burnpack(tmp_path, corpus, inspect_json):
     assert the_run(report)["resume"]["index"] == 1
 
 
-def test_cutting_the_real_burn_file_gives_truncated_for_every_cut(corpus):
-    data = _mnist(corpus)
+def test_cutting_the_real_burn_file_gives_truncated_for_every_cut():
+    data = mnist_model()
     cuts = _cuts(data)
     assert len(cuts) > 500
     wrong = []
@@ -965,10 +959,10 @@ def test_cutting_the_real_burn_file_gives_truncated_for_every_cut(corpus):
     assert wrong == [], f"{len(wrong)} cuts not reported as truncated, e.g. {wrong[:5]}"
 
 
-def test_cutting_the_padding_off_the_real_burn_file_is_truncated(corpus):
+def test_cutting_the_padding_off_the_real_burn_file_is_truncated():
     """A cut of exactly D - (10 + M) bytes makes the aligned file as long as an unpadded
     pre-0.20 one; its offsets are 256-aligned, so it is a cut file, not an old one."""
-    data = _mnist(corpus)
+    data = mnist_model()
     (metadata_size,) = struct.unpack_from("<I", data, 6)
     n = _data_start(data) - (10 + metadata_size)
     assert 0 < n < 256
@@ -977,15 +971,15 @@ def test_cutting_the_padding_off_the_real_burn_file_is_truncated(corpus):
 
 
 @pytest.mark.parametrize("remaining", range(1, 10))
-def test_cutting_the_real_burn_file_to_a_few_bytes_is_truncated(corpus, remaining):
-    data = _mnist(corpus)
+def test_cutting_the_real_burn_file_to_a_few_bytes_is_truncated(remaining):
+    data = mnist_model()
     report = read_header(BytesSample(data[:remaining]), "model-1.bpk")
     assert report.problems == {Problem.TRUNCATED}, report
 
 
 @pytest.mark.parametrize("where", ["last-byte", "in-data", "in-padding", "in-metadata"])
-def test_cutting_the_real_burn_file_is_reported_by_the_cli(tmp_path, corpus, inspect_json, where):
-    data = _mnist(corpus)
+def test_cutting_the_real_burn_file_is_reported_by_the_cli(tmp_path, inspect_json, where):
+    data = mnist_model()
     start = _data_start(data)
     n = {
         "last-byte": 1,
@@ -993,7 +987,7 @@ def test_cutting_the_real_burn_file_is_reported_by_the_cli(tmp_path, corpus, ins
         "in-padding": len(data) - (start - 7),
         "in-metadata": len(data) - 700,
     }[where]
-    folder = _real_burn_run(tmp_path, corpus)
+    folder = _real_burn_run(tmp_path)
     (folder / "model-1.bpk").write_bytes(data[: len(data) - n])
     result = inspect_json(folder)
     report = result.json

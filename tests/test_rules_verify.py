@@ -11,14 +11,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from reports import codes
 
 from ckptdoctor.testing import BurnModel, Tensor, burnpack, write_burn_run
 
 torch = pytest.importorskip("torch")
-
-
-def codes(result) -> list[str]:
-    return [f["code"] for f in result.json["findings"]]
 
 
 def only(result, code: str) -> dict:
@@ -455,6 +452,7 @@ def test_burn_records_fire_ckd301_and_ckd304(tmp_path, cli):
     assert only(result, "CKD304")["index"] == 3
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_parallel_deep_verify_at_once(tmp_path):
     """SIGINT while worker processes read: exit 130 promptly, no traceback, queued work dropped."""
     import signal

@@ -218,6 +218,7 @@ def test_diskcheck_of_a_run_sizes_that_run_not_one_below_it(tmp_path: Path, cli)
     )
 
 
+@pytest.mark.slow
 def test_a_byte_ff_and_the_four_characters_backslash_x_f_f_never_print_alike(tmp_path: Path) -> None:
     """Issue 32, item 10: a folder named with the byte 0xff and one named ``\\xff`` (four
     characters) printed the same, in the table, the JSON and the commands alike. A literal

@@ -56,6 +56,7 @@ def test_a_command_loads_no_heavy_library_it_does_not_use(folder: Path, args: tu
     assert loaded <= allowed, f"`ckptdoctor {' '.join(args)}` imported {sorted(loaded - allowed)}"
 
 
+@pytest.mark.slow
 def test_a_library_loads_when_a_file_needs_it(tmp_path: Path) -> None:
     """The lazy imports still happen where they are needed: a burn run's metadata is CBOR, and a
     configuration file is TOML (the check above would pass as well if they were never loaded)."""
@@ -65,6 +66,7 @@ def test_a_library_loads_when_a_file_needs_it(tmp_path: Path) -> None:
     assert "tomllib" in _imported(tmp_path, "inspect", "burn")
 
 
+@pytest.mark.slow
 def test_verify_deep_loads_numpy_only_without_the_compiled_tests_and_the_json_verify_only_the_safetensors_library(folder: Path) -> None:
     """The run holds safetensors files: ``verify`` asks their library (which the check above
     allows); ``--deep`` scans their floats with the compiled extension's tests, or with numpy

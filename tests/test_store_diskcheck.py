@@ -25,6 +25,8 @@ import ckptdoctor
 from ckptdoctor.stores import session
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.slow  # real S3 servers on 127.0.0.1
+
 pytest.importorskip("obstore")
 
 READER = {

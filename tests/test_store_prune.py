@@ -29,6 +29,8 @@ from ckptdoctor.stores import session
 from ckptdoctor.stores.urls import parse
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.slow  # real S3 servers on 127.0.0.1
+
 pytest.importorskip("obstore")
 pytest.importorskip("boto3")
 

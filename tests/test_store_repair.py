@@ -27,6 +27,8 @@ from frameworks import composer_run, deepspeed_run
 from ckptdoctor import acting
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.slow  # real S3 servers on 127.0.0.1
+
 pytest.importorskip("obstore")
 pytest.importorskip("boto3")
 

@@ -26,6 +26,8 @@ from ckptdoctor.stores.listing import discover_store
 from ckptdoctor.stores.urls import BadURL, Location, Store, local_path, parse
 from ckptdoctor.testing import write_burn_run
 
+pytestmark = pytest.mark.slow  # real S3 servers on 127.0.0.1
+
 pytest.importorskip("obstore")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "runs"
 

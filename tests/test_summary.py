@@ -61,6 +61,7 @@ def _summary(out: str, parent: Path, runs: int) -> tuple[list[str], list[str]]:
     return lines[start + 1].split(), lines[start + 2 :]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_summary_fits_60_80_and_120_columns_with_each_run_and_its_status_whole(cli, parent: Path, width: int) -> None:
     for command in COMMANDS:
@@ -153,6 +154,7 @@ def test_singular_wording_and_one_run_has_no_summary(cli, tmp_path: Path) -> Non
         assert not re.search(r"^\d+ runs", alone, re.MULTILINE), alone
 
 
+@pytest.mark.slow
 def test_prune_over_several_runs_says_its_grand_total_then_asks_once(cli, parent: Path, tmp_path: Path) -> None:
     runs = copy_run(parent, tmp_path / "runs")
     before = cli("prune", "--dry-run", "--keep-last", "1", "--json", runs).json

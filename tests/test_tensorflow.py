@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from _frameworks_subprocess import run_python
+from reports import codes
 
 from ckptdoctor.model import Problem, Role, Status
 from ckptdoctor.pipelines.scan import inspect
@@ -108,9 +109,10 @@ def manager(tf_runs: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(tf_runs / "manager", tmp_path / "manager"))
 
 
-def codes(folder: Path, deep: bool = False) -> list[tuple[str, int | None]]:
+def found_in(folder: Path, deep: bool = False) -> list[tuple[str, int | None]]:
+    """The findings' ``(code, index)`` of ``inspect`` (``verify --deep`` with ``deep``) on ``folder``."""
     report, _ = verify([str(folder)], VerifyOptions(deep=True)) if deep else inspect([str(folder)])
-    return [(f.code, f.index) for f in report.findings]
+    return codes(report, index=True)
 
 
 def only_run(folder: Path):  # type: ignore[no-untyped-def]
@@ -144,7 +146,7 @@ def test_a_cut_data_shard_makes_its_save_partial_and_repair_leaves_tensorflow_re
     # a disk that filled during the newest save: the shard is shorter than its index says
     shard = manager / "ckpt-4.data-00000-of-00001"
     os.truncate(shard, shard.stat().st_size // 2)
-    found = codes(manager)
+    found = found_in(manager)
     assert ("CKD203", 4) in found
     assert ("CKD114", 4) in found  # latest_checkpoint still names it
     assert only_run(manager).resume.index == 3
@@ -163,13 +165,13 @@ def test_a_save_killed_before_its_index_was_written_is_partial(manager: Path) ->
     run = only_run(manager)
     assert (run.checkpoints[-1].status, run.checkpoints[-1].missing) == (Status.INCOMPLETE, (Role.METADATA,))
     assert run.resume.index == 3
-    assert ("CKD114", 4) in codes(manager)  # the state file names it: latest_checkpoint would give it
+    assert ("CKD114", 4) in found_in(manager)  # the state file names it: latest_checkpoint would give it
 
 
 def test_an_index_cut_short_is_truncated_as_tensorflow_says(manager: Path) -> None:
     index = manager / "ckpt-4.index"
     os.truncate(index, 500)
-    found = codes(manager)
+    found = found_in(manager)
     assert ("CKD203", 4) in found
     report, _ = inspect([str(manager)])
     assert any("not an sstable" in f.message for f in report.findings)
@@ -180,7 +182,7 @@ def test_a_flipped_byte_in_an_index_block_fails_its_crc32c(manager: Path) -> Non
     data = bytearray(index.read_bytes())
     data[40] ^= 0x01  # inside the first data block, before any handle the footer needs
     index.write_bytes(bytes(data))
-    assert ("CKD206", 4) in codes(manager)
+    assert ("CKD206", 4) in found_in(manager)
 
 
 def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it(manager: Path) -> None:
@@ -188,8 +190,8 @@ def test_a_flipped_bit_in_a_shard_is_found_by_deep_verify_as_tensorflow_finds_it
     data = bytearray(shard.read_bytes())
     data[600] ^= 0x01  # inside a float tensor (the index places the object graph after it)
     shard.write_bytes(bytes(data))
-    assert codes(manager) == []  # the length is right: only the bytes can tell
-    assert ("CKD206", 4) in codes(manager, deep=True)
+    assert found_in(manager) == []  # the length is right: only the bytes can tell
+    assert ("CKD206", 4) in found_in(manager, deep=True)
     _, found = verify([str(manager)], VerifyOptions(deep=True))
     assert found.runs[0].resume.index == 3
     assert "Checksum does not match" in str(restored(manager)["error"])  # what the finding quotes
@@ -243,13 +245,13 @@ def test_a_flipped_bit_in_any_tensor_fails_verify_as_it_fails_tensorflows_restor
     said = dict(zip(folders, restorations(list(folders.values())), strict=True))
     for what, folder in folders.items():
         assert "does not match" in str(said[what]["error"]), (what, said[what])  # TensorFlow refuses the save
-        assert codes(folder) == [], what  # every length is right: inspect cannot tell
+        assert found_in(folder) == [], what  # every length is right: inspect cannot tell
         for deep in (False, True):
             report, found = verify([str(folder)], VerifyOptions(deep=deep))
             assert ("CKD206", 4) in [(f.code, f.index) for f in report.findings], (what, deep)
             assert found.runs[0].resume.index == 3, (what, deep)
     assert restored(manager)["error"] is None
-    assert codes(manager, deep=True) == []
+    assert found_in(manager, deep=True) == []
 
 
 def test_variant_and_string_tensors_are_checked_as_tensorflow_checks_them(tf_runs: Path, tmp_path: Path) -> None:
@@ -275,12 +277,12 @@ def test_variant_and_string_tensors_are_checked_as_tensorflow_checks_them(tf_run
 def test_a_state_file_naming_a_deleted_save_or_none_is_a_stale_pointer(manager: Path, cli) -> None:
     state = manager / "checkpoint"
     state.write_text(state.read_text().replace('"ckpt-4"', '"ckpt-9"'))
-    assert ("CKD113", 9) in codes(manager)
+    assert ("CKD113", 9) in found_in(manager)
     assert restored(manager)["step"] == 0  # latest_checkpoint is None: TensorFlow silently starts afresh
     assert cli("repair", "--yes", "--min-age", "0", str(manager)).exit_code == 0
     assert restored(manager)["step"] == 4
     state.unlink()
-    assert any(code == "CKD113" for code, _ in codes(manager))
+    assert any(code == "CKD113" for code, _ in found_in(manager))
     assert cli("repair", "--yes", "--min-age", "0", str(manager)).exit_code == 0
     assert restored(manager)["step"] == 4
 
@@ -290,11 +292,11 @@ def test_what_a_killed_save_leaves_is_staging_and_repair_moves_it_aside(manager:
     temp.mkdir()
     (temp / "part-00000-of-00001.data-00000-of-00001.tempstate15889886598725582139").write_bytes(b"\0" * 4096)
     (manager / "checkpoint.tmp0a1b2c3d4e5f60718293a4b5c6d7e8f9").write_text('model_checkpoint_path: "ckpt-5"\n')
-    assert [code for code, _ in codes(manager)].count("CKD202") == 2
+    assert [code for code, _ in found_in(manager)].count("CKD202") == 2
     assert only_run(manager).resume.index == 4
     assert cli("repair", "--yes", "--min-age", "0", str(manager)).exit_code == 0
     assert not temp.exists()
-    assert codes(manager) == []
+    assert found_in(manager) == []
     assert restored(manager)["step"] == 4
 
 
@@ -304,7 +306,7 @@ def test_a_sharded_bundle_needs_every_shard_its_index_counts(tf_runs: Path, tmp_
     assert len(shards) > 1, "the sharding policy should have split the bundle"
     assert cli("verify", "--deep", "--load", str(sharded)).exit_code == 0  # written, not saved: no state file is due
     shards[-1].unlink()
-    assert ("CKD105", 0) in codes(sharded)
+    assert ("CKD105", 0) in found_in(sharded)
 
 
 def test_bundles_written_under_a_template_are_indexed_by_its_number_and_need_no_state_file(tf_runs: Path, cli) -> None:

@@ -327,6 +327,7 @@ def test_a_declared_library_class_called_with_arguments_stays_unsafe(declared, m
     assert finding["severity"] == "error" and "declared trusted" not in finding["message"]
 
 
+@pytest.mark.slow
 def test_a_chain_through_a_special_attribute_is_worded_as_running_commands(tmp_path, cli):
     """The second attack (issue 31): `torch._utils` + `_rebuild_tensor_v2.__builtins__.get` reaches
     `eval`; CKD401 said only "calls functions when loaded", not what they can do."""

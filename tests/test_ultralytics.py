@@ -100,6 +100,7 @@ def _rebuilt(path: Path):
     return issue.rebuilt
 
 
+@pytest.mark.slow
 def test_the_classes_vouched_for_are_those_ultralytics_own_restricted_loader_admits_and_rebuilds_plain():
     """The layout vouches for exactly the classes ``make_run.py classes`` listed from the installed
     ultralytics and torch (``classes.json``: what ``_SafeLoad`` admits, less those whose unpickling
@@ -222,6 +223,7 @@ def _edited(into: Path, value: bytes) -> Path:
     return weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("payload", sorted(BEYOND))
 def test_ultralytics_classes_used_any_other_way_are_unsafe_in_its_own_run(payload, tmp_path, cli):
     weights = _edited(tmp_path, BEYOND[payload])
@@ -235,6 +237,7 @@ def test_ultralytics_classes_used_any_other_way_are_unsafe_in_its_own_run(payloa
     assert yolo_restored(weights / "epoch1.pt")["resumes_at"] == 2  # where Ultralytics' own resume of it goes on
 
 
+@pytest.mark.slow
 def test_the_same_edit_with_nothing_unsafe_stays_vouched_for(tmp_path, cli):
     """The control of the payloads above: the rewritten zip and one more plain item are no finding."""
     result = cli("verify", "--json", "--fail-on", "warning", _edited(tmp_path, _int(7)))

@@ -55,6 +55,7 @@ def _document(folder: Path, jobs: int) -> str:
     return render(report)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("pool_for_few_files")
 def test_the_same_report_from_one_process_and_from_workers(tmp_path: Path) -> None:
     folder = _run(tmp_path / "run")

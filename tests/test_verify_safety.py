@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from frameworks import copy_run
+from shared_corpus import CORPUS
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -31,7 +32,6 @@ from ckptdoctor.readers.files import BytesSample, verify_sample
 
 torch = pytest.importorskip("torch")
 
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 PICKLESCAN = CORPUS / "picklescan"
 FOLDERS = ("data", "data2")
 

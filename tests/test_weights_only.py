@@ -174,6 +174,7 @@ def test_lightning_save_weights_only_resumes_as_the_fix_says(tmp_path, cli):
     assert torch.equal(restored.layer.weight, saved["layer.weight"])
 
 
+@pytest.mark.slow
 def test_hf_save_only_model_is_not_damage_and_hf_resumes_from_the_named_folder(tmp_path, cli):
     output = tmp_path / "out"
     hf_train(output, save_only_model=True, steps=4)
@@ -317,6 +318,7 @@ def test_an_empty_or_overwritten_optimizer_state_is_none(tmp_path, cli, protocol
     assert pickle.loads(patched) == {"optimizer_states": None}  # plain types only: the real reading
 
 
+@pytest.mark.slow
 def test_a_run_resumed_with_save_only_model_resumes_from_its_newest_weights(tmp_path, cli):
     """Steps 2 and 4 saved whole, then the run resumed from step 4 with save_only_model=True: HF
     resumes from step 6 (weights only), whatever order the folders list in."""

@@ -73,6 +73,7 @@ def test_help_examples_are_whole_commands_that_parse(command: str, columns: int)
 _DECIMAL_UNIT = re.compile(r"(?<![A-Za-z])[kKMGT]B(?![A-Za-z])")
 
 
+@pytest.mark.slow
 def test_sizes_are_binary_in_every_command_output(tmp_path: Path, cli) -> None:
     """One unit system: KiB, MiB, GiB (as ``du -h`` and disk quotas count), never kB, MB, GB,
     in what any command prints for people, its help included (JSON keeps bytes)."""

@@ -97,6 +97,7 @@ def test_zeros_already_zero_in_the_previous_checkpoint_are_taken_as_meant(tmp_pa
     assert result.json["runs"][0]["resume"]["index"] == 4
 
 
+@pytest.mark.slow
 def test_zeros_in_a_checkpoint_older_than_the_resume_point_are_dead_weight(tmp_path, cli):
     folder = saved_run(tmp_path / "run", epochs=(1, 2, 3, 4))
     zero_tail(folder / "model-2.safetensors", 8192)
