@@ -228,6 +228,9 @@ def _extend(crc: int, data: bytes) -> int:
     return int(google_crc32c.extend(crc, data))
 
 
+_UINT64 = (1 << 64) - 1
+
+
 class _Forward:
     """A data shard read forward from ``offset``, a block at a time, as TensorFlow's ``InputBuffer``
     reads it: varints and byte runs, past the entry's own size when its lengths say so."""
@@ -256,7 +259,7 @@ class _Forward:
             self.position += 1
             value |= (byte & 0x7F) << shift
             if not byte & 0x80:
-                return value
+                return value & _UINT64  # TensorFlow's GetVarint64 keeps the low 64 bits of a tenth byte
             shift += 7
         return None
 
