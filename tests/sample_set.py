@@ -1945,16 +1945,23 @@ def load_results(samples: Sequence[Sample], timeout: float = 120, per_sample: fl
 def fire(samples: Sequence[Sample], timeout: float = 120) -> set[str]:
     """Loads every given sample as its victim would (never in this process) and returns the names of
     those whose canary appeared."""
+    return fired_and_loaded(samples, timeout)[0]
+
+
+def fired_and_loaded(samples: Sequence[Sample], timeout: float = 120) -> tuple[set[str], dict[str, str | None]]:
+    """What :func:`fire` returns, and each sample's :func:`load_results`: one child per loader for
+    benign and malicious samples together, each loaded in the order given (benign first, so that no
+    payload has run in the child before them)."""
     with_canary = [s for s in samples if s.canary is not None]
     for sample in with_canary:
         assert sample.canary is not None
         sample.canary.unlink(missing_ok=True)
-    load_results(samples, timeout)
+    results = load_results(samples, timeout)
     # some gadgets (Popen) start a process that creates the canary a moment later
     settle = time.monotonic() + 3
     while time.monotonic() < settle and not all(s.canary and s.canary.exists() for s in with_canary):
         time.sleep(0.05)
-    return {s.name for s in with_canary if s.canary is not None and s.canary.exists()}
+    return {s.name for s in with_canary if s.canary is not None and s.canary.exists()}, results
 
 
 # --------------------------------------------------------------------------------------------

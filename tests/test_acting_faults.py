@@ -257,6 +257,7 @@ def _kill_once_deleting(process: subprocess.Popen[str], folder: Path, rng: rando
         if len(os.listdir(folder)) < files:
             time.sleep(rng.uniform(0, 0.01))
             break
+        time.sleep(0.0005)  # polling, not spinning: the prune needs the CPU more than this loop
     process.send_signal(signal.SIGKILL)
     process.wait()
 
@@ -714,6 +715,7 @@ def test_workers_of_a_scan_killed_by_sigkill_die_with_it(tmp_path: Path) -> None
         workers: list[psutil.Process] = []
         while time.monotonic() < deadline and process.poll() is None and not workers:
             workers = parent.children()
+            time.sleep(0.001)  # polling, not spinning: the scan needs the CPU more than this loop
         time.sleep(delay)  # at the first sight of the workers, or later: busy, idle, or handing back
         workers = parent.children() if process.poll() is None else workers
         process.send_signal(signal.SIGKILL)

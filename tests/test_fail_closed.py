@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 pytest.importorskip("joblib")
 pytest.importorskip("transformers")
 
-from sample_set import RESOURCE_BOMBS, Sample, build, build_bombs, fire, load_results, sample_names
+from sample_set import RESOURCE_BOMBS, Sample, build, build_bombs, fired_and_loaded, load_results, sample_names
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -120,11 +120,11 @@ def verify(folder: Path) -> Verified:
 def test_every_payload_is_live(corpus: dict[str, Sample]) -> None:
     malicious = [corpus[name] for name in MALICIOUS]
     benign = [corpus[name] for name in BENIGN]
-    fired = fire(malicious, timeout=300)
+    # one child per loader for both (each child imports its library once): benign samples first
+    fired, loaded = fired_and_loaded([*benign, *malicious], timeout=600)
     dead = {s.name: load_results([s], timeout=120).get(s.name) for s in malicious if s.name not in fired}
     assert not dead, f"payloads that did not run (name: load error): {dead}"
-    loaded = load_results(benign, timeout=300)
-    failed = {name: error for name, error in loaded.items() if error is not None}
+    failed = {s.name: loaded[s.name] for s in benign if loaded[s.name] is not None}
     assert not failed, f"benign samples their own library could not load: {failed}"
     for sample in malicious:  # the verify tests below check that verify creates none of them
         assert sample.canary is not None
