@@ -56,6 +56,7 @@ __all__ = [
     "checkpoint_suffixes",
     "ends_unchecked",
     "expected_formats",
+    "harmless_known",
     "holds",
     "looks_like_checkpoint",
     "probe",
