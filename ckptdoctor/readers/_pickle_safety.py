@@ -3,9 +3,10 @@
 Three tiers, judged on the exact ``module.name`` a pickle imports:
 
 - torch's own ``weights_only`` allowlist (what ``torch.load`` accepts by default): safe;
-- a short list of well-known harmless classes and functions of numpy, the standard library and
-  training frameworks (RNG states, argument namespaces, hyper-parameter dicts): not dangerous, but
-  ``torch.load(weights_only=True)`` refuses them (CKD402);
+- a short list of well-known harmless classes and functions of numpy and the standard library
+  (RNG states, argument namespaces), and those the caller hands ``judge`` (``Harmless``: the
+  frameworks' argument and hyper-parameter containers, declared by their layouts): not dangerous,
+  but ``torch.load(weights_only=True)`` refuses them (CKD402);
 - everything else, and every import whose name is computed at load time: unsafe (CKD401).
 
 A pickle unsafe only because it rebuilds plain objects of some classes (``NEWOBJ`` of no argument,
@@ -175,11 +176,9 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 
 
 _LIBRARIES = frozenset({
-    "torch", "torchvision", "torchaudio", "numpy", "pandas", "scipy", "sklearn",
-    "keras", "tensorflow", "jax", "jaxlib", "flax", "optax", "orbax",
-    "tensorstore", "yaml", "omegaconf", "hydra", "h5py", "mmcv", "mmdet",
-    "safetensors",
-    "datasets", "tokenizers", "huggingface_hub", "peft", "zstandard", "lz4", "msgpack", "cbor2",
+    "torch", "torchvision", "torchaudio", "numpy", "pandas", "scipy", "sklearn", "keras", "tensorflow", "jax",
+    "jaxlib", "flax", "optax", "orbax", "tensorstore", "yaml", "omegaconf", "hydra", "h5py", "mmcv", "mmdet",
+    "safetensors", "datasets", "tokenizers", "huggingface_hub", "peft", "zstandard", "lz4", "msgpack", "cbor2",
     "setuptools", "pkg_resources", "pip", "pytest", "_pytest", "IPython", "jupyter_client", "boto3", "botocore",
     "s3fs", "gcsfs", "fsspec", "obstore", "requests", "urllib3", "httpx", "aiohttp", "psutil", "PIL", "cv2",
     "matplotlib", "onnx", "onnxruntime", "tensorboard", "tensorboardX", "wandb", "mlflow", "ray", "typer",
