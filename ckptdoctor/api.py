@@ -693,9 +693,12 @@ def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import settings
     from ckptdoctor.layouts.context import hinted_roles, trusting
+    from ckptdoctor.layouts.registry import PACKAGES
 
     found = options.settings or settings(options.config, start=_start(paths) if paths else None)
-    with hinted_roles(found.roles), trusting(found.trusted_globals):
+    # the frameworks' classes, as the known libraries', are trusted only where rebuilt
+    trusted = dataclasses.replace(found.trusted_globals, libraries=PACKAGES)
+    with hinted_roles(found.roles), trusting(trusted):
         yield found
 
 

@@ -44,6 +44,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _layouts_harmless_classes() -> Iterator[None]:
+    """A reader a test calls directly (``verify_sample``, ``judge``) judges pickles with the
+    layouts' harmless classes, as the pipelines hand them (``layouts.HARMLESS``): a reader
+    handed no table knows only the formats' own (``tests/test_pickle_tables.py``)."""
+    from ckptdoctor.layouts.registry import HARMLESS
+    from ckptdoctor.readers.files import harmless_known
+
+    with harmless_known(HARMLESS):
+        yield
+
+
 @pytest.fixture
 def corpus() -> Path:
     return CORPUS.resolve()

@@ -165,15 +165,6 @@ format's library does with a file. Every other framework is known only to its la
 
 KNOWS_NO_FRAMEWORK = ("rules", "readers", "planners", "render")
 
-KNOWN_DEBT: dict[tuple[str, str], str] = {
-    ("readers/_pickle_safety.py", "KNOWN_BENIGN"): "HF Trainer's, accelerate's and Lightning's harmless containers: "
-    "to move to their layouts (issue 33, item 4), judged with the run's layout",
-    ("readers/_pickle_safety.py", "CONSTRUCT_ONLY"): "the same classes: those harmless only when rebuilt field by field",
-    ("readers/_pickle_safety.py", "_LIBRARIES"): "libraries whose classes a user's trusted-globals may not call with "
-    "arguments: the frameworks' packages among them to come from the layouts",
-}
-"""(module, assigned name) outside ``layouts/`` that still names frameworks, each with what is left to do."""
-
 
 def _framework_words() -> dict[str, str]:
     """Each name a framework is known by outside its layout (its layout's name and aliases, its
@@ -191,16 +182,6 @@ def _names_a_framework(text: str, words: dict[str, str]) -> list[str]:
     return [word for word in words if re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text)]
 
 
-def _debt(tree: ast.Module, relative: str) -> set[int]:
-    """Ids of the string constants in the assignments ``KNOWN_DEBT`` names."""
-    ids: set[int] = set()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and (relative, t.id) in KNOWN_DEBT for t in targets):
-            ids.update(id(inner) for inner in ast.walk(node))
-    return ids
-
-
 def test_no_module_outside_layouts_names_a_framework() -> None:
     """Adding a framework touches its layout module, the registry and its test fixture: rules,
     readers, planners and renderers say no framework's name nor import path in any string but
@@ -210,7 +191,7 @@ def test_no_module_outside_layouts_names_a_framework() -> None:
     for relative, tree in _modules():
         if relative.split("/")[0] not in KNOWS_NO_FRAMEWORK:
             continue
-        skipped = _prose(tree) | _debt(tree, relative)
+        skipped = _prose(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in skipped:
                 continue
@@ -238,9 +219,7 @@ def test_the_framework_check_sees_a_name() -> None:
     assert _names_a_framework("Keep fewer: `ModelCheckpoint(save_top_k=n)` in lightning", words) == ["lightning"]
     assert _names_a_framework("hf-trainer: pass it", words) == ["hf-trainer"]
     assert not _names_a_framework("a torch.save zip of a keras model; the accelerated path", words)
-    tree = ast.parse('KNOWN_BENIGN = frozenset({"accelerate.state.PartialState"})\nOTHER = "accelerate.state.PartialState"\n')
-    debt = _debt(tree, "readers/_pickle_safety.py")
-    assert [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in debt] == ["accelerate.state.PartialState"]
+    assert _names_a_framework("accelerate.state.PartialState", words) == ["accelerate"]
 
 
 def test_the_check_sees_a_leak() -> None:

@@ -111,6 +111,22 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 class HfTrainerLayout(FolderLayout):
     name = "hf-trainer"
     packages = ("transformers",)
+    harmless = frozenset({
+        "transformers.training_args.TrainingArguments", "transformers.training_args.OptimizerNames",
+        "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+        "transformers.trainer_utils.IntervalStrategy", "transformers.trainer_utils.SchedulerType",
+        "transformers.trainer_utils.HubStrategy", "transformers.trainer_utils.SaveStrategy",
+        "transformers.debug_utils.DebugOption", "transformers.training_args.ParallelMode",
+        "transformers.trainer_pt_utils.AcceleratorConfig", "transformers.trainer_utils.FSDPOption",
+        "transformers.generation.configuration_utils.GenerationConfig",
+        # the accelerate state a `TrainingArguments` keeps, pickled with it into `training_args.bin`
+        "accelerate.utils.dataclasses.DistributedType", "accelerate.state.PartialState",
+    })  # fmt: skip
+    construct_only = frozenset({
+        "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+        "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
+        "transformers.generation.configuration_utils.GenerationConfig",
+    })  # fmt: skip
     fix_wordings = _FIX_WORDINGS
     vocabulary = (
         "HF",

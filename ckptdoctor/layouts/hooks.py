@@ -68,6 +68,9 @@ class LayoutHooks:
                                                                               DeepSpeed folders), mmengine,
                                                                               timm, composer, ultralytics,
                                                                               megatron
+    ``harmless``                 none                                         hf-trainer, lightning (their argument
+                                                                              and hyper-parameter containers)
+    ``construct_only``           none                                         hf-trainer (``TrainingArguments``...)
     ``flat_optimizer(c)``        False                                        deepspeed, and lightning and mmengine
                                                                               for an engine's checkpoint folders
     *what a checkpoint needs*
@@ -180,6 +183,17 @@ class LayoutHooks:
     a pointer, read by ``readers.pointer``; HF's ``trainer_state.json``: JSON, for the values its
     layout asks for). ``layouts.NAMED_FILES`` joins every layout's, and the pipelines pass that
     to the readers: the readers know formats, never a framework's file names."""
+
+    harmless: frozenset[str] = frozenset()
+    """Classes the framework's own saves pickle that are harmless to import and rebuild (its
+    argument and hyper-parameter containers, as ``module.Class``), outside torch's allowlist:
+    a pickle that needs them is CKD402, not CKD401. ``layouts.HARMLESS`` joins every layout's,
+    and the pipelines hand that to the readers, as ``named_files``: a file is read before any
+    layout claims it, so each is judged with every layout's (a lone ``training_args.bin`` too,
+    still reported, never called clean)."""
+    construct_only: frozenset[str] = frozenset()
+    """Those of ``harmless`` harmless only rebuilt field by field (``NEWOBJ`` + ``BUILD``): calling
+    them runs their set-up code (devices, distributed state), so a pickle that calls them is unsafe."""
 
     claimable: re.Pattern[str] | None = None
     """A pattern every name ``claim`` takes matches (its suffixes): a big folder's names are

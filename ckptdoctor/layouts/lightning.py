@@ -151,6 +151,11 @@ _FIX_WORDINGS: Mapping[str, str] = MappingProxyType(
 class LightningLayout(Layout):
     name = "lightning"
     packages = ("lightning", "pytorch_lightning", "lightning_fabric")
+    harmless = frozenset({
+        "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
+        "pytorch_lightning.utilities.parsing.AttributeDict", "lightning.pytorch.utilities.parsing.AttributeDict",
+    })  # fmt: skip
+    """The hyper-parameter dicts (``save_hyperparameters``) its checkpoints and Fabric's saves pickle."""
     fix_wordings = _FIX_WORDINGS
     vocabulary = (
         "Lightning",

@@ -37,11 +37,11 @@ from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.layouts.torchtune import TorchtuneLayout
 from ckptdoctor.layouts.ultralytics import UltralyticsLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
-from ckptdoctor.readers.files import expected_formats
+from ckptdoctor.readers.files import Harmless, expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
 
-__all__ = ["FIX_WORDINGS", "LAYOUTS", "NAMED_FILES", "Layout", "advised", "find_run", "layout_named"]
+__all__ = ["FIX_WORDINGS", "HARMLESS", "LAYOUTS", "NAMED_FILES", "PACKAGES", "Layout", "advised", "find_run", "layout_named"]
 
 _BURN, _TORCH, _KERAS = BurnLayout(), TorchLayout(), KerasLayout()
 LAYOUTS: tuple[Layout, ...] = (
@@ -85,6 +85,15 @@ def _named_files(layouts: tuple[Layout, ...]) -> NamedFiles:
 NAMED_FILES = _named_files(LAYOUTS)
 """File name -> how it is read, for every file a framework names: what the pipelines pass to
 ``readers.probe`` and ``readers.verify``."""
+HARMLESS = Harmless(
+    frozenset(name for layout in LAYOUTS for name in layout.harmless),
+    frozenset(name for layout in LAYOUTS for name in layout.construct_only),
+)
+"""Every layout's ``harmless`` and ``construct_only`` classes in one table: what the pipelines
+hand the readers to judge pickles with, beside ``NAMED_FILES``."""
+PACKAGES = frozenset(package for layout in LAYOUTS for package in layout.packages)
+"""Every framework's Python packages: a class of theirs a user declares trusted is trusted only
+where a pickle rebuilds it (``Trusted.libraries``)."""
 FIX_WORDINGS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     dict(sorted({layout.name: layout.fix_wordings for layout in reversed(LAYOUTS) if layout.fix_wordings}.items()))
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
 from ckptdoctor.errors import StoreError
-from ckptdoctor.layouts.registry import NAMED_FILES, find_run
+from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
@@ -34,7 +34,7 @@ class Scan:
     """Folders no layout recognises (their files are listed in ``unrecognised``)."""
 
 
-header_read = HeaderReads(NAMED_FILES)
+header_read = HeaderReads(NAMED_FILES, HARMLESS)
 """A file's header read, with the files frameworks name read as the layouts say (and many at once)."""
 
 

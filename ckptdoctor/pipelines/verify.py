@@ -19,7 +19,7 @@ from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
 from ckptdoctor.errors import StoreError, UsageError
 from ckptdoctor.layouts.base import led_outside
 from ckptdoctor.layouts.context import trusted_globals
-from ckptdoctor.layouts.registry import NAMED_FILES, advised, layout_named
+from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
@@ -90,7 +90,7 @@ def verify(
         from ckptdoctor.readers.library import load_all  # torch is imported only here
 
         reports.update(load_all([e for e in targets if e.os_path in reports], reports))
-    second = scan(paths, ReadAhead(reports, NAMED_FILES))
+    second = scan(paths, ReadAhead(reports, NAMED_FILES, HARMLESS))
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
@@ -134,7 +134,7 @@ def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(d
         if not unread:
             return run, tuple(failed)
         reports.update(_read_all(unread, options.deep, options.jobs or cores(), None, _Budgets({e.os_path: run.path for e in unread})))
-        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES)).runs if found.path == run.path), None)
+        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES, HARMLESS)).runs if found.path == run.path), None)
         if again is None:
             raise FileNotFoundError(errno.ENOENT, "the run changed while it was verified", run.path)
         judged = {c.index: c.status for c in again.checkpoints}
@@ -170,7 +170,7 @@ def verify_resume(
     for run in first.runs:
         # what this user cannot read stays where the framework may resume: the answer depends on it
         verified[run.path] = _verified_resume(run, options, reports, tally) | {c.index for c in run.resume_depends_on}
-    second = scan(paths, ReadAhead(reports, NAMED_FILES)) if reports else first
+    second = scan(paths, ReadAhead(reports, NAMED_FILES, HARMLESS)) if reports else first
     runs = [
         advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
         for run in second.runs
@@ -207,7 +207,7 @@ def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileRe
         own = layout_named(run.layout).own_objects
         if any(own.vouched(report, trusted_globals()).problems & _UNSAFE for report in read.values()):
             return frozenset()
-        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES)).runs if found.path == run.path), None)
+        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES, HARMLESS)).runs if found.path == run.path), None)
         if again is None:
             return frozenset()  # the run changed while it was read: nothing verified
         run = again
@@ -345,7 +345,7 @@ def _batches(entries: list[Entry], count: int) -> list[list[Entry]]:
 
 def verify_file(entry: Entry, deep: int = 0) -> FileReport:
     """One file read whole, with the files frameworks name read as the layouts say."""
-    return read_whole(entry, deep, NAMED_FILES)
+    return read_whole(entry, deep, NAMED_FILES, HARMLESS)
 
 
 def _charged(budget: Budget, entry: Entry, deep: int) -> FileReport:

@@ -3,9 +3,10 @@
 Three tiers, judged on the exact ``module.name`` a pickle imports:
 
 - torch's own ``weights_only`` allowlist (what ``torch.load`` accepts by default): safe;
-- a short list of well-known harmless classes and functions of numpy, the standard library and
-  training frameworks (RNG states, argument namespaces, hyper-parameter dicts): not dangerous, but
-  ``torch.load(weights_only=True)`` refuses them (CKD402);
+- a short list of well-known harmless classes and functions of numpy and the standard library
+  (RNG states, argument namespaces), and those the caller hands ``judge`` (``Harmless``: the
+  frameworks' argument and hyper-parameter containers, declared by their layouts): not dangerous,
+  but ``torch.load(weights_only=True)`` refuses them (CKD402);
 - everything else, and every import whose name is computed at load time: unsafe (CKD401).
 
 A pickle unsafe only because it rebuilds plain objects of some classes (``NEWOBJ`` of no argument,
@@ -16,9 +17,11 @@ them (``layouts.content``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ckptdoctor.model import FileIssue, Problem, Rebuilt
@@ -82,18 +85,6 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     "datetime.timedelta", "datetime.timezone", "pathlib.PosixPath", "pathlib.WindowsPath",
     "pathlib.PurePosixPath", "pathlib.PureWindowsPath", "torch.torch_version.TorchVersion",
     "decimal.Decimal", "fractions.Fraction", "uuid.UUID", "uuid.SafeUUID",
-    # training frameworks' own argument and hyper-parameter containers
-    "transformers.training_args.TrainingArguments", "transformers.training_args.OptimizerNames",
-    "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-    "transformers.trainer_utils.IntervalStrategy", "transformers.trainer_utils.SchedulerType",
-    "transformers.trainer_utils.HubStrategy", "transformers.trainer_utils.SaveStrategy",
-    "transformers.debug_utils.DebugOption", "transformers.training_args.ParallelMode",
-    "transformers.trainer_pt_utils.AcceleratorConfig", "transformers.trainer_utils.FSDPOption",
-    "transformers.generation.configuration_utils.GenerationConfig",
-    "accelerate.utils.dataclasses.DistributedType", "accelerate.state.PartialState",
-    "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
-    "pytorch_lightning.utilities.parsing.AttributeDict",
-    "lightning.pytorch.utilities.parsing.AttributeDict",
     # torch.distributed.checkpoint's .metadata (read with pickle.load by DCP itself)
     *(f"torch.distributed.checkpoint.metadata.{name}" for name in (
         "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
@@ -101,19 +92,48 @@ KNOWN_BENIGN: frozenset[str] = frozenset({
     )),
     "torch.distributed.checkpoint.filesystem._StorageInfo",
 })  # fmt: skip
-"""Harmless to import and call (they build plain values), but outside torch's default allowlist.
-Objects a framework's own save code writes (DeepSpeed's loss scaler, mmengine's ``HistoryBuffer``)
+"""Harmless to import and call (they build plain values), but outside torch's default allowlist:
+the libraries' and formats' own. A framework's argument and hyper-parameter containers are its
+layout's to declare (``Layout.harmless``), and reach ``judge`` as the table it is handed
+(``Harmless``). Objects a framework's own save code writes (DeepSpeed's loss scaler, mmengine's ``HistoryBuffer``)
 are not here: they are harmless only as that framework rebuilds them, so each framework's layout
 vouches for them in its own runs (``layouts.content.OwnObjects``), from what the reader reports of
 them (``Rebuilt``)."""
 
-CONSTRUCT_ONLY: frozenset[str] = frozenset({
-    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-    "transformers.trainer_pt_utils.AcceleratorConfig", "accelerate.state.PartialState",
-    "transformers.generation.configuration_utils.GenerationConfig",
-})  # fmt: skip
-"""Benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call: calling runs their set-up
-code (devices, distributed state), so a pickle that calls them is unsafe."""
+
+@dataclass(frozen=True)
+class Harmless:
+    """Classes beyond ``KNOWN_BENIGN`` that a caller knows to be harmless to import (the classes
+    the frameworks' own saves pickle: their argument and hyper-parameter containers), handed to
+    the readers as the table of named files is: a reader names no framework."""
+
+    classes: frozenset[str] = frozenset()
+    """Harmless to import and rebuild: a pickle that needs them is CKD402, not CKD401."""
+    construct_only: frozenset[str] = frozenset()
+    """Those of ``classes`` benign to rebuild (``NEWOBJ`` + ``BUILD`` set fields), not to call:
+    calling runs their set-up code (devices, distributed state), so a pickle that calls them is
+    unsafe."""
+
+
+NO_HARMLESS = Harmless()
+_HARMLESS: contextvars.ContextVar[Harmless] = contextvars.ContextVar("harmless", default=NO_HARMLESS)
+"""The table in force for the file being read (``harmless_known``): set where a file's read
+begins (``readers.files``), with the table its caller handed it, and read by ``judge`` in the
+format readers below, as the walk budget is (``_unpickler.one_budget``)."""
+
+
+@contextlib.contextmanager
+def harmless_known(table: Harmless | None) -> Iterator[None]:
+    """Judge every pickle read inside the block with ``table`` (None: the table already in force)."""
+    if table is None:
+        yield
+        return
+    token = _HARMLESS.set(table)
+    try:
+        yield
+    finally:
+        _HARMLESS.reset(token)
+
 
 _GETATTR = "builtins.getattr"
 """Unsafe whatever it looks up: a framework's layout may vouch for the lookups of its own
@@ -156,17 +176,16 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 
 
 _LIBRARIES = frozenset({
-    "torch", "torchvision", "torchaudio", "numpy", "pandas", "scipy", "sklearn", "transformers", "lightning",
-    "pytorch_lightning", "lightning_fabric", "keras", "tensorflow", "jax", "jaxlib", "flax", "optax", "orbax",
-    "tensorstore", "yaml", "omegaconf", "hydra", "accelerate", "deepspeed", "h5py", "mmengine", "mmcv", "mmdet",
-    "timm", "safetensors", "ultralytics", "nemo", "composer", "litgpt", "megatron", "fairseq", "detectron2",
-    "torchtune", "datasets", "tokenizers", "huggingface_hub", "peft", "zstandard", "lz4", "msgpack", "cbor2",
+    "torch", "torchvision", "torchaudio", "numpy", "pandas", "scipy", "sklearn", "keras", "tensorflow", "jax",
+    "jaxlib", "flax", "optax", "orbax", "tensorstore", "yaml", "omegaconf", "hydra", "h5py", "mmcv", "mmdet",
+    "safetensors", "datasets", "tokenizers", "huggingface_hub", "peft", "zstandard", "lz4", "msgpack", "cbor2",
     "setuptools", "pkg_resources", "pip", "pytest", "_pytest", "IPython", "jupyter_client", "boto3", "botocore",
     "s3fs", "gcsfs", "fsspec", "obstore", "requests", "urllib3", "httpx", "aiohttp", "psutil", "PIL", "cv2",
     "matplotlib", "onnx", "onnxruntime", "tensorboard", "tensorboardX", "wandb", "mlflow", "ray", "typer",
     "click", "rich",
 })  # fmt: skip
-"""Libraries ckptdoctor knows. A declared class of theirs is trusted only where a pickle rebuilds
+"""Libraries ckptdoctor knows, the frameworks' aside (their layouts' ``packages``, handed in as
+``Trusted.libraries``). A declared class of theirs is trusted only where a pickle rebuilds
 it field by field (``cls.__new__``, or ``cls()``): called with arguments, ``h5py.File``,
 ``pandas.HDFStore`` and ``mmengine.logging.MMLogger`` create the path they are given. A class of
 the user's own package is trusted however a pickle uses it, as torch's ``add_safe_globals``."""
@@ -204,6 +223,8 @@ class Trusted:
 
     names: frozenset[str] = frozenset()
     source: str = ""
+    libraries: frozenset[str] = frozenset()
+    """The frameworks' packages (their layouts'), known as ``_LIBRARIES`` are."""
 
     @classmethod
     def declared(cls, entries: Iterable[str], source: str) -> Trusted:
@@ -212,30 +233,33 @@ class Trusted:
     def covers(self, dotted: str, called: bool = False) -> bool:
         """Whether ``dotted`` is declared, reached through no module that can act, whatever a
         pickle's dotted name (``mypkg`` + ``os.system``) says; where the pickle ``called`` it with
-        arguments, only a class of the user's own package (``_LIBRARIES``)."""
+        arguments, only a class of the user's own package (``_LIBRARIES``, ``libraries``)."""
         parts = dotted.split(".")
-        if called and parts[0] in _LIBRARIES:
+        if called and (parts[0] in _LIBRARIES or parts[0] in self.libraries):
             return False
         return dotted in self.names and not any(part in ACTING_MODULES for part in parts)
 
 
-def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None) -> list[FileIssue]:
+def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None, known: Harmless | None = None) -> list[FileIssue]:
     """The safety findings for one walked pickle; ``where`` names it (``data.pkl``, ``the pickle``).
 
     A pickle is proven safe only when it was followed, with the unpicklers' own reading of every
     opcode, to its STOP or to a point where every unpickler stops, importing nothing outside the
     allowlists. Anything else is CKD401. ``resolved`` names globals the loader resolves itself,
-    without importing anything (TorchScript's own classes)."""
+    without importing anything (TorchScript's own classes). ``known``: the harmless classes
+    beyond ``KNOWN_BENIGN`` (the table in force, ``harmless_known``, where not given)."""
+    table = known or _HARMLESS.get()
     issues: list[FileIssue] = []
     imported = [
         g
         for g in walk.globals
-        if (g.dotted in CONSTRUCT_ONLY and walk.used_beyond_construction(g))
+        if (g.dotted in table.construct_only and walk.used_beyond_construction(g))
         or (g.dotted == _GETATTR and walk.references[g] > walk.discarded[g])
         or (
             g.dotted != _GETATTR
             and g.dotted not in TORCH_WEIGHTS_ONLY
             and g.dotted not in KNOWN_BENIGN
+            and g.dotted not in table.classes
             and not (resolved and resolved(g.dotted))
         )
     ]
@@ -282,7 +306,7 @@ def judge(walk: Walk, where: str, resolved: Callable[[str], bool] | None = None)
         issues.append(
             FileIssue(Problem.UNSAFE_PICKLE, f"{where} cannot be proven safe: {walk.unproven}; a loader would read on and run what follows")
         )
-    benign = [g.dotted for g in walk.globals if g.dotted in KNOWN_BENIGN and g.dotted not in unsafe]
+    benign = [g.dotted for g in walk.globals if (g.dotted in KNOWN_BENIGN or g.dotted in table.classes) and g.dotted not in unsafe]
     if benign:
         listed = ", ".join(benign)
         issues.append(

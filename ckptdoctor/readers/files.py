@@ -36,6 +36,7 @@ from ckptdoctor.readers import (
     torchzip,
 )
 from ckptdoctor.readers._edges import COMPILED, read_edges
+from ckptdoctor.readers._pickle_safety import NO_HARMLESS, Harmless, harmless_known
 from ckptdoctor.readers._registry import Naming, current
 from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
 from ckptdoctor.readers._unpickler import file_budget, one_budget
@@ -45,14 +46,17 @@ from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.stores import session
 
 __all__ = [
+    "NO_HARMLESS",
     "BytesSample",
     "Format",
+    "Harmless",
     "HeaderReads",
     "ReadAhead",
     "Sample",
     "checkpoint_suffixes",
     "ends_unchecked",
     "expected_formats",
+    "harmless_known",
     "holds",
     "looks_like_checkpoint",
     "probe",
@@ -96,17 +100,22 @@ def expected_formats(name: str) -> frozenset[Format] | None:
     return by_suffix.get(f".{parts[-1]}") if len(parts) > 1 else None
 
 
-def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES) -> FileReport:
+def read_header(sample: Sample, name: str = "", named: NamedFiles = NO_NAMES, harmless: Harmless | None = None) -> FileReport:
     """Judge a file from its header and trailer, and its content against its name (the few
     pickles this walks are small: each walk has a budget of its own); ``named``: the files a
-    framework names, read as their name says (the layouts' table)."""
-    report = _judge(sample, name, _probe_of, named)
-    if compressed.inner_name(name) != name or (report.format in _PACKED and compressed.named_as_pickle(name)):
-        return compressed.read_header(sample, name) or report
+    framework names, read as their name says, and ``harmless``: the classes beyond the formats'
+    own that pickles may need, harmless to import (the layouts' tables; None: the table in force,
+    ``harmless_known``)."""
+    with harmless_known(harmless):
+        report = _judge(sample, name, _probe_of, named)
+        if compressed.inner_name(name) != name or (report.format in _PACKED and compressed.named_as_pickle(name)):
+            return compressed.read_header(sample, name) or report
     return report
 
 
-def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFiles = NO_NAMES) -> FileReport:
+def verify_sample(
+    sample: Sample, name: str = "", deep: int = 0, named: NamedFiles = NO_NAMES, harmless: Harmless | None = None
+) -> FileReport:
     """Judge a file from all of its bytes; ``deep`` > 0 also checks every byte, with that many threads.
 
     Content is judged as the format it holds and, where the file's name is one that a loader
@@ -123,7 +132,7 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
         read_whole = spec.read_whole
         return lambda sample: read_whole(sample, deep)
 
-    with one_budget(file_budget()):
+    with one_budget(file_budget()), harmless_known(harmless):
         report = _judge(sample, name, reader, named)
         if name == dcp.METADATA and report.format == Format.PICKLE.value:
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)  # DCP reads its .metadata with pickle.load
@@ -133,7 +142,7 @@ def verify_sample(sample: Sample, name: str = "", deep: int = 0, named: NamedFil
             # a pickle under a name whose reader does not unpickle (a pointer file, a .distcp)
             report = _with_unsafe(report, pickle.read_whole_pickle(sample).issues)
         inside = compressed.inner_name(name)
-        packed = compressed.read(sample, lambda content: verify_sample(content, inside, deep, named), name)
+        packed = compressed.read(sample, lambda content: verify_sample(content, inside, deep, named, harmless), name)
     if packed is not None:  # joblib.load decompresses whatever the name; pandas and Composer by the name
         # a name with a compression suffix is read through it (a zstd stream's magic sniffs as a broken pickle),
         # unless it could not be: then what the content is read as stands beside why
@@ -247,20 +256,20 @@ def _named_reader(name: str, kind: Format, named: NamedFiles) -> Callable[[Sampl
     return None
 
 
-def probe(entry: Entry, named: NamedFiles) -> FileReport:
+def probe(entry: Entry, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> FileReport:
     """Open, sample and judge one file; a file that cannot be read says why. An OCDBT manifest is
     judged with the nodes it names (metadata, small beside the values), whose CRCs ``verify`` checks.
-    ``named``: the files a framework names, read as their name says (the layouts' table)."""
+    ``named`` and ``harmless``: the layouts' tables (``read_header``)."""
     if entry.name == ocdbt.MANIFEST:
         return _read_file(entry, functools.partial(_walk_ocdbt, folder=os.path.dirname(entry.os_path), crc=False, values=False))
-    return _read_file(entry, functools.partial(_header_of, named=named))
+    return _read_file(entry, functools.partial(_header_of, named=named, harmless=harmless))
 
 
-def _header_of(sample: Sample, name: str, named: NamedFiles) -> FileReport:
+def _header_of(sample: Sample, name: str, named: NamedFiles, harmless: Harmless) -> FileReport:
     whole = sample.whole()
     if whole is not None:
-        return _judged_whole(whole, name, named)
-    return _shared(read_header(sample, name, named))
+        return _judged_whole(whole, name, named, harmless)
+    return _shared(read_header(sample, name, named, harmless))
 
 
 def _shared(report: FileReport) -> FileReport:
@@ -270,36 +279,37 @@ def _shared(report: FileReport) -> FileReport:
     return _CLEAN.setdefault((report.format, report.facts), report)
 
 
-def _judged_whole(whole: bytes, name: str, named: NamedFiles) -> FileReport:
+def _judged_whole(whole: bytes, name: str, named: NamedFiles, harmless: Harmless) -> FileReport:
     """``read_header`` of a file read whole in one read, judged once per content: a run saves
     the same small files again and again (burn's scheduler and optimizer records, HF's
     ``training_args.bin``, pointer files). Readers are pure functions of the bytes, and the name
     picks how they are read in two ways only: a reader that is handed the name (a file a
     framework names, a format's metadata file, a shard index) may say it, so such a file is
     remembered under its whole name; any other is judged by its suffixes (what they promise, or
-    a DCP data file's), so it is remembered under its suffixes, from the first dot on."""
+    a DCP data file's), so it is remembered under its suffixes, from the first dot on (and the
+    table of harmless classes it was judged with)."""
     if name in named or name in _NAME_PICKS_READER or hfjson.is_index(name):
-        key = (whole, True, name)
+        key = (whole, True, name, harmless)
     else:
         dot = name.find(".")
-        key = (whole, False, name[dot:] if dot >= 0 else "")
+        key = (whole, False, name[dot:] if dot >= 0 else "", harmless)
     report = _BY_CONTENT.get(key)
     if report is None:
-        report = _shared(read_header(BytesSample(whole), name, named))
+        report = _shared(read_header(BytesSample(whole), name, named, harmless))
         if len(_BY_CONTENT) >= _BY_CONTENT_MAX:
             _BY_CONTENT.clear()  # a run of many distinct small files: keep memory bounded, not the memo
         _BY_CONTENT[key] = report
     return report
 
 
-def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) -> list[FileReport]:
+def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1, harmless: Harmless = NO_HARMLESS) -> list[FileReport]:
     """``probe`` of each of ``entries``, in order. Small files (at most ``HEAD + TAIL`` bytes: a
     big run's pointers, configs and small states) are read whole in bulk, by the compiled
     reader on ``threads`` threads where it was built; a file that bulk read could not take (not
     regular, unreadable, changed size) is probed alone, which says why. Objects in a bucket have
     their heads and tails fetched many at once, then are judged from them."""
     if entries and session.owner(entries[0].os_path) is not None:
-        return _probe_objects(entries, named)
+        return _probe_objects(entries, named, harmless)
     reports: list[FileReport | None] = [None] * len(entries)
     # an OCDBT manifest is judged with the files it names: ``probe`` reads it alone
     # (an entry this user may not look at has no size: probed alone, it says so)
@@ -309,15 +319,15 @@ def probe_many(entries: Sequence[Entry], named: NamedFiles, threads: int = 1) ->
         read = read_edges([os.fsencode(entries[i].os_path) for i in chunk], [entries[i].size for i in chunk], HEAD, TAIL, threads)
         for i, whole in zip(chunk, read, strict=True):
             if isinstance(whole, bytes) and len(whole) == entries[i].size:
-                reports[i] = _judged_whole(whole, entries[i].name, named)
-    return [report if report is not None else probe(entry, named) for report, entry in zip(reports, entries, strict=True)]
+                reports[i] = _judged_whole(whole, entries[i].name, named, harmless)
+    return [report if report is not None else probe(entry, named, harmless) for report, entry in zip(reports, entries, strict=True)]
 
 
 _BULK = 2048
 """Files read per bulk call: their bytes are held until it returns (at most 40 MiB)."""
 
 
-def _probe_objects(entries: Sequence[Entry], named: NamedFiles) -> list[FileReport]:
+def _probe_objects(entries: Sequence[Entry], named: NamedFiles, harmless: Harmless) -> list[FileReport]:
     reports: list[FileReport] = []
     for start in range(0, len(entries), _BULK):
         chunk = entries[start : start + _BULK]
@@ -329,7 +339,7 @@ def _probe_objects(entries: Sequence[Entry], named: NamedFiles) -> list[FileRepo
             elif entry.name == ocdbt.MANIFEST:
                 reports.append(_walk_ocdbt(sample, entry.name, folder=os.path.dirname(entry.os_path), crc=False, values=False))
             else:
-                reports.append(_header_of(sample, entry.name, named))
+                reports.append(_header_of(sample, entry.name, named, harmless))
     return reports
 
 
@@ -337,25 +347,26 @@ class HeaderReads:
     """``inspect``'s read of a file (``probe``, with the files the layouts name read as named),
     and of many at once (``many``): what grouping reads a run's files with."""
 
-    def __init__(self, named: NamedFiles) -> None:
+    def __init__(self, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> None:
         self.named = named
+        self.harmless = harmless
 
     def __call__(self, entry: Entry) -> FileReport:
-        return probe(entry, self.named)
+        return probe(entry, self.named, self.harmless)
 
     def many(self, entries: Sequence[Entry]) -> list[FileReport]:
         """Each of ``entries`` probed, in order: in this process where the compiled reader reads
         (its threads share the reads out, and what is judged is mostly judged once), else over
         every core in forked workers (Python's own reads do not share out across threads)."""
         if COMPILED or (entries and session.owner(entries[0].os_path) is not None):  # objects: fetched by one thread's event loop
-            return probe_many(entries, self.named, cores())
-        chunks = map_chunks(lambda start, stop: probe_many(entries[start:stop], self.named), len(entries))
+            return probe_many(entries, self.named, cores(), self.harmless)
+        chunks = map_chunks(lambda start, stop: probe_many(entries[start:stop], self.named, harmless=self.harmless), len(entries))
         return [report for chunk in chunks for report in chunk]
 
 
 _NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA}
 """Names whose reader their name picks, whatever the table of named files says."""
-_BY_CONTENT: dict[tuple[bytes, bool, str], FileReport] = {}
+_BY_CONTENT: dict[tuple[bytes, bool, str, Harmless], FileReport] = {}
 _BY_CONTENT_MAX = 256
 """Distinct small contents remembered (each at most ``HEAD + TAIL`` bytes): a few MiB at most."""
 
@@ -399,9 +410,15 @@ def same_save(copy: Entry, saves: Sequence[Entry]) -> int | None:
     return None
 
 
-def read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
+def read_whole(entry: Entry, deep: int, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> FileReport:
     """Read one file whole and judge it; a DCP ``.metadata`` is judged with the objects
-    ``dcp.load`` would unpickle from its data files."""
+    ``dcp.load`` would unpickle from its data files. ``named`` and ``harmless``: the layouts'
+    tables (``read_header``)."""
+    with harmless_known(harmless):
+        return _read_whole(entry, deep, named)
+
+
+def _read_whole(entry: Entry, deep: int, named: NamedFiles) -> FileReport:
     if entry.name == dcp.METADATA:
         report = _read_file(entry, functools.partial(_verify_metadata, folder=os.path.dirname(entry.os_path), deep=deep), whole=True)
     elif entry.name == ocdbt.MANIFEST:
@@ -571,12 +588,13 @@ class ReadAhead:
     """Reports made before the runs were grouped (``verify`` reads every file first), served as a
     probe; files not among them are probed as usual."""
 
-    def __init__(self, reports: dict[str, FileReport], named: NamedFiles) -> None:
+    def __init__(self, reports: dict[str, FileReport], named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> None:
         self.reports = reports
         self.named = named
+        self.harmless = harmless
 
     def __call__(self, entry: Entry) -> FileReport:
-        return self.reports.get(entry.os_path) or probe(entry, self.named)
+        return self.reports.get(entry.os_path) or probe(entry, self.named, self.harmless)
 
 
 def holds(entry: Entry, formats: frozenset[Format]) -> bool:
