@@ -166,10 +166,10 @@ format's library does with a file. Every other framework is known only to its la
 KNOWS_NO_FRAMEWORK = ("rules", "readers", "planners", "render")
 
 KNOWN_DEBT: dict[tuple[str, str], str] = {
-    ("readers/_pickle_safety.py", "KNOWN_BENIGN"): "HF Trainer's, accelerate's and Lightning's harmless containers: "
+    ("readers/pickle_safety.py", "KNOWN_BENIGN"): "HF Trainer's, accelerate's and Lightning's harmless containers: "
     "to move to their layouts (issue 33, item 4), judged with the run's layout",
-    ("readers/_pickle_safety.py", "CONSTRUCT_ONLY"): "the same classes: those harmless only when rebuilt field by field",
-    ("readers/_pickle_safety.py", "_LIBRARIES"): "libraries whose classes a user's trusted-globals may not call with "
+    ("readers/pickle_safety.py", "CONSTRUCT_ONLY"): "the same classes: those harmless only when rebuilt field by field",
+    ("readers/pickle_safety.py", "_LIBRARIES"): "libraries whose classes a user's trusted-globals may not call with "
     "arguments: the frameworks' packages among them to come from the layouts",
 }
 """(module, assigned name) outside ``layouts/`` that still names frameworks, each with what is left to do."""
@@ -239,7 +239,7 @@ def test_the_framework_check_sees_a_name() -> None:
     assert _names_a_framework("hf-trainer: pass it", words) == ["hf-trainer"]
     assert not _names_a_framework("a torch.save zip of a keras model; the accelerated path", words)
     tree = ast.parse('KNOWN_BENIGN = frozenset({"accelerate.state.PartialState"})\nOTHER = "accelerate.state.PartialState"\n')
-    debt = _debt(tree, "readers/_pickle_safety.py")
+    debt = _debt(tree, "readers/pickle_safety.py")
     assert [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in debt] == ["accelerate.state.PartialState"]
 
 
