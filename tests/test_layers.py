@@ -17,6 +17,8 @@ The rules, each a test below, each with a test that shows it failing on a crafte
 - **Privacy.** A module whose name, or a package above it, starts with an underscore (``_name.py``,
   ``_name/``) is private to the package that holds it: ``ckptdoctor.X._y`` is imported only from
   inside ``ckptdoctor.X``.
+- **Order inside a package**, where the package declares one (``INSIDE``): its modules in tiers
+  from the top, each importing modules of its own package on lower tiers only.
 - **No loop.** No module reaches itself again through imports, counted as above: a function-local
   import closes a loop as much as one at the top does (it only defers it), so the direction inside
   a package is a strict order too.
@@ -25,7 +27,7 @@ The rules, each a test below, each with a test that shows it failing on a crafte
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckptdoctor"
@@ -55,6 +57,24 @@ LAYERS: dict[str, int] = {
     "config": 9, "acting": 9, "api": 10, "integrations": 11, "testing": 11,
     "cli": 12, "__main__": 13, "ckptdoctor": 13,
 }  # fmt: skip
+
+INSIDE: dict[str, tuple[tuple[str, ...], ...]] = {
+    # the passes act through the one protocol and never through each other
+    "ckptdoctor.acting": (("__init__",), ("prune", "repair", "undo"), ("protocol",)),
+    # a family of checks names the rule type and the run's context; integrity's checks of a whole
+    # file defer to the other families' own checks of what they found
+    "ckptdoctor.rules": (
+        ("__init__", "search"), ("registry",), ("integrity",), ("_harm", "completeness", "consistency", "disk", "safety"), ("context",), ("rule",),
+    ),
+    # a subcommand's module over the shared options over the one place errors are said
+    "ckptdoctor.cli": (
+        ("__init__",), ("verify",), ("diskcheck", "inspect", "prune", "repair", "rules"), ("_acting",), ("_progress",), ("_output",),
+        ("_errors",),
+    ),
+    # what the commands ask of a store over the clients over the URLs
+    "ckptdoctor.stores": (("__init__", "leftovers", "listing", "probe"), ("session",), ("_bucket",), ("control_plane",), ("urls",)),
+}  # fmt: skip
+"""Packages that declare the order of their modules (``__init__`` for the package's own)."""
 
 Imports = dict[str, list[tuple[str, int]]]
 """Each module of a package: (the module of the package it imports, line), as resolved by ``_graph``."""
@@ -162,6 +182,21 @@ def _inversions(package: Path, layers: dict[str, int]) -> list[str]:
     return wrong
 
 
+def _disorders(package: Path, inside: Mapping[str, tuple[tuple[str, ...], ...]]) -> list[str]:
+    wrong = []
+    modules = _modules(package)
+    for declared, tiers in inside.items():
+        tier = {f"{declared}.{name}" if name != "__init__" else declared: at for at, names in enumerate(tiers) for name in names}
+        members = {module for module in modules if module == declared or module.rpartition(".")[0] == declared}
+        wrong += [f"{module}: a module of {declared} with no tier in its declared order" for module in sorted(members - set(tier))]
+        wrong += [f"{module}: declared in the order of {declared}, but no such module" for module in sorted(set(tier) - members)]
+        for module, imported in _graph(package).items():
+            for target, line in imported:
+                if module in tier and target in tier and tier[target] <= tier[module]:
+                    wrong.append(f"{_where(package, module)}:{line}: {module} imports {target}, not below it in the order of {declared}")
+    return wrong
+
+
 def _owner(module: str) -> str | None:
     """The package a private module is private to: the one holding its first part that starts
     with an underscore (``a.b._c.d`` → ``a.b``); None for a public module."""
@@ -243,6 +278,11 @@ def test_no_module_imports_a_module_private_to_another_package() -> None:
     assert wrong == [], "make the module public where it is shared, or reach it through its package's public module:\n" + "\n".join(wrong)
 
 
+def test_imports_inside_a_package_follow_its_declared_order() -> None:
+    wrong = _disorders(PACKAGE, INSIDE)
+    assert wrong == [], "imports against a package's declared order (INSIDE):\n" + "\n".join(wrong)
+
+
 def test_no_import_loop() -> None:
     loops = _loops(PACKAGE)
     assert loops == [], "modules that import each other, directly or around a loop:\n" + "\n".join(map(str, loops))
@@ -301,6 +341,26 @@ def test_the_privacy_check_catches_a_private_module_of_another_package(tmp_path:
         "ckptdoctor/rules/bad.py:2: ckptdoctor.rules.bad imports ckptdoctor.readers._sample, private to ckptdoctor.readers",
         "ckptdoctor/rules/bad.py:3: ckptdoctor.rules.bad imports ckptdoctor.stores._bucket.client, private to ckptdoctor.stores",
         "ckptdoctor/rules/bad.py:4: ckptdoctor.rules.bad imports ckptdoctor.stores._*, private to ckptdoctor.stores",
+    ]
+
+
+def test_the_order_check_catches_an_import_up_a_package_or_across_a_tier(tmp_path: Path) -> None:
+    """The check itself can fail: a module importing one on its own tier or above, and a module
+    the order leaves out, are found; an import down the tiers is not."""
+    package = _package(
+        tmp_path,
+        {
+            "acting/protocol.py": "def f():\n    from ckptdoctor.acting import prune\n",
+            "acting/prune.py": "from ckptdoctor.acting import protocol, undo\n",
+            "acting/undo.py": "from ckptdoctor.acting.protocol import x\n",
+            "acting/stray.py": "",
+        },
+    )
+    order = {"ckptdoctor.acting": (("__init__",), ("prune", "undo"), ("protocol",))}
+    assert sorted(_disorders(package, order)) == [
+        "ckptdoctor.acting.stray: a module of ckptdoctor.acting with no tier in its declared order",
+        "ckptdoctor/acting/protocol.py:2: ckptdoctor.acting.protocol imports ckptdoctor.acting.prune, not below it in the order of ckptdoctor.acting",
+        "ckptdoctor/acting/prune.py:1: ckptdoctor.acting.prune imports ckptdoctor.acting.undo, not below it in the order of ckptdoctor.acting",
     ]
 
 
