@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from sample_set import build_bombs
 
-from ckptdoctor.readers._sample import FileSample
 from ckptdoctor.readers.files import verify_sample
+from ckptdoctor.readers.sample import FileSample
 
 
 def seconds(path: Path, repeat: int) -> float:

@@ -34,7 +34,7 @@ from pathlib import Path
 from _rounds import interleaved
 
 from ckptdoctor.readers._edges import ReadEdges, compiled_read_edges, python_read_edges
-from ckptdoctor.readers._sample import HEAD, TAIL
+from ckptdoctor.readers.sample import HEAD, TAIL
 
 
 def build(folder: Path, files: int, size: int) -> None:

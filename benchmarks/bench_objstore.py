@@ -10,7 +10,7 @@ of ``--repeat``, in interleaved rounds (benchmarks/_rounds.py):
     before each round, so that each round connects and lists afresh),
   - the baseline: bare obstore making the requests ckptdoctor makes: one recursive listing, then
     the head and tail of each object (the whole object where it is no longer than HEAD + TAIL,
-    readers/_sample.py), at the same concurrency (stores/_bucket.py ``CONCURRENCY``),
+    readers/sample.py), at the same concurrency (stores/_bucket.py ``CONCURRENCY``),
   - the retention planning of ``prune --dry-run --keep-last 3`` on the scanned run,
 
 then ``ckptdoctor inspect --json`` and ``prune --dry-run --json --keep-last 3`` once each as a
@@ -46,7 +46,7 @@ from obstore.store import S3Store
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.planners.retention import Circumstances, Policy, plan
-from ckptdoctor.readers._sample import HEAD, TAIL
+from ckptdoctor.readers.sample import HEAD, TAIL
 from ckptdoctor.stores import session
 from ckptdoctor.stores._bucket import CONCURRENCY
 from ckptdoctor.testing import write_burn_run

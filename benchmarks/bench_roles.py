@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
 from ckptdoctor.readers import _skim, torchzip
-from ckptdoctor.readers._unpickler import TORCH_OPCODES, Budget, one_budget, walk
+from ckptdoctor.readers.unpickler import TORCH_OPCODES, Budget, one_budget, walk
 
 
 def bundle(parameters: int) -> dict[str, object]:

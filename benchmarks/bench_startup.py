@@ -3,7 +3,7 @@ checkout, measured in the same run (interleaved, so that a noisy machine weighs 
 
 For each tree: the wall time of `--help`, of `inspect --format json` and of `inspect` (human) on a
 bundled example run, and of `verify --format json` on it; and how many of ckptdoctor's modules
-`--help` and `import ckptdoctor.rules._rule` load. Each command runs as its own process through
+`--help` and `import ckptdoctor.rules.rule` load. Each command runs as its own process through
 the installed `ckptdoctor` script (median of --repeat runs), in a folder with no configuration
 file above it, as a user runs it.
 
@@ -46,7 +46,7 @@ COMMANDS = {
 }
 IMPORTS = {
     "modules loaded by --help": ["{script}", "--help"],
-    "modules loaded by import rules._rule": ["-c", "import ckptdoctor.rules._rule"],
+    "modules loaded by import rules.rule": ["-c", "import ckptdoctor.rules.rule"],
 }
 SOURCES = ("pyproject.toml", "README.md", "ckptdoctor")
 """What a wheel is built from (copied out, so that the build leaves nothing in the tree)."""

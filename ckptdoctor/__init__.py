@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ckptdoctor.version import __version__ as __version__
 
 __all__ = ["__version__", "preflight"]
 

@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from ckptdoctor.records import Pending as Pending
     from ckptdoctor.regular import DENIED as DENIED
     from ckptdoctor.regular import write_whole as write_whole
-    from ckptdoctor.rules._rule import Rule
     from ckptdoctor.rules.registry import find_rule as find_rule
+    from ckptdoctor.rules.rule import Rule
     from ckptdoctor.rules.search import Match
     from ckptdoctor.stores.session import configure as use_endpoint
 
@@ -345,7 +345,7 @@ def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptio
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.layouts.registry import layout_named
     from ckptdoctor.pipelines.scan import scan
-    from ckptdoctor.rules._context import with_runs_below
+    from ckptdoctor.rules.context import with_runs_below
     from ckptdoctor.rules.disk import findings
 
     exists = os.path.isdir(path)

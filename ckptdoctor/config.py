@@ -14,10 +14,10 @@ from typing import Any
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity
 from ckptdoctor.planners.retention import PruneSettings
-from ckptdoctor.readers._pickle_safety import Trusted, trust_refusal
+from ckptdoctor.readers.pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
-from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.units import parse_size
 
 PRUNE_KEYS = frozenset(

@@ -85,14 +85,6 @@ def run_root(run: Run) -> str:
     return run.path
 
 
-def home(run: Run) -> str:
-    """Where ckptdoctor keeps ``run``'s lock, journals and quarantines."""
-    # imported here: the layouts load the readers, and the executor needs only home_of
-    from ckptdoctor.layouts.registry import layout_named
-
-    return home_of(run_root(run), layout_named(run.layout).reads_every_name)
-
-
 DEEPEST = 256
 """Folders nested deeper than this below an entry that ``prune`` or ``repair`` would act on are
 not walked (Python's own walks recurse, a frame and a descriptor per level): the entry is left as

@@ -1,7 +1,7 @@
 """A pytest plugin that holds the rule registry to its word, over every test.
 
 - Every finding comes from a check that declares its rule. Findings are made in one place
-  (``rules._context.make_finding`` builds each ``Finding``); for the session the plugin wraps
+  (``rules.context.make_finding`` builds each ``Finding``); for the session the plugin wraps
   that construction, looks down the call stack for the nearest check of ``rules.CHECKS`` (a
   check's own frame is on the stack while it makes a finding, generators included) and records
   the rule's code. A finding of a rule its check does not declare, or one made outside every
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ckptdoctor.model import Finding
-from ckptdoctor.rules import _context
+from ckptdoctor.rules import context
 from ckptdoctor.rules.registry import CHECKS, RULES, Check
 
 _BY_CODE_OBJECT = {check.run.__code__: check for check in CHECKS}
@@ -65,8 +65,8 @@ def unfired(fired: set[str]) -> list[str]:
 
 
 def _maker(frame: FrameType | None) -> str:
-    """The function that asked ``rules._context`` for a finding."""
-    while frame is not None and frame.f_globals.get("__name__") == _context.__name__:
+    """The function that asked ``rules.context`` for a finding."""
+    while frame is not None and frame.f_globals.get("__name__") == context.__name__:
         frame = frame.f_back
     return frame.f_code.co_name if frame is not None else "?"
 
@@ -82,7 +82,7 @@ def _recording_finding(**fields: Any) -> Finding:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _PATCH.setattr(_context, "Finding", _recording_finding)
+    _PATCH.setattr(context, "Finding", _recording_finding)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -253,7 +253,7 @@ def bucket_in(endpoint: str, name: str) -> Bucket:
 
 SLOWED = """
 import sys, time
-from ckptdoctor.stores import _control
+from ckptdoctor.stores import control_plane
 
 def slowed(call):
     def slow(*args, **kwargs):
@@ -261,8 +261,8 @@ def slowed(call):
         return call(*args, **kwargs)
     return slow
 
-_control.Control.delete_if_match = slowed(_control.Control.delete_if_match)
-_control.Control.copy_if_match = slowed(_control.Control.copy_if_match)
+control_plane.Control.delete_if_match = slowed(control_plane.Control.delete_if_match)
+control_plane.Control.copy_if_match = slowed(control_plane.Control.copy_if_match)
 sys.argv[0] = "ckptdoctor"
 from ckptdoctor.__main__ import program
 program()

@@ -21,7 +21,7 @@ from safetensors import numpy as safetensors_numpy
 
 import ckptdoctor.discover
 from ckptdoctor.readers import files
-from ckptdoctor.readers._sample import FileSample
+from ckptdoctor.readers.sample import FileSample
 from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 
 

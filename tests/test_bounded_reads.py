@@ -21,9 +21,9 @@ from sample_set import _npy, _raw_zip, _RawMember
 from ckptdoctor.model import Problem
 from ckptdoctor.pipelines.verify import verify
 from ckptdoctor.readers import torchzip
-from ckptdoctor.readers._sample import BytesSample, FileSample
-from ckptdoctor.readers._unpickler import Budget
 from ckptdoctor.readers.files import verify_sample
+from ckptdoctor.readers.sample import BytesSample, FileSample
+from ckptdoctor.readers.unpickler import Budget
 
 
 def _verified(path: Path, deep: int = 0) -> list[tuple[Problem, str]]:

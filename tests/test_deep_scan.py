@@ -1,4 +1,4 @@
-"""``verify --deep``'s scan (``readers/_deep.py``) is exact: every NaN and Inf of every float
+"""``verify --deep``'s scan (``readers/deep_scan.py``) is exact: every NaN and Inf of every float
 dtype ckptdoctor scans is counted wherever it lies (the first value, the last, either side of a
 block's or a part's edge), finite values never are, zeros and CRC-32s come out as the bytes say,
 one thread or several, and a file cut while it is read is reported, never a crash.
@@ -23,18 +23,18 @@ import pytest
 from _leaks import assert_nothing_left_behind
 
 from ckptdoctor.model import Problem
-from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED
-from ckptdoctor.readers._sample import BytesSample, FileSample, Sample
+from ckptdoctor.readers import deep_scan
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED
 from ckptdoctor.readers.files import verify_sample
+from ckptdoctor.readers.sample import BytesSample, FileSample, Sample
 
 torch = pytest.importorskip("torch")
-np = _deep.numpy()
+np = deep_scan.numpy()
 ROOT = Path(__file__).resolve().parents[1]
 
 PREFIX = 7
 """Bytes before the tensor in each test file: a region need not start on an aligned offset."""
-SMALL_PART = _deep.BLOCK + 4096
+SMALL_PART = deep_scan.BLOCK + 4096
 """A part size that splits the test regions off the block grid (a multiple of every element size)."""
 
 
@@ -80,14 +80,14 @@ def _bytes(tensor: torch.Tensor) -> bytes:
 
 
 def _counted(sample: Sample, length: int, dtype: str, threads: int, nan_only: bool = False) -> int:
-    (result,) = _deep.check(sample, [_deep.Region(PREFIX, length, dtype, infinite=nan_only)], threads)
+    (result,) = deep_scan.check(sample, [deep_scan.Region(PREFIX, length, dtype, infinite=nan_only)], threads)
     return result.nonfinite
 
 
 def _positions(count: int, element: int) -> list[int]:
     """The first and last values, each lane of a BLAS kernel's unrolled loop, and both sides of
     every block's and every small part's edge."""
-    per_block = _deep.BLOCK // element
+    per_block = deep_scan.BLOCK // element
     per_part = SMALL_PART // element
     edges = [per_block * n + d for n in (1, 2) for d in (-1, 0, 1)] + [per_part + d for d in (-1, 0, 1)]
     return sorted({p for p in [*range(40), *edges, count // 2, count - 2, count - 1] if 0 <= p < count})
@@ -95,14 +95,14 @@ def _positions(count: int, element: int) -> list[int]:
 
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_deep, "PART", SMALL_PART)
+    monkeypatch.setattr(deep_scan, "PART", SMALL_PART)
 
 
 @pytest.mark.usefixtures("small_parts")
 @pytest.mark.parametrize("dtype", sorted(NONFINITE_SCANNED))
 def test_every_nonfinite_value_is_counted_wherever_it_lies(dtype: str) -> None:
     element = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
-    count = (2 * _deep.BLOCK + 8192) // element + 3  # three blocks, the last one short
+    count = (2 * deep_scan.BLOCK + 8192) // element + 3  # three blocks, the last one short
     clean = bytearray(b"\x01" * PREFIX + _bytes(_finite(dtype, count)))
     assert _counted(BytesSample(bytes(clean)), count * element, dtype, 1) == 0
     specials = [_special(dtype, value) for value in _specials(dtype)]
@@ -165,7 +165,7 @@ def test_a_product_with_zeros_is_nan_exactly_where_a_value_is_not_finite(kind: s
     however large, give zero. A sum of squares is NaN exactly where a NaN is (Inf squared is Inf)."""
     dtype = np.dtype(kind)
     largest = np.finfo(dtype).max
-    for length in [*range(1, 70), _deep.BLOCK // dtype.itemsize]:
+    for length in [*range(1, 70), deep_scan.BLOCK // dtype.itemsize]:
         zeros = np.zeros(length, dtype)
         values = np.full(length, largest, dtype)
         values[::2] = -largest
@@ -185,16 +185,16 @@ def test_a_product_with_zeros_is_nan_exactly_where_a_value_is_not_finite(kind: s
 def test_zeros_and_crcs_as_the_bytes_say(threads: int) -> None:
     length = 3 * SMALL_PART + 13  # not a whole number of blocks, parts or words
     data = bytearray(os.urandom(PREFIX + length))
-    regions = [_deep.Region(PREFIX, length, crc=True, zeros=True)]
-    ((crc, _, zero),) = _deep.check(BytesSample(bytes(data)), regions, threads)
+    regions = [deep_scan.Region(PREFIX, length, crc=True, zeros=True)]
+    ((crc, _, zero),) = deep_scan.check(BytesSample(bytes(data)), regions, threads)
     assert crc == zlib.crc32(data[PREFIX:]) and zero is False
     data[PREFIX:] = bytes(length)
-    ((crc, _, zero),) = _deep.check(BytesSample(bytes(data)), regions, threads)
+    ((crc, _, zero),) = deep_scan.check(BytesSample(bytes(data)), regions, threads)
     assert crc == zlib.crc32(data[PREFIX:]) and zero is True
-    for position in (0, 1, _deep.BLOCK - 1, _deep.BLOCK, SMALL_PART, length - 9, length - 1):
+    for position in (0, 1, deep_scan.BLOCK - 1, deep_scan.BLOCK, SMALL_PART, length - 9, length - 1):
         one = bytearray(data)
         one[PREFIX + position] = 1
-        ((crc, _, zero),) = _deep.check(BytesSample(bytes(one)), regions, threads)
+        ((crc, _, zero),) = deep_scan.check(BytesSample(bytes(one)), regions, threads)
         assert crc == zlib.crc32(one[PREFIX:]) and zero is False, position
 
 
@@ -204,7 +204,7 @@ def test_one_thread_and_many_give_the_same_results(tmp_path: Path) -> None:
     results, in the same order, whatever the number of threads."""
     generator = torch.Generator().manual_seed(3)
     chunks: list[bytes] = [b"\x02" * PREFIX]
-    regions: list[_deep.Region] = []
+    regions: list[deep_scan.Region] = []
     for n, dtype in enumerate(sorted(NONFINITE_SCANNED) * 2):
         count = int(torch.randint(1, 3 * SMALL_PART // 16, (1,), generator=generator))
         tensor = _finite(dtype, count)
@@ -212,16 +212,16 @@ def test_one_thread_and_many_give_the_same_results(tmp_path: Path) -> None:
             _set(tensor, count // 2, _specials(dtype)[n % 3])
         raw = _bytes(tensor)
         offset = sum(map(len, chunks))
-        regions.append(_deep.Region(offset, len(raw), dtype, crc=n % 2 == 0, zeros=n % 5 == 0, infinite=n % 4 == 0))
+        regions.append(deep_scan.Region(offset, len(raw), dtype, crc=n % 2 == 0, zeros=n % 5 == 0, infinite=n % 4 == 0))
         chunks.append(raw)
     chunks.append(bytes(SMALL_PART * 2))
-    regions.append(_deep.Region(sum(map(len, chunks[:-1])), SMALL_PART * 2, crc=True, zeros=True))
+    regions.append(deep_scan.Region(sum(map(len, chunks[:-1])), SMALL_PART * 2, crc=True, zeros=True))
     path = tmp_path / "mixed.bin"
     path.write_bytes(b"".join(chunks))
     with FileSample.open(str(path)) as sample:
-        one = _deep.check(sample, regions, 1)
-        assert _deep.check(sample, regions, 2) == one
-        assert _deep.check(sample, regions, 5) == one
+        one = deep_scan.check(sample, regions, 1)
+        assert deep_scan.check(sample, regions, 2) == one
+        assert deep_scan.check(sample, regions, 5) == one
     assert any(r.nonfinite for r in one) and one[-1].zero is True
 
 
@@ -244,10 +244,10 @@ def test_a_file_cut_while_it_is_read_is_reported(tmp_path: Path, threads: int) -
     path = tmp_path / "cut.bin"
     length = 4 * SMALL_PART
     path.write_bytes(np.ones(length // 4, np.float32).tobytes())
-    regions = [_deep.Region(0, length, "float32", crc=True)]
+    regions = [deep_scan.Region(0, length, "float32", crc=True)]
     with _CutWhileRead.open(str(path)) as sample:
         sample.path, sample.cut = str(path), SMALL_PART + 100
-        issues, checked = _deep.scan(sample, regions, threads)
+        issues, checked = deep_scan.scan(sample, regions, threads)
     assert checked == []
     ((problem, detail),) = [(issue.problem, issue.detail) for issue in issues]
     assert problem is Problem.UNREADABLE and "while it was being read" in detail
@@ -255,7 +255,7 @@ def test_a_file_cut_while_it_is_read_is_reported(tmp_path: Path, threads: int) -
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_torch_file_cut_during_verify_deep_is_reported(tmp_path: Path, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_deep, "PART", SMALL_PART)
+    monkeypatch.setattr(deep_scan, "PART", SMALL_PART)
     path = tmp_path / "model.pt"
     torch.save({f"w{n}": torch.ones(SMALL_PART // 4) for n in range(4)}, path)
     with _CutWhileRead.open(str(path)) as sample:
@@ -266,16 +266,16 @@ def test_a_torch_file_cut_during_verify_deep_is_reported(tmp_path: Path, threads
 
 def test_burn_records_count_in_memory_alike() -> None:
     """Tensor bytes already in memory (burn records) go through the same counters, block by block."""
-    tensor = torch.ones(_deep.BLOCK // 2 + 3, dtype=torch.bfloat16)
-    for position in (0, _deep.BLOCK // 2 - 1, _deep.BLOCK // 2, _deep.BLOCK // 2 + 2):
+    tensor = torch.ones(deep_scan.BLOCK // 2 + 3, dtype=torch.bfloat16)
+    for position in (0, deep_scan.BLOCK // 2 - 1, deep_scan.BLOCK // 2, deep_scan.BLOCK // 2 + 2):
         tensor[position] = float("nan")
-    assert _deep.count_nonfinite(_bytes(tensor), "bfloat16") == 4
-    assert _deep.count_nonfinite(_bytes(tensor), "int8") == 0
+    assert deep_scan.count_nonfinite(_bytes(tensor), "bfloat16") == 4
+    assert deep_scan.count_nonfinite(_bytes(tensor), "int8") == 0
 
 
 _BLAS_PROBE = """
 import ctypes, os, sys
-from ckptdoctor.readers._deep import BLAS_THREADS, numpy
+from ckptdoctor.readers.deep_scan import BLAS_THREADS, numpy
 np = numpy()
 print(sorted(name for name in BLAS_THREADS if name in os.environ))
 with open("/proc/self/maps") as maps:
@@ -292,7 +292,7 @@ print(threads)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_numpy_loads_with_one_blas_thread_and_leaves_the_environment_as_it_was() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in _deep.BLAS_THREADS}
+    env = {k: v for k, v in os.environ.items() if k not in deep_scan.BLAS_THREADS}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     done = subprocess.run([sys.executable, "-c", _BLAS_PROBE], env=env, capture_output=True, text=True, check=True)
     names, threads = done.stdout.split("\n")[:2]
@@ -312,18 +312,18 @@ def test_numpy_loads_with_one_blas_thread_and_leaves_the_environment_as_it_was()
 
 
 def test_one_table_names_every_scanned_float() -> None:
-    assert set(_deep.FLOAT_BITS) == NONFINITE_SCANNED
+    assert set(deep_scan.FLOAT_BITS) == NONFINITE_SCANNED
 
 
 @pytest.fixture
-def scan_block() -> _deep.ScanBlock:
+def scan_block() -> deep_scan.ScanBlock:
     """The compiled test, whether or not the module chose it (``CKPTDOCTOR_NO_CEDGES``)."""
     cedges = pytest.importorskip("ckptdoctor.readers._cedges", reason="the extension is not built: numpy's tests alone run")
-    compiled: _deep.ScanBlock = cedges.scan_block
+    compiled: deep_scan.ScanBlock = cedges.scan_block
     return compiled
 
 
-def _patterns(bits: _deep.FloatBits) -> list[int]:
+def _patterns(bits: deep_scan.FloatBits) -> list[int]:
     """Bit patterns either side of every boundary the table draws, with the sign bit and without:
     zero and negative zero, the smallest subnormals, the largest finite value, Inf, quiet and
     signalling NaN with payloads, and (float8 fnuz, e8m0) the one NaN pattern."""
@@ -338,30 +338,30 @@ def _buffers(size: int) -> list[bytes]:
     """Random bytes and every crafted pattern of each float type of this size, at lengths that are
     and are not whole elements (a trailing partial element is not counted)."""
     generator = random.Random(size)
-    crafted = b"".join(p.to_bytes(size, "little") for bits in _deep.FLOAT_BITS.values() if bits.size == size for p in _patterns(bits))
-    noise = generator.randbytes(_deep.BLOCK)
-    lengths = [0, 1, 3, 5, 7, 8, 9, 13, 4095, 4096, 4097, _deep.BLOCK - 1]
-    every = b"\xff" * (_deep.BLOCK - 5)  # NaN in every type: every element counts, more than a byte or a 16-bit lane can hold
-    return [b"", crafted, crafted[:-1], crafted * 3 + b"\xff" * 3, every, noise, noise[: _deep.BLOCK // 3 + 1]] + [
+    crafted = b"".join(p.to_bytes(size, "little") for bits in deep_scan.FLOAT_BITS.values() if bits.size == size for p in _patterns(bits))
+    noise = generator.randbytes(deep_scan.BLOCK)
+    lengths = [0, 1, 3, 5, 7, 8, 9, 13, 4095, 4096, 4097, deep_scan.BLOCK - 1]
+    every = b"\xff" * (deep_scan.BLOCK - 5)  # NaN in every type: every element counts, more than a byte or a 16-bit lane can hold
+    return [b"", crafted, crafted[:-1], crafted * 3 + b"\xff" * 3, every, noise, noise[: deep_scan.BLOCK // 3 + 1]] + [
         noise[:n] for n in lengths
     ]
 
 
 def _numpy_found(dtype: str | None, nan_only: bool, data: bytes) -> tuple[int, bool]:
-    scratch = _deep._Scratch()
+    scratch = deep_scan._Scratch()
     scratch.view[: len(data)] = data
     with np.errstate(invalid="ignore", over="ignore"):
-        return _deep._numpy_test(dtype, nan_only)(scratch, len(data), True)
+        return deep_scan._numpy_test(dtype, nan_only)(scratch, len(data), True)
 
 
 @pytest.mark.parametrize("dtype", [*sorted(NONFINITE_SCANNED), None])
-def test_compiled_and_numpy_tests_agree_at_every_alignment(scan_block: _deep.ScanBlock, dtype: str | None) -> None:
-    bits = _deep.FLOAT_BITS[dtype] if dtype else None
+def test_compiled_and_numpy_tests_agree_at_every_alignment(scan_block: deep_scan.ScanBlock, dtype: str | None) -> None:
+    bits = deep_scan.FLOAT_BITS[dtype] if dtype else None
     for data in _buffers(bits.size if bits else 1):
         for nan_only in (False, True):
             expected = _numpy_found(dtype, nan_only, data)
-            test = _deep._compiled_test(scan_block, dtype, nan_only)
-            scratch = _deep._Scratch()
+            test = deep_scan._compiled_test(scan_block, dtype, nan_only)
+            scratch = deep_scan._Scratch()
             scratch.view[: len(data)] = data
             assert test(scratch, len(data), True) == expected, (dtype, nan_only, len(data))
             assert test(scratch, len(data), False) == (expected[0], False)
@@ -375,14 +375,14 @@ def test_the_crafted_patterns_are_what_numpy_says() -> None:
     """The table itself, for the types numpy computes with: a pattern counts exactly where
     ``isfinite`` (``isnan``) says it is not finite (NaN)."""
     for dtype, kind in (("float16", np.float16), ("float32", np.float32), ("float64", np.float64)):
-        bits = _deep.FLOAT_BITS[dtype]
+        bits = deep_scan.FLOAT_BITS[dtype]
         values = np.frombuffer(b"".join(p.to_bytes(bits.size, "little") for p in _patterns(bits)), kind)
         assert _numpy_found(dtype, False, values.tobytes())[0] == int((~np.isfinite(values)).sum()) > 0
         assert _numpy_found(dtype, True, values.tobytes())[0] == int(np.isnan(values).sum()) > 0
 
 
-def test_the_compiled_zero_test_stops_at_any_byte(scan_block: _deep.ScanBlock) -> None:
-    for length in (0, 1, 7, 8, 4095, 4096, 4097, 8193, _deep.BLOCK):
+def test_the_compiled_zero_test_stops_at_any_byte(scan_block: deep_scan.ScanBlock) -> None:
+    for length in (0, 1, 7, 8, 4095, 4096, 4097, 8193, deep_scan.BLOCK):
         data = bytearray(length + 1)
         assert scan_block(data, length, 0, 0, 0, 0, True) == (0, True)
         for position in {0, length // 2, 4095, 4096, length - 8, length - 1} - {-1}:
@@ -408,14 +408,14 @@ def test_the_compiled_zero_test_stops_at_any_byte(scan_block: _deep.ScanBlock) -
     ],
 )
 def test_the_compiled_test_refuses_what_it_cannot_read(
-    scan_block: _deep.ScanBlock, args: tuple[object, ...], error: type[Exception]
+    scan_block: deep_scan.ScanBlock, args: tuple[object, ...], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         scan_block(*args)  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
-def test_the_compiled_test_keeps_nothing(scan_block: _deep.ScanBlock) -> None:
+def test_the_compiled_test_keeps_nothing(scan_block: deep_scan.ScanBlock) -> None:
     data = bytearray(os.urandom(4096))
 
     def calls() -> None:
@@ -437,7 +437,7 @@ def test_the_compiled_test_keeps_nothing(scan_block: _deep.ScanBlock) -> None:
     os.environ.get("CKPTDOCTOR_REQUIRE_CEDGES") != "1", reason="CKPTDOCTOR_REQUIRE_CEDGES=1 asks for the compiled extensions"
 )
 def test_the_compiled_tests_are_chosen_where_built() -> None:
-    assert (_deep.compiled_scan_block is not None) == (os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1")
+    assert (deep_scan.compiled_scan_block is not None) == (os.environ.get("CKPTDOCTOR_NO_CEDGES") != "1")
 
 
 def _deep_run(folder: Path) -> Path:
@@ -469,7 +469,7 @@ def _deep_run(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_verify_deep_reports_alike_with_and_without_the_compiled_tests(scan_block: _deep.ScanBlock, tmp_path: Path) -> None:
+def test_verify_deep_reports_alike_with_and_without_the_compiled_tests(scan_block: deep_scan.ScanBlock, tmp_path: Path) -> None:
     del scan_block  # only where the extension is built
     run = _deep_run(tmp_path / "run")
     outputs = []

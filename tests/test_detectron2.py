@@ -24,7 +24,7 @@ from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect, scan
 from ckptdoctor.readers import _skim
-from ckptdoctor.readers._unpickler import top_keys, walk
+from ckptdoctor.readers.unpickler import top_keys, walk
 
 torch = pytest.importorskip("torch")
 

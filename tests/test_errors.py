@@ -20,7 +20,7 @@ USER_FACING = [
     ("ckptdoctor.pipelines.verify", "NotDownloaded", errors.UsageError, 2),
     ("ckptdoctor.acting", "Refused", errors.UsageError, 2),
     ("ckptdoctor.stores.session", "StoreError", errors.StoreError, 2),
-    ("ckptdoctor.stores._control", "_StoreRefused", errors.StoreError, 2),
+    ("ckptdoctor.stores.control_plane", "_StoreRefused", errors.StoreError, 2),
     ("ckptdoctor.acting", "Stopped", errors.RefusedError, 1),
     ("ckptdoctor.actions", "ActionError", errors.RefusedError, 1),
     ("ckptdoctor.planners.repair", "NotResumable", errors.RefusedError, 1),

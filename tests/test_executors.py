@@ -19,9 +19,9 @@ from ckptdoctor.acting.protocol import scan_runs
 from ckptdoctor.actions import _quarantine
 from ckptdoctor.actions.disk import DiskExecutor
 from ckptdoctor.actions.executor import Executor, relied_on
-from ckptdoctor.layouts.registry import layout_named
+from ckptdoctor.layouts.registry import home, layout_named
 from ckptdoctor.model import Report, Run
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners import repair, retention
 from ckptdoctor.planners.retention import Circumstances, Policy
 from ckptdoctor.testing import write_burn_run
@@ -87,7 +87,7 @@ def _disk(tmp_path: Path) -> Place:
 
 def _bucket(bucket: stores.Bucket, tmp_path: Path) -> Place:
     from ckptdoctor.actions.bucket import BucketExecutor
-    from ckptdoctor.stores._control import Control
+    from ckptdoctor.stores.control_plane import Control
 
     write_burn_run(tmp_path / "run", EPOCHS)
     url = bucket.upload(tmp_path / "run", "run")
@@ -99,7 +99,7 @@ def _bucket(bucket: stores.Bucket, tmp_path: Path) -> Place:
         monkeypatch.setattr(Control, "copy_if_match", _second_call_killed(Control.copy_if_match))
 
     return Place(
-        BucketExecutor(),
+        BucketExecutor(home),
         url,
         files,
         lambda name, data: bucket.put(f"run/{name}", data) and None,

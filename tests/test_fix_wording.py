@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from ckptdoctor.layouts.registry import FIX_WORDINGS, LAYOUTS
-from ckptdoctor.rules._rule import GENERIC_CONTEXT, OTHERWISE, Fix, fix
 from ckptdoctor.rules.registry import RULES
+from ckptdoctor.rules.rule import GENERIC_CONTEXT, OTHERWISE, Fix, fix
 
 
 def _vocabulary() -> dict[str, tuple[str, ...]]:
@@ -127,7 +127,7 @@ def test_every_wording_is_on_the_layout_not_the_rule() -> None:
 
 def test_a_case_picks_its_own_fixes_and_otherwise_the_rest() -> None:
     from ckptdoctor.model import Severity
-    from ckptdoctor.rules._rule import Rule  # the shape under test: built here, not registered
+    from ckptdoctor.rules.rule import Rule  # the shape under test: built here, not registered
 
     rule = Rule(
         "CKD999", "demo", Severity.ERROR, "s", "m", "c",

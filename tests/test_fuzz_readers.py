@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from shared_corpus import mnist_model
 
 from ckptdoctor.model import FileReport, Problem
-from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.files import BytesSample, read_header
+from ckptdoctor.readers.sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.testing import SMALL_MODEL, BurnModel
 
 NAMES = ("x.bpk", "x.safetensors", "x.pt", "x.mpk", "x.mpk.gz", "x.json", "x.bin", "x.keras", "x.weights.h5", "x.index")

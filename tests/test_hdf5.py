@@ -19,7 +19,7 @@ from sample_set import verify_measured
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import hdf5
-from ckptdoctor.readers._sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample
 
 h5py = pytest.importorskip("h5py", reason="needs h5py (pip install 'ckptdoctor[keras]')")
 np = pytest.importorskip("numpy")

@@ -32,7 +32,7 @@ from ckptdoctor.model import Problem, Report, Role, Status
 from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.pipelines.verify import VerifyOptions, verify
 from ckptdoctor.readers import hdf5, keras
-from ckptdoctor.readers._sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample
 
 pytest.importorskip("tensorflow", reason="needs tensorflow-cpu with Keras 3 (pip install -e '.[tensorflow]')")
 h5py = pytest.importorskip("h5py")

@@ -37,9 +37,9 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.readers import _edges, files
-from ckptdoctor.readers._sample import HEAD, TAIL, FileSample
+from ckptdoctor.readers.sample import HEAD, TAIL, FileSample
 from ckptdoctor.render import json as render_json
-from ckptdoctor.rules._context import RunContext
+from ckptdoctor.rules.context import RunContext
 from ckptdoctor.testing import SMALL_MODEL, write_burn_run
 from tests.test_claims import CLAIMED
 

@@ -14,7 +14,7 @@ import pytest
 from frameworks import copy_run, lightning_fit, tiny_module
 
 from ckptdoctor import api
-from ckptdoctor.readers._sample import HEAD, TAIL
+from ckptdoctor.readers.sample import HEAD, TAIL
 
 
 @pytest.fixture(scope="module")

@@ -251,8 +251,8 @@ def test_a_cut_last_copy_is_what_exp_manager_loads_unless_an_end_save_or_another
 
 
 def test_every_cut_of_a_gzipped_nemo_archive_is_flagged_by_inspect_and_verify(tmp_path):
-    from ckptdoctor.readers._sample import BytesSample
     from ckptdoctor.readers.files import read_header, verify_sample
+    from ckptdoctor.readers.sample import BytesSample
 
     whole = nemo_archive(tmp_path / "out" / "megatron_gpt.nemo", mode="w:gz").read_bytes()
     assert read_header(BytesSample(whole), "megatron_gpt.nemo").issues == ()

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptdoctor.readers._opcodes import StreamEnd, read
-from ckptdoctor.readers._unpickler import walk
+from ckptdoctor.readers.unpickler import walk
 
 
 class _Refuse(Exception):
@@ -187,8 +187,8 @@ def test_a_pickle_past_the_files_budget_is_unproven_not_an_error(
     """Every file has a budget of opcodes and seconds; past it the verdict is CKD401 "too complex
     to prove safe" for that file, never an internal error (issue 12, resource bounds)."""
     from ckptdoctor.model import Problem
-    from ckptdoctor.readers._unpickler import Budget
     from ckptdoctor.readers.files import BytesSample, verify_sample
+    from ckptdoctor.readers.unpickler import Budget
 
     data = pickle.dumps(list(range(20_000)), protocol=2)
     assert not verify_sample(BytesSample(data), "big.pkl").issues

@@ -16,7 +16,6 @@ import pytest
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import _registry
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample
 from ckptdoctor.readers.files import (
     BytesSample,
     expected_formats,
@@ -25,6 +24,7 @@ from ckptdoctor.readers.files import (
     read_header,
     verify_sample,
 )
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
 
 ROOT = Path(__file__).resolve().parent.parent

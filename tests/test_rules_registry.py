@@ -17,8 +17,8 @@ import ckptdoctor
 from ckptdoctor.layouts.judging import checkpoint_of
 from ckptdoctor.model import CheckpointFile, Entry, FileIssue, FileReport, Problem, Role, Status
 from ckptdoctor.rules import completeness, consistency, integrity
-from ckptdoctor.rules._rule import fires
 from ckptdoctor.rules.registry import CHECKS, RULES, find_rule
+from ckptdoctor.rules.rule import fires
 
 PACKAGE = Path(ckptdoctor.__file__).parent
 TESTS = Path(__file__).parent
@@ -55,11 +55,11 @@ def test_a_file_with_a_problem_gives_its_checkpoint_the_status_the_problem_names
 
 
 def test_findings_are_made_in_one_place():
-    """The plugin watches ``rules._context.make_finding``: a ``Finding`` built anywhere else
+    """The plugin watches ``rules.context.make_finding``: a ``Finding`` built anywhere else
     would escape it."""
     building = re.compile(r"(?<![\w.])Finding\(")
     makers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if building.search(path.read_text(encoding="utf-8")))
-    assert makers == [os.path.join("rules", "_context.py")]
+    assert makers == [os.path.join("rules", "context.py")]
 
 
 def test_the_plugin_names_a_rule_a_check_does_not_declare():
@@ -86,7 +86,7 @@ def test_an_unlisted_folder():
 """
 
 _OUTSIDE = """
-from ckptdoctor.rules._context import make_finding
+from ckptdoctor.rules.context import make_finding
 from ckptdoctor.rules.integrity import TRUNCATED
 
 def test_a_finding_made_outside_every_check():

@@ -10,8 +10,8 @@ import pytest
 
 from ckptdoctor.layouts.registry import LAYOUTS
 from ckptdoctor.model import Severity
-from ckptdoctor.rules._rule import GENERIC_CONTEXT
 from ckptdoctor.rules.registry import RULES, find_rule
+from ckptdoctor.rules.rule import GENERIC_CONTEXT
 
 DESIGN = Path(__file__).resolve().parents[1] / ".." / "shared" / "DESIGN.md"
 _ROW = re.compile(r"^\|\s*(CKD\d{3})\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|", re.MULTILINE)

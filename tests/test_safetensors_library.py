@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ckptdoctor.model import Problem
-from ckptdoctor.readers._sample import FileSample
 from ckptdoctor.readers.files import verify_sample
+from ckptdoctor.readers.sample import FileSample
 
 safetensors = pytest.importorskip("safetensors")
 

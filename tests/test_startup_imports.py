@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdoctor.readers._deep import compiled_scan_block
+from ckptdoctor.readers.deep_scan import compiled_scan_block
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "runs"

@@ -191,13 +191,13 @@ def test_gs_and_az_paths_say_they_are_not_checked() -> None:
 
 
 def test_a_refused_listing_is_said_and_never_stands_for_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptdoctor.stores import _control
+    from ckptdoctor.stores import control_plane
 
     class Refusing:
         server_date = None
 
         def uploads(self, prefix: str) -> list[Any]:
-            raise _control._Refused(
+            raise control_plane._Refused(
                 403, "AccessDenied", "s3://bkt: the store refused to list its multipart uploads (HTTP 403, AccessDenied)"
             )
 

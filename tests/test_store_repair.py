@@ -205,10 +205,10 @@ def test_a_repair_killed_at_random_moments_loses_nothing_and_undo_puts_everythin
 def test_an_object_over_the_single_copy_limit_is_moved_in_parts_and_put_back(
     weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ckptdoctor.stores import _control
+    from ckptdoctor.stores import control_plane
 
-    monkeypatch.setattr(_control, "MAX_COPY", 1024)  # every object here is "over 5 GiB"
-    monkeypatch.setattr(_control, "PART_COPY", 5 * 1024 * 1024)
+    monkeypatch.setattr(control_plane, "MAX_COPY", 1024)  # every object here is "over 5 GiB"
+    monkeypatch.setattr(control_plane, "PART_COPY", 5 * 1024 * 1024)
     url, before = _cut_newest(weed_bucket, tmp_path)
     assert cli("repair", *NOW, "--yes", url).exit_code == 0
     assert not any(key.endswith("-4.bpk") for key in _run_keys(weed_bucket))

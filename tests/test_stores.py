@@ -20,7 +20,7 @@ import stores
 from safetensors.numpy import save_file
 
 from ckptdoctor import units
-from ckptdoctor.readers import _sample
+from ckptdoctor.readers import sample as sampling
 from ckptdoctor.stores import _bucket, session
 from ckptdoctor.stores.listing import discover_store
 from ckptdoctor.stores.urls import BadURL, Location, Store, local_path, parse
@@ -153,7 +153,7 @@ def test_big_objects_are_read_by_their_head_and_tail_only(moto_bucket: stores.Bu
     url = moto_bucket.upload(tmp_path / "run", "run")
     cost = json.loads(cli("inspect", "--json", url).stdout)["store"]
     assert cost["requests"] == 3 + 2  # the listing, the head, the tail; uploads and versioning
-    assert cost["bytes_read"] == _sample.HEAD + _sample.TAIL
+    assert cost["bytes_read"] == sampling.HEAD + sampling.TAIL
 
 
 # --- what a bucket holds that a folder does not -----------------------------------------------
@@ -293,8 +293,8 @@ def test_big_objects_are_read_in_parallel_parts_and_judged_as_on_disk(
     save_file({"w": values}, str(run / "model.safetensors"))
     url = moto_bucket.upload(tmp_path / "run", "run")
     monkeypatch.setattr(_bucket, "PART", 64 * 1024)
-    for in_memory in (_sample.IN_MEMORY, 1024):  # held in memory, then spooled to a temporary file
-        monkeypatch.setattr(_sample, "IN_MEMORY", in_memory)
+    for in_memory in (sampling.IN_MEMORY, 1024):  # held in memory, then spooled to a temporary file
+        monkeypatch.setattr(sampling, "IN_MEMORY", in_memory)
         session.forget()
         remote = json.loads(cli("verify", "--deep", "--json", url).stdout)
         local = json.loads(cli("verify", "--deep", "--json", str(tmp_path / "run")).stdout)
@@ -312,7 +312,7 @@ def test_an_object_that_changed_size_since_it_was_listed_is_never_called_clean(m
     model = url + "/model-1.bpk"
     size = (tmp_path / "run" / "model-1.bpk").stat().st_size
     moto_bucket.put("run/model-1.bpk", b"short")
-    [sample] = _sample.object_samples([(model, size)])
+    [sample] = sampling.object_samples([(model, size)])
     assert isinstance(sample, OSError)
     with pytest.raises(OSError, match="changed while it was read"):
         bucket.read_into(bucket.location.key_of(model), size, lambda offset, data: None)

@@ -26,7 +26,7 @@ from ckptdoctor.model import Problem, Role, Status
 from ckptdoctor.pipelines.scan import inspect
 from ckptdoctor.pipelines.verify import VerifyOptions, verify
 from ckptdoctor.readers import tfbundle
-from ckptdoctor.readers._sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample
 
 pytest.importorskip("tensorflow", reason="needs tensorflow-cpu (pip install -e '.[tensorflow]')")
 

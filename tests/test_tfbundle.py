@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import tfbundle
-from ckptdoctor.readers._sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample
 
 REAL = Path(__file__).parent / "data" / "ckpt-2.index"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdoctor.readers._sample import HEAD, TAIL
+from ckptdoctor.readers.sample import HEAD, TAIL
 
 torch = pytest.importorskip("torch")
 

@@ -25,8 +25,8 @@ from test_repair_frameworks import age
 
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.pipelines.scan import inspect
-from ckptdoctor.readers._pickle_safety import judge
-from ckptdoctor.readers._unpickler import walk
+from ckptdoctor.readers.pickle_safety import judge
+from ckptdoctor.readers.unpickler import walk
 
 SAVES = ("epoch2.pt", "last.pt", "best.pt")
 """The run's newest save: one serialized dict written to three names (``save_model``)."""

@@ -146,7 +146,7 @@ def test_python2_names_torch_writes_are_mapped_like_pickle_maps_them():
 def test_the_torch_allowlist_is_torchs_own():
     from torch._weights_only_unpickler import _get_allowed_globals
 
-    from ckptdoctor.readers._pickle_safety import TORCH_WEIGHTS_ONLY
+    from ckptdoctor.readers.pickle_safety import TORCH_WEIGHTS_ONLY
 
     assert set(_get_allowed_globals()) == TORCH_WEIGHTS_ONLY
 

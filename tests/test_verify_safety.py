@@ -911,8 +911,8 @@ def test_inspect_does_not_list_tensors(cli, tmp_path: Path) -> None:
 
 
 def _rebuilt(body: bytes) -> object:
-    from ckptdoctor.readers._pickle_safety import judge
-    from ckptdoctor.readers._unpickler import walk
+    from ckptdoctor.readers.pickle_safety import judge
+    from ckptdoctor.readers.unpickler import walk
 
     (unsafe,) = [i for i in judge(walk(b"\x80\x02" + body + b"."), "the pickle") if i.problem is Problem.UNSAFE_PICKLE]
     return unsafe.rebuilt

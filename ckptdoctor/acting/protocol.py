@@ -31,10 +31,11 @@ from ckptdoctor.actions.disk import DiskExecutor
 from ckptdoctor.actions.executor import Acted, Executor, Machine, World
 from ckptdoctor.discover import remote
 from ckptdoctor.errors import RefusedError, UsageError
+from ckptdoctor.layouts.registry import home
 from ckptdoctor.model import Action, Plan, Report, Run
 from ckptdoctor.pipelines import scan
 from ckptdoctor.pipelines.verify import verify_newest
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners.retention import Circumstances
 from ckptdoctor.progress import Tally
 from ckptdoctor.records import Pending
@@ -292,7 +293,7 @@ def executor_for(command: str, given: list[str], lock: bool, machine: Machine | 
         # loaded only for runs in buckets: the store executor and S3's control plane
         from ckptdoctor.actions.bucket import BucketExecutor
 
-        return BucketExecutor(lock), given
+        return BucketExecutor(home, lock), given
     if not lock:
         raise Refused("--no-lock is for buckets that do not honour conditional writes: a local run is always locked")
     return DiskExecutor(machine), [_local(path) for path in given]

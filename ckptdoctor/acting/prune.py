@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from ckptdoctor.acting.protocol import Ask, Context, Pass, Question, Refused, Stopped, read_newest
 from ckptdoctor.actions.executor import Executor, relied_on
-from ckptdoctor.layouts.registry import layout_named
+from ckptdoctor.layouts.registry import home, layout_named
 from ckptdoctor.model import Action, Plan, PlanItem, Run
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners import retention
 from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, PruneSettings, parse_duration

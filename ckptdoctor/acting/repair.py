@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from ckptdoctor.acting.protocol import Context, Pass, Tone, read_newest
 from ckptdoctor.actions.executor import relied_on
-from ckptdoctor.layouts.registry import layout_named
+from ckptdoctor.layouts.registry import home, layout_named
 from ckptdoctor.model import Action, Plan, Run
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners import repair
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Moved

@@ -7,8 +7,9 @@ from collections.abc import Iterable, Sequence
 
 from ckptdoctor.acting.protocol import Context, Pass, Refused, Tone
 from ckptdoctor.actions.executor import Executor
+from ckptdoctor.layouts.registry import home
 from ckptdoctor.model import Action, Plan, Run
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners import repair
 from ckptdoctor.records import Quarantine, StoredState
 

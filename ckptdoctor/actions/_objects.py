@@ -215,7 +215,7 @@ class Deleted:
 def delete_objects(place: Place, objects: Sequence[tuple[str, str]], lease: Lease | None = None) -> Deleted:
     """Delete each ``(key, etag)`` while its ETag is the one given; several in flight."""
     # imported here: the conditional delete is S3's control plane (boto3)
-    from ckptdoctor.stores._control import Deleted as Outcome
+    from ckptdoctor.stores.control_plane import Deleted as Outcome
 
     control = place.control
     deleted: list[str] = []

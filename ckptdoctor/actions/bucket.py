@@ -17,10 +17,10 @@ from ckptdoctor.actions import _object_quarantine, _objects
 from ckptdoctor.actions._objects import Lease, Place
 from ckptdoctor.actions.executor import Acted, Inside, Said, World, deleted, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run
-from ckptdoctor.places import home, home_of, run_root
+from ckptdoctor.places import home_of, run_root
 from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine
 from ckptdoctor.stores import session, urls
-from ckptdoctor.stores._control import Upload
+from ckptdoctor.stores.control_plane import Upload
 from ckptdoctor.units import duration, size
 
 ABANDONED = 24 * 3600.0
@@ -31,8 +31,10 @@ a younger one may be a save still going on, and keeps what it writes into."""
 @dataclass
 class BucketExecutor:
     """Acts on runs in S3 buckets. ``lock`` False (``--no-lock``): no lock, for a store that does
-    not honour conditional writes."""
+    not honour conditional writes. ``home_of_run``: where ckptdoctor keeps a run's lock, journals
+    and quarantines, which its layout decides (the executor knows no framework)."""
 
+    home_of_run: Callable[[Run], str]
     lock: bool = True
     noun = "object"
     reads_metrics = False
@@ -87,7 +89,7 @@ class BucketExecutor:
         return []
 
     def _place(self, run: Run) -> Place:
-        return _objects.place_of(run_root(run), home(run))
+        return _objects.place_of(run_root(run), self.home_of_run(run))
 
     def _clock(self, place: Place) -> float:
         url = place.run.url
@@ -186,7 +188,7 @@ class BucketExecutor:
     def finish_interrupted(self, run: Run, plan: Plan) -> Acted:
         """Delete what each killed prune was confirmed to delete, still as it was."""
         place = self._place(run)
-        location, lease = place.run, self._leases.get(home(run))
+        location, lease = place.run, self._leases.get(self.home_of_run(run))
         acted = Acted()
         for journal in self._journals_of(place):
             if journal.journal is None:
@@ -218,7 +220,7 @@ class BucketExecutor:
         ]
         below = len(location.prefix) + 1 if location.prefix else 0
         key, etag = _objects.write_journal(place, ObjectJournal(run.path, tuple((k[below:], e) for k, e in objects)))
-        done = _objects.delete_objects(place, objects, self._leases.get(home(run)))
+        done = _objects.delete_objects(place, objects, self._leases.get(self.home_of_run(run)))
         acted.problems += done.problems
         if not done.problems:
             _objects.close_journal(place, key, etag)
@@ -284,7 +286,7 @@ class BucketExecutor:
 
     def quarantine(self, run: Run, plan: Plan, since: float) -> Moved:
         place = self._place(run)
-        return _object_quarantine.quarantine(place, plan, self._clock(place), self._leases.get(home(run)))
+        return _object_quarantine.quarantine(place, plan, self._clock(place), self._leases.get(self.home_of_run(run)))
 
     def quarantine_homes(self, path: str) -> list[str]:
         # every checkpoint quarantined: the run is its folder's quarantine, where the store lists one

@@ -22,8 +22,8 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info
 from typer.models import CommandInfo
 
-from ckptdoctor import __version__
 from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
+from ckptdoctor.version import __version__
 
 SUBCOMMANDS = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
 """In the order ``ckptdoctor --help`` lists them; ``ckptdoctor.cli.<name>`` defines the function ``<name>``."""

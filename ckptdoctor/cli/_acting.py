@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
+from ckptdoctor.cli._errors import say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
@@ -23,7 +24,6 @@ from ckptdoctor.cli._output import (
     configured,
     format_option,
     rendered,
-    say,
     sharing,
     use_endpoint,
     write,

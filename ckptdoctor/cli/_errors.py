@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 from collections.abc import Iterator
 
 import typer
 
-from ckptdoctor.cli._output import EXIT_FINDINGS, EXIT_USAGE, say
-from ckptdoctor.errors import CkptdoctorError, StoreError
+from ckptdoctor.errors import EXIT_FINDINGS, EXIT_USAGE, CkptdoctorError, StoreError
 
 ACTING = frozenset({"prune", "repair"})
 """Commands that change runs: what stops them part-way says that nothing to be kept was touched."""
@@ -38,6 +38,16 @@ def explained(command: str) -> Iterator[None]:
         where = f"{error.filename}: " if error.filename else ""
         say(f"ckptdoctor: error: {where}{error.strerror or error}")
         raise typer.Exit(EXIT_USAGE) from error
+
+
+def say(line: str) -> None:
+    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
+    control characters in it (from a file's name) shown, never obeyed."""
+    # loaded when something is said: --help stays fast
+    from ckptdoctor.api import printable
+
+    sys.stderr.write(printable(line, line=True) + "\n")
+    sys.stderr.flush()
 
 
 def stdout_failed(error: OSError) -> bool:

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
+from ckptdoctor.cli._errors import explained, say
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
-from ckptdoctor.render._console import stderr_console as stderr_console
-from ckptdoctor.render._console import stdout_console as stdout_console
+from ckptdoctor.render.console import stderr_console as stderr_console
+from ckptdoctor.render.console import stdout_console as stdout_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -168,9 +169,6 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
 
         @functools.wraps(command)
         def with_options(**given: Any) -> None:
-            # loaded when the command runs: --help stays fast
-            from ckptdoctor.cli._errors import explained
-
             with explained(command.__name__):
                 options = build(**{name: given.pop(name) for name in shared})
                 command(**given, options=options)
@@ -291,16 +289,6 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
         except OSError as error:
             say(f"ckptdoctor: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {error.strerror}")
     return module.render(report, options)
-
-
-def say(line: str) -> None:
-    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
-    control characters in it (from a file's name) shown, never obeyed."""
-    # loaded when something is said: --help stays fast
-    from ckptdoctor.api import printable
-
-    sys.stderr.write(printable(line, line=True) + "\n")
-    sys.stderr.flush()
 
 
 def _hint_unrecognised(paths: tuple[str, ...]) -> None:

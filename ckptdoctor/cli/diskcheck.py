@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting, say
+from ckptdoctor.cli._errors import say
+from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting
 
 Folder = Annotated[
     str, typer.Argument(help="The run's checkpoint folder (it need not exist yet), or its URL (s3://bucket/run).", show_default=".")

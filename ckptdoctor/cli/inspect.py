@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptdoctor.cli._errors import say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
@@ -15,7 +16,6 @@ from ckptdoctor.cli._output import (
     ReportOptions,
     emit,
     reporting,
-    say,
 )
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from ckptdoctor.cli._acting import (
     carried_out,
     declined,
 )
+from ckptdoctor.cli._errors import say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     Paths,
-    say,
 )
 
 KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]

@@ -13,12 +13,12 @@ from ckptdoctor.cli._acting import (
     carried_out,
     declined,
 )
+from ckptdoctor.cli._errors import say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
     Paths,
-    say,
     stdout_console,
 )
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, reporting, say
+from ckptdoctor.cli._errors import say
+from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, reporting
 from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from ckptdoctor.model import CheckpointFile, FileReport, Problem, Role, Zeroed
-from ckptdoctor.readers._sample import TAIL_ZERO
+from ckptdoctor.readers.sample import TAIL_ZERO
 
 _READ_CLEANLY = frozenset({Problem.LEGACY})
 """Problems that leave a file's bytes worth comparing (the others have findings of their own)."""

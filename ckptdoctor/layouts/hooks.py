@@ -253,7 +253,7 @@ class LayoutHooks:
     builds_on: tuple[str, ...] = ()
     """What this framework saves with (``torch``): fixes worded for that fit its runs too."""
     fix_wordings: Mapping[str, str] = MappingProxyType({})
-    """The framework's own words for the rules' fixes, by slot (``rules._rule.Fix.slot``); ``""``
+    """The framework's own words for the rules' fixes, by slot (``rules.rule.Fix.slot``); ``""``
     where a fix does not apply to its runs."""
     vocabulary: tuple[str, ...] = ()
     """The names of the framework's API, files and tools that a fix could mention: no other
@@ -265,7 +265,7 @@ class LayoutHooks:
     @property
     def fix_keys(self) -> tuple[str, ...]:
         """The keys of the fix wordings that fit this layout's runs, most specific first
-        (``rules._rule.Fix``): its own name, then what it builds on."""
+        (``rules.rule.Fix``): its own name, then what it builds on."""
         return (self.name, *self.builds_on)
 
     def weights_only(self, saved: Sequence[Sequence[CheckpointFile]]) -> str | None:

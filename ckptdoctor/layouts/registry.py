@@ -37,6 +37,7 @@ from ckptdoctor.layouts.torch import TorchLayout
 from ckptdoctor.layouts.torchtune import TorchtuneLayout
 from ckptdoctor.layouts.ultralytics import UltralyticsLayout
 from ckptdoctor.model import Entry, FileReport, Role, Run
+from ckptdoctor.places import home_of, run_root
 from ckptdoctor.readers.files import Harmless, expected_formats
 from ckptdoctor.readers.named import Named, NamedFiles
 from ckptdoctor.readers.sniff import Format
@@ -110,6 +111,12 @@ def layout_named(name: str) -> Layout:
         if name == layout.name or name in layout.aliases:
             return layout
     return _BY_CONTENT_ONLY
+
+
+def home(run: Run) -> str:
+    """Where ckptdoctor keeps ``run``'s lock, journals and quarantines: beside the run for a
+    framework that reads every name in its folder (``places.home_of``)."""
+    return home_of(run_root(run), layout_named(run.layout).reads_every_name)
 
 
 def find_run(

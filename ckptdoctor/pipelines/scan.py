@@ -15,7 +15,7 @@ from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
-from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check
 from ckptdoctor.stores import leftovers, session, urls
 from ckptdoctor.stores.listing import discover_store

@@ -24,9 +24,7 @@ from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report,
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
 from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
 from ckptdoctor.progress import Tally
-from ckptdoctor.readers._deep import prepare
-from ckptdoctor.readers._sample import HEAD, TAIL
-from ckptdoctor.readers._unpickler import Budget, one_budget
+from ckptdoctor.readers.deep_scan import prepare
 from ckptdoctor.readers.files import (
     ReadAhead,
     expected_formats,
@@ -35,7 +33,9 @@ from ckptdoctor.readers.files import (
     read_whole,
     unpickled_by_name,
 )
-from ckptdoctor.rules._context import Thresholds
+from ckptdoctor.readers.sample import HEAD, TAIL
+from ckptdoctor.readers.unpickler import Budget, one_budget
+from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session, urls
 

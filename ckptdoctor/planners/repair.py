@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from ckptdoctor.errors import RefusedError
 from ckptdoctor.layouts.base import behind_pointer
 from ckptdoctor.layouts.pointers import Pointer, unfollowable
-from ckptdoctor.layouts.registry import Layout
+from ckptdoctor.layouts.registry import Layout, home
 from ckptdoctor.model import (
     Action,
     Checkpoint,
@@ -33,7 +33,7 @@ from ckptdoctor.model import (
     Severity,
     Status,
 )
-from ckptdoctor.places import home, run_root
+from ckptdoctor.places import run_root
 from ckptdoctor.planners.retention import (
     DEPENDS,
     SHUT,

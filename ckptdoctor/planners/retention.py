@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.layouts.registry import Layout
+from ckptdoctor.layouts.registry import Layout, home
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
-from ckptdoctor.places import DEEPEST, home, run_root
+from ckptdoctor.places import DEEPEST, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.files import ends_unchecked
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration

@@ -14,7 +14,7 @@
  * Every descriptor is closed by the worker that opened it before it moves on; every object is
  * owned by the jobs array until it is handed to the result list, and released on every error.
  *
- * scan_block is verify --deep's per-block test (ckptdoctor/readers/_deep.py): its NaN/Inf count
+ * scan_block is verify --deep's per-block test (ckptdoctor/readers/deep_scan.py): its NaN/Inf count
  * and all-zero test, here so that --deep need not import numpy (80-130 ms before any scan).
  */
 
@@ -317,7 +317,7 @@ done:
  * floating-point environment (flush-to-zero, signalling NaN traps) matters: float32 and float64
  * (a complex number: two of them) with the sign masked off are non-finite from the all-ones
  * exponent up, NaN one above that; float16 and bfloat16 likewise; the 8-bit floats have their own
- * ranges. _deep.py holds the table. The data is read through memcpy, which is safe at any
+ * ranges. deep_scan.py holds the table. The data is read through memcpy, which is safe at any
  * alignment and which gcc turns into plain loads; each loop is one unsigned compare per element
  * (x - least <= most - least wraps below least), which it vectorises. A trailing partial element
  * is not counted, as numpy's view of length // size elements does not. */
@@ -462,7 +462,7 @@ static PyMethodDef methods[] = {
      "scan_block(buffer, length, size, mask, least, most, zeros)\n--\n\n"
      "(elements of size bytes among the first length bytes whose bits & mask lie in [least, most], "
      "whether those bytes are all zero: False unless zeros); size 0 counts nothing. "
-     "See ckptdoctor.readers._deep."},
+     "See ckptdoctor.readers.deep_scan."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,7 +28,7 @@ import json
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import pickle, torchzip
-from ckptdoctor.readers._sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format, sniff_payload
 
 MAX_CONFIG = 64 * 1024 * 1024

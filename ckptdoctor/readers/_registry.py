@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ckptdoctor.model import FileReport
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 
 if TYPE_CHECKING:
-    from ckptdoctor.readers.sniff import Format
+    from ckptdoctor.readers.formats import Format
 
 _MODULES = (
     "sniff",

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format, begins
 
 MAGIC = b"NRUB"
@@ -232,8 +232,8 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if padding.strip(b"\0"):
         issues.append(FileIssue(Problem.MALFORMED, "the padding between metadata and data is not zero"))
     if deep and floats and not header.issues:
-        regions = [_deep.Region(data_start + start, length, dtype) for start, length, dtype in floats]
-        issues += _deep.nonfinite_issues(sample, regions, deep)
+        regions = [deep_scan.Region(data_start + start, length, dtype) for start, length, dtype in floats]
+        issues += deep_scan.nonfinite_issues(sample, regions, deep)
     return FileReport(Format.BURNPACK.value, tuple(issues), header.facts, listed, (), sum(t.nbytes for t in listed))
 
 

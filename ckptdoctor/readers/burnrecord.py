@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.compressed import gzip_parts
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED, burn_dtype
+from ckptdoctor.readers.sample import HEAD, TAIL, EdgeSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff_payload
 
 RECORD_END = b"\xa2_b\x90"
@@ -164,7 +164,7 @@ def _verify_record(sample: Sample, header: FileReport, decode: Callable[[bytes],
                 issues.append(FileIssue(Problem.MALFORMED, problem))
             tensors.append(tensor)
             if deep and payload is not None and tensor.dtype in NONFINITE_SCANNED:
-                nonfinite += _deep.count_nonfinite(payload, tensor.dtype)
+                nonfinite += deep_scan.count_nonfinite(payload, tensor.dtype)
     except RecursionError:
         issues.append(FileIssue(Problem.MALFORMED, "the record nests deeper than any burn module"))
     if nonfinite:

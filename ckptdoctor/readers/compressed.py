@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._pickle_safety import judge
-from ckptdoctor.readers._sample import CHUNK, BytesSample, FileSample, Sample
-from ckptdoctor.readers._unpickler import Budget, current_budget, top_keys, walk
+from ckptdoctor.readers.pickle_safety import judge
+from ckptdoctor.readers.sample import CHUNK, BytesSample, FileSample, Sample
 from ckptdoctor.readers.sniff import Format, sniff, sniff_payload
+from ckptdoctor.readers.unpickler import Budget, current_budget, top_keys, walk
 
 MAX_OUTPUT = 128 * 1024 * 1024
 """The most of a compressed pickle held in memory to be walked."""

@@ -16,10 +16,10 @@ from typing import NamedTuple
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import _opcodes
 from ckptdoctor.readers._registry import Naming, ReaderSpec
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
-from ckptdoctor.readers._unpickler import Call, Global, ObjectKey, Walk, walk
+from ckptdoctor.readers.sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
 from ckptdoctor.readers.torchzip import END, END_SIGNATURE
+from ckptdoctor.readers.unpickler import Call, Global, ObjectKey, Walk, walk
 
 METADATA = ".metadata"
 DATA_SUFFIX = ".distcp"

@@ -22,9 +22,9 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.parallel import cores, map_chunks
 from ckptdoctor.readers import (
-    _deep,
     compressed,
     dcp,
+    deep_scan,
     hfjson,
     keras,
     ocdbt,
@@ -36,12 +36,12 @@ from ckptdoctor.readers import (
     torchzip,
 )
 from ckptdoctor.readers._edges import COMPILED, read_edges
-from ckptdoctor.readers._pickle_safety import NO_HARMLESS, Harmless, harmless_known
 from ckptdoctor.readers._registry import Naming, current
-from ckptdoctor.readers._sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
-from ckptdoctor.readers._unpickler import file_budget, one_budget
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
+from ckptdoctor.readers.pickle_safety import NO_HARMLESS, Harmless, harmless_known
+from ckptdoctor.readers.sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.unpickler import file_budget, one_budget
 from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.stores import session
 
@@ -572,7 +572,7 @@ def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[
     for file, stored in sorted(by_file.items()):
         try:
             with open_sample(os.path.join(folder, file)) as data:
-                _, checked = _deep.scan(data, [_deep.Region(i.offset, i.length, zeros=True) for i in stored], threads)
+                _, checked = deep_scan.scan(data, [deep_scan.Region(i.offset, i.length, zeros=True) for i in stored], threads)
         except OSError:
             continue  # the data file's own report says why
         if checked:  # none where the file is shorter than its items: the layout reports it cut short

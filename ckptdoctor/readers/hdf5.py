@@ -28,10 +28,10 @@ from typing import Any, NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
 from ckptdoctor.parallel import forked
-from ckptdoctor.readers import _deep, _kerasconfig
+from ckptdoctor.readers import _kerasconfig, deep_scan
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample, SampleReader
 from ckptdoctor.readers.compressed import MAX_OUTPUT, MAX_RATIO
+from ckptdoctor.readers.sample import Sample, SampleReader
 from ckptdoctor.readers.sniff import Format, begins
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -201,7 +201,7 @@ class _Walked(NamedTuple):
     tensors: list[Tensor]
     top: list[str]
     issues: list[FileIssue]
-    regions: list[_deep.Region]
+    regions: list[deep_scan.Region]
     chunked: list[tuple[str, str]]
     """Datasets whose bytes are not one run in the file, with their element types: ``--deep``
     reads them through h5py."""
@@ -228,7 +228,7 @@ def _walk(h5py: Any, opened: Any, size: int) -> _Walked:
             if offset + nbytes > size:
                 walked.issues.append(_past_end(name, offset + nbytes, size))
             else:
-                walked.regions.append(_deep.Region(offset, nbytes, dtype if dtype in _deep.FLOAT_BITS else None))
+                walked.regions.append(deep_scan.Region(offset, nbytes, dtype if dtype in deep_scan.FLOAT_BITS else None))
             continue
         plist = dataset.get_create_plist()
         layout = plist.get_layout()
@@ -369,9 +369,9 @@ def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> 
     """NaN and Inf in every float dataset: straight from the file where a dataset's bytes are one
     run, else through h5py (chunked or filtered datasets, which Keras does not write), where their
     stored chunks inflate to no more than a compressed stream may (``compressed.MAX_RATIO``)."""
-    issues, _ = _deep.scan(sample, walked.regions, threads)
+    issues, _ = deep_scan.scan(sample, walked.regions, threads)
     # bfloat16: h5py hands it over as raw 16-bit words, counted only where contiguous
-    chunked = [(opened[name], dtype) for name, dtype in walked.chunked if dtype in _deep.FLOAT_BITS and dtype != "bfloat16"]
+    chunked = [(opened[name], dtype) for name, dtype in walked.chunked if dtype in deep_scan.FLOAT_BITS and dtype != "bfloat16"]
     inflated = sum(d.id.get_num_chunks() * math.prod(d.chunks) * d.dtype.itemsize for d, _ in chunked)
     bound = max(MAX_RATIO * sample.size, MAX_OUTPUT)
     if inflated > bound:  # a few MB of compressed zeros inflate to GBs: a bomb, not weights
@@ -386,7 +386,7 @@ def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> 
     found = 0
     for dataset, dtype in chunked:
         for chunk in _stored_chunks(dataset):
-            found += _deep.count_nonfinite(dataset[chunk].tobytes(), dtype)
+            found += deep_scan.count_nonfinite(dataset[chunk].tobytes(), dtype)
     if found:
         issues.append(FileIssue(Problem.NONFINITE, f"{found} NaN or Inf values in its chunked datasets"))
     return issues

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers.sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
 
 INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")

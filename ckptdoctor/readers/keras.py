@@ -28,7 +28,7 @@ import zlib
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers import _kerasconfig, hdf5, npy, torchzip
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import BytesSample, Sample, Window, held
+from ckptdoctor.readers.sample import BytesSample, Sample, Window, held
 from ckptdoctor.readers.sniff import ZIP_LOCAL, Format
 
 KERAS = Format.declare("keras")

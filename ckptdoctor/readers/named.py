@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from ckptdoctor.model import FileReport
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 

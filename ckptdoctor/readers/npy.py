@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers._pickle_safety import judge
-from ckptdoctor.readers._sample import Sample
-from ckptdoctor.readers._unpickler import walk, walk_chunks
+from ckptdoctor.readers.pickle_safety import judge
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.unpickler import walk, walk_chunks
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER = 1024 * 1024

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import CHUNK
+from ckptdoctor.readers.sample import CHUNK
 from ckptdoctor.readers.sniff import Format
 
 MANIFEST = "manifest.ocdbt"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers.sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
 
 CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"

@@ -11,12 +11,13 @@ import re
 import struct
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
-from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import HEAD, TAIL, BytesSample, Sample, held
-from ckptdoctor.readers._unpickler import (
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED, TORCH_SIZES
+from ckptdoctor.readers.pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers.sample import HEAD, TAIL, BytesSample, Sample, held
+from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.unpickler import (
     JOBLIB_WRAPPERS,
     TORCH_OPCODES,
     Storage,
@@ -27,7 +28,6 @@ from ckptdoctor.readers._unpickler import (
     top_keys,
     walk,
 )
-from ckptdoctor.readers.sniff import Format
 
 STOP = b"."
 TORCH_LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
@@ -238,7 +238,7 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
         )
         for name, ref in found
     )
-    regions: list[_deep.Region] = []
+    regions: list[deep_scan.Region] = []
     tensor_bytes = 0
     not_weights = outside_weights(found)
     masked = masks(found)
@@ -262,14 +262,14 @@ def read_whole_legacy(sample: Sample, deep: int = 0) -> FileReport:
             return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root))
         nbytes = count * element
         if storage.dtype in NONFINITE_SCANNED and storage.key not in not_weights:
-            regions.append(_deep.Region(position + _ELEMENT.size, nbytes, storage.dtype, infinite=storage.key in masked))
+            regions.append(deep_scan.Region(position + _ELEMENT.size, nbytes, storage.dtype, infinite=storage.key in masked))
         position += _ELEMENT.size + nbytes
         tensor_bytes += nbytes
     cut = _length_issue(sample.size, position)
     if cut:
         issues.append(cut)
     elif deep and regions:
-        issues += _deep.nonfinite_issues(sample, regions, deep)
+        issues += deep_scan.nonfinite_issues(sample, regions, deep)
     return FileReport(Format.TORCH_LEGACY.value, tuple(issues), (), listed, top_keys(walks[1].root), tensor_bytes)
 
 

@@ -14,7 +14,7 @@ import struct
 
 from ckptdoctor.model import FileReport
 from ckptdoctor.readers import torchzip
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 

@@ -7,7 +7,7 @@ are pointer files is the layouts' knowledge (``Layout.named_files``), passed in 
 from __future__ import annotations
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 LIMIT = 4096

@@ -19,10 +19,10 @@ from typing import Any
 
 from ckptdoctor import bundles
 from ckptdoctor.model import FileIssue, FileReport, Problem, Span, Tensor
-from ckptdoctor.readers import _deep
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, SAFETENSORS_BITS
+from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED, SAFETENSORS_BITS
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 LENGTH = struct.Struct("<Q")
@@ -105,7 +105,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
     if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         issues.append(FileIssue(Problem.MALFORMED, "__metadata__ is not a map of strings (InvalidHeaderDeserialization)"))
     listed: list[Tensor] = []
-    regions: list[_deep.Region] = []
+    regions: list[deep_scan.Region] = []
     named: list[str] = []
     extents: list[tuple[int, int, str]] = []
     data_start = LENGTH.size + length
@@ -130,7 +130,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         listed.append(Tensor(name, dtype[0], tuple(shape), end - start))
         if end > start:  # every tensor for zeros (no CRC guards this data), floats for NaN and Inf too
             scanned = dtype[0] if dtype[0] in NONFINITE_SCANNED else None
-            regions.append(_deep.Region(data_start + start, end - start, scanned, zeros=True, infinite=bundles.may_be_infinite(name)))
+            regions.append(deep_scan.Region(data_start + start, end - start, scanned, zeros=True, infinite=bundles.may_be_infinite(name)))
             named.append(name)
     extents.sort()
     position = 0
@@ -144,7 +144,7 @@ def read_whole(sample: Sample, deep: int = 0) -> FileReport:
         issues.append(FileIssue(Problem.MALFORMED, f"the safetensors library refuses it: {refusal}"))
     spans = None
     if deep and regions and not issues:
-        found, checked = _deep.scan(sample, regions, deep)
+        found, checked = deep_scan.scan(sample, regions, deep)
         issues += found
         spans = tuple(Span(name, bool(result.zero)) for name, result in zip(named, checked, strict=True)) if checked else None
     total = sum(t.nbytes for t in listed)

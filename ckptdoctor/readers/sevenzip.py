@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 from ckptdoctor.readers.sniff import Format
 
 MAGIC = b"7z\xbc\xaf\x27\x1c"

@@ -30,8 +30,8 @@ import zlib
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
 from ckptdoctor.readers._registry import Naming, Rank, ReaderSpec, Sniff, current
-from ckptdoctor.readers._sample import EdgeSample, FileSample, Sample, Window
 from ckptdoctor.readers.compressed import gzip_parts
+from ckptdoctor.readers.sample import EdgeSample, FileSample, Sample, Window
 from ckptdoctor.readers.sniff import Format, sniff
 
 TAR = Format.declare("tar")

@@ -27,10 +27,10 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep, pointer
-from ckptdoctor.readers._dtypes import TORCH_SIZES
+from ckptdoctor.readers import deep_scan, pointer
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import MAX_HEADER, Sample
+from ckptdoctor.readers.dtypes import TORCH_SIZES
+from ckptdoctor.readers.sample import MAX_HEADER, Sample
 from ckptdoctor.readers.sniff import Format
 
 TF_INDEX = Format.declare("tf-index")
@@ -139,8 +139,8 @@ def shard_issues(sample: Sample, entries: list[Entry], shard_name: str, nonfinit
             crc = 0
             for block in reader.blocks(entry.size):
                 crc = _extend(crc, block)
-                if nonfinite and entry.dtype in _deep.FLOAT_BITS:
-                    found += _deep.count_nonfinite(block, entry.dtype)
+                if nonfinite and entry.dtype in deep_scan.FLOAT_BITS:
+                    found += deep_scan.count_nonfinite(block, entry.dtype)
         # proto3 leaves a zero CRC out of the entry: TensorFlow then compares with zero
         if crc != _unmask(entry.crc or 0):
             mismatched.append(entry.key)

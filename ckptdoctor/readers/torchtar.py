@@ -19,13 +19,13 @@ import struct
 from typing import IO, TYPE_CHECKING
 
 from ckptdoctor.model import FileIssue, FileReport, Problem
-from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
-from ckptdoctor.readers._pickle_safety import judge
 from ckptdoctor.readers._registry import Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import Sample, SampleReader
-from ckptdoctor.readers._unpickler import Global, walk
+from ckptdoctor.readers.dtypes import TORCH_SIZES, TORCH_STORAGES
 from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES, read_whole_pickle
+from ckptdoctor.readers.pickle_safety import judge
+from ckptdoctor.readers.sample import Sample, SampleReader
 from ckptdoctor.readers.sniff import Format
+from ckptdoctor.readers.unpickler import Global, walk
 
 if TYPE_CHECKING:
     import tarfile

@@ -22,14 +22,16 @@ from typing import Any, NamedTuple
 
 from ckptdoctor.bundles import PATH_KEYS
 from ckptdoctor.model import RECORDED_PATH, TOP_LEVEL_NUMBER, FileIssue, FileReport, Problem, Tensor
-from ckptdoctor.readers import _deep, npy
-from ckptdoctor.readers._dtypes import NONFINITE_SCANNED, TORCH_SIZES
-from ckptdoctor.readers._pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers import deep_scan, npy
 from ckptdoctor.readers._registry import Library, Naming, Rank, ReaderSpec, Sniff
-from ckptdoctor.readers._sample import TAIL, Sample, SampleReader, held
 from ckptdoctor.readers._skim import Skimmed
 from ckptdoctor.readers._skim import top_level as skim
-from ckptdoctor.readers._unpickler import (
+from ckptdoctor.readers.dtypes import NONFINITE_SCANNED, TORCH_SIZES
+from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES
+from ckptdoctor.readers.pickle_safety import judge, weights_only_refusal
+from ckptdoctor.readers.sample import TAIL, Sample, SampleReader, held
+from ckptdoctor.readers.sniff import ZIP_LOCAL, Format, begins, sniff_payload
+from ckptdoctor.readers.unpickler import (
     TORCH_OPCODES,
     Budget,
     OverBudget,
@@ -47,8 +49,6 @@ from ckptdoctor.readers._unpickler import (
     walk,
     walk_chunks,
 )
-from ckptdoctor.readers.pickle import TORCH_SAVE_SUFFIXES
-from ckptdoctor.readers.sniff import ZIP_LOCAL, Format, begins, sniff_payload
 
 END = struct.Struct("<4sHHHHIIH")
 END_SIGNATURE = b"PK\x05\x06"
@@ -745,7 +745,7 @@ def _raw(sample: Sample, member: Member) -> Iterator[bytes]:
     offset, end, size = member.data, member.data + member.compressed, _FIRST_CHUNK
     while offset < end:
         yield sample.range(offset, min(size, end - offset))
-        offset, size = offset + size, _deep.BLOCK
+        offset, size = offset + size, deep_scan.BLOCK
 
 
 def charged(chunks: Iterable[bytes], budget: Budget) -> Iterator[bytes]:
@@ -866,7 +866,7 @@ def distinct(members: list[Member]) -> tuple[list[Member], list[FileIssue]]:
 
 def _storages(
     found: list[tuple[str, TensorRef]], storages: list[Storage], by_name: dict[str, Member], prefix: str
-) -> tuple[tuple[Tensor, ...], list[FileIssue], list[_deep.Region], int]:
+) -> tuple[tuple[Tensor, ...], list[FileIssue], list[deep_scan.Region], int]:
     """Tensors as listed, what is wrong with them and with every storage (each against its
     ``data/<key>`` member), the float storages to scan, and the bytes of all storages."""
     listed: list[Tensor] = []
@@ -886,7 +886,7 @@ def _storages(
         extent = _extent(ref) * element
         if storage_bytes is not None and extent > storage_bytes:
             issues.append(FileIssue(Problem.MALFORMED, f"tensor {name} reaches byte {extent} of a {storage_bytes}-byte storage"))
-    regions: list[_deep.Region] = []
+    regions: list[deep_scan.Region] = []
     total = 0
     seen: set[str] = set()
     not_weights = outside_weights(found)
@@ -918,7 +918,7 @@ def _storages(
             total += member.size
             dtype = storage.dtype or dtype_of.get(storage.key)
             if dtype in NONFINITE_SCANNED and member.method == 0 and member.data >= 0 and storage.key not in not_weights:
-                regions.append(_deep.Region(member.data, member.size, dtype, infinite=storage.key in masked))
+                regions.append(deep_scan.Region(member.data, member.size, dtype, infinite=storage.key in masked))
     return tuple(listed), issues, regions, total
 
 
@@ -939,7 +939,7 @@ TORCH_IGNORES_CRC = "torch.load would return wrong values silently"
 
 
 def crc_issues(
-    sample: Sample, members: list[Member], floats: list[_deep.Region], threads: int, loader: str = TORCH_IGNORES_CRC
+    sample: Sample, members: list[Member], floats: list[deep_scan.Region], threads: int, loader: str = TORCH_IGNORES_CRC
 ) -> list[FileIssue]:
     """Members whose bytes do not match their CRC-32, and storages that hold NaN or Inf;
     ``loader`` says what the archive's loader makes of a mismatch."""
@@ -947,11 +947,11 @@ def crc_issues(
     recorded = any(m.crc for m in stored if m.size)
     by_offset = {region.offset: region for region in floats}
     regions = [
-        by_offset[m.data]._replace(crc=recorded) if m.data in by_offset else _deep.Region(m.data, m.size, crc=recorded) for m in stored
+        by_offset[m.data]._replace(crc=recorded) if m.data in by_offset else deep_scan.Region(m.data, m.size, crc=recorded) for m in stored
     ]
     try:
-        results = _deep.check(sample, regions, threads)
-    except _deep.FileChanged as changed:
+        results = deep_scan.check(sample, regions, threads)
+    except deep_scan.FileChanged as changed:
         return [FileIssue(Problem.UNREADABLE, str(changed))]
     issues: list[FileIssue] = []
     bad = [m.name for m, r in zip(stored, results, strict=True) if r.crc is not None and r.crc != m.crc]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 if TYPE_CHECKING:
     from ckptdoctor.model import Plan, Report
     from ckptdoctor.records import Pending
-    from ckptdoctor.rules._rule import Rule
+    from ckptdoctor.rules.rule import Rule
     from ckptdoctor.rules.search import Match
 
 

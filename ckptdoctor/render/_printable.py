@@ -3,7 +3,7 @@
 File names are the user's data, and a name may hold an escape sequence (``\\x1b]0;…`` retitles
 the terminal, ``\\x1b[2J`` clears it): printed raw, a checkpoint folder would write to the
 terminal of whoever inspects it. Styles come from rich as control segments and stay; only text
-from the data is escaped. Loaded only where rich is (``render/_console.py``).
+from the data is escaped. Loaded only where rich is (``render/console.py``).
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from ckptdoctor.model import (
 )
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
-from ckptdoctor.render._console import stdout_console
-from ckptdoctor.rules._rule import BEHIND_RESUME, Rule
+from ckptdoctor.render.console import stdout_console
+from ckptdoctor.rules.rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import files_or_folders, size
 
 if TYPE_CHECKING:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ckptdoctor import __version__
 from ckptdoctor.model import (
     BucketCheck,
     Checkpoint,
@@ -27,7 +26,8 @@ from ckptdoctor.model import (
     StoreLeftovers,
 )
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules.rule import Rule
+from ckptdoctor.version import __version__
 
 if TYPE_CHECKING:
     from ckptdoctor.rules.search import Match

@@ -8,11 +8,11 @@ import os
 from typing import Any
 from urllib.parse import quote
 
-from ckptdoctor import __version__
 from ckptdoctor.model import Finding, Report, Severity
 from ckptdoctor.render import PLAIN, RenderOptions
 from ckptdoctor.rules.registry import RULES, Rule
 from ckptdoctor.rules.search import Match
+from ckptdoctor.version import __version__
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 
 from ckptdoctor.layouts.pointers import unfollowable
 from ckptdoctor.model import Finding, Status
-from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules.context import RunContext
+from ckptdoctor.rules.rule import Rule
 
 
 def by_harm(ctx: RunContext, findings: Iterable[Finding], rule_of: Callable[[str], Rule | None]) -> list[Finding]:

@@ -16,8 +16,8 @@ from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
 from ckptdoctor.optimizers import FRESH_START_COST
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
+from ckptdoctor.rules.context import RunContext
+from ckptdoctor.rules.rule import OTHERWISE, Rule, fires, fix
 
 MISSING_OPTIMIZER = Rule(
     code="CKD101",

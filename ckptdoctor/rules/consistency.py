@@ -13,9 +13,9 @@ from typing import NamedTuple, cast
 
 from ckptdoctor.bundles import ROLE_KEYS
 from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tensor
-from ckptdoctor.readers._dtypes import FLOATS
-from ckptdoctor.rules._context import RunContext
-from ckptdoctor.rules._rule import Rule, fires, fix
+from ckptdoctor.readers.dtypes import FLOATS
+from ckptdoctor.rules.context import RunContext
+from ckptdoctor.rules.rule import Rule, fires, fix
 
 OPTIMIZER_MODEL_MISMATCH = Rule(
     code="CKD301",

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Severity
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules._context import RunContext, make_finding, run_context
-from ckptdoctor.rules._rule import OTHERWISE, Fix, Rule, fires, fix
+from ckptdoctor.rules.context import RunContext, make_finding, run_context
+from ckptdoctor.rules.rule import OTHERWISE, Fix, Rule, fires, fix
 from ckptdoctor.stores.urls import parse
 from ckptdoctor.units import duration, size
 

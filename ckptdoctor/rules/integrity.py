@@ -17,12 +17,12 @@ from ckptdoctor.discover import Unlisted
 from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Problem, Role, Severity, Zeroed
 from ckptdoctor.optimizers import state_size
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.readers._sample import TAIL
+from ckptdoctor.readers.sample import TAIL
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.regular import owner, user_name
 from ckptdoctor.rules import completeness, consistency, safety
-from ckptdoctor.rules._context import Kind, RunContext, make_finding
-from ckptdoctor.rules._rule import OTHERWISE, Rule, fires, fix
+from ckptdoctor.rules.context import Kind, RunContext, make_finding
+from ckptdoctor.rules.rule import OTHERWISE, Rule, fires, fix
 from ckptdoctor.stores.urls import scheme
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration, size
 

@@ -13,9 +13,9 @@ from ckptdoctor.discover import Unlisted
 from ckptdoctor.layouts.registry import layout_named
 from ckptdoctor.model import Finding, Run
 from ckptdoctor.rules import completeness, consistency, disk, integrity, safety
-from ckptdoctor.rules._context import RunContext, Thresholds, with_runs_below
 from ckptdoctor.rules._harm import by_harm
-from ckptdoctor.rules._rule import BEHIND_RESUME, Check, Rule
+from ckptdoctor.rules.context import RunContext, Thresholds, with_runs_below
+from ckptdoctor.rules.rule import BEHIND_RESUME, Check, Rule
 
 __all__ = ["BEHIND_RESUME", "CHECKS", "RULES", "Check", "Rule", "Thresholds", "check", "find_rule"]
 

@@ -7,7 +7,7 @@ container around them.
 from __future__ import annotations
 
 from ckptdoctor.model import Severity
-from ckptdoctor.rules._rule import Rule, fix
+from ckptdoctor.rules.rule import Rule, fix
 
 UNSAFE_PICKLE = Rule(
     code="CKD401",

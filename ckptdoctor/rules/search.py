@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from ckptdoctor.rules._rule import Rule
 from ckptdoctor.rules.registry import RULES
+from ckptdoctor.rules.rule import Rule
 
 GAP = "…"
 """In a documented message, what the tool fills in (a path, a key): any words, or none."""

@@ -93,12 +93,12 @@ class Bucket:
     def _objects_by_boto3(self, prefix: str, why: str) -> list[ObjectInfo]:
         """The listing boto3 makes, which takes any key: the keys no path can name are then
         reported by the listing's reader, and left alone."""
-        from ckptdoctor.stores import _control  # boto3: only for a bucket holding such a key
+        from ckptdoctor.stores import control_plane  # boto3: only for a bucket holding such a key
 
         try:
-            s3 = _control.client(self.location, self.endpoint)
+            s3 = control_plane.client(self.location, self.endpoint)
         except StoreError:
-            raise StoreError(f"{self.location.url_of(prefix)}: {why}; to list it, {_control.NEEDS_BOTO3}") from None
+            raise StoreError(f"{self.location.url_of(prefix)}: {why}; to list it, {control_plane.NEEDS_BOTO3}") from None
         found: list[ObjectInfo] = []
         try:
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.location.bucket, Prefix=prefix):
@@ -108,7 +108,7 @@ class Bucket:
                     for item in page.get("Contents", [])
                 ]
         except Exception as error:  # botocore's: told apart by the status S3 sent
-            status, code = _control.answer(error)
+            status, code = control_plane.answer(error)
             raise StoreError(f"{self.location.url_of(prefix)}: the store refused to list it (HTTP {status}, {code})") from None
         return found
 

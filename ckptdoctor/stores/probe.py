@@ -28,7 +28,7 @@ from ckptdoctor.stores.urls import PERMISSIONS, Location, Store
 
 if TYPE_CHECKING:
     from ckptdoctor.stores._bucket import Bucket
-    from ckptdoctor.stores._control import Control
+    from ckptdoctor.stores.control_plane import Control
 
 NEEDED_BY: dict[str, tuple[str, ...]] = {
     "list": ("inspect", "verify", "prune", "repair", "diskcheck"),

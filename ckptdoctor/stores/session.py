@@ -1,7 +1,7 @@
 """The buckets this process reaches, and what their listings showed.
 
 A scan of a bucket lists it once; the readers then open its objects by URL, as they open local
-files by path (``readers._sample.open_sample``), and the acting commands plan against the ETags
+files by path (``readers.sample.open_sample``), and the acting commands plan against the ETags
 that listing saw. Both find the bucket and the object here. Only URLs under a bucket this process
 listed are routed to a store: a local path that merely looks like a URL is never sent anywhere.
 """
@@ -17,7 +17,7 @@ from ckptdoctor.stores.urls import Location
 if TYPE_CHECKING:
     from ckptdoctor.stores._bucket import Bucket as Bucket
     from ckptdoctor.stores._bucket import ObjectInfo
-    from ckptdoctor.stores._control import Control as Control
+    from ckptdoctor.stores.control_plane import Control as Control
 
 
 MISSING_EXTRA = (
@@ -59,7 +59,7 @@ def control(location: Location) -> Control:
         found = _controls.get(location.root)
     if found is not None:
         return found
-    from ckptdoctor.stores._control import Control  # boto3 loads only where its calls are needed
+    from ckptdoctor.stores.control_plane import Control  # boto3 loads only where its calls are needed
 
     data = bucket(location)
     made = Control(location, data.endpoint, lambda requests: data.traffic.add(requests, 0))

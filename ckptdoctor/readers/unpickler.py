@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from ckptdoctor import bundles
 from ckptdoctor.readers import _opcodes
-from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
+from ckptdoctor.readers.dtypes import TORCH_SIZES, TORCH_STORAGES
 
 _NEVER_PICKLED = frozenset({
     "INST", "OBJ", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER", "DUP", "STRING",

@@ -51,7 +51,7 @@ act on every run below a path (with ``--no-recurse`` where runs lie below the ru
 where only a whole read saw it, as ``verify``'s); ``resume`` the index of the resume point (a fix that names it is left out of a run without
 one); ``resume_pointer`` what the run's pointer file holds to name it (Megatron's tracker says
 ``release`` for ``release/``), where the layout writes that file (``Layout.repoint``); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
-alone (``rules/_context.py`` fills them)."""
+alone (``rules/context.py`` fills them)."""
 
 NEEDS_THE_RUN = frozenset({"resume", "resume_pointer", "quarantine"})
 """Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it (a

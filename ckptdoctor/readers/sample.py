@@ -18,7 +18,7 @@ from ckptdoctor.regular import open_to_read
 from ckptdoctor.stores import session
 
 if TYPE_CHECKING:
-    from ckptdoctor.stores._bucket import Bucket
+    from ckptdoctor.stores.session import Bucket
 
 HEAD = 16 * 1024
 TAIL = 4 * 1024

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from ckptdoctor.model import FileIssue, Problem
 from ckptdoctor.readers._edges import COMPILED
-from ckptdoctor.readers._sample import Sample
+from ckptdoctor.readers.sample import Sample
 
 ScanBlock = Callable[[bytearray | bytes | memoryview, int, int, int, int, int, bool], tuple[int, bool]]
 compiled_scan_block: ScanBlock | None = None

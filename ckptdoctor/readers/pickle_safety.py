@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ckptdoctor.model import FileIssue, Problem, Rebuilt
-from ckptdoctor.readers._dtypes import TORCH_SIZES, TORCH_STORAGES
-from ckptdoctor.readers._unpickler import Global, Walk
+from ckptdoctor.readers.dtypes import TORCH_SIZES, TORCH_STORAGES
+from ckptdoctor.readers.unpickler import Global, Walk
 
 _TENSOR_TYPES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte")
 _CUDA_STORAGES = (*_TENSOR_TYPES, "Bool", "ComplexDouble", "ComplexFloat")

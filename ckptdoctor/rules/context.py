@@ -16,7 +16,7 @@ from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules._rule import Rule
+from ckptdoctor.rules.rule import Rule
 
 _DIGITS = re.compile(r"\d+")
 
