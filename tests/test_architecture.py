@@ -4,6 +4,7 @@ past what a newcomer reads at a glance."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def test_every_unit_has_its_paragraph_in_layer_order() -> None:
     missing = sorted(unit for unit, at in named.items() if at < 0 and unit != "ckptdoctor")
     assert missing == [], f"ARCHITECTURE.md names no paragraph for {missing}"
     order = sorted((at, LAYERS[unit], unit) for unit, at in named.items() if at >= 0)
-    inversions = [(a[2], b[2]) for a, b in zip(order, order[1:]) if b[1] < a[1]]
+    inversions = [(a[2], b[2]) for a, b in itertools.pairwise(order) if b[1] < a[1]]
     assert inversions == [], f"units named out of their layers' order: {inversions}"
 
 
