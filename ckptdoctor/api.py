@@ -674,7 +674,7 @@ def _listed(paths: object) -> list[str]:
     if not all(isinstance(name, str) for name in names):
         raise TypeError(f"paths must be text paths (str or os.PathLike), not {paths!r}")
     if not names:
-        raise ValueError("no paths given: name the runs (or '.' for the working folder)")
+        raise InvalidValue("no paths given: name the runs (or '.' for the working folder)")
     return [name for name in names if isinstance(name, str)]
 
 

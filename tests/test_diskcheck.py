@@ -406,3 +406,22 @@ def test_a_value_error_from_the_scan_is_no_usage_error(tmp_path, monkeypatch, cl
         cli("diskcheck", run)
     refused = cli("diskcheck", "--model-bytes", "lots", run)  # a declared usage error still is one
     assert refused.exit_code == 2 and "--model-bytes: not a size" in refused.stderr
+
+
+def test_the_run_is_judged_by_the_configuration_nearest_it_not_the_working_folders(tmp_path, monkeypatch, cli):
+    """Found by issue 33's attack: the command line read the configuration nearest the working
+    folder once and handed it to diskcheck, so cron's ``diskcheck /data/proj/run`` lost the run's
+    retention (the runway said "nothing deleted between saves") and a broken configuration beside
+    the run passed silently. The run's own configuration answers, as it did before the seam."""
+    project = tmp_path / "proj"
+    write_burn_run(project / "run", range(1, 4))
+    (project / "pyproject.toml").write_text("[tool.ckptdoctor.prune]\nkeep-last = 2\n")
+    elsewhere = tmp_path / "cron"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli("diskcheck", "--json", project / "run").json["disk"]["keep_last"] == 2
+    assert ckptdoctor.preflight(project / "run").disk.keep_last == 2  # the API agrees
+
+    (project / "pyproject.toml").write_text('[tool.ckptdoctor.severity]\nCKD101 = "meh"\n')
+    refused = cli("diskcheck", project / "run")
+    assert refused.exit_code == 2 and "CKD101" in refused.stderr and "meh" in refused.stderr

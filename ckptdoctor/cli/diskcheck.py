@@ -73,8 +73,10 @@ def diskcheck(
     if not math.isfinite(margin) or margin > api.MAX_MARGIN:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and {api.MAX_MARGIN:g}, not {margin}")
         raise typer.Exit(EXIT_USAGE)
+    # the run's settings (its retention, roles, trusted globals) are those of --config, else the
+    # configuration nearest the run, not the working folder's: cron runs it from anywhere
     asked = api.DiskcheckOptions(
-        (path,), settings=options.settings, select=options.select, ignore=options.ignore,
+        (path,), config=options.config, select=options.select, ignore=options.ignore,
         model_bytes=api.parse_size(model_bytes, "--model-bytes") if model_bytes is not None else None, model=model,
         optimizer=optimizer.lower() if optimizer else None, keep_last=keep_last, margin=margin, runway=runway,
     )  # fmt: skip
