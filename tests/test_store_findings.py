@@ -197,7 +197,7 @@ def test_a_refused_listing_is_said_and_never_stands_for_none(monkeypatch: pytest
         server_date = None
 
         def uploads(self, prefix: str) -> list[Any]:
-            raise control_plane._Refused(
+            raise control_plane._StoreRefused(
                 403, "AccessDenied", "s3://bkt: the store refused to list its multipart uploads (HTTP 403, AccessDenied)"
             )
 
