@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import io
 import pickle
-import subprocess
-import sys
 
 import pytest
-from sample_set import _call, _g, _u
-from test_trust import _project, _unsafe
 
 from ckptdoctor.layouts.registry import HARMLESS, LAYOUTS
 from ckptdoctor.model import Problem
@@ -54,21 +50,3 @@ def test_every_construct_only_class_is_a_harmless_class_of_the_same_layout() -> 
     for layout in LAYOUTS:
         assert layout.construct_only <= layout.harmless, layout.name
     assert HARMLESS.construct_only <= HARMLESS.classes and HARMLESS.construct_only
-
-
-def test_a_framework_class_declared_trusted_and_called_with_arguments_stays_unsafe(tmp_path, cli) -> None:
-    """``MMLogger(name, logger_name, log_file)`` creates the log file it is given: a framework's
-    class, as a library's, is trusted only where a pickle rebuilds it (the layouts' ``packages``)."""
-    pytest.importorskip("mmengine")
-    canary = tmp_path / "canary.log"
-    pickled = b"\x80\x02" + _call(_g("mmengine.logging.logger", "MMLogger"), _u("ckd"), _u("ckd"), _u(str(canary))) + b"."
-    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=pickled, check=False)
-    assert canary.exists()  # it ran
-    project = _project(tmp_path / "project", ["mmengine.logging.logger.MMLogger"])
-    path = project / "run" / "model_3.pt"
-    path.parent.mkdir(parents=True)
-    path.write_bytes(pickled)
-    result = cli("verify", "--json", "--config", project / "pyproject.toml", path)
-    assert result.exit_code == 1
-    (finding,) = _unsafe(result)
-    assert finding["severity"] == "error" and "declared trusted" not in finding["message"]

@@ -37,6 +37,9 @@ REBUILDS = "rebuilds objects of these classes"
 TRUST_WRITER = "safe only if you trust whoever wrote it"
 ACTS = "calls functions that run commands or touch files"
 
+CANARY = object()
+"""Where a test's pickle passes the canary's path among a call's arguments."""
+
 
 class Colour(enum.Enum):
     RED = 1
@@ -304,17 +307,20 @@ def test_a_standard_library_class_that_creates_the_path_it_is_given_calls_functi
 @pytest.mark.parametrize(
     ("declared", "module", "name", "args"),
     [
-        ("h5py.File", "h5py", "File", ("w",)),
-        ("h5py._hl.files.File", "h5py._hl.files", "File", ("w",)),
+        ("h5py.File", "h5py", "File", (CANARY, "w")),
+        ("h5py._hl.files.File", "h5py._hl.files", "File", (CANARY, "w")),
+        # a framework's class, as a library's (the layouts' packages): MMLogger(name, logger_name, log_file)
+        ("mmengine.logging.logger.MMLogger", "mmengine.logging.logger", "MMLogger", ("ckd", "ckd", CANARY)),
     ],
 )
 def test_a_declared_library_class_called_with_arguments_stays_unsafe(declared, module, name, args, tmp_path, cli):
     """The second attack (issue 31): `trusted-globals = ["h5py.File"]` made `h5py.File(path, "w")`,
-    which creates or truncates any path, CKD402. A library's class is trusted where a pickle
-    rebuilds it, never where it calls it with arguments."""
+    which creates or truncates any path, CKD402. A library's or a framework's class is trusted
+    where a pickle rebuilds it, never where it calls it with arguments."""
     pytest.importorskip(module.partition(".")[0])
     canary = tmp_path / "canary"
-    pickled = b"\x80\x02" + _call(_g(module, name), _u(str(canary)), *(_u(a) for a in args)) + b"."
+    called = (str(canary) if arg is CANARY else arg for arg in args)
+    pickled = b"\x80\x02" + _call(_g(module, name), *(_u(a) for a in called)) + b"."
     subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=pickled, check=False)
     assert canary.exists()
     project = _project(tmp_path / "project", [declared])
