@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 import typer
 
 from ckptdoctor.cli._errors import explained, say
+from ckptdoctor.errors import EXIT_FINDINGS as EXIT_FINDINGS
+from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
@@ -32,8 +34,6 @@ class FailOn(str, enum.Enum):
 
 
 EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
