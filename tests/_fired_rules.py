@@ -12,7 +12,8 @@
   the check is left out there.
 
 Findings made in a child process (tests that run the CLI as a subprocess) are not seen: some
-in-process test must fire each rule.
+in-process test must fire each rule. Under pytest-xdist each worker hands what it saw (the codes
+fired, whether it deselected anything) to the controller, which judges the whole session.
 """
 
 from __future__ import annotations
@@ -129,11 +130,32 @@ def whole_suite(config: pytest.Config) -> bool:
     return all(any(path == root or path.is_relative_to(root) for root in given) for path in wanted)
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """An xdist worker finished: take what it saw into the controller's session."""
+    global _deselected
+    seen = getattr(node, "workeroutput", {})
+    FIRED.update(seen.get(_FIRED_KEY, ()))
+    _deselected = _deselected or bool(seen.get(_DESELECTED_KEY))
+
+
+_FIRED_KEY = "ckptdoctor_fired_rules"
+_DESELECTED_KEY = "ckptdoctor_deselected"
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # findings a fixture wider than one test made, outside every test's window
     if _WRONG:
         _fail(session, "findings against the rule registry", _BROKEN, sorted(set(_WRONG)))
+    if _is_worker(session.config):
+        # a worker ran part of the suite: the controller judges the whole (pytest_testnodedown)
+        session.config.workeroutput.update({_FIRED_KEY: sorted(FIRED), _DESELECTED_KEY: _deselected})
+        return
     if exitstatus == pytest.ExitCode.OK and whole_suite(session.config) and (never := unfired(FIRED)):
         why = "Every rule needs a test that fires it (and one that shows it quiet); none fired:"
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -26,14 +26,25 @@ from typing import Any
 _TARGET = 0
 _FRACTION = 1.0
 _count = 0
+_installed = False
 _NOT_FILES = ("/dev/", "/proc/")
 _open = builtins.open
 
 
 def arm(write: int, fraction: float) -> None:
     """Kill the process during its ``write``-th file written from now on."""
-    global _TARGET, _FRACTION
-    _TARGET, _FRACTION = write, fraction
+    global _TARGET, _FRACTION, _count
+    install()
+    _TARGET, _FRACTION, _count = write, fraction, 0
+
+
+def install() -> None:
+    """Route writes through the counting ``open``, counting nothing until :func:`arm` (a warm
+    process installs it before it imports the frameworks, which then bind its saves)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     builtins.open = _counting_open  # type: ignore[assignment]
     io.open = _counting_open  # type: ignore[assignment]
     try:
@@ -93,7 +104,7 @@ def missed() -> None:
 
 def _counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
     opened = _open(file, mode, *args, **kwargs)
-    if not any(flag in mode for flag in "wax") or isinstance(file, int) or os.path.realpath(file).startswith(_NOT_FILES):
+    if not _TARGET or not any(flag in mode for flag in "wax") or isinstance(file, int) or os.path.realpath(file).startswith(_NOT_FILES):
         return opened
     global _count
     _count += 1

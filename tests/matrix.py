@@ -45,14 +45,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import warm
 from typer.testing import CliRunner
 
 from ckptdoctor.cli import app
@@ -296,7 +295,7 @@ BREAK: dict[str, Callable[[Fresh, Path], None]] = {
 
 
 def killed_mid_save(fresh: Fresh, run: Path, point: KillPoint) -> None:
-    """Resume ``run`` in a child process and SIGKILL it inside its next save (:mod:`killer`)."""
+    """Resume ``run`` in a child process and SIGKILL it inside its next save (:mod:`killer`, :mod:`warm`)."""
     tests = Path(__file__).resolve().parent
     script = "\n".join(
         (
@@ -311,7 +310,7 @@ def killed_mid_save(fresh: Fresh, run: Path, point: KillPoint) -> None:
             "killer.missed()",
         )
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=_child_env())
+    done = warm.run(script, _child_env(), timeout=600)  # forked with torch and the frameworks imported: seconds less each
     if done.returncode != -9:
         raise AssertionError(f"the save was not killed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 

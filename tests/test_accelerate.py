@@ -199,7 +199,7 @@ def test_the_fix_quarantines_the_cut_save_and_numbers_the_next_saves_on(project,
         [sys.executable, "-m", "ckptdoctor", "repair", "--yes", str(run)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "400"},  # the temporary folder's path on one line, however long
         check=False,
     )
     assert repaired.returncode == 0, repaired.stderr

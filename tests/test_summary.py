@@ -54,11 +54,19 @@ def _status_counts(run: dict[str, Any]) -> str:
     return ", ".join(f"{counts[status]} {status}" for status in STATUSES if counts[status])
 
 
+def _unspaced(text: str) -> str:
+    return "".join(text.split())
+
+
 def _summary(out: str, parent: Path, runs: int) -> tuple[list[str], list[str]]:
     """The summary's header line and every line under it."""
     lines = out.splitlines()
-    start = lines.index(f"{runs} runs in {parent}")
-    return lines[start + 1].split(), lines[start + 2 :]
+    title, start = f"{runs} runs in {parent}", next(i for i, line in enumerate(lines) if line.startswith(f"{runs} runs in"))
+    end = start + 1  # a title wider than the terminal goes on over more lines, cut at a space or a path's separator
+    while _unspaced("".join(lines[start:end])) != _unspaced(title):
+        end += 1
+        assert end <= len(lines), (title, out)
+    return lines[end].split(), lines[end + 1 :]
 
 
 @pytest.mark.slow
