@@ -2307,3 +2307,9 @@ _WORKERS: dict[str, Callable[..., None]] = {
 
 if __name__ == "__main__":
     _WORKERS[sys.argv[1]](**json.loads(sys.argv[2]))
+    # a process group left to the interpreter's exit can abort in gloo's threads once the job's
+    # work is done ("terminate called without an active exception", exit -6, seen under load)
+    import torch.distributed
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

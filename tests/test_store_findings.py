@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import stores
+import warm
 
 from ckptdoctor.stores import leftovers, session
 from ckptdoctor.testing import write_burn_run
@@ -293,11 +294,9 @@ def _dcp_save(bucket: stores.Bucket, step: str, die: bool = False, copy: bool = 
     own; ``die``: the process is killed inside the rename of ``.metadata.tmp`` to ``.metadata``."""
     pytest.importorskip("torch.distributed.checkpoint")
     env = {**os.environ, **bucket.env, "AWS_ALLOW_HTTP": "true"}
-    done = subprocess.run(
-        [sys.executable, "-c", _DCP_SAVE, bucket.endpoint, bucket.url("run", step), "die" if die else "live", "copy" if copy else "as-is"],
-        env=env, capture_output=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == (-signal.SIGKILL if die else 0), done.stderr.decode()[-2000:]
+    args = [bucket.endpoint, bucket.url("run", step), "die" if die else "live", "copy" if copy else "as-is"]
+    done = warm.run(_DCP_SAVE, env, timeout=300, args=args)  # forked with torch imported
+    assert done.returncode == (-signal.SIGKILL if die else 0), done.stderr[-2000:]
 
 
 def _download(bucket: stores.Bucket, under: str, folder: Path) -> Path:
@@ -512,9 +511,7 @@ else:  # resume as users do, and say what "last" resolved to and what it restore
 def _lightning(bucket: stores.Bucket, then: str) -> str:
     pytest.importorskip("lightning")
     env = {**os.environ, **bucket.env, "AWS_ALLOW_HTTP": "true"}
-    done = subprocess.run(
-        [sys.executable, "-c", _LIGHTNING, bucket.endpoint, bucket.url("run"), then], env=env, capture_output=True, text=True, timeout=300
-    )
+    done = warm.run(_LIGHTNING, env, timeout=300, args=[bucket.endpoint, bucket.url("run"), then])  # forked with Lightning imported
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

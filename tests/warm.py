@@ -12,8 +12,8 @@ is given. Forking a process that has imported torch but computed nothing is what
 ``torch.save`` and ``safetensors.torch.save_file`` as they would in a fresh child armed first.
 
 Run as a script, this is the warm process: it imports the modules named on its command line, then
-forks one child per request read from stdin (a JSON line: ``script``, ``env``, ``cwd``, ``stdout``,
-``stderr``), answering ``{"pid": N}`` at once and ``{"status": S}`` when the child ends (``S`` as
+forks one child per request read from stdin (a JSON line: ``script``, ``args``, ``env``, ``cwd``,
+``stdout``, ``stderr``), answering ``{"pid": N}`` at once and ``{"status": S}`` when the child ends (``S`` as
 ``subprocess`` gives it: negative for a signal).
 """
 
@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,15 +45,15 @@ _LOCK = threading.Lock()
 _warm: subprocess.Popen[str] | None = None
 
 
-def run(script: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python -c script`` with ``env``, forked from the warm process: its exit status (negative
-    for a signal), stdout and stderr. Killed with SIGKILL after ``timeout`` seconds
+def run(script: str, env: Mapping[str, str], timeout: float, args: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """``python -c script *args`` with ``env``, forked from the warm process: its exit status
+    (negative for a signal), stdout and stderr. Killed with SIGKILL after ``timeout`` seconds
     (:class:`subprocess.TimeoutExpired`)."""
     with _LOCK, tempfile.TemporaryDirectory(prefix="warm-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
         warm = _started()
         assert warm.stdin is not None and warm.stdout is not None
-        request = {"script": script, "env": dict(env), "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
+        request = {"script": script, "args": list(args), "env": dict(env), "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
         warm.stdin.write(json.dumps(request) + "\n")
         warm.stdin.flush()
         pid = _answer(warm.stdout, "pid")
@@ -64,7 +64,7 @@ def run(script: str, env: Mapping[str, str], timeout: float) -> subprocess.Compl
             status = _answer(warm.stdout, "status")
         finally:
             timer.cancel()
-        said = ["python", "-c", script], out.read_text(errors="replace"), err.read_text(errors="replace")
+        said = ["python", "-c", script, *args], out.read_text(errors="replace"), err.read_text(errors="replace")
         if expired.is_set():
             raise subprocess.TimeoutExpired(said[0], timeout, said[1], said[2])
         return subprocess.CompletedProcess(said[0], status, said[1], said[2])
@@ -147,7 +147,7 @@ def _child(request: dict[str, Any]) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the descriptors above, for the script's print and input
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        sys.argv = ["-c"]
+        sys.argv = ["-c", *request["args"]]
         exec(compile(request["script"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         code = 0
     except SystemExit as exit_:
