@@ -120,6 +120,46 @@ def test_the_pure_python_unpickler_imports_a_cut_global() -> None:
     assert [g.dotted for g in walked.globals] == ["os.syste"]
 
 
+def _frame(length: int) -> bytes:
+    return b"\x95" + struct.pack("<Q", length)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [  # found by test_grammar_streams_agree_with_the_unpicklers: the C unpickler stops at another STOP
+        _frame(16) + b"NNNK\x00" + _frame(3) + b"\x8c\x01.NN.",
+        _frame(16) + b"NNNK\x00" + _frame(3) + b"\x8c\x01.(.",
+    ],
+)
+def test_a_frame_begun_inside_a_frame_is_a_trick(data: bytes) -> None:
+    _check(data)
+    assert any("inside the frame" in trick for trick in walk(data).tricks)
+
+
+def test_a_payload_the_c_unpickler_runs_from_a_file_behind_a_nested_frame_is_unsafe(tmp_path, cli) -> None:
+    """CPython's C unpickler, reading a file (``pickle.load(f)``, torch's legacy format, joblib),
+    drops what is left of the open frame when a new FRAME begins inside it and reads the new frame
+    from the file: the payload below is the argument of a string to a reader that goes byte by byte,
+    and the opcodes the C unpickler runs."""
+    payload = b"cposix\nsystem\n(S'echo owned'\ntR."
+    body = b"\x8c" + bytes([len(payload)]) + payload + b"."
+    data = b"\x80\x04" + _frame(1 + 9 + 2) + b"N" + _frame(len(body)) + body + b"XX"
+    called: list[str] = []
+
+    class Recording(_CUnpickler):
+        def find_class(self, module: str, name: str) -> object:
+            called.append(f"{module}.{name}")
+            raise _Refuse(module)
+
+    with pytest.raises(_Refuse):
+        Recording(io.BytesIO(data)).load()
+    assert called == ["posix.system"]  # what pickle.load(open(path, "rb")) would call
+    assert walk(data).tricks
+    (tmp_path / "state.pkl").write_bytes(data)
+    report = cli("verify", "--json", tmp_path).json
+    assert "CKD401" in {f["code"] for f in report["findings"]}, report["findings"]
+
+
 _SIMPLE = st.sampled_from([b"N", b"\x88", b"\x89", b")", b"]", b"}", b"(", b"t", b"l", b"d", b"a", b"e", b"s", b"u", b"0", b"1", b"2", b"\x85", b"\x86", b"\x87", b"\x8f", b"\x90", b"\x91", b"\x94", b"."])  # fmt: skip
 
 

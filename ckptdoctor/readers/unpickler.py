@@ -748,6 +748,10 @@ class _Machine:
         elif name == "DUP":
             self._push_value(self._top())
         elif name == "FRAME":
+            if position < self.frame_end:
+                # pickle never writes one; CPython's C unpickler reading a file drops the rest of the open
+                # frame and reads the new one from the file, so it runs bytes this walk reads as data
+                self.result.tricks.append(f"a frame begins at byte {position}, inside the frame that ends at byte {self.frame_end}")
             self.frame_end = after + int(arg)
         elif name in ("NEXT_BUFFER", "READONLY_BUFFER"):
             stack.append(Opaque("out-of-band buffer"))
