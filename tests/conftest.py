@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import stores
@@ -172,23 +174,54 @@ def weed_bucket(seaweed_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Itera
 # --- framework runs, built once per test run (tests copy them with frameworks.copy_run) ----------
 
 
+Built = TypeVar("Built", Path, list[Path], dict[str, Path])
+
+
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Built]) -> Built:
+    """``build(folder)`` once per test session: under pytest-xdist the first worker to ask builds
+    in the folder every worker shares (the parent of each one's base temporary folder), the others
+    wait for it and take what it returned (a path, or a list or dict of paths). Tests copy what is
+    built before they change it (``frameworks.copy_run``)."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    done = root / f"{name}.built.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, by a worker that dies too
+        if not done.exists():
+            value = build(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root)))
+            done.write_text(json.dumps(value, default=str))
+        said = json.loads(done.read_text())
+    if isinstance(said, str):
+        return Path(said)  # type: ignore[return-value]
+    if isinstance(said, list):
+        return [Path(path) for path in said]  # type: ignore[return-value]
+    return {key: Path(path) for key, path in said.items()}  # type: ignore[return-value]
+
+
 @pytest.fixture(scope="session")
 def hf_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``output_dir`` of a real HF Trainer (a tiny GPT-2): steps 2, 4 and 6 saved, save_total_limit=3."""
-    output = tmp_path_factory.mktemp("hf") / "out"
-    hf_trainer(output, 6, save_total_limit=3).train()
-    return output
+
+    def build(folder: Path) -> Path:
+        hf_trainer(folder / "out", 6, save_total_limit=3).train()
+        return folder / "out"
+
+    return built_once(tmp_path_factory, "hf", build)
 
 
 @pytest.fixture(scope="session")
 def accelerate_saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project whose ``checkpoints/`` holds checkpoint_1..3 from four real ``save_state()``
     calls with automatic naming and total_limit=3."""
-    project = tmp_path_factory.mktemp("acc") / "project"
-    accelerator, *prepared = accelerator_for(project, total_limit=3)
-    for _ in range(4):
-        step_and_save(accelerator, *prepared)
-    return project
+
+    def build(folder: Path) -> Path:
+        accelerator, *prepared = accelerator_for(folder / "project", total_limit=3)
+        for _ in range(4):
+            step_and_save(accelerator, *prepared)
+        return folder / "project"
+
+    return built_once(tmp_path_factory, "acc", build)
 
 
 @pytest.fixture(scope="session")
@@ -196,21 +229,27 @@ def lightning_saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     """Two real fits of 3 epochs with ``ModelCheckpoint(save_top_k=-1)``: one
     ``epoch=E-step=S.ckpt`` per epoch and ``last.ckpt``, a symlink (``link``) or a copy (``copy``);
     each the ``checkpoints`` folder."""
-    base = tmp_path_factory.mktemp("pl")
-    found = {}
-    for kind, save_last in (("link", "link"), ("copy", True)):
-        lightning_fit(base / kind, 3, save_top_k=-1, save_last=save_last)
-        found[kind] = base / kind / "checkpoints"
-    return found
+
+    def build(base: Path) -> dict[str, Path]:
+        found = {}
+        for kind, save_last in (("link", "link"), ("copy", True)):
+            lightning_fit(base / kind, 3, save_top_k=-1, save_last=save_last)
+            found[kind] = base / kind / "checkpoints"
+        return found
+
+    return built_once(tmp_path_factory, "pl", build)
 
 
 @pytest.fixture(scope="session")
 def lightning_every_2_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real fit of 2 epochs of 4 steps, ``ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)``:
     the ``checkpoints`` folder, ``epoch=0-step=2.ckpt`` to ``epoch=1-step=8.ckpt``."""
-    root = tmp_path_factory.mktemp("pl_steps")
-    lightning_fit(root, 2, every_n_train_steps=2, save_top_k=-1)
-    return root / "checkpoints"
+
+    def build(root: Path) -> Path:
+        lightning_fit(root, 2, every_n_train_steps=2, save_top_k=-1)
+        return root / "checkpoints"
+
+    return built_once(tmp_path_factory, "pl_steps", build)
 
 
 @dataclass(frozen=True)

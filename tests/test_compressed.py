@@ -22,6 +22,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import built_once
 from frameworks import composer_autoresume, composer_load, composer_run
 from sample_set import COMPRESSED_BOMBS, build_bombs, verify_measured
 
@@ -160,7 +161,7 @@ def test_a_pandas_pkl_tar_is_read_as_pandas_reads_it(tmp_path, cli):
 
 @pytest.fixture(scope="module")
 def compressed_bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    paths = build_bombs(tmp_path_factory.mktemp("bombs"))
+    paths = built_once(tmp_path_factory, "bombs", build_bombs)
     return {path.parent.name: path for path in paths if path.parent.name in COMPRESSED_BOMBS}
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import built_once
 
 pytest.importorskip("torch")
 pytest.importorskip("joblib")
@@ -58,7 +59,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Sample]:
 
 @pytest.fixture(scope="module")
 def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    paths = build_bombs(tmp_path_factory.mktemp("bombs"))
+    paths = built_once(tmp_path_factory, "bombs", build_bombs)
     return {path.parent.name: path for path in paths}
 
 
