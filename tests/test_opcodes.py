@@ -137,10 +137,11 @@ def test_a_frame_begun_inside_a_frame_is_a_trick(data: bytes) -> None:
 
 
 def test_a_payload_the_c_unpickler_runs_from_a_file_behind_a_nested_frame_is_unsafe(tmp_path, cli) -> None:
-    """CPython's C unpickler, reading a file (``pickle.load(f)``, torch's legacy format, joblib),
-    drops what is left of the open frame when a new FRAME begins inside it and reads the new frame
-    from the file: the payload below is the argument of a string to a reader that goes byte by byte,
-    and the opcodes the C unpickler runs."""
+    """CPython's C unpickler, reading a file object that cannot peek (``io.BytesIO``, as torch.load
+    hands it a zip archive's ``data.pkl``; an unbuffered file), drops what is left of the open
+    frame when a new FRAME begins inside it and reads the new frame from the file: the payload
+    below is a string's contents to a reader that goes byte by byte, and the opcodes the C
+    unpickler runs."""
     payload = b"cposix\nsystem\n(S'echo owned'\ntR."
     body = b"\x8c" + bytes([len(payload)]) + payload + b"."
     data = b"\x80\x04" + _frame(1 + 9 + 2) + b"N" + _frame(len(body)) + body + b"XX"
@@ -153,9 +154,30 @@ def test_a_payload_the_c_unpickler_runs_from_a_file_behind_a_nested_frame_is_uns
 
     with pytest.raises(_Refuse):
         Recording(io.BytesIO(data)).load()
-    assert called == ["posix.system"]  # what pickle.load(open(path, "rb")) would call
+    assert called == ["posix.system"]  # what torch.load(weights_only=False) would call from a data.pkl
     assert walk(data).tricks
     (tmp_path / "state.pkl").write_bytes(data)
+    report = cli("verify", "--json", tmp_path).json
+    assert "CKD401" in {f["code"] for f in report["findings"]}, report["findings"]
+
+
+def test_a_frame_that_runs_on_past_its_stop_is_a_trick(tmp_path, cli) -> None:
+    """The C unpickler reading a file object that cannot peek has read the whole frame when it
+    meets STOP, so the next pickle of a legacy ``torch.save`` file (``torch.load(io.BytesIO(blob))``)
+    starts where the frame ends, not after STOP."""
+    torch = pytest.importorskip("torch")
+    data = b"\x80\x04" + _frame(6) + b"K\x01.cos" + b"\nsystem\n."
+    stream = io.BytesIO(data)
+    assert pickle.load(stream) == 1 and stream.tell() == 17  # where the C unpickler leaves the file
+    walked = walk(data)
+    assert walked.end == 14 and any("runs on to byte 17" in trick for trick in walked.tricks)
+    legacy = tmp_path / "state.pt"
+    torch.save({"w": torch.zeros(2)}, legacy, _use_new_zipfile_serialization=False)
+    saved = legacy.read_bytes()
+    magic = walk(saved).end  # the first pickle: the magic number; its frame now holds the next one too
+    protocol = walk(saved[magic:]).end
+    body = saved[2:magic] + saved[magic : magic + protocol]
+    legacy.write_bytes(b"\x80\x04" + _frame(len(body)) + body + saved[magic + protocol :])
     report = cli("verify", "--json", tmp_path).json
     assert "CKD401" in {f["code"] for f in report["findings"]}, report["findings"]
 

@@ -629,6 +629,10 @@ class _Machine:
         elif name == "STOP":
             result.root = self._pop()
             result.end = after
+            if self.frame_end > after:
+                # pickle ends a frame at its STOP; a loader reading a file has read the frame to its end,
+                # so the next read (torch's legacy format: the next pickle) starts there, not here
+                result.tricks.append(f"the frame around the STOP at byte {position} runs on to byte {self.frame_end}")
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             count = int(name[-1])
             items = tuple(stack[-count:])
