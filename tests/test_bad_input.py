@@ -6,7 +6,6 @@ report or one clear line, never a traceback, a hang or a crash.
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import struct
@@ -559,18 +558,6 @@ def test_parent_of_several_runs_in_natural_order(inspect_json, cli, tmp_path: Pa
     out = human.stdout
     assert out.index(f"{parent}/run-2/checkpoint") < out.index(f"{parent}/run-9/checkpoint")
     assert out.index(f"{parent}/run-9/checkpoint") < out.index(f"{parent}/run-10/checkpoint")
-
-
-@pytest.fixture
-def no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """obstore's clients built without retries: a closed port then answers at once, where ten
-    backoffs on each request made one command wait up to half a minute (the error is the same)."""
-    try:
-        import obstore.store
-    except ImportError:  # without obstore the command says so before any request
-        return
-    for name in ("S3Store", "GCSStore", "AzureStore"):
-        monkeypatch.setattr(obstore.store, name, functools.partial(getattr(obstore.store, name), retry_config={"max_retries": 0}))
 
 
 @pytest.mark.slow

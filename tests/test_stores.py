@@ -213,12 +213,14 @@ def test_an_empty_prefix_or_a_missing_bucket_is_one_line_and_exit_2(moto_bucket:
     assert "Traceback" not in empty.stderr + missing.stderr
 
 
+@pytest.mark.usefixtures("no_retries")  # a closed port answers at once, not after ten backoffs
 def test_an_unreachable_endpoint_names_the_fix(moto_bucket: stores.Bucket, cli: Any) -> None:
     result = cli("inspect", moto_bucket.url("run"), "--endpoint-url", f"http://127.0.0.1:{stores.free_port()}")
     assert result.exit_code == 2
     assert "cannot reach" in result.stderr and "--endpoint-url" in result.stderr
 
 
+@pytest.mark.usefixtures("no_retries")  # a closed port answers at once, not after ten backoffs
 def test_a_password_in_the_endpoint_url_is_never_printed(moto_bucket: stores.Bucket, cli: Any) -> None:
     result = cli("inspect", moto_bucket.url("run"), "--endpoint-url", f"http://admin:hunter2@127.0.0.1:{stores.free_port()}")
     assert result.exit_code == 2
