@@ -102,6 +102,7 @@ __all__ = [
     "prune",
     "read_settings",
     "repair",
+    "rules",
     "run_diskcheck",
     "run_inspect",
     "run_prune",
@@ -123,6 +124,22 @@ Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 # options: one frozen object per command (the command line builds them from its flags)
 
 
+def _typed(options: object, name: str, kinds: type | tuple[type, ...], what: str) -> None:
+    """TypeError where ``options.name`` is not of ``kinds`` (a bool is no number here), as a
+    Python call with an argument of the wrong type raises it: before anything runs."""
+    value = getattr(options, name)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,))):
+        raise TypeError(f"{name} must be {what}, not {value!r}")
+
+
+def _texts(options: object, name: str) -> None:
+    """``options.name``, a list or tuple of text, as a tuple (a frozen object's field set once)."""
+    value = getattr(options, name)
+    if isinstance(value, str) or not isinstance(value, (tuple, list)) or not all(isinstance(item, str) for item in value):
+        raise TypeError(f"{name} must be a tuple of text, not {value!r}")
+    object.__setattr__(options, name, tuple(value))
+
+
 @dataclass(frozen=True)
 class Configured:
     """Where the settings (``select``, severities, thresholds, role hints, trusted globals,
@@ -135,6 +152,12 @@ class Configured:
     """Settings read already: used as they are, ``config`` unread (the command line reads its
     own once, from ``--config`` or the configuration nearest the working folder)."""
 
+    def __post_init__(self) -> None:
+        config: object = self.config  # any os.PathLike, as open() takes it
+        if isinstance(config, os.PathLike):
+            object.__setattr__(self, "config", os.fspath(config))
+        _typed(self, "config", (str, type(None)), "a path (str or os.PathLike) or None")
+
 
 @dataclass(frozen=True)
 class Reported(Configured):
@@ -144,6 +167,11 @@ class Reported(Configured):
     """Rules to report, replacing the settings' ``select`` (``--select``)."""
     ignore: tuple[str, ...] = ()
     """Rules not to report, added to the settings' ``ignore`` (``--ignore``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _texts(self, "select")
+        _texts(self, "ignore")
 
 
 @dataclass(frozen=True)
@@ -162,6 +190,14 @@ class VerifyOptions(InspectOptions):
     download: Callable[[int, int], bool] | None = None
     """Asked, with the count and bytes of the objects to read whole from stores, before any is
     read; False stops with ``pipelines.verify.NotDownloaded``. None: read them."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("deep", "load", "resume"):
+            _typed(self, name, bool, "True or False")
+        _typed(self, "jobs", int, "a whole number (0: one per core)")
+        if self.jobs < 0:
+            raise InvalidValue(f"jobs must be 0 (one per core) or more, not {self.jobs}")
 
 
 @dataclass(frozen=True)
@@ -205,6 +241,13 @@ class RepairOptions(ActOptions):
     """None: the settings' ``min-age``, else ten minutes."""
     verify: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _typed(self, "min_age", (str, type(None)), "a duration as text (7d, 36h, 90min, 45s) or None")
+        _typed(self, "ident", (str, type(None)), "a quarantine's name or None")
+        for name in ("undo", "verify"):
+            _typed(self, name, bool, "True or False")
+
 
 @dataclass(frozen=True)
 class RulesOptions:
@@ -212,6 +255,10 @@ class RulesOptions:
     """A rule code, a name, or a pasted error message; None: every rule."""
     full: bool = False
     """Explain every rule a message matches, not one line each."""
+
+    def __post_init__(self) -> None:
+        _typed(self, "query", (str, type(None)), "a rule code, a name or a message (text), or None")
+        _typed(self, "full", bool, "True or False")
 
 
 # what comes back, besides the report
@@ -334,10 +381,10 @@ def _checked_diskcheck(options: DiskcheckOptions) -> int | None:
 
 def _retention(options: DiskcheckOptions, settings: Settings) -> int | None:
     """The run's retention: ``keep_last``, else ``[tool.ckptdoctor.prune]`` ``keep-last`` where it keeps some."""
+    table = settings.prune()  # checked even where keep_last is given: a broken table is said, never ignored
     if options.keep_last is not None:
         return options.keep_last
-    kept = settings.prune().keep_last
-    return kept if kept is not None and kept > 0 else None
+    return table.keep_last
 
 
 def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptions) -> Report:
@@ -634,6 +681,12 @@ def repair(
     )
 
 
+def rules(query: str | None = None, *, full: bool = False) -> RuleAnswer:
+    """``ckptdoctor rules``: every rule (``query`` None), the rule a code or name names, or the
+    rules that explain a pasted error message, best first (``RuleAnswer.matches``)."""
+    return run_rules(RulesOptions(query, full))
+
+
 def _largest(runs: tuple[Run, ...]) -> Run | None:
     """The run whose next save is the biggest: the one that decides whether saves fit."""
     with_checkpoints = [run for run in runs if run.checkpoints and not run.single_file]
@@ -691,10 +744,13 @@ def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
     configuration names its checkpointers' prefixes (``[tool.ckptdoctor.roles]``) and its own
     classes (``trusted-globals``)."""
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
-    from ckptdoctor.config import settings
+    from ckptdoctor.config import check_rules, settings
     from ckptdoctor.layouts.context import hinted_roles, trusting
     from ckptdoctor.layouts.registry import PACKAGES
 
+    if isinstance(options, Reported):
+        check_rules(options.select, "select")
+        check_rules(options.ignore, "ignore", "ignore")
     found = options.settings or settings(options.config, start=_start(paths) if paths else None)
     # the frameworks' classes, as the known libraries', are trusted only where rebuilt
     trusted = dataclasses.replace(found.trusted_globals, libraries=PACKAGES)
@@ -703,7 +759,9 @@ def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
 
 
 _LATER = {
-    "Ask": "ckptdoctor.acting", "Planned": "ckptdoctor.acting", "Tone": "ckptdoctor.acting",
+    "Ask": "ckptdoctor.acting", "Planned": "ckptdoctor.acting", "Tone": "ckptdoctor.acting", "Confirm": "ckptdoctor.acting",
+    "Event": "ckptdoctor.acting", "Listener": "ckptdoctor.acting", "Outcome": "ckptdoctor.acting", "Question": "ckptdoctor.acting",
+    "Pending": "ckptdoctor.records", "Settings": "ckptdoctor.config",
     "BaselineError": "ckptdoctor.baseline", "check_rules": "ckptdoctor.config", "read_settings": "ckptdoctor.config:settings",
     "RESUME_TRIES": "ckptdoctor.pipelines.verify", "write_whole": "ckptdoctor.regular", "find_rule": "ckptdoctor.rules.registry",
     "use_endpoint": "ckptdoctor.stores.session:configure", "baseline": "ckptdoctor.baseline:", "DENIED": "ckptdoctor.regular",

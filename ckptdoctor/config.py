@@ -13,7 +13,7 @@ from typing import Any
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity
-from ckptdoctor.planners.retention import PruneSettings
+from ckptdoctor.planners.retention import PolicyError, PruneSettings
 from ckptdoctor.readers.pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
@@ -91,7 +91,7 @@ class Settings:
 
     def prune(self) -> PruneSettings:
         """The ``[tool.ckptdoctor.prune]`` table (``[prune]`` of ``ckptdoctor.toml``), checked:
-        ConfigError names an unknown key, PolicyError a value it cannot use."""
+        ConfigError names the file and an unknown key or a value it cannot use."""
         if not isinstance(self.prune_table, dict):
             raise ConfigError(f"{self.source}: [tool.ckptdoctor.prune] must be a table")
         unknown = sorted(set(self.prune_table) - PRUNE_KEYS)
@@ -99,7 +99,10 @@ class Settings:
             raise ConfigError(
                 f"{self.source}: unknown key {unknown[0]!r} in [tool.ckptdoctor.prune] (known: {', '.join(sorted(PRUNE_KEYS))})"
             )
-        return PruneSettings.read(self.prune_table)
+        try:
+            return PruneSettings.read(self.prune_table)
+        except PolicyError as error:
+            raise ConfigError(f"{self.source}: [tool.ckptdoctor.prune] {error}") from error
 
     def apply(self, findings: tuple[Finding, ...], select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[Finding, ...]:
         """``findings`` as configured: only the selected rules, none of the ignored ones (the
@@ -144,9 +147,11 @@ def settings(config: str | None = None, environ: Mapping[str, str] | None = None
     return checked
 
 
-def check_rules(values: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """``values`` if each is a rule code, code prefix or name; ConfigError naming ``where`` else."""
-    return _checked({"select": list(values)}, where).select
+def check_rules(values: tuple[str, ...], where: str, key: str = "select") -> tuple[str, ...]:
+    """``values`` if each is a rule code, code prefix or name; ConfigError naming ``where`` and
+    ``key`` (``select`` or ``ignore``) else."""
+    checked = _checked({key: list(values)}, where)
+    return checked.ignore if key == "ignore" else checked.select
 
 
 def _located(config: str | None, environ: Mapping[str, str], start: str | None) -> tuple[str, Mapping[str, Any]] | None:

@@ -149,7 +149,7 @@ def report_options(
 
     settings = configured(config)
     use_endpoint(endpoint)
-    chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore")
+    chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore", "ignore")
     threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
     return ReportOptions(
         format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,

@@ -55,10 +55,10 @@ class PruneSettings:
     abort_uploads: str | None = None
 
     def __post_init__(self) -> None:
-        for key, least in (("keep-last", None), ("keep-best", None), ("keep-every", None), ("max-runs", 1)):
+        for key in ("keep-last", "keep-best", "keep-every", "max-runs"):
             value = getattr(self, key.replace("-", "_"))
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or (least is not None and value < least)):
-                raise PolicyError(f"{key} must be a whole number{'' if least is None else f' of at least {least}'}, not {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise PolicyError(f"{key} must be a whole number of at least 1, not {value!r}")
         if self.metrics_file is not None and not isinstance(self.metrics_file, str):
             raise PolicyError("metrics-file must be a path")
         if self.keep is not None and (not isinstance(self.keep, tuple) or not all(isinstance(i, int) for i in self.keep)):
@@ -69,6 +69,14 @@ class PruneSettings:
             value = getattr(self, key.replace("-", "_"))
             if value is not None and not isinstance(value, str):
                 raise PolicyError(f"{key} must be text, not {value!r}")
+        for key in ("keep-within", "min-age", "abort-uploads"):
+            if (value := getattr(self, key.replace("-", "_"))) is not None:
+                try:
+                    parse_duration(value)
+                except InvalidValue as error:
+                    raise PolicyError(f"{key}: {error}") from error
+        if self.mode is not None and self.mode not in ("min", "max"):
+            raise PolicyError(f"mode must be min or max, not {self.mode!r}")
 
     @classmethod
     def read(cls, table: Mapping[str, object]) -> PruneSettings:
