@@ -158,7 +158,8 @@ def _located(config: str | None, environ: Mapping[str, str], start: str | None) 
     path = config or environ.get("CKPTDOCTOR_CONFIG")
     if path:
         return path, _explicit(path)
-    return _find(start or os.getcwd())
+    # the run's project first (a cron job runs from anywhere), else where the command was run
+    return (_find(start) if start else None) or _find(os.getcwd())
 
 
 def _explicit(path: str) -> Mapping[str, Any]:

@@ -6,6 +6,7 @@ anything runs, and a value it cannot use is a ``CkptdoctorError`` with exit code
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,41 @@ def test_an_unusable_prune_table_is_refused_naming_the_file_by_every_command_tha
 def test_an_ignore_that_names_no_rule_says_ignore(cli: Any) -> None:
     result = cli("inspect", "--ignore", "bogus-name", EXAMPLE)
     assert result.exit_code == 2 and "--ignore: ignore: 'bogus-name' is no rule" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["verify"], ["diskcheck"], ["prune", "--dry-run", "--keep-last", "1"], ["repair", "--dry-run"]]
+)
+def test_every_command_reads_the_runs_project_configuration_from_anywhere_as_the_api_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any, command: list[str]
+) -> None:
+    """Found by the attack on issue 33: from outside the project, ``inspect proj/run`` read the
+    working folder's configuration (none), not the project's ``[roles]``, and named as resume point
+    an epoch whose optimizer the project's own checkpointer had not written, where the API and
+    ``diskcheck`` read the project's. Every command now looks above the first path first, then
+    above the working folder."""
+    from ckptdoctor.testing import write_burn_run
+
+    run = tmp_path / "proj" / "run"
+    write_burn_run(run, range(1, 4))
+    for epoch in range(1, 4):
+        (run / f"ema-{epoch}.bpk").write_bytes((run / f"model-{epoch}.bpk").read_bytes())
+    (run.parent / "ckptdoctor.toml").write_text('[roles]\nema = "model"\n', encoding="utf-8")
+    elsewhere = tmp_path / "cron"
+    elsewhere.mkdir()
+    (elsewhere / "ckptdoctor.toml").write_text('format = "json"\n', encoding="utf-8")  # the working folder's: not the run's
+    monkeypatch.chdir(elsewhere)
+    result = cli(*command, "--json", run)
+    assert result.exit_code in (0, 1), result.stderr
+    said = result.json
+    runs = said["runs"] if "runs" in said else said["report"]["runs"] if "report" in said else []
+    roles = {f["path"].rsplit("/", 1)[-1]: f["role"] for r in runs for c in r["checkpoints"] for f in c["files"]}
+    if roles:
+        assert roles.get("ema-3.bpk") == "model", roles
+    if command == ["inspect"]:  # the API, from the same working folder, says the same
+        from ckptdoctor.render.json import document
+
+        assert json.loads(json.dumps(document(ckd.inspect(str(run))))) == said
+    # the working folder's configuration is still read where the run's project has none
+    (run.parent / "ckptdoctor.toml").unlink()
+    assert cli("inspect", run).stdout.lstrip().startswith("{")  # format = "json" from the working folder

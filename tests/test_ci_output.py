@@ -439,6 +439,7 @@ def test_role_hints_do_not_outlive_their_command(project, cli, tmp_path_factory,
     (run / "ema-4.bpk").write_bytes((run / "model-4.bpk").read_bytes())
     (project / "ckptdoctor.toml").write_text('[roles]\nema = "model"\n')
     assert "CKD111" not in cli("inspect", "--json", "../runs").codes()
+    (project / "ckptdoctor.toml").unlink()  # the run's project found above it, as from anywhere: gone now
     monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))  # no configuration above it
     assert "CKD111" in cli("inspect", "--json", run).codes(), "no [roles] here"
 

@@ -113,12 +113,13 @@ def acting_options(
     show_all: AllFlag = False,
     config: ConfigOption = None,
     endpoint: EndpointOption = None,
+    paths: list[str] | None = None,
 ) -> ActingOptions:
     """The options every acting command takes (:func:`acting_command` adds them); exit 2 naming a bad
     configuration key."""
     use_endpoint(endpoint)
     return ActingOptions(
-        min_age, dry_run, yes, not no_recurse, not no_lock, chosen(fmt, as_json), output, quiet, show_all, config, configured(config)
+        min_age, dry_run, yes, not no_recurse, not no_lock, chosen(fmt, as_json), output, quiet, show_all, config, configured(config, paths)
     )
 
 

@@ -140,6 +140,7 @@ def report_options(
     select: SelectOption = None,
     ignore: IgnoreOption = None,
     endpoint: EndpointOption = None,
+    paths: list[str] | None = None,
 ) -> ReportOptions:
     """The report options of a command line (its parameters are those every report command
     takes: :func:`reporting` adds them). The command line wins over the environment, which wins
@@ -147,7 +148,7 @@ def report_options(
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import Severity, check_rules
 
-    settings = configured(config)
+    settings = configured(config, paths)
     use_endpoint(endpoint)
     chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore", "ignore")
     threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
@@ -162,7 +163,8 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
     """A decorator giving a command, after its own options, the parameters of ``build`` (options
     several commands share, declared once), and calling it with ``options``: what ``build``
     makes of them. No command can drift from the others."""
-    shared = inspect.signature(build, eval_str=True).parameters
+    # `paths`, the command's own argument, is handed to `build` too (where its settings are looked for)
+    shared = {name: p for name, p in inspect.signature(build, eval_str=True).parameters.items() if name != "paths"}
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         own = inspect.signature(command, eval_str=True)
@@ -170,7 +172,8 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
         @functools.wraps(command)
         def with_options(**given: Any) -> None:
             with explained(command.__name__):
-                options = build(**{name: given.pop(name) for name in shared})
+                named = given.get("paths", [given["path"]] if "path" in given else None)
+                options = build(**{name: given.pop(name) for name in shared}, paths=named)
                 command(**given, options=options)
 
         parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
@@ -200,13 +203,14 @@ def use_endpoint(endpoint: str | None) -> None:
     configure(endpoint)
 
 
-def configured(config: str | None) -> Settings:
-    """The settings of the environment and the configuration file (``--config``, else the nearest
-    the working folder), read once: the command's options carry them to the API."""
+def configured(config: str | None, paths: list[str] | None) -> Settings:
+    """The settings of the environment and the configuration file (``--config``, else the one
+    nearest the first path, else the working folder's), read once: the command's options carry
+    them to the API, which reads them the same way."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import read_settings
 
-    return read_settings(config)
+    return read_settings(config, start=paths[0] if paths else None)
 
 
 def _rules(values: list[str] | None) -> tuple[str, ...]:
