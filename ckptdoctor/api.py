@@ -384,7 +384,7 @@ def _retention(options: DiskcheckOptions, settings: Settings) -> int | None:
     table = settings.prune()  # checked even where keep_last is given: a broken table is said, never ignored
     if options.keep_last is not None:
         return options.keep_last
-    return table.keep_last
+    return table.keep_last or None  # keep-last = 0: no keep-last rule, so no retention to count on
 
 
 def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptions) -> Report:

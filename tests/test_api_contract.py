@@ -59,8 +59,10 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it(call: Any, name
         (lambda: ckd.verify(EXAMPLE, jobs=-1), "jobs must be 0"),
         (lambda: ckd.run_inspect(ckd.InspectOptions((EXAMPLE,), select=("CKD999",))), "'CKD999' is no rule"),
         (lambda: ckd.run_verify(ckd.VerifyOptions((EXAMPLE,), ignore=("no-such-rule",))), "'no-such-rule' is no rule"),
-        (lambda: ckd.prune(EXAMPLE, keep_last=0), "keep-last must be a whole number of at least 1"),
-        (lambda: ckd.PruneSettings(keep_every=-3), "keep-every must be a whole number of at least 1"),
+        (lambda: ckd.prune(EXAMPLE, keep_last=-1), "keep-last must be a whole number of at least 0"),
+        (lambda: ckd.prune(EXAMPLE, keep_last=0), "an empty policy"),
+        (lambda: ckd.PruneSettings(keep_every=-3), "keep-every must be a whole number of at least 0"),
+        (lambda: ckd.PruneSettings(max_runs=0), "max-runs must be a whole number of at least 1"),
         (lambda: ckd.PruneSettings(mode="bogus"), "mode must be min or max"),
         (lambda: ckd.PruneSettings(min_age="bogus"), "min-age: not a duration"),
         (lambda: ckd.PruneSettings(keep_within="nan"), "keep-within: not a duration"),
@@ -78,7 +80,7 @@ def test_options_that_are_right_still_run() -> None:
     assert ckd.PruneSettings(keep_last=3, mode="max", min_age="0", keep_within="7d").keep_last == 3
 
 
-@pytest.mark.parametrize("line", ["keep-last = 0", 'keep-within = "nan"', "min-age = -3", 'mode = "avg"', "keep-best = 0"])
+@pytest.mark.parametrize("line", ["keep-last = -1", 'keep-within = "nan"', "min-age = -3", 'mode = "avg"', "keep-every = -2"])
 @pytest.mark.parametrize("command", [["diskcheck"], ["diskcheck", "--keep-last", "2"], ["prune", "--dry-run", "--keep-last", "2"]])
 def test_an_unusable_prune_table_is_refused_naming_the_file_by_every_command_that_reads_it(
     tmp_path: Path, cli: Any, line: str, command: list[str]

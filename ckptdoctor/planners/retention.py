@@ -55,10 +55,10 @@ class PruneSettings:
     abort_uploads: str | None = None
 
     def __post_init__(self) -> None:
-        for key in ("keep-last", "keep-best", "keep-every", "max-runs"):
+        for key, least in (("keep-last", 0), ("keep-best", 0), ("keep-every", 0), ("max-runs", 1)):  # a count of 0 keeps none by its rule
             value = getattr(self, key.replace("-", "_"))
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise PolicyError(f"{key} must be a whole number of at least 1, not {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+                raise PolicyError(f"{key} must be a whole number of at least {least}, not {value!r}")
         if self.metrics_file is not None and not isinstance(self.metrics_file, str):
             raise PolicyError("metrics-file must be a path")
         if self.keep is not None and (not isinstance(self.keep, tuple) or not all(isinstance(i, int) for i in self.keep)):
