@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import deepspeed
 import torch
-from frameworks import gloo_all_reduce
+from frameworks import gloo_all_reduce, leave_done
 
 gloo_all_reduce()
 
@@ -123,7 +123,4 @@ def main(mode: str, stage: int, args: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
-    # a process group left to the interpreter's exit can abort in gloo's threads once the job's
-    # work is done ("terminate called without an active exception", exit -6, seen under load)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    leave_done()
