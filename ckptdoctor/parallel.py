@@ -148,10 +148,11 @@ def _send(pipe: int, value: object) -> None:
 
 def start_worker(parent: int) -> None:
     """Set up a forked worker: Ctrl-C is the parent's to handle (it stops the workers and exits
-    130), and the worker dies with its parent. A parent SIGKILLed mid-scan (OOM killer, ``timeout
+    130), SIGTERM ends it at once, and the worker dies with its parent. A parent SIGKILLed mid-scan (OOM killer, ``timeout
     -s KILL``) would otherwise leave workers running for ever, holding the caller's output pipe and
     the run's filesystem."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler lets go of its locks; a worker holds none
     if sys.platform.startswith("linux"):
         # only forked work gets here
         import ctypes

@@ -270,3 +270,21 @@ program()
 """ckptdoctor with each conditional delete and copy 20 ms slower, as on a distant store: a test
 that kills it while it acts has a window to land in however loaded the machine is
 (``[sys.executable, "-c", SLOWED, *arguments]``)."""
+
+
+def burn_in(bucket: Bucket, folder: Path, epochs: range | list[int]) -> str:
+    """A burn run of ``epochs`` written in ``folder`` and put under ``run`` in ``bucket``; its URL."""
+    from ckptdoctor.testing import write_burn_run
+
+    write_burn_run(folder, epochs)
+    return bucket.upload(folder, "run")
+
+
+def epochs(bucket: Bucket) -> list[int]:
+    """The epochs of the burn run in ``bucket`` that still have a model object."""
+    return sorted({int(key.split("-")[1].split(".")[0]) for key in bucket.stored() if key.startswith("run/model-")})
+
+
+def own(bucket: Bucket) -> list[str]:
+    """What ckptdoctor keeps of the run in ``bucket`` (its lock, journals, quarantines)."""
+    return [key for key in bucket.stored() if "/.ckptdoctor/" in key]

@@ -130,7 +130,7 @@ def _acting(place: Place) -> Iterator[tuple[Report, Run]]:
         place.executor.opened(held, [place.url], False)
         report, run = _scanned(place)
         place.executor.ready([run], False)
-        held.enter_context(place.executor.locked(home(run), run.path))
+        held.enter_context(place.executor.locked(home(run), run.path, print))
         yield report, run
 
 
@@ -143,11 +143,11 @@ def _world(place: Place, run: Run) -> Circumstances:
 def test_the_lock_is_released_on_every_exit_path(place: Place, failure: type[BaseException]) -> None:
     _, run = _scanned(place)
     with pytest.raises(failure), contextlib.ExitStack() as held:
-        held.enter_context(place.executor.locked(home(run), run.path))
+        held.enter_context(place.executor.locked(home(run), run.path, print))
         assert not place.lock_free(), "held while the work goes on"
         raise failure("a step failed")
     assert place.lock_free()
-    with place.executor.locked(home(run), run.path):  # and taken again at once
+    with place.executor.locked(home(run), run.path, print):  # and taken again at once
         pass
     assert place.lock_free()
 

@@ -38,42 +38,29 @@ pytest.importorskip("boto3")
 NOW = ("--min-age", "0")
 
 
-def _burn(bucket: stores.Bucket, tmp_path: Path, epochs: range | list[int]) -> str:
-    write_burn_run(tmp_path / "run", epochs)
-    return bucket.upload(tmp_path / "run", "run")
-
-
-def _epochs(bucket: stores.Bucket) -> list[int]:
-    return sorted({int(key.split("-")[1].split(".")[0]) for key in bucket.stored() if key.startswith("run/model-")})
-
-
-def _own(bucket: stores.Bucket) -> list[str]:
-    return [key for key in bucket.stored() if "/.ckptdoctor/" in key]
-
-
 def test_prune_of_a_bucket_deletes_what_the_plan_says_and_keeps_the_rest(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 7))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 7))
     dry = cli("prune", "--keep-last", "2", *NOW, "--dry-run", url)
     assert dry.exit_code == 0, dry.stderr
     assert "About to delete 4 checkpoints" in dry.stdout
-    assert _epochs(weed_bucket) == [1, 2, 3, 4, 5, 6]
-    assert _own(weed_bucket) == []  # a dry run writes nothing, not even a lock
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4, 5, 6]
+    assert stores.own(weed_bucket) == []  # a dry run writes nothing, not even a lock
     done = cli("prune", "--keep-last", "2", *NOW, "--yes", url)
     assert done.exit_code == 0, done.stderr
-    assert _epochs(weed_bucket) == [5, 6]
-    assert _own(weed_bucket) == []  # the lock and the journal are gone
+    assert stores.epochs(weed_bucket) == [5, 6]
+    assert stores.own(weed_bucket) == []  # the lock and the journal are gone
     assert "deleted 4 checkpoints (12 objects)" in done.stderr + done.stdout
 
 
 def test_min_age_is_measured_by_the_stores_clock_not_the_local_one(
     weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     monkeypatch.setattr(time, "time", lambda: 4_000_000_000.0)  # a local clock decades ahead changes nothing
     result = cli("prune", "--keep-last", "1", "--min-age", "1h", "--yes", url)
     assert result.exit_code == 0, result.stderr
     assert "--min-age 1h" in result.stdout
-    assert _epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
 
 
 def test_keep_within_is_measured_back_from_the_stores_clock_not_the_local_one(
@@ -81,57 +68,55 @@ def test_keep_within_is_measured_back_from_the_stores_clock_not_the_local_one(
 ) -> None:
     """The objects were stored just now by the store's clock: a window of an hour back from it
     keeps them all, however far ahead the local clock runs."""
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     monkeypatch.setattr(time, "time", lambda: 4_000_000_000.0)
     result = cli("prune", "--keep-within", "1h", *NOW, "--yes", url)
     assert result.exit_code == 0, result.stderr
-    assert _epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
 
 
 def test_prune_works_on_moto_too(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(moto_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(moto_bucket, tmp_path / "run", range(1, 5))
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 0, result.stderr
-    assert _epochs(moto_bucket) == [4]
+    assert stores.epochs(moto_bucket) == [4]
 
 
 # --- the lock -------------------------------------------------------------------------------------
 
 
 def test_a_lock_held_by_another_prune_stops_this_one_with_exit_3(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     weed_bucket.put("run/.ckptdoctor/lock", json.dumps({"pid": 7, "host": "trainer-3", "user": "ml", "started": 0}).encode())
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 3
     assert "pid 7 on trainer-3" in result.stderr
-    assert _epochs(weed_bucket) == [1, 2, 3, 4]
-    assert _own(weed_bucket) == ["run/.ckptdoctor/lock"]  # the other's lock is left as it was
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.own(weed_bucket) == ["run/.ckptdoctor/lock"]  # the other's lock is left as it was
 
 
-def test_a_lock_older_than_its_lease_is_taken_over(
-    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
-    weed_bucket.put("run/.ckptdoctor/lock", b'{"pid": 7}')
-    monkeypatch.setattr(_objects, "LEASE", 1.0)
+def test_a_lock_older_than_its_lease_is_taken_over(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
+    weed_bucket.put("run/.ckptdoctor/lock", b'{"pid": 7, "host": "trainer-3", "lease": 1}')
     time.sleep(2.1)  # the store's clock counts whole seconds
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 0, result.stderr
-    assert _epochs(weed_bucket) == [4]
-    assert _own(weed_bucket) == []
+    assert "took over the lock of pid 7 on trainer-3, whose lease ran out" in result.stdout + result.stderr
+    assert stores.epochs(weed_bucket) == [4]
+    assert stores.own(weed_bucket) == []
 
 
 def test_two_prunes_at_once_never_both_act(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 41))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 41))
     env = {**os.environ, **weed_bucket.env}
     command = [sys.executable, "-m", "ckptdoctor", "prune", "--keep-last", "3", *NOW, "--yes", url]
     for _ in range(3):
         both = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         codes = sorted(process.wait(120) for process in both)
         assert set(codes) <= {0, 3}, [process.stderr.read() for process in both if process.stderr]  # type: ignore[union-attr]
-        assert _epochs(weed_bucket)[-3:] == [38, 39, 40]
-    assert _epochs(weed_bucket) == [38, 39, 40]
-    assert _own(weed_bucket) == []
+        assert stores.epochs(weed_bucket)[-3:] == [38, 39, 40]
+    assert stores.epochs(weed_bucket) == [38, 39, 40]
+    assert stores.own(weed_bucket) == []
 
 
 class _IgnoresConditions:
@@ -142,7 +127,10 @@ class _IgnoresConditions:
         self.location = real.location
 
     def create(self, key: str, data: bytes) -> str:
-        return '"accepted"'
+        import obstore
+
+        etag: str = obstore.put(self._real._store, key, data)["e_tag"]  # written whatever is there
+        return etag
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -151,18 +139,19 @@ class _IgnoresConditions:
 def test_a_store_that_ignores_conditions_is_not_pruned(
     weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     real = _objects.Place.bucket
     monkeypatch.setattr(_objects.Place, "bucket", property(lambda place: _IgnoresConditions(real.fget(place))))  # type: ignore[attr-defined]
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 2
     assert "does not honour conditional writes" in result.stderr and "--no-lock" in result.stderr
-    assert _epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.own(weed_bucket) == []  # the lock it wrote (twice) is not left to block the run
     anyway = cli("prune", "--keep-last", "1", *NOW, "--yes", "--no-lock", url)
     assert anyway.exit_code == 0, anyway.stderr
     assert "no lock is taken" in anyway.stdout + anyway.stderr
-    assert _epochs(weed_bucket) == [4]
-    assert _own(weed_bucket) == []
+    assert stores.epochs(weed_bucket) == [4]
+    assert stores.own(weed_bucket) == []
 
 
 def test_no_lock_is_refused_for_a_local_run(tmp_path: Path, cli: Any) -> None:
@@ -194,7 +183,7 @@ def _prune(url: str, keep_last: int, confirm: Any) -> acting.Outcome:
 
 
 def test_an_object_rewritten_after_the_plan_is_kept(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     outcome = _prune(url, 1, _confirming(lambda: weed_bucket.put("run/optim-2.bpk", b"a new save under the old name")))
     assert outcome.acted
     assert sorted(weed_bucket.stored()) == ["run/model-4.bpk", "run/optim-2.bpk", "run/optim-4.bpk", "run/scheduler-4.bpk"]
@@ -203,9 +192,9 @@ def test_an_object_rewritten_after_the_plan_is_kept(weed_bucket: stores.Bucket, 
 
 
 def test_nothing_is_deleted_when_the_resume_point_changed_after_the_plan(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     outcome = _prune(url, 1, _confirming(lambda: weed_bucket.put("run/model-4.bpk", b"cut")))
-    assert _epochs(weed_bucket) == [1, 2, 3, 4]
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
     assert any("nothing was deleted" in problem and "model-4.bpk" in problem for problem in outcome.problems)
 
 
@@ -213,7 +202,7 @@ def test_nothing_is_deleted_when_the_resume_point_changed_after_the_plan(weed_bu
 
 
 def test_a_prune_killed_at_random_moments_loses_nothing_to_keep_and_the_next_finishes(weed_bucket: stores.Bucket, tmp_path: Path) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 81))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 81))
     env = {**os.environ, **weed_bucket.env}
     command = [sys.executable, "-c", stores.SLOWED, "prune", "--keep-last", "5", *NOW, "--yes", url]
     rng = random.Random(19)
@@ -226,16 +215,16 @@ def test_a_prune_killed_at_random_moments_loses_nothing_to_keep_and_the_next_fin
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         _kill_once_deleting(process, weed_bucket, rng)
         process.wait()
-        left = _epochs(weed_bucket)
+        left = stores.epochs(weed_bucket)
         assert left[-5:] == [76, 77, 78, 79, 80]  # what is kept is always there, whole
         for epoch in (76, 77, 78, 79, 80):
             assert {f"run/{role}-{epoch}.bpk" for role in ("model", "optim", "scheduler")} <= set(weed_bucket.stored())
-        cut_short += 5 < len(left) < 80 or any("/prune-" in key for key in _own(weed_bucket))
+        cut_short += 5 < len(left) < 80 or any("/prune-" in key for key in stores.own(weed_bucket))
         weed_bucket.s3.delete_object(Bucket=weed_bucket.name, Key=weed_bucket.key("run/.ckptdoctor/lock"))  # its lease would run out
         final = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         assert final.returncode == 0, final.stderr
-        assert _epochs(weed_bucket) == [76, 77, 78, 79, 80]
-        assert _own(weed_bucket) == []  # the journal of the killed prune was finished and removed
+        assert stores.epochs(weed_bucket) == [76, 77, 78, 79, 80]
+        assert stores.own(weed_bucket) == []  # the journal of the killed prune was finished and removed
     assert cut_short >= 2, "kills did not land while the prune was deleting: the test proved little"
 
 
@@ -246,7 +235,7 @@ def _kill_once_deleting(process: subprocess.Popen[bytes], bucket: stores.Bucket,
         time.sleep(rng.uniform(0.0, 0.5))
     else:
         deadline = time.monotonic() + 30
-        while not any("/prune-" in key for key in _own(bucket)) and process.poll() is None and time.monotonic() < deadline:
+        while not any("/prune-" in key for key in stores.own(bucket)) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.2))
     with contextlib.suppress(ProcessLookupError):  # it finished first (poll reaped it): a kill that landed after the end
@@ -256,7 +245,7 @@ def _kill_once_deleting(process: subprocess.Popen[bytes], bucket: stores.Bucket,
 def test_a_journal_left_by_a_killed_prune_is_shown_then_finished_and_spares_what_is_kept(
     weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
 ) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 5))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
     etags = {key: weed_bucket.s3.head_object(Bucket=weed_bucket.name, Key=weed_bucket.key(key))["ETag"] for key in weed_bucket.stored()}
     named = [(name, etags[f"run/{name}"]) for name in ("model-1.bpk", "optim-1.bpk", "model-4.bpk")]
     weed_bucket.put("run/.ckptdoctor/prune-20260101T000000Z-0000.json", ObjectJournal(url, tuple(named)).encode())
@@ -268,17 +257,17 @@ def test_a_journal_left_by_a_killed_prune_is_shown_then_finished_and_spares_what
     keys = weed_bucket.stored()
     assert "run/model-4.bpk" in keys  # the resume point: kept though the journal names it
     assert "run/model-1.bpk" not in keys and "run/optim-1.bpk" not in keys
-    assert _own(weed_bucket) == []
+    assert stores.own(weed_bucket) == []
 
 
 def test_a_journal_ckptdoctor_did_not_write_is_ignored_with_a_note(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 4))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 4))
     planted = {"kind": "ckptdoctor.bucket-prune.v1", "run": url, "objects": [["../../other-run/model-1.bpk", '"x"']]}
     weed_bucket.put("run/.ckptdoctor/prune-planted.json", json.dumps(planted).encode())
     result = cli("prune", "--keep-last", "3", *NOW, "--yes", url)
     assert result.exit_code == 0, result.stderr
     assert "is not ckptdoctor's" in result.stderr + result.stdout
-    assert _epochs(weed_bucket) == [1, 2, 3]
+    assert stores.epochs(weed_bucket) == [1, 2, 3]
     assert "run/.ckptdoctor/prune-planted.json" in weed_bucket.stored()  # left as it was
 
 
@@ -317,7 +306,7 @@ def test_a_checkpoint_an_upload_is_still_writing_into_is_kept(weed_bucket: store
 
 
 def test_abort_uploads_aborts_only_uploads_older_than_the_age_given(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 3))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 3))
     _start_upload(weed_bucket, "run/model-3.bpk")
     young = cli("prune", "--keep-last", "5", *NOW, "--abort-uploads", "1h", "--yes", url)
     assert young.exit_code == 0, young.stderr
@@ -329,7 +318,7 @@ def test_abort_uploads_aborts_only_uploads_older_than_the_age_given(weed_bucket:
     assert "aborted the incomplete upload" in old.stdout + old.stderr
     listed = weed_bucket.s3.list_multipart_uploads(Bucket=weed_bucket.name, Prefix=weed_bucket.key("run") + "/").get("Uploads", [])
     assert listed == []
-    assert _epochs(weed_bucket) == [1, 2]
+    assert stores.epochs(weed_bucket) == [1, 2]
 
 
 def test_a_versioned_bucket_is_told_that_deletes_free_nothing_now(
@@ -340,17 +329,17 @@ def test_a_versioned_bucket_is_told_that_deletes_free_nothing_now(
     for variable, value in bucket.env.items():
         monkeypatch.setenv(variable, value)
     session.forget()
-    url = _burn(bucket, tmp_path, range(1, 4))
+    url = stores.burn_in(bucket, tmp_path / "run", range(1, 4))
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 0, result.stderr
     said = result.stdout + result.stderr
     assert "keeps object versions" in said and "free 0 B now" in said and "no lifecycle rule" in said
-    assert _epochs(bucket) == [3]
+    assert stores.epochs(bucket) == [3]
     session.forget()
 
 
 def test_acting_on_local_folders_and_buckets_at_once_is_refused(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(moto_bucket, tmp_path, range(1, 3))
+    url = stores.burn_in(moto_bucket, tmp_path / "run", range(1, 3))
     result = cli("prune", "--keep-last", "1", "--yes", url, str(tmp_path / "run"))
     assert result.exit_code == 2
     assert "not both" in result.stderr
@@ -388,7 +377,7 @@ def _torch_bytes() -> bytes:
 
 
 def test_a_planted_journal_never_deletes_what_is_no_checkpoints(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
-    url = _burn(weed_bucket, tmp_path, range(1, 4))
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 4))
     etag = weed_bucket.put("run/README.md", b"what this run is")
     notes = weed_bucket.put("run/notes.txt", b"lr 3e-4")
     planted = ObjectJournal(url, (("README.md", etag), ("notes.txt", notes)))

@@ -396,7 +396,7 @@ def lock_all(held: contextlib.ExitStack, context: Context, more: Iterable[tuple[
                     f"note: {shown} is locked by another ckptdoctor ({holder}): this dry run shows the run as it is before that one finishes"
                 )
         else:
-            held.enter_context(executor.locked(place, shown))
+            held.enter_context(executor.locked(place, shown, context.tell))
         for stray in executor.strays(place):
             context.tell(f"note: {stray} is not ckptdoctor's: ignored")
 

@@ -11,15 +11,12 @@ import contextlib
 import contextvars
 import errno
 import fcntl
-import getpass
-import json
 import os
-import socket
 import stat
-import time
 from collections.abc import Iterator
 
 from ckptdoctor.actions._confine import ActionError, Escapes, Folder, Mounted, open_run
+from ckptdoctor.actions._holder import Holder
 from ckptdoctor.errors import LockedError
 from ckptdoctor.places import OWN_FOLDER
 from ckptdoctor.regular import read_regular
@@ -215,23 +212,18 @@ def _sign(handle: int) -> None:
         return  # someone else's file: it is locked, never written
     try:
         os.ftruncate(handle, 0)
-        os.pwrite(handle, json.dumps(_whoami()).encode(), 0)
+        os.pwrite(handle, Holder.me().encode(), 0)
     except OSError as error:
         if error.errno not in FULL:
             raise
 
 
-def _whoami() -> dict[str, object]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started": time.time()}
-
-
 def _holder(own: Folder) -> str:
     try:
-        info = json.loads(read_regular(LOCK, 4096, dir_fd=own.fd) or b"{}")
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started"])))
-        return f"pid {info['pid']} on {info['host']} by {info['user']}, since {started}"
-    except (ValueError, KeyError, TypeError, OSError):
-        return "holder unknown"
+        holder = Holder.decode(read_regular(LOCK, 4096, dir_fd=own.fd) or b"")
+    except OSError:
+        holder = None
+    return holder.said() if holder is not None else "holder unknown"
 
 
 def strays(home: str) -> list[str]:

@@ -4,10 +4,13 @@ A bucket has no rename, no ``flock`` and no trash that costs nothing, so the sam
 kept another way:
 
 - **Lock**: an object ``<home>/lock`` created only where none exists (``If-None-Match: *``),
-  holding who holds it. A lock older than ``LEASE`` by the store's clock is taken over with
-  ``If-Match`` on its ETag, so two takers cannot both win; the holder renews it the same way while
-  it works. Before relying on it, the store is asked once to create it again: a store that
-  accepts that ignores conditions, and nothing is done there.
+  holding who holds it (``_holder``) and a nonce of its own: a write whose answer was lost is read
+  back, and is this holder's where the nonce is. A thread renews it every ``RENEW`` seconds with
+  ``If-Match`` on its ETag while the work goes on; a lock not renewed for ``LEASE`` by the store's
+  clock, or held by a process of this machine that no longer runs, is taken over the same way, so
+  two takers cannot both win. Before relying on it, the store is asked once to create it again: a
+  store that accepts that ignores conditions, and nothing is done there. It is released however
+  the command ends (SIGTERM included); a SIGKILL leaves it for at most one lease.
 - **Journal**: ``<home>/prune-<id>.json``, created only where none exists, naming every object to
   delete with the ETag the plan saw; written before the first delete, removed after the last. A
   prune killed part-way leaves it, and the next one deletes what it names (still only objects
@@ -23,31 +26,46 @@ deleted only while it is the object the plan saw.
 from __future__ import annotations
 
 import contextlib
-import getpass
-import json
-import os
 import secrets
-import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ckptdoctor.actions._holder import Holder
 from ckptdoctor.actions._home import Locked
 from ckptdoctor.model import Entry
 from ckptdoctor.records import BadRecord, ObjectJournal
 from ckptdoctor.stores import session
 from ckptdoctor.stores.session import StoreError
 from ckptdoctor.stores.urls import Location, parse
+from ckptdoctor.units import duration
 
-LEASE = 15 * 60.0
-"""Seconds a lock holds without being renewed, by the store's clock."""
+if TYPE_CHECKING:
+    from ckptdoctor.stores._bucket import ObjectInfo
+
+LEASE = 120.0
+"""Seconds a lock holds without being renewed, by the store's clock: the longest a killed
+ckptdoctor keeps others out (the lock of a process of this machine that no longer runs is taken
+over at once). The holder renews it every ``RENEW`` seconds while it works, asked or not."""
+RENEW = LEASE / 4
+TRUST = LEASE / 2
+"""A holder that could not renew its lock for this long stops acting: by the lease's end another
+ckptdoctor may have taken it over."""
+UNSAID_LEASE = 15 * 60.0
+"""The lease of a lock that names none: ckptdoctor before leases were written, which renewed at half of it."""
+MOST_LEASE = 3600.0
+TRIES = 4
+"""Writes of the lock tried before giving up: an answer lost on the way is read back, never guessed."""
 LOCK = "lock"
 JOURNAL = "prune-"
 THREADS = 16
 """Deletes in flight at once."""
 MAX_RECORD = 64 * 1024 * 1024
 """A journal object longer than this is not ckptdoctor's: it is left alone."""
+MAX_LOCK = 4096
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,10 @@ class Place:
     def control(self) -> session.Control:
         return session.control(self.run)
 
+    @property
+    def lock(self) -> str:
+        return f"{self.home}/{LOCK}"
+
 
 def place_of(run_url: str, home_url: str) -> Place:
     """The run at ``run_url`` with its records under ``home_url`` (both in one bucket)."""
@@ -75,80 +97,220 @@ def place_of(run_url: str, home_url: str) -> Place:
     return Place(run, home.prefix)
 
 
-@dataclass
 class Lease:
-    """A lock held: its ETag, renewed with ``If-Match`` while the work goes on."""
+    """A lock held: renewed by a thread of its own every ``RENEW`` seconds, each time only while
+    it is still the lock this holder wrote (``If-Match``), until ``release``."""
 
-    place: Place
-    shown: str
-    etag: str
-    taken: float = field(default_factory=time.monotonic)
+    def __init__(self, place: Place, shown: str, me: Holder, etag: str, since: float) -> None:
+        self.place, self.shown, self.me = place, shown, me
+        self._etag, self._renewed = etag, since
+        self._lost = ""
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="ckptdoctor-lease", daemon=True)
+        self._thread.start()
 
     def renew(self) -> None:
-        """Write the lock again if half its lease has passed; ``Locked`` where another took it."""
-        if time.monotonic() - self.taken < LEASE / 2:
-            return
-        etag = self.place.bucket.replace(_lock_key(self.place), _whoami(), self.etag)
-        if etag is None:
-            raise Locked(self.shown, "another ckptdoctor took the lock over: its lease had run out")
-        self.etag, self.taken = etag, time.monotonic()
+        """Between two acts: ``Locked`` where the lock may no longer be this holder's."""
+        with self._guard:
+            lost, renewed = self._lost, self._renewed
+        if lost:
+            raise Locked(self.shown, lost)
+        if time.monotonic() - renewed > TRUST:
+            raise Locked(
+                self.shown, f"its lock could not be renewed for {duration(TRUST)}: stopped, as another ckptdoctor may take it over"
+            )
+
+    def adopt(self, etag: str) -> None:
+        """The lock was written again by this holder outside the renewals (the probe)."""
+        with self._guard:
+            self._etag = etag
+
+    def _keep(self) -> None:
+        wait = RENEW
+        while not self._stop.wait(wait):
+            sent = time.monotonic()
+            with self._guard:
+                etag = self._etag
+            try:
+                now = _rewrite(self.place, self.me, etag)
+            except (StoreError, OSError):
+                wait = RENEW / 4  # the network: sooner again, within the trust
+                continue
+            with self._guard:
+                if now is None:
+                    self._lost = "another ckptdoctor took the lock over while this one worked"
+                    return
+                self._etag, self._renewed, wait = now, sent, RENEW
+
+    def release(self) -> str | None:
+        """Delete the lock where it is still this holder's; what could not be done, in words."""
+        self._stop.set()
+        self._thread.join()
+        if self._lost:
+            return None
+        from ckptdoctor.stores.control_plane import Deleted as Outcome  # S3's conditional delete (boto3)
+
+        failure: BaseException | None = None
+        for attempt in range(TRIES):
+            if attempt:
+                time.sleep(0.25 * 2**attempt)
+            try:
+                if self.place.control.delete_if_match(self.place.lock, self._etag) is not Outcome.CHANGED:
+                    return None
+                found = _read(self.place)
+            except (StoreError, OSError) as error:
+                failure = error
+                continue
+            if found is None or found[0] is None or found[0].nonce != self.me.nonce or found[1].etag is None:
+                return None  # another's now
+            self._etag = found[1].etag  # ours, rewritten by a renewal whose answer was lost
+        return (
+            f"note: {self.place.run.url_of(self.place.lock)} could not be removed ({failure}): "
+            f"it keeps other ckptdoctors out until its lease runs out, {duration(LEASE)} from its last renewal"
+        )
 
 
 @contextlib.contextmanager
-def locked(place: Place, shown: str) -> Iterator[Lease]:
-    """Hold ``place``'s lock to the end (``Locked`` when another holds it)."""
-    bucket, key = place.bucket, _lock_key(place)
-    etag = bucket.create(key, _whoami())
-    if etag is None:
-        etag = _take_over(place, shown)
-    if bucket.create(key, _whoami()) is not None:  # the store let a second create through
-        bucket_refuses = (
-            f"{place.run.root} does not honour conditional writes (If-None-Match): ckptdoctor cannot lock or delete safely there "
-            "(--no-lock acts there anyway, without a lock)"
-        )
-        with contextlib.suppress(StoreError):
-            place.control.delete_if_match(key, etag)
-        raise StoreError(bucket_refuses)
-    lease = Lease(place, shown, etag)
+def locked(place: Place, shown: str, tell: Callable[[str], None]) -> Iterator[Lease]:
+    """Hold ``place``'s lock to the end (``Locked`` when another holds it); released however the
+    block ends, the store's refusal of conditions included."""
+    me = Holder.me(secrets.token_hex(8), LEASE)
+    since = time.monotonic()
+    lease = Lease(place, shown, me, _claim(place, me, shown, tell), since)
     try:
+        _honours_conditions(place, lease)
         yield lease
     finally:
-        with contextlib.suppress(StoreError):
-            place.control.delete_if_match(key, lease.etag)
+        unreleased = lease.release()
+        if unreleased:
+            tell(unreleased)
 
 
-def _take_over(place: Place, shown: str) -> str:
-    bucket, key = place.bucket, _lock_key(place)
-    try:
-        held = bucket.head(key)
-    except FileNotFoundError:  # released meanwhile: take it as new
-        etag = bucket.create(key, _whoami())
-        if etag is None:
-            raise Locked(shown, "another ckptdoctor took it a moment ago") from None
-        return etag
+def _claim(place: Place, me: Holder, shown: str, tell: Callable[[str], None]) -> str:
+    """Create the lock, or take over one whose holder is gone or whose lease ran out: its ETag.
+    A create whose answer was lost is read back: the lock is ours where it holds our nonce."""
+    failure: BaseException | None = None
+    for attempt in range(TRIES):
+        if attempt:
+            time.sleep(0.25 * 2**attempt)
+        try:
+            etag = place.bucket.create(place.lock, me.encode())
+            if etag is not None:
+                return etag
+            found = _read(place)
+        except PermissionError:
+            raise
+        except (StoreError, OSError) as error:
+            failure = error
+            continue
+        if found is None:
+            continue  # released meanwhile
+        holder, info = found
+        if holder is not None and holder.nonce == me.nonce and info.etag is not None:
+            return info.etag  # our create went through, and its answer was lost on the way
+        return _take_over(place, me, holder, info, shown, tell)
+    raise StoreError(f"{place.run.url_of(place.lock)}: the lock could not be taken ({failure})")
+
+
+def _take_over(place: Place, me: Holder, holder: Holder | None, info: ObjectInfo, shown: str, tell: Callable[[str], None]) -> str:
+    """Take over the lock ``info`` from a holder that is gone or whose lease ran out (``Locked``
+    while it may still be at work)."""
+    lease = holder.lease if holder is not None and holder.lease is not None and 0 < holder.lease <= MOST_LEASE else UNSAID_LEASE
+    who = holder.said() if holder is not None else "a holder that is not ckptdoctor's"
+    ends = info.modified + lease
     now = place.control.now()
-    if held.modified + LEASE > now or held.etag is None:
-        raise Locked(shown, _holder(place, key))
-    etag = bucket.replace(key, _whoami(), held.etag)
+    if holder is not None and holder.gone():
+        why = f"took over the lock of {who}, which no longer runs on this machine"
+    elif ends <= now:
+        why = f"took over the lock of {who}, whose lease ran out {duration(now - ends)} ago (killed, or cut off from the store)"
+    else:
+        raise Locked(
+            shown,
+            f"{who}; its lease ends at {_clock(ends)}, in {duration(ends - now)}, unless it renews it while it works: "
+            "a ckptdoctor that was killed holds it no longer than that",
+        )
+    etag = _rewrite(place, me, info.etag) if info.etag is not None else None
     if etag is None:
-        raise Locked(shown, "another ckptdoctor took the stale lock over first")
+        raise Locked(shown, "another ckptdoctor took the lock over first")
+    tell(f"note: {place.run.url_of(place.lock)}: {why}")
     return etag
 
 
-def _lock_key(place: Place) -> str:
-    return f"{place.home}/{LOCK}"
-
-
-def _whoami() -> bytes:
-    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "user": getpass.getuser(), "started": time.time()}).encode()
-
-
-def _holder(place: Place, key: str) -> str:
+def _rewrite(place: Place, me: Holder, etag: str) -> str | None:
+    """Write ``me`` over the lock while its ETag is ``etag``: its new ETag, None where it is
+    another's. An answer lost on the way is read back."""
     try:
-        info = json.loads(place.bucket.read(key, 0, 4096))
-        return f"pid {info['pid']} on {info['host']} by {info['user']}"
-    except (ValueError, KeyError, TypeError, OSError):
-        return "holder unknown"
+        written = place.bucket.replace(place.lock, me.encode(), etag)
+    except PermissionError:
+        raise
+    except (StoreError, OSError):
+        written = None
+    if written is not None:
+        return written
+    found = _read(place)
+    if found is not None and found[0] is not None and found[0].nonce == me.nonce and not found[0].probe:
+        return found[1].etag
+    return None
+
+
+def _honours_conditions(place: Place, lease: Lease) -> None:
+    """Ask the store to create the lock again, as a probe: a store that lets it through ignores
+    conditions, and nothing is done there. A probe whose answer was lost is read back."""
+    probe = lease.me.probing()
+    for attempt in range(TRIES):
+        if attempt:
+            time.sleep(0.25 * 2**attempt)
+        try:
+            written = place.bucket.create(place.lock, probe.encode())
+        except PermissionError:
+            raise
+        except (StoreError, OSError):
+            try:
+                found = _read(place)
+            except (StoreError, OSError):
+                continue
+            if found is None or found[0] is None or not found[0].probe:
+                continue  # not written, or refused: asked again
+            written = found[1].etag
+        if written is None:
+            return
+        lease.adopt(written)
+        raise StoreError(
+            f"{place.run.root} does not honour conditional writes (If-None-Match): ckptdoctor cannot lock or delete safely there "
+            "(--no-lock acts there anyway, without a lock)"
+        )
+    raise StoreError(f"{place.run.url_of(place.lock)}: the store's answers were lost: whether it honours conditional writes is not known")
+
+
+def _read(place: Place) -> tuple[Holder | None, ObjectInfo] | None:
+    """The lock as it is now, with its ETag; None where there is none."""
+    try:
+        data, info = place.bucket.fetch(place.lock, MAX_LOCK)
+    except FileNotFoundError:
+        return None
+    return Holder.decode(data), info
+
+
+def holder_now(place: Place) -> str | None:
+    """Who holds ``place``'s lock now and until when, without taking it; None where none does
+    (or the lock cannot be read: a dry run may be anyone's)."""
+    try:
+        found = _read(place)
+        if found is None:
+            return None
+        holder, info = found
+        lease = holder.lease if holder is not None and holder.lease is not None and 0 < holder.lease <= MOST_LEASE else UNSAID_LEASE
+        if info.modified + lease <= place.control.now():
+            return None
+    except (StoreError, OSError):
+        return None
+    who = holder.said() if holder is not None else "a holder that is not ckptdoctor's"
+    return f"{who}, until {_clock(info.modified + lease)} unless renewed"
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
 
 
 # --- journals ----------------------------------------------------------------------------------

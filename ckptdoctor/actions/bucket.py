@@ -71,11 +71,11 @@ class BucketExecutor:
         """Nothing to confirm: a prefix cannot be swapped for a link."""
 
     @contextlib.contextmanager
-    def locked(self, home: str, shown: str) -> Iterator[None]:
+    def locked(self, home: str, shown: str, tell: Callable[[str], None]) -> Iterator[None]:
         if not self.lock:
             yield
             return
-        with _objects.locked(_objects.place_of(home, home), shown) as lease:
+        with _objects.locked(_objects.place_of(home, home), shown, tell) as lease:
             self._leases[home] = lease
             try:
                 yield
@@ -83,7 +83,7 @@ class BucketExecutor:
                 del self._leases[home]
 
     def holder_now(self, home: str) -> str | None:
-        return None  # a dry run in a bucket reads no lock object (as before: it may not be allowed to)
+        return _objects.holder_now(_objects.place_of(home, home)) if self.lock else None
 
     def strays(self, home: str) -> list[str]:
         return []

@@ -50,8 +50,8 @@ class DiskExecutor:
             for run in runs:
                 actions.confirm_run(run_root(run), (f.entry for c in run.checkpoints for f in c.files))
 
-    def locked(self, home: str, shown: str) -> contextlib.AbstractContextManager[None]:
-        return actions.locked(home, shown)
+    def locked(self, home: str, shown: str, tell: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
+        return actions.locked(home, shown)  # an flock ends with its process: nothing to take over or to tell
 
     def holder_now(self, home: str) -> str | None:
         return actions.holder_now(home)

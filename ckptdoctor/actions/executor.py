@@ -133,9 +133,10 @@ class Executor(Protocol):
     def ready(self, runs: Sequence[Run], dry_run: bool) -> None:
         """Before any lock is taken: confirm ``runs`` are what was scanned (``ActionError``)."""
 
-    def locked(self, home: str, shown: str) -> contextlib.AbstractContextManager[None]:
+    def locked(self, home: str, shown: str, tell: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
         """Hold the lock of ``home`` (``Locked`` when another holds it), renewing any lease while
-        the work goes on, and release it however the block ends."""
+        the work goes on, and release it however the block ends; ``tell`` hears a lock taken over
+        and one that could not be released."""
 
     def holder_now(self, home: str) -> str | None:
         """Who holds ``home``'s lock, without taking it (a dry run)."""

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info
 from typer.models import CommandInfo
 
-from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_USAGE
+from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from ckptdoctor.version import __version__
 
 SUBCOMMANDS = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
@@ -118,8 +118,13 @@ class Interrupted(BaseException):
     """Ctrl-C, raised past the CLI framework so that the exit code is 130, not 1."""
 
 
+class Terminated(Interrupted):
+    """SIGTERM (a scheduler's time limit, ``kill``, ``timeout``): ended as Ctrl-C ends a command,
+    so that what it holds is let go (a lock in a bucket outlives a process that just dies)."""
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted
+    raise Terminated if signum == signal.SIGTERM else Interrupted
 
 
 def main() -> None:
@@ -127,8 +132,12 @@ def main() -> None:
     # end: the cyclic collector would re-walk them over and over (and they hold no cycles).
     gc.disable()
     signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         app()
+    except Terminated:
+        print("Terminated.", file=sys.stderr)
+        sys.exit(EXIT_TERMINATED)
     except Interrupted:
         print("Interrupted.", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)

@@ -35,6 +35,8 @@ class FailOn(str, enum.Enum):
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM, as a shell reports a process SIGTERM ended."""
 
 
 def format_option(kind: Kind, help: str) -> Any:

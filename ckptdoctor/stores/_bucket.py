@@ -119,6 +119,21 @@ class Bucket:
         finally:
             self.traffic.add(1, 0)
 
+    def fetch(self, key: str, limit: int) -> tuple[bytes, ObjectInfo]:
+        """The object ``key`` (at most ``limit`` bytes of it) with its ETag, from one answer: what
+        is read and the ETag it is compared by cannot be of two different writes."""
+        try:
+            found = self._call(obstore.get, key, options={"range": (0, limit + 1)})
+            data = bytes(found.bytes())
+        except BaseError as error:  # the body cut short after the head came
+            raise OSError(errno.EIO, self.refused("read", key, error)) from None
+        finally:
+            self.traffic.add(1, 0)
+        self.traffic.add(0, len(data))
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"{self.location.url_of(key)}: longer than {limit:,} bytes")
+        return data, _info(found.meta)
+
     def create(self, key: str, data: bytes) -> str | None:
         """Write ``key`` only where no object has it (``If-None-Match: *``): its ETag, or None
         where one exists already; ``PermissionError`` where writing is denied."""
