@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,3 +210,28 @@ def test_a_repair_killed_part_way_is_closed_and_what_it_moved_goes_back(place: P
         assert place.executor.close_repairs(run_root(run), home(run)) == ([], [])
         assert place.executor.restore(found, run_root(run)) == (1, [])
     assert place.files() == before
+
+
+def test_undo_after_a_killed_repair_and_a_second_one_names_the_first_and_following_it_puts_the_run_back(
+    place: Place, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    place.write("model-4.bpk", place.files()["model-4.bpk"][:100])
+    before = place.files()
+    with monkeypatch.context() as patched, pytest.raises(Killed), _acting(place) as (report, run):
+        world = _world(place, run)
+        plan = repair.plan(run, layout_named(run.layout), list(report.findings), world, 0.0)
+        place.kill_on_second_move(patched)
+        place.executor.quarantine(run, plan, world.now)
+    again = cli("repair", "--min-age", "0", "--yes", place.url)  # closes the killed one, moves the rest
+    assert again.exit_code == 0, again.stderr
+    assert "closed an interrupted repair" in again.stdout + again.stderr
+    undone = cli("repair", "--undo", "--yes", place.url)
+    assert undone.exit_code == 0, undone.stderr
+    [note] = [line for line in (undone.stdout + undone.stderr).splitlines() if "still holds" in line]
+    assert "1 entry" in note
+    told = re.search(r"`ckptdoctor (repair --undo [^`]+)`", note)
+    assert told is not None, note
+    followed = cli(*shlex.split(told.group(1)), "--yes")
+    assert followed.exit_code == 0, followed.stderr
+    assert place.files() == before
+    assert "still holds" not in followed.stdout + followed.stderr

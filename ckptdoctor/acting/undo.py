@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Sequence
 
 from ckptdoctor.acting.protocol import Context, Pass, Refused, Tone
@@ -11,6 +12,7 @@ from ckptdoctor.layouts.registry import home
 from ckptdoctor.model import Action, Plan, Run
 from ckptdoctor.places import run_root
 from ckptdoctor.planners import repair
+from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Quarantine, StoredState
 
 
@@ -37,9 +39,12 @@ class Undo(Pass):
             if not context.dry_run:
                 context.executor.sweep(place)
             every = context.executor.quarantines(root, place)
-            picked = [q for q in every if q.ident == self.ident] if self.ident else every[-1:]
+            picked = [q for q in every if q.ident == self.ident] if self.ident else _latest(every)
             if not picked and not self.ident:
                 context.tell(f"{shown}: no quarantine: nothing to undo", Tone.DONE)
+            for other in every:
+                if other not in picked and _holds(other):
+                    context.tell(_also_there(other, shown))
             for found in picked:
                 plan = repair.undo_plan(found, shown, root, place)
                 self._chosen[plan.run] = found
@@ -72,6 +77,28 @@ class Undo(Pass):
                 restored, left = context.executor.restore(found, plan.root)
                 context.tell(f"{plan.run}: put back {_entries(restored)} from {found.folder}.", Tone.DONE)
                 context.problems += left
+
+
+def _latest(every: Sequence[Quarantine]) -> list[Quarantine]:
+    """The quarantine ``--undo`` puts back by default: the newest that still holds anything (an
+    emptied one, or one whose entries all went back, says nothing of the repair before it)."""
+    holding = [found for found in every if _holds(found)]
+    return (holding or list(every))[-1:]
+
+
+def _holds(found: Quarantine) -> bool:
+    return any(item.state in (StoredState.QUARANTINED, StoredState.CONFLICT) for item in found.items)
+
+
+def _also_there(found: Quarantine, shown: str) -> str:
+    """What another quarantine of the run still holds, and the command that puts it back (a repair
+    killed part-way, then run again, leaves two)."""
+    count = sum(item.state in (StoredState.QUARANTINED, StoredState.CONFLICT) for item in found.items)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.created))
+    return (
+        f"note: {found.folder} (a repair of {when}{', killed part-way' if found.state == 'repairing' else ''}) still holds "
+        f"{_entries(count)}: `ckptdoctor repair --undo --no-recurse --id {found.ident} {shell_word(shown)}` puts {'it' if count == 1 else 'them'} back"
+    )
 
 
 def undo_refusals(found: Quarantine) -> list[str]:
