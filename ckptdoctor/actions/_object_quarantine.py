@@ -232,7 +232,7 @@ def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
             continue
         key = _in_run(place, pointer.key)
         if pointer.old is None:
-            gone = control.delete_if_match(key, pointer.written).value == "deleted"
+            gone = control.delete_if_match(key, pointer.written).value != "changed"
         else:
             gone = control.copy_if_match(f"{folder}/{pointer.key}", key, pointer.old, over=pointer.written) is not None
             if gone:

@@ -149,16 +149,26 @@ class Bucket:
         try:
             result = obstore.put(self._store, key, data, mode=mode)
         except (AlreadyExistsError, PreconditionError, FileNotFoundError):
-            return None
+            return self._landed(key, data)
         except BaseError as error:
             status = _status(error)
             if status in (409, 412):  # a conditional write refused, however the client names it
-                return None
+                return self._landed(key, data)
             raise self.failure("write", key, error) from None
         etag: str | None = result.get("e_tag")
         if etag is None:
             raise StoreError(f"{self.location.url_of(key)}: the store wrote it but sent no ETag: it cannot be changed safely later")
         return etag
+
+    def _landed(self, key: str, data: bytes) -> str | None:
+        """After a conditional write was refused: the ETag of ``key`` where it holds exactly
+        ``data`` (the client sent the write again after the answer to the first, which went
+        through, was lost on the way), else None (another's write is there, or none)."""
+        try:
+            found, info = self.fetch(key, len(data))
+        except OSError:
+            return None
+        return info.etag if found == data else None
 
     def read(self, key: str, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end)."""

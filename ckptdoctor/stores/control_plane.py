@@ -220,11 +220,23 @@ class Control:
                 CopySourceIfMatch=etag, **condition,
             )  # fmt: skip
         except _StoreRefused as refused:
-            if refused.status in (404, 409, 412):
+            if refused.status == 412:
+                return self._copied_before(target, etag)
+            if refused.status in (404, 409):
                 return None
             raise StoreError(str(refused)) from None
         copied: str | None = result.get("CopyObjectResult", {}).get("ETag")
         return quoted(copied) if copied else None
+
+    def _copied_before(self, target: str, etag: str) -> str | None:
+        """After a copy's condition was refused (412): the target's ETag where it already holds
+        the source's bytes (ETag ``etag``: the copy went through, and the answer to it was lost on
+        the way, so the client sent it again), else None."""
+        try:
+            found = self._call("look for an object", "head_object", Key=target).get("ETag")
+        except _StoreRefused:
+            return None
+        return quoted(found) if found and quoted(found) == quoted(etag) else None
 
     def _size(self, key: str) -> int:
         size: int = self._call("read an object's size", "head_object", Key=key).get("ContentLength", 0)
@@ -262,11 +274,23 @@ class Control:
             self._call("delete an object", "delete_object", Key=key, IfMatch=etag)
         except _StoreRefused as refused:
             if refused.status == 412:
-                return Deleted.CHANGED
+                return self._why_refused(key)
             if refused.status == 404:
                 return Deleted.GONE
             raise StoreError(str(refused)) from None
         return Deleted.DELETED
+
+    def _why_refused(self, key: str) -> Deleted:
+        """A delete's ``If-Match`` refused (412): where nothing is there any more, the object is
+        gone, not changed. S3-compatible stores answer 412 for an ``If-Match`` on no object, and a
+        delete retried after its first answer was lost on the way meets exactly that."""
+        try:
+            self._call("look for an object", "head_object", Key=key)
+        except _StoreRefused as refused:
+            if refused.status == 404:
+                return Deleted.GONE
+            raise StoreError(str(refused)) from None
+        return Deleted.CHANGED
 
     def attempt(self, what: str, operation: str, **arguments: Any) -> Attempt:
         """One call made to see whether the store allows it (``diskcheck``'s probes): what it
