@@ -176,3 +176,36 @@ def test_every_store_error_says_its_url_once(moto_bucket: stores.Bucket, run_url
             assert expected in line
             bucket_root = "/".join(url.split("/")[:3])
             assert line.count(bucket_root) == 1, line
+
+
+# --- fixes in a bucket's words -------------------------------------------------------------------
+
+
+DISK_WORDS = ("ls -l", "chmod", "namei", "dmesg", "smartctl", "readlink", "free space")
+
+
+def bucket_fixes(result: Any, code: str) -> list[str]:
+    found = [f for f in result.json["findings"] if f["code"] == code]
+    assert found, result.json["findings"]
+    return [fix for finding in found for fix in finding["fixes"]]
+
+
+def test_an_unreadable_object_gets_a_buckets_fixes(moto_bucket: stores.Bucket, proxy: FaultProxy, run_url: str, inspect_json: Any) -> None:
+    denied = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+    proxy.arm(Rule("answer", method="GET", path=r"model-2\.bpk$", status=403, headers={"Content-Type": "application/xml"}, body=denied))
+    fixes = bucket_fixes(inspect_json(run_url), "CKD211")
+    assert not [fix for fix in fixes if any(word in fix for word in DISK_WORDS)], fixes
+    key = moto_bucket.key("run", "model-2.bpk")
+    assert any(f"aws s3api head-object --bucket {moto_bucket.name} --key {key}" in fix for fix in fixes), fixes
+    assert any("s3:GetObject" in fix and "kms:Decrypt" in fix for fix in fixes), fixes
+
+
+def test_a_truncated_object_gets_a_buckets_fixes(moto_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
+    write_burn_run(tmp_path / "run", [1, 2])
+    cut = tmp_path / "run" / "model-2.bpk"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    local = inspect_json(tmp_path / "run")
+    assert any("free space" in fix for fix in bucket_fixes(local, "CKD203"))  # on disk: the disk's words
+    fixes = bucket_fixes(inspect_json(moto_bucket.upload(tmp_path / "run", "run")), "CKD203")
+    assert not [fix for fix in fixes if any(word in fix for word in DISK_WORDS)], fixes
+    assert any(f"list-object-versions --bucket {moto_bucket.name}" in fix for fix in fixes), fixes
