@@ -424,7 +424,7 @@ def _code(error: BaseException) -> str | None:
 def _bucket_region(bucket: str, endpoint: str | None) -> str | None:
     """The region S3 says ``bucket`` is in (its ``x-amz-bucket-region`` header to an unsigned
     HEAD of the bucket, which S3 sends with a 200, 301 or 403 alike); None where none is said."""
-    import urllib.error
+    import urllib.error  # only where a store redirected a request: no scan loads them otherwise
     import urllib.request
 
     url = f"{endpoint.rstrip('/')}/{bucket}" if endpoint else f"https://{bucket}.s3.amazonaws.com"
