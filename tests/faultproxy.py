@@ -141,6 +141,8 @@ class FaultProxy:
         """Faults injected, by kind (``reset`` also as ``reset-before``/``reset-after``)."""
         self.log: list[tuple[str, str, str | None]] = []
         """Every request: method, target, the fault it got (None: forwarded as it was)."""
+        self.requests: list[Request] = []
+        """Every request whole (its headers: who sent it, for which region it was signed)."""
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._record = record
@@ -201,6 +203,7 @@ class FaultProxy:
                         self.injected[f"reset-{rule.stage}"] += 1
                     break
             self.log.append((request.method, request.target, chosen.fault if chosen else None))
+            self.requests.append(request)
             if self._record is not None:
                 scratch = self._record.with_name(f".{self._record.name}.{uuid.uuid4().hex[:8]}")
                 scratch.write_text(json.dumps({"injected": dict(self.injected), "requests": len(self.log)}))

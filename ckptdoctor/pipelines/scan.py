@@ -51,7 +51,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
         try:
             found = discovered(path, tally)
         except (PathNotFound, StoreError) as error:
-            errors.append(ScanError(display(path), str(error)))
+            errors.append(ScanError(display(path), said_of(path, str(error))))
             continue
         left = list(found.unlisted)
         before = len(runs)
@@ -108,6 +108,16 @@ def with_unlisted(run: Run, unlisted: Sequence[Unlisted]) -> tuple[Run, list[Unl
     if not told:
         return run, list(unlisted)
     return dataclasses.replace(run, checkpoints=tuple(checkpoints)), [folder for folder in unlisted if id(folder) not in told]
+
+
+def said_of(path: str, message: str) -> str:
+    """What a path's error says once the path is said before it (``path: message``): a store's
+    message starts with the URL it is about (the path, the path with its slash, its bucket),
+    which would otherwise be said twice."""
+    named, sep, rest = message.partition(": ")
+    if sep and "://" in named and (path.rstrip("/") + "/").startswith(named.rstrip("/") + "/"):
+        return rest
+    return message
 
 
 def discovered(path: str, tally: Tally | None = None) -> Discovery:

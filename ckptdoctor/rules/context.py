@@ -16,7 +16,8 @@ from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules.rule import Rule
+from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Rule
+from ckptdoctor.stores import urls
 
 _DIGITS = re.compile(r"\d+")
 
@@ -295,6 +296,7 @@ def make_finding(
 ) -> Finding:
     """Every finding is made here: its fixes for ``case``, in the words of ``frameworks`` (a
     layout's ``fix_keys``) where they have their own, else in general words."""
+    case, context = _in_store(rule, case, path or run, context)
     return Finding(
         code=rule.code,
         name=rule.name,
@@ -305,6 +307,24 @@ def make_finding(
         message=message,
         fixes=extra_fixes + rule.fix_texts(context, frameworks, case),
     )
+
+
+def _in_store(
+    rule: Rule, case: str | None, where: str | None, context: Mapping[str, str] | None
+) -> tuple[str | None, Mapping[str, str] | None]:
+    """A finding of a rule with bucket fixes (where no other case of the rule was chosen: a file's
+    format is no case of CKD211's): on an object or prefix in a bucket, the bucket fixes, with
+    the bucket and the key to name in ``aws s3api``; anywhere else the others (a folder's mode,
+    ``dmesg``)."""
+    if not rule.has_case(BUCKET) or (case is not None and rule.has_case(case)):
+        return case, context
+    try:
+        location = urls.parse(where) if where is not None and urls.in_store(where) else None
+    except urls.BadURL:
+        location = None
+    if location is None:
+        return OTHERWISE, context
+    return BUCKET, {"bucket": location.bucket, "object_key": shell_word(location.prefix), **(context or {})}
 
 
 def renumber(name: str, old: int, new: int) -> str:

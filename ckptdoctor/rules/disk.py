@@ -19,7 +19,7 @@ from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Sever
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.context import RunContext, make_finding, run_context
-from ckptdoctor.rules.rule import OTHERWISE, Fix, Rule, fires, fix
+from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Fix, Rule, fires, fix
 from ckptdoctor.stores.urls import parse
 from ckptdoctor.units import duration, size
 
@@ -105,10 +105,6 @@ INSUFFICIENT_SPACE = Rule(
     ),
     related=("CKD502", "CKD503", "CKD505", "CKD203", "CKD101"),
 )
-
-BUCKET = "bucket"
-"""The case of a finding on a run in an object store: its fixes name the store's permissions and
-lifecycle rules, never a folder's mode or mount."""
 
 
 def _on_disk(*texts: str) -> tuple[Fix, ...]:

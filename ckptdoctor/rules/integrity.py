@@ -22,7 +22,7 @@ from ckptdoctor.readers.sniff import Format
 from ckptdoctor.regular import owner, user_name
 from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules.context import Kind, RunContext, make_finding
-from ckptdoctor.rules.rule import OTHERWISE, Rule, fires, fix
+from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Rule, fires, fix
 from ckptdoctor.stores.urls import scheme
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration, size
 
@@ -110,7 +110,14 @@ TRUNCATED = Rule(
     fixes=(
         "Quarantine {name} so that no tool resumes from it: {quarantine}.",
         "If it was copied or downloaded, fetch it again and compare the size and `sha256sum` with the source.",
-        "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
+        fix(
+            "If the disk filled up, free space before the next save; `ckptdoctor diskcheck {run}` compares the next save with the free space.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "In a bucket an upload is all or nothing, so the object was short when it was uploaded (copied from a cut file, or a streaming writer closed early): compare `aws s3api head-object --bucket {bucket} --key {object_key}` with the source, and bring back an older version (`aws s3api list-object-versions --bucket {bucket} --prefix {object_key}`) or a backup.",
+            case=BUCKET,
+        ),
         fix(
             "In your own saving code, write to a temporary name in the same folder, flush it to disk, then rename it to the final name, so a failed save never leaves a cut file under the real name.",
             slot="CKD203/own-saving-code",
@@ -404,10 +411,31 @@ UNREADABLE = Rule(
         "readable, or a symlink loop."
     ),
     fixes=(
-        "Check access: `ls -l` on the file and `namei -l` on its path show which permission blocks you; fix with `chmod a+r` or `chown`, or run ckptdoctor as the user that trains.",
+        fix(
+            "Check access: `ls -l` on the file and `namei -l` on its path show which permission blocks you; fix with `chmod a+r` or `chown`, or run ckptdoctor as the user that trains.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "In a bucket: where the message says permission denied, grant the identity that runs ckptdoctor (`aws sts get-caller-identity`) the permission it names on the run's keys (s3:GetObject, and kms:Decrypt on the bucket's KMS key where it encrypts with one; on gs:// `storage.objects.get`, on az:// the Storage Blob Data Reader role).",
+            case=BUCKET,
+        ),
         "If files were being written or deleted, wait for that job to finish and rerun `ckptdoctor inspect {run}`.",
-        "For I/O errors, check the storage (`dmesg`, `smartctl -a`, remount the network filesystem), then rerun `ckptdoctor verify {run}`.",
-        "For a symlink, check that its target exists and is readable (`readlink -f`), or replace the link with a copy of the target.",
+        fix(
+            "For I/O errors, check the storage (`dmesg`, `smartctl -a`, remount the network filesystem), then rerun `ckptdoctor verify {run}`.",
+            case=OTHERWISE,
+        ),
+        fix(
+            "Ask the store what it holds: `aws s3api head-object --bucket {bucket} --key {object_key}` shows the object's size, storage class (an archived object cannot be read until restored) and encryption; then rerun `ckptdoctor verify {run}`.",
+            case=BUCKET,
+        ),
+        fix(
+            "If the object is gone or cannot be restored: bring back an older version (`aws s3api list-object-versions --bucket {bucket} --prefix {object_key}`) or a backup.",
+            case=BUCKET,
+        ),
+        fix(
+            "For a symlink, check that its target exists and is readable (`readlink -f`), or replace the link with a copy of the target.",
+            case=OTHERWISE,
+        ),
     ),
     messages=(
         "Input/output error",

@@ -42,6 +42,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "probe_key": "RUN_PREFIX/.ckptdoctor/write-test",
     "key_prefix": "RUN_PREFIX/",
     "owner": "OWNER",
+    "object_key": "KEY",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
 
@@ -59,6 +60,11 @@ run without a resume point; a file no one should move aside, which its framework
 
 OTHERWISE = "*"
 """The ``case`` of a fix for every case of its rule that no other fix of the rule names."""
+
+BUCKET = "bucket"
+"""The case of a finding on a run in an object store: its fixes name the store's permissions,
+``aws s3api`` and versions, never a folder's mode, a mount or ``dmesg``. A rule with fixes of
+this case gets it for every finding on a store URL (``context.make_finding``)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,10 @@ class Rule:
             )
             for record in self.fix_records
         )
+
+    def has_case(self, case: str) -> bool:
+        """Whether some fix of this rule is for ``case`` alone."""
+        return any(record.case == case for record in self.fix_records)
 
     def _for_case(self, case: str | None) -> tuple[Fix, ...]:
         records = self.fix_records

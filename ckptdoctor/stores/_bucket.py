@@ -66,10 +66,17 @@ class Traffic:
 class Bucket:
     """A bucket (or container) and the client that reaches it."""
 
-    def __init__(self, location: Location, store: Any, endpoint: str | None) -> None:
+    def __init__(
+        self, location: Location, store: Any, endpoint: str | None, region: str | None = None, rebuild: Callable[[str], Any] | None = None
+    ) -> None:
         self.location = location
         self.endpoint = endpoint
+        self.region = region
+        """The S3 region requests are signed for (None for other stores): the bucket's own once
+        the store has redirected a request there."""
         self._store = store
+        self._rebuild = rebuild
+        """The client again for another region (S3 only)."""
         self.traffic = Traffic()
 
     def objects(self, prefix: str) -> list[ObjectInfo]:
@@ -83,9 +90,11 @@ class Bucket:
         except (BaseError, ValueError) as error:
             if _UNNAMEABLE in str(error) or isinstance(error, ValueError):  # one key no path can name fails obstore's whole listing
                 return self._objects_by_boto3(prefix, _first_line(error))
+            if self._moved(error):
+                return self.objects(prefix)
             raise StoreError(self.refused("list", prefix, error)) from None
-        except FileNotFoundError:
-            raise StoreError(f"{self.location.root} does not exist (no such bucket)") from None
+        except FileNotFoundError as error:  # some clients' word for any 404: what the store said decides
+            raise StoreError(self.refused("list", prefix, error)) from None
         finally:
             self.traffic.add(max(pages, 1), 0)
         return found
@@ -96,7 +105,7 @@ class Bucket:
         from ckptdoctor.stores import control_plane  # boto3: only for a bucket holding such a key
 
         try:
-            s3 = control_plane.client(self.location, self.endpoint)
+            s3 = control_plane.client(self.location, self.endpoint, self.region)
         except StoreError:
             raise StoreError(f"{self.location.url_of(prefix)}: {why}; to list it, {control_plane.NEEDS_BOTO3}") from None
         found: list[ObjectInfo] = []
@@ -243,9 +252,9 @@ class Bucket:
             for page in obstore.list(self._store, prefix or None, chunk_size=1):
                 return _info(page[0]) if page else None
             return None
-        except FileNotFoundError:
-            raise StoreError(f"{self.location.root} does not exist (no such bucket)") from None
-        except BaseError as error:
+        except (FileNotFoundError, BaseError) as error:  # a 404 is told apart by what the store said
+            if self._moved(error):
+                return self.first(prefix)
             raise self.failure("list", prefix, error) from None
         finally:
             self.traffic.add(1, 0)
@@ -283,11 +292,40 @@ class Bucket:
         status, code = _status(error), _code(error)
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS or code == "NoSuchBucket":
             return StoreError(message)
+        if _not_s3(error, what):
+            return StoreError(message)
         if status is None and not isinstance(error, PermissionDeniedError) and code != "AccessDenied":
             return StoreError(message)
         if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
             return PermissionError(errno.EACCES, message)
         return OSError(errno.EIO, message)
+
+    def _moved(self, error: BaseException) -> bool:
+        """Whether the store redirected the request to the bucket's region (S3's 301
+        PermanentRedirect, which names the region only in a header obstore does not read) and
+        the client now signs for that region: asked once, by an unsigned HEAD of the bucket,
+        whose answer carries ``x-amz-bucket-region`` whatever its status (as boto3 and s3fs
+        find a bucket's region)."""
+        if self._rebuild is None or not _WRONG_REGION.search(str(error)):
+            return False
+        region = _bucket_region(self.location.bucket, self.endpoint)
+        if region is None or region == self.region:
+            return False
+        rebuild = self._rebuild
+        self._store = _built(self.location, lambda: rebuild(region))
+        self.region = region
+        return True
+
+    def _permission(self, what: str, error: BaseException) -> str:
+        """The permission to grant for a denied ``what``: the KMS key's where S3 says its key
+        refused (an SSE-KMS object needs kms:Decrypt besides s3:GetObject, and S3 often says
+        only "Access Denied" for either)."""
+        if self.location.store is Store.S3 and _KMS.search(_message(error)):
+            return "kms:Decrypt on the bucket's KMS key (its key policy, or IAM)"
+        permission = PERMISSIONS[what][self.location.store]
+        if self.location.store is Store.S3 and what == "read":
+            return f"{permission} (and kms:Decrypt on its KMS key where the bucket encrypts with one)"
+        return permission
 
     def refused(self, what: str, key: str, error: BaseException) -> str:
         """One line on why the store refused to ``what`` ``key``, and what to do about it."""
@@ -299,9 +337,20 @@ class Bucket:
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
-            return f"{where}: permission denied to {what} ({code or 403}): grant {PERMISSIONS[what][self.location.store]}"
-        if code == "NoSuchBucket" or (status == 404 and what == "list"):
-            return f"{self.location.root} does not exist (no such bucket)"
+            return f"{where}: permission denied to {what} ({code or 403}): grant {self._permission(what, error)}"
+        if code == "NoSuchBucket":
+            return f"{self.location.root}: no such bucket (the store answered NoSuchBucket)"
+        if _WRONG_REGION.search(str(error)):
+            return (
+                f"{where}: the store redirected the request: the bucket is not in {self.region}: set AWS_REGION to its region "
+                f"(`aws s3api get-bucket-location --bucket {self.location.bucket}`)"
+            )
+        if _not_s3(error, what):
+            reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
+            return (
+                f"{where}: {reach} answered HTTP {status} to {_REQUESTS.get(what, what)}, which is not an S3 answer: "
+                "is --endpoint-url / AWS_ENDPOINT_URL the S3 API's address?"
+            )
         if status is None and _UNREACHED.search(str(error)):
             reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
             return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network, --endpoint-url or AWS_ENDPOINT_URL"
@@ -353,6 +402,40 @@ _CREDENTIALS = {
 }
 
 
+_WRONG_REGION = re.compile(r"redirect without LOCATION|PermanentRedirect|AuthorizationHeaderMalformed|status code: 301")
+"""obstore's and S3's words where a request went to another region than the bucket's."""
+_KMS = re.compile(r"\bkms\b|ciphertext|customer master key", re.IGNORECASE)
+"""What S3's 403 says where the object's KMS key, not the bucket, refused: "not authorized to
+perform: kms:Decrypt", "The ciphertext refers to a customer master key that does not exist"."""
+_ANSWER = re.compile(r"status code: \d{3}[^:]*: (.*?)(?:\n\nDebug source:|$)", re.DOTALL)
+_MESSAGE = re.compile(r"<Message>(.*?)</Message>", re.DOTALL)
+_REQUESTS = {"list": "a listing", "read": "a read", "write": "a write", "delete": "a delete"}
+
+
+def _body(error: BaseException) -> str:
+    """The body of the store's answer, as the client's error quotes it ("" for none)."""
+    match = _ANSWER.search(str(error))
+    return match.group(1).strip() if match else ""
+
+
+def _message(error: BaseException) -> str:
+    """The ``<Message>`` of an S3 error answer ("" for none)."""
+    match = _MESSAGE.search(_body(error))
+    return match.group(1) if match else ""
+
+
+def _not_s3(error: BaseException, what: str) -> bool:
+    """Whether the answer came from something other than an S3 API (a web page, a console, a
+    wrong port): an error status with no S3 error code, and a body that is not S3's XML (any
+    body S3 sends to a refused GET is XML; a HEAD's answer has no body and proves nothing)."""
+    status, body = _status(error), _body(error)
+    if status is None or status < 300 or _code(error) is not None:
+        return False
+    if body:
+        return not body.lstrip().startswith("<?xml") and "<Error>" not in body
+    return what == "list"
+
+
 def _status(error: BaseException) -> int | None:
     match = _STATUS.search(str(error))
     return int(match.group(1)) if match else None
@@ -361,6 +444,23 @@ def _status(error: BaseException) -> int | None:
 def _code(error: BaseException) -> str | None:
     match = _CODE.search(str(error))
     return (match.group(1) or match.group(2)) if match else None
+
+
+def _bucket_region(bucket: str, endpoint: str | None) -> str | None:
+    """The region S3 says ``bucket`` is in (its ``x-amz-bucket-region`` header to an unsigned
+    HEAD of the bucket, which S3 sends with a 200, 301 or 403 alike); None where none is said."""
+    import urllib.error  # only where a store redirected a request: no scan loads them otherwise
+    import urllib.request
+
+    url = f"{endpoint.rstrip('/')}/{bucket}" if endpoint else f"https://{bucket}.s3.amazonaws.com"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10) as answer:
+            region: str | None = answer.headers.get("x-amz-bucket-region")
+    except urllib.error.HTTPError as refused:
+        region = refused.headers.get("x-amz-bucket-region")
+    except (OSError, ValueError):
+        return None
+    return region
 
 
 def _without_secrets(endpoint: str) -> str:
@@ -377,12 +477,26 @@ def _first_line(error: BaseException) -> str:
 
 def connect(location: Location, endpoint: str | None = None) -> Bucket:
     """A client for ``location``'s bucket: the store's own credential chain, and ``endpoint``
-    (else ``AWS_ENDPOINT_URL``) for S3-compatible servers and emulators."""
+    (else :func:`s3_endpoint`'s) for S3-compatible servers and emulators."""
     if location.store is Store.S3:
-        return _s3(location, endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+        return _s3(location, s3_endpoint(endpoint))
     if location.store is Store.GCS:
         return _gcs(location, endpoint)
     return _azure(location, endpoint)
+
+
+S3_ENDPOINT_VARIABLES = ("FSSPEC_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+"""Where an S3-compatible server's address is set, first found first: s3fs's order (the run's
+writer, for Lightning and every fsspec user): fsspec hands ``FSSPEC_S3_ENDPOINT_URL`` to
+``S3FileSystem(endpoint_url=...)``, which passes it to botocore's ``create_client``, and
+botocore reads ``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``, only where none is passed."""
+
+
+def s3_endpoint(given: str | None) -> str | None:
+    """The S3 endpoint obstore and boto3 (the control plane, through :attr:`Bucket.endpoint`)
+    both use: ``given`` (``--endpoint-url``), else the first of :data:`S3_ENDPOINT_VARIABLES`
+    set; None for AWS itself."""
+    return given or next((os.environ[name] for name in S3_ENDPOINT_VARIABLES if os.environ.get(name)), None)
 
 
 def _gcs(location: Location, endpoint: str | None) -> Bucket:
@@ -505,15 +619,15 @@ def _s3(location: Location, endpoint: str | None) -> Bucket:
                 else "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or install ckptdoctor[s3] (boto3) to use AWS_PROFILE, SSO and instance roles"
             )
         )
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or _boto3_region()
-    config.setdefault("region", region or "us-east-1")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or _boto3_region() or "us-east-1"
 
-    def build() -> Any:
+    def build(region: str) -> Any:
+        signed: S3Config = {**config, "region": region}
         if provider is not None:
-            return S3Store(location.bucket, config=config, client_options=_plain_http(endpoint), credential_provider=provider)
-        return S3Store(location.bucket, config=config, client_options=_plain_http(endpoint))
+            return S3Store(location.bucket, config=signed, client_options=_plain_http(endpoint), credential_provider=provider)
+        return S3Store(location.bucket, config=signed, client_options=_plain_http(endpoint))
 
-    return Bucket(location, _built(location, build), endpoint)
+    return Bucket(location, _built(location, lambda: build(region)), endpoint, region, build)
 
 
 def _built(location: Location, build: Callable[[], T]) -> T:

@@ -25,9 +25,9 @@ NEEDS_BOTO3 = "pip install 'ckptdoctor[s3]' (boto3)"
 T = TypeVar("T")
 
 
-def client(location: Location, endpoint: str | None) -> Any:
-    """A boto3 S3 client for ``location``'s bucket: boto3's own credential chain and region,
-    ``endpoint`` for S3-compatible servers."""
+def client(location: Location, endpoint: str | None, region: str | None = None) -> Any:
+    """A boto3 S3 client for ``location``'s bucket: boto3's own credential chain, ``region``
+    (the bucket's, as the data plane found it; else boto3's own), ``endpoint`` for S3-compatible servers."""
     if location.store is not Store.S3:
         raise StoreError(f"{location.root}: this needs S3's control plane, which {location.store.value}:// has no client for here")
     try:
@@ -36,7 +36,7 @@ def client(location: Location, endpoint: str | None) -> Any:
     except ImportError:
         raise StoreError(f"{location.root}: this needs boto3: {NEEDS_BOTO3}") from None
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, s3={"addressing_style": "path"} if endpoint else None)
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
 
 def answer(error: BaseException) -> tuple[int | None, str | None]:
@@ -94,9 +94,9 @@ class Deleted(enum.Enum):
 class Control:
     """The control plane of one bucket, for the commands that need it."""
 
-    def __init__(self, location: Location, endpoint: str | None, count: Callable[[int], None]) -> None:
+    def __init__(self, location: Location, endpoint: str | None, count: Callable[[int], None], region: str | None = None) -> None:
         self.location = location
-        self._s3 = client(location, endpoint)
+        self._s3 = client(location, endpoint, region)
         self._count = count
         self.server_date: float | None = None
         """The store's clock (its ``Date`` header) at the last answer: ages are measured by it."""

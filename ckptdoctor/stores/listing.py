@@ -65,7 +65,7 @@ def discover_store(url: str, tally: Tally | None = None) -> Discovery:
             return Discovery((Listing(parent, parent, (entry,), single_file=True),), ())
     objects = _without_markers(objects)
     if not objects:
-        raise PathNotFound(f"no objects under {location.url}/")
+        raise PathNotFound(f"{location.url}/: no objects under this prefix")
     session.remember(bucket, objects)
     return _folders(location, [(info.key[len(below) :], info.size, info.modified) for info in objects], tally)
 

@@ -33,7 +33,7 @@ _endpoint: list[str | None] = [None]
 
 def configure(endpoint: str | None) -> None:
     """Where S3-compatible servers are reached (``--endpoint-url``); None: the store's own, or
-    ``AWS_ENDPOINT_URL``. Clients already made keep theirs."""
+    the environment's (``_bucket.s3_endpoint``). Clients already made keep theirs."""
     _endpoint[0] = endpoint
 
 
@@ -62,7 +62,7 @@ def control(location: Location) -> Control:
     from ckptdoctor.stores.control_plane import Control  # boto3 loads only where its calls are needed
 
     data = bucket(location)
-    made = Control(location, data.endpoint, lambda requests: data.traffic.add(requests, 0))
+    made = Control(location, data.endpoint, lambda requests: data.traffic.add(requests, 0), data.region)
     with _lock:
         return _controls.setdefault(location.root, made)
 

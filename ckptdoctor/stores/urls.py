@@ -80,6 +80,13 @@ def scheme(path: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
+def in_store(path: str) -> bool:
+    """Whether ``path`` is spelled as a store URL (``s3://``, ``gs://``, ``az://``, ``abfs://``):
+    what ckptdoctor says of it is in a bucket's words, not a disk's."""
+    name = scheme(path)
+    return name in _SCHEMES or name in _AZURE_FS
+
+
 def local_path(path: str) -> str | None:
     """The local path a ``file://`` URL names (None for anything else)."""
     if scheme(path) != "file":
