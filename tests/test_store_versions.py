@@ -149,9 +149,10 @@ def test_two_cut_overwrites_name_the_whole_version_two_back_checked_by_its_check
     found = _previous(verified, "optimizer_2.pt")
     assert f"a whole previous version exists: {good} (" in found["message"]
     assert "checked by its length and its SHA256 checksum" in found["message"], found["message"]
-    assert versioned.s3.head_object(Bucket=versioned.name, Key=versioned.key("run", "optimizer_2.pt"), VersionId=good, ChecksumMode="ENABLED")[
-        "ChecksumSHA256"
-    ] == kept
+    stored = versioned.s3.head_object(
+        Bucket=versioned.name, Key=versioned.key("run", "optimizer_2.pt"), VersionId=good, ChecksumMode="ENABLED"
+    )
+    assert stored["ChecksumSHA256"] == kept  # the checksum computed is the one put with that version
     session.forget()
 
     _restore(versioned, found)
@@ -195,7 +196,9 @@ def test_a_healthy_versioned_run_has_no_previous_version_finding_and_reads_no_ve
     assert "head_object" not in asked and asked.count("list_object_versions") == 1
 
 
-def test_an_unversioned_bucket_asks_for_no_version(moto_bucket: stores.Bucket, loop_run: Path, inspect_json: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unversioned_bucket_asks_for_no_version(
+    moto_bucket: stores.Bucket, loop_run: Path, inspect_json: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = moto_bucket.upload(loop_run, "run")
     whole = (loop_run / "model_2.safetensors").read_bytes()
     moto_bucket.put("run/model_2.safetensors", whole[: len(whole) // 2])
