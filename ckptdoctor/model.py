@@ -392,6 +392,26 @@ class PendingUpload(NamedTuple):
     """Seconds since it began, by the store's own clock (None where the store sent no time)."""
 
 
+class PreviousVersion(NamedTuple):
+    """What a versioned bucket keeps of a damaged file from before it was overwritten: its newest
+    older version read whole by the scan's own reader, or why there is none."""
+
+    path: str
+    """The damaged file, as reports show it."""
+    bucket: str
+    key: str
+    version_id: str | None
+    """The S3 ``versionId`` of the newest older version found whole; None where none is."""
+    size: int = 0
+    modified: float = 0.0
+    """When that version was written, in seconds since the epoch, by the store's clock."""
+    checked: str = ""
+    """How it was found whole (``its length``, ``its length and its SHA256``), or with no version,
+    why none is offered (``no older version of it is kept``)."""
+    unchecked: str = ""
+    """What of it was not checked (a checksum the store keeps that was not computed); '' for nothing."""
+
+
 @dataclass(frozen=True)
 class StoreLeftovers:
     """What a store keeps under a run's prefix that no listing of its objects shows: incomplete
@@ -410,6 +430,8 @@ class StoreLeftovers:
     a refusal); None where they were."""
     told: bool = False
     """``unchecked`` is said on another run of the same path (said once per path)."""
+    previous: tuple[PreviousVersion, ...] = ()
+    """On a versioned bucket, each damaged file's newest whole older version (or why none)."""
 
 
 @dataclass(frozen=True)

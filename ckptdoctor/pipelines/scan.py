@@ -13,6 +13,7 @@ from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, disc
 from ckptdoctor.errors import StoreError
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
+from ckptdoctor.pipelines.versions import previous_versions
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules.context import Thresholds
@@ -171,9 +172,11 @@ def transfer(paths: list[str], before: tuple[int, int]) -> Transfer | None:
     return Transfer(requests - before[0], received - before[1])
 
 
-def with_leftovers(paths: list[str], runs: Sequence[Run]) -> tuple[Run, ...]:
+def with_leftovers(paths: list[str], runs: Sequence[Run], whole: bool = False) -> tuple[Run, ...]:
     """``runs`` with what their stores keep under them besides their objects (incomplete uploads,
-    older versions), asked once per store path in ``paths``, not per run or object."""
+    older versions), asked once per store path in ``paths``, not per run or object; on a
+    versioned bucket, each damaged file's newest whole older version (``whole``: read whole, as
+    ``verify`` reads)."""
     shares: dict[str, StoreLeftovers] = {}
     for path in paths:
         if not remote(path) or urls.local_path(path) is not None:
@@ -188,7 +191,13 @@ def with_leftovers(paths: list[str], runs: Sequence[Run]) -> tuple[Run, ...]:
             if not run.single_file and run.path not in shares and (run.path == under or run.path.startswith(under + "/"))
         ]
         if held:
-            shares.update(leftovers.shared_out(surveyed, held))
+            shared = leftovers.shared_out(surveyed, held)
+            if surveyed.versioning:
+                by_path = {run.path: run for run in runs}
+                for path, kept in shared.items():
+                    previous = previous_versions(by_path[path], surveyed.location, surveyed.older, whole)
+                    shared[path] = dataclasses.replace(kept, previous=previous)
+            shares.update(shared)
     if not shares:
         return tuple(runs)
     return tuple(dataclasses.replace(run, store=shares[run.path]) if run.path in shares else run for run in runs)

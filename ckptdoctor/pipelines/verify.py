@@ -94,7 +94,7 @@ def verify(
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
-    runs = list(with_leftovers(paths, runs))
+    runs = list(with_leftovers(paths, runs, whole=True))
     findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))

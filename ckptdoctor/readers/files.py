@@ -62,6 +62,7 @@ __all__ = [
     "probe",
     "read_any_name",
     "read_header",
+    "read_sample",
     "read_whole",
     "unpickled_by_name",
     "verify_sample",
@@ -270,6 +271,15 @@ def _header_of(sample: Sample, name: str, named: NamedFiles, harmless: Harmless)
     if whole is not None:
         return _judged_whole(whole, name, named, harmless)
     return _shared(read_header(sample, name, named, harmless))
+
+
+def read_sample(sample: Sample, name: str, whole: bool, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> FileReport:
+    """``sample`` judged as ``inspect`` judges a file from its header and trailer or, ``whole``,
+    as ``verify`` judges it from all of its bytes: what a stored object's older version is read
+    with (``readers`` know formats, the sample knows which version)."""
+    if whole:
+        return verify_sample(sample, name, 0, named, harmless)
+    return _header_of(sample, name, named, harmless)
 
 
 def _shared(report: FileReport) -> FileReport:

@@ -216,9 +216,11 @@ class ObjectSample(Sample):
     BLOCK = 256 * 1024
     KEPT = 8
 
-    def __init__(self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"") -> None:
+    def __init__(self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"", version: str | None = None) -> None:
         self._bucket = bucket
         self._key = key
+        self._version = version
+        """An older version of the object (its S3 ``versionId``); None: the current one."""
         self.size = size
         self._head = head
         self._tail = tail
@@ -237,7 +239,7 @@ class ObjectSample(Sample):
         if self._tail and offset >= tail_start:
             return self._tail[offset - tail_start : end - tail_start]
         if end - offset > self.BLOCK:
-            return self._bucket.read(self._key, offset, end - offset)
+            return self._bucket.read(self._key, offset, end - offset, self._version)
         first, last = offset // self.BLOCK, (end - 1) // self.BLOCK
         data = b"".join(self._block(number) for number in range(first, last + 1))
         start = offset - first * self.BLOCK
@@ -246,7 +248,7 @@ class ObjectSample(Sample):
     def _block(self, number: int) -> bytes:
         block = self._blocks.get(number)
         if block is None:
-            block = self._bucket.read(self._key, number * self.BLOCK, self.BLOCK)
+            block = self._bucket.read(self._key, number * self.BLOCK, self.BLOCK, self._version)
             self._blocks[number] = block
             if len(self._blocks) > self.KEPT:
                 self._blocks.popitem(last=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
@@ -562,6 +563,40 @@ ACCESS_DENIED = Rule(
     related=("CKD211", "CKD503"),
 )
 
+WHOLE_VERSION = "whole-version"
+"""The case of CKD216 where an older version reads whole (its fix restores it)."""
+
+PREVIOUS_VERSION = Rule(
+    code="CKD216",
+    name="previous-version",
+    severity=Severity.INFO,
+    summary="A damaged file in a versioned bucket: whether an older version of it reads whole, and how to restore it.",
+    meaning=(
+        "A versioned bucket keeps what an object held before each overwrite, so a save or copy cut short over an existing "
+        "object leaves the bytes that were there as a noncurrent version. ckptdoctor reads the damaged file's older versions, "
+        "newest first, with the reader that found the damage (their header and trailer; with `verify`, all of their bytes) "
+        "and names the newest that reads whole: its length is the one its own format records, and, where the store keeps a "
+        "checksum of it and `verify` read it whole, that checksum was computed and matches (the finding says which was "
+        "checked). Copying that version over the current one makes it current again, and every version stays kept. It holds "
+        "what the file held before the overwrite: for a file the framework rewrites at every save (`last.ckpt`), an earlier "
+        "save. Where no older version reads whole, or none is kept, the finding says so."
+    ),
+    causes=(
+        "A checkpoint rewritten under the same key (a framework's `last.ckpt` or `latest`, names a retention reuses, a run "
+        "uploaded again) and the write cut short, in a bucket with versioning on."
+    ),
+    fixes=(
+        fix(
+            "Restore the whole previous version by copying it over the damaged one: `aws s3api copy-object --bucket {bucket} "
+            "--key {key} --copy-source {copy_source}`; then check the run again with `ckptdoctor verify {run}`.",
+            case=WHOLE_VERSION,
+        ),
+        fix("No older version of {name} reads whole: restore it from another copy, or resume from an earlier {unit}.", case=OTHERWISE),
+        "See every version of it with `aws s3api list-object-versions --bucket {bucket} --prefix {key}`.",
+    ),
+    related=("CKD203", "CKD201", "CKD507"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -578,6 +613,7 @@ RULES: tuple[Rule, ...] = (
     PARTLY_CHECKED,
     CLOCK_SKEW,
     ACCESS_DENIED,
+    PREVIOUS_VERSION,
 )
 
 
@@ -903,4 +939,30 @@ def unlisted_folders(unlisted: Iterable[Unlisted]) -> Iterator[Finding]:
         yield make_finding(UNREADABLE, f"could not list {folder.path}: {folder.reason}", None, path=folder.path, context=context)
 
 
-CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew, access_denied)
+@fires(PREVIOUS_VERSION)
+def previous_versions(ctx: RunContext) -> Iterator[Finding]:
+    """CKD216: each damaged file of a run in a versioned bucket, with its newest whole older version."""
+    if ctx.run.store is None or not ctx.run.store.previous:
+        return
+    indices = {file.path: index for index, file in ctx.files}
+    for previous in ctx.run.store.previous:
+        name = previous.path.rsplit("/", 1)[-1]
+        place = {"bucket": shell_word(previous.bucket), "key": shell_word(previous.key)}
+        if previous.version_id is None:
+            message = f"{name}: no whole previous version to restore: {previous.checked}"
+            case = OTHERWISE
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(previous.modified))
+            message = (
+                f"{name}: a whole previous version exists: {previous.version_id} ({size(previous.size)}, {when}), "
+                f"checked by {previous.checked}{f'; {previous.unchecked}' if previous.unchecked else ''}"
+            )
+            source = (
+                urllib.parse.quote(f"{previous.bucket}/{previous.key}") + "?versionId=" + urllib.parse.quote(previous.version_id, safe="")
+            )
+            place["copy_source"] = shell_word(source)
+            case = WHOLE_VERSION
+        yield ctx.finding(PREVIOUS_VERSION, message, index=indices.get(previous.path), path=previous.path, context=place, case=case)
+
+
+CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew, access_denied, previous_versions)

@@ -41,6 +41,8 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "keys_arg": "RUN_PREFIX/",
     "probe_key": "RUN_PREFIX/.ckptdoctor/write-test",
     "key_prefix": "RUN_PREFIX/",
+    "key": "KEY",
+    "copy_source": "'BUCKET/KEY?versionId=VERSION_ID'",
     "owner": "OWNER",
     "object_key": "KEY",
 }

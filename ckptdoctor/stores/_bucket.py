@@ -179,11 +179,15 @@ class Bucket:
             return None
         return info.etag if found == data else None
 
-    def read(self, key: str, start: int, length: int) -> bytes:
-        """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end)."""
+    def read(self, key: str, start: int, length: int, version: str | None = None) -> bytes:
+        """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end); of its older
+        version ``version`` (an S3 ``versionId``) where one is named."""
         if length <= 0:
             return b""
-        data = bytes(self._call(obstore.get_range, key, start=start, length=length))
+        if version is None:
+            data = bytes(self._call(obstore.get_range, key, start=start, length=length))
+        else:
+            data = bytes(self._call(obstore.get, key, options={"range": (start, start + length), "version": version}).bytes())
         self.traffic.add(1, len(data))
         return data
 

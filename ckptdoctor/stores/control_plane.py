@@ -79,6 +79,18 @@ class Version(NamedTuple):
     latest: bool
     """The current one of its key (for a delete marker: the key reads as deleted)."""
     marker: bool
+    version_id: str = ""
+    modified: float = 0.0
+    """When it was written, in seconds since the epoch, by the store's clock."""
+
+
+class Checksum(NamedTuple):
+    """The checksum of a whole object that the store keeps beside it (``x-amz-checksum-*``)."""
+
+    algorithm: str
+    """As S3 names it: ``SHA256``, ``SHA1``, ``CRC32``, ``CRC32C``, ``CRC64NVME``."""
+    value: str
+    """Base64 of the digest, as S3 sends it."""
 
 
 class Deleted(enum.Enum):
@@ -181,8 +193,21 @@ class Control:
     def kept(self, prefix: str) -> list[Version]:
         """Every version and delete marker under ``prefix``, each with its key: the current ones too."""
         versions, markers = self._versions_pages(prefix)
-        found = [Version(item["Key"], item.get("Size", 0), bool(item.get("IsLatest")), False) for item in versions]
-        return found + [Version(item["Key"], 0, bool(item.get("IsLatest")), True) for item in markers]
+        found = [_version(item, False) for item in versions]
+        return found + [_version(item, True) for item in markers]
+
+    def checksum(self, key: str, version_id: str) -> Checksum | None:
+        """The checksum of the whole of ``key``'s version ``version_id`` the store keeps (one
+        HeadObject with ``ChecksumMode``); None where it keeps none, or only a checksum of checksums
+        of its parts (``COMPOSITE``, ``-N``), which no read of the object alone reproduces."""
+        head = self._call("read an object's checksum", "head_object", Key=key, VersionId=version_id, ChecksumMode="ENABLED")
+        if head.get("ChecksumType") == "COMPOSITE":
+            return None
+        for algorithm in _CHECKSUMS:
+            value = head.get(f"Checksum{algorithm}")
+            if isinstance(value, str) and "-" not in value:
+                return Checksum(algorithm, value)
+        return None
 
     def _versions_pages(self, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         versions: list[dict[str, Any]] = []
@@ -301,6 +326,18 @@ class Control:
             return Attempt(refused.status, refused.code, {})
         status = result.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
         return Attempt(status if isinstance(status, int) else 200, None, result)
+
+
+def _version(item: dict[str, Any], marker: bool) -> Version:
+    modified = item.get("LastModified")
+    return Version(
+        item["Key"], 0 if marker else item.get("Size", 0), bool(item.get("IsLatest")), marker, item.get("VersionId") or "",
+        modified.timestamp() if modified is not None else 0.0,
+    )  # fmt: skip
+
+
+_CHECKSUMS = ("SHA256", "SHA1", "CRC32", "CRC32C", "CRC64NVME")
+"""The whole-object checksums S3 keeps, the strongest first."""
 
 
 class Attempt(NamedTuple):

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ckptdoctor.errors import StoreError
 from ckptdoctor.model import PendingUpload, StoreLeftovers
 from ckptdoctor.stores import session
 from ckptdoctor.stores.urls import BadURL, Location, Store, parse
+
+if TYPE_CHECKING:
+    from ckptdoctor.stores.control_plane import Version
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class Surveyed:
     markers: tuple[str, ...] = ()
     """Keys of the delete markers."""
     unchecked: str | None = None
+    older: tuple[Version, ...] = ()
+    """Each older version (no delete marker), the newest of each key first: what a damaged
+    object may be restored from."""
 
 
 def survey(url: str) -> Surveyed | None:
@@ -62,6 +69,7 @@ def survey(url: str) -> Surveyed | None:
         versioning,
         tuple((version.key, version.size) for version in kept if not version.latest and not version.marker),
         tuple(version.key for version in kept if version.marker),
+        older=tuple(sorted((version for version in kept if not version.latest and not version.marker), key=lambda v: -v.modified)),
     )
 
 
