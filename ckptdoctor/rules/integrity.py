@@ -571,7 +571,7 @@ ARCHIVED = Rule(
         "or upload made with `--storage-class GLACIER` or `DEEP_ARCHIVE`."
     ),
     fixes=(
-        "Restore it first: `{restore_command}` ({restore_tiers}); once the restore has finished (`aws s3api head-object` shows `ongoing-request=\"false\"`), run `ckptdoctor inspect {run}` again.",
+        'Restore it first: `{restore_command}` ({restore_tiers}); once the restore has finished (`aws s3api head-object` shows `ongoing-request="false"`), run `ckptdoctor inspect {run}` again.',
         "To keep the checkpoints you may resume from readable, leave them out of the lifecycle rule's transition (a prefix or tag filter), or transition to GLACIER_IR, which is read without a restore.",
     ),
     messages=("InvalidObjectState", "The operation is not valid for the object's storage class", "ObjectNotInActiveTierError"),
@@ -945,7 +945,9 @@ def archived_objects(ctx: RunContext) -> Iterator[Finding]:
         yield ctx.finding(ARCHIVED, message, index=checkpoint.index, path=files[0].path, severity=severity, context=_restore(files))
     for file in (*ctx.run.loose_files, *ctx.run.extra_files):
         if Problem.ARCHIVED in file.report.problems:
-            yield ctx.finding(ARCHIVED, f"{file.name} is archived: {_archived_in((file,), ctx.run.path)}", path=file.path, context=_restore((file,)))
+            yield ctx.finding(
+                ARCHIVED, f"{file.name} is archived: {_archived_in((file,), ctx.run.path)}", path=file.path, context=_restore((file,))
+            )
 
 
 def _archived_in(files: tuple[CheckpointFile, ...], run: str) -> str:

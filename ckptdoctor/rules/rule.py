@@ -42,7 +42,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "probe_key": "RUN_PREFIX/.ckptdoctor/write-test",
     "key_prefix": "RUN_PREFIX/",
     "owner": "OWNER",
-    "restore_command": "aws s3api restore-object --bucket BUCKET --key KEY --restore-request '{\"Days\":7,\"GlacierJobParameters\":{\"Tier\":\"Standard\"}}'",
+    "restore_command": 'aws s3api restore-object --bucket BUCKET --key KEY --restore-request \'{"Days":7,"GlacierJobParameters":{"Tier":"Standard"}}\'',
     "restore_tiers": "GLACIER: Expedited, Standard or Bulk; DEEP_ARCHIVE: Standard or Bulk; Intelligent-Tiering's archive tiers: no Days, the object moves back to the Frequent Access tier",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).

@@ -31,6 +31,7 @@ PERMISSIONS: dict[str, dict[Store, str]] = {
 }
 """What each store calls the permission to do each thing ckptdoctor does to a bucket."""
 
+
 class Archive(NamedTuple):
     """Where an object that cannot be read before a restore is kept (S3's ``InvalidObjectState``),
     as the store said it: the failed read names the class (and Intelligent-Tiering's tier), one
