@@ -992,11 +992,11 @@ def _restore(files: tuple[CheckpointFile, ...]) -> dict[str, str]:
     for (storage_class, tier), keys in groups.items():
         job = '"GlacierJobParameters":{"Tier":"Standard"}'
         request = f"{{{job}}}" if storage_class == "INTELLIGENT_TIERING" else f'{{"Days":{_RESTORE_DAYS},{job}}}'
-        call = f"aws s3api restore-object --bucket {shell_word(bucket)} --key {{key}} --restore-request '{request}'"
+        call = f"aws s3api restore-object --bucket {shell_word(bucket)} --key KEY --restore-request '{request}'"
         if len(keys) == 1:
-            commands.append(call.format(key=shell_word(keys[0])))
+            commands.append(call.replace("KEY", shell_word(keys[0]), 1))
         else:
-            loop = call.format(key='"$key"')
+            loop = call.replace("KEY", '"$key"', 1)
             commands.append(f"for key in {' '.join(shell_word(key) for key in keys)}; do {loop}; done")
         tiers.append(_RESTORE_TIERS.get(tier or storage_class, "Tier: Standard or Bulk"))
     return {"restore_command": "; ".join(commands), "restore_tiers": "; ".join(dict.fromkeys(tiers))}
