@@ -73,7 +73,8 @@ def _newest_resumable(bucket: stores.Bucket, into: Path) -> str | None:
 def _restore_loop(fix: str, bucket: stores.Bucket, request: str) -> list[str]:
     """The keys the fix's restore loop restores, each with ``request``, in ``bucket``."""
     match = re.search(
-        rf"`for key in (.+?); do aws s3api restore-object --bucket {bucket.name} --key \"\$key\" --restore-request {re.escape(request)}; done`", fix
+        rf"`for key in (.+?); do aws s3api restore-object --bucket {bucket.name} --key \"\$key\" --restore-request {re.escape(request)}; done`",
+        fix,
     )
     assert match is not None, fix
     return sorted(match.group(1).split())

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.copies import copied
-from ckptdoctor.layouts.judging import CORRUPT, PARTIAL, UNKNOWN, UNUSABLE, whole_save
+from ckptdoctor.layouts.judging import CORRUPT, PARTIAL, UNUSABLE, whole_save
+from ckptdoctor.layouts.judging import UNKNOWN as UNKNOWN  # what no one can yet say is whole or broken: planners ask it here
 from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Status
 

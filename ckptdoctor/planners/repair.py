@@ -16,8 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from ckptdoctor.errors import RefusedError
 from ckptdoctor.layouts.base import behind_pointer
-from ckptdoctor.layouts.judging import UNKNOWN
-from ckptdoctor.layouts.pointers import Pointer, unfollowable
+from ckptdoctor.layouts.pointers import UNKNOWN, Pointer, unfollowable
 from ckptdoctor.layouts.registry import Layout, home
 from ckptdoctor.model import (
     Action,
