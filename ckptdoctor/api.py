@@ -492,8 +492,9 @@ def _advised(outcome: Outcome) -> Repaired:
     for run in outcome.report.runs:
         if (resume := kept.get(run.path)) is not None:
             # the run as the repair left it: what was above the resume point is in the quarantine,
-            # but for what this user cannot read, which stays, and on which the resume point still depends
-            left = tuple(c for c in run.checkpoints if c.index <= resume or c.status is Status.UNREADABLE)
+            # but for what this user cannot read, which stays, and on which the resume point still depends,
+            # and what is archived, which a repair never moves
+            left = tuple(c for c in run.checkpoints if c.index <= resume or c.status in (Status.UNREADABLE, Status.ARCHIVED))
             runs.append(advised(dataclasses.replace(run, checkpoints=left)))
     return Repaired(outcome, tuple(runs), len(kept))
 

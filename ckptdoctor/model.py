@@ -50,6 +50,10 @@ class Status(_Word):
     UNREADABLE = "unreadable"
     """A file or folder of it this user may not read or search (EACCES, EPERM): nothing is known
     of what it holds, so it is neither a place to resume from nor broken, and no command acts on it."""
+    ARCHIVED = "archived"
+    """An object of it is in an archive tier of its store (S3 Glacier Flexible Retrieval, Deep
+    Archive, Intelligent-Tiering's archive tiers) and not restored: no one can read it until it is,
+    so it is no place to resume from, yet nothing says it is broken, and ``repair`` never moves it."""
 
 
 class Role(_Word):
@@ -109,6 +113,10 @@ class Problem(_Word):
     """Reading failed otherwise than by a permission: an I/O error, a file that vanished."""
     ACCESS_DENIED = "access-denied", Status.UNREADABLE
     """This user may not read it (EACCES, EPERM): nothing is known of it, neither whole nor broken."""
+    ARCHIVED = "archived", Status.ARCHIVED
+    """Its object is in an archive tier and not restored (S3 answers ``InvalidObjectState``): no
+    one reads it before a restore, and nothing is known of it, neither whole nor broken. The
+    report's facts say the storage class, the tier and whether a restore is under way."""
     DANGLING = "stale-pointer", Status.CORRUPT
     """A symlink whose target is gone."""
     CRC_MISMATCH = "crc-mismatch", Status.CORRUPT
@@ -133,6 +141,14 @@ TOP_LEVEL_NUMBER = "top-level:"
 RECORDED_PATH = "recorded-path:"
 """Facts a whole read leaves for the keys a checkpoint records another file of its run under
 (``recorded-path:last_model_path``: ``bundles.PATH_KEYS``), with the path it records."""
+STORAGE_CLASS = "storage-class"
+ARCHIVE_TIER = "archive-tier"
+RESTORE = "restore"
+"""The facts an archived object's report holds (``Problem.ARCHIVED``): its storage class, its
+Intelligent-Tiering archive tier ('' for none), and how its restore stands (one of the three below)."""
+RESTORING = "restore requested, not finished"
+NOT_RESTORED = "not restored"
+RESTORE_UNKNOWN = "whether a restore is under way is not known (that needs boto3: pip install 'ckptdoctor[s3]')"
 COPY_OF = "copy-of"
 """The fact a layout leaves on a whole copy the framework keeps of one of its saves: the index
 of the save it holds (``layouts.copies.copy_of``)."""
@@ -372,6 +388,11 @@ class Checkpoint:
         """Whether this user may not read some of it (a file, its folder, a folder in it): no
         command deletes or moves it, whatever else is known of it (CKD215)."""
         return bool(self.unlisted) or any(Problem.ACCESS_DENIED in f.report.problems for f in self.files)
+
+    @property
+    def archived(self) -> tuple[CheckpointFile, ...]:
+        """Its files whose objects are in an archive tier and not restored (CKD217)."""
+        return tuple(f for f in self.files if Problem.ARCHIVED in f.report.problems)
 
     def files_for(self, role: Role) -> tuple[CheckpointFile, ...]:
         return tuple(f for f in self.files if role in f.roles)

@@ -17,6 +17,10 @@ CORRUPT = frozenset(problem for problem in Problem if problem.status is Status.C
 each ``Problem`` says which status it gives."""
 UNUSABLE = PARTIAL | CORRUPT
 DENIED = frozenset(problem for problem in Problem if problem.status is Status.UNREADABLE)
+ARCHIVED = frozenset(problem for problem in Problem if problem.status is Status.ARCHIVED)
+UNKNOWN = DENIED | ARCHIVED
+"""Problems that leave a file unknown, neither whole nor broken: this user may not read it, or no
+one may before a restore."""
 
 
 def checkpoint_of(
@@ -129,6 +133,8 @@ def _status(
         return Status.INCOMPLETE
     if problems & DENIED:  # nothing else is wrong with it, and what this user may not read is unknown
         return Status.UNREADABLE
+    if problems & ARCHIVED:  # nothing else is wrong with it, and what is archived is read only once restored
+        return Status.ARCHIVED
     return Status.COMPLETE
 
 

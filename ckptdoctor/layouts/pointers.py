@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from ckptdoctor.discover import remote
 from ckptdoctor.layouts.copies import copied
-from ckptdoctor.layouts.judging import CORRUPT, DENIED, PARTIAL, UNUSABLE, whole_save
+from ckptdoctor.layouts.judging import CORRUPT, PARTIAL, UNUSABLE, whole_save
+from ckptdoctor.layouts.judging import UNKNOWN as UNKNOWN  # what no one can yet say is whole or broken: planners ask it here
 from ckptdoctor.layouts.naming import Claim
 from ckptdoctor.model import Checkpoint, CheckpointFile, Role, Run, Status
 
@@ -37,9 +38,10 @@ class Pointer(NamedTuple):
     framework loads that, and nothing of it was judged with the run."""
 
 
-_KNOWN_FOLLOWABLE = frozenset({Status.COMPLETE, Status.UNREADABLE})
-"""What a pointer may name: a complete checkpoint, or one this user cannot read (nothing says it
-is not whole: its owner can tell, and no ``repair`` re-points away from it)."""
+_KNOWN_FOLLOWABLE = frozenset({Status.COMPLETE, Status.UNREADABLE, Status.ARCHIVED})
+"""What a pointer may name: a complete checkpoint, or one this user cannot read, or one archived
+(nothing says it is not whole: its owner can tell, a restore shows it, and no ``repair`` re-points
+away from it; CKD217 says to restore it)."""
 
 OUTSIDE = "outside this run's checkpoints"
 """What ``unfollowable`` says of a pointer that leads to a file or folder that is there, but none
@@ -51,8 +53,8 @@ def unfollowable(run: Run, pointer: Pointer) -> str | None:
     None if it can."""
     if pointer.source is None:
         return "missing"
-    if pointer.source.report.problems & DENIED:
-        return None  # what this user may not read is unknown, never stale: its owner can tell
+    if pointer.source.report.problems & UNKNOWN:
+        return None  # what this user may not read, or no one before a restore, is unknown, never stale
     if pointer.number is None and not pointer.target:
         return "empty" if pointer.source.entry.size == 0 else "unreadable"
     target = next((c for c in run.checkpoints if c.index == pointer.number), None)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from ckptdoctor.errors import RefusedError
 from ckptdoctor.layouts.base import behind_pointer
-from ckptdoctor.layouts.pointers import Pointer, unfollowable
+from ckptdoctor.layouts.pointers import UNKNOWN, Pointer, unfollowable
 from ckptdoctor.layouts.registry import Layout, home
 from ckptdoctor.model import (
     Action,
@@ -36,6 +36,7 @@ from ckptdoctor.model import (
 from ckptdoctor.places import run_root
 from ckptdoctor.planners.retention import (
     DEPENDS,
+    RESTORE_FIRST,
     SHUT,
     Circumstances,
     entry_held_back,
@@ -52,6 +53,7 @@ class NotResumable(RefusedError):
 
 
 RESUME_POINT = "resume point (newest complete)"
+ARCHIVED_KEPT = "archived (CKD217), older than the resume point: never moved"
 """The reason of the item that keeps the resume point: where the run goes on once repaired."""
 
 
@@ -96,6 +98,13 @@ def plan(run: Run, layout: Layout, findings: Sequence[Finding], circumstances: C
         if checkpoint.shut:  # what this user cannot read may be whole: a user who can read it can repair it
             said = (DEPENDS,) if checkpoint in depends else ()
             items.append(PlanItem(index, Action.KEEP, (*said, SHUT), targets(checkpoint), sizes[index]))
+            continue
+        if checkpoint.archived:  # no damage: a restore reads it, and a copy of it cannot be made before
+            items.append(
+                PlanItem(
+                    index, Action.KEEP, (RESTORE_FIRST if id(checkpoint) in newer else ARCHIVED_KEPT,), targets(checkpoint), sizes[index]
+                )
+            )
             continue
         if (why := layout.left_in_place(checkpoint)) is not None and checkpoint.status is not Status.COMPLETE:
             items.append(
@@ -183,7 +192,7 @@ def _loose_leftovers(run: Run, labels: _Labels, circumstances: Circumstances, mi
     """Staging files and folders, and empty files, that belong to no checkpoint."""
     items = []
     for file in run.loose_files:
-        if not file.leftover or file.path in repointed or Problem.ACCESS_DENIED in file.report.problems:
+        if not file.leftover or file.path in repointed or file.report.problems & UNKNOWN:
             continue
         entry = file.entry
         size = entry.size + sum(size for _, _, size in circumstances.inside.get(entry.os_path, ()))
@@ -267,8 +276,9 @@ def _said(pointer: Pointer, state: str) -> str:
 
 
 def _damaged(file: CheckpointFile) -> bool:
-    """Whether a reader found something wrong with ``file`` (what this user may not read is unknown, not wrong)."""
-    return any(issue.problem not in (Problem.LEGACY, Problem.ACCESS_DENIED) for issue in file.report.issues)
+    """Whether a reader found something wrong with ``file`` (what this user may not read, or no one
+    before a restore, is unknown, not wrong)."""
+    return any(issue.problem is not Problem.LEGACY and issue.problem not in UNKNOWN for issue in file.report.issues)
 
 
 def _new_entry(run: Run, root: str, name: str) -> Entry:

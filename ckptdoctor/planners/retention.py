@@ -199,6 +199,9 @@ def plan(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances)
     for checkpoint in run.checkpoints:
         if checkpoint.index in depends:
             reasons[checkpoint.index].append(DEPENDS)
+        elif checkpoint.status is Status.ARCHIVED:
+            if resume is None or checkpoint.index > resume.index:
+                reasons[checkpoint.index].append(RESTORE_FIRST)
         elif checkpoint.status is not Status.COMPLETE:
             if resume is not None and checkpoint.index > resume.index:
                 reasons[checkpoint.index].append(
@@ -235,6 +238,9 @@ SKIPPED = f"{SHUT}: skipped (CKD215 says who can)"
 """The reason of an item the policy would have deleted but this user cannot read: a prune that
 skips one exits 1 (``skipped``)."""
 DEPENDS = "the resume point depends on it"
+RESTORE_FIRST = "archived, newer than the resume point: restore it to resume from it (CKD217); never deleted or moved"
+"""The reason that keeps an archived checkpoint a resume could go on from, once restored: ``prune``
+and ``repair`` both leave it."""
 
 
 def skipped(plan: Plan) -> tuple[PlanItem, ...]:
@@ -417,7 +423,9 @@ def _item(checkpoint: Checkpoint, reasons: list[str], size: int) -> PlanItem:
     if reasons:
         return PlanItem(checkpoint.index, Action.KEEP, tuple(reasons), entries, size)
     why = _NO_RULE
-    if checkpoint.status is not Status.COMPLETE:
+    if checkpoint.status is Status.ARCHIVED:  # the user's policy deletes old checkpoints, archived or not
+        why = ("archived (CKD217), older than the resume point: matches no keep rule",)
+    elif checkpoint.status is not Status.COMPLETE:
         why = (f"{checkpoint.status.value} and older than the resume point: it can never be resumed",)
     return PlanItem(checkpoint.index, Action.DELETE, why, entries, size)
 

@@ -12,6 +12,12 @@ import os
 from collections.abc import Callable, Sequence
 
 from ckptdoctor.model import (
+    ARCHIVE_TIER,
+    NOT_RESTORED,
+    RESTORE,
+    RESTORE_UNKNOWN,
+    RESTORING,
+    STORAGE_CLASS,
     TOP_LEVEL_NUMBER,
     TOP_LEVEL_TENSORS,
     Entry,
@@ -44,6 +50,7 @@ from ckptdoctor.readers.sniff import Format
 from ckptdoctor.readers.unpickler import file_budget, one_budget
 from ckptdoctor.regular import DENIED, owner
 from ckptdoctor.stores import session
+from ckptdoctor.stores.urls import Archive, ArchivedObject
 
 __all__ = [
     "NO_HARMLESS",
@@ -344,6 +351,8 @@ def _probe_objects(entries: Sequence[Entry], named: NamedFiles, harmless: Harmle
         for entry, sample in zip(chunk, object_samples([(e.os_path, e.size) for e in chunk], HEAD, TAIL), strict=True):
             if isinstance(sample, FileNotFoundError):
                 reports.append(_unreadable("it vanished while being scanned"))
+            elif isinstance(sample, ArchivedObject):
+                reports.append(archived(sample.archive))
             elif isinstance(sample, OSError):
                 reports.append(_unreadable(sample.strerror or str(sample)))
             elif entry.name == ocdbt.MANIFEST:
@@ -627,6 +636,8 @@ def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport], whole: 
         return _unreadable("it vanished while being scanned")
     except IsADirectoryError:
         return _unreadable("it is a folder, not a file")
+    except ArchivedObject as error:
+        return archived(error.archive)
     except OSError as error:
         if error.errno in DENIED:
             return denied(entry.os_path)
@@ -638,6 +649,15 @@ def denied(os_path: str) -> FileReport:
     owns it, who can tell."""
     owned = owner(os_path)
     return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.ACCESS_DENIED, f"owned by {owned}" if owned else "owner unknown"),))
+
+
+def archived(archive: Archive) -> FileReport:
+    """The report of an object in an archive tier, not restored: nothing is known of it (not
+    damage), and its facts say where it is kept and whether a restore is under way (CKD217)."""
+    where = f"{archive.storage_class}, {archive.tier}" if archive.tier else archive.storage_class
+    restore = {True: RESTORING, False: NOT_RESTORED, None: RESTORE_UNKNOWN}[archive.restoring]
+    facts = ((STORAGE_CLASS, archive.storage_class), (ARCHIVE_TIER, archive.tier or ""), (RESTORE, restore))
+    return FileReport(Format.UNKNOWN.value, (FileIssue(Problem.ARCHIVED, f"archived ({where}): {restore}"),), facts)
 
 
 _CLEAN: dict[tuple[str, tuple[tuple[str, str], ...]], FileReport] = {}

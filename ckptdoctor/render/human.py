@@ -53,6 +53,7 @@ _STATUS_STYLE = {
     Status.PARTIAL: ("✗", "red"),
     Status.CORRUPT: ("✗", "red"),
     Status.UNREADABLE: ("?", "yellow"),
+    Status.ARCHIVED: ("?", "cyan"),
 }
 _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", "yellow"), Severity.INFO: ("•", "cyan")}
 

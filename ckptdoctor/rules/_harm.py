@@ -60,9 +60,10 @@ def dead_weight(ctx: RunContext) -> frozenset[int]:
     pick = ctx.layout.auto_resume_pick(run)
     if pick is not None:
         followed.add(pick.index)
-    # an unreadable one is no dead weight for prune, which never deletes it (CKD215 words its own)
+    # an unreadable one is no dead weight for prune, which never deletes it (CKD215 words its own),
+    # nor an archived one, which a restore reads (CKD217 words its own)
     return frozenset(
         c.index
         for c in run.checkpoints
-        if c.index < resume.index and c.status not in (Status.COMPLETE, Status.UNREADABLE) and c.index not in followed
+        if c.index < resume.index and c.status not in (Status.COMPLETE, Status.UNREADABLE, Status.ARCHIVED) and c.index not in followed
     )

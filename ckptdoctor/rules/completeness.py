@@ -784,7 +784,7 @@ def missing_shards(ctx: RunContext) -> Iterator[Finding]:
 def unsafe_auto_resume(ctx: RunContext) -> Iterator[Finding]:
     """CKD114: the framework's resume-from-latest would load an incomplete checkpoint."""
     pick = ctx.layout.auto_resume_pick(ctx.run)
-    if pick is None or pick.status in (Status.COMPLETE, Status.UNREADABLE):  # unreadable: CKD215 says the resume depends on it
+    if pick is None or pick.status in (Status.COMPLETE, Status.UNREADABLE, Status.ARCHIVED):  # CKD215, CKD217 say what of it
         return
     outcome = ctx.layout.auto_resume_outcome(ctx.run, pick)
     if pick in ctx.run.checkpoints:

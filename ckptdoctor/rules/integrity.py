@@ -15,7 +15,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from ckptdoctor.discover import Unlisted
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, Finding, Problem, Role, Severity, Zeroed
+from ckptdoctor.model import (
+    ARCHIVE_TIER,
+    NOT_RESTORED,
+    RESTORE,
+    RESTORING,
+    STORAGE_CLASS,
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    Finding,
+    Problem,
+    Role,
+    Severity,
+    Zeroed,
+)
 from ckptdoctor.optimizers import state_size
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.sample import TAIL
@@ -24,7 +38,7 @@ from ckptdoctor.regular import owner, user_name
 from ckptdoctor.rules import completeness, consistency, safety
 from ckptdoctor.rules.context import Kind, RunContext, make_finding
 from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Rule, fires, fix
-from ckptdoctor.stores.urls import scheme
+from ckptdoctor.stores.urls import parse, scheme
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration, size
 
 EMPTY_FILE = Rule(
@@ -597,6 +611,36 @@ PREVIOUS_VERSION = Rule(
     related=("CKD203", "CKD201", "CKD507"),
 )
 
+ARCHIVED = Rule(
+    code="CKD217",
+    name="archived",
+    severity=Severity.ERROR,
+    summary="Objects of a checkpoint are in an archive tier of the store (S3 Glacier, Deep Archive, Intelligent-Tiering's archive tiers) and not restored.",
+    meaning=(
+        "S3 refuses to read an object that a lifecycle rule (or Intelligent-Tiering) moved to S3 Glacier Flexible "
+        "Retrieval, S3 Glacier Deep Archive, or Intelligent-Tiering's Archive Access or Deep Archive Access tier until it is "
+        "restored (`InvalidObjectState`, HTTP 403). That is no damage and no missing permission: nothing is known of the "
+        "content, so the checkpoint is `archived`, never `complete` nor `corrupt`. The resume point skips it, and where it "
+        "is newer than the resume point this says so (error): restore it to resume from it. Older than the resume point it "
+        "is information only (archiving old checkpoints is common cost practice). `repair` never moves or quarantines it; "
+        "`prune` deletes it only where its policy keeps it not, as any old checkpoint, and its plan says it is archived. "
+        "A restore under way is said (`restore requested, not finished`); a restored copy reads as usual. S3 Glacier "
+        "Instant Retrieval is read at once and is not archived. The class comes from the refused read, whether a restore "
+        "is under way from one HEAD of each archived object (boto3)."
+    ),
+    causes=(
+        "A lifecycle rule of the bucket transitions objects under the run's prefix to GLACIER or DEEP_ARCHIVE after some "
+        "days. Intelligent-Tiering with its opt-in archive tiers moved objects not read for 90 or 180 days or more. A sync "
+        "or upload made with `--storage-class GLACIER` or `DEEP_ARCHIVE`."
+    ),
+    fixes=(
+        'Restore it first: `{restore_command}` ({restore_tiers}); once the restore has finished (`aws s3api head-object` shows `ongoing-request="false"`), run `ckptdoctor inspect {run}` again.',
+        "To keep the checkpoints you may resume from readable, leave them out of the lifecycle rule's transition (a prefix or tag filter), or transition to GLACIER_IR, which is read without a restore.",
+    ),
+    messages=("InvalidObjectState", "The operation is not valid for the object's storage class", "ObjectNotInActiveTierError"),
+    related=("CKD215", "CKD211", "CKD110"),
+)
+
 RULES: tuple[Rule, ...] = (
     EMPTY_FILE,
     TEMP_FILE,
@@ -614,6 +658,7 @@ RULES: tuple[Rule, ...] = (
     CLOCK_SKEW,
     ACCESS_DENIED,
     PREVIOUS_VERSION,
+    ARCHIVED,
 )
 
 
@@ -622,8 +667,9 @@ RULES: tuple[Rule, ...] = (
 _PER_RUN = frozenset({Problem.LEGACY})
 """Problems reported once per run and format (``legacy_formats``), not file by file."""
 _BY_NAME = {rule.name: rule for rule in (*RULES, *completeness.RULES, *consistency.RULES, *safety.RULES)}
-_OWN_CHECK = frozenset({Problem.ACCESS_DENIED})
-"""Problems reported by a check of their own (``access_denied``: what the resume point depends on)."""
+_OWN_CHECK = frozenset({Problem.ACCESS_DENIED, Problem.ARCHIVED})
+"""Problems reported by a check of their own (``access_denied``: what the resume point depends
+on; ``archived_objects``: once per checkpoint, with the restore)."""
 _BY_PROBLEM = {problem: _BY_NAME[problem.value] for problem in Problem if problem not in _PER_RUN | _OWN_CHECK}
 """Every problem a reader can find in one file, and the rule (of whichever family) that reports
 it: the one a ``Problem`` names."""
@@ -965,4 +1011,95 @@ def previous_versions(ctx: RunContext) -> Iterator[Finding]:
         yield ctx.finding(PREVIOUS_VERSION, message, index=indices.get(previous.path), path=previous.path, context=place, case=case)
 
 
-CHECKS = (file_problems, legacy_formats, size_outliers, optimizer_ratio, zeroed_data, clock_skew, access_denied, previous_versions)
+@fires(ARCHIVED)
+def archived_objects(ctx: RunContext) -> Iterator[Finding]:
+    """CKD217, once per checkpoint with objects in an archive tier (its first names the rest, and
+    the restore covers them all), and for such files beside the checkpoints: an error where the
+    checkpoint is newer than the resume point (which skips it), information where it is older."""
+    resume = ctx.run.resume
+    unit = ctx.run.unit.value
+    for checkpoint in ctx.run.checkpoints:
+        files = checkpoint.archived
+        if not files:
+            continue
+        name = checkpoint.folder.name if checkpoint.folder is not None else f"{unit} {checkpoint.index}"
+        message = f"{name} is archived: {_archived_in(files, ctx.run.path)}"
+        severity = None
+        if resume is None:
+            message += f": restore it to resume from it (no {unit} is complete without it)"
+        elif checkpoint.index > resume.index:
+            message += f": restore it to resume from it; until then the resume point skips it for {unit} {resume.index}"
+        else:
+            message += f"; older than the resume point ({unit} {resume.index}), which does not need it"
+            severity = Severity.INFO
+        yield ctx.finding(ARCHIVED, message, index=checkpoint.index, path=files[0].path, severity=severity, context=_restore(files))
+    for file in (*ctx.run.loose_files, *ctx.run.extra_files):
+        if Problem.ARCHIVED in file.report.problems:
+            yield ctx.finding(
+                ARCHIVED, f"{file.name} is archived: {_archived_in((file,), ctx.run.path)}", path=file.path, context=_restore((file,))
+            )
+
+
+def _archived_in(files: tuple[CheckpointFile, ...], run: str) -> str:
+    """Which objects are archived, where, and how their restore stands (as the first one's)."""
+    first = files[0].report
+    where = first.fact(STORAGE_CLASS) or "an archive tier"
+    if first.fact(ARCHIVE_TIER):
+        where += f" ({first.fact(ARCHIVE_TIER)})"
+    restoring = sum(1 for f in files if f.report.fact(RESTORE) == RESTORING)
+    if restoring == len(files):
+        restore = RESTORING
+    elif restoring:
+        restore = f"{RESTORING} for {restoring} of them"
+    else:
+        restore = first.fact(RESTORE) or NOT_RESTORED
+    names = [f.path.removeprefix(f"{run}/") for f in files]
+    listed = ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+    return f"{listed} {'is' if len(files) == 1 else 'are'} in {where}, {restore}"
+
+
+_RESTORE_TIERS = {
+    "GLACIER": "Tier: Expedited (1-5 minutes), Standard (3-5 hours) or Bulk (5-12 hours)",
+    "DEEP_ARCHIVE": "Tier: Standard (within 12 hours) or Bulk (within 48 hours); Deep Archive has no Expedited",
+    "ARCHIVE_ACCESS": "Tier: Expedited, Standard (3-5 hours) or Bulk; no Days: it moves back to the Frequent Access tier",
+    "DEEP_ARCHIVE_ACCESS": "Tier: Standard (within 12 hours) or Bulk (within 48 hours), no Expedited; no Days: it moves back to the Frequent Access tier",
+}
+"""The retrieval tiers each archive takes (AWS's RestoreObject reference)."""
+_RESTORE_DAYS = 7
+"""How long a restored copy of a GLACIER or DEEP_ARCHIVE object is kept: time to resume, then it lapses."""
+
+
+def _restore(files: tuple[CheckpointFile, ...]) -> dict[str, str]:
+    """The real command that restores ``files``: one ``restore-object`` for one, a loop over their
+    keys for several (by class and tier, each with its own request); the tiers it may take."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    bucket = ""
+    for file in files:
+        location = parse(file.path)
+        bucket = location.bucket
+        groups[file.report.fact(STORAGE_CLASS) or "GLACIER", file.report.fact(ARCHIVE_TIER) or ""].append(location.prefix)
+    commands, tiers = [], []
+    for (storage_class, tier), keys in groups.items():
+        job = '"GlacierJobParameters":{"Tier":"Standard"}'
+        request = f"{{{job}}}" if storage_class == "INTELLIGENT_TIERING" else f'{{"Days":{_RESTORE_DAYS},{job}}}'
+        call = f"aws s3api restore-object --bucket {shell_word(bucket)} --key KEY --restore-request '{request}'"
+        if len(keys) == 1:
+            commands.append(call.replace("KEY", shell_word(keys[0]), 1))
+        else:
+            loop = call.replace("KEY", '"$key"', 1)
+            commands.append(f"for key in {' '.join(shell_word(key) for key in keys)}; do {loop}; done")
+        tiers.append(_RESTORE_TIERS.get(tier or storage_class, "Tier: Standard or Bulk"))
+    return {"restore_command": "; ".join(commands), "restore_tiers": "; ".join(dict.fromkeys(tiers))}
+
+
+CHECKS = (
+    file_problems,
+    legacy_formats,
+    size_outliers,
+    optimizer_ratio,
+    zeroed_data,
+    clock_skew,
+    access_denied,
+    previous_versions,
+    archived_objects,
+)

@@ -45,6 +45,8 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "copy_source": "'BUCKET/KEY?versionId=VERSION_ID'",
     "owner": "OWNER",
     "object_key": "KEY",
+    "restore_command": 'aws s3api restore-object --bucket BUCKET --key KEY --restore-request \'{"Days":7,"GlacierJobParameters":{"Tier":"Standard"}}\'',
+    "restore_tiers": "GLACIER: Expedited, Standard or Bulk; DEEP_ARCHIVE: Standard or Bulk; Intelligent-Tiering's archive tiers: no Days, the object moves back to the Frequent Access tier",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
 

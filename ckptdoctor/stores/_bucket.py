@@ -25,7 +25,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from ckptdoctor.errors import StoreError
-from ckptdoctor.stores.urls import PERMISSIONS, Location, Store
+from ckptdoctor.stores.urls import PERMISSIONS, Archive, ArchivedObject, Location, Store
 
 if TYPE_CHECKING:
     from obstore.store import AzureConfig, ClientConfig, GCSConfig, S3Config
@@ -78,6 +78,11 @@ class Bucket:
         self._rebuild = rebuild
         """The client again for another region (S3 only)."""
         self.traffic = Traffic()
+        self._archives: dict[str, Archive] = {}
+        self._archive_gates: dict[str, threading.Lock] = {}
+        self._archive_lock = threading.Lock()
+        self._control: Any = None
+        self._control_tried = False
 
     def objects(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose key starts with ``prefix``, in one recursive listing."""
@@ -223,6 +228,8 @@ class Bucket:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
         except BaseError as error:
             self.traffic.add(1, 0)
+            if _code(error) == _ARCHIVED:
+                raise await asyncio.to_thread(self.archived, key, error) from None
             raise OSError(errno.EIO, self.refused("read", key, error)) from None
         self.traffic.add(1, len(data))
         return data
@@ -246,7 +253,35 @@ class Bucket:
         except FileNotFoundError:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
         except BaseError as error:
+            if _code(error) == _ARCHIVED:
+                raise self.archived(key, error) from None
             raise OSError(errno.EIO, self.refused("read", key, error)) from None
+
+    def archived(self, key: str, error: BaseException) -> ArchivedObject:
+        """The error of a read S3 refused because ``key`` is archived (``InvalidObjectState``):
+        the class its answer names, and whether a restore is under way, from one HEAD through
+        boto3 per object (obstore's listing and HEAD say neither), made once for all its reads."""
+        said = Archive(_tagged("StorageClass", error) or "GLACIER", _tagged("AccessTier", error))
+        with self._archive_lock:
+            gate = self._archive_gates.setdefault(key, threading.Lock())
+        with gate:
+            found = self._archives.get(key)
+            if found is None:
+                found = self._archives[key] = self._head_archive(key, said)
+        return ArchivedObject(self.location.url_of(key), found)
+
+    def _head_archive(self, key: str, said: Archive) -> Archive:
+        from ckptdoctor.stores import control_plane  # boto3: only for a bucket holding an archived object
+
+        with self._archive_lock:
+            if not self._control_tried:  # the client, made once
+                self._control_tried = True
+                try:
+                    self._control = control_plane.Control(self.location, self.endpoint, lambda requests: self.traffic.add(requests, 0))
+                except StoreError:  # no boto3: the class the read named; whether a restore is under way is not known
+                    self._control = None
+            control = self._control
+        return control.archive(key, said) if control is not None else said
 
     def first(self, prefix: str) -> ObjectInfo | None:
         """The first object whose key starts with ``prefix`` (one listing request), None for
@@ -395,6 +430,8 @@ def _info(meta: Any) -> ObjectInfo:
 _STATUS = re.compile(r"status code: (\d{3})")
 _UNREACHED = re.compile(r"error sending request|connect|timed out|dns error|Connection refused", re.IGNORECASE)
 _UNNAMEABLE = "Encountered object with invalid path"
+_ARCHIVED = "InvalidObjectState"
+"""S3's code for a read of an object in an archive tier that is not restored (HTTP 403)."""
 _NO_TOKEN = "Error performing token request"
 """object_store's words where it asked for a token (a metadata server, an OAuth endpoint) and got none."""
 _CODE = re.compile(r"<Code>([A-Za-z]+)</Code>|\(code: ([A-Za-z]+)\)")
@@ -465,6 +502,12 @@ def _bucket_region(bucket: str, endpoint: str | None) -> str | None:
     except (OSError, ValueError):
         return None
     return region
+
+
+def _tagged(tag: str, error: BaseException) -> str | None:
+    """The text of ``<tag>`` in the XML body of the store's answer (S3's ``<StorageClass>``)."""
+    match = re.search(f"<{tag}>([A-Z_]+)</{tag}>", str(error))
+    return match.group(1) if match else None
 
 
 def _without_secrets(endpoint: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from ckptdoctor.errors import StoreError
-from ckptdoctor.stores.urls import Location, Store
+from ckptdoctor.stores.urls import Archive, Location, Store
 
 NEEDS_BOTO3 = "pip install 'ckptdoctor[s3]' (boto3)"
 T = TypeVar("T")
@@ -291,6 +291,21 @@ class Control:
             raise StoreError(f"{self.location.root}: the store refused to copy {source} (HTTP {status})") from None
         copied: str | None = self._call("read an object's ETag", "head_object", Key=target).get("ETag")
         return quoted(copied) if copied else None
+
+    def archive(self, key: str, said: Archive) -> Archive:
+        """What one HEAD of an archived object says (``said``: what its failed read said): its
+        class, Intelligent-Tiering's tier (``ArchiveStatus``), and whether a restore is under way
+        (``Restore: ongoing-request="true"``); ``said`` as it is where the HEAD is refused."""
+        try:
+            head = self._call("read an object's storage class", "head_object", Key=key)
+        except StoreError:
+            return said
+        restore = head.get("Restore") or ""
+        return Archive(
+            head.get("StorageClass") or said.storage_class,
+            head.get("ArchiveStatus") or said.tier,
+            'ongoing-request="true"' in restore.replace(" ", ""),
+        )
 
     def delete_if_match(self, key: str, etag: str) -> Deleted:
         """Delete ``key`` only while its ETag is ``etag`` (``If-Match``): anything rewritten since

@@ -8,6 +8,7 @@ scanned as such. Every other scheme is refused by name, so a typo never reaches 
 from __future__ import annotations
 
 import enum
+import errno
 import re
 from typing import NamedTuple
 
@@ -29,6 +30,30 @@ PERMISSIONS: dict[str, dict[Store, str]] = {
     "abort uploads": {Store.S3: "s3:AbortMultipartUpload"},
 }
 """What each store calls the permission to do each thing ckptdoctor does to a bucket."""
+
+
+class Archive(NamedTuple):
+    """Where an object that cannot be read before a restore is kept (S3's ``InvalidObjectState``),
+    as the store said it: the failed read names the class (and Intelligent-Tiering's tier), one
+    HEAD whether a restore is under way."""
+
+    storage_class: str
+    """``GLACIER``, ``DEEP_ARCHIVE`` or ``INTELLIGENT_TIERING``."""
+    tier: str | None = None
+    """Intelligent-Tiering's archive tier (``ARCHIVE_ACCESS``, ``DEEP_ARCHIVE_ACCESS``); None for the others."""
+    restoring: bool | None = None
+    """A restore was requested and has not finished (HEAD's ``Restore: ongoing-request="true"``);
+    None: not known (no HEAD could be made: boto3 missing, or refused)."""
+
+
+class ArchivedObject(OSError):
+    """A read refused because the object is archived and not restored: no damage, and no
+    permission this user lacks (readers call the file archived, never unreadable)."""
+
+    def __init__(self, url: str, archive: Archive) -> None:
+        super().__init__(errno.EIO, f"{url} is archived ({archive.storage_class}) and not restored")
+        self.archive = archive
+
 
 _SCHEMES = {"s3": Store.S3, "s3a": Store.S3, "gs": Store.GCS, "gcs": Store.GCS, "az": Store.AZURE, "azure": Store.AZURE}
 _AZURE_FS = frozenset({"abfs", "abfss"})
