@@ -58,7 +58,23 @@ def _fresh(bucket: stores.Bucket, folder: Path, broken: bool) -> tuple[str, dict
 
 
 def _run_objects(bucket: stores.Bucket) -> dict[str, bytes]:
-    return {key: bucket.get(key) for key in bucket.stored() if "/.ckptdoctor/" not in key}
+    return {key: data for key, data in _settled(bucket).items() if "/.ckptdoctor/" not in key}
+
+
+def _settled(bucket: stores.Bucket) -> dict[str, bytes]:
+    """Every object under the test's prefix, once the requests a killed command had sent have
+    landed (the proxy and the server finish a request whose client died): two readings alike."""
+    last: dict[str, bytes] | None = None
+    for _ in range(20):
+        try:
+            now = {key: bucket.get(key) for key in bucket.stored()}
+        except bucket.s3.exceptions.NoSuchKey:
+            now = None
+        if now is not None and now == last:
+            return now
+        last = now
+        time.sleep(0.1)
+    raise AssertionError("the bucket did not settle after the kill")
 
 
 class _Follow:
@@ -138,7 +154,7 @@ def test_a_hundred_kills_on_a_faulty_network_lose_nothing_lock_no_one_out_and_un
                 _killed(env, rng, "repair", *NOW, "--yes", url)
                 if rng.random() < 0.5:  # the user repairs again before undoing
                     follow.until_done("repair", *NOW, "--yes", url)
-            stored = {key: weed_bucket.get(key) for key in weed_bucket.stored()}
+            stored = _settled(weed_bucket)
             for key, data in before.items():  # every object in the run, or whole in a quarantine
                 name = key.removeprefix("run/")
                 assert stored.get(key) == data or any(

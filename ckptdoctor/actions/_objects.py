@@ -44,7 +44,7 @@ from ckptdoctor.stores.urls import Location, parse
 from ckptdoctor.units import duration
 
 if TYPE_CHECKING:
-    from ckptdoctor.stores._bucket import ObjectInfo
+    from ckptdoctor.stores.session import ObjectInfo
 
 LEASE = 120.0
 """Seconds a lock holds without being renewed, by the store's clock: the longest a killed

@@ -16,7 +16,7 @@ from ckptdoctor.stores.urls import Location
 
 if TYPE_CHECKING:
     from ckptdoctor.stores._bucket import Bucket as Bucket
-    from ckptdoctor.stores._bucket import ObjectInfo
+    from ckptdoctor.stores._bucket import ObjectInfo as ObjectInfo
     from ckptdoctor.stores.control_plane import Control as Control
 
 
