@@ -62,8 +62,10 @@ class VerifyOptions:
     jobs: int = 0
     """Files read at once (0: one per CPU core)."""
     download: Callable[[int, int], bool] | None = None
-    """Asked, with the count and bytes of the objects to read whole from stores, before any is
-    read (egress costs money); False stops with :class:`NotDownloaded`. None: read them."""
+    """Asked, once the header reads are done and before any object is read whole (egress costs
+    money), with the count of the objects to read whole from stores and the most bytes the
+    command will then have received from stores in all (``_ask``); False stops with
+    :class:`NotDownloaded`. None: read them."""
 
 
 class NotDownloaded(UsageError):

@@ -339,6 +339,8 @@ def _kept_copy(os_path: str, size: int | None) -> bytes | None:
 
 
 def _keep(url: str, data: bytes) -> None:
+    if _kept is None:  # not within ``keeping_whole`` (``inspect``): no lock taken per object
+        return
     with _kept_lock:
         if _kept is not None and url not in _kept and _kept_bytes[0] + len(data) <= KEPT_WHOLE:
             _kept[url] = data
