@@ -188,8 +188,10 @@ class VerifyOptions(InspectOptions):
     resume: bool = False
     """Read only the files of each run's resume point (``verify --resume``)."""
     download: Callable[[int, int], bool] | None = None
-    """Asked, with the count and bytes of the objects to read whole from stores, before any is
-    read; False stops with ``pipelines.verify.NotDownloaded``. None: read them."""
+    """Asked, once the header reads are done and before any object is read whole, with the count of
+    the objects to read whole from stores and the most bytes the command will then have received
+    from stores in all (the headers included); False stops with ``pipelines.verify.NotDownloaded``.
+    None: read them."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -136,16 +136,17 @@ where ``verify --resume`` names no checkpoint."""
 
 
 def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus) -> Callable[[int, int], bool]:
-    """What ``verify`` asks before reading objects from a store: it says the most it will read
-    (every object whole, after its header and tail), and above ``limit`` goes on only with --yes
-    or the user's yes on a terminal."""
+    """What ``verify`` asks before reading objects from a store whole: it says the most the
+    command will have received from the store in all (the headers it read to find them, then
+    each object whole, once), and above ``limit`` goes on only with --yes or the user's yes on a
+    terminal."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import size
     from ckptdoctor.cli._acting import ask
 
     def answer(count: int, total: int) -> bool:
         status.stop()
-        what = f"{count:,} object{'s' if count != 1 else ''} from the store: at most {size(total)} (each whole, after its header)"
+        what = f"{count:,} object{'s' if count != 1 else ''} from the store: at most {size(total)} ({total:,} bytes) in all, headers included (each whole, once)"
         if total <= limit or yes:
             if not options.quiet:
                 say(f"Reading {what}.")

@@ -15,29 +15,31 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ckptdoctor.discover import Listing, PathNotFound, natural_key, remote
-from ckptdoctor.errors import StoreError, UsageError
+from ckptdoctor.discover import Listing, natural_key
+from ckptdoctor.errors import UsageError
 from ckptdoctor.layouts.base import led_outside
 from ckptdoctor.layouts.context import trusted_globals
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
-from ckptdoctor.pipelines.scan import Scan, discovered, scan, transfer, with_leftovers
+from ckptdoctor.pipelines.scan import Scan, scan, transfer, with_leftovers
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.deep_scan import prepare
 from ckptdoctor.readers.files import (
     ReadAhead,
+    RecordedReads,
     expected_formats,
     holds,
     read_any_name,
     read_whole,
     unpickled_by_name,
+    whole_read_bytes,
 )
-from ckptdoctor.readers.sample import HEAD, TAIL
+from ckptdoctor.readers.sample import keeping_whole
 from ckptdoctor.readers.unpickler import Budget, one_budget
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
-from ckptdoctor.stores import session, urls
+from ckptdoctor.stores import session
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -60,8 +62,10 @@ class VerifyOptions:
     jobs: int = 0
     """Files read at once (0: one per CPU core)."""
     download: Callable[[int, int], bool] | None = None
-    """Asked, with the count and bytes of the objects to read whole from stores, before any is
-    read (egress costs money); False stops with :class:`NotDownloaded`. None: read them."""
+    """Asked, once the header reads are done and before any object is read whole (egress costs
+    money), with the count of the objects to read whole from stores and the most bytes the
+    command will then have received from stores in all (``_ask``); False stops with
+    :class:`NotDownloaded`. None: read them."""
 
 
 class NotDownloaded(UsageError):
@@ -78,19 +82,18 @@ def verify(
     files and bytes read whole as they finish (the second scan, of the same tree, is not counted)."""
     paths = list(paths)
     before = session.traffic()
-    if options.download is not None:
-        count, most = _download_bound(paths)
-        if count and not options.download(count, most):
-            raise NotDownloaded(f"{count} objects were not read; nothing was verified")
-    first = scan(paths, tally=tally)
-    targets = _targets(first)
-    budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
-    reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
-    if options.load:
-        from ckptdoctor.readers.library import load_all  # torch is imported only here
+    headers = RecordedReads(NAMED_FILES, HARMLESS)
+    with keeping_whole():
+        first = scan(paths, headers, tally=tally)
+        targets = _targets(first)
+        _ask(options, targets, headers.made, before)
+        budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
+        reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
+        if options.load:
+            from ckptdoctor.readers.library import load_all  # torch is imported only here
 
-        reports.update(load_all([e for e in targets if e.os_path in reports], reports))
-    second = scan(paths, ReadAhead(reports, NAMED_FILES, HARMLESS))
+            reports.update(load_all([e for e in targets if e.os_path in reports], reports))
+        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS))
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
@@ -102,23 +105,19 @@ def verify(
     return report, dataclasses.replace(second, empty=empty)
 
 
-def _download_bound(paths: list[str]) -> tuple[int, int]:
-    """The objects below the store paths among ``paths`` and the most bytes verify reads of them:
-    each whole, after its header and tail (one listing of each path, before any object is read)."""
-    count = most = 0
-    for path in paths:
-        if not remote(path) or urls.scheme(path) == "file":
-            continue
-        try:
-            found = discovered(path)
-        except (PathNotFound, StoreError):
-            continue  # the scan says why, once
-        for listing in found.listings:
-            for entry in listing.entries:
-                if not entry.is_dir:
-                    count += 1
-                    most += entry.size + min(entry.size, HEAD + TAIL)
-    return count, most
+def _ask(options: VerifyOptions, entries: list[Entry], headers: dict[str, FileReport], before: tuple[int, int]) -> None:
+    """Ask ``options.download`` before the objects among ``entries`` are read whole, with their
+    count and the most bytes the command will then have received from stores in all since
+    ``before`` (``session.traffic()``): what was read already (their headers), and what reading
+    them whole will take (``whole_read_bytes``, from the header reads' reports ``headers``), as
+    nothing else is read; :class:`NotDownloaded` where it says no."""
+    objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
+    if not objects or options.download is None:
+        return
+    received = session.traffic()[1] - before[1]
+    most = received + sum(whole_read_bytes(entry, headers.get(entry.os_path), options.deep) for entry in objects)
+    if not options.download(len(objects), most):
+        raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
 
 
 def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(deep=True)) -> tuple[Run, tuple[int, ...]]:
@@ -164,13 +163,16 @@ def verify_resume(
     (the framework's own resume loads what it names, which is not the run's to check)."""
     paths = list(paths)
     before = session.traffic()
-    first = scan(paths, tally=tally)
+    headers = RecordedReads(NAMED_FILES, HARMLESS)
     reports: dict[str, FileReport] = {}
     verified: dict[str, frozenset[int]] = {}
-    for run in first.runs:
-        # what this user cannot read stays where the framework may resume: the answer depends on it
-        verified[run.path] = _verified_resume(run, options, reports, tally) | {c.index for c in run.resume_depends_on}
-    second = scan(paths, ReadAhead(reports, NAMED_FILES, HARMLESS)) if reports else first
+    with keeping_whole():
+        first = scan(paths, headers, tally=tally)
+        for run in first.runs:
+            # what this user cannot read stays where the framework may resume: the answer depends on it
+            resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
+            verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
+        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS)) if reports else first
     runs = [
         advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
         for run in second.runs
@@ -179,10 +181,18 @@ def verify_resume(
     return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
 
 
-def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileReport], tally: Tally | None) -> frozenset[int]:
+def _verified_resume(
+    run: Run,
+    options: VerifyOptions,
+    known: tuple[dict[str, FileReport], dict[str, FileReport]],
+    before: tuple[int, int],
+    tally: Tally | None,
+) -> frozenset[int]:
     """The index of ``run``'s newest complete checkpoint whose files all read whole with no
-    problem (``reports`` gains what was read), reading back at most ``RESUME_TRIES`` of them;
-    none where a file read would run code or could not be checked whole."""
+    problem, reading back at most ``RESUME_TRIES`` of them; none where a file read would run
+    code or could not be checked whole. ``known``: the header reads' reports, and the whole
+    reads' (which gains what is read here); ``before``: the traffic when the command began."""
+    headers, reports = known
     if led_outside(layout_named(run.layout), run):
         return frozenset()  # the framework's own resume loads a file outside the run, which is not read here
     tried = 0
@@ -194,9 +204,7 @@ def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileRe
         if tried == RESUME_TRIES:
             return frozenset()
         tried += 1
-        objects = [entry for entry in unread if session.owner(entry.os_path) is not None]
-        if objects and options.download is not None and not options.download(len(objects), sum(e.size for e in objects)):
-            raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
+        _ask(options, unread, headers, before)
         read = _read_all(unread, options.deep, options.jobs or cores(), tally)
         if options.load:
             from ckptdoctor.readers.library import load_all  # torch is imported only here
@@ -207,7 +215,10 @@ def _verified_resume(run: Run, options: VerifyOptions, reports: dict[str, FileRe
         own = layout_named(run.layout).own_objects
         if any(own.vouched(report, trusted_globals()).problems & _UNSAFE for report in read.values()):
             return frozenset()
-        again = next((found for found in scan([run.path], ReadAhead(reports, NAMED_FILES, HARMLESS)).runs if found.path == run.path), None)
+        again = next(
+            (found for found in scan([run.path], ReadAhead({**headers, **reports}, NAMED_FILES, HARMLESS)).runs if found.path == run.path),
+            None,
+        )
         if again is None:
             return frozenset()  # the run changed while it was read: nothing verified
         run = again

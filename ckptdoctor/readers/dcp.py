@@ -10,6 +10,7 @@ its items reach, or whose last item does not end like a ``torch.save`` stream, w
 
 from __future__ import annotations
 
+import os
 import re
 from typing import NamedTuple
 
@@ -28,6 +29,11 @@ EXTENTS = "extents"
 """A ``.metadata`` fact: for each data file it names, the byte where its last item ends (``name\tend`` lines)."""
 FRAMING = "framing"
 """A data file fact: ``torch-save`` where it starts with a ``torch.save`` stream (DCP's default format)."""
+READ_BESIDE = "read-beside"
+"""A ``.metadata`` fact: the bytes ``verify`` reads of the data files beside it, as ``objects\tspans``:
+the objects ``dcp.load`` unpickles (``objects_read``), and every item (``spans_read``, ``--deep``)."""
+MAX_OBJECT = 256 * 1024 * 1024
+"""A DCP object longer than this is not read: what it would run cannot be proven safe."""
 ZIP_END = "zip-end"
 """A data file fact: ``yes`` where its last 22 bytes are a zip end record, as a ``torch.save`` stream
 ends; ``zeros`` where they are zeros; else ``no``."""
@@ -59,7 +65,12 @@ def read_metadata(sample: Sample) -> FileReport:
     for item in items:
         if _DATA_FILE.match(item.relative_path):
             ends[item.relative_path] = max(ends.get(item.relative_path, 0), item.offset + item.length)
-    facts = (("references", "\n".join(sorted(ends))), (EXTENTS, "\n".join(f"{name}\t{end}" for name, end in sorted(ends.items()))))
+    beside = f"{sum(i.length for i in objects_read(items))}\t{sum(i.length for i in spans_read(items))}"
+    facts = (
+        ("references", "\n".join(sorted(ends))),
+        (EXTENTS, "\n".join(f"{name}\t{end}" for name, end in sorted(ends.items()))),
+        (READ_BESIDE, beside),
+    )
     return FileReport(Format.PICKLE.value, (), facts)
 
 
@@ -152,6 +163,21 @@ def storage_items(walked: Walk) -> list[StoredItem] | str:
         chunk = tuple(chunk) if isinstance(chunk, tuple) and all(isinstance(n, int) for n in chunk) else ()
         items.append(StoredItem(str(fqn), chunk, path, offset, length, tensor))
     return items
+
+
+def in_folder(relative_path: str) -> bool:
+    """Whether an item's file is one of the checkpoint folder's own (``dcp.load`` joins the path to it)."""
+    return os.path.basename(relative_path) == relative_path and relative_path not in (".", "..")
+
+
+def objects_read(items: list[StoredItem]) -> list[StoredItem]:
+    """The objects ``dcp.load`` unpickles that ``verify`` reads from the data files, each once."""
+    return [i for i in items if not i.tensor and in_folder(i.relative_path) and 0 <= i.length <= MAX_OBJECT and i.offset >= 0]
+
+
+def spans_read(items: list[StoredItem]) -> list[StoredItem]:
+    """The items ``verify --deep`` reads byte by byte from the data files, each once."""
+    return [i for i in items if in_folder(i.relative_path) and i.offset >= 0 and i.length > 0]
 
 
 def byte_items(walked: Walk) -> list[StoredItem] | str:

@@ -45,7 +45,19 @@ from ckptdoctor.readers._edges import COMPILED, read_edges
 from ckptdoctor.readers._registry import Naming, current
 from ckptdoctor.readers.named import NO_NAMES, NamedFiles
 from ckptdoctor.readers.pickle_safety import NO_HARMLESS, Harmless, harmless_known
-from ckptdoctor.readers.sample import HEAD, TAIL, TAIL_ZERO, BytesSample, Sample, downloaded, object_samples, open_sample
+from ckptdoctor.readers.sample import (
+    HEAD,
+    TAIL,
+    TAIL_ZERO,
+    BytesSample,
+    Found,
+    Sample,
+    downloaded,
+    kept_whole,
+    object_samples,
+    open_sample,
+    remembered,
+)
 from ckptdoctor.readers.sniff import Format
 from ckptdoctor.readers.unpickler import file_budget, one_budget
 from ckptdoctor.regular import DENIED, owner
@@ -59,6 +71,7 @@ __all__ = [
     "Harmless",
     "HeaderReads",
     "ReadAhead",
+    "RecordedReads",
     "Sample",
     "checkpoint_suffixes",
     "ends_unchecked",
@@ -73,6 +86,7 @@ __all__ = [
     "read_whole",
     "unpickled_by_name",
     "verify_sample",
+    "whole_read_bytes",
     "with_keys",
 ]
 
@@ -383,6 +397,24 @@ class HeaderReads:
         return [report for chunk in chunks for report in chunk]
 
 
+class RecordedReads(HeaderReads):
+    """Header reads that keep each report they make (``made``): ``verify`` judges again from them,
+    with its whole reads, rather than read the same headers a second time."""
+
+    def __init__(self, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> None:
+        super().__init__(named, harmless)
+        self.made: dict[str, FileReport] = {}
+
+    def __call__(self, entry: Entry) -> FileReport:
+        report = self.made[entry.os_path] = super().__call__(entry)
+        return report
+
+    def many(self, entries: Sequence[Entry]) -> list[FileReport]:
+        reports = super().many(entries)
+        self.made.update(zip((entry.os_path for entry in entries), reports, strict=True))
+        return reports
+
+
 _NAME_PICKS_READER = orbax.NAMES | {dcp.METADATA}
 """Names whose reader their name picks, whatever the table of named files says."""
 _BY_CONTENT: dict[tuple[bytes, bool, str, Harmless], FileReport] = {}
@@ -396,8 +428,7 @@ def with_keys(entry: Entry, report: FileReport) -> FileReport:
     if report.format != Format.TORCH_ZIP.value or report.issues or report.keys_read:
         return report
     try:
-        with open_sample(entry.os_path, entry.size) as sample:
-            skimmed = torchzip.top_level(sample)
+        skimmed = _reading(entry, torchzip.top_level, "keys")
     except OSError:
         return report
     if skimmed is None:
@@ -413,20 +444,29 @@ def same_save(copy: Entry, saves: Sequence[Entry]) -> int | None:
     records (``torchzip.holds_pickle``: from that save's own directory, or from its first bytes
     where it was cut short). None where none does, or ``copy``'s directory cannot be read."""
     try:
-        with open_sample(copy.os_path, copy.size) as sample:
-            record = torchzip.pickle_record(sample)
+        record = _reading(copy, torchzip.pickle_record, "pickle")
     except OSError:
         return None
     if record is None:
         return None
     for position, save in enumerate(saves):
         try:
-            with open_sample(save.os_path, save.size) as sample:
-                if torchzip.holds_pickle(sample, record.crc, record.size):
-                    return position
+            if _reading(save, lambda sample: torchzip.holds_pickle(sample, record.crc, record.size), "holds", record.crc, record.size):
+                return position
         except OSError:
             continue
     return None
+
+
+def _reading(entry: Entry, read: Callable[[Sample], Found], *asked: object) -> Found:
+    """``read`` of the file's sample, made once while ``verify`` keeps what it read (``remembered``:
+    ``asked`` names the reading)."""
+
+    def made() -> Found:
+        with open_sample(entry.os_path, entry.size) as sample:
+            return read(sample)
+
+    return remembered((entry.os_path, entry.size, *asked), made)
 
 
 def read_whole(entry: Entry, deep: int, named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> FileReport:
@@ -463,7 +503,7 @@ def _verify_keras_weights(sample: Sample, name: str, folder: str, deep: int, nam
     with no ``config.json`` beside them (``save_weights``) are judged alone, as Keras loads them."""
     report = verify_sample(sample, name, deep, named)
     try:
-        with open_sample(os.path.join(folder, keras.CONFIG)) as config:
+        with _beside(folder, keras.CONFIG) as config:
             issues = keras.config_beside(config)
     except FileNotFoundError:
         return report
@@ -487,7 +527,7 @@ def _verify_bundle(sample: Sample, name: str, folder: str, deep: int, named: Nam
     for shard in range(min(shards, _MAX_SHARDS)):
         shard_name = tfbundle.data_file_name(prefix, shard, shards)
         try:
-            with open_sample(os.path.join(folder, shard_name)) as data:
+            with _beside(folder, shard_name) as data:
                 issues += tfbundle.shard_issues(data, [e for e in entries if e.shard == shard], shard_name, nonfinite=deep > 0)
         except OSError:
             continue  # a missing or unreadable shard: its own report, or the layout, says so
@@ -495,10 +535,6 @@ def _verify_bundle(sample: Sample, name: str, folder: str, deep: int, named: Nam
 
 
 _MAX_SHARDS = 100_000
-
-
-MAX_DCP_OBJECT = 256 * 1024 * 1024
-"""A DCP object longer than this is not read: what it would run cannot be proven safe."""
 
 
 def _verify_metadata(sample: Sample, name: str, folder: str, deep: int) -> FileReport:
@@ -527,11 +563,12 @@ def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIss
             )
         ]
     issues: list[FileIssue] = []
+    read = set(dcp.objects_read(items))
     for item in items:
         if item.tensor:
             continue
         where = f"the DCP object {item.fqn!r} ({item.relative_path}, {item.length} bytes at {item.offset})"
-        if not _in_folder(item.relative_path):
+        if not dcp.in_folder(item.relative_path):
             issues.append(
                 FileIssue(
                     Problem.UNSAFE_PICKLE,
@@ -539,17 +576,44 @@ def _dcp_objects(items: list[dcp.StoredItem] | str, folder: str) -> list[FileIss
                 )
             )
             continue
-        if item.length > MAX_DCP_OBJECT:
+        if item.length > dcp.MAX_OBJECT:
             issues.append(FileIssue(Problem.UNSAFE_PICKLE, f"{where} is longer than ckptdoctor reads: it cannot be proven safe"))
             continue
         try:
-            with open_sample(os.path.join(folder, item.relative_path)) as data:
-                chunk = data.range(item.offset, item.length) if item.offset >= 0 else b""
+            with _beside(folder, item.relative_path) as data:
+                chunk = data.range(item.offset, item.length) if item in read else b""
         except OSError:
             continue  # dcp.load fails on it too; the data file's own report says why
         found = verify_sample(BytesSample(chunk), "object.pt").issues
         issues += [dataclasses.replace(i, detail=f"{where}: {i.detail}") for i in found if i.problem is Problem.UNSAFE_PICKLE]
     return issues
+
+
+def _beside(folder: str, name: str) -> Sample:
+    """A file beside the one read whole, whose reader reads ranges of it that the file read
+    names: each read exactly, as ``whole_read_bytes`` counts it before ``verify`` asks."""
+    return open_sample(os.path.join(folder, name), blocks=False)
+
+
+def whole_read_bytes(entry: Entry, header: FileReport | None, deep: bool) -> int:
+    """The most bytes :func:`read_whole` of the object ``entry`` receives from its store: the
+    object (none where its header read held it whole, ``sample.keeping_whole``), and what its
+    reader reads of the files beside it: a DCP ``.metadata``'s objects (and with ``deep`` every
+    item) in its data files, as its header read (``header``) counted them; a TensorFlow index's
+    shards, an OCDBT manifest's nodes, and the ``config.json`` beside Keras weights, each at
+    most whole, once."""
+    own = 0 if kept_whole(entry.os_path, entry.size) else entry.size
+    counted = header.fact(dcp.READ_BESIDE) if header is not None and entry.name == dcp.METADATA else None
+    if counted is not None:
+        objects, spans = map(int, counted.split("\t"))
+        return own + objects + (spans if deep else 0)
+    folder = os.path.dirname(entry.os_path)
+    if entry.name == dcp.METADATA or entry.name == ocdbt.MANIFEST or entry.name.endswith(tfbundle.INDEX_SUFFIX):
+        return own + sum(sibling.size for url in session.listed_under(folder) if (sibling := session.listed(url)) is not None)
+    if entry.name in keras.WEIGHTS:
+        config = session.listed(os.path.join(folder, keras.CONFIG))
+        return own + (config.size if config is not None else 0)
+    return own
 
 
 def _walk_ocdbt(sample: Sample, name: str, folder: str, crc: bool, values: bool) -> FileReport:
@@ -575,7 +639,7 @@ class _Folder:
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         try:
-            with open_sample(os.path.join(self.folder, path)) as data:
+            with _beside(self.folder, path) as data:
                 return data.range(offset, length)
         except OSError:
             return b""
@@ -584,23 +648,18 @@ class _Folder:
 def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[Span, ...]:
     """Every item of a DCP checkpoint read byte by byte, one data file at a time: which are all zero."""
     by_file: dict[str, list[dcp.StoredItem]] = {}
-    for item in items:
-        if _in_folder(item.relative_path) and item.offset >= 0 and item.length > 0:
-            by_file.setdefault(item.relative_path, []).append(item)
+    for item in dcp.spans_read(items):
+        by_file.setdefault(item.relative_path, []).append(item)
     spans: list[Span] = []
     for file, stored in sorted(by_file.items()):
         try:
-            with open_sample(os.path.join(folder, file)) as data:
+            with _beside(folder, file) as data:
                 _, checked = deep_scan.scan(data, [deep_scan.Region(i.offset, i.length, zeros=True) for i in stored], threads)
         except OSError:
             continue  # the data file's own report says why
         if checked:  # none where the file is shorter than its items: the layout reports it cut short
             spans += [Span(item.key, bool(result.zero), file) for item, result in zip(stored, checked, strict=True)]
     return tuple(spans)
-
-
-def _in_folder(relative_path: str) -> bool:
-    return os.path.basename(relative_path) == relative_path and relative_path not in (".", "..")
 
 
 class ReadAhead:

@@ -8,11 +8,13 @@ metadata, a safetensors header), exactly that header. Tests and fuzzers hand the
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import io
 import os
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ckptdoctor.regular import open_to_read
 from ckptdoctor.stores import session
@@ -27,6 +29,7 @@ TAIL_ZERO = "zero-tail"
 MAX_HEADER = 16 * 1024 * 1024
 """The longest header a reader may ask for; a declared header beyond this is itself a finding."""
 CHUNK = 1024 * 1024
+Found = TypeVar("Found")
 
 
 class Sample:
@@ -216,7 +219,9 @@ class ObjectSample(Sample):
     BLOCK = 256 * 1024
     KEPT = 8
 
-    def __init__(self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"", version: str | None = None) -> None:
+    def __init__(
+        self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"", version: str | None = None, blocks: bool = True
+    ) -> None:
         self._bucket = bucket
         self._key = key
         self._version = version
@@ -225,6 +230,7 @@ class ObjectSample(Sample):
         self._head = head
         self._tail = tail
         self._blocks: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._by_block = blocks
 
     def whole(self) -> bytes | None:
         return self._head if len(self._head) == self.size else None
@@ -238,7 +244,7 @@ class ObjectSample(Sample):
         tail_start = self.size - len(self._tail)
         if self._tail and offset >= tail_start:
             return self._tail[offset - tail_start : end - tail_start]
-        if end - offset > self.BLOCK:
+        if end - offset > self.BLOCK or not self._by_block:
             return self._bucket.read(self._key, offset, end - offset, self._version)
         first, last = offset // self.BLOCK, (end - 1) // self.BLOCK
         data = b"".join(self._block(number) for number in range(first, last + 1))
@@ -261,26 +267,101 @@ IN_MEMORY = 256 * 1024 * 1024
 """An object read whole up to this size is held in memory; a bigger one goes to a temporary file."""
 
 
-def open_sample(os_path: str, size: int | None = None) -> Sample:
+def open_sample(os_path: str, size: int | None = None, blocks: bool = True) -> Sample:
     """The file (or a listed object's URL) at ``os_path``, sampled: a local file as
-    :meth:`FileSample.open` opens it, an object by ranged reads. ``OSError`` when it cannot be."""
+    :meth:`FileSample.open` opens it, an object by ranged reads (``blocks``: each widened to the
+    ``ObjectSample.BLOCK`` around it, for a reader that walks a header in small reads; else
+    exactly the bytes asked for, for one that reads ranges it was told of, whose bytes
+    ``verify`` counts before it reads them). ``OSError`` when it cannot be."""
     bucket = session.owner(os_path)
     if bucket is None:
         return FileSample.open(os_path, size)
+    kept = _kept_copy(os_path, size)
+    if kept is not None:
+        return BytesSample(kept)
     key = bucket.location.key_of(os_path)
     if size is None:
         listed = session.listed(os_path)
         size = listed.size if listed is not None else bucket.head(key).size
-    return ObjectSample(bucket, key, size)
+    return ObjectSample(bucket, key, size, blocks=blocks)
+
+
+KEPT_WHOLE = 64 * 1024 * 1024
+"""Bytes of small objects a header read holds whole that are kept for ``verify``'s whole read
+(``keeping_whole``): at most ``HEAD + TAIL`` each, so over 3,000 objects before any is read twice."""
+_kept: dict[str, bytes] | None = None
+_kept_bytes = [0]
+_kept_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def keeping_whole() -> Iterator[None]:
+    """Within this, each object that a header read (``object_samples``) holds whole is kept, up
+    to ``KEPT_WHOLE`` bytes in all, and :func:`downloaded` of it requests nothing: ``verify``
+    reads every file whole after its header, and a small object's header read was all of it."""
+    global _kept
+    with _kept_lock:
+        _kept, _kept_bytes[0] = {}, 0
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            _kept = None
+            _remembered.clear()
+
+
+def remembered(key: tuple[object, ...], compute: Callable[[], Found]) -> Found:
+    """``compute()``, a reading of the object or file ``key`` names (its path, its size, and what
+    is asked of it), made once within ``keeping_whole``: ``verify`` groups the runs again after
+    its whole reads, and what grouping reads of an object outside its header (a torch archive's
+    keys, the pickle a copy holds) is not read a second time. Outside it, made every time."""
+    if _kept is None:
+        return compute()
+    with _kept_lock:
+        found = _remembered.get(key, _NOT_YET)
+    if found is _NOT_YET:
+        found = compute()
+        with _kept_lock:
+            _remembered[key] = found
+    return cast("Found", found)
+
+
+_remembered: dict[tuple[object, ...], object] = {}
+_NOT_YET = object()
+
+
+def kept_whole(os_path: str, size: int) -> bool:
+    """Whether :func:`downloaded` of this object serves bytes already received (``keeping_whole``)."""
+    return _kept_copy(os_path, size) is not None
+
+
+def _kept_copy(os_path: str, size: int | None) -> bytes | None:
+    """The object's bytes, as a header read held them whole (``keeping_whole``), where they are
+    as long as it is listed (``size``)."""
+    kept = _kept.get(os_path) if _kept is not None else None
+    return kept if kept is not None and (size is None or len(kept) == size) else None
+
+
+def _keep(url: str, data: bytes) -> None:
+    if _kept is None:  # not within ``keeping_whole`` (``inspect``): no lock taken per object
+        return
+    with _kept_lock:
+        if _kept is not None and url not in _kept and _kept_bytes[0] + len(data) <= KEPT_WHOLE:
+            _kept[url] = data
+            _kept_bytes[0] += len(data)
 
 
 def downloaded(os_path: str, size: int) -> Sample:
     """An object read whole (``verify``), its parts in parallel: in memory up to ``IN_MEMORY``
-    bytes, else in a temporary file that is gone once the sample is closed; a local file is
+    bytes, else in a temporary file that is gone once the sample is closed; one that a header
+    read held whole (``keeping_whole``) from those bytes, with no request. A local file is
     opened as :func:`open_sample` opens it."""
     bucket = session.owner(os_path)
     if bucket is None:
         return FileSample.open(os_path, size)
+    kept = _kept_copy(os_path, size)
+    if kept is not None:
+        return BytesSample(kept)
     key = bucket.location.key_of(os_path)
     if size <= IN_MEMORY:
         buffer = bytearray(size)
@@ -328,6 +409,8 @@ def object_samples(objects: Sequence[tuple[str, int]], head: int = HEAD, tail: i
         elif isinstance(last, OSError):
             samples.append(last)
         elif len(first) == min(size, head if size > head + tail else size) and len(last) == (tail if size > head + tail else 0):
+            if len(first) == size:
+                _keep(url, first)
             samples.append(ObjectSample(bucket, bucket.location.key_of(url), size, first, last))
         else:
             samples.append(OSError(errno.EIO, "it is shorter than its listing said: it changed while it was read"))
