@@ -20,7 +20,9 @@ import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +232,24 @@ def _asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(control_plane.Control, "_call", recorded)
     return asked
+
+
+def test_verify_says_the_older_versions_it_reads_in_what_it_will_download_and_reads_no_other(
+    versioned: stores.Bucket, loop_run: Path, cli: Any
+) -> None:
+    from test_verify_egress import _verified
+
+    url = versioned.upload(loop_run, "run")
+    _cut_over(versioned, "model_2.safetensors", (loop_run / "model_2.safetensors").read_bytes())  # the header read sees it
+    flipped = bytearray((loop_run / "optimizer_2.pt").read_bytes())
+    member = zipfile.ZipFile(loop_run / "optimizer_2.pt").getinfo("optimizer_2/data/1")
+    name, extra = struct.unpack("<HH", flipped[member.header_offset + 26 : member.header_offset + 30])
+    flipped[member.header_offset + 30 + name + extra + 100] ^= 0xFF  # a tensor's byte: only the CRC-32 of a whole read sees it
+    versioned.put("run/optimizer_2.pt", bytes(flipped))
+    result, _, received, said = _verified(cli, "--deep", "--json", url)
+    assert said is not None and received <= said, (received, said)
+    assert "CKD206" in result.codes()
+    model = _previous(result.json, "model_2.safetensors")
+    assert "a whole previous version exists" in model["message"]
+    optimizer = _previous(result.json, "optimizer_2.pt")
+    assert "older versions were not read" in optimizer["message"] and "copy-object" not in " ".join(optimizer["fixes"])

@@ -172,30 +172,37 @@ def transfer(paths: list[str], before: tuple[int, int]) -> Transfer | None:
     return Transfer(requests - before[0], received - before[1])
 
 
-def with_leftovers(paths: list[str], runs: Sequence[Run], whole: bool = False) -> tuple[Run, ...]:
-    """``runs`` with what their stores keep under them besides their objects (incomplete uploads,
-    older versions), asked once per store path in ``paths``, not per run or object; on a
-    versioned bucket, each damaged file's newest whole older version (``whole``: read whole, as
-    ``verify`` reads)."""
-    shares: dict[str, StoreLeftovers] = {}
+def surveys(paths: list[str]) -> dict[str, leftovers.Surveyed]:
+    """What the stores keep under each store path among ``paths`` besides its objects (incomplete
+    uploads, older versions): asked once per path, not per run or object."""
+    found: dict[str, leftovers.Surveyed] = {}
     for path in paths:
-        if not remote(path) or urls.local_path(path) is not None:
-            continue
-        surveyed = leftovers.survey(path)
-        if surveyed is None:
-            continue
-        under = surveyed.location.url
+        if remote(path) and urls.local_path(path) is None and (surveyed := leftovers.survey(path)) is not None:
+            found[path] = surveyed
+    return found
+
+
+def with_leftovers(
+    paths: list[str], runs: Sequence[Run], whole: frozenset[str] | None = None, surveyed: dict[str, leftovers.Surveyed] | None = None
+) -> tuple[Run, ...]:
+    """``runs`` with what their stores keep under them besides their objects (``surveyed``, else
+    asked now); on a versioned bucket, each damaged file's newest whole older version, read as
+    ``inspect`` reads; or with ``whole`` (the URLs of the files whose older versions ``verify``
+    said it would download), read whole as ``verify`` reads, and those of any other file not at all."""
+    shares: dict[str, StoreLeftovers] = {}
+    for survey in (surveys(paths) if surveyed is None else surveyed).values():
+        under = survey.location.url
         held = [
             run.path
             for run in runs
             if not run.single_file and run.path not in shares and (run.path == under or run.path.startswith(under + "/"))
         ]
         if held:
-            shared = leftovers.shared_out(surveyed, held)
-            if surveyed.versioning:
+            shared = leftovers.shared_out(survey, held)
+            if survey.versioning:
                 by_path = {run.path: run for run in runs}
                 for path, kept in shared.items():
-                    previous = previous_versions(by_path[path], surveyed.location, surveyed.older, whole)
+                    previous = previous_versions(by_path[path], survey.location, survey.older, whole)
                     shared[path] = dataclasses.replace(kept, previous=previous)
             shares.update(shared)
     if not shares:

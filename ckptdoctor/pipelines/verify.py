@@ -12,7 +12,7 @@ import dataclasses
 import errno
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ckptdoctor.discover import Listing, natural_key
@@ -22,7 +22,8 @@ from ckptdoctor.layouts.context import trusted_globals
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
-from ckptdoctor.pipelines.scan import Scan, scan, transfer, with_leftovers
+from ckptdoctor.pipelines.scan import Scan, scan, surveys, transfer, with_leftovers
+from ckptdoctor.pipelines.versions import announced
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.deep_scan import prepare
 from ckptdoctor.readers.files import (
@@ -40,6 +41,7 @@ from ckptdoctor.readers.unpickler import Budget, one_budget
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session
+from ckptdoctor.stores.leftovers import Surveyed
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -86,7 +88,9 @@ def verify(
     with keeping_whole():
         first = scan(paths, headers, tally=tally)
         targets = _targets(first)
-        _ask(options, targets, headers.made, before)
+        surveyed = surveys(paths)
+        older = _older_to_read(first.runs, surveyed)
+        _ask(options, targets, headers.made, before, older)
         budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
         reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
         if options.load:
@@ -97,7 +101,7 @@ def verify(
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
-    runs = list(with_leftovers(paths, runs, whole=True))
+    runs = list(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed))
     findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
@@ -105,19 +109,39 @@ def verify(
     return report, dataclasses.replace(second, empty=empty)
 
 
-def _ask(options: VerifyOptions, entries: list[Entry], headers: dict[str, FileReport], before: tuple[int, int]) -> None:
+def _ask(
+    options: VerifyOptions,
+    entries: list[Entry],
+    headers: dict[str, FileReport],
+    before: tuple[int, int],
+    older: dict[str, int] | None = None,
+) -> None:
     """Ask ``options.download`` before the objects among ``entries`` are read whole, with their
     count and the most bytes the command will then have received from stores in all since
-    ``before`` (``session.traffic()``): what was read already (their headers), and what reading
-    them whole will take (``whole_read_bytes``, from the header reads' reports ``headers``), as
-    nothing else is read; :class:`NotDownloaded` where it says no."""
+    ``before`` (``session.traffic()``): what was read already (their headers), what reading
+    them whole will take (``whole_read_bytes``, from the header reads' reports ``headers``), and
+    ``older``, the bytes of the older versions of damaged files it reads (CKD216), as nothing
+    else is read; :class:`NotDownloaded` where it says no."""
     objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
-    if not objects or options.download is None:
+    older = older or {}
+    if not (objects or older) or options.download is None:
         return
     received = session.traffic()[1] - before[1]
-    most = received + sum(whole_read_bytes(entry, headers.get(entry.os_path), options.deep) for entry in objects)
-    if not options.download(len(objects), most):
+    most = received + sum(whole_read_bytes(entry, headers.get(entry.os_path), options.deep) for entry in objects) + sum(older.values())
+    if not options.download(len(objects) + len(older), most):
         raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
+
+
+def _older_to_read(runs: Sequence[Run], surveyed: dict[str, Surveyed]) -> dict[str, int]:
+    """The files of ``runs`` in versioned buckets that their header reads found damaged, each with
+    the bytes of its older versions, which ``verify`` reads whole to name one that restores it."""
+    found: dict[str, int] = {}
+    for survey in surveyed.values():
+        if survey.versioning:
+            under = survey.location.url
+            held = [run for run in runs if run.path == under or run.path.startswith(under + "/")]
+            found.update(announced(held, survey.location, survey.older))
+    return found
 
 
 def verify_newest(run: Run, count: int, options: VerifyOptions = VerifyOptions(deep=True)) -> tuple[Run, tuple[int, ...]]:

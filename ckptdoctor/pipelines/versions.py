@@ -42,17 +42,52 @@ COMPUTED = frozenset({"SHA256", "SHA1", "CRC32"})
 """The store's checksums that are computed here (CRC32C and CRC64NVME need libraries ckptdoctor lacks)."""
 
 
-def previous_versions(run: Run, location: Location, older: Sequence[Version], whole: bool) -> tuple[PreviousVersion, ...]:
+def previous_versions(
+    run: Run, location: Location, older: Sequence[Version], whole: frozenset[str] | None = None
+) -> tuple[PreviousVersion, ...]:
     """For each damaged file of ``run`` (objects under ``location``'s bucket), its newest older
-    version among ``older`` that reads whole, or why there is none; ``whole``: read each version
-    whole, as ``verify`` reads files, and compute the checksum the store keeps of it."""
+    version among ``older`` that reads whole, or why there is none. ``whole``: the URLs of the
+    files whose older versions ``verify`` said it would download (``announced``): each is read
+    whole and the checksum the store keeps of it computed; the older versions of any other file
+    are not read (the command downloads no more than it said). None: header reads, as ``inspect``."""
     damaged = [file for file in _files(run) if DAMAGE & file.report.problems]
     if not damaged:
         return ()
+    by_key = _by_key(older)
+    found = []
+    for file in damaged:
+        versions = by_key.get(location.key_of(file.entry.os_path), [])
+        if whole is not None and versions and file.entry.os_path not in whole:
+            found.append(PreviousVersion(file.path, location.bucket, location.key_of(file.entry.os_path), None, checked=UNANNOUNCED))
+        else:
+            found.append(_newest_whole(file, location, versions, whole is not None))
+    return tuple(found)
+
+
+UNANNOUNCED = (
+    "its older versions were not read: reading it whole found the damage after verify had said what it would download; "
+    "see them with the list-object-versions command below"
+)
+
+
+def announced(runs: Sequence[Run], location: Location, older: Sequence[Version]) -> dict[str, int]:
+    """The files of ``runs`` (in ``location``'s bucket) that their header reads found damaged, by
+    URL, each with the bytes of all its older versions: the most ``verify`` reads of them whole,
+    said before it downloads anything."""
+    by_key = _by_key(older)
+    return {
+        file.entry.os_path: sum(version.size for version in versions)
+        for run in runs
+        for file in _files(run)
+        if DAMAGE & file.report.problems and (versions := by_key.get(location.key_of(file.entry.os_path)))
+    }
+
+
+def _by_key(older: Sequence[Version]) -> dict[str, list[Version]]:
     by_key: dict[str, list[Version]] = {}
     for version in older:
         by_key.setdefault(version.key, []).append(version)
-    return tuple(_newest_whole(file, location, by_key.get(location.key_of(file.entry.os_path), []), whole) for file in damaged)
+    return by_key
 
 
 def _files(run: Run) -> Iterator[CheckpointFile]:
