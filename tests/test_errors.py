@@ -25,6 +25,7 @@ USER_FACING = [
     ("ckptdoctor.actions", "ActionError", errors.RefusedError, 1),
     ("ckptdoctor.planners.repair", "NotResumable", errors.RefusedError, 1),
     ("ckptdoctor.actions", "Locked", errors.LockedError, 3),
+    ("ckptdoctor.actions._objects", "LockLost", errors.LockedError, 3),
 ]
 """Every exception the package raises for its user: its kind and exit code (DESIGN.md §3.1)."""
 

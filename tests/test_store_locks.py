@@ -24,7 +24,7 @@ import stores
 from faultproxy import FaultProxy, Request, Rule
 
 from ckptdoctor.actions import _objects
-from ckptdoctor.actions._home import Locked
+from ckptdoctor.actions._objects import LockLost
 from ckptdoctor.stores import session
 from ckptdoctor.testing import write_burn_run
 
@@ -203,11 +203,11 @@ def test_the_holder_renews_its_lock_while_it_works_and_stops_when_another_took_i
         time.sleep(2.1)  # the store's clock counts whole seconds
         renewed = weed_bucket.s3.head_object(Bucket=weed_bucket.name, Key=weed_bucket.key(LOCK))["LastModified"]
         assert renewed > first  # written again by the lease's thread
-        lease.renew()  # still ours: nothing raised
+        lease.check()  # still ours: nothing raised
         weed_bucket.put(LOCK, b'{"pid": 1, "host": "elsewhere"}')  # taken over (its lease ran out, say)
         time.sleep(0.6)
-        with pytest.raises(Locked, match="took the lock over"):
-            lease.renew()
+        with pytest.raises(LockLost, match="took its lock over"):
+            lease.check()
     assert json.loads(weed_bucket.get(LOCK)) == {"pid": 1, "host": "elsewhere"}  # the other's lock is not released
     assert told == []
 
@@ -224,8 +224,38 @@ def test_a_holder_that_cannot_renew_stops_before_its_lease_could_run_out(
         with _objects.locked(_place(url), url, lambda _: None) as lease:
             proxy.arm(Rule("5xx", status=503, method="PUT", path="/lock$"))
             time.sleep(1.2)
-            with pytest.raises(Locked, match="could not be renewed"):
-                lease.renew()
+            with pytest.raises(LockLost, match="could not be renewed"):
+                lease.check()
             proxy.arm()
     assert proxy.injected["5xx"] >= 1
     assert LOCK not in weed_bucket.stored()  # released all the same
+
+
+SHORT_LEASE = stores.SLOWED.replace(
+    "from ckptdoctor.stores import control_plane",
+    "from ckptdoctor.actions import _objects\n_objects.LEASE, _objects.RENEW, _objects.TRUST, _objects.THREADS = 4.0, 1.0, 2.0, 1\nfrom ckptdoctor.stores import control_plane",
+)
+"""ckptdoctor slowed as ``stores.SLOWED``, one delete at a time, with a 4-second lease renewed every second."""
+
+
+def test_a_frozen_holder_whose_lock_was_taken_over_acts_no_more_when_it_wakes(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 41))
+    process = subprocess.Popen(
+        [sys.executable, "-c", SHORT_LEASE, "prune", "--keep-last", "1", *NOW, "--yes", url],
+        env={**os.environ, **weed_bucket.env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    _once_locked(weed_bucket, process)
+    os.killpg(process.pid, signal.SIGSTOP)  # frozen (a debugger, a suspended job, a VM paused): not dead
+    try:
+        time.sleep(6.5)  # past its lease, by the store's clock, which counts whole seconds
+        session.forget()
+        other = cli("prune", "--keep-last", "30", *NOW, "--yes", url)
+        assert other.exit_code == 0, other.stderr
+        assert "whose lease ran out" in other.stdout + other.stderr
+        kept = stores.epochs(weed_bucket)
+        assert kept[-30:] == list(range(11, 41))
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+    assert process.wait(60) == 3
+    assert process.stderr is not None and b"stopped part-way" in process.stderr.read()
+    assert stores.epochs(weed_bucket) == kept  # awake, it deleted nothing more

@@ -37,8 +37,8 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
     """Move what ``plan`` quarantines and re-point what it re-points; what changed since the plan
     is left (``Moved.left``)."""
     bucket, control = place.bucket, place.control
-    ident = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{secrets.token_hex(3)}"
-    folder = f"{place.home}/{QUARANTINE}/{ident}"
+    folder = f"{place.home}/{QUARANTINE}/{_new_ident(place, now)}"
+    ident = folder.rsplit("/", 1)[1]
     lines: list[ObjectLine] = []
     left = 0
     for item in plan.acting(Action.QUARANTINE):
@@ -65,6 +65,8 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
     moved: list[ObjectLine] = []
     problems: list[str] = []
     for line in lines:
+        if lease is not None:
+            lease.check()  # before each move: a holder that lost its lock acts no more
         source = _in_run(place, line.key)
         copied = control.copy_if_match(source, f"{folder}/{line.key}", line.etag)
         if copied is None:
@@ -76,10 +78,10 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
                 f"{place.run.url_of(source)}: rewritten while it was moved: the new object stays, its old one is in the quarantine"
             )
         moved.append(line._replace(copied=copied))
-        if lease is not None:
-            lease.renew()
     written: list[ObjectPointer] = []
     for pointer in pointers:
+        if lease is not None:
+            lease.check()
         done = _repoint(place, folder, pointer, problems)
         if done is None:
             left += 1
@@ -91,6 +93,16 @@ def quarantine(place: Place, plan: Plan, now: float, lease: Lease | None) -> Mov
             f"{place.run.url_of(manifest_key)}: changed by someone else while the repair worked: --undo reads it as they left it"
         )
     return Moved(ident, place.run.url_of(folder), len(moved), sum(line.bytes for line in moved), len(written), left, tuple(problems))
+
+
+def _new_ident(place: Place, now: float) -> str:
+    """A quarantine's name: the store's time, then how many quarantines that second has already
+    (two repairs within one second of the store's clock, such as a killed one and the one that
+    closed it, keep their order: ``quarantines`` lists by name), then a random part."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    below = f"{place.home}/{QUARANTINE}/"
+    taken = {info.key[len(below) :].split("/", 1)[0] for info in place.bucket.objects(below + stamp)}
+    return f"{stamp}-{len(taken):02d}{secrets.token_hex(3)}"
 
 
 def _in_run(place: Place, relative: str) -> str:
@@ -209,7 +221,7 @@ def _etag_of(place: Place, key: str) -> str | None:
         return None
 
 
-def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
+def restore(place: Place, found: Found, lease: Lease | None = None) -> tuple[int, tuple[str, ...]]:
     """Put back everything of ``found`` whose place is free, each only while its copy is the one
     the repair made; then remove the quarantine where it is empty. (Count, problems.)"""
     assert found.manifest is not None
@@ -218,6 +230,8 @@ def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
     restored = 0
     problems: list[str] = []
     for line in found.manifest.objects:
+        if lease is not None:
+            lease.check()  # before each put-back: a holder that lost its lock acts no more
         copy, expected = f"{folder}/{line.key}", line.copied or line.etag
         if _etag_of(place, _in_run(place, line.key)) == line.etag:  # still in place: its copy is a leftover
             control.delete_if_match(copy, expected)
@@ -228,6 +242,8 @@ def restore(place: Place, found: Found) -> tuple[int, tuple[str, ...]]:
         control.delete_if_match(copy, expected)
         restored += 1
     for pointer in reversed(found.manifest.pointers):
+        if lease is not None:
+            lease.check()
         if pointer.written is None:
             continue
         key = _in_run(place, pointer.key)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from ckptdoctor.actions._holder import Holder
 from ckptdoctor.actions._home import Locked
+from ckptdoctor.errors import LockedError
 from ckptdoctor.model import Entry
 from ckptdoctor.records import BadRecord, ObjectJournal
 from ckptdoctor.stores import session
@@ -97,6 +98,14 @@ def place_of(run_url: str, home_url: str) -> Place:
     return Place(run, home.prefix)
 
 
+class LockLost(LockedError):
+    """This ckptdoctor's lock in a bucket was taken over, or could not be renewed for long enough
+    that another may have taken it: it stopped acting."""
+
+    def __init__(self, run: str, why: str) -> None:
+        super().__init__(f"{run}: stopped part-way: {why}; what was done stays done, and running the command again finishes the rest")
+
+
 class Lease:
     """A lock held: renewed by a thread of its own every ``RENEW`` seconds, each time only while
     it is still the lock this holder wrote (``If-Match``), until ``release``."""
@@ -110,16 +119,14 @@ class Lease:
         self._thread = threading.Thread(target=self._keep, name="ckptdoctor-lease", daemon=True)
         self._thread.start()
 
-    def renew(self) -> None:
-        """Between two acts: ``Locked`` where the lock may no longer be this holder's."""
+    def check(self) -> None:
+        """Before each act: ``LockLost`` where the lock may no longer be this holder's."""
         with self._guard:
             lost, renewed = self._lost, self._renewed
         if lost:
-            raise Locked(self.shown, lost)
+            raise LockLost(self.shown, lost)
         if time.monotonic() - renewed > TRUST:
-            raise Locked(
-                self.shown, f"its lock could not be renewed for {duration(TRUST)}: stopped, as another ckptdoctor may take it over"
-            )
+            raise LockLost(self.shown, f"its lock could not be renewed for {duration(TRUST)}, and another ckptdoctor may take it over")
 
     def adopt(self, etag: str) -> None:
         """The lock was written again by this holder outside the renewals (the probe)."""
@@ -139,7 +146,9 @@ class Lease:
                 continue
             with self._guard:
                 if now is None:
-                    self._lost = "another ckptdoctor took the lock over while this one worked"
+                    self._lost = (
+                        "another ckptdoctor took its lock over (this one was cut off from the store, or stopped, for longer than the lease)"
+                    )
                     return
                 self._etag, self._renewed, wait = now, sent, RENEW
 
@@ -386,6 +395,8 @@ def delete_objects(place: Place, objects: Sequence[tuple[str, str]], lease: Leas
 
     def one(item: tuple[str, str]) -> tuple[str, Outcome | str]:
         key, etag = item
+        if lease is not None:
+            lease.check()  # before each delete: a holder that lost its lock acts no more
         try:
             return key, control.delete_if_match(key, etag)
         except StoreError as error:
@@ -399,8 +410,6 @@ def delete_objects(place: Place, objects: Sequence[tuple[str, str]], lease: Leas
                 problems.append(f"{place.run.url_of(key)}: {outcome}")
             else:
                 changed.append(key)
-            if lease is not None:
-                lease.renew()
     return Deleted(tuple(deleted), tuple(changed), tuple(problems))
 
 

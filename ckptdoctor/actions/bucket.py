@@ -305,7 +305,7 @@ class BucketExecutor:
 
     def restore(self, found: Quarantine, root: str) -> tuple[int, list[str]]:
         place = _objects.place_of(root.rstrip("/"), found.home)
-        restored, problems = _object_quarantine.restore(place, self._found[found.folder])
+        restored, problems = _object_quarantine.restore(place, self._found[found.folder], self._leases.get(found.home))
         return restored, list(problems)
 
 
