@@ -100,8 +100,7 @@ def _new_ident(place: Place, now: float) -> str:
     (two repairs within one second of the store's clock, such as a killed one and the one that
     closed it, keep their order: ``quarantines`` lists by name), then a random part."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    below = f"{place.home}/{QUARANTINE}/"
-    taken = {info.key[len(below) :].split("/", 1)[0] for info in place.bucket.objects(below + stamp)}
+    taken = [name for name in place.bucket.folders(f"{place.home}/{QUARANTINE}") if name.startswith(stamp)]
     return f"{stamp}-{len(taken):02d}{secrets.token_hex(3)}"
 
 

@@ -126,6 +126,17 @@ class Bucket:
             raise StoreError(f"{self.location.url_of(prefix)}: the store refused to list it (HTTP {status}, {code})") from None
         return found
 
+    def folders(self, prefix: str) -> list[str]:
+        """The "folders" right below ``prefix`` (a key prefix, no slash at its end): one listing
+        with a delimiter, a request per thousand of them, whatever they hold."""
+        try:
+            found: Sequence[str] = obstore.list_with_delimiter(self._store, prefix)["common_prefixes"]
+        except BaseError as error:
+            raise self.failure("list", prefix, error) from None
+        finally:
+            self.traffic.add(1, 0)
+        return [name[len(prefix) + 1 :] for name in found]
+
     def head(self, key: str) -> ObjectInfo:
         """The object ``key`` as it is now (``FileNotFoundError`` when there is none)."""
         try:
