@@ -128,7 +128,7 @@ class Bucket:
 
     def folders(self, prefix: str) -> list[str]:
         """The "folders" right below ``prefix`` (a key prefix, no slash at its end): one listing
-        with a delimiter, a request per thousand of them, whatever they hold."""
+        with a delimiter, whatever they hold (counted as one request: object_store pages it)."""
         try:
             found: Sequence[str] = obstore.list_with_delimiter(self._store, prefix)["common_prefixes"]
         except BaseError as error:
