@@ -259,3 +259,29 @@ def test_a_frozen_holder_whose_lock_was_taken_over_acts_no_more_when_it_wakes(we
     assert process.wait(60) == 3
     assert process.stderr is not None and b"stopped part-way" in process.stderr.read()
     assert stores.epochs(weed_bucket) == kept  # awake, it deleted nothing more
+
+
+def test_a_holder_whose_lease_lapsed_while_it_waited_at_its_prompt_writes_and_deletes_nothing(
+    weed_bucket: stores.Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptdoctor import acting
+    from ckptdoctor.planners.retention import PruneSettings
+
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 7))
+    monkeypatch.setattr(_objects, "RENEW", 60.0)  # no renewal while it waits: as if stopped, or cut off from the store
+    monkeypatch.setattr(_objects, "TRUST", 0.5)
+
+    def answered_late(question: Any) -> bool:
+        time.sleep(1.0)
+        return True
+
+    with pytest.raises(LockLost, match="could not be renewed"):
+        acting.carry_out(
+            acting.prune_from(PruneSettings(keep_last=1, min_age="0")),
+            [url],
+            dry_run=False,
+            confirm=answered_late,
+            listener=lambda event: None,
+        )
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4, 5, 6]
+    assert stores.own(weed_bucket) == []  # no journal written, and the lock let go

@@ -185,10 +185,18 @@ class BucketExecutor:
     def discard(self, root: str, home: str) -> tuple[int, list[str]]:
         return 0, []  # never asked: has_trash is False
 
+    def _held(self, home: str) -> Lease | None:
+        """The lease of ``home``'s lock, checked: ``LockLost`` where it may no longer be this
+        command's (it waited at the prompt, or was stopped, while another took it over)."""
+        lease = self._leases.get(home)
+        if lease is not None:
+            lease.check()
+        return lease
+
     def finish_interrupted(self, run: Run, plan: Plan) -> Acted:
         """Delete what each killed prune was confirmed to delete, still as it was."""
         place = self._place(run)
-        location, lease = place.run, self._leases.get(self.home_of_run(run))
+        location, lease = place.run, self._held(self.home_of_run(run))
         acted = Acted()
         for journal in self._journals_of(place):
             if journal.journal is None:
@@ -205,6 +213,7 @@ class BucketExecutor:
         return acted
 
     def delete(self, run: Run, plan: Plan, since: float) -> Acted:
+        lease = self._held(self.home_of_run(run))
         place = self._place(run)
         location = place.run
         acted = Acted()
@@ -220,7 +229,7 @@ class BucketExecutor:
         ]
         below = len(location.prefix) + 1 if location.prefix else 0
         key, etag = _objects.write_journal(place, ObjectJournal(run.path, tuple((k[below:], e) for k, e in objects)))
-        done = _objects.delete_objects(place, objects, self._leases.get(self.home_of_run(run)))
+        done = _objects.delete_objects(place, objects, lease)
         acted.problems += done.problems
         if not done.problems:
             _objects.close_journal(place, key, etag)
@@ -257,6 +266,7 @@ class BucketExecutor:
         return bool(self._stale(run, abort_uploads))
 
     def do_chores(self, run: Run, abort_uploads: float | None) -> Acted:
+        self._held(self.home_of_run(run))
         place = self._place(run)
         acted = Acted()
         for upload in self._stale(run, abort_uploads):
@@ -286,7 +296,7 @@ class BucketExecutor:
 
     def quarantine(self, run: Run, plan: Plan, since: float) -> Moved:
         place = self._place(run)
-        return _object_quarantine.quarantine(place, plan, self._clock(place), self._leases.get(self.home_of_run(run)))
+        return _object_quarantine.quarantine(place, plan, self._clock(place), self._held(self.home_of_run(run)))
 
     def quarantine_homes(self, path: str) -> list[str]:
         # every checkpoint quarantined: the run is its folder's quarantine, where the store lists one
@@ -305,7 +315,7 @@ class BucketExecutor:
 
     def restore(self, found: Quarantine, root: str) -> tuple[int, list[str]]:
         place = _objects.place_of(root.rstrip("/"), found.home)
-        restored, problems = _object_quarantine.restore(place, self._found[found.folder], self._leases.get(found.home))
+        restored, problems = _object_quarantine.restore(place, self._found[found.folder], self._held(found.home))
         return restored, list(problems)
 
 
