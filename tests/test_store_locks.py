@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -285,3 +286,17 @@ def test_a_holder_whose_lease_lapsed_while_it_waited_at_its_prompt_writes_and_de
         )
     assert stores.epochs(weed_bucket) == [1, 2, 3, 4, 5, 6]
     assert stores.own(weed_bucket) == []  # no journal written, and the lock let go
+
+
+def test_a_lock_of_another_machine_with_this_hostname_is_not_taken_for_a_dead_process_here(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
+) -> None:
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
+    twin = {  # a cloned VM or a fleet of nodes named alike: same hostname, same first pid namespace, another boot
+        "pid": 3999000, "host": socket.gethostname(), "user": "root", "started": time.time(), "born": time.time() - 5,
+        "pidns": os.readlink("/proc/self/ns/pid"), "boot": "00000000-0000-0000-0000-000000000000", "nonce": "twin", "lease": 120,
+    }  # fmt: skip
+    weed_bucket.put(LOCK, json.dumps(twin).encode())
+    result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]

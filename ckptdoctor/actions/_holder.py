@@ -3,9 +3,11 @@ read back by whoever finds it taken, and said in the "locked" message.
 
 A lock in a bucket outlives its holder when the holder is killed; ``gone`` tells when that holder
 was a process of this same machine that no longer runs, so that its lock is taken over at once
-rather than at the end of its lease. A pid names one process only within one pid namespace (a
-container has its own) and one boot (pids are reused): the namespace and the process's start time
-are written with it, and a lock that does not say them is never judged gone.
+rather than at the end of its lease. A pid names one process only within one machine's boot (told
+by the kernel's boot id: hostnames repeat across machines, and the first pid namespace has the same
+number on every Linux host), within one pid namespace (a container has its own), and until it is
+reused: the boot id, the namespace and the process's start time are written with it, and a lock
+that does not say them all is never judged gone.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Holder:
     """When the holding process started: another process given the same pid later differs."""
     pidns: str | None = None
     """The holder's pid namespace (``/proc/self/ns/pid``): containers on one host each have one."""
+    boot: str | None = None
+    """The kernel's boot id (``/proc/sys/kernel/random/boot_id``): one machine, since it started."""
     nonce: str | None = None
     """Chosen by the holder for this lock: what tells its own write apart when an answer was lost."""
     lease: float | None = None
@@ -47,7 +51,7 @@ class Holder:
             born: float | None = psutil.Process().create_time()
         except psutil.Error:
             born = None
-        return cls(os.getpid(), socket.gethostname(), _user(), time.time(), born, _pid_namespace(), nonce, lease)
+        return cls(os.getpid(), socket.gethostname(), _user(), time.time(), born, _pid_namespace(), _boot_id(), nonce, lease)
 
     def probing(self) -> Holder:
         return replace(self, probe=True)
@@ -76,7 +80,7 @@ class Holder:
         pid = found.get("pid")
         return cls(
             pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
-            text("host"), text("user"), number("started"), number("born"), text("pidns"), text("nonce"),
+            text("host"), text("user"), number("started"), number("born"), text("pidns"), text("boot"), text("nonce"),
             number("lease"), found.get("probe") is True,
         )  # fmt: skip
 
@@ -97,9 +101,9 @@ class Holder:
     def gone(self) -> bool:
         """Whether the holder was a process of this machine (and pid namespace) that no longer
         runs: its pid is free, or taken by a process started at another time."""
-        if self.pid is None or self.pidns is None or self.born is None:
+        if self.pid is None or self.pidns is None or self.born is None or self.boot is None:
             return False  # what it does not say cannot be judged: it waits for its lease
-        if self.host != socket.gethostname() or self.pidns != _pid_namespace():
+        if self.boot != _boot_id() or self.pidns != _pid_namespace() or self.host != socket.gethostname():
             return False
         try:
             return abs(psutil.Process(self.pid).create_time() - self.born) > STARTED_WITHIN
@@ -113,6 +117,14 @@ def _user() -> str | None:
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # a uid with no name (a container's), no USER either
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read(64).strip() or None
+    except (OSError, UnicodeDecodeError):
         return None
 
 
