@@ -209,3 +209,23 @@ def test_a_truncated_object_gets_a_buckets_fixes(moto_bucket: stores.Bucket, tmp
     fixes = bucket_fixes(inspect_json(moto_bucket.upload(tmp_path / "run", "run")), "CKD203")
     assert not [fix for fix in fixes if any(word in fix for word in DISK_WORDS)], fixes
     assert any(f"list-object-versions --bucket {moto_bucket.name}" in fix for fix in fixes), fixes
+
+
+BAD_ENDPOINTS = ("http://127.0.0.1:99999", "http://127.0.0.1:-1", "http://[::1", "http://exa mple.com", "http://", "notaurl")
+
+
+@pytest.mark.parametrize("endpoint", BAD_ENDPOINTS)
+@pytest.mark.parametrize("given", ["--endpoint-url", "FSSPEC_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"])
+def test_an_endpoint_that_is_no_servers_address_is_one_line_naming_where_it_was_set(
+    endpoint: str, given: str, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable, value in stores.CLEAN_ENV.items():
+        monkeypatch.setenv(variable, value)
+    session.forget()
+    if given == "--endpoint-url":
+        result = cli("inspect", "--endpoint-url", endpoint, "s3://ckpt-bucket/run")
+    else:
+        result = cli("inspect", "s3://ckpt-bucket/run", env={given: endpoint})
+    session.forget()
+    assert result.exit_code == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and given in result.stderr, result.stderr

@@ -196,11 +196,14 @@ def use_endpoint(endpoint: str | None) -> None:
     http(s) URL."""
     if endpoint is None:
         return
-    if not endpoint.startswith(("http://", "https://")) or len(endpoint) <= len("https://"):
-        say(f"ckptdoctor: error: --endpoint-url {endpoint}: give the server's http:// or https:// URL")
-        raise typer.Exit(EXIT_USAGE)
     # loaded only when an endpoint is given: a local run's start-up does not change
     from ckptdoctor.api import use_endpoint as configure
+    from ckptdoctor.stores.urls import bad_endpoint
+
+    why = bad_endpoint(endpoint)
+    if why is not None:
+        say(f"ckptdoctor: error: --endpoint-url {endpoint}: {why}")
+        raise typer.Exit(EXIT_USAGE)
 
     configure(endpoint)
 

@@ -25,7 +25,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from ckptdoctor.errors import StoreError
-from ckptdoctor.stores.urls import PERMISSIONS, Archive, ArchivedObject, Location, Store
+from ckptdoctor.stores.urls import PERMISSIONS, Archive, ArchivedObject, Location, Store, bad_endpoint
 
 if TYPE_CHECKING:
     from obstore.store import AzureConfig, ClientConfig, GCSConfig, S3Config
@@ -537,7 +537,7 @@ def connect(location: Location, endpoint: str | None = None) -> Bucket:
     """A client for ``location``'s bucket: the store's own credential chain, and ``endpoint``
     (else :func:`s3_endpoint`'s) for S3-compatible servers and emulators."""
     if location.store is Store.S3:
-        return _s3(location, s3_endpoint(endpoint))
+        return _s3(location, _checked(s3_endpoint(endpoint), endpoint))
     if location.store is Store.GCS:
         return _gcs(location, endpoint)
     return _azure(location, endpoint)
@@ -555,6 +555,15 @@ def s3_endpoint(given: str | None) -> str | None:
     both use: ``given`` (``--endpoint-url``), else the first of :data:`S3_ENDPOINT_VARIABLES`
     set; None for AWS itself."""
     return given or next((os.environ[name] for name in S3_ENDPOINT_VARIABLES if os.environ.get(name)), None)
+
+
+def _checked(endpoint: str | None, given: str | None) -> str | None:
+    """``endpoint``, where it is a server's address; else :class:`StoreError` naming where it was set."""
+    why = bad_endpoint(endpoint) if endpoint else None
+    if why is not None:
+        source = "--endpoint-url" if endpoint == given else next(name for name in S3_ENDPOINT_VARIABLES if os.environ.get(name) == endpoint)
+        raise StoreError(f"{source}={endpoint}: {why}")
+    return endpoint
 
 
 def _gcs(location: Location, endpoint: str | None) -> Bucket:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import errno
 import re
+import urllib.parse
 from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
@@ -148,3 +149,21 @@ def _location(url: str, store: Store, bucket: str, prefix: str, account: str | N
     if any(part in (".", "..") for part in parts):
         raise BadURL(f"{url}: '.' and '..' are not folders in a bucket; name the run's prefix as its keys spell it")
     return Location(store, bucket, "/".join(parts), account)
+
+
+def bad_endpoint(endpoint: str) -> str | None:
+    """Why ``endpoint`` is not a server's address (None where it is one): an ``http://`` or
+    ``https://`` URL with a host, no spaces, and any port from 1 to 65535. (obstore's client
+    panics on the rest, out of reach of its error handling.)"""
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+        port = parts.port
+    except ValueError as error:
+        return f"not a URL ({error})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "give the server's http:// or https:// URL"
+    if any(character.isspace() for character in endpoint):
+        return "a URL holds no spaces"
+    if port == 0:
+        return "port 0 is no server's"
+    return None
