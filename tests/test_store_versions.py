@@ -253,3 +253,19 @@ def test_verify_says_the_older_versions_it_reads_in_what_it_will_download_and_re
     assert "a whole previous version exists" in model["message"]
     optimizer = _previous(result.json, "optimizer_2.pt")
     assert "older versions were not read" in optimizer["message"] and "copy-object" not in " ".join(optimizer["fixes"])
+
+
+@pytest.mark.parametrize("where", ["exp 1+é", "it's & $(x)"])
+def test_the_restore_command_is_right_for_a_key_that_needs_quoting_and_encoding(
+    where: str, versioned: stores.Bucket, loop_run: Path, cli: Any, inspect_json: Any
+) -> None:
+    url = versioned.upload(loop_run, where, "run")
+    whole = (loop_run / "model_2.safetensors").read_bytes()
+    versioned.put(f"{where}/run/model_2.safetensors", whole[: len(whole) // 2])
+    report = inspect_json(url).json
+    found = next(f for f in report["findings"] if f["code"] == "CKD216" and f["path"].endswith("/model_2.safetensors"))
+    session.forget()
+    _restore(versioned, found)  # as printed: the CLI (or boto3) encodes the copy source itself
+    assert versioned.get(f"{where}/run/model_2.safetensors") == whole
+    session.forget()
+    assert cli("verify", url).exit_code == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import time
-import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
@@ -605,7 +604,7 @@ PREVIOUS_VERSION = Rule(
             "--key {key} --copy-source {copy_source}`; then check the run again with `ckptdoctor verify {run}`.",
             case=WHOLE_VERSION,
         ),
-        fix("No older version of {name} reads whole: restore it from another copy, or resume from an earlier {unit}.", case=OTHERWISE),
+        fix("Where no older version of {name} reads whole, restore it from another copy, or resume from an earlier {unit}.", case=OTHERWISE),
         "See every version of it with `aws s3api list-object-versions --bucket {bucket} --prefix {key}`.",
     ),
     related=("CKD203", "CKD201", "CKD507"),
@@ -1003,10 +1002,8 @@ def previous_versions(ctx: RunContext) -> Iterator[Finding]:
                 f"{name}: a whole previous version exists: {previous.version_id} ({size(previous.size)}, {when}), "
                 f"checked by {previous.checked}{f'; {previous.unchecked}' if previous.unchecked else ''}"
             )
-            source = (
-                urllib.parse.quote(f"{previous.bucket}/{previous.key}") + "?versionId=" + urllib.parse.quote(previous.version_id, safe="")
-            )
-            place["copy_source"] = shell_word(source)
+            # as written, not percent-encoded: the aws CLI and boto3 encode it themselves (twice is NoSuchVersion)
+            place["copy_source"] = shell_word(f"{previous.bucket}/{previous.key}?versionId={previous.version_id}")
             case = WHOLE_VERSION
         yield ctx.finding(PREVIOUS_VERSION, message, index=indices.get(previous.path), path=previous.path, context=place, case=case)
 
