@@ -396,3 +396,16 @@ def test_a_checkpoint_folder_written_to_after_the_plan_is_left_whole(weed_bucket
     assert "run/checkpoint-1/model.safetensors" in keys and "run/checkpoint-1/rng_state.pth" in keys  # left whole
     assert not any(key.startswith("run/checkpoint-2/") for key in keys)
     assert any("written to since the plan" in message for message in outcome.messages)
+
+
+def test_a_run_whose_folder_name_holds_a_question_mark_or_hash_is_pruned_with_the_others(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
+) -> None:
+    write_burn_run(tmp_path / "run", range(1, 4))
+    for name in ("good", "exp?2", "exp#3"):  # key characters a typed URL could not hold, a listing can
+        weed_bucket.upload(tmp_path / "run", "runs", name)
+    assert cli("inspect", weed_bucket.url("runs")).exit_code == 0
+    result = cli("prune", "--keep-last", "1", *NOW, "--yes", weed_bucket.url("runs"))
+    assert result.exit_code == 0, result.stderr
+    models = sorted(key for key in weed_bucket.stored() if "/model-" in key)
+    assert models == ["runs/exp#3/model-3.bpk", "runs/exp?2/model-3.bpk", "runs/good/model-3.bpk"]

@@ -92,7 +92,7 @@ class Place:
 
 def place_of(run_url: str, home_url: str) -> Place:
     """The run at ``run_url`` with its records under ``home_url`` (both in one bucket)."""
-    run, home = parse(run_url), parse(home_url)
+    run, home = parse(run_url, listed=True), parse(home_url, listed=True)
     if home.root != run.root:
         raise StoreError(f"{home_url}: ckptdoctor's records of {run_url} must be in its bucket")
     return Place(run, home.prefix)

@@ -59,7 +59,7 @@ class BucketExecutor:
         return [
             f"{shown}: {command} acts in s3:// buckets only, for now (it needs S3's conditional copy and delete)"
             for shown, url in places
-            if urls.parse(url).store is not urls.Store.S3
+            if urls.parse(url, listed=True).store is not urls.Store.S3
         ]
 
     def notes(self) -> list[str]:

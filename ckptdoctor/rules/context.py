@@ -319,7 +319,7 @@ def _in_store(
     if not rule.has_case(BUCKET) or (case is not None and rule.has_case(case)):
         return case, context
     try:
-        location = urls.parse(where) if where is not None and urls.in_store(where) else None
+        location = urls.parse(where, listed=True) if where is not None and urls.in_store(where) else None
     except urls.BadURL:
         location = None
     if location is None:

@@ -516,7 +516,7 @@ def store_leftovers(ctx: RunContext) -> Iterator[Finding]:
 
 def _place(url: str) -> dict[str, str]:
     """The bucket and key prefix of a run in a store, for the fixes' AWS CLI commands."""
-    location = parse(url)
+    location = parse(url, listed=True)
     prefix = json.dumps(location.prefix + "/" if location.prefix else "")[1:-1].replace("'", "'\\''")
     return {"bucket": shell_word(location.bucket), "key_prefix": prefix}
 

@@ -604,7 +604,9 @@ PREVIOUS_VERSION = Rule(
             "--key {key} --copy-source {copy_source}`; then check the run again with `ckptdoctor verify {run}`.",
             case=WHOLE_VERSION,
         ),
-        fix("Where no older version of {name} reads whole, restore it from another copy, or resume from an earlier {unit}.", case=OTHERWISE),
+        fix(
+            "Where no older version of {name} reads whole, restore it from another copy, or resume from an earlier {unit}.", case=OTHERWISE
+        ),
         "See every version of it with `aws s3api list-object-versions --bucket {bucket} --prefix {key}`.",
     ),
     related=("CKD203", "CKD201", "CKD507"),
@@ -1072,7 +1074,7 @@ def _restore(files: tuple[CheckpointFile, ...]) -> dict[str, str]:
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     bucket = ""
     for file in files:
-        location = parse(file.path)
+        location = parse(file.path, listed=True)
         bucket = location.bucket
         groups[file.report.fact(STORAGE_CLASS) or "GLACIER", file.report.fact(ARCHIVE_TIER) or ""].append(location.prefix)
     commands, tiers = [], []

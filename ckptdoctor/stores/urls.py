@@ -125,25 +125,27 @@ def local_path(path: str) -> str | None:
     return urllib.parse.unquote(parsed.path) or "/"
 
 
-def parse(url: str) -> Location:
-    """The location a store URL names; :class:`BadURL` saying why for anything else."""
+def parse(url: str, listed: bool = False) -> Location:
+    """The location a store URL names; :class:`BadURL` saying why for anything else. ``listed``:
+    a URL this process made from keys a listing showed, where ``?`` and ``#`` are parts of a key
+    (a URL typed by a user holding them is refused: it would name a query or a fragment)."""
     name = scheme(url)
     rest = url[len(name) + 3 :] if name else ""
     if name in _AZURE_FS:
         container, _, host = rest.partition("/")[0].partition("@")
         account = host.split(".")[0] if host else None
-        return _location(url, Store.AZURE, container, rest.partition("/")[2], account)
+        return _location(url, Store.AZURE, container, rest.partition("/")[2], account, listed)
     store = _SCHEMES.get(name or "")
     if store is None:
         raise BadURL(f"{url}: not a store ckptdoctor reads (it reads {SUPPORTED})")
     bucket, _, prefix = rest.partition("/")
-    return _location(url, store, bucket, prefix, None)
+    return _location(url, store, bucket, prefix, None, listed)
 
 
-def _location(url: str, store: Store, bucket: str, prefix: str, account: str | None) -> Location:
+def _location(url: str, store: Store, bucket: str, prefix: str, account: str | None, listed: bool) -> Location:
     if not _BUCKET.fullmatch(bucket):
         raise BadURL(f"{url}: {bucket!r} is not a bucket name (3 to 63 lower-case letters, digits, dots and dashes)")
-    if "?" in prefix or "#" in prefix:
+    if not listed and ("?" in prefix or "#" in prefix):
         raise BadURL(f"{url}: a query or fragment is not part of a run's path")
     parts = [part for part in prefix.split("/") if part]
     if any(part in (".", "..") for part in parts):
