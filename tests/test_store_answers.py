@@ -58,7 +58,11 @@ def one_line(result: Any) -> str:
 
 
 @pytest.mark.usefixtures("no_retries")  # obstore would retry the 502 ten times
-@pytest.mark.parametrize(("status", "body"), [(404, HTML), (404, ""), (502, HTML)], ids=["html-404", "empty-404", "html-502"])
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(404, HTML), (404, ""), (502, HTML), (403, HTML), (401, HTML)],
+    ids=["html-404", "empty-404", "html-502", "html-403", "html-401"],
+)
 def test_an_answer_that_is_not_s3s_is_not_called_a_missing_bucket(
     proxy: FaultProxy, run_url: str, cli: Any, status: int, body: str
 ) -> None:
@@ -66,7 +70,7 @@ def test_an_answer_that_is_not_s3s_is_not_called_a_missing_bucket(
     line = one_line(cli("inspect", run_url))
     assert "no such bucket" not in line
     assert f"answered HTTP {status} to a listing, which is not an S3 answer" in line
-    assert "--endpoint-url" in line and proxy.endpoint in line
+    assert "is AWS_ENDPOINT_URL the S3 API's address?" in line and proxy.endpoint in line  # the setting that chose it
     assert proxy.injected["answer"] >= 1
 
 
@@ -157,6 +161,16 @@ def test_a_kms_keys_refusal_names_kms_decrypt(proxy: FaultProxy, run_url: str, i
     assert said, messages
     assert all("kms:Decrypt on the bucket's KMS key" in m and "s3:GetObject" not in m for m in said)
     assert proxy.injected["answer"] >= 1
+
+
+def test_a_disabled_kms_keys_refusal_keeps_its_code(proxy: FaultProxy, run_url: str, inspect_json: Any) -> None:
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>KMS.DisabledException</Code>'
+        "<Message>arn:aws:kms:us-east-1:123456789012:key/1234abcd is disabled.</Message></Error>"
+    )
+    proxy.arm(Rule("answer", method="GET", path=r"\.bpk$", status=400, headers={"Content-Type": "application/xml"}, body=body))
+    result = inspect_json(run_url)
+    assert any("KMS.DisabledException" in f["message"] for f in result.json["findings"]), result.json["findings"]
 
 
 @pytest.mark.usefixtures("no_retries")

@@ -344,6 +344,8 @@ class Bucket:
             return StoreError(message)
         if _not_s3(error, what):
             return StoreError(message)
+        if _not_s3(error, what):
+            return StoreError(message)
         if status is None and not isinstance(error, PermissionDeniedError) and code != "AccessDenied":
             return StoreError(message)
         if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
@@ -377,6 +379,14 @@ class Bucket:
             return f"{permission} (and kms:Decrypt on its KMS key where the bucket encrypts with one)"
         return permission
 
+    def _endpoint_setting(self) -> str:
+        """Where this bucket's endpoint was set, in the words to change it by."""
+        if self.location.store is Store.S3 and self.endpoint:
+            named = next((name for name in S3_ENDPOINT_VARIABLES if os.environ.get(name) == self.endpoint), None)
+            if named is not None:
+                return named
+        return "--endpoint-url" if self.endpoint else "--endpoint-url / AWS_ENDPOINT_URL"
+
     def refused(self, what: str, key: str, error: BaseException) -> str:
         """One line on why the store refused to ``what`` ``key``, and what to do about it."""
         where = self.location.url_of(key) if key else self.location.root
@@ -384,6 +394,12 @@ class Bucket:
         code = _code(error)
         if _NO_TOKEN in str(error):  # the token service (a metadata server, OAuth) answered no, or not at all
             return f"{where}: no access token could be had ({f'HTTP {status}' if status else _first_line(error)}): {_CREDENTIALS[self.location.store]}"
+        if _not_s3(error, what):  # a web page's 401 or 403 is no S3 refusal either
+            reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
+            return (
+                f"{where}: {reach} answered HTTP {status} to {_REQUESTS.get(what, what)}, which is not an S3 answer: "
+                f"is {self._endpoint_setting()} the S3 API's address?"
+            )
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS:
             return f"{where}: the store did not accept the credentials ({code or status}): {_CREDENTIALS[self.location.store]}"
         if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
@@ -395,15 +411,9 @@ class Bucket:
                 f"{where}: the store redirected the request: the bucket is not in {self.region}: set AWS_REGION to its region "
                 f"(`aws s3api get-bucket-location --bucket {self.location.bucket}`)"
             )
-        if _not_s3(error, what):
-            reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
-            return (
-                f"{where}: {reach} answered HTTP {status} to {_REQUESTS.get(what, what)}, which is not an S3 answer: "
-                "is --endpoint-url / AWS_ENDPOINT_URL the S3 API's address?"
-            )
         if status is None and _UNREACHED.search(str(error)):
             reach = _without_secrets(self.endpoint) if self.endpoint else "the store"
-            return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network, --endpoint-url or AWS_ENDPOINT_URL"
+            return f"{where}: cannot reach {reach} ({_first_line(error)}): check the network and {self._endpoint_setting()}"
         if status is None:
             return f"{where}: the store's answer could not be used ({_first_line(error)})"
         return f"{where}: the store refused to {what} it (HTTP {status}{f', {code}' if code else ''})"
@@ -445,7 +455,8 @@ _ARCHIVED = "InvalidObjectState"
 """S3's code for a read of an object in an archive tier that is not restored (HTTP 403)."""
 _NO_TOKEN = "Error performing token request"
 """object_store's words where it asked for a token (a metadata server, an OAuth endpoint) and got none."""
-_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>|\(code: ([A-Za-z]+)\)")
+_CODE = re.compile(r"<Code>([A-Za-z.]+)</Code>|\(code: ([A-Za-z.]+)\)")
+"""S3's error code (``KMS.DisabledException`` has a dot)."""
 _BAD_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "AuthenticationFailed"})
 _CREDENTIALS = {
     Store.S3: "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (with ckptdoctor[s3] installed), or run `aws sso login`",
