@@ -409,3 +409,17 @@ def test_a_run_whose_folder_name_holds_a_question_mark_or_hash_is_pruned_with_th
     assert result.exit_code == 0, result.stderr
     models = sorted(key for key in weed_bucket.stored() if "/model-" in key)
     assert models == ["runs/exp#3/model-3.bpk", "runs/exp?2/model-3.bpk", "runs/good/model-3.bpk"]
+
+
+def test_a_store_that_ignores_conditions_never_has_another_ckptdoctors_live_lock_written_over(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
+    theirs = json.dumps({"pid": 7, "host": "trainer-3", "user": "ml", "started": time.time(), "nonce": "theirs", "lease": 120}).encode()
+    weed_bucket.put("run/.ckptdoctor/lock", theirs)
+    real = _objects.Place.bucket
+    monkeypatch.setattr(_objects.Place, "bucket", property(lambda place: _IgnoresConditions(real.fget(place))))  # type: ignore[attr-defined]
+    result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
+    assert result.exit_code == 3, result.stderr
+    assert weed_bucket.get("run/.ckptdoctor/lock") == theirs
+    assert stores.epochs(weed_bucket) == [1, 2, 3, 4]

@@ -252,3 +252,30 @@ def test_repair_keeps_the_checkpoints_after_the_resume_point_while_a_save_is_sti
     assert result.exit_code == 0, result.stderr
     assert {"run/model-5.bpk", "run/scheduler-5.bpk"} <= set(weed_bucket.stored())
     assert "a save may still be arriving" in result.stdout
+
+
+class _Killed(BaseException):
+    """A kill, as far as the repair can tell: nothing after it runs."""
+
+
+def test_a_repair_killed_before_it_moved_anything_leaves_no_quarantine_to_undo(
+    weed_bucket: stores.Bucket, tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptdoctor.stores.control_plane import Control
+
+    url, before = _cut_newest(weed_bucket, tmp_path)
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise _Killed
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(Control, "copy_if_match", killed)
+        cli("repair", *NOW, "--yes", url)
+    assert any(key.endswith("/manifest.json") for key in weed_bucket.stored())  # the killed repair's record of its plan
+    weed_bucket.s3.delete_object(Bucket=weed_bucket.name, Key=weed_bucket.key("run/.ckptdoctor/lock"))  # its lease would run out
+    again = cli("repair", *NOW, "--yes", url)
+    assert again.exit_code == 0, again.stderr
+    assert "closed an interrupted repair" not in again.stdout + again.stderr  # it had moved nothing: nothing to name
+    undone = cli("repair", "--undo", "--yes", url)
+    assert undone.exit_code == 0 and "still holds" not in undone.stdout + undone.stderr
+    assert {key: weed_bucket.get(key) for key in _run_keys(weed_bucket)} == before

@@ -84,8 +84,9 @@ class Holder:
             number("lease"), found.get("probe") is True,
         )  # fmt: skip
 
-    def said(self) -> str:
-        """``pid 2005 on node7 by ana, since 2026-12-07 01:02:03``: what is known of it, in words."""
+    def said(self, since: bool = True) -> str:
+        """``pid 2005 on node7 by ana, since 2026-12-07 01:02:03``: what is known of it, in words
+        (``since``: when it was taken, by the holder's own clock, which a bucket's lock leaves out)."""
         who = " ".join(
             part
             for part in (
@@ -95,8 +96,8 @@ class Holder:
             )
             if part
         )
-        since = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))}" if self.started is not None else ""
-        return (who or "holder unknown") + since
+        taken = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))}" if since and self.started is not None else ""
+        return (who or "holder unknown") + taken
 
     def gone(self) -> bool:
         """Whether the holder was a process of this machine (and pid namespace) that no longer

@@ -262,13 +262,13 @@ def restore(place: Place, found: Found, lease: Lease | None = None) -> tuple[int
     return restored, tuple(problems)
 
 
-def close(place: Place, found: Found) -> list[str]:
+def close(place: Place, found: Found) -> tuple[bool, list[str]]:
     """Close the quarantine of a repair killed part-way, as ``_quarantine.close_repairs`` does on
-    disk; its problems. Each object it had copied in is finished moving (deleted from the run only
+    disk: whether it holds anything now, and its problems. Each object it had copied in is finished moving (deleted from the run only
     while it is still the object planned); what it had not copied stays in the run, for the next
     plan to decide. A pointer whose old version it had saved and that is no longer that version
     is taken as re-pointed by it, so that ``--undo`` puts the old one back. The manifest then says
-    what was done: a record, never an order."""
+    what was done: a record, never an order; a repair killed before it moved anything leaves none."""
     assert found.manifest is not None
     control = place.control
     folder = found.key.rsplit("/", 1)[0]
@@ -290,7 +290,10 @@ def close(place: Place, found: Found) -> list[str]:
         now = _etag_of(place, _in_run(place, pointer.key))
         if pointer.old is not None and now is not None and now != pointer.old and _etag_of(place, f"{folder}/{pointer.key}") == pointer.old:
             pointers.append(pointer._replace(written=now))
+    nothing = not moved and not pointers and found.etag is not None  # killed before it moved anything: nothing to record
+    if nothing and place.control.delete_if_match(found.key, found.etag).value != "changed":  # type: ignore[arg-type]
+        return False, problems
     closed = ObjectManifest(found.manifest.run, found.manifest.created, "done", tuple(moved), tuple(pointers))
     if found.etag is None or place.bucket.replace(found.key, closed.encode(), found.etag) is None:
         problems.append(f"{place.run.url_of(found.key)}: changed by someone else meanwhile: the interrupted repair is left as it was")
-    return problems
+    return True, problems

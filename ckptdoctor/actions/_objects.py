@@ -204,10 +204,13 @@ def _claim(place: Place, me: Holder, shown: str, tell: Callable[[str], None]) ->
         if attempt:
             time.sleep(0.25 * 2**attempt)
         try:
-            etag = place.bucket.create(place.lock, me.encode())
-            if etag is not None:
-                return etag
+            # looked at first: a store that ignores If-None-Match would let the create write over a live lock
             found = _read(place)
+            if found is None:
+                etag = place.bucket.create(place.lock, me.encode())
+                if etag is not None:
+                    return etag
+                found = _read(place)
         except PermissionError:
             raise
         except (StoreError, OSError) as error:
@@ -226,7 +229,7 @@ def _take_over(place: Place, me: Holder, holder: Holder | None, info: ObjectInfo
     """Take over the lock ``info`` from a holder that is gone or whose lease ran out (``Locked``
     while it may still be at work)."""
     lease = holder.lease if holder is not None and holder.lease is not None and 0 < holder.lease <= MOST_LEASE else UNSAID_LEASE
-    who = holder.said() if holder is not None else "a holder that is not ckptdoctor's"
+    who = holder.said(since=False) if holder is not None else "a holder that is not ckptdoctor's"
     ends = info.modified + lease
     now = place.control.now()
     if holder is not None and holder.gone():
@@ -236,8 +239,8 @@ def _take_over(place: Place, me: Holder, holder: Holder | None, info: ObjectInfo
     else:
         raise Locked(
             shown,
-            f"{who}; its lease ends at {_clock(ends)}, in {duration(ends - now)}, unless it renews it while it works: "
-            "a ckptdoctor that was killed holds it no longer than that",
+            f"{who}; last renewed {_clock(info.modified)}, its lease ends at {_clock(ends)}, in {duration(ends - now)} "
+            "(by the store's clock), unless it renews it while it works: a ckptdoctor that was killed holds it no longer than that",
         )
     etag = _rewrite(place, me, info.etag) if info.etag is not None else None
     if etag is None:
@@ -314,8 +317,8 @@ def holder_now(place: Place) -> str | None:
             return None
     except (StoreError, OSError):
         return None
-    who = holder.said() if holder is not None else "a holder that is not ckptdoctor's"
-    return f"{who}, until {_clock(info.modified + lease)} unless renewed"
+    who = holder.said(since=False) if holder is not None else "a holder that is not ckptdoctor's"
+    return f"{who}, until {_clock(info.modified + lease)} by the store's clock, unless renewed"
 
 
 def _clock(when: float) -> str:
@@ -378,8 +381,9 @@ class Deleted:
     """What a run of conditional deletes did."""
 
     deleted: tuple[str, ...]
+    """No longer there: deleted, or gone already (a delete retried after its answer was lost)."""
     changed: tuple[str, ...]
-    """Kept: rewritten (or gone) since the plan."""
+    """Kept: rewritten since the plan."""
     problems: tuple[str, ...] = ()
 
 
@@ -404,7 +408,7 @@ def delete_objects(place: Place, objects: Sequence[tuple[str, str]], lease: Leas
 
     with ThreadPoolExecutor(THREADS) as pool:
         for key, outcome in pool.map(one, objects):
-            if outcome == Outcome.DELETED:
+            if outcome in (Outcome.DELETED, Outcome.GONE):  # gone: a retry of a delete whose answer was lost, or another's delete
                 deleted.append(key)
             elif isinstance(outcome, str):
                 problems.append(f"{place.run.url_of(key)}: {outcome}")

@@ -290,8 +290,10 @@ class BucketExecutor:
         problems: list[str] = []
         for found in _object_quarantine.quarantines(place):
             if found.manifest is not None and found.manifest.state == "repairing":
-                problems += _object_quarantine.close(place, found)
-                closed.append(found.ident)
+                kept, failed = _object_quarantine.close(place, found)
+                problems += failed
+                if kept:  # one that had moved nothing is gone: no undo to name
+                    closed.append(found.ident)
         return closed, problems
 
     def quarantine(self, run: Run, plan: Plan, since: float) -> Moved:
