@@ -290,9 +290,9 @@ def close(place: Place, found: Found) -> tuple[bool, list[str]]:
         now = _etag_of(place, _in_run(place, pointer.key))
         if pointer.old is not None and now is not None and now != pointer.old and _etag_of(place, f"{folder}/{pointer.key}") == pointer.old:
             pointers.append(pointer._replace(written=now))
-    nothing = not moved and not pointers and found.etag is not None  # killed before it moved anything: nothing to record
-    if nothing and place.control.delete_if_match(found.key, found.etag).value != "changed":  # type: ignore[arg-type]
-        return False, problems
+    etag = found.etag
+    if not moved and not pointers and etag is not None and place.control.delete_if_match(found.key, etag).value != "changed":
+        return False, problems  # killed before it moved anything: nothing to record
     closed = ObjectManifest(found.manifest.run, found.manifest.created, "done", tuple(moved), tuple(pointers))
     if found.etag is None or place.bucket.replace(found.key, closed.encode(), found.etag) is None:
         problems.append(f"{place.run.url_of(found.key)}: changed by someone else meanwhile: the interrupted repair is left as it was")
