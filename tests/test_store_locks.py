@@ -300,3 +300,19 @@ def test_a_lock_of_another_machine_with_this_hostname_is_not_taken_for_a_dead_pr
     result = cli("prune", "--keep-last", "1", *NOW, "--yes", url)
     assert result.exit_code == 3, result.stdout + result.stderr
     assert stores.epochs(weed_bucket) == [1, 2, 3, 4]
+
+
+@pytest.mark.usefixtures("no_retries")  # the client's own retries would hide the failed write
+@pytest.mark.parametrize("fault", [{"fault": "5xx", "status": 503}, {"fault": "reset"}], ids=["503", "reset-before"])
+def test_a_takeover_whose_write_never_reached_the_store_is_tried_again(
+    fault: dict[str, Any], weed_bucket: stores.Bucket, tmp_path: Path, cli: Any
+) -> None:
+    url = stores.burn_in(weed_bucket, tmp_path / "run", range(1, 5))
+    weed_bucket.put(LOCK, b'{"pid": 7, "host": "trainer-3", "lease": 1}')
+    time.sleep(2.1)  # its lease ran out, by the store's clock, which counts whole seconds
+    with FaultProxy(weed_bucket.endpoint, [Rule(**fault, when=_nth(1, "PUT", "/lock"))]) as proxy:
+        result = _through(proxy, cli)("prune", "--keep-last", "1", *NOW, "--yes", url)
+    assert [kind for _, _, kind in proxy.log if kind] == [fault["fault"]]
+    assert result.exit_code == 0, result.stderr  # not "another ckptdoctor took the lock over first"
+    assert "took over the lock of pid 7 on trainer-3" in result.stdout + result.stderr
+    assert stores.epochs(weed_bucket) == [4] and stores.own(weed_bucket) == []

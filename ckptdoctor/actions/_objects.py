@@ -251,19 +251,33 @@ def _take_over(place: Place, me: Holder, holder: Holder | None, info: ObjectInfo
 
 def _rewrite(place: Place, me: Holder, etag: str) -> str | None:
     """Write ``me`` over the lock while its ETag is ``etag``: its new ETag, None where it is
-    another's. An answer lost on the way is read back."""
-    try:
-        written = place.bucket.replace(place.lock, me.encode(), etag)
-    except PermissionError:
-        raise
-    except (StoreError, OSError):
-        written = None
-    if written is not None:
-        return written
-    found = _read(place)
-    if found is not None and found[0] is not None and found[0].nonce == me.nonce and not found[0].probe:
-        return found[1].etag
-    return None
+    another's now. A write whose answer was lost is read back; one that did not happen (the lock
+    is still the one of ``etag``) is tried again."""
+    failure: BaseException | None = None
+    for attempt in range(TRIES):
+        if attempt:
+            time.sleep(0.25 * 2**attempt)
+        try:
+            written = place.bucket.replace(place.lock, me.encode(), etag)
+            if written is not None:
+                return written
+        except PermissionError:
+            raise
+        except (StoreError, OSError) as error:
+            failure = error
+        try:
+            found = _read(place)
+        except (StoreError, OSError) as error:
+            failure = error
+            continue
+        if found is None:
+            return None  # released, or taken and released, meanwhile
+        holder, info = found
+        if holder is not None and holder.nonce == me.nonce and not holder.probe:
+            return info.etag
+        if info.etag != etag:
+            return None  # another's write
+    raise StoreError(f"{place.run.url_of(place.lock)}: the lock could not be written ({failure})")
 
 
 def _honours_conditions(place: Place, lease: Lease) -> None:
