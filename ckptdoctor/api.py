@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ckptdoctor.rules.rule import Rule
     from ckptdoctor.rules.search import Match
     from ckptdoctor.stores.session import configure as use_endpoint
+    from ckptdoctor.stores.urls import bad_endpoint as bad_endpoint
 
 __all__ = [
     "DENIED",
@@ -91,6 +92,7 @@ __all__ = [
     "Tally",
     "Tone",
     "VerifyOptions",
+    "bad_endpoint",
     "baseline",
     "check_rules",
     "diskcheck",
@@ -768,6 +770,7 @@ _LATER = {
     "BaselineError": "ckptdoctor.baseline", "check_rules": "ckptdoctor.config", "read_settings": "ckptdoctor.config:settings",
     "RESUME_TRIES": "ckptdoctor.pipelines.verify", "write_whole": "ckptdoctor.regular", "find_rule": "ckptdoctor.rules.registry",
     "use_endpoint": "ckptdoctor.stores.session:configure", "baseline": "ckptdoctor.baseline:", "DENIED": "ckptdoctor.regular",
+    "bad_endpoint": "ckptdoctor.stores.urls",
 }  # fmt: skip
 """What the command line uses from modules that would slow every import of the API, loaded on first use."""
 

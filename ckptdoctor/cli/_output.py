@@ -197,8 +197,8 @@ def use_endpoint(endpoint: str | None) -> None:
     if endpoint is None:
         return
     # loaded only when an endpoint is given: a local run's start-up does not change
+    from ckptdoctor.api import bad_endpoint
     from ckptdoctor.api import use_endpoint as configure
-    from ckptdoctor.stores.urls import bad_endpoint
 
     why = bad_endpoint(endpoint)
     if why is not None:
