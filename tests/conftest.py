@@ -160,10 +160,12 @@ def no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(obstore.store, name, functools.partial(getattr(obstore.store, name), retry_config={"max_retries": 0}))
 
 
-def _bucket_fixture(endpoint: str, name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
+def _bucket_fixture(endpoint: str, name: str, monkeypatch: pytest.MonkeyPatch, versioned: bool = False) -> Iterator[stores.Bucket]:
     from ckptdoctor.stores import session
 
     bucket = stores.bucket_in(endpoint, name)
+    if versioned:
+        bucket.s3.put_bucket_versioning(Bucket=bucket.name, VersioningConfiguration={"Status": "Enabled"})
     for variable, value in bucket.env.items():
         monkeypatch.setenv(variable, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -176,6 +178,13 @@ def _bucket_fixture(endpoint: str, name: str, monkeypatch: pytest.MonkeyPatch) -
 def moto_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
     """A prefix of its own in a bucket of the moto server, with the environment set to reach it."""
     yield from _bucket_fixture(moto_endpoint, "ckpt-moto", monkeypatch)
+
+
+@pytest.fixture
+def versioned_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
+    """A prefix in a versioned bucket of the moto server (a bucket of its own: versioning is the
+    whole bucket's, and the other tests' bucket stays unversioned)."""
+    yield from _bucket_fixture(moto_endpoint, "ckpt-moto-versioned", monkeypatch, versioned=True)
 
 
 @pytest.fixture

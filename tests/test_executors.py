@@ -191,7 +191,9 @@ def test_a_quarantine_goes_back_whole(place: Place) -> None:
     assert place.files() == before
 
 
-def test_a_repair_killed_part_way_is_closed_and_what_it_moved_goes_back(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
+def _repair_killed_part_way(place: Place, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """The run's newest checkpoint cut short, then a repair of it killed on its second move; the
+    run's files before the repair."""
     place.write("model-4.bpk", place.files()["model-4.bpk"][:100])
     before = place.files()
     with monkeypatch.context() as patched, pytest.raises(Killed), _acting(place) as (report, run):
@@ -199,6 +201,11 @@ def test_a_repair_killed_part_way_is_closed_and_what_it_moved_goes_back(place: P
         plan = repair.plan(run, layout_named(run.layout), list(report.findings), world, 0.0)
         place.kill_on_second_move(patched)
         place.executor.quarantine(run, plan, world.now)
+    return before
+
+
+def test_a_repair_killed_part_way_is_closed_and_what_it_moved_goes_back(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _repair_killed_part_way(place, monkeypatch)
     assert len(before) - len(place.files()) == 1, "one file was moved before the kill"
     with _acting(place) as (_, run):
         [killed] = place.executor.quarantines(run_root(run), home(run))
@@ -215,13 +222,7 @@ def test_a_repair_killed_part_way_is_closed_and_what_it_moved_goes_back(place: P
 def test_undo_after_a_killed_repair_and_a_second_one_names_the_first_and_following_it_puts_the_run_back(
     place: Place, monkeypatch: pytest.MonkeyPatch, cli: Any
 ) -> None:
-    place.write("model-4.bpk", place.files()["model-4.bpk"][:100])
-    before = place.files()
-    with monkeypatch.context() as patched, pytest.raises(Killed), _acting(place) as (report, run):
-        world = _world(place, run)
-        plan = repair.plan(run, layout_named(run.layout), list(report.findings), world, 0.0)
-        place.kill_on_second_move(patched)
-        place.executor.quarantine(run, plan, world.now)
+    before = _repair_killed_part_way(place, monkeypatch)
     again = cli("repair", "--min-age", "0", "--yes", place.url)  # closes the killed one, moves the rest
     assert again.exit_code == 0, again.stderr
     assert "closed an interrupted repair" in again.stdout + again.stderr

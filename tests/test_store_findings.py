@@ -212,20 +212,6 @@ def test_a_refused_listing_is_said_and_never_stands_for_none(monkeypatch: pytest
 # --- CKD507: older versions and delete markers -------------------------------------------------
 
 
-@pytest.fixture
-def versioned_bucket(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A prefix in a versioned bucket of the moto server (a bucket of its own: versioning is the
-    whole bucket's, and the other tests' bucket stays unversioned)."""
-    bucket = stores.bucket_in(moto_endpoint, "ckpt-moto-versioned")
-    bucket.s3.put_bucket_versioning(Bucket=bucket.name, VersioningConfiguration={"Status": "Enabled"})
-    for variable, value in bucket.env.items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    session.forget()
-    yield bucket
-    session.forget()
-
-
 def test_deletes_on_a_versioned_bucket_are_noncurrent_versions(versioned_bucket: stores.Bucket, tmp_path: Path, inspect_json: Any) -> None:
     url, objects = _burn_run(versioned_bucket, tmp_path)
     healthy = inspect_json(url).json

@@ -23,7 +23,6 @@ import shutil
 import struct
 import subprocess
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +36,6 @@ pytestmark = pytest.mark.slow  # a real S3 server on 127.0.0.1
 
 pytest.importorskip("obstore")
 pytest.importorskip("boto3")
-
-
-@pytest.fixture
-def versioned(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[stores.Bucket]:
-    """A prefix of its own in a versioned bucket of the moto server, the environment set to reach it."""
-    bucket = stores.bucket_in(moto_endpoint, "ckpt-moto-versioned")
-    bucket.s3.put_bucket_versioning(Bucket=bucket.name, VersioningConfiguration={"Status": "Enabled"})
-    for variable, value in bucket.env.items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    session.forget()
-    yield bucket
-    session.forget()
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +86,11 @@ def _download(bucket: stores.Bucket, into: Path) -> Path:
 
 
 def test_a_cut_overwrite_names_the_whole_previous_version_and_its_command_restores_the_run(
-    versioned: stores.Bucket, loop_run: Path, tmp_path: Path, inspect_json: Any, cli: Any
+    versioned_bucket: stores.Bucket, loop_run: Path, tmp_path: Path, inspect_json: Any, cli: Any
 ) -> None:
-    url = versioned.upload(loop_run, "run")
+    url = versioned_bucket.upload(loop_run, "run")
     whole = (loop_run / "model_2.safetensors").read_bytes()
-    previous = _cut_over(versioned, "model_2.safetensors", whole)
+    previous = _cut_over(versioned_bucket, "model_2.safetensors", whole)
     report = inspect_json(url).json
     assert any(f["code"] == "CKD203" and f["path"].endswith("/model_2.safetensors") for f in report["findings"])
     found = _previous(report, "model_2.safetensors")
@@ -114,8 +100,8 @@ def test_a_cut_overwrite_names_the_whole_previous_version_and_its_command_restor
     assert "checked by its length; its CRC32 checksum, which the store keeps, was not computed" in found["message"]
     session.forget()
 
-    _restore(versioned, found)
-    assert versioned.get("run/model_2.safetensors") == whole
+    _restore(versioned_bucket, found)
+    assert versioned_bucket.get("run/model_2.safetensors") == whole
     session.forget()
     checked = cli("verify", "--json", url)
     assert checked.exit_code == 0, checked.stdout
@@ -123,7 +109,7 @@ def test_a_cut_overwrite_names_the_whole_previous_version_and_its_command_restor
     # the framework decides: safetensors opens the restored object, and the loop resumes from the run
     from safetensors import safe_open
 
-    folder = _download(versioned, tmp_path)
+    folder = _download(versioned_bucket, tmp_path)
     with safe_open(str(folder / "model_2.safetensors"), framework="pt") as opened:
         assert set(opened.keys()) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     *_, epoch = frameworks.loop_resume(folder / "model_2.safetensors", "split")
@@ -131,17 +117,19 @@ def test_a_cut_overwrite_names_the_whole_previous_version_and_its_command_restor
 
 
 def test_two_cut_overwrites_name_the_whole_version_two_back_checked_by_its_checksum_in_verify(
-    versioned: stores.Bucket, loop_run: Path, tmp_path: Path, cli: Any, inspect_json: Any
+    versioned_bucket: stores.Bucket, loop_run: Path, tmp_path: Path, cli: Any, inspect_json: Any
 ) -> None:
-    url = versioned.upload(loop_run, "run")
+    url = versioned_bucket.upload(loop_run, "run")
     whole = (loop_run / "optimizer_2.pt").read_bytes()
     # the first version is put again with a SHA-256 the store keeps, as `aws s3 cp --checksum-algorithm SHA256` does
-    versioned.s3.put_object(Bucket=versioned.name, Key=versioned.key("run", "optimizer_2.pt"), Body=whole, ChecksumAlgorithm="SHA256")
+    versioned_bucket.s3.put_object(
+        Bucket=versioned_bucket.name, Key=versioned_bucket.key("run", "optimizer_2.pt"), Body=whole, ChecksumAlgorithm="SHA256"
+    )
     kept = base64.b64encode(hashlib.sha256(whole).digest()).decode()
-    good = _versions(versioned, "optimizer_2.pt")[0]["VersionId"]
-    _cut_over(versioned, "optimizer_2.pt", whole)
-    _cut_over(versioned, "optimizer_2.pt", whole[: len(whole) * 9 // 10])
-    assert len(_versions(versioned, "optimizer_2.pt")) == 4
+    good = _versions(versioned_bucket, "optimizer_2.pt")[0]["VersionId"]
+    _cut_over(versioned_bucket, "optimizer_2.pt", whole)
+    _cut_over(versioned_bucket, "optimizer_2.pt", whole[: len(whole) * 9 // 10])
+    assert len(_versions(versioned_bucket, "optimizer_2.pt")) == 4
 
     found = _previous(inspect_json(url).json, "optimizer_2.pt")
     assert f"a whole previous version exists: {good} (" in found["message"]
@@ -151,33 +139,33 @@ def test_two_cut_overwrites_name_the_whole_version_two_back_checked_by_its_check
     found = _previous(verified, "optimizer_2.pt")
     assert f"a whole previous version exists: {good} (" in found["message"]
     assert "checked by its length and its SHA256 checksum" in found["message"], found["message"]
-    stored = versioned.s3.head_object(
-        Bucket=versioned.name, Key=versioned.key("run", "optimizer_2.pt"), VersionId=good, ChecksumMode="ENABLED"
+    stored = versioned_bucket.s3.head_object(
+        Bucket=versioned_bucket.name, Key=versioned_bucket.key("run", "optimizer_2.pt"), VersionId=good, ChecksumMode="ENABLED"
     )
     assert stored["ChecksumSHA256"] == kept  # the checksum computed is the one put with that version
     session.forget()
 
-    _restore(versioned, found)
+    _restore(versioned_bucket, found)
     import torch
 
-    folder = _download(versioned, tmp_path)
+    folder = _download(versioned_bucket, tmp_path)
     state = torch.load(folder / "optimizer_2.pt", weights_only=True)
     assert set(state) == {"state", "param_groups"}
     *_, epoch = frameworks.loop_resume(folder / "model_2.safetensors", "split")
     assert epoch == 2
 
 
-def test_older_versions_damaged_too_or_none_kept_are_said(versioned: stores.Bucket, loop_run: Path, inspect_json: Any) -> None:
-    run = versioned.key("run")
+def test_older_versions_damaged_too_or_none_kept_are_said(versioned_bucket: stores.Bucket, loop_run: Path, inspect_json: Any) -> None:
+    run = versioned_bucket.key("run")
     whole = (loop_run / "model_1.safetensors").read_bytes()
     for path in sorted(loop_run.iterdir()):
         data = path.read_bytes()
         # model_1's every upload was cut; scheduler_2.pt's one upload was cut, and it was never overwritten
         if path.name in ("model_1.safetensors", "scheduler_2.pt"):
             data = data[: len(data) // 2]
-        versioned.s3.put_object(Bucket=versioned.name, Key=f"{run}/{path.name}", Body=data)
-    versioned.put("run/model_1.safetensors", whole[: len(whole) * 3 // 4])
-    report = inspect_json(versioned.url("run")).json
+        versioned_bucket.s3.put_object(Bucket=versioned_bucket.name, Key=f"{run}/{path.name}", Body=data)
+    versioned_bucket.put("run/model_1.safetensors", whole[: len(whole) * 3 // 4])
+    report = inspect_json(versioned_bucket.url("run")).json
     damaged = _previous(report, "model_1.safetensors")
     assert "no whole previous version to restore: its older version is damaged too (truncated)" in damaged["message"]
     assert not any("copy-object" in fix for fix in damaged["fixes"])
@@ -188,10 +176,10 @@ def test_older_versions_damaged_too_or_none_kept_are_said(versioned: stores.Buck
 
 
 def test_a_healthy_versioned_run_has_no_previous_version_finding_and_reads_no_version(
-    versioned: stores.Bucket, loop_run: Path, inspect_json: Any, monkeypatch: pytest.MonkeyPatch
+    versioned_bucket: stores.Bucket, loop_run: Path, inspect_json: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = versioned.upload(loop_run, "run")
-    versioned.upload(loop_run, "run")  # every object overwritten whole: older versions, none needed
+    url = versioned_bucket.upload(loop_run, "run")
+    versioned_bucket.upload(loop_run, "run")  # every object overwritten whole: older versions, none needed
     asked = _asked(monkeypatch)
     report = inspect_json(url).json
     assert "CKD216" not in {f["code"] for f in report["findings"]}
@@ -235,17 +223,17 @@ def _asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_verify_says_the_older_versions_it_reads_in_what_it_will_download_and_reads_no_other(
-    versioned: stores.Bucket, loop_run: Path, cli: Any
+    versioned_bucket: stores.Bucket, loop_run: Path, cli: Any
 ) -> None:
     from test_verify_egress import _verified
 
-    url = versioned.upload(loop_run, "run")
-    _cut_over(versioned, "model_2.safetensors", (loop_run / "model_2.safetensors").read_bytes())  # the header read sees it
+    url = versioned_bucket.upload(loop_run, "run")
+    _cut_over(versioned_bucket, "model_2.safetensors", (loop_run / "model_2.safetensors").read_bytes())  # the header read sees it
     flipped = bytearray((loop_run / "optimizer_2.pt").read_bytes())
     member = zipfile.ZipFile(loop_run / "optimizer_2.pt").getinfo("optimizer_2/data/1")
     name, extra = struct.unpack("<HH", flipped[member.header_offset + 26 : member.header_offset + 30])
     flipped[member.header_offset + 30 + name + extra + 100] ^= 0xFF  # a tensor's byte: only the CRC-32 of a whole read sees it
-    versioned.put("run/optimizer_2.pt", bytes(flipped))
+    versioned_bucket.put("run/optimizer_2.pt", bytes(flipped))
     result, _, received, said = _verified(cli, "--deep", "--json", url)
     assert said is not None and received <= said, (received, said)
     assert "CKD206" in result.codes()
@@ -257,15 +245,15 @@ def test_verify_says_the_older_versions_it_reads_in_what_it_will_download_and_re
 
 @pytest.mark.parametrize("where", ["exp 1+é", "it's & $(x)"])
 def test_the_restore_command_is_right_for_a_key_that_needs_quoting_and_encoding(
-    where: str, versioned: stores.Bucket, loop_run: Path, cli: Any, inspect_json: Any
+    where: str, versioned_bucket: stores.Bucket, loop_run: Path, cli: Any, inspect_json: Any
 ) -> None:
-    url = versioned.upload(loop_run, where, "run")
+    url = versioned_bucket.upload(loop_run, where, "run")
     whole = (loop_run / "model_2.safetensors").read_bytes()
-    versioned.put(f"{where}/run/model_2.safetensors", whole[: len(whole) // 2])
+    versioned_bucket.put(f"{where}/run/model_2.safetensors", whole[: len(whole) // 2])
     report = inspect_json(url).json
     found = next(f for f in report["findings"] if f["code"] == "CKD216" and f["path"].endswith("/model_2.safetensors"))
     session.forget()
-    _restore(versioned, found)  # as printed: the CLI (or boto3) encodes the copy source itself
-    assert versioned.get(f"{where}/run/model_2.safetensors") == whole
+    _restore(versioned_bucket, found)  # as printed: the CLI (or boto3) encodes the copy source itself
+    assert versioned_bucket.get(f"{where}/run/model_2.safetensors") == whole
     session.forget()
     assert cli("verify", url).exit_code == 0
