@@ -81,6 +81,8 @@ class Bucket:
         self._archives: dict[str, Archive] = {}
         self._archive_gates: dict[str, threading.Lock] = {}
         self._archive_lock = threading.Lock()
+        self._control: Any = None
+        self._control_tried = False
 
     def objects(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose key starts with ``prefix``, in one recursive listing."""
@@ -280,13 +282,17 @@ class Bucket:
         return ArchivedObject(self.location.url_of(key), found)
 
     def _head_archive(self, key: str, said: Archive) -> Archive:
-        from ckptdoctor.stores import session  # boto3's client: only for a bucket holding an archived object
+        from ckptdoctor.stores import control_plane  # boto3: only for a bucket holding an archived object
 
-        try:
-            control = session.control(self.location)
-        except StoreError:  # no boto3: the class the read named; whether a restore is under way is not known
-            return said
-        return control.archive(key, said)
+        with self._archive_lock:
+            if not self._control_tried:  # the client, made once
+                self._control_tried = True
+                try:
+                    self._control = control_plane.Control(self.location, self.endpoint, lambda requests: self.traffic.add(requests, 0))
+                except StoreError:  # no boto3: the class the read named; whether a restore is under way is not known
+                    self._control = None
+            control = self._control
+        return control.archive(key, said) if control is not None else said
 
     def first(self, prefix: str) -> ObjectInfo | None:
         """The first object whose key starts with ``prefix`` (one listing request), None for
@@ -335,6 +341,8 @@ class Bucket:
         message = self.refused(what, key, error)
         status, code = _status(error), _code(error)
         if isinstance(error, UnauthenticatedError) or status == 401 or code in _BAD_CREDENTIALS or code == "NoSuchBucket":
+            return StoreError(message)
+        if _not_s3(error, what):
             return StoreError(message)
         if _not_s3(error, what):
             return StoreError(message)
