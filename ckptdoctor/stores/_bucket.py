@@ -344,8 +344,6 @@ class Bucket:
             return StoreError(message)
         if _not_s3(error, what):
             return StoreError(message)
-        if _not_s3(error, what):
-            return StoreError(message)
         if status is None and not isinstance(error, PermissionDeniedError) and code != "AccessDenied":
             return StoreError(message)
         if isinstance(error, PermissionDeniedError) or status == 403 or code == "AccessDenied":
