@@ -3,11 +3,14 @@ colour need: stdin and stderr on the terminal, stdout on it too or wherever the 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
+import struct
 import subprocess
+import termios
 import threading
 import time
 from typing import IO
@@ -16,12 +19,19 @@ PROMPT = b"[y/N]: "
 
 
 def in_terminal(
-    command: list[str], env: dict[str, str], stdout: int | IO[bytes] | None = None, answer: bytes | None = None
+    command: list[str],
+    env: dict[str, str],
+    stdout: int | IO[bytes] | None = None,
+    answer: bytes | None = None,
+    columns: int | None = None,
 ) -> tuple[int, bytes, bytes]:
     """Run ``command``; type ``answer`` once the prompt shows (None: type nothing). ``stdout``:
-    None for the terminal, else a file or ``subprocess.PIPE``. Returns the exit code, what the
-    terminal showed, and what a pipe on stdout got."""
+    None for the terminal, else a file or ``subprocess.PIPE``; ``columns``: the terminal's width
+    (None: a pseudo-terminal's own, none). Returns the exit code, what the terminal showed, and
+    what a pipe on stdout got."""
     master, slave = pty.openpty()
+    if columns is not None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     proc = subprocess.Popen(command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True)
     os.close(slave)
     piped: list[bytes] = []

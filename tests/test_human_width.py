@@ -16,6 +16,7 @@ from frameworks import copy_run
 
 from ckptdoctor.model import Finding, Report
 from ckptdoctor.render import human
+from ckptdoctor.render.lines import WORD
 from ckptdoctor.rules.registry import RULES
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "runs"
@@ -51,7 +52,7 @@ def test_every_commands_table_keeps_index_and_status_whole(cli, runs, width):
             out = cli(command, run, env=env).stdout
             _rows_whole(out, [(i, s.replace("complete-roles-unread", "complete")) for i, s in unit_rows])
             # only a word or a code span longer than a line is left longer, alone on its line
-            assert all(len(line) <= width or len(human._WORD.findall(line)) == 1 for line in out.splitlines()), out
+            assert all(len(line) <= width or len(WORD.findall(line)) == 1 for line in out.splitlines()), out
         disk = cli("diskcheck", run, env=env).stdout
         _rows_whole(disk, [(i, "") for i, _ in unit_rows])
         pruned = cli("prune", "--dry-run", "--keep-last", "1", run, env=env).stdout

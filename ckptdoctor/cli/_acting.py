@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
-from ckptdoctor.cli._errors import say
+from ckptdoctor.cli._errors import fitted, say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_USAGE,
@@ -231,7 +231,7 @@ def ask(text: str) -> bool:
     """Ask on the terminal: the prompt on stderr, the answer from stdin, so that stdout (the plan,
     perhaps redirected to a file or a pipe) gets neither. Only ``y`` or ``yes`` go ahead; anything
     else, or end of input, is a no."""
-    sys.stderr.write(f"{text} [y/N]: ")
+    sys.stderr.write(f"{fitted(f'{text} [y/N]:')} ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import typer
 
 from ckptdoctor.errors import EXIT_FINDINGS, EXIT_USAGE, CkptdoctorError, StoreError
+from ckptdoctor.render.lines import fill, stderr_width
 
 ACTING = frozenset({"prune", "repair"})
 """Commands that change runs: what stops them part-way says that nothing to be kept was touched."""
@@ -41,13 +42,19 @@ def explained(command: str) -> Iterator[None]:
 
 
 def say(line: str) -> None:
-    """One plain line on stderr (errors, hints): no rich needed, so ``--json`` runs never load it;
-    control characters in it (from a file's name) shown, never obeyed."""
+    """One message on stderr (errors, hints): no rich needed, so ``--json`` runs never load it."""
+    sys.stderr.write(fitted(line) + "\n")
+    sys.stderr.flush()
+
+
+def fitted(line: str) -> str:
+    """``line`` as said on stderr: its control characters (from a file's name) shown, never
+    obeyed; wrapped at its spaces to the terminal's width (or ``$COLUMNS``), a path or a command
+    never broken; with no width (a pipe, a file), one line, as scripts grep it."""
     # loaded when something is said: --help stays fast
     from ckptdoctor.api import printable
 
-    sys.stderr.write(printable(line, line=True) + "\n")
-    sys.stderr.flush()
+    return fill(printable(line, line=True), stderr_width())
 
 
 def stdout_failed(error: OSError) -> bool:

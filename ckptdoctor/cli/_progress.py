@@ -17,6 +17,7 @@ from ckptdoctor.api import Tally, size
 from ckptdoctor.cli._output import stderr_console
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.live import Live
     from rich.spinner import Spinner
 
@@ -48,6 +49,7 @@ class ScanStatus:
         self._timer: threading.Timer | None = None
         self._live: Live | None = None
         self._spinner: Spinner | None = None
+        self._console: Console | None = None
         self._stopped = False
         self._reading_since: tuple[float, int] | None = None
 
@@ -85,8 +87,9 @@ class ScanStatus:
             if self._stopped:
                 return
             self._spinner = Spinner("dots", style="cyan")
+            self._console = stderr_console()
             live = Live(
-                get_renderable=self._render, console=stderr_console(), transient=True, refresh_per_second=8,
+                get_renderable=self._render, console=self._console, transient=True, refresh_per_second=8,
                 redirect_stdout=False, redirect_stderr=False,
             )  # fmt: skip
             live.start(refresh=True)
@@ -96,8 +99,9 @@ class ScanStatus:
         # rich loads only when the line is shown
         from rich.text import Text
 
-        assert self._spinner is not None and self.tally is not None
-        self._spinner.update(text=Text(self.line(self.tally), no_wrap=True, overflow="ellipsis"))
+        assert self._spinner is not None and self._console is not None and self.tally is not None
+        # the spinner's frame and a space take two columns
+        self._spinner.update(text=Text(shortened(self.line(self.tally), self._console.width - 2)))
         return self._spinner
 
     def line(self, tally: Tally) -> str:
@@ -114,6 +118,19 @@ class ScanStatus:
         if rate > 0:
             left = f" · about {_duration((tally.bytes_to_read - tally.bytes_read) / rate)} left"
         return f"reading: {tally.read:,} of {_count(tally.to_read, 'file')} · {size(tally.bytes_read)} of {size(tally.bytes_to_read)}{left}"
+
+
+def shortened(line: str, width: int) -> str:
+    """``line`` with as many of its parts (`` · ``-separated) as fit in ``width``: a number or a
+    word is never cut at the edge of the screen (the first part is kept whole, as the terminal cuts it)."""
+    parts = line.split(_PART)
+    kept = 1
+    while kept < len(parts) and len(_PART.join(parts[: kept + 1])) <= width:
+        kept += 1
+    return _PART.join(parts[:kept])
+
+
+_PART = " · "
 
 
 def _count(n: int, one: str) -> str:

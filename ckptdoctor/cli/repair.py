@@ -82,7 +82,7 @@ def repair(
     if human and not quiet:  # the resume point is the one kept: the last lines say where each run goes on
         console = stdout_console()
         for run in repaired.advised:
-            console.print(resume_block(run, console.width, named=repaired.changed > 1))
+            console.print(resume_block(run, console.width, named=repaired.changed > 1), crop=False)  # a path wider than the screen: whole
     for line in outcome.problems:
         say(f"ckptdoctor: error: {line}")
     if outcome.problems and not undo:

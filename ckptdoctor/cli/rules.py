@@ -6,12 +6,12 @@ from typing import Annotated
 
 import typer
 
+from ckptdoctor.cli._errors import say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     JsonFlag,
     chosen,
     format_option,
-    stderr_console,
     write,
 )
 from ckptdoctor.render import Kind, RenderOptions, named
@@ -43,6 +43,6 @@ def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = Fals
     renderer = named(chosen(fmt, as_json), Kind.RULES)
     answer = api.run_rules(api.RulesOptions(query, full))
     if not answer.rules:
-        stderr_console().print(f"No rule matches {query!r}. `ckptdoctor rules` lists them all.", markup=False)
+        say(f"No rule matches {query!r}. `ckptdoctor rules` lists them all.")
         raise typer.Exit(EXIT_FINDINGS)
     write(renderer.module().render_rules(answer.rules, RenderOptions(explain=answer.explain), answer.matches), None)

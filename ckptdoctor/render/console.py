@@ -7,6 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ckptdoctor.render.lines import stderr_width
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -49,8 +51,8 @@ def stderr_console() -> Console:
     # rich loads only when something is rendered for people
     from rich.console import Console
 
-    # one message, one line: scripts grep stderr, and wrapped paths do not paste back
-    return _shows_controls(Console(stderr=True, highlight=False, soft_wrap=True, emoji=False))
+    # with no width (a pipe, a file), one message, one line: scripts grep stderr
+    return _shows_controls(Console(stderr=True, highlight=False, soft_wrap=stderr_width() is None, emoji=False))
 
 
 def _shows_controls(console: Console) -> Console:

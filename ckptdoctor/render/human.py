@@ -36,6 +36,7 @@ from ckptdoctor.model import (
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render.console import stdout_console
+from ckptdoctor.render.lines import MIN_PROSE, WORD, pieces
 from ckptdoctor.rules.rule import BEHIND_RESUME, Rule
 from ckptdoctor.units import files_or_folders, size
 
@@ -168,7 +169,7 @@ def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
     """The resume point, then how the run's framework resumes from it: said once per run, here
     at the end, not as a fix of every finding; ``named``: under the run's path, where several
     runs' resume points follow each other with no table between them."""
-    lines: list[RenderableType] = [Text(run.path, style="bold")] if named else []
+    lines: list[RenderableType] = [wrap(Text(run.path, style="bold"), width)] if named else []
     lines.append(wrap(resume_line(run), width, 2))
     if run.resume_how and run.resume is not None and not run.resume_depends_on:
         lines.append(_hanging("  how:", "dim", f" {run.resume_how}", 4, width))
@@ -402,8 +403,6 @@ def _contents(file: CheckpointFile) -> Text:
 
 _GAP = 2
 """Spaces between two columns of a table with no box and no edge padding (rich's padding of 1 each side)."""
-MIN_PROSE = 40
-"""The narrowest text is wrapped to, however narrow the screen."""
 
 
 @dataclass(frozen=True)
@@ -429,18 +428,19 @@ def _fitted(columns: Sequence[_Column], width: int) -> tuple[list[_Column], bool
     those dropped: file names give up their common part first, then whole columns go (the healthy
     first, then the size, then those that say what is missing or broken); no column is ever crushed."""
     shown = list(columns)
-
-    def total(short: bool) -> int:
-        return sum(column.width(short) for column in shown) + _GAP * (len(shown) - 1)
-
-    short = total(False) > width and any(column.short is not None for column in shown)
+    short = _total_width(shown, False) > width and any(column.short is not None for column in shown)
     dropped: list[str] = []
     for column in sorted((c for c in columns if c.drop is not None), key=lambda c: c.drop or 0):
-        if total(short) <= width:
+        if _total_width(shown, short) <= width:
             break
         shown.remove(column)
         dropped.append(column.header)
     return shown, short, dropped
+
+
+def _total_width(columns: Sequence[_Column], short: bool) -> int:
+    """The width of a table of ``columns`` (shortened where ``short``) with no column crushed."""
+    return sum(column.width(short) for column in columns) + _GAP * (len(columns) - 1)
 
 
 def _table(run: Run, show_all: bool, width: int) -> RenderableType:
@@ -608,39 +608,20 @@ def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
     return wrap(text, width, indent)
 
 
-_WORD = re.compile(r"(?:`[^`]*`|\d[\d.,]* (?:[KMGT]iB|B)\b|[^\s`]|`)+")
-"""What a line is never broken inside: a word, a code span (a command) with its spaces, and a size
-with its unit (``214.4 KiB``)."""
-
-
 def wrap(text: Text, width: int, indent: int = 0) -> Text:
     """``text`` wrapped at its spaces to ``width`` (at least :data:`MIN_PROSE`), continuation lines
-    indented by ``indent``, its styles kept. A code span is never broken: one that does not fit
-    goes on a line of its own, however long, so that it pastes back whole (rich is told not to
-    wrap the result again)."""
-    width = max(width, MIN_PROSE)
-    plain = text.plain
+    indented by ``indent``, its styles kept. A word, a path or a code span is never broken: one
+    that does not fit goes on a line of its own, however long, so that it pastes back whole
+    (rich is told not to wrap the result again)."""
+    return _filled(text, max(width, MIN_PROSE), indent)
+
+
+def _filled(text: Text, width: int, indent: int = 0) -> Text:
+    """``text`` wrapped to ``width`` exactly (a table's cell, narrower than prose may be)."""
     out = Text(style=text.style, end=text.end, no_wrap=True, overflow="ignore")
-    column = 0
-    previous = 0
-    for match in _WORD.finditer(plain):
-        start, end = match.span()
-        gap = plain[previous:start]
-        if "\n" in gap:
-            out.append("\n" + " " * indent)
-            column = indent
-        elif not previous:  # the text's own indentation
-            out.append(gap)
-            column = len(gap)
-        elif column + len(gap) + cell_len(match.group()) > width and column > indent:
-            out.append("\n" + " " * indent)
-            column = indent
-        else:
-            out.append(gap)
-            column += len(gap)
+    for gap, start, end in pieces(text.plain, width, indent, cell_len):
+        out.append(gap)
         out.append_text(text[start:end])
-        column += cell_len(match.group())
-        previous = end
     return out
 
 
@@ -653,34 +634,78 @@ _ACTION_STYLE = {
 }
 
 
+MIN_REASONS = 20
+"""The narrowest a repair plan's REASONS column is wrapped in beside the paths it moves (WHAT);
+narrower, each row's paths go on the lines under it instead."""
+
+
 def plan_block(
     plan: Plan, unit: str, show_all: bool = False, summary: Callable[[Plan, str], str] | None = None, width: int = 80
 ) -> RenderableType:
     """A plan as a table (INDEX / ACTION / REASONS / SIZE, and WHAT for a repair) and the line
-    that sums it up."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column(unit.upper(), justify="right", no_wrap=True)
-    table.add_column("ACTION", no_wrap=True)
-    named = summary is not None  # repair acts on files and pointers, not only whole checkpoints
-    if named:
-        table.add_column("WHAT", overflow="fold")
-    table.add_column("REASONS", overflow="fold")
-    table.add_column("SIZE", justify="right", no_wrap=True)
+    that sums it up, fitted to ``width``: the reasons wrapped at their words; what a repair acts
+    on are paths to paste, never broken: in the WHAT column where each fits beside the reasons,
+    else under its row, each whole."""
     items = plan.items if show_all or len(plan.items) <= NEWEST_ROWS * 2 else plan.items[-NEWEST_ROWS * 2 :]
-    for item in items:
-        cells: list[str | Text] = [
-            str(item.number) if item.number is not None else "-",
+    named = summary is not None  # repair acts on files and pointers, not only whole checkpoints
+    indexes = [str(item.number) if item.number is not None else "-" for item in items]
+    reasons = ["; ".join(item.reasons) for item in items]
+    sizes = [size(item.bytes) for item in items]
+    what = [", ".join(_relative(path, plan.run) for path in item.paths) for item in items]
+    fixed = [_widest(unit.upper(), indexes), _widest("ACTION", [item.action.value for item in items]), _widest("SIZE", sizes)]
+    room = width - sum(fixed) - 3 * _GAP  # for the reasons, and the paths with their gap where they go beside them
+    reasons_width = max(min(_widest("REASONS", reasons), room), _longest_word(reasons))
+    beside = named and _longest_word(what, "WHAT") + _GAP + min(reasons_width, MIN_REASONS) <= room
+    if beside:
+        what_width = min(_widest("WHAT", what), max(_longest_word(what, "WHAT"), room - _GAP - reasons_width))
+        reasons_width = max(min(reasons_width, room - _GAP - what_width), _longest_word(reasons))
+    columns: list[tuple[str, JustifyMethod, int]] = [(unit.upper(), "right", fixed[0]), ("ACTION", "left", fixed[1])]
+    if beside:
+        columns.append(("WHAT", "left", what_width))
+    columns += [("REASONS", "left", reasons_width), ("SIZE", "right", fixed[2])]
+    rows = [
+        [
+            Text(index),
             Text(item.action.value, style=_ACTION_STYLE[item.action]),
+            *([_filled(Text(paths), what_width)] if beside else []),
+            _filled(Text(why), reasons_width),
+            Text(bytes_),
         ]
-        if named:
-            cells.append(", ".join(_relative(path, plan.run) for path in item.paths))
-        table.add_row(*cells, "; ".join(item.reasons), size(item.bytes))
-    parts: list[RenderableType] = [Text.assemble((plan.run, "bold"), f"  {plan.policy}"), table]
+        for item, index, paths, why, bytes_ in zip(items, indexes, what, reasons, sizes, strict=True)
+    ]
+    parts: list[RenderableType] = [wrap(Text.assemble((plan.run, "bold"), f"  {plan.policy}"), width, 2)]
+    if named and not beside:  # each row's paths under it, as far in as its action
+        under = fixed[0] + _GAP
+        for position, (row, paths) in enumerate(zip(rows, what, strict=True)):
+            parts += [_plan_table(columns, [row], header=not position), wrap(Text(" " * under + paths), width, under)]
+    if beside or not named or not rows:
+        parts.append(_plan_table(columns, rows, header=True))
     if len(items) < len(plan.items):
         hidden = len(plan.items) - len(items)
         parts.append(Text(f"… {hidden} older {unit if hidden == 1 else unit + 's'} not shown (--all shows them)", style="dim"))
     parts.append(wrap(Text((summary or plan_summary)(plan, unit)), width, 2))
     return Group(*parts)
+
+
+def _plan_table(columns: Sequence[tuple[str, JustifyMethod, int]], rows: Sequence[Sequence[Text]], header: bool) -> Table:
+    """Rows of a plan in columns of the widths given (so that the tables of a plan whose paths go
+    under each row line up as one), their cells already wrapped to them."""
+    table = Table(box=None, header_style="bold", pad_edge=False, show_header=header)
+    for title, justify, column_width in columns:
+        table.add_column(title, justify=justify, no_wrap=True, width=column_width)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _widest(header: str, cells: Sequence[str]) -> int:
+    """The width of a column of ``cells`` under ``header``, each on one line."""
+    return max([cell_len(header), *(cell_len(cell) for cell in cells)])
+
+
+def _longest_word(texts: Sequence[str], header: str = "") -> int:
+    """The width of the longest word, path or code span of ``texts``: the narrowest they wrap in."""
+    return max([cell_len(header), *(cell_len(word) for text in texts for word in WORD.findall(text))])
 
 
 def _relative(path: str, run: str) -> str:
@@ -762,12 +787,19 @@ def runs_summary(rows: Sequence[SummaryRow], acting: Sequence[PlanColumn], width
         ),
     ]
     fitted, _, dropped = _fitted(columns, width)
+    numbered = _total_width(fitted, False) > width
+    if numbered:  # a path wider than the screen allows: a number in its row, the path whole under the table
+        columns[0] = _Column("RUN", tuple(Text(str(number)) for number in range(1, len(rows) + 1)), justify="right")
+        fitted, _, dropped = _fitted(columns, width)
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in fitted:  # a run's path longer than the screen folds, whole, rather than lose its end
-        table.add_column(column.header, justify=column.justify, no_wrap=column.header != "RUN", overflow="fold")
+    for column in fitted:
+        table.add_column(column.header, justify=column.justify, no_wrap=True)
     for row in range(len(rows)):
         table.add_row(*(column.cells[row] for column in fitted))
-    parts: list[RenderableType] = [Text.assemble((_count(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
+    title = Text.assemble((_count(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else "")
+    parts: list[RenderableType] = [wrap(title, width, 2), table]
+    if numbered:
+        parts += [wrap(Text(f"{number}: {_below(path, parent)}"), width, 2) for number, path in enumerate(paths, 1)]
     if dropped:
         parts.append(wrap(Text(f"not shown at this width: {', '.join(dropped)}", style="dim"), width, 2))
     return Group(*parts)
