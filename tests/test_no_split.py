@@ -108,35 +108,52 @@ def _table_words(text: str) -> set[str]:
 @pytest.mark.slow
 def test_every_line_fits_and_no_word_is_split(cli: Callable[..., Result], sweep: Path) -> None:
     whole = _outputs(cli, sweep, None)
-    assert "\n" not in whole["missing"][1].rstrip("\n"), "piped with no width: one message, one line"
     assert any(LONG in line and len(line) > 100 for line in whole["repair done"][1].splitlines())
     for width in WIDTHS:
         narrow = _outputs(cli, sweep, str(width))
         for name, (stdout, stderr) in narrow.items():
             assert not _fits(stdout, width), (name, width, _fits(stdout, width), stdout)
-            assert not _fits(stderr, width), (name, width, _fits(stderr, width), stderr)
-            # stderr is prose: the same words in the same order, only the line breaks differ
-            assert _words(stderr) == _words(whole[name][1]), (name, width, stderr)
             # a table's cells wrap anywhere their words may: each word printed is one of the unbounded output's
             split = _table_words(stdout) - set(_words(whole[name][0]))
             assert not split, (name, width, split, stdout)
-    # the undo command a repair prints, and the quarantine it names, are whole on their lines
-    done, run = narrow["repair done"][1], re.escape(str(sweep / LONG / "checkpoint"))
-    assert re.search(rf"^ *`ckptdoctor repair --undo --no-recurse {run}`", done, re.MULTILINE), done
-    assert re.search(rf"^ *{run}/\.ckptdoctor/quarantine/\d{{8}}-\d{{6}}-\w+;$", done, re.MULTILINE), done
+            # stderr on no terminal, whatever $COLUMNS says: each message one line, as scripts grep it
+            assert _CHANGING.sub("0", stderr) == _CHANGING.sub("0", whole[name][1]), (name, width, stderr)
+
+
+def _on_terminal(args: tuple[str, ...], width: int, answer: bytes | None = None) -> tuple[str, str]:
+    """What a terminal ``width`` columns wide shows on stderr (stdin on it too: ``answer`` is
+    typed at a prompt), and stdout, piped, as ``(screen, stdout)``."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "ckptdoctor", *args]
+    _, shown, piped = in_terminal(command, env, subprocess.PIPE, answer, columns=width)
+    return "\n".join(screen(shown)), piped.decode()
 
 
 @pytest.mark.slow
-def test_on_a_terminal_stderr_is_wrapped_to_its_width(tmp_path: Path) -> None:
-    long = tmp_path / LONG / "checkpoint" / "model-5.bpk"
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
-    code, shown, _ = in_terminal([sys.executable, "-m", "ckptdoctor", "inspect", str(long)], env, columns=60)
-    lines = [line for line in screen(shown) if line]
-    assert code == 2 and lines, shown
-    assert not _fits("\n".join(lines), 60), lines
-    assert f"  {long}:" in lines, "the path whole, on a line of its own"
-    piped = subprocess.run([sys.executable, "-m", "ckptdoctor", "inspect", str(long)], capture_output=True, text=True, env=env, check=False)
-    assert piped.stderr.count("\n") == 1 and str(long) in piped.stderr, "piped: one message, one line"
+def test_on_a_terminal_every_message_is_wrapped_to_its_width(cli: Callable[..., Result], sweep: Path) -> None:
+    """Errors, notes, what a repair did (with its undo command) and the question before acting,
+    on a terminal of each width: the words of the piped message, broken at spaces only."""
+    said = {
+        "missing": ("inspect", str(sweep / LONG / "checkpoint" / "that-does-not-exist" / "model-5.bpk")),
+        "no rule": ("rules", "nothing at all matches this rather long message about a well-known quarantine"),
+        "repair": ("repair", "--yes", str(sweep)),
+        "undo": ("repair", "--undo", "--yes", str(sweep)),
+    }
+    piped = {name: cli(*args, env={"COLUMNS": None}).stderr for name, args in said.items()}
+    assert "\n" not in piped["missing"].rstrip("\n"), "piped with no width: one message, one line"
+    for width in WIDTHS:
+        for name, args in said.items():
+            shown, _ = _on_terminal(args, width)
+            assert not _fits(shown, width), (name, width, _fits(shown, width), shown)
+            assert _words(shown) == _words(piped[name]), (name, width, shown)
+            if name == "repair":  # the undo command it prints, and the quarantine it names, whole on their lines
+                run = re.escape(str(sweep / LONG / "checkpoint"))
+                assert re.search(rf"^ *`ckptdoctor repair --undo --no-recurse {run}`", shown, re.MULTILINE), shown
+                assert re.search(rf"^ *{run}/\.ckptdoctor/quarantine/\d{{8}}-\d{{6}}-\w+;$", shown, re.MULTILINE), shown
+        # piped into a pager, the plan is fitted to the terminal the question is asked on
+        asked, plan = _on_terminal(("prune", "--keep-last", "1", str(sweep)), width, answer=b"n")
+        assert not _fits(asked, width) and "[y/N]: n" in asked, (width, asked)
+        assert "About to delete" in plan and not _fits(plan, width), plan
 
 
 @pytest.mark.parametrize("width", WIDTHS)

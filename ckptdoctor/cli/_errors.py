@@ -49,8 +49,8 @@ def say(line: str) -> None:
 
 def fitted(line: str) -> str:
     """``line`` as said on stderr: its control characters (from a file's name) shown, never
-    obeyed; wrapped at its spaces to the terminal's width (or ``$COLUMNS``), a path or a command
-    never broken; with no width (a pipe, a file), one line, as scripts grep it."""
+    obeyed; on a terminal, wrapped at its spaces to its width (``$COLUMNS`` where set), a path or
+    a command never broken; elsewhere (a pipe, a file, a log), one line, as scripts grep it."""
     # loaded when something is said: --help stays fast
     from ckptdoctor.api import printable
 

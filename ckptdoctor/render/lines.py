@@ -49,13 +49,14 @@ def fill(plain: str, width: int | None, indent: int = CONTINUED) -> str:
 
 
 def stderr_width() -> int | None:
-    """The width stderr's lines are wrapped to: ``$COLUMNS`` where set (as rich takes it), else
-    the terminal's where stderr is one; None where it is neither (a pipe, a file)."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The width stderr's lines are wrapped to where stderr is a terminal: ``$COLUMNS`` where set
+    (as rich takes it), else the terminal's. None where stderr is no terminal (a pipe, a file, a
+    log), whatever ``$COLUMNS`` says: there a message stays one line, as scripts grep it."""
     try:
-        width = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
-    except (AttributeError, ValueError, OSError):  # closed, or not a real file (a test's capture)
+        if not sys.stderr.isatty():
+            return None
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() else os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # closed, or not a real file
         return None
     return width or None  # a terminal that says no width (0) has none to fit
