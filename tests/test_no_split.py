@@ -19,6 +19,7 @@ from conftest import Result
 from rich.console import Console
 from terminal import in_terminal, screen
 
+from ckptdoctor.cli._progress import shortened
 from ckptdoctor.model import Action, Entry, Plan, PlanItem
 from ckptdoctor.render import human
 from ckptdoctor.render.lines import WORD
@@ -175,3 +176,12 @@ def test_a_plans_paths_are_never_folded(width: int) -> None:
     where = quarantined[len(run) + 1 :]
     assert any(line.strip() == where or f"  {where}  " in line for line in out.splitlines()), out
     assert set(_words(out)) >= set(_words("; ".join(reasons))), "every word of the reasons whole"
+
+
+def test_the_status_line_keeps_the_parts_that_fit() -> None:
+    """A long scan's status line drops its last parts on a narrow terminal, never cuts one."""
+    line = "reading: 312 of 4,000 files · 1.2 GiB of 9.8 GiB · about 2 min left"
+    assert shortened(line, 200) == line
+    assert shortened(line, 60) == "reading: 312 of 4,000 files · 1.2 GiB of 9.8 GiB"
+    assert shortened(line, 30) == "reading: 312 of 4,000 files"
+    assert shortened(line, 10) == "reading: 312 of 4,000 files", "the first part whole: the terminal cuts it, no word of ours"
