@@ -121,8 +121,9 @@ class ScanStatus:
 
 
 def shortened(line: str, width: int) -> str:
-    """``line`` with as many of its parts (`` · ``-separated) as fit in ``width``: a number or a
-    word is never cut at the edge of the screen (the first part is kept whole, as the terminal cuts it)."""
+    """``line`` with as many of its parts (`` · ``-separated) as fit in ``width``: those that do
+    not are left out whole, never cut mid-number at the screen's edge. The first is always kept
+    (a terminal narrower than it crops it)."""
     parts = line.split(_PART)
     kept = 1
     while kept < len(parts) and len(_PART.join(parts[: kept + 1])) <= width:
