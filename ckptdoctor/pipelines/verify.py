@@ -22,6 +22,7 @@ from ckptdoctor.layouts.context import trusted_globals
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
+from ckptdoctor.pipelines.interrupted import with_interruptions
 from ckptdoctor.pipelines.scan import Scan, scan, surveys, transfer, with_leftovers
 from ckptdoctor.pipelines.versions import announced
 from ckptdoctor.progress import Tally
@@ -101,8 +102,9 @@ def verify(
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
-    runs = list(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed))
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
+    now = time.time()
+    runs = with_interruptions(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed), now)
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
     report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
@@ -201,7 +203,9 @@ def verify_resume(
         advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
         for run in second.runs
     ]
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
+    now = time.time()
+    runs = with_interruptions(runs, now)
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
     return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
 
 

@@ -16,15 +16,11 @@ from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.layouts.registry import Layout, home
-from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
+from ckptdoctor.model import MIN_AGE, Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import DEEPEST, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.files import ends_unchecked
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration
-
-MIN_AGE = 600.0
-"""Seconds: a file modified more recently than this may still be being written."""
-
 
 Contents = tuple[tuple[str, float, int], ...]
 """The files inside a folder: (os path, mtime, size)."""

@@ -14,15 +14,15 @@ import errno
 import math
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
 from ckptdoctor.units import size
+from ckptdoctor.volumes import volume as volume
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
 """Optimizer state per byte of parameters with default settings (``ckptdoctor.optimizers``)."""
@@ -77,35 +77,6 @@ def runway(estimate: Estimate, free_bytes: int, kept: int, keep_last: int | None
         if free_bytes >= growth * estimate.bytes + step:
             return None  # up to keep_last, then every save frees as much as it takes
     return max(0, (free_bytes - step) // estimate.bytes + 1) if free_bytes >= step else 0
-
-
-def volume(path: str) -> Volume:
-    """The filesystem that holds ``path`` (or would hold it: its nearest existing parent);
-    OSError if nothing of it can be reached."""
-    import psutil  # only diskcheck pays for it
-
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        parent = os.path.dirname(existing)
-        if parent == existing:
-            break
-        existing = parent
-    usage = psutil.disk_usage(existing)
-    info = os.statvfs(existing)
-    mountpoint, fstype = _mount(existing, psutil.disk_partitions(all=True))
-    return Volume(existing, mountpoint, fstype, usage.total, usage.free, info.f_favail if info.f_files else None)
-
-
-def _mount(path: str, partitions: Sequence[Any]) -> tuple[str, str]:
-    """The mount that holds ``path``: the longest mount point above its real path."""
-    real = os.path.realpath(path)
-    best = ("/", "unknown")
-    for partition in partitions:
-        point = partition.mountpoint
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):  # on one mount point, the one listed last is on top
-            best = (point, partition.fstype)
-    return best
 
 
 def why_unwritable(folder: str) -> str:

@@ -61,7 +61,7 @@ _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", 
 def render(report: Report, options: RenderOptions = PLAIN) -> str:
     console = _console(options)
     with console.capture() as captured:
-        _print(report, console, options.show_all)
+        _print(report, console, options)
     return _unpadded(captured.get())
 
 
@@ -106,15 +106,15 @@ def _console(options: RenderOptions) -> Console:
     return stdout_console(io.StringIO() if options.to_file else None)
 
 
-def _print(report: Report, console: Console, show_all: bool) -> None:
+def _print(report: Report, console: Console, options: RenderOptions) -> None:
     if report.disk is not None:
-        console.print(_disk_block(report, report.disk, show_all, console.width), crop=False)
+        console.print(_disk_block(report, report.disk, options.show_all, console.width), crop=False)
         return
     outside, per_run = _by_run(report)
     if outside:
         console.print(_findings(outside, console.width), crop=False)
     for run, findings in zip(report.runs, per_run, strict=True):
-        console.print(_run_block(run, findings, show_all, console.width), crop=False)
+        console.print(_run_block(run, findings, options, console.width), crop=False)
         console.print()
     runs = [run for run in report.runs if not run.single_file]  # files checked one by one have no resume point to sum up
     if len(runs) > 1:
@@ -258,14 +258,14 @@ def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
             yield _hanging("     " if generic else "  •", "", f" {key}: {text}", 8 if generic else 4, width)
 
 
-def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) -> RenderableType:
+def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width: int) -> RenderableType:
     count = len(run.checkpoints)
     plural = "s" if count != 1 else ""
     what = f"{run.layout} · {count} {run.unit.value}{plural}" if run.checkpoints or not run.extra_files else f"{len(run.extra_files)} files"
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
     parts: list[RenderableType] = [title]
     if run.checkpoints:
-        parts.append(_table(run, show_all, width))
+        parts.append(_table(run, options.show_all, width))
     if run.single_file:
         parts += [
             _contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors
@@ -274,7 +274,7 @@ def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) ->
         n = len(run.other_files)
         parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
     if findings:
-        parts.append(_findings(findings, width))
+        parts.append(_findings(findings, width, run.unit.value, options.verbose))
     parts.append(resume_block(run, width))
     return Group(*parts)
 
@@ -477,7 +477,7 @@ def _table(run: Run, show_all: bool, width: int) -> RenderableType:
         parts.insert(0, Text(f"… {hidden} older checkpoint{'s' if hidden != 1 else ''} not shown (--all shows every one)", style="dim"))
     notes = [*_status_notes(shown, run.unit.value)]
     if short:
-        named = [f"{role.value.upper()} {_pattern(_names(shown, role))}" for role in roles if _names(shown, role)]
+        named = [_pattern(_names(shown, role)) for role in roles if _names(shown, role)]  # in the columns' order
         notes.append(f"files: {', '.join(named)}")
     if dropped:
         notes.append(f"not shown at this width: {', '.join(dropped)} (--json lists every file)")
@@ -561,23 +561,36 @@ def _status_notes(checkpoints: Sequence[Checkpoint], unit: str) -> Iterable[str]
             yield f"{unit} {checkpoint.index}: leftover {', '.join(staged)}"
 
 
-def _findings(findings: list[Finding], width: int) -> RenderableType:
+def _findings(findings: list[Finding], width: int, unit: str | None = None, verbose: bool = True) -> RenderableType:
     """Findings of one rule together: each message, then the fixes once (worded for the first).
     Findings of a rule whose fixes differ beyond the file they name (a checkpoint's file that
-    ``repair`` moves, a loose one moved by hand) are grouped apart: no finding loses its fixes."""
+    ``repair`` moves, a loose one moved by hand) are grouped apart: no finding loses its fixes.
+    Unless ``verbose``, a rule's info findings are one line: what they are about, and how many.
+    The parts of a finding (``Finding.part_of``) are named under it by code."""
     groups: dict[tuple[str, tuple[str, ...]], list[Finding]] = {}
-    for finding in sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
-        groups.setdefault((finding.code, _fix_shape(finding)), []).append(finding)
+    parts: dict[tuple[str | None, str, int | None], list[str]] = {}
+    for finding in findings:  # shown by the finding they are part of, by their codes alone
+        if finding.part_of is not None:
+            parts.setdefault((finding.run, *finding.part_of), []).append(finding.code)
+    whole = [finding for finding in findings if finding.part_of is None]
+    for finding in sorted(whole, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
+        quiet = finding.severity is Severity.INFO and not verbose
+        groups.setdefault((finding.code, () if quiet else _fix_shape(finding)), []).append(finding)
     lines: list[RenderableType] = []
     for (code, _), group in groups.items():
         first = group[0]
         glyph, style = _SEVERITY_STYLE[first.severity]
         heading = f"{glyph} {code} {first.name}"
+        if first.severity is Severity.INFO and not verbose:
+            lines.append(_hanging(heading, style, f"  {_in_short(group, unit)}", 2, width))
+            continue
         if len(group) == 1:
-            lines.append(_hanging(heading, style, f"  {first.message}", 2, width))
+            lines.append(_hanging(heading, style, f"  {_named(first, unit)}", 2, width))
+            if codes := parts.get((first.run, first.code, first.index)):
+                lines.append(wrap(Text(f"  stands for {', '.join(sorted(set(codes)))} (--json lists each)", style="dim"), width, 4))
         else:
             lines.append(Text.assemble((heading, style), (f"  ({len(group)})", "dim")))
-            lines.extend(_hanging("  •", "", f" {f.message}", 4, width) for f in group[:MAX_MESSAGES])
+            lines.extend(_hanging("  •", "", f" {_named(f, unit)}", 4, width) for f in group[:MAX_MESSAGES])
             if len(group) > MAX_MESSAGES:
                 lines.append(Text(f"  … and {len(group) - MAX_MESSAGES} more (--json lists them all)", style="dim"))
         for fix in first.fixes[:MAX_FIXES]:
@@ -585,6 +598,27 @@ def _findings(findings: list[Finding], width: int) -> RenderableType:
         if len(first.fixes) > MAX_FIXES:
             lines.append(Text(f"    more fixes: ckptdoctor rules {code}", style="dim"))
     return Group(*lines)
+
+
+def _named(finding: Finding, unit: str | None) -> str:
+    """The finding's message, led by the checkpoint it is about where the message does not say."""
+    if unit is None or finding.index is None or finding.message.startswith(f"{unit} {finding.index}"):
+        return finding.message
+    return f"{unit} {finding.index}: {finding.message}"
+
+
+def _in_short(group: Sequence[Finding], unit: str | None) -> str:
+    """Info findings of one rule in one line: the files and checkpoints they are about, how many,
+    and how to see each: harmless by definition, they should not bury the rest."""
+    names = list(dict.fromkeys(f.path.rsplit("/", 1)[-1] for f in group if f.path))
+    indexes = sorted({f.index for f in group if f.index is not None})
+    about = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    if indexes and unit is not None:
+        shown = ", ".join(map(str, indexes[:6])) + (f" … {indexes[-1]}" if len(indexes) > 6 else "")
+        about += f" in {unit}{'s' if len(indexes) != 1 else ''} {shown}"
+    if len(group) == 1:
+        return f"{_named(group[0], unit)} (--verbose shows its fixes)"
+    return f"{about}: {len(group)} info findings (--verbose lists them)"
 
 
 def _fix_shape(finding: Finding) -> tuple[str, ...]:

@@ -321,4 +321,5 @@ def _finding(finding: Finding) -> dict[str, Any]:
         "path": finding.path,
         "message": finding.message,
         "fixes": list(finding.fixes),
+        **({"part_of": {"code": finding.part_of[0], "index": finding.part_of[1]}} if finding.part_of is not None else {}),
     }
