@@ -531,8 +531,8 @@ def run_rules(options: RulesOptions) -> RuleAnswer:
     if (exact := find_rule(options.query)) is not None:
         return RuleAnswer((exact,), (), True)
     matches = rank(options.query)
-    # a page for a search's only match, or for all with --full
-    return RuleAnswer(tuple(match.rule for match in matches), matches, len(matches) == 1 or options.full)
+    # one line per match, even for one: its page is `rules CODE` away; pages for all with --full
+    return RuleAnswer(tuple(match.rule for match in matches), matches, options.full)
 
 
 # the same, from keywords

@@ -79,7 +79,7 @@ def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matche
     console = _console(options)
     with console.capture() as captured:
         if matches and not options.explain:
-            console.print(match_list(matches))
+            console.print(match_list(matches, console.width), crop=False)
         elif options.explain:
             for position, rule in enumerate(rules):
                 if position:
@@ -178,31 +178,33 @@ def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
 def rule_table(rules: Iterable[Rule], width: int) -> RenderableType:
     """CODE, NAME and SEVERITY whole, the summary wrapped in what is left, its code spans whole;
     where too little is left, each summary on the lines under its rule."""
-    rules = tuple(rules)
-    taken = [
-        max([len(header), *(len(cell) for cell in cells)])
-        for header, cells in (
-            ("CODE", [r.code for r in rules]),
-            ("NAME", [r.name for r in rules]),
-            ("SEVERITY", [r.severity.value for r in rules]),
-        )
+    rows = [
+        ((Text(rule.code), Text(rule.name), Text(rule.severity.value, style=_SEVERITY_STYLE[rule.severity][1])), rule.summary)
+        for rule in rules
     ]
-    left = width - sum(taken) - 3 * _GAP
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("CODE", "NAME", "SEVERITY"):
-        table.add_column(column, no_wrap=True)
+    return _prose_table(("CODE", "NAME", "SEVERITY", "SUMMARY"), rows, width)
+
+
+def _prose_table(headers: Sequence[str], rows: Sequence[tuple[Sequence[Text], str]], width: int) -> RenderableType:
+    """Each row's cells whole and its prose in the last column, wrapped at its words in what the
+    cells leave of ``width``; where that is under :data:`MIN_SUMMARY`, each row's cells on a line
+    and its prose on the lines under it, indented past the first cell. No word is ever split."""
+    taken = [max([len(header), *(cells[column].cell_len for cells, _ in rows)]) for column, header in enumerate(headers[:-1])]
+    left = width - sum(taken) - len(taken) * _GAP
     if left >= MIN_SUMMARY:
-        table.add_column("SUMMARY")
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for header in headers[:-1]:
+            table.add_column(header, no_wrap=True)
+        table.add_column(headers[-1])
+        for cells, prose in rows:
+            table.add_row(*cells, wrap(Text(prose), left))
+        return table
+    indent = taken[0] + _GAP
     lines: list[RenderableType] = []
-    for rule in rules:
-        _glyph, style = _SEVERITY_STYLE[rule.severity]
-        row: list[RenderableType] = [rule.code, rule.name, Text(rule.severity.value, style=style)]
-        if left >= MIN_SUMMARY:
-            table.add_row(*row, wrap(Text(rule.summary), left))
-        else:
-            lines += [Text.assemble(f"{rule.code:<{taken[0]}}  {rule.name}  ", (rule.severity.value, style))]
-            lines += [wrap(Text(" " * (taken[0] + _GAP) + rule.summary), width, taken[0] + _GAP)]
-    return table if left >= MIN_SUMMARY else Group(*lines)
+    for (first, *others), prose in rows:
+        lines.append(Text(" " * _GAP).join([Text.assemble(first, " " * (taken[0] - first.cell_len)), *others]))
+        lines.append(wrap(Text(" " * indent + prose), width, indent))
+    return Group(*lines)
 
 
 MIN_SUMMARY = 40
@@ -210,14 +212,12 @@ MIN_SUMMARY = 40
 narrower than :data:`MIN_PROSE`, which :func:`wrap` keeps to)."""
 
 
-def match_list(matches: Iterable[Match]) -> RenderableType:
-    """``ckptdoctor rules "<pasted error>"``: one line per rule, best first, then how to read one."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("CODE", "NAME", "WHY"):
-        table.add_column(column, overflow="fold", no_wrap=column != "WHY")
-    for match in matches:
-        table.add_row(match.rule.code, match.rule.name, match.why)
-    return Group(table, Text("`ckptdoctor rules CODE` explains one; --full explains them all.", style="dim"))
+def match_list(matches: Iterable[Match], width: int) -> RenderableType:
+    """``ckptdoctor rules "<pasted error>"``: one line per rule, best first (its WHY wrapped at
+    words, or under the rule where the terminal is narrow), then how to read one."""
+    rows = [((Text(match.rule.code), Text(match.rule.name)), match.why) for match in matches]
+    hint = wrap(Text("`ckptdoctor rules CODE` explains one; --full explains them all.", style="dim"), width)
+    return Group(_prose_table(("CODE", "NAME", "WHY"), rows, width), hint)
 
 
 def rule_page(rule: Rule, width: int) -> RenderableType:

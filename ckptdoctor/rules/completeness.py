@@ -489,6 +489,7 @@ UNSAFE_AUTO_RESUME = Rule(
     messages=(
         "No valid checkpoint found in output directory",
         "Can't find a valid checkpoint at",
+        "invalid literal for int() with base 10",
     ),
     related=("CKD101", "CKD104", "CKD110", "CKD113"),
 )
