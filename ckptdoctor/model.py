@@ -910,12 +910,19 @@ class Report:
 
     def count(self, severity: Severity) -> int:
         """Findings of ``severity``, one per cause: the parts of a finding count with it."""
-        return sum(1 for f in self.findings if f.severity is severity and f.part_of is None)
+        return sum(1 for f in standing(self.findings) if f.severity is severity)
 
     @property
     def ok(self) -> bool:
         """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
+
+
+def standing(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings that stand on their own: all but the parts of a finding among them (a part
+    whose finding a ``--select``, ``--ignore`` or baseline left out stands on its own again)."""
+    present = {(f.run, f.code, f.index) for f in findings}
+    return [f for f in findings if f.part_of is None or (f.run, *f.part_of) not in present]
 
 
 _CUT_SHORT = frozenset({Problem.EMPTY, Problem.TRUNCATED})

@@ -32,6 +32,7 @@ from ckptdoctor.model import (
     Run,
     Severity,
     Status,
+    standing,
 )
 from ckptdoctor.places import run_root
 from ckptdoctor.planners.retention import (
@@ -291,7 +292,7 @@ class _Labels:
     def __init__(self, findings: Sequence[Finding]) -> None:
         self._by_index: dict[int, list[str]] = defaultdict(list)
         self._by_path: dict[str, list[str]] = defaultdict(list)
-        for finding in findings:
+        for finding in standing(findings):  # one label per cause: a save cut short, not each of its files
             if finding.severity is Severity.INFO:
                 continue
             label = f"{finding.code} {finding.name}"

@@ -32,6 +32,7 @@ from ckptdoctor.model import (
     Run,
     Severity,
     Status,
+    standing,
 )
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
@@ -568,11 +569,11 @@ def _findings(findings: list[Finding], width: int, unit: str | None = None, verb
     Unless ``verbose``, a rule's info findings are one line: what they are about, and how many.
     The parts of a finding (``Finding.part_of``) are named under it by code."""
     groups: dict[tuple[str, tuple[str, ...]], list[Finding]] = {}
+    whole = standing(findings)
     parts: dict[tuple[str | None, str, int | None], list[str]] = {}
     for finding in findings:  # shown by the finding they are part of, by their codes alone
-        if finding.part_of is not None:
+        if finding.part_of is not None and finding not in whole:
             parts.setdefault((finding.run, *finding.part_of), []).append(finding.code)
-    whole = [finding for finding in findings if finding.part_of is None]
     for finding in sorted(whole, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
         quiet = finding.severity is Severity.INFO and not verbose
         groups.setdefault((finding.code, () if quiet else _fix_shape(finding)), []).append(finding)
