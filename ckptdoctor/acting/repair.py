@@ -3,14 +3,16 @@ the executor it is handed."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ckptdoctor.acting.protocol import Context, Pass, Tone, read_newest
 from ckptdoctor.actions.executor import relied_on
-from ckptdoctor.layouts.registry import home, layout_named
-from ckptdoctor.model import Action, Plan, Run
+from ckptdoctor.layouts.registry import Layout, home, layout_named
+from ckptdoctor.model import Action, Finding, Plan, Run
 from ckptdoctor.places import run_root
-from ckptdoctor.planners import repair
+from ckptdoctor.planners import repair, retention
+from ckptdoctor.planners.retention import Circumstances
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Moved
 from ckptdoctor.units import size
@@ -62,12 +64,24 @@ class Repair(Pass):
             findings = [finding for finding in context.report.findings if finding.run == scanned.path]
             world = context.world(scanned)
             run = read_newest(scanned, 1, context.tell)[0] if self.read_whole else scanned
+            replan = functools.partial(_replanned, run, layout_named(run.layout), findings)
             try:
-                planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))
+                planned.append((replan(self.min_age, world), run.unit.value))
             except repair.NotResumable as refusal:
                 context.refused.append(str(refusal))
+            else:
+                self._tell_spared(context, run, planned[-1][0], replan, world)
             self._worlds[run.path] = (run, world.now)
         return planned
+
+    def _tell_spared(self, context: Context, run: Run, plan: Plan, replan: retention.Replan, world: Circumstances) -> None:
+        """Say what ``plan`` leaves only for --min-age or a live process, and what acts on it now."""
+        spared = retention.spared(plan, replan, world, self.min_age, self.acts_on)
+        if spared is None:
+            return
+        again = f"ckptdoctor repair{' --verify' if self.read_whole else ''} --min-age 0 --no-recurse {shell_word(run.path)}"
+        for note in retention.spared_notes(run.path, run.unit.value, spared, self.min_age, world.now, "moves", again):
+            context.tell(note)
 
     def act(self, context: Context, plans: Sequence[Plan]) -> None:
 
@@ -80,6 +94,11 @@ class Repair(Pass):
                 context.problems.append(_unmoved(plan, changed))
                 continue
             _tell_moved(context, plan, context.executor.quarantine(run, plan, since), context.executor.noun)
+
+
+def _replanned(run: Run, layout: Layout, findings: Sequence[Finding], min_age: float, around: Circumstances) -> Plan:
+    """The repair plan of ``run`` at ``min_age`` in the world ``around`` (``retention.Replan``)."""
+    return repair.plan(run, layout, findings, around, min_age)
 
 
 def _unmoved(plan: Plan, changed: str) -> str:

@@ -66,10 +66,7 @@ INSUFFICIENT_SPACE = Rule(
             "Free disk space on the volume that will hold {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; then run this diskcheck again, with the same size options.",
             case=NO_RUN,
         ),
-        fix(
-            "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2` (add `--dry-run` to see the plan first).",
-            case=OTHERWISE,
-        ),
+        fix("Free space for the next save: {prune_to_fit}.", case=OTHERWISE),
         fix(
             "Prune the other runs on that volume, each in its own folder (ckptdoctor's prune always keeps their resume points), or delete what is no longer needed there.",
             case=NO_RUN,
@@ -174,7 +171,7 @@ NOT_WRITABLE = Rule(
     ),
     fixes=(
         fix(
-            "When the message says the disk is full: free space with `ckptdoctor prune {this_run} --keep-last 2 --yes`, which works on a full disk (it deletes without a journal when none fits), and check quotas with `quota -s` or `lfs quota`.",
+            "When the message says the disk is full, free space for the next save: {prune_to_fit} (a prune works on a full disk: it deletes without a journal when none fits); and check quotas with `quota -s` or `lfs quota`.",
             case=OTHERWISE,
         ),
         fix(
@@ -546,6 +543,8 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     where = run.path if run is not None else disk.path
     context = run_context(run, below) if run is not None else {"run": shell_word(where), "unit": "checkpoint"}
     context["existing"] = shell_word(_existing(where))
+    if run is not None:
+        context["prune_to_fit"] = prune_to_fit(disk, context["this_run"], run.unit.value)
     frameworks = layout.fix_keys if layout is not None else ()
     case = OTHERWISE if run is not None else NO_RUN
     found = []
@@ -581,6 +580,25 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
             f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name",
         )
     return tuple(found)
+
+
+def prune_to_fit(disk: DiskCheck, this_run: str, unit: str) -> str:
+    """The prune that frees what the next save lacks (``DiskCheck.freeing``), or, where no prune
+    of the run can, what to do instead."""
+    fit = disk.freeing
+    if fit is None:  # nothing short in bytes (a quota, or inodes): no count of them to compute
+        return f"prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2 --yes`"
+    if fit.keep_last is None:
+        volume = disk.volume.mountpoint if disk.volume is not None else "the volume"
+        return (
+            f"no prune of this run frees enough (even `ckptdoctor prune {this_run} --keep-last 1 --min-age 0 --yes` frees only {size(fit.freed_bytes)} of the {size(fit.shortfall_bytes)} the next save lacks): "
+            f"delete other files on {shell_word(volume)} (other runs, datasets, caches), or save to a bigger volume"
+        )
+    young = " --min-age 0" if fit.young else ""
+    said = f"prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last {fit.keep_last}{young} --yes` frees {size(fit.freed_bytes)}, where the next save lacks {size(fit.shortfall_bytes)}"
+    if fit.young:
+        said += f"; --min-age 0 because the {unit}s it deletes were written within the last {duration(fit.young)}: run it only if no job is saving there"
+    return said
 
 
 @fires(INSUFFICIENT_SPACE)
