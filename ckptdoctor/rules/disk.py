@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Severity
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Freeing, Run, Severity
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.context import RunContext, make_finding, run_context
@@ -544,7 +544,7 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     context = run_context(run, below) if run is not None else {"run": shell_word(where), "unit": "checkpoint"}
     context["existing"] = shell_word(_existing(where))
     if run is not None:
-        context["prune_to_fit"] = prune_to_fit(disk, context["this_run"], run.unit.value)
+        context["prune_to_fit"] = prune_to_fit(disk.freeing, volume_of(disk), context["this_run"], run.unit.value)
     frameworks = layout.fix_keys if layout is not None else ()
     case = OTHERWISE if run is not None else NO_RUN
     found = []
@@ -582,16 +582,18 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     return tuple(found)
 
 
-def prune_to_fit(disk: DiskCheck, this_run: str, unit: str) -> str:
-    """The prune that frees what the next save lacks (``DiskCheck.freeing``), or, where no prune
-    of the run can, what to do instead."""
-    fit = disk.freeing
+def volume_of(disk: DiskCheck) -> str:
+    return disk.volume.mountpoint if disk.volume is not None else "the volume"
+
+
+def prune_to_fit(fit: Freeing | None, volume: str, this_run: str, unit: str) -> str:
+    """The prune that frees what the next save lacks (``fit``, from ``planners.space.freeing``),
+    or, where no prune of the run can, what to do instead (free space on ``volume``)."""
     if fit is None:  # nothing short in bytes (a quota, or inodes): no count of them to compute
         return f"prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2 --yes`"
     if fit.keep_last is None:
-        volume = disk.volume.mountpoint if disk.volume is not None else "the volume"
         return (
-            f"no prune of this run frees enough (even `ckptdoctor prune {this_run} --keep-last 1 --min-age 0 --yes` frees only {size(fit.freed_bytes)} of the {size(fit.shortfall_bytes)} the next save lacks): "
+            f"no prune of this run frees enough (even one that keeps only the newest complete {unit}, at --min-age 0, frees {size(fit.freed_bytes)} of the {size(fit.shortfall_bytes)} the next save lacks): "
             f"delete other files on {shell_word(volume)} (other runs, datasets, caches), or save to a bigger volume"
         )
     young = " --min-age 0" if fit.young else ""
