@@ -266,3 +266,22 @@ def test_files_a_live_process_holds_are_named_with_its_pid_and_the_command_for_a
     fake_machine.held.clear()  # the process ended
     follow(cli, commands[-1], list(commands))
     assert partial_after_resume(cli, scenario.run) == []
+
+
+def test_a_prune_names_the_process_holding_a_checkpoint_it_would_delete(on_small_disk, cli, fake_machine):
+    """A checkpoint the policy deletes is held open by a live process: the prune says which pid,
+    and the command it prints deletes it once that process is gone."""
+    scenario = on_small_disk(5, crashed=False, aged=True)
+    fake_machine.held[str(scenario.run / "model_1.pt")] = 4343
+    pruned = cli("prune", "--yes", "--keep-last", "3", scenario.run)
+    said = pruned.stdout + pruned.stderr
+    assert "epoch 1 is left as it is because a file of it is open in process 4343" in said, said
+    assert _epochs(cli, scenario.run) == [1, 3, 4, 5]
+    fake_machine.held.clear()  # the process ended
+    commands = printed(said)
+    follow(cli, commands[-1], list(commands))
+    assert _epochs(cli, scenario.run) == [3, 4, 5]
+
+
+def _epochs(cli, run: Path) -> list[int]:
+    return [c["index"] for c in cli("inspect", "--json", run).json["runs"][0]["checkpoints"]]

@@ -405,12 +405,13 @@ def spared_notes(run: str, unit: str, spared: Spared, min_age: float, now: float
     for holder in dict.fromkeys(holder for _, holder in spared.held):
         items = tuple(item for item, held in spared.held if held == holder)
         one = len(items) == 1
-        why = f"open in process {holder}" if isinstance(holder, int) else holder
-        notes.append(
-            f"{run}: {_named(items, unit)} {'is' if one else 'are'} left as {'it is' if one else 'they are'} because a file of "
-            f"{'it' if one else 'theirs'} is {why}: nothing acts on {'it' if one else 'them'} while that process runs; "
-            f"once it has ended, `{at_min_age_0}` {verb} {'it' if one else 'them'}."
-        )
+        it, left = ("it", "is left as it is") if one else ("them", "are left as they are")
+        if isinstance(holder, int):
+            why = f"because a file of {'it' if one else 'theirs'} is open in process {holder}: nothing acts on {it} while that process runs"
+            after = "once it has ended"
+        else:  # an upload still arriving, or a process table that cannot be read
+            why, after = f"({holder})", "once that is no longer so"
+        notes.append(f"{run}: {_named(items, unit)} {left} {why}; {after}, `{at_min_age_0}` {verb} {it}.")
     return notes
 
 
