@@ -744,6 +744,23 @@ class Estimate:
     """In words: ``the largest of the last 3 complete epochs``, ``model 1.2 GiB + adam state``."""
 
 
+@dataclass(frozen=True)
+class Freeing:
+    """What a prune of the run frees toward the next save, where it lacks space (``diskcheck``'s
+    advice, so that the prune a fix prints frees enough)."""
+
+    keep_last: int | None
+    """The most complete checkpoints a prune can keep and still free ``shortfall_bytes``; None
+    where none can (even keeping one)."""
+    freed_bytes: int
+    """What that prune frees (with None: what keeping one frees, the most any prune can)."""
+    shortfall_bytes: int
+    """What the next save lacks: its size with headroom, less the free space."""
+    young: float = 0.0
+    """Seconds of --min-age that would spare what it deletes (0: none): written so recently that
+    the prune needs ``--min-age 0``."""
+
+
 class Transfer(NamedTuple):
     """What reading a run in an object store cost: requests made and bytes received."""
 
@@ -891,6 +908,8 @@ class DiskCheck:
     """A run in an object store: the probes and settings that stand in for a volume."""
     growth: Growth | None = None
     """A run in an object store: how it grows at its retention."""
+    freeing: Freeing | None = None
+    """Where the next save lacks space: what pruning the run frees toward it."""
 
 
 @dataclass(frozen=True)

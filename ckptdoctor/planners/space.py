@@ -13,12 +13,13 @@ import contextlib
 import errno
 import math
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Growth, Run, Status, Volume
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Freeing, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
 from ckptdoctor.units import size
@@ -140,7 +141,40 @@ def check(
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
-    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder))
+    fit = freeing(run, need, found.free_bytes) if run is not None and found is not None and guess is not None else None
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder), freeing=fit)
+
+
+def freeing(run: Run, needed_bytes: int, free_bytes: int, now: float | None = None) -> Freeing | None:
+    """Where ``free_bytes`` fall short of ``needed_bytes``: the most complete checkpoints a prune
+    of ``run`` can keep (``--keep-last N``) and still free the rest, as ``prune`` would plan it
+    now (the resume point, pointers and files held back are kept); at the default --min-age, else
+    at --min-age 0 where only checkpoints written since free enough. None where nothing is short."""
+    if free_bytes >= needed_bytes:
+        return None
+    # loaded when space is short: a trainer's preflight that fits loads no planner of prune
+    from ckptdoctor.actions.disk import folder_contents
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, plan
+
+    layout = layout_named(run.layout)
+    inside, deep = folder_contents(run)
+    world = Circumstances(time.time() if now is None else now, inside=inside, too_deep=deep)
+    shortfall = needed_bytes - free_bytes
+    kept = max(1, sum(1 for c in run.checkpoints if c.status is Status.COMPLETE))
+
+    def freed(keep_last: int, min_age: float) -> int:
+        return plan(run, layout, Policy(keep_last=keep_last, min_age=min_age), world).freed_bytes
+
+    for min_age in (MIN_AGE, 0.0):
+        if freed(1, min_age) < shortfall:
+            continue
+        fewest, most = 1, kept  # what a prune frees shrinks as it keeps more: the most it may keep, by halving
+        while fewest < most:
+            middle = (fewest + most + 1) // 2
+            fewest, most = (middle, most) if freed(middle, min_age) >= shortfall else (fewest, middle - 1)
+        return Freeing(fewest, freed(fewest, min_age), shortfall, young=MIN_AGE if min_age == 0.0 else 0.0)
+    return Freeing(None, freed(1, 0.0), shortfall)
 
 
 def _sizes(run: Run | None) -> tuple[tuple[int, int], ...]:

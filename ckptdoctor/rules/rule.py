@@ -32,6 +32,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "expected": "the missing file",
     "folder": "the checkpoint's folder",
     "existing": "the nearest existing folder at or above RUN_DIR",
+    "prune_to_fit": "prune old checkpoints, always keeping the resume point: `ckptdoctor prune RUN_DIR --keep-last N --yes`, with the N that frees what the next save lacks (the finding gives it, or says that no prune of the run can and what to do instead)",
     "prefix": "the prefix",
     "known": "the run's own prefix",
     "format": "the expected format",
