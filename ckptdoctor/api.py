@@ -37,6 +37,7 @@ from ckptdoctor.progress import Tally as Tally
 from ckptdoctor.quoting import printable as printable
 from ckptdoctor.quoting import shell_word as shell_word
 from ckptdoctor.rules.disk import RUNWAY
+from ckptdoctor.units import counted as counted
 from ckptdoctor.units import parse_size as parse_size
 from ckptdoctor.units import size as size
 

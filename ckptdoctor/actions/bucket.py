@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ckptdoctor.actions import _object_quarantine, _objects
 from ckptdoctor.actions._objects import Lease, Place
-from ckptdoctor.actions.executor import Acted, Inside, Said, World, deleted, kept_paths
+from ckptdoctor.actions.executor import Acted, Inside, Said, World, deleted, finished, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run
 from ckptdoctor.places import home_of, run_root
 from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine
@@ -207,9 +207,7 @@ class BucketExecutor:
             acted.problems += done.problems
             if not done.problems:
                 _objects.close_journal(place, journal.key, journal.etag)
-            acted.said.append(
-                Said(f"{run.path}: finished an interrupted prune: {len(done.deleted)} objects it had planned to delete.", True)
-            )
+            acted.said.append(finished(run.path, len(done.deleted), plan, _all_deleted(location, frozenset(done.deleted))))
         return acted
 
     def delete(self, run: Run, plan: Plan, since: float) -> Acted:
@@ -360,6 +358,15 @@ def _planned_objects(plan: Plan, location: urls.Location) -> tuple[list[tuple[st
                 elif info is not None:
                     unconditioned.append(url)
     return found, unconditioned, left
+
+
+def _all_deleted(location: urls.Location, keys: frozenset[str]) -> Callable[[Entry], bool]:
+    """Whether each object of an entry (a folder's: every object listed below it) is among ``keys``."""
+
+    def gone(entry: Entry) -> bool:
+        return all(location.key_of(url) in keys for url in (session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]))
+
+    return gone
 
 
 def _journal_objects(run: Run, plan: Plan, place: Place) -> frozenset[tuple[str, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ckptdoctor import actions
 from ckptdoctor.actions import executor
-from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, deleted, kept_paths
+from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, deleted, finished, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run, Seen
 from ckptdoctor.places import DEEPEST, home_of, relative, run_root
 from ckptdoctor.records import Moved, Pending, Quarantine
@@ -91,9 +91,10 @@ class DiskExecutor:
         return actions.discard(root, home)
 
     def finish_interrupted(self, run: Run, plan: Plan) -> Acted:
-        finished = actions.finish_interrupted(plan.root, plan.home, self.busy_now(run), kept_paths(plan))
-        done = Said(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.", True)
-        return Acted([done], list(finished.problems))
+        done = actions.finish_interrupted(plan.root, plan.home, self.busy_now(run), kept_paths(plan))
+        paths = set(done.paths)
+        said = finished(plan.run, len(done.paths), plan, lambda entry: relative(entry.os_path, plan.root) in paths)
+        return Acted([said], list(done.problems))
 
     def delete(self, run: Run, plan: Plan, since: float) -> Acted:
         done = actions.delete(plan, since, self.busy_now(run), seen(run, plan.root))
