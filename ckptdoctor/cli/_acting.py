@@ -194,6 +194,7 @@ def show_plans(
 
 def pending_line(found: Pending) -> str:
     """What one killed prune's journal would still do."""
+    # loaded when a journal is shown: --help stays fast
     from ckptdoctor.api import counted
 
     shown = ", ".join(found.in_run[:5]) + (f" and {len(found.in_run) - 5} more" if len(found.in_run) > 5 else "")
