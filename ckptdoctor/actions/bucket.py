@@ -21,7 +21,7 @@ from ckptdoctor.places import home_of, run_root
 from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine
 from ckptdoctor.stores import session, urls
 from ckptdoctor.stores.control_plane import Upload
-from ckptdoctor.units import duration, size
+from ckptdoctor.units import counted, duration, size
 
 ABANDONED = 24 * 3600.0
 """An incomplete multipart upload older than this (without --abort-uploads) is taken for abandoned;
@@ -219,7 +219,7 @@ class BucketExecutor:
         if changed_folders:
             acted.said.append(
                 Said(
-                    f"{plan.run}: left {changed_folders} checkpoint folders written to since the plan was made; the next prune looks again."
+                    f"{plan.run}: left {counted(changed_folders, 'checkpoint folder')} written to since the plan was made; the next prune looks again."
                 )
             )
         acted.problems += [
@@ -232,14 +232,9 @@ class BucketExecutor:
         if not done.problems:
             _objects.close_journal(place, key, etag)
         freed = sum(info.size for k in done.deleted if (info := session.listed(location.url_of(k))) is not None)
-        acted.said += deleted(
-            plan.run,
-            len(plan.acting(Action.DELETE)),
-            f"{len(done.deleted)} objects",
-            f"{size(freed)} no longer listed",
-            len(done.changed),
-            "objects rewritten or removed",
-        )
+        what = counted(len(done.deleted), "object") if done.deleted else None
+        left = f"{counted(len(done.changed), 'object')} rewritten or removed" if done.changed else None
+        acted.said += deleted(plan.run, len(plan.acting(Action.DELETE)), what, f"{size(freed)} no longer listed", left)
         return acted
 
     def prune_notes(self, run: Run, plan: Plan, abort_uploads: float | None, dry_run: bool) -> list[str]:

@@ -16,7 +16,7 @@ from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, del
 from ckptdoctor.model import Action, Entry, Plan, Role, Run, Seen
 from ckptdoctor.places import DEEPEST, home_of, relative, run_root
 from ckptdoctor.records import Moved, Pending, Quarantine
-from ckptdoctor.units import files_or_folders, size
+from ckptdoctor.units import counted, files_or_folders, size
 
 
 @dataclass
@@ -107,10 +107,9 @@ class DiskExecutor:
                 )
             )
         folders = all(entry.is_dir for item in plan.acting(Action.DELETE) for entry in item.entries)
-        what = files_or_folders(done.files, done.files if folders else 0)
-        acted.said += deleted(
-            plan.run, done.deleted, what, f"freed {size(done.freed_bytes)}", done.left, "entries written, opened or replaced"
-        )
+        what = files_or_folders(done.files, done.files if folders else 0) if done.files else None
+        left = f"{counted(done.left, 'entry', 'entries')} written, opened or replaced" if done.left else None
+        acted.said += deleted(plan.run, done.deleted, what, f"freed {size(done.freed_bytes)}", left)
         return acted
 
     def prune_notes(self, run: Run, plan: Plan, abort_uploads: float | None, dry_run: bool) -> list[str]:

@@ -98,13 +98,14 @@ class Acted:
     problems: list[str] = field(default_factory=list)
 
 
-def deleted(run: str, checkpoints: int, what: str, freed: str, left: int, changed: str) -> list[Said]:
+def deleted(run: str, checkpoints: int, what: str | None, freed: str, left: str | None) -> list[Said]:
     """What a delete in ``run`` says: the checkpoints it deleted (``what``: their files, folders or
-    objects) and what that ``freed``; and the ``left`` it spared as ``changed`` since the plan."""
-    # nothing deleted: a finished journal took it all (and said so), or someone else did
-    said = [Said(f"{run}: deleted {counted(checkpoints, 'checkpoint')} ({what}); {freed}.", True)] if checkpoints else []
-    if left:
-        said.append(Said(f"{run}: left {left} {changed} since the plan was made; the next prune looks again."))
+    objects, counted; None: nothing was) and what that ``freed``; and what it ``left`` because it
+    changed since the plan (counted, and how it changed)."""
+    # nothing deleted says nothing: a finished journal took it all (and said so), or someone else did
+    said = [Said(f"{run}: deleted {counted(checkpoints, 'checkpoint')} ({what}); {freed}.", True)] if what is not None else []
+    if left is not None:
+        said.append(Said(f"{run}: left {left} since the plan was made; the next prune looks again."))
     return said
 
 
