@@ -41,7 +41,7 @@ _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 class Status(_Word):
-    """The state of one checkpoint (DESIGN §2.1)."""
+    """The state of one checkpoint (docs/formats.md says what makes one whole)."""
 
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
@@ -57,7 +57,7 @@ class Status(_Word):
 
 
 class Role(_Word):
-    """What a file holds for its checkpoint (DESIGN §2.2)."""
+    """What a file holds for its checkpoint."""
 
     MODEL = "model"
     OPTIMIZER = "optimizer"
@@ -537,7 +537,7 @@ class Run:
 
     @property
     def resume(self) -> Checkpoint | None:
-        """The newest complete checkpoint the framework can resume from (DESIGN §2.1); None for
+        """The newest complete checkpoint the framework can resume from; None for
         one file judged alone, whose run's other files were not looked at (a lone
         ``model.safetensors`` is no resume point)."""
         if self.single_file:
@@ -885,7 +885,7 @@ class Growth:
 
 @dataclass(frozen=True)
 class DiskCheck:
-    """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
+    """What ``diskcheck`` found (the JSON report's ``disk`` block, and what the human view draws)."""
 
     path: str
     volume: Volume | None

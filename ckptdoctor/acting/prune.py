@@ -17,6 +17,7 @@ from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, PruneSettings, parse_duration
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Pending
+from ckptdoctor.units import counted
 
 MAX_RUNS = 50
 """Runs one prune deletes in without --max-runs: a path one level too high is a typo, not a plan."""
@@ -77,7 +78,7 @@ class Prune(Pass):
             root, place = run_root(run), home(run)
             for found in context.executor.journals(root, place):
                 context.tell(
-                    f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run)."
+                    f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({counted(found.in_trash, 'entry', 'entries')} it had moved go back to the run)."
                 )
             if context.dry_run:
                 continue
@@ -167,7 +168,7 @@ class Prune(Pass):
         touched = len({plan.run for plan in acting} | {run for run, found in self._journals.items() if found})
         asked = []
         if touched > self.options.max_runs:
-            said = f"this prune deletes in {touched} runs, more than --max-runs {self.options.max_runs}"
+            said = f"this prune deletes in {counted(touched, 'run')}, more than --max-runs {self.options.max_runs}"
             asked.append(Question(Ask.TOO_MANY_RUNS, f"{said[0].upper()}{said[1:]}. Go on?", self.declined, said, touched))
         return [*asked, *super().questions(context, acting)]
 

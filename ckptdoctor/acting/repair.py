@@ -18,7 +18,7 @@ from ckptdoctor.planners.retention import MIN_AGE, Circumstances
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Moved
 from ckptdoctor.rules.disk import prune_to_fit
-from ckptdoctor.units import size
+from ckptdoctor.units import counted, size
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 """What a write on a full disk (or past a quota) fails with."""
@@ -141,14 +141,14 @@ def _unmoved(plan: Plan, changed: str) -> str:
 def _tell_moved(context: Context, plan: Plan, moved: Moved, what: str) -> None:
     """What a repair moved (``what``: an ``entry`` on disk, an ``object`` in a bucket) and left."""
     many = "entries" if what == "entry" else f"{what}s"
-    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+    pointers = f", re-pointed {counted(moved.repointed, 'pointer')}" if moved.repointed else ""
     context.tell(
-        f"{plan.run}: quarantined {moved.entries} {what if moved.entries == 1 else many} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
+        f"{plan.run}: quarantined {counted(moved.entries, what, many)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
         f"`ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
         Tone.DONE,
     )
     if moved.left:
         context.tell(
-            f"{plan.run}: left {moved.left} {many} written, opened or replaced since the plan was made; the next repair looks again."
+            f"{plan.run}: left {counted(moved.left, what, many)} written, opened or replaced since the plan was made; the next repair looks again."
         )
     context.problems += moved.problems

@@ -43,6 +43,7 @@ from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session
 from ckptdoctor.stores.leftovers import Surveyed
+from ckptdoctor.units import counted
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -131,7 +132,7 @@ def _ask(
     received = session.traffic()[1] - before[1]
     most = received + sum(whole_read_bytes(entry, headers.get(entry.os_path), options.deep) for entry in objects) + sum(older.values())
     if not options.download(len(objects) + len(older), most):
-        raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
+        raise NotDownloaded(f"{counted(len(objects), 'object')} {'was' if len(objects) == 1 else 'were'} not read; nothing was verified")
 
 
 def _older_to_read(runs: Sequence[Run], surveyed: dict[str, Surveyed]) -> dict[str, int]:
@@ -346,7 +347,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
             tally.bytes_read += sum(entry.size for entry in tasks[number])
     if len(done) < len(tasks):
         lost = sum(len(tasks[number]) for number in range(len(tasks)) if number not in done)
-        raise RuntimeError(f"a verify worker process died (killed?): {lost} files were not read")
+        raise RuntimeError(f"a verify worker process died (killed?): {counted(lost, 'file')} {'was' if lost == 1 else 'were'} not read")
     return reports
 
 

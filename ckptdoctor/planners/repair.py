@@ -32,7 +32,6 @@ from ckptdoctor.model import (
     Run,
     Severity,
     Status,
-    standing,
 )
 from ckptdoctor.places import run_root
 from ckptdoctor.planners.retention import (
@@ -46,7 +45,7 @@ from ckptdoctor.planners.retention import (
     targets,
 )
 from ckptdoctor.records import Quarantine, StoredState
-from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, STALE_POINTER
+from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, INTERRUPTED_SAVE, STALE_POINTER
 
 
 class NotResumable(RefusedError):
@@ -292,8 +291,9 @@ class _Labels:
     def __init__(self, findings: Sequence[Finding]) -> None:
         self._by_index: dict[int, list[str]] = defaultdict(list)
         self._by_path: dict[str, list[str]] = defaultdict(list)
-        for finding in standing(findings):  # one label per cause: a save cut short, not each of its files
-            if finding.severity is Severity.INFO:
+        for finding in findings:
+            # a plan names what it moves by the findings of its files, not the one that stands for them (CKD117)
+            if finding.severity is Severity.INFO or finding.code == INTERRUPTED_SAVE.code:
                 continue
             label = f"{finding.code} {finding.name}"
             # 2xx (integrity) and 4xx (safety) rules are about one file, and CKD113 about one

@@ -22,7 +22,7 @@ from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Freeing, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
-from ckptdoctor.units import size
+from ckptdoctor.units import counted, size
 from ckptdoctor.volumes import volume as volume
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
@@ -41,25 +41,35 @@ class EstimateError(InvalidValue):
     """A model size or optimizer that cannot be used (exit 2)."""
 
 
-def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | None = None) -> Estimate | None:
-    """The next save of ``run``: the largest of its newest complete checkpoints (all roles), or,
-    for a run with none, the model's bytes plus the optimizer's state; None when nothing says."""
-    if run is not None:
-        complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:]
-        if complete:
-            largest = max(complete, key=lambda c: c.bytes)
-            unit = run.unit.value
-            basis = f"the largest of the last {len(complete)} complete {unit}{'s' if len(complete) != 1 else ''}: {unit} {largest.index}"
-            files = len(largest.files) + (1 if largest.folder is not None else 0)
-            return Estimate(largest.bytes, files, basis)
-    if model_bytes is None:
-        return None
+def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | None = None, model_first: bool = True) -> Estimate | None:
+    """The next save of ``run``: the model's bytes plus the optimizer's state where a model size
+    is given (the user knows the next save better: a bigger model, another optimizer), else the
+    largest of the run's newest complete checkpoints (all roles); None when nothing says.
+    ``model_first`` False: the run's checkpoints win, and the model sizes only a run's first save
+    (a training callback, which always knows its model, sizes later saves by what was written)."""
+    measured = _measured(run)
+    if model_bytes is None or (measured is not None and not model_first):
+        return measured
     if optimizer is None:
         raise EstimateError("--optimizer is needed with a model size: the optimizer's state is most of a save (adam keeps 2x the model)")
     if optimizer not in OPTIMIZER_STATE:
         raise EstimateError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIMIZER_STATE)})")
     state = OPTIMIZER_STATE[optimizer]
-    return Estimate(math.ceil(model_bytes * (1 + state)), 3, f"model {size(model_bytes)} + {optimizer} state ({state:g}x the model)")
+    basis = f"model {size(model_bytes)} + {optimizer} state ({state:g}x the model)"
+    if measured is not None:  # the size given wins: said, beside what the run's own saves measure
+        basis += f", from the model size given; the run's last saves measure {size(measured.bytes)}"
+    return Estimate(math.ceil(model_bytes * (1 + state)), measured.files if measured is not None else 3, basis)
+
+
+def _measured(run: Run | None) -> Estimate | None:
+    """The next save as ``run``'s saves measure it: the largest of its newest complete checkpoints."""
+    complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:] if run is not None else []
+    if run is None or not complete:
+        return None
+    largest = max(complete, key=lambda c: c.bytes)
+    unit = run.unit.value
+    basis = f"the largest of the last {counted(len(complete), 'complete ' + unit)}: {unit} {largest.index}"
+    return Estimate(largest.bytes, len(largest.files) + (1 if largest.folder is not None else 0), basis)
 
 
 def needed(estimate: Estimate, margin: float = MARGIN) -> int:
@@ -128,16 +138,18 @@ def check(
     optimizer: str | None = None,
     keep_last: int | None = None,
     margin: float = MARGIN,
+    model_first: bool = True,
 ) -> DiskCheck:
     """Everything ``diskcheck`` measures about the folder ``path`` (the run's, or where one
-    will be): the volume, writability, the next save, and the runway under ``keep_last``."""
+    will be): the volume, writability, the next save (``estimate``), and the runway under
+    ``keep_last``."""
     folder = run_root(run) if run is not None else path
     try:
         found: Volume | None = volume(folder)
     except OSError:
         found = None
     why = why_unwritable(folder)
-    guess = estimate(run, model_bytes, optimizer)
+    guess = estimate(run, model_bytes, optimizer, model_first)
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
@@ -211,13 +223,14 @@ def bucket_check(
     optimizer: str | None = None,
     keep_last: int | None = None,
     margin: float = MARGIN,
+    model_first: bool = True,
 ) -> DiskCheck:
-    """``diskcheck`` of the run at ``url`` in a bucket: what the probes found, the next save,
-    and the growth at ``keep_last``; no volume, so no free space and no runway."""
+    """``diskcheck`` of the run at ``url`` in a bucket: what the probes found, the next save
+    (``estimate``), and the growth at ``keep_last``; no volume, so no free space and no runway."""
     write = next((p for p in probed.permissions if p.action == "write"), None)
     writable = write is not None and write.access is Access.GRANTED
     why = "" if writable else (write.detail if write is not None and write.detail else "the write probe could not be made")
-    guess = estimate(run, model_bytes, optimizer)
+    guess = estimate(run, model_bytes, optimizer, model_first)
     frees_nothing = probed.versioned and probed.expires_noncurrent is not True
     return DiskCheck(
         url,

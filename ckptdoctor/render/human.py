@@ -38,7 +38,7 @@ from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render.console import stdout_console
 from ckptdoctor.rules.rule import BEHIND_RESUME, Rule
-from ckptdoctor.units import files_or_folders, size
+from ckptdoctor.units import counted, files_or_folders, size
 
 if TYPE_CHECKING:
     from ckptdoctor.rules.search import Match
@@ -260,9 +260,7 @@ def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
 
 
 def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width: int) -> RenderableType:
-    count = len(run.checkpoints)
-    plural = "s" if count != 1 else ""
-    what = f"{run.layout} · {count} {run.unit.value}{plural}" if run.checkpoints or not run.extra_files else f"{len(run.extra_files)} files"
+    what = f"{run.layout} · {_checkpoints(run)}" if run.checkpoints or not run.extra_files else counted(len(run.extra_files), "file")
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
     parts: list[RenderableType] = [title]
     if run.checkpoints:
@@ -272,12 +270,22 @@ def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width:
             _contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors
         ]
     if run.other_files:
-        n = len(run.other_files)
-        parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
+        parts.append(Text(f"{counted(len(run.other_files), 'other file')} not part of any checkpoint (see --json)", style="dim"))
     if findings:
         parts.append(_findings(findings, width, run.unit.value, options.verbose))
     parts.append(resume_block(run, width))
     return Group(*parts)
+
+
+def _checkpoints(run: Run) -> str:
+    """``3 checkpoints (steps 10–30)``, ``1 checkpoint (epoch 3)``: how many the run has, and the
+    indexes they span in the run's unit (a run's title: its unit alone would count steps)."""
+    indexes = sorted({checkpoint.index for checkpoint in run.checkpoints})
+    unit = run.unit.value
+    if not indexes:
+        return counted(0, "checkpoint")
+    span = f"{unit} {indexes[0]}" if len(indexes) == 1 else f"{unit}s {indexes[0]}–{indexes[-1]}"
+    return f"{counted(len(run.checkpoints), 'checkpoint')} ({span})"
 
 
 BAR_WIDTH = 32
@@ -294,7 +302,7 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
     where = f"{volume.fstype} on {volume.mountpoint}" if volume else "volume unknown"
     if disk.bucket is not None:
         where = f"bucket ({disk.bucket.store}://), no free space to read"
-    title = f"{run.layout} · {_count(len(run.checkpoints), run.unit.value, run.unit.value + 's')} · {where}" if run else where
+    title = f"{run.layout} · {_checkpoints(run)} · {where}" if run else where
     parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
     sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
     if sizes:
@@ -726,7 +734,7 @@ def plan_summary(plan: Plan, unit: str) -> str:
     """A prune plan in one line."""
     doomed = plan.acting(Action.DELETE)
     if not doomed:
-        return f"Nothing to delete; keeping {_count(len(plan.items), unit, unit + 's')}."
+        return f"Nothing to delete; keeping {counted(len(plan.items), unit, unit + 's')}."
     touched = [entry for item in doomed for entry in item.entries]
     kept = len(plan.items) - len(doomed)
     return (
@@ -740,7 +748,7 @@ def repair_summary(plan: Plan, unit: str) -> str:
     moved, repointed, restored = plan.acting(Action.QUARANTINE), plan.acting(Action.REPOINT), plan.acting(Action.RESTORE)
     if restored:
         total = sum(item.bytes for item in restored)
-        return f"About to put back {_count(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
+        return f"About to put back {counted(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
     if not (moved or repointed):  # an undo with nothing to put back is no repair
         return f"Nothing to put back ({plan.policy})." if _undoes(plan) else f"Nothing to repair; {plan.policy}."
     actions = []
@@ -749,17 +757,13 @@ def repair_summary(plan: Plan, unit: str) -> str:
         entries = sum(len(item.entries) for item in moved)
         where = []
         if numbered := len({item.number for item in moved if item.number is not None}):
-            where.append(_count(numbered, unit, unit + "s"))
+            where.append(counted(numbered, unit, unit + "s"))
         if loose := sum(1 for item in moved if item.number is None):
-            where.append(_count(loose, "leftover", "leftovers"))
-        actions.append(f"quarantine {_count(entries, 'entry', 'entries')} (from {', '.join(where)}) totalling {size(total)}")
+            where.append(counted(loose, "leftover", "leftovers"))
+        actions.append(f"quarantine {counted(entries, 'entry', 'entries')} (from {', '.join(where)}) totalling {size(total)}")
     if repointed:
-        actions.append(f"re-point {_count(len(repointed), 'pointer', 'pointers')}")
+        actions.append(f"re-point {counted(len(repointed), 'pointer', 'pointers')}")
     return f"About to {' and '.join(actions)}; then {plan.policy}."
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _undoes(plan: Plan) -> bool:
@@ -802,7 +806,7 @@ def runs_summary(rows: Sequence[SummaryRow], acting: Sequence[PlanColumn], width
         table.add_column(column.header, justify=column.justify, no_wrap=column.header != "RUN", overflow="fold")
     for row in range(len(rows)):
         table.add_row(*(column.cells[row] for column in fitted))
-    parts: list[RenderableType] = [Text.assemble((_count(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
+    parts: list[RenderableType] = [Text.assemble((counted(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
     if dropped:
         parts.append(wrap(Text(f"not shown at this width: {', '.join(dropped)}", style="dim"), width, 2))
     return Group(*parts)
@@ -889,21 +893,21 @@ def grand_total(plans: Plans) -> str:
     """What the plans of every run do, together: ``About to delete 12 checkpoints from 3 runs,
     totalling 4.1 GiB.``"""
     every = [plan for plan, _ in plans.plans]
-    runs = _count(len(every), "run", "runs")
+    runs = counted(len(every), "run", "runs")
     if not plans.repair:
         acting = [plan for plan in every if plan.acting(Action.DELETE)]
         if not acting:
             return f"Nothing to delete in {runs}."
         doomed = sum(len(plan.acting(Action.DELETE)) for plan in acting)
         freed = sum(plan.freed_bytes for plan in acting)
-        return f"About to delete {_count(doomed, 'checkpoint', 'checkpoints')} from {_count(len(acting), 'run', 'runs')}, totalling {size(freed)}."
+        return f"About to delete {counted(doomed, 'checkpoint', 'checkpoints')} from {counted(len(acting), 'run', 'runs')}, totalling {size(freed)}."
     if any(_undoes(plan) for plan in every):
         restored = [item for plan in every for item in plan.acting(Action.RESTORE)]
         if not restored:
             return f"Nothing to put back in {runs}."
-        into = _count(len({plan.run for plan in every if plan.acting(Action.RESTORE)}), "run", "runs")
+        into = counted(len({plan.run for plan in every if plan.acting(Action.RESTORE)}), "run", "runs")
         entries = sum(len(item.entries) for item in restored)
-        return f"About to put back {_count(entries, 'entry', 'entries')} totalling {size(sum(i.bytes for i in restored))} into {into}."
+        return f"About to put back {counted(entries, 'entry', 'entries')} totalling {size(sum(i.bytes for i in restored))} into {into}."
     acting = [plan for plan in every if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
     if not acting:
         return f"Nothing to repair in {runs}."
@@ -912,7 +916,7 @@ def grand_total(plans: Plans) -> str:
     what = []
     if moved:
         entries = sum(len(item.entries) for item in moved)
-        what.append(f"quarantine {_count(entries, 'entry', 'entries')} totalling {size(sum(item.bytes for item in moved))}")
+        what.append(f"quarantine {counted(entries, 'entry', 'entries')} totalling {size(sum(item.bytes for item in moved))}")
     if repointed:
-        what.append(f"re-point {_count(repointed, 'pointer', 'pointers')}")
-    return f"About to {' and '.join(what)} in {_count(len(acting), 'run', 'runs')}."
+        what.append(f"re-point {counted(repointed, 'pointer', 'pointers')}")
+    return f"About to {' and '.join(what)} in {counted(len(acting), 'run', 'runs')}."

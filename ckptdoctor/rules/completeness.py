@@ -713,15 +713,20 @@ def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
     statuses = Counter(c.status.value for c in run.checkpoints)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     whole = [c for c in run.checkpoints if c.status is Status.COMPLETE]
+    # "none of the 1 checkpoints" reads wrong: one is "the only checkpoint"
+    none = (
+        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is"
+        if len(run.checkpoints) > 1
+        else f"the only checkpoint in {run.path} is not"
+    )
     if not whole:
-        yield ctx.finding(NO_RESUMABLE_CHECKPOINT, f"none of the {len(run.checkpoints)} checkpoints in {run.path} is complete ({summary})")
+        yield ctx.finding(NO_RESUMABLE_CHECKPOINT, f"{none} complete ({summary})")
         return
     # whole, but not one the framework resumes from (``Layout.resumable``)
     newest = whole[-1]
     yield ctx.finding(
         NO_RESUMABLE_CHECKPOINT,
-        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is one {ctx.layout.name} can resume from ({summary}); "
-        f"{run.unit.value} {newest.index}: {ctx.layout.resume_hint(run, newest)}",
+        f"{none} one {ctx.layout.name} can resume from ({summary}); {run.unit.value} {newest.index}: {ctx.layout.resume_hint(run, newest)}",
         index=newest.index,
     )
 

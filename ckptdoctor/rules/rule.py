@@ -131,7 +131,7 @@ def _framework_wordings() -> Mapping[str, Mapping[str, str]]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the rule table (DESIGN §3.4) with the documentation that explains it."""
+    """One row of the rule table (docs/rules.md) with the documentation that explains it."""
 
     code: str
     """``CKD`` + three digits; hundreds group families; never reused."""
