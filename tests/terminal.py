@@ -24,6 +24,7 @@ def in_terminal(
     stdout: int | IO[bytes] | None = None,
     answer: bytes | None = None,
     columns: int | None = None,
+    cwd: str | None = None,
 ) -> tuple[int, bytes, bytes]:
     """Run ``command``; type ``answer`` once the prompt shows (None: type nothing). ``stdout``:
     None for the terminal, else a file or ``subprocess.PIPE``; ``columns``: the terminal's width
@@ -32,7 +33,9 @@ def in_terminal(
     master, slave = pty.openpty()
     if columns is not None:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen(command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True, cwd=cwd
+    )
     os.close(slave)
     piped: list[bytes] = []
     reader = threading.Thread(target=lambda: piped.append(proc.stdout.read() if proc.stdout else b""))
