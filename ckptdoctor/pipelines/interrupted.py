@@ -17,15 +17,15 @@ FULL = 1 << 20
 """Less free space than this is a full volume, whatever the save still needed."""
 
 
-def with_interruptions(runs: Sequence[Run], now: float) -> list[Run]:
+def with_interruptions(runs: Sequence[Run], now: float) -> tuple[Run, ...]:
     """``runs`` with what the world says of each of their unfinished checkpoints (``Run.unfinished``)."""
     said: set[str] = set()  # each process the table hides is named once per command
-    return [
+    return tuple(
         dataclasses.replace(run, interrupted=tuple(_asked(run, checkpoint, now, said) for checkpoint in run.unfinished))
         if run.unfinished
         else run
         for run in runs
-    ]
+    )
 
 
 def _asked(run: Run, checkpoint: Checkpoint, now: float, said: set[str]) -> Interruption:

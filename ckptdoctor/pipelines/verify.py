@@ -104,11 +104,11 @@ def verify(
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
     now = time.time()
-    runs = with_interruptions(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed), now)
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
+    judged = with_interruptions(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed), now)
+    findings = check(judged, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
-    report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
+    report = Report("verify", judged, findings, second.errors, transfer=transfer(paths, before))
     return report, dataclasses.replace(second, empty=empty)
 
 
@@ -200,14 +200,16 @@ def verify_resume(
             resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
             verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
         second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS)) if reports else first
-    runs = [
-        advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
-        for run in second.runs
-    ]
     now = time.time()
-    runs = with_interruptions(runs, now)
+    runs = with_interruptions(
+        [
+            advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
+            for run in second.runs
+        ],
+        now,
+    )
     findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
-    return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
+    return Report("verify", runs, findings, second.errors, transfer=transfer(paths, before)), second
 
 
 def _verified_resume(

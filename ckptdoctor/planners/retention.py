@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.layouts.registry import Layout, home
-from ckptdoctor.model import MIN_AGE, Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
+from ckptdoctor.model import MIN_AGE as MIN_AGE
+from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import DEEPEST, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.files import ends_unchecked
