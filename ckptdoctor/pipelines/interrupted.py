@@ -1,6 +1,7 @@
 """What the world says of a save that stopped part-way (CKD117): whether a live process of this
 machine still holds its files, how long ago they were written, and whether its volume has room for
-the rest of it. Asked only of a run with such a checkpoint: a healthy run costs nothing."""
+the rest of it. Asked only of a run with such a checkpoint, once per run (one reading of the
+process table, one of the volume): a healthy run costs nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 from ckptdoctor import processes
 from ckptdoctor.discover import remote
-from ckptdoctor.model import Cause, Checkpoint, Interruption, Run, Status
+from ckptdoctor.model import Cause, Checkpoint, Interruption, Run, Status, Volume
 from ckptdoctor.volumes import volume
 
 FULL = 1 << 20
@@ -20,41 +21,56 @@ FULL = 1 << 20
 def with_interruptions(runs: Sequence[Run], now: float) -> tuple[Run, ...]:
     """``runs`` with what the world says of each of their unfinished checkpoints (``Run.unfinished``)."""
     said: set[str] = set()  # each process the table hides is named once per command
-    return tuple(
-        dataclasses.replace(run, interrupted=tuple(_asked(run, checkpoint, now, said) for checkpoint in run.unfinished))
-        if run.unfinished
-        else run
-        for run in runs
-    )
+    asked = []
+    for run in runs:
+        unfinished = run.unfinished
+        asked.append(dataclasses.replace(run, interrupted=_asked(run, unfinished, now, said)) if unfinished else run)
+    return tuple(asked)
 
 
-def _asked(run: Run, checkpoint: Checkpoint, now: float, said: set[str]) -> Interruption:
-    entries = [f.entry for f in checkpoint.files]
-    times = [e.mtime for e in entries if e.mtime]
-    age = max(0.0, now - max(times)) if times and len(times) == len(entries) else None
-    if remote(run.path) or not entries:  # a store has no process table or free space to ask
-        return Interruption(checkpoint.index, Cause.CUT_SHORT, age)
+def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str]) -> tuple[Interruption, ...]:
+    if remote(run.path):  # a store has no process table or free space to ask
+        return tuple(Interruption(c.index, Cause.CUT_SHORT, _age(c, now)) for c in unfinished)
+    entries = [f.entry for c in unfinished for f in c.files]
     held, _ = processes.open_by([e.os_path for e in entries], {e.os_path: e.inode for e in entries if e.inode}, said)
-    if any(isinstance(holder, str) for holder in held.values()):  # the table could not be read: whether a save goes on is unknown
-        return Interruption(checkpoint.index, Cause.CUT_SHORT, age)
-    holders = tuple(dict.fromkeys(processes.named(pid) for pid in held.values() if isinstance(pid, int)))
-    wanted = _wanted(run, checkpoint)
+    unknown = any(isinstance(holder, str) for holder in held.values())  # the table could not be read
     try:
-        found = volume(os.path.dirname(entries[0].os_path))
+        found: Volume | None = volume(os.path.dirname(entries[0].os_path)) if entries else None
     except OSError:
         found = None
-    if holders:
-        cause = Cause.BEING_WRITTEN
-    elif found is not None and found.free_bytes < max(FULL, wanted or 0):
-        cause = Cause.DISK_FULL
-    elif found is not None:
-        cause = Cause.KILLED
-    else:
-        cause = Cause.CUT_SHORT
-    return Interruption(checkpoint.index, cause, age, holders, found, wanted)
+    wanted = _wanted(run, unfinished)
+    interruptions = []
+    for checkpoint in unfinished:
+        pids = {held[f.entry.os_path] for f in checkpoint.files if isinstance(held.get(f.entry.os_path), int)}
+        holders = tuple(sorted(processes.named(pid) for pid in pids if isinstance(pid, int)))
+        rest = wanted.get(id(checkpoint))
+        if holders:
+            cause = Cause.BEING_WRITTEN
+        elif found is not None and found.free_bytes < max(FULL, rest or 0):
+            cause = Cause.DISK_FULL
+        elif unknown or found is None:  # whether a save goes on here is not known
+            cause = Cause.CUT_SHORT
+        else:
+            cause = Cause.KILLED
+        interruptions.append(Interruption(checkpoint.index, cause, _age(checkpoint, now), holders, found, rest))
+    return tuple(interruptions)
 
 
-def _wanted(run: Run, checkpoint: Checkpoint) -> int | None:
-    """What the rest of the save needed: the newest complete checkpoint before it, less what it holds."""
-    earlier = [c for c in run.checkpoints if c.status is Status.COMPLETE and c.index <= checkpoint.index and c is not checkpoint]
-    return max(0, earlier[-1].bytes - checkpoint.bytes) if earlier else None
+def _age(checkpoint: Checkpoint, now: float) -> float | None:
+    """Seconds since its newest file was written; None where a file's time is unknown."""
+    times = [f.entry.mtime for f in checkpoint.files]
+    return max(0.0, now - max(times)) if times and all(times) else None
+
+
+def _wanted(run: Run, unfinished: Sequence[Checkpoint]) -> dict[int, int]:
+    """What the rest of each unfinished save needed (by ``id``): the newest complete checkpoint
+    before it, less what it holds; none where no complete checkpoint comes before it."""
+    wanted: dict[int, int] = {}
+    cut = {id(c) for c in unfinished}
+    last: Checkpoint | None = None
+    for checkpoint in run.checkpoints:  # in the run's order: one pass, whatever the run's size
+        if id(checkpoint) in cut and last is not None:
+            wanted[id(checkpoint)] = max(0, last.bytes - checkpoint.bytes)
+        if checkpoint.status is Status.COMPLETE:
+            last = checkpoint
+    return wanted

@@ -1010,25 +1010,29 @@ def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Find
     parts (``Finding.part_of``); a save still being written is a warning, and so are its parts."""
     found = list(findings)
     run = ctx.run
-    for interruption in ctx.run.interrupted:
-        checkpoint = next(c for c in run.checkpoints if c.index == interruption.index and c in run.unfinished)
-        alone = run.resume is None and all(c.status is not Status.COMPLETE for c in run.checkpoints)
-        parts = [
-            i
-            for i, f in enumerate(found)
-            if f.part_of is None
-            and ((f.code in _PARTS and f.index == checkpoint.index) or (alone and f.code == NO_RESUMABLE_CHECKPOINT.code))
-        ]
+    if not run.interrupted:
+        return found
+    by_index: dict[int | None, list[int]] = defaultdict(list)
+    for i, finding in enumerate(found):
+        if finding.code in _PARTS:
+            by_index[finding.index].append(i)
+    alone = run.resume is None and all(c.status is not Status.COMPLETE for c in run.checkpoints)
+    ended = [i for i, f in enumerate(found) if alone and f.code == NO_RESUMABLE_CHECKPOINT.code]
+    parents: list[tuple[int, Finding]] = []
+    for checkpoint, interruption in zip(run.unfinished, run.interrupted, strict=True):  # made in this order (pipelines/interrupted.py)
+        parts = [i for i in by_index.pop(checkpoint.index, []) + ended if found[i].part_of is None]
+        ended = []  # nothing else was saved: the first cut save stands for the run having none
         if not parts:
             continue
         severity = (
             Severity.WARNING if interruption.cause is Cause.BEING_WRITTEN else max((found[i].severity for i in parts), key=lambda s: s.rank)
         )
-        parent = _interrupted(ctx, checkpoint, interruption, severity)
         for i in parts:
             lowered = min(found[i].severity, severity, key=lambda s: s.rank)
             found[i] = dataclasses.replace(found[i], part_of=(INTERRUPTED_SAVE.code, checkpoint.index), severity=lowered)
-        found.insert(parts[0], parent)
+        parents.append((min(parts), _interrupted(ctx, checkpoint, interruption, severity)))
+    for at, parent in sorted(parents, key=lambda placed: placed[0], reverse=True):  # each before its first part
+        found.insert(at, parent)
     return found
 
 
