@@ -9,11 +9,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from terminal import in_terminal
+
+from ckptdoctor.testing import write_burn_run
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _age(folder: Path) -> None:
+    """Older than --min-age, so that prune and repair plan for every file."""
+    when = time.time() - 86400
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, (when, when))
+
 
 # --- Ctrl-C from the program's first moment -------------------------------------------------------
 
@@ -84,3 +97,94 @@ def test_ctrl_c_at_any_early_moment_is_interrupted_and_130() -> None:
             break
     if not landed:
         pytest.skip("every signal landed before the interpreter had started on this machine")
+
+
+# --- the summary line ends the human report -------------------------------------------------------
+
+
+def _missing_optimizer(root: Path) -> Path:
+    """A burn run whose epoch 5 has no optimizer file (CKD101: an error, exit 1)."""
+    folder = root / "checkpoint"
+    write_burn_run(folder, range(3, 6))
+    (folder / "optim-5.bpk").unlink()
+    return folder
+
+
+SUMMARY = "1 error, 0 warnings, 0 info in 1 run."
+
+
+def test_the_summary_is_the_last_line_of_the_report_on_stdout(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    result = cli("inspect", _missing_optimizer(tmp_path))
+    assert result.exit_code == 1
+    assert result.stdout.rstrip("\n").splitlines()[-1] == SUMMARY, result.stdout
+    assert "error" not in result.stderr, "a count, not a message: stderr has nothing to say"
+    for fmt in ("json", "sarif", "junit", "github", "markdown"):  # the count is the human report's alone
+        other = cli("inspect", "--format", fmt, _missing_optimizer(tmp_path / fmt))
+        assert SUMMARY not in other.stdout + other.stderr, fmt
+
+
+def test_the_summary_is_written_to_the_output_file_too(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    report = tmp_path / "report.txt"
+    result = cli("verify", "-o", report, _missing_optimizer(tmp_path))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert report.read_text().rstrip("\n").splitlines()[-1] == SUMMARY
+
+
+# --- --color, NO_COLOR, FORCE_COLOR ---------------------------------------------------------------
+
+UNSET = {"NO_COLOR": None, "FORCE_COLOR": None, "TTY_COMPATIBLE": None}
+"""The environment with neither variable set (the ``cli`` fixture sets NO_COLOR)."""
+COMMANDS = (("inspect",), ("verify",), ("prune", "--dry-run", "--keep-last", "1"), ("repair", "--dry-run"))
+
+
+def _styled(result: Any) -> bool:
+    return "\x1b[" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
+@pytest.mark.parametrize(
+    ("given", "env", "styles"),
+    [
+        ((), {}, False),  # piped: plain
+        (("--color", "always"), {}, True),  # forced, piped
+        (("--color", "always"), {"NO_COLOR": "1"}, True),  # the flag wins over NO_COLOR
+        (("--color", "never"), {"FORCE_COLOR": "1"}, False),  # and over FORCE_COLOR
+        ((), {"FORCE_COLOR": "1"}, True),
+        ((), {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),  # NO_COLOR wins over FORCE_COLOR: no bold, no dim either
+        (("--color", "NEVER"), {"FORCE_COLOR": "1"}, False),
+    ],
+    ids=["piped", "always", "always-over-no-color", "never-over-force-color", "force-color", "no-color-over-force-color", "case"],
+)
+def test_color_flag_over_no_color_over_force_color_over_the_terminal(
+    tmp_path: Path, cli: Callable[..., Any], command: tuple[str, ...], given: tuple[str, ...], env: dict[str, str], styles: bool
+) -> None:
+    folder = _missing_optimizer(tmp_path)
+    _age(folder)
+    result = cli(*command, *given, folder, env={**UNSET, **env})
+    assert result.exit_code in (0, 1), result.stderr
+    assert _styled(result) is styles, (result.stdout, result.stderr)
+
+
+def test_rules_takes_color_too(cli: Callable[..., Any]) -> None:
+    assert _styled(cli("rules", "--color", "always", env=UNSET))
+    assert not _styled(cli("rules", "--color", "never", env={**UNSET, "FORCE_COLOR": "1"}))
+
+
+def test_an_output_file_is_plain_whatever_color_says(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    report = tmp_path / "report.txt"
+    cli("inspect", "--color", "always", "-o", report, _missing_optimizer(tmp_path), env=UNSET)
+    assert "CKD101" in report.read_text() and "\x1b" not in report.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("given", "env"), [((), {"NO_COLOR": "1"}), (("--color", "never"), {})], ids=["NO_COLOR", "never"])
+def test_on_a_terminal_no_color_and_never_leave_no_escape_at_all(tmp_path: Path, given: tuple[str, ...], env: dict[str, str]) -> None:
+    """Not a colour, and not bold or dim either (rich's own NO_COLOR keeps those)."""
+    folder = _missing_optimizer(tmp_path)
+    base = {k: v for k, v in os.environ.items() if k not in UNSET} | {"TERM": "xterm-256color", "COLUMNS": "120"}
+    args = [sys.executable, "-m", "ckptdoctor", "inspect", str(folder)]
+    code, coloured, _ = in_terminal(args, base)
+    assert code == 1 and b"\x1b[1m" in coloured, "on a terminal the report is styled (the control case)"
+    code, plain, _ = in_terminal([*args, *given], base | env)
+    assert code == 1 and b"CKD101" in plain and SUMMARY.encode() in plain
+    assert b"\x1b" not in plain, plain

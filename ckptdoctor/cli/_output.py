@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -18,12 +19,11 @@ from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
+from ckptdoctor.render.console import ALWAYS, AUTO, NEVER, use_colour
 from ckptdoctor.render.console import stderr_console as stderr_console
 from ckptdoctor.render.console import stdout_console as stdout_console
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from ckptdoctor.api import Report, Settings, Severity
 
 
@@ -31,6 +31,17 @@ class FailOn(str, enum.Enum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
+
+
+class Colour(str, enum.Enum):
+    AUTO = AUTO
+    ALWAYS = ALWAYS
+    NEVER = NEVER
+
+
+def _use_colour(choice: Colour | None) -> None:
+    # as the option is read: every console of the command, its report's and its messages', is made after
+    use_colour((choice or Colour.AUTO).value)
 
 
 EXIT_OK = 0
@@ -97,6 +108,17 @@ ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever
 QuietFlag = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")
 ]
+ColorOption = Annotated[
+    Colour | None,
+    typer.Option(
+        "--color",
+        callback=_use_colour,
+        case_sensitive=False,
+        show_default=False,
+        help="Style the output (colour, bold): auto, on a terminal unless NO_COLOR is set (FORCE_COLOR: piped too); always; "
+        "never. A file (-o) is plain text.",
+    ),
+]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
 BaselineOption = Annotated[
     str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")
@@ -135,6 +157,7 @@ def report_options(
     fail_on: FailOnOption = None,
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
+    color: ColorOption = None,
     show_all: AllFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
@@ -249,9 +272,11 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
     renderer = named(options.format)
     if renderer.for_people and report.errors and not report.runs and not report.findings:
         raise typer.Exit(code)  # the errors above say it all
-    write(rendered(report, options.format, RenderOptions(options.show_all, to_file=options.output is not None)), options.output)
-    if renderer.for_people and options.output is None:
-        _summary(report, stderr_console())
+    to_file = options.output is not None
+    text = rendered(report, options.format, RenderOptions(options.show_all, to_file=to_file))
+    if renderer.for_people:  # the count ends the report, wherever it goes
+        text += summed_up(report, to_file)
+    write(text, options.output)
     raise typer.Exit(code)
 
 
@@ -309,7 +334,9 @@ def _hint_unrecognised(paths: tuple[str, ...]) -> None:
     say(f"{len(paths)} {follow} no layout ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {shell_word(paths[0])}")
 
 
-def _summary(report: Report, console: Console) -> None:
+def summed_up(report: Report, to_file: bool) -> str:
+    """The report's last line: how many findings of each severity in how many runs (and what the
+    store's requests cost), dimmed where stdout is styled."""
     # loaded by the report already: --help never comes here
     from ckptdoctor.api import Severity, size
 
@@ -319,7 +346,10 @@ def _summary(report: Report, console: Console) -> None:
     if report.transfer is not None:
         requests = report.transfer.requests
         cost = f"; {requests:,} request{'s' if requests != 1 else ''} to the store, {size(report.transfer.received)} read"
-    console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
+    console = stdout_console(io.StringIO() if to_file else None)
+    with console.capture() as captured:
+        console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
+    return captured.get()
 
 
 def write(text: str, output: str | None) -> None:

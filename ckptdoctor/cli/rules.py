@@ -8,6 +8,7 @@ import typer
 
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
+    ColorOption,
     JsonFlag,
     chosen,
     format_option,
@@ -24,7 +25,7 @@ RulesFormat = Annotated[str | None, format_option(Kind.RULES, "Output format (de
 Full = Annotated[bool, typer.Option("--full", help="Explain every rule a pasted message matches, not one line each.")]
 
 
-def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False, full: Full = False) -> None:
+def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False, full: Full = False, color: ColorOption = None) -> None:
     """Show the rule table, one rule, or the rules an error matches.
 
     Lists the rule table, explains one rule, or ranks the rules that explain an error message
