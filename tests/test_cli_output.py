@@ -188,3 +188,44 @@ def test_on_a_terminal_no_color_and_never_leave_no_escape_at_all(tmp_path: Path,
     code, plain, _ = in_terminal([*args, *given], base | env)
     assert code == 1 and b"CKD101" in plain and SUMMARY.encode() in plain
     assert b"\x1b" not in plain, plain
+
+
+# --- a command line the parser refuses: one line, in ckptdoctor's words, exit 2 -------------------
+
+REFUSED = [
+    (("prune", "--keep-last", "-1"), "--keep-last must be 0 or more, not -1"),
+    (("prune", "--keep-best", "-2"), "--keep-best must be 0 or more, not -2"),
+    (("prune", "--keep-every", "0"), "--keep-every must be 1 or more, not 0"),
+    (("prune", "--max-runs", "0"), "--max-runs must be 1 or more, not 0"),
+    (("prune", "--keep-last", "two"), "--keep-last must be a whole number, not 'two'"),
+    (("prune", "--keep", "x"), "--keep must be a whole number, not 'x'"),
+    (("diskcheck", "--keep-last", "0"), "--keep-last must be 1 or more, not 0"),
+    (("diskcheck", "--runway", "0"), "--runway must be 1 or more, not 0"),
+    (("diskcheck", "--margin", "-0.5"), "--margin must be a fraction between 0 and 10, not -0.5"),
+    (("diskcheck", "--margin", "lots"), "--margin must be a number, not 'lots'"),
+    (("verify", "--jobs", "-1"), "--jobs must be 0 or more, not -1"),
+    (("inspect", "--fail-on", "catastrophe"), "--fail-on must be one of error, warning or info, not 'catastrophe'"),
+    (("repair", "--color", "sometimes"), "--color must be one of auto, always or never, not 'sometimes'"),
+    (("rules", "--format", "junit"), "--format must be one of human, json or sarif, not 'junit'"),
+    (("inspect", "--ignor", "CKD101"), "no option --ignor (did you mean --ignore?): `ckptdoctor inspect -h` lists them"),
+    (("prune", "--keep-last"), "option '--keep-last' requires an argument: `ckptdoctor prune -h` says how it is used"),
+    (("inspekt",), "no such command 'inspekt' (did you mean 'inspect'?): `ckptdoctor -h` says how it is used"),
+]
+
+
+@pytest.mark.parametrize(("args", "said"), REFUSED, ids=[" ".join(args) for args, _ in REFUSED])
+def test_a_refused_option_is_one_line_in_ckptdoctors_words(cli: Callable[..., Any], args: tuple[str, ...], said: str) -> None:
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert result.stderr == f"ckptdoctor: error: {said}\n"
+    assert result.stdout == ""
+
+
+def test_help_and_choices_in_any_case_are_as_they_were(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """Beside the one-line refusal: ``ckptdoctor`` alone still shows its help, and a choice in
+    capitals is still the same choice."""
+    alone = cli()
+    assert "Commands" in alone.stdout + alone.stderr and "ckptdoctor: error" not in alone.stderr
+    folder = _missing_optimizer(tmp_path)
+    assert cli("inspect", "--fail-on", "WARNING", "--color", "NEVER", folder).exit_code == 1
+    assert cli("inspect", "--fail-on", "warn", folder).stderr.count("\n") == 1

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 import io
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
@@ -19,7 +18,7 @@ from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
-from ckptdoctor.render.console import ALWAYS, AUTO, NEVER, use_colour
+from ckptdoctor.render.console import AUTO, COLOUR_CHOICES, use_colour
 from ckptdoctor.render.console import stderr_console as stderr_console
 from ckptdoctor.render.console import stdout_console as stdout_console
 
@@ -27,21 +26,42 @@ if TYPE_CHECKING:
     from ckptdoctor.api import Report, Settings, Severity
 
 
-class FailOn(str, enum.Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
+Number = TypeVar("Number", int, float)
 
 
-class Colour(str, enum.Enum):
-    AUTO = AUTO
-    ALWAYS = ALWAYS
-    NEVER = NEVER
+def one_of(*choices: str) -> Callable[[str], str]:
+    """An option's parser taking one of ``choices``, in any case; another is refused in ckptdoctor's
+    words (``cli._errors.usage_line`` says which option)."""
+
+    def parse(value: str) -> str:
+        if value.lower() in choices:
+            return value.lower()
+        raise typer.BadParameter(f"must be one of {', '.join(choices[:-1])} or {choices[-1]}, not {value!r}")
+
+    return parse
 
 
-def _use_colour(choice: Colour | None) -> None:
+def number(kind: type[Number], minimum: Number | None = None) -> Callable[[str | Number], Number]:
+    """An option's parser taking a number of ``kind`` (int: a whole one), at least ``minimum``."""
+
+    def parse(value: str | Number) -> Number:
+        try:
+            parsed = kind(value)
+        except ValueError:
+            raise typer.BadParameter(f"must be {'a whole number' if kind is int else 'a number'}, not {value!r}") from None
+        if minimum is not None and parsed < minimum:
+            raise typer.BadParameter(f"must be {minimum} or more, not {parsed}")
+        return parsed
+
+    return parse
+
+
+SEVERITIES = ("error", "warning", "info")
+
+
+def _use_colour(choice: str | None) -> None:
     # as the option is read: every console of the command, its report's and its messages', is made after
-    use_colour((choice or Colour.AUTO).value)
+    use_colour(choice or AUTO)
 
 
 EXIT_OK = 0
@@ -77,9 +97,13 @@ OutputOption = Annotated[
     typer.Option("--output", "-o", help="Write the report to this file instead of stdout.", metavar="FILE"),
 ]
 FailOnOption = Annotated[
-    FailOn | None,
+    str | None,
     typer.Option(
-        "--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False
+        "--fail-on",
+        parser=one_of(*SEVERITIES),
+        metavar=f"<{'|'.join(SEVERITIES)}>",
+        help="Exit 1 when a finding is at or above this severity (default: error).",
+        show_default=False,
     ),
 ]
 EndpointOption = Annotated[
@@ -109,11 +133,12 @@ QuietFlag = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")
 ]
 ColorOption = Annotated[
-    Colour | None,
+    str | None,
     typer.Option(
         "--color",
+        parser=one_of(*COLOUR_CHOICES),
         callback=_use_colour,
-        case_sensitive=False,
+        metavar=f"<{'|'.join(COLOUR_CHOICES)}>",
         show_default=False,
         help="Style the output (colour, bold): auto, on a terminal unless NO_COLOR is set (FORCE_COLOR: piped too); always; "
         "never. A file (-o) is plain text.",
@@ -176,7 +201,7 @@ def report_options(
     settings = configured(config, paths)
     use_endpoint(endpoint)
     chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore", "ignore")
-    threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
+    threshold = fail_on or settings.fail_on or "error"
     return ReportOptions(
         format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
         show_all=show_all, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptdoctor.cli._errors import say
-from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, reporting
+from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, number, reporting
 from ckptdoctor.render import HUMAN
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ ResumePathFlag = Annotated[
 ]
 JobsOption = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=0, help="Files read at once; 0 means one per CPU core.", show_default="0"),
+    typer.Option(
+        "--jobs", "-j", parser=number(int, 0), metavar="N", help="Files read at once; 0 means one per CPU core.", show_default="0"
+    ),
 ]
 
 
