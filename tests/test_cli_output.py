@@ -4,6 +4,7 @@ notes once per command and nothing on success with ``-q``, the summary line in t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -229,3 +230,29 @@ def test_help_and_choices_in_any_case_are_as_they_were(tmp_path: Path, cli: Call
     folder = _missing_optimizer(tmp_path)
     assert cli("inspect", "--fail-on", "WARNING", "--color", "NEVER", folder).exit_code == 1
     assert cli("inspect", "--fail-on", "warn", folder).stderr.count("\n") == 1
+
+
+# --- flags that conflict, and --resume with --json --------------------------------------------------
+
+CONFLICTING = [("inspect",), ("verify",), ("diskcheck",), ("prune", "--dry-run", "--keep-last", "1"), ("repair", "--dry-run")]
+
+
+@pytest.mark.parametrize("command", [*CONFLICTING, ("rules",)], ids=lambda command: command[0])
+def test_json_beside_another_format_is_refused(tmp_path: Path, cli: Callable[..., Any], command: tuple[str, ...]) -> None:
+    where = () if command == ("rules",) else (_missing_optimizer(tmp_path),)
+    result = cli(*command, "--format", "sarif", "--json", *where)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == "ckptdoctor: error: --json is short for --format json, and --format sarif was given too: pass one of them\n"
+    assert cli(*command, "--format", "JSON", "--json", *where).exit_code in (0, 1), "the same format twice is no conflict"
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+@pytest.mark.parametrize("flag", ["--resume", "--resume-path"])
+def test_resume_with_json_prints_one_json_object(tmp_path: Path, cli: Callable[..., Any], command: str, flag: str) -> None:
+    folder = _missing_optimizer(tmp_path)
+    result = cli(command, flag, "--json", folder)
+    assert result.exit_code == 0, result.stderr
+    # burn resumes from the run's artifact folder, the checkpoint folder's parent
+    assert json.loads(result.stdout) == {"run": str(folder), "unit": "epoch", "index": 4, "resume_path": str(folder.parent)}
+    plain = cli(command, flag, folder).stdout.strip()
+    assert plain == ("4" if flag == "--resume" else str(folder.parent)), "without --json, the one word as before"

@@ -91,7 +91,7 @@ Paths = Annotated[
 FormatOption = Annotated[
     str | None, format_option(Kind.REPORT, "Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).")
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json (refused beside another --format).")]
 OutputOption = Annotated[
     str | None,
     typer.Option("--output", "-o", help="Write the report to this file instead of stdout.", metavar="FILE"),
@@ -327,7 +327,12 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
 
 
 def chosen(fmt: str | None, as_json: bool, settings: Settings | None = None) -> str:
-    """The format asked for (``--json`` being short for ``--format json``), else the configured one."""
+    """The format asked for (``--json`` being short for ``--format json``), else the configured one;
+    exit 2 where ``--json`` and another ``--format`` are both given (a CI configuration with both
+    is a mistake: which one it meant, no guess can tell)."""
+    if as_json and fmt is not None and fmt != JSON:
+        say(f"ckptdoctor: error: --json is short for --format json, and --format {fmt} was given too: pass one of them")
+        raise typer.Exit(EXIT_USAGE)
     if as_json:
         return JSON
     if fmt is not None:
