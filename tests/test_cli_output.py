@@ -256,3 +256,71 @@ def test_resume_with_json_prints_one_json_object(tmp_path: Path, cli: Callable[.
     assert json.loads(result.stdout) == {"run": str(folder), "unit": "epoch", "index": 4, "resume_path": str(folder.parent)}
     plain = cli(command, flag, folder).stdout.strip()
     assert plain == ("4" if flag == "--resume" else str(folder.parent)), "without --json, the one word as before"
+
+
+# --- notes once per command, and nothing at all from -q on success --------------------------------
+
+
+def _young_runs(root: Path, count: int = 4) -> list[Path]:
+    """``count`` runs of five epochs, just written: a prune keeping 2 keeps the rest for --min-age,
+    and notes it, run by run."""
+    folders = [root / f"run{n}" / "checkpoint" for n in range(count)]
+    for folder in folders:
+        write_burn_run(folder, range(1, 6))
+    return folders
+
+
+def test_a_note_of_every_run_is_one_line_naming_them(tmp_path: Path, cli: Callable[..., Any], fake_machine: Any) -> None:
+    runs = _young_runs(tmp_path)
+    result = cli("prune", "--yes", "--keep-last", "2", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines, "the control: the runs' notes are there to be said"
+    templates = [line for line in lines]
+    for run in sorted(map(str, runs), key=len, reverse=True):
+        templates = [line.replace(run, "<run>") for line in templates]
+    assert len(templates) == len(set(templates)), "no two lines that differ only in their run:\n" + result.stderr
+    noted = [line for line in lines if str(runs[0]) in line]
+    assert len(noted) == 1 and all(str(run) in noted[0] for run in runs[1:]), "the one line names every run it holds for"
+
+
+def test_notes_told_twice_are_said_once_and_those_of_several_runs_as_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from ckptdoctor.cli._acting import Notes
+
+    notes = Notes(quiet=False)
+    notes.runs_are(["/r/a", "/r/a/b", "/r/c"])
+    for text in ("note: the process table cannot be read", "/r/a: kept. `prune /r/a`", "note: the process table cannot be read"):
+        notes.hear(text)
+    notes.hear("/r/a/b: kept. `prune /r/a/b`")
+    notes.hear("/r/c: kept. `prune /r/c`")
+    notes.flush()
+    notes.hear("note: the process table cannot be read")  # said already: not again
+    notes.flush()
+    assert capsys.readouterr().err.splitlines() == [
+        "note: the process table cannot be read",
+        "/r/a: kept. `prune /r/a` (and the same for 2 more runs: /r/a/b, /r/c)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "command", [("prune", "--yes", "--keep-last", "2"), ("repair", "--yes"), ("prune", "--dry-run", "--keep-last", "2")], ids=" ".join
+)
+def test_quiet_prints_nothing_at_all_on_success(
+    tmp_path: Path, cli: Callable[..., Any], fake_machine: Any, command: tuple[str, ...]
+) -> None:
+    runs = _young_runs(tmp_path)
+    write_burn_run(runs[0], [6], roles=("model",))  # epoch 6: a model alone, which repair would move (were it not young)
+    loud = cli(*command, tmp_path)
+    assert loud.exit_code == 0 and loud.stdout, "the control: without -q, the plans (and the notes)"
+    quiet = cli(*command, "-q", tmp_path)
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_quiet_holds_the_notes_until_the_command_fails(tmp_path: Path, cli: Callable[..., Any], fake_machine: Any) -> None:
+    _age(_young_runs(tmp_path)[0])  # one run with epochs to delete: the question is asked
+    loud = cli("prune", "--dry-run", "--keep-last", "2", tmp_path).stderr
+    assert cli("prune", "-q", "--dry-run", "--keep-last", "2", tmp_path).stderr == "", "held: the dry run went well"
+    failed = cli("prune", "-q", "--keep-last", "2", tmp_path)  # no --yes, and no terminal to answer on
+    assert failed.exit_code == 2 and "pass --yes" in failed.stderr
+    notes = [line for line in loud.splitlines() if not line.startswith("Dry run")]
+    assert notes and all(line in failed.stderr for line in notes), (loud, failed.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import io
@@ -130,7 +131,13 @@ SelectOption = Annotated[
 IgnoreOption = Annotated[list[str] | None, typer.Option("--ignore", help="Do not report these rules (as --select).", metavar="RULES")]
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
 QuietFlag = Annotated[
-    bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print nothing at all when the exit code is 0 (for cron): no report or plan, and no notes (what could not be "
+        "checked, what --min-age kept); all of it when the exit code is not 0. The same command without -q shows them.",
+    ),
 ]
 ColorOption = Annotated[
     str | None,
@@ -209,10 +216,12 @@ def report_options(
     )  # fmt: skip
 
 
-def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def sharing(
+    build: Callable[..., Any], around: Callable[[Any], contextlib.AbstractContextManager[None]] | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A decorator giving a command, after its own options, the parameters of ``build`` (options
     several commands share, declared once), and calling it with ``options``: what ``build``
-    makes of them. No command can drift from the others."""
+    makes of them, inside ``around(options)`` where given. No command can drift from the others."""
     # `paths`, the command's own argument, is handed to `build` too (where its settings are looked for)
     shared = {name: p for name, p in inspect.signature(build, eval_str=True).parameters.items() if name != "paths"}
 
@@ -224,7 +233,8 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
             with explained(command.__name__):
                 named = given.get("paths", [given["path"]] if "path" in given else None)
                 options = build(**{name: given.pop(name) for name in shared}, paths=named)
-                command(**given, options=options)
+                with around(options) if around is not None else contextlib.nullcontext():
+                    command(**given, options=options)
 
         parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
         # Typer reads the command's options from its signature and annotations
