@@ -32,7 +32,7 @@ Number = TypeVar("Number", int, float)
 
 def one_of(*choices: str) -> Callable[[str], str]:
     """An option's parser taking one of ``choices``, in any case; another is refused in ckptdoctor's
-    words (``cli._errors.usage_line`` says which option)."""
+    words (``cli._errors.misused`` says which option)."""
 
     def parse(value: str) -> str:
         if value.lower() in choices:
