@@ -25,7 +25,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Report, Run
@@ -37,6 +37,7 @@ from ckptdoctor.progress import Tally as Tally
 from ckptdoctor.quoting import printable as printable
 from ckptdoctor.quoting import shell_word as shell_word
 from ckptdoctor.rules.disk import RUNWAY
+from ckptdoctor.units import counted as counted
 from ckptdoctor.units import parse_size as parse_size
 from ckptdoctor.units import size as size
 
@@ -213,6 +214,9 @@ class DiskcheckOptions(Reported):
     """None: ``[tool.ckptdoctor.prune]`` ``keep-last``, where set."""
     margin: float = MARGIN
     runway: int = RUNWAY
+    model_first: bool = True
+    """Whether a model size given wins over what the run's saves measure (``diskcheck``); False:
+    it sizes only a run's first save (``preflight``, which training code calls with its model)."""
 
 
 @dataclass(frozen=True)
@@ -408,7 +412,7 @@ def _local_diskcheck(path: str, model_bytes: int | None, options: DiskcheckOptio
     own = [r for r in runs if os.path.realpath(run_root(r)) == os.path.realpath(path)]
     run = own[0] if own else _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
-    disk = check(path, run, model_bytes, options.optimizer, keep_last, options.margin)
+    disk = check(path, run, model_bytes, options.optimizer, keep_last, options.margin, options.model_first)
     below = run is not None and run.path in with_runs_below(runs, (folder.path for folder in scanned.unlisted) if scanned else ())
     errors = scanned.errors if scanned else ()
     return _as_configured(
@@ -440,7 +444,7 @@ def _bucket_diskcheck(url: str, model_bytes: int | None, options: DiskcheckOptio
     own = [r for r in runs if r.path.rstrip("/") == location.url]
     run = own[0] if own else _largest(runs)
     layout = layout_named(run.layout) if run is not None else None
-    disk = bucket_check(location.url, run, probed, model_bytes, options.optimizer, keep_last, options.margin)
+    disk = bucket_check(location.url, run, probed, model_bytes, options.optimizer, keep_last, options.margin, options.model_first)
     requests, received = session.traffic()
     transfer = Transfer(requests - before[0], received - before[1])
     errors = scanned.errors if scanned else ()
@@ -531,8 +535,8 @@ def run_rules(options: RulesOptions) -> RuleAnswer:
     if (exact := find_rule(options.query)) is not None:
         return RuleAnswer((exact,), (), True)
     matches = rank(options.query)
-    # a page for a search's only match, or for all with --full
-    return RuleAnswer(tuple(match.rule for match in matches), matches, len(matches) == 1 or options.full)
+    # one line per match, even for one: its page is `rules CODE` away; pages for all with --full
+    return RuleAnswer(tuple(match.rule for match in matches), matches, options.full)
 
 
 # the same, from keywords
@@ -554,10 +558,13 @@ def preflight(
     if not report.ok:
         raise SystemExit(report.findings[0].message)
 
-    A URL (``s3://bucket/runs/exp1``) is checked in its bucket, never on the local disk
-    (``report.disk.bucket``, ``report.disk.growth``).
+    Unlike ``diskcheck``, ``model_bytes`` (or ``model``) sizes only the run's first save: once it
+    has saved, its newest complete checkpoints measure the next (the training callbacks pass their
+    model's size before every save). A URL (``s3://bucket/runs/exp1``) is checked in its bucket,
+    never on the local disk (``report.disk.bucket``, ``report.disk.growth``).
     """
-    return diskcheck(run_dir, model_bytes=model_bytes, model=model, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway)
+    sized = _Sized(model_bytes, model, optimizer, model_first=False)
+    return _diskcheck(run_dir, None, sized, keep_last=keep_last, margin=margin, runway=runway)
 
 
 def diskcheck(
@@ -574,10 +581,10 @@ def diskcheck(
     """Will the next save into ``run_dir`` fit, and can it be written safely? The same report as
     ``ckptdoctor diskcheck`` (``report.disk``, CKD5xx ``report.findings``; ``report.ok``).
 
-    The next save is estimated from the run's newest complete checkpoints; for a run with none,
-    from ``model_bytes`` (or the size of the file ``model``) and the ``optimizer``'s state
-    (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``, ``rmsprop``, ``lion``,
-    ``adafactor``). Raises ``ckptdoctor.planners.space.EstimateError`` for an unusable model or optimizer,
+    The next save is estimated from ``model_bytes`` (or the size of the file ``model``) and the
+    ``optimizer``'s state (``adam``, ``adamw``, ``sgd``, ``sgd-momentum``, ``adagrad``,
+    ``rmsprop``, ``lion``, ``adafactor``) where given, even for a run that has saved (its basis
+    then says what the run's saves measure); else from the run's newest complete checkpoints. Raises ``ckptdoctor.planners.space.EstimateError`` for an unusable model or optimizer,
     and ``ckptdoctor.config.ConfigError`` for a configuration file it cannot use (both
     ``ckptdoctor.errors.UsageError``, and ``ValueError``). Role hints
     (``[tool.ckptdoctor.roles]``) and, without ``keep_last``, the retention
@@ -591,13 +598,31 @@ def diskcheck(
     judged (CKD503, CKD509-511; never CKD501/502). Raises ``ckptdoctor.errors.StoreError`` where
     the bucket cannot be used at all (none, credentials refused, unreachable).
     """
+    sized = _Sized(model_bytes, model, optimizer, model_first=True)
+    return _diskcheck(run_dir, config, sized, keep_last=keep_last, margin=margin, runway=runway)
+
+
+class _Sized(NamedTuple):
+    """What sizes the next save as ``diskcheck`` and ``preflight`` are given it."""
+
+    model_bytes: int | None
+    model: str | os.PathLike[str] | None
+    optimizer: str | None
+    model_first: bool
+
+
+def _diskcheck(
+    run_dir: str | os.PathLike[str], config: str | None, sized: _Sized, *, keep_last: int | None, margin: float, runway: int
+) -> Report:
+    """``diskcheck`` and ``preflight``, which differ in whether the model ``sized`` wins over the run's saves."""
     if not isinstance(run_dir, (str, os.PathLike)):
         raise TypeError(f"run_dir must be one folder (str or os.PathLike), not {run_dir!r}")
     (path,) = _listed(run_dir)
-    model_file = None if model is None else os.fspath(model)
+    model_file = None if sized.model is None else os.fspath(sized.model)
     options = DiskcheckOptions(
-        (path,), config, model_bytes=model_bytes, model=model_file, optimizer=optimizer, keep_last=keep_last, margin=margin, runway=runway
-    )
+        (path,), config, model_bytes=sized.model_bytes, model=model_file, optimizer=sized.optimizer, keep_last=keep_last, margin=margin,
+        runway=runway, model_first=sized.model_first,
+    )  # fmt: skip
     return run_diskcheck(options)
 
 

@@ -1,5 +1,5 @@
 """What ckptdoctor raises to its user: one base, :class:`CkptdoctorError`, and a few kinds, each
-with the exit code the command line gives it (DESIGN.md §3.1). Every exception the package
+with the exit code the command line gives it (docs/commands.md, "Exit codes"). Every exception the package
 raises for its user derives from one kind; the command line maps them in one place
 (``cli/_errors.py``), and anything else that escapes is a bug ("internal error").
 

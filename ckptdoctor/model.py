@@ -41,7 +41,7 @@ _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 class Status(_Word):
-    """The state of one checkpoint (DESIGN §2.1)."""
+    """The state of one checkpoint (docs/formats.md says what makes one whole)."""
 
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
@@ -57,7 +57,7 @@ class Status(_Word):
 
 
 class Role(_Word):
-    """What a file holds for its checkpoint (DESIGN §2.2)."""
+    """What a file holds for its checkpoint."""
 
     MODEL = "model"
     OPTIMIZER = "optimizer"
@@ -455,6 +455,41 @@ class StoreLeftovers:
     """On a versioned bucket, each damaged file's newest whole older version (or why none)."""
 
 
+MIN_AGE = 600.0
+"""``prune`` and ``repair`` leave files younger than this (seconds) by default (``--min-age``): a
+save may still be writing them, on this machine or another."""
+
+
+class Cause(_Word):
+    """Why a save stopped part-way, as the world around it tells (CKD117)."""
+
+    BEING_WRITTEN = "being-written"
+    """A live process of this machine holds its files: the save is going on now."""
+    DISK_FULL = "disk-full"
+    """Its volume has no room left for the rest of it."""
+    KILLED = "killed"
+    """Nothing holds its files and its volume has room: the writer died (a kill, a crash, a pre-empted node)."""
+    CUT_SHORT = "cut-short"
+    """Nothing could be asked of the world (a store, an unreadable process table): cut short, why unknown."""
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A checkpoint whose save stopped part-way, and what the world said of it when it was listed."""
+
+    index: int
+    cause: Cause
+    age: float | None
+    """Seconds since its newest file was last written; None where its files' times are unknown."""
+    holders: tuple[str, ...] = ()
+    """The live processes holding its files (``pid (command, user)``)."""
+    volume: Volume | None = None
+    """The filesystem under it; None for a run in a store, or one whose volume cannot be read."""
+    wanted_bytes: int | None = None
+    """What the rest of the save needed: the run's last complete checkpoint less what this one
+    holds; None where the run has no complete checkpoint to judge by."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One training run: a folder of checkpoints in one layout."""
@@ -489,6 +524,9 @@ class Run:
     resumable: frozenset[int] | None = None
     """The indices the framework can resume from (``Layout.resumable``: torchtune 0.6.1 only the
     save its one recipe state was written with); None where any complete checkpoint will do."""
+    interrupted: tuple[Interruption, ...] = ()
+    """Its checkpoints whose save stopped part-way (``unfinished``), with what the world said of
+    why (``pipelines/interrupted.py``): empty until that is asked."""
 
     @property
     def lone_file(self) -> str | None:
@@ -499,7 +537,7 @@ class Run:
 
     @property
     def resume(self) -> Checkpoint | None:
-        """The newest complete checkpoint the framework can resume from (DESIGN §2.1); None for
+        """The newest complete checkpoint the framework can resume from; None for
         one file judged alone, whose run's other files were not looked at (a lone
         ``model.safetensors`` is no resume point)."""
         if self.single_file:
@@ -528,6 +566,21 @@ class Run:
         if resume is None:
             return ()
         return self.checkpoints[next(i for i, c in enumerate(self.checkpoints) if c is resume) + 1 :]
+
+    @property
+    def unfinished(self) -> tuple[Checkpoint, ...]:
+        """The checkpoints whose save stopped part-way: partial ones after the resume point (all
+        partial ones where there is none), and older ones holding a file cut short or a save's
+        leftover. A file missing alone from an older one is more likely a cleanup's doing."""
+        if self.single_file:
+            return ()
+        after = {id(c) for c in self.after_resume} if self.resume is not None else {id(c) for c in self.checkpoints}
+        return tuple(
+            c
+            for c in self.checkpoints
+            if c.status is Status.PARTIAL
+            and (id(c) in after or any(f.report.problems & _CUT_SHORT or Role.TEMP in f.roles for f in c.files))
+        )
 
     @property
     def bytes(self) -> int:
@@ -626,6 +679,10 @@ class Finding:
     path: str | None
     message: str
     fixes: tuple[str, ...] = ()
+    part_of: tuple[str, int | None] | None = None
+    """The code and index of the finding on the same run that this one is a part of (a missing
+    file of a save cut short, under its CKD117): shown under it, counted with it; None for a
+    finding of its own."""
 
     @property
     def fingerprint(self) -> str:
@@ -685,6 +742,23 @@ class Estimate:
     """Files (inodes) one save creates."""
     basis: str
     """In words: ``the largest of the last 3 complete epochs``, ``model 1.2 GiB + adam state``."""
+
+
+@dataclass(frozen=True)
+class Freeing:
+    """What a prune of the run frees toward the next save, where it lacks space (``diskcheck``'s
+    advice, so that the prune a fix prints frees enough)."""
+
+    keep_last: int | None
+    """The most complete checkpoints a prune can keep and still free ``shortfall_bytes``; None
+    where none can (even keeping one)."""
+    freed_bytes: int
+    """What that prune frees (with None: what keeping one frees, the most any prune can)."""
+    shortfall_bytes: int
+    """What the next save lacks: its size with headroom, less the free space."""
+    young: float = 0.0
+    """Seconds of --min-age that would spare what it deletes (0: none): written so recently that
+    the prune needs ``--min-age 0``."""
 
 
 class Transfer(NamedTuple):
@@ -811,7 +885,7 @@ class Growth:
 
 @dataclass(frozen=True)
 class DiskCheck:
-    """What ``diskcheck`` found (DESIGN §3.3's ``disk`` block, and what the human view draws)."""
+    """What ``diskcheck`` found (the JSON report's ``disk`` block, and what the human view draws)."""
 
     path: str
     volume: Volume | None
@@ -834,6 +908,8 @@ class DiskCheck:
     """A run in an object store: the probes and settings that stand in for a volume."""
     growth: Growth | None = None
     """A run in an object store: how it grows at its retention."""
+    freeing: Freeing | None = None
+    """Where the next save lacks space: what pruning the run frees toward it."""
 
 
 @dataclass(frozen=True)
@@ -852,12 +928,24 @@ class Report:
     """What the paths in object stores cost to read (None where every path was local)."""
 
     def count(self, severity: Severity) -> int:
-        return sum(1 for f in self.findings if f.severity is severity)
+        """Findings of ``severity``, one per cause: the parts of a finding count with it."""
+        return sum(1 for f in standing(self.findings) if f.severity is severity)
 
     @property
     def ok(self) -> bool:
         """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
+
+
+def standing(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings that stand on their own: all but the parts of a finding among them (a part
+    whose finding a ``--select``, ``--ignore`` or baseline left out stands on its own again)."""
+    present = {(f.run, f.code, f.index) for f in findings}
+    return [f for f in findings if f.part_of is None or (f.run, *f.part_of) not in present]
+
+
+_CUT_SHORT = frozenset({Problem.EMPTY, Problem.TRUNCATED})
+"""What a reader finds of a file whose writing stopped part-way."""
 
 
 def _normal(path: str | None) -> str:

@@ -113,7 +113,7 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict
                 held, identities = _held(pid, folders, around)  # again: a process in the middle of exec is briefly hidden
         except PermissionError:
             # this user's own too, where it made itself undumpable (ssh-agent does): named first
-            hidden.add(_named(pid) + (_OWN if os.geteuid() in _uids(pid) else ""))
+            hidden.add(named(pid) + (_OWN if os.geteuid() in _uids(pid) else ""))
             continue
         except OSError as error:
             if error.errno in (errno.ESRCH, errno.ENOENT):
@@ -121,7 +121,7 @@ def _from_proc(wanted: dict[str, str], folders: frozenset[str], identified: dict
             return (
                 _everything(wanted, pid),
                 hidden,
-                f"the open files of process {_named(pid)} cannot be read ({error.strerror}): every file is taken as open by it",
+                f"the open files of process {named(pid)} cannot be read ({error.strerror}): every file is taken as open by it",
             )
         for real in held:
             path = wanted.get(real)
@@ -184,7 +184,7 @@ def _uids(pid: int) -> frozenset[int]:
         return frozenset()
 
 
-def _named(pid: int) -> str:
+def named(pid: int) -> str:
     """``pid (command, user)``: the process table's own words, for a note."""
 
     base = os.path.join(PROC, str(pid))

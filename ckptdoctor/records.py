@@ -136,7 +136,9 @@ class Pending:
 
 @dataclass(frozen=True)
 class Finished:
-    entries: int
+    paths: tuple[str, ...]
+    """The entries finishing deleted (those the killed prune had moved into its trash too), by
+    their paths in the run."""
     problems: tuple[str, ...] = ()
 
 

@@ -15,14 +15,20 @@ def size(n: int) -> str:
     return f"{value:.1f} TiB"
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``1 checkpoint``, ``3 checkpoints``: ``n`` of ``one``, in its plural (``many``, else ``one``
+    and an s) unless there is exactly one."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def files_or_folders(count: int, folders: int) -> str:
     """``6 files``, ``2 folders``, or ``5 entries`` where ``folders`` of ``count`` are folders
     and the rest files: a checkpoint is a folder in some frameworks (HF's ``checkpoint-N``)."""
     if folders == 0:
-        return f"{count} file{'s' if count != 1 else ''}"
+        return counted(count, "file")
     if folders == count:
-        return f"{count} folder{'s' if count != 1 else ''}"
-    return f"{count} entries"
+        return counted(count, "folder")
+    return counted(count, "entry", "entries")
 
 
 _UNITS = {

@@ -31,11 +31,16 @@ _NOT_FILES = ("/dev/", "/proc/")
 _open = builtins.open
 
 
-def arm(write: int, fraction: float) -> None:
-    """Kill the process during its ``write``-th file written from now on."""
-    global _TARGET, _FRACTION, _count
+_SIGNAL = signal.SIGKILL
+
+
+def arm(write: int, fraction: float, stop: bool = False) -> None:
+    """Kill the process during its ``write``-th file written from now on; ``stop``: stop it
+    there instead (SIGSTOP), its file open, as a save that is going on is seen."""
+    global _TARGET, _FRACTION, _count, _SIGNAL
     install()
     _TARGET, _FRACTION, _count = write, fraction, 0
+    _SIGNAL = signal.SIGSTOP if stop else signal.SIGKILL
 
 
 def install() -> None:
@@ -114,7 +119,7 @@ def _counting_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any
 
 def die() -> None:
     sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _SIGNAL)
 
 
 class _Dying:

@@ -16,13 +16,15 @@ PROMPT = b"[y/N]: "
 
 
 def in_terminal(
-    command: list[str], env: dict[str, str], stdout: int | IO[bytes] | None = None, answer: bytes | None = None
+    command: list[str], env: dict[str, str], stdout: int | IO[bytes] | None = None, answer: bytes | None = None, cwd: str | None = None
 ) -> tuple[int, bytes, bytes]:
     """Run ``command``; type ``answer`` once the prompt shows (None: type nothing). ``stdout``:
     None for the terminal, else a file or ``subprocess.PIPE``. Returns the exit code, what the
     terminal showed, and what a pipe on stdout got."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        command, stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, env=env, close_fds=True, cwd=cwd
+    )
     os.close(slave)
     piped: list[bytes] = []
     reader = threading.Thread(target=lambda: piped.append(proc.stdout.read() if proc.stdout else b""))

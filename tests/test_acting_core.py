@@ -137,7 +137,7 @@ def test_what_changes_while_the_question_waits_is_left(tmp_path: Path) -> None:
     outcome = ckd.prune(run, keep_last=2, confirm=trainer_writes_while_asked)
     assert outcome.acted
     assert (run / "model-2.bpk").exists(), "a file written since the plan is not deleted"
-    assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
+    assert any("left 1 entry written, opened or replaced since the plan was made" in line for line in outcome.messages)
 
 
 def _written_keeping_its_stamp(path: Path) -> Callable[[acting.Question], bool]:
@@ -180,7 +180,7 @@ def test_a_file_inside_a_checkpoint_folder_written_while_asked_keeps_the_folder(
     outcome = ckd.prune(run, keep_last=1, confirm=_written_keeping_its_stamp(written))
     assert outcome.acted
     assert written.exists() and not (run / "checkpoint-4").exists()
-    assert any("left 1 entries written, opened or replaced since the plan was made" in line for line in outcome.messages)
+    assert any("left 1 entry written, opened or replaced since the plan was made" in line for line in outcome.messages)
 
 
 def test_a_file_added_to_a_checkpoint_folder_while_asked_keeps_the_folder_whatever_its_times(hf_trained: Path, tmp_path: Path) -> None:

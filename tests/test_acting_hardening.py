@@ -126,6 +126,20 @@ def test_a_pending_journal_spares_what_the_new_policy_keeps(tmp_path: Path, cli)
     assert not any((folder / ".ckptdoctor" / "trash").iterdir()), "the journal is done with"
 
 
+def test_finishing_a_killed_prune_says_what_it_finished_not_deleted_0_checkpoints(tmp_path: Path, cli) -> None:
+    """Issue 35, item 7: the rerun of a killed prune finished its deletions, then said "deleted 0
+    checkpoints; freed 0 B" as its last line."""
+    folder = burn_run(tmp_path)
+    trash = _pending_journal(folder, [f"{kind}-{epoch}.bpk" for epoch in range(1, 6) for kind in ("model", "optim", "scheduler")])
+    (folder / "model-1.bpk").rename(trash / "000000")  # killed after its first move
+    result = cli("prune", "--yes", "--keep-last", "2", folder)
+    assert result.exit_code == 0, result.stderr
+    assert epochs_left(folder) == [6, 7]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].endswith(": finished 15 deletions a killed prune left pending (5 checkpoints, 24.9 KiB freed)."), lines
+    assert "deleted 0" not in result.stderr
+
+
 @pytest.mark.slow
 def test_an_io_error_while_moving_is_a_one_line_error_not_an_internal_one(tmp_path: Path, cli, monkeypatch) -> None:
     """Issue 13, item 10: EIO (or ENOSPC, EROFS) in the move phase is exit 1 naming the path and errno."""

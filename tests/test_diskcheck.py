@@ -425,3 +425,27 @@ def test_the_run_is_judged_by_the_configuration_nearest_it_not_the_working_folde
     (project / "pyproject.toml").write_text('[tool.ckptdoctor.severity]\nCKD101 = "meh"\n')
     refused = cli("diskcheck", project / "run")
     assert refused.exit_code == 2 and "CKD101" in refused.stderr and "meh" in refused.stderr
+
+
+def test_a_model_size_given_for_a_run_that_has_saved_sizes_the_next_save_and_says_so(tmp_path, cli):
+    """Issue 35, item 7: ``--model-bytes 7GiB`` on a run with saves was silently ignored."""
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 4))
+    result = cli("diskcheck", "--json", run, "--model-bytes", "7GiB", "--optimizer", "adamw")
+    disk = result.json["disk"]
+    assert disk["next_save_bytes"] == 3 * 7 * 2**30, "the size given wins: the user knows the next save"
+    assert disk["estimate_basis"].startswith("model 7.0 GiB + adamw state (2x the model), from the model size given; the run's last saves ")
+    human = cli("diskcheck", run, "--model-bytes", "7GiB", "--optimizer", "adamw")
+    assert "next save ≈ 21.0 GiB (model 7.0 GiB + adamw state (2x the model), from the model size given; the run's last saves measure " in (
+        " ".join(human.stdout.split())
+    )
+
+
+def test_preflight_sizes_only_a_first_save_from_the_model_a_callback_passes(tmp_path):
+    run = tmp_path / "run"
+    write_burn_run(run, range(1, 4))
+    report = ckptdoctor.preflight(run, model_bytes=7 * 2**30, optimizer="adamw")
+    assert report.disk is not None and report.disk.estimate is not None
+    assert report.disk.estimate.basis.startswith("the largest of the last 3 complete epochs")
+    fresh = ckptdoctor.preflight(tmp_path / "fresh", model_bytes=2**20, optimizer="adamw")
+    assert fresh.disk is not None and fresh.disk.estimate is not None and fresh.disk.estimate.bytes == 3 * 2**20

@@ -69,7 +69,7 @@ def test_notes_leave_the_status_cell_and_hf_file_names_shorten_before_anything_i
     hf = runs[-1]
     out = cli("inspect", hf, env={"COLUMNS": "80"}).stdout
     assert "…" not in out
-    assert "files: MODEL model.safetensors" in out  # the names, said once under the table
+    assert "files: model.safetensors, optimizer.pt, scheduler.pt, trainer_state.json" in out  # said once, in the columns' order
     assert re.search(r"^STEP\s+MODEL\s+OPTIMIZER", out, re.MULTILINE)
     narrow = cli("inspect", hf, env={"COLUMNS": "60"}).stdout
     assert "not shown at this width: TRAINER-STATE" in narrow and "…" not in narrow

@@ -1,7 +1,8 @@
 """The training callbacks (``ckptdoctor.integrations``) on a real small disk (a tmpfs, as root):
 real Lightning and HF Trainer runs stop cleanly before the save that would not fit, with
-CKD501's message, and every checkpoint already saved stays whole; with room, training and saving
-are untouched."""
+CKD501's message, every checkpoint already saved stays whole, and ``fit()`` / ``train()`` then
+raise ``DiskCheckFailed`` (a pipeline sees the failure); with room, training and saving are
+untouched."""
 
 from __future__ import annotations
 
@@ -63,6 +64,13 @@ def logged() -> Iterator[Logged]:
         logger.removeHandler(handler)
 
 
+def this_checkout() -> dict[str, str]:
+    """The environment for a script that imports this checkout's ckptdoctor (and the tests'
+    helpers), whichever one the environment has installed."""
+    here = Path(__file__).resolve().parent
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])}
+
+
 def errors_in(folder: Path) -> list[str]:
     from ckptdoctor.pipelines.scan import inspect
 
@@ -85,7 +93,7 @@ def wide_fit(root: Path, epochs: int, callbacks: list[Any], optimizer: str = "Ad
 def test_lightning_stops_before_the_save_that_would_not_fit(disk, logged):
     from ckptdoctor.integrations.lightning import DiskCheck
 
-    check = DiskCheck()
+    check = DiskCheck(raise_on_stop=False)  # fit() returns: its trainer is looked at
     trainer = wide_fit(disk, 6, [check])
     saved = sorted(p.name for p in (disk / "checkpoints").iterdir())
     assert saved == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"], "two 1.5 MiB saves fit in 4 MiB, the third does not"
@@ -99,11 +107,12 @@ def test_lightning_stops_before_the_save_that_would_not_fit(disk, logged):
 
 @pytest.mark.parametrize("disk", [1], indirect=True)
 def test_lightning_first_save_is_judged_from_the_model_and_its_optimizer(disk):
-    from ckptdoctor.integrations.lightning import DiskCheck
+    from ckptdoctor.integrations.lightning import DiskCheck, DiskCheckFailed
 
     check = DiskCheck()
-    wide_fit(disk, 3, [check])
-    assert check.stopped is not None and check.stopped.code == "CKD501"
+    with pytest.raises(DiskCheckFailed) as failed:
+        wide_fit(disk, 3, [check])
+    assert failed.value.finding is check.stopped and check.stopped is not None and check.stopped.code == "CKD501"
     assert "adamw state" in check.stopped.message
     assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
 
@@ -133,7 +142,7 @@ def hf_train(output: Path, steps: int, callbacks: list[Any], evaluate: bool = Fa
 def test_hf_trainer_stops_before_the_save_that_would_not_fit(disk, logged):
     from ckptdoctor.integrations.transformers import DiskCheckCallback
 
-    check = DiskCheckCallback()
+    check = DiskCheckCallback(raise_on_stop=False)  # train() returns: its trainer is looked at
     trainer = hf_train(disk / "out", 8, [check])
     saved = sorted((disk / "out").glob("checkpoint-*"))
     assert 1 <= len(saved) < 8
@@ -155,6 +164,39 @@ def test_hf_trainer_with_room_trains_and_saves_untouched(disk):
     assert check.stopped is None and check.report is not None and check.report.ok
     assert trainer.state.global_step == 3
     assert sorted(p.name for p in (disk / "out").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+
+
+_FAILING_TRAIN = """
+import sys
+from pathlib import Path
+from frameworks import hf_trainer
+from ckptdoctor.integrations.transformers import DiskCheckCallback
+
+hf_trainer(Path(sys.argv[1]), 4, [DiskCheckCallback()], width=64, vocab=512, samples=64, save_steps=1).train()
+"""
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_hf_trainer_a_script_stopped_for_the_disk_exits_non_zero(disk, tmp_path):
+    """Issue 35, item 7: training stopped before a save that would not fit ended with exit 0, so a
+    pipeline carried on as if it had succeeded."""
+    script = tmp_path / "train.py"
+    script.write_text(_FAILING_TRAIN)
+    result = subprocess.run(
+        [sys.executable, str(script), str(disk / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=this_checkout()
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "DiskCheckFailed: ckptdoctor stopped training before a save: CKD501 insufficient-space" in result.stderr
+    assert not list((disk / "out").glob("checkpoint-*")), "the first save did not fit: none was begun"
+
+
+@pytest.mark.parametrize("disk", [1], indirect=True)
+def test_lightning_fit_stopped_for_the_disk_raises_after_its_teardown(disk):
+    from ckptdoctor.integrations.lightning import DiskCheck, DiskCheckFailed
+
+    with pytest.raises(DiskCheckFailed, match="CKD501 insufficient-space") as failed:
+        wide_fit(disk, 3, [DiskCheck()])
+    assert failed.value.finding.code == "CKD501" and failed.value.exit_code == 1
 
 
 def test_the_integrations_package_and_the_core_import_no_framework():
@@ -199,10 +241,11 @@ def test_lightning_no_save_due_means_no_stop(disk):
 
 @pytest.mark.parametrize("disk", [1], indirect=True)
 def test_lightning_a_blocked_first_save_writes_no_last_ckpt_either(disk):
-    from ckptdoctor.integrations.lightning import DiskCheck
+    from ckptdoctor.integrations.lightning import DiskCheck, DiskCheckFailed
 
     check = DiskCheck()
-    wide_fit(disk, 3, [check], save_last=True)  # returns normally
+    with pytest.raises(DiskCheckFailed):
+        wide_fit(disk, 3, [check], save_last=True)
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert not (disk / "checkpoints").exists() or not any((disk / "checkpoints").iterdir())
 
@@ -211,11 +254,12 @@ def test_lightning_a_blocked_first_save_writes_no_last_ckpt_either(disk):
 def test_lightning_a_full_tmpdir_where_it_stages_saves_stops_training(disk, tmp_path, monkeypatch):
     import tempfile
 
-    from ckptdoctor.integrations.lightning import DiskCheck
+    from ckptdoctor.integrations.lightning import DiskCheck, DiskCheckFailed
 
     monkeypatch.setattr(tempfile, "tempdir", str(disk))  # Lightning writes each checkpoint there first
     check = DiskCheck()
-    wide_fit(tmp_path / "roomy", 2, [check])
+    with pytest.raises(DiskCheckFailed):
+        wide_fit(tmp_path / "roomy", 2, [check])
     assert check.stopped is not None and check.stopped.code == "CKD501"
     assert str(disk) in check.stopped.message and "moves it" in check.stopped.message
     assert not (tmp_path / "roomy" / "checkpoints").exists() or not any((tmp_path / "roomy" / "checkpoints").iterdir())
@@ -225,7 +269,7 @@ def test_lightning_a_full_tmpdir_where_it_stages_saves_stops_training(disk, tmp_
 def test_hf_trainer_save_strategy_best_is_judged_before_its_evaluation(disk):
     from ckptdoctor.integrations.transformers import DiskCheckCallback
 
-    check = DiskCheckCallback()
+    check = DiskCheckCallback(raise_on_stop=False)  # train() returns: its trainer is looked at
     best = {"eval_strategy": "steps", "eval_steps": 1, "save_strategy": "best", "metric_for_best_model": "loss"}
     trainer = hf_train(disk / "out", 8, [check], evaluate=True, **best)
     assert check.stopped is not None and check.stopped.code == "CKD501"
@@ -238,7 +282,7 @@ import json, sys, warnings
 from pathlib import Path
 import torch, lightning
 from lightning.pytorch.callbacks import ModelCheckpoint
-from ckptdoctor.integrations.lightning import DiskCheck
+from ckptdoctor.integrations.lightning import DiskCheck, DiskCheckFailed
 
 root = Path(sys.argv[1])
 
@@ -260,7 +304,10 @@ trainer = lightning.Trainer(
 )
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    trainer.fit(Wide(), torch.utils.data.DataLoader(torch.randn(16, 256), batch_size=4))
+    try:
+        trainer.fit(Wide(), torch.utils.data.DataLoader(torch.randn(16, 256), batch_size=4))
+    except DiskCheckFailed as failed:
+        assert failed.finding is check.stopped
 (root / f"rank{trainer.global_rank}.json").write_text(json.dumps({"stopped": check.stopped.code if check.stopped else None}))
 """
 
@@ -270,7 +317,9 @@ def test_lightning_under_ddp_every_rank_skips_the_same_save_and_stops(disk, tmp_
     pytest.importorskip("lightning")
     script = tmp_path / "fit.py"
     script.write_text(_DDP_FIT)
-    result = subprocess.run([sys.executable, str(script), str(disk)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, str(script), str(disk)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=this_checkout()
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [(disk / f"rank{rank}.json").read_text() for rank in (0, 1)] == ['{"stopped": "CKD501"}'] * 2
     assert sorted(p.name for p in (disk / "checkpoints").iterdir()) == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]

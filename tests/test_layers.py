@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "errors": -1, "version": -1,
     # the data, and facts about the frameworks that every layer shares
     "model": 0, "units": 0, "progress": 0, "quoting": 0,
-    "bundles": 1, "optimizers": 1, "places": 1, "regular": 1, "parallel": 1, "processes": 1,
+    "bundles": 1, "optimizers": 1, "places": 1, "volumes": 1, "regular": 1, "parallel": 1, "processes": 1,
     "_clisting": 1,  # compiled (its .pyi stub stands for it): imports nothing of ckptdoctor
     # input: listings, files, and the records ckptdoctor keeps in a run
     "discover": 2,

@@ -108,6 +108,21 @@ def test_links_in_readme_and_docs_lead_somewhere():
                 )
 
 
+def test_docs_name_nothing_the_repository_lacks():
+    """Issue 35, item 7: ``rev: v0.1.0`` named a tag that does not exist (pre-commit failed), "DESIGN
+    §3.3" a file the repository does not ship, and the README and docs/commands.md each sent the
+    reader to the other for the GitHub workflow."""
+    tags = subprocess.run(["git", "tag", "--list"], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    shown = [README, ROOT / ".pre-commit-hooks.yaml", *sorted((ROOT / "docs").glob("*.md"))]
+    for document in shown:
+        text = document.read_text(encoding="utf-8")
+        for tag in re.findall(r"(?:rev: |\.git@)(v\d[\w.]*)", text):
+            assert tag in tags, f"{document.relative_to(ROOT)} names the tag {tag}, which does not exist"
+        assert (ROOT / "DESIGN.md").exists() or "DESIGN" not in text, f"{document.relative_to(ROOT)} names DESIGN, not in the repository"
+    commands = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert "README.md#in-ci" not in commands and "### A GitHub workflow" in commands, "the workflow lives in docs/commands.md"
+
+
 def test_examples_say_what_the_readme_says(inspect_json):
     """The bundled runs show the seed scenario, a cut save, and a healthy run."""
     report = inspect_json(ROOT / "examples" / "runs").json

@@ -455,6 +455,6 @@ def test_files_written_while_the_prompt_waited_are_left(tmp_path, cli, monkeypat
     monkeypatch.setattr(ckptdoctor.actions, "delete", trainer_writes_first)
     result = cli("prune", "--yes", "--keep-last", "2", folder)
     assert result.exit_code == 0, result.stderr
-    assert "left 1 entries written, opened or replaced since the plan was made" in result.stderr
+    assert "left 1 entry written, opened or replaced since the plan was made" in result.stderr
     assert (folder / "optim-2.bpk").is_file()
     assert not (folder / "model-2.bpk").exists() and not (folder / "model-1.bpk").exists()

@@ -4,7 +4,8 @@ Every message below is what a library really prints, copied from a run here (tor
 safetensors 0.8, accelerate 1.15, orbax 0.12, torch.distributed.checkpoint, Python's OSError) or
 from the library's source where it cannot run here (transformers' and Lightning's resume checks,
 DeepSpeed's zero_to_fp32, burn's panics from ../shared/reference/burn-format.md §8). Each row
-names where its message comes from.
+names where its message comes from. The full-disk ones (FULL_DISK) were produced by saving a 4 MB
+tensor or model into a 1 MiB tmpfs (torch 2.13, safetensors 0.8, transformers 5.25, Lightning 2.6).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ _WEIGHTS_ONLY = (
     "types accepted by default with weights_only https://pytorch.org/docs/stable/generated/torch.load.html."
 )
 _LIGHTNING = " This is probably due to `ModelCheckpoint.save_weights_only` being set to `True`."
+_BURN_FULL = (
+    "Training interrupted: Record error: `Record I/O error: I/O error: cannot write to "
+    "'run/checkpoint/optim-7.bpk': No space left on device (os error 28)`"
+)
 
 # (source, message, the rule that must rank first)
 MESSAGES: list[tuple[str, str, str]] = [
@@ -161,6 +166,13 @@ MESSAGES: list[tuple[str, str, str]] = [
         "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/run/pytorch_model.bin'",
         "CKD102",
     ),
+    # accelerate's own examples (complete_nlp_example.py, by_feature/checkpointing.py) and HF's
+    # *_no_trainer scripts take the step from the folder they resume: int("best".replace("step_", ""))
+    (
+        "accelerate examples' resume from a folder named best",
+        "ValueError: invalid literal for int() with base 10: 'best'",
+        "CKD114",
+    ),
     # DeepSpeed (utils/zero_to_fp32.py, source)
     (
         "DeepSpeed zero_to_fp32 parse_optim_states",
@@ -185,12 +197,7 @@ MESSAGES: list[tuple[str, str, str]] = [
     ("burn learner/base.rs load_checkpoint", "Can load learning rate scheduler checkpoint.", "CKD103"),
     ("burn learner/base.rs Checkpointer::save", "Can save optimizer checkpoint.", "CKD501"),
     ("burn checkpoint/async_checkpoint.rs", "Can send message to checkpointer thread.: SendError { .. }", "CKD501"),
-    (
-        "burn stop reason for a full disk (burn-pack Display chain)",
-        "Training interrupted: Record error: `Record I/O error: I/O error: cannot write to "
-        "'run/checkpoint/optim-7.bpk': No space left on device (os error 28)`",
-        "CKD501",
-    ),
+    ("burn stop reason for a full disk (burn-pack Display chain)", _BURN_FULL, "CKD501"),
     (
         "burn-pack reader, a file shorter than its header",
         "Record error: `Record I/O error: I/O error: failed to fill whole buffer`",
@@ -297,11 +304,105 @@ def test_full_explains_every_match(cli):
     assert result.stdout.count("What it means") == len(rank("Can load optimizer checkpoint."))
 
 
-def test_a_single_match_shows_its_page(cli):
+def test_a_single_match_is_one_line_too(cli):
+    """Issue 35: one match printed its whole page (~70 lines); `rules CODE` is the page."""
     result = cli("rules", "KeyError: 'optimizer_states'")
     assert result.exit_code == 0
-    assert result.stdout.startswith("CKD107 weights-only")
-    assert "What it means" in result.stdout
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[0].split() == ["CODE", "NAME", "WHY"], result.stdout
+    assert lines[1].split()[:2] == ["CKD107", "weights-only"]
+    assert "ckptdoctor rules CODE" in lines[2] and "--full" in lines[2]
+    assert "What it means" not in result.stdout
+    assert "What it means" in cli("rules", "CKD107").stdout
+    assert "What it means" in cli("rules", "--full", "KeyError: 'optimizer_states'").stdout
+
+
+def test_the_match_list_never_splits_a_word(cli):
+    """Issue 35: the WHY column was folded mid-word where the terminal is narrow: at 80 columns
+    the WHY is wrapped beside the rule, at 40 under it, its words whole either way."""
+    pasted = "No such file or directory"
+    ranked = rank(pasted)
+    for width in (40, 80):
+        out = cli("rules", pasted, env={"COLUMNS": str(width)}).stdout
+        assert all(len(line) <= width for line in out.splitlines()), out
+        words = out.split()
+        for match in ranked:
+            assert f"{match.rule.code} {match.rule.name}" in " ".join(words), out
+            assert all(word in words for word in match.why.split()), (match.why, out)
+        assert "`ckptdoctor rules CODE`" in out  # the command to paste, whole
+
+
+_TORCH_FULL_TRACEBACK = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 1003, in save
+    _save(
+  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 1312, in _save
+    zip_file.write_record(name, storage, num_bytes)
+RuntimeError: basic_ios::clear: iostream error
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "train.py", line 10, in <module>
+    torch.save(state, "/ckpt/last.pt")
+  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 1002, in save
+    with _open_zipfile_writer(f) as opened_zipfile:
+  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 834, in __exit__
+    self.file_like.write_end_of_file()
+RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534
+"""
+
+# (source, what it printed when the disk filled up during a save)
+FULL_DISK: list[tuple[str, str]] = [
+    ("torch.save to a path, its first error", "RuntimeError: basic_ios::clear: iostream error"),
+    ("torch.save to a path, its last error", "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+    ("torch.save to a path, the whole traceback", _TORCH_FULL_TRACEBACK),
+    ("torch.save to an open file", "OSError: [Errno 28] No space left on device"),
+    ("torch.save(_use_new_zipfile_serialization=False)", "RuntimeError: write(): fd 3 failed with No space left on device"),
+    # older torch, from framework-layouts.md's failure table (hiyouga/LlamaFactory#1223)
+    ("torch.save, older torch", "RuntimeError: PytorchStreamWriter failed writing file data/0: file write failed"),
+    (
+        "DeepSpeed save_checkpoint of bf16_zero_*optim_states.pt (zai-org/ChatGLM-6B#1166)",
+        "RuntimeError: [enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/176: file write failed",
+    ),
+    (
+        "safetensors save_file, and transformers save_pretrained through it",
+        "safetensors._safetensors_rust.SafetensorError: Error while serializing: I/O error: No space left on device (os error 28)",
+    ),
+    (
+        "safetensors save_file before 0.5 (its io::Error's Debug form)",
+        'safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })',
+    ),
+    (
+        "Lightning Trainer.save_checkpoint (its atomic save's move into place)",
+        "OSError: [Errno 28] No space left on device: '/tmp/tmpdv4nrqyd' -> '/ckpt/last.ckpt'",
+    ),
+    ("burn stop reason (burn-pack Display chain)", _BURN_FULL),
+]
+
+
+def test_a_full_disk_ranks_the_disk_rule_first_on_its_own():
+    """Issue 35: torch's first error matched nothing, and the others tied the disk-full rule with
+    not-writable and low-inodes, first only by the table's order."""
+    for source, message in FULL_DISK:
+        ranked = rank(message)
+        assert ranked and ranked[0].rule.code == "CKD501", (source, [(m.rule.code, m.score) for m in ranked])
+        assert all(other.score < ranked[0].score for other in ranked[1:]), (source, [(m.rule.code, m.score) for m in ranked])
+
+
+def test_rules_takes_config_for_its_format(cli, tmp_path):
+    """Issue 35: `rules --config x.toml` said "No such option"; the configured format is used where
+    it renders rules, and a file that cannot be used is refused by name."""
+    settings = tmp_path / "ckptdoctor.toml"
+    settings.write_text('format = "json"\n')
+    assert json.loads(cli("rules", "--config", settings, "CKD501").stdout)["rules"][0]["code"] == "CKD501"
+    assert cli("rules", "--config", settings, "--format", "human", "CKD501").stdout.startswith("CKD501 insufficient-space")
+    settings.write_text('format = "junit"\n')  # a CI job's report format: rules stay for people
+    assert cli("rules", "--config", settings, "unexpected pos").stdout.startswith("CODE")
+    settings.write_text("bogus = 1\n")
+    refused = cli("rules", "--config", settings)
+    assert refused.exit_code == 2 and "bogus" in refused.stderr and refused.stdout == ""
+    missing = cli("rules", "--config", tmp_path / "nowhere.toml")
+    assert missing.exit_code == 2 and "nowhere.toml" in missing.stderr
 
 
 def test_json_has_the_ranked_matches(cli):

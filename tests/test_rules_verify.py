@@ -351,7 +351,7 @@ FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safete
 def test_ckd308_fires_when_the_index_names_the_wrong_shard(tmp_path, cli):
     folder = _sharded(tmp_path / "m", {"a": FIRST, "b": SECOND, "c": SECOND})
     finding = only(verify(cli, folder), "CKD308")
-    assert "1 tensors are not in the shard it names (b)" in finding["message"]
+    assert "1 tensor is not in the shard it names (b)" in finding["message"]
 
 
 def test_ckd308_fires_for_unlisted_tensors_and_a_wrong_total(tmp_path, cli):

@@ -127,12 +127,12 @@ def test_one_is_singular_in_the_policy(tmp_path: Path, cli) -> None:
     assert "keep the last 2 complete epochs; epochs 1, 2" in several.stdout, several.stdout
 
 
-def test_a_run_of_one_checkpoint_is_one_epoch_in_every_header(tmp_path, cli) -> None:
+def test_a_run_of_one_checkpoint_is_one_checkpoint_in_every_header(tmp_path, cli) -> None:
     from ckptdoctor.testing import write_burn_run
 
     run = tmp_path / "run"
     write_burn_run(run, [3])
     for command in ("inspect", "diskcheck"):
         shown = cli(command, run).stdout
-        assert "1 epoch " in shown or "1 epoch\n" in shown or "1 epoch ·" in shown, (command, shown)
-        assert "1 epochs" not in shown, (command, shown)
+        assert "burn · 1 checkpoint (epoch 3) · " in shown, (command, shown)
+        assert "1 epochs" not in shown and "1 checkpoints" not in shown, (command, shown)

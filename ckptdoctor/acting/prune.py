@@ -17,7 +17,7 @@ from ckptdoctor.planners.metrics import MetricsError, metric_values
 from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, PruneSettings, parse_duration
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Pending
-from ckptdoctor.units import duration
+from ckptdoctor.units import counted
 
 MAX_RUNS = 50
 """Runs one prune deletes in without --max-runs: a path one level too high is a typo, not a plan."""
@@ -78,7 +78,7 @@ class Prune(Pass):
             root, place = run_root(run), home(run)
             for found in context.executor.journals(root, place):
                 context.tell(
-                    f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({found.in_trash} entries it had moved go back to the run)."
+                    f"{run.path}: {'would drop' if context.dry_run else 'dropping'} {found.journal} ({counted(found.in_trash, 'entry', 'entries')} it had moved go back to the run)."
                 )
             if context.dry_run:
                 continue
@@ -122,14 +122,16 @@ class Prune(Pass):
             if failed:
                 world = dataclasses.replace(world, not_whole=failed)
                 plan = retention.plan(judged, layout, self.policy, world)
-        young = retention.young(judged, layout, self.policy, world, plan)
-        if young:  # the fix a crash's findings print does nothing for --min-age: say so, with what does
-            count = f"{len(young)} {run.unit.value}{'s are' if len(young) > 1 else ' is'}"
-            context.tell(
-                f"{run.path}: {count} kept only because {'they were' if len(young) > 1 else 'it was'} written within --min-age "
-                f"{duration(self.policy.min_age)} (a save may still be running): once no job writes here, "
-                f"`{self.at_min_age_0(run.path)}` deletes {'them' if len(young) > 1 else 'it'} too."
-            )
+
+        def replan(min_age: float, around: Circumstances) -> Plan:
+            return retention.plan(judged, layout, dataclasses.replace(self.policy, min_age=min_age), around)
+
+        spared = retention.spared(plan, replan, world, self.policy.min_age, self.acts_on)
+        if spared is not None:  # the fix a crash's findings print does nothing for --min-age or a live writer: say so, with what does
+            for note in retention.spared_notes(
+                run.path, run.unit.value, spared, self.policy.min_age, world.now, "deletes", self.at_min_age_0(run.path)
+            ):
+                context.tell(note)
         return judged, plan
 
     def at_min_age_0(self, path: str) -> str:
@@ -166,7 +168,7 @@ class Prune(Pass):
         touched = len({plan.run for plan in acting} | {run for run, found in self._journals.items() if found})
         asked = []
         if touched > self.options.max_runs:
-            said = f"this prune deletes in {touched} runs, more than --max-runs {self.options.max_runs}"
+            said = f"this prune deletes in {counted(touched, 'run')}, more than --max-runs {self.options.max_runs}"
             asked.append(Question(Ask.TOO_MANY_RUNS, f"{said[0].upper()}{said[1:]}. Go on?", self.declined, said, touched))
         return [*asked, *super().questions(context, acting)]
 

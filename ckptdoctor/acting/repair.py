@@ -3,17 +3,25 @@ the executor it is handed."""
 
 from __future__ import annotations
 
+import errno
+import functools
 from collections.abc import Sequence
 
 from ckptdoctor.acting.protocol import Context, Pass, Tone, read_newest
 from ckptdoctor.actions.executor import relied_on
-from ckptdoctor.layouts.registry import home, layout_named
-from ckptdoctor.model import Action, Plan, Run
+from ckptdoctor.errors import RefusedError
+from ckptdoctor.layouts.registry import Layout, home, layout_named
+from ckptdoctor.model import Action, Finding, Plan, Run
 from ckptdoctor.places import run_root
-from ckptdoctor.planners import repair
+from ckptdoctor.planners import repair, retention, space
+from ckptdoctor.planners.retention import MIN_AGE, Circumstances
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.records import Moved
-from ckptdoctor.units import size
+from ckptdoctor.rules.disk import prune_to_fit
+from ckptdoctor.units import counted, size
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""What a write on a full disk (or past a quota) fails with."""
 
 
 class Repair(Pass):
@@ -62,12 +70,31 @@ class Repair(Pass):
             findings = [finding for finding in context.report.findings if finding.run == scanned.path]
             world = context.world(scanned)
             run = read_newest(scanned, 1, context.tell)[0] if self.read_whole else scanned
+            replan = functools.partial(_replanned, run, layout_named(run.layout), findings)
             try:
-                planned.append((repair.plan(run, layout_named(run.layout), findings, world, self.min_age), run.unit.value))
+                planned.append((replan(self.min_age, world), run.unit.value))
             except repair.NotResumable as refusal:
                 context.refused.append(str(refusal))
+            else:
+                self._tell_spared(context, run, planned[-1][0], replan, world)
             self._worlds[run.path] = (run, world.now)
         return planned
+
+    def _tell_spared(self, context: Context, run: Run, plan: Plan, replan: retention.Replan, world: Circumstances) -> None:
+        """Say what ``plan`` leaves only for --min-age or a live process, and what acts on it now."""
+        spared = retention.spared(plan, replan, world, self.min_age, self.acts_on)
+        if spared is None:
+            return
+        for note in retention.spared_notes(run.path, run.unit.value, spared, self.min_age, world.now, "moves", self.again(run.path, 0.0)):
+            context.tell(note)
+
+    def again(self, path: str, min_age: float | None = None) -> str:
+        """The command that repairs the run at ``path`` alone as this repair does (at ``min_age``, if given)."""
+        min_age = self.min_age if min_age is None else min_age
+        words = ["ckptdoctor repair", *(["--verify"] if self.read_whole else [])]
+        if min_age != MIN_AGE:
+            words.append(f"--min-age {min_age:g}" if not min_age else f"--min-age {min_age:g}s")
+        return " ".join([*words, "--no-recurse", shell_word(path)])
 
     def act(self, context: Context, plans: Sequence[Plan]) -> None:
 
@@ -79,7 +106,29 @@ class Repair(Pass):
             if changed:  # moving and re-pointing now could leave the run pointing at a damaged checkpoint
                 context.problems.append(_unmoved(plan, changed))
                 continue
-            _tell_moved(context, plan, context.executor.quarantine(run, plan, since), context.executor.noun)
+            try:
+                moved = context.executor.quarantine(run, plan, since)
+            except RefusedError as error:
+                if isinstance(error.__cause__, OSError) and error.__cause__.errno in FULL:  # say the prune that makes room
+                    context.tell(
+                        f"{plan.run}: the disk is full: {_making_room(run, plan.root, since)}; then `{self.again(plan.run)}` moves it."
+                    )
+                raise
+            _tell_moved(context, plan, moved, context.executor.noun)
+
+
+def _making_room(run: Run, root: str, now: float) -> str:
+    """The prune that frees room on a full disk for ``run``'s next save (and so for a repair's
+    records), as ``diskcheck`` words it, by the clock the repair was planned by."""
+    volume = space.volume(root)
+    guess = space.estimate(run)
+    fit = space.freeing(run, space.needed(guess), volume.free_bytes, now) if guess is not None else None
+    return prune_to_fit(fit, volume.mountpoint, shell_word(run.path), run.unit.value)
+
+
+def _replanned(run: Run, layout: Layout, findings: Sequence[Finding], min_age: float, around: Circumstances) -> Plan:
+    """The repair plan of ``run`` at ``min_age`` in the world ``around`` (``retention.Replan``)."""
+    return repair.plan(run, layout, findings, around, min_age)
 
 
 def _unmoved(plan: Plan, changed: str) -> str:
@@ -92,14 +141,14 @@ def _unmoved(plan: Plan, changed: str) -> str:
 def _tell_moved(context: Context, plan: Plan, moved: Moved, what: str) -> None:
     """What a repair moved (``what``: an ``entry`` on disk, an ``object`` in a bucket) and left."""
     many = "entries" if what == "entry" else f"{what}s"
-    pointers = f", re-pointed {moved.repointed} pointer{'s' if moved.repointed != 1 else ''}" if moved.repointed else ""
+    pointers = f", re-pointed {counted(moved.repointed, 'pointer')}" if moved.repointed else ""
     context.tell(
-        f"{plan.run}: quarantined {moved.entries} {what if moved.entries == 1 else many} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
+        f"{plan.run}: quarantined {counted(moved.entries, what, many)} ({size(moved.bytes)}) in {moved.folder}{pointers}; "
         f"`ckptdoctor repair --undo --no-recurse {shell_word(plan.run)}` puts it all back.",
         Tone.DONE,
     )
     if moved.left:
         context.tell(
-            f"{plan.run}: left {moved.left} {many} written, opened or replaced since the plan was made; the next repair looks again."
+            f"{plan.run}: left {counted(moved.left, what, many)} written, opened or replaced since the plan was made; the next repair looks again."
         )
     context.problems += moved.problems

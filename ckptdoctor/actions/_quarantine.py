@@ -143,7 +143,7 @@ def quarantine(plan: Plan, since: float, busy: frozenset[str] = frozenset(), see
             if error.errno in FULL:
                 raise ActionError(
                     f"{plan.run}'s filesystem is too full to record what repair would move; nothing was moved: "
-                    "free some space first (`ckptdoctor prune` works on a full disk)"
+                    "free some space first (a prune of old checkpoints works on a full disk)"
                 ) from error
             raise ActionError(f"cannot write in {plan.run}: {error.strerror}; nothing was moved") from error
         _confine.between("manifest written", places.here.path)

@@ -369,15 +369,15 @@ def pending(root: str, home: str, busy: frozenset[str] = frozenset(), kept: froz
 
 def finish_interrupted(root: str, home: str, busy: frozenset[str] = frozenset(), kept: frozenset[str] = frozenset()) -> Finished:
     """Complete what earlier, killed prunes' journals list (see ``pending``)."""
-    finished = 0
+    finished: list[str] = []
     problems: list[str] = []
     with open_run(root) as top:
         for trash, folder, journal, meant in _pending_journals(top, home, busy, kept):
-            already = sum(1 for item in folder.names() if _MOVED.fullmatch(item))
+            already = [journal.entries[int(name)] for name in folder.names() if _MOVED.fullmatch(name) and int(name) < len(journal.entries)]
             moved, failed, _ = _move_all(top, folder, journal, set(meant), _marked(folder))
-            finished += already + len(moved)
+            finished += already + sorted(moved)
             problems += failed + _finish(trash, folder)
-    return Finished(finished, tuple(problems))
+    return Finished(tuple(finished), tuple(problems))
 
 
 def leftovers(home: str, remove: bool) -> tuple[list[str], list[str]]:

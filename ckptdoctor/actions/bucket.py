@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 from ckptdoctor.actions import _object_quarantine, _objects
 from ckptdoctor.actions._objects import Lease, Place
-from ckptdoctor.actions.executor import Acted, Inside, Said, World, deleted, kept_paths
+from ckptdoctor.actions.executor import Acted, Inside, Said, World, deleted, finished, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run
 from ckptdoctor.places import home_of, run_root
 from ckptdoctor.records import Moved, ObjectJournal, Pending, Quarantine
 from ckptdoctor.stores import session, urls
 from ckptdoctor.stores.control_plane import Upload
-from ckptdoctor.units import duration, size
+from ckptdoctor.units import counted, duration, size
 
 ABANDONED = 24 * 3600.0
 """An incomplete multipart upload older than this (without --abort-uploads) is taken for abandoned;
@@ -207,9 +207,7 @@ class BucketExecutor:
             acted.problems += done.problems
             if not done.problems:
                 _objects.close_journal(place, journal.key, journal.etag)
-            acted.said.append(
-                Said(f"{run.path}: finished an interrupted prune: {len(done.deleted)} objects it had planned to delete.", True)
-            )
+            acted.said.append(finished(run.path, len(done.deleted), plan, _all_deleted(location, frozenset(done.deleted))))
         return acted
 
     def delete(self, run: Run, plan: Plan, since: float) -> Acted:
@@ -221,7 +219,7 @@ class BucketExecutor:
         if changed_folders:
             acted.said.append(
                 Said(
-                    f"{plan.run}: left {changed_folders} checkpoint folders written to since the plan was made; the next prune looks again."
+                    f"{plan.run}: left {counted(changed_folders, 'checkpoint folder')} written to since the plan was made; the next prune looks again."
                 )
             )
         acted.problems += [
@@ -234,14 +232,9 @@ class BucketExecutor:
         if not done.problems:
             _objects.close_journal(place, key, etag)
         freed = sum(info.size for k in done.deleted if (info := session.listed(location.url_of(k))) is not None)
-        acted.said += deleted(
-            plan.run,
-            len(plan.acting(Action.DELETE)),
-            f"{len(done.deleted)} objects",
-            f"{size(freed)} no longer listed",
-            len(done.changed),
-            "objects rewritten or removed",
-        )
+        what = counted(len(done.deleted), "object") if done.deleted else None
+        left = f"{counted(len(done.changed), 'object')} rewritten or removed" if done.changed else None
+        acted.said += deleted(plan.run, len(plan.acting(Action.DELETE)), what, f"{size(freed)} no longer listed", left)
         return acted
 
     def prune_notes(self, run: Run, plan: Plan, abort_uploads: float | None, dry_run: bool) -> list[str]:
@@ -360,6 +353,15 @@ def _planned_objects(plan: Plan, location: urls.Location) -> tuple[list[tuple[st
                 elif info is not None:
                     unconditioned.append(url)
     return found, unconditioned, left
+
+
+def _all_deleted(location: urls.Location, keys: frozenset[str]) -> Callable[[Entry], bool]:
+    """Whether each object of an entry (a folder's: every object listed below it) is among ``keys``."""
+
+    def gone(entry: Entry) -> bool:
+        return all(location.key_of(url) in keys for url in (session.listed_under(entry.os_path) if entry.is_dir else [entry.os_path]))
+
+    return gone
 
 
 def _journal_objects(run: Run, plan: Plan, place: Place) -> frozenset[tuple[str, str]]:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from ckptdoctor import actions
 from ckptdoctor.actions import executor
-from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, deleted, kept_paths
+from ckptdoctor.actions.executor import Acted, Inside, Machine, Said, World, deleted, finished, kept_paths
 from ckptdoctor.model import Action, Entry, Plan, Role, Run, Seen
 from ckptdoctor.places import DEEPEST, home_of, relative, run_root
 from ckptdoctor.records import Moved, Pending, Quarantine
-from ckptdoctor.units import files_or_folders, size
+from ckptdoctor.units import counted, files_or_folders, size
 
 
 @dataclass
@@ -91,9 +91,10 @@ class DiskExecutor:
         return actions.discard(root, home)
 
     def finish_interrupted(self, run: Run, plan: Plan) -> Acted:
-        finished = actions.finish_interrupted(plan.root, plan.home, self.busy_now(run), kept_paths(plan))
-        done = Said(f"{plan.run}: finished an interrupted prune: {finished.entries} entries it had planned to delete.", True)
-        return Acted([done], list(finished.problems))
+        done = actions.finish_interrupted(plan.root, plan.home, self.busy_now(run), kept_paths(plan))
+        paths = set(done.paths)
+        said = finished(plan.run, len(done.paths), plan, lambda entry: relative(entry.os_path, plan.root) in paths)
+        return Acted([said], list(done.problems))
 
     def delete(self, run: Run, plan: Plan, since: float) -> Acted:
         done = actions.delete(plan, since, self.busy_now(run), seen(run, plan.root))
@@ -106,10 +107,9 @@ class DiskExecutor:
                 )
             )
         folders = all(entry.is_dir for item in plan.acting(Action.DELETE) for entry in item.entries)
-        what = files_or_folders(done.files, done.files if folders else 0)
-        acted.said += deleted(
-            plan.run, done.deleted, what, f"freed {size(done.freed_bytes)}", done.left, "entries written, opened or replaced"
-        )
+        what = files_or_folders(done.files, done.files if folders else 0) if done.files else None
+        left = f"{counted(done.left, 'entry', 'entries')} written, opened or replaced" if done.left else None
+        acted.said += deleted(plan.run, done.deleted, what, f"freed {size(done.freed_bytes)}", left)
         return acted
 
     def prune_notes(self, run: Run, plan: Plan, abort_uploads: float | None, dry_run: bool) -> list[str]:

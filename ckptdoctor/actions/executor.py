@@ -29,6 +29,7 @@ from ckptdoctor.model import Action, Entry, Plan, Role, Run
 from ckptdoctor.places import relative
 from ckptdoctor.processes import Holder, Identity
 from ckptdoctor.records import Moved, Pending, Quarantine
+from ckptdoctor.units import counted, size
 
 
 class ProcessTable(Protocol):
@@ -97,13 +98,24 @@ class Acted:
     problems: list[str] = field(default_factory=list)
 
 
-def deleted(run: str, checkpoints: int, what: str, freed: str, left: int, changed: str) -> list[Said]:
+def deleted(run: str, checkpoints: int, what: str | None, freed: str, left: str | None) -> list[Said]:
     """What a delete in ``run`` says: the checkpoints it deleted (``what``: their files, folders or
-    objects) and what that ``freed``; and the ``left`` it spared as ``changed`` since the plan."""
-    said = [Said(f"{run}: deleted {checkpoints} checkpoint{'s' if checkpoints != 1 else ''} ({what}); {freed}.", True)]
-    if left:
-        said.append(Said(f"{run}: left {left} {changed} since the plan was made; the next prune looks again."))
+    objects, counted; None: nothing was) and what that ``freed``; and what it ``left`` because it
+    changed since the plan (counted, and how it changed)."""
+    # nothing deleted says nothing: a finished journal took it all (and said so), or someone else did
+    said = [Said(f"{run}: deleted {counted(checkpoints, 'checkpoint')} ({what}); {freed}.", True)] if what is not None else []
+    if left is not None:
+        said.append(Said(f"{run}: left {left} since the plan was made; the next prune looks again."))
     return said
+
+
+def finished(run: str, deletions: int, plan: Plan, gone: Callable[[Entry], bool]) -> Said:
+    """What finishing a killed prune's pending ``deletions`` in ``run`` says: how many, and the
+    checkpoints of ``plan`` that took wholly (each of its entries ``gone``), with the bytes the
+    plan counted for them, so the delete that follows need not say "deleted 0 checkpoints"."""
+    whole = [item for item in plan.acting(Action.DELETE) if item.entries and all(gone(entry) for entry in item.entries)]
+    what = f" ({counted(len(whole), 'checkpoint')}, {size(sum(item.bytes for item in whole))} freed)" if whole else ""
+    return Said(f"{run}: finished {counted(deletions, 'deletion')} a killed prune left pending{what}.", True)
 
 
 class Executor(Protocol):

@@ -277,8 +277,13 @@ def show_plans(
 
 def pending_line(found: Pending) -> str:
     """What one killed prune's journal would still do."""
+    # loaded when a journal is shown: --help stays fast
+    from ckptdoctor.api import counted
+
     shown = ", ".join(found.in_run[:5]) + (f" and {len(found.in_run) - 5} more" if len(found.in_run) > 5 else "")
-    deletes = f"{len(found.in_run)} entries still in the run ({shown})" if found.in_run else "no entry still in the run"
+    deletes = (
+        f"{counted(len(found.in_run), 'entry', 'entries')} still in the run ({shown})" if found.in_run else "no entry still in the run"
+    )
     spares = f"; it spares {len(found.spared)} it listed that changed, are open or are kept now" if found.spared else ""
     if "://" in found.journal:  # a bucket's journal: deletes there are final, and there is no trash to put back from
         return f"pending: an interrupted prune left {found.journal}; finishing it deletes {deletes}{spares}"

@@ -15,10 +15,15 @@ Folder = Annotated[
 ]
 ModelBytes = Annotated[
     str | None,
-    typer.Option("--model-bytes", help="For a run with no checkpoint yet: the model's size (1.5GiB, 800MiB, or bytes).", metavar="SIZE"),
+    typer.Option(
+        "--model-bytes",
+        help="The model's size (1.5GiB, 800MiB, or bytes), with --optimizer: sizes the next save, even for a run that has saved.",
+        metavar="SIZE",
+    ),
 ]
 ModelFile = Annotated[
-    str | None, typer.Option("--model", help="For a run with no checkpoint yet: a saved model whose size to use.", metavar="FILE")
+    str | None,
+    typer.Option("--model", help="A saved model whose size to use as --model-bytes (with --optimizer).", metavar="FILE"),
 ]
 Optimizer = Annotated[
     str | None,
@@ -61,8 +66,9 @@ def diskcheck(
     and deleted under its .ckptdoctor/ prefix, the permissions the other commands need are tried,
     and its growth per save and per month, and the bucket's lifecycle rules, are reported.
 
-    The next save is the largest of the run's last 3 complete checkpoints; for a run with none,
-    the model's size plus the optimizer's state (--model or --model-bytes, and --optimizer).
+    The next save is the model's size plus the optimizer's state where --model or --model-bytes
+    (and --optimizer) give them, even for a run that has saved (a bigger model next: the line says
+    what the run's saves measure too); else the largest of the run's last 3 complete checkpoints.
 
     Examples:
 

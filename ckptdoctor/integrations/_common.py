@@ -1,5 +1,6 @@
 """What both callbacks share: sizing a model and its optimizer without importing torch, the
-preflight call that never breaks training, and the words that explain why training stopped."""
+preflight call that never breaks training, the words that explain why training stopped, and the
+error that ends ``train()`` / ``fit()`` after such a stop."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ckptdoctor.errors import RefusedError
 from ckptdoctor.model import Finding, Report, Severity
 
 log = logging.getLogger("ckptdoctor")
@@ -95,13 +97,27 @@ class Judge:
         return staging_space(disk, folder, there.free_bytes, why)
 
 
+class DiskCheckFailed(RefusedError):
+    """What ``train()`` / ``fit()`` raise when a callback stopped training before a save that would
+    not fit or could not be written: a script that does not catch it ends with exit status 1 (as
+    ``ckptdoctor diskcheck`` with findings does), so a pipeline sees the failure. Raised once the
+    trainer has stopped, after every checkpoint already saved was left whole. ``finding``: why."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(explain(finding))
+        self.finding = finding
+
+
 class Watch:
     """What both callbacks keep: their settings, the last report, and why training stopped."""
 
-    def __init__(self, keep_last: int | None = None, margin: float = 0.10) -> None:
+    def __init__(self, keep_last: int | None = None, margin: float = 0.10, raise_on_stop: bool = True) -> None:
         super().__init__()
         self.keep_last = keep_last
         """Retention to project the runway with (default: the trainer's own)."""
+        self.raise_on_stop = raise_on_stop
+        """Whether training that was stopped ends in ``DiskCheckFailed`` (else it returns normally,
+        and only ``.stopped`` and the log say why)."""
         self.margin = margin
         self.report: Report | None = None
         """The last preflight report (rank 0)."""
@@ -115,6 +131,12 @@ class Watch:
         self.stopped = finding
         if rank_zero:
             log.error(explain(finding))
+
+    def fail_if_stopped(self) -> None:
+        """At the end of training (every rank): a training stopped for the disk is a failure, not
+        a success that a pipeline would carry on from."""
+        if self.stopped is not None and self.raise_on_stop:
+            raise DiskCheckFailed(self.stopped)
 
 
 def explain(finding: Finding) -> str:

@@ -6,8 +6,10 @@ Lightning runs checkpoint callbacks last, so this one looks first, on the same s
 ``ModelCheckpoint`` (its steps, epochs, and whether it saves at the end of the training epoch or
 of validation). When the save due would not fit (CKD501) or cannot be written (CKD503), on rank
 0's word every rank skips it, ``trainer.should_stop`` is set, and the finding is logged with its
-fixes: ``fit()`` returns normally, and every checkpoint already saved stays whole. Lightning
-writes a checkpoint to ``$TMPDIR`` before moving it into place, so that volume is checked too.
+fixes. Every checkpoint already saved stays whole, and ``fit()`` then raises ``DiskCheckFailed``
+(uncaught: exit status 1), so that a pipeline sees the failure; ``DiskCheck(raise_on_stop=False)``
+returns normally instead. Lightning writes a checkpoint to ``$TMPDIR`` before moving it into
+place, so that volume is checked too.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ from typing import Any
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from ckptdoctor.integrations._common import Watch
+from ckptdoctor.integrations._common import DiskCheckFailed, Watch
 from ckptdoctor.model import Finding
+
+__all__ = ["DiskCheck", "DiskCheckFailed"]
 
 
 class DiskCheck(Watch, Callback):
     """Run ``ckptdoctor.preflight`` on each ``ModelCheckpoint``'s folder before it saves
-    (``DiskCheck(keep_last=None, margin=0.10)``; ``.report``, ``.stopped``)."""
+    (``DiskCheck(keep_last=None, margin=0.10, raise_on_stop=True)``; ``.report``, ``.stopped``)."""
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.fail_if_stopped()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
         due = [cb for cb in _saving(trainer) if cb._every_n_train_steps >= 1 and trainer.global_step % cb._every_n_train_steps == 0]

@@ -4,8 +4,10 @@
 
 When the save the Trainer is about to make would not fit (CKD501) or cannot be written
 (CKD503), on rank 0's word every rank cancels it (with ``save_strategy="best"``, the evaluation
-that would decide it), the Trainer is asked to stop, and the finding is logged with its fixes:
-``train()`` returns normally, and every ``checkpoint-N`` already saved stays whole.
+that would decide it), the Trainer is asked to stop, and the finding is logged with its fixes.
+Every ``checkpoint-N`` already saved stays whole, and ``train()`` then raises ``DiskCheckFailed``
+(uncaught: exit status 1), so that a pipeline sees the failure;
+``DiskCheckCallback(raise_on_stop=False)`` returns normally instead.
 """
 
 from __future__ import annotations
@@ -14,13 +16,19 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ckptdoctor.integrations._common import Watch
+from ckptdoctor.integrations._common import DiskCheckFailed, Watch
 from ckptdoctor.model import Finding
+
+__all__ = ["DiskCheckCallback", "DiskCheckFailed"]
 
 
 class DiskCheckCallback(Watch, TrainerCallback):
     """Run ``ckptdoctor.preflight`` on ``args.output_dir`` whenever the Trainer is about to save
-    (``DiskCheckCallback(keep_last=None, margin=0.10)``; ``.report``, ``.stopped``)."""
+    (``DiskCheckCallback(keep_last=None, margin=0.10, raise_on_stop=True)``; ``.report``, ``.stopped``)."""
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.fail_if_stopped()
+        return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         return self._check(args, state, control, kwargs)

@@ -13,6 +13,7 @@ from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, disc
 from ckptdoctor.errors import StoreError
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, find_run
 from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
+from ckptdoctor.pipelines.interrupted import with_interruptions
 from ckptdoctor.pipelines.versions import previous_versions
 from ckptdoctor.progress import Tally
 from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
@@ -157,8 +158,9 @@ def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: T
     paths = list(paths)
     before = session.traffic()
     result = scan(paths, tally=tally)
-    runs = with_leftovers(paths, result.runs)
-    findings = check(runs, result.unlisted, thresholds or Thresholds(), now=time.time())
+    now = time.time()
+    runs = with_interruptions(with_leftovers(paths, result.runs), now)
+    findings = check(runs, result.unlisted, thresholds or Thresholds(), now=now)
     report = Report("inspect", runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
     return report, result
 

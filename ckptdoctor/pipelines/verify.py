@@ -22,6 +22,7 @@ from ckptdoctor.layouts.context import trusted_globals
 from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, advised, layout_named
 from ckptdoctor.model import CheckpointFile, Entry, FileReport, Problem, Report, Run, Status, Unit
 from ckptdoctor.parallel import MAX_TASKS, cores, forked
+from ckptdoctor.pipelines.interrupted import with_interruptions
 from ckptdoctor.pipelines.scan import Scan, scan, surveys, transfer, with_leftovers
 from ckptdoctor.pipelines.versions import announced
 from ckptdoctor.progress import Tally
@@ -42,6 +43,7 @@ from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
 from ckptdoctor.stores import session
 from ckptdoctor.stores.leftovers import Surveyed
+from ckptdoctor.units import counted
 
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
@@ -101,11 +103,12 @@ def verify(
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
-    runs = list(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed))
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
+    now = time.time()
+    judged = with_interruptions(with_leftovers(paths, runs, whole=frozenset(older), surveyed=surveyed), now)
+    findings = check(judged, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
-    report = Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before))
+    report = Report("verify", judged, findings, second.errors, transfer=transfer(paths, before))
     return report, dataclasses.replace(second, empty=empty)
 
 
@@ -129,7 +132,7 @@ def _ask(
     received = session.traffic()[1] - before[1]
     most = received + sum(whole_read_bytes(entry, headers.get(entry.os_path), options.deep) for entry in objects) + sum(older.values())
     if not options.download(len(objects) + len(older), most):
-        raise NotDownloaded(f"{len(objects)} objects were not read; nothing was verified")
+        raise NotDownloaded(f"{counted(len(objects), 'object')} {'was' if len(objects) == 1 else 'were'} not read; nothing was verified")
 
 
 def _older_to_read(runs: Sequence[Run], surveyed: dict[str, Surveyed]) -> dict[str, int]:
@@ -197,12 +200,16 @@ def verify_resume(
             resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
             verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
         second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS)) if reports else first
-    runs = [
-        advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
-        for run in second.runs
-    ]
-    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=time.time())
-    return Report("verify", tuple(runs), findings, second.errors, transfer=transfer(paths, before)), second
+    now = time.time()
+    runs = with_interruptions(
+        [
+            advised(dataclasses.replace(run, resumable=verified.get(run.path, frozenset()), resume_how="", resume_path=None))
+            for run in second.runs
+        ],
+        now,
+    )
+    findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
+    return Report("verify", runs, findings, second.errors, transfer=transfer(paths, before)), second
 
 
 def _verified_resume(
@@ -342,7 +349,7 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
             tally.bytes_read += sum(entry.size for entry in tasks[number])
     if len(done) < len(tasks):
         lost = sum(len(tasks[number]) for number in range(len(tasks)) if number not in done)
-        raise RuntimeError(f"a verify worker process died (killed?): {lost} files were not read")
+        raise RuntimeError(f"a verify worker process died (killed?): {counted(lost, 'file')} {'was' if lost == 1 else 'were'} not read")
     return reports
 
 

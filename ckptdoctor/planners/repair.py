@@ -45,7 +45,7 @@ from ckptdoctor.planners.retention import (
     targets,
 )
 from ckptdoctor.records import Quarantine, StoredState
-from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, STALE_POINTER
+from ckptdoctor.rules.completeness import AUTO_RESUME_BEHIND, INTERRUPTED_SAVE, STALE_POINTER
 
 
 class NotResumable(RefusedError):
@@ -292,7 +292,8 @@ class _Labels:
         self._by_index: dict[int, list[str]] = defaultdict(list)
         self._by_path: dict[str, list[str]] = defaultdict(list)
         for finding in findings:
-            if finding.severity is Severity.INFO:
+            # a plan names what it moves by the findings of its files, not the one that stands for them (CKD117)
+            if finding.severity is Severity.INFO or finding.code == INTERRUPTED_SAVE.code:
                 continue
             label = f"{finding.code} {finding.name}"
             # 2xx (integrity) and 4xx (safety) rules are about one file, and CKD113 about one

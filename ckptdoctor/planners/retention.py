@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.layouts.registry import Layout, home
+from ckptdoctor.model import MIN_AGE as MIN_AGE
 from ckptdoctor.model import Action, Checkpoint, Entry, Plan, PlanItem, Run, Status
 from ckptdoctor.places import DEEPEST, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.readers.files import ends_unchecked
 from ckptdoctor.units import CLOCK_DRIFT, ahead, duration
-
-MIN_AGE = 600.0
-"""Seconds: a file modified more recently than this may still be being written."""
-
 
 Contents = tuple[tuple[str, float, int], ...]
 """The files inside a folder: (os path, mtime, size)."""
@@ -331,18 +329,101 @@ def _by_min_age(min_age: float) -> str:
     return f"(--min-age {duration(min_age)})"
 
 
-def young(run: Run, layout: Layout, policy: Policy, circumstances: Circumstances, planned: Plan) -> list[int]:
-    """The checkpoints ``planned`` keeps for --min-age alone (a file written within it, so a save
-    may still be going on): the plan at --min-age 0 deletes them."""
-    said = _by_min_age(policy.min_age)
-    if not policy.min_age or not any(why.endswith(said) for item in planned.items if item.action is Action.KEEP for why in item.reasons):
-        return []  # the common case, planned once
-    bare = plan(run, layout, replace(policy, min_age=0.0), circumstances)
-    return [
-        kept.number
-        for kept, bared in zip(planned.items, bare.items, strict=True)
-        if kept.action is not bared.action and kept.number is not None
-    ]
+@dataclass(frozen=True)
+class Spared:
+    """What a plan leaves alone only for --min-age or for a live process holding a file, and
+    would act on otherwise: in a crash's first minutes its fixes meet both, and say so."""
+
+    young: tuple[PlanItem, ...]
+    """Left for --min-age alone: the same command with --min-age 0 acts on them."""
+    held: tuple[tuple[PlanItem, int | str], ...]
+    """Left for a live process holding one of their files: its pid (or why none can be told)."""
+    newest: float
+    """When the newest of ``young`` was written (0 with none)."""
+
+
+Replan = Callable[[float, Circumstances], Plan]
+"""The same plan at another --min-age, in another world (``spared`` asks how it changes)."""
+
+
+def spared(planned: Plan, replan: Replan, circumstances: Circumstances, min_age: float, acts_on: tuple[Action, ...]) -> Spared | None:
+    """What ``planned`` leaves only for ``min_age`` or for a process holding a file: what the plan
+    at --min-age 0 acts on and it does not, then what that one acts on once no process holds
+    anything. None where nothing is spared so (the common case, planned once)."""
+    said = _by_min_age(min_age)
+    aged = min_age > 0 and any(said in why or "--min-age 0" in why for item in planned.items for why in item.reasons)
+    if not aged and not circumstances.open_by:
+        return None
+    bare = replan(0.0, circumstances) if aged else planned
+    young = _gained(planned, bare, acts_on)
+    held: tuple[tuple[PlanItem, int | str], ...] = ()
+    if circumstances.open_by:
+        unheld = _gained(bare, replan(0.0, replace(circumstances, open_by={})), acts_on)
+        held = tuple((item, holder) for item in unheld if (holder := _holder(item, circumstances)) is not None)
+    if not young and not held:
+        return None
+    return Spared(young, held, max((_written(item, circumstances) for item in young), default=0.0))
+
+
+def _gained(planned: Plan, other: Plan, acts_on: tuple[Action, ...]) -> tuple[PlanItem, ...]:
+    """The items ``other`` acts on that ``planned`` does not (by action and what they touch)."""
+    acting = {(item.action, item.paths) for item in planned.items if item.action in acts_on}
+    return tuple(item for item in other.items if item.action in acts_on and (item.action, item.paths) not in acting)
+
+
+def _touched(item: PlanItem, circumstances: Circumstances) -> list[tuple[str, float]]:
+    """(os path, mtime) of everything ``item`` touches, its folders' contents included."""
+    found = [(entry.os_path, entry.mtime) for entry in item.entries]
+    return found + [(path, mtime) for entry in item.entries for path, mtime, _ in contents_of(entry, circumstances)]
+
+
+def _holder(item: PlanItem, circumstances: Circumstances) -> int | str | None:
+    return next((circumstances.open_by[path] for path, _ in _touched(item, circumstances) if path in circumstances.open_by), None)
+
+
+def _written(item: PlanItem, circumstances: Circumstances) -> float:
+    return max((mtime for _, mtime in _touched(item, circumstances)), default=0.0)
+
+
+def spared_notes(run: str, unit: str, spared: Spared, min_age: float, now: float, verb: str, at_min_age_0: str) -> list[str]:
+    """What ``spared`` leaves, why, and the command that acts on it now, or when one will:
+    ``verb`` is what the command does to them (``deletes``), ``at_min_age_0`` the same command
+    with --min-age 0."""
+    notes = []
+    if spared.young:
+        one = len(spared.young) == 1
+        age, wait = max(0.0, now - spared.newest), max(0.0, spared.newest + min_age - now)
+        notes.append(
+            f"{run}: {_named(spared.young, unit)} {'is' if one else 'are'} younger than --min-age {duration(min_age)} "
+            f"(the newest written {duration(age)} ago), so {'it is' if one else 'they are'} left as {'it is' if one else 'they are'}: "
+            f"no live process holds {'its' if one else 'their'} files, so if no job is saving here, `{at_min_age_0}` {verb} "
+            f"{'it' if one else 'them'} now; without --min-age 0, the same command does after {_clock(now + wait)} (in {duration(wait)})."
+        )
+    for holder in dict.fromkeys(holder for _, holder in spared.held):
+        items = tuple(item for item, held in spared.held if held == holder)
+        one = len(items) == 1
+        it, left = ("it", "is left as it is") if one else ("them", "are left as they are")
+        if isinstance(holder, int):
+            why = f"because a file of {'it' if one else 'theirs'} is open in process {holder}: nothing acts on {it} while that process runs"
+            after = "once it has ended"
+        else:  # an upload still arriving, or a process table that cannot be read
+            why, after = f"({holder})", "once that is no longer so"
+        notes.append(f"{run}: {_named(items, unit)} {left} {why}; {after}, `{at_min_age_0}` {verb} {it}.")
+    return notes
+
+
+def _named(items: tuple[PlanItem, ...], unit: str) -> str:
+    """``epochs 1, 2 and 5``, ``epoch 5``, or the names of what belongs to no checkpoint."""
+    numbers = sorted({item.number for item in items if item.number is not None})
+    names = [entry.name for item in items if item.number is None for entry in item.entries]
+    said = [f"{unit} {numbers[0]}" if len(numbers) == 1 else f"{unit}s {', '.join(map(str, numbers))}"] if numbers else []
+    return " and ".join(said + names)
+
+
+def _clock(when: float) -> str:
+    """``04:52 UTC``, with the date where it is not today's."""
+    shown = time.gmtime(when)
+    return time.strftime("%H:%M UTC" if shown[:3] == time.gmtime()[:3] else "%Y-%m-%d %H:%M UTC", shown)
 
 
 def contents_of(folder: Entry | None, circumstances: Circumstances) -> Contents:

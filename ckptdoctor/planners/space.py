@@ -13,16 +13,17 @@ import contextlib
 import errno
 import math
 import os
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Growth, Run, Status, Volume
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Estimate, Freeing, Growth, Run, Status, Volume
 from ckptdoctor.optimizers import STATE
 from ckptdoctor.places import nearest_existing, run_root
-from ckptdoctor.units import size
+from ckptdoctor.units import counted, size
+from ckptdoctor.volumes import volume as volume
 
 OPTIMIZER_STATE: Mapping[str, float] = MappingProxyType({kind: size.typical for kind, size in STATE.items()})
 """Optimizer state per byte of parameters with default settings (``ckptdoctor.optimizers``)."""
@@ -40,25 +41,35 @@ class EstimateError(InvalidValue):
     """A model size or optimizer that cannot be used (exit 2)."""
 
 
-def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | None = None) -> Estimate | None:
-    """The next save of ``run``: the largest of its newest complete checkpoints (all roles), or,
-    for a run with none, the model's bytes plus the optimizer's state; None when nothing says."""
-    if run is not None:
-        complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:]
-        if complete:
-            largest = max(complete, key=lambda c: c.bytes)
-            unit = run.unit.value
-            basis = f"the largest of the last {len(complete)} complete {unit}{'s' if len(complete) != 1 else ''}: {unit} {largest.index}"
-            files = len(largest.files) + (1 if largest.folder is not None else 0)
-            return Estimate(largest.bytes, files, basis)
-    if model_bytes is None:
-        return None
+def estimate(run: Run | None, model_bytes: int | None = None, optimizer: str | None = None, model_first: bool = True) -> Estimate | None:
+    """The next save of ``run``: the model's bytes plus the optimizer's state where a model size
+    is given (the user knows the next save better: a bigger model, another optimizer), else the
+    largest of the run's newest complete checkpoints (all roles); None when nothing says.
+    ``model_first`` False: the run's checkpoints win, and the model sizes only a run's first save
+    (a training callback, which always knows its model, sizes later saves by what was written)."""
+    measured = _measured(run)
+    if model_bytes is None or (measured is not None and not model_first):
+        return measured
     if optimizer is None:
         raise EstimateError("--optimizer is needed with a model size: the optimizer's state is most of a save (adam keeps 2x the model)")
     if optimizer not in OPTIMIZER_STATE:
         raise EstimateError(f"unknown optimizer {optimizer!r} (known: {', '.join(OPTIMIZER_STATE)})")
     state = OPTIMIZER_STATE[optimizer]
-    return Estimate(math.ceil(model_bytes * (1 + state)), 3, f"model {size(model_bytes)} + {optimizer} state ({state:g}x the model)")
+    basis = f"model {size(model_bytes)} + {optimizer} state ({state:g}x the model)"
+    if measured is not None:  # the size given wins: said, beside what the run's own saves measure
+        basis += f", from the model size given; the run's last saves measure {size(measured.bytes)}"
+    return Estimate(math.ceil(model_bytes * (1 + state)), measured.files if measured is not None else 3, basis)
+
+
+def _measured(run: Run | None) -> Estimate | None:
+    """The next save as ``run``'s saves measure it: the largest of its newest complete checkpoints."""
+    complete = [c for c in run.checkpoints if c.status is Status.COMPLETE][-RECENT:] if run is not None else []
+    if run is None or not complete:
+        return None
+    largest = max(complete, key=lambda c: c.bytes)
+    unit = run.unit.value
+    basis = f"the largest of the last {counted(len(complete), 'complete ' + unit)}: {unit} {largest.index}"
+    return Estimate(largest.bytes, len(largest.files) + (1 if largest.folder is not None else 0), basis)
 
 
 def needed(estimate: Estimate, margin: float = MARGIN) -> int:
@@ -77,35 +88,6 @@ def runway(estimate: Estimate, free_bytes: int, kept: int, keep_last: int | None
         if free_bytes >= growth * estimate.bytes + step:
             return None  # up to keep_last, then every save frees as much as it takes
     return max(0, (free_bytes - step) // estimate.bytes + 1) if free_bytes >= step else 0
-
-
-def volume(path: str) -> Volume:
-    """The filesystem that holds ``path`` (or would hold it: its nearest existing parent);
-    OSError if nothing of it can be reached."""
-    import psutil  # only diskcheck pays for it
-
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        parent = os.path.dirname(existing)
-        if parent == existing:
-            break
-        existing = parent
-    usage = psutil.disk_usage(existing)
-    info = os.statvfs(existing)
-    mountpoint, fstype = _mount(existing, psutil.disk_partitions(all=True))
-    return Volume(existing, mountpoint, fstype, usage.total, usage.free, info.f_favail if info.f_files else None)
-
-
-def _mount(path: str, partitions: Sequence[Any]) -> tuple[str, str]:
-    """The mount that holds ``path``: the longest mount point above its real path."""
-    real = os.path.realpath(path)
-    best = ("/", "unknown")
-    for partition in partitions:
-        point = partition.mountpoint
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):  # on one mount point, the one listed last is on top
-            best = (point, partition.fstype)
-    return best
 
 
 def why_unwritable(folder: str) -> str:
@@ -156,20 +138,55 @@ def check(
     optimizer: str | None = None,
     keep_last: int | None = None,
     margin: float = MARGIN,
+    model_first: bool = True,
 ) -> DiskCheck:
     """Everything ``diskcheck`` measures about the folder ``path`` (the run's, or where one
-    will be): the volume, writability, the next save, and the runway under ``keep_last``."""
+    will be): the volume, writability, the next save (``estimate``), and the runway under
+    ``keep_last``."""
     folder = run_root(run) if run is not None else path
     try:
         found: Volume | None = volume(folder)
     except OSError:
         found = None
     why = why_unwritable(folder)
-    guess = estimate(run, model_bytes, optimizer)
+    guess = estimate(run, model_bytes, optimizer, model_first)
     kept = len(run.checkpoints) if run is not None else 0
     need = needed(guess, margin) if guess is not None else 0
     left = runway(guess, found.free_bytes, kept, keep_last, margin) if guess is not None and found is not None else None
-    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder))
+    fit = freeing(run, need, found.free_bytes) if run is not None and found is not None and guess is not None else None
+    return DiskCheck(folder, found, not why, why, guess, need, keep_last, left, _sizes(run), os.path.isdir(folder), freeing=fit)
+
+
+def freeing(run: Run, needed_bytes: int, free_bytes: int, now: float | None = None) -> Freeing | None:
+    """Where ``free_bytes`` fall short of ``needed_bytes``: the most complete checkpoints a prune
+    of ``run`` can keep (``--keep-last N``) and still free the rest, as ``prune`` would plan it
+    now (the resume point, pointers and files held back are kept); at the default --min-age, else
+    at --min-age 0 where only checkpoints written since free enough. None where nothing is short."""
+    if free_bytes >= needed_bytes:
+        return None
+    # loaded when space is short: a trainer's preflight that fits loads no planner of prune
+    from ckptdoctor.actions.disk import folder_contents
+    from ckptdoctor.layouts.registry import layout_named
+    from ckptdoctor.planners.retention import MIN_AGE, Circumstances, Policy, plan
+
+    layout = layout_named(run.layout)
+    inside, deep = folder_contents(run)
+    world = Circumstances(time.time() if now is None else now, inside=inside, too_deep=deep)
+    shortfall = needed_bytes - free_bytes
+    kept = max(1, sum(1 for c in run.checkpoints if c.status is Status.COMPLETE))
+
+    def freed(keep_last: int, min_age: float) -> int:
+        return plan(run, layout, Policy(keep_last=keep_last, min_age=min_age), world).freed_bytes
+
+    for min_age in (MIN_AGE, 0.0):
+        if freed(1, min_age) < shortfall:
+            continue
+        fewest, most = 1, kept  # what a prune frees shrinks as it keeps more: the most it may keep, by halving
+        while fewest < most:
+            middle = (fewest + most + 1) // 2
+            fewest, most = (middle, most) if freed(middle, min_age) >= shortfall else (fewest, middle - 1)
+        return Freeing(fewest, freed(fewest, min_age), shortfall, young=MIN_AGE if min_age == 0.0 else 0.0)
+    return Freeing(None, freed(1, 0.0), shortfall)
 
 
 def _sizes(run: Run | None) -> tuple[tuple[int, int], ...]:
@@ -206,13 +223,14 @@ def bucket_check(
     optimizer: str | None = None,
     keep_last: int | None = None,
     margin: float = MARGIN,
+    model_first: bool = True,
 ) -> DiskCheck:
-    """``diskcheck`` of the run at ``url`` in a bucket: what the probes found, the next save,
-    and the growth at ``keep_last``; no volume, so no free space and no runway."""
+    """``diskcheck`` of the run at ``url`` in a bucket: what the probes found, the next save
+    (``estimate``), and the growth at ``keep_last``; no volume, so no free space and no runway."""
     write = next((p for p in probed.permissions if p.action == "write"), None)
     writable = write is not None and write.access is Access.GRANTED
     why = "" if writable else (write.detail if write is not None and write.detail else "the write probe could not be made")
-    guess = estimate(run, model_bytes, optimizer)
+    guess = estimate(run, model_bytes, optimizer, model_first)
     frees_nothing = probed.versioned and probed.expires_noncurrent is not True
     return DiskCheck(
         url,

@@ -47,6 +47,8 @@ class RenderOptions(NamedTuple):
     """The text goes to a file, not the terminal: no colour, and lines as long as they are (human)."""
     explain: bool = False
     """Rules asked about by code, name or message: each explained in full, not the table (human)."""
+    verbose: bool = False
+    """Every finding in full: info findings too, each with its fixes (human)."""
 
 
 PLAIN = RenderOptions()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ckptdoctor.model import Finding, Report, Severity
 from ckptdoctor.quoting import printable
 from ckptdoctor.render import PLAIN, RenderOptions
+from ckptdoctor.units import counted
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -21,7 +22,8 @@ def summary(report: Report) -> str:
     lines = [
         f"### ckptdoctor {report.command}",
         "",
-        f"{counts[Severity.ERROR]} errors, {counts[Severity.WARNING]} warnings, {counts[Severity.INFO]} info in {len(report.runs)} runs.",
+        f"{counted(counts[Severity.ERROR], 'error')}, {counted(counts[Severity.WARNING], 'warning')}, {counts[Severity.INFO]} info "
+        f"in {counted(len(report.runs), 'run')}.",
         "",
     ]
     if report.runs:

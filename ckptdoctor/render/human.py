@@ -32,12 +32,13 @@ from ckptdoctor.model import (
     Run,
     Severity,
     Status,
+    standing,
 )
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.render import PLAIN, Plans, RenderOptions
 from ckptdoctor.render.console import stdout_console
 from ckptdoctor.rules.rule import BEHIND_RESUME, Rule
-from ckptdoctor.units import files_or_folders, size
+from ckptdoctor.units import counted, files_or_folders, size
 
 if TYPE_CHECKING:
     from ckptdoctor.rules.search import Match
@@ -61,7 +62,7 @@ _SEVERITY_STYLE = {Severity.ERROR: ("✗", "bold red"), Severity.WARNING: ("!", 
 def render(report: Report, options: RenderOptions = PLAIN) -> str:
     console = _console(options)
     with console.capture() as captured:
-        _print(report, console, options.show_all)
+        _print(report, console, options)
     return _unpadded(captured.get())
 
 
@@ -79,7 +80,7 @@ def render_rules(rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matche
     console = _console(options)
     with console.capture() as captured:
         if matches and not options.explain:
-            console.print(match_list(matches))
+            console.print(match_list(matches, console.width), crop=False)
         elif options.explain:
             for position, rule in enumerate(rules):
                 if position:
@@ -106,15 +107,15 @@ def _console(options: RenderOptions) -> Console:
     return stdout_console(io.StringIO() if options.to_file else None)
 
 
-def _print(report: Report, console: Console, show_all: bool) -> None:
+def _print(report: Report, console: Console, options: RenderOptions) -> None:
     if report.disk is not None:
-        console.print(_disk_block(report, report.disk, show_all, console.width), crop=False)
+        console.print(_disk_block(report, report.disk, options.show_all, console.width), crop=False)
         return
     outside, per_run = _by_run(report)
     if outside:
         console.print(_findings(outside, console.width), crop=False)
     for run, findings in zip(report.runs, per_run, strict=True):
-        console.print(_run_block(run, findings, show_all, console.width), crop=False)
+        console.print(_run_block(run, findings, options, console.width), crop=False)
         console.print()
     runs = [run for run in report.runs if not run.single_file]  # files checked one by one have no resume point to sum up
     if len(runs) > 1:
@@ -178,31 +179,33 @@ def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
 def rule_table(rules: Iterable[Rule], width: int) -> RenderableType:
     """CODE, NAME and SEVERITY whole, the summary wrapped in what is left, its code spans whole;
     where too little is left, each summary on the lines under its rule."""
-    rules = tuple(rules)
-    taken = [
-        max([len(header), *(len(cell) for cell in cells)])
-        for header, cells in (
-            ("CODE", [r.code for r in rules]),
-            ("NAME", [r.name for r in rules]),
-            ("SEVERITY", [r.severity.value for r in rules]),
-        )
+    rows = [
+        ((Text(rule.code), Text(rule.name), Text(rule.severity.value, style=_SEVERITY_STYLE[rule.severity][1])), rule.summary)
+        for rule in rules
     ]
-    left = width - sum(taken) - 3 * _GAP
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("CODE", "NAME", "SEVERITY"):
-        table.add_column(column, no_wrap=True)
+    return _prose_table(("CODE", "NAME", "SEVERITY", "SUMMARY"), rows, width)
+
+
+def _prose_table(headers: Sequence[str], rows: Sequence[tuple[Sequence[Text], str]], width: int) -> RenderableType:
+    """Each row's cells whole and its prose in the last column, wrapped at its words in what the
+    cells leave of ``width``; where that is under :data:`MIN_SUMMARY`, each row's cells on a line
+    and its prose on the lines under it, indented past the first cell. No word is ever split."""
+    taken = [max([len(header), *(cells[column].cell_len for cells, _ in rows)]) for column, header in enumerate(headers[:-1])]
+    left = width - sum(taken) - len(taken) * _GAP
     if left >= MIN_SUMMARY:
-        table.add_column("SUMMARY")
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for header in headers[:-1]:
+            table.add_column(header, no_wrap=True)
+        table.add_column(headers[-1])
+        for cells, prose in rows:
+            table.add_row(*cells, wrap(Text(prose), left))
+        return table
+    indent = taken[0] + _GAP
     lines: list[RenderableType] = []
-    for rule in rules:
-        _glyph, style = _SEVERITY_STYLE[rule.severity]
-        row: list[RenderableType] = [rule.code, rule.name, Text(rule.severity.value, style=style)]
-        if left >= MIN_SUMMARY:
-            table.add_row(*row, wrap(Text(rule.summary), left))
-        else:
-            lines += [Text.assemble(f"{rule.code:<{taken[0]}}  {rule.name}  ", (rule.severity.value, style))]
-            lines += [wrap(Text(" " * (taken[0] + _GAP) + rule.summary), width, taken[0] + _GAP)]
-    return table if left >= MIN_SUMMARY else Group(*lines)
+    for (first, *others), prose in rows:
+        lines.append(Text(" " * _GAP).join([Text.assemble(first, " " * (taken[0] - first.cell_len)), *others]))
+        lines.append(wrap(Text(" " * indent + prose), width, indent))
+    return Group(*lines)
 
 
 MIN_SUMMARY = 40
@@ -210,14 +213,12 @@ MIN_SUMMARY = 40
 narrower than :data:`MIN_PROSE`, which :func:`wrap` keeps to)."""
 
 
-def match_list(matches: Iterable[Match]) -> RenderableType:
-    """``ckptdoctor rules "<pasted error>"``: one line per rule, best first, then how to read one."""
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("CODE", "NAME", "WHY"):
-        table.add_column(column, overflow="fold", no_wrap=column != "WHY")
-    for match in matches:
-        table.add_row(match.rule.code, match.rule.name, match.why)
-    return Group(table, Text("`ckptdoctor rules CODE` explains one; --full explains them all.", style="dim"))
+def match_list(matches: Iterable[Match], width: int) -> RenderableType:
+    """``ckptdoctor rules "<pasted error>"``: one line per rule, best first (its WHY wrapped at
+    words, or under the rule where the terminal is narrow), then how to read one."""
+    rows = [((Text(match.rule.code), Text(match.rule.name)), match.why) for match in matches]
+    hint = wrap(Text("`ckptdoctor rules CODE` explains one; --full explains them all.", style="dim"), width)
+    return Group(_prose_table(("CODE", "NAME", "WHY"), rows, width), hint)
 
 
 def rule_page(rule: Rule, width: int) -> RenderableType:
@@ -258,25 +259,33 @@ def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
             yield _hanging("     " if generic else "  •", "", f" {key}: {text}", 8 if generic else 4, width)
 
 
-def _run_block(run: Run, findings: list[Finding], show_all: bool, width: int) -> RenderableType:
-    count = len(run.checkpoints)
-    plural = "s" if count != 1 else ""
-    what = f"{run.layout} · {count} {run.unit.value}{plural}" if run.checkpoints or not run.extra_files else f"{len(run.extra_files)} files"
+def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width: int) -> RenderableType:
+    what = f"{run.layout} · {_checkpoints(run)}" if run.checkpoints or not run.extra_files else counted(len(run.extra_files), "file")
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
     parts: list[RenderableType] = [title]
     if run.checkpoints:
-        parts.append(_table(run, show_all, width))
+        parts.append(_table(run, options.show_all, width))
     if run.single_file:
         parts += [
             _contents(f) for f in (*[f for c in run.checkpoints for f in c.files], *run.extra_files)[:NEWEST_ROWS] if f.report.tensors
         ]
     if run.other_files:
-        n = len(run.other_files)
-        parts.append(Text(f"{n} other file{'s' if n != 1 else ''} not part of any checkpoint (see --json)", style="dim"))
+        parts.append(Text(f"{counted(len(run.other_files), 'other file')} not part of any checkpoint (see --json)", style="dim"))
     if findings:
-        parts.append(_findings(findings, width))
+        parts.append(_findings(findings, width, run.unit.value, options.verbose))
     parts.append(resume_block(run, width))
     return Group(*parts)
+
+
+def _checkpoints(run: Run) -> str:
+    """``3 checkpoints (steps 10–30)``, ``1 checkpoint (epoch 3)``: how many the run has, and the
+    indexes they span in the run's unit (a run's title: its unit alone would count steps)."""
+    indexes = sorted({checkpoint.index for checkpoint in run.checkpoints})
+    unit = run.unit.value
+    if not indexes:
+        return counted(0, "checkpoint")
+    span = f"{unit} {indexes[0]}" if len(indexes) == 1 else f"{unit}s {indexes[0]}–{indexes[-1]}"
+    return f"{counted(len(run.checkpoints), 'checkpoint')} ({span})"
 
 
 BAR_WIDTH = 32
@@ -293,7 +302,7 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
     where = f"{volume.fstype} on {volume.mountpoint}" if volume else "volume unknown"
     if disk.bucket is not None:
         where = f"bucket ({disk.bucket.store}://), no free space to read"
-    title = f"{run.layout} · {_count(len(run.checkpoints), run.unit.value, run.unit.value + 's')} · {where}" if run else where
+    title = f"{run.layout} · {_checkpoints(run)} · {where}" if run else where
     parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
     sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
     if sizes:
@@ -477,7 +486,7 @@ def _table(run: Run, show_all: bool, width: int) -> RenderableType:
         parts.insert(0, Text(f"… {hidden} older checkpoint{'s' if hidden != 1 else ''} not shown (--all shows every one)", style="dim"))
     notes = [*_status_notes(shown, run.unit.value)]
     if short:
-        named = [f"{role.value.upper()} {_pattern(_names(shown, role))}" for role in roles if _names(shown, role)]
+        named = [_pattern(_names(shown, role)) for role in roles if _names(shown, role)]  # in the columns' order
         notes.append(f"files: {', '.join(named)}")
     if dropped:
         notes.append(f"not shown at this width: {', '.join(dropped)} (--json lists every file)")
@@ -561,23 +570,36 @@ def _status_notes(checkpoints: Sequence[Checkpoint], unit: str) -> Iterable[str]
             yield f"{unit} {checkpoint.index}: leftover {', '.join(staged)}"
 
 
-def _findings(findings: list[Finding], width: int) -> RenderableType:
+def _findings(findings: list[Finding], width: int, unit: str | None = None, verbose: bool = True) -> RenderableType:
     """Findings of one rule together: each message, then the fixes once (worded for the first).
     Findings of a rule whose fixes differ beyond the file they name (a checkpoint's file that
-    ``repair`` moves, a loose one moved by hand) are grouped apart: no finding loses its fixes."""
+    ``repair`` moves, a loose one moved by hand) are grouped apart: no finding loses its fixes.
+    Unless ``verbose``, a rule's info findings are one line: what they are about, and how many.
+    The parts of a finding (``Finding.part_of``) are named under it by code."""
     groups: dict[tuple[str, tuple[str, ...]], list[Finding]] = {}
-    for finding in sorted(findings, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
-        groups.setdefault((finding.code, _fix_shape(finding)), []).append(finding)
+    whole = standing(findings)
+    parts: dict[tuple[str | None, str, int | None], list[str]] = {}
+    for finding in findings:  # shown by the finding they are part of, by their codes alone
+        if finding.part_of is not None and finding not in whole:
+            parts.setdefault((finding.run, *finding.part_of), []).append(finding.code)
+    for finding in sorted(whole, key=lambda f: (-f.severity.rank, f.code, f.index if f.index is not None else -1)):
+        quiet = finding.severity is Severity.INFO and not verbose
+        groups.setdefault((finding.code, () if quiet else _fix_shape(finding)), []).append(finding)
     lines: list[RenderableType] = []
     for (code, _), group in groups.items():
         first = group[0]
         glyph, style = _SEVERITY_STYLE[first.severity]
         heading = f"{glyph} {code} {first.name}"
+        if first.severity is Severity.INFO and not verbose:
+            lines.append(_hanging(heading, style, f"  {_in_short(group, unit)}", 2, width))
+            continue
         if len(group) == 1:
-            lines.append(_hanging(heading, style, f"  {first.message}", 2, width))
+            lines.append(_hanging(heading, style, f"  {_named(first, unit)}", 2, width))
+            if codes := parts.get((first.run, first.code, first.index)):
+                lines.append(wrap(Text(f"  stands for {', '.join(sorted(set(codes)))} (--json lists each)", style="dim"), width, 4))
         else:
             lines.append(Text.assemble((heading, style), (f"  ({len(group)})", "dim")))
-            lines.extend(_hanging("  •", "", f" {f.message}", 4, width) for f in group[:MAX_MESSAGES])
+            lines.extend(_hanging("  •", "", f" {_named(f, unit)}", 4, width) for f in group[:MAX_MESSAGES])
             if len(group) > MAX_MESSAGES:
                 lines.append(Text(f"  … and {len(group) - MAX_MESSAGES} more (--json lists them all)", style="dim"))
         for fix in first.fixes[:MAX_FIXES]:
@@ -585,6 +607,27 @@ def _findings(findings: list[Finding], width: int) -> RenderableType:
         if len(first.fixes) > MAX_FIXES:
             lines.append(Text(f"    more fixes: ckptdoctor rules {code}", style="dim"))
     return Group(*lines)
+
+
+def _named(finding: Finding, unit: str | None) -> str:
+    """The finding's message, led by the checkpoint it is about where the message does not say."""
+    if unit is None or finding.index is None or finding.message.startswith(f"{unit} {finding.index}"):
+        return finding.message
+    return f"{unit} {finding.index}: {finding.message}"
+
+
+def _in_short(group: Sequence[Finding], unit: str | None) -> str:
+    """Info findings of one rule in one line: the files and checkpoints they are about, how many,
+    and how to see each: harmless by definition, they should not bury the rest."""
+    names = list(dict.fromkeys(f.path.rsplit("/", 1)[-1] for f in group if f.path))
+    indexes = sorted({f.index for f in group if f.index is not None})
+    about = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    if indexes and unit is not None:
+        shown = ", ".join(map(str, indexes[:6])) + (f" … {indexes[-1]}" if len(indexes) > 6 else "")
+        about += f" in {unit}{'s' if len(indexes) != 1 else ''} {shown}"
+    if len(group) == 1:
+        return f"{_named(group[0], unit)} (--verbose shows its fixes)"
+    return f"{about}: {len(group)} info findings (--verbose lists them)"
 
 
 def _fix_shape(finding: Finding) -> tuple[str, ...]:
@@ -691,7 +734,7 @@ def plan_summary(plan: Plan, unit: str) -> str:
     """A prune plan in one line."""
     doomed = plan.acting(Action.DELETE)
     if not doomed:
-        return f"Nothing to delete; keeping {_count(len(plan.items), unit, unit + 's')}."
+        return f"Nothing to delete; keeping {counted(len(plan.items), unit, unit + 's')}."
     touched = [entry for item in doomed for entry in item.entries]
     kept = len(plan.items) - len(doomed)
     return (
@@ -705,7 +748,7 @@ def repair_summary(plan: Plan, unit: str) -> str:
     moved, repointed, restored = plan.acting(Action.QUARANTINE), plan.acting(Action.REPOINT), plan.acting(Action.RESTORE)
     if restored:
         total = sum(item.bytes for item in restored)
-        return f"About to put back {_count(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
+        return f"About to put back {counted(len(restored), 'entry', 'entries')} totalling {size(total)} ({plan.policy})."
     if not (moved or repointed):  # an undo with nothing to put back is no repair
         return f"Nothing to put back ({plan.policy})." if _undoes(plan) else f"Nothing to repair; {plan.policy}."
     actions = []
@@ -714,17 +757,13 @@ def repair_summary(plan: Plan, unit: str) -> str:
         entries = sum(len(item.entries) for item in moved)
         where = []
         if numbered := len({item.number for item in moved if item.number is not None}):
-            where.append(_count(numbered, unit, unit + "s"))
+            where.append(counted(numbered, unit, unit + "s"))
         if loose := sum(1 for item in moved if item.number is None):
-            where.append(_count(loose, "leftover", "leftovers"))
-        actions.append(f"quarantine {_count(entries, 'entry', 'entries')} (from {', '.join(where)}) totalling {size(total)}")
+            where.append(counted(loose, "leftover", "leftovers"))
+        actions.append(f"quarantine {counted(entries, 'entry', 'entries')} (from {', '.join(where)}) totalling {size(total)}")
     if repointed:
-        actions.append(f"re-point {_count(len(repointed), 'pointer', 'pointers')}")
+        actions.append(f"re-point {counted(len(repointed), 'pointer', 'pointers')}")
     return f"About to {' and '.join(actions)}; then {plan.policy}."
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _undoes(plan: Plan) -> bool:
@@ -767,7 +806,7 @@ def runs_summary(rows: Sequence[SummaryRow], acting: Sequence[PlanColumn], width
         table.add_column(column.header, justify=column.justify, no_wrap=column.header != "RUN", overflow="fold")
     for row in range(len(rows)):
         table.add_row(*(column.cells[row] for column in fitted))
-    parts: list[RenderableType] = [Text.assemble((_count(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
+    parts: list[RenderableType] = [Text.assemble((counted(len(rows), "run", "runs"), "bold"), f" in {parent}" if parent else ""), table]
     if dropped:
         parts.append(wrap(Text(f"not shown at this width: {', '.join(dropped)}", style="dim"), width, 2))
     return Group(*parts)
@@ -854,21 +893,21 @@ def grand_total(plans: Plans) -> str:
     """What the plans of every run do, together: ``About to delete 12 checkpoints from 3 runs,
     totalling 4.1 GiB.``"""
     every = [plan for plan, _ in plans.plans]
-    runs = _count(len(every), "run", "runs")
+    runs = counted(len(every), "run", "runs")
     if not plans.repair:
         acting = [plan for plan in every if plan.acting(Action.DELETE)]
         if not acting:
             return f"Nothing to delete in {runs}."
         doomed = sum(len(plan.acting(Action.DELETE)) for plan in acting)
         freed = sum(plan.freed_bytes for plan in acting)
-        return f"About to delete {_count(doomed, 'checkpoint', 'checkpoints')} from {_count(len(acting), 'run', 'runs')}, totalling {size(freed)}."
+        return f"About to delete {counted(doomed, 'checkpoint', 'checkpoints')} from {counted(len(acting), 'run', 'runs')}, totalling {size(freed)}."
     if any(_undoes(plan) for plan in every):
         restored = [item for plan in every for item in plan.acting(Action.RESTORE)]
         if not restored:
             return f"Nothing to put back in {runs}."
-        into = _count(len({plan.run for plan in every if plan.acting(Action.RESTORE)}), "run", "runs")
+        into = counted(len({plan.run for plan in every if plan.acting(Action.RESTORE)}), "run", "runs")
         entries = sum(len(item.entries) for item in restored)
-        return f"About to put back {_count(entries, 'entry', 'entries')} totalling {size(sum(i.bytes for i in restored))} into {into}."
+        return f"About to put back {counted(entries, 'entry', 'entries')} totalling {size(sum(i.bytes for i in restored))} into {into}."
     acting = [plan for plan in every if plan.acting(Action.QUARANTINE) or plan.acting(Action.REPOINT)]
     if not acting:
         return f"Nothing to repair in {runs}."
@@ -877,7 +916,7 @@ def grand_total(plans: Plans) -> str:
     what = []
     if moved:
         entries = sum(len(item.entries) for item in moved)
-        what.append(f"quarantine {_count(entries, 'entry', 'entries')} totalling {size(sum(item.bytes for item in moved))}")
+        what.append(f"quarantine {counted(entries, 'entry', 'entries')} totalling {size(sum(item.bytes for item in moved))}")
     if repointed:
-        what.append(f"re-point {_count(repointed, 'pointer', 'pointers')}")
-    return f"About to {' and '.join(what)} in {_count(len(acting), 'run', 'runs')}."
+        what.append(f"re-point {counted(repointed, 'pointer', 'pointers')}")
+    return f"About to {' and '.join(what)} in {counted(len(acting), 'run', 'runs')}."

@@ -1,4 +1,4 @@
-"""The ``ckptdoctor.report.v1`` JSON document (DESIGN §3.3): fields are only ever added."""
+"""The ``ckptdoctor.report.v1`` JSON document (docs/commands.md, "The JSON report"): fields are only ever added."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _leftovers(path: str, kept: StoreLeftovers) -> dict[str, Any]:
 
 
 def disk_entry(disk: DiskCheck) -> dict[str, Any]:
-    """DESIGN §3.3's ``disk`` block, and what the figures rest on."""
+    """The report's ``disk`` block, and what the figures rest on."""
     volume, guess = disk.volume, disk.estimate
     return {
         "path": disk.path,
@@ -152,7 +152,7 @@ def growth_entry(growth: Growth | None) -> dict[str, Any] | None:
 
 
 def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
-    """``prune`` / ``repair``: the report plus the plan of every run (DESIGN §3.3), and what
+    """``prune`` / ``repair``: the report plus the plan of every run, and what
     killed prunes' journals would still do."""
     body = document(plans.report)
     body["plan"] = [_plan_item(plan, item) for plan, _ in plans.plans for item in plan.items]
@@ -321,4 +321,5 @@ def _finding(finding: Finding) -> dict[str, Any]:
         "path": finding.path,
         "message": finding.message,
         "fixes": list(finding.fixes),
+        **({"part_of": {"code": finding.part_of[0], "index": finding.part_of[1]}} if finding.part_of is not None else {}),
     }

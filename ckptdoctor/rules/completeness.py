@@ -6,6 +6,7 @@ markers, stray prefixes, mixed formats and `latest`-style pointers.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -13,11 +14,25 @@ from operator import attrgetter
 
 from ckptdoctor.layouts.base import behind_pointer
 from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
-from ckptdoctor.model import Checkpoint, CheckpointFile, Entry, FileReport, Finding, Problem, Role, Severity, Status
+from ckptdoctor.model import (
+    MIN_AGE,
+    Cause,
+    Checkpoint,
+    CheckpointFile,
+    Entry,
+    FileReport,
+    Finding,
+    Interruption,
+    Problem,
+    Role,
+    Severity,
+    Status,
+)
 from ckptdoctor.optimizers import FRESH_START_COST
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.context import RunContext
 from ckptdoctor.rules.rule import OTHERWISE, Rule, fires, fix
+from ckptdoctor.units import duration, size
 
 MISSING_OPTIMIZER = Rule(
     code="CKD101",
@@ -474,6 +489,7 @@ UNSAFE_AUTO_RESUME = Rule(
     messages=(
         "No valid checkpoint found in output directory",
         "Can't find a valid checkpoint at",
+        "invalid literal for int() with base 10",
     ),
     related=("CKD101", "CKD104", "CKD110", "CKD113"),
 )
@@ -542,6 +558,49 @@ AUTO_RESUME_BEHIND = Rule(
     related=("CKD113", "CKD114"),
 )
 
+BEING_WRITTEN, DISK_FULL = "being-written", "disk-full"
+"""The cases of CKD117 with fixes of their own (``model.Cause``); a kill, or a cut whose cause is unknown, is ``OTHERWISE``."""
+
+INTERRUPTED_SAVE = Rule(
+    code="CKD117",
+    name="interrupted-save",
+    severity=Severity.ERROR,
+    summary="A save stopped part-way: one finding for the checkpoint, with what cut it short (a full disk, a kill) or that it is still being written.",
+    meaning=(
+        "A checkpoint whose files stop short or were never written is what one failed save leaves, and each of its "
+        "missing or cut files is a finding of its own rule (CKD101-106, CKD201-203, CKD114 where the framework's own "
+        "resume would pick it). They have one cause, and one fix: this finding stands for them, names its files, and says "
+        "what the world shows of the cause when the run was listed. A live process of this machine holding its files means "
+        "the save is going on now: nothing is wrong yet. A volume with no room left for the rest of the save means the disk "
+        "filled. Neither means the writer died (killed, out of memory, pre-empted, a crash). The parts stay in `--json`, "
+        "each with `part_of` naming this finding, and are counted with it."
+    ),
+    causes=(
+        "A job killed during a save: a time limit, the out-of-memory killer, a pre-empted or failed node, Ctrl-C. A disk "
+        "or quota that filled during the save (torch says `PytorchStreamWriter failed writing file`, `basic_ios::clear: "
+        "iostream error` or `unexpected pos`). ckptdoctor run while the training job saves."
+    ),
+    fixes=(
+        fix(
+            "Let the save finish (pid {holders} holds its files), then run `ckptdoctor inspect {run}` again: `prune` and `repair` leave files a live process holds alone.",
+            case=BEING_WRITTEN,
+        ),
+        fix(
+            "Free space on {volume} before the run saves again: `ckptdoctor diskcheck {run}` says what the next save needs and what deleting older checkpoints frees.",
+            case=DISK_FULL,
+        ),
+        fix(
+            "Move {unit} {index} aside so that no resume picks it over {unit} {resume}: `{repair} {this_run}` quarantines it, and `ckptdoctor repair --undo {this_run}` puts it back.",
+            case=(DISK_FULL, OTHERWISE),
+        ),
+        fix(
+            "Nothing earlier is whole to resume from: remove what the save left (`{start_over}`) and start training again.",
+            case=(DISK_FULL, OTHERWISE),
+        ),
+    ),
+    related=("CKD101", "CKD103", "CKD104", "CKD105", "CKD106", "CKD110", "CKD114", "CKD201", "CKD203", "CKD501"),
+)
+
 RULES: tuple[Rule, ...] = (
     MISSING_OPTIMIZER,
     MISSING_MODEL,
@@ -557,6 +616,7 @@ RULES: tuple[Rule, ...] = (
     UNSAFE_AUTO_RESUME,
     SAVED_TWICE,
     AUTO_RESUME_BEHIND,
+    INTERRUPTED_SAVE,
 )
 
 
@@ -595,11 +655,7 @@ def missing_roles(ctx: RunContext) -> Iterator[Finding]:
                 if checkpoint.absent:
                     continue  # the files it lacks are named by CKD105 already
                 rule = MISSING_SHARD  # a per-rank or auxiliary file the run's layout needs
-            expected = (
-                ctx.layout.missing_name(checkpoint, role)
-                or ctx.sibling_name(role, checkpoint.index)
-                or f"a file with its {role.value} state"
-            )
+            expected = _expected(ctx, checkpoint, role)
             state = _STATE.get(role, role.value)
             if linked is not None:  # not followed out of the run, yet the framework's own resume loads it
                 message = (
@@ -657,15 +713,20 @@ def no_resumable_checkpoint(ctx: RunContext) -> Iterator[Finding]:
     statuses = Counter(c.status.value for c in run.checkpoints)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     whole = [c for c in run.checkpoints if c.status is Status.COMPLETE]
+    # "none of the 1 checkpoints" reads wrong: one is "the only checkpoint"
+    none = (
+        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is"
+        if len(run.checkpoints) > 1
+        else f"the only checkpoint in {run.path} is not"
+    )
     if not whole:
-        yield ctx.finding(NO_RESUMABLE_CHECKPOINT, f"none of the {len(run.checkpoints)} checkpoints in {run.path} is complete ({summary})")
+        yield ctx.finding(NO_RESUMABLE_CHECKPOINT, f"{none} complete ({summary})")
         return
     # whole, but not one the framework resumes from (``Layout.resumable``)
     newest = whole[-1]
     yield ctx.finding(
         NO_RESUMABLE_CHECKPOINT,
-        f"none of the {len(run.checkpoints)} checkpoints in {run.path} is one {ctx.layout.name} can resume from ({summary}); "
-        f"{run.unit.value} {newest.index}: {ctx.layout.resume_hint(run, newest)}",
+        f"{none} one {ctx.layout.name} can resume from ({summary}); {run.unit.value} {newest.index}: {ctx.layout.resume_hint(run, newest)}",
         index=newest.index,
     )
 
@@ -927,6 +988,107 @@ def stale_pointers(ctx: RunContext) -> Iterator[Finding]:
             index=pointer.number,
             path=pointer.source.path,
         )
+
+
+def _expected(ctx: RunContext, checkpoint: Checkpoint, role: Role) -> str:
+    """The name of the file of ``role`` that ``checkpoint`` lacks, as its framework or its neighbours name it."""
+    return ctx.layout.missing_name(checkpoint, role) or ctx.sibling_name(role, checkpoint.index) or f"a file with its {role.value} state"
+
+
+_PARTS = frozenset({"CKD101", "CKD102", "CKD103", "CKD104", "CKD105", "CKD106", "CKD114", "CKD201", "CKD202", "CKD203", "CKD208"})
+"""What one save cut short leaves: files missing, cut or left staged, and the framework's own
+resume picking the checkpoint. CKD117 stands for them (CKD110 too, where nothing else was saved)."""
+_CAUSES = {
+    Cause.BEING_WRITTEN: BEING_WRITTEN,
+    Cause.DISK_FULL: DISK_FULL,
+}
+
+
+@fires(INTERRUPTED_SAVE)
+def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Finding]:
+    """CKD117: one finding per save that stopped part-way, the findings of its files made its
+    parts (``Finding.part_of``); a save still being written is a warning, and so are its parts."""
+    found = list(findings)
+    run = ctx.run
+    for interruption in ctx.run.interrupted:
+        checkpoint = next(c for c in run.checkpoints if c.index == interruption.index and c in run.unfinished)
+        alone = run.resume is None and all(c.status is not Status.COMPLETE for c in run.checkpoints)
+        parts = [
+            i
+            for i, f in enumerate(found)
+            if f.part_of is None
+            and ((f.code in _PARTS and f.index == checkpoint.index) or (alone and f.code == NO_RESUMABLE_CHECKPOINT.code))
+        ]
+        if not parts:
+            continue
+        severity = (
+            Severity.WARNING if interruption.cause is Cause.BEING_WRITTEN else max((found[i].severity for i in parts), key=lambda s: s.rank)
+        )
+        parent = _interrupted(ctx, checkpoint, interruption, severity)
+        for i in parts:
+            lowered = min(found[i].severity, severity, key=lambda s: s.rank)
+            found[i] = dataclasses.replace(found[i], part_of=(INTERRUPTED_SAVE.code, checkpoint.index), severity=lowered)
+        found.insert(parts[0], parent)
+    return found
+
+
+def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interruption, severity: Severity) -> Finding:
+    run, unit = ctx.run, ctx.run.unit.value
+    cut = [f.name for f in checkpoint.files if f.report.problems & {Problem.EMPTY, Problem.TRUNCATED}]
+    staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
+    never = [_expected(ctx, checkpoint, role) for role in checkpoint.missing]
+    live = interruption.cause is Cause.BEING_WRITTEN
+    said = [f"{'partly written' if live else 'cut short'} {', '.join(cut)}"] if cut else []
+    said += [f"{'not yet written' if live else 'never written'} {', '.join(never)}"] if never else []
+    said += [f"{'staged' if live else 'left staged'} {', '.join(staged)}"] if staged else []
+    what = f"{unit} {checkpoint.index}'s save stopped part-way"
+    files_said = "; ".join(said) or "files missing"
+    age = f"written {duration(interruption.age)} ago" if interruption.age is not None else "its age unknown"
+    volume = interruption.volume
+    room = f"{size(volume.free_bytes)} free on {volume.fstype} {volume.mountpoint}" if volume is not None else ""
+    cause = interruption.cause
+    if cause is Cause.BEING_WRITTEN:
+        message = f"{unit} {checkpoint.index} is being written now, by pid {', '.join(interruption.holders)} ({age}): {files_said}"
+    elif cause is Cause.DISK_FULL:
+        wanted = interruption.wanted_bytes
+        short = f", less than the {size(wanted)} the rest of the save needed" if wanted else ""
+        full = f"the disk is full, {room} ({size(volume.total_bytes)} in all){short}" if volume else "the disk is full"
+        message = f"{what}, as {full}: {files_said}"
+    elif cause is Cause.KILLED:
+        message = f"{what}, likely killed (no process holds its files, {age}; {room}): {files_said}"
+    else:
+        message = f"{what} ({age}); {files_said}"
+    context = {
+        "holders": ", ".join(interruption.holders),
+        "folder": shell_word(checkpoint.path or run.path),
+    }
+    if volume is not None:
+        context["volume"] = f"{volume.fstype} {volume.mountpoint}"
+    if run.resume is None:
+        context["start_over"] = (
+            f"rm -r -- {shell_word(checkpoint.path)}"
+            if checkpoint.path
+            else f"rm -- {' '.join(shell_word(f.path) for f in checkpoint.files)}"
+        )
+    finding = ctx.finding(
+        INTERRUPTED_SAVE,
+        message,
+        index=checkpoint.index,
+        path=checkpoint.path or (checkpoint.files[0].path if checkpoint.files else None),
+        severity=severity,
+        context=context,
+        case=_CAUSES.get(cause, OTHERWISE),
+    )
+    if cause is Cause.BEING_WRITTEN or interruption.age is None or interruption.age >= MIN_AGE:
+        return finding
+    # repair spares files younger than its --min-age: followed now, the fix would do nothing
+    repair = f"`{ctx.fix_context['repair']} {ctx.fix_context['this_run']}`"
+    now = repair[:-1] + " --min-age 0`"
+    young = (
+        f" (`--min-age 0`: its files are {duration(interruption.age)} old, and repair waits {duration(MIN_AGE)} in case a save goes on)."
+    )
+    fixes = tuple(f.replace(repair, now, 1).removesuffix(".") + young if repair in f else f for f in finding.fixes)
+    return dataclasses.replace(finding, fixes=fixes)
 
 
 CHECKS = (

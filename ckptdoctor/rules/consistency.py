@@ -16,6 +16,7 @@ from ckptdoctor.model import Checkpoint, Finding, Problem, Role, Severity, Tenso
 from ckptdoctor.readers.dtypes import FLOATS
 from ckptdoctor.rules.context import RunContext
 from ckptdoctor.rules.rule import Rule, fires, fix
+from ckptdoctor.units import counted
 
 OPTIMIZER_MODEL_MISMATCH = Rule(
     code="CKD301",
@@ -387,8 +388,8 @@ def optimizer_model_mismatch(ctx: RunContext) -> Iterator[Finding]:
         if wrong:
             yield ctx.finding(
                 OPTIMIZER_MODEL_MISMATCH,
-                f"{ctx.run.unit.value} {checkpoint.index}: the optimizer keeps state for {len(sizes)} parameters, "
-                f"including {what}: {', '.join(wrong[:3])}; the model has {len(contents.model)} tensors",
+                f"{ctx.run.unit.value} {checkpoint.index}: the optimizer keeps state for {counted(len(sizes), 'parameter')}, "
+                f"including {what}: {', '.join(wrong[:3])}; the model has {counted(len(contents.model), 'tensor')}",
                 index=checkpoint.index,
                 path=checkpoint.files_for(Role.OPTIMIZER)[0].path,
             )
@@ -518,11 +519,15 @@ def index_mismatch(ctx: RunContext) -> Iterator[Finding]:
             problems = []
             absent = [t for t, shard in mapping if shard in shards and held.get(t) != shard]
             if absent:
-                problems.append(f"{len(absent)} tensors are not in the shard it names ({', '.join(absent[:3])})")
+                problems.append(
+                    f"{counted(len(absent), 'tensor')} {'is' if len(absent) == 1 else 'are'} not in the shard it names ({', '.join(absent[:3])})"
+                )
             listed = {t for t, _ in mapping}
             unlisted = sorted(set(held) - listed)
             if unlisted:
-                problems.append(f"{len(unlisted)} tensors in the shards are not in it ({', '.join(unlisted[:3])})")
+                problems.append(
+                    f"{counted(len(unlisted), 'tensor')} in the shards {'is' if len(unlisted) == 1 else 'are'} not in it ({', '.join(unlisted[:3])})"
+                )
             total = index_file.report.fact("total_size")
             actual = sum(f.report.tensor_bytes for f in checkpoint.files if f.name in named and f.report.format == "safetensors")
             if total and not problems and named <= shards.keys() and actual and int(total) != actual:

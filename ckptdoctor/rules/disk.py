@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Run, Severity
+from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Freeing, Run, Severity
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.context import RunContext, make_finding, run_context
@@ -66,10 +66,7 @@ INSUFFICIENT_SPACE = Rule(
             "Free disk space on the volume that will hold {run}: optimizer state is about twice the model for Adam/AdamW, so one save needs about three times the model's size; then run this diskcheck again, with the same size options.",
             case=NO_RUN,
         ),
-        fix(
-            "Prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2` (add `--dry-run` to see the plan first).",
-            case=OTHERWISE,
-        ),
+        fix("Free space for the next save: {prune_to_fit}.", case=OTHERWISE),
         fix(
             "Prune the other runs on that volume, each in its own folder (ckptdoctor's prune always keeps their resume points), or delete what is no longer needed there.",
             case=NO_RUN,
@@ -99,9 +96,14 @@ INSUFFICIENT_SPACE = Rule(
         "Error when saving the state",
         "Can send message to checkpointer thread.",
         "No space left on device",
+        "[Errno 28] No space left on device",
+        "No space left on device (os error 28)",
+        'Os { code: 28, kind: StorageFull, message: "No space left on device" }',
+        "write(): fd … failed with No space left on device",
         "Disk quota exceeded",
         "PytorchStreamWriter failed writing file",
         "unexpected pos",
+        "basic_ios::clear: iostream error",
     ),
     related=("CKD502", "CKD503", "CKD505", "CKD203", "CKD101"),
 )
@@ -174,7 +176,7 @@ NOT_WRITABLE = Rule(
     ),
     fixes=(
         fix(
-            "When the message says the disk is full: free space with `ckptdoctor prune {this_run} --keep-last 2 --yes`, which works on a full disk (it deletes without a journal when none fits), and check quotas with `quota -s` or `lfs quota`.",
+            "When the message says the disk is full, free space for the next save: {prune_to_fit} (a prune works on a full disk: it deletes without a journal when none fits); and check quotas with `quota -s` or `lfs quota`.",
             case=OTHERWISE,
         ),
         fix(
@@ -546,6 +548,8 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
     where = run.path if run is not None else disk.path
     context = run_context(run, below) if run is not None else {"run": shell_word(where), "unit": "checkpoint"}
     context["existing"] = shell_word(_existing(where))
+    if run is not None:
+        context["prune_to_fit"] = prune_to_fit(disk.freeing, volume_of(disk), context["this_run"], run.unit.value)
     frameworks = layout.fix_keys if layout is not None else ()
     case = OTHERWISE if run is not None else NO_RUN
     found = []
@@ -581,6 +585,27 @@ def findings(disk: DiskCheck, run: Run | None, layout: Layout | None, runway: in
             f"{where} is on {volume.fstype} ({volume.mountpoint}): a save cut short there leaves a partial file under its real name",
         )
     return tuple(found)
+
+
+def volume_of(disk: DiskCheck) -> str:
+    return disk.volume.mountpoint if disk.volume is not None else "the volume"
+
+
+def prune_to_fit(fit: Freeing | None, volume: str, this_run: str, unit: str) -> str:
+    """The prune that frees what the next save lacks (``fit``, from ``planners.space.freeing``),
+    or, where no prune of the run can, what to do instead (free space on ``volume``)."""
+    if fit is None:  # nothing short in bytes (a quota, or inodes): no count of them to compute
+        return f"prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last 2 --yes`"
+    if fit.keep_last is None:
+        return (
+            f"no prune of this run frees enough (even one that keeps only the newest complete {unit}, at --min-age 0, frees {size(fit.freed_bytes)} of the {size(fit.shortfall_bytes)} the next save lacks): "
+            f"delete other files on {shell_word(volume)} (other runs, datasets, caches), or save to a bigger volume"
+        )
+    young = " --min-age 0" if fit.young else ""
+    said = f"prune old {unit}s, always keeping the resume point: `ckptdoctor prune {this_run} --keep-last {fit.keep_last}{young} --yes` frees {size(fit.freed_bytes)}, where the next save lacks {size(fit.shortfall_bytes)}"
+    if fit.young:
+        said += f"; --min-age 0 because the {unit}s it deletes were written within the last {duration(fit.young)}: run it only if no job is saving there"
+    return said
 
 
 @fires(INSUFFICIENT_SPACE)

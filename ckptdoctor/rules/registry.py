@@ -26,6 +26,7 @@ RULES: tuple[Rule, ...] = tuple(sorted((r for family in _FAMILIES for r in famil
 CHECKS: tuple[Check[..., object], ...] = (
     *(run_check for family in _FAMILIES for run_check in family.CHECKS),
     integrity.unlisted_folders,
+    completeness.interrupted_saves,
     disk.findings,
     disk.staging_space,
 )
@@ -51,6 +52,6 @@ def check(
     holding = with_runs_below(runs, (folder.path for folder in unlisted))
     for run in runs:
         context = RunContext(run, layout_named(run.layout), thresholds, below=run.path in holding, whole=whole, now=now)
-        found = (finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context))
-        findings.extend(by_harm(context, found, find_rule))
+        found = [finding for family in _FAMILIES for run_check in family.CHECKS for finding in run_check(context)]
+        findings.extend(by_harm(context, completeness.interrupted_saves(context, found), find_rule))
     return tuple(findings)

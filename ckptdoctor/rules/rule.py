@@ -32,6 +32,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "expected": "the missing file",
     "folder": "the checkpoint's folder",
     "existing": "the nearest existing folder at or above RUN_DIR",
+    "prune_to_fit": "prune old checkpoints, always keeping the resume point: `ckptdoctor prune RUN_DIR --keep-last N --yes`, with the N that frees what the next save lacks (the finding gives it, or says that no prune of the run can and what to do instead)",
     "prefix": "the prefix",
     "known": "the run's own prefix",
     "format": "the expected format",
@@ -46,6 +47,9 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "owner": "OWNER",
     "object_key": "KEY",
     "restore_command": 'aws s3api restore-object --bucket BUCKET --key KEY --restore-request \'{"Days":7,"GlacierJobParameters":{"Tier":"Standard"}}\'',
+    "holders": "PID (COMMAND, USER)",
+    "volume": "the run's volume",
+    "start_over": "rm -r -- THE_CHECKPOINT",
     "restore_tiers": "GLACIER: Expedited, Standard or Bulk; DEEP_ARCHIVE: Standard or Bulk; Intelligent-Tiering's archive tiers: no Days, the object moves back to the Frequent Access tier",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
@@ -58,7 +62,7 @@ one); ``resume_pointer`` what the run's pointer file holds to name it (Megatron'
 ``release`` for ``release/``), where the layout writes that file (``Layout.repoint``); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
 alone (``rules/context.py`` fills them)."""
 
-NEEDS_THE_RUN = frozenset({"resume", "resume_pointer", "quarantine"})
+NEEDS_THE_RUN = frozenset({"resume", "resume_pointer", "quarantine", "start_over"})
 """Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it (a
 run without a resume point; a file no one should move aside, which its framework manages)."""
 
@@ -85,9 +89,13 @@ class Fix:
     slot: str | None = None
     """``CODE/what-it-does``: the key of this fix in the layouts' ``fix_wordings``; None where no
     framework has words of its own for it."""
-    case: str | None = None
-    """Only for findings of this case (the content a CKD205 file really holds: ``html``), or
-    ``OTHERWISE``; None for every finding of the rule."""
+    case: str | tuple[str, ...] | None = None
+    """Only for findings of this case (the content a CKD205 file really holds: ``html``), or of
+    these cases, ``OTHERWISE`` among them; None for every finding of the rule."""
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return () if self.case is None else (self.case,) if isinstance(self.case, str) else self.case
 
     @property
     def frameworks(self) -> tuple[tuple[str, str], ...]:
@@ -109,7 +117,7 @@ class Fix:
         return self.generic
 
 
-def fix(generic: str | None = None, /, *, slot: str | None = None, case: str | None = None) -> Fix:
+def fix(generic: str | None = None, /, *, slot: str | None = None, case: str | tuple[str, ...] | None = None) -> Fix:
     """``fix("Restore it.", slot="CKD101/restore")``: frameworks word the slot in their layouts."""
     return Fix(generic, slot, case)
 
@@ -123,7 +131,7 @@ def _framework_wordings() -> Mapping[str, Mapping[str, str]]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the rule table (DESIGN §3.4) with the documentation that explains it."""
+    """One row of the rule table (docs/rules.md) with the documentation that explains it."""
 
     code: str
     """``CKD`` + three digits; hundreds group families; never reused."""
@@ -197,15 +205,15 @@ class Rule:
 
     def has_case(self, case: str) -> bool:
         """Whether some fix of this rule is for ``case`` alone."""
-        return any(record.case == case for record in self.fix_records)
+        return any(case in record.cases for record in self.fix_records)
 
     def _for_case(self, case: str | None) -> tuple[Fix, ...]:
         records = self.fix_records
         if case is None:
             return records
-        named = {f.case for f in records if f.case not in (None, OTHERWISE)}
+        named = {one for f in records for one in f.cases} - {OTHERWISE}
         wanted = case if case in named else OTHERWISE
-        return tuple(f for f in records if f.case is None or f.case == wanted)
+        return tuple(f for f in records if f.case is None or wanted in f.cases)
 
     def placeholders(self) -> frozenset[str]:
         """Every placeholder the fixes use (tests check each is known)."""
