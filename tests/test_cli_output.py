@@ -276,7 +276,7 @@ def test_a_note_of_every_run_is_one_line_naming_them(tmp_path: Path, cli: Callab
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines, "the control: the runs' notes are there to be said"
-    templates = [line for line in lines]
+    templates = list(lines)
     for run in sorted(map(str, runs), key=len, reverse=True):
         templates = [line.replace(run, "<run>") for line in templates]
     assert len(templates) == len(set(templates)), "no two lines that differ only in their run:\n" + result.stderr
