@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ckptdoctor.version import __version__ as __version__
+
+# typing's flag, without importing typing: the program sets its Ctrl-C handling only once this
+# module is imported (ckptdoctor/__main__.py), and typing would be most of its time
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["__version__", "preflight"]
 

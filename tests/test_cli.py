@@ -382,7 +382,8 @@ def test_human_report_shows_the_newest_20_rows_unless_all(tmp_path, cli):
     assert result.exit_code == 0
     assert _row_indexes(result.stdout) == list(range(6, 26))
     assert "5 older checkpoints not shown" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-2].startswith("Resume from epoch 25")
+    *_, resume, _how, _, summary = result.stdout.rstrip().splitlines()
+    assert resume.startswith("Resume from epoch 25") and summary == "0 errors, 0 warnings, 0 info in 1 run."
 
     everything = cli("inspect", "--all", folder)
     assert _row_indexes(everything.stdout) == list(range(1, 26))

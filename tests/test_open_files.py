@@ -85,7 +85,8 @@ def test_a_held_file_is_found_among_hundreds_of_processes_however_slow_the_table
     assert "process table was read for" not in result.stderr
 
 
-def test_a_process_that_cannot_be_read_part_way_keeps_everything_and_says_so_under_quiet(tmp_path: Path, cli, monkeypatch) -> None:
+def test_a_process_that_cannot_be_read_part_way_keeps_everything_and_says_so(tmp_path: Path, cli, monkeypatch) -> None:
+    """Said without -q; with -q, which prints nothing when the exit code is 0 (issue 35), not."""
     folder = burn_run(tmp_path)
     real_listdir = os.listdir
     with _holder("open", folder / "optim-4.bpk") as holder:
@@ -96,10 +97,12 @@ def test_a_process_that_cannot_be_read_part_way_keeps_everything_and_says_so_und
             return real_listdir(path)  # type: ignore[arg-type]
 
         monkeypatch.setattr(processes.os, "listdir", failing)
-        result = cli("prune", "-q", "--yes", "--keep-last", "2", folder)
+        result = cli("prune", "--yes", "--keep-last", "2", folder)
+        quiet = cli("prune", "-q", "--yes", "--keep-last", "2", folder)
         monkeypatch.undo()
     assert result.exit_code == 0, result.stderr
     assert "every file is taken as open" in result.stderr
+    assert (quiet.exit_code, quiet.stderr) == (0, "")
     assert epochs_left(folder) == list(range(1, 8)), "nothing is deleted that could be open"
 
 

@@ -142,7 +142,7 @@ def test_the_summary_says_how_many_requests_and_bytes_the_scan_cost(moto_bucket:
     assert cost["requests"] == 1 + files + 2
     assert cost["bytes_read"] == sum(path.stat().st_size for path in (tmp_path / "run").iterdir())
     human = cli("inspect", url)
-    assert f"{1 + files + 2} requests to the store" in human.stderr
+    assert f"{1 + files + 2} requests to the store" in human.stdout.splitlines()[-1]
 
 
 def test_big_objects_are_read_by_their_head_and_tail_only(moto_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:

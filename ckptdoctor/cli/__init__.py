@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from typer.main import get_command_from_info
 from typer.models import CommandInfo
 
-from ckptdoctor.cli._output import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
+from ckptdoctor.cli._output import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from ckptdoctor.version import __version__
 
 SUBCOMMANDS = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
@@ -82,6 +82,31 @@ class _Subcommands(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         # the names alone (typer's own lists the built commands: it would build them all)
         return list(SUBCOMMANDS)
+
+    def main(  # type: ignore[override]
+        self, args: list[str] | None = None, prog_name: str | None = None, standalone_mode: bool = True, **extra: Any
+    ) -> Any:
+        """As typer's, but a command line the parser refuses is said in one line of ckptdoctor's
+        words (``_errors.misused``), not in Click's block; ``ckptdoctor`` alone still shows its help."""
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        given = sys.argv[1:] if args is None else list(args)
+        try:
+            # not standalone: what the parser raises comes here, and an exit code comes back
+            code = super().main(given, prog_name, standalone_mode=False, **extra)
+        except typer.TyperException as error:
+            if not given:  # no arguments: the help, as no_args_is_help promises
+                error.show()  # type: ignore[attr-defined]
+                sys.exit(error.exit_code)
+            # loaded only when a command line is refused
+            from ckptdoctor.cli._errors import misused
+
+            named = next((word for word in given if word in SUBCOMMANDS), None)  # the parser's context is not always there
+            sys.exit(misused(error, f"ckptdoctor {named}" if named else "ckptdoctor"))
+        except typer.Abort:  # end of input where an answer was awaited
+            print("Aborted.", file=sys.stderr)
+            sys.exit(EXIT_FINDINGS)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         # the summaries alone: `ckptdoctor --help` builds none of the commands it lists

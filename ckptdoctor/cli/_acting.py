@@ -3,9 +3,10 @@ pass: options, showing the plans and messages, and asking."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
@@ -13,8 +14,10 @@ import typer
 from ckptdoctor.cli._errors import fitted, say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
+    EXIT_OK,
     EXIT_USAGE,
     AllFlag,
+    ColorOption,
     ConfigOption,
     EndpointOption,
     JsonFlag,
@@ -80,6 +83,7 @@ class ActingOptions(NamedTuple):
     show_all: bool
     config: str | None
     settings: Settings
+    notes: Notes
 
     @property
     def human(self) -> bool:
@@ -88,6 +92,7 @@ class ActingOptions(NamedTuple):
     def listener(self, repair: bool = False) -> Listener:
         return listener(
             self.settings,
+            self.notes,
             dry_run=self.dry_run,
             fmt=self.format,
             quiet=self.quiet,
@@ -97,7 +102,74 @@ class ActingOptions(NamedTuple):
         )
 
     def confirm(self) -> Confirm:
-        return asker(self.yes, self.human)
+        return asker(self.yes, self.human, self.notes)
+
+
+class Notes:
+    """What an acting command notes on stderr beside its plans (what it could not check, what it
+    left and why, what killed passes left), said once per command however many runs it acts on:
+    a note told again is not said again, and notes that differ only in the run they name are one
+    line that names the others. Held until the plans are shown (they come before them), the
+    question is asked, or the pass is over; with ``--quiet``, to the end, and said only where the
+    command fails (a cron job's mail is its output: nothing when all went well)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._held: list[str] = []
+        self._said: set[str] = set()
+        self._runs: tuple[str, ...] = ()
+
+    def hear(self, text: str) -> None:
+        if text not in self._said and text not in self._held:
+            self._held.append(text)
+
+    def runs_are(self, runs: Sequence[str]) -> None:
+        """The runs of the pass (their paths, as its notes name them)."""
+        self._runs = tuple(sorted(runs, key=len, reverse=True))  # the longest first: a run inside another's folder
+
+    def say(self) -> None:
+        """Say what is held."""
+        for line in _grouped(self._held, self._runs):
+            say(line)
+        self._said.update(self._held)
+        self._held.clear()
+
+    def flush(self) -> None:
+        """Say what is held unless ``--quiet`` holds it to the end."""
+        if not self.quiet:
+            self.say()
+
+    @contextlib.contextmanager
+    def kept(self) -> Iterator[None]:
+        """Around the whole command: what is still held is said as it ends, unless it ends well under ``--quiet``."""
+        failed = True
+        try:
+            yield
+            failed = False
+        except typer.Exit as done:
+            failed = done.exit_code != EXIT_OK
+            raise
+        finally:
+            if failed or not self.quiet:
+                self.say()
+
+
+def _grouped(notes: Sequence[str], runs: Sequence[str]) -> list[str]:
+    """``notes`` in order, those that differ only in the run they name as one line: the first
+    whole (its paths and commands still work when pasted), then the other runs it holds for."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for note in notes:
+        run = next((run for run in runs if run in note), "")
+        groups.setdefault(note.replace(run, "\0") if run else note, []).append((note, run))
+    lines = []
+    for same in groups.values():
+        (first, _), others = same[0], [run for _, run in same[1:]]
+        if not others:
+            lines.append(first)
+            continue
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        lines.append(f"{first} (and the same for {len(others)} more run{'s' if len(others) > 1 else ''}: {shown})")
+    return lines
 
 
 def acting_options(
@@ -110,6 +182,7 @@ def acting_options(
     as_json: JsonFlag = False,
     output: OutputOption = None,
     quiet: QuietFlag = False,
+    color: ColorOption = None,
     show_all: AllFlag = False,
     config: ConfigOption = None,
     endpoint: EndpointOption = None,
@@ -119,12 +192,14 @@ def acting_options(
     configuration key."""
     use_endpoint(endpoint)
     return ActingOptions(
-        min_age, dry_run, yes, not no_recurse, not no_lock, chosen(fmt, as_json), output, quiet, show_all, config, configured(config, paths)
-    )
+        min_age, dry_run, yes, not no_recurse, not no_lock, chosen(fmt, as_json), output, quiet, show_all, config,
+        configured(config, paths), Notes(quiet),
+    )  # fmt: skip
 
 
-acting_command = sharing(acting_options)
-"""``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`."""
+acting_command = sharing(acting_options, around=lambda options: options.notes.kept())
+"""``prune`` and ``repair``: the acting options, as one :class:`ActingOptions`, and their notes
+said once as the command ends."""
 
 
 def carried_out(
@@ -152,24 +227,35 @@ def carried_out(
             tuple(paths or ["."]), settings=options.settings, dry_run=options.dry_run, confirm=options.confirm(), listener=heard,
             recurse=options.recurse, lock=options.lock, tally=status.tally, **own,
         )  # fmt: skip
-        return run(asked)
+        done = run(asked)
+    options.notes.flush()  # before what the command says of the outcome
+    return done
 
 
 def listener(
-    settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False
+    settings: Settings, notes: Notes, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool = False
 ) -> Listener:
     """What the CLI does with each step an acting pass tells: the plans on stdout (tables, or
-    the JSON document), every other message on stderr (what was done only without --quiet)."""
+    the JSON document), what was done on stderr as it is done (not with --quiet), every other
+    message among the ``notes``, and what is refused at once."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import Planned, Tone
 
     def hear(event: Event) -> None:
         if isinstance(event, Planned):
+            notes.runs_are([run.path for run in event.report.runs])
+            if fmt != JSON:  # the JSON document holds them
+                for found in event.pending:
+                    notes.hear(pending_line(found))
+            notes.flush()  # the notes of the scan and the planning, before the plans
             show_plans(event, settings, dry_run=dry_run, fmt=fmt, quiet=quiet, output=output, show_all=show_all, repair=repair)
             for reason in event.refused:
                 say(f"ckptdoctor: error: {reason}")
-        elif not (quiet and event.tone is Tone.DONE):
-            say(event.text)
+        elif event.tone is Tone.DONE:
+            if not quiet:
+                say(event.text)
+        else:
+            notes.hear(event.text)
 
     return hear
 
@@ -178,13 +264,10 @@ def show_plans(
     planned: Planned, settings: Settings, *, dry_run: bool, fmt: str, quiet: bool, output: str | None, show_all: bool, repair: bool
 ) -> None:
     """The plans in ``fmt`` where it renders plans (tables, the JSON document); in a format that
-    does not, the scan's findings (as configured), which is what a CI system reads. What killed
-    prunes' journals would still do is said on stderr beside any but the JSON document, which
-    holds it: the same confirmation finishes it."""
+    does not, the scan's findings (as configured), which is what a CI system reads. (What killed
+    prunes' journals would still do is among the notes, or in the JSON document: the same
+    confirmation finishes it.)"""
     renderer = named(fmt)
-    if fmt != JSON:
-        for found in planned.pending:
-            say(pending_line(found))
     if Kind.PLAN not in renderer.kinds:
         write(rendered(dataclasses.replace(planned.report, findings=settings.apply(planned.report.findings)), fmt), output)
     elif not (quiet and renderer.for_people):
@@ -210,10 +293,11 @@ def pending_line(found: Pending) -> str:
     )
 
 
-def asker(yes: bool, human: bool) -> Confirm:
+def asker(yes: bool, human: bool, notes: Notes) -> Confirm:
     """The answer to an acting pass's questions: --yes to go ahead, else the user, when stdin is a
-    terminal (wherever stdout goes: ``prune > plan.txt`` still asks, as git and apt do); with no
-    terminal to answer on (or in JSON mode) exit 2, naming what would let it go on."""
+    terminal (wherever stdout goes: ``prune > plan.txt`` still asks, as git and apt do), told the
+    ``notes`` first, even with --quiet; with no terminal to answer on (or in JSON mode) exit 2,
+    naming what would let it go on."""
 
     def answer(question: Question) -> bool:
         # loaded when the command runs: --help stays fast
@@ -222,6 +306,7 @@ def asker(yes: bool, human: bool) -> Confirm:
         if question.ask is Ask.GO and yes:
             return True
         if human and not yes and sys.stdin.isatty():
+            notes.say()
             return ask(question.text)
         if question.ask is Ask.TOO_MANY_RUNS:
             say(f"ckptdoctor: error: {question.why}; {question.declined}: check the path, or pass --max-runs {question.needed} to go ahead")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import re
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -79,3 +81,34 @@ def _acting_failure(error: OSError, command: str) -> str:
         else f"the next {command} finishes the job"
     )
     return f"{where}{why}{f' ({code})' if code else ''}; {UNTOUCHED}, and {after}"
+
+
+def misused(error: typer.TyperException, command: str) -> int:
+    """Say what the command line's parser found wrong with ``command``'s arguments, in ckptdoctor's
+    words and one line (not Click's usage block): the option and what it must be, as a bad
+    setting in the configuration is said. Returns the exit code (2)."""
+    say(f"ckptdoctor: error: {_misuse(error, command)}")
+    return error.exit_code
+
+
+def _misuse(error: typer.TyperException, command: str) -> str:
+    # Click's exceptions are typer's (vendored), and only BadParameter is named in its API: the
+    # others are told apart by what they carry
+    if isinstance(error, typer.BadParameter) and error.message:
+        name = _named(error.param)
+        return f"{name} {error.message}" if error.message.startswith("must ") else f"{name}: {error.message}"
+    option, possible = getattr(error, "option_name", None), getattr(error, "possibilities", None)
+    if option is not None and possible is not None:  # an option the command does not take
+        guess = f" (did you mean {' or '.join(sorted(possible))}?)" if possible else ""
+        return f"no option {option}{guess}: `{command} -h` lists them"
+    said = error.format_message().strip()
+    said = re.sub(r"\. Did you mean (.+)\?$", r" (did you mean \1?)", said).rstrip(".")
+    return f"{said[:1].lower()}{said[1:]}: `{command} -h` says how it is used"
+
+
+def _named(param: Any) -> str:
+    """How an option is named in a message: its long name (``--keep-last``); an argument's in capitals."""
+    opts = [str(name) for name in getattr(param, "opts", ())]
+    if getattr(param, "param_type_name", "") == "argument" or not opts:
+        return str(getattr(param, "name", "") or "the value").upper()
+    return next((name for name in opts if name.startswith("--")), opts[0])

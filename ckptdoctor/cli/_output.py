@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import enum
+import contextlib
 import functools
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
@@ -18,19 +19,50 @@ from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
+from ckptdoctor.render.console import AUTO, COLOUR_CHOICES, use_colour
 from ckptdoctor.render.console import stderr_console as stderr_console
 from ckptdoctor.render.console import stdout_console as stdout_console
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from ckptdoctor.api import Report, Settings, Severity
 
 
-class FailOn(str, enum.Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
+Number = TypeVar("Number", int, float)
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    """An option's parser taking one of ``choices``, in any case; another is refused in ckptdoctor's
+    words (``cli._errors.misused`` says which option)."""
+
+    def parse(value: str) -> str:
+        if value.lower() in choices:
+            return value.lower()
+        raise typer.BadParameter(f"must be one of {', '.join(choices[:-1])} or {choices[-1]}, not {value!r}")
+
+    return parse
+
+
+def number(kind: type[Number], minimum: Number | None = None) -> Callable[[str | Number], Number]:
+    """An option's parser taking a number of ``kind`` (int: a whole one), at least ``minimum``."""
+
+    def parse(value: str | Number) -> Number:
+        try:
+            parsed = kind(value)
+        except ValueError:
+            raise typer.BadParameter(f"must be {'a whole number' if kind is int else 'a number'}, not {value!r}") from None
+        if minimum is not None and parsed < minimum:
+            raise typer.BadParameter(f"must be {minimum} or more, not {parsed}")
+        return parsed
+
+    return parse
+
+
+SEVERITIES = ("error", "warning", "info")
+
+
+def _use_colour(choice: str | None) -> None:
+    # as the option is read: every console of the command, its report's and its messages', is made after
+    use_colour(choice or AUTO)
 
 
 EXIT_OK = 0
@@ -60,15 +92,19 @@ Paths = Annotated[
 FormatOption = Annotated[
     str | None, format_option(Kind.REPORT, "Output format (default: human; CKPTDOCTOR_FORMAT, format = in the config).")
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Short for --format json (refused beside another --format).")]
 OutputOption = Annotated[
     str | None,
     typer.Option("--output", "-o", help="Write the report to this file instead of stdout.", metavar="FILE"),
 ]
 FailOnOption = Annotated[
-    FailOn | None,
+    str | None,
     typer.Option(
-        "--fail-on", help="Exit 1 when a finding is at or above this severity (default: error).", case_sensitive=False, show_default=False
+        "--fail-on",
+        parser=one_of(*SEVERITIES),
+        metavar=f"<{'|'.join(SEVERITIES)}>",
+        help="Exit 1 when a finding is at or above this severity (default: error).",
+        show_default=False,
     ),
 ]
 EndpointOption = Annotated[
@@ -95,7 +131,25 @@ SelectOption = Annotated[
 IgnoreOption = Annotated[list[str] | None, typer.Option("--ignore", help="Do not report these rules (as --select).", metavar="RULES")]
 ExitZeroFlag = Annotated[bool, typer.Option("--exit-zero", help="Exit 0 whatever the findings (errors in usage still exit 2).")]
 QuietFlag = Annotated[
-    bool, typer.Option("--quiet", "-q", help="Print nothing when the exit code is 0, but notes on what could not be checked (for cron).")
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print nothing at all when the exit code is 0 (for cron): no report or plan, and no notes (what could not be "
+        "checked, what --min-age kept); all of it when the exit code is not 0. The same command without -q shows them.",
+    ),
+]
+ColorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--color",
+        parser=one_of(*COLOUR_CHOICES),
+        callback=_use_colour,
+        metavar=f"<{'|'.join(COLOUR_CHOICES)}>",
+        show_default=False,
+        help="Style the output (colour, bold): auto, on a terminal unless NO_COLOR is set (FORCE_COLOR: piped too); always; "
+        "never. A file (-o) is plain text.",
+    ),
 ]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
 BaselineOption = Annotated[
@@ -135,6 +189,7 @@ def report_options(
     fail_on: FailOnOption = None,
     exit_zero: ExitZeroFlag = False,
     quiet: QuietFlag = False,
+    color: ColorOption = None,
     show_all: AllFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
@@ -153,7 +208,7 @@ def report_options(
     settings = configured(config, paths)
     use_endpoint(endpoint)
     chosen_rules, dropped_rules = check_rules(_rules(select), "--select"), check_rules(_rules(ignore), "--ignore", "ignore")
-    threshold = fail_on.value if fail_on is not None else settings.fail_on or "error"
+    threshold = fail_on or settings.fail_on or "error"
     return ReportOptions(
         format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
         show_all=show_all, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,
@@ -161,10 +216,12 @@ def report_options(
     )  # fmt: skip
 
 
-def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def sharing(
+    build: Callable[..., Any], around: Callable[[Any], contextlib.AbstractContextManager[None]] | None = None
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A decorator giving a command, after its own options, the parameters of ``build`` (options
     several commands share, declared once), and calling it with ``options``: what ``build``
-    makes of them. No command can drift from the others."""
+    makes of them, inside ``around(options)`` where given. No command can drift from the others."""
     # `paths`, the command's own argument, is handed to `build` too (where its settings are looked for)
     shared = {name: p for name, p in inspect.signature(build, eval_str=True).parameters.items() if name != "paths"}
 
@@ -176,7 +233,8 @@ def sharing(build: Callable[..., Any]) -> Callable[[Callable[..., None]], Callab
             with explained(command.__name__):
                 named = given.get("paths", [given["path"]] if "path" in given else None)
                 options = build(**{name: given.pop(name) for name in shared}, paths=named)
-                command(**given, options=options)
+                with around(options) if around is not None else contextlib.nullcontext():
+                    command(**given, options=options)
 
         parameters = [p for p in own.parameters.values() if p.name != "options"] + list(shared.values())
         # Typer reads the command's options from its signature and annotations
@@ -249,9 +307,11 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
     renderer = named(options.format)
     if renderer.for_people and report.errors and not report.runs and not report.findings:
         raise typer.Exit(code)  # the errors above say it all
-    write(rendered(report, options.format, RenderOptions(options.show_all, to_file=options.output is not None)), options.output)
-    if renderer.for_people and options.output is None:
-        _summary(report, stderr_console())
+    to_file = options.output is not None
+    text = rendered(report, options.format, RenderOptions(options.show_all, to_file=to_file))
+    if renderer.for_people:  # the count ends the report, wherever it goes
+        text += summed_up(report, to_file)
+    write(text, options.output)
     raise typer.Exit(code)
 
 
@@ -277,7 +337,12 @@ def baselined(report: Report, baseline: str | None, write_baseline: str | None, 
 
 
 def chosen(fmt: str | None, as_json: bool, settings: Settings | None = None) -> str:
-    """The format asked for (``--json`` being short for ``--format json``), else the configured one."""
+    """The format asked for (``--json`` being short for ``--format json``), else the configured one;
+    exit 2 where ``--json`` and another ``--format`` are both given (a CI configuration with both
+    is a mistake: which one it meant, no guess can tell)."""
+    if as_json and fmt is not None and fmt != JSON:
+        say(f"ckptdoctor: error: --json is short for --format json, and --format {fmt} was given too: pass one of them")
+        raise typer.Exit(EXIT_USAGE)
     if as_json:
         return JSON
     if fmt is not None:
@@ -309,7 +374,9 @@ def _hint_unrecognised(paths: tuple[str, ...]) -> None:
     say(f"{len(paths)} {follow} no layout ckptdoctor knows ({shown}); name one to check it: ckptdoctor inspect {shell_word(paths[0])}")
 
 
-def _summary(report: Report, console: Console) -> None:
+def summed_up(report: Report, to_file: bool) -> str:
+    """The report's last line: how many findings of each severity in how many runs (and what the
+    store's requests cost), dimmed where stdout is styled."""
     # loaded by the report already: --help never comes here
     from ckptdoctor.api import Severity, size
 
@@ -319,7 +386,10 @@ def _summary(report: Report, console: Console) -> None:
     if report.transfer is not None:
         requests = report.transfer.requests
         cost = f"; {requests:,} request{'s' if requests != 1 else ''} to the store, {size(report.transfer.received)} read"
-    console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
+    console = stdout_console(io.StringIO() if to_file else None)
+    with console.capture() as captured:
+        console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
+    return captured.get()
 
 
 def write(text: str, output: str | None) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ckptdoctor.cli._errors import say
-from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, reporting
+from ckptdoctor.cli._output import EXIT_USAGE, ReportOptions, emit, number, reporting
 
 Folder = Annotated[
     str, typer.Argument(help="The run's checkpoint folder (it need not exist yet), or its URL (s3://bucket/run).", show_default=".")
@@ -35,10 +35,14 @@ Optimizer = Annotated[
 ]
 KeepLast = Annotated[
     int | None,
-    typer.Option("--keep-last", min=1, help="The run's retention (default: [tool.ckptdoctor.prune] keep-last, if set).", metavar="N"),
+    typer.Option(
+        "--keep-last", parser=number(int, 1), help="The run's retention (default: [tool.ckptdoctor.prune] keep-last, if set).", metavar="N"
+    ),
 ]
-Margin = Annotated[float, typer.Option("--margin", min=0.0, help="Headroom on top of the estimate, as a fraction.")]
-Runway = Annotated[int, typer.Option("--runway", min=1, help="Warn (CKD502) when fewer saves than this fit.", metavar="N")]
+Margin = Annotated[
+    float, typer.Option("--margin", parser=number(float), metavar="FRACTION", help="Headroom on top of the estimate, as a fraction.")
+]
+Runway = Annotated[int, typer.Option("--runway", parser=number(int, 1), help="Warn (CKD502) when fewer saves than this fit.", metavar="N")]
 
 
 @reporting
@@ -76,7 +80,7 @@ def diskcheck(
     # loaded when the command runs: --help stays fast
     from ckptdoctor import api
 
-    if not math.isfinite(margin) or margin > api.MAX_MARGIN:
+    if not math.isfinite(margin) or not 0 <= margin <= api.MAX_MARGIN:
         say(f"ckptdoctor: error: --margin must be a fraction between 0 and {api.MAX_MARGIN:g}, not {margin}")
         raise typer.Exit(EXIT_USAGE)
     # the run's settings (its retention, roles, trusted globals) are those of --config, else the

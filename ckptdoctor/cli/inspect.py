@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -17,6 +18,7 @@ from ckptdoctor.cli._output import (
     emit,
     reporting,
 )
+from ckptdoctor.render import JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.api import Scanned
@@ -25,14 +27,16 @@ ResumeFlag = Annotated[
     bool,
     typer.Option(
         "--resume",
-        help="Print only the index to resume from (exit 1 when there is none), for job scripts.",
+        help="Print only the index to resume from (exit 1 when there is none), for job scripts; with --json, one JSON object: "
+        '{"run", "unit", "index", "resume_path"}.',
     ),
 ]
 ResumePathFlag = Annotated[
     bool,
     typer.Option(
         "--resume-path",
-        help="Print only the path to pass to the framework's resume (a checkpoint's folder, or its model file).",
+        help="Print only the path to pass to the framework's resume (a checkpoint's folder, or its model file); with --json, "
+        "the object --resume --json prints.",
     ),
 ]
 
@@ -65,15 +69,15 @@ def inspect(paths: Paths = None, resume: ResumeFlag = False, resume_path: Resume
         )
         scanned = api.run_inspect(asked)
     if resume or resume_path:
-        print_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."])
+        print_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."], as_json=options.format == JSON)
     emit(scanned.report, options, scanned.empty)
 
 
-def print_resume(scanned: Scanned, flag: str, given: list[str], unverified: str = "") -> None:
+def print_resume(scanned: Scanned, flag: str, given: list[str], unverified: str = "", *, as_json: bool = False) -> None:
     """The resume point's index (``--resume``) or the path its framework resumes from
-    (``--resume-path``), alone on stdout; exit 1 when there is none (``unverified`` says why,
-    for ``verify``). Of several runs, the one whose folder was ``given``: runs in folders below
-    it are not where the job resumes."""
+    (``--resume-path``), alone on stdout, or (``as_json``) both in one JSON object with the run
+    and its unit; exit 1 when there is none (``unverified`` says why, for ``verify``). Of several
+    runs, the one whose folder was ``given``: runs in folders below it are not where the job resumes."""
     # the core loads only when a command runs
     from ckptdoctor.api import printable, run_root, shell_word
 
@@ -111,6 +115,10 @@ def print_resume(scanned: Scanned, flag: str, given: list[str], unverified: str 
         where = run.path if run else ", ".join(scanned.empty)
         say(f"No checkpoint to resume from in {where}{unverified}")
         raise typer.Exit(EXIT_FINDINGS)
+    if as_json:  # control characters escaped by JSON itself
+        answer = {"run": run.path, "unit": run.unit.value, "index": checkpoint.index, "resume_path": run.resume_path}
+        typer.echo(json.dumps(answer))
+        raise typer.Exit(0)
     shown = str(run.resume_path if flag == "--resume-path" else checkpoint.index)
     typer.echo(printable(shown) if sys.stdout.isatty() else shown)  # raw for $(...), never obeyed on a terminal
     raise typer.Exit(0)

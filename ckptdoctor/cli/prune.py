@@ -17,20 +17,27 @@ from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
     EXIT_OK,
     Paths,
+    number,
 )
 
-KeepLast = Annotated[int | None, typer.Option("--keep-last", min=0, help="Keep the N newest complete checkpoints.", metavar="N")]
-KeepBest = Annotated[int | None, typer.Option("--keep-best", min=0, help="Keep the N best by --metric.", metavar="N")]
+KeepLast = Annotated[
+    int | None, typer.Option("--keep-last", parser=number(int, 0), help="Keep the N newest complete checkpoints.", metavar="N")
+]
+KeepBest = Annotated[int | None, typer.Option("--keep-best", parser=number(int, 0), help="Keep the N best by --metric.", metavar="N")]
 Metric = Annotated[
     str | None, typer.Option("--metric", help="Metric for --keep-best (burn valid/ logs, HF log_history, Lightning file names).")
 ]
 Mode = Annotated[str | None, typer.Option("--mode", help="min (loss) or max (accuracy).", metavar="min|max")]
-KeepEvery = Annotated[int | None, typer.Option("--keep-every", min=1, help="Keep checkpoints whose index is divisible by K.", metavar="K")]
+KeepEvery = Annotated[
+    int | None, typer.Option("--keep-every", parser=number(int, 1), help="Keep checkpoints whose index is divisible by K.", metavar="K")
+]
 KeepWithin = Annotated[
     str | None,
     typer.Option("--keep-within", help="Keep everything saved in the last DURATION (7d, 36h), by the clock.", metavar="DURATION"),
 ]
-Keep = Annotated[list[int] | None, typer.Option("--keep", help="Pin a checkpoint by index (repeatable).", metavar="INDEX")]
+Keep = Annotated[
+    list[int] | None, typer.Option("--keep", parser=number(int), help="Pin a checkpoint by index (repeatable).", metavar="INDEX")
+]
 VerifyKept = Annotated[
     bool | None,
     typer.Option(
@@ -40,7 +47,12 @@ VerifyKept = Annotated[
 ]
 MaxRuns = Annotated[
     int | None,
-    typer.Option("--max-runs", min=1, help="Refuse to delete in more than N runs at once (default 50; config: max-runs).", metavar="N"),
+    typer.Option(
+        "--max-runs",
+        parser=number(int, 1),
+        help="Refuse to delete in more than N runs at once (default 50; config: max-runs).",
+        metavar="N",
+    ),
 ]
 DiscardJournal = Annotated[
     bool,

@@ -9,6 +9,7 @@ import typer
 from ckptdoctor.cli._errors import explained, say
 from ckptdoctor.cli._output import (
     EXIT_FINDINGS,
+    ColorOption,
     ConfigOption,
     JsonFlag,
     chosen,
@@ -29,7 +30,14 @@ RulesFormat = Annotated[
 Full = Annotated[bool, typer.Option("--full", help="Explain every rule a pasted message matches, not one line each.")]
 
 
-def rules(query: Query = None, fmt: RulesFormat = None, as_json: JsonFlag = False, full: Full = False, config: ConfigOption = None) -> None:
+def rules(
+    query: Query = None,
+    fmt: RulesFormat = None,
+    as_json: JsonFlag = False,
+    full: Full = False,
+    config: ConfigOption = None,
+    color: ColorOption = None,
+) -> None:
     """Show the rule table, one rule, or the rules an error matches.
 
     Lists the rule table, explains one rule, or ranks the rules that explain an error message

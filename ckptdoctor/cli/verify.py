@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptdoctor.cli._errors import say
-from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, reporting
-from ckptdoctor.render import HUMAN
+from ckptdoctor.cli._output import EXIT_USAGE, Paths, ReportOptions, emit, number, reporting
+from ckptdoctor.render import HUMAN, JSON
 
 if TYPE_CHECKING:
     from ckptdoctor.api import Scanned
@@ -44,7 +44,8 @@ ResumeFlag = Annotated[
     typer.Option(
         "--resume",
         help="Read only the files of the checkpoint inspect --resume names, whole, and print its index as inspect does; "
-        "exit 1, printing nothing, where a file it needs is unsafe or damaged (an older one is printed only if it verifies).",
+        "exit 1, printing nothing, where a file it needs is unsafe or damaged (an older one is printed only if it verifies); "
+        "with --json, the object inspect --resume --json prints.",
     ),
 ]
 ResumePathFlag = Annotated[
@@ -56,7 +57,9 @@ ResumePathFlag = Annotated[
 ]
 JobsOption = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=0, help="Files read at once; 0 means one per CPU core.", show_default="0"),
+    typer.Option(
+        "--jobs", "-j", parser=number(int, 0), metavar="N", help="Files read at once; 0 means one per CPU core.", show_default="0"
+    ),
 ]
 
 
@@ -106,11 +109,11 @@ def verify(
         )  # fmt: skip
         scanned = api.run_verify(asked)
     if resume or resume_path:
-        _print_verified_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."])
+        _print_verified_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."], options.format == JSON)
     emit(scanned.report, options, scanned.empty)
 
 
-def _print_verified_resume(scanned: Scanned, flag: str, given: list[str]) -> None:
+def _print_verified_resume(scanned: Scanned, flag: str, given: list[str], as_json: bool) -> None:
     """``inspect``'s resume answer for the checkpoint that verified; where none did, the
     damage and dangers found in the files read (on stderr), and exit 1 with nothing on stdout."""
     # loaded when the command runs: --help stays fast
@@ -127,7 +130,7 @@ def _print_verified_resume(scanned: Scanned, flag: str, given: list[str]) -> Non
         f" that verifies: the newest complete checkpoint is read whole and, where it is damaged, up to {RESUME_TRIES - 1} "
         "older ones in turn, none older than a file that would run code, and none where a pointer leads out of the run"
     )
-    print_resume(scanned, flag, given, unverified)
+    print_resume(scanned, flag, given, unverified, as_json=as_json)
 
 
 FILE_FAMILIES = (200, 400)

@@ -86,7 +86,7 @@ class Renderer(NamedTuple):
     kinds: frozenset[Kind]
     for_people: bool = False
     """Nothing at all when the scan failed outright (the errors on stderr say it), and a count of
-    findings on stderr after a report printed on stdout."""
+    findings as the report's last line (``cli._output.summed_up``)."""
     job_summary: bool = False
     """Also appends the module's ``summary(report)`` (Markdown) to ``$GITHUB_STEP_SUMMARY``
     when that is set, as GitHub Actions does."""
