@@ -152,6 +152,12 @@ ColorOption = Annotated[
     ),
 ]
 AllFlag = Annotated[bool, typer.Option("--all", help="Show every checkpoint, not only the newest 20.")]
+VerboseFlag = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", "-v", help="Show every finding in full: info findings one by one with their fixes (default: one line per rule)."
+    ),
+]
 BaselineOption = Annotated[
     str | None, typer.Option("--baseline", help="Report only findings this baseline does not record.", metavar="FILE")
 ]
@@ -171,6 +177,7 @@ class ReportOptions(NamedTuple):
     exit_zero: bool
     quiet: bool
     show_all: bool
+    verbose: bool
     baseline: str | None
     write_baseline: str | None
     select: tuple[str, ...]
@@ -191,6 +198,7 @@ def report_options(
     quiet: QuietFlag = False,
     color: ColorOption = None,
     show_all: AllFlag = False,
+    verbose: VerboseFlag = False,
     baseline: BaselineOption = None,
     write_baseline: WriteBaselineOption = None,
     config: ConfigOption = None,
@@ -211,7 +219,7 @@ def report_options(
     threshold = fail_on or settings.fail_on or "error"
     return ReportOptions(
         format=chosen(fmt, as_json, settings), output=output, fail_on=Severity(threshold), exit_zero=exit_zero, quiet=quiet,
-        show_all=show_all, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,
+        show_all=show_all, verbose=verbose, baseline=baseline, write_baseline=write_baseline, select=chosen_rules, ignore=dropped_rules,
         config=config, settings=settings,
     )  # fmt: skip
 
@@ -308,7 +316,7 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
     if renderer.for_people and report.errors and not report.runs and not report.findings:
         raise typer.Exit(code)  # the errors above say it all
     to_file = options.output is not None
-    text = rendered(report, options.format, RenderOptions(options.show_all, to_file=to_file))
+    text = rendered(report, options.format, RenderOptions(options.show_all, to_file=to_file, verbose=options.verbose))
     if renderer.for_people:  # the count ends the report, wherever it goes
         text += summed_up(report, to_file)
     write(text, options.output)

@@ -115,11 +115,13 @@ def _print(report: Report, console: Console, options: RenderOptions) -> None:
     outside, per_run = _by_run(report)
     if outside:
         console.print(_findings(outside, console.width), crop=False)
-    for run, findings in zip(report.runs, per_run, strict=True):
+    for position, (run, findings) in enumerate(zip(report.runs, per_run, strict=True)):
+        if position:  # a blank line between runs; the count of findings follows the last at once
+            console.print()
         console.print(_run_block(run, findings, options, console.width), crop=False)
-        console.print()
     runs = [run for run in report.runs if not run.single_file]  # files checked one by one have no resume point to sum up
     if len(runs) > 1:
+        console.print()
         console.print(runs_summary([(run.path, run, None) for run in runs], (), console.width), crop=False)
 
 
