@@ -569,16 +569,16 @@ class Run:
 
     @property
     def unfinished(self) -> tuple[Checkpoint, ...]:
-        """The checkpoints whose save stopped part-way: partial ones after the resume point (all
-        partial ones where there is none), and older ones holding a file cut short or a save's
-        leftover. A file missing alone from an older one is more likely a cleanup's doing."""
+        """The checkpoints whose save stopped part-way: partial or incomplete ones after the resume
+        point (all of them where there is none), and older ones holding a file cut short or a
+        save's leftover. A file missing alone from an older one is more likely a cleanup's doing."""
         if self.single_file:
             return ()
         after = {id(c) for c in self.after_resume} if self.resume is not None else {id(c) for c in self.checkpoints}
         return tuple(
             c
             for c in self.checkpoints
-            if c.status is Status.PARTIAL
+            if c.status in (Status.PARTIAL, Status.INCOMPLETE)
             and (id(c) in after or any(f.report.problems & _CUT_SHORT or Role.TEMP in f.roles for f in c.files))
         )
 

@@ -61,9 +61,10 @@ HELP = ("inspect", "verify", "prune", "repair", "diskcheck", "rules")
 _BOOT = """
 import os, sys
 from ckptdoctor.model import Volume
+from ckptdoctor import volumes
 from ckptdoctor.planners import space
 fstype, mount, total, free, inodes = os.environ["SCREENS_VOLUME"].split(",")
-space.volume = lambda path: Volume(os.path.abspath(path), mount, fstype, int(total), int(free), int(inodes))
+volumes.volume = space.volume = lambda path: Volume(os.path.abspath(path), mount, fstype, int(total), int(free), int(inodes))
 sys.argv[0] = "ckptdoctor"
 from ckptdoctor.cli import main
 main()

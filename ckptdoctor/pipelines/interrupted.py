@@ -9,10 +9,9 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from ckptdoctor import processes
+from ckptdoctor import processes, volumes
 from ckptdoctor.discover import remote
 from ckptdoctor.model import Cause, Checkpoint, Interruption, Run, Status, Volume
-from ckptdoctor.volumes import volume
 
 FULL = 1 << 20
 """Less free space than this is a full volume, whatever the save still needed."""
@@ -35,7 +34,7 @@ def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str
     held, _ = processes.open_by([e.os_path for e in entries], {e.os_path: e.inode for e in entries if e.inode}, said)
     unknown = any(isinstance(holder, str) for holder in held.values())  # the table could not be read
     try:
-        found: Volume | None = volume(os.path.dirname(entries[0].os_path)) if entries else None
+        found: Volume | None = volumes.volume(os.path.dirname(entries[0].os_path)) if entries else None
     except OSError:
         found = None
     wanted = _wanted(run, unfinished)

@@ -265,7 +265,7 @@ def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
 def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width: int) -> RenderableType:
     what = f"{run.layout} · {_checkpoints(run)}" if run.checkpoints or not run.extra_files else counted(len(run.extra_files), "file")
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
-    parts: list[RenderableType] = [title]
+    parts: list[RenderableType] = [wrap(title, width, 2)]
     if run.checkpoints:
         parts.append(_table(run, options.show_all, width))
     if run.single_file:
@@ -306,7 +306,7 @@ def _disk_block(report: Report, disk: DiskCheck, show_all: bool, width: int) -> 
     if disk.bucket is not None:
         where = f"bucket ({disk.bucket.store}://), no free space to read"
     title = f"{run.layout} · {_checkpoints(run)} · {where}" if run else where
-    parts: list[RenderableType] = [Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}")]
+    parts: list[RenderableType] = [wrap(Text.assemble(((run.path if run else disk.path), "bold"), f"  {title}"), width, 2)]
     sizes = disk.sizes if show_all else disk.sizes[-NEWEST_ROWS:]
     if sizes:
         table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)

@@ -1042,26 +1042,35 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
     staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
     never = [_expected(ctx, checkpoint, role) for role in checkpoint.missing]
     live = interruption.cause is Cause.BEING_WRITTEN
+    # a file cut short or left staged is a save's doing; a file missing alone may be a cleanup's
+    stopped = bool(cut or staged)
     said = [f"{'partly written' if live else 'cut short'} {', '.join(cut)}"] if cut else []
-    said += [f"{'not yet written' if live else 'never written'} {', '.join(never)}"] if never else []
+    said += [f"{'not yet written' if live else 'never written' if stopped else 'missing'} {', '.join(never)}"] if never else []
     said += [f"{'staged' if live else 'left staged'} {', '.join(staged)}"] if staged else []
-    what = f"{unit} {checkpoint.index}'s save stopped part-way"
+    what = f"{unit} {checkpoint.index}'s save stopped part-way" if stopped else f"{unit} {checkpoint.index} lacks files its save writes"
     files_said = "; ".join(said) or "files missing"
-    age = f"written {duration(interruption.age)} ago" if interruption.age is not None else "its age unknown"
+    # how long ago matters in the first minutes after a crash (a save may go on; --min-age spares it)
+    recent = interruption.age is not None and interruption.age < MIN_AGE
+    age = f", written {duration(interruption.age)} ago" if recent and interruption.age is not None else ""
     volume = interruption.volume
     room = f"{size(volume.free_bytes)} free on {volume.fstype} {volume.mountpoint}" if volume is not None else ""
     cause = interruption.cause
     if cause is Cause.BEING_WRITTEN:
-        message = f"{unit} {checkpoint.index} is being written now, by pid {', '.join(interruption.holders)} ({age}): {files_said}"
+        message = f"{unit} {checkpoint.index} is being written now, by pid {', '.join(interruption.holders)}{age}: {files_said}"
     elif cause is Cause.DISK_FULL:
         wanted = interruption.wanted_bytes
         short = f", less than the {size(wanted)} the rest of the save needed" if wanted else ""
         full = f"the disk is full, {room} ({size(volume.total_bytes)} in all){short}" if volume else "the disk is full"
         message = f"{what}, as {full}: {files_said}"
     elif cause is Cause.KILLED:
-        message = f"{what}, likely killed (no process holds its files, {age}; {room}): {files_said}"
+        evidence = f"no process holds its files{age}; {room}"
+        message = (
+            f"{what}, likely killed ({evidence}): {files_said}"
+            if stopped
+            else f"{what} ({evidence}): {files_said}; a save killed part-way, or files deleted since"
+        )
     else:
-        message = f"{what} ({age}); {files_said}"
+        message = f"{what}{age}: {files_said}"
     context = {
         "holders": ", ".join(interruption.holders),
         "folder": shell_word(checkpoint.path or run.path),
@@ -1083,7 +1092,7 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
         context=context,
         case=_CAUSES.get(cause, OTHERWISE),
     )
-    if cause is Cause.BEING_WRITTEN or interruption.age is None or interruption.age >= MIN_AGE:
+    if cause is Cause.BEING_WRITTEN or not recent or interruption.age is None:
         return finding
     # repair spares files younger than its --min-age: followed now, the fix would do nothing
     repair = f"`{ctx.fix_context['repair']} {ctx.fix_context['this_run']}`"
