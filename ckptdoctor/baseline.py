@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.model import Report
+from ckptdoctor.model import Report, standing
 from ckptdoctor.regular import read_regular, write_whole
 
 SCHEMA = "ckptdoctor.baseline.v1"
@@ -21,7 +21,8 @@ class BaselineError(InvalidValue):
 
 
 def write(report: Report, path: str) -> int:
-    """Record every finding of ``report`` in ``path``; returns how many."""
+    """Record every finding of ``report`` in ``path``; returns how many, one per cause (the parts
+    of a finding, recorded too, count with it)."""
     entries = [
         {"fingerprint": f.fingerprint, "code": f.code, "run": f.run, "index": f.index, "path": f.path, "message": f.message}
         for f in sorted(report.findings, key=lambda finding: finding.fingerprint)
@@ -30,7 +31,7 @@ def write(report: Report, path: str) -> int:
         write_whole(path, (json.dumps({"schema": SCHEMA, "findings": entries}, indent=1) + "\n").encode("utf-8"))
     except OSError as error:
         raise BaselineError(f"cannot write the baseline {path}: {error.strerror}") from error
-    return len(entries)
+    return len(standing(report.findings))
 
 
 MAX_BASELINE = 64 * 1024 * 1024
@@ -52,5 +53,8 @@ def load(path: str) -> frozenset[str]:
 
 def new_only(report: Report, known: frozenset[str]) -> tuple[Report, int]:
     """``report`` without the findings ``known`` records, and how many were left out."""
-    kept = tuple(f for f in report.findings if f.fingerprint not in known)
-    return dataclasses.replace(report, findings=kept), len(report.findings) - len(kept)
+    new = {(f.run, *f.part_of) for f in report.findings if f.part_of is not None and f.fingerprint not in known}
+    # a finding that stands for others (CKD117) is new only with one of them: a baseline made
+    # before it stood for them records its parts alone
+    kept = tuple(f for f in report.findings if f.fingerprint not in known and (not f.stands_for or (f.run, f.code, f.index) in new))
+    return dataclasses.replace(report, findings=kept), len(standing(report.findings)) - len(standing(kept))

@@ -112,18 +112,41 @@ class Settings:
         dropped = (*self.ignore, *ignore)
         kept = []
         for finding in findings:
-            if chosen and not any(_matches(finding, key) for key in chosen):
+            if chosen and not any(_matches(finding.code, key) for key in chosen):
                 continue
-            if any(_matches(finding, key) for key in dropped):
+            # a finding that stands for others (CKD117) goes with them all, as it stands for nothing then
+            if any(_matches(code, key) for code in (finding.code,) for key in dropped) or (
+                finding.stands_for and all(any(_matches(code, key) for key in dropped) for code in finding.stands_for)
+            ):
                 continue
             override = self.severity.get(finding.code)
             kept.append(dataclasses.replace(finding, severity=override) if override and override is not finding.severity else finding)
-        return tuple(kept)
+        return _as_severe_as_their_parts(kept, frozenset(self.severity))
 
 
-def _matches(finding: Finding, key: str) -> bool:
+def _as_severe_as_their_parts(findings: list[Finding], overridden: frozenset[str]) -> tuple[Finding, ...]:
+    """Each finding that stands for others as severe as the most severe of them, where its own
+    severity is not configured: lowering CKD101 lowers the interrupted save that is only that."""
+    worst: dict[tuple[str | None, str, int | None], Severity] = {}
+    for finding in findings:
+        if finding.part_of is not None:
+            key = (finding.run, *finding.part_of)
+            worst[key] = max(worst.get(key, finding.severity), finding.severity, key=lambda level: level.rank)
+    return tuple(
+        dataclasses.replace(f, severity=worst[(f.run, f.code, f.index)])
+        if f.stands_for and f.code not in overridden and (f.run, f.code, f.index) in worst
+        else f
+        for f in findings
+    )
+
+
+def _matches(code: str, key: str) -> bool:
+    """Whether a rule ``key`` (a code, a code's prefix, or a name) names the rule of ``code``."""
+    from ckptdoctor.rules.registry import find_rule  # the rule table loads when findings are filtered, not with the settings
+
     key = key.strip()
-    return finding.name == key.lower() or finding.code.startswith(key.upper())
+    rule = find_rule(code)
+    return (rule is not None and rule.name == key.lower()) or code.startswith(key.upper())
 
 
 def settings(config: str | None = None, environ: Mapping[str, str] | None = None, start: str | None = None) -> Settings:

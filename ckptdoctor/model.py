@@ -488,6 +488,9 @@ class Interruption:
     wanted_bytes: int | None = None
     """What the rest of the save needed: the run's last complete checkpoint less what this one
     holds; None where the run has no complete checkpoint to judge by."""
+    unseen: bool = False
+    """Some processes' open files were hidden from this user (another user's, an undumpable
+    one): "no process holds its files" is then only as far as this user can see."""
 
 
 @dataclass(frozen=True)
@@ -683,6 +686,9 @@ class Finding:
     """The code and index of the finding on the same run that this one is a part of (a missing
     file of a save cut short, under its CKD117): shown under it, counted with it; None for a
     finding of its own."""
+    stands_for: tuple[str, ...] = ()
+    """The codes of the findings that are its parts (``part_of`` names it): it is kept by a
+    ``--select`` or a baseline that keeps any of them, and left out where all of them are."""
 
     @property
     def fingerprint(self) -> str:

@@ -21,8 +21,8 @@ What would change from machine to machine is fixed on purpose, and only that:
 - the copy's files are dated 2026-01-01 (a checkout dates them now, and ``--min-age`` would keep
   them all);
 - the volume ``diskcheck`` measures is a fixed ext4 disk (``VOLUME``), not this machine's free space;
-- the note that other users' processes cannot be checked for open files (which processes a machine
-  runs) is left out.
+- what other users' processes hide of their open files (which processes a machine runs) is left
+  out: the note that says so, and "this user can see" in a save's cause.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ from ckptdoctor import volumes
 from ckptdoctor.planners import space
 fstype, mount, total, free, inodes = os.environ["SCREENS_VOLUME"].split(",")
 volumes.volume = space.volume = lambda path: Volume(os.path.abspath(path), mount, fstype, int(total), int(free), int(inodes))
+from ckptdoctor import processes
+_open_by = processes.open_by
+processes.open_by = lambda *args, **kwargs: (_open_by(*args, **kwargs)[0], None)  # which processes a machine hides
 sys.argv[0] = "ckptdoctor"
 from ckptdoctor.cli import main
 main()

@@ -16,6 +16,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from ckptdoctor import processes, volumes
+from ckptdoctor.model import Volume
 from ckptdoctor.rules.registry import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +25,25 @@ GOLDEN = Path(__file__).parent / "golden"
 RUNS = ["examples/runs/burn-missing-optimizer", "examples/runs/burn-truncated", "examples/runs/burn-healthy"]
 
 
+DATED = 1_767_225_600
+"""2026-01-01: the examples' files' time in the copy the reports are made of (a checkout dates them now)."""
+SAME_VOLUME = Volume("/", "/", "ext4", 500 * 2**30, 64 * 2**30, 30_000_000)
+"""The disk every report is made on: a save's cause names its free space (CKD117)."""
+
+
 @pytest.fixture
-def at_root(monkeypatch):
-    """Run from the project root, so the reports' paths are the same everywhere."""
-    monkeypatch.chdir(ROOT)
+def at_root(monkeypatch, tmp_path):
+    """Run from a copy of the project's examples, dated, on one disk, with no process hidden:
+    the reports' paths, words and times are the same everywhere."""
+    work = tmp_path / "work"  # below the test's own folder, which is then outside the working directory
+    for run in RUNS:
+        shutil.copytree(ROOT / run, work / run, symlinks=True)
+    for path in work.rglob("*"):
+        os.utime(path, (DATED, DATED), follow_symlinks=False)
+    monkeypatch.setattr(volumes, "volume", lambda path: SAME_VOLUME)
+    real = processes.open_by
+    monkeypatch.setattr(processes, "open_by", lambda *args, **kwargs: (real(*args, **kwargs)[0], None))
+    monkeypatch.chdir(work)
     for variable in (
         "CKPTDOCTOR_FORMAT",
         "CKPTDOCTOR_FAIL_ON",
@@ -81,7 +98,7 @@ def test_junit_parses_back_a_suite_per_run_a_case_per_checkpoint_a_failure_per_f
     healthy = suites["examples/runs/burn-healthy/checkpoint"]
     assert [case.get("name") for case in healthy.iter("testcase")] == ["run", "epoch 3", "epoch 4", "epoch 5"]
     assert healthy.get("failures") == "0" and healthy.find(".//failure") is None
-    failures = [f.get("type") for f in root.iter("failure")]
+    failures = [kind for f in root.iter("failure") for kind in (f.get("type") or "").split(", ")]  # a checkpoint's findings, in one
     report = cli("inspect", "--json", *RUNS).json
     assert sorted(failures) == sorted(f"{f['code']} {f['name']}" for f in report["findings"] if f["severity"] != "info")
     assert root.get("failures") == str(sum(int(s.get("failures")) for s in suites.values()))
@@ -152,7 +169,7 @@ def test_every_command_renders_every_format(tmp_path, cli, command, fmt):
 def test_output_file_gets_the_format(at_root, cli, tmp_path):
     out = tmp_path / "report.sarif"
     assert cli("inspect", "--format", "sarif", "-o", out, RUNS[0]).exit_code == 1
-    assert json.loads(out.read_text())["runs"][0]["results"][0]["ruleId"] == "CKD101"
+    assert [r["ruleId"] for r in json.loads(out.read_text())["runs"][0]["results"]] == ["CKD117", "CKD101"]
 
 
 def test_rules_renders_sarif_and_refuses_what_does_not_apply(cli):
@@ -197,12 +214,13 @@ def test_a_pyproject_without_the_table_means_defaults(project, cli):
         ('select = ["CKD2"]', (), 0, []),
         ('select = ["missing-optimizer"]', (), 1, ["CKD101"]),
         ('ignore = ["CKD1"]', (), 0, []),
-        ('fail-on = "warning"', (), 1, ["CKD101"]),
-        ('[severity]\nCKD101 = "warning"', (), 0, ["CKD101"]),
-        ('[severity]\nmissing-optimizer = "info"', ("--fail-on", "warning"), 0, ["CKD101"]),
-        ('[severity]\nCKD101 = "warning"', ("--fail-on", "warning"), 1, ["CKD101"]),
+        ('fail-on = "warning"', (), 1, ["CKD117", "CKD101"]),
+        # the interrupted save that is only a missing optimizer is as severe as that
+        ('[severity]\nCKD101 = "warning"', (), 0, ["CKD117", "CKD101"]),
+        ('[severity]\nmissing-optimizer = "info"', ("--fail-on", "warning"), 0, ["CKD117", "CKD101"]),
+        ('[severity]\nCKD101 = "warning"', ("--fail-on", "warning"), 1, ["CKD117", "CKD101"]),
         ('ignore = ["CKD101"]', ("--select", "CKD101"), 0, []),
-        ('select = ["CKD2"]', ("--select", "CKD1"), 1, ["CKD101"]),
+        ('select = ["CKD2"]', ("--select", "CKD1"), 1, ["CKD117", "CKD101"]),
     ],
 )
 def test_each_key_and_the_exit_code(project, cli, setting, args, expected_exit, codes):
@@ -289,7 +307,7 @@ def test_a_baseline_hides_known_findings_and_reports_new_ones(project, cli, tmp_
     (project / "runs" / "exp1" / "checkpoint" / "optim-4.bpk").unlink()  # a new regression
     new = cli("inspect", "--json", "--baseline", baseline, "../runs")
     assert new.exit_code == 1
-    assert [(f["code"], f["index"]) for f in new.json["findings"]] == [("CKD101", 4)]
+    assert [(f["code"], f["index"]) for f in new.json["findings"]] == [("CKD117", 4), ("CKD101", 4)]
 
 
 def test_a_baseline_survives_wording_changes_and_other_working_trees(project, cli, tmp_path):

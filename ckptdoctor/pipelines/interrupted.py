@@ -31,7 +31,7 @@ def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str
     if remote(run.path):  # a store has no process table or free space to ask
         return tuple(Interruption(c.index, Cause.CUT_SHORT, _age(c, now)) for c in unfinished)
     entries = [f.entry for c in unfinished for f in c.files]
-    held, _ = processes.open_by([e.os_path for e in entries], {e.os_path: e.inode for e in entries if e.inode}, said)
+    held, note = processes.open_by([e.os_path for e in entries], {e.os_path: e.inode for e in entries if e.inode}, said)
     unknown = any(isinstance(holder, str) for holder in held.values())  # the table could not be read
     try:
         found: Volume | None = volumes.volume(os.path.dirname(entries[0].os_path)) if entries else None
@@ -51,7 +51,7 @@ def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str
             cause = Cause.CUT_SHORT
         else:
             cause = Cause.KILLED
-        interruptions.append(Interruption(checkpoint.index, cause, _age(checkpoint, now), holders, found, rest))
+        interruptions.append(Interruption(checkpoint.index, cause, _age(checkpoint, now), holders, found, rest, note is not None))
     return tuple(interruptions)
 
 

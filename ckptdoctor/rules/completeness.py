@@ -1030,7 +1030,8 @@ def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Find
         for i in parts:
             lowered = min(found[i].severity, severity, key=lambda s: s.rank)
             found[i] = dataclasses.replace(found[i], part_of=(INTERRUPTED_SAVE.code, checkpoint.index), severity=lowered)
-        parents.append((min(parts), _interrupted(ctx, checkpoint, interruption, severity)))
+        parent = _interrupted(ctx, checkpoint, interruption, severity)
+        parents.append((min(parts), dataclasses.replace(parent, stands_for=tuple(dict.fromkeys(found[i].code for i in parts)))))
     for at, parent in sorted(parents, key=lambda placed: placed[0], reverse=True):  # each before its first part
         found.insert(at, parent)
     return found
@@ -1063,7 +1064,8 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
         full = f"the disk is full, {room} ({size(volume.total_bytes)} in all){short}" if volume else "the disk is full"
         message = f"{what}, as {full}: {files_said}"
     elif cause is Cause.KILLED:
-        evidence = f"no process holds its files{age}; {room}"
+        seen = " this user can see" if interruption.unseen else ""
+        evidence = f"no process{seen} holds its files{age}; {room}"
         message = (
             f"{what}, likely killed ({evidence}): {files_said}"
             if stopped
