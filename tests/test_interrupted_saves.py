@@ -188,7 +188,7 @@ def test_a_healthy_runs_verify_fits_in_12_lines_and_names_hfs_own_files_once(hf_
     assert code == 0
     assert len(lines) <= 12, "\n".join(lines)
     text = _joined(lines)
-    assert text.count("CKD402") == 1 and "rng_state.pth" in text and "--verbose" in text
+    assert text.count("CKD402") == 1 and "rng_state.pth" in text and "--verbose" in text and "CKD117" not in text
     _expected("hf-healthy-verify", _worded(lines))
     _, verbose = _shown("verify", "--verbose", run=run)
     assert sum("rng_state.pth" in line for line in verbose) >= 3  # each checkpoint's, with its fixes
