@@ -582,7 +582,7 @@ class Run:
             c
             for c in self.checkpoints
             if c.status in (Status.PARTIAL, Status.INCOMPLETE)
-            and (id(c) in after or any(f.report.problems & _CUT_SHORT or Role.TEMP in f.roles for f in c.files))
+            and (id(c) in after or any(f.report.problems & CUT_SHORT or Role.TEMP in f.roles for f in c.files))
         )
 
     @property
@@ -950,7 +950,7 @@ def standing(findings: Sequence[Finding]) -> list[Finding]:
     return [f for f in findings if f.part_of is None or (f.run, *f.part_of) not in present]
 
 
-_CUT_SHORT = frozenset({Problem.EMPTY, Problem.TRUNCATED})
+CUT_SHORT = frozenset({Problem.EMPTY, Problem.TRUNCATED})
 """What a reader finds of a file whose writing stopped part-way."""
 
 

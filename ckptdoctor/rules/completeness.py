@@ -15,6 +15,7 @@ from operator import attrgetter
 from ckptdoctor.layouts.base import behind_pointer
 from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import (
+    CUT_SHORT,
     MIN_AGE,
     Cause,
     Checkpoint,
@@ -1039,7 +1040,7 @@ def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Find
 
 def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interruption, severity: Severity) -> Finding:
     run, unit = ctx.run, ctx.run.unit.value
-    cut = [f.name for f in checkpoint.files if f.report.problems & {Problem.EMPTY, Problem.TRUNCATED}]
+    cut = [f.name for f in checkpoint.files if f.report.problems & CUT_SHORT]
     staged = [f.name for f in checkpoint.files if Role.TEMP in f.roles]
     never = [_expected(ctx, checkpoint, role) for role in checkpoint.missing]
     live = interruption.cause is Cause.BEING_WRITTEN
