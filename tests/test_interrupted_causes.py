@@ -68,13 +68,23 @@ def test_healthy_runs_have_no_interrupted_save(tmp_path, cli):
     assert cli("inspect", run).exit_code == 0
 
 
-def test_a_file_missing_alone_is_not_called_a_kill(tmp_path, cli):
+def test_files_missing_alone_are_not_called_a_kill(tmp_path, cli):
+    run = _run(tmp_path)
+    (run / "optim-5.bpk").unlink()
+    (run / "scheduler-5.bpk").unlink()
+    _dated(run)
+    (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
+    assert "killed" not in str(parent["message"]).split(":")[0] and "missing optim-5.bpk, scheduler-5.bpk" in str(parent["message"])
+    assert "files deleted since" in str(parent["message"])
+
+
+def test_a_save_that_left_one_finding_keeps_it_with_its_own_fixes(tmp_path, cli):
+    """One finding is one per cause already: CKD101's fixes (burn's checkpointers, a backup) say
+    more than CKD117's would, unless the world says more (a full disk, a live save: below)."""
     run = _run(tmp_path)
     (run / "optim-5.bpk").unlink()
     _dated(run)
-    (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
-    assert "killed" not in str(parent["message"]).split(":")[0] and "missing optim-5.bpk" in str(parent["message"])
-    assert "files deleted since" in str(parent["message"])
+    assert [f["code"] for f in _findings(cli, run)] == ["CKD101"]
 
 
 def test_an_old_file_missing_behind_the_resume_point_is_no_interrupted_save(tmp_path, cli):
@@ -89,6 +99,7 @@ def test_an_old_file_missing_behind_the_resume_point_is_no_interrupted_save(tmp_
 def test_an_old_save_cut_short_behind_the_resume_point_is_a_warning_prune_deletes(tmp_path, cli):
     run = _run(tmp_path)
     _cut(run / "model-2.bpk")
+    (run / "scheduler-2.bpk").unlink()
     _dated(run)
     (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
     assert parent["severity"] == "warning" and parent["index"] == 2
@@ -145,6 +156,7 @@ def test_room_for_the_rest_of_the_save_is_judged_by_the_last_complete_one(tmp_pa
     run = _run(tmp_path)
     _cut(run / "optim-5.bpk")
     _dated(run)
+    (run / "scheduler-5.bpk").unlink()  # two findings: CKD117 stands for them, full disk or not
     needed = sum(p.stat().st_size for p in run.glob("*-4.bpk")) - sum(p.stat().st_size for p in run.glob("*-5.bpk"))
     monkeypatch.setattr(interrupted, "FULL", 0)
     for free, full in ((needed - 1, True), (needed + 1, False)):
@@ -156,6 +168,7 @@ def test_room_for_the_rest_of_the_save_is_judged_by_the_last_complete_one(tmp_pa
 def test_a_fresh_crash_prints_the_repair_that_acts_now_and_it_does(tmp_path, cli):
     run = _run(tmp_path)
     _cut(run / "optim-5.bpk")
+    (run / "scheduler-5.bpk").unlink()
     _dated(run)
     os.utime(run / "optim-5.bpk")  # the crash was a moment ago
     (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
@@ -163,23 +176,27 @@ def test_a_fresh_crash_prints_the_repair_that_acts_now_and_it_does(tmp_path, cli
     assert f"`ckptdoctor repair {run} --min-age 0`" in fix and "repair waits 10min" in fix
     done = cli("repair", run, "--min-age", "0", "--yes")
     assert done.exit_code == 0, done.stderr
-    assert not (run / "optim-5.bpk").exists() and cli("inspect", run).exit_code == 0
+    assert not (run / "optim-5.bpk").exists() and not (run / "model-5.bpk").exists() and cli("inspect", run).exit_code == 0
 
 
 def test_ignoring_all_its_parts_ignores_it_and_selecting_a_part_shows_that_part(tmp_path, cli):
     run = _run(tmp_path)
     (run / "optim-5.bpk").unlink()
+    (run / "scheduler-5.bpk").unlink()
     _dated(run)
-    assert [f["code"] for f in _findings(cli, run, "--ignore", "CKD101")] == []
+    assert [f["code"] for f in _findings(cli, run)] == ["CKD117", "CKD101", "CKD103"]
+    assert [f["code"] for f in _findings(cli, run, "--ignore", "CKD101,CKD103")] == []
+    assert [f["code"] for f in _findings(cli, run, "--ignore", "CKD101")] == ["CKD117", "CKD103"]
     assert [f["code"] for f in _findings(cli, run, "--select", "CKD101")] == ["CKD101"]
     assert [f["code"] for f in _findings(cli, run, "--select", "CKD117")] == ["CKD117"]
     human = cli("inspect", "--select", "CKD101", run).stdout
-    assert "CKD101 missing-optimizer" in human  # its finding left out, a part stands on its own
+    assert "CKD101 missing-optimizer" in human and "1 error" in human  # its finding left out, a part stands on its own
 
 
 def test_a_baseline_made_before_keeps_a_known_interrupted_save_hidden(tmp_path, cli):
     run = _run(tmp_path)
     (run / "optim-5.bpk").unlink()
+    (run / "scheduler-5.bpk").unlink()
     _dated(run)
     report = cli("inspect", "--json", run).json
     baseline = tmp_path / "baseline.json"

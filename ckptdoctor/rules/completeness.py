@@ -1008,7 +1008,9 @@ _CAUSES = {
 @fires(INTERRUPTED_SAVE)
 def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Finding]:
     """CKD117: one finding per save that stopped part-way, the findings of its files made its
-    parts (``Finding.part_of``); a save still being written is a warning, and so are its parts."""
+    parts (``Finding.part_of``); a save still being written is a warning, and so are its parts.
+    A save that left one finding keeps it alone, unless the world says more of it (a process
+    writing it, a full disk)."""
     found = list(findings)
     run = ctx.run
     if not run.interrupted:
@@ -1023,8 +1025,8 @@ def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Find
     for checkpoint, interruption in zip(run.unfinished, run.interrupted, strict=True):  # made in this order (pipelines/interrupted.py)
         parts = [i for i in by_index.pop(checkpoint.index, []) + ended if found[i].part_of is None]
         ended = []  # nothing else was saved: the first cut save stands for the run having none
-        if not parts:
-            continue
+        if len(parts) < 2 and interruption.cause not in _CAUSES:
+            continue  # one finding is one per cause already, with its own rule's fixes; a live save or a full disk is said still
         severity = (
             Severity.WARNING if interruption.cause is Cause.BEING_WRITTEN else max((found[i].severity for i in parts), key=lambda s: s.rank)
         )
