@@ -10,7 +10,7 @@ import dataclasses
 import json
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.model import Report, standing
+from ckptdoctor.model import Report, detached, standing
 from ckptdoctor.regular import read_regular, write_whole
 
 SCHEMA = "ckptdoctor.baseline.v1"
@@ -56,5 +56,5 @@ def new_only(report: Report, known: frozenset[str]) -> tuple[Report, int]:
     new = {(f.run, *f.part_of) for f in report.findings if f.part_of is not None and f.fingerprint not in known}
     # a finding that stands for others (CKD117) is new only with one of them: a baseline made
     # before it stood for them records its parts alone
-    kept = tuple(f for f in report.findings if f.fingerprint not in known and (not f.stands_for or (f.run, f.code, f.index) in new))
+    kept = detached([f for f in report.findings if f.fingerprint not in known and (not f.stands_for or (f.run, f.code, f.index) in new)])
     return dataclasses.replace(report, findings=kept), len(standing(report.findings)) - len(standing(kept))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdoctor.errors import InvalidValue
-from ckptdoctor.model import Finding, Role, Severity
+from ckptdoctor.model import Finding, Role, Severity, detached
 from ckptdoctor.planners.retention import PolicyError, PruneSettings
 from ckptdoctor.readers.pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
@@ -125,19 +125,31 @@ class Settings:
 
 
 def _as_severe_as_their_parts(findings: list[Finding], overridden: frozenset[str]) -> tuple[Finding, ...]:
-    """Each finding that stands for others as severe as the most severe of them, where its own
-    severity is not configured: lowering CKD101 lowers the interrupted save that is only that."""
+    """The findings that stand for others (CKD117) and their parts, kept together: one is as severe
+    as the most severe of its parts where its own severity is not configured (lowering CKD101
+    lowers the interrupted save that is only that), and no part is more severe than one whose
+    severity is (a configured CKD117 bounds what it stands for: the exit code follows the count).
+    A part whose finding is left out stands on its own: it names none (``part_of``)."""
+    parents = {(f.run, f.code, f.index): f for f in findings if f.stands_for}
     worst: dict[tuple[str | None, str, int | None], Severity] = {}
     for finding in findings:
         if finding.part_of is not None:
             key = (finding.run, *finding.part_of)
             worst[key] = max(worst.get(key, finding.severity), finding.severity, key=lambda level: level.rank)
-    return tuple(
-        dataclasses.replace(f, severity=worst[(f.run, f.code, f.index)])
-        if f.stands_for and f.code not in overridden and (f.run, f.code, f.index) in worst
-        else f
-        for f in findings
-    )
+    kept = []
+    for finding in findings:
+        key = (finding.run, finding.code, finding.index)
+        if finding.stands_for and finding.code not in overridden and key in worst:
+            finding = dataclasses.replace(finding, severity=worst[key])
+        elif (
+            finding.part_of is not None
+            and (parent := parents.get((finding.run, *finding.part_of))) is not None
+            and parent.code in overridden
+            and finding.severity.rank > parent.severity.rank
+        ):
+            finding = dataclasses.replace(finding, severity=parent.severity)
+        kept.append(finding)
+    return detached(kept)
 
 
 def _matches(code: str, key: str) -> bool:

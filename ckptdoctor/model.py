@@ -7,6 +7,7 @@ change what the core decided.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import math
@@ -482,7 +483,10 @@ class Interruption:
     age: float | None
     """Seconds since its newest file was last written; None where its files' times are unknown."""
     holders: tuple[str, ...] = ()
-    """The live processes holding its files (``pid (command, user)``)."""
+    """The live processes holding its files open for writing (``pid (command, user)``)."""
+    readers: tuple[str, ...] = ()
+    """The live processes holding its files open only to read them (a copy, a pager): no writer,
+    yet ``prune`` and ``repair`` leave the files while they are held."""
     volume: Volume | None = None
     """The filesystem under it; None for a run in a store, or one whose volume cannot be read."""
     wanted_bytes: int | None = None
@@ -582,6 +586,7 @@ class Run:
             c
             for c in self.checkpoints
             if c.status in (Status.PARTIAL, Status.INCOMPLETE)
+            and not (c.folder is not None and c.folder.link is not None and not c.files)  # a link not followed: not read, not cut
             and (id(c) in after or any(f.report.problems & CUT_SHORT or Role.TEMP in f.roles for f in c.files))
         )
 
@@ -941,6 +946,13 @@ class Report:
     def ok(self) -> bool:
         """No error-severity finding (for ``diskcheck``: the next save fits and can be written)."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
+
+
+def detached(findings: Sequence[Finding]) -> tuple[Finding, ...]:
+    """``findings`` with each part whose finding is not among them (a ``--select``, ``--ignore``
+    or baseline left it out) standing on its own: it names none (``part_of``)."""
+    present = {(f.run, f.code, f.index) for f in findings if f.stands_for}
+    return tuple(f if f.part_of is None or (f.run, *f.part_of) in present else dataclasses.replace(f, part_of=None) for f in findings)
 
 
 def standing(findings: Sequence[Finding]) -> list[Finding]:

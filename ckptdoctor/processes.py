@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import pwd
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 PROC = "/proc"
 """Where the process table is read: tests point it at a fake one."""
@@ -165,6 +165,35 @@ def _held(pid: int, folders: frozenset[str], around: str) -> tuple[list[str], se
             if len(fields) == 6 and around in fields[5]:
                 held.append(fields[5].removesuffix(" (deleted)"))
     return [path for path in held if os.path.dirname(path) in folders], identities
+
+
+def writing(pid: int, identities: Collection[Identity]) -> bool:
+    """Whether process ``pid`` holds one of the files ``identities`` name open for writing: a
+    descriptor opened write-only or read-write, or a shared writable mapping. Where its table
+    cannot be read, it is taken as writing (unknown is never "only reading")."""
+    base = os.path.join(PROC, str(pid))
+    try:
+        for fd in os.listdir(os.path.join(base, "fd")):
+            try:
+                info = os.stat(os.path.join(base, "fd", fd))
+                if (info.st_dev, info.st_ino) not in identities:
+                    continue
+                with open(os.path.join(base, "fdinfo", fd), "rb") as handle:
+                    flags = next((line.split()[1] for line in handle if line.startswith(b"flags:")), b"2")
+            except FileNotFoundError:
+                continue  # closed meanwhile
+            if int(flags, 8) & os.O_ACCMODE != os.O_RDONLY:
+                return True
+        with open(os.path.join(base, "maps"), "rb") as handle:
+            for line in handle:
+                fields = line.split(None, 5)  # address, permissions, offset, device, inode, path
+                if len(fields) >= 5 and fields[1].startswith(b"rw") and fields[1].endswith(b"s"):
+                    major, _, minor = fields[3].partition(b":")
+                    if (os.makedev(int(major, 16), int(minor, 16)), int(fields[4])) in identities:
+                        return True
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def _uids(pid: int) -> frozenset[int]:

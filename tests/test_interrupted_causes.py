@@ -173,7 +173,8 @@ def test_a_fresh_crash_prints_the_repair_that_acts_now_and_it_does(tmp_path, cli
     os.utime(run / "optim-5.bpk")  # the crash was a moment ago
     (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
     (fix,) = [fix for fix in parent["fixes"] if "ckptdoctor repair" in fix]
-    assert f"`ckptdoctor repair {run} --min-age 0`" in fix and "repair waits 10min" in fix
+    assert f"`ckptdoctor repair {run}` quarantines it" in fix and "it acts from " in fix and "when its files are 10min old" in fix
+    assert f"`ckptdoctor repair {run} --min-age 0` acts now, if no job is saving here" in fix
     done = cli("repair", run, "--min-age", "0", "--yes")
     assert done.exit_code == 0, done.stderr
     assert not (run / "optim-5.bpk").exists() and not (run / "model-5.bpk").exists() and cli("inspect", run).exit_code == 0

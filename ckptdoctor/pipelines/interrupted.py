@@ -40,8 +40,11 @@ def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str
     wanted = _wanted(run, unfinished)
     interruptions = []
     for checkpoint in unfinished:
-        pids = {held[f.entry.os_path] for f in checkpoint.files if isinstance(held.get(f.entry.os_path), int)}
-        holders = tuple(sorted(processes.named(pid) for pid in pids if isinstance(pid, int)))
+        pids = {pid for f in checkpoint.files if isinstance(pid := held.get(f.entry.os_path), int)}
+        mine = {f.entry.inode for f in checkpoint.files if f.entry.inode}
+        writers = {pid for pid in pids if processes.writing(pid, mine)}
+        holders = tuple(sorted(processes.named(pid) for pid in writers))
+        readers = tuple(sorted(processes.named(pid) for pid in pids - writers))
         rest = wanted.get(id(checkpoint))
         if holders:
             cause = Cause.BEING_WRITTEN
@@ -51,14 +54,16 @@ def _asked(run: Run, unfinished: Sequence[Checkpoint], now: float, said: set[str
             cause = Cause.CUT_SHORT
         else:
             cause = Cause.KILLED
-        interruptions.append(Interruption(checkpoint.index, cause, _age(checkpoint, now), holders, found, rest, note is not None))
+        interruptions.append(Interruption(checkpoint.index, cause, _age(checkpoint, now), holders, readers, found, rest, note is not None))
     return tuple(interruptions)
 
 
 def _age(checkpoint: Checkpoint, now: float) -> float | None:
-    """Seconds since its newest file was written; None where a file's time is unknown."""
+    """Seconds since its newest file was written; None where a file's time is unknown or ahead of ``now``."""
     times = [f.entry.mtime for f in checkpoint.files]
-    return max(0.0, now - max(times)) if times and all(times) else None
+    if not times or not all(times) or max(times) > now:  # a file dated ahead of the clock has no age to tell
+        return None
+    return now - max(times)
 
 
 def _wanted(run: Run, unfinished: Sequence[Checkpoint]) -> dict[int, int]:

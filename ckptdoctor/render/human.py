@@ -157,6 +157,14 @@ def resume_line(run: Run) -> Text:
     return Text.assemble(("Resume from ", "bold"), (f"{run.unit.value} {checkpoint.index}", "bold green"), f"{only}: {where}")
 
 
+def _paths(run: Run) -> tuple[str, ...]:
+    """The run's paths a resume line names, each kept whole however many spaces it holds."""
+    resume = run.resume
+    if resume is None:
+        return (run.path,)
+    return (run.path, *(path for path in (resume.path,) if path), *(f.name for f in resume.files))
+
+
 def unknown_resume(run: Run) -> Text:
     """Where a run resumes from when that depends on checkpoints this user cannot read (CKD215):
     the newest of them if it is whole, else the next; never the older one alone."""
@@ -173,7 +181,7 @@ def resume_block(run: Run, width: int, named: bool = False) -> RenderableType:
     at the end, not as a fix of every finding; ``named``: under the run's path, where several
     runs' resume points follow each other with no table between them."""
     lines: list[RenderableType] = [wrap(Text(run.path, style="bold"), width)] if named else []
-    lines.append(wrap(resume_line(run), width, 2))
+    lines.append(wrap(resume_line(run), width, 2, _paths(run)))
     if run.resume_how and run.resume is not None and not run.resume_depends_on:
         lines.append(_hanging("  how:", "dim", f" {run.resume_how}", 4, width))
     return Group(*lines)
@@ -265,7 +273,7 @@ def _documented_fixes(rule: Rule, width: int) -> Iterable[Text]:
 def _run_block(run: Run, findings: list[Finding], options: RenderOptions, width: int) -> RenderableType:
     what = f"{run.layout} · {_checkpoints(run)}" if run.checkpoints or not run.extra_files else counted(len(run.extra_files), "file")
     title = Text.assemble((run.path, "bold"), f"  {what} · {size(run.bytes)}")
-    parts: list[RenderableType] = [wrap(title, width, 2)]
+    parts: list[RenderableType] = [wrap(title, width, 2, (run.path,))]
     if run.checkpoints:
         parts.append(_table(run, options.show_all, width))
     if run.single_file:
@@ -653,18 +661,18 @@ def _hanging(lead: str, style: str, body: str, indent: int, width: int) -> Text:
     return wrap(text, width, indent)
 
 
-def wrap(text: Text, width: int, indent: int = 0) -> Text:
+def wrap(text: Text, width: int, indent: int = 0, whole: Sequence[str] = ()) -> Text:
     """``text`` wrapped at its spaces to ``width`` (at least :data:`MIN_PROSE`), continuation lines
     indented by ``indent``, its styles kept. A word, a path or a code span is never broken: one
     that does not fit goes on a line of its own, however long, so that it pastes back whole
-    (rich is told not to wrap the result again)."""
-    return _filled(text, max(width, MIN_PROSE), indent)
+    (rich is told not to wrap the result again); ``whole``: paths in it that hold spaces."""
+    return _filled(text, max(width, MIN_PROSE), indent, whole)
 
 
-def _filled(text: Text, width: int, indent: int = 0) -> Text:
+def _filled(text: Text, width: int, indent: int = 0, whole: Sequence[str] = ()) -> Text:
     """``text`` wrapped to ``width`` exactly (a table's cell, narrower than prose may be)."""
     out = Text(style=text.style, end=text.end, no_wrap=True, overflow="ignore")
-    for gap, start, end in pieces(text.plain, width, indent, cell_len):
+    for gap, start, end in pieces(text.plain, width, indent, cell_len, whole):
         out.append(gap)
         out.append_text(text[start:end])
     return out

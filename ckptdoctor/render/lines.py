@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 WORD = re.compile(r"(?:`[^`]*`|\d[\d.,]* (?:[KMGT]iB|B)\b|[^\s`]|`)+")
 """What a line is never broken inside: a word (a path is one), a code span (a command) with its
@@ -21,23 +21,48 @@ CONTINUED = 2
 """How far a message's continuation lines are indented."""
 
 
-def pieces(plain: str, width: int, indent: int = 0, measure: Callable[[str], int] = len) -> Iterator[tuple[str, int, int]]:
+def pieces(
+    plain: str, width: int, indent: int = 0, measure: Callable[[str], int] = len, whole: Sequence[str] = ()
+) -> Iterator[tuple[str, int, int]]:
     """Each word of ``plain`` (its start and end) with what goes before it: the spaces as given,
     or a line break and ``indent`` spaces where the word would pass ``width``. A word longer than
     a line is never broken: it starts a line of its own and the next word starts the next. What
-    follows the last word (trailing spaces) is left out."""
+    follows the last word (trailing spaces) is left out. ``whole``: texts in ``plain`` that are
+    one word however many spaces they hold (a path with spaces, which a break would cut in two)."""
     column = 0
     previous = 0
-    for match in WORD.finditer(plain):
-        start, end = match.span()
+    for start, end in _words(plain, whole):
+        word = plain[start:end]
         gap = plain[previous:start]
-        if "\n" in gap or (previous and column + len(gap) + measure(match.group()) > width):
+        if "\n" in gap or (previous and column + len(gap) + measure(word) > width):
             gap, column = "\n" + " " * indent, indent
         else:  # the next word on this line, or the first after the text's own indentation
             column += len(gap)
         yield gap, start, end
-        column += measure(match.group())
+        column += measure(word)
         previous = end
+
+
+def _words(plain: str, whole: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """The spans of ``plain``'s words, each text of ``whole`` (where it holds a space) one of them."""
+    kept = sorted({(at, at + len(text)) for text in whole if " " in text for at in _found(plain, text)})
+    end = 0
+    for match in WORD.finditer(plain):
+        start, stop = match.span()
+        if start < end:  # inside a text kept whole, already given
+            continue
+        for first, last in kept:
+            if first <= start < last or start <= first < stop:
+                start, stop = min(start, first), max(stop, last)
+        end = stop
+        yield start, stop
+
+
+def _found(plain: str, text: str) -> Iterator[int]:
+    at = plain.find(text)
+    while at >= 0:
+        yield at
+        at = plain.find(text, at + len(text))
 
 
 def fill(plain: str, width: int | None, indent: int = CONTINUED) -> str:

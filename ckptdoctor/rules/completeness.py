@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
@@ -595,6 +596,10 @@ INTERRUPTED_SAVE = Rule(
             case=(DISK_FULL, OTHERWISE),
         ),
         fix(
+            "Or delete what the save left, which frees its bytes at once (on a full disk `repair` needs room to record a move): `{remove}`; {unit} {resume} stays the resume point.",
+            case=DISK_FULL,
+        ),
+        fix(
             "Nothing earlier is whole to resume from: remove what the save left (`{start_over}`) and start training again.",
             case=(DISK_FULL, OTHERWISE),
         ),
@@ -999,6 +1004,8 @@ def _expected(ctx: RunContext, checkpoint: Checkpoint, role: Role) -> str:
 _PARTS = frozenset({"CKD101", "CKD102", "CKD103", "CKD104", "CKD105", "CKD106", "CKD114", "CKD201", "CKD202", "CKD203", "CKD208"})
 """What one save cut short leaves: files missing, cut or left staged, and the framework's own
 resume picking the checkpoint. CKD117 stands for them (CKD110 too, where nothing else was saved)."""
+_BETWEEN_FILES = 60.0
+"""Seconds within which a save that no process holds may be between two of its files, not killed."""
 _CAUSES = {
     Cause.BEING_WRITTEN: BEING_WRITTEN,
     Cause.DISK_FULL: DISK_FULL,
@@ -1068,9 +1075,14 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
         message = f"{what}, as {full}: {files_said}"
     elif cause is Cause.KILLED:
         seen = " this user can see" if interruption.unseen else ""
-        evidence = f"no process{seen} holds its files{age}; {room}"
+        read = f"; {', '.join(interruption.readers)} reads them" if interruption.readers else ""
+        evidence = f"no process{seen} {'writes' if read else 'holds'} its files{read}{age}; {room}"
+        # moments after a file is closed, a live save may be opening its next one
+        killed = (
+            "likely killed" if interruption.age is None or interruption.age >= _BETWEEN_FILES else "killed, or between two files of a save"
+        )
         message = (
-            f"{what}, likely killed ({evidence}): {files_said}"
+            f"{what}, {killed} ({evidence}): {files_said}"
             if stopped
             else f"{what} ({evidence}): {files_said}; a save killed part-way, or files deleted since"
         )
@@ -1082,12 +1094,11 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
     }
     if volume is not None:
         context["volume"] = f"{volume.fstype} {volume.mountpoint}"
-    if run.resume is None:
-        context["start_over"] = (
-            f"rm -r -- {shell_word(checkpoint.path)}"
-            if checkpoint.path
-            else f"rm -- {' '.join(shell_word(f.path) for f in checkpoint.files)}"
-        )
+    context["remove"] = (
+        f"rm -r -- {shell_word(checkpoint.path)}" if checkpoint.path else f"rm -- {' '.join(shell_word(f.path) for f in checkpoint.files)}"
+    )
+    if run.resume is None:  # the fix that starts over, for a run with nothing earlier to resume from
+        context["start_over"] = context["remove"]
     finding = ctx.finding(
         INTERRUPTED_SAVE,
         message,
@@ -1097,16 +1108,30 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
         context=context,
         case=_CAUSES.get(cause, OTHERWISE),
     )
-    if cause is Cause.BEING_WRITTEN or not recent or interruption.age is None:
+    if cause is Cause.BEING_WRITTEN:
         return finding
-    # repair spares files younger than its --min-age: followed now, the fix would do nothing
+    return dataclasses.replace(finding, fixes=tuple(_acting_now(ctx, f, interruption, context["remove"]) for f in finding.fixes))
+
+
+def _acting_now(ctx: RunContext, fix: str, interruption: Interruption, remove: str) -> str:
+    """``fix`` as it works when followed now: a repair within ``--min-age`` of the save says when it
+    acts, and what acts at once if no job saves here (a trainer between two files holds none
+    open, so no process table can tell); a repair of files a reader holds says it waits for it;
+    a delete of files written moments ago says the same condition."""
     repair = f"`{ctx.fix_context['repair']} {ctx.fix_context['this_run']}`"
-    now = repair[:-1] + " --min-age 0`"
-    young = (
-        f" (`--min-age 0`: its files are {duration(interruption.age)} old, and repair waits {duration(MIN_AGE)} in case a save goes on)."
-    )
-    fixes = tuple(f.replace(repair, now, 1).removesuffix(".") + young if repair in f else f for f in finding.fixes)
-    return dataclasses.replace(finding, fixes=fixes)
+    age = interruption.age
+    young = age is not None and age < MIN_AGE
+    hidden = " (some processes are hidden from this user)" if interruption.unseen else ""
+    condition = f"if no job is saving here{hidden}"
+    said: list[str] = []
+    if repair in fix and young and age is not None:
+        when = time.strftime("%H:%M UTC", time.gmtime(ctx.now + MIN_AGE - age)) if ctx.now is not None else f"in {duration(MIN_AGE - age)}"
+        said.append(f"it acts from {when}, when its files are {duration(MIN_AGE)} old; `{repair[1:-1]} --min-age 0` acts now, {condition}")
+    if repair in fix and interruption.readers:
+        said.append(f"it leaves the files while {', '.join(interruption.readers)} holds them open to read")
+    if f"`{remove}`" in fix and young and age is not None:
+        said.append(f"its files are {duration(age)} old: {condition}")  # a trainer between two files holds none open
+    return fix if not said else f"{fix.removesuffix('.')}; {'; '.join(said)}."
 
 
 CHECKS = (

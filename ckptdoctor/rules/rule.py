@@ -50,6 +50,7 @@ GENERIC_CONTEXT: Mapping[str, str] = {
     "holders": "PID (COMMAND, USER)",
     "volume": "the run's volume",
     "start_over": "rm -r -- THE_CHECKPOINT",
+    "remove": "rm -r -- THE_CHECKPOINT",
     "restore_tiers": "GLACIER: Expedited, Standard or Bulk; DEEP_ARCHIVE: Standard or Bulk; Intelligent-Tiering's archive tiers: no Days, the object moves back to the Frequent Access tier",
 }
 """What each fix placeholder says when no particular run is at hand (``ckptdoctor rules``).
@@ -60,7 +61,9 @@ act on every run below a path (with ``--no-recurse`` where runs lie below the ru
 where only a whole read saw it, as ``verify``'s); ``resume`` the index of the resume point (a fix that names it is left out of a run without
 one); ``resume_pointer`` what the run's pointer file holds to name it (Megatron's tracker says
 ``release`` for ``release/``), where the layout writes that file (``Layout.repoint``); ``quarantine`` how to move a finding's file aside and back, acting on that file's run
-alone (``rules/context.py`` fills them)."""
+alone (``rules/context.py`` fills them). A save that stopped part-way (CKD117) has its own:
+``holders`` the processes writing it, ``volume`` its filesystem, ``remove`` the command that
+deletes what it left, and ``start_over`` the same where the run has nothing earlier to resume from."""
 
 NEEDS_THE_RUN = frozenset({"resume", "resume_pointer", "quarantine", "start_over"})
 """Placeholders only a run can fill: a fix that uses one is not shown for a run that lacks it (a
