@@ -207,3 +207,82 @@ def test_a_baseline_made_before_keeps_a_known_interrupted_save_hidden(tmp_path, 
     baseline.write_text(json.dumps(recorded))
     again = cli("inspect", "--json", "--baseline", baseline, run)
     assert again.exit_code == 0 and again.json["findings"] == [], report
+
+
+def _two_cut(tmp_path: Path) -> Path:
+    """Epoch 5's save cut in its optimizer, its scheduler never written: two findings, one cause."""
+    run = _run(tmp_path)
+    _cut(run / "optim-5.bpk")
+    (run / "scheduler-5.bpk").unlink()
+    _dated(run)
+    return run
+
+
+def test_a_process_reading_a_cut_file_is_no_writer(tmp_path, cli):
+    """rsync, a pager or a notebook holding the file to read it does not make a dead save live."""
+    run = _two_cut(tmp_path)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import sys,time\nf=open(sys.argv[1],'rb'); print(flush=True); time.sleep(60)", run / "optim-5.bpk"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert reader.stdout is not None
+        reader.stdout.readline()
+        result = cli("inspect", "--json", run)
+        (parent,) = [f for f in result.json["findings"] if f["code"] == "CKD117"]
+        assert parent["severity"] == "error" and result.exit_code == 1
+        assert "being written" not in parent["message"] and f"{reader.pid} (" in parent["message"] and "reads them" in parent["message"]
+        assert any(f"while {reader.pid} (" in fix for fix in parent["fixes"])  # repair waits for it: said
+    finally:
+        reader.kill()
+        reader.wait(timeout=30)
+
+
+def test_a_healthy_checkpoint_behind_a_link_is_no_interrupted_save(tmp_path, cli):
+    run = _run(tmp_path, range(1, 5))
+    _dated(run)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("model-4.bpk", "optim-4.bpk", "scheduler-4.bpk"):
+        (run / name).rename(elsewhere / name)
+        (run / name).symlink_to(elsewhere / name)
+    assert "CKD117" not in {f["code"] for f in _findings(cli, run)}
+
+
+def test_a_full_disk_prints_the_delete_that_frees_what_the_save_left(tmp_path, cli, monkeypatch):
+    run = _two_cut(tmp_path)
+    monkeypatch.setattr(volumes, "volume", lambda path: Volume(str(run), "/data", "xfs", 2**30, 0, None))
+    (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
+    (delete,) = [fix for fix in parent["fixes"] if "`rm -- " in fix]
+    assert str(run / "model-5.bpk") in delete and str(run / "optim-5.bpk") in delete and "epoch 4 stays the resume point" in delete
+
+
+def test_a_file_dated_ahead_of_the_clock_has_no_age(tmp_path, cli):
+    run = _two_cut(tmp_path)
+    ahead = time.time() + 3600
+    os.utime(run / "model-5.bpk", (ahead, ahead))
+    (parent,) = [f for f in _findings(cli, run) if f["code"] == "CKD117"]
+    assert " ago" not in str(parent["message"]) and "0s" not in str(parent["message"])
+
+
+def test_a_configured_severity_of_the_cause_bounds_its_parts_and_the_exit_code(tmp_path, cli):
+    run = _two_cut(tmp_path)
+    config = tmp_path / "ckptdoctor.toml"
+    config.write_text('[severity]\ninterrupted-save = "info"\n')
+    result = cli("inspect", "--json", "--config", config, run)
+    assert result.json["summary"] == {"error": 0, "warning": 0, "info": 1}
+    assert result.exit_code == 0 and {f["severity"] for f in result.json["findings"]} == {"info"}
+
+
+def test_a_part_shown_without_its_finding_names_none(tmp_path, cli):
+    run = _two_cut(tmp_path)
+    (alone,) = _findings(cli, run, "--select", "CKD203")
+    assert alone["code"] == "CKD203" and "part_of" not in alone
+
+
+def test_a_path_with_spaces_is_never_broken(tmp_path, cli):
+    run = tmp_path / "a folder name with several spaces in it" / "and another one here" / "my run"
+    write_burn_run(run, range(1, 4))
+    _dated(run)
+    shown = cli("inspect", run, env={"COLUMNS": "60"}).stdout
+    assert shown.splitlines()[0] == str(run)  # whole on a line of its own, though wider than the screen
