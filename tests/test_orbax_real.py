@@ -159,7 +159,8 @@ def test_a_cut_data_file_is_truncated_and_an_emptied_manifest_is_empty(run, cli)
     biggest = max(item.glob("ocdbt.process_*/d/*"), key=lambda path: path.stat().st_size)
     os.truncate(biggest, biggest.stat().st_size // 2)
     report = agree(run, cli)
-    assert codes(report, severity="error") == ["CKD114", "CKD203"] and biggest.name in message(report, "CKD203")
+    # one save cut short: CKD117 stands for its files' findings
+    assert codes(report, severity="error") == ["CKD117", "CKD114", "CKD203"] and biggest.name in message(report, "CKD203")
     (item / "manifest.ocdbt").write_bytes(b"")
     assert "CKD201" in codes(agree(run, cli), severity="error")
 

@@ -68,7 +68,11 @@ def _measured(run: Run | None) -> Estimate | None:
         return None
     largest = max(complete, key=lambda c: c.bytes)
     unit = run.unit.value
-    basis = f"the largest of the last {counted(len(complete), 'complete ' + unit)}: {unit} {largest.index}"
+    basis = (
+        f"the largest of the last {counted(len(complete), 'complete ' + unit)}: {unit} {largest.index}"
+        if len(complete) > 1
+        else f"the only complete {unit}: {unit} {largest.index}"
+    )
     return Estimate(largest.bytes, len(largest.files) + (1 if largest.folder is not None else 0), basis)
 
 

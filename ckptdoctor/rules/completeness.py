@@ -1026,12 +1026,13 @@ def interrupted_saves(ctx: RunContext, findings: Sequence[Finding]) -> list[Find
     for i, finding in enumerate(found):
         if finding.code in _PARTS:
             by_index[finding.index].append(i)
-    alone = run.resume is None and all(c.status is not Status.COMPLETE for c in run.checkpoints)
+    # the run's only save, cut short: it is why the run has nothing to resume from
+    alone = run.resume is None and len(run.checkpoints) == 1 and len(run.unfinished) == 1
     ended = [i for i, f in enumerate(found) if alone and f.code == NO_RESUMABLE_CHECKPOINT.code]
     parents: list[tuple[int, Finding]] = []
     for checkpoint, interruption in zip(run.unfinished, run.interrupted, strict=True):  # made in this order (pipelines/interrupted.py)
         parts = [i for i in by_index.pop(checkpoint.index, []) + ended if found[i].part_of is None]
-        ended = []  # nothing else was saved: the first cut save stands for the run having none
+        ended = []
         if len(parts) < 2 and interruption.cause not in _CAUSES:
             continue  # one finding is one per cause already, with its own rule's fixes; a live save or a full disk is said still
         severity = (
