@@ -171,6 +171,8 @@ def writing(pid: int, identities: Collection[Identity]) -> bool:
     """Whether process ``pid`` holds one of the files ``identities`` name open for writing: a
     descriptor opened write-only or read-write, or a shared writable mapping. Where its table
     cannot be read, it is taken as writing (unknown is never "only reading")."""
+    if not identities:  # files known by no identity cannot be told apart: taken as written
+        return True
     base = os.path.join(PROC, str(pid))
     try:
         for fd in os.listdir(os.path.join(base, "fd")):
