@@ -171,7 +171,7 @@ def test_missing_shard_is_ckd105(tmp_path, inspect_json):
 def test_human_table_has_a_trainer_state_column(run, cli):
     result = cli("inspect", run)
     assert "STEP" in result.stdout and "TRAINER-STATE" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-2] == f"Resume from step 6: {run}/checkpoint-6"
+    assert result.stdout.rstrip().splitlines()[-3] == f"Resume from step 6: {run}/checkpoint-6"  # then how, then the count
 
 
 def test_layouts_do_not_claim_each_others_runs(run, tmp_path):

@@ -76,7 +76,7 @@ def test_an_object_rewritten_after_the_plan_is_not_moved(weed_bucket: stores.Buc
     assert outcome.acted
     assert weed_bucket.get("run/optim-4.bpk") == b"the trainer saved again"
     assert "run/model-4.bpk" not in weed_bucket.stored()  # what was as planned moved
-    assert any("left 1 objects" in message for message in outcome.messages)
+    assert any("left 1 object written" in message for message in outcome.messages)
 
 
 def test_undo_never_puts_back_over_an_object_that_exists_again(weed_bucket: stores.Bucket, tmp_path: Path, cli: Any) -> None:

@@ -1063,7 +1063,7 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
     files_said = "; ".join(said) or "files missing"
     # how long ago matters in the first minutes after a crash (a save may go on; --min-age spares it)
     recent = interruption.age is not None and interruption.age < MIN_AGE
-    age = f", written {duration(interruption.age)} ago" if recent and interruption.age is not None else ""
+    age = f", {_written(interruption.age)}" if recent and interruption.age is not None else ""
     volume = interruption.volume
     room = f"{size(volume.free_bytes)} free on {volume.fstype} {volume.mountpoint}" if volume is not None else ""
     cause = interruption.cause
@@ -1077,7 +1077,8 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
     elif cause is Cause.KILLED:
         seen = " this user can see" if interruption.unseen else ""
         read = f"; {', '.join(interruption.readers)} reads them" if interruption.readers else ""
-        evidence = f"no process{seen} {'writes' if read else 'holds'} its files{read}{age}; {room}"
+        # the volume has room: what it has is said where it is full (a report says the same twice over)
+        evidence = f"no process{seen} {'writes' if read else 'holds'} its files{read}{age}; the disk has room"
         # moments after a file is closed, a live save may be opening its next one
         killed = (
             "likely killed" if interruption.age is None or interruption.age >= _BETWEEN_FILES else "killed, or between two files of a save"
@@ -1112,6 +1113,12 @@ def _interrupted(ctx: RunContext, checkpoint: Checkpoint, interruption: Interrup
     if cause is Cause.BEING_WRITTEN:
         return finding
     return dataclasses.replace(finding, fixes=tuple(_acting_now(ctx, f, interruption, context["remove"]) for f in finding.fixes))
+
+
+def _written(age: float) -> str:
+    """When a save's newest file was written, in words that stay the same over a minute (two
+    reports of one run a moment apart say the same)."""
+    return "written just now" if age < _BETWEEN_FILES else f"written {int(age // 60)} min ago"
 
 
 def _acting_now(ctx: RunContext, fix: str, interruption: Interruption, remove: str) -> str:
