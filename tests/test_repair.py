@@ -94,7 +94,7 @@ def test_dry_run_shows_each_action_with_the_rules_it_fixes_and_changes_nothing(t
     ]
     temp = plan[("model-8.bpk.tmp",)]
     assert temp["action"] == "quarantine" and temp["index"] == 8
-    assert "CKD202 temp-file" in temp["reasons"][-1]  # what it moves, by its own finding (CKD117 stands for it in the report)
+    assert "CKD202 temp-file" in temp["reasons"][-1]
     assert plan[("model-6.bpk", "optim-6.bpk", "scheduler-6.bpk")]["action"] == "keep"
     assert {item["action"] for item in result.json["plan"]} == {"keep", "quarantine"}
     assert tree(folder) == before
