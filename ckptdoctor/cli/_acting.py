@@ -157,6 +157,8 @@ class Notes:
 def _grouped(notes: Sequence[str], runs: Sequence[str]) -> list[str]:
     """``notes`` in order, those that differ only in the run they name as one line: the first
     whole (its paths and commands still work when pasted), then the other runs it holds for."""
+    from ckptdoctor.api import counted  # loaded by the pass already: --help never comes here
+
     groups: dict[str, list[tuple[str, str]]] = {}
     for note in notes:
         run = next((run for run in runs if run in note), "")
@@ -168,7 +170,7 @@ def _grouped(notes: Sequence[str], runs: Sequence[str]) -> list[str]:
             lines.append(first)
             continue
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        lines.append(f"{first} (and the same for {len(others)} more run{'s' if len(others) > 1 else ''}: {shown})")
+        lines.append(f"{first} (and the same for {counted(len(others), 'more run')}: {shown})")
     return lines
 
 

@@ -386,17 +386,17 @@ def summed_up(report: Report, to_file: bool) -> str:
     """The report's last line: how many findings of each severity in how many runs (and what the
     store's requests cost), dimmed where stdout is styled."""
     # loaded by the report already: --help never comes here
-    from ckptdoctor.api import Severity, size
+    from ckptdoctor.api import Severity, counted, size
 
     counts = [f"{report.count(s)} {s.value}{'s' if report.count(s) != 1 and s is not Severity.INFO else ''}" for s in reversed(Severity)]
     runs = len(report.runs)
     cost = ""
     if report.transfer is not None:
         requests = report.transfer.requests
-        cost = f"; {requests:,} request{'s' if requests != 1 else ''} to the store, {size(report.transfer.received)} read"
+        cost = f"; {requests:,} request{'' if requests == 1 else 's'} to the store, {size(report.transfer.received)} read"
     console = stdout_console(io.StringIO() if to_file else None)
     with console.capture() as captured:
-        console.print(f"{', '.join(counts)} in {runs} run{'s' if runs != 1 else ''}{cost}.", style="dim", markup=False)
+        console.print(f"{', '.join(counts)} in {counted(runs, 'run')}{cost}.", style="dim", markup=False)
     return captured.get()
 
 

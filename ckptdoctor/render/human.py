@@ -634,7 +634,7 @@ def _in_short(group: Sequence[Finding], unit: str | None) -> str:
     about = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     if indexes and unit is not None:
         shown = ", ".join(map(str, indexes[:6])) + (f" … {indexes[-1]}" if len(indexes) > 6 else "")
-        about += f" in {unit}{'s' if len(indexes) != 1 else ''} {shown}"
+        about += f" in {unit if len(indexes) == 1 else unit + 's'} {shown}"
     if len(group) == 1:
         return f"{_named(group[0], unit)} (--verbose shows its fixes)"
     return f"{about}: {len(group)} info findings (--verbose lists them)"
