@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from test_diskcheck import mount_tmpfs
+from test_weights_only import tiny
 
 torch = pytest.importorskip("torch")
 
@@ -42,15 +43,6 @@ class Scenario:
     disk: Path
     run: Path
     layout: str
-
-
-def _model() -> tuple[object, object]:
-    """A model of 0.5 MiB and its AdamW state (1 MiB): a save of about 1.5 MiB."""
-    model = torch.nn.Linear(256, 512)
-    optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.randn(3, 256)).sum().backward()
-    optimizer.step()
-    return model, optimizer
 
 
 def _save(run: Path, layout: str, number: int, model, optimizer) -> None:
@@ -95,7 +87,7 @@ def on_small_disk(tmp_path: Path) -> Iterator[Callable[..., Scenario]]:
         mounted.append(disk)
         run = disk / "run"
         run.mkdir()
-        model, optimizer = _model()
+        model, optimizer = tiny(256, 512)  # 0.5 MiB of weights and 1 MiB of AdamW state: a save of about 1.5 MiB
         for number in range(1, saves + 1):
             _save(run, layout, number * 100 if layout == "hf" else number, model, optimizer)
         _fill(disk, "other-jobs.bin", leave=900 * 1024)  # the volume is shared: the next save does not fit

@@ -39,10 +39,11 @@ def saved(obj: object, protocol: int = 2) -> tuple[bytes, object]:
     return data, torch.load(buffer, weights_only=False)  # the test's own objects
 
 
-def tiny() -> tuple[object, object]:
-    model = torch.nn.Linear(3, 2)
+def tiny(inputs: int = 3, outputs: int = 2) -> tuple[object, object]:
+    """A linear model and its AdamW state after one step (the state is there to save)."""
+    model = torch.nn.Linear(inputs, outputs)
     optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.ones(1, 3)).sum().backward()
+    model(torch.ones(1, inputs)).sum().backward()
     optimizer.step()
     return model, optimizer
 
