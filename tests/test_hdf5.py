@@ -19,7 +19,7 @@ from sample_set import verify_measured
 
 from ckptdoctor.model import Problem
 from ckptdoctor.readers import hdf5
-from ckptdoctor.readers.sample import BytesSample
+from ckptdoctor.readers.sample import BytesSample, FileSample
 
 h5py = pytest.importorskip("h5py", reason="needs h5py (pip install 'ckptdoctor[keras]')")
 np = pytest.importorskip("numpy")
@@ -117,6 +117,35 @@ def test_groups_nested_1500_deep_are_read_whole_as_h5py_reads_them(tmp_path: Pat
         f["g/" * 1500 + "w"][()]  # h5py cannot read the zeroed half
     unread = hdf5.read_whole(BytesSample(cut.read_bytes())).issues
     assert [i.problem for i in unread] == [Problem.MALFORMED] and "h5py cannot read it" in unread[0].detail
+
+
+def test_a_file_on_disk_is_read_by_its_descriptor_whatever_takes_its_name_or_locks_it(tmp_path: Path) -> None:
+    """libhdf5 reads a file on disk by name (twice as fast as through a Python file object): the
+    name is the sample's own descriptor, so a file put in its place after it was opened is not
+    what is read; and libhdf5's lock is not taken, so a writer holding its own lock on the file
+    (h5py's ``locking``, the default) stops nothing."""
+    path = weights(tmp_path / "model.weights.h5")
+    with FileSample.open(str(path)) as sample:
+        assert sample.reopened() is not None
+        other = tmp_path / "other.weights.h5"
+        with h5py.File(other, "w") as f:
+            f.create_dataset("layers/other/vars/0", data=np.ones(3, "float32"))
+        os.replace(other, path)
+        assert sample.reopened() is None  # libhdf5 would resolve the path to the file now there
+        read = hdf5.read_whole(sample)
+    assert [t.name for t in read.tensors or ()] == ["layers.dense.vars.0", "layers.dense.vars.1", "optimizer.vars.0"]
+    locker = "import h5py, sys, time; f = h5py.File(sys.argv[1], 'r+'); print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", locker, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(OSError, match="lock"):
+            h5py.File(path, "r")  # what a locking reader meets
+        with FileSample.open(str(path)) as sample:
+            read = hdf5.read_whole(sample)
+        assert not read.issues and [t.name for t in read.tensors or ()] == ["layers.other.vars.0"]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.parametrize("deep", [False, True], ids=["verify", "deep"])
