@@ -195,6 +195,9 @@ class VerifyOptions(InspectOptions):
     the objects to read whole from stores and the most bytes the command will then have received
     from stores in all (the headers included); False stops with ``pipelines.verify.NotDownloaded``.
     None: read them."""
+    ray: str | None = None
+    """With ``deep``: the address of a Ray cluster whose tasks read the deep check's ranges
+    (``auto``: ``RAY_ADDRESS``, else the cluster on this machine); needs ``ckptdoctor[ray]``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -203,6 +206,10 @@ class VerifyOptions(InspectOptions):
         _typed(self, "jobs", int, "a whole number (0: one per core)")
         if self.jobs < 0:
             raise InvalidValue(f"jobs must be 0 (one per core) or more, not {self.jobs}")
+        if self.ray is not None and (not isinstance(self.ray, str) or not self.ray.strip()):
+            raise InvalidValue(f"ray must be a Ray cluster's address (or 'auto'), not {self.ray!r}")
+        if self.ray is not None and not self.deep:
+            raise InvalidValue("ray fans out the deep check, which reads every byte: set deep too (verify --deep --ray)")
 
 
 @dataclass(frozen=True)
@@ -339,7 +346,7 @@ def run_verify(options: VerifyOptions) -> Scanned:
     from ckptdoctor.pipelines import verify as verifying
 
     paths = _listed(options.paths)
-    how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download)
+    how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download, options.ray)
     with _in_force(options, paths) as settings:
         report, found = (verifying.verify_resume if options.resume else verifying.verify)(paths, how, settings.thresholds, options.tally)
         return Scanned(_as_configured(report, settings, options), found.empty)

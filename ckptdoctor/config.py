@@ -43,7 +43,20 @@ class ConfigError(InvalidValue):
 
 
 TOP_KEYS = frozenset(
-    {"select", "ignore", "fail-on", "format", "severity", "thresholds", "min-age", "prune", "roles", "max-download", "trusted-globals"}
+    {
+        "select",
+        "ignore",
+        "fail-on",
+        "format",
+        "severity",
+        "thresholds",
+        "min-age",
+        "prune",
+        "roles",
+        "max-download",
+        "trusted-globals",
+        "ray",
+    }
 )
 HINTED_ROLES = ("model", "optimizer", "scheduler")
 THRESHOLD_KEYS = {"undersized": "undersized", "oversized": "oversized", "optimizer-margin": "optimizer_margin", "min-peers": "min_peers"}
@@ -55,6 +68,7 @@ ENVIRONMENT = {
     "CKPTDOCTOR_IGNORE": "ignore",
     "CKPTDOCTOR_MAX_DOWNLOAD": "max-download",
     "CKPTDOCTOR_TRUSTED_GLOBALS": "trusted-globals",
+    "CKPTDOCTOR_RAY": "ray",
 }
 """Environment twins of settings (pip-audit's pattern): between the command line and the file."""
 
@@ -83,6 +97,9 @@ class Settings:
     trusted_globals: Trusted = field(default_factory=Trusted)
     """Classes the user declared trusted (``trusted-globals``, as torch's ``add_safe_globals``):
     a pickle that needs only them and harmless globals is CKD402, not CKD401."""
+    ray: str | None = None
+    """The Ray cluster ``verify --deep`` fans its ranges out over (``auto``, or an address); None
+    or ``off``: read here."""
     source: str | None = None
     """The file the settings came from, if any."""
     prune_table: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -278,6 +295,9 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     min_age = values.get("min-age")
     if min_age is not None and not isinstance(min_age, str | int | float):
         raise fail("min-age", "must be a duration such as 10min")
+    ray = values.get("ray")
+    if ray is not None and (not isinstance(ray, str) or not ray.strip()):
+        raise fail("ray", 'must be a Ray cluster\'s address, "auto" or "off"')
     trusted = values.get("trusted-globals", [])
     if not isinstance(trusted, list) or not all(isinstance(item, str) for item in trusted):
         raise fail("trusted-globals", 'must be a list of module.Class of your own package: ["mypkg.Config"]')
@@ -298,6 +318,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
         ),
         min_age=str(min_age) if min_age is not None else None,
         max_download=max_download,
+        ray=ray.strip() if ray is not None else None,
         roles=hinted,
         trusted_globals=Trusted.declared((item.strip() for item in trusted), where or "") if trusted else Trusted(),
         source=where,

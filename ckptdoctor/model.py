@@ -779,6 +779,20 @@ class Transfer(NamedTuple):
     received: int
 
 
+class Fanned(NamedTuple):
+    """What fanning the deep check out over a cluster did (``verify --deep --ray``)."""
+
+    kind: str
+    """The cluster's kind: ``ray``."""
+    tasks: int
+    workers: int
+    """Distinct worker processes that ran a task."""
+    bytes_read: int
+    """Bytes the tasks read and checked, in all."""
+    seconds: float
+    """From the first task submitted to the last result in."""
+
+
 class Access(enum.Enum):
     """Whether the store let a probe do one thing a command needs."""
 
@@ -937,6 +951,8 @@ class Report:
     """``diskcheck``: the volume, the next save and the runway."""
     transfer: Transfer | None = None
     """What the paths in object stores cost to read (None where every path was local)."""
+    fanned: Fanned | None = None
+    """What the cluster that read the deep check's ranges did (None where this process read them)."""
 
     def count(self, severity: Severity) -> int:
         """Findings of ``severity``, one per cause: the parts of a finding count with it."""

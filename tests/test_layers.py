@@ -45,7 +45,7 @@ LAYERS: dict[str, int] = {
     "stores": 3,
     "readers": 4, "records": 4,
     # what a name or a file means; the executor, which acts on entries and knows no framework
-    "layouts": 5, "actions": 5,
+    "layouts": 5, "actions": 5, "fanout": 5,
     # what is wrong
     "rules": 6,
     # pipelines (paths → report) and planners (run → plan or verdict)

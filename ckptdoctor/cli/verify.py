@@ -55,6 +55,18 @@ ResumePathFlag = Annotated[
         help="As --resume, printing the path inspect --resume-path prints: for job scripts that resume from it.",
     ),
 ]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        show_default=False,
+        help="With --deep: the byte ranges it reads go to tasks on the Ray cluster at ADDRESS (HOST:PORT), each reading "
+        "its range itself; auto: RAY_ADDRESS, else the cluster on this machine; off: read here (ray in the config; "
+        "CKPTDOCTOR_RAY). Local files must be on a filesystem every node mounts at the same path. "
+        "Needs pip install 'ckptdoctor[ray]'.",
+    ),
+]
 JobsOption = Annotated[
     int,
     typer.Option(
@@ -73,6 +85,7 @@ def verify(
     max_download: MaxDownloadOption = None,
     resume: ResumeFlag = False,
     resume_path: ResumePathFlag = False,
+    ray: RayOption = None,
     *,
     options: ReportOptions,
 ) -> None:
@@ -101,11 +114,16 @@ def verify(
         raise typer.Exit(EXIT_USAGE)
     if load:
         _require_torch()
+    if ray is not None and not deep:
+        say("ckptdoctor: error: --ray fans out what --deep reads: pass --deep too")
+        raise typer.Exit(EXIT_USAGE)
+    cluster = (ray or options.settings.ray) if deep else None
     limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
     with ScanStatus(options.quiet) as status:
         asked = api.VerifyOptions(
             tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally,
             deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status),
+            ray=None if cluster == "off" else cluster,
         )  # fmt: skip
         scanned = api.run_verify(asked)
     if resume or resume_path:

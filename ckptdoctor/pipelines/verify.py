@@ -12,8 +12,9 @@ import dataclasses
 import errno
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ckptdoctor.discover import Listing, natural_key
 from ckptdoctor.errors import UsageError
@@ -26,6 +27,7 @@ from ckptdoctor.pipelines.interrupted import with_interruptions
 from ckptdoctor.pipelines.scan import Scan, scan, surveys, transfer, with_leftovers
 from ckptdoctor.pipelines.versions import announced
 from ckptdoctor.progress import Tally
+from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers.deep_scan import prepare
 from ckptdoctor.readers.files import (
     ReadAhead,
@@ -37,7 +39,7 @@ from ckptdoctor.readers.files import (
     unpickled_by_name,
     whole_read_bytes,
 )
-from ckptdoctor.readers.sample import keeping_whole
+from ckptdoctor.readers.sample import FileSample, keeping_whole
 from ckptdoctor.readers.unpickler import Budget, one_budget
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
@@ -45,12 +47,18 @@ from ckptdoctor.stores import session
 from ckptdoctor.stores.leftovers import Surveyed
 from ckptdoctor.units import counted
 
+if TYPE_CHECKING:
+    from ckptdoctor.fanout.ray import RayFanout
+
 _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dill")
 """Files outside checkpoints that verify reads too: they can carry code or arrays."""
 
 
 OBJECT_THREADS = 8
 """Objects read whole at once (each in parallel parts of its own)."""
+FANNED_THREADS = 32
+"""Files read at once where a cluster reads their deep ranges (``--ray``): each thread mostly waits
+for its file's tasks, and every file's tasks must be queued for the cluster to be kept busy."""
 POOL_MIN_FILES = 512
 """Below this many files a structural read takes less time than starting worker processes."""
 POOL_MIN_BYTES = 64 * 1024 * 1024
@@ -70,6 +78,9 @@ class VerifyOptions:
     money), with the count of the objects to read whole from stores and the most bytes the
     command will then have received from stores in all (``_ask``); False stops with
     :class:`NotDownloaded`. None: read them."""
+    ray: str | None = None
+    """The Ray cluster whose tasks read the deep check's ranges (``auto``: ``RAY_ADDRESS``, else
+    the one on this machine); None: this process reads them."""
 
 
 class NotDownloaded(UsageError):
@@ -94,7 +105,8 @@ def verify(
         older = _older_to_read(first.runs, surveyed)
         _ask(options, targets, headers.made, before, older)
         budgets = _Budgets({e.os_path: run.path for run in first.runs for e in _files_of(run)})
-        reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
+        with _fanned(options, targets) as fanned:
+            reports = _read_all(targets, options.deep, options.jobs or cores(), tally, budgets)
         if options.load:
             from ckptdoctor.readers.library import load_all  # torch is imported only here
 
@@ -108,8 +120,33 @@ def verify(
     findings = check(judged, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
     covered = {run.path for run in file_runs}
     empty = tuple(path for path in second.empty if not any(_within(run_path, path) for run_path in covered))
-    report = Report("verify", judged, findings, second.errors, transfer=transfer(paths, before))
+    report = Report("verify", judged, findings, second.errors, transfer=transfer(paths, before), fanned=fanned.spent() if fanned else None)
     return report, dataclasses.replace(second, empty=empty)
+
+
+@contextlib.contextmanager
+def _fanned(options: VerifyOptions, targets: Sequence[Entry]) -> Iterator[RayFanout | None]:
+    """Within this, the deep check's ranges go to the cluster ``options.ray`` names, once a
+    worker has shown it reads the files of ``targets`` as this process does; the tasks still
+    pending are cancelled where this ends early (Ctrl-C)."""
+    if options.ray is None:
+        yield None
+        return
+    # the optional extra, imported only for --ray
+    from ckptdoctor.fanout import ray
+
+    fanout = ray.connect(options.ray)
+    local = next((entry for entry in targets if session.owner(entry.os_path) is None), None)
+    if local is not None:
+        with FileSample.open(local.os_path) as sample:
+            address = sample.address()
+        if address is not None:
+            fanout.probe(address)
+    try:
+        with deep_scan.fanned_out(fanout):
+            yield fanout
+    finally:
+        fanout.cancel()
 
 
 def _ask(
@@ -195,10 +232,11 @@ def verify_resume(
     verified: dict[str, frozenset[int]] = {}
     with keeping_whole():
         first = scan(paths, headers, tally=tally)
-        for run in first.runs:
-            # what this user cannot read stays where the framework may resume: the answer depends on it
-            resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
-            verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
+        with _fanned(options, [f.entry for run in first.runs if run.resume for f in run.resume.files]) as fanned:
+            for run in first.runs:
+                # what this user cannot read stays where the framework may resume: the answer depends on it
+                resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
+                verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
         second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS)) if reports else first
     now = time.time()
     runs = with_interruptions(
@@ -209,7 +247,8 @@ def verify_resume(
         now,
     )
     findings = check(runs, second.unlisted, thresholds or Thresholds(), whole=True, now=now)
-    return Report("verify", runs, findings, second.errors, transfer=transfer(paths, before)), second
+    fanned_out = fanned.spent() if fanned else None
+    return Report("verify", runs, findings, second.errors, transfer=transfer(paths, before), fanned=fanned_out), second
 
 
 def _verified_resume(
@@ -316,10 +355,13 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
     tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
     tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
+    if deep and deep_scan.fanout() is not None:  # no fork: the cluster's connection lives in this process
+        _read_in_threads(entries, deep, tally, reports, budgets, FANNED_THREADS)
+        return reports
     objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
     if objects:
         entries = [entry for entry in entries if session.owner(entry.os_path) is None]
-        _read_objects(objects, deep, tally, reports, budgets)
+        _read_in_threads(objects, deep, tally, reports, budgets, OBJECT_THREADS)
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     # one file that outweighs the rest twice over is read soonest by every thread at once (and
     # the rest after it), not by one worker while the others finish the small files and wait
@@ -353,17 +395,25 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
     return reports
 
 
-def _read_objects(objects: list[Entry], deep: bool, tally: Tally, reports: dict[str, FileReport], budgets: _Budgets) -> None:
-    """Objects in a store, each read whole, by threads that wait on the network: a forked worker
-    would inherit the store client's threads mid-flight."""
-    # loaded only where objects are read: a local verify does not import it
+def _read_in_threads(
+    entries: list[Entry], deep: bool, tally: Tally, reports: dict[str, FileReport], budgets: _Budgets, threads: int
+) -> None:
+    """Files each read whole by one of ``threads`` threads that mostly wait: on the network
+    (objects in a store, where a forked worker would inherit the store client's threads
+    mid-flight), or on a cluster's tasks. Each runs in a copy of this thread's context, which
+    says where deep checks go."""
+    # loaded only where files are read so: a local verify does not import it
+    import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(OBJECT_THREADS) as pool:
-        for entry, report in zip(
-            objects, pool.map(lambda entry: _charged(budgets.of(entry), entry, 1 if deep else 0), objects), strict=True
-        ):
-            reports[entry.os_path] = report
+    def read(entry: Entry) -> FileReport:
+        return _charged(budgets.of(entry), entry, 1 if deep else 0)
+
+    with ThreadPoolExecutor(threads) as pool:
+        # each a copy of this thread's context, made here: a context is entered by one thread at a time
+        futures = [pool.submit(contextvars.copy_context().run, read, entry) for entry in entries]
+        for entry, future in zip(entries, futures, strict=True):
+            reports[entry.os_path] = future.result()
             tally.read += 1
             tally.bytes_read += entry.size
 

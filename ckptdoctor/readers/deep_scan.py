@@ -20,18 +20,19 @@ counts (``tests/test_deep_scan.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import sys
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, Problem
 from ckptdoctor.readers._edges import COMPILED
-from ckptdoctor.readers.sample import Sample
+from ckptdoctor.readers.sample import Address, Sample, opened_at
 
 ScanBlock = Callable[[bytearray | bytes | memoryview, int, int, int, int, int, bool], tuple[int, bool]]
 compiled_scan_block: ScanBlock | None = None
@@ -122,7 +123,36 @@ class Checked(NamedTuple):
 
 
 class FileChanged(Exception):
-    """The file became shorter while it was read."""
+    """The file became shorter while it was read, or its bytes could not all be read."""
+
+
+class Fanout(Protocol):
+    """Where the parts of a deep check are read and checked when not in this process: tasks on
+    other machines that read the file at its address themselves (``fanout/``)."""
+
+    def check_parts(self, address: Address, parts: Sequence[Region]) -> list[Checked]:
+        """What :func:`check_parts` finds of each of ``parts`` of the file at ``address``, in the
+        same order; :class:`FileChanged` where some could not be read."""
+        ...
+
+
+_fanout: contextvars.ContextVar[Fanout | None] = contextvars.ContextVar("fanout", default=None)
+
+
+@contextlib.contextmanager
+def fanned_out(fanout: Fanout) -> Iterator[None]:
+    """Within this (and in threads started with a copy of its context), the deep check of every
+    sample that has an address goes to ``fanout``."""
+    token = _fanout.set(fanout)
+    try:
+        yield
+    finally:
+        _fanout.reset(token)
+
+
+def fanout() -> Fanout | None:
+    """Where deep checks go here, if not to this process."""
+    return _fanout.get()
 
 
 def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Checked]:
@@ -130,8 +160,6 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
     for region in regions:
         if region.offset + region.length > sample.size:
             raise FileChanged(f"bytes {region.offset}-{region.offset + region.length} lie past the end of the file")
-    sample.read_in_order()
-    prepare()  # by this thread, before any other needs it
     parts: list[tuple[int, Region]] = []
     for number, region in enumerate(regions):
         step = PART if _crc()[1] is not None or not region.crc else max(region.length, 1)
@@ -142,12 +170,12 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
             start += length
             if start >= region.length:
                 break
-    total = sum(region.length for region in regions)
-    if threads > 1 and total > PART:
-        results = _shared([part for _, part in parts], sample, threads)
+    elsewhere = _fanout.get()
+    address = sample.address() if elsewhere is not None and regions else None
+    if elsewhere is not None and address is not None:
+        results = elsewhere.check_parts(address, [part for _, part in parts])
     else:
-        scratch = _scratch()
-        results = [_check_part(sample, part, scratch) for _, part in parts]
+        results = check_parts(sample, [part for _, part in parts], threads)
     combined: list[Checked] = [Checked(0 if r.crc else None, 0, r.zeros or None) for r in regions]
     for (number, part), result in zip(parts, results, strict=True):
         before = combined[number]
@@ -157,6 +185,28 @@ def check(sample: Sample, regions: list[Region], threads: int = 1) -> list[Check
         zero = before.zero and result.zero if before.zero is not None else None
         combined[number] = Checked(crc, before.nonfinite + result.nonfinite, zero)
     return combined
+
+
+def check_parts(sample: Sample, parts: Sequence[Region], threads: int = 1) -> list[Checked]:
+    """Each of ``parts`` read and checked in this process, by ``threads`` threads where they are
+    worth it; results in the same order. The parts are no longer than ``PART``, so their CRCs
+    combine (``check``)."""
+    sample.read_in_order()
+    prepare()  # by this thread, before any other needs it
+    if threads > 1 and sum(part.length for part in parts) > PART:
+        return _shared(list(parts), sample, threads)
+    scratch = _scratch()
+    return [_check_part(sample, part, scratch) for part in parts]
+
+
+def check_at(address: Address, parts: Sequence[Region]) -> list[Checked]:
+    """:func:`check_parts` of the file at ``address``, opened here: what a task on another
+    machine runs. :class:`FileChanged` where the file here is not the one meant."""
+    try:
+        with opened_at(address) as sample:
+            return check_parts(sample, parts)
+    except LookupError as other:
+        raise FileChanged(str(other)) from None
 
 
 def _shared(parts: list[Region], sample: Sample, threads: int) -> list[Checked]:

@@ -183,18 +183,20 @@ def _read_whole(sample: Sample, deep: int, without_h5py: FileIssue) -> FileRepor
     if not outcome:
         crashed = FileIssue(Problem.MALFORMED, "libhdf5 crashed reading it: the file is damaged, or crafted to crash readers")
         return FileReport(HDF5.value, (crashed,), header.facts)
-    issues, tensors, top = outcome[0]
+    issues, tensors, top, regions, chunked = outcome[0]
+    if deep and not issues:  # read here, not in the fork: a --ray fan-out's connection lives in this process
+        issues = deep_scan.scan(sample, regions, deep)[0] + chunked
     return FileReport(HDF5.value, tuple(issues), header.facts, tuple(tensors), tuple(top), sum(t.nbytes for t in tensors))
 
 
-def _read(sample: Sample, deep: int) -> tuple[list[FileIssue], list[Tensor], list[str]]:
+def _read(sample: Sample, deep: int) -> tuple[list[FileIssue], list[Tensor], list[str], list[deep_scan.Region], list[FileIssue]]:
+    """The walk's issues, tensors, names at the top and contiguous regions, and (``deep``) what
+    the values of the chunked datasets hold, which only h5py reads."""
     h5py = _h5py()
     with _opened(h5py, sample) as opened:
         walked = _walk(h5py, opened, sample.size)
-        issues = walked.issues
-        if deep and not issues:
-            issues = _deep_issues(sample, opened, walked, deep)
-    return issues, walked.tensors, walked.top
+        chunked = _chunked_issues(sample, opened, walked) if deep and not walked.issues else []
+    return walked.issues, walked.tensors, walked.top, walked.regions, chunked
 
 
 def _opened(h5py: Any, sample: Sample) -> Any:
@@ -380,11 +382,12 @@ def _dtype(h5py: Any, dataset: Any, kind: Any) -> str:
     return "bool" if base == "bool" else f"{base}{kind.itemsize * 8}"
 
 
-def _deep_issues(sample: Sample, opened: Any, walked: _Walked, threads: int) -> list[FileIssue]:
-    """NaN and Inf in every float dataset: straight from the file where a dataset's bytes are one
-    run, else through h5py (chunked or filtered datasets, which Keras does not write), where their
-    stored chunks inflate to no more than a compressed stream may (``compressed.MAX_RATIO``)."""
-    issues, _ = deep_scan.scan(sample, walked.regions, threads)
+def _chunked_issues(sample: Sample, opened: Any, walked: _Walked) -> list[FileIssue]:
+    """NaN and Inf in the float datasets whose bytes are not one run in the file (chunked or
+    filtered, which Keras does not write), read through h5py, where their stored chunks inflate
+    to no more than a compressed stream may (``compressed.MAX_RATIO``). The contiguous ones are
+    read straight from the file (``_read_whole``)."""
+    issues: list[FileIssue] = []
     # bfloat16: h5py hands it over as raw 16-bit words, counted only where contiguous
     chunked = [(opened[name], dtype) for name, dtype in walked.chunked if dtype in deep_scan.FLOAT_BITS and dtype != "bfloat16"]
     inflated = sum(d.id.get_num_chunks() * math.prod(d.chunks) * d.dtype.itemsize for d, _ in chunked)

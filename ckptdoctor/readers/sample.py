@@ -14,6 +14,7 @@ import io
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from ckptdoctor.regular import open_to_read
@@ -30,6 +31,22 @@ MAX_HEADER = 16 * 1024 * 1024
 """The longest header a reader may ask for; a declared header beyond this is itself a finding."""
 CHUNK = 1024 * 1024
 Found = TypeVar("Found")
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a process on another machine reads a sample's bytes itself (``verify --deep
+    --ray``): the file at the same absolute path, known by the size and modification time it
+    had here, so that a different file there is never taken for it."""
+
+    path: str
+    size: int
+    """The file's size when it was opened here."""
+    mtime_ns: int
+    base: int = 0
+    """Where the sample's first byte lies in the file (a zip member stored whole)."""
+    length: int = -1
+    """The sample's own size; -1: the whole file."""
 
 
 class Sample:
@@ -72,6 +89,11 @@ class Sample:
         """All of the file's bytes where they are already at hand (a small file), else None."""
         return None
 
+    def address(self) -> Address | None:
+        """Where another machine reads these bytes itself; None where it cannot (bytes in memory,
+        a decompressed stream)."""
+        return None
+
     def reopened(self) -> str | None:
         """A name by which this process opens this very file again (its descriptor under
         ``/proc``), for C libraries that read a named file twice as fast as through a Python file
@@ -112,8 +134,9 @@ class BytesSample(Sample):
 class FileSample(Sample):
     """A sample over an open file; the first head and tail reads are cached."""
 
-    def __init__(self, fd: int, size: int | None = None) -> None:
+    def __init__(self, fd: int, size: int | None = None, path: str | None = None) -> None:
         self._fd = fd
+        self._path = path
         self.size = os.fstat(fd).st_size if size is None else size
         # ask for no more than the file holds: os.read allocates what it is asked for
         first = os.read(fd, self.size) if self.size <= HEAD + TAIL else os.read(fd, HEAD)
@@ -126,7 +149,7 @@ class FileSample(Sample):
         """Open a file; ``size`` from a fresh stat saves a syscall per file on big scans."""
         fd = open_to_read(os_path)
         try:
-            return cls(fd, size)
+            return cls(fd, size, os_path)
         except BaseException:
             os.close(fd)
             raise
@@ -137,6 +160,12 @@ class FileSample(Sample):
     def whole(self) -> bytes | None:
         """All of the file's bytes when the first read held them (small files), else None."""
         return self._head if len(self._head) == self.size else None
+
+    def address(self) -> Address | None:
+        if self._path is None:
+            return None
+        opened = os.fstat(self._fd)
+        return Address(os.path.abspath(self._path), opened.st_size, opened.st_mtime_ns)
 
     def reopened(self) -> str | None:
         name = f"/proc/self/fd/{self._fd}"
@@ -227,6 +256,12 @@ class Window(Sample):
     def read_in_order(self) -> None:
         self._outer.read_in_order()
 
+    def address(self) -> Address | None:
+        outer = self._outer.address()
+        if outer is None:
+            return None
+        return replace(outer, base=outer.base + self._offset, length=self.size)
+
 
 class ObjectSample(Sample):
     """A sample of an object in a bucket, read by ranged GETs: the head and tail a bulk read
@@ -282,6 +317,24 @@ class ObjectSample(Sample):
 
 IN_MEMORY = 256 * 1024 * 1024
 """An object read whole up to this size is held in memory; a bigger one goes to a temporary file."""
+
+
+@contextlib.contextmanager
+def opened_at(address: Address) -> Iterator[Sample]:
+    """The sample at ``address``, opened on this machine; ``OSError`` where there is no such
+    file, and ``LookupError`` where the file there is not the one meant (another size or
+    modification time)."""
+    whole = FileSample.open(address.path)
+    try:
+        opened = os.fstat(whole._fd)
+        if (opened.st_size, opened.st_mtime_ns) != (address.size, address.mtime_ns):
+            raise LookupError(
+                f"{address.path} is another file here: {opened.st_size} bytes modified at {opened.st_mtime_ns} ns, "
+                f"not {address.size} bytes at {address.mtime_ns} ns"
+            )
+        yield whole if address.base == 0 and address.length in (-1, whole.size) else Window(whole, address.base, address.length)
+    finally:
+        whole.close()
 
 
 def open_sample(os_path: str, size: int | None = None, blocks: bool = True) -> Sample:

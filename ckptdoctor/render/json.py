@@ -73,6 +73,8 @@ def document(report: Report) -> dict[str, Any]:
         kept = [(run.path, run.store) for run in report.runs if run.store is not None]
         if kept:
             body["store"]["leftovers"] = [_leftovers(path, store) for path, store in kept]
+    if report.fanned is not None:
+        body["executor"] = report.fanned._asdict()
     return body
 
 

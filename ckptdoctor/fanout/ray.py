@@ -1,0 +1,204 @@
+"""The deep check's ranges read by tasks on an existing Ray cluster (``verify --deep --ray``).
+
+The driver (this process) still reads every header and judges every file; only the ranges that
+``--deep`` reads whole (``deep_scan.check``'s parts: tensors, zip members, at most
+``deep_scan.PART`` each) go to the cluster, dealt into tasks of about ``TASK_BYTES``. A task
+opens the file at the same absolute path on its own node (a filesystem every node mounts), checks
+that it is the same file (size and modification time), reads its parts and returns what the
+local scan returns for them: non-finite counts, CRC-32s, zero tests. The driver merges them as
+it merges its own threads' parts, so the report is the one a single machine writes.
+
+A task whose worker dies is run again by Ray (``RETRIES``); a range that still could not be read
+is an unreadable file, never a clean one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ckptdoctor.errors import UsageError
+from ckptdoctor.model import Fanned
+from ckptdoctor.readers import deep_scan
+from ckptdoctor.readers.sample import Address, opened_at
+from ckptdoctor.version import __version__
+
+TASK_BYTES = 256 * 1024 * 1024
+"""Bytes one task reads: long enough that a task's scheduling (a few ms) costs nothing against
+its read (a tenth of a second at 2 GB/s), short enough that a run's files make many tasks."""
+RETRIES = 3
+"""Times Ray runs a task again when its worker dies or a read fails (a node lost, a flaky mount)."""
+INSTALL = "pip install 'ckptdoctor[ray]'"
+
+
+class ClusterUnusable(UsageError):
+    """The Ray cluster cannot be reached, or its workers cannot read the files (exit 2)."""
+
+
+def connect(address: str) -> RayFanout:
+    """A fan-out over the Ray cluster at ``address`` (``auto``: ``RAY_ADDRESS``, else the one
+    started on this machine), or this process's connection where it has one already."""
+    try:
+        # the optional extra, imported only for --ray
+        import ray
+    except ImportError:
+        raise UsageError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
+    if not ray.is_initialized():
+        _reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise ClusterUnusable(
+                f"no Ray cluster at {address}: {_first_line(error)} (start one with `ray start --head`, or give its "
+                "address: --ray HOST:PORT, RAY_ADDRESS)"
+            ) from None
+    return RayFanout(ray)
+
+
+REACH_SECONDS = 5.0
+"""How long the cluster's head may take to accept a connection: Ray's own client retries a dead
+address for minutes."""
+
+
+def _reachable(address: str) -> None:
+    """:class:`ClusterUnusable` unless ``address`` (``HOST:PORT``, or ``ray://HOST:PORT`` for Ray
+    Client) accepts a connection; an empty one, or ``auto``, is Ray's to find."""
+    if not address or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterUnusable(f"{address!r} is not a Ray cluster's address: give HOST:PORT (its head's GCS port, 6379 by default)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
+    except OSError as error:
+        raise ClusterUnusable(f"no Ray cluster at {address}: {error.strerror or error} (start one with `ray start --head`)") from None
+
+
+class RayFanout:
+    """Deep-check parts as Ray tasks. Shared by the driver's threads, one per file being read."""
+
+    def __init__(self, ray: Any) -> None:
+        self._ray = ray
+        options = {"max_retries": RETRIES, "retry_exceptions": [OSError], "num_cpus": 1}
+        self._check = ray.remote(**options)(_check_task)
+        self._probe = ray.remote(**options)(_probe_task)
+        self._lock = threading.Lock()
+        self._pending: set[Any] = set()
+        self._tasks = 0
+        self._bytes = 0
+        self._workers: set[str] = set()
+        self._began: float | None = None
+        self._ended = 0.0
+
+    def probe(self, address: Address) -> None:
+        """Make sure, before any range is handed out, that a worker runs this ckptdoctor and reads
+        the file at ``address`` as this process does: else :class:`ClusterUnusable`."""
+        try:
+            version = self._got(self._probe.remote(address))
+        except self._ray.exceptions.RayTaskError as failed:
+            cause = failed.cause if isinstance(failed.cause, BaseException) else failed
+            if isinstance(cause, ModuleNotFoundError):
+                raise ClusterUnusable(f"the Ray workers cannot import ckptdoctor: install it on every node ({INSTALL})") from None
+            raise ClusterUnusable(
+                f"the Ray workers cannot read {address.path} as this machine does ({_first_line(cause)}): run --ray on a "
+                "filesystem every node mounts at the same path"
+            ) from None
+        if version != __version__:
+            raise ClusterUnusable(f"the Ray workers run ckptdoctor {version}, this machine {__version__}: install the same on every node")
+
+    def check_parts(self, address: Address, parts: Sequence[deep_scan.Region]) -> list[deep_scan.Checked]:
+        batches = _batches(parts)
+        with self._lock:
+            if self._began is None:
+                self._began = time.monotonic()
+            refs = [self._check.remote(address, batch) for batch in batches]
+            self._pending.update(refs)
+            self._tasks += len(refs)
+        results: list[deep_scan.Checked] = []
+        try:
+            for ref, batch in zip(refs, batches, strict=True):
+                worker, checked = self._got(ref, address, batch)
+                results += checked
+                with self._lock:
+                    self._pending.discard(ref)
+                    self._workers.add(worker)
+                    self._bytes += sum(part.length for part in batch)
+                    self._ended = time.monotonic()
+        except BaseException:
+            self.cancel(refs)
+            raise
+        return results
+
+    def cancel(self, refs: Sequence[Any] | None = None) -> None:
+        """Cancel ``refs`` (None: every task still pending): Ctrl-C, or a file given up."""
+        with self._lock:
+            doomed = list(self._pending if refs is None else refs)
+            self._pending.difference_update(doomed)
+        for ref in doomed:
+            self._ray.cancel(ref, force=True)
+
+    def spent(self) -> Fanned:
+        with self._lock:
+            seconds = self._ended - self._began if self._began is not None else 0.0
+            return Fanned("ray", self._tasks, len(self._workers), self._bytes, round(seconds, 3))
+
+    def _got(self, ref: Any, address: Address | None = None, batch: Sequence[deep_scan.Region] = ()) -> Any:
+        """The result of ``ref``; a failure after Ray's retries is :class:`deep_scan.FileChanged`
+        (the ranges of ``batch`` of the file at ``address`` could not be read)."""
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(ref)
+        except exceptions.RayTaskError as failed:
+            if address is None:
+                raise
+            cause = failed.cause if isinstance(failed.cause, BaseException) else failed
+            if isinstance(cause, deep_scan.FileChanged):
+                raise deep_scan.FileChanged(str(cause)) from None
+            raise deep_scan.FileChanged(f"{_unread(address, batch)}: {_first_line(cause)}") from None
+        except (exceptions.WorkerCrashedError, exceptions.NodeDiedError, exceptions.ObjectLostError, exceptions.OwnerDiedError) as lost:
+            if address is None:
+                raise ClusterUnusable(f"the Ray cluster lost the probe task: {_first_line(lost)}") from None
+            raise deep_scan.FileChanged(f"{_unread(address, batch)}: its worker died {RETRIES + 1} times") from None
+        except exceptions.RaySystemError as gone:
+            raise ClusterUnusable(f"the Ray cluster went away: {_first_line(gone)}") from None
+
+
+def _batches(parts: Sequence[deep_scan.Region]) -> list[list[deep_scan.Region]]:
+    """``parts`` in file order, dealt into runs of about ``TASK_BYTES`` each."""
+    batches: list[list[deep_scan.Region]] = []
+    size = 0
+    for part in parts:
+        if not batches or (size + part.length > TASK_BYTES and batches[-1]):
+            batches.append([])
+            size = 0
+        batches[-1].append(part)
+        size += part.length
+    return batches
+
+
+def _unread(address: Address, batch: Sequence[deep_scan.Region]) -> str:
+    start = min(part.offset for part in batch) + address.base
+    end = max(part.offset + part.length for part in batch) + address.base
+    return f"could not read bytes {start:,}–{end:,} of {os.path.basename(address.path)} on the Ray cluster"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def _check_task(address: Address, parts: Sequence[deep_scan.Region]) -> tuple[str, list[deep_scan.Checked]]:
+    """What a worker runs: ``parts`` of the file at ``address``, read on its node, and who it is."""
+    return f"{socket.gethostname()}:{os.getpid()}", deep_scan.check_at(address, parts)
+
+
+def _probe_task(address: Address) -> str:
+    """What a worker runs first: its ckptdoctor's version, once it has opened the file at
+    ``address`` and found it the one the driver sees (``LookupError`` else), and read its head."""
+    with opened_at(address) as sample:
+        sample.head(4096)
+    return __version__

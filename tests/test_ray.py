@@ -1,0 +1,242 @@
+"""``verify --deep --ray`` against a real Ray cluster on 127.0.0.1 (``ray start --head``, 2 CPUs),
+started once for this module and stopped after it: on every run, the report equals the one this
+machine writes alone, apart from the ``executor`` block, which shows the work went to the
+cluster. Workers killed mid-task are retried by Ray; a range whose every try died is an
+unreadable file, never a clean one.
+
+The runs are real: HF Trainer (a tiny GPT-2), Lightning's ``ModelCheckpoint``, ``dcp.save``,
+Keras-layout HDF5 through h5py, and the shared corpus of torch files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Result
+from frameworks import copy_run, dcp_loop
+
+pytest.importorskip("ray", reason="needs Ray (pip install 'ckptdoctor[ray]')")
+pytestmark = pytest.mark.slow
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head on 127.0.0.1 with 2 CPUs, its address. One at a time on this machine (pytest-xdist
+    workers queue on a lock): two clusters would share the 2 cores and Ray's fixed ports."""
+    root = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
+    with open(root / "ray-cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        port = _free_port()
+        ports = ["--port", str(port), "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())]
+        head = subprocess.Popen(
+            ["ray", "start", "--head", "--block", "--num-cpus", "2", *ports, "--include-dashboard", "false", "--disable-usage-stats"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # the head and every process it starts: one group to stop
+            # workers import ray_hooks; a cluster on loopback for one test module needs no token
+            env={**os.environ, "PYTHONPATH": str(TESTS), "RAY_AUTH_MODE": "disabled"},
+        )
+        address = f"127.0.0.1:{port}"
+        try:
+            _wait_for(address, head)
+            yield address
+        finally:
+            os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+                head.wait()
+
+
+def _wait_for(address: str, head: subprocess.Popen[bytes]) -> None:
+    """Until a driver can run a task on the cluster at ``address``."""
+    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(ray.get(ray.remote(lambda: 2).remote()))"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            pytest.fail(f"ray start exited with {head.returncode}")
+        ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True)
+        if ran.stdout.strip() == "2":
+            return
+        time.sleep(1)
+    pytest.fail(f"no Ray cluster answered at {address} within 120 s")
+
+
+def fanned(path: Path, address: str, *options: str) -> tuple[int, dict[str, Any]]:
+    """``verify --deep --json --ray ADDRESS`` of ``path`` in a process of its own (a driver of the
+    cluster), its exit code and report."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--json", "--ray", address, *options, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.stdout, ran.stderr
+    return ran.returncode, json.loads(ran.stdout)
+
+
+def assert_same(alone: Result, report: dict[str, Any], code: int) -> dict[str, Any]:
+    """The report of the fan-out equals this machine's, but for its ``executor`` block, which it returns."""
+    executor = report.pop("executor")
+    assert (code, report) == (alone.exit_code, alone.json)
+    assert executor["kind"] == "ray" and executor["tasks"] >= 1 and executor["workers"] >= 1, executor
+    return dict(executor)
+
+
+def _hdf5_with_nan(folder: Path) -> Path:
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    values = np.ones((64, 64), "float32")
+    values[3, 3] = np.nan
+    with h5py.File(folder / "model.weights.h5", "w") as f:
+        f.create_dataset("layers/dense/vars/0", data=values)
+        f.create_dataset("layers/dense/vars/1", data=np.zeros(64, "float32"))
+    return folder
+
+
+def _torch_with_flipped_byte(folder: Path) -> Path:
+    import torch
+
+    torch.save({"model": {"w": torch.ones(256, 256)}, "epoch": 3}, folder / "checkpoint-3.pt")
+    data = bytearray((folder / "checkpoint-3.pt").read_bytes())
+    at = data.index(bytes(torch.ones(4).numpy().tobytes()))  # inside the stored tensor, whose CRC-32 the zip records
+    data[at + 1] ^= 0x01
+    (folder / "checkpoint-3.pt").write_bytes(bytes(data))
+    return folder
+
+
+RUNS: dict[str, Callable[[pytest.FixtureRequest, Path], Path]] = {
+    "hf-trainer": lambda request, tmp: copy_run(request.getfixturevalue("hf_trained"), tmp / "out"),
+    "lightning": lambda request, tmp: copy_run(request.getfixturevalue("lightning_saved")["copy"], tmp / "checkpoints"),
+    "dcp": lambda request, tmp: (dcp_loop(tmp / "run", 4), tmp / "run")[1],
+    "hdf5-nan": lambda request, tmp: _hdf5_with_nan(tmp),
+    "torch-crc-mismatch": lambda request, tmp: _torch_with_flipped_byte(tmp),
+    "corpus-torch": lambda request, tmp: request.getfixturevalue("corpus") / "torch-samples",
+}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_the_fanned_out_report_equals_this_machines(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path, cluster: str, cli: Callable[..., Result]
+) -> None:
+    run = RUNS[name](request, tmp_path)
+    alone = cli("verify", "--deep", "--json", run)
+    code, report = fanned(run, cluster)
+    executor = assert_same(alone, report, code)
+    assert executor["bytes_read"] > 0, executor
+
+
+def test_a_worker_killed_mid_task_is_retried_and_the_report_is_the_same(
+    tmp_path: Path, cluster: str, cli: Callable[..., Result], hf_trained: Path
+) -> None:
+    run = copy_run(hf_trained, tmp_path / "out")
+    alone = cli("verify", "--deep", "--json", run)
+    code, report, deaths = _with_deaths(run, cluster, tmp_path, 2)
+    assert deaths == 0, "no worker was killed"
+    assert_same(alone, report, code)
+
+
+def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, cluster: str) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.ones(512, 512)}, tmp_path / "model.safetensors")
+    code, report, _ = _with_deaths(tmp_path, cluster, tmp_path, 100)
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["severity"] == "error"]
+    assert finding["code"] == "CKD211" and finding["path"].endswith("model.safetensors"), finding
+    # the tensor's bytes, after safetensors' 8-byte length and its 72-byte header
+    assert "could not read bytes 80–1,048,656 of model.safetensors on the Ray cluster: its worker died 4 times" in finding["message"]
+
+
+def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[int, dict[str, Any], int]:
+    """``verify --deep --ray`` of ``run`` in this process (the driver) while the first ``deaths``
+    range reads on the cluster kill their worker; the exit code, the report, the deaths left."""
+    import ray
+
+    from ckptdoctor import api
+    from ckptdoctor.render.json import document
+
+    counter = scratch / "deaths"
+    counter.write_text(str(deaths))
+    ray.init(
+        address=address,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": "ray_hooks.dying_reads", "env_vars": {"CKPTDOCTOR_TEST_DEATHS": str(counter)}},
+    )
+    try:
+        scanned = api.run_verify(api.VerifyOptions((str(run),), deep=True, ray=address))
+    finally:
+        ray.shutdown()
+    report = document(scanned.report)
+    return (0 if scanned.report.ok else 1), report, int(counter.read_text())
+
+
+def test_without_ray_installed_ray_says_how_to_install_it(tmp_path: Path) -> None:
+    """Nothing of Ray is imported by a verify that does not ask for it; ``--ray`` where it is not
+    installed says how to install it, exit 2."""
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    blocked = "import sys; sys.modules['ray'] = None; from ckptdoctor.cli import main; sys.argv[0] = 'ckptdoctor'; main()"
+    ran = subprocess.run([sys.executable, "-c", blocked, "verify", "--deep", "--ray", str(tmp_path)], capture_output=True, text=True)
+    assert ran.returncode == 2 and "pip install 'ckptdoctor[ray]'" in ran.stderr, ran.stderr
+    imported = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ckptdoctor", "verify", "--deep", str(tmp_path)], capture_output=True, text=True
+    ).stderr
+    modules = {line.rsplit("|", 1)[-1].strip() for line in imported.splitlines()}
+    assert "ckptdoctor.readers.deep_scan" in modules  # what importtime writes, read
+    assert not {name for name in modules if name.split(".")[0] == "ray"}
+
+
+def test_an_address_with_no_cluster_fails_within_seconds_with_exit_2(tmp_path: Path) -> None:
+    start = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", f"127.0.0.1:{_free_port()}", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 2 and ran.stderr.startswith("ckptdoctor: error: no Ray cluster at 127.0.0.1:"), ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1 and time.monotonic() - start < 30
+
+
+def test_ray_without_deep_is_refused(tmp_path: Path, cli: Callable[..., Result]) -> None:
+    result = cli("verify", "--ray", "auto", tmp_path)
+    assert result.exit_code == 2 and "--deep" in result.stderr
+
+
+def test_a_worker_that_sees_another_file_at_the_path_fails_closed(tmp_path: Path) -> None:
+    """A node whose mount holds another file at the same path (a stale copy, a different
+    volume) must not be read for this one: the task's check of size and modification time
+    refuses it, and the range is unreadable."""
+    from ckptdoctor.readers import deep_scan
+    from ckptdoctor.readers.sample import FileSample
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(bytes(4096))
+    with FileSample.open(str(path)) as sample:
+        address = sample.address()
+    assert address is not None
+    assert deep_scan.check_at(address, [deep_scan.Region(0, 4096, zeros=True)])[0].zero is True
+    os.utime(path, ns=(0, address.mtime_ns + 1))
+    with pytest.raises(deep_scan.FileChanged, match="another file here"):
+        deep_scan.check_at(address, [deep_scan.Region(0, 4096, zeros=True)])
