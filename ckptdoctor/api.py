@@ -197,7 +197,8 @@ class VerifyOptions(InspectOptions):
     None: read them."""
     ray: str | None = None
     """With ``deep``: the address of a Ray cluster whose tasks read the deep check's ranges
-    (``auto``: ``RAY_ADDRESS``, else the cluster on this machine); needs ``ckptdoctor[ray]``."""
+    (``auto``: ``RAY_ADDRESS``, else the cluster on this machine; ``off``: this process reads
+    them); needs ``ckptdoctor[ray]``. None: as the configuration's ``ray`` says."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -208,7 +209,7 @@ class VerifyOptions(InspectOptions):
             raise InvalidValue(f"jobs must be 0 (one per core) or more, not {self.jobs}")
         if self.ray is not None and (not isinstance(self.ray, str) or not self.ray.strip()):
             raise InvalidValue(f"ray must be a Ray cluster's address (or 'auto'), not {self.ray!r}")
-        if self.ray is not None and not self.deep:
+        if self.ray not in (None, "off") and not self.deep:
             raise InvalidValue("ray fans out the deep check, which reads every byte: set deep too (verify --deep --ray)")
 
 
@@ -346,8 +347,9 @@ def run_verify(options: VerifyOptions) -> Scanned:
     from ckptdoctor.pipelines import verify as verifying
 
     paths = _listed(options.paths)
-    how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download, options.ray)
     with _in_force(options, paths) as settings:
+        cluster = (options.ray or settings.ray) if options.deep else None
+        how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download, None if cluster == "off" else cluster)
         report, found = (verifying.verify_resume if options.resume else verifying.verify)(paths, how, settings.thresholds, options.tally)
         return Scanned(_as_configured(report, settings, options), found.empty)
 
@@ -642,7 +644,14 @@ def inspect(paths: Paths = ".", *, config: str | None = None) -> Report:
 
 
 def verify(
-    paths: Paths = ".", *, deep: bool = False, load: bool = False, jobs: int = 0, resume: bool = False, config: str | None = None
+    paths: Paths = ".",
+    *,
+    deep: bool = False,
+    load: bool = False,
+    jobs: int = 0,
+    resume: bool = False,
+    config: str | None = None,
+    ray: str | None = None,
 ) -> Report:
     """What ``ckptdoctor verify`` reports: ``inspect``'s report with every checkpoint read whole
     (statically: nothing in a file is executed). ``deep`` checks every byte (CRC-32, NaN/Inf in
@@ -651,8 +660,10 @@ def verify(
 
     ``resume`` (``verify --resume``): only the files of each run's resume point are read whole,
     and ``Run.resume`` (``Run.resume_path``) is the checkpoint that verified, or None where a
-    file it needs would run code or is damaged and no older one verified in its place."""
-    return run_verify(VerifyOptions(tuple(_listed(paths)), config, deep=deep, load=load, jobs=jobs, resume=resume)).report
+    file it needs would run code or is damaged and no older one verified in its place.
+
+    ``ray`` (``verify --deep --ray``): the Ray cluster whose tasks read what ``deep`` reads."""
+    return run_verify(VerifyOptions(tuple(_listed(paths)), config, deep=deep, load=load, jobs=jobs, resume=resume, ray=ray)).report
 
 
 def prune(

@@ -117,13 +117,12 @@ def verify(
     if ray is not None and not deep:
         say("ckptdoctor: error: --ray fans out what --deep reads: pass --deep too")
         raise typer.Exit(EXIT_USAGE)
-    cluster = (ray or options.settings.ray) if deep else None
     limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
     with ScanStatus(options.quiet) as status:
         asked = api.VerifyOptions(
             tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally,
             deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status),
-            ray=None if cluster == "off" else cluster,
+            ray=ray,
         )  # fmt: skip
         scanned = api.run_verify(asked)
     if resume or resume_path:
