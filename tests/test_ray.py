@@ -13,8 +13,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,61 +23,21 @@ from typing import Any
 import pytest
 from conftest import Result
 from frameworks import copy_run, dcp_loop
+from ray_cluster import free_port, head
 
 pytest.importorskip("ray", reason="needs Ray (pip install 'ckptdoctor[ray]')")
 pytestmark = pytest.mark.slow
-
-TESTS = Path(__file__).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head on 127.0.0.1 with 2 CPUs, its address. One at a time on this machine (pytest-xdist
-    workers queue on a lock): two clusters would share the 2 cores and Ray's fixed ports."""
+    workers queue on a lock): two clusters would share the 2 cores."""
     root = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
     with open(root / "ray-cluster.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        port = _free_port()
-        ports = ["--port", str(port), "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())]
-        head = subprocess.Popen(
-            ["ray", "start", "--head", "--block", "--num-cpus", "2", *ports, "--include-dashboard", "false", "--disable-usage-stats"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # the head and every process it starts: one group to stop
-            # workers import ray_hooks; a cluster on loopback for one test module needs no token
-            env={**os.environ, "PYTHONPATH": str(TESTS), "RAY_AUTH_MODE": "disabled"},
-        )
-        address = f"127.0.0.1:{port}"
-        try:
-            _wait_for(address, head)
+        with head(2) as address:
             yield address
-        finally:
-            os.killpg(head.pid, signal.SIGTERM)
-            try:
-                head.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(head.pid, signal.SIGKILL)
-                head.wait()
-
-
-def _wait_for(address: str, head: subprocess.Popen[bytes]) -> None:
-    """Until a driver can run a task on the cluster at ``address``."""
-    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(ray.get(ray.remote(lambda: 2).remote()))"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if head.poll() is not None:
-            pytest.fail(f"ray start exited with {head.returncode}")
-        ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True)
-        if ran.stdout.strip() == "2":
-            return
-        time.sleep(1)
-    pytest.fail(f"no Ray cluster answered at {address} within 120 s")
 
 
 def fanned(path: Path, address: str, *options: str) -> tuple[int, dict[str, Any]]:
@@ -183,7 +141,7 @@ def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[i
     ray.init(
         address=address,
         log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": "ray_hooks.dying_reads", "env_vars": {"CKPTDOCTOR_TEST_DEATHS": str(counter)}},
+        runtime_env={"worker_process_setup_hook": "ray_cluster.dying_reads", "env_vars": {"CKPTDOCTOR_TEST_DEATHS": str(counter)}},
     )
     try:
         scanned = api.run_verify(api.VerifyOptions((str(run),), deep=True, ray=address))
@@ -211,7 +169,7 @@ def test_without_ray_installed_ray_says_how_to_install_it(tmp_path: Path) -> Non
 def test_an_address_with_no_cluster_fails_within_seconds_with_exit_2(tmp_path: Path) -> None:
     start = time.monotonic()
     ran = subprocess.run(
-        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", f"127.0.0.1:{_free_port()}", str(tmp_path)],
+        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", f"127.0.0.1:{free_port()}", str(tmp_path)],
         capture_output=True,
         text=True,
     )

@@ -1,0 +1,89 @@
+"""A Ray cluster on 127.0.0.1 for tests/test_ray.py and benchmarks/bench_ray.py, and a worker
+setup hook that kills the workers that read ranges."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def head(cpus: int) -> Iterator[str]:
+    """A Ray head with ``cpus`` CPUs on free ports, its address; stopped after, and only it (``ray
+    stop`` would stop every cluster of the machine). Its workers can import this module."""
+    port = free_port()
+    ports = ["--port", str(port), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port())]
+    process = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--num-cpus", str(cpus), *ports, "--include-dashboard", "false", "--disable-usage-stats"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # the head and every process it starts: one group to stop
+        # a cluster on loopback for one test module or benchmark needs no token
+        env={**os.environ, "PYTHONPATH": str(HERE), "RAY_AUTH_MODE": "disabled"},
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        _wait_for(address, process)
+        yield address
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_for(address: str, process: subprocess.Popen[bytes]) -> None:
+    """Until a driver can run a task on the cluster at ``address``."""
+    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(ray.get(ray.remote(lambda: 2).remote()))"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ray start exited with {process.returncode}")
+        ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True)
+        if ran.stdout.strip() == "2":
+            return
+        time.sleep(1)
+    raise TimeoutError(f"no Ray cluster answered at {address} within 120 s")
+
+
+def dying_reads() -> None:
+    """In each new worker (``runtime_env={"worker_process_setup_hook": "ray_cluster.dying_reads"}``):
+    the worker that reads a range dies, as a node killed mid-task does, as often as the file
+    ``CKPTDOCTOR_TEST_DEATHS`` names says."""
+    from ckptdoctor.readers import deep_scan
+
+    deaths = Path(os.environ["CKPTDOCTOR_TEST_DEATHS"])
+    check_at = deep_scan.check_at
+
+    def dying(*args: Any) -> Any:
+        with open(deaths, "r+") as counter:
+            fcntl.flock(counter, fcntl.LOCK_EX)  # workers die one at a time
+            left = int(counter.read() or 0)
+            if left > 0:
+                counter.seek(0)
+                counter.truncate()
+                counter.write(str(left - 1))
+                counter.flush()
+                os._exit(9)  # as SIGKILL leaves it: no cleanup, no exception for Ray to see
+        return check_at(*args)
+
+    deep_scan.check_at = dying
