@@ -52,13 +52,16 @@ def head(cpus: int) -> Iterator[str]:
 
 
 def _wait_for(address: str, process: subprocess.Popen[bytes]) -> None:
-    """Until a driver can run a task on the cluster at ``address``."""
-    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(ray.get(ray.remote(lambda: 2).remote()))"
+    """Until a driver finds the head's node alive in the cluster at ``address``."""
+    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(sum(node['Alive'] for node in ray.nodes()) + 1)"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"ray start exited with {process.returncode}")
-        ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True)
+        try:
+            ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            continue
         if ran.stdout.strip() == "2":
             return
         time.sleep(1)

@@ -115,7 +115,9 @@ def test_a_worker_killed_mid_task_is_retried_and_the_report_is_the_same(
     assert_same(alone, report, code)
 
 
-def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, cluster: str) -> None:
+def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, cluster: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """And the cluster's messages of it ("a worker died", "will be retried"), which Ray's driver
+    prints on stdout, go to stderr: stdout holds the report alone."""
     import torch
     from safetensors.torch import save_file
 
@@ -126,6 +128,14 @@ def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, 
     assert finding["code"] == "CKD211" and finding["path"].endswith("model.safetensors"), finding
     # the tensor's bytes, after safetensors' 8-byte length and its 72-byte header
     assert "could not read bytes 80–1,048,656 of model.safetensors on the Ray cluster: its worker died 4 times" in finding["message"]
+    assert report["executor"]["workers"] == 0 and report["executor"]["bytes_read"] == 0 and report["executor"]["seconds"] >= 0
+    out, err = "", ""
+    deadline = time.monotonic() + 10
+    while "(raylet)" not in err and time.monotonic() < deadline:  # the messages come from a thread of Ray's, later
+        time.sleep(0.2)
+        captured = capfd.readouterr()
+        out, err = out + captured.out, err + captured.err
+    assert "(raylet)" in err and "(raylet)" not in out, (out, err)
 
 
 def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[int, dict[str, Any], int]:
@@ -134,6 +144,7 @@ def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[i
     import ray
 
     from ckptdoctor import api
+    from ckptdoctor.fanout.ray import to_stderr
     from ckptdoctor.render.json import document
 
     counter = scratch / "deaths"
@@ -143,6 +154,7 @@ def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[i
         log_to_driver=False,
         runtime_env={"worker_process_setup_hook": "ray_cluster.dying_reads", "env_vars": {"CKPTDOCTOR_TEST_DEATHS": str(counter)}},
     )
+    to_stderr(ray)  # as connect() does where it connects itself
     try:
         scanned = api.run_verify(api.VerifyOptions((str(run),), deep=True, ray=address))
     finally:
@@ -177,9 +189,32 @@ def test_an_address_with_no_cluster_fails_within_seconds_with_exit_2(tmp_path: P
     assert len(ran.stderr.strip().splitlines()) == 1 and time.monotonic() - start < 30
 
 
-def test_ray_without_deep_is_refused(tmp_path: Path, cli: Callable[..., Result]) -> None:
+def test_ray_without_deep_is_refused_and_off_is_not(tmp_path: Path, cli: Callable[..., Result]) -> None:
     result = cli("verify", "--ray", "auto", tmp_path)
     assert result.exit_code == 2 and "--deep" in result.stderr
+    assert cli("verify", "--ray", "off", tmp_path).exit_code == 0
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "nonsense", ":6379"])
+def test_what_is_no_address_is_said_so(tmp_path: Path, cli: Callable[..., Result], address: str) -> None:
+    result = cli("verify", "--deep", "--ray", address, tmp_path)
+    assert result.exit_code == 2 and "is not a Ray cluster's address" in result.stderr, result.stderr
+
+
+def test_a_cluster_with_no_cpus_is_said_so_at_once(tmp_path: Path) -> None:
+    """Its tasks would wait for a CPU for ever."""
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with head(0) as address:
+        ran = subprocess.run(
+            [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", address, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert (
+        ran.returncode == 2
+        and ran.stderr.strip() == "ckptdoctor: error: the Ray cluster has no CPUs for tasks: start its nodes with --num-cpus above 0"
+    )
 
 
 def test_a_worker_that_sees_another_file_at_the_path_fails_closed(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def verify(
         raise typer.Exit(EXIT_USAGE)
     if load:
         _require_torch()
-    if ray is not None and not deep:
+    if ray not in (None, "off") and not deep:
         say("ckptdoctor: error: --ray fans out what --deep reads: pass --deep too")
         raise typer.Exit(EXIT_USAGE)
     limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download

@@ -50,6 +50,9 @@ def connect(address: str) -> RayFanout:
         raise UsageError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
     if not ray.is_initialized():
         _reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address)
+        logging.getLogger("ray").setLevel(logging.ERROR)  # its notes at connecting (token authentication) are not ours to print
+        # the failures of tasks whose results were never asked for (those cancelled when a file is given up)
+        os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as error:
@@ -57,7 +60,26 @@ def connect(address: str) -> RayFanout:
                 f"no Ray cluster at {address}: {_first_line(error)} (start one with `ray start --head`, or give its "
                 "address: --ray HOST:PORT, RAY_ADDRESS)"
             ) from None
+        to_stderr(ray)
+    if not ray.cluster_resources().get("CPU"):  # type: ignore[no-untyped-call]
+        raise ClusterUnusable("the Ray cluster has no CPUs for tasks: start its nodes with --num-cpus above 0")
     return RayFanout(ray)
+
+
+def to_stderr(ray: Any) -> None:
+    """The cluster's messages (a worker died, a task is retried), which Ray's driver prints on
+    stdout, printed on stderr: stdout holds the report alone (``--json``). Ray names no public
+    switch for them, so its printer is wrapped where it is found, and left alone where not."""
+    driver = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(driver, "print_to_stdstream", None)
+    if driver is None or printer is None or getattr(printer, "ckptdoctor", False):
+        return
+
+    def on_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return printer({**data, "is_err": True}, *args, **kwargs)
+
+    on_stderr.ckptdoctor = True  # type: ignore[attr-defined]
+    driver.print_to_stdstream = on_stderr
 
 
 REACH_SECONDS = 5.0
@@ -71,7 +93,7 @@ def _reachable(address: str) -> None:
     if not address or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ClusterUnusable(f"{address!r} is not a Ray cluster's address: give HOST:PORT (its head's GCS port, 6379 by default)")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
@@ -98,10 +120,18 @@ class RayFanout:
     def probe(self, address: Address) -> None:
         """Make sure, before any range is handed out, that a worker runs this ckptdoctor and reads
         the file at ``address`` as this process does: else :class:`ClusterUnusable`."""
+        probe = self._probe.remote(address)
         try:
-            version = self._got(self._probe.remote(address))
+            version = self._got(probe, timeout=PROBE_SECONDS)
+        except self._ray.exceptions.GetTimeoutError:
+            self._ray.cancel(probe, force=True)
+            raise ClusterUnusable(
+                f"the Ray cluster ran no task within {PROBE_SECONDS:.0f} s: are its CPUs all taken by other jobs?"
+            ) from None
         except self._ray.exceptions.RayTaskError as failed:
             cause = failed.cause if isinstance(failed.cause, BaseException) else failed
+            if isinstance(cause, LookupError) and _changed_here(address):
+                raise deep_scan.FileChanged(f"{address.path} changed while the cluster was asked to read it") from None
             if isinstance(cause, ModuleNotFoundError):
                 raise ClusterUnusable(f"the Ray workers cannot import ckptdoctor: install it on every node ({INSTALL})") from None
             raise ClusterUnusable(
@@ -128,10 +158,12 @@ class RayFanout:
                     self._pending.discard(ref)
                     self._workers.add(worker)
                     self._bytes += sum(part.length for part in batch)
-                    self._ended = time.monotonic()
         except BaseException:
             self.cancel(refs)
             raise
+        finally:
+            with self._lock:
+                self._ended = max(self._ended, time.monotonic())
         return results
 
     def cancel(self, refs: Sequence[Any] | None = None) -> None:
@@ -144,15 +176,15 @@ class RayFanout:
 
     def spent(self) -> Fanned:
         with self._lock:
-            seconds = self._ended - self._began if self._began is not None else 0.0
+            seconds = max(0.0, self._ended - self._began) if self._began is not None else 0.0
             return Fanned("ray", self._tasks, len(self._workers), self._bytes, round(seconds, 3))
 
-    def _got(self, ref: Any, address: Address | None = None, batch: Sequence[deep_scan.Region] = ()) -> Any:
+    def _got(self, ref: Any, address: Address | None = None, batch: Sequence[deep_scan.Region] = (), timeout: float | None = None) -> Any:
         """The result of ``ref``; a failure after Ray's retries is :class:`deep_scan.FileChanged`
         (the ranges of ``batch`` of the file at ``address`` could not be read)."""
         exceptions = self._ray.exceptions
         try:
-            return self._ray.get(ref)
+            return self._ray.get(ref, timeout=timeout)
         except exceptions.RayTaskError as failed:
             if address is None:
                 raise
@@ -166,6 +198,19 @@ class RayFanout:
             raise deep_scan.FileChanged(f"{_unread(address, batch)}: its worker died {RETRIES + 1} times") from None
         except exceptions.RaySystemError as gone:
             raise ClusterUnusable(f"the Ray cluster went away: {_first_line(gone)}") from None
+
+
+PROBE_SECONDS = 60.0
+"""How long the first task may wait for a free CPU before the cluster is called unusable."""
+
+
+def _changed_here(address: Address) -> bool:
+    """Whether the file at ``address`` has changed on this machine too since it was addressed."""
+    try:
+        now = os.stat(address.path)
+    except OSError:
+        return True
+    return (now.st_size, now.st_mtime_ns) != (address.size, address.mtime_ns)
 
 
 def _batches(parts: Sequence[deep_scan.Region]) -> list[list[deep_scan.Region]]:

@@ -56,6 +56,8 @@ _ALSO_READ = (".pkl", ".pickle", ".npy", ".npz", ".7z", ".zip", ".joblib", ".dil
 
 OBJECT_THREADS = 8
 """Objects read whole at once (each in parallel parts of its own)."""
+PROBES = 3
+"""Tries of the cluster's first task where the file it reads changes meanwhile."""
 FANNED_THREADS = 32
 """Files read at once where a cluster reads their deep ranges (``--ray``): each thread mostly waits
 for its file's tasks, and every file's tasks must be queued for the cluster to be kept busy."""
@@ -137,11 +139,17 @@ def _fanned(options: VerifyOptions, targets: Sequence[Entry]) -> Iterator[RayFan
 
     fanout = ray.connect(options.ray)
     local = next((entry for entry in targets if session.owner(entry.os_path) is None), None)
-    if local is not None:
+    for _ in range(PROBES):
+        if local is None:
+            break
         with FileSample.open(local.os_path) as sample:
             address = sample.address()
-        if address is not None:
-            fanout.probe(address)
+        try:
+            if address is not None:
+                fanout.probe(address)
+            break
+        except deep_scan.FileChanged:  # being written: addressed again, as it is now
+            continue
     try:
         with deep_scan.fanned_out(fanout):
             yield fanout
