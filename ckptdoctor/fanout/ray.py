@@ -207,10 +207,9 @@ PROBE_SECONDS = 60.0
 def _changed_here(address: Address) -> bool:
     """Whether the file at ``address`` has changed on this machine too since it was addressed."""
     try:
-        now = os.stat(address.path)
+        return not address.names(os.stat(address.path))
     except OSError:
         return True
-    return (now.st_size, now.st_mtime_ns) != (address.size, address.mtime_ns)
 
 
 def _batches(parts: Sequence[deep_scan.Region]) -> list[list[deep_scan.Region]]:

@@ -363,13 +363,13 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
     tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
     tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
-    if deep and deep_scan.fanout() is not None:  # no fork: the cluster's connection lives in this process
-        _read_in_threads(entries, deep, tally, reports, budgets, FANNED_THREADS)
-        return reports
     objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
     if objects:
         entries = [entry for entry in entries if session.owner(entry.os_path) is None]
         _read_in_threads(objects, deep, tally, reports, budgets, OBJECT_THREADS)
+    if deep and deep_scan.fanout() is not None:  # no fork: the cluster's connection lives in this process
+        _read_in_threads(entries, deep, tally, reports, budgets, FANNED_THREADS)
+        return reports
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     # one file that outweighs the rest twice over is read soonest by every thread at once (and
     # the rest after it), not by one worker while the others finish the small files and wait

@@ -48,6 +48,10 @@ class Address:
     length: int = -1
     """The sample's own size; -1: the whole file."""
 
+    def names(self, found: os.stat_result) -> bool:
+        """Whether ``found`` (a stat of the file at ``path``) is the file this address was made of."""
+        return (found.st_size, found.st_mtime_ns) == (self.size, self.mtime_ns)
+
 
 class Sample:
     """A view of one file's bytes; subclasses decide where they come from."""
@@ -327,7 +331,7 @@ def opened_at(address: Address) -> Iterator[Sample]:
     whole = FileSample.open(address.path)
     try:
         opened = os.fstat(whole._fd)
-        if (opened.st_size, opened.st_mtime_ns) != (address.size, address.mtime_ns):
+        if not address.names(opened):
             raise LookupError(
                 f"{address.path} is another file here: {opened.st_size} bytes modified at {opened.st_mtime_ns} ns, "
                 f"not {address.size} bytes at {address.mtime_ns} ns"
