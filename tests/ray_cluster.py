@@ -1,5 +1,9 @@
-"""A Ray cluster on 127.0.0.1 for tests/test_ray.py and benchmarks/bench_ray.py, and a worker
-setup hook that kills the workers that read ranges."""
+"""A Ray cluster on 127.0.0.1 for tests/test_ray.py and benchmarks/bench_ray.py, a worker setup
+hook that kills the workers that read ranges, and a driver that runs ``verify --deep --ray`` with
+that hook: ``python tests/ray_cluster.py ADDRESS RUN COUNTER``.
+
+Nothing here connects the calling process to Ray: a driver's process keeps Ray's gRPC threads and
+exit hooks after ``ray.shutdown()``, which must not outlive one test in a pytest worker."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +95,44 @@ def dying_reads() -> None:
         return check_at(*args)
 
     deep_scan.check_at = dying
+
+
+def drive_with_deaths(address: str, run: str, counter: str) -> int:
+    """``verify --deep --ray`` of ``run`` from this process, the driver, while the first range
+    reads on the cluster kill their worker, as many as the file ``counter`` says: the report on
+    stdout, its exit code returned. Where a worker died, it waits (10 s at most) for the
+    cluster's message of it, which Ray prints from a thread of its own, before it disconnects."""
+    import ray
+
+    from ckptdoctor import api
+    from ckptdoctor.fanout.ray import to_stderr
+    from ckptdoctor.render.json import render
+
+    deaths = int(Path(counter).read_text())
+    ray.init(
+        address=address,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": "ray_cluster.dying_reads", "env_vars": {"CKPTDOCTOR_TEST_DEATHS": counter}},
+    )
+    to_stderr(ray)  # as connect() does where it connects itself
+    printed = threading.Event()
+    printer = ray._private.worker.print_to_stdstream
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        printed.set()
+        return printer(*args, **kwargs)
+
+    watched.ckptdoctor = True  # type: ignore[attr-defined]
+    ray._private.worker.print_to_stdstream = watched
+    try:
+        scanned = api.run_verify(api.VerifyOptions((run,), deep=True, ray=address))
+        if deaths:
+            printed.wait(10)
+    finally:
+        ray.shutdown()
+    sys.stdout.write(render(scanned.report))
+    return 0 if scanned.report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(drive_with_deaths(*sys.argv[1:]))
