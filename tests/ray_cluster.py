@@ -30,9 +30,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def head(cpus: int) -> Iterator[str]:
+def head(cpus: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """A Ray head with ``cpus`` CPUs on free ports, its address; stopped after, and only it (``ray
-    stop`` would stop every cluster of the machine). Its workers can import this module."""
+    stop`` would stop every cluster of the machine). Its workers can import this module, and
+    have ``env`` (a node's own credentials) in their environment."""
     port = free_port()
     ports = ["--port", str(port), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port())]
     process = subprocess.Popen(
@@ -41,7 +42,7 @@ def head(cpus: int) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # the head and every process it starts: one group to stop
         # a cluster on loopback for one test module or benchmark needs no token
-        env={**os.environ, "PYTHONPATH": str(HERE), "RAY_AUTH_MODE": "disabled"},
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(HERE), "RAY_AUTH_MODE": "disabled"},
     )
     address = f"127.0.0.1:{port}"
     try:

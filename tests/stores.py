@@ -116,15 +116,15 @@ def same_but_paths(remote: dict[str, Any], local: dict[str, Any], url: str, fold
         assert len(said) == 1 and said[0]["severity"] == "info", remote["findings"]
         remote["findings"] = [f for f in remote["findings"] if f not in said]
         remote["summary"] = {**remote["summary"], "info": remote["summary"]["info"] - 1}
-    assert _flat(remote) == _flat(expected)
+    assert flat(remote) == flat(expected)
 
 
-def _flat(value: Any, at: str = "") -> dict[str, Any]:
+def flat(value: Any, at: str = "") -> dict[str, Any]:
     """Every leaf by its path in the document: a difference shows where it is."""
     if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{at}.{key}").items()}
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{at}.{key}").items()}
     if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{at}[{i}]").items()} or {at: []}
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{at}[{i}]").items()} or {at: []}
     return {at: value}
 
 

@@ -16,14 +16,18 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import stores
 from conftest import Result
 from frameworks import copy_run, dcp_loop
 from ray_cluster import free_port, head
+
+from ckptdoctor.readers.sample import HEAD, TAIL
 
 pytest.importorskip("ray", reason="needs Ray (pip install 'ckptdoctor[ray]')")
 pytestmark = pytest.mark.slow
@@ -31,12 +35,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Ray head on 127.0.0.1 with 2 CPUs, its address. One at a time on this machine (pytest-xdist
-    workers queue on a lock): two clusters would share the 2 cores."""
+    """A Ray head on 127.0.0.1 with 2 CPUs, its address; its workers hold the test S3 servers'
+    keys, as a cluster's nodes hold their own credentials. One at a time on this machine
+    (pytest-xdist workers queue on a lock): two clusters would share the 2 cores."""
     root = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
     with open(root / "ray-cluster.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        with head(2) as address:
+        with head(2, stores.CLEAN_ENV) as address:
             yield address
 
 
@@ -54,10 +59,17 @@ def fanned(path: Path, address: str, *options: str) -> tuple[int, dict[str, Any]
 
 
 def assert_same(alone: Result, report: dict[str, Any], code: int) -> dict[str, Any]:
-    """The report of the fan-out equals this machine's, but for its ``executor`` block, which it returns."""
+    """The report of the fan-out equals this machine's, but for its ``executor`` block, which it
+    returns, and the requests this process made of a store and the bytes they brought, which are
+    no more than alone (it downloads no object whole)."""
     executor = report.pop("executor")
-    assert (code, report) == (alone.exit_code, alone.json)
-    assert executor["kind"] == "ray" and executor["tasks"] >= 1 and executor["workers"] >= 1, executor
+    expected = alone.json
+    if "store" in expected:
+        assert report["store"].pop("bytes_read") <= expected["store"].pop("bytes_read")
+        report["store"].pop("requests"), expected["store"].pop("requests")
+    assert code == alone.exit_code
+    assert stores.flat(report) == stores.flat(expected)  # a difference shows where it is
+    assert executor["kind"] == "ray", executor
     return dict(executor)
 
 
@@ -70,6 +82,16 @@ def _hdf5_with_nan(folder: Path) -> Path:
     with h5py.File(folder / "model.weights.h5", "w") as f:
         f.create_dataset("layers/dense/vars/0", data=values)
         f.create_dataset("layers/dense/vars/1", data=np.zeros(64, "float32"))
+    return folder
+
+
+def _safetensors_with_nan(folder: Path) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    weights = torch.ones(1024, 2048)  # 8 MiB: more than a header read holds
+    weights[700, 3] = float("nan")
+    save_file({"w": weights, "b": torch.zeros(2048)}, folder / "model.safetensors")
     return folder
 
 
@@ -89,6 +111,7 @@ RUNS: dict[str, Callable[[pytest.FixtureRequest, Path], Path]] = {
     "lightning": lambda request, tmp: copy_run(request.getfixturevalue("lightning_saved")["copy"], tmp / "checkpoints"),
     "dcp": lambda request, tmp: (dcp_loop(tmp / "run", 4), tmp / "run")[1],
     "hdf5-nan": lambda request, tmp: _hdf5_with_nan(tmp),
+    "safetensors-nan": lambda request, tmp: _safetensors_with_nan(tmp),
     "torch-crc-mismatch": lambda request, tmp: _torch_with_flipped_byte(tmp),
     "corpus-torch": lambda request, tmp: request.getfixturevalue("corpus") / "torch-samples",
 }
@@ -102,7 +125,76 @@ def test_the_fanned_out_report_equals_this_machines(
     alone = cli("verify", "--deep", "--json", run)
     code, report = fanned(run, cluster)
     executor = assert_same(alone, report, code)
-    assert executor["bytes_read"] > 0, executor
+    assert executor["tasks"] >= 1 and executor["workers"] >= 1 and executor["bytes_read"] > 0, executor
+
+
+@pytest.mark.parametrize("name", ["hf-trainer", "lightning", "dcp", "torch-crc-mismatch", "safetensors-nan"])
+def test_a_run_in_a_bucket_fanned_out_equals_this_machines(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path, cluster: str, cli: Callable[..., Result], weed_bucket: stores.Bucket
+) -> None:
+    """The workers read the objects themselves, with their own keys, at the endpoint the driver
+    reached; the driver reads headers by ranges and downloads no object whole."""
+    run = RUNS[name](request, tmp_path)
+    url = weed_bucket.upload(run, "run")
+    alone = cli("verify", "--deep", "--json", url)
+    code, report = fanned(url, cluster)
+    fetched, downloaded = report["store"]["bytes_read"], alone.json["store"]["bytes_read"]
+    executor = assert_same(alone, report, code)
+    biggest = max(path.stat().st_size for path in run.rglob("*") if path.is_file())
+    if biggest > HEAD + TAIL:  # read by no header read whole: its ranges went to the workers
+        assert executor["tasks"] >= 1 and executor["bytes_read"] > 0, executor
+    if biggest > 1024 * 1024:  # and the driver read its headers, not its tensors
+        assert fetched < downloaded - biggest / 2, (fetched, downloaded, biggest)
+
+
+def test_a_sweep_of_a_buckets_runs_is_one_fan_out_with_the_same_report(
+    request: pytest.FixtureRequest, tmp_path: Path, cluster: str, cli: Callable[..., Result], weed_bucket: stores.Bucket
+) -> None:
+    for name in ("hf-trainer", "dcp", "safetensors-nan"):
+        (tmp_path / name).mkdir()
+        weed_bucket.upload(RUNS[name](request, tmp_path / name), "runs", name)
+    alone = cli("verify", "--deep", "--json", weed_bucket.url("runs"))
+    code, report = fanned(weed_bucket.url("runs"), cluster)
+    executor = assert_same(alone, report, code)
+    assert code == 1 and {run["path"].rsplit("/", 1)[-1] for run in report["runs"]} == {"hf-trainer", "dcp", "safetensors-nan"}
+    assert executor["tasks"] >= 3, executor  # the NaN's file, and each run's files over 20 KiB
+
+
+def test_a_task_reads_the_object_the_driver_listed_or_nothing(weed_bucket: stores.Bucket) -> None:
+    """Each read of a task asks for the listed ETag (``If-Match``): an object written again since,
+    even to the same size, is refused by the store, never read as the listed one."""
+    from ckptdoctor.readers import deep_scan
+    from ckptdoctor.readers.sample import ObjectAddress
+
+    data = bytes(range(256)) * 4096
+    address = ObjectAddress(weed_bucket.url("model.bin"), len(data), weed_bucket.put("model.bin", data), None, weed_bucket.endpoint)
+    region = deep_scan.Region(0, len(data), crc=True)
+    assert deep_scan.check_at(address, [region])[0].crc == zlib.crc32(data)
+    weed_bucket.put("model.bin", bytes(reversed(data)))
+    with pytest.raises(deep_scan.FileChanged, match="changed since it was listed"):
+        deep_scan.check_at(address, [region])
+
+
+def test_workers_that_may_not_read_the_bucket_stop_the_command_before_any_range(tmp_path: Path, weed_bucket: stores.Bucket) -> None:
+    """Nodes whose own credentials the bucket refuses: one line, exit 2, before any range is
+    dealt out; the driver's credentials are never sent to the cluster."""
+    import torch
+    from safetensors.torch import save_file
+
+    (tmp_path / "run").mkdir()
+    save_file({"w": torch.ones(64)}, tmp_path / "run" / "model.safetensors")
+    url = weed_bucket.upload(tmp_path / "run", "run")
+    with head(1, {"AWS_ACCESS_KEY_ID": "someone-else", "AWS_SECRET_ACCESS_KEY": "not-the-key"}) as address:
+        ran = subprocess.run(
+            [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", address, url], capture_output=True, text=True, timeout=180
+        )
+    said = ran.stderr.strip().splitlines()
+    assert ran.returncode == 2 and said[-1].startswith("ckptdoctor: error: "), ran.stderr
+    assert f"the Ray workers cannot read {url}/model.safetensors as this machine does" in said[-1]
+    assert "(InvalidAccessKeyId)" in said[-1] and said[-1].endswith(
+        "give every node credentials that may read it (the workers use their own: environment, profile, instance role)"
+    )
+    assert len(said) == 2 and said[0].startswith("Reading 1 object from the store: at most "), said  # no retry, no traceback
 
 
 def test_a_worker_killed_mid_task_is_retried_and_the_report_is_the_same(

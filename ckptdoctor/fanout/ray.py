@@ -3,10 +3,12 @@
 The driver (this process) still reads every header and judges every file; only the ranges that
 ``--deep`` reads whole (``deep_scan.check``'s parts: tensors, zip members, at most
 ``deep_scan.PART`` each) go to the cluster, dealt into tasks of about ``TASK_BYTES``. A task
-opens the file at the same absolute path on its own node (a filesystem every node mounts), checks
-that it is the same file (size and modification time), reads its parts and returns what the
-local scan returns for them: non-finite counts, CRC-32s, zero tests. The driver merges them as
-it merges its own threads' parts, so the report is the one a single machine writes.
+opens the file at the same absolute path on its own node (a filesystem every node mounts) and
+checks that it is the same file (size and modification time), or reads an object from its
+bucket with its node's own credentials, asking for the ETag the driver listed; it reads its
+parts and returns what the local scan returns for them: non-finite counts, CRC-32s, zero tests.
+The driver merges them as it merges its own threads' parts, so the report is the one a single
+machine writes.
 
 A task whose worker dies is run again by Ray (``RETRIES``); a range that still could not be read
 is an unreadable file, never a clean one.
@@ -25,7 +27,7 @@ from typing import Any
 from ckptdoctor.errors import UsageError
 from ckptdoctor.model import Fanned
 from ckptdoctor.readers import deep_scan
-from ckptdoctor.readers.sample import Address, opened_at
+from ckptdoctor.readers.sample import Address, ObjectAddress, opened_at
 from ckptdoctor.version import __version__
 
 TASK_BYTES = 256 * 1024 * 1024
@@ -108,7 +110,8 @@ class RayFanout:
         self._ray = ray
         options = {"max_retries": RETRIES, "retry_exceptions": [OSError], "num_cpus": 1}
         self._check = ray.remote(**options)(_check_task)
-        self._probe = ray.remote(**options)(_probe_task)
+        # a refusal (no such file, credentials the bucket refuses) is the answer: tried once
+        self._probe = ray.remote(**{**options, "retry_exceptions": False})(_probe_task)
         self._lock = threading.Lock()
         self._pending: set[Any] = set()
         self._tasks = 0
@@ -130,13 +133,17 @@ class RayFanout:
             ) from None
         except self._ray.exceptions.RayTaskError as failed:
             cause = failed.cause if isinstance(failed.cause, BaseException) else failed
-            if isinstance(cause, LookupError) and _changed_here(address):
+            if isinstance(cause, (LookupError, OSError)) and address.changed_here():
                 raise deep_scan.FileChanged(f"{address.path} changed while the cluster was asked to read it") from None
             if isinstance(cause, ModuleNotFoundError):
                 raise ClusterUnusable(f"the Ray workers cannot import ckptdoctor: install it on every node ({INSTALL})") from None
+            remedy = (
+                "give every node credentials that may read it (the workers use their own: environment, profile, instance role)"
+                if isinstance(address, ObjectAddress)
+                else "run --ray on a filesystem every node mounts at the same path"
+            )
             raise ClusterUnusable(
-                f"the Ray workers cannot read {address.path} as this machine does ({_first_line(cause)}): run --ray on a "
-                "filesystem every node mounts at the same path"
+                f"the Ray workers cannot read {address.path} as this machine does ({_first_line(cause)}): {remedy}"
             ) from None
         if version != __version__:
             raise ClusterUnusable(f"the Ray workers run ckptdoctor {version}, this machine {__version__}: install the same on every node")
@@ -202,14 +209,6 @@ class RayFanout:
 
 PROBE_SECONDS = 60.0
 """How long the first task may wait for a free CPU before the cluster is called unusable."""
-
-
-def _changed_here(address: Address) -> bool:
-    """Whether the file at ``address`` has changed on this machine too since it was addressed."""
-    try:
-        return not address.names(os.stat(address.path))
-    except OSError:
-        return True
 
 
 def _batches(parts: Sequence[deep_scan.Region]) -> list[list[deep_scan.Region]]:

@@ -39,7 +39,7 @@ from ckptdoctor.readers.files import (
     unpickled_by_name,
     whole_read_bytes,
 )
-from ckptdoctor.readers.sample import FileSample, keeping_whole
+from ckptdoctor.readers.sample import keeping_whole, open_sample
 from ckptdoctor.readers.unpickler import Budget, one_budget
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
@@ -138,18 +138,20 @@ def _fanned(options: VerifyOptions, targets: Sequence[Entry]) -> Iterator[RayFan
     from ckptdoctor.fanout import ray
 
     fanout = ray.connect(options.ray)
-    local = next((entry for entry in targets if session.owner(entry.os_path) is None), None)
+    first = next((entry for entry in targets if entry.size > 0), None)
     for _ in range(PROBES):
-        if local is None:
+        if first is None:
             break
-        with FileSample.open(local.os_path) as sample:
-            address = sample.address()
         try:
+            with open_sample(first.os_path) as sample:
+                address = sample.address()
             if address is not None:
                 fanout.probe(address)
             break
         except deep_scan.FileChanged:  # being written: addressed again, as it is now
             continue
+        except OSError:  # gone since it was listed: its own read says so
+            break
     try:
         with deep_scan.fanned_out(fanout):
             yield fanout
@@ -363,13 +365,13 @@ def _read_all(entries: list[Entry], deep: bool, jobs: int, tally: Tally | None, 
     tally = tally if tally is not None else Tally()  # counted whether or not anyone looks: a few additions per file
     tally.to_read, tally.bytes_to_read = len(entries), total
     reports: dict[str, FileReport] = {}
+    if deep and deep_scan.fanout() is not None:  # no fork: the cluster's connection lives in this process
+        _read_in_threads(entries, deep, tally, reports, budgets, FANNED_THREADS)
+        return reports
     objects = [entry for entry in entries if session.owner(entry.os_path) is not None]
     if objects:
         entries = [entry for entry in entries if session.owner(entry.os_path) is None]
         _read_in_threads(objects, deep, tally, reports, budgets, OBJECT_THREADS)
-    if deep and deep_scan.fanout() is not None:  # no fork: the cluster's connection lives in this process
-        _read_in_threads(entries, deep, tally, reports, budgets, FANNED_THREADS)
-        return reports
     worth_a_pool = len(entries) >= POOL_MIN_FILES or (deep and total >= POOL_MIN_BYTES)
     # one file that outweighs the rest twice over is read soonest by every thread at once (and
     # the rest after it), not by one worker while the others finish the small files and wait

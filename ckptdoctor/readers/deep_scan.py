@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import functools
 import os
 import sys
@@ -32,7 +33,7 @@ from typing import NamedTuple, Protocol
 
 from ckptdoctor.model import FileIssue, Problem
 from ckptdoctor.readers._edges import COMPILED
-from ckptdoctor.readers.sample import Address, Sample, opened_at
+from ckptdoctor.readers.sample import Address, ObjectAddress, Sample, opened_at
 
 ScanBlock = Callable[[bytearray | bytes | memoryview, int, int, int, int, int, bool], tuple[int, bool]]
 compiled_scan_block: ScanBlock | None = None
@@ -199,14 +200,23 @@ def check_parts(sample: Sample, parts: Sequence[Region], threads: int = 1) -> li
     return [_check_part(sample, part, scratch) for part in parts]
 
 
+OBJECT_READS = 4
+"""Parts of an object a task reads at once: one GET stream is bounded by its round trips, not
+by the node's network."""
+
+
 def check_at(address: Address, parts: Sequence[Region]) -> list[Checked]:
-    """:func:`check_parts` of the file at ``address``, opened here: what a task on another
-    machine runs. :class:`FileChanged` where the file here is not the one meant."""
+    """:func:`check_parts` of the file or object at ``address``, opened here: what a task on
+    another machine runs. :class:`FileChanged` where what is there is not the one meant."""
     try:
         with opened_at(address) as sample:
-            return check_parts(sample, parts)
+            return check_parts(sample, parts, OBJECT_READS if isinstance(address, ObjectAddress) else 1)
     except LookupError as other:
         raise FileChanged(str(other)) from None
+    except OSError as error:
+        if error.errno == errno.ESTALE:  # another write's object: no retry reads this one
+            raise FileChanged(error.strerror or str(error)) from None
+        raise
 
 
 def _shared(parts: list[Region], sample: Sample, threads: int) -> list[Checked]:

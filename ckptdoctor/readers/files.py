@@ -687,9 +687,12 @@ def holds(entry: Entry, formats: frozenset[Format]) -> bool:
 
 def _read_file(entry: Entry, judge: Callable[[Sample, str], FileReport], whole: bool = False) -> FileReport:
     """``judge`` of the file's sample; ``whole``: the file is read whole anyway (``verify``), so an
-    object in a bucket is fetched whole first, in parallel parts, not range by range."""
+    object in a bucket is fetched whole first, in parallel parts, not range by range; but not
+    where a cluster reads the deep check's ranges (``--ray``): this process then reads only what
+    the readers walk, by ranges."""
+    fetched = downloaded if whole and deep_scan.fanout() is None else open_sample
     try:
-        with (downloaded if whole else open_sample)(entry.os_path, entry.size) as sample:
+        with fetched(entry.os_path, entry.size) as sample:
             return judge(sample, entry.name)
     except FileNotFoundError:
         return _unreadable("it vanished while being scanned")

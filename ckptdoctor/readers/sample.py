@@ -34,7 +34,7 @@ Found = TypeVar("Found")
 
 
 @dataclass(frozen=True)
-class Address:
+class FileAddress:
     """Where a process on another machine reads a sample's bytes itself (``verify --deep
     --ray``): the file at the same absolute path, known by the size and modification time it
     had here, so that a different file there is never taken for it."""
@@ -51,6 +51,44 @@ class Address:
     def names(self, found: os.stat_result) -> bool:
         """Whether ``found`` (a stat of the file at ``path``) is the file this address was made of."""
         return (found.st_size, found.st_mtime_ns) == (self.size, self.mtime_ns)
+
+    def changed_here(self) -> bool:
+        """Whether the file at ``path`` on this machine is no longer the one addressed."""
+        try:
+            return not self.names(os.stat(self.path))
+        except OSError:
+            return True
+
+
+@dataclass(frozen=True)
+class ObjectAddress:
+    """Where a process on another machine reads an object's bytes itself: the object at ``path``
+    (its URL), reached at the endpoint this process reached it at, with that process's own
+    credentials. Every read there asks for this ETag (``If-Match``): the store refuses a read
+    of any other object at the URL, so another write's bytes are never taken for these."""
+
+    path: str
+    size: int
+    etag: str
+    version: str | None
+    """An older version (an S3 ``versionId``); None: the current one."""
+    endpoint: str | None
+    """The S3-compatible server (or emulator) this process reached; None: the store's own."""
+    account: str | None = None
+    """The Azure storage account an ``abfs://`` URL named."""
+    base: int = 0
+    length: int = -1
+
+    def changed_here(self) -> bool:
+        """Whether the object at ``path``, as this process reaches it now, is no longer the one addressed."""
+        found = session.owner(self.path)
+        try:
+            return found is None or found.head(found.location.key_of(self.path)).etag != self.etag
+        except OSError:
+            return True
+
+
+Address = FileAddress | ObjectAddress
 
 
 class Sample:
@@ -169,7 +207,7 @@ class FileSample(Sample):
         if self._path is None:
             return None
         opened = os.fstat(self._fd)
-        return Address(os.path.abspath(self._path), opened.st_size, opened.st_mtime_ns)
+        return FileAddress(os.path.abspath(self._path), opened.st_size, opened.st_mtime_ns)
 
     def reopened(self) -> str | None:
         name = f"/proc/self/fd/{self._fd}"
@@ -276,12 +314,26 @@ class ObjectSample(Sample):
     KEPT = 8
 
     def __init__(
-        self, bucket: Bucket, key: str, size: int, head: bytes = b"", tail: bytes = b"", version: str | None = None, blocks: bool = True
+        self,
+        bucket: Bucket,
+        key: str,
+        size: int,
+        head: bytes = b"",
+        tail: bytes = b"",
+        version: str | None = None,
+        blocks: bool = True,
+        etag: str | None = None,
+        matched: bool = False,
     ) -> None:
         self._bucket = bucket
         self._key = key
         self._version = version
         """An older version of the object (its S3 ``versionId``); None: the current one."""
+        self._etag = etag
+        """The ETag the listing showed: what another machine's reads ask for (``address``)."""
+        self._match = etag if matched else None
+        """Where set, every read asks for this ETag (``If-Match``): a task of ``--ray`` reads the
+        object the driver listed or nothing."""
         self.size = size
         self._head = head
         self._tail = tail
@@ -290,6 +342,12 @@ class ObjectSample(Sample):
 
     def whole(self) -> bytes | None:
         return self._head if len(self._head) == self.size else None
+
+    def address(self) -> Address | None:
+        if self._etag is None:  # nothing would prove that another machine read this very object
+            return None
+        location = self._bucket.location
+        return ObjectAddress(location.url_of(self._key), self.size, self._etag, self._version, self._bucket.endpoint, location.account)
 
     def range(self, offset: int, n: int) -> bytes:
         end = min(self.size, offset + max(0, n))
@@ -301,7 +359,7 @@ class ObjectSample(Sample):
         if self._tail and offset >= tail_start:
             return self._tail[offset - tail_start : end - tail_start]
         if end - offset > self.BLOCK or not self._by_block:
-            return self._bucket.read(self._key, offset, end - offset, self._version)
+            return self._bucket.read(self._key, offset, end - offset, self._version, self._match)
         first, last = offset // self.BLOCK, (end - 1) // self.BLOCK
         data = b"".join(self._block(number) for number in range(first, last + 1))
         start = offset - first * self.BLOCK
@@ -310,7 +368,7 @@ class ObjectSample(Sample):
     def _block(self, number: int) -> bytes:
         block = self._blocks.get(number)
         if block is None:
-            block = self._bucket.read(self._key, number * self.BLOCK, self.BLOCK, self._version)
+            block = self._bucket.read(self._key, number * self.BLOCK, self.BLOCK, self._version, self._match)
             self._blocks[number] = block
             if len(self._blocks) > self.KEPT:
                 self._blocks.popitem(last=False)
@@ -326,8 +384,11 @@ IN_MEMORY = 256 * 1024 * 1024
 @contextlib.contextmanager
 def opened_at(address: Address) -> Iterator[Sample]:
     """The sample at ``address``, opened on this machine; ``OSError`` where there is no such
-    file, and ``LookupError`` where the file there is not the one meant (another size or
-    modification time)."""
+    file or object, and ``LookupError`` where the file there is not the one meant (another size
+    or modification time). An object's reads fail where it is another object now (its ETag)."""
+    if isinstance(address, ObjectAddress):
+        yield _object_at(address)
+        return
     whole = FileSample.open(address.path)
     try:
         opened = os.fstat(whole._fd)
@@ -336,9 +397,23 @@ def opened_at(address: Address) -> Iterator[Sample]:
                 f"{address.path} is another file here: {opened.st_size} bytes modified at {opened.st_mtime_ns} ns, "
                 f"not {address.size} bytes at {address.mtime_ns} ns"
             )
-        yield whole if address.base == 0 and address.length in (-1, whole.size) else Window(whole, address.base, address.length)
+        yield _within(whole, address)
     finally:
         whole.close()
+
+
+def _object_at(address: ObjectAddress) -> Sample:
+    from ckptdoctor.stores import urls
+
+    location = urls.parse(address.path, listed=True)._replace(prefix="", account=address.account)
+    found = session.reached(location, address.endpoint)
+    key = location.key_of(address.path)
+    return _within(ObjectSample(found, key, address.size, version=address.version, blocks=False, etag=address.etag, matched=True), address)
+
+
+def _within(whole: Sample, address: Address) -> Sample:
+    """The stretch of ``whole`` that ``address`` names (a zip member's), or all of it."""
+    return whole if address.base == 0 and address.length in (-1, whole.size) else Window(whole, address.base, address.length)
 
 
 def open_sample(os_path: str, size: int | None = None, blocks: bool = True) -> Sample:
@@ -354,10 +429,10 @@ def open_sample(os_path: str, size: int | None = None, blocks: bool = True) -> S
     if kept is not None:
         return BytesSample(kept)
     key = bucket.location.key_of(os_path)
+    listed = session.listed(os_path)
     if size is None:
-        listed = session.listed(os_path)
         size = listed.size if listed is not None else bucket.head(key).size
-    return ObjectSample(bucket, key, size, blocks=blocks)
+    return ObjectSample(bucket, key, size, blocks=blocks, etag=listed.etag if listed is not None and listed.size == size else None)
 
 
 KEPT_WHOLE = 64 * 1024 * 1024

@@ -28,6 +28,7 @@ from ckptdoctor.errors import StoreError
 from ckptdoctor.stores.urls import PERMISSIONS, Archive, ArchivedObject, Location, Store, bad_endpoint
 
 if TYPE_CHECKING:
+    from obstore import GetOptions
     from obstore.store import AzureConfig, ClientConfig, GCSConfig, S3Config
 
 CONCURRENCY = 48
@@ -36,6 +37,10 @@ PART = 8 * 1024 * 1024
 """Bytes per ranged GET when an object is read whole: big objects come down in parallel parts."""
 
 T = TypeVar("T")
+
+
+class Changed(Exception):
+    """A conditional read refused: the object is no longer the one asked for."""
 
 
 class ObjectInfo(NamedTuple):
@@ -195,15 +200,26 @@ class Bucket:
             return None
         return info.etag if found == data else None
 
-    def read(self, key: str, start: int, length: int, version: str | None = None) -> bytes:
+    def read(self, key: str, start: int, length: int, version: str | None = None, etag: str | None = None) -> bytes:
         """Up to ``length`` bytes of ``key`` from ``start`` (fewer at its end); of its older
-        version ``version`` (an S3 ``versionId``) where one is named."""
+        version ``version`` (an S3 ``versionId``) where one is named; ``etag``: only while the
+        object's ETag is this one (``If-Match``), else ``OSError`` (``ESTALE``)."""
         if length <= 0:
             return b""
-        if version is None:
+        if version is None and etag is None:
             data = bytes(self._call(obstore.get_range, key, start=start, length=length))
         else:
-            data = bytes(self._call(obstore.get, key, options={"range": (start, start + length), "version": version}).bytes())
+            options: GetOptions = {"range": (start, start + length)}
+            if version is not None:
+                options["version"] = version
+            if etag is not None:
+                options["if_match"] = etag
+            try:
+                data = bytes(self._call(obstore.get, key, options=options).bytes())
+            except Changed:
+                raise OSError(
+                    errno.ESTALE, f"{self.location.url_of(key)} changed since it was listed: its ETag is no longer {etag}"
+                ) from None
         self.traffic.add(1, len(data))
         return data
 
@@ -264,6 +280,8 @@ class Bucket:
         except FileNotFoundError:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.location.url_of(key)) from None
         except BaseError as error:
+            if isinstance(error, PreconditionError) or _status(error) == 412:  # however the client names it
+                raise Changed from None
             if _code(error) == _ARCHIVED:
                 raise self.archived(key, error) from None
             raise OSError(errno.EIO, self.refused("read", key, error)) from None

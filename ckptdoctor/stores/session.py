@@ -9,7 +9,7 @@ listed are routed to a store: a local path that merely looks like a URL is never
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ckptdoctor.errors import StoreError as StoreError  # its home is the error taxonomy; imported from here too
 from ckptdoctor.stores.urls import Location
@@ -24,8 +24,10 @@ MISSING_EXTRA = (
     "reading object stores needs obstore: pip install 'ckptdoctor[s3]' (with boto3, for AWS profiles and SSO) or 'ckptdoctor[store]'"
 )
 
+Key = TypeVar("Key", str, tuple[str, str | None, str | None])
 _lock = threading.Lock()
 _buckets: dict[str, Bucket] = {}
+_reached: dict[tuple[str, str | None, str | None], Bucket] = {}
 _objects: dict[str, ObjectInfo] = {}
 _controls: dict[str, Control] = {}
 _endpoint: list[str | None] = [None]
@@ -39,17 +41,27 @@ def configure(endpoint: str | None) -> None:
 
 def bucket(location: Location) -> Bucket:
     """The client for ``location``'s bucket, made once per process."""
+    return _client(_buckets, location.root, location, _endpoint[0])
+
+
+def reached(location: Location, endpoint: str | None) -> Bucket:
+    """The client for ``location``'s bucket at ``endpoint``, where another process reached it
+    (a task of ``verify --deep --ray``: this process's own credentials), made once per process."""
+    return _client(_reached, (location.root, location.account, endpoint), location, endpoint)
+
+
+def _client(made: dict[Key, Bucket], key: Key, location: Location, endpoint: str | None) -> Bucket:
     with _lock:
-        found = _buckets.get(location.root)
+        found = made.get(key)
     if found is not None:
         return found
     try:
         from ckptdoctor.stores._bucket import connect  # obstore loads only when a URL is scanned
     except ImportError:
         raise StoreError(f"{location.url}: {MISSING_EXTRA}") from None
-    made = connect(location, _endpoint[0])
+    client = connect(location, endpoint)
     with _lock:
-        return _buckets.setdefault(location.root, made)
+        return made.setdefault(key, client)
 
 
 def control(location: Location) -> Control:
@@ -117,6 +129,7 @@ def forget() -> None:
     """Drop every client, listing and endpoint (tests, and the Python API between calls)."""
     with _lock:
         _buckets.clear()
+        _reached.clear()
         _objects.clear()
         _controls.clear()
         _endpoint[0] = None
