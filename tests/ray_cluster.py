@@ -49,7 +49,8 @@ def head(cpus: int, env: dict[str, str] | None = None) -> Iterator[str]:
         _wait_for(address, process)
         yield address
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a test may have killed it
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
@@ -96,6 +97,35 @@ def dying_reads() -> None:
         return check_at(*args)
 
     deep_scan.check_at = dying
+
+
+def cluster_dies() -> None:
+    """In each new worker (``RAY_JOB_CONFIG_JSON_ENV_VAR``): the first range read kills the whole
+    cluster (the head's processes, and this worker), as a head node lost mid-run does."""
+    from ckptdoctor.readers import deep_scan
+
+    def dying(*args: Any) -> Any:
+        os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)  # the raylet's group: the head's processes (workers have their own)
+        os._exit(9)
+
+    deep_scan.check_at = dying
+
+
+def slow_reads() -> None:
+    """In each new worker: a range read first writes its worker's pid to the file
+    ``CKPTDOCTOR_TEST_MARK`` names, then takes 60 s, then writes ``done`` beside it."""
+    from ckptdoctor.readers import deep_scan
+
+    mark = Path(os.environ["CKPTDOCTOR_TEST_MARK"])
+    check_at = deep_scan.check_at
+
+    def slow(*args: Any) -> Any:
+        mark.write_text(str(os.getpid()))
+        time.sleep(60)
+        mark.with_suffix(".done").write_text("done")
+        return check_at(*args)
+
+    deep_scan.check_at = slow
 
 
 def drive_with_deaths(address: str, run: str, counter: str) -> int:

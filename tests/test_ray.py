@@ -10,9 +10,9 @@ Keras-layout HDF5 through h5py, and the shared corpus of torch files.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,15 +34,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster() -> Iterator[str]:
     """A Ray head on 127.0.0.1 with 2 CPUs, its address; its workers hold the test S3 servers'
-    keys, as a cluster's nodes hold their own credentials. One at a time on this machine
-    (pytest-xdist workers queue on a lock): two clusters would share the 2 cores."""
-    root = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
-    with open(root / "ray-cluster.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        with head(2, stores.CLEAN_ENV) as address:
-            yield address
+    keys, as a cluster's nodes hold their own credentials. One per pytest-xdist worker that runs
+    these tests: a lock between workers held for the module's life deadlocked the suite (a worker
+    keeps its last test, and the module's fixtures, until it is sent another, while the other
+    waited on the lock), and CI timed out."""
+    with head(2, stores.CLEAN_ENV) as address:
+        yield address
 
 
 def fanned(path: Path, address: str, *options: str) -> tuple[int, dict[str, Any]]:
@@ -238,6 +237,63 @@ def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[i
     )
     assert ran.returncode in (0, 1) and ran.stdout, ran.stderr[-3000:]
     return ran.returncode, json.loads(ran.stdout), int(counter.read_text()), ran.stderr
+
+
+def test_a_cluster_that_goes_away_mid_run_ends_the_command_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The head's processes killed as the first range is read: the command says so and exits 2
+    within seconds, where Ray's own driver would end the process a minute later with exit 1 and
+    no word of what happened."""
+    _safetensors_with_nan(tmp_path)
+    hook = {"runtime_env": {"worker_process_setup_hook": "ray_cluster.cluster_dies"}}  # how `ray job submit` hands a driver its runtime_env
+    with head(1) as address:
+        start = time.monotonic()
+        ran = subprocess.run(
+            [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", address, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(hook)},
+        )
+        took = time.monotonic() - start
+    assert ran.returncode == 2 and ran.stdout == "", (ran.returncode, ran.stdout, ran.stderr)
+    # before it, at most the log line of Ray's core that its error for the dead worker found no driver
+    said = ran.stderr.strip().splitlines()
+    assert said[-1].startswith("ckptdoctor: error: the Ray cluster went away: its head at ") and "Traceback" not in ran.stderr, ran.stderr
+    assert "has not answered for 10 s" in said[-1] and took < 55, took
+
+
+def test_ctrl_c_cancels_the_tasks_under_way_and_exits_130_at_once(tmp_path: Path) -> None:
+    """Each range read takes a minute (a hook): Ctrl-C while one runs ends the command within
+    seconds, exit 130, and the task's worker is stopped, its read never finished."""
+    _safetensors_with_nan(tmp_path)
+    mark = tmp_path / "read.pid"
+    hook = {"runtime_env": {"worker_process_setup_hook": "ray_cluster.slow_reads", "env_vars": {"CKPTDOCTOR_TEST_MARK": str(mark)}}}
+    with head(1) as address:
+        command = [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", address, str(tmp_path)]
+        env = {**os.environ, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(hook)}
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as driver:
+            deadline = time.monotonic() + 120
+            while not mark.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert mark.exists(), "no range read began"
+            driver.send_signal(signal.SIGINT)
+            start = time.monotonic()
+            _, err = driver.communicate(timeout=120)
+            took = time.monotonic() - start
+        worker = int(mark.read_text())
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert driver.returncode == 130 and took < 15, (driver.returncode, took, err)
+        assert not _alive(worker) and not mark.with_suffix(".done").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_without_ray_installed_ray_says_how_to_install_it(tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ class RayFanout:
 
     def __init__(self, ray: Any) -> None:
         self._ray = ray
+        self._head = _Heartbeat(ray.get_runtime_context().gcs_address)
         options = {"max_retries": RETRIES, "retry_exceptions": [OSError], "num_cpus": 1}
         self._check = ray.remote(**options)(_check_task)
         # a refusal (no such file, credentials the bucket refuses) is the answer: tried once
@@ -174,12 +175,14 @@ class RayFanout:
         return results
 
     def cancel(self, refs: Sequence[Any] | None = None) -> None:
-        """Cancel ``refs`` (None: every task still pending): Ctrl-C, or a file given up."""
+        """Cancel ``refs`` (None: every task still pending): Ctrl-C, or a file given up; not where
+        the cluster is gone (nothing would answer)."""
         with self._lock:
             doomed = list(self._pending if refs is None else refs)
             self._pending.difference_update(doomed)
-        for ref in doomed:
-            self._ray.cancel(ref, force=True)
+        if self._head.gone is None:
+            for ref in doomed:
+                self._ray.cancel(ref, force=True)
 
     def spent(self) -> Fanned:
         with self._lock:
@@ -191,7 +194,7 @@ class RayFanout:
         (the ranges of ``batch`` of the file at ``address`` could not be read)."""
         exceptions = self._ray.exceptions
         try:
-            return self._ray.get(ref, timeout=timeout)
+            return self._waited(ref, timeout)
         except exceptions.RayTaskError as failed:
             if address is None:
                 raise
@@ -205,6 +208,52 @@ class RayFanout:
             raise deep_scan.FileChanged(f"{_unread(address, batch)}: its worker died {RETRIES + 1} times") from None
         except exceptions.RaySystemError as gone:
             raise ClusterUnusable(f"the Ray cluster went away: {_first_line(gone)}") from None
+
+    def _waited(self, ref: Any, timeout: float | None) -> Any:
+        """``ray.get(ref)``, a second at a time: where the head stopped answering meanwhile,
+        :class:`ClusterUnusable` (Ray's own driver would end this process, 60 s later, with no
+        word of ours)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            try:
+                return self._ray.get(ref, timeout=wait)
+            except self._ray.exceptions.GetTimeoutError:
+                if self._head.gone is not None:
+                    raise ClusterUnusable(f"the Ray cluster went away: {self._head.gone}") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+
+LOST_SECONDS = 10.0
+"""How long the cluster's head may refuse connections before the cluster is taken for gone: a
+restarting head (GCS fault tolerance) is back within seconds, and Ray ends a driver that lost it
+for 60 s."""
+
+
+class _Heartbeat:
+    """Whether the cluster's head (its GCS) still accepts connections, asked every 2 s by a thread
+    of its own."""
+
+    def __init__(self, address: str) -> None:
+        self.gone: str | None = None
+        """Why the head is taken for gone; None while it answers."""
+        self._address = address
+        threading.Thread(target=self._beat, name="ckptdoctor-ray-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        host, _, port = self._address.rpartition(":")
+        since: float | None = None
+        while self.gone is None:
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
+                since = None
+            except OSError as error:
+                now = time.monotonic()
+                since = now if since is None else since
+                if now - since >= LOST_SECONDS:
+                    self.gone = f"its head at {self._address} has not answered for {LOST_SECONDS:.0f} s ({error.strerror or error})"
+            time.sleep(2.0)
 
 
 PROBE_SECONDS = 60.0

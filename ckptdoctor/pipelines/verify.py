@@ -138,12 +138,13 @@ def _fanned(options: VerifyOptions, targets: Sequence[Entry]) -> Iterator[RayFan
     from ckptdoctor.fanout import ray
 
     fanout = ray.connect(options.ray)
-    first = next((entry for entry in targets if entry.size > 0), None)
+    # the largest: where anything is handed to the cluster, it is (an object a header read held whole is not)
+    largest = max(targets, key=lambda entry: entry.size, default=None)
     for _ in range(PROBES):
-        if first is None:
+        if largest is None or largest.size == 0:
             break
         try:
-            with open_sample(first.os_path) as sample:
+            with open_sample(largest.os_path) as sample:
                 address = sample.address()
             if address is not None:
                 fanout.probe(address)
@@ -422,10 +423,17 @@ def _read_in_threads(
     with ThreadPoolExecutor(threads) as pool:
         # each a copy of this thread's context, made here: a context is entered by one thread at a time
         futures = [pool.submit(contextvars.copy_context().run, read, entry) for entry in entries]
-        for entry, future in zip(entries, futures, strict=True):
-            reports[entry.os_path] = future.result()
-            tally.read += 1
-            tally.bytes_read += entry.size
+        try:
+            for entry, future in zip(entries, futures, strict=True):
+                reports[entry.os_path] = future.result()
+                tally.read += 1
+                tally.bytes_read += entry.size
+        except BaseException:  # Ctrl-C, or a cluster gone: no file is begun, and the threads are not waited for
+            pool.shutdown(wait=False, cancel_futures=True)
+            elsewhere = deep_scan.fanout()
+            if elsewhere is not None:
+                elsewhere.cancel()  # the tasks of the files under way, whose threads wait on them
+            raise
 
 
 TASKS_PER_WORKER = 32

@@ -136,6 +136,10 @@ class Fanout(Protocol):
         same order; :class:`FileChanged` where some could not be read."""
         ...
 
+    def cancel(self) -> None:
+        """Stop every check still under way (Ctrl-C): those waiting for it then fail at once."""
+        ...
+
 
 _fanout: contextvars.ContextVar[Fanout | None] = contextvars.ContextVar("fanout", default=None)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from ckptdoctor.regular import open_to_read
-from ckptdoctor.stores import session
+from ckptdoctor.stores import session, urls
 
 if TYPE_CHECKING:
     from ckptdoctor.stores.session import Bucket
@@ -403,8 +403,6 @@ def opened_at(address: Address) -> Iterator[Sample]:
 
 
 def _object_at(address: ObjectAddress) -> Sample:
-    from ckptdoctor.stores import urls
-
     location = urls.parse(address.path, listed=True)._replace(prefix="", account=address.account)
     found = session.reached(location, address.endpoint)
     key = location.key_of(address.path)
