@@ -218,7 +218,7 @@ def _is_free(port: int) -> bool:
         return True
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -232,7 +232,7 @@ def _stop(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -241,7 +241,7 @@ def _wait_until_up(endpoint: str, pid: int, log: Path) -> None:
     deadline = time.monotonic() + 60
     name = f"probe-{uuid.uuid4().hex[:8]}"
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             raise RuntimeError(f"weed exited: {log.read_text()[-2000:]}")
         try:
             s3.create_bucket(Bucket=name)

@@ -282,18 +282,10 @@ def test_ctrl_c_cancels_the_tasks_under_way_and_exits_130_at_once(tmp_path: Path
             took = time.monotonic() - start
         worker = int(mark.read_text())
         deadline = time.monotonic() + 10
-        while _alive(worker) and time.monotonic() < deadline:
+        while stores.alive(worker) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert driver.returncode == 130 and took < 15, (driver.returncode, took, err)
-        assert not _alive(worker) and not mark.with_suffix(".done").exists()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        assert not stores.alive(worker) and not mark.with_suffix(".done").exists()
 
 
 def test_without_ray_installed_ray_says_how_to_install_it(tmp_path: Path) -> None:
