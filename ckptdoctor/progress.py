@@ -9,7 +9,8 @@ is at worst one folder behind, which a status line can afford.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -29,3 +30,11 @@ class Tally:
     """``verify``: files read whole so far."""
     bytes_to_read: int = 0
     bytes_read: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_read(self, files: int, size: int) -> None:
+        """Count ``files`` read whole and ``size`` more bytes read, from any thread (a cluster's
+        tasks count their bytes as they finish, before their file is done: ``--ray``)."""
+        with self._lock:
+            self.read += files
+            self.bytes_read += size

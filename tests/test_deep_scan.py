@@ -12,11 +12,14 @@ by byte pattern, at every alignment, and through a whole ``verify --deep`` repor
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
 import sys
+import threading
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -481,3 +484,56 @@ def test_verify_deep_reports_alike_with_and_without_the_compiled_tests(scan_bloc
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1]
     assert b"CKD212" in outputs[0] and b"nonfinite-values" in outputs[0]
+
+
+class _CheckedHereTaskByTask:
+    """A fan-out (``verify --deep --ray``'s seam) that checks each part here as a task of its own,
+    and notes the tally's bytes each time one finishes."""
+
+    def __init__(self, tally: object) -> None:
+        self.tally = tally
+        self.seen: list[int] = []
+        self._counted: dict[str, int] = {}
+        self._read: Callable[[int], None] = lambda size: None
+        self._lock = threading.Lock()
+
+    def check_parts(self, address: deep_scan.Address, parts: Sequence[deep_scan.Region]) -> list[deep_scan.Checked]:
+        results: list[deep_scan.Checked] = []
+        for part in parts:
+            results += deep_scan.check_at(address, [part])
+            with self._lock:  # the files' threads finish tasks one at a time: what each saw is in order
+                self._counted[address.path] = self._counted.get(address.path, 0) + part.length
+                self._read(part.length)
+                self.seen.append(self.tally.bytes_read)  # type: ignore[attr-defined]
+        return results
+
+    def cancel(self) -> None:
+        pass
+
+    def counting(self, read: Callable[[int], None]) -> None:
+        self._read = read
+
+    def settled(self, path: str) -> int:
+        return self._counted.pop(path, 0)
+
+
+def test_a_fanned_out_check_counts_its_bytes_as_each_task_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress of ``verify --deep --ray`` moves as the cluster's tasks finish, not only as
+    whole files do, and ends at the bytes of the files, each counted once."""
+    from safetensors.torch import save_file
+
+    from ckptdoctor.pipelines.verify import VerifyOptions, verify
+    from ckptdoctor.progress import Tally
+
+    monkeypatch.setattr(deep_scan, "PART", 1024 * 1024)
+    for name in ("a", "b"):
+        save_file({"w": torch.ones(1024, 1024)}, tmp_path / f"{name}.safetensors")  # 4 MiB: 4 parts each
+    sizes = [(tmp_path / f"{name}.safetensors").stat().st_size for name in ("a", "b")]
+    tally = Tally()
+    fanout = _CheckedHereTaskByTask(tally)
+    with deep_scan.fanned_out(fanout):
+        report, _ = verify([str(tmp_path)], VerifyOptions(deep=True), tally=tally)
+    assert report.ok and len(fanout.seen) == 8
+    # every task moved it, the first before any file was done
+    assert all(later > earlier for earlier, later in itertools.pairwise(fanout.seen)) and 0 < fanout.seen[0] < min(sizes), fanout.seen
+    assert (tally.read, tally.bytes_read) == (2, sum(sizes))

@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptdoctor.errors import UsageError
@@ -120,6 +120,8 @@ class RayFanout:
         self._workers: set[str] = set()
         self._began: float | None = None
         self._ended = 0.0
+        self._read: Callable[[int], None] | None = None
+        self._counted: dict[str, int] = {}
 
     def probe(self, address: Address) -> None:
         """Make sure, before any range is handed out, that a worker runs this ckptdoctor and reads
@@ -162,10 +164,14 @@ class RayFanout:
             for ref, batch in zip(refs, batches, strict=True):
                 worker, checked = self._got(ref, address, batch)
                 results += checked
+                done = sum(part.length for part in batch)
                 with self._lock:
                     self._pending.discard(ref)
                     self._workers.add(worker)
-                    self._bytes += sum(part.length for part in batch)
+                    self._bytes += done
+                    self._counted[address.path] = self._counted.get(address.path, 0) + done
+                if self._read is not None:
+                    self._read(done)
         except BaseException:
             self.cancel(refs)
             raise
@@ -183,6 +189,13 @@ class RayFanout:
         if self._head.gone is None:
             for ref in doomed:
                 self._ray.cancel(ref, force=True)
+
+    def counting(self, read: Callable[[int], None]) -> None:
+        self._read = read
+
+    def settled(self, path: str) -> int:
+        with self._lock:
+            return self._counted.pop(path, 0)
 
     def spent(self) -> Fanned:
         with self._lock:

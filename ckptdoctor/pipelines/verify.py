@@ -39,7 +39,7 @@ from ckptdoctor.readers.files import (
     unpickled_by_name,
     whole_read_bytes,
 )
-from ckptdoctor.readers.sample import keeping_whole, open_sample
+from ckptdoctor.readers.sample import address_path, keeping_whole, open_sample
 from ckptdoctor.readers.unpickler import Budget, one_budget
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.rules.registry import check, find_rule
@@ -420,17 +420,19 @@ def _read_in_threads(
     def read(entry: Entry) -> FileReport:
         return _charged(budgets.of(entry), entry, 1 if deep else 0)
 
+    elsewhere = deep_scan.fanout()
+    if elsewhere is not None:  # the bytes a cluster's tasks read count as each task finishes
+        elsewhere.counting(lambda size: tally.add_read(0, size))
     with ThreadPoolExecutor(threads) as pool:
         # each a copy of this thread's context, made here: a context is entered by one thread at a time
         futures = [pool.submit(contextvars.copy_context().run, read, entry) for entry in entries]
         try:
             for entry, future in zip(entries, futures, strict=True):
                 reports[entry.os_path] = future.result()
-                tally.read += 1
-                tally.bytes_read += entry.size
+                counted = elsewhere.settled(address_path(entry.os_path)) if elsewhere is not None else 0
+                tally.add_read(1, entry.size - counted)
         except BaseException:  # Ctrl-C, or a cluster gone: no file is begun, and the threads are not waited for
             pool.shutdown(wait=False, cancel_futures=True)
-            elsewhere = deep_scan.fanout()
             if elsewhere is not None:
                 elsewhere.cancel()  # the tasks of the files under way, whose threads wait on them
             raise

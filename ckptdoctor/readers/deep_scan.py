@@ -140,6 +140,14 @@ class Fanout(Protocol):
         """Stop every check still under way (Ctrl-C): those waiting for it then fail at once."""
         ...
 
+    def counting(self, read: Callable[[int], None]) -> None:
+        """Call ``read(n)`` each time ``n`` more bytes have been checked elsewhere (a task done), from any thread."""
+        ...
+
+    def settled(self, path: str) -> int:
+        """The bytes of the file at ``path`` (an address's ``path``) counted so far, then forgotten: its read is done."""
+        ...
+
 
 _fanout: contextvars.ContextVar[Fanout | None] = contextvars.ContextVar("fanout", default=None)
 

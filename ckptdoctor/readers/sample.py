@@ -91,6 +91,11 @@ class ObjectAddress:
 Address = FileAddress | ObjectAddress
 
 
+def address_path(os_path: str) -> str:
+    """The ``path`` of the address of the file (or listed object) at ``os_path``."""
+    return os_path if session.owner(os_path) is not None else os.path.abspath(os_path)
+
+
 class Sample:
     """A view of one file's bytes; subclasses decide where they come from."""
 
@@ -207,7 +212,7 @@ class FileSample(Sample):
         if self._path is None:
             return None
         opened = os.fstat(self._fd)
-        return FileAddress(os.path.abspath(self._path), opened.st_size, opened.st_mtime_ns)
+        return FileAddress(address_path(self._path), opened.st_size, opened.st_mtime_ns)
 
     def reopened(self) -> str | None:
         name = f"/proc/self/fd/{self._fd}"
