@@ -21,6 +21,11 @@ ratio inspect/baseline, the requests per checkpoint both made, and the bytes bot
         [--profile FILE]
 
 ``--profile FILE`` writes cProfile's statistics of one more in-process ``inspect`` to FILE.
+
+``--latency MS`` measures instead what bounds ``inspect`` where every request waits on the network
+(issue 36: is fanning header reads out to a cluster worth it?): each GET and listing passes a
+proxy that holds it ``MS`` ms (tests/faultproxy.py), and ``inspect`` is timed with 48 requests in
+flight (``CONCURRENCY``), then 96 and 192, from this one process.
 """
 
 from __future__ import annotations
@@ -63,34 +68,9 @@ TARGET = 1.5
 @contextlib.contextmanager
 def server(kind: str, folder: Path) -> Iterator[str]:
     """The endpoint of a fresh S3 server of ``kind`` on 127.0.0.1, its bucket made."""
-    with stores.moto_server() if kind == "moto" else seaweed(folder) as endpoint:
+    with stores.moto_server() if kind == "moto" else stores.seaweed_server(folder) as endpoint:
         stores.client(endpoint).create_bucket(Bucket=BUCKET)
         yield endpoint
-
-
-@contextlib.contextmanager
-def seaweed(folder: Path) -> Iterator[str]:
-    """SeaweedFS as tests/stores.py starts it, with its Iceberg and Lance listeners off: they
-    take fixed ports (8181, 9101), which a second server on the machine (a test run) holds."""
-    ports = stores._free_ports(4)
-    config = folder / "s3.json"
-    identity = {"name": "bench", "credentials": [{"accessKey": stores.ACCESS_KEY, "secretKey": stores.SECRET_KEY}], "actions": ["Admin"]}
-    config.write_text(json.dumps({"identities": [identity]}))
-    (folder / "data").mkdir()
-    command = [
-        "weed", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={folder / 'data'}", "-master.telemetry=false",
-        f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}", "-s3", f"-s3.port={ports[3]}",
-        f"-s3.config={config}", "-volume.max=20", "-s3.port.iceberg=0", "-s3.port.lance=0",
-    ]  # fmt: skip
-    endpoint = f"http://127.0.0.1:{ports[3]}"
-    with (folder / "weed.log").open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            stores._wait_until_up(endpoint, process, folder / "weed.log")
-            yield endpoint
-        finally:
-            process.terminate()
-            process.wait(30)
 
 
 def s3(endpoint: str) -> Any:
@@ -153,13 +133,51 @@ def baseline(endpoint: str) -> tuple[int, int]:
     return max(pages, 1) + len(ranges), sum(got)
 
 
+def latency_sweep(checkpoints: int, delay: float, repeat: int) -> int:
+    """``inspect`` of the run through a proxy that holds each request ``delay`` s, at 48, 96 and
+    192 requests in flight: where the time falls as the requests in flight rise, one machine's
+    header reads are bound by the round trips, which more in flight pay for, not by its network
+    or its CPU, which more machines would add."""
+    from faultproxy import FaultProxy, Rule
+
+    from ckptdoctor.stores import _bucket
+
+    os.environ.update(stores.CLEAN_ENV)
+    url = f"s3://{BUCKET}/{PREFIX}"
+    with tempfile.TemporaryDirectory(prefix="ckptdoctor-objstore-") as work, server("weed", Path(work)) as endpoint:
+        folder = Path(work, "local", "checkpoint")
+        write_burn_run(folder, range(1, checkpoints + 1))
+        count = upload(endpoint, folder.parent)
+        with FaultProxy(endpoint, [Rule("delay", method="GET", seconds=delay)]) as proxy:
+            os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+            times: dict[int, float] = {}
+            for concurrency in (48, 96, 192):
+                _bucket.CONCURRENCY = concurrency
+                best = float("inf")
+                for _ in range(repeat):
+                    session.forget()
+                    started = time.perf_counter()
+                    report, _ = inspect([url])
+                    best = min(best, time.perf_counter() - started)
+                requests = report.transfer.requests if report.transfer else 0
+                times[concurrency] = best
+                print(
+                    f"{count:,} objects, {delay * 1000:.0f} ms a request, {concurrency} in flight: inspect best {best:.2f} s of {repeat}, "
+                    f"{requests:,} requests, {requests / best:,.0f} a second, {times[48] / best:.2f}x the speed at 48"
+                )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--server", choices=("weed", "moto"), default="weed")
     parser.add_argument("--profile", type=Path, help="write cProfile statistics of one in-process inspect here")
+    parser.add_argument("--latency", type=float, help="ms each request is held by a proxy: time inspect at 48, 96, 192 in flight")
     args = parser.parse_args()
+    if args.latency is not None:
+        return latency_sweep(args.checkpoints, args.latency / 1000, args.repeat)
     os.environ.update(stores.CLEAN_ENV)
     url = f"s3://{BUCKET}/{PREFIX}"
     with tempfile.TemporaryDirectory(prefix="ckptdoctor-objstore-") as work, server(args.server, Path(work)) as endpoint:
