@@ -36,8 +36,23 @@ def head(cpus: int, env: dict[str, str] | None = None) -> Iterator[str]:
     have ``env`` (a node's own credentials) in their environment."""
     port = free_port()
     ports = ["--port", str(port), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port())]
+    # tasks return a few numbers: Ray's default store (30 % of memory, in /dev/shm, or a file in /tmp
+    # where /dev/shm is small) would take what the tests running beside it need
+    store = ["--object-store-memory", str(100 * 1000 * 1000)]
     process = subprocess.Popen(
-        ["ray", "start", "--head", "--block", "--num-cpus", str(cpus), *ports, "--include-dashboard", "false", "--disable-usage-stats"],
+        [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            str(cpus),
+            *ports,
+            *store,
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # the head and every process it starts: one group to stop

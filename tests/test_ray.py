@@ -196,6 +196,21 @@ def test_workers_that_may_not_read_the_bucket_stop_the_command_before_any_range(
     assert len(said) == 2 and said[0].startswith("Reading 1 object from the store: at most "), said  # no retry, no traceback
 
 
+def test_the_python_api_leaves_no_thread_behind_call_after_call(tmp_path: Path, cluster: str) -> None:
+    """``verify(..., ray=)`` in a long-lived process: the thread that watches the head ends with each call."""
+    _safetensors_with_nan(tmp_path)
+    script = (
+        "import sys, threading, time\n"
+        "from ckptdoctor import api\n"
+        "for _ in range(3):\n"
+        "    api.run_verify(api.VerifyOptions((sys.argv[1],), deep=True, ray=sys.argv[2]))\n"
+        "time.sleep(0.5)\n"
+        "print(sorted(t.name for t in threading.enumerate() if t.name.startswith('ckptdoctor')))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", script, str(tmp_path), cluster], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and ran.stdout.splitlines()[-1] == "[]", (ran.stdout, ran.stderr[-2000:])
+
+
 def test_a_worker_killed_mid_task_is_retried_and_the_report_is_the_same(
     tmp_path: Path, cluster: str, cli: Callable[..., Result], hf_trained: Path
 ) -> None:

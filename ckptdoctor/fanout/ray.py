@@ -193,6 +193,11 @@ class RayFanout:
     def counting(self, read: Callable[[int], None]) -> None:
         self._read = read
 
+    def close(self) -> None:
+        """Cancel what is still pending and stop watching the head: this command is done with the cluster."""
+        self.cancel()
+        self._head.stop()
+
     def settled(self, path: str) -> int:
         with self._lock:
             return self._counted.pop(path, 0)
@@ -252,12 +257,16 @@ class _Heartbeat:
         self.gone: str | None = None
         """Why the head is taken for gone; None while it answers."""
         self._address = address
+        self._stopped = threading.Event()
         threading.Thread(target=self._beat, name="ckptdoctor-ray-heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     def _beat(self) -> None:
         host, _, port = self._address.rpartition(":")
         since: float | None = None
-        while self.gone is None:
+        while self.gone is None and not self._stopped.wait(2.0):
             try:
                 socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
                 since = None
@@ -266,7 +275,6 @@ class _Heartbeat:
                 since = now if since is None else since
                 if now - since >= LOST_SECONDS:
                     self.gone = f"its head at {self._address} has not answered for {LOST_SECONDS:.0f} s ({error.strerror or error})"
-            time.sleep(2.0)
 
 
 PROBE_SECONDS = 60.0

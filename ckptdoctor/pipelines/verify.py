@@ -138,26 +138,31 @@ def _fanned(options: VerifyOptions, targets: Sequence[Entry]) -> Iterator[RayFan
     from ckptdoctor.fanout import ray
 
     fanout = ray.connect(options.ray)
-    # the largest: where anything is handed to the cluster, it is (an object a header read held whole is not)
+    try:
+        _probe(fanout, targets)
+        with deep_scan.fanned_out(fanout):
+            yield fanout
+    finally:
+        fanout.close()
+
+
+def _probe(fanout: RayFanout, targets: Sequence[Entry]) -> None:
+    """Have a task read the largest of ``targets`` (where anything is handed to the cluster, it
+    is: an object a header read held whole is not), again where it changes meanwhile."""
     largest = max(targets, key=lambda entry: entry.size, default=None)
     for _ in range(PROBES):
         if largest is None or largest.size == 0:
-            break
+            return
         try:
             with open_sample(largest.os_path) as sample:
                 address = sample.address()
             if address is not None:
                 fanout.probe(address)
-            break
+            return
         except deep_scan.FileChanged:  # being written: addressed again, as it is now
             continue
         except OSError:  # gone since it was listed: its own read says so
-            break
-    try:
-        with deep_scan.fanned_out(fanout):
-            yield fanout
-    finally:
-        fanout.cancel()
+            return
 
 
 def _ask(
