@@ -6,6 +6,7 @@ import fcntl
 import functools
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -104,6 +105,13 @@ def inspect_json(cli: Callable[..., Result]) -> Callable[..., Result]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real_processes: a test about real processes holding files keeps the real process table")
+    if not os.environ.get("PYTEST_XDIST_WORKER") and "TORCH_EXTENSIONS_DIR" not in os.environ:
+        # where torch JIT-compiles DeepSpeed's CPU op, for this run and its xdist workers (which
+        # inherit it): a build killed in the shared ~/.cache left torch's lock file there, and every
+        # DeepSpeed launch after it waited on that file until its 600 s timeout (frameworks.deepspeed_op)
+        made = tempfile.mkdtemp(prefix="ckptdoctor-torch-extensions-")
+        os.environ["TORCH_EXTENSIONS_DIR"] = made
+        config.add_cleanup(lambda: shutil.rmtree(made, ignore_errors=True))
 
 
 @dataclass

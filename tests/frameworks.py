@@ -11,8 +11,10 @@ callable for what a test must do itself with the framework (resume, train on, lo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -21,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
@@ -376,12 +379,12 @@ def deepspeed_process(mode: str, stage: int, *args: str, timeout: float = 600) -
     """``tests/deepspeed_job.py MODE STAGE ARGS...`` run by DeepSpeed's own launcher, however it
     ends (a rank that fails or dies makes the launcher end the other); the launcher and its ranks
     killed together past ``timeout``. Skips where deepspeed is missing."""
-    import importlib.util
     import socket
     import sys
 
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (pip install -e '.[deepspeed]')")
+    deepspeed_op()
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
@@ -406,6 +409,39 @@ def deepspeed_process(mode: str, stage: int, *args: str, timeout: float = 600) -
         for buffer in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"):
             buffer.unlink(missing_ok=True)
     return subprocess.CompletedProcess(launched.args, launched.returncode, out, err)
+
+
+def deepspeed_op() -> None:
+    """DeepSpeed's shared-memory all-reduce for the CPU, which each launch JIT-compiles through
+    torch on first use, compiled once for the test run (``TORCH_EXTENSIONS_DIR``, conftest.py)
+    before any launch, under a lock the kernel drops with its holder: torch's own lock is a file
+    that a build killed midway (a launch past its timeout, Ctrl-C) leaves behind, and every
+    launch after it then waits on that file for ever."""
+    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.gettempdir())
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "ckptdoctor-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "ckptdoctor-built").exists():
+            return
+        build = "from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('ShareMemCommBuilder').load()"
+        builder = subprocess.Popen(
+            [sys.executable, "-c", build],
+            env={**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(folder)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # the compiler's processes go with it past the timeout
+        )
+        try:
+            out, _ = builder.communicate(timeout=1200)
+            assert builder.returncode == 0, out[-3000:]
+            (folder / "ckptdoctor-built").write_text(out[-3000:])
+        finally:
+            if builder.poll() is None:
+                os.killpg(builder.pid, signal.SIGKILL)
+                builder.wait()
+            for left in folder.glob("*/lock"):  # torch's lock of a build that did not finish: nobody builds now
+                left.unlink(missing_ok=True)
 
 
 def deepspeed_trained(save_dir: Path, stage: int, lightning: bool = False, steps: int = 4) -> Path:
@@ -1849,7 +1885,6 @@ def timm_own() -> tuple[Any, Any]:
     ``unwrap_model`` and ``get_state_dict`` from ``utils/model.py`` (torchvision too): a package of
     two stand-ins holds them, doing what they do for a model that is not wrapped. Skips where timm is
     not installed."""
-    import importlib.util
     import types
 
     spec = importlib.util.find_spec("timm")
@@ -2040,6 +2075,8 @@ def launched(worker: str, **arguments: Any) -> Launched:
     """``worker`` of this module run by ``torchrun --standalone --nproc_per_node 2`` on the CPU:
     two processes in a gloo group, as a launcher starts them on a node of GPUs."""
     pytest.importorskip("torch.distributed.run")
+    if importlib.util.find_spec("deepspeed") is not None:  # a worker may run DeepSpeed's strategy (mmengine's)
+        deepspeed_op()
     script = [__file__, worker, json.dumps(arguments)]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *script]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}

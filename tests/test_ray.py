@@ -335,6 +335,34 @@ def test_an_address_with_no_cluster_fails_within_seconds_with_exit_2(tmp_path: P
     assert len(ran.stderr.strip().splitlines()) == 1 and time.monotonic() - start < 30
 
 
+def test_auto_with_a_stopped_clusters_record_fails_within_seconds_with_exit_2(tmp_path: Path) -> None:
+    """Ray records the address of the cluster last started on a machine, and keeps the record
+    after that cluster stops: ``--ray auto`` checks it as it checks a given address, where Ray's
+    client retried it for minutes."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_port()}")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"")
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path)}  # where Ray looks for its record
+    env.pop("RAY_ADDRESS", None)
+    # a cluster another test runs meanwhile is live, and auto would take it: none is, here
+    alone = (
+        "import functools, sys, ray._private.services as services; services.find_gcs_addresses = functools.cache(lambda: []); "
+        "from ckptdoctor.cli import main; sys.argv[0] = 'ckptdoctor'; main()"
+    )
+    start = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-c", alone, "verify", "--deep", "--ray", "auto", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert ran.returncode == 2 and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert "no Ray cluster at " in ran.stderr and "(--ray auto: RAY_ADDRESS, else the cluster last started here)" in ran.stderr
+    assert time.monotonic() - start < 30
+
+
 def test_ray_without_deep_is_refused_and_off_is_not(tmp_path: Path, cli: Callable[..., Result]) -> None:
     result = cli("verify", "--ray", "auto", tmp_path)
     assert result.exit_code == 2 and "--deep" in result.stderr
@@ -379,3 +407,24 @@ def test_a_worker_that_sees_another_file_at_the_path_fails_closed(tmp_path: Path
     os.utime(path, ns=(0, address.mtime_ns + 1))
     with pytest.raises(deep_scan.FileChanged, match="another file here"):
         deep_scan.check_at(address, [deep_scan.Region(0, 4096, zeros=True)])
+    # another file of the same size renamed over it, its modification time set back: not this one either
+    (tmp_path / "other").write_bytes(bytes(4096))
+    os.utime(tmp_path / "other", ns=(0, address.mtime_ns))
+    os.replace(tmp_path / "other", path)
+    assert os.stat(path).st_mtime_ns == address.mtime_ns and os.stat(path).st_size == address.size
+    with pytest.raises(deep_scan.FileChanged, match="another file here"):
+        deep_scan.check_at(address, [deep_scan.Region(0, 4096, zeros=True)])
+
+
+def test_what_no_second_try_would_read_is_not_retried(tmp_path: Path) -> None:
+    """A task's error that every try would meet (no file there, a folder) is said at once, not
+    handed to Ray's retries (3 more tries, each printing a traceback)."""
+    from ckptdoctor.fanout import ray as fanout
+    from ckptdoctor.readers import deep_scan
+    from ckptdoctor.readers.sample import FileAddress
+
+    for there in (tmp_path / "gone.safetensors", tmp_path):
+        address = FileAddress(str(there), 4096, 0)
+        with pytest.raises(deep_scan.FileChanged, match=r"could not read bytes 0–4,096 of .* on the Ray cluster: ") as raised:
+            fanout._check_task(address, [deep_scan.Region(0, 4096, zeros=True)])
+        assert not isinstance(raised.value, OSError) and fanout.RETRIES == 3

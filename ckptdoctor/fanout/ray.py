@@ -28,6 +28,7 @@ from ckptdoctor.errors import UsageError
 from ckptdoctor.model import Fanned
 from ckptdoctor.readers import deep_scan
 from ckptdoctor.readers.sample import Address, ObjectAddress, opened_at
+from ckptdoctor.regular import NotRegular
 from ckptdoctor.version import __version__
 
 TASK_BYTES = 256 * 1024 * 1024
@@ -51,7 +52,9 @@ def connect(address: str) -> RayFanout:
     except ImportError:
         raise UsageError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
     if not ray.is_initialized():
-        _reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address)
+        _reachable(_found(ray), " (--ray auto: RAY_ADDRESS, else the cluster last started here)") if address == "auto" else _reachable(
+            address
+        )
         logging.getLogger("ray").setLevel(logging.ERROR)  # its notes at connecting (token authentication) are not ours to print
         # the failures of tasks whose results were never asked for (those cancelled when a file is given up)
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -89,9 +92,20 @@ REACH_SECONDS = 5.0
 address for minutes."""
 
 
-def _reachable(address: str) -> None:
+def _found(ray: Any) -> str:
+    """The address ``auto`` names: ``RAY_ADDRESS``, else the cluster last started on this machine
+    (Ray's record of it, which outlives a cluster that was stopped); empty where Ray finds none
+    this way, and is left to look for one itself."""
+    try:
+        return str(ray._private.services.canonicalize_bootstrap_address("auto") or "")
+    except Exception:  # a Ray whose private helper moved or refuses: its own search, unchecked
+        return os.environ.get("RAY_ADDRESS", "")
+
+
+def _reachable(address: str, found: str = "") -> None:
     """:class:`ClusterUnusable` unless ``address`` (``HOST:PORT``, or ``ray://HOST:PORT`` for Ray
-    Client) accepts a connection; an empty one, or ``auto``, is Ray's to find."""
+    Client) accepts a connection; an empty one, or ``auto``, is Ray's to find. ``found``: how
+    the address was found, said after it."""
     if not address or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -100,7 +114,9 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
     except OSError as error:
-        raise ClusterUnusable(f"no Ray cluster at {address}: {error.strerror or error} (start one with `ray start --head`)") from None
+        raise ClusterUnusable(
+            f"no Ray cluster at {address}{found}: {error.strerror or error} (start one with `ray start --head`)"
+        ) from None
 
 
 class RayFanout:
@@ -305,8 +321,12 @@ def _first_line(error: BaseException) -> str:
 
 
 def _check_task(address: Address, parts: Sequence[deep_scan.Region]) -> tuple[str, list[deep_scan.Checked]]:
-    """What a worker runs: ``parts`` of the file at ``address``, read on its node, and who it is."""
-    return f"{socket.gethostname()}:{os.getpid()}", deep_scan.check_at(address, parts)
+    """What a worker runs: ``parts`` of the file at ``address``, read on its node, and who it is.
+    What no second try changes (no file there, a folder, a FIFO, no permission) is not retried."""
+    try:
+        return f"{socket.gethostname()}:{os.getpid()}", deep_scan.check_at(address, parts)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, NotRegular) as error:
+        raise deep_scan.FileChanged(f"{_unread(address, parts)}: {error.strerror or error}") from None
 
 
 def _probe_task(address: Address) -> str:

@@ -36,13 +36,18 @@ Found = TypeVar("Found")
 @dataclass(frozen=True)
 class FileAddress:
     """Where a process on another machine reads a sample's bytes itself (``verify --deep
-    --ray``): the file at the same absolute path, known by the size and modification time it
-    had here, so that a different file there is never taken for it."""
+    --ray``): the file at the same absolute path, known by the size, modification time, inode
+    and change time it had here, so that a different file there is never taken for it (a file
+    renamed over it with its modification time set back keeps neither inode nor change time:
+    no call sets those). A shared filesystem gives every node a file's own inode number and
+    change time (NFS, Lustre, GPFS: the server's)."""
 
     path: str
     size: int
     """The file's size when it was opened here."""
     mtime_ns: int
+    inode: int = 0
+    ctime_ns: int = 0
     base: int = 0
     """Where the sample's first byte lies in the file (a zip member stored whole)."""
     length: int = -1
@@ -50,7 +55,7 @@ class FileAddress:
 
     def names(self, found: os.stat_result) -> bool:
         """Whether ``found`` (a stat of the file at ``path``) is the file this address was made of."""
-        return (found.st_size, found.st_mtime_ns) == (self.size, self.mtime_ns)
+        return (found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns) == (self.size, self.mtime_ns, self.inode, self.ctime_ns)
 
     def changed_here(self) -> bool:
         """Whether the file at ``path`` on this machine is no longer the one addressed."""
@@ -212,7 +217,7 @@ class FileSample(Sample):
         if self._path is None:
             return None
         opened = os.fstat(self._fd)
-        return FileAddress(address_path(self._path), opened.st_size, opened.st_mtime_ns)
+        return FileAddress(address_path(self._path), opened.st_size, opened.st_mtime_ns, opened.st_ino, opened.st_ctime_ns)
 
     def reopened(self) -> str | None:
         name = f"/proc/self/fd/{self._fd}"
@@ -399,8 +404,9 @@ def opened_at(address: Address) -> Iterator[Sample]:
         opened = os.fstat(whole._fd)
         if not address.names(opened):
             raise LookupError(
-                f"{address.path} is another file here: {opened.st_size} bytes modified at {opened.st_mtime_ns} ns, "
-                f"not {address.size} bytes at {address.mtime_ns} ns"
+                f"{address.path} is another file here: {opened.st_size} bytes modified at {opened.st_mtime_ns} ns "
+                f"(inode {opened.st_ino}, changed at {opened.st_ctime_ns} ns), not {address.size} bytes at "
+                f"{address.mtime_ns} ns (inode {address.inode}, changed at {address.ctime_ns} ns)"
             )
         yield _within(whole, address)
     finally:
