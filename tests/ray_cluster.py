@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,53 +34,78 @@ def free_port() -> int:
 def head(cpus: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """A Ray head with ``cpus`` CPUs on free ports, its address; stopped after, and only it (``ray
     stop`` would stop every cluster of the machine). Its workers can import this module, and
-    have ``env`` (a node's own credentials) in their environment."""
+    have ``env`` (a node's own credentials) in their environment. Started again on other ports,
+    up to three times, where ``ray start`` exits: a port free when chosen can be taken before
+    Ray binds it, by a process beside it or by Ray's own ports, which it picks at random."""
+    for attempt in range(3):
+        process, address, said = _start(cpus, env)
+        try:
+            _wait_for(address, process, said)
+        except _StartFailed:
+            _stop(process, said)
+            if attempt == 2:
+                raise
+            continue
+        try:
+            yield address
+        finally:
+            _stop(process, said)
+        return
+
+
+class _StartFailed(RuntimeError):
+    pass
+
+
+def _start(cpus: int, env: dict[str, str] | None) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     ports = ["--port", str(port), "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port())]
     # tasks return a few numbers: Ray's default store (30 % of memory, in /dev/shm, or a file in /tmp
     # where /dev/shm is small) would take what the tests running beside it need
     store = ["--object-store-memory", str(100 * 1000 * 1000)]
-    process = subprocess.Popen(
-        [
-            "ray",
-            "start",
-            "--head",
-            "--block",
-            "--num-cpus",
-            str(cpus),
-            *ports,
-            *store,
-            "--include-dashboard",
-            "false",
-            "--disable-usage-stats",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # the head and every process it starts: one group to stop
-        # a cluster on loopback for one test module or benchmark needs no token
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(HERE), "RAY_AUTH_MODE": "disabled"},
-    )
-    address = f"127.0.0.1:{port}"
+    said = Path(tempfile.mkstemp(prefix="ray-start-", suffix=".log")[1])
+    with said.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                "ray",
+                "start",
+                "--head",
+                "--block",
+                "--num-cpus",
+                str(cpus),
+                *ports,
+                *store,
+                "--include-dashboard",
+                "false",
+                "--disable-usage-stats",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the head and every process it starts: one group to stop
+            # a cluster on loopback for one test module or benchmark needs no token
+            env={**os.environ, **(env or {}), "PYTHONPATH": str(HERE), "RAY_AUTH_MODE": "disabled"},
+        )
+    return process, f"127.0.0.1:{port}", said
+
+
+def _stop(process: subprocess.Popen[bytes], said: Path) -> None:
+    with contextlib.suppress(ProcessLookupError):  # a test may have killed it
+        os.killpg(process.pid, signal.SIGTERM)
     try:
-        _wait_for(address, process)
-        yield address
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # a test may have killed it
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    said.unlink(missing_ok=True)
 
 
-def _wait_for(address: str, process: subprocess.Popen[bytes]) -> None:
+def _wait_for(address: str, process: subprocess.Popen[bytes], said: Path) -> None:
     """Until a driver finds the head's node alive in the cluster at ``address``."""
     probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(sum(node['Alive'] for node in ray.nodes()) + 1)"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"ray start exited with {process.returncode}")
+            raise _StartFailed(f"ray start exited with {process.returncode}: {said.read_text(errors='replace')[-2000:]}")
         try:
             ran = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -87,7 +113,7 @@ def _wait_for(address: str, process: subprocess.Popen[bytes]) -> None:
         if ran.stdout.strip() == "2":
             return
         time.sleep(1)
-    raise TimeoutError(f"no Ray cluster answered at {address} within 120 s")
+    raise TimeoutError(f"no Ray cluster answered at {address} within 120 s: {said.read_text(errors='replace')[-2000:]}")
 
 
 def dying_reads() -> None:

@@ -211,14 +211,26 @@ def test_the_python_api_leaves_no_thread_behind_call_after_call(tmp_path: Path, 
     assert ran.returncode == 0 and ran.stdout.splitlines()[-1] == "[]", (ran.stdout, ran.stderr[-2000:])
 
 
+@pytest.mark.parametrize(
+    ("name", "in_bucket"),
+    [
+        *((name, False) for name in RUNS),
+        *((name, True) for name in ("hf-trainer", "lightning", "dcp", "torch-crc-mismatch", "safetensors-nan")),
+    ],
+)
 def test_a_worker_killed_mid_task_is_retried_and_the_report_is_the_same(
-    tmp_path: Path, cluster: str, cli: Callable[..., Result], hf_trained: Path
+    name: str, in_bucket: bool, request: pytest.FixtureRequest, tmp_path: Path, cluster: str, cli: Callable[..., Result]
 ) -> None:
-    run = copy_run(hf_trained, tmp_path / "out")
-    alone = cli("verify", "--deep", "--json", run)
-    code, report, deaths, _ = _with_deaths(run, cluster, tmp_path, 2)
-    assert deaths == 0, "no worker was killed"
+    """Every fixture, on a disk the workers share and in a bucket: the first range read kills its
+    worker, and Ray's retry gives the report this machine writes alone."""
+    (tmp_path / "run").mkdir()  # the file of deaths left goes beside it, not in it
+    run = RUNS[name](request, tmp_path / "run")
+    target = request.getfixturevalue("weed_bucket").upload(run, "run") if in_bucket else str(run)
+    alone = cli("verify", "--deep", "--json", target)
+    code, report, deaths, _ = _with_deaths(target, cluster, tmp_path, 1)
+    tasks = report["executor"]["tasks"]
     assert_same(alone, report, code)
+    assert deaths == (0 if tasks else 1), (tasks, deaths)  # a run read whole by its header reads has no task to kill
 
 
 def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, cluster: str) -> None:
@@ -238,7 +250,7 @@ def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, 
     assert "(raylet)" in err, err  # and stdout was the report alone: it parsed
 
 
-def _with_deaths(run: Path, address: str, scratch: Path, deaths: int) -> tuple[int, dict[str, Any], int, str]:
+def _with_deaths(run: Path | str, address: str, scratch: Path, deaths: int) -> tuple[int, dict[str, Any], int, str]:
     """``verify --deep --ray`` of ``run`` from a driver process of its own while the first ``deaths``
     range reads on the cluster kill their worker; the exit code, the report, the deaths left, and
     what the driver printed on stderr."""

@@ -52,9 +52,10 @@ def connect(address: str) -> RayFanout:
     except ImportError:
         raise UsageError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
     if not ray.is_initialized():
-        _reachable(_found(ray), " (--ray auto: RAY_ADDRESS, else the cluster last started here)") if address == "auto" else _reachable(
-            address
-        )
+        if address == "auto":
+            _reachable(_found(ray), " (--ray auto: RAY_ADDRESS, else the cluster last started here)")
+        else:
+            _reachable(address)
         logging.getLogger("ray").setLevel(logging.ERROR)  # its notes at connecting (token authentication) are not ours to print
         # the failures of tasks whose results were never asked for (those cancelled when a file is given up)
         os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -111,12 +112,18 @@ def _reachable(address: str, found: str = "") -> None:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ClusterUnusable(f"{address!r} is not a Ray cluster's address: give HOST:PORT (its head's GCS port, 6379 by default)")
+    refused = _refused(host, int(port), REACH_SECONDS)
+    if refused is not None:
+        raise ClusterUnusable(f"no Ray cluster at {address}{found}: {refused} (start one with `ray start --head`)")
+
+
+def _refused(host: str, port: int, timeout: float) -> str | None:
+    """Why ``host:port`` accepted no connection within ``timeout`` seconds; None where it did."""
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
+        socket.create_connection((host.strip("[]"), port), timeout=timeout).close()
     except OSError as error:
-        raise ClusterUnusable(
-            f"no Ray cluster at {address}{found}: {error.strerror or error} (start one with `ray start --head`)"
-        ) from None
+        return error.strerror or str(error)
+    return None
 
 
 class RayFanout:
@@ -283,14 +290,14 @@ class _Heartbeat:
         host, _, port = self._address.rpartition(":")
         since: float | None = None
         while self.gone is None and not self._stopped.wait(2.0):
-            try:
-                socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
+            refused = _refused(host, int(port), 2.0)
+            if refused is None:
                 since = None
-            except OSError as error:
-                now = time.monotonic()
-                since = now if since is None else since
-                if now - since >= LOST_SECONDS:
-                    self.gone = f"its head at {self._address} has not answered for {LOST_SECONDS:.0f} s ({error.strerror or error})"
+                continue
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - since >= LOST_SECONDS:
+                self.gone = f"its head at {self._address} has not answered for {LOST_SECONDS:.0f} s ({refused})"
 
 
 PROBE_SECONDS = 60.0
