@@ -973,3 +973,39 @@ def test_a_call_with_one_literal_is_reported_and_no_layout_writes_it(body):
     found = _rebuilt(body)
     assert found is not None and found.values
     assert not any(layout.own_objects.writes(found) for layout in LAYOUTS)
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["verify", "verify-resume"])
+def test_a_file_renamed_into_the_run_while_it_is_verified_is_never_called_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resume: bool
+) -> None:
+    """An attack on issue 36: a damaged file renamed after its bytes were read (a save renamed into
+    place, or another process) was found by the second listing under its new name, only probed,
+    and its checkpoint called complete (exit 0, no tensors read)."""
+    from safetensors.torch import save_file
+
+    from ckptdoctor.pipelines import verify as pipeline
+
+    for epoch in (1, 2, 3):
+        weights = torch.ones(64)
+        weights[5] = float("nan") if epoch == 3 else 1.0
+        save_file({"w": weights}, tmp_path / f"model_{epoch}.safetensors")
+    read_all = pipeline._read_all
+
+    def then_renamed(*args: Any, **kwargs: Any) -> Any:
+        read = read_all(*args, **kwargs)
+        if (tmp_path / "model_3.safetensors").exists():
+            (tmp_path / "model_3.safetensors").rename(tmp_path / "model_4.safetensors")
+        return read
+
+    monkeypatch.setattr(pipeline, "_read_all", then_renamed)
+    if resume:  # its JSON is the resume point alone: the newest checkpoint whose files read whole
+        code, point, _ = _invoke("verify", "--deep", "--resume", "--json", tmp_path)
+        assert code == 0 and point["index"] == 2 and point["resume_path"].endswith("model_2.safetensors"), point
+        return
+    code, report = _verify("--deep", tmp_path)
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["path"].endswith("model_4.safetensors") and f["severity"] == "error"]
+    assert finding["code"] == "CKD211" and "appeared while the run was being verified" in finding["message"], finding
+    (run,) = report["runs"]
+    assert {c["index"]: c["status"] for c in run["checkpoints"]}.get(4) != "complete", run["checkpoints"]

@@ -113,7 +113,7 @@ def verify(
             from ckptdoctor.readers.library import load_all  # torch is imported only here
 
             reports.update(load_all([e for e in targets if e.os_path in reports], reports))
-        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS))
+        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS, settled=True))
     runs = [_with_extra_files(run, reports) for run in second.runs]
     file_runs = [run for listing in second.unclaimed if (run := _file_run(listing, reports))]
     runs += file_runs
@@ -253,7 +253,7 @@ def verify_resume(
                 # what this user cannot read stays where the framework may resume: the answer depends on it
                 resumable = _verified_resume(run, options, (headers.made, reports), before, tally)
                 verified[run.path] = resumable | {c.index for c in run.resume_depends_on}
-        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS)) if reports else first
+        second = scan(paths, ReadAhead({**headers.made, **reports}, NAMED_FILES, HARMLESS, settled=True)) if reports else first
     now = time.time()
     runs = with_interruptions(
         [
@@ -302,7 +302,11 @@ def _verified_resume(
         if any(own.vouched(report, trusted_globals()).problems & _UNSAFE for report in read.values()):
             return frozenset()
         again = next(
-            (found for found in scan([run.path], ReadAhead({**headers, **reports}, NAMED_FILES, HARMLESS)).runs if found.path == run.path),
+            (
+                found
+                for found in scan([run.path], ReadAhead({**headers, **reports}, NAMED_FILES, HARMLESS, settled=True)).runs
+                if found.path == run.path
+            ),
             None,
         )
         if again is None:

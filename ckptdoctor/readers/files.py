@@ -664,15 +664,23 @@ def _dcp_spans(items: list[dcp.StoredItem], folder: str, threads: int) -> tuple[
 
 class ReadAhead:
     """Reports made before the runs were grouped (``verify`` reads every file first), served as a
-    probe; files not among them are probed as usual."""
+    probe; files not among them are probed as usual, or (``settled``) are unreadable: where
+    ``reports`` hold every file of the first listing, such a file appeared after its files were
+    read (a save renamed into place), and a probe would call it whole unread."""
 
-    def __init__(self, reports: dict[str, FileReport], named: NamedFiles, harmless: Harmless = NO_HARMLESS) -> None:
+    def __init__(self, reports: dict[str, FileReport], named: NamedFiles, harmless: Harmless = NO_HARMLESS, settled: bool = False) -> None:
         self.reports = reports
         self.named = named
         self.harmless = harmless
+        self.settled = settled
 
     def __call__(self, entry: Entry) -> FileReport:
-        return self.reports.get(entry.os_path) or probe(entry, self.named, self.harmless)
+        report = self.reports.get(entry.os_path)
+        if report is not None:
+            return report
+        if self.settled:
+            return _unreadable("it appeared while the run was being verified, after its files were read: verify again")
+        return probe(entry, self.named, self.harmless)
 
 
 def holds(entry: Entry, formats: frozenset[Format]) -> bool:
