@@ -593,3 +593,19 @@ def test_a_local_folder_named_like_a_url_is_still_read(tmp_path, cli, monkeypatc
     result = cli("inspect", "--json", "s3://bucket/run")
     assert result.exit_code == 0, result.stderr
     assert [run["resume"]["index"] for run in result.json["runs"]] == [2]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["inspect"], ["verify"], ["verify", "--deep"], ["prune", "--dry-run", "--keep-last", "1"], ["repair", "--dry-run"], ["diskcheck"]],
+)
+def test_a_newline_in_a_files_name_is_a_name_like_any_other(cli, tmp_path: Path, command: list[str]) -> None:
+    """An attack on issue 36: a checkpoint named ``mo\\ndel_3.safetensors`` ended every command
+    with an internal error (the name's leading words were matched line by line)."""
+    weights = {"w": numpy.ones(4, numpy.float32)}
+    for name in ("model_1.safetensors", "mo\ndel_3.safetensors", "model_\n4.safetensors", "\n5.safetensors"):
+        safetensors_numpy.save_file(weights, str(tmp_path / name))
+    result = cli(*command, "--json", tmp_path)
+    assert result.exit_code in (0, 1) and "internal error" not in result.stdout + result.stderr, result.stderr
+    if command[0] in ("inspect", "verify"):
+        assert _checkpoint(_run(result, str(tmp_path)), 1)["status"] == "complete"

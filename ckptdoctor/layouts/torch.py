@@ -27,7 +27,7 @@ from ckptdoctor.readers.sniff import Format
 _CONTENT = frozenset({Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.TORCH_TAR, Format.TORCH_PREVIEW, Format.PICKLE, Format.SAFETENSORS})
 _SUFFIX = re.compile("(?:" + "|".join(map(re.escape, checkpoint_suffixes(_CONTENT))) + r")\Z", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[-_.=]+")
-_LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*[0-9]+)", re.IGNORECASE)
+_LEADING_WORDS = re.compile(r"^(.*?)(?:[-_.=]*(?:epoch|ep|step|steps|iter|iteration|it)?[-_.=]*[0-9]+)", re.IGNORECASE | re.DOTALL)
 _UNIT_NUMBER = re.compile(r"^(epoch|ep|step|steps|iter|iteration|it)([0-9]+)\Z")
 
 BUNDLED_ROLES = (Role.MODEL, Role.OPTIMIZER)
