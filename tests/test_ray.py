@@ -381,10 +381,27 @@ def test_ray_without_deep_is_refused_and_off_is_not(tmp_path: Path, cli: Callabl
     assert cli("verify", "--ray", "off", tmp_path).exit_code == 0
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "nonsense", ":6379"])
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "nonsense", ":6379", "http://127.0.0.1:6379"])
 def test_what_is_no_address_is_said_so(tmp_path: Path, cli: Callable[..., Result], address: str) -> None:
     result = cli("verify", "--deep", "--ray", address, tmp_path)
     assert result.exit_code == 2 and "is not a Ray cluster's address" in result.stderr, result.stderr
+
+
+def test_auto_never_starts_a_cluster_of_its_own(tmp_path: Path) -> None:
+    """``RAY_ADDRESS=local`` makes ``ray.init`` start a cluster for the process: ``--ray`` is for an
+    existing cluster, and a throwaway one would take every core of this machine."""
+    (tmp_path / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    ran = subprocess.run(
+        [sys.executable, "-m", "ckptdoctor", "verify", "--deep", "--ray", "auto", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAY_ADDRESS": "local"},
+    )
+    assert ran.returncode == 2 and ran.stderr.strip().endswith("give an existing cluster's address (--ray HOST:PORT, RAY_ADDRESS)"), (
+        ran.stderr
+    )
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
 
 
 def test_a_cluster_with_no_cpus_is_said_so_at_once(tmp_path: Path) -> None:

@@ -97,6 +97,11 @@ def _found(ray: Any) -> str:
     """The address ``auto`` names: ``RAY_ADDRESS``, else the cluster last started on this machine
     (Ray's record of it, which outlives a cluster that was stopped); empty where Ray finds none
     this way, and is left to look for one itself."""
+    if os.environ.get("RAY_ADDRESS", "").strip().lower() == "local":  # ray.init would start a cluster of its own
+        raise ClusterUnusable(
+            "--ray auto found RAY_ADDRESS=local, which starts a cluster for this command alone: give an existing "
+            "cluster's address (--ray HOST:PORT, RAY_ADDRESS)"
+        )
     try:
         return str(ray._private.services.canonicalize_bootstrap_address("auto") or "")
     except Exception:  # a Ray whose private helper moved or refuses: its own search, unchecked
@@ -110,7 +115,7 @@ def _reachable(address: str, found: str = "") -> None:
     if not address or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or "/" in host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ClusterUnusable(f"{address!r} is not a Ray cluster's address: give HOST:PORT (its head's GCS port, 6379 by default)")
     refused = _refused(host, int(port), REACH_SECONDS)
     if refused is not None:
