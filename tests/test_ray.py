@@ -194,6 +194,7 @@ def test_workers_that_may_not_read_the_bucket_stop_the_command_before_any_range(
         "give every node credentials that may read it (the workers use their own: environment, profile, instance role)"
     )
     assert len(said) == 2 and said[0].startswith("Reading 1 object from the store: at most "), said  # no retry, no traceback
+    assert said[0].endswith("(each whole, once; under --ray the cluster reads their tensors, and this machine less)."), said
 
 
 def test_the_python_api_leaves_no_thread_behind_call_after_call(tmp_path: Path, cluster: str) -> None:

@@ -118,10 +118,11 @@ def verify(
         say("ckptdoctor: error: --ray fans out what --deep reads: pass --deep too")
         raise typer.Exit(EXIT_USAGE)
     limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
+    fanned = deep and (ray or options.settings.ray) not in (None, "off")
     with ScanStatus(options.quiet) as status:
         asked = api.VerifyOptions(
             tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally,
-            deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status),
+            deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status, fanned),
             ray=ray,
         )  # fmt: skip
         scanned = api.run_verify(asked)
@@ -155,18 +156,20 @@ FILE_FAMILIES = (200, 400)
 where ``verify --resume`` names no checkpoint."""
 
 
-def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus) -> Callable[[int, int], bool]:
+def _download_asker(limit: int, yes: bool, options: ReportOptions, status: ScanStatus, fanned: bool) -> Callable[[int, int], bool]:
     """What ``verify`` asks before reading objects from a store whole: it says the most the
     command will have received from the store in all (the headers it read to find them, then
     each object whole, once), and above ``limit`` goes on only with --yes or the user's yes on a
-    terminal."""
+    terminal. ``fanned`` (``--ray``): the cluster reads the bytes of tensors and zip members, and
+    this machine less than that most, which is still the bound: what is read here depends on
+    each file's layout, known only once it is read."""
     # loaded when the command runs: --help stays fast
     from ckptdoctor.api import size
     from ckptdoctor.cli._acting import ask
 
     def answer(count: int, total: int) -> bool:
         status.stop()
-        what = f"{count:,} object{'s' if count != 1 else ''} from the store: at most {size(total)} ({total:,} bytes) in all, headers included (each whole, once)"
+        what = f"{count:,} object{'s' if count != 1 else ''} from the store: at most {size(total)} ({total:,} bytes) in all, headers included (each whole, once{'; under --ray the cluster reads their tensors, and this machine less' if fanned else ''})"
         if total <= limit or yes:
             if not options.quiet:
                 say(f"Reading {what}.")
