@@ -181,6 +181,10 @@ def drive_with_deaths(address: str, run: str, counter: str) -> int:
     from ckptdoctor.render.json import render
 
     deaths = int(Path(counter).read_text())
+    if "CKPTDOCTOR_TEST_TASK_BYTES" in os.environ:  # files of a few MiB dealt into several tasks
+        from ckptdoctor.fanout import ray as fanout
+
+        fanout.TASK_BYTES = int(os.environ["CKPTDOCTOR_TEST_TASK_BYTES"])
     ray.init(
         address=address,
         log_to_driver=False,

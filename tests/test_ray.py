@@ -251,10 +251,26 @@ def test_a_range_whose_every_try_died_is_unreadable_never_clean(tmp_path: Path, 
     assert "(raylet)" in err, err  # and stdout was the report alone: it parsed
 
 
-def _with_deaths(run: Path | str, address: str, scratch: Path, deaths: int) -> tuple[int, dict[str, Any], int, str]:
+def test_a_file_whose_first_task_died_every_try_says_its_other_ranges_are_unchecked(tmp_path: Path, cluster: str) -> None:
+    """An attack on issue 36: the finding named the first range that failed and nothing of the
+    file's other tasks, cancelled with it. Tasks of 256 KiB here, four to the file."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({f"w{number}": torch.ones(256, 256) for number in range(4)}, tmp_path / "model.safetensors")
+    code, report, _, _ = _with_deaths(tmp_path, cluster, tmp_path, 100, task_bytes=256 * 1024)
+    (finding,) = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1 and finding["code"] == "CKD211", finding
+    assert "of model.safetensors on the Ray cluster: its worker died 4 times (its other 3 ranges are left unchecked)" in finding["message"]
+
+
+def _with_deaths(
+    run: Path | str, address: str, scratch: Path, deaths: int, task_bytes: int | None = None
+) -> tuple[int, dict[str, Any], int, str]:
     """``verify --deep --ray`` of ``run`` from a driver process of its own while the first ``deaths``
     range reads on the cluster kill their worker; the exit code, the report, the deaths left, and
-    what the driver printed on stderr."""
+    what the driver printed on stderr. ``task_bytes``: the bytes dealt to a task, where not the
+    command's own."""
     counter = scratch / "deaths"
     counter.write_text(str(deaths))
     ran = subprocess.run(
@@ -262,6 +278,7 @@ def _with_deaths(run: Path | str, address: str, scratch: Path, deaths: int) -> t
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **({"CKPTDOCTOR_TEST_TASK_BYTES": str(task_bytes)} if task_bytes else {})},
     )
     assert ran.returncode in (0, 1) and ran.stdout, ran.stderr[-3000:]
     return ran.returncode, json.loads(ran.stdout), int(counter.read_text()), ran.stderr

@@ -200,6 +200,12 @@ class RayFanout:
                     self._counted[address.path] = self._counted.get(address.path, 0) + done
                 if self._read is not None:
                     self._read(done)
+        except deep_scan.FileChanged as failed:
+            self.cancel(refs)
+            if len(refs) == 1:
+                raise
+            # the first range that failed is named; the file's verdict does not rest on the others
+            raise deep_scan.FileChanged(f"{failed} (its other {len(refs) - 1} ranges are left unchecked)") from None
         except BaseException:
             self.cancel(refs)
             raise
