@@ -212,6 +212,12 @@ class VerifyOptions(InspectOptions):
         if self.ray not in (None, "off") and not self.deep:
             raise InvalidValue("ray fans out the deep check, which reads every byte: set deep too (verify --deep --ray)")
 
+    def cluster(self, settings: Settings) -> str | None:
+        """The Ray cluster whose tasks read the deep check's ranges, as ``ray`` or else the
+        configuration (``settings``) names it; None: this process reads them."""
+        cluster = (self.ray or settings.ray) if self.deep else None
+        return None if cluster == "off" else cluster
+
 
 @dataclass(frozen=True)
 class DiskcheckOptions(Reported):
@@ -348,8 +354,7 @@ def run_verify(options: VerifyOptions) -> Scanned:
 
     paths = _listed(options.paths)
     with _in_force(options, paths) as settings:
-        cluster = (options.ray or settings.ray) if options.deep else None
-        how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download, None if cluster == "off" else cluster)
+        how = verifying.VerifyOptions(options.deep, options.load, options.jobs, options.download, options.cluster(settings))
         report, found = (verifying.verify_resume if options.resume else verifying.verify)(paths, how, settings.thresholds, options.tally)
         return Scanned(_as_configured(report, settings, options), found.empty)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
@@ -118,13 +119,13 @@ def verify(
         say("ckptdoctor: error: --ray fans out what --deep reads: pass --deep too")
         raise typer.Exit(EXIT_USAGE)
     limit = api.parse_size(max_download, "--max-download") if max_download is not None else options.settings.max_download
-    fanned = deep and (ray or options.settings.ray) not in (None, "off")
     with ScanStatus(options.quiet) as status:
         asked = api.VerifyOptions(
             tuple(paths or ["."]), settings=options.settings, select=options.select, ignore=options.ignore, tally=status.tally,
-            deep=deep, load=load, jobs=jobs, resume=resume or resume_path, download=_download_asker(limit, yes, options, status, fanned),
-            ray=ray,
+            deep=deep, load=load, jobs=jobs, resume=resume or resume_path, ray=ray,
         )  # fmt: skip
+        fanned = asked.cluster(options.settings) is not None
+        asked = dataclasses.replace(asked, download=_download_asker(limit, yes, options, status, fanned))
         scanned = api.run_verify(asked)
     if resume or resume_path:
         _print_verified_resume(scanned, "--resume-path" if resume_path else "--resume", paths or ["."], options.format == JSON)
