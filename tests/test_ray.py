@@ -399,6 +399,17 @@ def test_ray_without_deep_is_refused_and_off_is_not(tmp_path: Path, cli: Callabl
     assert cli("verify", "--ray", "off", tmp_path).exit_code == 0
 
 
+def test_the_configured_cluster_is_used_for_deep_only_and_off_overrides_it(tmp_path: Path, cli: Callable[..., Result]) -> None:
+    """``CKPTDOCTOR_RAY`` (``ray =`` in the configuration) reaches ``verify --deep``, not a plain
+    ``verify``; ``--ray off`` reads here whatever it says."""
+    (tmp_path / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    configured = {"CKPTDOCTOR_RAY": f"127.0.0.1:{free_port()}"}
+    deep = cli("verify", "--deep", tmp_path, env=configured)
+    assert deep.exit_code == 2 and f"no Ray cluster at {configured['CKPTDOCTOR_RAY']}" in deep.stderr, deep.stderr
+    assert cli("verify", tmp_path, env=configured).exit_code == 0
+    assert cli("verify", "--deep", "--ray", "off", tmp_path, env=configured).exit_code == 0
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "nonsense", ":6379", "http://127.0.0.1:6379"])
 def test_what_is_no_address_is_said_so(tmp_path: Path, cli: Callable[..., Result], address: str) -> None:
     result = cli("verify", "--deep", "--ray", address, tmp_path)

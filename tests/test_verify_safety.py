@@ -1002,6 +1002,9 @@ def test_a_file_renamed_into_the_run_while_it_is_verified_is_never_called_whole(
     if resume:  # its JSON is the resume point alone: the newest checkpoint whose files read whole
         code, point, _ = _invoke("verify", "--deep", "--resume", "--json", tmp_path)
         assert code == 0 and point["index"] == 2 and point["resume_path"].endswith("model_2.safetensors"), point
+        from safetensors.torch import load_file
+
+        assert bool(torch.isfinite(load_file(point["resume_path"])["w"]).all())  # what the framework loads from it is whole
         return
     code, report = _verify("--deep", tmp_path)
     assert code == 1
