@@ -11,9 +11,11 @@ per command, the median wall time; the time per file (µs) net of the fixed cost
 command's median time on a run of one epoch measured in the same rounds (start-up weighs most on
 the smallest size, and would hide a super-linear step there); the marginal time per file since the
 previous size; and the peak RSS of the child (ru_maxrss, read by a wrapper process). At the end,
-per command: the least-squares slope of time against files (µs per file) and its intercept, and
+per command: the least-squares slope of time against files (µs per file) and its intercept, the
+slope of peak RSS (KiB per file), and
 each step where the net time per file grows by more than 25% from one size to the next: a
-super-linear step. `find -printf` is the machine's baseline: its own figures are printed too, and
+super-linear step. `find -printf` is the machine's baseline: each command's time is given over find's at each size
+(issue 37: inspect <= 4x find at 500,000 files; peak RSS <= 0.6 KiB a file), and
 each super-linear step shows find's growth over the same step (where find slowed as much, the
 machine did: this one is shared and noisy).
 
@@ -31,6 +33,7 @@ import os
 import shutil
 import statistics
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +43,10 @@ from bench_inspect import build_burn, commands
 SUPER_LINEAR = 1.25
 """Time per file growing by more than this factor from one size to the next is a super-linear step."""
 MEASURED = ("find", "inspect", "prune")
+RATIO_TARGETS = {"inspect": 4.0}
+"""Issue 37: inspect within 4x find at 500,000 files (and 3x at 150,000, as bench_inspect.py says)."""
+MEMORY_TARGET_KIB = 0.6
+"""Issue 37: inspect's peak RSS at most this many KiB a file."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +63,14 @@ class Point:
         return max(self.seconds - self.fixed, 0.0) / self.files
 
 
-def slope(points: list[Point]) -> tuple[float, float]:
-    """Least-squares fit of seconds against files: (µs per file, intercept in seconds)."""
+def slope(points: list[Point], value: Callable[[Point], float] = lambda point: point.seconds) -> tuple[float, float]:
+    """Least-squares fit of ``value`` (seconds unless told) against files: (its growth per file,
+    its intercept)."""
     mean_n = statistics.fmean(p.files for p in points)
-    mean_t = statistics.fmean(p.seconds for p in points)
+    mean_v = statistics.fmean(value(p) for p in points)
     spread = sum((p.files - mean_n) ** 2 for p in points)
-    per_file = sum((p.files - mean_n) * (p.seconds - mean_t) for p in points) / spread if spread else 0.0
-    return per_file * 1e6, mean_t - per_file * mean_n
+    per_file = sum((p.files - mean_n) * (value(p) - mean_v) for p in points) / spread if spread else 0.0
+    return per_file, mean_v - per_file * mean_n
 
 
 def growths(points: list[Point]) -> list[float]:
@@ -122,10 +130,17 @@ def main() -> None:
                     previous = points[name][-1] if points[name] else None
                     marginal = f"{(seconds - previous.seconds) / (files - previous.files) * 1e6:7.2f}" if previous else "      —"
                     points[name].append(point)
+                    over_find = "" if name == "find" else f"  {seconds / points['find'][-1].seconds:5.2f}x find"
                     print(
                         f"  {name:<8} {seconds:8.3f} s (1 epoch: {one:6.3f} s)  {point.per_file * 1e6:7.2f} µs/file net  "
-                        f"marginal {marginal} µs/file  peak RSS {point.rss_mib:7.1f} MiB"
+                        f"marginal {marginal} µs/file  peak RSS {point.rss_mib:7.1f} MiB ({point.rss_mib * 1024 / files:5.2f} KiB a file){over_find}"
                     )
+                for name, target in RATIO_TARGETS.items():
+                    ratio = points[name][-1].seconds / points["find"][-1].seconds
+                    if files >= 500_000:
+                        print(
+                            f"  {name} / find at {files:,} files: {ratio:.2f}x (target <= {target:g}x: {'met' if ratio <= target else 'NOT met'})"
+                        )
             print(
                 f"growth (least squares over {len(sizes)} sizes; super-linear: net time per file x>{SUPER_LINEAR} from one size to the next):"
             )
@@ -133,7 +148,15 @@ def main() -> None:
                 per_file, intercept = slope(series)
                 steps = super_linear_steps(series, points["find"])
                 verdict = "; ".join(steps) if steps else "none"
-                print(f"  {name:<8} slope {per_file:7.2f} µs/file, intercept {intercept:6.3f} s; super-linear steps: {verdict}")
+                memory, _ = slope(series, lambda point: point.rss_mib * 1024)
+                print(
+                    f"  {name:<8} slope {per_file * 1e6:7.2f} µs/file, intercept {intercept:6.3f} s; memory {memory:5.2f} KiB/file; "
+                    f"super-linear steps: {verdict}"
+                )
+            peak = points["inspect"][-1]
+            memory = peak.rss_mib * 1024 / peak.files
+            verdict = "met" if memory <= MEMORY_TARGET_KIB else "NOT met"
+            print(f"inspect's peak RSS at {peak.files:,} files: {memory:.2f} KiB a file (target <= {MEMORY_TARGET_KIB:g}: {verdict})")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
