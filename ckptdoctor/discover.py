@@ -69,6 +69,12 @@ class Listing:
         return groups
 
     @functools.cached_property
+    def file_names(self) -> frozenset[str]:
+        """The names of the entries that are files, not folders: what a folder layout's signature
+        looks at, asked of one big folder by every folder layout."""
+        return frozenset(entry.name for entry in self.entries if not entry.is_dir)
+
+    @functools.cached_property
     def folders(self) -> tuple[Entry, ...]:
         """The entries that are folders (a folder layout's checkpoints are among them)."""
         return tuple(entry for entry in self.entries if entry.is_dir)

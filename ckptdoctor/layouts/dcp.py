@@ -51,9 +51,10 @@ class DcpLayout(FolderLayout):
 
     def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
         """Only folders that hold DCP files, whatever they are called (``step-1000``, ``ckpt_3``)."""
-        if inside is None or not any(e.name.endswith(DATA_SUFFIX) or e.name in _MARKERS for e in inside.entries):
+        claim = self.claim(entry.name)  # the name first: a run's own big folder (``checkpoint/``) has no number
+        if claim is None or inside is None or not any(e.name.endswith(DATA_SUFFIX) or e.name in _MARKERS for e in inside.entries):
             return None
-        return self.claim(entry.name)
+        return claim
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         if name.endswith(DATA_SUFFIX):

@@ -139,7 +139,7 @@ class DeepSpeedLayout(FolderLayout):
     def signature(self, names: frozenset[str]) -> bool:
         """A tag folder looked at on its own (a universal one beside the tag it came from): the
         engine's model states, with no other framework's checkpoint files."""
-        return any(_MODEL.search(name) for name in names) and all(
+        return any(map(_MODEL.search, names)) and all(
             _MODEL.search(n) or _OPTIMIZER.search(n) or n in (LATEST, "zero_to_fp32.py") for n in names if n.endswith(".pt")
         )
 

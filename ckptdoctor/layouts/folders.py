@@ -87,13 +87,14 @@ class FolderHooks(LayoutHooks):
         signed = {
             entry.name: claim
             for entry, inside in folders
-            if inside is not None and self.signature(file_names(inside)) and (claim := self._in_series(entry.name))
+            # the name first: it is cheap, and a run's own big folder (``checkpoint/``) numbers no series
+            if inside is not None and (claim := self._in_series(entry.name)) and self.signature(file_names(inside))
         }
         patterns = {series_pattern(name) for name in signed}
         for entry, inside in folders:
             if entry.name in signed or series_pattern(entry.name) not in patterns:
                 continue
-            if all(self.role_of(name) for name in file_names(inside)) and (claim := self._in_series(entry.name)):
+            if (claim := self._in_series(entry.name)) and all(self.role_of(name) for name in file_names(inside)):
                 signed[entry.name] = claim
         return signed
 

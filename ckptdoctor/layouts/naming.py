@@ -77,7 +77,7 @@ def sifted(listing: Listing, claimable: re.Pattern[str]) -> Iterable[str]:
 
 def file_names(listing: Listing | None) -> frozenset[str]:
     """The names of the files (not folders) directly in ``listing``."""
-    return frozenset(entry.name for entry in listing.entries if not entry.is_dir) if listing else frozenset()
+    return listing.file_names if listing else frozenset()
 
 
 UNIT_WORDS: dict[str, Unit] = {

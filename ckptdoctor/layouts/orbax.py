@@ -96,9 +96,10 @@ class OrbaxLayout(FolderLayout):
 
     def claim_folder(self, entry: Entry, inside: Listing | None) -> Claim | None:
         """Step folders are plain numbers: only those holding Orbax's markers are Orbax's."""
-        if inside is None or not any(e.name in (METADATA, COMMIT) for e in inside.entries):
+        claim = self.claim(entry.name)  # the name first: cheaper than looking through a big folder
+        if claim is None or inside is None or not any(e.name in (METADATA, COMMIT) for e in inside.entries):
             return None
-        return self.claim(entry.name)
+        return claim
 
     def claim_folders(self, folders: Sequence[tuple[Entry, Listing | None]]) -> dict[str, Claim]:
         """The folders holding Orbax's markers, and beside them every folder Orbax's own step

@@ -104,7 +104,7 @@ class TorchtuneLayout(FolderLayout):
         return named if ours else {}
 
     def signature(self, names: frozenset[str]) -> bool:
-        return RECIPE_STATE in names or _ADAPTER in names or any(_ONE_SHARD.match(name) for name in names)
+        return RECIPE_STATE in names or _ADAPTER in names or any(map(_ONE_SHARD.match, names))
 
     def role_of(self, name: str) -> tuple[Role, ...] | None:
         return (Role.MODEL,) if _weights(name) else _FILES.get(name)
