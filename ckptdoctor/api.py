@@ -31,7 +31,6 @@ from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Report, Run
 from ckptdoctor.model import Severity as Severity
 from ckptdoctor.places import run_root as run_root
-from ckptdoctor.planners.retention import PruneSettings
 from ckptdoctor.planners.space import MARGIN, MAX_MARGIN, check
 from ckptdoctor.progress import Tally as Tally
 from ckptdoctor.quoting import printable as printable
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
     from ckptdoctor.config import check_rules as check_rules
     from ckptdoctor.config import settings as read_settings
     from ckptdoctor.pipelines.verify import RESUME_TRIES as RESUME_TRIES
+    from ckptdoctor.planners.retention import PruneSettings as PruneSettings
     from ckptdoctor.records import Pending as Pending
     from ckptdoctor.regular import DENIED as DENIED
     from ckptdoctor.regular import write_whole as write_whole
@@ -249,7 +249,7 @@ class ActOptions(Configured):
 
 @dataclass(frozen=True)
 class PruneOptions(ActOptions):
-    prune: PruneSettings = field(default_factory=PruneSettings)
+    prune: PruneSettings = field(default_factory=lambda: __getattr__("PruneSettings")())
     """What was asked for, over ``[tool.ckptdoctor.prune]``: each None comes from there, else its default."""
     discard_journal: bool = False
 
@@ -702,7 +702,7 @@ def prune(
     Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` (a
     ``retention.PolicyError``) for a policy it cannot use, ``actions.Locked`` when another
     ckptdoctor acts on a run: each a ``ckptdoctor.errors.CkptdoctorError``."""
-    asked = PruneSettings(
+    asked = __getattr__("PruneSettings")(
         keep_last=keep_last, keep_best=keep_best, metric=metric, mode=mode, keep_every=keep_every, keep_within=keep_within,
         keep=None if keep is None else tuple(keep), min_age=min_age, metrics_file=metrics_file, verify=verify_kept, max_runs=max_runs,
     )  # fmt: skip
@@ -799,14 +799,16 @@ def _in_force(options: Configured, paths: list[str]) -> Iterator[Settings]:
     # loaded when called: importing the API (a trainer callback's start) loads no pipeline
     from ckptdoctor.config import check_rules, settings
     from ckptdoctor.layouts.context import hinted_roles, trusting
-    from ckptdoctor.layouts.registry import PACKAGES
 
     if isinstance(options, Reported):
         check_rules(options.select, "select")
         check_rules(options.ignore, "ignore", "ignore")
     found = options.settings or settings(options.config, start=_start(paths) if paths else None)
-    # the frameworks' classes, as the known libraries', are trusted only where rebuilt
-    trusted = dataclasses.replace(found.trusted_globals, libraries=PACKAGES)
+    trusted = found.trusted_globals
+    if trusted.names:  # the frameworks' classes, as the known libraries', are trusted only where rebuilt
+        from ckptdoctor.layouts.registry import PACKAGES  # every layout: only where a class is declared trusted
+
+        trusted = dataclasses.replace(trusted, libraries=PACKAGES)
     with hinted_roles(found.roles), trusting(trusted):
         yield found
 
@@ -818,7 +820,7 @@ _LATER = {
     "BaselineError": "ckptdoctor.baseline", "check_rules": "ckptdoctor.config", "read_settings": "ckptdoctor.config:settings",
     "RESUME_TRIES": "ckptdoctor.pipelines.verify", "write_whole": "ckptdoctor.regular", "find_rule": "ckptdoctor.rules.registry",
     "use_endpoint": "ckptdoctor.stores.session:configure", "baseline": "ckptdoctor.baseline:", "DENIED": "ckptdoctor.regular",
-    "bad_endpoint": "ckptdoctor.stores.urls",
+    "bad_endpoint": "ckptdoctor.stores.urls", "PruneSettings": "ckptdoctor.planners.retention",
 }  # fmt: skip
 """What the command line uses from modules that would slow every import of the API, loaded on first use."""
 

@@ -4,21 +4,25 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity, detached
-from ckptdoctor.planners.retention import PolicyError, PruneSettings
 from ckptdoctor.readers.pickle_safety import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
 from ckptdoctor.rules.context import Thresholds
 from ckptdoctor.units import parse_size
+
+if TYPE_CHECKING:
+    from ckptdoctor.planners.retention import PruneSettings
+    from ckptdoctor.rules.rule import Rule
 
 PRUNE_KEYS = frozenset(
     {
@@ -116,6 +120,9 @@ class Settings:
             raise ConfigError(
                 f"{self.source}: unknown key {unknown[0]!r} in [tool.ckptdoctor.prune] (known: {', '.join(sorted(PRUNE_KEYS))})"
             )
+        # the retention planner loads every layout: only a prune or a disk check asks for it
+        from ckptdoctor.planners.retention import PolicyError, PruneSettings
+
         try:
             return PruneSettings.read(self.prune_table)
         except PolicyError as error:
@@ -225,14 +232,19 @@ def _explicit(path: str) -> Mapping[str, Any]:
     return document
 
 
-def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
-    # the rule table loads every layout: only when a rule list is checked
+@functools.cache
+def _rules_by_key() -> dict[str, Rule]:
+    """Every rule by its code and by its name."""
+    # the rule table loads every layout: only when a setting names a rule
     from ckptdoctor.rules.registry import RULES
 
+    return {rule.code: rule for rule in RULES} | {rule.name: rule for rule in RULES}
+
+
+def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     def fail(key: str, why: str) -> ConfigError:
         return ConfigError(f"{where}: {key}: {why}")
 
-    known = {rule.code for rule in RULES} | {rule.name for rule in RULES}
     lists: dict[str, tuple[str, ...]] = {}
     for key in ("select", "ignore"):
         value = values.get(key, [])
@@ -240,6 +252,7 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
             raise fail(key, "must be a list of rule codes, code prefixes (CKD1) or names")
         for item in value:
             item = item.strip()
+            known = _rules_by_key()
             if item.lower() not in known and not (item.upper().startswith("CKD") and any(code.startswith(item.upper()) for code in known)):
                 raise fail(key, f"{item!r} is no rule code, prefix or name")
         lists[key] = tuple(item.strip() for item in value)
@@ -256,10 +269,8 @@ def _checked(values: Mapping[str, Any], where: str | None) -> Settings:
     if not isinstance(severity, dict):
         raise fail("severity", "must be a table of rule code = severity")
     overrides = {}
-    codes = {rule.code: rule for rule in RULES}
-    names = {rule.name: rule for rule in RULES}
     for key, level in severity.items():
-        rule = codes.get(str(key).upper()) or names.get(str(key))
+        rule = _rules_by_key().get(str(key).upper()) or _rules_by_key().get(str(key))
         if rule is None:
             raise fail(f"severity.{key}", "no such rule")
         if level not in SEVERITIES:

@@ -93,6 +93,16 @@ def test_a_command_loads_no_other_command(tmp_path: Path) -> None:
     assert not others & loaded
 
 
+def test_an_empty_folder_loads_no_layout_format_reader_or_rule(tmp_path: Path) -> None:
+    """Issue 37: start-up decides small runs. A folder that holds nothing needs no layout, no
+    reader of a format and no rule table, the bulk of the package; its report is the same."""
+    (tmp_path / "empty").mkdir()
+    loaded = _loaded(tmp_path, "inspect", "--json", "empty")
+    heavy = {"ckptdoctor.layouts.registry", "ckptdoctor.readers.files", "ckptdoctor.rules.registry", "ckptdoctor.planners.retention"}
+    assert not heavy & loaded
+    assert not {module for module in loaded if module.startswith("ckptdoctor.layouts.") and module != "ckptdoctor.layouts.context"}
+
+
 @pytest.mark.slow
 def test_a_pyproject_that_names_no_ckptdoctor_is_not_parsed(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.ruff]\nline-length = 100\n')

@@ -111,3 +111,16 @@ def test_the_examples_and_the_corpus_reports_are_unchanged(cli, world, monkeypat
         copy = work / name
         shutil.copytree(source, copy, symlinks=True)
         golden(f"reports/{name}.json", reports(cli, copy, tmp_path))
+
+
+def test_an_empty_folder_and_a_folder_of_other_files_report_as_before(cli, world, monkeypatch, tmp_path):
+    """No layout loads for a folder that holds nothing (issue 37's start-up): the report is the same."""
+    monkeypatch.chdir(tmp_path)
+    empty, others = tmp_path / "empty", tmp_path / "others"
+    (empty / "logs").mkdir(parents=True)
+    (others / "logs").mkdir(parents=True)
+    (others / "README.md").write_text("notes\n")
+    (others / "weights.pt").write_bytes(b"not a checkpoint")
+    (others / "logs" / "train.log").write_text("step 1\n")
+    golden("reports/empty.json", reports(cli, empty, tmp_path))
+    golden("reports/other-files.json", reports(cli, others, tmp_path))

@@ -11,14 +11,10 @@ from dataclasses import dataclass
 
 from ckptdoctor.discover import Discovery, Listing, PathNotFound, Unlisted, discover, display, natural_key, remote
 from ckptdoctor.errors import StoreError
-from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES, find_run
-from ckptdoctor.model import Entry, FileReport, Report, Run, ScanError, Status, StoreLeftovers, Transfer
+from ckptdoctor.model import Entry, FileReport, Finding, Report, Run, ScanError, Status, StoreLeftovers, Transfer
 from ckptdoctor.pipelines.interrupted import with_interruptions
-from ckptdoctor.pipelines.versions import previous_versions
 from ckptdoctor.progress import Tally
-from ckptdoctor.readers.files import HeaderReads, looks_like_checkpoint
 from ckptdoctor.rules.context import Thresholds
-from ckptdoctor.rules.registry import check
 from ckptdoctor.stores import leftovers, session, urls
 from ckptdoctor.stores.listing import discover_store
 
@@ -36,11 +32,17 @@ class Scan:
     """Folders no layout recognises (their files are listed in ``unrecognised``)."""
 
 
-header_read = HeaderReads(NAMED_FILES, HARMLESS)
-"""A file's header read, with the files frameworks name read as the layouts say (and many at once)."""
+@functools.cache
+def header_read() -> Callable[[Entry], FileReport]:
+    """A file's header read, with the files frameworks name read as the layouts say (and many at once)."""
+    # loaded when first asked for: an empty folder reads nothing
+    from ckptdoctor.layouts.registry import HARMLESS, NAMED_FILES
+    from ckptdoctor.readers.files import HeaderReads
+
+    return HeaderReads(NAMED_FILES, HARMLESS)
 
 
-def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read, tally: Tally | None = None) -> Scan:
+def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None, tally: Tally | None = None) -> Scan:
     """Find the runs under ``paths``; ``read`` judges each file (a header read unless told).
     ``tally`` counts the folders, files and runs found, for a status line."""
     runs: list[Run] = []
@@ -62,7 +64,7 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
         for listing in found.listings:
             if _inside(listing.os_path, taken):
                 continue
-            run = find_run(listing, read, functools.partial(_subfolder, by_path))
+            run = _run_in(listing, read or header_read(), by_path) if listing.entries else None  # a folder holding nothing holds no run
             if run is not None:
                 run, left = with_unlisted(run, left)
                 runs.append(run)
@@ -75,12 +77,28 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] = header_read
                 taken.update(folder for f in run.loose_files if (folder := os.path.normpath(os.path.dirname(f.entry.os_path))) != here)
             else:
                 unclaimed.append(listing)
-                unrecognised.extend(e.path for e in listing.entries if not e.is_dir and looks_like_checkpoint(e.name))
+                unrecognised.extend(_named_like_checkpoints(listing))
         unlisted.extend(left)
         if len(runs) == before:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
+
+
+def _run_in(listing: Listing, read: Callable[[Entry], FileReport], by_path: dict[str, Listing]) -> Run | None:
+    # the layouts load once a folder holds something: an empty folder needs none of them
+    from ckptdoctor.layouts.registry import find_run
+
+    return find_run(listing, read, functools.partial(_subfolder, by_path))
+
+
+def _named_like_checkpoints(listing: Listing) -> list[str]:
+    """The files of a folder no layout recognises that are named like checkpoints (by suffix)."""
+    if not listing.entries:
+        return []
+    from ckptdoctor.readers.files import looks_like_checkpoint  # with the readers, once a folder holds something
+
+    return [entry.path for entry in listing.entries if not entry.is_dir and looks_like_checkpoint(entry.name)]
 
 
 def with_unlisted(run: Run, unlisted: Sequence[Unlisted]) -> tuple[Run, list[Unlisted]]:
@@ -160,9 +178,20 @@ def inspect(paths: Iterable[str], thresholds: Thresholds | None = None, tally: T
     result = scan(paths, tally=tally)
     now = time.time()
     runs = with_interruptions(with_leftovers(paths, result.runs), now)
-    findings = check(runs, result.unlisted, thresholds or Thresholds(), now=now)
+    findings = _checked(runs, result.unlisted, thresholds or Thresholds(), now)
     report = Report("inspect", runs, findings, result.errors, unrecognised=result.unrecognised, transfer=transfer(paths, before))
     return report, result
+
+
+def _checked(runs: Sequence[Run], unlisted: Sequence[Unlisted], thresholds: Thresholds, now: float) -> tuple[Finding, ...]:
+    """Every finding of the rules; none where there is nothing to check (no run, no folder left
+    unlisted), without loading the rules."""
+    if not runs and not unlisted:
+        return ()
+    # the rule table loads every layout: an empty folder needs none of it
+    from ckptdoctor.rules.registry import check
+
+    return check(runs, unlisted, thresholds, now=now)
 
 
 def transfer(paths: list[str], before: tuple[int, int]) -> Transfer | None:
@@ -202,6 +231,8 @@ def with_leftovers(
         if held:
             shared = leftovers.shared_out(survey, held)
             if survey.versioning:
+                from ckptdoctor.pipelines.versions import previous_versions  # reads with the readers: only a versioned bucket's runs
+
                 by_path = {run.path: run for run in runs}
                 for path, kept in shared.items():
                     previous = previous_versions(by_path[path], survey.location, survey.older, whole)

@@ -10,14 +10,16 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
-from ckptdoctor.layouts.registry import Layout
 from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Rule
 from ckptdoctor.stores import urls
+
+if TYPE_CHECKING:
+    from ckptdoctor.layouts.registry import Layout
 
 _DIGITS = re.compile(r"\d+")
 
