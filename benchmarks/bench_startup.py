@@ -1,8 +1,10 @@
 """Start-up cost of ckptdoctor as installed, against `python -c pass` and, optionally, another
 checkout, measured in the same run (interleaved, so that a noisy machine weighs on both alike).
 
-For each tree: the wall time of `--help`, of `inspect --format json` and of `inspect` (human) on a
-bundled example run, and of `verify --format json` on it; and how many of ckptdoctor's modules
+For each tree: the wall time of `--help`, of `inspect --format json` of an empty folder (issue 37:
+at most 60 ms on the machine the issue measured 112 ms on, where the prototype took 52 ms), of
+`inspect --format json` and of `inspect` (human) on a bundled example run, and of `verify --format
+json` on it; and how many of ckptdoctor's modules
 `--help` and `import ckptdoctor.rules.rule` load. Each command runs as its own process through
 the installed `ckptdoctor` script (median of --repeat runs), in a folder with no configuration
 file above it, as a user runs it.
@@ -38,14 +40,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 EXAMPLE = "burn-missing-optimizer"
+EMPTY = "empty"
 COMMANDS = {
     "--help": ["--help"],
+    "inspect --format json (empty folder)": ["inspect", "--format", "json", EMPTY],
     "inspect --format json": ["inspect", "--format", "json", EXAMPLE],
     "inspect (human)": ["inspect", EXAMPLE],
     "verify --format json": ["verify", "--format", "json", EXAMPLE],
 }
 IMPORTS = {
     "modules loaded by --help": ["{script}", "--help"],
+    "modules loaded by inspect of an empty folder": ["{script}", "inspect", "--format", "json", EMPTY],
     "modules loaded by import rules.rule": ["-c", "import ckptdoctor.rules.rule"],
 }
 SOURCES = ("pyproject.toml", "README.md", "ckptdoctor")
@@ -137,6 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
         work = Path(scratch, "work")
         shutil.copytree(HERE / "examples" / "runs" / EXAMPLE, work / EXAMPLE)
+        (work / EMPTY).mkdir()
         bins = {name: install(tree, Path(scratch, f"tree{number}")) for number, (name, tree) in enumerate(trees.items())}
         python = bins["this tree"] / "python"
         for command in COMMANDS.values():  # once untimed: a warm page cache for all

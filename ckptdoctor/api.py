@@ -35,7 +35,7 @@ from ckptdoctor.planners.space import MARGIN, MAX_MARGIN, check
 from ckptdoctor.progress import Tally as Tally
 from ckptdoctor.quoting import printable as printable
 from ckptdoctor.quoting import shell_word as shell_word
-from ckptdoctor.rules.disk import RUNWAY
+from ckptdoctor.rules.context import RUNWAY
 from ckptdoctor.units import counted as counted
 from ckptdoctor.units import parse_size as parse_size
 from ckptdoctor.units import size as size

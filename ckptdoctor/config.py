@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptdoctor.errors import InvalidValue
 from ckptdoctor.model import Finding, Role, Severity, detached
-from ckptdoctor.readers.pickle_safety import Trusted, trust_refusal
+from ckptdoctor.readers.trust import Trusted, trust_refusal
 from ckptdoctor.regular import read_regular
 from ckptdoctor.render import named
 from ckptdoctor.rules.context import Thresholds

@@ -25,7 +25,8 @@ import pytest
 from sample_set import GADGETS, _add_setitem, _call, _g, _list, _u
 
 from ckptdoctor import api
-from ckptdoctor.readers.pickle_safety import Trusted, judge, trust_refusal
+from ckptdoctor.readers.pickle_safety import judge
+from ckptdoctor.readers.trust import Trusted, trust_refusal
 from ckptdoctor.readers.unpickler import walk
 
 torch = pytest.importorskip("torch")

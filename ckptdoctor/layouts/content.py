@@ -11,7 +11,7 @@ from ckptdoctor.bundles import OPTIMIZER_STATE, ROLE_KEYS
 from ckptdoctor.model import TOP_LEVEL_TENSORS, Entry, FileIssue, FileReport, Problem, Rebuilt, Role, Severity
 from ckptdoctor.parallel import map_chunks
 from ckptdoctor.readers.files import HeaderReads, ReadAhead
-from ckptdoctor.readers.pickle_safety import Trusted
+from ckptdoctor.readers.trust import Trusted
 
 
 @dataclasses.dataclass(frozen=True)

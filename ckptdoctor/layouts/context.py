@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from ckptdoctor.model import Role
-from ckptdoctor.readers.pickle_safety import Trusted
+from ckptdoctor.readers.trust import Trusted
 
 _ROLE_HINTS: contextvars.ContextVar[Mapping[str, Role]] = contextvars.ContextVar("role_hints", default=MappingProxyType({}))
 """Name prefixes a project's own checkpointers use (``ema-3.bpk``, ``teacher_3.pt``), with the

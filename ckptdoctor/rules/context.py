@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 _DIGITS = re.compile(r"\d+")
 
+RUNWAY = 3
+"""Fewer saves than this left before the disk is full is CKD502 (``rules/disk.py``)."""
+
 
 @dataclass(frozen=True)
 class Thresholds:

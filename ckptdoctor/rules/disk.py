@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ckptdoctor.model import Access, BucketCheck, DiskCheck, Finding, Freeing, Run, Severity
 from ckptdoctor.places import OWN_FOLDER, nearest_existing
 from ckptdoctor.quoting import shell_word
-from ckptdoctor.rules.context import RunContext, make_finding, run_context
+from ckptdoctor.rules.context import RUNWAY, RunContext, make_finding, run_context
 from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Fix, Rule, fires, fix
 from ckptdoctor.stores.urls import parse
 from ckptdoctor.units import duration, size
@@ -113,9 +113,6 @@ def _on_disk(*texts: str) -> tuple[Fix, ...]:
     """Fixes for a folder on disk (a run's, or one not made yet), never for a bucket."""
     return tuple(fix(text, case=case) for text in texts for case in (OTHERWISE, NO_RUN))
 
-
-RUNWAY = 3
-"""Fewer saves than this left before the disk is full is CKD502."""
 
 SPACE_RUNWAY = Rule(
     code="CKD502",
