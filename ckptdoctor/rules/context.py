@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Role, Run, Severity
+from ckptdoctor.model import Checkpoint, CheckpointFile, FileReport, Finding, PointerKind, Problem, Role, Run, Severity
 from ckptdoctor.places import MOVED_ASIDE, run_root
 from ckptdoctor.quoting import shell_word
 from ckptdoctor.rules.rule import BUCKET, OTHERWISE, Rule
@@ -103,6 +103,12 @@ class RunContext:
                     group[1].append(kind)
                 kind.files.append((index, file))
         return list(groups.values())
+
+    @functools.cached_property
+    def problems(self) -> frozenset[Problem]:
+        """Every problem a report of the checkpoints' files holds: asked of the few shared
+        reports (``by_report``), so that a check of one problem skips a run that has none."""
+        return frozenset(problem for report, _ in self.by_report if report.issues for problem in report.problems)
 
     def position(self, file: tuple[int, CheckpointFile]) -> tuple[int, int]:
         """Where one of the run's files (with its index) comes in ``files``: a sort key."""

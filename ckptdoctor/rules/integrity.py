@@ -884,7 +884,10 @@ def access_denied(ctx: RunContext) -> Iterator[Finding]:
     checkpoints; where the resume point depends on it, saying so."""
     depends = {checkpoint.index for checkpoint in ctx.run.resume_depends_on}
     resume = ctx.run.resume
+    denied = Problem.ACCESS_DENIED in ctx.problems
     for checkpoint in ctx.run.checkpoints:
+        if not denied and not checkpoint.unlisted:
+            continue
         shut = _shut(checkpoint)
         if not shut:
             continue
@@ -1017,7 +1020,7 @@ def archived_objects(ctx: RunContext) -> Iterator[Finding]:
     checkpoint is newer than the resume point (which skips it), information where it is older."""
     resume = ctx.run.resume
     unit = ctx.run.unit.value
-    for checkpoint in ctx.run.checkpoints:
+    for checkpoint in ctx.run.checkpoints if Problem.ARCHIVED in ctx.problems else ():
         files = checkpoint.archived
         if not files:
             continue
