@@ -44,14 +44,14 @@ def _timed(phase: str, function: Callable[..., Any]) -> Callable[..., Any]:
 # `from m import f` binds its own name: `emit` is looked up in cli/inspect.py, not cli/_output.py)
 PHASES = (
     ("listing and stat", "ckptdoctor.pipelines.scan", "discover"),
-    ("grouping", "ckptdoctor.pipelines.scan", "find_run"),
+    ("grouping", "ckptdoctor.layouts.registry", "find_run"),
     ("name claims", "ckptdoctor.layouts.registry", "claim_all"),
     ("reading and judging", "ckptdoctor.layouts.folders", "probe_batch"),
     ("reading and judging", "ckptdoctor.layouts.registry", "probe_batch"),
     ("reading and judging", "ckptdoctor.readers.files", "probe_many"),
     ("reading and judging", "ckptdoctor.layouts.grouping", "with_keys"),
     ("reading and judging", "ckptdoctor.layouts.copies", "with_keys"),
-    ("rules", "ckptdoctor.pipelines.scan", "check"),
+    ("rules", "ckptdoctor.rules.registry", "check"),
     ("JSON: building", "ckptdoctor.render.json", "document"),
     ("JSON: encoding and writing", "ckptdoctor.cli.inspect", "emit"),
 )
