@@ -233,6 +233,14 @@ class DiskcheckOptions(Reported):
     it sizes only a run's first save (``preflight``, which training code calls with its model)."""
 
 
+def _prune_settings(**asked: Any) -> PruneSettings:
+    """``PruneSettings(**asked)``, the retention planner loaded now: it loads every layout, which
+    no other command needs."""
+    from ckptdoctor.planners.retention import PruneSettings
+
+    return PruneSettings(**asked)
+
+
 @dataclass(frozen=True)
 class ActOptions(Configured):
     """What every acting command (prune, repair) is told besides its own settings."""
@@ -249,7 +257,7 @@ class ActOptions(Configured):
 
 @dataclass(frozen=True)
 class PruneOptions(ActOptions):
-    prune: PruneSettings = field(default_factory=lambda: __getattr__("PruneSettings")())
+    prune: PruneSettings = field(default_factory=_prune_settings)
     """What was asked for, over ``[tool.ckptdoctor.prune]``: each None comes from there, else its default."""
     discard_journal: bool = False
 
@@ -702,7 +710,7 @@ def prune(
     Raises ``acting.Refused`` for paths it cannot act on as given, ``ValueError`` (a
     ``retention.PolicyError``) for a policy it cannot use, ``actions.Locked`` when another
     ckptdoctor acts on a run: each a ``ckptdoctor.errors.CkptdoctorError``."""
-    asked = __getattr__("PruneSettings")(
+    asked = _prune_settings(
         keep_last=keep_last, keep_best=keep_best, metric=metric, mode=mode, keep_every=keep_every, keep_within=keep_within,
         keep=None if keep is None else tuple(keep), min_age=min_age, metrics_file=metrics_file, verify=verify_kept, max_runs=max_runs,
     )  # fmt: skip
