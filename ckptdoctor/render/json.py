@@ -46,7 +46,8 @@ def encoded(body: dict[str, Any]) -> str:
     ``discover.display``-ed) goes to the standard library, whose ``\\udcxx`` the output's
     ``backslashreplace`` writes as before."""
     try:
-        return orjson.dumps(body).decode() + "\n"
+        # the newline written by orjson: a 27 MB report is not copied again to end it
+        return orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE).decode()
     except TypeError:  # orjson.JSONEncodeError is one
         # the standard library only where orjson refuses: it costs start-up time
         import json

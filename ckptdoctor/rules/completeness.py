@@ -13,8 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from ckptdoctor.layouts.base import behind_pointer
-from ckptdoctor.layouts.hooks import LayoutHooks
+from ckptdoctor.layouts.base import Layout, behind_pointer
 from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import (
     CUT_SHORT,
@@ -899,7 +898,7 @@ def auto_resume_behind(ctx: RunContext) -> Iterator[Finding]:
 def saved_twice(ctx: RunContext) -> Iterator[Finding]:
     """CKD115: saves of one index under one name, the later ones with the version the framework
     adds where the name is taken (``Layout.resaved``): two trainings in one folder."""
-    if type(ctx.layout).resaved is LayoutHooks.resaved:
+    if type(ctx.layout).resaved is Layout.resaved:
         return  # its framework never versions a name that is taken (``resaved``): nothing to look for
     run = ctx.run
     twice = [
