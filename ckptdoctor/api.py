@@ -236,7 +236,7 @@ class DiskcheckOptions(Reported):
 def _prune_settings(**asked: Any) -> PruneSettings:
     """``PruneSettings(**asked)``, the retention planner loaded now: it loads every layout, which
     no other command needs."""
-    from ckptdoctor.planners.retention import PruneSettings
+    from ckptdoctor.planners.retention import PruneSettings  # loads every layout: only a prune asks for it
 
     return PruneSettings(**asked)
 
