@@ -226,6 +226,11 @@ static void fill_batch(Listing *l) {
 #endif
 
 typedef struct {
+    unsigned long long value;
+    PyObject *number; /* NULL until the first file's */
+} Device;
+
+typedef struct {
     PyObject *entry_type;
     int in_place; /* fill Entry objects directly (fits_in_place) */
     PyObject *display;
@@ -235,6 +240,7 @@ typedef struct {
     PyObject *zero;       /* the defaults of an Entry's size, mtime and links */
     PyObject *zero_float;
     PyObject *one;
+    Device *device; /* the last device number made: a folder's files are on one device */
 } Context;
 
 /* Whether an Entry can be allocated and filled as a bare tuple: a tuple subclass whose instances
@@ -296,6 +302,20 @@ static PyObject *link_of(const Listing *l, const Found *f) {
     return PyUnicode_DecodeFSDefaultAndSize(l->arena + f->link, f->link_len);
 }
 
+/* Device `value` as an int: a new reference, or NULL. One object serves a folder's files, which
+ * are on one device (32 bytes a file, where a scan holds an entry per file). */
+static PyObject *device_number(Device *device, unsigned long long value) {
+    if (device->number == NULL || device->value != value) {
+        PyObject *number = PyLong_FromUnsignedLongLong(value);
+        if (number == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(device->number, number);
+        device->value = value;
+    }
+    return Py_NewRef(device->number);
+}
+
 /* The entry of a stat'ed file (discover._entry): a new reference, or NULL. */
 static PyObject *statted_entry(const Context *c, const Listing *l, const Found *f, PyObject *name, PyObject *shown, PyObject *path) {
     const struct stat *st = &f->st;
@@ -311,7 +331,7 @@ static PyObject *statted_entry(const Context *c, const Listing *l, const Found *
     /* os.stat_result: st_dev as dev_t (kernel device numbers are far below 2**63, where the
      * signed and unsigned conversions of CPython's versions agree), st_ino unsigned, st_nlink
      * through long */
-    PyObject *device = PyLong_FromUnsignedLongLong((unsigned long long)st->st_dev);
+    PyObject *device = device_number(c->device, (unsigned long long)st->st_dev);
     PyObject *inode = PyLong_FromUnsignedLongLong((unsigned long long)st->st_ino);
     fields[7] = device != NULL && inode != NULL ? PyTuple_New(2) : NULL;
     if (fields[7] != NULL) {
@@ -397,6 +417,9 @@ static int add(const Context *c, const Listing *l, const Found *f, PyObject *ent
     if (path == NULL) {
         goto done;
     }
+    if (PyUnicode_Compare(shown, path) == 0) { /* as it most often is: one string serves both */
+        Py_SETREF(shown, Py_NewRef(path));
+    }
     if (f->outcome == STATTED) {
         entry = statted_entry(c, l, f, name, shown, path);
     } else {
@@ -467,6 +490,8 @@ static PyObject *list_folder(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "UUOOOO:list_folder", &os_dir, &c.shown_prefix, &c.entry_type, &c.display, &c.never, &c.skipped)) {
         return NULL;
     }
+    Device device = {0};
+    c.device = &device;
     PyObject *folder = NULL; /* os_dir's bytes: "embedded null byte" refused as os.scandir refuses it */
     if (!PyUnicode_FSConverter(os_dir, &folder)) {
         return NULL;
@@ -527,6 +552,7 @@ done:
     Py_XDECREF(c.zero);
     Py_XDECREF(c.zero_float);
     Py_XDECREF(c.one);
+    Py_XDECREF(device.number);
     Py_DECREF(folder);
     return result;
 }

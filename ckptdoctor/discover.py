@@ -166,6 +166,8 @@ def python_list(os_dir: str, shown_dir: str) -> Listed:
             if name in NEVER_PART_OF_A_RUN:
                 continue
             shown = prefix + (name if name.isascii() and "\\" not in name else display(name))
+            if shown == item.path:  # as it most often is: one string serves both
+                shown = item.path
             is_symlink = False  # where the lstat that tells it fails, as in the compiled twin
             try:
                 is_symlink = item.is_symlink()

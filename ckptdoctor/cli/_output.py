@@ -16,7 +16,7 @@ import typer
 from ckptdoctor.cli._errors import explained, say
 from ckptdoctor.errors import EXIT_FINDINGS as EXIT_FINDINGS
 from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
-from ckptdoctor.render import HUMAN, JSON, PLAIN, Kind, RenderOptions, formats, named
+from ckptdoctor.render import HUMAN, JSON, PLAIN, Encoded, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
 from ckptdoctor.render.console import AUTO, COLOUR_CHOICES, use_colour
@@ -317,9 +317,8 @@ def emit(report: Report, options: ReportOptions, empty: tuple[str, ...] = ()) ->
         raise typer.Exit(code)  # the errors above say it all
     to_file = options.output is not None
     text = rendered(report, options.format, RenderOptions(options.show_all, to_file=to_file, verbose=options.verbose))
-    if renderer.for_people:  # the count ends the report, wherever it goes
-        text += summed_up(report, to_file)
-    write(text, options.output)
+    # the count ends the report, wherever it goes
+    write(text, options.output, summed_up(report, to_file) if renderer.for_people else "")
     raise typer.Exit(code)
 
 
@@ -358,7 +357,7 @@ def chosen(fmt: str | None, as_json: bool, settings: Settings | None = None) -> 
     return settings.format if settings is not None and settings.format else HUMAN
 
 
-def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
+def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str | Encoded:
     """The report in format ``fmt`` (its module imported now: ``--help`` pays for no renderer,
     and ``--json`` never loads rich); a format with a job summary appends it, as Actions does."""
     renderer = named(fmt)
@@ -371,6 +370,11 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str:
         except OSError as error:
             say(f"ckptdoctor: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {error.strerror}")
     return module.render(report, options)
+
+
+def _utf8(text: str | Encoded) -> Encoded:
+    # names that are not valid UTF-8 (kept as surrogate escapes) are written as \x escapes
+    return text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
 
 
 def _hint_unrecognised(paths: tuple[str, ...]) -> None:
@@ -400,10 +404,10 @@ def summed_up(report: Report, to_file: bool) -> str:
     return captured.get()
 
 
-def write(text: str, output: str | None) -> None:
-    """The report on stdout, or in ``output`` (a clear error and exit 2 when it cannot be written)."""
-    # names that are not valid UTF-8 (kept as surrogate escapes) are written as \x escapes
-    encoded = text.encode("utf-8", "backslashreplace")
+def write(text: str | Encoded, output: str | None, ending: str = "") -> None:
+    """The report, then ``ending``, on stdout, or in ``output`` (a clear error and exit 2 when it
+    cannot be written)."""
+    encoded = _utf8(text) + _utf8(ending) if ending else _utf8(text)
     if output is None or output == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(encoded)  # an error here is stdout's: cli.main says so

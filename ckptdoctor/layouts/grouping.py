@@ -5,6 +5,7 @@ each file's content judged against what the framework writes (``ContentCheck``).
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
@@ -99,12 +100,12 @@ def _sort_entries(listing: Listing, layout: LayoutHooks, probe: Callable[[Entry]
 def _claimed(entry: Entry, claim: Claim, report: FileReport, bundles: list[CheckpointFile]) -> CheckpointFile:
     """A claimed file with its roles; a bundle (a file of several roles) joins ``bundles`` as its
     name tells them, and counts with the roles its keys show once they were read."""
-    roles = claim.roles
+    roles, prefix = claim.roles, sys.intern(claim.prefix)  # one string for a run's many files
     if len(roles) > 1:
         report = with_keys(entry, report)
-        bundles.append(CheckpointFile(entry, roles, claim.prefix, report))
+        bundles.append(CheckpointFile(entry, roles, prefix, report))
         roles = confirmed_roles(roles, report)
-    return CheckpointFile(entry, roles, claim.prefix, report)
+    return CheckpointFile(entry, roles, prefix, report)
 
 
 def _unclaimed(

@@ -25,7 +25,7 @@ from ckptdoctor.model import (
     Status,
     StoreLeftovers,
 )
-from ckptdoctor.render import PLAIN, Plans, RenderOptions
+from ckptdoctor.render import PLAIN, Encoded, Plans, RenderOptions
 from ckptdoctor.rules.rule import Rule
 from ckptdoctor.version import __version__
 
@@ -35,32 +35,47 @@ if TYPE_CHECKING:
 SCHEMA = "ckptdoctor.report.v1"
 
 
-def render(report: Report, options: RenderOptions = PLAIN) -> str:
-    return encoded(document(report))
+def render(report: Report, options: RenderOptions = PLAIN) -> Encoded:
+    return encoded(document(report, packed=True))
 
 
-def encoded(body: dict[str, Any]) -> str:
+def encoded(body: dict[str, Any]) -> Encoded:
     """``body`` as one compact line of JSON: what ``json.dumps(body, separators=(",", ":"),
-    ensure_ascii=False)`` writes, byte for byte, at a tenth of its time (reports of big runs are
-    tens of MB). A string orjson refuses (a lone surrogate, which no name shown reaches: names are
-    ``discover.display``-ed) goes to the standard library, whose ``\\udcxx`` the output's
-    ``backslashreplace`` writes as before."""
+    ensure_ascii=False)`` writes, in UTF-8 as the output writes it (``backslashreplace``), byte
+    for byte, at a tenth of its time (reports of big runs are tens of MB)."""
+    return _compact(body, orjson.OPT_APPEND_NEWLINE)
+
+
+def _packed(part: dict[str, Any]) -> orjson.Fragment:
+    """``part`` in JSON, to be written as it is by :func:`encoded`."""
+    # copied to its length: orjson's bytes keep the 4 KiB of its first buffer, and 20,000
+    # checkpoints would hold 80 MB
+    return orjson.Fragment(bytes(memoryview(_compact(part))))
+
+
+def _compact(value: dict[str, Any], option: int = 0) -> bytes:
+    """``value`` in JSON by orjson. A string orjson refuses (a lone surrogate, which no name shown
+    reaches: names are ``discover.display``-ed) goes to the standard library, whose ``\\udcxx``
+    is then written as ``backslashreplace`` writes it, as before."""
     try:
-        # the newline written by orjson: a 27 MB report is not copied again to end it
-        return orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE).decode()
+        return orjson.dumps(value, option=option)
     except TypeError:  # orjson.JSONEncodeError is one
         # the standard library only where orjson refuses: it costs start-up time
         import json
 
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False) + "\n"
+        ending = "\n" if option & orjson.OPT_APPEND_NEWLINE else ""
+        return (json.dumps(value, separators=(",", ":"), ensure_ascii=False) + ending).encode("utf-8", "backslashreplace")
 
 
-def document(report: Report) -> dict[str, Any]:
+def document(report: Report, packed: bool = False) -> dict[str, Any]:
+    """The report's document. ``packed``: each checkpoint's entry already in JSON (an
+    ``orjson.Fragment``), so that a run of 150,000 files is never held as dicts all at once;
+    only :func:`encoded` can read such a document."""
     body: dict[str, Any] = {
         "schema": SCHEMA,
         "version": __version__,
         "command": report.command,
-        "runs": [_run(run, {}) for run in report.runs],
+        "runs": [_run(run, {}, packed) for run in report.runs],
         "findings": [_finding(finding) for finding in report.findings],
         "summary": {severity.value: report.count(severity) for severity in reversed(Severity)},
         "unrecognised": list(report.unrecognised),
@@ -154,10 +169,10 @@ def growth_entry(growth: Growth | None) -> dict[str, Any] | None:
     }
 
 
-def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> str:
+def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> Encoded:
     """``prune`` / ``repair``: the report plus the plan of every run, and what
     killed prunes' journals would still do."""
-    body = document(plans.report)
+    body = document(plans.report, packed=True)
     body["plan"] = [_plan_item(plan, item) for plan, _ in plans.plans for item in plan.items]
     if plans.pending:
         body["pending"] = [
@@ -219,7 +234,7 @@ def _by_framework(rule: Rule) -> dict[str, list[str]]:
     return by_framework
 
 
-def _run(run: Run, shared: _Shared) -> dict[str, Any]:
+def _run(run: Run, shared: _Shared, packed: bool) -> dict[str, Any]:
     resume = run.resume
     return {
         "path": run.path,
@@ -227,7 +242,9 @@ def _run(run: Run, shared: _Shared) -> dict[str, Any]:
         "unit": run.unit.value,
         "bytes": run.bytes,
         "required": [role.value for role in run.required],
-        "checkpoints": [_checkpoint(c, shared) for c in run.checkpoints],
+        "checkpoints": [_packed(_checkpoint(c, shared)) for c in run.checkpoints]
+        if packed
+        else [_checkpoint(c, shared) for c in run.checkpoints],
         "resume": None
         if resume is None
         else {
