@@ -232,6 +232,20 @@ def test_the_check_sees_a_leak() -> None:
     assert named == ["trainer_state.json"]
 
 
+def test_a_layout_that_reads_versions_of_taken_names_is_looked_at_by_ckd115() -> None:
+    """``versions_taken`` (what CKD115 asks before it looks) follows ``resaved``: a new layout
+    that overrides it is looked at without declaring anything more."""
+
+    class Versioning(Layout):
+        def resaved(self, name: str) -> tuple[str, int] | None:
+            return (name, 1)
+
+    assert Versioning.versions_taken and not Layout.versions_taken and not FolderLayout.versions_taken
+    looked_at = {layout.name for layout in LAYOUTS if layout.versions_taken}
+    assert looked_at == {layout.name for layout in LAYOUTS if type(layout).resaved is not LayoutHooks.resaved}
+    assert "lightning" in looked_at and "burn" not in looked_at
+
+
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
 def test_every_hook_a_layout_overrides_is_documented_on_the_base_class(layout: Layout) -> None:
     """The hook tables list every hook (a new one is documented where it is declared)."""

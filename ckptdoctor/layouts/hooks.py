@@ -51,6 +51,7 @@ class LayoutHooks:
                                                                               (``best.keras``: placed by ``build``)
     ``unfinished(name)``         None                                         lightning (NeMo's ``-unfinished``)
     ``resaved(name)``            None                                         lightning (``-vN``: the name was taken)
+    ``versions_taken``           False (True where ``resaved`` is overridden) lightning, by ``resaved``
     ``recognises(entries)``      True                                         timm, mmengine, detectron2, ultralytics,
                                                                               fairseq
     ``file_name(role, index)``   None                                         hf-trainer, deepspeed, megatron,
@@ -245,6 +246,15 @@ class LayoutHooks:
         None for a name given as meant. The higher version is the later save: of two whole saves
         of one index, the newer is the checkpoint's, and CKD115 names them both."""
         return None
+
+    versions_taken: bool = False
+    """Whether the framework adds a version to a name that is taken: set for every layout that
+    overrides ``resaved`` (``__init_subclass__``), so CKD115 looks only in such runs, and a new
+    layout's override is never left unlooked at."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.versions_taken = cls.resaved is not LayoutHooks.resaved
 
     def recognises(self, entries: tuple[Entry, ...]) -> bool:
         """Whether a folder whose names this layout claims is really this framework's."""

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from ckptdoctor.layouts.base import Layout, behind_pointer
+from ckptdoctor.layouts.base import behind_pointer
 from ckptdoctor.layouts.pointers import OUTSIDE, unfollowable
 from ckptdoctor.model import (
     CUT_SHORT,
@@ -898,8 +898,8 @@ def auto_resume_behind(ctx: RunContext) -> Iterator[Finding]:
 def saved_twice(ctx: RunContext) -> Iterator[Finding]:
     """CKD115: saves of one index under one name, the later ones with the version the framework
     adds where the name is taken (``Layout.resaved``): two trainings in one folder."""
-    if type(ctx.layout).resaved is Layout.resaved:
-        return  # its framework never versions a name that is taken (``resaved``): nothing to look for
+    if not ctx.layout.versions_taken:
+        return  # its framework never versions a name that is taken: nothing to look for
     run = ctx.run
     twice = [
         saves for index, same in itertools.groupby(run.checkpoints, key=attrgetter("index")) for saves in _versions(ctx, index, list(same))
