@@ -12,6 +12,7 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Iterable
 
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
@@ -74,9 +75,9 @@ def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:
         os.close(fd)
 
 
-def write_whole(path: str, data: bytes) -> None:
-    """``data`` as the whole of ``path`` (created, or truncated), for a file the user named (a
-    report, a baseline). Opened without blocking: a FIFO no process reads is refused (OSError
+def write_whole(path: str, data: bytes | Iterable[bytes]) -> None:
+    """``data`` (or its parts, in order) as the whole of ``path`` (created, or truncated), for a
+    file the user named (a report, a baseline). Opened without blocking: a FIFO no process reads is refused (OSError
     ENXIO saying so) instead of waiting forever; one a process reads gets the data."""
     try:
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
@@ -86,7 +87,8 @@ def write_whole(path: str, data: bytes) -> None:
         raise
     os.set_blocking(handle, True)
     with os.fdopen(handle, "wb") as stream:
-        stream.write(data)
+        for part in (data,) if isinstance(data, bytes) else data:
+            stream.write(part)
 
 
 DENIED = frozenset({errno.EACCES, errno.EPERM})

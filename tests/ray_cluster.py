@@ -206,7 +206,7 @@ def drive_with_deaths(address: str, run: str, counter: str) -> int:
             printed.wait(10)
     finally:
         ray.shutdown()
-    sys.stdout.buffer.write(render(scanned.report))
+    sys.stdout.buffer.writelines(render(scanned.report))
     return 0 if scanned.report.ok else 1
 
 

@@ -6,6 +6,7 @@ the verdict (what the name promises, a name-picked reader, a suffix's case)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -126,19 +127,42 @@ def _named_run(folder: Path) -> Path:
     return folder
 
 
-def test_the_json_report_is_the_standard_librarys_document_byte_for_byte(tmp_path: Path) -> None:
+def test_the_json_report_is_the_standard_librarys_document_byte_for_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     paths = [str(p) for p in sorted((ROOT / "examples" / "runs").iterdir())]
     paths += [str(p) for p in sorted(CORPUS.iterdir())] if CORPUS.is_dir() else []
     paths.append(str(_named_run(tmp_path / "names")))
-    for path in paths:
-        report, _ = inspect([path])
-        assert render_json.render(report) == _stdlib(render_json.document(report)), path
+    reports = [inspect([path])[0] for path in paths]
+    reports.append(inspect(paths)[0])  # several runs in one document: each one's checkpoints in place
+    for report in reports:
+        expected = _stdlib(render_json.document(report))
+        assert b"".join(render_json.render(report)) == expected, report.runs
+        monkeypatch.setattr(render_json, "BATCH", 2)  # the checkpoints of a big run, a few at a time
+        assert b"".join(render_json.render(report)) == expected, report.runs
+        monkeypatch.undo()
 
 
 def test_a_string_orjson_refuses_is_written_by_the_standard_library() -> None:
     body: dict[str, object] = {"path": "bad\udcff.bpk", "bytes": 3}
     assert render_json.encoded(body) == _stdlib(body)
     assert render_json.encoded(body) == (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def test_a_report_orjson_refuses_in_part_is_the_standard_librarys_whole() -> None:
+    """A lone surrogate in a run's checkpoints (written a batch at a time), or elsewhere in the
+    document (its skeleton): the same bytes as the standard library's, no error."""
+    report, _ = inspect([str(ROOT / "examples" / "runs" / "burn-healthy"), str(ROOT / "examples" / "runs" / "burn-truncated")])
+    run = report.runs[0]
+    first = run.checkpoints[0]
+    odd_file = first.files[0]._replace(entry=first.files[0].entry._replace(path="bad\udcff.bpk"))
+    odd_checkpoint = dataclasses.replace(first, files=(odd_file, *first.files[1:]))
+    in_checkpoints = dataclasses.replace(
+        report, runs=(dataclasses.replace(run, checkpoints=(odd_checkpoint, *run.checkpoints[1:])), *report.runs[1:])
+    )
+    in_skeleton = dataclasses.replace(report, runs=(dataclasses.replace(run, path="runs/\udcff"), *report.runs[1:]))
+    for odd in (in_checkpoints, in_skeleton):
+        written = b"".join(render_json.render(odd))
+        assert written == _stdlib(render_json.document(odd)) and b"\\udcff" in written
+        assert len(json.loads(written)["runs"]) == 2
 
 
 def _inspect_json(path: Path, compiled: bool) -> str:

@@ -52,7 +52,7 @@ def _run(folder: Path) -> Path:
 
 def _document(folder: Path, jobs: int) -> bytes:
     report, _ = verify([str(folder)], VerifyOptions(deep=True, jobs=jobs))
-    return render(report)
+    return b"".join(render(report))
 
 
 @pytest.mark.slow

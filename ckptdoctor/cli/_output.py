@@ -6,9 +6,10 @@ import contextlib
 import functools
 import inspect
 import io
+import itertools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
@@ -16,7 +17,7 @@ import typer
 from ckptdoctor.cli._errors import explained, say
 from ckptdoctor.errors import EXIT_FINDINGS as EXIT_FINDINGS
 from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
-from ckptdoctor.render import HUMAN, JSON, PLAIN, Encoded, Kind, RenderOptions, formats, named
+from ckptdoctor.render import HUMAN, JSON, PLAIN, Chunks, Kind, RenderOptions, formats, named
 
 # the consoles of the commands' own lines (progress, plans, prompts), re-exported for them
 from ckptdoctor.render.console import AUTO, COLOUR_CHOICES, use_colour
@@ -357,7 +358,7 @@ def chosen(fmt: str | None, as_json: bool, settings: Settings | None = None) -> 
     return settings.format if settings is not None and settings.format else HUMAN
 
 
-def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str | Encoded:
+def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str | Chunks:
     """The report in format ``fmt`` (its module imported now: ``--help`` pays for no renderer,
     and ``--json`` never loads rich); a format with a job summary appends it, as Actions does."""
     renderer = named(fmt)
@@ -370,11 +371,6 @@ def rendered(report: Report, fmt: str, options: RenderOptions = PLAIN) -> str | 
         except OSError as error:
             say(f"ckptdoctor: warning: cannot append to $GITHUB_STEP_SUMMARY ({summary_file}): {error.strerror}")
     return module.render(report, options)
-
-
-def _utf8(text: str | Encoded) -> Encoded:
-    # names that are not valid UTF-8 (kept as surrogate escapes) are written as \x escapes
-    return text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
 
 
 def _hint_unrecognised(paths: tuple[str, ...]) -> None:
@@ -404,13 +400,14 @@ def summed_up(report: Report, to_file: bool) -> str:
     return captured.get()
 
 
-def write(text: str | Encoded, output: str | None, ending: str = "") -> None:
+def write(text: str | Chunks, output: str | None, ending: str = "") -> None:
     """The report, then ``ending``, on stdout, or in ``output`` (a clear error and exit 2 when it
     cannot be written)."""
-    encoded = _utf8(text) + _utf8(ending) if ending else _utf8(text)
+    chunks = itertools.chain(_utf8(text), _utf8(ending))
     if output is None or output == "-":
         sys.stdout.flush()
-        sys.stdout.buffer.write(encoded)  # an error here is stdout's: cli.main says so
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)  # an error here is stdout's: cli.main says so
         sys.stdout.buffer.flush()
         return
     # loaded only where a report goes to a file
@@ -418,6 +415,13 @@ def write(text: str | Encoded, output: str | None, ending: str = "") -> None:
     from ckptdoctor.errors import UsageError
 
     try:
-        write_whole(output, encoded)
+        write_whole(output, chunks)
     except OSError as error:
         raise UsageError(f"cannot write {output}: {error.strerror}") from error
+
+
+def _utf8(text: str | Chunks) -> Iterable[bytes]:
+    if isinstance(text, str):
+        # names that are not valid UTF-8 (kept as surrogate escapes) are written as \x escapes
+        return (text.encode("utf-8", "backslashreplace"),) if text else ()
+    return text

@@ -4,8 +4,8 @@ Each declaration names its module (``render/<name>.py``) and what it renders; th
 ``render(report, options)`` for a :class:`~ckptdoctor.model.Report`, for the
 :attr:`Kind.RULES` kind ``render_rules(rules, options, matches) -> str`` (``matches``: why a
 search chose each rule, when one did), and for :attr:`Kind.PLAN` ``render_plans(plans,
-options)``. A report or plan renders as text, or as :data:`Encoded` bytes where the format is
-made as bytes (JSON: a big run's document is tens of MB, and is not decoded to be encoded again). The formats each command's
+options)``. A report or plan renders as text, or as :data:`Chunks` where the format is made
+as bytes (JSON: a big run's document is tens of MB, written as it is made, never held whole). The formats each command's
 ``--format`` offers, and those ``format =`` in the configuration accepts, are read from here.
 
 This module stays light (no renderer, rich or json is imported): the command line reads it to
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 if TYPE_CHECKING:
@@ -68,18 +68,19 @@ class Plans(NamedTuple):
     """A repair's plans: each table also says what it acts on, and sums up otherwise."""
 
 
-Encoded = bytes
-"""A rendering already in UTF-8, written as it is (names that are not UTF-8 already escaped)."""
+Chunks = Iterator[bytes]
+"""A rendering made a part at a time, already in UTF-8 (names that are not UTF-8 escaped),
+written as it is made."""
 
 
 class _Module(Protocol):
     """A renderer's module: ``render_rules`` where it renders rules, ``summary`` where it has a job summary."""
 
-    def render(self, report: Report, options: RenderOptions = PLAIN) -> str | Encoded: ...
+    def render(self, report: Report, options: RenderOptions = PLAIN) -> str | Chunks: ...
 
     def render_rules(self, rules: tuple[Rule, ...], options: RenderOptions = PLAIN, matches: tuple[Match, ...] = ()) -> str: ...
 
-    def render_plans(self, plans: Plans, options: RenderOptions = PLAIN) -> str | Encoded: ...
+    def render_plans(self, plans: Plans, options: RenderOptions = PLAIN) -> str | Chunks: ...
 
     def summary(self, report: Report) -> str: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,7 +26,7 @@ from ckptdoctor.model import (
     Status,
     StoreLeftovers,
 )
-from ckptdoctor.render import PLAIN, Encoded, Plans, RenderOptions
+from ckptdoctor.render import PLAIN, Chunks, Plans, RenderOptions
 from ckptdoctor.rules.rule import Rule
 from ckptdoctor.version import __version__
 
@@ -35,25 +36,18 @@ if TYPE_CHECKING:
 SCHEMA = "ckptdoctor.report.v1"
 
 
-def render(report: Report, options: RenderOptions = PLAIN) -> Encoded:
-    return encoded(document(report, packed=True))
+def render(report: Report, options: RenderOptions = PLAIN) -> Chunks:
+    return _streamed(report)
 
 
-def encoded(body: dict[str, Any]) -> Encoded:
+def encoded(body: dict[str, Any]) -> bytes:
     """``body`` as one compact line of JSON: what ``json.dumps(body, separators=(",", ":"),
     ensure_ascii=False)`` writes, in UTF-8 as the output writes it (``backslashreplace``), byte
     for byte, at a tenth of its time (reports of big runs are tens of MB)."""
     return _compact(body, orjson.OPT_APPEND_NEWLINE)
 
 
-def _packed(part: dict[str, Any]) -> orjson.Fragment:
-    """``part`` in JSON, to be written as it is by :func:`encoded`."""
-    # copied to its length: orjson's bytes keep the 4 KiB of its first buffer, and 20,000
-    # checkpoints would hold 80 MB
-    return orjson.Fragment(bytes(memoryview(_compact(part))))
-
-
-def _compact(value: dict[str, Any], option: int = 0) -> bytes:
+def _compact(value: dict[str, Any] | list[dict[str, Any]], option: int = 0) -> bytes:
     """``value`` in JSON by orjson. A string orjson refuses (a lone surrogate, which no name shown
     reaches: names are ``discover.display``-ed) goes to the standard library, whose ``\\udcxx``
     is then written as ``backslashreplace`` writes it, as before."""
@@ -67,15 +61,48 @@ def _compact(value: dict[str, Any], option: int = 0) -> bytes:
         return (json.dumps(value, separators=(",", ":"), ensure_ascii=False) + ending).encode("utf-8", "backslashreplace")
 
 
-def document(report: Report, packed: bool = False) -> dict[str, Any]:
-    """The report's document. ``packed``: each checkpoint's entry already in JSON (an
-    ``orjson.Fragment``), so that a run of 150,000 files is never held as dicts all at once;
-    only :func:`encoded` can read such a document."""
+_HOLE = orjson.Fragment(b"\0")
+"""Where a run's checkpoints go in the document's skeleton: orjson escapes every control
+character it writes in a string, so a raw NUL byte is nowhere else."""
+
+BATCH = 512
+"""Checkpoints encoded at a time: a run of 150,000 files is never held as JSON, nor as dicts."""
+
+
+def _streamed(report: Report, more: Callable[[dict[str, Any]], None] = lambda body: None) -> Chunks:
+    """The bytes of :func:`encoded` of the report's document (with ``more`` added to it), a part
+    at a time: the skeleton, with each run's checkpoints encoded in its place as it is written."""
+    shared: _Shared = {}
+    body = document(report, shared, holes=True)
+    more(body)
+    try:
+        skeleton = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # a string orjson refuses: the standard library writes the whole document
+        whole = document(report)
+        more(whole)
+        yield encoded(whole)
+        return
+    parts = skeleton.split(b"\0")
+    yield parts[0]
+    for run, after in zip(report.runs, parts[1:], strict=True):
+        checkpoints = run.checkpoints
+        yield b"["
+        for start in range(0, len(checkpoints), BATCH):
+            batch = _compact([_checkpoint(c, shared) for c in checkpoints[start : start + BATCH]])
+            yield (b"," if start else b"") + batch[1:-1]  # the list's items, without its brackets
+        yield b"]"
+        yield after
+
+
+def document(report: Report, shared: _Shared | None = None, holes: bool = False) -> dict[str, Any]:
+    """The report's document. ``holes``: each run's checkpoints left out, in their place a hole
+    :func:`_streamed` fills as it writes (``shared``: the report fields it shares, which it
+    goes on sharing)."""
     body: dict[str, Any] = {
         "schema": SCHEMA,
         "version": __version__,
         "command": report.command,
-        "runs": [_run(run, {}, packed) for run in report.runs],
+        "runs": [_run(run, {} if shared is None else shared, holes) for run in report.runs],
         "findings": [_finding(finding) for finding in report.findings],
         "summary": {severity.value: report.count(severity) for severity in reversed(Severity)},
         "unrecognised": list(report.unrecognised),
@@ -169,19 +196,21 @@ def growth_entry(growth: Growth | None) -> dict[str, Any] | None:
     }
 
 
-def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> Encoded:
+def render_plans(plans: Plans, options: RenderOptions = PLAIN) -> Chunks:
     """``prune`` / ``repair``: the report plus the plan of every run, and what
     killed prunes' journals would still do."""
-    body = document(plans.report, packed=True)
-    body["plan"] = [_plan_item(plan, item) for plan, _ in plans.plans for item in plan.items]
-    if plans.pending:
-        body["pending"] = [
-            {"journal": found.journal, "deletes": list(found.in_run), "in_trash": found.in_trash, "spares": list(found.spared)}
-            for found in plans.pending
-        ]
-    body["dry_run"] = plans.dry_run
-    body["freed_bytes"] = sum(plan.freed_bytes for plan, _ in plans.plans)
-    return encoded(body)
+
+    def planned(body: dict[str, Any]) -> None:
+        body["plan"] = [_plan_item(plan, item) for plan, _ in plans.plans for item in plan.items]
+        if plans.pending:
+            body["pending"] = [
+                {"journal": found.journal, "deletes": list(found.in_run), "in_trash": found.in_trash, "spares": list(found.spared)}
+                for found in plans.pending
+            ]
+        body["dry_run"] = plans.dry_run
+        body["freed_bytes"] = sum(plan.freed_bytes for plan, _ in plans.plans)
+
+    return _streamed(plans.report, planned)
 
 
 def _plan_item(plan: Plan, item: PlanItem) -> dict[str, Any]:
@@ -234,7 +263,7 @@ def _by_framework(rule: Rule) -> dict[str, list[str]]:
     return by_framework
 
 
-def _run(run: Run, shared: _Shared, packed: bool) -> dict[str, Any]:
+def _run(run: Run, shared: _Shared, holes: bool) -> dict[str, Any]:
     resume = run.resume
     return {
         "path": run.path,
@@ -242,9 +271,7 @@ def _run(run: Run, shared: _Shared, packed: bool) -> dict[str, Any]:
         "unit": run.unit.value,
         "bytes": run.bytes,
         "required": [role.value for role in run.required],
-        "checkpoints": [_packed(_checkpoint(c, shared)) for c in run.checkpoints]
-        if packed
-        else [_checkpoint(c, shared) for c in run.checkpoints],
+        "checkpoints": _HOLE if holes else [_checkpoint(c, shared) for c in run.checkpoints],
         "resume": None
         if resume is None
         else {
