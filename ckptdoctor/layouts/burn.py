@@ -43,8 +43,9 @@ _KNOWN = re.compile(rf"^(model|optim|scheduler|policy|learning-agent)-(0|[1-9][0
 SUPERVISED = {"model": Role.MODEL, "optim": Role.OPTIMIZER, "scheduler": Role.SCHEDULER}
 REINFORCEMENT = {"policy": Role.MODEL, "learning-agent": Role.OPTIMIZER}
 PREFIXES = {**SUPERVISED, **REINFORCEMENT}
-_ROLES = {prefix: (role,) for prefix, role in PREFIXES.items()}
-"""Each prefix's roles as one tuple that every claim shares (checks group files by it)."""
+_ROLES = {prefix: ((role,), prefix) for prefix, role in PREFIXES.items()}
+"""Each prefix's roles as one tuple, and the prefix as one string, that every claim shares
+(checks group files by the roles; a big run's claims hold one of each, not one a file)."""
 _FOLDER = "checkpoint"
 """The folder of the artifact directory ``FileCheckpointer`` saves into."""
 
@@ -121,7 +122,8 @@ class BurnLayout(Layout):
     def claim(self, name: str) -> Claim | None:
         match = _KNOWN.match(name)
         if match is not None:
-            return Claim(_ROLES[match[1]], int(match[2]), match[1])
+            roles, prefix = _ROLES[match[1]]
+            return Claim(roles, int(match[2]), prefix)
         hints = role_hints()
         hinted = _NAME.match(name) if hints else None  # a project's own checkpointer
         if hinted is not None and hinted["prefix"].lower() in hints:
