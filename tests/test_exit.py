@@ -90,9 +90,17 @@ def test_the_program_prints_and_exits_as_the_ordinary_exit_does(runs: Path, args
         assert len(done.stdout) > 64 * 1024, "more than a pipe holds: written in several pieces"
 
 
-@pytest.mark.parametrize("args", [("inspect", "--json", "runs/burn-healthy"), ("rules",), ("--help",)], ids=" ".join)
+_DRY_RUNS = (
+    ("prune", "--dry-run", "--keep-last", "1", "--min-age", "0", "--json", "runs/burn-healthy"),
+    ("repair", "--dry-run", "--json", "runs"),
+)
+"""Acting commands that act on nothing: stdout failing is stdout's, as for any other command."""
+
+
+@pytest.mark.parametrize("args", [("inspect", "--json", "runs/burn-healthy"), ("rules",), ("--help",), *_DRY_RUNS], ids=" ".join)
 def test_a_closed_pipe_ends_the_command_as_before(runs: Path, args: tuple[str, ...]) -> None:
-    """``ckptdoctor ... | head -1``: the reader is gone (EPIPE); exit 1, no traceback."""
+    """``ckptdoctor ... | head -1``: the reader is gone (EPIPE); exit 1, no traceback, and no
+    acting command's word about what it kept (a dry run keeps nothing back to finish)."""
     read, write = os.pipe()
     os.close(read)
     try:
@@ -100,12 +108,31 @@ def test_a_closed_pipe_ends_the_command_as_before(runs: Path, args: tuple[str, .
     finally:
         os.close(write)
     assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    assert b"ckptdoctor: error" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args", [("inspect", "--json", "runs/burn-healthy"), ("inspect", "runs/burn-healthy"), _DRY_RUNS[0]], ids=" ".join)
+def test_a_closed_stdout_is_said_in_one_line(runs: Path, args: tuple[str, ...]) -> None:
+    """``ckptdoctor ... >&-``: no stdout at all (Python's ``sys.stdout`` is None); exit 2 and one
+    line, not an internal error."""
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
+    command = " ".join([sys.executable, "-m", "ckptdoctor", *args])
+    done = subprocess.run(["sh", "-c", f"exec {command} >&-"], cwd=runs, env=env, stderr=subprocess.PIPE, timeout=120, check=False)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith(b"note:")]
+    assert done.returncode == 2 and lines == [b"ckptdoctor: error: cannot write the output: stdout is closed"], done.stderr
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 @pytest.mark.parametrize(
     "args",
-    [("inspect", "--json", "runs/burn-healthy"), ("inspect", "runs/burn-healthy"), ("verify", "runs"), ("diskcheck", "runs"), ("--help",)],
+    [
+        ("inspect", "--json", "runs/burn-healthy"),
+        ("inspect", "runs/burn-healthy"),
+        ("verify", "runs"),
+        ("diskcheck", "runs"),
+        ("--help",),
+        *_DRY_RUNS,
+    ],
     ids=" ".join,
 )
 def test_a_full_device_is_an_error(runs: Path, args: tuple[str, ...]) -> None:

@@ -180,13 +180,14 @@ def main() -> None:
 
 
 def _output_failed(error: OSError) -> bool:
-    """Whether ``error`` is stdout's (``_errors.stdout_failed``). Its descriptor then goes to
+    """Whether ``error`` is stdout's (``_errors.OutputFailed``, ``_errors.stdout_failed``). Its descriptor then goes to
     /dev/null, so that what its buffer still holds does not fail again at the interpreter's own
     last flush."""
     # loaded only when something failed: start-up stays lean
-    from ckptdoctor.cli._errors import stdout_failed
+    from ckptdoctor.cli._errors import OutputFailed, stdout_failed
 
-    if not stdout_failed(error):
+    if not (isinstance(error, OutputFailed) or stdout_failed(error)):
         return False
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if sys.stdout is not None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return True

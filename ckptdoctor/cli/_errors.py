@@ -22,6 +22,12 @@ ACTING = frozenset({"prune", "repair"})
 UNTOUCHED = "nothing that was to be kept was touched"
 
 
+class OutputFailed(OSError):
+    """Writing the report to stdout failed: its reader went away (EPIPE, which ends the command as
+    Click ends it), its disk is full, or it is closed. Nothing the command checked or did failed,
+    so no command reports it as its own (an acting one says nothing of what it kept)."""
+
+
 @contextlib.contextmanager
 def explained(command: str) -> Iterator[None]:
     """Run ``command``'s body; turn what stops it for its user into lines on stderr and its exit code."""
@@ -33,6 +39,8 @@ def explained(command: str) -> Iterator[None]:
             say(f"ckptdoctor: error: {line}{after}")
         raise typer.Exit(error.exit_code) from error
     except OSError as error:
+        if isinstance(error, OutputFailed):
+            raise
         if command in ACTING:
             say(f"ckptdoctor: error: {_acting_failure(error, command)}")
             raise typer.Exit(EXIT_FINDINGS) from error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import inspect
 import io
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
-from ckptdoctor.cli._errors import explained, say
+from ckptdoctor.cli._errors import OutputFailed, explained, say
 from ckptdoctor.errors import EXIT_FINDINGS as EXIT_FINDINGS
 from ckptdoctor.errors import EXIT_USAGE as EXIT_USAGE
 from ckptdoctor.render import HUMAN, JSON, PLAIN, Chunks, Kind, RenderOptions, formats, named
@@ -405,10 +406,15 @@ def write(text: str | Chunks, output: str | None, ending: str = "") -> None:
     cannot be written)."""
     chunks = itertools.chain(_utf8(text), _utf8(ending))
     if output is None or output == "-":
-        sys.stdout.flush()
-        for chunk in chunks:
-            sys.stdout.buffer.write(chunk)  # an error here is stdout's: cli.main says so
-        sys.stdout.buffer.flush()
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            raise OutputFailed(errno.EBADF, "stdout is closed")
+        try:
+            sys.stdout.flush()
+            for chunk in chunks:
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+        except OSError as error:  # stdout's: cli.main says so
+            raise OutputFailed(error.errno, error.strerror) from error
         return
     # loaded only where a report goes to a file
     from ckptdoctor.api import write_whole
