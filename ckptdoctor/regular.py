@@ -8,6 +8,7 @@ with an ``OSError`` that says what it is, which each caller reports its own way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -76,9 +77,40 @@ def read_regular(path: str, limit: int, dir_fd: int | None = None) -> bytes:
 
 
 def write_whole(path: str, data: bytes | Iterable[bytes]) -> None:
-    """``data`` (or its parts, in order) as the whole of ``path`` (created, or truncated), for a
-    file the user named (a report, a baseline). Opened without blocking: a FIFO no process reads is refused (OSError
-    ENXIO saying so) instead of waiting forever; one a process reads gets the data."""
+    """``data`` (or its parts, in order) as the whole of ``path``, for a file the user named (a
+    report, a baseline). A regular file, or a name not taken, gets it whole or not at all: it is
+    written beside it under a temporary name and renamed over it, so that a failure part-way (a
+    full disk, a size limit, a report that fails to render) leaves the file as it was. Anything
+    else (a FIFO, a terminal, ``/dev/null``), or a folder where this user may not create a file, is
+    written in place, opened without blocking: a FIFO no process reads is refused (OSError ENXIO
+    saying so) instead of waiting forever; one a process reads gets the data."""
+    parts = (data,) if isinstance(data, bytes) else data
+    target = os.path.realpath(path)  # through a symlink: the link stays, what it leads to is written
+    try:
+        kept = os.stat(target)
+    except FileNotFoundError:
+        kept = None
+    except OSError:  # nothing known of it: written in place, where opening it says what it is
+        kept = None
+        target = ""
+    if target and (kept is None or stat.S_ISREG(kept.st_mode)):
+        try:
+            temporary = _beside(target, kept)
+        except OSError:  # a folder this user may not write: the file itself may still be
+            pass
+        else:
+            try:
+                with os.fdopen(temporary[0], "wb") as stream:
+                    for part in parts:
+                        stream.write(part)
+                    stream.flush()
+                    os.fsync(stream.fileno())
+                os.replace(temporary[1], target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary[1])
+                raise
+            return
     try:
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as error:
@@ -87,8 +119,29 @@ def write_whole(path: str, data: bytes | Iterable[bytes]) -> None:
         raise
     os.set_blocking(handle, True)
     with os.fdopen(handle, "wb") as stream:
-        for part in (data,) if isinstance(data, bytes) else data:
+        for part in parts:
             stream.write(part)
+
+
+def _beside(target: str, kept: os.stat_result | None) -> tuple[int, str]:
+    """A new file beside ``target`` (its descriptor and path), with the mode of the file it will
+    replace, else the one a new file gets (the umask applies as it would to ``target``)."""
+    folder, name = os.path.split(target)
+    while True:
+        temporary = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.partial")
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        break
+    if kept is not None:
+        try:
+            os.fchmod(handle, stat.S_IMODE(kept.st_mode))
+        except OSError:
+            os.close(handle)
+            os.unlink(temporary)
+            raise
+    return handle, temporary
 
 
 DENIED = frozenset({errno.EACCES, errno.EPERM})

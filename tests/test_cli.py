@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -16,6 +19,7 @@ from reports import codes
 from terminal import in_terminal, shown_until
 
 import ckptdoctor
+from ckptdoctor.regular import write_whole
 from ckptdoctor.testing import write_burn_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,6 +203,31 @@ def test_output_file_long_option(tmp_path, cli):
     assert result.exit_code == 0
     assert result.stdout == ""
     assert json.loads(target.read_text())["schema"] == "ckptdoctor.report.v1"
+
+
+def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path, cli):
+    """A report that fails part-way (here: its writing runs out of room after the first part)
+    leaves the earlier report as it was and no partial file beside it; a link to the report
+    stays a link; a file's mode stays its own."""
+    folder = healthy(tmp_path / "run")
+    target = tmp_path / "report.json"
+    assert cli("inspect", "--json", "--output", target, folder).exit_code == 0
+    before = target.read_bytes()
+    target.chmod(0o640)
+
+    def runs_out_of_room() -> Iterator[bytes]:
+        yield b'{"schema":'
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_whole(str(target), runs_out_of_room())
+    assert target.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "run"]
+
+    (tmp_path / "link.json").symlink_to("report.json")
+    assert cli("inspect", "--json", "--output", tmp_path / "link.json", missing_optimizer(tmp_path / "other")).exit_code == 1
+    assert (tmp_path / "link.json").is_symlink() and json.loads(target.read_text())["findings"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
 def test_json_flag_equals_format_json(tmp_path, cli):
