@@ -230,6 +230,22 @@ def test_an_output_file_is_replaced_whole_or_not_at_all(tmp_path, cli):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
+def test_a_run_reached_by_two_paths_is_reported_once(tmp_path, cli, monkeypatch):
+    """A path given twice, a run given beside the folder above it, a link to it: one run, its
+    findings once, and no "No checkpoints found" for the path that reached it again."""
+    missing_optimizer(tmp_path / "runs" / "exp1")
+    healthy(tmp_path / "runs" / "exp2")
+    (tmp_path / "again").symlink_to(tmp_path / "runs" / "exp1")
+    monkeypatch.chdir(tmp_path)
+    alone = json.loads(cli("inspect", "--json", "runs").stdout)
+    for paths in (("runs", "runs"), ("runs", "runs/exp1"), ("runs/exp1/checkpoint", "runs"), ("runs", "again")):
+        result = cli("inspect", "--json", *paths)
+        report = json.loads(result.stdout)
+        assert [run["path"] for run in report["runs"]] == [run["path"] for run in alone["runs"]], paths
+        assert report["summary"] == alone["summary"] == {"error": 1, "warning": 0, "info": 0}, paths
+        assert "No checkpoints found" not in result.stderr, paths
+
+
 def test_json_flag_equals_format_json(tmp_path, cli):
     folder = missing_optimizer(tmp_path)
     short = cli("inspect", "--json", folder)

@@ -51,17 +51,21 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None
     empty: list[str] = []
     unrecognised: list[str] = []
     unclaimed: list[Listing] = []
+    looked_at: set[str] = set()  # folders an earlier path reached (`inspect runs runs/exp1`): each reported once
     for path in paths:
         try:
             found = discovered(path, tally)
         except (PathNotFound, StoreError) as error:
             errors.append(ScanError(display(path), said_of(path, str(error))))
             continue
-        left = list(found.unlisted)
-        before = len(runs)
+        left = [folder for folder in found.unlisted if _first_look(folder.os_path or folder.path, looked_at)]
+        before, again = len(runs), False
         by_path = {listing.os_path: listing for listing in found.listings}
         taken: set[str] = set()  # checkpoint folders a run holds: not runs of their own
         for listing in found.listings:
+            if not _first_look(listing.os_path, looked_at):
+                again = True
+                continue
             if _inside(listing.os_path, taken):
                 continue
             run = _run_in(listing, read or header_read(), by_path) if listing.entries else None  # a folder holding nothing holds no run
@@ -79,10 +83,20 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None
                 unclaimed.append(listing)
                 unrecognised.extend(_named_like_checkpoints(listing))
         unlisted.extend(left)
-        if len(runs) == before:
+        if len(runs) == before and not again:
             empty.append(display(path))
     unrecognised.sort(key=natural_key)
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
+
+
+def _first_look(os_path: str, looked_at: set[str]) -> bool:
+    """Whether no earlier path reached this folder (by where it really is: a path given twice, a
+    run given beside the folder above it, a link to it); it is then noted as reached."""
+    where = os_path if "://" in os_path else os.path.realpath(os_path)
+    if where in looked_at:
+        return False
+    looked_at.add(where)
+    return True
 
 
 def _run_in(listing: Listing, read: Callable[[Entry], FileReport], by_path: dict[str, Listing]) -> Run | None:
