@@ -51,7 +51,10 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None
     empty: list[str] = []
     unrecognised: list[str] = []
     unclaimed: list[Listing] = []
-    looked_at: set[str] = set()  # folders an earlier path reached (`inspect runs runs/exp1`): each reported once
+    paths = tuple(paths)
+    # folders an earlier path reached (`inspect runs runs/exp1`): each reported once (only one
+    # path: no folder is reached twice, and no path is resolved)
+    looked_at: set[str] | None = set() if len(paths) > 1 else None
     for path in paths:
         try:
             found = discovered(path, tally)
@@ -89,9 +92,11 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None
     return Scan(tuple(runs), tuple(unlisted), tuple(errors), tuple(empty), tuple(unrecognised), tuple(unclaimed))
 
 
-def _first_look(os_path: str, looked_at: set[str]) -> bool:
+def _first_look(os_path: str, looked_at: set[str] | None) -> bool:
     """Whether no earlier path reached this folder (by where it really is: a path given twice, a
     run given beside the folder above it, a link to it); it is then noted as reached."""
+    if looked_at is None:
+        return True
     where = os_path if "://" in os_path else os.path.realpath(os_path)
     if where in looked_at:
         return False
