@@ -66,7 +66,8 @@ def scan(paths: Iterable[str], read: Callable[[Entry], FileReport] | None = None
         by_path = {listing.os_path: listing for listing in found.listings}
         taken: set[str] = set()  # checkpoint folders a run holds: not runs of their own
         for listing in found.listings:
-            if not _first_look(listing.os_path, looked_at):
+            # a file given by itself is listed under its folder: it is the file that was reached
+            if not _first_look(listing.entries[0].os_path if listing.single_file else listing.os_path, looked_at):
                 again = True
                 continue
             if _inside(listing.os_path, taken):
